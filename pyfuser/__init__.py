@@ -1,0 +1,1 @@
+"""pyfuser: a fusion code generator for NVIDIA GPUs."""

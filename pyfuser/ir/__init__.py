@@ -1,0 +1,19 @@
+"""Fusion IR: data types, scalars, IterDomains, TensorViews, expressions, Fusion."""
+from .base import Expr, Val
+from .dtype import DataType, promote, result_type
+from .exprs import (BinaryOp, BinaryOpType, BroadcastOp, ExpandOp, FullOp, LoadKind, LoadStoreOp,
+                    ReductionOp, ReductionOpType, ReshapeOp, SqueezeOp, UnaryOp, UnaryOpType,
+                    WhereOp)
+from .fusion import Fusion
+from .iter_domain import IterDomain, IterType, Merge, ParallelType, Split
+from .scalar import Scalar
+from .tensor import (CircularBufferOptions, MemoryType, PipelinedBuffer, ScheduleError,
+                     TensorDomain, TensorView, WarpSpecialized)
+
+__all__ = [
+    "BinaryOp", "BinaryOpType", "BroadcastOp", "CircularBufferOptions", "DataType", "ExpandOp",
+    "Expr", "FullOp", "Fusion", "IterDomain", "IterType", "LoadKind", "LoadStoreOp", "MemoryType",
+    "Merge", "ParallelType", "PipelinedBuffer", "ReductionOp", "ReductionOpType", "ReshapeOp",
+    "Scalar", "ScheduleError", "Split", "SqueezeOp", "TensorDomain", "TensorView", "UnaryOp",
+    "UnaryOpType", "Val", "WarpSpecialized", "WhereOp", "promote", "result_type",
+]

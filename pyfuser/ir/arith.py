@@ -1,0 +1,271 @@
+"""Builders of tensor expressions: each creates the output TensorView with its domains.
+
+These functions trust their callers on types (the frontend promotes and checks); they check
+shapes, because only they know how domains line up.
+"""
+from __future__ import annotations
+
+from . import scalar as S
+from .base import current_fusion, next_name
+from .dtype import DataType
+from .exprs import (BinaryOp, BinaryOpType, BroadcastOp, ExpandOp, FullOp, LoadKind, LoadStoreOp,
+                    ReductionOp, ReductionOpType, ReshapeOp, SqueezeOp, UnaryOp, UnaryOpType,
+                    WhereOp)
+from .iter_domain import IterDomain, IterType, merge_ids, split_id
+from .tensor import MemoryType, TensorDomain, TensorView
+
+
+class ShapeError(ValueError):
+    pass
+
+
+def symbolic_extent(fusion=None) -> S.Scalar:
+    fusion = fusion or current_fusion()
+    n = next_name("i", fusion)
+    return S.Scalar(DataType.Int, fusion=fusion, symbol=f"i{n}")
+
+
+def new_tensor(logical: list[IterDomain], dtype: DataType, root=None) -> TensorView:
+    return TensorView(TensorDomain(logical, root=root), dtype, MemoryType.Local)
+
+
+def input_tensor(sizes, dtype: DataType, contiguity=None, stride_order=None,
+                 expanded=None) -> TensorView:
+    """A tensor with `sizes` (None/-1 symbolic, 1 broadcast, else a static extent).
+
+    stride_order[k] is the stride rank of logical dim k (rank-1 outermost, 0 innermost), as in
+    nvFuser; contiguity lists the allocation dims outer to inner.
+    `expanded[k]` marks a broadcast dim of stride 0 whose size is symbolic.
+    """
+    ids = []
+    for k, s in enumerate(sizes):
+        if expanded is not None and expanded[k]:
+            ids.append(IterDomain(1, IterType.Broadcast, expanded_extent=symbolic_extent()))
+        elif s is None or s == -1:
+            ids.append(IterDomain(symbolic_extent()))
+        elif s == 1:
+            ids.append(IterDomain(1, IterType.Broadcast))
+        elif isinstance(s, int) and s > 1:
+            ids.append(IterDomain(s))
+        else:
+            raise ShapeError(f"define_tensor: size {s!r} of dim {k} must be -1, 1 or a positive int")
+    allocation = None
+    if stride_order is not None:
+        n = len(ids)
+        if sorted(stride_order) != list(range(n)):
+            raise ShapeError(f"define_tensor: stride_order {list(stride_order)} is not a "
+                             f"permutation of 0..{n - 1}")
+        by_rank = sorted(range(n), key=lambda k: -stride_order[k])
+        if by_rank != list(range(n)):
+            allocation = [ids[k] for k in by_rank]
+    alloc = allocation or ids
+    if contiguity is None:
+        contiguity = [True] * len(ids)
+    if len(contiguity) != len(ids):
+        raise ShapeError(f"define_tensor: {len(contiguity)} contiguity flags for {len(ids)} dims")
+    contiguity = [None if i.is_broadcast else bool(c) if c is not None else True
+                  for i, c in zip(alloc, contiguity)]
+    tv = TensorView(TensorDomain(ids, allocation=allocation, contiguity=contiguity), dtype,
+                    MemoryType.Global)
+    return tv
+
+
+def _unify_extents(ids: list[IterDomain], what: str, dim: int) -> IterDomain:
+    """The output ID of a pointwise dim: broadcast only if every input is broadcast."""
+    concrete = [i for i in ids if not i.is_broadcast]
+    fusion = current_fusion()
+    if not concrete:
+        expanded = next((i.expanded_extent for i in ids if i.expanded_extent is not None), None)
+        return IterDomain(1, IterType.Broadcast, expanded_extent=expanded)
+    first = concrete[0]
+    for other in concrete[1:]:
+        a, b = first.extent.value, other.extent.value
+        if a is not None and b is not None and a != b:
+            raise ShapeError(f"{what}: dim {dim} has sizes {a} and {b}, which do not broadcast")
+        if not S.same_value(first.extent, other.extent) and fusion is not None:
+            fusion.extent_equalities.append((first.extent, other.extent, f"{what} dim {dim}"))
+    for i in ids:
+        if i.is_broadcast and i.expanded_extent is not None and fusion is not None:
+            if not S.same_value(i.expanded_extent, first.extent):
+                fusion.extent_equalities.append((i.expanded_extent, first.extent,
+                                                 f"{what} dim {dim} (expanded)"))
+    extent = first.extent
+    if extent.value is None:
+        # Prefer a constant extent if any operand knows it.
+        extent = next((i.extent for i in concrete if i.extent.value is not None), extent)
+    return IterDomain(extent, IterType.Iteration)
+
+
+def pointwise_output(what: str, operands: list, dtype: DataType) -> TensorView:
+    tvs = [t for t in operands if isinstance(t, TensorView)]
+    doms = [t.domain.logical_no_reductions for t in tvs]
+    rank = len(doms[0])
+    for t, d in zip(tvs, doms):
+        if len(d) != rank:
+            raise ShapeError(f"{what}: operands of rank {rank} and {len(d)} (T{t.name}); "
+                             "broadcast them to one rank first")
+    out_ids = [_unify_extents([d[k] for d in doms], what, k) for k in range(rank)]
+    return new_tensor(out_ids, dtype)
+
+
+def unary(op: UnaryOpType, x: TensorView, dtype: DataType) -> TensorView:
+    out = pointwise_output(op.value, [x], dtype)
+    UnaryOp(op, out, x)
+    return out
+
+
+def binary(op: BinaryOpType, a, b, dtype: DataType):
+    if not isinstance(a, TensorView) and not isinstance(b, TensorView):
+        out = S.Scalar(dtype)
+        BinaryOp(op, out, a, b)
+        return out
+    out = pointwise_output(op.value, [a, b], dtype)
+    BinaryOp(op, out, a, b)
+    return out
+
+
+def where(cond, a, b, dtype: DataType):
+    out = pointwise_output("where", [cond, a, b], dtype)
+    WhereOp(out, cond, a, b)
+    return out
+
+
+def set_op(x: TensorView, load_kind: LoadKind = LoadKind.Set, dtype: DataType | None = None) -> TensorView:
+    out = pointwise_output("set", [x], dtype or x.dtype)
+    LoadStoreOp(out, x, load_kind)
+    return out
+
+
+def permute(x: TensorView, dims: list[int]) -> TensorView:
+    src = x.domain.logical_no_reductions
+    root = [i.clone() for i in src]
+    out = TensorView(TensorDomain([root[d] for d in dims], root=root), x.dtype)
+    LoadStoreOp(out, x)
+    return out
+
+
+def broadcast(x: TensorView, is_broadcast_dim: list[bool]) -> TensorView:
+    src = iter(x.domain.logical_no_reductions)
+    n_kept = sum(1 for f in is_broadcast_dim if not f)
+    if n_kept != len(x.domain.logical_no_reductions):
+        raise ShapeError(f"broadcast: {len(is_broadcast_dim)} flags keep {n_kept} dims but "
+                         f"T{x.name} has {len(x.domain.logical_no_reductions)}")
+    ids = [IterDomain(1, IterType.Broadcast) if f else next(src).clone() for f in is_broadcast_dim]
+    out = new_tensor(ids, x.dtype)
+    BroadcastOp(out, x, is_broadcast_dim)
+    return out
+
+
+def expand(x: TensorView, sizes: list) -> TensorView:
+    src = x.domain.logical_no_reductions
+    if len(sizes) != len(src):
+        raise ShapeError(f"expand: {len(sizes)} sizes for T{x.name} of rank {len(src)}")
+    ids = []
+    for k, (i, s) in enumerate(zip(src, sizes)):
+        keep = s is None or (isinstance(s, int) and s == -1)
+        if i.is_broadcast and not keep:
+            sv = S.as_scalar(s, DataType.Int)
+            if sv.value == 1:
+                ids.append(IterDomain(1, IterType.Broadcast))
+            else:
+                ids.append(IterDomain(1, IterType.Broadcast, expanded_extent=sv))
+        else:
+            if not keep and not i.is_broadcast:
+                sv = S.const_value(s)
+                if sv is not None and i.extent.value is not None and sv != i.extent.value:
+                    raise ShapeError(f"expand: dim {k} of T{x.name} has size {i.extent.value}, "
+                                     f"not 1, and cannot expand to {sv}")
+            ids.append(i.clone())
+    out = new_tensor(ids, x.dtype)
+    ExpandOp(out, x)
+    return out
+
+
+def squeeze(x: TensorView, dims: list[int]) -> TensorView:
+    src = x.domain.logical_no_reductions
+    flags = [False] * len(src)
+    for d in dims:
+        dd = d + len(src) if d < 0 else d
+        if not 0 <= dd < len(src):
+            raise ShapeError(f"squeeze: dim {d} out of range for T{x.name} of rank {len(src)}")
+        if not (src[dd].is_broadcast and src[dd].expanded_extent is None) and src[dd].extent.value != 1:
+            raise ShapeError(f"squeeze: dim {d} of T{x.name} has size {src[dd].user_extent!r}, not 1")
+        flags[dd] = True
+    out = new_tensor([i.clone() for i, f in zip(src, flags) if not f], x.dtype)
+    SqueezeOp(out, x, flags)
+    return out
+
+
+def reduction(op: ReductionOpType, x: TensorView, axes: list[int], dtype: DataType,
+              init) -> TensorView:
+    src = x.domain.logical_no_reductions
+    n = len(src)
+    norm = sorted({a + n if a < 0 else a for a in axes})
+    for a in norm:
+        if not 0 <= a < n:
+            raise ShapeError(f"{op.value}: axis out of range for T{x.name} of rank {n}: {axes}")
+    ids = []
+    for k, i in enumerate(src):
+        if k in norm:
+            ids.append(IterDomain(i.user_extent if i.is_broadcast else i.extent, IterType.Reduction))
+        else:
+            ids.append(i.clone())
+    out = new_tensor(ids, dtype)
+    ReductionOp(op, out, x, S.as_scalar(init, dtype))
+    return out
+
+
+def full(sizes: list, value, dtype: DataType) -> TensorView:
+    ids = []
+    for s in sizes:
+        sv = S.as_scalar(s, DataType.Int)
+        ids.append(IterDomain(1, IterType.Broadcast) if sv.value == 1 else IterDomain(sv))
+    out = new_tensor(ids, dtype)
+    FullOp(out, S.as_scalar(value, dtype) if not isinstance(value, S.Scalar) else value)
+    return out
+
+
+def reshape(x: TensorView, new_sizes: list) -> TensorView:
+    """Reshape as row-major flattening: out root (a copy of x's logical) is merged into one ID and
+    split into the new sizes; one size may be -1."""
+    src = x.domain.logical_no_reductions
+    root = [i.clone() for i in src]
+    sizes = list(new_sizes)
+    if sum(1 for s in sizes if isinstance(s, int) and s == -1) > 1:
+        raise ShapeError(f"reshape: more than one -1 in {new_sizes}")
+    total = S.product(i.user_extent if i.is_broadcast else i.extent for i in src)
+    known = S.product(s for s in sizes if not (isinstance(s, int) and s == -1))
+    tv, kt = total.value, known.value
+    if tv is not None and kt is not None and -1 not in sizes and tv != kt:
+        raise ShapeError(f"reshape: T{x.name} has {tv} elements, shape {new_sizes} has {kt}")
+    if tv is not None and kt is not None and -1 in sizes and (kt == 0 or tv % kt):
+        raise ShapeError(f"reshape: {tv} elements do not fill shape {new_sizes}")
+    if not root:
+        flat = IterDomain(1, IterType.Broadcast)
+    else:
+        flat = root[0]
+        for i in root[1:]:
+            flat = merge_ids(flat, i)
+    if -1 in sizes:
+        neg = sizes.index(-1)
+    else:
+        neg = 0
+    # Inner splits peel the dims right of the -1 (or of dim 0), outer splits those left of it.
+    logical: list = [None] * len(sizes)
+    cur = flat
+    for k in range(len(sizes) - 1, neg, -1):
+        cur, inner = split_id(cur, sizes[k], inner_split=True)
+        logical[k] = inner
+    for k in range(0, neg):
+        outer, cur = split_id(cur, sizes[k], inner_split=False)
+        logical[k] = outer
+    logical[neg] = cur
+    for k, i in enumerate(logical):
+        if i.extent.value == 1 and not i.is_broadcast:
+            i.iter_type = IterType.Broadcast
+    fusion = current_fusion()
+    if fusion is not None and -1 not in sizes and not S.same_value(total, known):
+        fusion.extent_equalities.append((total, known, "reshape element count"))
+    out = TensorView(TensorDomain(logical, root=root), x.dtype)
+    ReshapeOp(out, x)
+    return out

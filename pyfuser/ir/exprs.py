@@ -1,0 +1,164 @@
+"""Tensor expressions of the fusion IR."""
+from __future__ import annotations
+
+import enum
+
+from .base import Expr, Val
+
+
+class UnaryOpType(enum.Enum):
+    Neg = "neg"
+    Abs = "abs"
+    Exp = "exp"
+    Exp2 = "exp2"
+    Log = "log"
+    Sqrt = "sqrt"
+    Rsqrt = "rsqrt"
+    Reciprocal = "reciprocal"
+    Tanh = "tanh"
+    Sigmoid = "sigmoid"
+    Erf = "erf"
+    Relu = "relu"
+    Silu = "silu"
+    GeluTanh = "gelu_tanh"
+    GeluErf = "gelu_erf"
+    Not = "logical_not"
+    Cast = "cast"
+    Set = "set"
+
+
+class BinaryOpType(enum.Enum):
+    Add = "add"
+    Sub = "sub"
+    Mul = "mul"
+    Div = "div"
+    Pow = "pow"
+    Max = "maximum"
+    Min = "minimum"
+    Eq = "eq"
+    Ne = "ne"
+    Lt = "lt"
+    Le = "le"
+    Gt = "gt"
+    Ge = "ge"
+    And = "logical_and"
+    Or = "logical_or"
+
+    @property
+    def is_comparison(self) -> bool:
+        return self in (BinaryOpType.Eq, BinaryOpType.Ne, BinaryOpType.Lt, BinaryOpType.Le,
+                        BinaryOpType.Gt, BinaryOpType.Ge)
+
+    @property
+    def is_logical(self) -> bool:
+        return self in (BinaryOpType.And, BinaryOpType.Or)
+
+
+class ReductionOpType(enum.Enum):
+    Sum = "sum"
+    Max = "max"
+    Min = "min"
+
+
+class LoadKind(enum.Enum):
+    """How a LoadStoreOp moves data: a plain copy, cp.async, or TMA (1D bulk or tensor map)."""
+
+    Set = "set"
+    CpAsync = "cp.async"
+    TmaBulk = "tma.1d"
+    TmaTensor = "tma.tensor"
+
+    @property
+    def is_tma(self) -> bool:
+        return self in (LoadKind.TmaBulk, LoadKind.TmaTensor)
+
+    @property
+    def is_async(self) -> bool:
+        return self != LoadKind.Set
+
+
+class UnaryOp(Expr):
+    def __init__(self, op: UnaryOpType, out: Val, inp: Val):
+        self.op = op
+        super().__init__([inp], [out])
+
+    @property
+    def in_val(self):
+        return self.inputs[0]
+
+
+class BinaryOp(Expr):
+    def __init__(self, op: BinaryOpType, out: Val, a: Val, b: Val):
+        self.op = op
+        super().__init__([a, b], [out])
+
+
+class WhereOp(Expr):
+    """out = cond ? a : b"""
+
+    def __init__(self, out: Val, cond: Val, a: Val, b: Val):
+        super().__init__([cond, a, b], [out])
+
+
+class LoadStoreOp(Expr):
+    """out = in, element by element: caches, permutes (out root = in logical, out logical
+    permuted) and TMA/cp.async loads."""
+
+    def __init__(self, out: Val, inp: Val, load_kind: LoadKind = LoadKind.Set):
+        self.load_kind = load_kind
+        super().__init__([inp], [out])
+
+    @property
+    def in_val(self):
+        return self.inputs[0]
+
+
+class BroadcastOp(Expr):
+    """Insert broadcast IDs: `is_broadcast_dim[k]` says whether output logical dim k is new."""
+
+    def __init__(self, out: Val, inp: Val, is_broadcast_dim: list[bool]):
+        self.is_broadcast_dim = list(is_broadcast_dim)
+        super().__init__([inp], [out])
+
+
+class ExpandOp(Expr):
+    """Give broadcast IDs an expanded extent (stride 0 when materialized)."""
+
+    def __init__(self, out: Val, inp: Val):
+        super().__init__([inp], [out])
+
+
+class SqueezeOp(Expr):
+    """Drop input logical dims flagged in `is_squeezed` (each a broadcast of extent 1)."""
+
+    def __init__(self, out: Val, inp: Val, is_squeezed: list[bool]):
+        self.is_squeezed = list(is_squeezed)
+        super().__init__([inp], [out])
+
+
+class ReshapeOp(Expr):
+    """out's root domain maps to in's logical domain; out's logical domain is derived from its
+    root by Split/Merge (only reshapes of contiguous dims are expressible)."""
+
+    def __init__(self, out: Val, inp: Val):
+        super().__init__([inp], [out])
+
+
+class ReductionOp(Expr):
+    """out = reduce(op, in) over the reduction IDs of out's domain, starting from `init`."""
+
+    def __init__(self, op: ReductionOpType, out: Val, inp: Val, init: Val):
+        self.op = op
+        self.init = init
+        super().__init__([inp], [out])
+
+    @property
+    def in_val(self):
+        return self.inputs[0]
+
+
+class FullOp(Expr):
+    """out = fill_value everywhere (full, zeros, ones)."""
+
+    def __init__(self, out: Val, fill_value: Val):
+        super().__init__([fill_value], [out])

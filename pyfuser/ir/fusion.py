@@ -1,0 +1,121 @@
+"""Fusion: a DAG of tensor expressions with inputs and outputs."""
+from __future__ import annotations
+
+import collections
+import itertools
+
+from .base import Expr, Val, pop_fusion, push_fusion
+from .scalar import Scalar
+from .tensor import MemoryType, TensorView
+
+
+class Fusion:
+    def __init__(self):
+        self.inputs: list[Val] = []
+        self.outputs: list[Val] = []
+        self._counters: dict[str, itertools.count] = collections.defaultdict(itertools.count)
+        # Pairs of extents that ops assumed equal (e.g. x[i0] + y[i3] needs i0 == i3); runtime
+        # input validation checks them.
+        self.extent_equalities: list[tuple[Scalar, Scalar, str]] = []
+
+    def next_name(self, kind: str) -> int:
+        return next(self._counters[kind])
+
+    def __enter__(self):
+        push_fusion(self)
+        return self
+
+    def __exit__(self, *exc):
+        pop_fusion(self)
+        return False
+
+    # Inputs and outputs ------------------------------------------------------------------------
+    def add_input(self, v: Val) -> Val:
+        if v in self.inputs:
+            raise ValueError(f"{v!r} is already an input of this fusion")
+        if isinstance(v, TensorView):
+            v.memory_type = MemoryType.Global
+        self.inputs.append(v)
+        return v
+
+    def add_output(self, v: Val) -> Val:
+        if not isinstance(v, TensorView):
+            raise TypeError("fusion outputs must be tensors")
+        if v in self.inputs:
+            raise ValueError(f"T{v.name} is a fusion input; an input cannot also be an output "
+                             "(the fusion would have nothing to compute)")
+        if v in self.outputs:
+            raise ValueError(f"T{v.name} is already an output")
+        v.memory_type = MemoryType.Global
+        self.outputs.append(v)
+        return v
+
+    def replace_output(self, old: TensorView, new: TensorView) -> None:
+        self.outputs[self.outputs.index(old)] = new
+        new.memory_type = MemoryType.Global
+
+    # Traversal ---------------------------------------------------------------------------------
+    def exprs(self) -> list[Expr]:
+        """Exprs needed for the outputs, producers before consumers (deterministic order)."""
+        order: list[Expr] = []
+        seen: set = set()
+        stack: list[tuple[Val, bool]] = [(o, False) for o in reversed(self.outputs)]
+        visiting: set = set()
+        while stack:
+            v, done = stack.pop()
+            d = v.definition
+            if d is None or d in seen:
+                continue
+            if done:
+                seen.add(d)
+                visiting.discard(d)
+                order.append(d)
+                continue
+            if d in visiting:
+                continue
+            visiting.add(d)
+            stack.append((v, True))
+            for i in reversed(d.inputs):
+                if isinstance(i, (TensorView, Scalar)) and i.definition is not None:
+                    stack.append((i, False))
+        return order
+
+    def tensors(self) -> list[TensorView]:
+        """Every tensor used: inputs first, then in topological order."""
+        out = [v for v in self.inputs if isinstance(v, TensorView)]
+        for e in self.exprs():
+            for v in e.inputs + e.outputs:
+                if isinstance(v, TensorView) and v not in out:
+                    out.append(v)
+        return out
+
+    def producers(self, tv: TensorView) -> list[TensorView]:
+        d = tv.definition
+        return [] if d is None else [i for i in d.inputs if isinstance(i, TensorView)]
+
+    def consumers(self, tv: TensorView) -> list[TensorView]:
+        live = set(self.exprs())
+        out = []
+        for e in tv.uses:
+            if e in live:
+                out.extend(o for o in e.outputs if isinstance(o, TensorView) and o not in out)
+        return out
+
+    def uses_of(self, tv: TensorView) -> list[Expr]:
+        live = set(self.exprs())
+        return [e for e in tv.uses if e in live]
+
+    def scalar_inputs(self) -> list[Scalar]:
+        return [v for v in self.inputs if isinstance(v, Scalar)]
+
+    def __repr__(self) -> str:
+        from .printer import fusion_str
+        return fusion_str(self)
+
+    def print_math(self) -> str:
+        from .printer import fusion_str
+        return fusion_str(self)
+
+    def print_transforms(self) -> str:
+        from .printer import transforms_str
+        return transforms_str(self)

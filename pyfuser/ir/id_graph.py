@@ -1,0 +1,144 @@
+"""Mapping IterDomains across a fusion.
+
+Two rules define which IDs describe the same iteration:
+1. producer/consumer pairs: a consumer's root ID k maps to its producer's logical ID k (reduction
+   IDs of the producer skipped; new broadcast dims of a BroadcastOp and squeezed dims of a
+   SqueezeOp have no partner);
+2. replayed transforms: two Splits with mapped inputs and equal factor and kind map their outputs;
+   two Merges with mapped inputs map their outputs.
+
+The exact graph maps a broadcast ID only to broadcast IDs; the permissive graph also maps a
+producer's broadcast ID to the consumer's iteration ID it broadcasts to (what replay and
+parallelize-like need, and what tells which loops a broadcast tensor may share).
+"""
+from __future__ import annotations
+
+from . import scalar as S
+from .base import Expr
+from .exprs import BroadcastOp, SqueezeOp
+from .iter_domain import IterDomain, Merge, Split, id_exprs_between
+from .tensor import TensorView
+
+
+def producer_consumer_pairs(expr: Expr, producer: TensorView,
+                            consumer: TensorView) -> list[tuple[IterDomain, IterDomain]]:
+    """(producer logical ID, consumer root ID) pairs of one expression."""
+    p_ids = producer.domain.logical_no_reductions
+    c_ids = consumer.domain.maybe_root
+    if isinstance(expr, BroadcastOp):
+        c_ids = [c for c, new in zip(c_ids, expr.is_broadcast_dim) if not new]
+    elif isinstance(expr, SqueezeOp):
+        p_ids = [p for p, sq in zip(p_ids, expr.is_squeezed) if not sq]
+    if len(p_ids) != len(c_ids):
+        raise AssertionError(f"{type(expr).__name__}: T{producer.name} and T{consumer.name} "
+                             f"have {len(p_ids)} and {len(c_ids)} mappable dims")
+    return list(zip(p_ids, c_ids))
+
+
+def is_exact_pair(p: IterDomain, c: IterDomain) -> bool:
+    return p.is_broadcast == c.is_broadcast
+
+
+class DisjointSets:
+    """Union-find over hashable items; groups keep insertion order for determinism."""
+
+    def __init__(self):
+        self._parent: dict = {}
+        self._members: dict = {}
+
+    def add(self, x) -> None:
+        if x not in self._parent:
+            self._parent[x] = x
+            self._members[x] = [x]
+
+    def find(self, x):
+        p = self._parent[x]
+        while p is not self._parent[p]:
+            self._parent[p] = self._parent[self._parent[p]]
+            p = self._parent[p]
+        self._parent[x] = p
+        return p
+
+    def union(self, a, b) -> bool:
+        self.add(a)
+        self.add(b)
+        ra, rb = self.find(a), self.find(b)
+        if ra is rb:
+            return False
+        self._parent[rb] = ra
+        self._members[ra].extend(self._members.pop(rb))
+        return True
+
+    def same(self, a, b) -> bool:
+        return a in self._parent and b in self._parent and self.find(a) is self.find(b)
+
+    def members(self, x) -> list:
+        return self._members[self.find(x)]
+
+    def __contains__(self, x) -> bool:
+        return x in self._parent
+
+    def roots(self) -> list:
+        return list(self._members)
+
+
+class IdGraph:
+    """Disjoint sets of IDs over a whole fusion (exact or permissive), with the Split/Merge
+    expressions between the groups."""
+
+    def __init__(self, fusion, permissive: bool = False, tensors: list[TensorView] | None = None):
+        self.permissive = permissive
+        self.sets = DisjointSets()
+        self.tensors = tensors if tensors is not None else fusion.tensors()
+        self.id_exprs: list[Expr] = []
+        seen_exprs: set = set()
+        for tv in self.tensors:
+            for i in tv.domain.all_ids():
+                self.sets.add(i)
+            starts = tv.domain.maybe_root
+            for e in id_exprs_between(starts, tv.domain.logical + tv.domain.maybe_allocation
+                                      + tv.domain.loop):
+                if e not in seen_exprs:
+                    seen_exprs.add(e)
+                    self.id_exprs.append(e)
+        for e in fusion.exprs():
+            for c in e.outputs:
+                if not isinstance(c, TensorView):
+                    continue
+                for p in e.inputs:
+                    if not isinstance(p, TensorView):
+                        continue
+                    for pi, ci in producer_consumer_pairs(e, p, c):
+                        if permissive or is_exact_pair(pi, ci):
+                            self.sets.union(pi, ci)
+        self._map_replayed_transforms()
+
+    def _key(self, e: Expr):
+        if isinstance(e, Split):
+            return ("split", self.sets.find(e.in_id), e.inner_split)
+        return ("merge", self.sets.find(e.outer), self.sets.find(e.inner))
+
+    def _map_replayed_transforms(self) -> None:
+        changed = True
+        while changed:
+            changed = False
+            buckets: dict = {}
+            for e in self.id_exprs:
+                buckets.setdefault(self._key(e), []).append(e)
+            for group in buckets.values():
+                for k, a in enumerate(group):
+                    for b in group[k + 1:]:
+                        if isinstance(a, Split) and not S.same_value(a.factor, b.factor):
+                            continue
+                        for x, y in zip(a.outputs, b.outputs):
+                            if self.sets.union(x, y):
+                                changed = True
+
+    def mapped(self, a: IterDomain, b: IterDomain) -> bool:
+        return self.sets.same(a, b)
+
+    def group(self, i: IterDomain):
+        return self.sets.find(i)
+
+    def members(self, i: IterDomain) -> list[IterDomain]:
+        return self.sets.members(i)

@@ -1,0 +1,323 @@
+"""TensorDomain and TensorView.
+
+A TensorDomain holds the domains of one tensor:
+- root: the logical domain before an rfactor or reshape (None when equal to logical);
+- logical: the math shape;
+- allocation: how the tensor lies in memory, outer to inner (None: same as logical), with one
+  contiguity flag per allocation ID (None for broadcast IDs);
+- loop: the scheduled loop nest, derived from logical by Split/Merge.
+
+The loop transforms (split, merge, reorder, parallelize) are methods of TensorView because they
+are domain math; primitives that restructure the fusion (caching, rfactor, inlining) live in
+pyfuser.schedule.
+"""
+from __future__ import annotations
+
+import dataclasses
+import enum
+
+from . import scalar as S
+from .base import Val
+from .dtype import DataType
+from .iter_domain import (IterDomain, IterType, ParallelType, ancestors, id_exprs_between, id_str,
+                          merge_ids, merged_iter_type, split_id)
+
+
+class MemoryType(enum.Enum):
+    Global = "g"
+    Shared = "s"
+    Local = "l"
+
+
+class ScheduleError(ValueError):
+    """An illegal schedule call; the message names the tensor, the axis and the rule."""
+
+
+@dataclasses.dataclass(frozen=True)
+class PipelinedBuffer:
+    """Circular buffer whose loads are issued by the same threads that compute."""
+
+
+@dataclasses.dataclass(frozen=True)
+class WarpSpecialized:
+    """Circular buffer filled by a dedicated producer warp group.
+
+    `on` is the thread dimension that separates the producer from the compute warp groups; the
+    register counts are given to setmaxnreg (producer decreases, compute increases).
+    """
+
+    on: ParallelType = ParallelType.TIDy
+    producer_registers: int | None = None
+    compute_registers: int | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class CircularBufferOptions:
+    stages: int
+    prefetch: int
+    kind: PipelinedBuffer | WarpSpecialized
+
+
+class TensorDomain:
+    def __init__(self, logical: list[IterDomain], root: list[IterDomain] | None = None,
+                 allocation: list[IterDomain] | None = None, contiguity=None,
+                 loop: list[IterDomain] | None = None):
+        self.root = list(root) if root is not None else None
+        self.logical = list(logical)
+        self.allocation = list(allocation) if allocation is not None else None
+        alloc = self.allocation if self.allocation is not None else self.logical
+        if contiguity is None:
+            contiguity = [None if i.is_broadcast or i.is_reduction else True for i in alloc]
+        self.contiguity = list(contiguity)
+        self.loop = list(loop) if loop is not None else list(self.logical)
+
+    @property
+    def maybe_root(self) -> list[IterDomain]:
+        return self.root if self.root is not None else self.logical
+
+    @property
+    def maybe_allocation(self) -> list[IterDomain]:
+        return self.allocation if self.allocation is not None else self.logical
+
+    @property
+    def logical_no_reductions(self) -> list[IterDomain]:
+        return [i for i in self.logical if not i.is_reduction]
+
+    def all_ids(self) -> list[IterDomain]:
+        """Every ID between root, logical, allocation and loop, in topological order."""
+        starts = self.maybe_root
+        exprs = id_exprs_between(starts, self.logical + self.maybe_allocation + self.loop)
+        out = list(starts)
+        for e in exprs:
+            for o in e.outputs:
+                if o not in out:
+                    out.append(o)
+        for i in self.logical + self.maybe_allocation + self.loop:
+            if i not in out:
+                out.append(i)
+        return out
+
+    def has_reduction(self) -> bool:
+        return any(i.is_reduction for i in self.logical)
+
+
+class TensorView(Val):
+    name_kind = "T"
+
+    def __init__(self, domain: TensorDomain, dtype: DataType, memory_type: MemoryType = MemoryType.Local,
+                 fusion=None):
+        super().__init__(fusion)
+        self.domain = domain
+        self.dtype = dtype
+        self.memory_type = memory_type
+        # Loop IDs [0, compute_at_pos) are shared with the consumers' loops (inlined).
+        self.compute_at_pos = 0
+        # The largest inline position among this tensor's producers: loops left of it are shared.
+        self.max_producer_pos = 0
+        self.circular_buffer_options: CircularBufferOptions | None = None
+
+    # Views of the domain ----------------------------------------------------------------------
+    @property
+    def logical(self) -> list[IterDomain]:
+        return self.domain.logical
+
+    @property
+    def loop(self) -> list[IterDomain]:
+        return self.domain.loop
+
+    @property
+    def ndim(self) -> int:
+        """Number of loop axes (what split/merge/reorder positions refer to)."""
+        return len(self.domain.loop)
+
+    def axis(self, i: int) -> IterDomain:
+        return self.domain.loop[self._pos(i, "axis")]
+
+    def __repr__(self) -> str:
+        from .printer import tv_str
+        return tv_str(self)
+
+    def _pos(self, axis: int, what: str, allow_end: bool = False) -> int:
+        n = len(self.domain.loop) + (1 if allow_end else 0)
+        pos = axis + n if axis < 0 else axis
+        if not 0 <= pos < n:
+            raise ScheduleError(f"{what} on T{self.name}: axis {axis} is out of range for "
+                                f"{len(self.domain.loop)} loop axes")
+        return pos
+
+    def _check_transformable(self, pos: int, what: str) -> None:
+        if pos < self.compute_at_pos:
+            raise ScheduleError(
+                f"{what} on T{self.name}: axis {pos} is left of the compute-at position "
+                f"{self.compute_at_pos}; those loops are shared with consumers and fixed")
+        if pos < self.max_producer_pos:
+            raise ScheduleError(
+                f"{what} on T{self.name}: axis {pos} is left of position {self.max_producer_pos} "
+                f"where a producer is inlined; transforming it would detach that producer")
+
+    # Loop transforms --------------------------------------------------------------------------
+    def split(self, axis: int, factor, inner_split: bool = True) -> "TensorView":
+        """Split loop axis `axis` by `factor`.
+
+        Inner split (default): `for i in range(N)` becomes
+        `for io in range(ceilDiv(N, f)): for ii in range(f): i = io * f + ii` (predicated when f
+        does not divide N). Outer split: the outer loop gets extent `f` instead.
+        """
+        pos = self._pos(axis, "split")
+        self._check_transformable(pos, "split")
+        i = self.domain.loop[pos]
+        if i.parallel_type != ParallelType.Serial:
+            raise ScheduleError(f"split on T{self.name}: axis {pos} ({id_str(i)}) is already "
+                                f"parallelized as {i.parallel_type.short}; split before parallelizing")
+        fv = S.const_value(factor)
+        if fv is not None and (not isinstance(fv, int) or fv <= 0):
+            raise ScheduleError(f"split on T{self.name}: axis {pos}: factor must be a positive "
+                                f"integer, got {factor!r}")
+        outer, inner = split_id(i, factor, inner_split)
+        self.domain.loop[pos:pos + 1] = [outer, inner]
+        return self
+
+    def merge(self, axis_o: int, axis_i: int | None = None) -> "TensorView":
+        """Merge loop axes: `for a: for b:` becomes `for ab in range(A*B): a = ab / B; b = ab % B`.
+
+        The merged axis takes the position of the outer one.
+        """
+        po = self._pos(axis_o, "merge")
+        pi = self._pos(axis_i if axis_i is not None else po + 1, "merge")
+        if po == pi:
+            raise ScheduleError(f"merge on T{self.name}: cannot merge axis {po} with itself")
+        for p in (po, pi):
+            self._check_transformable(p, "merge")
+        a, b = self.domain.loop[po], self.domain.loop[pi]
+        if merged_iter_type(a, b) is None:
+            raise ScheduleError(
+                f"merge on T{self.name}: axes {po} ({id_str(a)}) and {pi} ({id_str(b)}) mix an "
+                f"iteration and a reduction ID; merge IDs of the same kind")
+        for p, x in ((po, a), (pi, b)):
+            if x.parallel_type != ParallelType.Serial:
+                raise ScheduleError(f"merge on T{self.name}: axis {p} ({id_str(x)}) is already "
+                                    f"parallelized as {x.parallel_type.short}")
+        out = merge_ids(a, b)
+        loop = self.domain.loop
+        first = min(po, pi)
+        loop = [x for k, x in enumerate(loop) if k not in (po, pi)]
+        loop.insert(first, out)
+        self.domain.loop = loop
+        return self
+
+    def reorder(self, order) -> "TensorView":
+        """Move loop axes: `order` maps old positions to new ones ({old: new}), or lists the old
+        axis for each new position. Axes not named keep their relative order."""
+        n = len(self.domain.loop)
+        if isinstance(order, (list, tuple)):
+            if sorted(self._pos(o, "reorder") for o in order) != list(range(n)):
+                raise ScheduleError(f"reorder on T{self.name}: {list(order)} is not a permutation "
+                                    f"of the {n} loop axes")
+            mapping = {self._pos(old, "reorder"): new for new, old in enumerate(order)}
+        else:
+            mapping = {self._pos(k, "reorder"): self._pos(v, "reorder") for k, v in order.items()}
+            if len(set(mapping.values())) != len(mapping):
+                raise ScheduleError(f"reorder on T{self.name}: two axes sent to one position in {order}")
+        for old, new in mapping.items():
+            if old != new:
+                self._check_transformable(min(old, new), "reorder")
+        new_loop: list = [None] * n
+        for old, new in mapping.items():
+            new_loop[new] = self.domain.loop[old]
+        rest = iter(x for k, x in enumerate(self.domain.loop) if k not in mapping)
+        for k in range(n):
+            if new_loop[k] is None:
+                new_loop[k] = next(rest)
+        self.domain.loop = new_loop
+        return self
+
+    def parallelize(self, axis: int, ptype: ParallelType) -> "TensorView":
+        """Bind loop axis `axis` to a parallel type (threadIdx.x, Vectorize, Bulk, ...)."""
+        pos = self._pos(axis, "parallelize")
+        i = self.domain.loop[pos]
+        rule = _parallel_rule_broken(self, pos, i, ptype)
+        if rule:
+            raise ScheduleError(f"parallelize on T{self.name}: axis {pos} ({id_str(i)}) as "
+                                f"{ptype.short}: {rule}")
+        i.parallel_type = ptype
+        return self
+
+    # Queries ----------------------------------------------------------------------------------
+    def has_reduction(self) -> bool:
+        return self.domain.has_reduction()
+
+    def is_input(self) -> bool:
+        return self.fusion is not None and self in self.fusion.inputs
+
+    def is_output(self) -> bool:
+        return self.fusion is not None and self in self.fusion.outputs
+
+    @property
+    def allocation_domain(self) -> list[IterDomain]:
+        """The IDs the tensor is allocated with, outer to inner.
+
+        Global tensors use their (user-visible) allocation domain. Shared and local tensors hold
+        only what their consumers need beyond the inlined loops: the loop IDs right of the
+        compute-at position. They keep the order of the IDs they came from in the stored
+        allocation domain (e.g. an input's stride order), so a cache of a permuted input stays
+        permuted in shared memory; an allocation that names IDs the loop nest has since split
+        is never returned.
+        """
+        if self.memory_type == MemoryType.Global:
+            return self.domain.maybe_allocation
+        stored = self.domain.maybe_allocation
+        loop_right = self.domain.loop[self.compute_at_pos:]
+        loop_set = set(self.domain.loop)
+        if self.domain.allocation is not None and all(i in loop_set for i in self.domain.allocation):
+            # An explicit allocation of loop IDs (set_allocation_domain): honour it, dropping
+            # the IDs left of compute-at.
+            return [i for i in self.domain.allocation if i in loop_right]
+        origin_roots = self.domain.maybe_root + [x for x in stored if x not in self.domain.maybe_root]
+
+        def key(item):
+            k, i = item
+            anc = ancestors(i, stored)
+            pos = min((stored.index(a) for a in anc), default=len(stored))
+            if not anc:
+                # Not derived from the stored allocation: order by its logical origin.
+                anc = ancestors(i, origin_roots)
+                pos = min((stored.index(a) if a in stored else len(stored) for a in anc),
+                          default=len(stored))
+            return (pos, k)
+
+        return [i for _, i in sorted(enumerate(loop_right), key=key)]
+
+    @property
+    def allocation_contiguity(self) -> list:
+        if self.memory_type == MemoryType.Global:
+            return self.domain.contiguity
+        return [None if i.is_broadcast else True for i in self.allocation_domain]
+
+
+def _parallel_rule_broken(tv: TensorView, pos: int, i: IterDomain, ptype: ParallelType) -> str | None:
+    if ptype == ParallelType.Vectorize:
+        if i.const_extent is None:
+            return "a vectorized axis needs a constant extent"
+        if i.const_extent not in (1, 2, 4, 8, 16):
+            return f"vector width {i.const_extent} is not 1, 2, 4, 8 or 16"
+        if i.const_extent * tv.dtype.size > 16:
+            return f"{i.const_extent} x {tv.dtype.size} bytes exceeds a 16-byte access"
+        if i.is_reduction:
+            return "a reduction axis cannot be vectorized"
+        if any(not x.is_broadcast and x.parallel_type == ParallelType.Serial
+               and (x.const_extent or 0) != 1 for x in tv.domain.loop[pos + 1:]
+               if not x.is_reduction):
+            return "only axes right of a vectorized axis that are parallel or of extent 1 may follow it"
+    if ptype == ParallelType.Bulk:
+        d = tv.definition
+        kind = getattr(d, "load_kind", None)
+        if kind is None or not kind.is_tma:
+            return "Bulk is only for the output of a TMA load (cache_after with a TMA load kind)"
+    if ptype == ParallelType.Group and not i.is_reduction and not _feeds_grouped_reduction(tv):
+        return "Group is for the iteration axes of a reduction whose rows reduce together"
+    return None
+
+
+def _feeds_grouped_reduction(tv: TensorView) -> bool:
+    d = tv.definition
+    return d is not None and d.op_name == "ReductionOp"
