@@ -26,6 +26,11 @@ class DataType(enum.Enum):
         return self.value[0]
 
     @property
+    def ir_name(self) -> str:
+        """Spelling in printed IR: T3_l_float, T0_g_bfloat16."""
+        return {"float32": "float", "float64": "double", "float16": "half"}.get(self.value[0], self.value[0])
+
+    @property
     def size(self) -> int:
         return self.value[1]
 

@@ -11,7 +11,7 @@ from .tensor import TensorView
 
 def tv_str(tv: TensorView, with_pos: bool = True) -> str:
     ids = ", ".join(id_str(i) for i in tv.domain.loop)
-    s = f"T{tv.name}_{tv.memory_type.value}_{tv.dtype.short_name}[{ids}]"
+    s = f"T{tv.name}_{tv.memory_type.value}_{tv.dtype.ir_name}[{ids}]"
     if with_pos and tv.compute_at_pos:
         s += f" ca_pos( {tv.compute_at_pos} )"
     if with_pos and tv.max_producer_pos:
@@ -80,7 +80,7 @@ def fusion_str(fusion) -> str:
 
 def tv_transforms_str(tv: TensorView) -> str:
     d = tv.domain
-    lines = [f"T{tv.name}_{tv.memory_type.value}_{tv.dtype.short_name}"]
+    lines = [f"T{tv.name}_{tv.memory_type.value}_{tv.dtype.ir_name}"]
     if d.root is not None:
         lines.append(f"  root domain : ({', '.join(id_str(i) for i in d.root)})")
     lines.append(f"  logical domain : ({', '.join(id_str(i) for i in d.logical)})")
