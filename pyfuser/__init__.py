@@ -1,1 +1,12 @@
-"""pyfuser: a fusion code generator for NVIDIA GPUs."""
+"""pyfuser: a fusion code generator for NVIDIA GPUs.
+
+    from pyfuser import FusionDefinition, DataType
+"""
+from .frontend import FusionDefinition, FusionDefinitionError
+from .ir import DataType, ParallelType
+from .runtime.inputs import InputError
+
+__version__ = "0.1.0"
+
+__all__ = ["DataType", "FusionDefinition", "FusionDefinitionError", "InputError", "ParallelType",
+           "__version__"]

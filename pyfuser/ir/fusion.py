@@ -1,8 +1,7 @@
 """Fusion: a DAG of tensor expressions with inputs and outputs."""
 from __future__ import annotations
 
-import collections
-import itertools
+import copy
 
 from .base import Expr, Val, pop_fusion, push_fusion
 from .scalar import Scalar
@@ -13,13 +12,15 @@ class Fusion:
     def __init__(self):
         self.inputs: list[Val] = []
         self.outputs: list[Val] = []
-        self._counters: dict[str, itertools.count] = collections.defaultdict(itertools.count)
+        self._counters: dict[str, int] = {}
         # Pairs of extents that ops assumed equal (e.g. x[i0] + y[i3] needs i0 == i3); runtime
         # input validation checks them.
         self.extent_equalities: list[tuple[Scalar, Scalar, str]] = []
 
     def next_name(self, kind: str) -> int:
-        return next(self._counters[kind])
+        n = self._counters.get(kind, 0)
+        self._counters[kind] = n + 1
+        return n
 
     def __enter__(self):
         push_fusion(self)
@@ -107,6 +108,16 @@ class Fusion:
 
     def scalar_inputs(self) -> list[Scalar]:
         return [v for v in self.inputs if isinstance(v, Scalar)]
+
+    def clone(self) -> tuple["Fusion", dict]:
+        """A deep copy and a map from id(old Val) to the new Val.
+
+        Scheduling mutates a fusion; the executor schedules a clone so that the definition stays
+        intact for the reference evaluator and for other input shapes.
+        """
+        memo: dict = {}
+        new = copy.deepcopy(self, memo)
+        return new, {k: v for k, v in memo.items() if isinstance(v, Val)}
 
     def __repr__(self) -> str:
         from .printer import fusion_str

@@ -5,7 +5,10 @@ Two rules define which IDs describe the same iteration:
    IDs of the producer skipped; new broadcast dims of a BroadcastOp and squeezed dims of a
    SqueezeOp have no partner);
 2. replayed transforms: two Splits with mapped inputs and equal factor and kind map their outputs;
-   two Merges with mapped inputs map their outputs.
+   two Merges with mapped inputs map their outputs;
+3. broadcast forwarding: merge(b, i) with b a (non-expanded) broadcast of extent 1 iterates exactly
+   what i iterates, so its output maps to i. This is what lets a tensor of shape [N], broadcast to
+   [M, N] and scheduled like it (merge, then split), line up with its un-broadcast producer.
 
 The exact graph maps a broadcast ID only to broadcast IDs; the permissive graph also maps a
 producer's broadcast ID to the consumer's iteration ID it broadcasts to (what replay and
@@ -113,6 +116,15 @@ class IdGraph:
                             self.sets.union(pi, ci)
         self._map_replayed_transforms()
 
+    def _forward_broadcast_merges(self) -> bool:
+        changed = False
+        for e in self.id_exprs:
+            if isinstance(e, Merge):
+                for b, other in ((e.outer, e.inner), (e.inner, e.outer)):
+                    if b.is_broadcast and b.expanded_extent is None and not other.is_broadcast:
+                        changed |= self.sets.union(e.out, other)
+        return changed
+
     def _key(self, e: Expr):
         if isinstance(e, Split):
             return ("split", self.sets.find(e.in_id), e.inner_split)
@@ -121,7 +133,7 @@ class IdGraph:
     def _map_replayed_transforms(self) -> None:
         changed = True
         while changed:
-            changed = False
+            changed = self._forward_broadcast_merges()
             buckets: dict = {}
             for e in self.id_exprs:
                 buckets.setdefault(self._key(e), []).append(e)

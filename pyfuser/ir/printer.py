@@ -37,7 +37,7 @@ def expr_str(e) -> str:
     if isinstance(e, UnaryOp):
         name = e.op.value
         if e.op == UnaryOpType.Cast:
-            name = f"cast<{e.outputs[0].dtype.short_name}>"
+            name = f"cast<{e.outputs[0].dtype.ir_name}>"
         return f"{out}\n   = {name}( {val_str(e.inputs[0])} );"
     if isinstance(e, BinaryOp):
         return f"{out}\n   = {e.op.value}( {val_str(e.inputs[0])},\n        {val_str(e.inputs[1])} );"

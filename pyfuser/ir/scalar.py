@@ -216,6 +216,12 @@ def scalar_str(x) -> str:
     if x.definition is None:
         return x.symbol or f"s{x.name}"
     d = x.definition
+    if not isinstance(d, ScalarOp):
+        op = getattr(d, "op", None)
+        name = getattr(op, "value", type(d).__name__)
+        if name == "cast":
+            name = f"cast<{x.dtype.ir_name}>"
+        return f"{name}({', '.join(scalar_str(i) for i in d.inputs)})"
     a, b = (scalar_str(i) for i in d.inputs)
     if d.op in ScalarOp.SYMBOLS:
         return f"({a} {ScalarOp.SYMBOLS[d.op]} {b})"

@@ -1,0 +1,141 @@
+"""FusionDefinition: the Python API users write fusions with, shaped like nvFuser's.
+
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1], contiguity=[True, True], dtype=DataType.BFloat16)
+        w = fd.define_tensor(shape=[-1], dtype=DataType.BFloat16)
+        xf = fd.ops.cast(x, DataType.Float)
+        ...
+        fd.add_output(y)
+    (y,) = fd.execute([x_tensor, w_tensor])
+
+Types are promoted as torch does and shapes are checked while the fusion is defined; an error
+names the op, the operand and what is wrong.
+"""
+from __future__ import annotations
+
+from ..ir import arith
+from ..ir.base import pop_fusion, push_fusion
+from ..ir.dtype import DataType, default_scalar_type, from_torch, parse_dtype
+from ..ir.fusion import Fusion
+from ..ir.scalar import Scalar
+from ..ir.tensor import TensorView
+from ..ir.verifier import verify
+from .ops import FusionDefinitionError, Ops
+
+
+class FusionDefinition:
+    def __init__(self, name: str | None = None):
+        self.name = name or "fusion"
+        self.fusion = Fusion()
+        self.ops = Ops(self)
+        self._defining = False
+        self._finalized = False
+        self._executor = None
+        # What the last execute() ran: see pyfuser.runtime.executor.RunInfo.
+        self.last_run = None
+
+    # Context ----------------------------------------------------------------------------------
+    def __enter__(self):
+        if self._finalized:
+            raise FusionDefinitionError("this FusionDefinition is already complete; make a new one")
+        self._defining = True
+        push_fusion(self.fusion)
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        pop_fusion(self.fusion)
+        self._defining = False
+        if exc_type is None:
+            if not self.fusion.outputs:
+                raise FusionDefinitionError(f"{self.name}: no outputs; call fd.add_output(t)")
+            verify(self.fusion)
+            self._finalized = True
+        return False
+
+    def _require_defining(self, what: str) -> None:
+        if not self._defining:
+            raise FusionDefinitionError(f"{what}: call it inside `with FusionDefinition() as fd:`")
+
+    # Definitions ------------------------------------------------------------------------------
+    def define_tensor(self, shape, contiguity=None, dtype=DataType.Float, stride_order=None,
+                      expanded=None, is_cpu: bool = False) -> TensorView:
+        """An input tensor. `shape`: -1 symbolic, 1 broadcast, or a fixed size.
+
+        `stride_order[k]`: stride rank of dim k (rank-1 outermost, 0 innermost; None = row
+        major). `contiguity`: one flag per dim in allocation order (outer to inner), True where
+        the dim is dense over the ones inside it; None entries for broadcast dims.
+        """
+        self._require_defining("define_tensor")
+        if is_cpu:
+            raise FusionDefinitionError("define_tensor: CPU scalar tensors are not supported")
+        dtype = parse_dtype(dtype)
+        if contiguity is not None and not isinstance(contiguity, (list, tuple)):
+            contiguity = [bool(contiguity)] * len(shape)
+        try:
+            tv = arith.input_tensor(list(shape), dtype, contiguity, stride_order, expanded)
+        except ValueError as e:
+            raise FusionDefinitionError(str(e)) from None
+        self.fusion.add_input(tv)
+        return tv
+
+    def from_pytorch(self, tensor, static_sizes: bool = False) -> TensorView:
+        """An input defined like `tensor`: dtype, rank, broadcast dims (size 1 or stride 0),
+        stride order and contiguity."""
+        from ..runtime.inputs import tensor_descriptor
+
+        shape, contiguity, stride_order, expanded = tensor_descriptor(tensor.shape, tensor.stride())
+        if static_sizes:
+            shape = [s if e or s == 1 else int(t) for s, e, t in zip(shape, expanded, tensor.shape)]
+        return self.define_tensor(shape, contiguity, from_torch(tensor.dtype), stride_order,
+                                  expanded=expanded if any(expanded) else None)
+
+    def define_scalar(self, value=None, dtype=None) -> Scalar:
+        """A constant scalar (value given) or a runtime scalar input (value None)."""
+        self._require_defining("define_scalar")
+        if value is None:
+            if dtype is None:
+                raise FusionDefinitionError("define_scalar: a runtime scalar needs a dtype")
+            dt = parse_dtype(dtype)
+            s = Scalar(dt, None, symbol=f"s{len(self.fusion.scalar_inputs())}")
+            self.fusion.add_input(s)
+            return s
+        dt = parse_dtype(dtype) if dtype is not None else default_scalar_type(value)
+        if dt.is_floating:
+            value = float(value)
+        elif dt.is_integral:
+            value = int(value)
+        return Scalar(dt, value)
+
+    def add_output(self, t) -> None:
+        self._require_defining("add_output")
+        if not isinstance(t, TensorView):
+            raise FusionDefinitionError(f"add_output: outputs must be tensors, got {type(t).__name__}")
+        try:
+            self.fusion.add_output(t)
+        except (ValueError, TypeError) as e:
+            raise FusionDefinitionError(f"add_output: {e}") from None
+
+    # Execution --------------------------------------------------------------------------------
+    def execute(self, inputs, *, options=None, device=None):
+        """Run the fusion on `inputs` and return its outputs (a list of tensors)."""
+        from ..runtime.executor import FusionExecutorCache
+
+        if not self._finalized:
+            raise FusionDefinitionError("execute: finish the definition (leave the `with` block) first")
+        if self._executor is None:
+            self._executor = FusionExecutorCache(self.fusion, name=self.name)
+        outputs = self._executor.run(inputs, options=options)
+        self.last_run = self._executor.last_run
+        return outputs
+
+    def clone_fusion(self) -> Fusion:
+        """A deep copy of the fusion, for scheduling by hand without touching this definition."""
+        return clone_fusion(self.fusion)
+
+    def __repr__(self) -> str:
+        return f"FusionDefinition {self.name}\n{self.fusion}"
+
+
+def clone_fusion(fusion: Fusion) -> Fusion:
+    return fusion.clone()[0]
+

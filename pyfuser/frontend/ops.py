@@ -1,0 +1,376 @@
+"""fd.ops: tensor operations with torch's type promotion and definition-time shape checks."""
+from __future__ import annotations
+
+from ..ir import arith
+from ..ir import scalar as S
+from ..ir.dtype import DataType, default_scalar_type, parse_dtype, result_type
+from ..ir.exprs import BinaryOpType as B
+from ..ir.exprs import ReductionOpType, UnaryOpType as U
+from ..ir.scalar import Scalar
+from ..ir.tensor import TensorView
+
+
+class FusionDefinitionError(ValueError):
+    pass
+
+
+_FLOAT_UNARY = {
+    "exp": U.Exp, "exp2": U.Exp2, "log": U.Log, "sqrt": U.Sqrt, "rsqrt": U.Rsqrt,
+    "reciprocal": U.Reciprocal, "tanh": U.Tanh, "sigmoid": U.Sigmoid, "erf": U.Erf,
+    "silu": U.Silu,
+}
+_ARITH_BINARY = {"add": B.Add, "sub": B.Sub, "mul": B.Mul, "pow": B.Pow, "maximum": B.Max,
+                 "minimum": B.Min}
+_COMPARE = {"eq": B.Eq, "ne": B.Ne, "lt": B.Lt, "le": B.Le, "gt": B.Gt, "ge": B.Ge}
+
+
+def _kind(x) -> str:
+    if isinstance(x, TensorView):
+        return f"T{x.name}"
+    if isinstance(x, Scalar):
+        return f"scalar {S.scalar_str(x)}"
+    return repr(x)
+
+
+class Ops:
+    def __init__(self, fd):
+        self._fd = fd
+        for name, op in _FLOAT_UNARY.items():
+            setattr(self, name, self._make_float_unary(name, op))
+        for name, op in _ARITH_BINARY.items():
+            setattr(self, name, self._make_binary(name, op))
+        for name, op in _COMPARE.items():
+            setattr(self, name, self._make_compare(name, op))
+
+    # Operand handling --------------------------------------------------------------------------
+    def _operand(self, op: str, k: int, x):
+        self._fd._require_defining(f"ops.{op}")
+        if isinstance(x, (TensorView, Scalar)):
+            if x.fusion is not None and x.fusion is not self._fd.fusion:
+                raise FusionDefinitionError(f"{op}: operand {k} ({_kind(x)}) belongs to another fusion")
+            return x
+        if isinstance(x, (bool, int, float)):
+            return Scalar(default_scalar_type(x), x)
+        raise FusionDefinitionError(f"{op}: operand {k} has unsupported type {type(x).__name__}; "
+                                    "pass a tensor or scalar from this FusionDefinition or a number")
+
+    def _tensor(self, op: str, k: int, x) -> TensorView:
+        x = self._operand(op, k, x)
+        if not isinstance(x, TensorView):
+            raise FusionDefinitionError(f"{op}: operand {k} must be a tensor, got {_kind(x)}")
+        return x
+
+    def _promoted(self, op: str, operands) -> DataType:
+        tensors = [x.dtype for x in operands if isinstance(x, TensorView)]
+        scalars = [x.dtype for x in operands if not isinstance(x, TensorView)]
+        return result_type(tensors, scalars)
+
+    def _align_ranks(self, op: str, operands):
+        """Right-align tensor ranks as torch broadcasting does, inserting broadcast dims."""
+        ranks = [len(x.domain.logical_no_reductions) for x in operands if isinstance(x, TensorView)]
+        if not ranks:
+            return operands
+        r = max(ranks)
+        out = []
+        for x in operands:
+            if isinstance(x, TensorView):
+                n = len(x.domain.logical_no_reductions)
+                if n < r:
+                    x = arith.broadcast(x, [True] * (r - n) + [False] * n)
+            out.append(x)
+        return out
+
+    def _wrap(self, op: str, fn):
+        try:
+            return fn()
+        except arith.ShapeError as e:
+            msg = str(e)
+            raise FusionDefinitionError(msg if msg.startswith(op) else f"{op}: {msg}") from None
+
+    # Unary -------------------------------------------------------------------------------------
+    def _make_float_unary(self, name, op):
+        def fn(x):
+            x = self._operand(name, 0, x)
+            dt = x.dtype if x.dtype.is_floating else DataType.Float
+            if isinstance(x, Scalar):
+                out = Scalar(dt)
+                from ..ir.exprs import UnaryOp
+                UnaryOp(op, out, x)
+                return out
+            return arith.unary(op, x, dt)
+        fn.__name__ = name
+        fn.__doc__ = f"{name}(x); integer and bool inputs give float32, as in torch."
+        return fn
+
+    def _unary_same(self, name, op, x, allow_bool=False):
+        x = self._tensor(name, 0, x)
+        if x.dtype.is_boolean and not allow_bool:
+            raise FusionDefinitionError(f"{name}: operand 0 ({_kind(x)}) is bool; {name} is not "
+                                        "defined for bool")
+        return arith.unary(op, x, x.dtype)
+
+    def neg(self, x):
+        return self._unary_same("neg", U.Neg, x)
+
+    def abs(self, x):
+        return self._unary_same("abs", U.Abs, x)
+
+    def relu(self, x):
+        return self._unary_same("relu", U.Relu, x)
+
+    def gelu(self, x, approximate: str = "none"):
+        if approximate not in ("none", "tanh"):
+            raise FusionDefinitionError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
+        x = self._tensor("gelu", 0, x)
+        dt = x.dtype if x.dtype.is_floating else DataType.Float
+        return arith.unary(U.GeluTanh if approximate == "tanh" else U.GeluErf, x, dt)
+
+    def logical_not(self, x):
+        x = self._tensor("logical_not", 0, x)
+        return arith.unary(U.Not, x, DataType.Bool)
+
+    def cast(self, x, dtype):
+        x = self._operand("cast", 0, x)
+        dt = parse_dtype(dtype)
+        if isinstance(x, Scalar):
+            from ..ir.exprs import UnaryOp
+            out = Scalar(dt)
+            UnaryOp(U.Cast, out, x)
+            return out
+        if x.dtype == dt:
+            return x
+        return arith.unary(U.Cast, x, dt)
+
+    def set(self, x):
+        x = self._tensor("set", 0, x)
+        return arith.set_op(x)
+
+    # Binary ------------------------------------------------------------------------------------
+    def _binary(self, name, op, a, b, out_dtype=None):
+        a, b = self._operand(name, 0, a), self._operand(name, 1, b)
+        if name == "sub" and a.dtype.is_boolean and b.dtype.is_boolean:
+            raise FusionDefinitionError("sub: both operands are bool; torch forbids bool "
+                                        "subtraction, use logical_xor or ne")
+        dt = out_dtype or self._promoted(name, [a, b])
+        a, b = self._align_ranks(name, [a, b])
+        return self._wrap(name, lambda: arith.binary(op, a, b, dt))
+
+    def _make_binary(self, name, op):
+        def fn(a, b):
+            return self._binary(name, op, a, b)
+        fn.__name__ = name
+        fn.__doc__ = f"{name}(a, b) with torch type promotion and broadcasting."
+        return fn
+
+    def _make_compare(self, name, op):
+        def fn(a, b):
+            return self._binary(name, op, a, b, DataType.Bool)
+        fn.__name__ = name
+        fn.__doc__ = f"{name}(a, b) -> bool tensor."
+        return fn
+
+    def div(self, a, b):
+        """True division: integer operands give float32, as torch.div."""
+        a, b = self._operand("div", 0, a), self._operand("div", 1, b)
+        dt = self._promoted("div", [a, b])
+        if not dt.is_floating:
+            dt = DataType.Float
+        a, b = self._align_ranks("div", [a, b])
+        return self._wrap("div", lambda: arith.binary(B.Div, a, b, dt))
+
+    truediv = div
+
+    def logical_and(self, a, b):
+        return self._binary("logical_and", B.And, a, b, DataType.Bool)
+
+    def logical_or(self, a, b):
+        return self._binary("logical_or", B.Or, a, b, DataType.Bool)
+
+    def where(self, cond, a, b):
+        cond = self._operand("where", 0, cond)
+        if not cond.dtype.is_boolean:
+            raise FusionDefinitionError(f"where: operand 0 ({_kind(cond)}) must be bool, got "
+                                        f"{cond.dtype.short_name}")
+        a, b = self._operand("where", 1, a), self._operand("where", 2, b)
+        dt = self._promoted("where", [a, b])
+        cond, a, b = self._align_ranks("where", [cond, a, b])
+        if not any(isinstance(x, TensorView) for x in (cond, a, b)):
+            raise FusionDefinitionError("where: at least one operand must be a tensor")
+        return self._wrap("where", lambda: arith.where(cond, a, b, dt))
+
+    # Shape ops ---------------------------------------------------------------------------------
+    def broadcast(self, x, is_broadcast_dim):
+        x = self._tensor("broadcast", 0, x)
+        return self._wrap("broadcast", lambda: arith.broadcast(x, list(is_broadcast_dim)))
+
+    def broadcast_in_dim(self, x, shape, broadcast_dims):
+        """Place x's dims at `broadcast_dims` of a tensor of `shape`; other dims broadcast.
+        Sizes in `shape` other than -1 or 1 expand the broadcast dims."""
+        x = self._tensor("broadcast_in_dim", 0, x)
+        src = x.domain.logical_no_reductions
+        bd = list(broadcast_dims)
+        if len(bd) != len(src):
+            raise FusionDefinitionError(f"broadcast_in_dim: {len(bd)} broadcast_dims for "
+                                        f"{_kind(x)} of rank {len(src)}")
+        if sorted(bd) != bd or len(set(bd)) != len(bd) or (bd and not 0 <= bd[-1] < len(shape)):
+            raise FusionDefinitionError(f"broadcast_in_dim: broadcast_dims {bd} must increase "
+                                        f"and lie in 0..{len(shape) - 1}")
+        flags = [k not in bd for k in range(len(shape))]
+        out = self._wrap("broadcast_in_dim", lambda: arith.broadcast(x, flags))
+        sizes = []
+        need_expand = False
+        for k, s in enumerate(shape):
+            sv = S.const_value(s)
+            i = out.domain.logical[k]
+            if i.is_broadcast and sv not in (None, -1, 1):
+                need_expand = True
+                sizes.append(s)
+            elif i.is_broadcast and isinstance(s, Scalar) and sv is None:
+                need_expand = True
+                sizes.append(s)
+            else:
+                if (not i.is_broadcast and sv not in (None, -1) and i.extent.value is not None
+                        and sv != i.extent.value):
+                    raise FusionDefinitionError(f"broadcast_in_dim: dim {k} has size "
+                                                f"{i.extent.value}, shape asks {sv}")
+                sizes.append(-1)
+        if need_expand:
+            out = self._wrap("broadcast_in_dim", lambda: arith.expand(out, sizes))
+        return out
+
+    def expand(self, x, shape):
+        x = self._tensor("expand", 0, x)
+        return self._wrap("expand", lambda: arith.expand(x, list(shape)))
+
+    def squeeze(self, x, dims):
+        x = self._tensor("squeeze", 0, x)
+        dims = [dims] if isinstance(dims, int) else list(dims)
+        return self._wrap("squeeze", lambda: arith.squeeze(x, dims))
+
+    def reshape(self, x, shape):
+        x = self._tensor("reshape", 0, x)
+        return self._wrap("reshape", lambda: arith.reshape(x, list(shape)))
+
+    def permute(self, x, dims):
+        x = self._tensor("permute", 0, x)
+        n = len(x.domain.logical_no_reductions)
+        dims = [d + n if d < 0 else d for d in dims]
+        if sorted(dims) != list(range(n)):
+            raise FusionDefinitionError(f"permute: {list(dims)} is not a permutation of 0..{n - 1}")
+        return arith.permute(x, dims)
+
+    # Reductions --------------------------------------------------------------------------------
+    def _dims(self, name, x, dims):
+        n = len(x.domain.logical_no_reductions)
+        if dims is None:
+            dims = list(range(n))
+        dims = [dims] if isinstance(dims, int) else list(dims)
+        out = []
+        for d in dims:
+            dd = d + n if d < 0 else d
+            if not 0 <= dd < n:
+                raise FusionDefinitionError(f"{name}: dim {d} is out of range for {_kind(x)} of rank {n}")
+            if dd in out:
+                raise FusionDefinitionError(f"{name}: dim {d} appears twice in {dims}")
+            out.append(dd)
+        return sorted(out)
+
+    def _keep(self, out, dims, n):
+        return arith.broadcast(out, [k in dims for k in range(n)])
+
+    def _reduce(self, name, op, x, dims, keepdim, dtype):
+        x = self._tensor(name, 0, x)
+        dims = self._dims(name, x, dims)
+        n = len(x.domain.logical_no_reductions)
+        if dtype is not None:
+            dt = parse_dtype(dtype)
+        elif op == ReductionOpType.Sum and not x.dtype.is_floating:
+            dt = DataType.Int
+        else:
+            dt = x.dtype
+        if op == ReductionOpType.Sum:
+            init = 0.0 if dt.is_floating else (False if dt.is_boolean else 0)
+        else:
+            if x.dtype.is_boolean:
+                raise FusionDefinitionError(f"{name}: bool tensors have no {name}; cast first")
+            init = (float("-inf") if op == ReductionOpType.Max else float("inf")) if dt.is_floating else (
+                -(2 ** 63) if op == ReductionOpType.Max else 2 ** 63 - 1)
+        out = arith.reduction(op, x, dims, dt, init)
+        return self._keep(out, dims, n) if keepdim else out
+
+    def sum(self, x, dims=None, keepdim: bool = False, dtype=None):
+        return self._reduce("sum", ReductionOpType.Sum, x, dims, keepdim, dtype)
+
+    def max(self, x, dims=None, keepdim: bool = False):
+        return self._reduce("max", ReductionOpType.Max, x, dims, keepdim, None)
+
+    def min(self, x, dims=None, keepdim: bool = False):
+        return self._reduce("min", ReductionOpType.Min, x, dims, keepdim, None)
+
+    def _count(self, x, dims):
+        src = x.domain.logical_no_reductions
+        return S.product(src[d].user_extent for d in dims)
+
+    def mean(self, x, dims=None, keepdim: bool = False):
+        x = self._tensor("mean", 0, x)
+        if not x.dtype.is_floating:
+            raise FusionDefinitionError(f"mean: operand 0 ({_kind(x)}) is {x.dtype.short_name}; "
+                                        "mean needs a floating tensor (cast it first)")
+        dims = self._dims("mean", x, dims)
+        s = self.sum(x, dims, keepdim)
+        return self.div(s, self._count_as_float(x, dims))
+
+    def _count_as_float(self, x, dims):
+        n = self._count(x, dims)
+        if n.value is not None:
+            return float(n.value)
+        from ..ir.exprs import UnaryOp
+        f = Scalar(DataType.Double)
+        UnaryOp(U.Cast, f, n)
+        return f
+
+    def var_mean(self, x, dims=None, correction: int = 1, keepdim: bool = False):
+        """(var, mean) with the two-pass formula sum((x - mean)^2) / (N - correction)."""
+        x = self._tensor("var_mean", 0, x)
+        if not x.dtype.is_floating:
+            raise FusionDefinitionError(f"var_mean: operand 0 ({_kind(x)}) must be floating")
+        dims = self._dims("var_mean", x, dims)
+        mean_keep = self.mean(x, dims, keepdim=True)
+        d = self.sub(x, mean_keep)
+        sq = self.mul(d, d)
+        ssum = self.sum(sq, dims, keepdim)
+        count = self._count(x, dims)
+        denom_i = S.sub(count, correction)
+        if denom_i.value is not None:
+            denom = float(max(denom_i.value, 0))
+        else:
+            from ..ir.exprs import UnaryOp
+            denom = Scalar(DataType.Double)
+            UnaryOp(U.Cast, denom, denom_i)
+        var = self.div(ssum, denom)
+        if keepdim:
+            return var, mean_keep
+        mean = self.squeeze(mean_keep, dims) if dims else mean_keep
+        return var, mean
+
+    def var(self, x, dims=None, correction: int = 1, keepdim: bool = False):
+        return self.var_mean(x, dims, correction, keepdim)[0]
+
+    # Creation ----------------------------------------------------------------------------------
+    def full(self, shape, fill_value, dtype=None):
+        self._fd._require_defining("ops.full")
+        dt = parse_dtype(dtype) if dtype is not None else (
+            fill_value.dtype if isinstance(fill_value, Scalar) else default_scalar_type(fill_value))
+        if dt == DataType.Double and not isinstance(fill_value, Scalar) and dtype is None:
+            dt = DataType.Float
+        for k, s in enumerate(shape):
+            v = S.const_value(s)
+            if v is not None and (not isinstance(v, int) or v < 1):
+                raise FusionDefinitionError(f"full: size {s!r} of dim {k} must be a positive int")
+        return arith.full(list(shape), fill_value, dt)
+
+    def zeros(self, shape, dtype=DataType.Float):
+        return self.full(shape, 0, dtype)
+
+    def ones(self, shape, dtype=DataType.Float):
+        return self.full(shape, 1, dtype)

@@ -1,0 +1,148 @@
+"""Every environment knob of pyfuser, parsed in one place.
+
+PYFUSER_DUMP      comma list of stages to print: fusion_ir, scheduled_ir, transforms, heuristics,
+                  segments, kernel_ir (after the last pass), kernel_ir_passes (after each pass),
+                  cuda, ptxas, launch. `all` prints every stage.
+PYFUSER_ENABLE    comma list of optional features to force on  (e.g. ws_normalization)
+PYFUSER_DISABLE   comma list of features to force off          (e.g. tma_inner_persistent)
+PYFUSER_DUMP_DIR  write dumps to files in this folder instead of stderr
+PYFUSER_CACHE_DIR the on-disk kernel cache (default ~/.cache/pyfuser)
+PYFUSER_DISABLE_DISK_CACHE=1  compile in memory only
+
+The same settings can be given per call: `fd.execute(inputs, options={"dump": ["cuda"],
+"enable": ["ws_normalization"]})` or `with pyfuser.options.override(disable=["ws_normalization"])`.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import sys
+import threading
+
+DUMP_STAGES = (
+    "fusion_ir", "scheduled_ir", "transforms", "heuristics", "segments", "kernel_ir",
+    "kernel_ir_passes", "cuda", "ptxas", "launch",
+)
+
+# Features that can be forced on or off. Each scheduler documents what its features change.
+FEATURES = {
+    "ws_normalization": "warp-specialized inner-outer persistent (norm backward) kernels",
+    "ws_inner_persistent": "warp-specialized inner persistent (norm forward, softmax) kernels",
+    "tma_inner_persistent": "TMA loads in the inner persistent scheduler",
+    "kernel_reuse": "reuse compiled kernels across shapes whose heuristics are equal",
+    "reference_fallback": "run fusions no scheduler takes through the reference evaluator",
+}
+
+
+class OptionError(ValueError):
+    pass
+
+
+@dataclasses.dataclass(frozen=True)
+class Options:
+    dump: frozenset = frozenset()
+    enable: frozenset = frozenset()
+    disable: frozenset = frozenset()
+    dump_dir: str | None = None
+    cache_dir: str | None = None
+    disk_cache: bool = True
+
+    def dumps(self, stage: str) -> bool:
+        return stage in self.dump or "all" in self.dump
+
+    def is_enabled(self, feature: str) -> bool:
+        """Forced on: True; forced off: False; else None (the heuristic decides)."""
+        if feature in self.disable:
+            return False
+        if feature in self.enable:
+            return True
+        return None
+
+    def merged(self, **changes) -> "Options":
+        out = self
+        for key, value in changes.items():
+            if value is None:
+                continue
+            if key in ("dump", "enable", "disable"):
+                value = _parse_list(value, key)
+                out = dataclasses.replace(out, **{key: getattr(out, key) | value})
+            else:
+                out = dataclasses.replace(out, **{key: value})
+        return out
+
+
+def _parse_list(value, what: str) -> frozenset:
+    if isinstance(value, str):
+        items = [v.strip() for v in value.split(",") if v.strip()]
+    else:
+        items = list(value)
+    allowed = set(DUMP_STAGES) | {"all"} if what == "dump" else set(FEATURES)
+    bad = [v for v in items if v not in allowed]
+    if bad:
+        raise OptionError(f"unknown {what} option(s) {bad}; choose from {sorted(allowed)}")
+    return frozenset(items)
+
+
+def from_environment(environ=None) -> Options:
+    env = os.environ if environ is None else environ
+    return Options(
+        dump=_parse_list(env.get("PYFUSER_DUMP", ""), "dump"),
+        enable=_parse_list(env.get("PYFUSER_ENABLE", ""), "enable"),
+        disable=_parse_list(env.get("PYFUSER_DISABLE", ""), "disable"),
+        dump_dir=env.get("PYFUSER_DUMP_DIR") or None,
+        cache_dir=env.get("PYFUSER_CACHE_DIR") or None,
+        disk_cache=env.get("PYFUSER_DISABLE_DISK_CACHE", "0") not in ("1", "true", "yes"),
+    )
+
+
+_state = threading.local()
+_env_options: Options | None = None
+
+
+def current() -> Options:
+    """The options in force: environment, then every active override() on this thread."""
+    global _env_options
+    stack = getattr(_state, "stack", None)
+    if stack:
+        return stack[-1]
+    if _env_options is None:
+        _env_options = from_environment()
+    return _env_options
+
+
+def reload_environment() -> Options:
+    global _env_options
+    _env_options = from_environment()
+    return _env_options
+
+
+@contextlib.contextmanager
+def override(options: Options | dict | None = None, **changes):
+    """Apply options for the duration of a `with` block (per call: execute(options=...))."""
+    base = current()
+    if isinstance(options, Options):
+        new = options
+    else:
+        new = base.merged(**(options or {}), **changes)
+    if not hasattr(_state, "stack"):
+        _state.stack = []
+    _state.stack.append(new)
+    try:
+        yield new
+    finally:
+        _state.stack.pop()
+
+
+def dump(stage: str, title: str, text: str) -> None:
+    """Write one dumped stage to stderr, or to PYFUSER_DUMP_DIR/<title>.<stage>.txt."""
+    opts = current()
+    if not opts.dumps(stage):
+        return
+    if opts.dump_dir:
+        os.makedirs(opts.dump_dir, exist_ok=True)
+        safe = "".join(c if c.isalnum() or c in "._-" else "_" for c in title)
+        with open(os.path.join(opts.dump_dir, f"{safe}.{stage}.txt"), "w") as f:
+            f.write(text)
+        return
+    print(f"===== {stage}: {title} =====\n{text}\n", file=sys.stderr)

@@ -1,0 +1,244 @@
+"""The reference evaluator: runs any fusion with torch ops, on any device.
+
+It is the oracle of every test (with `promote_to_double=True` every floating value is computed in
+float64) and the fallback for fusions no scheduler takes. It follows the fusion expression by
+expression; each value is a torch tensor shaped like its logical domain without reduction IDs.
+"""
+from __future__ import annotations
+
+
+import torch
+
+from ..ir import scalar as S
+from ..ir.dtype import DataType, to_torch
+from ..ir.exprs import (BinaryOp, BinaryOpType, BroadcastOp, ExpandOp, FullOp, LoadStoreOp,
+                        ReductionOp, ReductionOpType, ReshapeOp, SqueezeOp, UnaryOp, UnaryOpType,
+                        WhereOp)
+from ..ir.scalar import Scalar, ScalarOp
+from ..ir.tensor import TensorView
+
+
+def _gelu_tanh(x):
+    return torch.nn.functional.gelu(x, approximate="tanh")
+
+
+_UNARY = {
+    UnaryOpType.Neg: torch.neg,
+    UnaryOpType.Abs: torch.abs,
+    UnaryOpType.Exp: torch.exp,
+    UnaryOpType.Exp2: torch.exp2,
+    UnaryOpType.Log: torch.log,
+    UnaryOpType.Sqrt: torch.sqrt,
+    UnaryOpType.Rsqrt: torch.rsqrt,
+    UnaryOpType.Reciprocal: torch.reciprocal,
+    UnaryOpType.Tanh: torch.tanh,
+    UnaryOpType.Sigmoid: torch.sigmoid,
+    UnaryOpType.Erf: torch.erf,
+    UnaryOpType.Relu: torch.relu,
+    UnaryOpType.Silu: torch.nn.functional.silu,
+    UnaryOpType.GeluTanh: _gelu_tanh,
+    UnaryOpType.GeluErf: torch.nn.functional.gelu,
+    UnaryOpType.Not: torch.logical_not,
+}
+
+_BINARY = {
+    BinaryOpType.Add: torch.add,
+    BinaryOpType.Sub: torch.sub,
+    BinaryOpType.Mul: torch.mul,
+    BinaryOpType.Div: torch.true_divide,
+    BinaryOpType.Pow: torch.pow,
+    BinaryOpType.Max: torch.maximum,
+    BinaryOpType.Min: torch.minimum,
+    BinaryOpType.Eq: torch.eq,
+    BinaryOpType.Ne: torch.ne,
+    BinaryOpType.Lt: torch.lt,
+    BinaryOpType.Le: torch.le,
+    BinaryOpType.Gt: torch.gt,
+    BinaryOpType.Ge: torch.ge,
+    BinaryOpType.And: torch.logical_and,
+    BinaryOpType.Or: torch.logical_or,
+}
+
+_PY_BINARY = {
+    BinaryOpType.Add: lambda a, b: a + b,
+    BinaryOpType.Sub: lambda a, b: a - b,
+    BinaryOpType.Mul: lambda a, b: a * b,
+    BinaryOpType.Div: lambda a, b: a / b,
+    BinaryOpType.Pow: lambda a, b: a ** b,
+    BinaryOpType.Max: max,
+    BinaryOpType.Min: min,
+    BinaryOpType.Eq: lambda a, b: a == b,
+    BinaryOpType.Ne: lambda a, b: a != b,
+    BinaryOpType.Lt: lambda a, b: a < b,
+    BinaryOpType.Le: lambda a, b: a <= b,
+    BinaryOpType.Gt: lambda a, b: a > b,
+    BinaryOpType.Ge: lambda a, b: a >= b,
+    BinaryOpType.And: lambda a, b: bool(a) and bool(b),
+    BinaryOpType.Or: lambda a, b: bool(a) or bool(b),
+}
+
+
+class ReferenceEvaluator:
+    def __init__(self, fusion, promote_to_double: bool = False):
+        self.fusion = fusion
+        self.promote = promote_to_double
+
+    def _dtype(self, dtype: DataType):
+        if self.promote and dtype.is_floating:
+            return torch.float64
+        return to_torch(dtype)
+
+    def run(self, inputs: list, extent_bindings: dict | None = None) -> list[torch.Tensor]:
+        env: dict = {}
+        bindings = dict(extent_bindings or {})
+        device = next((t.device for t in inputs if isinstance(t, torch.Tensor)), torch.device("cpu"))
+        self.device = device
+        for v, x in zip(self.fusion.inputs, inputs):
+            if isinstance(v, TensorView):
+                env[v] = x.to(self._dtype(v.dtype)) if self.promote and v.dtype.is_floating else x
+                for i, size in zip(v.domain.logical, x.shape):
+                    if i.extent.value is None and i.extent.definition is None:
+                        bindings.setdefault(i.extent, int(size))
+                    if i.expanded_extent is not None and i.expanded_extent.value is None:
+                        bindings.setdefault(i.expanded_extent, int(size))
+            else:
+                env[v] = float(x) if self.promote and v.dtype.is_floating else x
+                bindings[v] = x
+        self.bindings = bindings
+        for e in self.fusion.exprs():
+            self._eval(e, env)
+        return [env[o] for o in self.fusion.outputs]
+
+    def _value(self, v, env):
+        if isinstance(v, TensorView):
+            return env[v]
+        if isinstance(v, Scalar):
+            if v in env:
+                return env[v]
+            if v.value is not None:
+                return v.value
+            if v.definition is None or isinstance(v.definition, ScalarOp):
+                return S.evaluate(v, self.bindings)
+            self._eval(v.definition, env)
+            return env[v]
+        return v
+
+    def _extent(self, s) -> int:
+        return int(S.evaluate(s, self.bindings))
+
+    def _eval(self, e, env) -> None:
+        out = e.outputs[0]
+        ins = [self._value(i, env) for i in e.inputs]
+        if isinstance(out, Scalar):
+            env[out] = self._eval_scalar(e, ins)
+            return
+        od = self._dtype(out.dtype)
+        if isinstance(e, UnaryOp):
+            x = ins[0]
+            if e.op in (UnaryOpType.Cast, UnaryOpType.Set):
+                r = x.to(od)
+            else:
+                r = _UNARY[e.op](x.to(self._compute_dtype(x, od)))
+        elif isinstance(e, BinaryOp):
+            a, b = ins
+            if e.op.is_comparison or e.op.is_logical:
+                r = _BINARY[e.op](*self._common(a, b))
+            else:
+                a, b = self._as_operands(a, b, od)
+                r = _BINARY[e.op](a, b)
+        elif isinstance(e, WhereOp):
+            c, a, b = ins
+            a, b = self._as_operands(a, b, od)
+            r = torch.where(c if isinstance(c, torch.Tensor) else torch.tensor(bool(c)), a, b)
+        elif isinstance(e, LoadStoreOp):
+            r = ins[0]
+            if out.domain.root is not None:
+                root = out.domain.root
+                perm = [root.index(i) for i in out.domain.logical]
+                r = r.permute(perm)
+        elif isinstance(e, BroadcastOp):
+            r = ins[0]
+            for k, new in enumerate(e.is_broadcast_dim):
+                if new:
+                    r = r.unsqueeze(k)
+        elif isinstance(e, ExpandOp):
+            sizes = [self._extent(i.user_extent) for i in out.domain.logical]
+            r = ins[0].expand(sizes)
+        elif isinstance(e, SqueezeOp):
+            r = ins[0]
+            for k in reversed([k for k, f in enumerate(e.is_squeezed) if f]):
+                r = r.squeeze(k)
+        elif isinstance(e, ReshapeOp):
+            sizes = [self._extent(i.user_extent) for i in out.domain.logical]
+            r = ins[0].reshape(sizes)
+        elif isinstance(e, ReductionOp):
+            r = self._reduce(e, ins[0], od)
+        elif isinstance(e, FullOp):
+            sizes = [self._extent(i.user_extent) for i in out.domain.logical]
+            r = torch.full(sizes, ins[0], dtype=od, device=self.device)
+        else:
+            raise NotImplementedError(f"reference evaluator: no rule for {type(e).__name__}")
+        if isinstance(r, torch.Tensor) and r.dtype != od:
+            r = r.to(od)
+        env[out] = r
+
+    def _compute_dtype(self, x, od):
+        if od.is_floating_point:
+            return od if not x.dtype.is_floating_point or x.dtype.itemsize < od.itemsize else x.dtype
+        return x.dtype
+
+    def _as_operands(self, a, b, od):
+        """Operands of an arithmetic op in the output's dtype (torch's promotion already chose it)."""
+        def conv(x):
+            if isinstance(x, torch.Tensor):
+                return x.to(od)
+            return torch.tensor(x, dtype=od, device=self.device)
+        return conv(a), conv(b)
+
+    def _common(self, a, b):
+        ta = a if isinstance(a, torch.Tensor) else None
+        tb = b if isinstance(b, torch.Tensor) else None
+        if ta is not None and tb is not None:
+            dt = torch.promote_types(ta.dtype, tb.dtype)
+            return ta.to(dt), tb.to(dt)
+        t = ta if ta is not None else tb
+        other = b if ta is not None else a
+        o = torch.tensor(other, dtype=t.dtype if not (isinstance(other, float) and not t.dtype.is_floating_point)
+                         else torch.float64, device=self.device)
+        return (t, o) if ta is not None else (o, t)
+
+    def _reduce(self, e: ReductionOp, x, od):
+        out = e.outputs[0]
+        root = out.domain.maybe_root
+        dims = [k for k, i in enumerate(root) if i.is_reduction]
+        # A reduction over an expanded broadcast dim sees the expanded size.
+        if e.op == ReductionOpType.Sum:
+            acc = od if od.is_floating_point else torch.int64
+            if x.dtype.is_floating_point and x.dtype.itemsize < 4 and not self.promote:
+                acc = torch.float32
+            r = torch.sum(x.to(acc), dim=dims) if dims else x.to(acc)
+        elif e.op == ReductionOpType.Max:
+            r = torch.amax(x, dim=dims) if dims else x
+        else:
+            r = torch.amin(x, dim=dims) if dims else x
+        return r.to(od)
+
+    def _eval_scalar(self, e, ins):
+        if isinstance(e, BinaryOp):
+            return _PY_BINARY[e.op](*ins)
+        if isinstance(e, UnaryOp):
+            x = ins[0]
+            if e.op == UnaryOpType.Cast:
+                dt = e.outputs[0].dtype
+                return float(x) if dt.is_floating else (bool(x) if dt.is_boolean else int(x))
+            t = torch.tensor(x, dtype=torch.float64)
+            return float(_UNARY[e.op](t)) if e.op != UnaryOpType.Set else x
+        raise NotImplementedError(f"reference evaluator: scalar {type(e).__name__}")
+
+
+def evaluate(fusion, inputs: list, promote_to_double: bool = False,
+             extent_bindings: dict | None = None) -> list[torch.Tensor]:
+    """Outputs of `fusion` on `inputs`, computed with torch (float64 if asked)."""
+    return ReferenceEvaluator(fusion, promote_to_double).run(inputs, extent_bindings)
+
+

@@ -1,0 +1,112 @@
+"""Compute-at positions: which loops a tensor shares with its consumers.
+
+inline_at(T, k): T's loops [0, k) are its consumers' loops [0, k); T is computed inside them and
+allocated only for the loops right of k.
+
+    before (k = 0)                      after inline_at(T1, 1)
+    for i0: for i1: T1[i0, i1] = ..     for i0:
+    for i0: for i1: T2[i0, i1] = T1..     for i1: T1[i1] = ...
+                                          for i1: T2[i0, i1] = T1[i1]
+"""
+from __future__ import annotations
+
+from ..ir.exprs import ReductionOp
+from ..ir.id_graph import IdGraph
+from ..ir.iter_domain import ParallelType, ancestors
+from ..ir.tensor import ScheduleError, TensorView
+
+_UNINLINABLE = (ParallelType.Vectorize, ParallelType.Bulk)
+
+
+def _downstream(fusion, tv: TensorView) -> set:
+    out, stack = set(), [tv]
+    while stack:
+        t = stack.pop()
+        for c in fusion.consumers(t):
+            if c not in out:
+                out.add(c)
+                stack.append(c)
+    return out
+
+
+def _persistent_limits(fusion, tv: TensorView, graph: IdGraph) -> set:
+    """Loop IDs of tv that must stay out of the shared loops: tv feeds a reduction R and also,
+    directly, a tensor computed after R; that tensor needs all of R's loop finished, so tv's IDs
+    mapped to R's reduction IDs must be tv's own loops (tv stays resident across them)."""
+    blocked = set()
+    below = _downstream(fusion, tv)
+    consumers = fusion.consumers(tv)
+    for r in below:
+        if not isinstance(r.definition, ReductionOp):
+            continue
+        after_r = _downstream(fusion, r)
+        if not any(c in after_r for c in consumers):
+            continue
+        red_ids = [i for i in r.domain.all_ids() if i.is_reduction]
+        for i in tv.domain.loop:
+            if any(graph.mapped(i, x) for x in red_ids):
+                blocked.add(i)
+            elif any(graph.mapped(a, x) for a in ancestors(i, tv.domain.maybe_root) for x in red_ids):
+                blocked.add(i)
+    return blocked
+
+
+def max_inline_position(tv: TensorView, graph: IdGraph | None = None) -> tuple[int, str]:
+    """The deepest legal compute-at position of tv, and why it stops there."""
+    fusion = tv.fusion
+    if tv.is_input():
+        return 0, "fusion inputs are not computed"
+    consumers = fusion.consumers(tv)
+    if not consumers:
+        return 0, "no consumer"
+    graph = graph or IdGraph(fusion, permissive=True)
+    blocked = _persistent_limits(fusion, tv, graph)
+    n = len(tv.domain.loop)
+    for k in range(n):
+        i = tv.domain.loop[k]
+        if i.is_reduction:
+            return k, f"axis {k} is a reduction: consumers need its result complete"
+        if i.parallel_type in _UNINLINABLE:
+            return k, f"axis {k} is {i.parallel_type.short}: it must stay an own loop of T{tv.name}"
+        if i in blocked:
+            return k, (f"axis {k} maps to a reduction whose result T{tv.name}'s other consumers "
+                       f"need; T{tv.name} stays resident across it")
+        for c in consumers:
+            if k >= len(c.domain.loop) or not graph.mapped(i, c.domain.loop[k]):
+                return k, f"axis {k} does not map to axis {k} of consumer T{c.name}"
+            if c.domain.loop[k].parallel_type in _UNINLINABLE:
+                return k, f"axis {k} of consumer T{c.name} is {c.domain.loop[k].parallel_type.short}"
+    return n, "fully inlined"
+
+
+def inline_at(tv: TensorView, pos: int, graph: IdGraph | None = None) -> TensorView:
+    """Set tv's compute-at position to `pos` (negative counts from the end)."""
+    n = len(tv.domain.loop)
+    p = pos + n + 1 if pos < 0 else pos
+    if not 0 <= p <= n:
+        raise ScheduleError(f"inline_at on T{tv.name}: position {pos} is out of range 0..{n}")
+    limit, why = max_inline_position(tv, graph)
+    if p > limit:
+        raise ScheduleError(f"inline_at on T{tv.name}: position {p} is past the legal limit "
+                            f"{limit}: {why}")
+    _set_position(tv, p)
+    return tv
+
+
+def _set_position(tv: TensorView, p: int) -> None:
+    tv.compute_at_pos = p
+    for c in tv.fusion.consumers(tv):
+        c.max_producer_pos = max(c.max_producer_pos, p)
+
+
+def inline_most(tensors=None, fusion=None) -> None:
+    """Inline every tensor (or `tensors`) as deep as is legal."""
+    if fusion is None:
+        fusion = next(iter(tensors)).fusion
+    graph = IdGraph(fusion, permissive=True)
+    targets = fusion.tensors() if tensors is None else list(tensors)
+    for tv in targets:
+        if tv.is_input():
+            continue
+        p, _ = max_inline_position(tv, graph)
+        _set_position(tv, p)

@@ -1,0 +1,135 @@
+"""Replaying loop transforms across a fusion, and copying parallelization.
+
+A scheduler transforms one reference tensor and propagates: every other tensor replays the
+reference's Split/Merge history on the IDs that map to the reference's. Propagation walks a
+spanning tree of the producer/consumer graph that keeps as many mapped IDs as possible along each
+path (Prim's algorithm on "how many IDs survive this edge"), so that, for example, the broadcast
+tensor of a norm is reached through the full-rank tensor it feeds rather than through the
+reduction that lost the row dimension.
+"""
+from __future__ import annotations
+
+import heapq
+import itertools
+
+from ..ir.id_graph import IdGraph, producer_consumer_pairs
+from ..ir.iter_domain import Merge, Split, id_exprs_between, merge_ids, merged_iter_type, split_id
+from ..ir.tensor import ParallelType, TensorView
+
+
+def _neighbours(fusion, tv: TensorView):
+    """(neighbour, id map from tv's IDs to the neighbour's, tv's start domain) per edge."""
+    out = []
+    d = tv.definition
+    if d is not None and d in set(fusion.exprs()):
+        for p in d.inputs:
+            if isinstance(p, TensorView):
+                pairs = producer_consumer_pairs(d, p, tv)
+                out.append((p, {c: q for q, c in pairs}, "root"))
+    for e in fusion.uses_of(tv):
+        for c in e.outputs:
+            if isinstance(c, TensorView):
+                pairs = producer_consumer_pairs(e, tv, c)
+                out.append((c, {q: ci for q, ci in pairs}, "logical"))
+    return out
+
+
+def replay(src: TensorView, dst: TensorView, src_to_dst: dict, src_start: str) -> None:
+    """Give dst a loop domain replaying src's transforms on the IDs `src_to_dst` maps.
+
+    src_start says where src's mapped IDs are: "root" (dst is src's producer) or "logical" (dst
+    is src's consumer). dst's loop is rebuilt from its own root/logical IDs; IDs of dst that map
+    to nothing in src (e.g. a reduction ID its consumer lacks) keep their order at the end.
+    """
+    if dst.compute_at_pos or dst.max_producer_pos:
+        return
+    start = src.domain.maybe_root if src_start == "root" else src.domain.logical
+    dst_start = dst.domain.logical if src_start == "root" else dst.domain.maybe_root
+    m = dict(src_to_dst)
+    leaves = list(dst_start)
+    for e in id_exprs_between(start, src.domain.loop):
+        if isinstance(e, Split):
+            d_in = m.get(e.in_id)
+            if d_in is None or d_in not in leaves:
+                continue
+            o, i = split_id(d_in, e.factor, e.inner_split)
+            k = leaves.index(d_in)
+            leaves[k:k + 1] = [o, i]
+            m[e.outer], m[e.inner] = o, i
+        elif isinstance(e, Merge):
+            a, b = m.get(e.outer), m.get(e.inner)
+            a = a if a in leaves else None
+            b = b if b in leaves else None
+            if a is not None and b is not None and merged_iter_type(a, b) is not None:
+                out = merge_ids(a, b)
+                k = min(leaves.index(a), leaves.index(b))
+                leaves = [x for x in leaves if x is not a and x is not b]
+                leaves.insert(k, out)
+                m[e.out] = out
+            elif a is not None or b is not None:
+                # dst lacks one side (a broadcast or reduction ID): forward the other.
+                m[e.out] = a if a is not None else b
+    ordered = []
+    for s in src.domain.loop:
+        d = m.get(s)
+        if d is not None and d in leaves and d not in ordered:
+            ordered.append(d)
+    ordered += [x for x in leaves if x not in ordered]
+    dst.domain.loop = ordered
+
+
+def propagate_transforms(reference: TensorView, tensors=None) -> list[TensorView]:
+    """Replay reference's loop transforms onto every tensor of its fusion (or `tensors`).
+
+    Returns the tensors in the order they were reached. Tensors already inlined keep their loops.
+    """
+    fusion = reference.fusion
+    allowed = None if tensors is None else set(tensors) | {reference}
+    counter = itertools.count()
+    info = {reference: len(reference.domain.maybe_root)}
+    visited = {reference}
+    order = [reference]
+    heap: list = []
+
+    def push(tv):
+        for nb, mapping, start in _neighbours(fusion, tv):
+            if nb in visited or (allowed is not None and nb not in allowed):
+                continue
+            score = min(info[tv], sum(1 for a, b in mapping.items()
+                                      if not (a.is_broadcast and b.is_broadcast)))
+            heapq.heappush(heap, (-score, next(counter), tv, nb, mapping, start))
+
+    push(reference)
+    while heap:
+        neg, _, src, dst, mapping, start = heapq.heappop(heap)
+        if dst in visited:
+            continue
+        visited.add(dst)
+        info[dst] = -neg
+        replay(src, dst, mapping, start)
+        order.append(dst)
+        push(dst)
+    return order
+
+
+def parallelize_like(reference: TensorView, tensors=None, parallel_types=None) -> None:
+    """Copy reference's parallel types to the loop IDs that map to its loop IDs.
+
+    `parallel_types` limits which types are copied (e.g. leave Vectorize to the scheduler, which
+    puts it only on the tensors that touch global memory).
+    """
+    fusion = reference.fusion
+    graph = IdGraph(fusion, permissive=True)
+    tensors = fusion.tensors() if tensors is None else tensors
+    for tv in tensors:
+        if tv is reference:
+            continue
+        for i in tv.domain.loop:
+            for r in reference.domain.loop:
+                if r.parallel_type == ParallelType.Serial:
+                    continue
+                if parallel_types is not None and r.parallel_type not in parallel_types:
+                    continue
+                if graph.mapped(i, r):
+                    i.parallel_type = r.parallel_type
+                    break
