@@ -1,0 +1,95 @@
+"""Loader for the device-helper library that generated kernels are compiled with.
+
+The helpers are CUDA C++ headers under ``runtime_src/`` written without any CUDA header (NVRTC
+compiles them with no include path). The code generator pastes their text in front of each kernel,
+in the fixed order of :data:`PARTS`: each part may use only the parts before it.
+"""
+
+from __future__ import annotations
+
+import functools
+from importlib import resources
+
+#: Library parts in concatenation order (file ``runtime_src/<part>.cuh``).
+PARTS: tuple[str, ...] = (
+    "types",
+    "math",
+    "memory",
+    "reduce",
+    "mbarrier",
+    "tma",
+    "warp_group",
+    "cluster",
+    "grid_sync",
+)
+
+#: Parts each part uses directly (all earlier in PARTS). device_library_source adds them.
+DEPENDS: dict[str, tuple[str, ...]] = {
+    "types": (),
+    "math": ("types",),
+    "memory": ("types",),
+    "reduce": ("types", "math"),
+    "mbarrier": (),
+    "tma": (),
+    "warp_group": (),
+    "cluster": ("types",),
+    "grid_sync": (),
+}
+
+
+@functools.cache
+def _part_source(part: str) -> str:
+    text = resources.files("pyfuser.codegen").joinpath("runtime_src", f"{part}.cuh").read_text(
+        encoding="utf-8"
+    )
+    # Each part is pasted verbatim; a missing final newline would glue two lines together.
+    return text if text.endswith("\n") else text + "\n"
+
+
+@functools.cache
+def _joined(parts: tuple[str, ...]) -> str:
+    return "".join(_part_source(p) for p in parts)
+
+
+def _closure(parts: list[str]) -> tuple[str, ...]:
+    need: set[str] = set()
+    stack = list(parts)
+    while stack:
+        p = stack.pop()
+        if p not in need:
+            need.add(p)
+            stack.extend(DEPENDS[p])
+    return tuple(p for p in PARTS if p in need)
+
+
+def device_library_source(parts: list[str] | None = None) -> str:
+    """Concatenated text of library parts, always in :data:`PARTS` order.
+
+    ``parts=None`` means every part. Otherwise the requested parts plus the parts they depend on
+    (:data:`DEPENDS`), each once, in :data:`PARTS` order; an empty list gives "". Unknown names
+    raise ``ValueError``. The text has no ``#include`` and compiles with NVRTC for sm_90a with no
+    include path. Cached.
+    """
+    if parts is None:
+        return _joined(PARTS)
+    unknown = [p for p in parts if p not in PARTS]
+    if unknown:
+        raise ValueError(f"unknown device library part(s) {unknown}; known: {list(PARTS)}")
+    return _joined(_closure(list(parts)))
+
+
+def block_allreduce_x_smem_elems(n: int, dx: int, rows: int) -> int:
+    """Shared-memory elements that ``pf::block_allreduce_x_group<n>`` needs (see reduce.cuh).
+
+    ``dx`` is blockDim.x; ``rows`` the rows of the synchronization group (blockDim.y * blockDim.z
+    for ``pf::CtaBarrier``, num_threads // dx for ``pf::NamedBarrier``). Same formula as
+    ``pf::block_allreduce_x_smem_elems``.
+    """
+    if dx % 32 == 0:
+        return 0 if dx == 32 else n * (dx // 32) * rows
+    return 0 if 32 % dx == 0 else dx * rows
+
+
+def block_allreduce_y_smem_elems(n: int, dx: int, rows: int) -> int:
+    """Shared-memory elements that ``pf::block_allreduce_y_group<n>`` needs (see reduce.cuh)."""
+    return n * dx * rows

@@ -1,0 +1,154 @@
+// pyfuser device library: math.cuh
+// Elementwise math for float and double, matching torch's CUDA kernels: accurate library
+// functions (expf, not __expf) and the same formulas and operation order as ATen, so results
+// agree with torch to the last bit or nearly. NVRTC declares the CUDA math builtins (expf, erff,
+// tanhf, powf, rsqrtf, ...) without any header; these wrappers give them one overloaded name per
+// operation so the code generator prints `pf::exp(x)` whatever the type.
+// Depends on types.cuh.
+
+namespace pf {
+
+// --- absolute value, sign-free basics -------------------------------------------------------
+__device__ __forceinline__ float abs(float x) { return fabsf(x); }
+__device__ __forceinline__ double abs(double x) { return fabs(x); }
+__device__ __forceinline__ int abs(int x) { return x < 0 ? -x : x; }
+__device__ __forceinline__ long long abs(long long x) { return x < 0 ? -x : x; }
+
+__device__ __forceinline__ bool isnan(float x) { return x != x; }
+__device__ __forceinline__ bool isnan(double x) { return x != x; }
+__device__ __forceinline__ bool isinf(float x) { return fabsf(x) == Limits<float>::infinity(); }
+__device__ __forceinline__ bool isinf(double x) { return fabs(x) == Limits<double>::infinity(); }
+__device__ __forceinline__ bool isfinite(float x) { return fabsf(x) < Limits<float>::infinity(); }
+__device__ __forceinline__ bool isfinite(double x) { return fabs(x) < Limits<double>::infinity(); }
+
+// --- exponentials and logarithms ------------------------------------------------------------
+__device__ __forceinline__ float exp(float x) { return expf(x); }
+__device__ __forceinline__ double exp(double x) { return ::exp(x); }
+__device__ __forceinline__ float exp2(float x) { return exp2f(x); }
+__device__ __forceinline__ double exp2(double x) { return ::exp2(x); }
+__device__ __forceinline__ float expm1(float x) { return expm1f(x); }
+__device__ __forceinline__ double expm1(double x) { return ::expm1(x); }
+__device__ __forceinline__ float log(float x) { return logf(x); }
+__device__ __forceinline__ double log(double x) { return ::log(x); }
+__device__ __forceinline__ float log2(float x) { return log2f(x); }
+__device__ __forceinline__ double log2(double x) { return ::log2(x); }
+__device__ __forceinline__ float log10(float x) { return log10f(x); }
+__device__ __forceinline__ double log10(double x) { return ::log10(x); }
+__device__ __forceinline__ float log1p(float x) { return log1pf(x); }
+__device__ __forceinline__ double log1p(double x) { return ::log1p(x); }
+__device__ __forceinline__ float pow(float x, float y) { return powf(x, y); }
+__device__ __forceinline__ double pow(double x, double y) { return ::pow(x, y); }
+
+// --- roots and reciprocals ------------------------------------------------------------------
+// sqrt and 1/x are IEEE-rounded (NVRTC's default -prec-sqrt/-prec-div=true), as in torch.
+__device__ __forceinline__ float sqrt(float x) { return sqrtf(x); }
+__device__ __forceinline__ double sqrt(double x) { return ::sqrt(x); }
+// torch's CUDA rsqrt is rsqrtf (about 2 ulp), not 1/sqrtf; keep the same so results agree.
+__device__ __forceinline__ float rsqrt(float x) { return rsqrtf(x); }
+__device__ __forceinline__ double rsqrt(double x) { return ::rsqrt(x); }
+__device__ __forceinline__ float reciprocal(float x) { return 1.0f / x; }
+__device__ __forceinline__ double reciprocal(double x) { return 1.0 / x; }
+
+// --- trigonometric / hyperbolic -------------------------------------------------------------
+__device__ __forceinline__ float sin(float x) { return sinf(x); }
+__device__ __forceinline__ double sin(double x) { return ::sin(x); }
+__device__ __forceinline__ float cos(float x) { return cosf(x); }
+__device__ __forceinline__ double cos(double x) { return ::cos(x); }
+__device__ __forceinline__ float tanh(float x) { return tanhf(x); }
+__device__ __forceinline__ double tanh(double x) { return ::tanh(x); }
+__device__ __forceinline__ float erf(float x) { return erff(x); }
+__device__ __forceinline__ double erf(double x) { return ::erf(x); }
+__device__ __forceinline__ float erfc(float x) { return erfcf(x); }
+__device__ __forceinline__ double erfc(double x) { return ::erfc(x); }
+
+// --- rounding -------------------------------------------------------------------------------
+__device__ __forceinline__ float floor(float x) { return floorf(x); }
+__device__ __forceinline__ double floor(double x) { return ::floor(x); }
+__device__ __forceinline__ float ceil(float x) { return ceilf(x); }
+__device__ __forceinline__ double ceil(double x) { return ::ceil(x); }
+__device__ __forceinline__ float trunc(float x) { return truncf(x); }
+__device__ __forceinline__ double trunc(double x) { return ::trunc(x); }
+// torch.round rounds half to even, which is rint, not C's round (half away from zero).
+__device__ __forceinline__ float round(float x) { return rintf(x); }
+__device__ __forceinline__ double round(double x) { return ::rint(x); }
+
+// --- max / min ------------------------------------------------------------------------------
+// maximum/minimum propagate NaN like torch.maximum/torch.max: a NaN in either operand gives NaN.
+// max.NaN.f32 is one instruction on sm_80+; there is no f64 form, so double uses comparisons.
+__device__ __forceinline__ float maximum(float a, float b) {
+  float r;
+  asm("max.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+  return r;
+}
+__device__ __forceinline__ float minimum(float a, float b) {
+  float r;
+  asm("min.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+  return r;
+}
+__device__ __forceinline__ double maximum(double a, double b) { return (a != a || a > b) ? a : b; }
+__device__ __forceinline__ double minimum(double a, double b) { return (a != a || a < b) ? a : b; }
+__device__ __forceinline__ int maximum(int a, int b) { return a > b ? a : b; }
+__device__ __forceinline__ int minimum(int a, int b) { return a < b ? a : b; }
+__device__ __forceinline__ unsigned maximum(unsigned a, unsigned b) { return a > b ? a : b; }
+__device__ __forceinline__ unsigned minimum(unsigned a, unsigned b) { return a < b ? a : b; }
+__device__ __forceinline__ long long maximum(long long a, long long b) { return a > b ? a : b; }
+__device__ __forceinline__ long long minimum(long long a, long long b) { return a < b ? a : b; }
+__device__ __forceinline__ unsigned long long maximum(unsigned long long a, unsigned long long b) {
+  return a > b ? a : b;
+}
+__device__ __forceinline__ unsigned long long minimum(unsigned long long a, unsigned long long b) {
+  return a < b ? a : b;
+}
+// fmax/fmin ignore a NaN operand (C semantics, torch.fmax/torch.fmin).
+__device__ __forceinline__ float fmax(float a, float b) { return fmaxf(a, b); }
+__device__ __forceinline__ double fmax(double a, double b) { return ::fmax(a, b); }
+__device__ __forceinline__ float fmin(float a, float b) { return fminf(a, b); }
+__device__ __forceinline__ double fmin(double a, double b) { return ::fmin(a, b); }
+// clamp(x, lo, hi) = minimum(maximum(x, lo), hi): NaN x stays NaN, as torch.clamp.
+template <typename T>
+__device__ __forceinline__ T clamp(T x, T lo, T hi) {
+  return minimum(maximum(x, lo), hi);
+}
+
+// --- activations (ATen's formulas, in ATen's operation order) -------------------------------
+// relu keeps NaN (torch.relu(nan) == nan); relu(-0.0) is +0.0 as in torch.
+__device__ __forceinline__ float relu(float x) { return maximum(x, 0.0f); }
+__device__ __forceinline__ double relu(double x) { return maximum(x, 0.0); }
+__device__ __forceinline__ int relu(int x) { return x > 0 ? x : 0; }
+__device__ __forceinline__ long long relu(long long x) { return x > 0 ? x : 0; }
+__device__ __forceinline__ float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+__device__ __forceinline__ double sigmoid(double x) { return 1.0 / (1.0 + ::exp(-x)); }
+__device__ __forceinline__ float silu(float x) { return x / (1.0f + expf(-x)); }
+__device__ __forceinline__ double silu(double x) { return x / (1.0 + ::exp(-x)); }
+// gelu(approximate='none'): x * 0.5 * (1 + erf(x / sqrt(2))).
+__device__ __forceinline__ float gelu(float x) {
+  return x * 0.5f * (1.0f + erff(x * 0.70710678118654752440f));
+}
+__device__ __forceinline__ double gelu(double x) {
+  return x * 0.5 * (1.0 + ::erf(x * 0.70710678118654752440));
+}
+// gelu(approximate='tanh'): 0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 * x^3))).
+__device__ __forceinline__ float gelu_tanh(float x) {
+  const float kBeta = 0.79788456080286535588f;
+  const float kKappa = 0.044715f;
+  const float inner = kBeta * (x + kKappa * (x * x * x));
+  return 0.5f * x * (1.0f + tanhf(inner));
+}
+__device__ __forceinline__ double gelu_tanh(double x) {
+  const double kBeta = 0.79788456080286535588;
+  const double kKappa = 0.044715;
+  const double inner = kBeta * (x + kKappa * (x * x * x));
+  return 0.5 * x * (1.0 + ::tanh(inner));
+}
+
+// --- fast approximations: NOT torch-accurate; only where a heuristic asks for them ----------
+// fast_exp: ex2.approx after a multiply (__expf), ~2 ulp plus the scaling error for large |x|.
+__device__ __forceinline__ float fast_exp(float x) { return __expf(x); }
+// fast_tanh: tanh.approx.f32, max relative error about 2^-11.
+__device__ __forceinline__ float fast_tanh(float x) {
+  float r;
+  asm("tanh.approx.f32 %0, %1;" : "=f"(r) : "f"(x));
+  return r;
+}
+
+}  // namespace pf

@@ -1,0 +1,200 @@
+// pyfuser device library: memory.cuh
+// Vector loads and stores of 2, 4, 8 or 16 bytes between registers and global or shared memory,
+// with the L1 cache hints that sm_90 accepts, and the generic -> shared-window address conversion.
+// Depends on types.cuh.
+//
+// Every access here is `asm volatile` with a "memory" clobber: the compiler cannot see what inline
+// PTX touches, and without the clobber it may move an ordinary C++ store to the same address across
+// the asm (e.g. an in-place fusion, or a workspace written before a grid sync and read after).
+// ptxas still schedules the resulting instructions freely; only NVVM's reordering is restricted.
+
+namespace pf {
+
+// 32-bit shared-window address of a generic pointer into shared memory: the operand form that
+// ld/st.shared, mbarrier, cp.async.bulk and mapa take.
+__device__ __forceinline__ unsigned smem_addr(const void* p) {
+  return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+
+// Global-load hints (PTX `ld` qualifiers valid on sm_90 for every vector width used here).
+//   Default             ld.global                         cached in L1 and L2
+//   NoAllocate          ld.global.L1::no_allocate         streaming: do not keep the line in L1
+//   EvictFirst          ld.global.L1::evict_first
+//   EvictLast           ld.global.L1::evict_last          data re-read soon (e.g. broadcast operand)
+//   ReadOnly            ld.global.nc                      non-coherent texture path
+//   ReadOnlyNoAllocate  ld.global.nc.L1::no_allocate      streaming read of a kernel input
+// The .nc forms are only correct for memory that no thread writes during the kernel.
+// (.L2::evict_first/.L2::evict_last on ld/st need .v8 types, i.e. sm_100; not offered here.)
+enum class LoadHint : int { Default, NoAllocate, EvictFirst, EvictLast, ReadOnly, ReadOnlyNoAllocate };
+
+// Global-store hints.
+//   Default     st.global
+//   NoAllocate  st.global.L1::no_allocate
+//   EvictFirst  st.global.L1::evict_first
+//   EvictLast   st.global.L1::evict_last
+//   Streaming   st.global.cs      (cache-streaming: likely accessed once)
+enum class StoreHint : int { Default, NoAllocate, EvictFirst, EvictLast, Streaming };
+
+// One macro per qualifier spelling keeps every PTX string a literal (asm needs literals).
+#define PF_LD_GLOBAL_(QUAL)                                                                   \
+  if constexpr (Bytes == 16) {                                                                \
+    detail::U32x4& d = *reinterpret_cast<detail::U32x4*>(dst);                                \
+    asm volatile("ld.global" QUAL ".v4.u32 {%0, %1, %2, %3}, [%4];"                            \
+                 : "=r"(d.x), "=r"(d.y), "=r"(d.z), "=r"(d.w)                                 \
+                 : "l"(src)                                                                   \
+                 : "memory");                                                                 \
+  } else if constexpr (Bytes == 8) {                                                          \
+    detail::U32x2& d = *reinterpret_cast<detail::U32x2*>(dst);                                \
+    asm volatile("ld.global" QUAL ".v2.u32 {%0, %1}, [%2];"                                    \
+                 : "=r"(d.x), "=r"(d.y)                                                       \
+                 : "l"(src)                                                                   \
+                 : "memory");                                                                 \
+  } else if constexpr (Bytes == 4) {                                                          \
+    asm volatile("ld.global" QUAL ".u32 %0, [%1];"                                             \
+                 : "=r"(*reinterpret_cast<unsigned*>(dst))                                    \
+                 : "l"(src)                                                                   \
+                 : "memory");                                                                 \
+  } else {                                                                                    \
+    asm volatile("ld.global" QUAL ".u16 %0, [%1];"                                             \
+                 : "=h"(*reinterpret_cast<unsigned short*>(dst))                              \
+                 : "l"(src)                                                                   \
+                 : "memory");                                                                 \
+  }
+
+#define PF_ST_GLOBAL_(QUAL)                                                                   \
+  if constexpr (Bytes == 16) {                                                                \
+    const detail::U32x4& s = *reinterpret_cast<const detail::U32x4*>(src);                    \
+    asm volatile("st.global" QUAL ".v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(dst), "r"(s.x),      \
+                 "r"(s.y), "r"(s.z), "r"(s.w)                                                 \
+                 : "memory");                                                                 \
+  } else if constexpr (Bytes == 8) {                                                          \
+    const detail::U32x2& s = *reinterpret_cast<const detail::U32x2*>(src);                    \
+    asm volatile("st.global" QUAL ".v2.u32 [%0], {%1, %2};" ::"l"(dst), "r"(s.x), "r"(s.y)     \
+                 : "memory");                                                                 \
+  } else if constexpr (Bytes == 4) {                                                          \
+    asm volatile("st.global" QUAL ".u32 [%0], %1;" ::"l"(dst),                                 \
+                 "r"(*reinterpret_cast<const unsigned*>(src))                                 \
+                 : "memory");                                                                 \
+  } else {                                                                                    \
+    asm volatile("st.global" QUAL ".u16 [%0], %1;" ::"l"(dst),                                 \
+                 "h"(*reinterpret_cast<const unsigned short*>(src))                           \
+                 : "memory");                                                                 \
+  }
+
+// load_global<Bytes, Hint>(dst, src): copy Bytes bytes from global `src` (aligned to Bytes) into
+// the register object at `dst` (e.g. a pf::Array of that size).
+template <int Bytes, LoadHint Hint = LoadHint::Default>
+__device__ __forceinline__ void load_global(void* dst, const void* src) {
+  static_assert(Bytes == 2 || Bytes == 4 || Bytes == 8 || Bytes == 16,
+                "pf::load_global: Bytes must be 2, 4, 8 or 16");
+  if constexpr (Hint == LoadHint::Default) {
+    PF_LD_GLOBAL_("")
+  } else if constexpr (Hint == LoadHint::NoAllocate) {
+    PF_LD_GLOBAL_(".L1::no_allocate")
+  } else if constexpr (Hint == LoadHint::EvictFirst) {
+    PF_LD_GLOBAL_(".L1::evict_first")
+  } else if constexpr (Hint == LoadHint::EvictLast) {
+    PF_LD_GLOBAL_(".L1::evict_last")
+  } else if constexpr (Hint == LoadHint::ReadOnly) {
+    PF_LD_GLOBAL_(".nc")
+  } else {
+    PF_LD_GLOBAL_(".nc.L1::no_allocate")
+  }
+}
+
+// store_global<Bytes, Hint>(dst, src): copy Bytes bytes from the register object at `src` to
+// global `dst` (aligned to Bytes).
+template <int Bytes, StoreHint Hint = StoreHint::Default>
+__device__ __forceinline__ void store_global(void* dst, const void* src) {
+  static_assert(Bytes == 2 || Bytes == 4 || Bytes == 8 || Bytes == 16,
+                "pf::store_global: Bytes must be 2, 4, 8 or 16");
+  if constexpr (Hint == StoreHint::Default) {
+    PF_ST_GLOBAL_("")
+  } else if constexpr (Hint == StoreHint::NoAllocate) {
+    PF_ST_GLOBAL_(".L1::no_allocate")
+  } else if constexpr (Hint == StoreHint::EvictFirst) {
+    PF_ST_GLOBAL_(".L1::evict_first")
+  } else if constexpr (Hint == StoreHint::EvictLast) {
+    PF_ST_GLOBAL_(".L1::evict_last")
+  } else {
+    PF_ST_GLOBAL_(".cs")
+  }
+}
+
+#undef PF_LD_GLOBAL_
+#undef PF_ST_GLOBAL_
+
+// load_shared<Bytes>(dst, src): Bytes bytes from shared memory at generic pointer `src` (aligned
+// to Bytes) into registers at `dst`. Uses the 32-bit shared address, so the instruction is an LDS
+// even where the compiler cannot prove `src` points into shared memory.
+template <int Bytes>
+__device__ __forceinline__ void load_shared(void* dst, const void* src) {
+  static_assert(Bytes == 2 || Bytes == 4 || Bytes == 8 || Bytes == 16,
+                "pf::load_shared: Bytes must be 2, 4, 8 or 16");
+  const unsigned a = smem_addr(src);
+  if constexpr (Bytes == 16) {
+    detail::U32x4& d = *reinterpret_cast<detail::U32x4*>(dst);
+    asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(d.x), "=r"(d.y), "=r"(d.z), "=r"(d.w)
+                 : "r"(a)
+                 : "memory");
+  } else if constexpr (Bytes == 8) {
+    detail::U32x2& d = *reinterpret_cast<detail::U32x2*>(dst);
+    asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];" : "=r"(d.x), "=r"(d.y) : "r"(a) : "memory");
+  } else if constexpr (Bytes == 4) {
+    asm volatile("ld.shared.u32 %0, [%1];"
+                 : "=r"(*reinterpret_cast<unsigned*>(dst))
+                 : "r"(a)
+                 : "memory");
+  } else {
+    asm volatile("ld.shared.u16 %0, [%1];"
+                 : "=h"(*reinterpret_cast<unsigned short*>(dst))
+                 : "r"(a)
+                 : "memory");
+  }
+}
+
+// store_shared<Bytes>(dst, src): Bytes bytes from registers at `src` to shared memory at generic
+// pointer `dst` (aligned to Bytes).
+template <int Bytes>
+__device__ __forceinline__ void store_shared(void* dst, const void* src) {
+  static_assert(Bytes == 2 || Bytes == 4 || Bytes == 8 || Bytes == 16,
+                "pf::store_shared: Bytes must be 2, 4, 8 or 16");
+  const unsigned a = smem_addr(dst);
+  if constexpr (Bytes == 16) {
+    const detail::U32x4& s = *reinterpret_cast<const detail::U32x4*>(src);
+    asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};" ::"r"(a), "r"(s.x), "r"(s.y), "r"(s.z),
+                 "r"(s.w)
+                 : "memory");
+  } else if constexpr (Bytes == 8) {
+    const detail::U32x2& s = *reinterpret_cast<const detail::U32x2*>(src);
+    asm volatile("st.shared.v2.u32 [%0], {%1, %2};" ::"r"(a), "r"(s.x), "r"(s.y) : "memory");
+  } else if constexpr (Bytes == 4) {
+    asm volatile("st.shared.u32 [%0], %1;" ::"r"(a), "r"(*reinterpret_cast<const unsigned*>(src))
+                 : "memory");
+  } else {
+    asm volatile("st.shared.u16 [%0], %1;" ::"r"(a),
+                 "h"(*reinterpret_cast<const unsigned short*>(src))
+                 : "memory");
+  }
+}
+
+// Typed conveniences over pf::Array: the byte width is sizeof(T) * N.
+template <LoadHint Hint = LoadHint::Default, typename T, int N, int A>
+__device__ __forceinline__ void load_global_vec(Array<T, N, A>& dst, const T* src) {
+  load_global<int(sizeof(T)) * N, Hint>(&dst, src);
+}
+template <StoreHint Hint = StoreHint::Default, typename T, int N, int A>
+__device__ __forceinline__ void store_global_vec(T* dst, const Array<T, N, A>& src) {
+  store_global<int(sizeof(T)) * N, Hint>(dst, &src);
+}
+template <typename T, int N, int A>
+__device__ __forceinline__ void load_shared_vec(Array<T, N, A>& dst, const T* src) {
+  load_shared<int(sizeof(T)) * N>(&dst, src);
+}
+template <typename T, int N, int A>
+__device__ __forceinline__ void store_shared_vec(T* dst, const Array<T, N, A>& src) {
+  store_shared<int(sizeof(T)) * N>(dst, &src);
+}
+
+}  // namespace pf
