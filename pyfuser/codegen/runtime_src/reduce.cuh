@@ -14,6 +14,8 @@
 //                               warp groups of a warp-specialized kernel); bar.sync id, n. The group
 //                               is rows [g*R, (g+1)*R) with R = n / Dx; n must be a multiple of 32
 //                               and of Dx; id in 1..15; `smem` is the group's own workspace.
+//                               Prefer constant ids: with a runtime id ptxas reserves all 16
+//                               hardware barriers of the CTA.
 // All threads of the group must call the function (uniform control flow), with the same `smem`.
 // On return the workspace may be reused at once (each function ends with a barrier when it used
 // shared memory).
