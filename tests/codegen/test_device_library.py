@@ -303,6 +303,7 @@ extern "C" __global__ void pf_async(const __grid_constant__ pf::CUtensorMap tmap
   if (pf::warp_id() == 0 && pf::elect_one_sync()) {
     pf::mbarrier_arrive_expect_tx(b0, 5 * 1024);
     pf::mbarrier_expect_tx(b0, 0);
+    pf::mbarrier_arrive_expect_tx_cluster(b1, 0);
     pf::bulk_prefetch_l2(g, 1024);
     pf::bulk_copy_g2s(s, g, 1024, b0);
     pf::tma_load_1d(s + 1024, &tmap, 0, b0);

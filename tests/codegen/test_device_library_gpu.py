@@ -488,7 +488,7 @@ extern "C" __global__ void pf_cluster(const float* in, float* out_async, float* 
   // peers' barriers are initialized (and `mine` written) before anyone signals or reads them
   pf::cluster_sync();
   if (tid == 0) {
-    pf::mbarrier_arrive_expect_tx(b, 4);
+    pf::mbarrier_arrive_expect_tx_cluster(b, 4);
     pf::st_async(pf::map_shared_rank(pf::smem_addr(&recv[0]), peer), partial,
                  pf::map_shared_rank(b, peer));
   }

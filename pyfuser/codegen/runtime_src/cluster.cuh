@@ -74,7 +74,7 @@ __device__ __forceinline__ unsigned map_shared_rank(unsigned addr, unsigned rank
 
 // st.async: store into a peer's shared memory; the write and its byte count complete_tx on the
 // peer's mbarrier `remote_bar` (both addresses from map_shared_rank). The receiver arms its own
-// barrier with mbarrier_arrive_expect_tx(bar, total bytes it will receive) and waits with
+// barrier with mbarrier_arrive_expect_tx_cluster(bar, total bytes it will receive) and waits with
 // mbarrier_wait_parity_cluster; the data is visible to it once the phase completes.
 // Addresses must be aligned to the stored size.
 __device__ __forceinline__ void st_async(unsigned remote_addr, unsigned v, unsigned remote_bar) {

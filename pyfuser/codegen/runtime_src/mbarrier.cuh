@@ -43,6 +43,14 @@ __device__ __forceinline__ void mbarrier_arrive_expect_tx(unsigned bar, unsigned
   asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes)
                : "memory");
 }
+// Same at cluster scope: the receiver of st.async stores from peer CTAs arms its own barrier with
+// this (and then waits with mbarrier_wait_parity_cluster), so its arrival and the peers'
+// complete_tx meet in one cluster-scope release/acquire pattern.
+__device__ __forceinline__ void mbarrier_arrive_expect_tx_cluster(unsigned bar, unsigned bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.release.cluster.shared::cta.b64 _, [%0], %1;" ::"r"(bar),
+               "r"(bytes)
+               : "memory");
+}
 // Raise the expected bytes without arriving (several copies, one arrival elsewhere).
 __device__ __forceinline__ void mbarrier_expect_tx(unsigned bar, unsigned bytes) {
   asm volatile("mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(bytes)
