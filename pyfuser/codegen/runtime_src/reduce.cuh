@@ -23,8 +23,9 @@
 namespace pf {
 
 // --- reduction operators -------------------------------------------------------------------
-// Operators must be commutative and associative up to rounding; results across threads are
-// identical only because every thread uses the same order, not because the ops are exact.
+// Operators must be associative up to rounding and exactly commutative (op(a, b) and op(b, a)
+// give the same bits, as IEEE +, max and min do): butterfly partners combine the same pair in
+// opposite orders, and that is what keeps every lane's result identical.
 struct OpSum {
   template <typename T>
   __device__ __forceinline__ T operator()(T a, T b) const {
@@ -61,7 +62,7 @@ __device__ __forceinline__ T identity() {
   return Op::template identity<T>();
 }
 
-// --- named barriers (also used by warp_group.cuh) -----------------------------------------
+// --- named barriers (here because reductions need them first; see warp_group.cuh) ---
 // bar.sync/bar.arrive count threads in units of warps: n must be a multiple of 32. Barrier 0 is
 // the one __syncthreads uses; give each independent group its own id in 1..15.
 __device__ __forceinline__ void named_barrier_sync(unsigned id, unsigned num_threads) {
@@ -100,7 +101,7 @@ __host__ __device__ __forceinline__ constexpr unsigned block_allreduce_x_smem_el
                       : ((32 % dx == 0) ? 0 : dx * rows);
 }
 // Shared-memory elements for block_allreduce_y_group<N>: N * Dx * rows (rows = Dy*Dz for the
-// whole block), 0 when a column has a single row.
+// whole block); left untouched when a column has a single row.
 __host__ __device__ __forceinline__ constexpr unsigned block_allreduce_y_smem_elems(
     unsigned n, unsigned dx, unsigned rows) {
   return n * dx * rows;
