@@ -32,6 +32,8 @@ FEATURES = {
     "tma_inner_persistent": "TMA loads in the inner persistent scheduler",
     "kernel_reuse": "reuse compiled kernels across shapes whose heuristics are equal",
     "reference_fallback": "run fusions no scheduler takes through the reference evaluator",
+    "poison_outputs": "fill outputs with NaN (or -1) before each launch, so tests see unwritten "
+                      "elements",
 }
 
 
@@ -60,13 +62,21 @@ class Options:
         return None
 
     def merged(self, **changes) -> "Options":
+        """These options with `changes` on top: lists add to the current ones, and a feature
+        enabled here is no longer disabled (and the reverse), so the innermost setting wins."""
         out = self
+        fields = {f.name for f in dataclasses.fields(Options)}
         for key, value in changes.items():
+            if key not in fields:
+                raise OptionError(f"unknown option {key!r}; choose from {sorted(fields)}")
             if value is None:
                 continue
             if key in ("dump", "enable", "disable"):
                 value = _parse_list(value, key)
                 out = dataclasses.replace(out, **{key: getattr(out, key) | value})
+                other = {"enable": "disable", "disable": "enable"}.get(key)
+                if other:
+                    out = dataclasses.replace(out, **{other: getattr(out, other) - value})
             else:
                 out = dataclasses.replace(out, **{key: value})
         return out

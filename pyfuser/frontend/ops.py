@@ -71,6 +71,7 @@ class Ops:
         if not ranks:
             return operands
         r = max(ranks)
+        self._check_static_sizes(op, operands, r)
         out = []
         for x in operands:
             if isinstance(x, TensorView):
@@ -79,6 +80,25 @@ class Ops:
                     x = arith.broadcast(x, [True] * (r - n) + [False] * n)
             out.append(x)
         return out
+
+    def _check_static_sizes(self, op: str, operands, r: int) -> None:
+        """Static sizes of right-aligned dims must agree (or be 1); name both operands if not."""
+        seen: dict = {}
+        for k, x in enumerate(operands):
+            if not isinstance(x, TensorView):
+                continue
+            ids = x.domain.logical_no_reductions
+            for d, i in enumerate(ids):
+                size = i.extent.value if not i.is_broadcast else None
+                if size is None:
+                    continue
+                out_dim = r - len(ids) + d
+                if out_dim in seen and seen[out_dim][2] != size:
+                    k0, d0, s0, x0 = seen[out_dim]
+                    raise FusionDefinitionError(
+                        f"{op}: operand {k0} ({_kind(x0)}) dim {d0} has size {s0} but operand {k} "
+                        f"({_kind(x)}) dim {d} has size {size}; they do not broadcast")
+                seen.setdefault(out_dim, (k, d, size, x))
 
     def _wrap(self, op: str, fn):
         try:
@@ -148,10 +168,14 @@ class Ops:
     # Binary ------------------------------------------------------------------------------------
     def _binary(self, name, op, a, b, out_dtype=None):
         a, b = self._operand(name, 0, a), self._operand(name, 1, b)
-        if name == "sub" and a.dtype.is_boolean and b.dtype.is_boolean:
-            raise FusionDefinitionError("sub: both operands are bool; torch forbids bool "
-                                        "subtraction, use logical_xor or ne")
+        for k, x in enumerate((a, b)):
+            if name == "sub" and x.dtype.is_boolean:
+                raise FusionDefinitionError(f"sub: operand {k} ({_kind(x)}) is bool; torch "
+                                            "forbids bool subtraction, use logical_not or ne")
         dt = out_dtype or self._promoted(name, [a, b])
+        if name == "pow" and dt.is_boolean:
+            raise FusionDefinitionError("pow: both operands are bool; pow is not defined for "
+                                        "bool (cast to an integer type first)")
         a, b = self._align_ranks(name, [a, b])
         return self._wrap(name, lambda: arith.binary(op, a, b, dt))
 

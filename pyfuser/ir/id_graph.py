@@ -154,3 +154,31 @@ class IdGraph:
 
     def members(self, i: IterDomain) -> list[IterDomain]:
         return self.sets.members(i)
+
+
+def match_loops(producer: TensorView, consumer: TensorView, count: int,
+                graph: IdGraph) -> list[int] | None:
+    """Positions in consumer.loop of producer.loop[0:count], or None if they do not line up.
+
+    Producer loop j must map to a consumer loop at a position after the previous match. The
+    consumer may have loops in between that map to nothing of the producer (the new dims of a
+    broadcast, e.g. the row loop around a weight vector); the producer is computed inside them.
+    """
+    p_ids = producer.domain.all_ids()
+    out: list[int] = []
+    x = 0
+    c_loop = consumer.domain.loop
+    for j in range(count):
+        pj = producer.domain.loop[j]
+        while x < len(c_loop):
+            cx = c_loop[x]
+            if graph.mapped(pj, cx):
+                break
+            if any(graph.mapped(cx, q) for q in p_ids):
+                return None
+            x += 1
+        if x == len(c_loop):
+            return None
+        out.append(x)
+        x += 1
+    return out

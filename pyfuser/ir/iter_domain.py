@@ -155,6 +155,8 @@ class Split(Expr):
     def is_divisible(self) -> bool:
         """True when the factor is known to divide the extent (no padding iterations)."""
         e, f = self.in_id.extent.value, self.factor.value
+        if f == 1:
+            return True
         return e is not None and f is not None and e % f == 0
 
     def __repr__(self) -> str:

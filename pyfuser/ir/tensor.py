@@ -295,6 +295,12 @@ class TensorView(Val):
 
 
 def _parallel_rule_broken(tv: TensorView, pos: int, i: IterDomain, ptype: ParallelType) -> str | None:
+    if ptype.is_thread_or_block or ptype == ParallelType.Vectorize:
+        other = next((k for k, x in enumerate(tv.domain.loop)
+                      if x is not i and x.parallel_type == ptype), None)
+        if other is not None:
+            return (f"axis {other} is already {ptype.short}; one loop axis of a tensor per "
+                    f"parallel type")
     if ptype == ParallelType.Vectorize:
         if i.const_extent is None:
             return "a vectorized axis needs a constant extent"

@@ -50,9 +50,9 @@ def verify_tensor(tv: TensorView, fusion=None) -> None:
     missing = [i for i in start if i not in covered]
     if missing:
         raise VerificationError(f"{name}: loop domain does not cover {missing}")
-    if d.allocation is not None and len(d.contiguity) != len(d.allocation):
+    if len(d.contiguity) != len(d.maybe_allocation):
         raise VerificationError(f"{name}: {len(d.contiguity)} contiguity flags for "
-                                f"{len(d.allocation)} allocation IDs")
+                                f"{len(d.maybe_allocation)} allocation IDs")
     if not 0 <= tv.compute_at_pos <= len(d.loop):
         raise VerificationError(f"{name}: compute-at position {tv.compute_at_pos} out of range")
     if tv.memory_type != MemoryType.Global and fusion is not None and (

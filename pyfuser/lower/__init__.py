@@ -1,0 +1,48 @@
+"""Lowering: a scheduled fusion becomes a Kernel of kernel-IR nodes.
+
+Each pass is a function Kernel -> Kernel in a file of its own; its docstring shows the kernel
+before and after it and what it cannot do. They run in this order:
+"""
+from __future__ import annotations
+
+from .. import options
+from ..kir import nodes as K
+from ..kir.printer import kernel_str
+from .allocation import allocate
+from .context import LoweringContext, LoweringError
+from .index import index_and_predicate
+from .launch import launch_config
+from .loops import build_loops
+from .params import kernel_params
+from .reductions import lower_reductions
+from .sync import insert_syncs
+from .vectorize import vectorize_and_unroll
+
+PIPELINE = [
+    kernel_params,          # pointers, strides, extents, scalars; names of runtime values
+    build_loops,            # one ForLoop per loop, TensorOps inside the loops they share
+    allocate,               # register and shared buffers at the scope of their compute-at
+    lower_reductions,       # accumulator init, block/grid reduction after the reduction loops
+    index_and_predicate,    # operands become indexed accesses; bounds and thread predicates
+    vectorize_and_unroll,   # vector loads/stores, unrolled register loops
+    insert_syncs,           # __syncthreads between shared writes and reads
+    launch_config,          # grid, block, shared memory, launch bounds
+]
+
+
+def lower(fusion, name: str = "pyfuser_kernel", index_type: str = "int",
+          verify_each: bool = False) -> K.Kernel:
+    kernel = K.Kernel(name=name, fusion=fusion, index_type=index_type)
+    kernel.ctx = LoweringContext(fusion)
+    for p in PIPELINE:
+        kernel = p(kernel)
+        if verify_each:
+            from ..kir.verifier import verify_kernel
+            verify_kernel(kernel, after=p.__name__)
+        if options.current().dumps("kernel_ir_passes"):
+            options.dump("kernel_ir_passes", f"{name}.{p.__name__}", kernel_str(kernel))
+    options.dump("kernel_ir", name, kernel_str(kernel))
+    return kernel
+
+
+__all__ = ["PIPELINE", "LoweringError", "lower"]

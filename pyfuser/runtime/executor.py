@@ -1,11 +1,32 @@
-"""Running a fusion: input checks, then generated kernels or the reference evaluator."""
+"""Running a fusion: the executor cache.
+
+Fast path (a call with the same input signature as an earlier one): one dict look-up keyed on
+each input's dtype, sizes, strides, pointer alignment and device, then output allocation,
+pointer patching and one launch. Validation is folded into the key: a signature is only
+cached after check_inputs accepted it, so a wrong input never matches.
+
+Slow path (a new signature): check_inputs, pick the scheduler (once per fusion), compute its
+heuristic, and reuse a compiled kernel whose heuristic is equal (kernels are shared across shapes)
+or schedule a clone of the fusion, lower, generate CUDA and compile it.
+Fusions no scheduler takes, and inputs not on a CUDA device, run through the reference evaluator
+(with a warning for the former); RunInfo says what ran.
+"""
 from __future__ import annotations
 
 import dataclasses
+import warnings
 
 from .. import options as opts
-from .inputs import check_inputs
+from ..ir import scalar as S
+from ..ir.tensor import TensorView
+from ..schedule.schedulers import registry
+from ..schedule.schedulers.base import InputFacts, RuntimeInfo
+from .inputs import check_inputs, output_strides
 from .reference import evaluate
+
+
+class FallbackWarning(UserWarning):
+    """A fusion ran through the reference evaluator because no scheduler took it."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -15,7 +36,73 @@ class RunInfo:
     kind: str                      # "kernels" or "reference"
     schedulers: tuple[str, ...]    # one per kernel, e.g. ("pointwise",)
     num_kernels: int
-    reason: str = ""               # why the reference evaluator ran, if it did
+    reason: str = ""               # why the reference evaluator ran, or why this scheduler
+    heuristics: tuple = ()         # the heuristic of each kernel
+    kernel_names: tuple = ()
+
+
+def _alignment(ptr: int) -> int:
+    a = 16
+    while a > 1 and ptr % a:
+        a //= 2
+    return a
+
+
+def index_type_for(tensors) -> str:
+    """32-bit indexing when every tensor's largest offset fits, else 64-bit."""
+    for t in tensors:
+        span = 1
+        for size, stride in zip(t.shape, t.stride()):
+            if size > 1:
+                span += (size - 1) * abs(stride)
+        if span >= 2 ** 31 - 1 or t.numel() >= 2 ** 31 - 1:
+            return "int64"
+    return "int"
+
+
+class _KernelPlan:
+    """Everything one input signature needs at launch, computed once."""
+
+    def __init__(self, fk, device_index, grid, block, values, ptr_slots, out_specs, run_info):
+        self.fk = fk
+        self.loaded = fk.loaded(device_index)
+        from .launch import ParamLayout
+        self.layout = ParamLayout(fk.param_kinds)
+        self.loaded.check_layout(self.layout)
+        self.grid, self.block = grid, block
+        self.values = values
+        self.ptr_slots = ptr_slots           # (param position, "input"|"output", k)
+        self.scalar_slots = []               # (param position, input k)
+        self.out_specs = out_specs           # (sizes, strides, torch dtype)
+        self.run_info = run_info
+        self.smem = 0
+        self.device = None
+        self.poison = False
+
+    def run(self, inputs):
+        import torch
+        dev = self.device
+        outs = [torch.empty_strided(sz, st, dtype=dt, device=dev) for sz, st, dt in self.out_specs]
+        if self.poison:
+            for o in outs:
+                o.fill_(float("nan") if o.dtype.is_floating_point else -1)
+        vals = self.values
+        for pos, role, k in self.ptr_slots:
+            vals[pos] = (inputs[k] if role == "input" else outs[k]).data_ptr()
+        for pos, k in self.scalar_slots:
+            vals[pos] = inputs[k]
+        self.loaded.launch(self.grid, self.block, self.layout.pack(vals), shared_mem=self.smem)
+        return outs
+
+
+class _ReferencePlan:
+    def __init__(self, fusion, bindings, run_info):
+        self.fusion = fusion
+        self.run_info = run_info
+
+    def run(self, inputs):
+        bindings = check_inputs(self.fusion, inputs)
+        return evaluate(self.fusion, list(inputs), extent_bindings=bindings)
 
 
 class FusionExecutorCache:
@@ -23,11 +110,131 @@ class FusionExecutorCache:
         self.fusion = fusion
         self.name = name
         self.last_run: RunInfo | None = None
+        self._plans: dict = {}
+        self._kernels: dict = {}
+        self._choice = None
+        self._kernel_count = 0
 
+    # Public ------------------------------------------------------------------------------------
     def run(self, inputs, options=None):
-        ctx = opts.override(options) if options is not None else opts.override()
-        with ctx:
-            bindings = check_inputs(self.fusion, inputs)
-            outputs = evaluate(self.fusion, list(inputs), extent_bindings=bindings)
-            self.last_run = RunInfo("reference", (), 0, "kernels are not generated yet")
-            return outputs
+        if options is not None:
+            with opts.override(options):
+                return self._run(inputs, opts.current())
+        return self._run(inputs, opts.current())
+
+    def _run(self, inputs, options):
+        key = self._key(inputs, options)
+        plan = self._plans.get(key)
+        if plan is None:
+            plan = self._make_plan(inputs, options)
+            if key is not None:
+                self._plans[key] = plan
+        self.last_run = plan.run_info
+        return plan.run(inputs)
+
+    # Keys --------------------------------------------------------------------------------------
+    def _key(self, inputs, options):
+        import torch
+        parts = [options.enable, options.disable]
+        try:
+            for x in inputs:
+                if isinstance(x, torch.Tensor):
+                    parts.append((x.dtype, x.shape, x.stride(), x.device, x.data_ptr() % 16))
+                else:
+                    parts.append(type(x))
+        except Exception:
+            return None
+        return tuple(parts)
+
+    # Plans -------------------------------------------------------------------------------------
+    def _make_plan(self, inputs, options):
+        import torch
+        bindings = check_inputs(self.fusion, inputs)
+        tensors = [x for x in inputs if isinstance(x, torch.Tensor)]
+        on_gpu = bool(tensors) and all(t.is_cuda for t in tensors)
+        if not on_gpu:
+            info = RunInfo("reference", (), 0, "inputs are not on a CUDA device")
+            return _ReferencePlan(self.fusion, bindings, info)
+        if self._choice is None:
+            self._choice = registry.choose(self.fusion)
+        choice = self._choice
+        if choice.scheduler is None:
+            if options.is_enabled("reference_fallback") is False:
+                raise RuntimeError(f"{self.name}: {choice.reason}; the reference fallback is "
+                                   "disabled (PYFUSER_DISABLE=reference_fallback)")
+            warnings.warn(f"{self.name}: {choice.reason}; running the reference evaluator",
+                          FallbackWarning, stacklevel=4)
+            return _ReferencePlan(self.fusion, bindings, RunInfo("reference", (), 0, choice.reason))
+        return self._kernel_plan(inputs, bindings, choice, tensors[0].device)
+
+    def _kernel_plan(self, inputs, bindings, choice, device):
+        import torch
+        from .device import get_device_properties
+
+        dev_props = get_device_properties(device.index if device.index is not None else 0)
+        clone, mapping = self.fusion.clone()
+        clone_bindings = {mapping[id(k)]: v for k, v in bindings.items() if id(k) in mapping}
+        facts = tuple(
+            InputFacts(tuple(x.shape), tuple(x.stride()), _alignment(x.data_ptr()))
+            if isinstance(x, torch.Tensor) else None for x in inputs)
+        info = RuntimeInfo(clone_bindings, facts, dev_props)
+        sched = choice.scheduler
+        params = sched.compute_heuristics(clone, info)
+        out_sizes = [[int(S.evaluate(i.user_extent if i.is_broadcast else i.extent, dict(bindings)))
+                      for i in o.domain.logical_no_reductions] for o in self.fusion.outputs]
+        index_type = index_type_for([x for x in inputs if isinstance(x, torch.Tensor)])
+        for sz in out_sizes:
+            n = 1
+            for s in sz:
+                n *= max(s, 1)
+            if n >= 2 ** 31 - 1:
+                index_type = "int64"
+        kkey = (sched.NAME, params, index_type)
+        fk = self._kernels.get(kkey)
+        if fk is None:
+            from .fusion_kernel import build_kernel
+            name = f"{self.name}_{sched.NAME}_{self._kernel_count}"
+            self._kernel_count += 1
+            fk = build_kernel(clone, sched, params, index_type, name)
+            fk.clone_of = {k: v for k, v in mapping.items()}
+            self._kernels[kkey] = fk
+        return self._plan_for(fk, inputs, bindings, out_sizes, device, choice)
+
+    def _plan_for(self, fk, inputs, bindings, out_sizes, device, choice):
+        # The kernel's scalars belong to the clone it was scheduled on: bind them by position
+        # through the original fusion's scalars.
+        cb = {fk.clone_of[id(s)]: val for s, val in bindings.items() if id(s) in fk.clone_of}
+        grid, block = fk.launch_dims(cb)
+        out_specs = []
+        from ..ir.dtype import to_torch
+        for o, sz in zip(self.fusion.outputs, out_sizes):
+            out_specs.append((tuple(sz), tuple(output_strides(o, sz)), to_torch(o.dtype)))
+        values, ptr_slots, scalar_slots = [], [], []
+        for pos, p in enumerate(fk.kernel.params):
+            src = p.source
+            if src[0] in ("input", "output"):
+                ptr_slots.append((pos, src[0], src[1]))
+                values.append(0)
+            elif src[0] == "stride":
+                _, role, k, d = src
+                if role == "input":
+                    values.append(int(inputs[k].stride(d)))
+                else:
+                    values.append(int(out_specs[k][1][d]))
+            elif src[0] == "extent":
+                values.append(int(S.evaluate(src[1], dict(cb))))
+            elif src[0] == "scalar":
+                scalar_slots.append((pos, src[1]))
+                values.append(0)
+            else:
+                raise RuntimeError(f"unknown parameter source {src}")
+        info = RunInfo("kernels", (fk.scheduler,), 1, choice.reason, (fk.params,), (fk.name,))
+        plan = _KernelPlan(fk, device.index or 0, grid, block, values, ptr_slots, out_specs, info)
+        plan.scalar_slots = scalar_slots
+        plan.device = device
+        plan.poison = bool(opts.current().is_enabled("poison_outputs"))
+        return plan
+
+    # Introspection -----------------------------------------------------------------------------
+    def kernels(self) -> list:
+        return list(self._kernels.values())

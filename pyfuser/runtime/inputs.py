@@ -26,7 +26,10 @@ def check_inputs(fusion, inputs) -> dict:
     """Validate `inputs` and return the bindings Scalar -> int of every symbolic extent."""
     inputs = list(inputs)
     if len(inputs) != len(fusion.inputs):
-        raise InputError(f"the fusion takes {len(fusion.inputs)} inputs, got {len(inputs)}")
+        k = min(len(inputs), len(fusion.inputs))
+        what = (f"{_name(k, fusion.inputs[k])} is missing" if len(inputs) < len(fusion.inputs)
+                else f"input {k} and after are extra")
+        raise InputError(f"the fusion takes {len(fusion.inputs)} inputs, got {len(inputs)}: {what}")
     bindings: dict = {}
     device = None
     for k, (v, x) in enumerate(zip(fusion.inputs, inputs)):
@@ -42,12 +45,31 @@ def check_inputs(fusion, inputs) -> dict:
             raise InputError(f"{_name(k, v)} is on {x.device} but input 0 is on {device}; "
                              "all tensors must be on one device")
         check_tensor(k, v, x, bindings)
+    origins = _extent_origins(fusion)
     for a, b, where in fusion.extent_equalities:
         va, vb = S.evaluate(a, bindings), S.evaluate(b, bindings)
         if va != vb:
-            raise InputError(f"sizes do not match at {where}: {S.scalar_str(a)} = {va} but "
-                             f"{S.scalar_str(b)} = {vb}")
+            raise InputError(f"sizes do not match at {where}: {_describe(a, va, origins)} but "
+                             f"{_describe(b, vb, origins)}")
     return bindings
+
+
+def _extent_origins(fusion) -> dict:
+    """Symbolic extent -> 'input k (Tn) dim d' where it is first bound."""
+    out: dict = {}
+    for k, v in enumerate(fusion.inputs):
+        if isinstance(v, TensorView):
+            for d, i in enumerate(v.domain.logical):
+                e = i.expanded_extent if i.is_broadcast else i.extent
+                if e is not None and e.value is None and e.definition is None:
+                    out.setdefault(e, f"{_name(k, v)} dim {d}")
+    return out
+
+
+def _describe(x, value, origins: dict) -> str:
+    text = f"{S.scalar_str(x)} = {value}"
+    srcs = [origins[i] for i in S.symbolic_inputs(x) if i in origins]
+    return f"{text} ({', '.join(srcs)})" if srcs else text
 
 
 def _check_scalar(k: int, v: Scalar, x) -> None:

@@ -14,6 +14,7 @@ from ..ir.dtype import DataType, to_torch
 from ..ir.exprs import (BinaryOp, BinaryOpType, BroadcastOp, ExpandOp, FullOp, LoadStoreOp,
                         ReductionOp, ReductionOpType, ReshapeOp, SqueezeOp, UnaryOp, UnaryOpType,
                         WhereOp)
+from ..ir.iter_domain import Split, id_exprs_between
 from ..ir.scalar import Scalar, ScalarOp
 from ..ir.tensor import TensorView
 
@@ -144,7 +145,10 @@ class ReferenceEvaluator:
             if e.op.is_comparison or e.op.is_logical:
                 r = _BINARY[e.op](*self._common(a, b))
             else:
-                a, b = self._as_operands(a, b, od)
+                # 16-bit floats compute in float32 and round once, as torch (and kernels) do;
+                # a Python scalar operand is not rounded to 16 bits first.
+                cd = torch.float32 if od in (torch.float16, torch.bfloat16) else od
+                a, b = self._as_operands(a, b, cd)
                 r = _BINARY[e.op](a, b)
         elif isinstance(e, WhereOp):
             c, a, b = ins
@@ -196,20 +200,23 @@ class ReferenceEvaluator:
         return conv(a), conv(b)
 
     def _common(self, a, b):
-        ta = a if isinstance(a, torch.Tensor) else None
-        tb = b if isinstance(b, torch.Tensor) else None
-        if ta is not None and tb is not None:
-            dt = torch.promote_types(ta.dtype, tb.dtype)
-            return ta.to(dt), tb.to(dt)
-        t = ta if ta is not None else tb
-        other = b if ta is not None else a
-        o = torch.tensor(other, dtype=t.dtype if not (isinstance(other, float) and not t.dtype.is_floating_point)
-                         else torch.float64, device=self.device)
-        return (t, o) if ta is not None else (o, t)
+        """Operands of a comparison or logical op in torch's result type of the pair (a Python
+        scalar only lifts the category: bool_tensor == 3 compares in int64, not bool)."""
+        dt = torch.result_type(a, b)
+
+        def conv(x):
+            if isinstance(x, torch.Tensor):
+                return x.to(dt)
+            return torch.tensor(x, dtype=dt, device=self.device)
+        return conv(a), conv(b)
 
     def _reduce(self, e: ReductionOp, x, od):
         out = e.outputs[0]
         root = out.domain.maybe_root
+        if out.domain.root is not None and out.domain.logical != out.domain.root:
+            # An rfactor's partial reduction: its logical domain splits/merges the root.
+            x = self._transform(x, out.domain.root, out.domain.logical, self._value(e.init, {}))
+            root = out.domain.logical
         dims = [k for k, i in enumerate(root) if i.is_reduction]
         # A reduction over an expanded broadcast dim sees the expanded size.
         if e.op == ReductionOpType.Sum:
@@ -223,7 +230,38 @@ class ReferenceEvaluator:
             r = torch.amin(x, dim=dims) if dims else x
         return r.to(od)
 
+    def _transform(self, x, start: list, target: list, pad_value):
+        """x (dims = `start` IDs) laid out along `target` IDs by replaying the Split/Merge exprs
+        between them; the padding of a non-divisible split holds `pad_value`."""
+        ids = list(start)
+        for t in id_exprs_between(start, target):
+            if isinstance(t, Split):
+                k = ids.index(t.in_id)
+                size, f = x.shape[k], self._extent(t.factor)
+                n = -(-size // f)
+                outer, inner = (n, f) if t.inner_split else (f, n)
+                if outer * inner != size:
+                    pad_shape = list(x.shape)
+                    pad_shape[k] = outer * inner - size
+                    x = torch.cat([x, torch.full(pad_shape, pad_value, dtype=x.dtype,
+                                                 device=x.device)], dim=k)
+                x = x.reshape(*x.shape[:k], outer, inner, *x.shape[k + 1:])
+                ids[k:k + 1] = [t.outer, t.inner]
+            else:
+                ko, ki = ids.index(t.outer), ids.index(t.inner)
+                perm = [d for d in range(len(ids)) if d != ki]
+                perm.insert(perm.index(ko) + 1, ki)
+                x = x.permute(perm)
+                ids = [ids[d] for d in perm]
+                k = ids.index(t.outer)
+                x = x.reshape(*x.shape[:k], x.shape[k] * x.shape[k + 1], *x.shape[k + 2:])
+                ids[k:k + 2] = [t.out]
+        return x.permute([ids.index(i) for i in target])
+
     def _eval_scalar(self, e, ins):
+        if isinstance(e, ScalarOp):
+            # Integer extent math (e.g. the element count i0 * i2 of a mean over two dims).
+            return S.evaluate(e.outputs[0], self.bindings)
         if isinstance(e, BinaryOp):
             return _PY_BINARY[e.op](*ins)
         if isinstance(e, UnaryOp):

@@ -79,8 +79,9 @@ def set_memory_type(tv: TensorView, memory_type: MemoryType) -> TensorView:
         raise ScheduleError(f"set_memory_type on T{tv.name}: fusion inputs and outputs stay in "
                             "global memory")
     d = tv.definition
-    if (d is not None and isinstance(d, LoadStoreOp) and d.load_kind.is_tma
+    if (d is not None and isinstance(d, LoadStoreOp) and d.load_kind.is_async
             and memory_type != MemoryType.Shared):
-        raise ScheduleError(f"set_memory_type on T{tv.name}: TMA loads write shared memory only")
+        what = "TMA" if d.load_kind.is_tma else d.load_kind.value
+        raise ScheduleError(f"set_memory_type on T{tv.name}: {what} loads write shared memory only")
     tv.memory_type = memory_type
     return tv

@@ -11,7 +11,7 @@ allocated only for the loops right of k.
 from __future__ import annotations
 
 from ..ir.exprs import ReductionOp
-from ..ir.id_graph import IdGraph
+from ..ir.id_graph import IdGraph, match_loops
 from ..ir.iter_domain import ParallelType, ancestors
 from ..ir.tensor import ScheduleError, TensorView
 
@@ -72,10 +72,12 @@ def max_inline_position(tv: TensorView, graph: IdGraph | None = None) -> tuple[i
             return k, (f"axis {k} maps to a reduction whose result T{tv.name}'s other consumers "
                        f"need; T{tv.name} stays resident across it")
         for c in consumers:
-            if k >= len(c.domain.loop) or not graph.mapped(i, c.domain.loop[k]):
-                return k, f"axis {k} does not map to axis {k} of consumer T{c.name}"
-            if c.domain.loop[k].parallel_type in _UNINLINABLE:
-                return k, f"axis {k} of consumer T{c.name} is {c.domain.loop[k].parallel_type.short}"
+            pos = match_loops(tv, c, k + 1, graph)
+            if pos is None:
+                return k, f"axis {k} maps to no loop of consumer T{c.name} in order"
+            ci = c.domain.loop[pos[-1]]
+            if ci.parallel_type in _UNINLINABLE:
+                return k, f"axis {k} maps to a {ci.parallel_type.short} axis of consumer T{c.name}"
     return n, "fully inlined"
 
 

@@ -59,7 +59,8 @@ def rfactor(tv: TensorView, axes: list[int]) -> TensorView:
         for r in root:
             if r.is_reduction:
                 for leaf in red_leaves:
-                    if r in ancestors(leaf, root):
+                    # A leaf of merged reduction roots comes after the first of them only.
+                    if r in ancestors(leaf, root) and rf_map[leaf] not in rf_logical:
                         new = rf_map[leaf]
                         new.iter_type = IterType.Reduction if leaf in rf_axes else IterType.Iteration
                         new.is_rfactor_product = True

@@ -1,0 +1,1 @@
+"""Benchmarks against peers (GPU only); `python -m pyfuser bench` runs them."""

@@ -1,0 +1,363 @@
+"""Kernel IR -> CUDA C++ text. A table from node kinds to text: no decisions are made here.
+
+The device library (runtime_src/*.cuh) is pasted in front; it needs no CUDA header, so NVRTC
+compiles the result with no include path.
+"""
+from __future__ import annotations
+
+import math
+
+from ..ir import scalar as S
+from ..ir.dtype import DataType, compute_type
+from ..ir.exprs import (BinaryOp, BinaryOpType, LoadStoreOp, ReductionOp, UnaryOp, UnaryOpType,
+                        WhereOp, BroadcastOp, ExpandOp, SqueezeOp, ReshapeOp, FullOp)
+from ..ir.scalar import Scalar, ScalarOp
+from ..kir import nodes as K
+from .device_library import device_library_source
+
+CTYPE = {
+    DataType.Bool: "bool", DataType.Int32: "int", DataType.Int: "long long",
+    DataType.Half: "pf::half", DataType.BFloat16: "pf::bf16", DataType.Float: "float",
+    DataType.Double: "double",
+}
+# Bool scalars travel as 32-bit ints: the launcher packs no 1-byte parameters.
+PARAM_CTYPE = {"index": "index_t", "int64": "long long", "float": "float", "double": "double",
+               "bool": "int"}
+
+UNARY = {
+    UnaryOpType.Neg: "(-{a})", UnaryOpType.Abs: "pf::abs({a})", UnaryOpType.Exp: "pf::exp({a})",
+    UnaryOpType.Exp2: "pf::exp2({a})", UnaryOpType.Log: "pf::log({a})",
+    UnaryOpType.Sqrt: "pf::sqrt({a})", UnaryOpType.Rsqrt: "pf::rsqrt({a})",
+    UnaryOpType.Reciprocal: "pf::reciprocal({a})", UnaryOpType.Tanh: "pf::tanh({a})",
+    UnaryOpType.Sigmoid: "pf::sigmoid({a})", UnaryOpType.Erf: "pf::erf({a})",
+    UnaryOpType.Relu: "pf::relu({a})", UnaryOpType.Silu: "pf::silu({a})",
+    UnaryOpType.GeluTanh: "pf::gelu_tanh({a})", UnaryOpType.GeluErf: "pf::gelu({a})",
+    UnaryOpType.Not: "(!{a})", UnaryOpType.Cast: "{a}", UnaryOpType.Set: "{a}",
+}
+BINARY = {
+    BinaryOpType.Add: "({a} + {b})", BinaryOpType.Sub: "({a} - {b})",
+    BinaryOpType.Mul: "({a} * {b})", BinaryOpType.Div: "({a} / {b})",
+    BinaryOpType.Pow: "pf::pow({a}, {b})", BinaryOpType.Max: "pf::maximum({a}, {b})",
+    BinaryOpType.Min: "pf::minimum({a}, {b})", BinaryOpType.Eq: "({a} == {b})",
+    BinaryOpType.Ne: "({a} != {b})", BinaryOpType.Lt: "({a} < {b})",
+    BinaryOpType.Le: "({a} <= {b})", BinaryOpType.Gt: "({a} > {b})",
+    BinaryOpType.Ge: "({a} >= {b})", BinaryOpType.And: "({a} && {b})",
+    BinaryOpType.Or: "({a} || {b})",
+}
+REDUCE = {"sum": "({a} + {b})", "max": "pf::maximum({a}, {b})", "min": "pf::minimum({a}, {b})"}
+REDUCE_OP = {"sum": "pf::OpSum()", "max": "pf::OpMax()", "min": "pf::OpMin()"}
+SPECIAL = {
+    "threadIdx.x": "pf_tidx", "threadIdx.y": "pf_tidy", "threadIdx.z": "pf_tidz",
+    "blockIdx.x": "pf_bidx", "blockIdx.y": "pf_bidy", "blockIdx.z": "pf_bidz",
+    "blockDim.x": "pf_bdimx", "gridDim.x": "pf_gdimx",
+}
+
+
+def ctype(dt: DataType) -> str:
+    return CTYPE[dt]
+
+
+class CudaPrinter:
+    def __init__(self, kernel: K.Kernel):
+        self.k = kernel
+        self.lines: list[str] = []
+        self.indent = 1
+
+    # Expressions ---------------------------------------------------------------------------
+    def expr(self, e) -> str:
+        if isinstance(e, K.Const):
+            v = e.value
+            if isinstance(v, bool):
+                return "true" if v else "false"
+            return str(v)
+        if isinstance(e, K.Var):
+            return e.name
+        if isinstance(e, K.Special):
+            return SPECIAL[e.name]
+        if isinstance(e, K.Bin):
+            a, b = self.expr(e.a), self.expr(e.b)
+            if e.op == "ceilDiv":
+                return f"pf::ceil_div({a}, {b})"
+            if e.op in ("min", "max"):
+                return f"{e.op}({a}, {b})"
+            return f"({a} {e.op} {b})"
+        if isinstance(e, K.Not):
+            return f"(!{self.expr(e.a)})"
+        if isinstance(e, K.Select):
+            return f"({self.expr(e.cond)} ? {self.expr(e.a)} : {self.expr(e.b)})"
+        if isinstance(e, K.TensorIndex):
+            return f"{e.buffer.name}[{self.expr(e.index)}]"
+        raise TypeError(f"cannot print {e!r}")
+
+    def scalar(self, s, want: str) -> str:
+        """A fusion scalar as a C expression of C type `want`."""
+        if s.value is not None:
+            return literal(s.value, want)
+        names = self.k.ctx.names
+        if s in names:
+            return f"static_cast<{want}>({names[s].name})"
+        d = s.definition
+        if isinstance(d, ScalarOp):
+            a = self.scalar(d.inputs[0], "index_t")
+            b = self.scalar(d.inputs[1], "index_t")
+            text = {"ceilDiv": f"pf::ceil_div({a}, {b})", "max": f"max({a}, {b})",
+                    "min": f"min({a}, {b})"}.get(d.op, f"({a} {ScalarOp.SYMBOLS.get(d.op, d.op)} {b})")
+            return f"static_cast<{want}>({text})"
+        if isinstance(d, UnaryOp):
+            inner_t = _compute_ctype(d.inputs[0].dtype)
+            a = self.scalar(d.inputs[0], inner_t)
+            return f"static_cast<{want}>({UNARY[d.op].format(a=a)})"
+        if isinstance(d, BinaryOp):
+            ct = _compute_ctype(s.dtype)
+            a = self.scalar(d.inputs[0], ct)
+            b = self.scalar(d.inputs[1], ct)
+            return f"static_cast<{want}>({BINARY[d.op].format(a=a, b=b)})"
+        raise ValueError(f"cannot print scalar {S.scalar_str(s)}")
+
+    def value(self, operand, want: str) -> str:
+        """Read an operand (indexed tensor or scalar) as C type `want`."""
+        if isinstance(operand, K.TensorIndex):
+            return f"pf::cast<{want}>({self.expr(operand)})"
+        if isinstance(operand, K.ScalarValue):
+            return self.scalar(operand.scalar, want)
+        raise TypeError(f"cannot read {operand!r}")
+
+    # Statements ----------------------------------------------------------------------------
+    def line(self, text: str) -> None:
+        self.lines.append("  " * self.indent + text)
+
+    def stmts(self, body) -> None:
+        for s in body:
+            self.stmt(s)
+
+    def stmt(self, s) -> None:
+        fn = getattr(self, "_" + type(s).__name__)
+        fn(s)
+
+    def _Comment(self, s):
+        self.line(f"// {s.text}")
+
+    def _Raw(self, s):
+        self.line(s.text)
+
+    def _ScalarDef(self, s):
+        self.line(f"const {PARAM_CTYPE.get(s.var.dtype, 'index_t')} {s.var.name} = {self.expr(s.value)};")
+
+    def _Allocate(self, s):
+        b = s.buffer
+        if b.memory == "local":
+            self.line(f"{ctype(b.dtype)} {b.name}[{self.expr(b.size)}] __attribute__((aligned(16)));")
+        elif b.memory == "shared":
+            self.line(f"__shared__ __align__(16) {ctype(b.dtype)} {b.name}[{self.expr(b.size)}];")
+
+    def _ForLoop(self, s):
+        if s.label:
+            self.line(f"// {s.label}")
+        if s.parallel in ("TIDx", "TIDy", "TIDz", "BIDx", "BIDy", "BIDz"):
+            self.line(f"{{  // {s.parallel} over {self.expr(s.stop)}")
+        elif s.parallel == "GridStride":
+            v = s.var.name
+            self.line(f"for (index_t {v} = pf_bidx; {v} < {self.expr(s.stop)}; {v} += pf_gdimx) {{")
+        else:
+            if s.unroll:
+                self.line("#pragma unroll")
+            v = s.var.name
+            self.line(f"for (index_t {v} = {self.expr(s.start)}; {v} < {self.expr(s.stop)}; ++{v}) {{")
+        self.indent += 1
+        self.stmts(s.body)
+        self.indent -= 1
+        self.line("}")
+
+    def _IfThenElse(self, s):
+        self.line(f"if ({self.expr(s.cond)}) {{")
+        self.indent += 1
+        self.stmts(s.then_body)
+        self.indent -= 1
+        if s.else_body:
+            self.line("} else {")
+            self.indent += 1
+            self.stmts(s.else_body)
+            self.indent -= 1
+        self.line("}")
+
+    def _InitValue(self, s):
+        b = s.out
+        v = self.value(s.value, ctype(b.dtype))
+        size = self.expr(b.size)
+        if size == "1":
+            self.line(f"{b.name}[0] = {v};")
+        else:
+            self.line("#pragma unroll")
+            self.line(f"for (int pf_k = 0; pf_k < {size}; ++pf_k) {b.name}[pf_k] = {v};")
+
+    def _TensorOp(self, s):
+        text = self.op_text(s)
+        if K.is_true(s.predicate):
+            self.line(text)
+        else:
+            self.line(f"if ({self.expr(s.predicate)}) {{")
+            self.indent += 1
+            self.line(text)
+            self.indent -= 1
+            self.line("}")
+
+    def op_text(self, s: K.TensorOp) -> str:
+        e = s.expr
+        out = s.out
+        odt = out.buffer.dtype
+        if s.vector > 1:
+            return self.vector_copy(s)
+        oct_ = ctype(odt)
+        if isinstance(e, ReductionOp):
+            ct = _compute_ctype(odt)
+            acc = self.value(out, ct)
+            val = self.value(s.ins[0], ct)
+            return f"{self.expr(out)} = pf::cast<{oct_}>({REDUCE[e.op.value].format(a=acc, b=val)});"
+        if isinstance(e, UnaryOp):
+            if e.op in (UnaryOpType.Cast, UnaryOpType.Set):
+                src_ct = _compute_ctype(e.inputs[0].dtype)
+                return f"{self.expr(out)} = pf::cast<{oct_}>({self.value(s.ins[0], src_ct)});"
+            ct = _compute_ctype(odt)
+            return f"{self.expr(out)} = pf::cast<{oct_}>({UNARY[e.op].format(a=self.value(s.ins[0], ct))});"
+        if isinstance(e, BinaryOp):
+            if e.op.is_comparison or e.op.is_logical:
+                from ..ir.dtype import promote
+                ct = "bool" if e.op.is_logical else _compute_ctype(
+                    promote(_dt(e.inputs[0]), _dt(e.inputs[1])))
+            else:
+                ct = _compute_ctype(odt)
+            a, b = (self.value(x, ct) for x in s.ins)
+            return f"{self.expr(out)} = pf::cast<{oct_}>({BINARY[e.op].format(a=a, b=b)});"
+        if isinstance(e, WhereOp):
+            ct = _compute_ctype(odt)
+            c = self.value(s.ins[0], "bool")
+            a, b = self.value(s.ins[1], ct), self.value(s.ins[2], ct)
+            return f"{self.expr(out)} = pf::cast<{oct_}>({c} ? {a} : {b});"
+        if isinstance(e, (LoadStoreOp, BroadcastOp, ExpandOp, SqueezeOp, ReshapeOp)):
+            src = s.ins[0]
+            if isinstance(src, K.TensorIndex) and src.buffer.dtype == odt:
+                return f"{self.expr(out)} = {self.expr(src)};"
+            return f"{self.expr(out)} = pf::cast<{oct_}>({self.value(src, _compute_ctype(odt))});"
+        if isinstance(e, FullOp):
+            return f"{self.expr(out)} = {self.value(s.ins[0], oct_)};"
+        raise NotImplementedError(f"codegen: no rule for {type(e).__name__}")
+
+    def vector_copy(self, s: K.TensorOp) -> str:
+        out, src = s.out, s.ins[0]
+        t, v = ctype(out.buffer.dtype), s.vector
+        arr = f"pf::Array<{t}, {v}>"
+        dst_mem, src_mem = out.buffer.memory, src.buffer.memory
+        if dst_mem == "local" and src_mem == "global":
+            hint = "pf::LoadHint::ReadOnly" if _is_input(self.k, src.buffer) else "pf::LoadHint::Default"
+            return (f"pf::load_global_vec<{hint}>(*reinterpret_cast<{arr}*>(&{self.expr(out)}), "
+                    f"&{self.expr(src)});")
+        if dst_mem == "global" and src_mem == "local":
+            return (f"pf::store_global_vec(&{self.expr(out)}, "
+                    f"*reinterpret_cast<const {arr}*>(&{self.expr(src)}));")
+        if dst_mem == "local" and src_mem == "shared":
+            return (f"pf::load_shared_vec(*reinterpret_cast<{arr}*>(&{self.expr(out)}), "
+                    f"&{self.expr(src)});")
+        if dst_mem == "shared" and src_mem == "local":
+            return (f"pf::store_shared_vec(&{self.expr(out)}, "
+                    f"*reinterpret_cast<const {arr}*>(&{self.expr(src)}));")
+        return (f"*reinterpret_cast<{arr}*>(&{self.expr(out)}) = "
+                f"*reinterpret_cast<const {arr}*>(&{self.expr(src)});")
+
+    def _BlockReduce(self, s):
+        acc = s.values[0]
+        count = acc.vector
+        t = ctype(s.dtype)
+        ws = f"pf_red_ws_{t.replace(' ', '_')}"
+        self.k._ws_types.add(t)
+        sync = "" if s.barrier is None else f", pf::NamedBarrier{{{s.barrier[0]}, {s.barrier[1]}}}"
+        for dim in s.dims:
+            if count == 1:
+                self.line(f"{self.expr(acc)} = pf::block_allreduce_{dim}({self.expr(acc)}, {ws}, "
+                          f"{REDUCE_OP[s.op]}{sync});")
+            else:
+                self.line(f"pf::block_allreduce_{dim}_group<{count}>(*reinterpret_cast<{t}(*)[{count}]>"
+                          f"(&{self.expr(acc)}), {ws}, {REDUCE_OP[s.op]}{sync});")
+
+    def _BlockSync(self, s):
+        if s.barrier_id is None:
+            self.line("__syncthreads();")
+        else:
+            self.line(f"pf::named_barrier_sync({s.barrier_id}, {self.expr(s.count)});")
+
+    def _GridSync(self, s):
+        self.line(f"pf::grid_sync({s.sync_buffer.name});")
+
+    def _GridReduce(self, s):
+        raise NotImplementedError("grid reductions are generated by the reduction scheduler's "
+                                  "cooperative path")
+
+
+def _dt(v):
+    return v.dtype
+
+
+def _compute_ctype(dt: DataType) -> str:
+    return CTYPE[compute_type(dt)]
+
+
+def _is_input(kernel, buf) -> bool:
+    return buf.tv is not None and buf.tv in kernel.fusion.inputs
+
+
+def literal(v, want: str) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if want in ("float", "double"):
+        f = float(v)
+        if math.isnan(f):
+            return f"pf::quiet_nan<{want}>()"
+        if math.isinf(f):
+            return f"{'-' if f < 0 else ''}pf::infinity<{want}>()"
+        text = repr(f)
+        return text + ("f" if want == "float" else "")
+    if want == "bool":
+        return "true" if v else "false"
+    if isinstance(v, float):
+        return f"static_cast<{want}>({v!r})"
+    return f"static_cast<{want}>({int(v)}LL)"
+
+
+def _param_decl(p: K.Param, kernel: K.Kernel) -> str:
+    if p.kind == "ptr":
+        t = ctype(p.buffer.dtype)
+        const = "const " if p.source[0] == "input" else ""
+        return f"{const}{t}* __restrict__ {p.name}"
+    if p.kind == "tmap":
+        return f"const __grid_constant__ pf::CUtensorMap {p.name}"
+    return f"{PARAM_CTYPE[p.kind]} {p.name}"
+
+
+def generate_cuda(kernel: K.Kernel) -> str:
+    """Full CUDA source: device library, then the kernel."""
+    kernel._ws_types = set()
+    pr = CudaPrinter(kernel)
+    pr.stmts(kernel.body)
+    body = pr.lines
+    lb = kernel.launch.max_threads
+    bounds = ""
+    if lb:
+        bounds = f"__launch_bounds__({lb}{', ' + str(kernel.launch.min_blocks) if kernel.launch.min_blocks else ''}) "
+    params = ",\n    ".join(_param_decl(p, kernel) for p in kernel.params)
+    head = [
+        "// Generated by pyfuser. Fusion:",
+        *("// " + line for line in repr(kernel.fusion).splitlines()[:60]),
+        f"typedef {'int' if kernel.index_type == 'int' else 'long long'} index_t;",
+        "",
+        f'extern "C" __global__ void {bounds}{kernel.name}(',
+        f"    {params}) {{",
+        "  const index_t pf_tidx = threadIdx.x, pf_tidy = threadIdx.y, pf_tidz = threadIdx.z;",
+        "  const index_t pf_bidx = blockIdx.x, pf_bidy = blockIdx.y, pf_bidz = blockIdx.z;",
+        "  const index_t pf_bdimx = blockDim.x, pf_gdimx = gridDim.x;",
+        "  (void)pf_tidx; (void)pf_tidy; (void)pf_tidz; (void)pf_bidx; (void)pf_bidy; (void)pf_bidz;",
+        "  (void)pf_bdimx; (void)pf_gdimx;",
+    ]
+    ws_elems = max(kernel.reduction_workspace, 1024) if kernel.reduction_workspace else 0
+    for t in sorted(kernel._ws_types):
+        head.append(f"  __shared__ __align__(16) {t} pf_red_ws_{t.replace(' ', '_')}[{ws_elems}];")
+    src = device_library_source() + "\n" + "\n".join(head + body) + "\n}\n"
+    return src

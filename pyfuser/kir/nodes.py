@@ -1,0 +1,423 @@
+"""Kernel IR: loops, conditionals, allocations, indexed tensor operations and barriers.
+
+Lowering turns a scheduled fusion into a Kernel of these nodes; codegen prints them as CUDA C++
+one node kind at a time, with no decisions of its own. Index arithmetic is a small expression
+tree (Var, Const, Bin, ...) so passes can build, simplify and compare it.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from ..ir.dtype import DataType
+
+
+# Index and scalar expressions -------------------------------------------------------------------
+class KExpr:
+    """An integer or scalar expression inside a kernel."""
+
+    def __add__(self, o):
+        return add(self, o)
+
+    def __radd__(self, o):
+        return add(o, self)
+
+    def __mul__(self, o):
+        return mul(self, o)
+
+    def __rmul__(self, o):
+        return mul(o, self)
+
+    def __sub__(self, o):
+        return sub(self, o)
+
+
+@dataclasses.dataclass(eq=False)
+class Var(KExpr):
+    """A named value: loop indices, kernel parameters, hoisted scalars."""
+
+    name: str
+    dtype: str = "index"   # index | int | float | double | bool | int64
+
+    def __repr__(self):
+        return self.name
+
+
+@dataclasses.dataclass(frozen=True)
+class Const(KExpr):
+    value: Any
+    dtype: str = "index"
+
+    def __repr__(self):
+        return repr(self.value)
+
+
+@dataclasses.dataclass(frozen=True)
+class Special(KExpr):
+    """threadIdx.x, blockIdx.y, blockDim.x, gridDim.x, ..."""
+
+    name: str
+
+    def __repr__(self):
+        return self.name
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Bin(KExpr):
+    """a op b; op in + - * / % ceilDiv min max < <= > >= == != && ||."""
+
+    op: str
+    a: KExpr
+    b: KExpr
+
+    def __repr__(self):
+        if self.op in ("ceilDiv", "min", "max"):
+            return f"{self.op}({self.a!r}, {self.b!r})"
+        return f"({self.a!r} {self.op} {self.b!r})"
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Not(KExpr):
+    a: KExpr
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Select(KExpr):
+    cond: KExpr
+    a: KExpr
+    b: KExpr
+
+
+def const(v, dtype="index") -> Const:
+    return Const(v, dtype)
+
+
+def _wrap(x) -> KExpr:
+    if isinstance(x, KExpr):
+        return x
+    if isinstance(x, bool):
+        return Const(x, "bool")
+    if isinstance(x, int):
+        return Const(x)
+    raise TypeError(f"not a kernel expression: {x!r}")
+
+
+def _cv(x):
+    return x.value if isinstance(x, Const) else None
+
+
+def add(a, b) -> KExpr:
+    a, b = _wrap(a), _wrap(b)
+    va, vb = _cv(a), _cv(b)
+    if va is not None and vb is not None:
+        return Const(va + vb)
+    if va == 0:
+        return b
+    if vb == 0:
+        return a
+    return Bin("+", a, b)
+
+
+def sub(a, b) -> KExpr:
+    a, b = _wrap(a), _wrap(b)
+    va, vb = _cv(a), _cv(b)
+    if va is not None and vb is not None:
+        return Const(va - vb)
+    if vb == 0:
+        return a
+    return Bin("-", a, b)
+
+
+def mul(a, b) -> KExpr:
+    a, b = _wrap(a), _wrap(b)
+    va, vb = _cv(a), _cv(b)
+    if va is not None and vb is not None:
+        return Const(va * vb)
+    if va == 0 or vb == 0:
+        return Const(0)
+    if va == 1:
+        return b
+    if vb == 1:
+        return a
+    return Bin("*", a, b)
+
+
+def div(a, b) -> KExpr:
+    a, b = _wrap(a), _wrap(b)
+    va, vb = _cv(a), _cv(b)
+    if va is not None and vb is not None:
+        return Const(va // vb)
+    if vb == 1 or va == 0:
+        return a
+    return Bin("/", a, b)
+
+
+def mod(a, b) -> KExpr:
+    a, b = _wrap(a), _wrap(b)
+    va, vb = _cv(a), _cv(b)
+    if va is not None and vb is not None:
+        return Const(va % vb)
+    if vb == 1 or va == 0:
+        return Const(0)
+    return Bin("%", a, b)
+
+
+def ceil_div(a, b) -> KExpr:
+    a, b = _wrap(a), _wrap(b)
+    va, vb = _cv(a), _cv(b)
+    if va is not None and vb is not None:
+        return Const(-(-va // vb))
+    if vb == 1:
+        return a
+    return Bin("ceilDiv", a, b)
+
+
+def lt(a, b) -> KExpr:
+    a, b = _wrap(a), _wrap(b)
+    va, vb = _cv(a), _cv(b)
+    if va is not None and vb is not None:
+        return Const(va < vb, "bool")
+    return Bin("<", a, b)
+
+
+def eq(a, b) -> KExpr:
+    a, b = _wrap(a), _wrap(b)
+    va, vb = _cv(a), _cv(b)
+    if va is not None and vb is not None:
+        return Const(va == vb, "bool")
+    return Bin("==", a, b)
+
+
+def and_(a, b) -> KExpr:
+    a, b = _wrap(a), _wrap(b)
+    if _cv(a) is True:
+        return b
+    if _cv(b) is True:
+        return a
+    if _cv(a) is False or _cv(b) is False:
+        return Const(False, "bool")
+    return Bin("&&", a, b)
+
+
+def all_of(conds) -> KExpr:
+    out: KExpr = Const(True, "bool")
+    for c in conds:
+        out = and_(out, c)
+    return out
+
+
+def is_true(e: KExpr) -> bool:
+    return isinstance(e, Const) and e.value is True
+
+
+# Buffers and memory accesses ---------------------------------------------------------------------
+@dataclasses.dataclass(eq=False)
+class Buffer:
+    """Memory a kernel reads or writes: a kernel parameter (global) or an allocation."""
+
+    name: str
+    dtype: DataType
+    memory: str                        # global | shared | local
+    size: KExpr | None = None          # elements; None for parameters
+    tv: Any = None                     # the fusion TensorView it holds, if any
+    align: int = 16
+
+    def __repr__(self):
+        return self.name
+
+
+@dataclasses.dataclass(eq=False)
+class TensorIndex(KExpr):
+    """buffer[index]; `vector` > 1 reads or writes that many consecutive elements at once."""
+
+    buffer: Buffer
+    index: KExpr
+    vector: int = 1
+
+    def __repr__(self):
+        v = f"<{self.vector}>" if self.vector > 1 else ""
+        return f"{self.buffer.name}[{self.index!r}]{v}"
+
+
+@dataclasses.dataclass(eq=False)
+class ScalarValue(KExpr):
+    """A fusion scalar (constant, runtime input or derived) used as an operand."""
+
+    scalar: Any
+    dtype: DataType
+
+    def __repr__(self):
+        from ..ir.scalar import scalar_str
+        return scalar_str(self.scalar)
+
+
+# Statements -----------------------------------------------------------------------------------
+class Stmt:
+    pass
+
+
+@dataclasses.dataclass(eq=False)
+class ForLoop(Stmt):
+    """for var in [start, stop) step `step`. A loop bound to a thread or block dimension prints
+    no `for`: its index is that dimension (`parallel` names it)."""
+
+    var: Var
+    start: KExpr
+    stop: KExpr
+    step: KExpr
+    body: list
+    parallel: str = "Serial"       # ParallelType name
+    unroll: bool = False
+    iter_domain: Any = None        # the promoted IterDomain this loop iterates
+    loop: Any = None               # the lowering Loop it came from
+    label: str = ""                # e.g. "circular buffer main loop"
+
+
+@dataclasses.dataclass(eq=False)
+class IfThenElse(Stmt):
+    cond: KExpr
+    then_body: list
+    else_body: list = dataclasses.field(default_factory=list)
+
+
+@dataclasses.dataclass(eq=False)
+class Allocate(Stmt):
+    buffer: Buffer
+
+
+@dataclasses.dataclass(eq=False)
+class TensorOp(Stmt):
+    """One element (or one vector) of a fusion expression.
+
+    Before indexing, `out` and `ins` hold fusion Vals; after, TensorIndex / ScalarValue.
+    `predicate` guards it (True when always valid). For reductions `accumulate` means
+    out = op(out, in).
+    """
+
+    expr: Any
+    out: Any
+    ins: list
+    predicate: KExpr = dataclasses.field(default_factory=lambda: Const(True, "bool"))
+    accumulate: bool = False
+    # A predicated-off read yields this value instead (reductions read their init).
+    else_value: Any = None
+    vector: int = 1
+    nest: list = dataclasses.field(default_factory=list)   # lowering Loops around it
+
+
+@dataclasses.dataclass(eq=False)
+class InitValue(Stmt):
+    """out = init (reduction accumulators)."""
+
+    out: Any
+    value: Any
+    tv: Any = None
+
+
+@dataclasses.dataclass(eq=False)
+class BlockReduce(Stmt):
+    """All-reduce of `values` (registers) across the block's thread dims in `dims`; afterwards
+    every participating thread holds the result. `group` values are reduced in one pass."""
+
+    values: list
+    op: str                        # sum | max | min
+    dtype: DataType
+    dims: tuple                    # e.g. ("x",) or ("x", "y")
+    workspace: Buffer
+    barrier: Any = None            # (named barrier id, thread count) for warp-specialized groups
+
+
+@dataclasses.dataclass(eq=False)
+class GridReduce(Stmt):
+    """Reduce `values` across blocks of the grid dims in `dims` through a global workspace and a
+    grid-wide barrier of a cooperative launch; every block gets the result."""
+
+    values: list
+    op: str
+    dtype: DataType
+    dims: tuple
+    workspace: Buffer
+    sync_buffer: Buffer
+    smem_workspace: Buffer
+
+
+@dataclasses.dataclass(eq=False)
+class BlockSync(Stmt):
+    """__syncthreads(), or a named barrier among `count` threads."""
+
+    barrier_id: int | None = None
+    count: KExpr | None = None
+
+
+@dataclasses.dataclass(eq=False)
+class GridSync(Stmt):
+    sync_buffer: Buffer
+
+
+@dataclasses.dataclass(eq=False)
+class Raw(Stmt):
+    """A line of device code emitted as written (PTX helpers calls built by passes)."""
+
+    text: str
+
+
+@dataclasses.dataclass(eq=False)
+class Comment(Stmt):
+    text: str
+
+
+@dataclasses.dataclass(eq=False)
+class ScalarDef(Stmt):
+    """const <dtype> var = value; (hoisted scalars: extents, derived fusion scalars)."""
+
+    var: Var
+    value: KExpr
+
+
+# The kernel ---------------------------------------------------------------------------------------
+@dataclasses.dataclass(eq=False)
+class Param:
+    """A kernel parameter: a tensor's data pointer, a stride, an extent, a scalar input,
+    a tensor map or a workspace pointer. `source` says where its runtime value comes from."""
+
+    name: str
+    kind: str            # ptr | index | int64 | float | double | bool | tmap
+    source: tuple        # ("tensor", k) | ("stride", k, dim) | ("extent", Scalar) |
+                         # ("scalar", k) | ("output", k) | ("workspace", name) | ("tmap", name)
+    buffer: Buffer | None = None
+
+
+@dataclasses.dataclass(eq=False)
+class LaunchConfig:
+    grid: list            # three fusion Scalars / ints (x, y, z); may be symbolic
+    block: list           # three ints or Scalars
+    shared_mem_static: int = 0
+    shared_mem_dynamic: Any = 0     # bytes, int or Scalar
+    cluster: tuple | None = None
+    cooperative: bool = False
+    max_threads: int | None = None  # for __launch_bounds__
+    min_blocks: int | None = None
+
+
+@dataclasses.dataclass(eq=False)
+class Kernel:
+    name: str
+    fusion: Any
+    body: list = dataclasses.field(default_factory=list)
+    params: list = dataclasses.field(default_factory=list)
+    launch: LaunchConfig | None = None
+    index_type: str = "int"        # int (32-bit) or int64_t
+    ctx: Any = None                # lowering context (ID graphs, loops, buffers)
+    workspaces: list = dataclasses.field(default_factory=list)   # (Buffer, bytes Scalar, zeroed)
+    notes: list = dataclasses.field(default_factory=list)        # what lowering decided, for dumps
+
+
+def walk(stmts):
+    """Every statement, depth first, parents before children."""
+    for s in stmts:
+        yield s
+        if isinstance(s, ForLoop):
+            yield from walk(s.body)
+        elif isinstance(s, IfThenElse):
+            yield from walk(s.then_body)
+            yield from walk(s.else_body)

@@ -1,0 +1,60 @@
+"""Readable text of a Kernel (PYFUSER_DUMP=kernel_ir): CUDA-like, with loop kinds spelled out."""
+from __future__ import annotations
+
+from . import nodes as K
+
+
+def _e(x) -> str:
+    if isinstance(x, K.TensorOp):
+        return ""
+    return repr(x)
+
+
+def _op(s: K.TensorOp) -> str:
+    e = s.expr
+    name = getattr(getattr(e, "op", None), "value", type(e).__name__)
+    ins = ", ".join(repr(i) for i in s.ins)
+    acc = " (accumulate)" if s.accumulate else ""
+    vec = f" vector {s.vector}" if s.vector > 1 else ""
+    return f"{s.out!r} = {name}({ins}){acc}{vec}"
+
+
+def kernel_str(kernel: K.Kernel) -> str:
+    lines = [f"kernel {kernel.name}(" + ", ".join(p.name for p in kernel.params) + ")"]
+    if kernel.launch is not None:
+        lines.append(f"  launch grid={kernel.launch.grid} block={kernel.launch.block}"
+                     f" cooperative={kernel.launch.cooperative} cluster={kernel.launch.cluster}")
+
+    def emit(body, depth):
+        pad = "  " * depth
+        for s in body:
+            if isinstance(s, K.ForLoop):
+                label = f"  // {s.label}" if s.label else ""
+                unroll = " unroll" if s.unroll else ""
+                lines.append(f"{pad}for {s.var!r} in {s.parallel}[{s.start!r}, {s.stop!r}){unroll}:{label}")
+                emit(s.body, depth + 1)
+            elif isinstance(s, K.IfThenElse):
+                lines.append(f"{pad}if {s.cond!r}:")
+                emit(s.then_body, depth + 1)
+                if s.else_body:
+                    lines.append(f"{pad}else:")
+                    emit(s.else_body, depth + 1)
+            elif isinstance(s, K.TensorOp):
+                pred = "" if K.is_true(s.predicate) else f"if {s.predicate!r}: "
+                lines.append(f"{pad}{pred}{_op(s)}")
+            elif isinstance(s, K.Allocate):
+                b = s.buffer
+                lines.append(f"{pad}alloc {b.memory} {b.dtype.ir_name} {b.name}[{b.size!r}]")
+            elif isinstance(s, K.InitValue):
+                lines.append(f"{pad}{s.out.name}[*] = {s.value!r}")
+            elif isinstance(s, K.BlockReduce):
+                lines.append(f"{pad}block_allreduce<{','.join(s.dims)}>({s.op}, {s.values})")
+            elif isinstance(s, K.GridReduce):
+                lines.append(f"{pad}grid_reduce<{','.join(s.dims)}>({s.op}, {s.values})")
+            elif isinstance(s, K.BlockSync):
+                lines.append(f"{pad}block_sync" + (f"({s.barrier_id})" if s.barrier_id else ""))
+            else:
+                lines.append(f"{pad}{type(s).__name__} {getattr(s, 'text', '')}")
+
+    emit(kernel.body, 1)
+    return "\n".join(lines)

@@ -1,0 +1,155 @@
+"""What every lowering pass needs to know about the scheduled fusion: ID graphs and loops.
+
+Loops. A tensor T inlined at position k into consumer D is computed inside D's loops up to the
+one matching T.loop[k-1] (match_loops); its loops from k on are its own. So the loop nest of T's
+expression is nest(T) = nest(D)[:matched + 1] + own loops of T, computed consumers first. A loop
+is identified by the tensor that owns it, which is the most downstream tensor computed in it.
+
+Promotion. Each loop has a promoted IterDomain: the ID whose index the loop variable is. A shared
+loop is promoted to its owner's ID. An own loop of T is promoted to the matching ID of the tensor
+that owns T's innermost shared loop when there is one: e.g. a weight vector w[N] broadcast to
+[M, N] and scheduled like the output (merge, split) has loops whose flat index runs over M*N; only
+the output's own IDs tell the index of w (the flat index modulo N).
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from ..ir.id_graph import IdGraph, match_loops
+from ..ir.iter_domain import IterDomain, ParallelType
+from ..ir.tensor import TensorView
+from ..kir import nodes as K
+
+
+class LoweringError(RuntimeError):
+    """The schedule cannot be lowered; the message says which tensor and why."""
+
+
+@dataclasses.dataclass(eq=False)
+class Loop:
+    owner: TensorView
+    position: int
+    promoted: IterDomain
+    var: K.KExpr = None
+
+    @property
+    def id(self) -> IterDomain:
+        return self.owner.domain.loop[self.position]
+
+    @property
+    def parallel(self) -> ParallelType:
+        return self.id.parallel_type
+
+    @property
+    def extent(self):
+        return self.promoted.extent
+
+    def __repr__(self):
+        return f"Loop(T{self.owner.name}.{self.position} {self.promoted!r})"
+
+
+class LoweringContext:
+    def __init__(self, fusion):
+        self.fusion = fusion
+        self.exprs = fusion.exprs()
+        self.tensors = fusion.tensors()
+        self.topo_index = {tv: k for k, tv in enumerate(self.tensors)}
+        self.exact = IdGraph(fusion, permissive=False, tensors=self.tensors)
+        self.permissive = IdGraph(fusion, permissive=True, tensors=self.tensors)
+        self.nests: dict[TensorView, list[Loop]] = {}
+        # (tensor, loop position) -> the Loop that position runs in.
+        self.loop_of: dict[tuple, Loop] = {}
+        self._loop_count = 0
+        self._build_nests()
+
+    # Loops -----------------------------------------------------------------------------------
+    def _computed(self) -> list[TensorView]:
+        out = []
+        for e in self.exprs:
+            for o in e.outputs:
+                if isinstance(o, TensorView):
+                    out.append(o)
+        return out
+
+    def _build_nests(self) -> None:
+        for tv in reversed(self._computed()):
+            self.nests[tv] = self._nest_of(tv)
+
+    def _nest_of(self, tv: TensorView) -> list[Loop]:
+        ca = tv.compute_at_pos
+        outer: list[Loop] = []
+        if ca > 0:
+            chosen = None
+            for d in self.fusion.consumers(tv):
+                if d not in self.nests:
+                    raise LoweringError(f"T{tv.name} is inlined into T{d.name}, which is not computed")
+                pos = match_loops(tv, d, ca, self.permissive)
+                if pos is None:
+                    raise LoweringError(f"T{tv.name}'s first {ca} loops do not line up with the "
+                                        f"loops of consumer T{d.name}")
+                cand = self.nests[d][:pos[-1] + 1]
+                mapping = [self.nests[d][p] for p in pos]
+                if chosen is None:
+                    chosen = (cand, mapping, d)
+                elif cand != chosen[0]:
+                    raise LoweringError(
+                        f"T{tv.name} is inlined at {ca} into T{chosen[2].name} and T{d.name}, whose "
+                        "loops differ there; it cannot be computed in one place")
+            outer, mapping, _ = chosen
+            for j, lp in enumerate(mapping):
+                self.loop_of[(tv, j)] = lp
+                self._check_parallel(tv, j, lp)
+        own = []
+        ref = outer[-1].owner if outer else None
+        start = outer[-1].position + 1 if outer else 0
+        for j in range(ca, len(tv.domain.loop)):
+            promoted, start = self._promote(tv.domain.loop[j], ref, start)
+            lp = Loop(tv, j, promoted)
+            self.loop_of[(tv, j)] = lp
+            own.append(lp)
+        return outer + own
+
+    def _promote(self, i: IterDomain, ref: TensorView | None, start: int):
+        if ref is None:
+            return i, start
+        for x in range(start, len(ref.domain.loop)):
+            r = ref.domain.loop[x]
+            if self.exact.mapped(i, r) or self.permissive.mapped(i, r):
+                if r.extent.value is not None and i.extent.value is not None and not i.is_broadcast:
+                    if r.extent.value != i.extent.value:
+                        continue
+                return r, x + 1
+        return i, start
+
+    def _check_parallel(self, tv: TensorView, j: int, lp: Loop) -> None:
+        mine = tv.domain.loop[j].parallel_type
+        theirs = lp.parallel
+        if mine != theirs and mine != ParallelType.Serial and not (
+                mine == ParallelType.Unroll or theirs == ParallelType.Unroll):
+            raise LoweringError(f"T{tv.name} axis {j} is {mine.short} but the loop it shares with "
+                                f"T{lp.owner.name} is {theirs.short}")
+
+    def nest(self, tv: TensorView) -> list[Loop]:
+        return self.nests[tv]
+
+    def new_loop_var(self) -> K.Var:
+        v = K.Var(f"j{self._loop_count}")
+        self._loop_count += 1
+        return v
+
+    def all_loops(self) -> list[Loop]:
+        seen, out = set(), []
+        for tv in self._computed():
+            for lp in self.nests[tv]:
+                if id(lp) not in seen:
+                    seen.add(id(lp))
+                    out.append(lp)
+        return out
+
+    def parallel_extents(self) -> dict[ParallelType, list]:
+        """Extents bound to each thread/block dimension over all loops."""
+        out: dict = {}
+        for lp in self.all_loops():
+            if lp.parallel.is_thread_or_block:
+                out.setdefault(lp.parallel, []).append(lp.extent)
+        return out

@@ -1,0 +1,214 @@
+"""Pass `index_and_predicate`: memory accesses and the conditions that guard them.
+
+Before: TensorOps name fusion tensors:           T4 = T2 * T3
+After:  every operand is an indexed access and every op has its predicate:
+        if (i0 < i_0 && i3 * 4 + i5 < i_1) T4[i5] = T2[i5] * T3_g[i0 * T3_s0 + i3 * 4 + i5]
+
+Global tensors are indexed through the exact ID graph from the promoted IDs of the loops around
+the op (lower/indexing.py), times the tensor's strides. A register or shared-memory tensor is
+indexed by the loops it is allocated over: its writer uses its own loop variables; a reader uses
+the variable of its loop that maps to the same ID, so both see the same element.
+Predicates: an ID whose index may exceed its extent (a split that does not divide) gets
+`index < extent` on the consumer's root and logical IDs (reads of global producers map to those);
+writes to global or shared memory by threads that do not index the tensor get
+`threadIdx.x == 0`-style guards; thread loops shorter than the block get `threadIdx.x < extent`.
+"""
+from __future__ import annotations
+
+from ..ir import scalar as S
+from ..ir.iter_domain import ParallelType
+from ..ir.scalar import Scalar
+from ..ir.tensor import MemoryType, TensorView
+from ..kir import nodes as K
+from .context import LoweringError
+from .indexing import IndexGraph, Known, scalar_to_kexpr
+
+_THREAD_SPECIAL = {
+    ParallelType.TIDx: "threadIdx.x", ParallelType.TIDy: "threadIdx.y",
+    ParallelType.TIDz: "threadIdx.z", ParallelType.BIDx: "blockIdx.x",
+    ParallelType.BIDy: "blockIdx.y", ParallelType.BIDz: "blockIdx.z",
+}
+
+
+def index_and_predicate(kernel: K.Kernel) -> K.Kernel:
+    ctx = kernel.ctx
+    ctx.index_graph = IndexGraph(ctx.exact, ctx.names)
+    ctx.kernel_parallel = _kernel_parallel_types(ctx)
+    for s in K.walk(kernel.body):
+        if isinstance(s, K.TensorOp):
+            _index_op(s, ctx)
+        elif isinstance(s, K.InitValue):
+            s.value = K.ScalarValue(s.value, s.tv.dtype)
+        elif isinstance(s, (K.BlockReduce, K.GridReduce)):
+            _index_reduce(s, ctx)
+    return kernel
+
+
+def _kernel_parallel_types(ctx) -> dict:
+    out: dict = {}
+    for lp in ctx.all_loops():
+        if lp.parallel.is_thread_or_block:
+            out.setdefault(lp.parallel, []).append(lp.extent)
+    return out
+
+
+def loop_index(lp) -> K.KExpr:
+    return lp.var
+
+
+def start_values(nest) -> dict:
+    return {lp.promoted: Known(loop_index(lp), False) for lp in nest
+            if lp.parallel != ParallelType.Bulk}
+
+
+def global_offset(ctx, tv: TensorView, known: dict) -> K.KExpr:
+    ig = ctx.index_graph
+    offset: K.KExpr = K.Const(0)
+    for i, stride in zip(tv.domain.logical_no_reductions, ctx.strides[tv]):
+        if i.is_broadcast or (isinstance(stride, K.Const) and stride.value == 0):
+            continue
+        k = ig.index_of(known, i)
+        if k is None:
+            raise LoweringError(f"cannot index T{tv.name}: no path from the loop indices to "
+                                f"{i!r} (the schedule loses that axis)")
+        offset = K.add(offset, K.mul(k.value, stride))
+    return offset
+
+
+def buffer_offset(ctx, tv: TensorView, index_of_id) -> K.KExpr:
+    """Row-major offset into a register/shared buffer; `index_of_id(ID, Loop)` -> KExpr."""
+    offset: K.KExpr = K.Const(0)
+    for i, ext, lp in ctx.alloc_ids[tv]:
+        offset = K.add(K.mul(offset, ext), index_of_id(i, lp))
+    return offset
+
+
+def _writer_index(i, lp):
+    if lp is None:
+        return K.Const(0)
+    return loop_index(lp)
+
+
+def _reader_index(ctx, producer: TensorView, nest, consumer: TensorView, known: dict):
+    def index_of_id(i, _lp):
+        for lp in nest:
+            if ctx.exact.mapped(i, lp.promoted):
+                return loop_index(lp)
+        for j, lp in enumerate(nest):
+            cid = _consumer_id_of(ctx, consumer, lp)
+            if cid is not None and ctx.permissive.mapped(i, cid):
+                return loop_index(lp)
+        for lp in nest:
+            if ctx.permissive.mapped(i, lp.promoted):
+                return loop_index(lp)
+        k = ctx.index_graph.index_of(known, i)
+        if k is not None:
+            return k.value
+        if i.is_broadcast:
+            return K.Const(0)
+        raise LoweringError(f"T{consumer.name} reads T{producer.name}'s buffer along {i!r}, "
+                            "which maps to none of its loops")
+    return index_of_id
+
+
+def _consumer_id_of(ctx, consumer: TensorView, lp):
+    for j, _ in enumerate(consumer.domain.loop):
+        if ctx.loop_of.get((consumer, j)) is lp:
+            return consumer.domain.loop[j]
+    return None
+
+
+def access(ctx, tv: TensorView, nest, known: dict, consumer: TensorView, is_write: bool) -> K.TensorIndex:
+    buf = ctx.buffers[tv]
+    if tv.memory_type == MemoryType.Global:
+        return K.TensorIndex(buf, global_offset(ctx, tv, known))
+    if is_write:
+        return K.TensorIndex(buf, buffer_offset(ctx, tv, _writer_index))
+    return K.TensorIndex(buf, buffer_offset(ctx, tv, _reader_index(ctx, tv, nest, consumer, known)))
+
+
+def _operand(ctx, v, nest, known, consumer):
+    if isinstance(v, TensorView):
+        return access(ctx, v, nest, known, consumer, is_write=False)
+    if isinstance(v, Scalar):
+        return K.ScalarValue(v, v.dtype)
+    raise LoweringError(f"unsupported operand {v!r}")
+
+
+def _index_op(op: K.TensorOp, ctx) -> None:
+    tv: TensorView = op.out
+    nest = op.nest
+    targets = list(tv.domain.maybe_root) + list(tv.domain.logical)
+    for v in op.ins:
+        if isinstance(v, TensorView):
+            targets += v.domain.logical
+    known = ctx.index_graph.traverse(start_values(nest), targets)
+    op.known = known
+    conds = []
+    seen = set()
+    # Register-to-register math needs no guard: an out-of-range iteration computes a value no
+    # guarded write or accumulation ever uses. Memory accesses and accumulations are guarded.
+    touches_memory = (op.accumulate or tv.memory_type != MemoryType.Local or any(
+        isinstance(v, TensorView) and v.memory_type == MemoryType.Global for v in op.ins))
+    for i in (list(tv.domain.maybe_root) + list(tv.domain.logical)) if touches_memory else []:
+        if i.is_broadcast or i in seen:
+            continue
+        seen.add(i)
+        k = ctx.index_graph.index_of(known, i)
+        if k is None:
+            raise LoweringError(f"cannot index T{tv.name}'s axis {i!r} from its loops")
+        if k.may_overflow:
+            conds.append(K.lt(k.value, scalar_to_kexpr(i.extent, ctx.names)))
+    conds += _thread_predicates(ctx, tv, nest)
+    op.predicate = K.all_of(_dedupe(conds))
+    op.out = access(ctx, tv, nest, known, tv, is_write=True)
+    op.ins = [_operand(ctx, v, nest, known, tv) for v in op.ins]
+
+
+def _dedupe(conds):
+    out, keys = [], set()
+    for c in conds:
+        key = repr(c)
+        if key not in keys:
+            keys.add(key)
+            out.append(c)
+    return out
+
+
+def _thread_predicates(ctx, tv: TensorView, nest) -> list:
+    conds = []
+    used = {lp.parallel for lp in nest}
+    for pt, extents in ctx.kernel_parallel.items():
+        special = _THREAD_SPECIAL.get(pt)
+        if special is None:
+            continue
+        if pt in used:
+            lp = next(lp for lp in nest if lp.parallel == pt)
+            if any(not S.same_value(e, lp.extent) for e in extents):
+                conds.append(K.lt(K.Special(special), scalar_to_kexpr(lp.extent, ctx.names)))
+        elif tv.memory_type != MemoryType.Local:
+            # Every such thread holds the same value; one writes it.
+            conds.append(K.eq(K.Special(special), K.Const(0)))
+    return conds
+
+
+def _index_reduce(node, ctx) -> None:
+    tv = node.tv
+    buf = ctx.buffers[tv]
+    # Thread-bound iteration loops inside the reduction are not part of the group: each thread
+    # reduces its own elements.
+    inner = [lp for lp in node.inner_loops if not lp.parallel.is_thread_or_block]
+    count = 1
+    for lp in inner:
+        ext = lp.extent.value
+        if ext is None:
+            raise LoweringError(f"T{tv.name}: grouped reduction over {lp!r} needs a constant extent")
+        count *= ext
+    inner_ids = {lp.id for lp in inner}
+
+    def index_of_id(i, lp):
+        if i in inner_ids or lp is None:
+            return K.Const(0)
+        return loop_index(lp)
+
+    node.values = [K.TensorIndex(buf, buffer_offset(ctx, tv, index_of_id), count)]

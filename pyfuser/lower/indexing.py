@@ -1,0 +1,155 @@
+"""Index math: from loop indices to the index of any IterDomain, through Split/Merge history.
+
+All index arithmetic of the lowering lives here. Given values for some IDs (the promoted IDs of
+the loops around an expression), `IndexGraph.traverse` walks the exact ID graph:
+
+    backward through a split  (outer, inner) -> in:   in = outer * f + inner      (inner split)
+    backward through a merge  out -> (outer, inner):  outer = out / E(inner), inner = out % E(inner)
+    forward  through a split  in -> (outer, inner):   outer = in / f, inner = in % f
+    forward  through a merge  (outer, inner) -> out:  out = outer * E(inner) + inner
+
+and records for each ID whether its index can exceed its extent (only a split that does not divide
+its input, or an index derived from one, can): those IDs get predicates.
+Merges with a broadcast of extent 1 are the same iteration as their other input (see
+pyfuser.ir.id_graph) and need no arithmetic.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from ..ir import scalar as S
+from ..ir.id_graph import IdGraph
+from ..ir.iter_domain import IterDomain, Merge, Split
+from ..kir import nodes as K
+
+
+def scalar_to_kexpr(s, names: dict) -> K.KExpr:
+    """A fusion integer Scalar as a kernel expression; symbolic inputs come from `names`
+    (Scalar -> K.Var of the kernel parameter holding it)."""
+    if not isinstance(s, S.Scalar):
+        return K.Const(s)
+    if s.value is not None:
+        return K.Const(s.value)
+    if s in names:
+        return names[s]
+    d = s.definition
+    if d is None:
+        raise KeyError(f"no kernel value for scalar {S.scalar_str(s)}")
+    a, b = (scalar_to_kexpr(x, names) for x in d.inputs)
+    fn = {"add": K.add, "sub": K.sub, "mul": K.mul, "div": K.div, "mod": K.mod,
+          "ceilDiv": K.ceil_div}.get(d.op)
+    if fn is not None:
+        return fn(a, b)
+    return K.Bin(d.op, a, b)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class GroupExpr:
+    kind: str            # split | merge
+    inputs: tuple        # group representatives
+    outputs: tuple
+    expr: object         # one representative Split/Merge
+
+
+@dataclasses.dataclass
+class Known:
+    value: K.KExpr
+    may_overflow: bool
+
+
+class IndexGraph:
+    def __init__(self, exact: IdGraph, names: dict):
+        self.g = exact
+        self.names = names
+        self.exprs: list[GroupExpr] = []
+        seen = set()
+        for e in exact.id_exprs:
+            ins = tuple(exact.group(i) for i in e.inputs)
+            outs = tuple(exact.group(o) for o in e.outputs)
+            if isinstance(e, Merge) and outs[0] in ins:
+                continue   # broadcast forwarding: no arithmetic
+            key = (type(e).__name__, ins, outs, S.scalar_str(e.factor) if isinstance(e, Split) else None,
+                   getattr(e, "inner_split", None))
+            if key in seen:
+                continue
+            seen.add(key)
+            self.exprs.append(GroupExpr("split" if isinstance(e, Split) else "merge", ins, outs, e))
+
+    def extent(self, group) -> K.KExpr:
+        members = self.g.sets.members(group)
+        best = None
+        for m in members:
+            if m.is_broadcast:
+                continue
+            if m.extent.value is not None:
+                return K.Const(m.extent.value)
+            best = best or m
+        best = best or members[0]
+        if best.is_broadcast:
+            return K.Const(1)
+        return scalar_to_kexpr(best.extent, self.names)
+
+    def traverse(self, start: dict[IterDomain, Known], targets) -> dict:
+        """Values for the groups of `targets`, from `start` (ID -> Known)."""
+        known: dict = {}
+        for i, k in start.items():
+            known.setdefault(self.g.group(i), k)
+        want = {self.g.group(t) for t in targets}
+        if want <= known.keys():
+            return known
+        progress = True
+        # Backward first: loop IDs descend from the roots, so most targets lie upstream.
+        while progress and not want <= known.keys():
+            progress = False
+            for ge in self.exprs:
+                if all(o in known for o in ge.outputs) and not all(i in known for i in ge.inputs):
+                    self._backward(ge, known)
+                    progress = True
+            if progress:
+                continue
+            for ge in self.exprs:
+                if all(i in known for i in ge.inputs) and not all(o in known for o in ge.outputs):
+                    self._forward(ge, known)
+                    progress = True
+                    break
+        return known
+
+    def _backward(self, ge: GroupExpr, known: dict) -> None:
+        if ge.kind == "split":
+            o, i = (known[x] for x in ge.outputs)
+            e: Split = ge.expr
+            f = (scalar_to_kexpr(e.factor, self.names) if e.inner_split
+                 else self.extent(ge.outputs[1]))
+            value = K.add(K.mul(o.value, f), i.value)
+            overflow = o.may_overflow or i.may_overflow or not e.is_divisible
+            known.setdefault(ge.inputs[0], Known(value, overflow))
+        else:
+            out = known[ge.outputs[0]]
+            inner_ext = self.extent(ge.inputs[1])
+            outer_ext = self.extent(ge.inputs[0])
+            if isinstance(inner_ext, K.Const) and inner_ext.value == 1:
+                known.setdefault(ge.inputs[0], Known(out.value, out.may_overflow))
+                known.setdefault(ge.inputs[1], Known(K.Const(0), False))
+            elif isinstance(outer_ext, K.Const) and outer_ext.value == 1:
+                known.setdefault(ge.inputs[0], Known(K.Const(0), False))
+                known.setdefault(ge.inputs[1], Known(out.value, out.may_overflow))
+            else:
+                known.setdefault(ge.inputs[0], Known(K.div(out.value, inner_ext), out.may_overflow))
+                known.setdefault(ge.inputs[1], Known(K.mod(out.value, inner_ext), False))
+
+    def _forward(self, ge: GroupExpr, known: dict) -> None:
+        if ge.kind == "split":
+            x = known[ge.inputs[0]]
+            e: Split = ge.expr
+            f = (scalar_to_kexpr(e.factor, self.names) if e.inner_split
+                 else self.extent(ge.outputs[1]))
+            known.setdefault(ge.outputs[0], Known(K.div(x.value, f), x.may_overflow))
+            known.setdefault(ge.outputs[1], Known(K.mod(x.value, f), False))
+        else:
+            o, i = (known[x] for x in ge.inputs)
+            inner_ext = self.extent(ge.inputs[1])
+            known.setdefault(ge.outputs[0], Known(K.add(K.mul(o.value, inner_ext), i.value),
+                                                  o.may_overflow))
+
+    def index_of(self, known: dict, i: IterDomain) -> Known | None:
+        return known.get(self.g.group(i))

@@ -1,0 +1,59 @@
+"""Pass `launch_config`: grid and block dimensions, shared memory and launch bounds.
+
+Before: loops bound to blockIdx/threadIdx with (possibly runtime) extents.
+After:  kernel.launch = LaunchConfig(grid=[gx, gy, gz], block=[bx, by, bz], ...), where each
+        dimension is the largest extent bound to it (a fusion Scalar the executor evaluates per
+        call), unless the schedule fixed it (fusion.launch_hints, e.g. a persistent grid).
+Block reductions use a static shared workspace of one value per warp and group element.
+"""
+from __future__ import annotations
+
+from ..ir import scalar as S
+from ..kir import nodes as K
+
+_ORDER = {"x": 0, "y": 1, "z": 2}
+
+
+def launch_config(kernel: K.Kernel) -> K.Kernel:
+    ctx = kernel.ctx
+    hints = getattr(kernel.fusion, "launch_hints", {}) or {}
+    grid = [1, 1, 1]
+    block = [1, 1, 1]
+    for lp in ctx.all_loops():
+        pt = lp.parallel
+        if not pt.is_thread_or_block:
+            continue
+        dim = _ORDER[pt.value[-1]]
+        target = grid if pt.is_block_dim else block
+        target[dim] = lp.extent if target[dim] == 1 else S.smax(target[dim], lp.extent)
+    for k, key in enumerate(("grid_x", "grid_y", "grid_z")):
+        if key in hints:
+            grid[k] = hints[key]
+    for k, key in enumerate(("block_x", "block_y", "block_z")):
+        if key in hints:
+            block[k] = hints[key]
+    ws = 0
+    for s in K.walk(kernel.body):
+        if isinstance(s, (K.BlockReduce, K.GridReduce)):
+            count = s.values[0].vector if s.values else 1
+            ws = max(ws, 32 * count)
+            s.workspace = K.Buffer("pf_red_ws", s.dtype if s.dtype.size >= 4 else _f32(), "shared",
+                                   K.Const(32 * count))
+    kernel.reduction_workspace = ws
+    static_block = [b if isinstance(b, int) else b.value for b in block]
+    max_threads = None
+    if all(v is not None for v in static_block):
+        max_threads = static_block[0] * static_block[1] * static_block[2]
+    kernel.launch = K.LaunchConfig(grid=grid, block=block,
+                                   max_threads=hints.get("max_threads", max_threads),
+                                   min_blocks=hints.get("min_blocks"),
+                                   cooperative=bool(hints.get("cooperative", False)),
+                                   cluster=hints.get("cluster"))
+    return kernel
+
+
+def _f32():
+    from ..ir.dtype import DataType
+    return DataType.Float
+
+

@@ -1,0 +1,126 @@
+"""Pass `build_loops`: the loop nest of every expression.
+
+Before: a scheduled fusion (each tensor's loop domain and compute-at position).
+After:  kernel.body holds ForLoops with one TensorOp per fusion expression:
+
+    T2 = cast(T0); T3 = sum(T2) (T2 inlined into T3 at 2, T3 at 1 into T4)
+      for i0 in blockIdx.x:            <- owned by T4, shared by all
+        for i1 in 0..4:                <- T3's own loops
+          for i2 in threadIdx.x:
+            T2 = cast(T0)
+            T3 += T2
+        T4 = T3 * ...
+
+Expressions that share loops are emitted inside one ForLoop: at each depth the expressions are
+grouped by the loop they run in next, and the groups are ordered by their data dependencies.
+Limitation: a schedule that needs one loop twice (a cycle between two groups) is refused.
+"""
+from __future__ import annotations
+
+from ..ir.iter_domain import ParallelType
+from ..ir.tensor import TensorView
+from ..kir import nodes as K
+from .context import LoweringError
+from .indexing import scalar_to_kexpr
+
+_SPECIAL = {
+    ParallelType.TIDx: "threadIdx.x", ParallelType.TIDy: "threadIdx.y",
+    ParallelType.TIDz: "threadIdx.z", ParallelType.BIDx: "blockIdx.x",
+    ParallelType.BIDy: "blockIdx.y", ParallelType.BIDz: "blockIdx.z",
+}
+
+
+def build_loops(kernel: K.Kernel) -> K.Kernel:
+    ctx = kernel.ctx
+    items = []
+    for k, e in enumerate(ctx.exprs):
+        out = e.outputs[0]
+        if isinstance(out, TensorView):
+            items.append((k, e, ctx.nest(out)))
+    emitted: set = set()
+    kernel.body = _emit(items, 0, ctx, emitted)
+    return kernel
+
+
+def _emit(items, depth: int, ctx, emitted: set) -> list:
+    units: list = []       # ("expr", item) or ("loop", Loop, [items])
+    by_loop: dict = {}
+    for it in items:
+        _, e, nest = it
+        if len(nest) == depth:
+            units.append(["expr", it])
+        else:
+            lp = nest[depth]
+            if id(lp) not in by_loop:
+                by_loop[id(lp)] = ["loop", lp, []]
+                units.append(by_loop[id(lp)])
+            by_loop[id(lp)][2].append(it)
+    order = _order_units(units)
+    body: list = []
+    for u in order:
+        if u[0] == "expr":
+            _, e, nest = u[1]
+            body.append(_tensor_op(e, nest))
+            continue
+        lp, sub = u[1], u[2]
+        if id(lp) in emitted:
+            raise LoweringError(f"the schedule needs {lp!r} twice: expressions computed in it "
+                                "depend on others computed outside it in between")
+        emitted.add(id(lp))
+        body.append(_for_loop(lp, _emit(sub, depth + 1, ctx, emitted), ctx))
+    return body
+
+
+def _unit_exprs(u) -> list:
+    return [u[1][1]] if u[0] == "expr" else [it[1] for it in u[2]]
+
+
+def _order_units(units: list) -> list:
+    """Topological order of units by data dependency; ties keep fusion order."""
+    produced_by: dict = {}
+    for k, u in enumerate(units):
+        for e in _unit_exprs(u):
+            for o in e.outputs:
+                produced_by[o] = k
+    deps = []
+    for k, u in enumerate(units):
+        d = set()
+        for e in _unit_exprs(u):
+            for i in e.inputs:
+                j = produced_by.get(i)
+                if j is not None and j != k:
+                    d.add(j)
+        deps.append(d)
+    first = [min(it[0] for it in ([u[1]] if u[0] == "expr" else u[2])) for u in units]
+    done: list = []
+    placed: set = set()
+    while len(done) < len(units):
+        ready = [k for k in range(len(units)) if k not in placed and deps[k] <= placed]
+        if not ready:
+            names = [repr(units[k][1]) for k in range(len(units)) if k not in placed]
+            raise LoweringError(f"cyclic dependency between loops {names}: the schedule inlines "
+                                "tensors into loops that need each other's results")
+        k = min(ready, key=lambda x: first[x])
+        placed.add(k)
+        done.append(units[k])
+    return done
+
+
+def loop_var(lp, ctx) -> K.KExpr:
+    if lp.var is None:
+        special = _SPECIAL.get(lp.parallel)
+        lp.var = K.Special(special) if special else ctx.new_loop_var()
+    return lp.var
+
+
+def _for_loop(lp, body, ctx) -> K.ForLoop:
+    var = loop_var(lp, ctx)
+    stop = scalar_to_kexpr(lp.extent, ctx.names)
+    return K.ForLoop(var if isinstance(var, K.Var) else K.Var(repr(var)), K.Const(0), stop,
+                     K.Const(1), body, parallel=lp.parallel.name, iter_domain=lp.promoted, loop=lp)
+
+
+def _tensor_op(e, nest) -> K.TensorOp:
+    from ..ir.exprs import ReductionOp
+    return K.TensorOp(e, e.outputs[0], list(e.inputs), accumulate=isinstance(e, ReductionOp),
+                      nest=list(nest))

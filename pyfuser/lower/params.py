@@ -1,0 +1,97 @@
+"""Pass `kernel_params`: the kernel's parameters and the names of runtime values.
+
+Before: a Kernel with no parameters.
+After:  one pointer per global tensor (inputs, then outputs), one stride per logical dim that
+        needs one, one value per symbolic extent (i0, i1, ...) and per scalar input:
+
+    kernel(const bf16* T0, index_t T0_s0, ..., bf16* T5, index_t T5_s0, index_t i0, index_t i1)
+
+The innermost dim of a tensor whose allocation is contiguous there gets stride 1 as a constant,
+which lets index arithmetic fold and vector accesses be proven contiguous. Broadcast dims have no
+stride (their index is always 0). ctx.names maps each runtime Scalar to its kernel variable.
+"""
+from __future__ import annotations
+
+from ..ir.scalar import Scalar
+from ..ir.tensor import TensorView
+from ..kir import nodes as K
+
+
+def _kind_of(dtype) -> str:
+    if dtype.is_floating:
+        return "double" if dtype.size == 8 else "float"
+    if dtype.is_boolean:
+        return "bool"
+    return "int64"
+
+
+def kernel_params(kernel: K.Kernel) -> K.Kernel:
+    ctx = kernel.ctx
+    fusion = kernel.fusion
+    ctx.names = {}
+    ctx.buffers = {}
+    ctx.strides = {}
+    params: list[K.Param] = []
+
+    def add_tensor(tv: TensorView, role: str, k: int):
+        buf = K.Buffer(f"T{tv.name}", tv.dtype, "global", tv=tv)
+        ctx.buffers[tv] = buf
+        params.append(K.Param(buf.name, "ptr", (role, k), buf))
+        strides = []
+        logical = tv.domain.logical_no_reductions
+        alloc = [i for i in tv.domain.maybe_allocation if not i.is_reduction]
+        contig = [c for i, c in zip(tv.domain.maybe_allocation, _contiguity(tv)) if not i.is_reduction]
+        inner_unit = None
+        for i, c in reversed(list(zip(alloc, contig))):
+            if i.is_broadcast:
+                continue
+            if c:
+                inner_unit = i
+            break
+        for d, i in enumerate(logical):
+            if i.is_broadcast:
+                strides.append(K.Const(0))
+            elif i is inner_unit:
+                strides.append(K.Const(1))
+            else:
+                v = K.Var(f"{buf.name}_s{d}")
+                params.append(K.Param(v.name, "index", ("stride", role, k, d)))
+                strides.append(v)
+        ctx.strides[tv] = strides
+
+    for k, v in enumerate(fusion.inputs):
+        if isinstance(v, TensorView):
+            add_tensor(v, "input", k)
+        else:
+            var = K.Var(f"s{k}", _kind_of(v.dtype))
+            ctx.names[v] = var
+            params.append(K.Param(var.name, _kind_of(v.dtype), ("scalar", k)))
+    for k, v in enumerate(fusion.outputs):
+        if v not in ctx.buffers:
+            add_tensor(v, "output", k)
+    for s in symbolic_extents(fusion):
+        var = K.Var(s.symbol or f"e{s.name}")
+        ctx.names[s] = var
+        params.append(K.Param(var.name, "index", ("extent", s)))
+    kernel.params = params
+    return kernel
+
+
+def _contiguity(tv: TensorView) -> list:
+    if tv.is_output() and tv.definition is not None and not tv.is_input():
+        # Outputs are allocated dense by the executor.
+        return [None if i.is_broadcast else True for i in tv.domain.maybe_allocation]
+    return tv.domain.contiguity
+
+
+def symbolic_extents(fusion) -> list[Scalar]:
+    """Runtime extents (i0, i1, ...) of the fusion's input tensors, in order of appearance."""
+    out: list[Scalar] = []
+    for v in fusion.inputs:
+        if not isinstance(v, TensorView):
+            continue
+        for i in v.domain.logical:
+            for s in (i.extent, i.expanded_extent):
+                if isinstance(s, Scalar) and s.value is None and s.definition is None and s not in out:
+                    out.append(s)
+    return out

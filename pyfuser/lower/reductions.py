@@ -1,0 +1,88 @@
+"""Pass `lower_reductions`: accumulators, their initial values and cross-thread reductions.
+
+Before: a reduction is a TensorOp `T3 += T2` inside T3's loops.
+After:
+    float T3[1];
+    T3[0] = 0;                                   <- InitValue, where T3 is allocated
+    for i1 in 0..4: for threadIdx.x: T3[0] += T2[...]
+    blockReduce<x>(T3[0 .. group))               <- after the outermost reduction loop, when a
+                                                    reduction axis is bound to threads
+Every thread holds the result afterwards (an all-reduce), so consumers read T3 in any thread.
+Reduction axes bound to blocks need a grid reduction (workspace + grid barrier in a cooperative
+launch); values of iteration axes inside the reduction loops are reduced together (grouped).
+Limitation: a reduction's output must be a register tensor (schedulers cache_before outputs).
+"""
+from __future__ import annotations
+
+from ..ir.exprs import ReductionOp
+from ..ir.tensor import MemoryType
+from ..kir import nodes as K
+from .context import LoweringError
+
+_DIM = {"TIDx": "x", "TIDy": "y", "TIDz": "z", "BIDx": "x", "BIDy": "y", "BIDz": "z"}
+
+
+def lower_reductions(kernel: K.Kernel) -> K.Kernel:
+    ctx = kernel.ctx
+    ctx.reduction_sites = []
+    _visit(kernel.body, [], kernel)
+    return kernel
+
+
+def _visit(body: list, parents: list, kernel) -> None:
+    k = 0
+    while k < len(body):
+        s = body[k]
+        if isinstance(s, K.ForLoop):
+            _visit(s.body, parents + [s], kernel)
+        elif isinstance(s, K.Allocate) and s.buffer.tv is not None:
+            d = s.buffer.tv.definition
+            if isinstance(d, ReductionOp):
+                body.insert(k + 1, K.InitValue(s.buffer, d.init, s.buffer.tv))
+                k += 1
+        elif isinstance(s, K.TensorOp) and isinstance(s.expr, ReductionOp):
+            _place_cross_thread(s, parents, kernel)
+        k += 1
+
+
+def _place_cross_thread(op: K.TensorOp, parents: list, kernel) -> None:
+    ctx = kernel.ctx
+    tv = op.out
+    if tv.memory_type != MemoryType.Local:
+        raise LoweringError(f"T{tv.name} is the output of a reduction in {tv.memory_type.name.lower()} "
+                            "memory; reduce into registers (cache_before the output)")
+    own = ctx.nest(tv)[len(ctx.nest(tv)) - (len(tv.domain.loop) - tv.compute_at_pos):]
+    red_loops = [lp for lp in own if lp.id.is_reduction]
+    thread_dims = tuple(sorted({_DIM[lp.parallel.name] for lp in red_loops
+                                if lp.parallel.is_thread_dim}))
+    block_dims = tuple(sorted({_DIM[lp.parallel.name] for lp in red_loops
+                               if lp.parallel.is_block_dim}))
+    if not thread_dims and not block_dims:
+        return
+    if ctx.reduction_sites and any(s[0] is tv for s in ctx.reduction_sites):
+        return
+    first = red_loops[0]
+    # Find the ForLoop of the outermost reduction loop; the block reduction follows it.
+    idx = next((n for n, f in enumerate(parents) if f.loop is first), None)
+    if idx is None:
+        raise LoweringError(f"T{tv.name}: its reduction loop is not around its reduction")
+    loop_stmt = parents[idx]
+    scope = parents[idx - 1].body if idx > 0 else kernel.body
+    pos = scope.index(loop_stmt)
+    inner_iter = [lp for lp in own[own.index(first):] if not lp.id.is_reduction]
+    stmts = []
+    if thread_dims:
+        stmts.append(("block", thread_dims))
+    if block_dims:
+        stmts.append(("grid", block_dims))
+    new = []
+    for kind, dims in stmts:
+        if kind == "block":
+            node = K.BlockReduce([], op.expr.op.value, tv.dtype, dims, None)
+        else:
+            node = K.GridReduce([], op.expr.op.value, tv.dtype, dims, None, None, None)
+        node.tv = tv
+        node.inner_loops = inner_iter
+        new.append(node)
+    scope[pos + 1:pos + 1] = new
+    ctx.reduction_sites.append((tv, new))

@@ -1,0 +1,55 @@
+"""Pass `insert_syncs`: block barriers between shared-memory writes and reads.
+
+Before: T5_s[threadIdx.x] = ...;  ... = T5_s[31 - threadIdx.x];
+After:  T5_s[threadIdx.x] = ...;  __syncthreads();  ... = T5_s[31 - threadIdx.x];
+
+Within one scope, a statement that reads a shared buffer written earlier in the scope (and not
+yet synchronized) gets a barrier before it; a loop whose body writes a shared buffer that an
+earlier statement of the body reads gets a barrier at the end of the body (the next iteration
+would overwrite data another thread may still read). Block reductions synchronize internally.
+Limitation: buffers written and read only through mbarrier-guarded TMA copies are left to the
+circular-buffer pass.
+"""
+from __future__ import annotations
+
+from ..kir import nodes as K
+
+
+def _accesses(s) -> tuple[set, set]:
+    reads, writes = set(), set()
+    for x in K.walk([s]):
+        if isinstance(x, K.TensorOp):
+            if isinstance(x.out, K.TensorIndex) and x.out.buffer.memory == "shared":
+                writes.add(x.out.buffer)
+            for i in x.ins:
+                if isinstance(i, K.TensorIndex) and i.buffer.memory == "shared":
+                    reads.add(i.buffer)
+    return reads, writes
+
+
+def insert_syncs(kernel: K.Kernel) -> K.Kernel:
+    kernel.body = _scope(kernel.body)
+    return kernel
+
+
+def _scope(body: list) -> list:
+    out: list = []
+    dirty: set = set()
+    for s in body:
+        if isinstance(s, K.ForLoop):
+            s.body = _scope(s.body)
+            reads, writes = _accesses(s)
+            if reads & writes and s.parallel in ("Serial", "GridStride", "Unroll"):
+                s.body.append(K.BlockSync())
+        elif isinstance(s, K.IfThenElse):
+            s.then_body = _scope(s.then_body)
+            s.else_body = _scope(s.else_body)
+        reads, writes = _accesses(s)
+        if reads & dirty:
+            out.append(K.BlockSync())
+            dirty.clear()
+        if isinstance(s, (K.BlockSync, K.BlockReduce, K.GridReduce, K.GridSync)):
+            dirty.clear()
+        out.append(s)
+        dirty |= writes
+    return out

@@ -1,0 +1,88 @@
+"""A compiled kernel for a scheduled fusion, and what it needs at launch.
+
+Everything decided at compile time lives here: the kernel's parameters and where each value
+comes from, the launch dimensions as expressions of the symbolic extents, and the text of every
+stage (fusion IR, scheduled IR, heuristics, kernel IR, CUDA, ptxas) so `explain`, dumps and
+tests can show them.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from .. import options as opts
+from ..codegen.cuda import generate_cuda
+from ..ir import scalar as S
+from ..kir.printer import kernel_str
+from ..lower import lower
+
+ARCH = "sm_90a"
+_PARAM_KIND = {"ptr": "ptr", "int64": "i64", "float": "f32", "double": "f64", "bool": "i32"}
+
+
+@dataclasses.dataclass(eq=False)
+class FusionKernel:
+    name: str
+    scheduler: str
+    params: object                 # the heuristic dataclass
+    index_type: str
+    fusion: object                 # the scheduled clone
+    kernel: object                 # kir Kernel
+    source: str
+    module: object = None          # CompiledModule (None until compiled)
+    compile_source: str = ""       # "memory" | "disk" | "compiled"
+    stages: dict = dataclasses.field(default_factory=dict)
+    _loaded: dict = dataclasses.field(default_factory=dict)
+
+    @property
+    def param_kinds(self) -> list[str]:
+        out = []
+        for p in self.kernel.params:
+            if p.kind == "index":
+                out.append("i32" if self.index_type == "int" else "i64")
+            else:
+                out.append(_PARAM_KIND.get(p.kind, p.kind))
+        return out
+
+    def loaded(self, device_index: int):
+        k = self._loaded.get(device_index)
+        if k is None:
+            from .launch import load
+            k = self._loaded[device_index] = load(self.module, device_index)
+        return k
+
+    def launch_dims(self, bindings: dict) -> tuple[tuple, tuple]:
+        """(grid, block) for the clone's extents bound in `bindings` (clone Scalar -> int)."""
+        env = dict(bindings)
+        grid = tuple(max(1, int(S.evaluate(g, env))) for g in self.kernel.launch.grid)
+        block = tuple(max(1, int(S.evaluate(b, env))) for b in self.kernel.launch.block)
+        return grid, block
+
+
+def build_kernel(fusion, scheduler, params, index_type: str, name: str,
+                 compile_now: bool = True) -> FusionKernel:
+    """Schedule `fusion` (a clone, mutated), lower it, print CUDA and compile it."""
+    before = repr(fusion)
+    scheduler.schedule(fusion, params)
+    scheduled = repr(fusion)
+    transforms = fusion.print_transforms()
+    kernel = lower(fusion, name, index_type=index_type)
+    source = generate_cuda(kernel)
+    fk = FusionKernel(name, scheduler.NAME, params, index_type, fusion, kernel, source)
+    fk.stages = {
+        "fusion_ir": before, "scheduled_ir": scheduled, "transforms": transforms,
+        "heuristics": params.describe() if hasattr(params, "describe") else repr(params),
+        "kernel_ir": kernel_str(kernel), "cuda": source,
+    }
+    for stage in ("scheduled_ir", "transforms", "heuristics", "cuda"):
+        opts.dump(stage, name, fk.stages[stage])
+    if compile_now:
+        compile_kernel(fk)
+    return fk
+
+
+def compile_kernel(fk: FusionKernel) -> FusionKernel:
+    from .kernel_cache import get_or_compile
+    fk.module, fk.compile_source = get_or_compile(fk.source, fk.name, arch=ARCH)
+    fk.stages["ptxas"] = fk.module.ptxas.summary() + "\n" + "\n".join(fk.module.ptxas.warnings)
+    opts.dump("ptxas", fk.name, fk.stages["ptxas"])
+    return fk

@@ -1,0 +1,145 @@
+"""Pointwise scheduler: fusions without reductions, one flat loop over the output.
+
+Kernel shape (bf16, 16-byte vectors, 128 threads, unroll 2):
+
+    for blockIdx.x:                       output flattened in its memory order, split as
+      for u in 0..2 (unrolled):           [ceilDiv(n, 8*128*2)] x [2] x [128] x [8]
+        for threadIdx.x:
+          8 elements: one 16-byte load per input, math in registers, one 16-byte store
+
+Broadcast inputs read through the flat index (e.g. a bias is indexed by flat % N). Inputs whose
+layout differs from the output's are read with their own strides (correct, not coalesced).
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from ...ir.iter_domain import ParallelType as PT
+from ...ir.tensor import TensorView
+from .. import cache_after, cache_before, inline_most, parallelize_like, propagate_transforms
+from .base import RuntimeInfo, SchedulerError, pow2_divisor, reduction_tensors
+
+NAME = "pointwise"
+
+
+@dataclasses.dataclass(frozen=True)
+class PointwiseParams:
+    vector: int = 1          # elements per thread per access (the innermost split)
+    threads: int = 128       # threads per block (TIDx)
+    unroll: int = 1          # vectors per thread, strided by threads * vector
+    vector_inputs: tuple = ()  # fusion input positions read with vector loads
+    note: str = ""
+
+    def describe(self) -> str:
+        return (f"pointwise: {self.threads} threads, vector {self.vector}, unroll {self.unroll}, "
+                f"vector loads for inputs {list(self.vector_inputs)}"
+                + (f" ({self.note})" if self.note else ""))
+
+
+def can_schedule(fusion) -> tuple[bool, str]:
+    if reduction_tensors(fusion):
+        return False, "the fusion has reductions"
+    if not any(isinstance(o, TensorView) for o in fusion.outputs):
+        return False, "no tensor outputs"
+    ref = _reference(fusion)
+    for o in fusion.outputs:
+        if len(o.domain.logical_no_reductions) != len(ref.domain.logical_no_reductions):
+            return False, "outputs of different ranks"
+    return True, "no reductions: one flat loop over the output"
+
+
+def _reference(fusion) -> TensorView:
+    return max(fusion.outputs, key=lambda o: len(o.domain.logical_no_reductions))
+
+
+def _vectorizable_inputs(fusion, info: RuntimeInfo) -> list[tuple[int, TensorView]]:
+    out = []
+    for k, v in enumerate(fusion.inputs):
+        if isinstance(v, TensorView) and fusion.uses_of(v):
+            out.append((k, v))
+    return out
+
+
+def compute_heuristics(fusion, info: RuntimeInfo) -> PointwiseParams:
+    ref = _reference(fusion)
+    logical = ref.domain.logical_no_reductions
+    numel = 1
+    for i in logical:
+        numel *= info.extent(i.user_extent if i.is_broadcast else i.extent)
+    if numel == 0:
+        return PointwiseParams(note="empty output")
+    inner = logical[-1] if logical else None
+    inner_ext = info.extent(inner.extent) if inner is not None and not inner.is_broadcast else 1
+    # The outputs are allocated dense and aligned: the vector width is what their innermost dim
+    # allows; each input then gets vector loads only where its own layout allows that width.
+    max_bytes = max(t.dtype.size for t in fusion.outputs)
+    vector = pow2_divisor(inner_ext, max(1, 16 // max_bytes))
+    vector_inputs = tuple(k for k, v in _vectorizable_inputs(fusion, info)
+                          if vector > 1 and v.dtype.size * vector <= 16
+                          and _input_vector_limit(v, info.inputs[k], vector) == vector)
+    threads = 128
+    per_block = threads * vector
+    unroll = 1
+    sms = info.device.sm_count
+    # Unroll only when the grid would still have several waves of blocks: more bytes in flight
+    # per thread without starving the SMs.
+    while unroll < 4 and numel >= per_block * unroll * 2 * sms * 8:
+        unroll *= 2
+    return PointwiseParams(vector=vector, threads=threads, unroll=unroll, vector_inputs=vector_inputs)
+
+
+def _input_vector_limit(v: TensorView, facts, vector: int) -> int:
+    """The widest vector (<= vector) this input can be read with: its innermost logical dim must
+    be contiguous (stride 1), its pointer aligned and its other strides multiples of it."""
+    if facts is None:
+        return vector
+    sizes, strides = facts.sizes, facts.strides
+    logical = v.domain.logical
+    if not logical:
+        return vector
+    last = len(logical) - 1
+    if logical[last].is_broadcast:
+        return 1 if any(not i.is_broadcast for i in logical) else vector
+    if strides[last] != 1 and sizes[last] != 1:
+        return 1
+    limit = pow2_divisor(facts.alignment // v.dtype.size if facts.alignment >= v.dtype.size else 1, vector)
+    for d in range(last):
+        if sizes[d] != 1 and strides[d] != 0:
+            limit = min(limit, pow2_divisor(strides[d], limit))
+    return max(1, limit)
+
+
+def schedule(fusion, params: PointwiseParams) -> None:
+    caches = {k: cache_after(v) for k, v in enumerate(fusion.inputs)
+              if isinstance(v, TensorView) and fusion.uses_of(v)}
+    outputs = [o for o in fusion.outputs if o.definition is not None]
+    for o in outputs:
+        cache_before(o)
+    ref = _reference(fusion)
+    _flatten_in_memory_order(ref)
+    ref.split(0, params.vector)
+    ref.split(0, params.threads)
+    if params.unroll > 1:
+        ref.split(0, params.unroll)
+        ref.parallelize(0, PT.BIDx).parallelize(1, PT.Unroll).parallelize(2, PT.TIDx)
+    else:
+        ref.parallelize(0, PT.BIDx).parallelize(1, PT.TIDx)
+    propagate_transforms(ref)
+    parallelize_like(ref, parallel_types={PT.BIDx, PT.TIDx, PT.Unroll})
+    if params.vector > 1:
+        for tv in [caches[k] for k in params.vector_inputs] + outputs:
+            tv.parallelize(-1, PT.Vectorize)
+    inline_most(fusion=fusion)
+
+
+def _flatten_in_memory_order(ref: TensorView) -> None:
+    """Merge the reference's dims into one, outermost first in its allocation order."""
+    logical = ref.domain.logical_no_reductions
+    alloc = [i for i in ref.domain.maybe_allocation if not i.is_reduction]
+    order = [logical.index(i) for i in alloc]
+    if order != list(range(len(logical))):
+        ref.reorder({old: new for new, old in enumerate(order)})
+    if not ref.domain.loop:
+        raise SchedulerError("pointwise: a 0-dim output")
+    while len(ref.domain.loop) > 1:
+        ref.merge(0, 1)

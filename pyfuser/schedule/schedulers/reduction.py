@@ -1,0 +1,203 @@
+"""Reduction scheduler: sums, maxima and minima whose results are not broadcast back.
+
+Inner reduction (the reduced dims are innermost in memory), e.g. row sums of [M, N]:
+
+    for blockIdx.x: for threadIdx.y (rows of this block):        rf = per-thread partial
+      for r in serial: for u in U (unrolled): for threadIdx.x:     over 16-byte vectors
+        partial += x[row, ((r * U + u) * Bx + tidx) * V + 0..V)
+      sum = block_allreduce_x(partial); tidx 0 writes out[row]
+
+Outer reduction (the reduced dims are outermost), e.g. column sums of [M, N]:
+
+    for blockIdx.x (column tiles of Bx * V): for threadIdx.x, V columns each:
+      for r in serial: for u in U: for threadIdx.y:  partial[0..V) += x[row, cols]
+      sum[0..V) = block_allreduce_y_group<V>(partial); tidy 0 writes out[cols]
+
+Limitations: no split of one reduction across blocks yet (a few long rows use few SMs);
+reductions of mixed inner and outer dims are refused.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from ...ir.iter_domain import ParallelType as PT
+from ...ir.tensor import TensorView
+from .. import (cache_after, cache_before, inline_most, parallelize_like, propagate_transforms,
+                rfactor)
+from .base import RuntimeInfo, SchedulerError, pow2_divisor, reduction_tensors
+
+NAME = "reduction"
+
+
+@dataclasses.dataclass(frozen=True)
+class ReductionParams:
+    inner: bool              # reduced dims innermost in memory
+    vector: int              # elements per vector access along the contiguous dim
+    bdimx: int
+    bdimy: int
+    unroll: int              # independent vector loads per thread per serial step
+    vector_inputs: tuple = ()
+
+    def describe(self) -> str:
+        kind = "inner" if self.inner else "outer"
+        return (f"reduction ({kind}): block {self.bdimx}x{self.bdimy}, vector {self.vector}, "
+                f"unroll {self.unroll}, vector loads for inputs {list(self.vector_inputs)}")
+
+
+def broadcast_back(fusion, red: TensorView, graph=None) -> bool:
+    """True if a tensor computed from the reduction's result still has the reduced dims, i.e. the
+    result is broadcast back over them (a normalization or softmax): a persistent pattern."""
+    from ...ir.id_graph import IdGraph
+    graph = graph or IdGraph(fusion)
+    red_ids = [i for i in red.domain.maybe_root if i.is_reduction]
+    stack, seen = [red], set()
+    while stack:
+        t = stack.pop()
+        for c in fusion.consumers(t):
+            if c in seen:
+                continue
+            seen.add(c)
+            if any(graph.mapped(i, r) for i in c.domain.logical if not i.is_broadcast
+                   for r in red_ids):
+                return True
+            stack.append(c)
+    return False
+
+
+def _layout(red: TensorView):
+    """(inner, reduced logical positions): which end of the memory order the reduction is at."""
+    root = red.domain.maybe_root
+    rpos = [k for k, i in enumerate(root) if i.is_reduction and not (i.extent.value == 1)]
+    ipos = [k for k, i in enumerate(root) if not i.is_reduction and not i.is_broadcast]
+    if not rpos:
+        return True, rpos
+    if not ipos or min(rpos) > max(ipos):
+        return True, rpos
+    if max(rpos) < min(ipos):
+        return False, rpos
+    return None, rpos
+
+
+def can_schedule(fusion) -> tuple[bool, str]:
+    reds = reduction_tensors(fusion)
+    if not reds:
+        return False, "no reductions"
+    ref = reds[0]
+    for r in reds:
+        if [i.is_reduction for i in r.domain.maybe_root] != [i.is_reduction for i in ref.domain.maybe_root]:
+            return False, "reductions over different dims"
+        if broadcast_back(fusion, r):
+            return False, f"T{r.name} is broadcast back to the reduced shape (a normalization)"
+    inner, _ = _layout(ref)
+    if inner is None:
+        return False, "reduced dims interleave with kept dims in memory order"
+    for o in fusion.outputs:
+        if len(o.domain.logical_no_reductions) != len(ref.domain.logical_no_reductions):
+            return False, "an output of another rank than the reduction"
+    for v in fusion.inputs:
+        if isinstance(v, TensorView) and len(v.domain.logical) != len(ref.domain.maybe_root):
+            return False, "an input of another rank than the reduction's input"
+    return True, ("inner" if inner else "outer") + " reduction, results not broadcast back"
+
+
+def compute_heuristics(fusion, info: RuntimeInfo) -> ReductionParams:
+    red = reduction_tensors(fusion)[0]
+    inner, rpos = _layout(red)
+    root = red.domain.maybe_root
+    ext = [info.extent(i.extent) if not i.is_broadcast else 1 for i in root]
+    red_n = 1
+    for k in rpos:
+        red_n *= ext[k]
+    iter_n = 1
+    for k, e in enumerate(ext):
+        if k not in rpos:
+            iter_n *= e
+    contiguous_ext = ext[-1]
+    in_bytes = max([v.dtype.size for v in fusion.inputs if isinstance(v, TensorView)] + [1])
+    vector = pow2_divisor(contiguous_ext, max(1, 16 // in_bytes))
+    vector_inputs = []
+    for k, v in enumerate(fusion.inputs):
+        if isinstance(v, TensorView) and fusion.uses_of(v):
+            f = info.inputs[k]
+            ok = (f is not None and f.strides[-1] == 1 and f.alignment >= vector * v.dtype.size and
+                  all(s % vector == 0 for d, s in enumerate(f.strides[:-1]) if f.sizes[d] != 1))
+            if ok and vector > 1:
+                vector_inputs.append(k)
+    if not vector_inputs:
+        vector = 1
+    if inner:
+        vecs = max(1, red_n // vector)
+        bdimx = 32
+        while bdimx < 512 and vecs >= bdimx * 2 * 4:
+            bdimx *= 2
+        bdimy = max(1, min(256 // bdimx, _pow2_floor(iter_n)))
+        unroll = 4 if vecs >= bdimx * 4 else (2 if vecs >= bdimx * 2 else 1)
+        return ReductionParams(True, vector, bdimx, bdimy, unroll, tuple(vector_inputs))
+    # Outer: enough column tiles to fill the SMs, rows across threadIdx.y.
+    cols = max(1, iter_n // vector)
+    sms = info.device.sm_count
+    bdimx = 32
+    while bdimx > 4 and cols // bdimx < sms:
+        bdimx //= 2
+    bdimy = max(1, min(256 // bdimx, _pow2_floor(red_n)))
+    unroll = 4 if red_n >= bdimy * 4 else 1
+    return ReductionParams(False, vector, bdimx, bdimy, unroll, tuple(vector_inputs))
+
+
+def _pow2_floor(x: int) -> int:
+    v = 1
+    while v * 2 <= x:
+        v *= 2
+    return v
+
+
+def _merge_dims(red: TensorView, rpos: list[int]) -> tuple[int, int]:
+    """Merge the reduction's kept dims into one and its reduced dims into one.
+    Returns the loop positions (iteration, reduction) after merging."""
+    n = len(red.domain.loop)
+    keep = [k for k in range(n) if k not in rpos]
+    order = keep + rpos
+    red.reorder({old: new for new, old in enumerate(order)})
+    nk, nr = len(keep), len(rpos)
+    for _ in range(nk - 1):
+        red.merge(0, 1)
+    if nk == 0:
+        raise SchedulerError("reduction: no kept dims (a full reduction); not supported yet")
+    for _ in range(nr - 1):
+        red.merge(1, 2)
+    return 0, 1
+
+
+def schedule(fusion, p: ReductionParams) -> None:
+    caches = {k: cache_after(v) for k, v in enumerate(fusion.inputs)
+              if isinstance(v, TensorView) and fusion.uses_of(v)}
+    for o in list(fusion.outputs):
+        if o.definition is not None:
+            cache_before(o)
+    reds = reduction_tensors(fusion)
+    red = reds[0]
+    _, rpos = _layout(red)
+    _merge_dims(red, rpos)
+    if p.inner:
+        # [I, R] -> [I/By, By, R/(V*Bx*U), U, Bx, V]
+        red.split(1, p.vector).split(1, p.bdimx).split(1, p.unroll)
+        red.split(0, p.bdimy)
+        red.parallelize(0, PT.BIDx).parallelize(1, PT.TIDy).parallelize(4, PT.TIDx)
+        rf = rfactor(red, [2, 3, 5])
+    else:
+        # [I, R] -> [I/(V*Bx), Bx, V] x [R/(By*U), U, By] ordered
+        # [I/(V*Bx), R/(By*U), U, By, Bx, V]
+        red.split(0, p.vector).split(0, p.bdimx)
+        red.split(3, p.bdimy).split(3, p.unroll)
+        red.reorder([0, 3, 4, 5, 1, 2])
+        red.parallelize(0, PT.BIDx).parallelize(3, PT.TIDy).parallelize(4, PT.TIDx)
+        rf = rfactor(red, [1, 2])
+    propagate_transforms(rf)
+    parallelize_like(rf, parallel_types={PT.BIDx, PT.TIDx, PT.TIDy})
+    for k in p.vector_inputs:
+        if p.vector > 1:
+            caches[k].parallelize(-1, PT.Vectorize)
+    for o in fusion.outputs:
+        if p.vector > 1 and not p.inner:
+            o.parallelize(-1, PT.Vectorize)
+    inline_most(fusion=fusion)

@@ -1,0 +1,46 @@
+"""Which scheduler takes a fusion, and why.
+
+Schedulers are tried in order; the first whose can_schedule accepts the whole fusion wins.
+A fusion none accepts runs through the reference evaluator with a warning (never a wrong result);
+the executor reports that in RunInfo so tests notice.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from . import pointwise, reduction
+
+
+@dataclasses.dataclass(frozen=True)
+class Choice:
+    scheduler: object | None     # the scheduler module, or None
+    reason: str                  # why it was chosen, or why none was
+    rejected: tuple = ()         # (name, reason) of the schedulers tried before
+
+
+SCHEDULERS = [reduction, pointwise]
+
+
+def register(module, first: bool = True) -> None:
+    """Add a scheduler module (NAME, can_schedule, compute_heuristics, schedule)."""
+    if module in SCHEDULERS:
+        return
+    SCHEDULERS.insert(0 if first else len(SCHEDULERS), module)
+
+
+def choose(fusion) -> Choice:
+    rejected = []
+    for s in SCHEDULERS:
+        ok, why = s.can_schedule(fusion)
+        if ok:
+            return Choice(s, why, tuple(rejected))
+        rejected.append((s.NAME, why))
+    reasons = "; ".join(f"{n}: {w}" for n, w in rejected)
+    return Choice(None, f"no scheduler takes the whole fusion ({reasons})", tuple(rejected))
+
+
+def by_name(name: str):
+    for s in SCHEDULERS:
+        if s.NAME == name:
+            return s
+    raise KeyError(f"no scheduler named {name!r}; have {[s.NAME for s in SCHEDULERS]}")

@@ -1,0 +1,51 @@
+"""Checks the GPU tests and the benchmark share: run a fusion, compare with float64."""
+from __future__ import annotations
+
+from .ir.dtype import DataType, from_torch
+
+# ||out - ref|| / ||ref|| allowed per output dtype (the issue's bars).
+TOLERANCE = {
+    DataType.BFloat16: 1e-2, DataType.Half: 2e-3, DataType.Float: 1e-4, DataType.Double: 1e-10,
+    DataType.Int: 0.0, DataType.Int32: 0.0, DataType.Bool: 0.0,
+}
+
+
+def rel_error(out, ref) -> float:
+    """||out - ref|| / ||ref|| in float64; NaN anywhere (an unwritten element) gives inf."""
+    o, r = out.double(), ref.double().to(out.device)
+    if o.shape != r.shape:
+        raise AssertionError(f"shape {tuple(o.shape)} != reference shape {tuple(r.shape)}")
+    if not bool(o.isfinite().all() == r.isfinite().all()) or bool((o.isnan() & ~r.isnan()).any()):
+        return float("inf")
+    denom = r.norm().item()
+    diff = (o - r).norm().item()
+    return diff / denom if denom > 0 else diff
+
+
+def run_and_check(fd, inputs, *, scheduler: str | tuple | None = None, kernels: int = 1,
+                  options: dict | None = None):
+    """Execute with poisoned outputs, compare every output with the float64 reference evaluator,
+    and check what ran (scheduler names, number of kernels, no reference fallback)."""
+    from .runtime.inputs import check_inputs
+    from .runtime.reference import evaluate
+
+    opts = {"enable": ["poison_outputs"]}
+    if options:
+        for k, v in options.items():
+            opts[k] = list(opts.get(k, [])) + list(v) if k in ("enable", "disable", "dump") else v
+    outs = fd.execute(inputs, options=opts)
+    run = fd.last_run
+    if kernels:
+        assert run.kind == "kernels", f"expected generated kernels, ran {run}"
+        assert run.num_kernels == kernels, f"expected {kernels} kernel(s), ran {run}"
+        if scheduler is not None:
+            want = (scheduler,) if isinstance(scheduler, str) else tuple(scheduler)
+            assert run.schedulers == want, f"expected schedulers {want}, ran {run.schedulers}"
+    bindings = check_inputs(fd.fusion, inputs)
+    refs = evaluate(fd.fusion, list(inputs), promote_to_double=True, extent_bindings=bindings)
+    for k, (o, r) in enumerate(zip(outs, refs)):
+        tol = TOLERANCE[from_torch(o.dtype)]
+        err = rel_error(o, r)
+        assert err <= tol, (f"output {k} ({o.dtype}, shape {tuple(o.shape)}): relative error "
+                            f"{err:.3e} > {tol:.0e}; ran {run}")
+    return outs

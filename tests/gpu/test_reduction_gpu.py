@@ -1,0 +1,90 @@
+"""Reduction kernels on the GPU against the float64 reference evaluator."""
+import pytest
+import torch
+
+from pyfuser import DataType, FusionDefinition
+from pyfuser.runtime.executor import FallbackWarning
+from pyfuser import catalogue
+from pyfuser.testing import run_and_check
+
+pytestmark = [pytest.mark.gpu,
+              pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
+
+DTYPES = [torch.bfloat16, torch.float16, torch.float32]
+SHAPES = [(1, 1), (7, 1023), (1023, 7), (4097, 33), (3, 2 ** 20 + 3), (2 ** 14 + 1, 17)]
+
+
+def _dt(t):
+    return {torch.bfloat16: DataType.BFloat16, torch.float16: DataType.Half,
+            torch.float32: DataType.Float}[t]
+
+
+def _reduce(op, dim, dtype, keepdim=False):
+    with FusionDefinition(f"{op}{dim}") as fd:
+        x = fd.define_tensor([-1, -1], dtype=_dt(dtype))
+        xf = fd.ops.cast(x, DataType.Float)
+        r = getattr(fd.ops, op)(xf, [dim], keepdim=keepdim)
+        fd.add_output(fd.ops.cast(r, _dt(dtype)))
+    return fd
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("dim", [0, 1])
+def test_sum(dtype, shape, dim):
+    fd = _reduce("sum", dim, dtype)
+    run_and_check(fd, [torch.randn(shape, device="cuda", dtype=dtype)], scheduler="reduction")
+
+
+@pytest.mark.parametrize("op", ["max", "min"])
+@pytest.mark.parametrize("dim", [0, 1])
+def test_max_min(op, dim):
+    fd = _reduce(op, dim, torch.float32)
+    run_and_check(fd, [torch.randn(1000, 3001, device="cuda")], scheduler="reduction")
+
+
+def test_max_propagates_nan():
+    fd = _reduce("max", 1, torch.float32)
+    x = torch.randn(64, 4096, device="cuda")
+    x[5, 77] = float("nan")
+    out = fd.execute([x])[0]
+    assert torch.isnan(out[5]) and not torch.isnan(out[torch.arange(64) != 5]).any()
+
+
+@pytest.mark.parametrize("name", ["row_sum", "col_sum"])
+def test_catalogue_sums(name):
+    fd = catalogue.define(name)
+    run_and_check(fd, catalogue.make_inputs(name, 2048, 4096, device="cuda"), scheduler="reduction")
+
+
+def test_noncontiguous_reduction_input():
+    with FusionDefinition() as fd:
+        x = fd.define_tensor([-1, -1], contiguity=[False, True], dtype=DataType.Float)
+        fd.add_output(fd.ops.sum(x, [1]))
+    x = torch.randn(300, 700, device="cuda")[:, 13:613]
+    run_and_check(fd, [x], scheduler="reduction")
+
+
+def test_keepdim_and_mean():
+    with FusionDefinition() as fd:
+        x = fd.define_tensor([-1, -1], dtype=DataType.Float)
+        fd.add_output(fd.ops.mean(x, [1], keepdim=True))
+    run_and_check(fd, [torch.randn(513, 1000, device="cuda")], scheduler="reduction")
+
+
+def test_fusion_without_scheduler_warns_and_falls_back():
+    fd = catalogue.define("softmax")
+    x = catalogue.make_inputs("softmax", 64, 256, device="cuda")
+    with pytest.warns(FallbackWarning):
+        out = fd.execute(x)
+    assert fd.last_run.kind == "reference" and fd.last_run.num_kernels == 0
+    assert "broadcast back" in fd.last_run.reason
+    ref = torch.softmax(x[0].float(), -1)
+    assert (out[0].float() - ref).norm() / ref.norm() < 1e-2
+
+
+def test_fallback_can_be_disabled():
+    fd = catalogue.define("softmax")
+    with pytest.raises(RuntimeError, match="reference fallback is disabled"):
+        fd.execute(catalogue.make_inputs("softmax", 8, 64, device="cuda"),
+                   options={"disable": ["reference_fallback"]})
