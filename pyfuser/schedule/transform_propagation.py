@@ -13,7 +13,8 @@ import heapq
 import itertools
 
 from ..ir.id_graph import IdGraph, producer_consumer_pairs
-from ..ir.iter_domain import Merge, Split, id_exprs_between, merge_ids, merged_iter_type, split_id
+from ..ir.iter_domain import (Merge, Split, ancestors, id_exprs_between, merge_ids,
+                              merged_iter_type, split_id)
 from ..ir.tensor import ParallelType, TensorView
 
 
@@ -78,15 +79,42 @@ def replay(src: TensorView, dst: TensorView, src_to_dst: dict, src_start: str) -
     dst.domain.loop = ordered
 
 
+def _reference_info(tv: TensorView, side_info: dict, side: str) -> dict:
+    """Which reference IDs each root and logical ID of tv carries, given them on one side.
+
+    `side_info` maps IDs of tv's root ("root") or logical ("logical") domain to sets of
+    reference IDs; the other side is derived through tv's root -> logical transforms.
+    """
+    root = tv.domain.maybe_root
+    info = {i: frozenset(v) for i, v in side_info.items()}
+    for lid in tv.domain.logical:
+        anc = ancestors(lid, root)
+        if side == "root":
+            info[lid] = frozenset().union(*(info.get(a, frozenset()) for a in anc))
+        else:
+            for a in anc:
+                info[a] = info.get(a, frozenset()) | info.get(lid, frozenset())
+    return info
+
+
+def _edge_info(info: dict, mapping: dict) -> dict:
+    return {nb_id: info[tv_id] for tv_id, nb_id in mapping.items() if info.get(tv_id)}
+
+
 def propagate_transforms(reference: TensorView, tensors=None) -> list[TensorView]:
     """Replay reference's loop transforms onto every tensor of its fusion (or `tensors`).
 
-    Returns the tensors in the order they were reached. Tensors already inlined keep their loops.
+    Each tensor is reached along the path that keeps the most of the reference's root IDs (a
+    broadcast ID mapped from a reference ID carries it too, so a norm's broadcast tensor is
+    reached through the full-rank tensor it feeds, and its broadcast dim gets the reference's
+    transforms). Returns the tensors in the order they were reached. Tensors already inlined
+    keep their loops.
     """
     fusion = reference.fusion
     allowed = None if tensors is None else set(tensors) | {reference}
     counter = itertools.count()
-    info = {reference: len(reference.domain.maybe_root)}
+    ref_root = reference.domain.maybe_root
+    info = {reference: _reference_info(reference, {i: {i} for i in ref_root}, "root")}
     visited = {reference}
     order = [reference]
     heap: list = []
@@ -95,8 +123,8 @@ def propagate_transforms(reference: TensorView, tensors=None) -> list[TensorView
         for nb, mapping, start in _neighbours(fusion, tv):
             if nb in visited or (allowed is not None and nb not in allowed):
                 continue
-            score = min(info[tv], sum(1 for a, b in mapping.items()
-                                      if not (a.is_broadcast and b.is_broadcast)))
+            carried = _edge_info(info[tv], mapping)
+            score = len(frozenset().union(*carried.values())) if carried else 0
             heapq.heappush(heap, (-score, next(counter), tv, nb, mapping, start))
 
     push(reference)
@@ -105,7 +133,9 @@ def propagate_transforms(reference: TensorView, tensors=None) -> list[TensorView
         if dst in visited:
             continue
         visited.add(dst)
-        info[dst] = -neg
+        # dst is src's producer when src's mapped IDs are its root: they land on dst's logical.
+        dst_side = "logical" if start == "root" else "root"
+        info[dst] = _reference_info(dst, _edge_info(info[src], mapping), dst_side)
         replay(src, dst, mapping, start)
         order.append(dst)
         push(dst)
