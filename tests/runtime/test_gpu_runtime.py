@@ -232,14 +232,18 @@ def test_per_launch_host_cost_is_printed():
     kernel.launch(1, 128, packed)
     args = kernel._tls.staging.address
 
-    def per_call(fn, count=20000):
+    def per_call(fn, batches=40, batch=256):
+        """Host time per launch, timing batches small enough that the launch queue never
+        fills (a full queue would make this measure the GPU, not the host)."""
+        elapsed = 0.0
+        for _ in range(batches):
+            _sync()
+            start = time.perf_counter()
+            for _ in range(batch):
+                fn()
+            elapsed += time.perf_counter() - start
         _sync()
-        start = time.perf_counter()
-        for _ in range(count):
-            fn()
-        elapsed = time.perf_counter() - start
-        _sync()
-        return elapsed / count * 1e6
+        return elapsed / (batches * batch) * 1e6
 
     bare = per_call(lambda: kernel._launch_kernel(kernel.function, 1, 1, 1, 128, 1, 1, 0,
                                                   stream, args, 0))
