@@ -12,13 +12,28 @@ import json
 import sys
 import timeit
 import traceback
+import types
+from pathlib import Path
 
-from pyfuser.runtime import launch as L
-from pyfuser.runtime import tensor_map as T
-from pyfuser.runtime.device import _bandwidth_gbps, cu_device, driver
-from pyfuser.runtime.nvrtc import compile_to_cubin
 
-from cubin_params import kernel_params
+def _skip_package_inits() -> None:
+    """Import pyfuser.runtime's modules without running the package __init__ files: those import
+    torch, and a CUDA build of torch could bind libcuda.so.1 (here, the fake) as it loads."""
+    root = Path(__file__).resolve().parents[2] / "pyfuser"
+    for name, path in (("pyfuser", root), ("pyfuser.runtime", root / "runtime")):
+        package = types.ModuleType(name)
+        package.__path__ = [str(path)]
+        sys.modules[name] = package
+
+
+_skip_package_inits()
+
+from pyfuser.runtime import launch as L  # noqa: E402
+from pyfuser.runtime import tensor_map as T  # noqa: E402
+from pyfuser.runtime.device import _bandwidth_gbps, cu_device, driver  # noqa: E402
+from pyfuser.runtime.nvrtc import compile_to_cubin  # noqa: E402
+
+from cubin_params import kernel_params  # noqa: E402
 
 STREAM = 0x1234
 MAX_ATTRS = 8
@@ -307,6 +322,7 @@ def main() -> int:
             except Exception:
                 results[name] = traceback.format_exc()
     results["timings_ns"] = timings()
+    results["torch_imported"] = "torch" in sys.modules
     print(json.dumps(results))
     return 0
 

@@ -47,7 +47,7 @@ def _sync():
 
 
 @pytest.mark.parametrize("name", sorted(K.ALL))
-def test_test_kernels_compile_cleanly_for_sm90a(name):
+def test_kernels_of_these_tests_compile_cleanly_for_sm90a(name):
     pytest.importorskip("cuda.bindings.nvrtc")
     report = compile_to_cubin(K.ALL[name], name).ptxas
     assert not report.has_spills and report.warnings == (), report.summary()

@@ -57,6 +57,10 @@ def test_against_fake_driver(fake_driver_results, check):
     assert outcome == "ok", outcome
 
 
+def test_checks_ran_without_torch(fake_driver_results):
+    assert fake_driver_results["torch_imported"] is False
+
+
 def test_per_call_cost(fake_driver_results):
     """Python cost of a launch with a driver that returns at once (the real driver adds its
     own few microseconds). Loose bounds: only a pathological regression should fail here."""
