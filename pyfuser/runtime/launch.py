@@ -486,7 +486,11 @@ def _load(module: CompiledModule, device_index: int) -> LoadedKernel:
     cu = driver()
     context = primary_context(device_index)
     with context_pushed(context):
-        cu_module = check(cu.cuModuleLoadData(module.cubin), "cuModuleLoadData", LaunchError)
+        cu_module = check(
+            cu.cuModuleLoadData(module.cubin),
+            f"cuModuleLoadData({module.symbol}, {module.arch} cubin, device {device_index})",
+            LaunchError,
+        )
         function = check(
             cu.cuModuleGetFunction(cu_module, module.symbol.encode()),
             f"cuModuleGetFunction({module.symbol})",
