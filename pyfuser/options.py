@@ -11,6 +11,7 @@ PYFUSER_DISABLE_DISK_CACHE=1  compile in memory only
 
 The same settings can be given per call: `fd.execute(inputs, options={"dump": ["cuda"],
 "enable": ["ws_normalization"]})` or `with pyfuser.options.override(disable=["ws_normalization"])`.
+A whole heuristic can be forced per call: `options={"heuristic": ReductionParams(...)}`.
 """
 from __future__ import annotations
 
@@ -49,6 +50,9 @@ class Options:
     dump_dir: str | None = None
     cache_dir: str | None = None
     disk_cache: bool = True
+    # A heuristic dataclass to use instead of the scheduler's own choice (same scheduler only):
+    # how users force a schedule, and how sweeps measure alternatives.
+    heuristic: object = None
 
     def dumps(self, stage: str) -> bool:
         return stage in self.dump or "all" in self.dump

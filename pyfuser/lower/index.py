@@ -187,8 +187,12 @@ def _thread_predicates(ctx, tv: TensorView, nest) -> list:
             if any(not S.same_value(e, lp.extent) for e in extents):
                 conds.append(K.lt(K.Special(special), scalar_to_kexpr(lp.extent, ctx.names)))
         elif tv.memory_type != MemoryType.Local:
-            # Every such thread holds the same value; one writes it.
-            conds.append(K.eq(K.Special(special), K.Const(0)))
+            if pt.is_block_dim and pt.value[-1] in getattr(ctx, "grid_reduced_dims", ()):
+                # Only the block that finished the grid reduction holds the result.
+                conds.append(K.Var("pf_grid_last", "bool"))
+            else:
+                # Every such thread holds the same value; one writes it.
+                conds.append(K.eq(K.Special(special), K.Const(0)))
     return conds
 
 

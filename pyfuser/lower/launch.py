@@ -36,9 +36,7 @@ def launch_config(kernel: K.Kernel) -> K.Kernel:
     for s in K.walk(kernel.body):
         if isinstance(s, (K.BlockReduce, K.GridReduce)):
             count = s.values[0].vector if s.values else 1
-            ws = max(ws, 32 * count)
-            s.workspace = K.Buffer("pf_red_ws", s.dtype if s.dtype.size >= 4 else _f32(), "shared",
-                                   K.Const(32 * count))
+            ws = max(ws, reduction_workspace_elems(s.dims, count, block))
     kernel.reduction_workspace = ws
     static_block = [b if isinstance(b, int) else b.value for b in block]
     max_threads = None
@@ -52,8 +50,21 @@ def launch_config(kernel: K.Kernel) -> K.Kernel:
     return kernel
 
 
-def _f32():
-    from ..ir.dtype import DataType
-    return DataType.Float
+def reduction_workspace_elems(dims, count: int, block) -> int:
+    """Shared-memory elements a block all-reduce of `count` values over `dims` needs (the device
+    library's formulas); with a runtime block size, the bound for 1024 threads."""
+    from ..codegen.device_library import (block_allreduce_x_smem_elems,
+                                          block_allreduce_y_smem_elems)
+    dims_known = [b if isinstance(b, int) else b.value for b in block]
+    bx, by, bz = (d if d is not None else None for d in dims_known)
+    need = 0
+    for dim in dims:
+        if None in (bx, by, bz):
+            need = max(need, count * 1024)
+        elif dim == "x":
+            need = max(need, block_allreduce_x_smem_elems(count, bx, by * bz))
+        else:
+            need = max(need, block_allreduce_y_smem_elems(count, bx, by * bz))
+    return max(need, 1)
 
 

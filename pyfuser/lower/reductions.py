@@ -8,8 +8,10 @@ After:
     blockReduce<x>(T3[0 .. group))               <- after the outermost reduction loop, when a
                                                     reduction axis is bound to threads
 Every thread holds the result afterwards (an all-reduce), so consumers read T3 in any thread.
-Reduction axes bound to blocks need a grid reduction (workspace + grid barrier in a cooperative
-launch); values of iteration axes inside the reduction loops are reduced together (grouped).
+Reduction axes bound to blocks need a grid reduction: each block writes its partials to a global
+workspace, the last block to arrive (an atomic counter per tile) sums them in block order, so the
+result is deterministic, and only that block writes the outputs. Values of iteration axes inside
+the reduction loops are reduced together (grouped).
 Limitation: a reduction's output must be a register tensor (schedulers cache_before outputs).
 """
 from __future__ import annotations
@@ -43,6 +45,23 @@ def _visit(body: list, parents: list, kernel) -> None:
         elif isinstance(s, K.TensorOp) and isinstance(s.expr, ReductionOp):
             _place_cross_thread(s, parents, kernel)
         k += 1
+
+
+def _grid_reduce(kernel, op, tv, dims, thread_dims) -> K.GridReduce:
+    """A grid reduction with its global workspace (one slot per thread and value of each block)
+    and its semaphores (one counter per block of the kept block dims, zeroed once by the
+    executor and reset by the last block of each launch)."""
+    from ..ir.dtype import DataType
+    n = len(kernel.workspaces)
+    ws = K.Buffer(f"pf_gws{n}", tv.dtype, "global")
+    sem = K.Buffer(f"pf_gsem{n}", DataType.Int32, "global")
+    for b, kind in ((ws, "grid_reduce_data"), (sem, "semaphore")):
+        kernel.params.append(K.Param(b.name, "ptr", ("workspace", b.name), b))
+        kernel.workspaces.append((b, kind))
+    node = K.GridReduce([], op.expr.op.value, tv.dtype, dims, ws, sem, None)
+    node.thread_dims = thread_dims
+    kernel.ctx.grid_reduced_dims = set(getattr(kernel.ctx, "grid_reduced_dims", set())) | set(dims)
+    return node
 
 
 def _place_cross_thread(op: K.TensorOp, parents: list, kernel) -> None:
@@ -80,7 +99,7 @@ def _place_cross_thread(op: K.TensorOp, parents: list, kernel) -> None:
         if kind == "block":
             node = K.BlockReduce([], op.expr.op.value, tv.dtype, dims, None)
         else:
-            node = K.GridReduce([], op.expr.op.value, tv.dtype, dims, None, None, None)
+            node = _grid_reduce(kernel, op, tv, dims, thread_dims)
         node.tv = tv
         node.inner_loops = inner_iter
         new.append(node)

@@ -114,6 +114,7 @@ class FusionExecutorCache:
         self._kernels: dict = {}
         self._choice = None
         self._kernel_count = 0
+        self._scratch: list = []
 
     # Public ------------------------------------------------------------------------------------
     def run(self, inputs, options=None):
@@ -135,7 +136,7 @@ class FusionExecutorCache:
     # Keys --------------------------------------------------------------------------------------
     def _key(self, inputs, options):
         import torch
-        parts = [options.enable, options.disable]
+        parts = [options.enable, options.disable, options.heuristic]
         try:
             for x in inputs:
                 if isinstance(x, torch.Tensor):
@@ -179,7 +180,15 @@ class FusionExecutorCache:
             if isinstance(x, torch.Tensor) else None for x in inputs)
         info = RuntimeInfo(clone_bindings, facts, dev_props)
         sched = choice.scheduler
-        params = sched.compute_heuristics(clone, info)
+        forced = opts.current().heuristic
+        if forced is not None:
+            expected = type(sched.compute_heuristics(clone, info))
+            if not isinstance(forced, expected):
+                raise TypeError(f"{self.name}: forced heuristic {type(forced).__name__} does not "
+                                f"fit the {sched.NAME} scheduler, which takes {expected.__name__}")
+            params = forced
+        else:
+            params = sched.compute_heuristics(clone, info)
         out_sizes = [[int(S.evaluate(i.user_extent if i.is_broadcast else i.extent, dict(bindings)))
                       for i in o.domain.logical_no_reductions] for o in self.fusion.outputs]
         index_type = index_type_for([x for x in inputs if isinstance(x, torch.Tensor)])
@@ -226,6 +235,8 @@ class FusionExecutorCache:
             elif src[0] == "scalar":
                 scalar_slots.append((pos, src[1]))
                 values.append(0)
+            elif src[0] == "workspace":
+                values.append(self._workspace(fk, p, grid, block, device).data_ptr())
             else:
                 raise RuntimeError(f"unknown parameter source {src}")
         info = RunInfo("kernels", (fk.scheduler,), 1, choice.reason, (fk.params,), (fk.name,))
@@ -234,6 +245,29 @@ class FusionExecutorCache:
         plan.device = device
         plan.poison = bool(opts.current().is_enabled("poison_outputs"))
         return plan
+
+    def _workspace(self, fk, param, grid, block, device):
+        """Global scratch of a kernel for one launch shape, kept for the plan's lifetime.
+
+        Grid-reduction data: one slot per thread and grouped value of every block. Semaphores:
+        one counter per block, zeroed here once; kernels leave them at zero when they finish.
+        """
+        import torch
+
+        from ..ir.dtype import to_torch
+        from ..kir import nodes as K
+        kind = dict((b.name, k) for b, k in fk.kernel.workspaces)[param.name]
+        blocks = grid[0] * grid[1] * grid[2]
+        if kind == "semaphore":
+            sem = torch.zeros(blocks, dtype=torch.int32, device=device)
+            self._scratch.append(sem)
+            return sem
+        count = max((s.values[0].vector for s in K.walk(fk.kernel.body)
+                     if isinstance(s, K.GridReduce) and s.workspace.name == param.name), default=1)
+        n = blocks * block[0] * block[1] * block[2] * count
+        buf = torch.empty(n, dtype=to_torch(param.buffer.dtype), device=device)
+        self._scratch.append(buf)
+        return buf
 
     # Introspection -----------------------------------------------------------------------------
     def kernels(self) -> list:

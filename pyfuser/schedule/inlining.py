@@ -97,8 +97,9 @@ def inline_at(tv: TensorView, pos: int, graph: IdGraph | None = None) -> TensorV
 
 def _set_position(tv: TensorView, p: int) -> None:
     tv.compute_at_pos = p
-    for c in tv.fusion.consumers(tv):
-        c.max_producer_pos = max(c.max_producer_pos, p)
+    fusion = tv.fusion
+    for c in fusion.consumers(tv):
+        c.max_producer_pos = max((q.compute_at_pos for q in fusion.producers(c)), default=0)
 
 
 def inline_most(tensors=None, fusion=None) -> None:

@@ -77,14 +77,14 @@ def compute_heuristics(fusion, info: RuntimeInfo) -> PointwiseParams:
     vector_inputs = tuple(k for k, v in _vectorizable_inputs(fusion, info)
                           if vector > 1 and v.dtype.size * vector <= 16
                           and _input_vector_limit(v, info.inputs[k], vector) == vector)
-    threads = 128
-    per_block = threads * vector
+    # Measured on the H100 (bench/results/2026-11-22-h100-pointwise-sweep.md): one vector per
+    # thread and large blocks beat unrolling (silu_mul 256 MB: 512 threads x 1 = 3017 GB/s,
+    # 128 x 4 = 2925); small tensors keep 128 threads so that they still spread over the SMs.
     unroll = 1
+    threads = 128
     sms = info.device.sm_count
-    # Unroll only when the grid would still have several waves of blocks: more bytes in flight
-    # per thread without starving the SMs.
-    while unroll < 4 and numel >= per_block * unroll * 2 * sms * 8:
-        unroll *= 2
+    while threads < 512 and numel >= threads * 2 * vector * sms * 16:
+        threads *= 2
     return PointwiseParams(vector=vector, threads=threads, unroll=unroll, vector_inputs=vector_inputs)
 
 

@@ -13,8 +13,10 @@ Outer reduction (the reduced dims are outermost), e.g. column sums of [M, N]:
       for r in serial: for u in U: for threadIdx.y:  partial[0..V) += x[row, cols]
       sum[0..V) = block_allreduce_y_group<V>(partial); tidy 0 writes out[cols]
 
-Limitations: no split of one reduction across blocks yet (a few long rows use few SMs);
-reductions of mixed inner and outer dims are refused.
+When rows are few and long (inner) or columns few (outer), each reduction is also split over
+`grid_split` blocks along blockIdx.y: every block reduces its share, writes partials to a
+workspace, and the last block to finish sums them in block order (deterministic).
+Limitation: reductions of mixed inner and outer dims are refused.
 """
 from __future__ import annotations
 
@@ -22,8 +24,8 @@ import dataclasses
 
 from ...ir.iter_domain import ParallelType as PT
 from ...ir.tensor import TensorView
-from .. import (cache_after, cache_before, inline_most, parallelize_like, propagate_transforms,
-                rfactor)
+from .. import (cache_after, cache_before, inline_at, inline_most, parallelize_like,
+                propagate_transforms, rfactor)
 from .base import RuntimeInfo, SchedulerError, pow2_divisor, reduction_tensors
 
 NAME = "reduction"
@@ -37,11 +39,13 @@ class ReductionParams:
     bdimy: int
     unroll: int              # independent vector loads per thread per serial step
     vector_inputs: tuple = ()
+    grid_split: int = 1      # blocks sharing one reduction (blockIdx.y), combined by the last
 
     def describe(self) -> str:
         kind = "inner" if self.inner else "outer"
+        split = f", split over {self.grid_split} blocks" if self.grid_split > 1 else ""
         return (f"reduction ({kind}): block {self.bdimx}x{self.bdimy}, vector {self.vector}, "
-                f"unroll {self.unroll}, vector loads for inputs {list(self.vector_inputs)}")
+                f"unroll {self.unroll}{split}, vector loads for inputs {list(self.vector_inputs)}")
 
 
 def broadcast_back(fusion, red: TensorView, graph=None) -> bool:
@@ -91,9 +95,10 @@ def can_schedule(fusion) -> tuple[bool, str]:
     inner, _ = _layout(ref)
     if inner is None:
         return False, "reduced dims interleave with kept dims in memory order"
+    kept = sum(1 for i in ref.domain.logical_no_reductions if not i.is_broadcast)
     for o in fusion.outputs:
-        if len(o.domain.logical_no_reductions) != len(ref.domain.logical_no_reductions):
-            return False, "an output of another rank than the reduction"
+        if sum(1 for i in o.domain.logical_no_reductions if not i.is_broadcast) != kept:
+            return False, "an output whose dims are not the reduction's kept dims"
     for v in fusion.inputs:
         if isinstance(v, TensorView) and len(v.domain.logical) != len(ref.domain.maybe_root):
             return False, "an input of another rank than the reduction's input"
@@ -125,6 +130,7 @@ def compute_heuristics(fusion, info: RuntimeInfo) -> ReductionParams:
                 vector_inputs.append(k)
     if not vector_inputs:
         vector = 1
+    sms = info.device.sm_count
     if inner:
         vecs = max(1, red_n // vector)
         bdimx = 32
@@ -132,16 +138,24 @@ def compute_heuristics(fusion, info: RuntimeInfo) -> ReductionParams:
             bdimx *= 2
         bdimy = max(1, min(256 // bdimx, _pow2_floor(iter_n)))
         unroll = 4 if vecs >= bdimx * 4 else (2 if vecs >= bdimx * 2 else 1)
-        return ReductionParams(True, vector, bdimx, bdimy, unroll, tuple(vector_inputs))
-    # Outer: enough column tiles to fill the SMs, rows across threadIdx.y.
+        blocks = -(-iter_n // bdimy)
+        # Few long rows: share each row among blocks until the grid covers the SMs twice, as
+        # long as every block keeps several serial steps of work.
+        split = 1
+        while blocks * split < 2 * sms and vecs // (bdimx * unroll * split * 2) >= 4:
+            split *= 2
+        return ReductionParams(True, vector, bdimx, bdimy, unroll, tuple(vector_inputs), split)
+    # Outer: rows of 32 x 16-byte vectors per block (512 contiguous bytes, full DRAM bursts);
+    # if that leaves too few column tiles for the SMs, split the rows among blocks too.
     cols = max(1, iter_n // vector)
-    sms = info.device.sm_count
-    bdimx = 32
-    while bdimx > 4 and cols // bdimx < sms:
-        bdimx //= 2
+    bdimx = min(32, _pow2_floor(cols))
     bdimy = max(1, min(256 // bdimx, _pow2_floor(red_n)))
     unroll = 4 if red_n >= bdimy * 4 else 1
-    return ReductionParams(False, vector, bdimx, bdimy, unroll, tuple(vector_inputs))
+    tiles = -(-cols // bdimx)
+    split = 1
+    while tiles * split < 2 * sms and red_n // (bdimy * unroll * split * 2) >= 4:
+        split *= 2
+    return ReductionParams(False, vector, bdimx, bdimy, unroll, tuple(vector_inputs), split)
 
 
 def _pow2_floor(x: int) -> int:
@@ -178,22 +192,29 @@ def schedule(fusion, p: ReductionParams) -> None:
     red = reds[0]
     _, rpos = _layout(red)
     _merge_dims(red, rpos)
+    g = p.grid_split
     if p.inner:
-        # [I, R] -> [I/By, By, R/(V*Bx*U), U, Bx, V]
-        red.split(1, p.vector).split(1, p.bdimx).split(1, p.unroll)
+        # [I, R] -> [I/By, By, G, R/(G*V*Bx*U), U, Bx, V]; blockIdx.y takes G
+        red.split(1, g, inner_split=False)
+        red.split(2, p.vector).split(2, p.bdimx).split(2, p.unroll)
         red.split(0, p.bdimy)
-        red.parallelize(0, PT.BIDx).parallelize(1, PT.TIDy).parallelize(4, PT.TIDx)
-        rf = rfactor(red, [2, 3, 5])
+        red.parallelize(0, PT.BIDx).parallelize(1, PT.TIDy).parallelize(5, PT.TIDx)
+        if g > 1:
+            red.parallelize(2, PT.BIDy)
+        rf = rfactor(red, [3, 4, 6])
     else:
-        # [I, R] -> [I/(V*Bx), Bx, V] x [R/(By*U), U, By] ordered
-        # [I/(V*Bx), R/(By*U), U, By, Bx, V]
+        # [I, R] -> [I/(V*Bx), Bx, V] x [G, R/(G*By*U), U, By], ordered
+        # [I/(V*Bx), G, R/(G*By*U), U, By, Bx, V]; blockIdx.y takes G
         red.split(0, p.vector).split(0, p.bdimx)
-        red.split(3, p.bdimy).split(3, p.unroll)
-        red.reorder([0, 3, 4, 5, 1, 2])
-        red.parallelize(0, PT.BIDx).parallelize(3, PT.TIDy).parallelize(4, PT.TIDx)
-        rf = rfactor(red, [1, 2])
+        red.split(3, g, inner_split=False)
+        red.split(4, p.bdimy).split(4, p.unroll)
+        red.reorder([0, 3, 4, 5, 6, 1, 2])
+        red.parallelize(0, PT.BIDx).parallelize(4, PT.TIDy).parallelize(5, PT.TIDx)
+        if g > 1:
+            red.parallelize(1, PT.BIDy)
+        rf = rfactor(red, [2, 3])
     propagate_transforms(rf)
-    parallelize_like(rf, parallel_types={PT.BIDx, PT.TIDx, PT.TIDy})
+    parallelize_like(rf, parallel_types={PT.BIDx, PT.BIDy, PT.TIDx, PT.TIDy})
     for k in p.vector_inputs:
         if p.vector > 1:
             caches[k].parallelize(-1, PT.Vectorize)
@@ -201,3 +222,10 @@ def schedule(fusion, p: ReductionParams) -> None:
         if p.vector > 1 and not p.inner:
             o.parallelize(-1, PT.Vectorize)
     inline_most(fusion=fusion)
+    # The input caches hold all `unroll` vectors of a serial step: their loads are issued
+    # back to back before any of them is used (inlined deeper, each load would wait for the
+    # math on the previous one, one load in flight per thread; seen in the SASS).
+    unroll_axis = 4 if p.inner else 3
+    for cache in caches.values():
+        if cache.compute_at_pos > unroll_axis:
+            inline_at(cache, unroll_axis)

@@ -1,0 +1,37 @@
+"""Measure alternative heuristics of one catalogue case on the GPU (forced per call).
+
+    python tools/sweep.py row_sum 16384 8192 "ReductionParams(True, 8, 256, 1, 4, (0,))" ...
+"""
+import sys
+
+import torch
+
+from pyfuser import catalogue
+from pyfuser.benchmark.harness import _bench
+from pyfuser.schedule.schedulers.pointwise import PointwiseParams  # noqa: F401 - for eval
+from pyfuser.schedule.schedulers.reduction import ReductionParams  # noqa: F401 - for eval
+
+
+def main():
+    name, M, N = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+    fd = catalogue.define(name)
+    nbytes = catalogue.get(name).min_bytes(M, N, 2)
+    sets = [catalogue.make_inputs(name, M, N, device="cuda") for _ in range(4)]
+    fd.execute(sets[0])
+    print(f"{name} {M}x{N} default {fd.last_run.heuristics[0]!r}")
+    cands = [None] + [eval(s) for s in sys.argv[4:]]
+    for h in cands:
+        opt = {"heuristic": h} if h is not None else None
+        k = [0]
+
+        def run():
+            k[0] = (k[0] + 1) % len(sets)
+            return fd.execute(sets[k[0]], options=opt)
+        run()
+        torch.cuda.synchronize()
+        t = _bench(run)
+        print(f"  {nbytes / t / 1e6:7.0f} GB/s  {t * 1e3:8.1f} us  {h!r}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
