@@ -159,10 +159,26 @@ def _index_op(op: K.TensorOp, ctx) -> None:
             raise LoweringError(f"cannot index T{tv.name}'s axis {i!r} from its loops")
         if k.may_overflow:
             conds.append(K.lt(k.value, scalar_to_kexpr(i.extent, ctx.names)))
+    # An intermediate ID whose index can pass its extent aliases another element when it is the
+    # inner part of its split (in = outer * f + inner): e.g. rows split over blocks and then by
+    # threads unevenly, where a block's last rows would run into the next block's. (An outer
+    # part that overflows only makes `in` overflow, which is checked at `in`.)
+    for i in tv.domain.all_ids() if touches_memory else []:
+        if i in seen or i.is_broadcast or i.definition is None:
+            continue
+        seen.add(i)
+        k = ctx.index_graph.index_of(known, i)
+        if k is not None and k.may_overflow and _is_inner_of_split(i):
+            conds.append(K.lt(k.value, scalar_to_kexpr(i.extent, ctx.names)))
     conds += _thread_predicates(ctx, tv, nest)
     op.predicate = K.all_of(_dedupe(conds))
     op.out = access(ctx, tv, nest, known, tv, is_write=True)
     op.ins = [_operand(ctx, v, nest, known, tv) for v in op.ins]
+
+
+def _is_inner_of_split(i) -> bool:
+    from ..ir.iter_domain import Split
+    return isinstance(i.definition, Split) and i is i.definition.inner
 
 
 def _dedupe(conds):
