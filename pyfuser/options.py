@@ -33,6 +33,8 @@ FEATURES = {
     "tma_inner_persistent": "TMA loads in the inner persistent scheduler",
     "kernel_reuse": "reuse compiled kernels across shapes whose heuristics are equal",
     "reference_fallback": "run fusions no scheduler takes through the reference evaluator",
+    "streaming_loads": "read fusion inputs with ld.global.nc.L1::no_allocate (read once, no L1 "
+                       "reuse) instead of ld.global.nc",
     "poison_outputs": "fill outputs with NaN (or -1) before each launch, so tests see unwritten "
                       "elements",
 }

@@ -19,9 +19,12 @@ def main():
     sets = [catalogue.make_inputs(name, M, N, device="cuda") for _ in range(4)]
     fd.execute(sets[0])
     print(f"{name} {M}x{N} default {fd.last_run.heuristics[0]!r}")
-    cands = [None] + [eval(s) for s in sys.argv[4:]]
+    cands = [None] + [eval(s) for s in sys.argv[4:] if s != "streaming"]
+    streaming = "streaming" in sys.argv[4:]
     for h in cands:
-        opt = {"heuristic": h} if h is not None else None
+        opt = {"heuristic": h} if h is not None else {}
+        if streaming:
+            opt["enable"] = ["streaming_loads"]
         k = [0]
 
         def run():
@@ -30,7 +33,8 @@ def main():
         run()
         torch.cuda.synchronize()
         t = _bench(run)
-        print(f"  {nbytes / t / 1e6:7.0f} GB/s  {t * 1e3:8.1f} us  {h!r}", flush=True)
+        tag = " streaming" if streaming else ""
+        print(f"  {nbytes / t / 1e6:7.0f} GB/s  {t * 1e3:8.1f} us  {h!r}{tag}", flush=True)
 
 
 if __name__ == "__main__":

@@ -248,7 +248,10 @@ class CudaPrinter:
         arr = f"pf::Array<{t}, {v}>"
         dst_mem, src_mem = out.buffer.memory, src.buffer.memory
         if dst_mem == "local" and src_mem == "global":
-            hint = "pf::LoadHint::ReadOnly" if _is_input(self.k, src.buffer) else "pf::LoadHint::Default"
+            hint = "pf::LoadHint::Default"
+            if _is_input(self.k, src.buffer):
+                hint = ("pf::LoadHint::ReadOnlyNoAllocate" if getattr(self.k, "streaming_loads", False)
+                        else "pf::LoadHint::ReadOnly")
             return (f"pf::load_global_vec<{hint}>(*reinterpret_cast<{arr}*>(&{self.expr(out)}), "
                     f"&{self.expr(src)});")
         if dst_mem == "global" and src_mem == "local":

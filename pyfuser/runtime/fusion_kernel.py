@@ -66,6 +66,7 @@ def build_kernel(fusion, scheduler, params, index_type: str, name: str,
     scheduled = repr(fusion)
     transforms = fusion.print_transforms()
     kernel = lower(fusion, name, index_type=index_type)
+    kernel.streaming_loads = bool(opts.current().is_enabled("streaming_loads"))
     source = generate_cuda(kernel)
     fk = FusionKernel(name, scheduler.NAME, params, index_type, fusion, kernel, source)
     fk.stages = {

@@ -77,15 +77,30 @@ def compute_heuristics(fusion, info: RuntimeInfo) -> PointwiseParams:
     vector_inputs = tuple(k for k, v in _vectorizable_inputs(fusion, info)
                           if vector > 1 and v.dtype.size * vector <= 16
                           and _input_vector_limit(v, info.inputs[k], vector) == vector)
-    # Measured on the H100 (bench/results/2026-11-22-h100-pointwise-sweep.md): one vector per
-    # thread and large blocks beat unrolling (silu_mul 256 MB: 512 threads x 1 = 3017 GB/s,
-    # 128 x 4 = 2925); small tensors keep 128 threads so that they still spread over the SMs.
-    unroll = 1
-    threads = 128
+    # Measured on the H100 (bench/results/2026-11-22-h100-sweeps.md), 256 MB bf16 cases:
+    # - no broadcast input (silu_mul): one vector per thread in large blocks is best
+    #   (512 threads x 1: 3017 GB/s; 128 x 4: 2925);
+    # - a broadcast input (gelu_bias) costs an integer div/mod per vector to index it; four
+    #   independent vectors per thread hide that (128 x 4: 2860 GB/s; 512 x 1: 2685).
     sms = info.device.sm_count
-    while threads < 512 and numel >= threads * 2 * vector * sms * 16:
-        threads *= 2
+    if _has_broadcast_input(fusion, ref):
+        threads, unroll = 128, 1
+        while unroll < 4 and numel >= threads * vector * unroll * 2 * sms * 8:
+            unroll *= 2
+    else:
+        threads, unroll = 128, 1
+        while threads < 512 and numel >= threads * 2 * vector * sms * 16:
+            threads *= 2
     return PointwiseParams(vector=vector, threads=threads, unroll=unroll, vector_inputs=vector_inputs)
+
+
+def _has_broadcast_input(fusion, ref) -> bool:
+    n = len(ref.domain.logical_no_reductions)
+    for v in fusion.inputs:
+        if isinstance(v, TensorView) and fusion.uses_of(v):
+            if len(v.domain.logical) < n or any(i.is_broadcast for i in v.domain.logical):
+                return True
+    return False
 
 
 def _input_vector_limit(v: TensorView, facts, vector: int) -> int:
