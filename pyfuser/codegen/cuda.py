@@ -214,6 +214,11 @@ class CudaPrinter:
             val = self.value(s.ins[0], ct)
             return f"{self.expr(out)} = pf::cast<{oct_}>({REDUCE[e.op.value].format(a=acc, b=val)});"
         if isinstance(e, UnaryOp):
+            src_dt = e.inputs[0].dtype
+            if (e.op == UnaryOpType.Cast and getattr(e, "is_recompute", False)
+                    and src_dt.is_reduced_float and isinstance(s.ins[0], K.TensorIndex)):
+                widen = "pf_opaque_widen"
+                return f"{self.expr(out)} = pf::cast<{oct_}>({widen}({self.expr(s.ins[0])}));"
             if e.op in (UnaryOpType.Cast, UnaryOpType.Set):
                 src_ct = _compute_ctype(e.inputs[0].dtype)
                 return f"{self.expr(out)} = pf::cast<{oct_}>({self.value(s.ins[0], src_ct)});"
@@ -381,6 +386,22 @@ def literal(v, want: str) -> str:
     return f"static_cast<{want}>({int(v)}LL)"
 
 
+# Widening of a recomputed 16-bit value, hidden from common subexpression elimination so that a
+# projected persistent buffer stays 16-bit in registers (see schedule/recompute.py).
+_OPAQUE_WIDEN = r"""
+__device__ __forceinline__ float pf_opaque_widen(pf::bf16 v) {
+  unsigned r;
+  asm volatile("shl.b32 %0, %1, 16;" : "=r"(r) : "r"((unsigned)v.bits));
+  return __uint_as_float(r);
+}
+__device__ __forceinline__ float pf_opaque_widen(pf::half v) {
+  float r;
+  asm volatile("cvt.f32.f16 %0, %1;" : "=f"(r) : "h"(v.bits));
+  return r;
+}
+"""
+
+
 def _param_decl(p: K.Param, kernel: K.Kernel) -> str:
     if p.kind == "ptr":
         t = ctype(p.buffer.dtype)
@@ -420,5 +441,5 @@ def generate_cuda(kernel: K.Kernel) -> str:
     ws_elems = kernel.reduction_workspace
     for t in sorted(kernel._ws_types):
         head.append(f"  __shared__ __align__(16) {t} pf_red_ws_{t.replace(' ', '_')}[{ws_elems}];")
-    src = device_library_source() + "\n" + "\n".join(head + body) + "\n}\n"
+    src = device_library_source() + "\n" + _OPAQUE_WIDEN + "\n".join(head + body) + "\n}\n"
     return src

@@ -60,7 +60,9 @@ class LoweringContext:
         # (tensor, loop position) -> the Loop that position runs in.
         self.loop_of: dict[tuple, Loop] = {}
         self._loop_count = 0
+        self._merged: dict[int, Loop] = {}
         self._build_nests()
+        self._canonicalize()
 
     # Loops -----------------------------------------------------------------------------------
     def _computed(self) -> list[TensorView]:
@@ -76,6 +78,7 @@ class LoweringContext:
             self.nests[tv] = self._nest_of(tv)
 
     def _nest_of(self, tv: TensorView) -> list[Loop]:
+        """Loops of tv's expression: its consumers' loops it is inlined in, then its own."""
         ca = tv.compute_at_pos
         outer: list[Loop] = []
         if ca > 0:
@@ -87,14 +90,15 @@ class LoweringContext:
                 if pos is None:
                     raise LoweringError(f"T{tv.name}'s first {ca} loops do not line up with the "
                                         f"loops of consumer T{d.name}")
-                cand = self.nests[d][:pos[-1] + 1]
-                mapping = [self.nests[d][p] for p in pos]
+                # Consumer loop positions name loops through loop_of: d's nest may hold outer
+                # loops d has no axis for (the rows around a broadcast weight).
+                mapping = [self._find(self.loop_of[(d, p)]) for p in pos]
+                d_nest = [self._find(lp) for lp in self.nests[d]]
+                cand = d_nest[:d_nest.index(mapping[-1]) + 1]
                 if chosen is None:
                     chosen = (cand, mapping, d)
                 elif cand != chosen[0]:
-                    raise LoweringError(
-                        f"T{tv.name} is inlined at {ca} into T{chosen[2].name} and T{d.name}, whose "
-                        "loops differ there; it cannot be computed in one place")
+                    self._merge_nests(tv, chosen, cand, d)
             outer, mapping, _ = chosen
             for j, lp in enumerate(mapping):
                 self.loop_of[(tv, j)] = lp
@@ -108,6 +112,39 @@ class LoweringContext:
             self.loop_of[(tv, j)] = lp
             own.append(lp)
         return outer + own
+
+    # Merging sibling loops ---------------------------------------------------------------------
+    def _find(self, lp: Loop) -> Loop:
+        while id(lp) in self._merged:
+            lp = self._merged[id(lp)]
+        return lp
+
+    def _merge_nests(self, tv, chosen, cand, d) -> None:
+        """tv is inlined into two consumers with separate loops (e.g. two outputs of a
+        normalization, y and the residual sum): their loops around tv become one loop each."""
+        a_nest, _, a_owner = chosen
+        if len(a_nest) != len(cand):
+            raise LoweringError(
+                f"T{tv.name} is inlined at {tv.compute_at_pos} into T{a_owner.name} and T{d.name}, "
+                "whose loops differ in depth there; it cannot be computed in one place")
+        for a, b in zip(a_nest, cand):
+            if a is b:
+                continue
+            compatible = (a.parallel == b.parallel and (
+                self.permissive.mapped(a.promoted, b.promoted)
+                or self.exact.mapped(a.promoted, b.promoted)))
+            if not compatible:
+                raise LoweringError(
+                    f"T{tv.name} is inlined into T{a_owner.name} and T{d.name}, whose loops "
+                    f"{a!r} and {b!r} differ; it cannot be computed in one place")
+            keep, drop = (a, b) if self.topo_index[a.owner] >= self.topo_index[b.owner] else (b, a)
+            self._merged[id(drop)] = keep
+
+    def _canonicalize(self) -> None:
+        for tv, nest in self.nests.items():
+            self.nests[tv] = [self._find(lp) for lp in nest]
+        for key, lp in self.loop_of.items():
+            self.loop_of[key] = self._find(lp)
 
     def _promote(self, i: IterDomain, ref: TensorView | None, start: int):
         if ref is None:

@@ -170,7 +170,8 @@ def _index_op(op: K.TensorOp, ctx) -> None:
         k = ctx.index_graph.index_of(known, i)
         if k is not None and k.may_overflow and _is_inner_of_split(i):
             conds.append(K.lt(k.value, scalar_to_kexpr(i.extent, ctx.names)))
-    conds += _thread_predicates(ctx, tv, nest)
+    if touches_memory:
+        conds += _thread_predicates(ctx, tv, nest)
     op.predicate = K.all_of(_dedupe(conds))
     op.out = access(ctx, tv, nest, known, tv, is_write=True)
     op.ins = [_operand(ctx, v, nest, known, tv) for v in op.ins]
@@ -200,7 +201,8 @@ def _thread_predicates(ctx, tv: TensorView, nest) -> list:
             continue
         if pt in used:
             lp = next(lp for lp in nest if lp.parallel == pt)
-            if any(not S.same_value(e, lp.extent) for e in extents):
+            mine = repr(scalar_to_kexpr(lp.extent, ctx.names))
+            if any(repr(scalar_to_kexpr(e, ctx.names)) != mine for e in extents):
                 conds.append(K.lt(K.Special(special), scalar_to_kexpr(lp.extent, ctx.names)))
         elif tv.memory_type != MemoryType.Local:
             if pt.is_block_dim and pt.value[-1] in getattr(ctx, "grid_reduced_dims", ()):

@@ -69,10 +69,16 @@ def kernel_params(kernel: K.Kernel) -> K.Kernel:
     for k, v in enumerate(fusion.outputs):
         if v not in ctx.buffers:
             add_tensor(v, "output", k)
-    for s in symbolic_extents(fusion):
+    extents = symbolic_extents(fusion)
+    for s in extents:
         var = K.Var(s.symbol or f"e{s.name}")
         ctx.names[s] = var
         params.append(K.Param(var.name, "index", ("extent", s)))
+    # Extents the fusion requires equal (checked on every call) share one variable, so index
+    # math and predicates see one value: a weight of size i2 lines up with rows of size i1.
+    for a, b, _ in fusion.extent_equalities:
+        if a in ctx.names and b in ctx.names:
+            ctx.names[b] = ctx.names[a]
     kernel.params = params
     return kernel
 

@@ -20,7 +20,7 @@ from .. import options as opts
 from ..ir import scalar as S
 from ..ir.tensor import TensorView
 from ..schedule.schedulers import registry
-from ..schedule.schedulers.base import InputFacts, RuntimeInfo
+from ..schedule.schedulers.base import InputFacts, RuntimeInfo, SchedulerError
 from .inputs import check_inputs, output_strides
 from .reference import evaluate
 
@@ -188,7 +188,15 @@ class FusionExecutorCache:
                                 f"fit the {sched.NAME} scheduler, which takes {expected.__name__}")
             params = forced
         else:
-            params = sched.compute_heuristics(clone, info)
+            try:
+                params = sched.compute_heuristics(clone, info)
+            except SchedulerError as e:
+                if opts.current().is_enabled("reference_fallback") is False:
+                    raise
+                warnings.warn(f"{self.name}: {e}; running the reference evaluator",
+                              FallbackWarning, stacklevel=5)
+                return _ReferencePlan(self.fusion, bindings,
+                                      RunInfo("reference", (), 0, str(e)))
         out_sizes = [[int(S.evaluate(i.user_extent if i.is_broadcast else i.extent, dict(bindings)))
                       for i in o.domain.logical_no_reductions] for o in self.fusion.outputs]
         index_type = index_type_for([x for x in inputs if isinstance(x, torch.Tensor)])

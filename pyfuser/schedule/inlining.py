@@ -29,24 +29,41 @@ def _downstream(fusion, tv: TensorView) -> set:
     return out
 
 
+def _upstream(fusion, tv: TensorView) -> set:
+    out, stack = set(), [tv]
+    while stack:
+        t = stack.pop()
+        for p in fusion.producers(t):
+            if p not in out:
+                out.add(p)
+                stack.append(p)
+    return out
+
+
 def _persistent_limits(fusion, tv: TensorView, graph: IdGraph) -> set:
-    """Loop IDs of tv that must stay out of the shared loops: tv feeds a reduction R and also,
-    directly, a tensor computed after R; that tensor needs all of R's loop finished, so tv's IDs
-    mapped to R's reduction IDs must be tv's own loops (tv stays resident across them)."""
+    """Loop IDs of tv that must stay its own loops (tv stays resident across them).
+
+    When tv feeds a reduction R through one consumer and has another consumer that does not
+    lead into R (typically one that runs after R, using its result), the two consumers run in
+    different loop nests over R's reduced axes; tv must hold all of them. So tv's loop IDs that
+    map to R's reduction IDs cannot be shared with its consumers.
+    """
     blocked = set()
-    below = _downstream(fusion, tv)
     consumers = fusion.consumers(tv)
-    for r in below:
+    if len(consumers) < 2:
+        return blocked
+    for r in _downstream(fusion, tv):
         if not isinstance(r.definition, ReductionOp):
             continue
-        after_r = _downstream(fusion, r)
-        if not any(c in after_r for c in consumers):
+        feeds = _upstream(fusion, r) | {r}
+        inside = [c for c in consumers if c in feeds]
+        outside = [c for c in consumers if c not in feeds]
+        if not inside or not outside:
             continue
         red_ids = [i for i in r.domain.all_ids() if i.is_reduction]
         for i in tv.domain.loop:
-            if any(graph.mapped(i, x) for x in red_ids):
-                blocked.add(i)
-            elif any(graph.mapped(a, x) for a in ancestors(i, tv.domain.maybe_root) for x in red_ids):
+            if any(graph.mapped(i, x) for x in red_ids) or any(
+                    graph.mapped(a, x) for a in ancestors(i, tv.domain.maybe_root) for x in red_ids):
                 blocked.add(i)
     return blocked
 

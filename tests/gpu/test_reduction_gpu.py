@@ -72,19 +72,27 @@ def test_keepdim_and_mean():
     run_and_check(fd, [torch.randn(513, 1000, device="cuda")], scheduler="reduction")
 
 
+def _row_and_column_sums():
+    # Row and column reductions of one input: no scheduler takes this whole fusion yet.
+    with FusionDefinition("rowcol") as fd:
+        x = fd.define_tensor([-1, -1], dtype=DataType.Float)
+        fd.add_output(fd.ops.sum(x, [0]))
+        fd.add_output(fd.ops.sum(x, [1]))
+    return fd
+
+
 def test_fusion_without_scheduler_warns_and_falls_back():
-    fd = catalogue.define("softmax")
-    x = catalogue.make_inputs("softmax", 64, 256, device="cuda")
+    fd = _row_and_column_sums()
+    x = torch.randn(64, 256, device="cuda")
     with pytest.warns(FallbackWarning):
-        out = fd.execute(x)
+        out = fd.execute([x])
     assert fd.last_run.kind == "reference" and fd.last_run.num_kernels == 0
-    assert "broadcast back" in fd.last_run.reason
-    ref = torch.softmax(x[0].float(), -1)
-    assert (out[0].float() - ref).norm() / ref.norm() < 1e-2
+    assert "no scheduler" in fd.last_run.reason
+    assert torch.allclose(out[0], x.sum(0), rtol=1e-5, atol=1e-4)
+    assert torch.allclose(out[1], x.sum(1), rtol=1e-5, atol=1e-4)
 
 
 def test_fallback_can_be_disabled():
-    fd = catalogue.define("softmax")
+    fd = _row_and_column_sums()
     with pytest.raises(RuntimeError, match="reference fallback is disabled"):
-        fd.execute(catalogue.make_inputs("softmax", 8, 64, device="cuda"),
-                   options={"disable": ["reference_fallback"]})
+        fd.execute([torch.randn(8, 64, device="cuda")], options={"disable": ["reference_fallback"]})

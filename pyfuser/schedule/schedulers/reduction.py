@@ -147,13 +147,15 @@ def compute_heuristics(fusion, info: RuntimeInfo) -> ReductionParams:
         return ReductionParams(True, vector, bdimx, bdimy, unroll, tuple(vector_inputs), split)
     # Outer: rows of 32 x 16-byte vectors per block (512 contiguous bytes, full DRAM bursts);
     # if that leaves too few column tiles for the SMs, split the rows among blocks too.
+    # Sweep on the H100, col_sum 16384x8192 bf16: 64 threads x 16 B (1 KB per row) by 8 rows,
+    # unroll 4, 16 blocks per column tile: 2345 GB/s; 32x8: 2215; 128x2: 2053.
     cols = max(1, iter_n // vector)
-    bdimx = min(32, _pow2_floor(cols))
-    bdimy = max(1, min(256 // bdimx, _pow2_floor(red_n)))
+    bdimx = min(64, _pow2_floor(cols))
+    bdimy = max(1, min(512 // bdimx, _pow2_floor(red_n)))
     unroll = 4 if red_n >= bdimy * 4 else 1
     tiles = -(-cols // bdimx)
     split = 1
-    while tiles * split < 2 * sms and red_n // (bdimy * unroll * split * 2) >= 4:
+    while 2 * tiles * split < 3 * sms and red_n // (bdimy * unroll * split * 2) >= 4:
         split *= 2
     return ReductionParams(False, vector, bdimx, bdimy, unroll, tuple(vector_inputs), split)
 

@@ -1,0 +1,49 @@
+"""recompute: give some uses of a tensor their own copy of its computation.
+
+    Before: T1 = cast(T0); T2 = sum(T1 * T1); T5 = T1 * rstd        T1 resident across the sum
+    After:  T1 = cast(T0); T2 = sum(T1 * T1); T1' = cast(T0); T5 = T1' * rstd
+
+A normalization keeps a row on chip between its reduction and the use of the reduction's result.
+Keeping the input (bf16) instead of a float intermediate halves the registers that row needs;
+the cheap pointwise work between them is done twice.
+"""
+from __future__ import annotations
+
+from ..ir.base import Expr
+from ..ir.exprs import (BinaryOp, BroadcastOp, ExpandOp, LoadStoreOp, UnaryOp, WhereOp)
+from ..ir.tensor import ScheduleError, TensorView
+
+_CLONABLE = (UnaryOp, BinaryOp, WhereOp, LoadStoreOp, BroadcastOp, ExpandOp)
+
+
+def _clone_expr(e: Expr, new_inputs: list) -> TensorView:
+    import copy
+
+    out = e.outputs[0]
+    with out.fusion:
+        from ..ir.arith import new_tensor
+        new_out = new_tensor([i.clone() for i in out.domain.logical], out.dtype)
+    clone = copy.copy(e)
+    clone.inputs, clone.outputs = [], []
+    Expr.__init__(clone, new_inputs, [new_out])
+    # Codegen keeps a recomputed widening cast opaque to the compiler; otherwise common
+    # subexpression elimination merges it with the first cast and keeps the float row live.
+    clone.is_recompute = True
+    return new_out
+
+
+def recompute_for(tv: TensorView, uses: list[Expr], stop_at: set) -> TensorView:
+    """Replace tv by a fresh copy of its computation in `uses`, cloning back to `stop_at`."""
+    def clone(t: TensorView) -> TensorView:
+        if t in stop_at or t.definition is None:
+            return t
+        d = t.definition
+        if not isinstance(d, _CLONABLE):
+            raise ScheduleError(f"recompute of T{tv.name}: T{t.name} comes from a "
+                                f"{type(d).__name__}, which is not recomputed")
+        ins = [clone(i) if isinstance(i, TensorView) else i for i in d.inputs]
+        return _clone_expr(d, ins)
+    copy_tv = clone(tv)
+    for u in uses:
+        u.replace_input(tv, copy_tv)
+    return copy_tv

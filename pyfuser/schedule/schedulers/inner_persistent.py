@@ -1,0 +1,198 @@
+"""Inner persistent scheduler: normalizations and softmax, one row on chip between reductions.
+
+Fusions whose row reductions are broadcast back over the row (RMSNorm, LayerNorm, softmax).
+Each row is loaded once into registers and reused after every reduction over it:
+
+    for blockIdx.x: for threadIdx.y (rows of the block):
+      x_regs[P][V] = 16-byte loads of the row            <- all P loads issued together
+      partial = sum over P, V of f(x_regs)               <- per thread
+      s = block_allreduce_x(partial)                     <- the row's reduction
+      out[row, ...] = g(x_regs, s)                       <- 16-byte stores
+
+The row is split as P (a constant: registers need one) x threadIdx.x (ceilDiv(N / V, P)) x V.
+Persistent buffers are projected to the inputs: a float tensor used before and after a
+reduction is recomputed from the (bf16) input cache, which halves the registers a row needs.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from ...ir.id_graph import IdGraph
+from ...ir.iter_domain import ParallelType as PT
+from ...ir.tensor import TensorView
+from .. import (cache_after, cache_before, inline_at, inline_most, parallelize_like,
+                propagate_transforms, rfactor)
+from ..inlining import _upstream
+from ..recompute import recompute_for
+from .base import RuntimeInfo, SchedulerError, pow2_divisor, reduction_tensors
+from .reduction import _layout, _merge_dims, _pow2_floor, broadcast_back
+
+NAME = "inner_persistent"
+
+# Elements of the persistent row one thread may hold in registers (the heuristic keeps
+# persistent_batch * vector at or below it; beyond, rows need shared memory or a cluster).
+MAX_ELEMENTS_PER_THREAD = 64
+
+
+@dataclasses.dataclass(frozen=True)
+class InnerPersistentParams:
+    vector: int
+    persistent_batch: int        # P: vectors per thread per row (constant)
+    bdimx: int                   # threads per row = ceilDiv(N / vector, P), for launch bounds
+    bdimy: int                   # rows per block
+    vector_inputs: tuple = ()
+    project_to_inputs: bool = True
+
+    def describe(self) -> str:
+        return (f"inner persistent: {self.bdimy} row(s) per block, {self.bdimx} threads per row, "
+                f"{self.persistent_batch} x {self.vector} elements per thread in registers, "
+                f"vector loads for inputs {list(self.vector_inputs)}"
+                + (", buffers projected to inputs" if self.project_to_inputs else ""))
+
+
+def can_schedule(fusion) -> tuple[bool, str]:
+    reds = reduction_tensors(fusion)
+    if not reds:
+        return False, "no reductions"
+    graph = IdGraph(fusion)
+    if not any(broadcast_back(fusion, r, graph) for r in reds):
+        return False, "no reduction result is broadcast back over the row (a plain reduction)"
+    ref = reds[0]
+    pattern = [i.is_reduction for i in ref.domain.maybe_root]
+    for r in reds:
+        if [i.is_reduction for i in r.domain.maybe_root] != pattern:
+            return False, "reductions over different dims (row and column: inner-outer)"
+    inner, _ = _layout(ref)
+    if not inner:
+        return False, "the reduced dims are not innermost in memory"
+    rank = len(ref.domain.maybe_root)
+    for v in fusion.inputs:
+        if isinstance(v, TensorView) and len(v.domain.logical) not in (rank, rank - sum(pattern)) \
+                and len(v.domain.logical) != sum(pattern):
+            return False, f"input T{v.name} has a rank the row schedule does not cover"
+    return True, "row reductions broadcast back over the row: keep the row on chip"
+
+
+def compute_heuristics(fusion, info: RuntimeInfo) -> InnerPersistentParams:
+    red = reduction_tensors(fusion)[0]
+    _, rpos = _layout(red)
+    root = red.domain.maybe_root
+    ext = [info.extent(i.extent) if not i.is_broadcast else 1 for i in root]
+    n = 1
+    for k in rpos:
+        n *= ext[k]
+    m = 1
+    for k, e in enumerate(ext):
+        if k not in rpos:
+            m *= e
+    in_bytes = max([v.dtype.size for v in fusion.inputs if isinstance(v, TensorView)] + [1])
+    vector = pow2_divisor(n, max(1, 16 // in_bytes))
+    vector_inputs = []
+    for k, v in enumerate(fusion.inputs):
+        if not (isinstance(v, TensorView) and fusion.uses_of(v)):
+            continue
+        f = info.inputs[k]
+        if f is None or v.domain.logical[-1].is_broadcast:
+            continue
+        ok = (f.strides[-1] == 1 and f.alignment >= vector * v.dtype.size and
+              all(s % vector == 0 for d, s in enumerate(f.strides[:-1]) if f.sizes[d] != 1))
+        if ok and vector > 1:
+            vector_inputs.append(k)
+    if not vector_inputs:
+        vector = 1
+    vecs = max(1, -(-n // vector))
+    # P: vectors per thread. Threads per row stay <= 512 (a 1024-thread block caps each thread
+    # at 64 registers and 65536-wide rows spilled, ptxas report); at least 4 vectors per thread
+    # when the row allows 128 threads, so each thread has several loads in flight.
+    batch = 1
+    while -(-vecs // batch) > 512 or (batch < 4 and -(-vecs // (batch * 2)) >= 128):
+        batch *= 2
+    bdimx = -(-vecs // batch)
+    bdimy = 1
+    while bdimx * bdimy * 2 <= 256 and bdimy * 2 <= _pow2_floor(max(m, 1)):
+        bdimy *= 2
+    threads = -(-bdimx // 32) * 32 * bdimy
+    cap = min(255, 65536 // threads)
+    row_regs = batch * vector * in_bytes // 4
+    if row_regs > 0.6 * cap:
+        raise SchedulerError(
+            f"inner persistent: a row of {n} elements needs {row_regs} registers per thread of "
+            f"{threads} (cap {cap}); rows this long need shared memory or a cluster")
+    return InnerPersistentParams(vector, batch, bdimx, bdimy, tuple(vector_inputs))
+
+
+def _persistent_uses(fusion, reds):
+    """(tensor, uses outside the reduction's inputs) for tensors used on both sides of one."""
+    out = []
+    for r in reds:
+        feeds = _upstream(fusion, r) | {r}
+        for t in fusion.tensors():
+            if t not in feeds or t is r or t.is_input():
+                continue
+            outside = [e for e in fusion.uses_of(t) if e.outputs[0] not in feeds]
+            if outside and any(e.outputs[0] in feeds for e in fusion.uses_of(t)):
+                out.append((t, outside))
+    return out
+
+
+def _project_to_inputs(fusion, caches: set, reds) -> None:
+    graph = IdGraph(fusion)
+    red_ids = [i for r in reds for i in r.domain.maybe_root if i.is_reduction]
+
+    def row_free(t: TensorView) -> bool:
+        return not any(graph.mapped(i, x) for i in t.domain.logical if not i.is_broadcast
+                       for x in red_ids)
+    done = set()
+    for t, outside in _persistent_uses(fusion, reds):
+        if t in caches or t in done:
+            continue
+        srcs = [u for u in _upstream(fusion, t) if u in caches]
+        if len(srcs) != 1:
+            continue    # recomputing from two inputs holds as much as one float buffer
+        stop = set(caches) | {u for u in fusion.tensors() if row_free(u)}
+        recompute_for(t, outside, stop)
+        done.add(t)
+
+
+def schedule(fusion, p: InnerPersistentParams) -> None:
+    caches = {k: cache_after(v) for k, v in enumerate(fusion.inputs)
+              if isinstance(v, TensorView) and fusion.uses_of(v)}
+    outputs = [o for o in fusion.outputs if o.definition is not None]
+    for o in outputs:
+        cache_before(o)
+    reds = reduction_tensors(fusion)
+    if p.project_to_inputs:
+        _project_to_inputs(fusion, set(caches.values()), reds)
+    ref = reds[0]
+    _, rpos = _layout(ref)
+    _merge_dims(ref, rpos)
+    # [I, R] -> [I/By, By, P, ceilDiv(R / V, P), V]
+    ref.split(1, p.vector).split(1, p.persistent_batch, inner_split=False)
+    ref.split(0, p.bdimy)
+    ref.parallelize(0, PT.BIDx).parallelize(1, PT.TIDy).parallelize(3, PT.TIDx)
+    propagate_transforms(ref)
+    rfs = [rfactor(r, [2, 4]) for r in reds]
+    parallelize_like(rfs[0], parallel_types={PT.BIDx, PT.TIDy, PT.TIDx})
+    for k in p.vector_inputs:
+        caches[k].parallelize(-1, PT.Vectorize)
+    if p.vector > 1:
+        for o in outputs:
+            o.parallelize(-1, PT.Vectorize)
+    inline_most(fusion=fusion)
+    # Each input cache holds the thread's whole share of the row, loaded before any use.
+    graph = IdGraph(fusion, permissive=True)
+    batch_axis = rfs[0].domain.loop[2]
+    # A cache without the row dim (a weight) computed outside the row loop stays in registers
+    # across rows; when a row already fills the registers, it is reloaded per row (from L2).
+    row_axis = rfs[0].domain.loop[0]
+    keep_weights = p.persistent_batch * p.vector <= MAX_ELEMENTS_PER_THREAD // 2
+    for cache in caches.values():
+        pos = next((k for k, i in enumerate(cache.domain.loop) if graph.mapped(i, batch_axis)), None)
+        if pos is None or cache.compute_at_pos <= pos:
+            continue
+        has_row = any(graph.mapped(i, row_axis) for i in cache.domain.loop)
+        if has_row or keep_weights:
+            inline_at(cache, pos)
+    launch = getattr(fusion, "launch_hints", None) or {}
+    launch["max_threads"] = -(-p.bdimx // 32) * 32 * p.bdimy
+    fusion.launch_hints = launch
