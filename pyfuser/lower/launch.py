@@ -34,7 +34,8 @@ def launch_config(kernel: K.Kernel) -> K.Kernel:
             block[k] = hints[key]
     ws = 0
     for s in K.walk(kernel.body):
-        if isinstance(s, (K.BlockReduce, K.GridReduce)):
+        # Grid reductions go through their global workspace; only block steps use this one.
+        if isinstance(s, K.BlockReduce):
             count = s.values[0].vector if s.values else 1
             ws = max(ws, reduction_workspace_elems(s.dims, count, block))
     kernel.reduction_workspace = ws

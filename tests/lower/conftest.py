@@ -1,0 +1,8 @@
+"""Make kir_testing (the shared helpers beside these tests) importable: pytest runs with
+--import-mode=importlib, which does not put test folders on sys.path."""
+import sys
+from pathlib import Path
+
+_HERE = str(Path(__file__).resolve().parent)
+if _HERE not in sys.path:
+    sys.path.insert(0, _HERE)

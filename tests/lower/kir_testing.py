@@ -1,0 +1,715 @@
+"""Test utilities for lowering, codegen and scheduler tests (CPU only).
+
+- `eval_expr(e, env)`: the value of a kernel expression (K.Var/Special names -> ints in `env`),
+  with C semantics for / and % (truncation toward zero).
+- `lower_upto(fusion, last)`: run the PIPELINE passes one at a time up to `last`, verifying the
+  kernel IR after each (pyfuser.kir.verifier).
+- `skeleton(body)`: a compact text of a kernel body's structure (loops, allocations, ops, syncs).
+- `Interpreter`: runs a lowered kernel on the CPU, all threads of the grid in lockstep, with
+  checks a GPU would not make: every access in bounds, vector accesses aligned to their width,
+  no value computed from an unwritten register reaching memory, writes counted per element.
+- `setup(fd, inputs, device)`: a scheduler's inputs as explain builds them: the clone, RuntimeInfo
+  with InputFacts and the device table, and the bindings of the symbolic extents.
+
+Test files import it after putting tests/lower on sys.path (pytest runs with
+--import-mode=importlib, which does not).
+"""
+from __future__ import annotations
+
+import math
+import struct
+
+import numpy as np
+import torch
+
+from pyfuser.ir import scalar as S
+from pyfuser.ir.dtype import DataType, to_torch
+from pyfuser.ir.exprs import (BinaryOp, BinaryOpType, BroadcastOp, ExpandOp, FullOp, LoadStoreOp,
+                              ReductionOp, ReshapeOp, SqueezeOp, UnaryOp, UnaryOpType, WhereOp)
+from pyfuser.ir.tensor import TensorView
+from pyfuser.kir import nodes as K
+from pyfuser.kir.printer import kernel_str
+from pyfuser.kir.verifier import verify_kernel
+from pyfuser.lower import PIPELINE
+from pyfuser.lower.context import LoweringContext
+
+
+# Expressions ------------------------------------------------------------------------------------
+def _tdiv(a, b):
+    q = abs(a) // abs(b)
+    return q if (a >= 0) == (b >= 0) else -q
+
+
+def _tmod(a, b):
+    return a - _tdiv(a, b) * b
+
+
+def _ceil(a, b):
+    return -(-a // b)
+
+
+_HELPERS = {"_tdiv": _tdiv, "_tmod": _tmod, "_ceil": _ceil, "min": min, "max": max}
+_BIN = {"+": "({a} + {b})", "-": "({a} - {b})", "*": "({a} * {b})", "/": "_tdiv({a}, {b})",
+        "%": "_tmod({a}, {b})", "ceilDiv": "_ceil({a}, {b})", "min": "min({a}, {b})",
+        "max": "max({a}, {b})", "<": "({a} < {b})", "<=": "({a} <= {b})", ">": "({a} > {b})",
+        ">=": "({a} >= {b})", "==": "({a} == {b})", "!=": "({a} != {b})",
+        "&&": "({a} and {b})", "||": "({a} or {b})"}
+
+
+def py_source(e) -> str:
+    """Python source of kernel expression `e` reading variables from a dict `env`."""
+    if isinstance(e, K.Const):
+        return repr(e.value)
+    if isinstance(e, (K.Var, K.Special)):
+        return f"env[{e.name!r}]"
+    if isinstance(e, K.Bin):
+        return _BIN[e.op].format(a=py_source(e.a), b=py_source(e.b))
+    if isinstance(e, K.Not):
+        return f"(not {py_source(e.a)})"
+    if isinstance(e, K.Select):
+        return f"({py_source(e.a)} if {py_source(e.cond)} else {py_source(e.b)})"
+    raise TypeError(f"not an index expression: {e!r} ({type(e).__name__})")
+
+
+_COMPILED: dict = {}
+
+
+def compile_expr(e):
+    key = id(e)
+    hit = _COMPILED.get(key)
+    if hit is not None and hit[0] is e:
+        return hit[1]
+    fn = eval("lambda env: " + py_source(e), dict(_HELPERS))  # noqa: S307 - our own text
+    _COMPILED[key] = (e, fn)
+    return fn
+
+
+def eval_expr(e, env: dict):
+    """Value of kernel expression `e`; env maps Var and Special names to values."""
+    return compile_expr(e)(env)
+
+
+def expr_vars(e, out=None) -> set:
+    out = set() if out is None else out
+    if isinstance(e, (K.Var, K.Special)):
+        out.add(e.name)
+    elif isinstance(e, K.Bin):
+        expr_vars(e.a, out)
+        expr_vars(e.b, out)
+    elif isinstance(e, K.Not):
+        expr_vars(e.a, out)
+    elif isinstance(e, K.Select):
+        for x in (e.cond, e.a, e.b):
+            expr_vars(x, out)
+    elif isinstance(e, K.TensorIndex):
+        expr_vars(e.index, out)
+    return out
+
+
+# Lowering step by step ------------------------------------------------------------------------
+PASS_NAMES = [p.__name__ for p in PIPELINE]
+
+
+def lower_upto(fusion, last: str | None = None, name: str = "k", index_type: str = "int",
+               texts: dict | None = None) -> K.Kernel:
+    """Run PIPELINE up to and including pass `last` (all when None), verifying after each;
+    `texts` (if given) receives the kernel IR text after each pass."""
+    if last is not None and last not in PASS_NAMES:
+        raise ValueError(f"unknown pass {last!r}")
+    kernel = K.Kernel(name, fusion, index_type=index_type)
+    kernel.ctx = LoweringContext(fusion)
+    for p in PIPELINE:
+        kernel = p(kernel)
+        verify_kernel(kernel, after=p.__name__)
+        if texts is not None:
+            texts[p.__name__] = kernel_str(kernel)
+        if p.__name__ == last:
+            break
+    return kernel
+
+
+def ops(kernel_or_body) -> list:
+    body = kernel_or_body.body if isinstance(kernel_or_body, K.Kernel) else kernel_or_body
+    return [s for s in K.walk(body) if isinstance(s, K.TensorOp)]
+
+
+def op_writing(kernel, tv_or_name) -> K.TensorOp:
+    """The (single) TensorOp whose output is tensor `tv` (fusion Val or buffer name Tn)."""
+    found = []
+    for s in ops(kernel):
+        o = s.out
+        if o is tv_or_name or (isinstance(o, K.TensorIndex) and (o.buffer.name == tv_or_name or
+                                                                 o.buffer.tv is tv_or_name)):
+            found.append(s)
+    assert len(found) == 1, (tv_or_name, found)
+    return found[0]
+
+
+def enclosing(kernel, target) -> list:
+    """The statements (ForLoops / IfThenElses) around `target`, outermost first."""
+    def rec(body, path):
+        for s in body:
+            if s is target:
+                return path
+            if isinstance(s, K.ForLoop):
+                r = rec(s.body, path + [s])
+                if r is not None:
+                    return r
+            elif isinstance(s, K.IfThenElse):
+                r = rec(s.then_body, path + [s]) or rec(s.else_body, path + [s])
+                if r is not None:
+                    return r
+        return None
+    out = rec(kernel.body, [])
+    assert out is not None, f"{target!r} is not in the kernel"
+    return out
+
+
+def loop_points(kernel, stmt, env0: dict):
+    """Every assignment of the variables of the ForLoops around `stmt` (a thread or block loop's
+    variable is its threadIdx/blockIdx name), each as env0 updated: dicts for eval_expr."""
+    loops = [s for s in enclosing(kernel, stmt) if isinstance(s, K.ForLoop)]
+
+    def rec(i, env):
+        if i == len(loops):
+            yield dict(env)
+            return
+        f = loops[i]
+        for v in range(eval_expr(f.start, env), eval_expr(f.stop, env)):
+            env[f.var.name] = v
+            yield from rec(i + 1, env)
+        env.pop(f.var.name, None)
+    yield from rec(0, dict(env0))
+
+
+def _op_name(s: K.TensorOp) -> str:
+    e = s.expr
+    return getattr(getattr(e, "op", None), "value", type(e).__name__)
+
+
+def _val_name(v) -> str:
+    if isinstance(v, TensorView):
+        return f"T{v.name}"
+    if isinstance(v, K.TensorIndex):
+        return v.buffer.name
+    return repr(v)
+
+
+def skeleton(body) -> list:
+    """Structure of a kernel body as nested lists of short strings:
+    'for S[9]' / 'for TIDx[4]' followed by a list of its body, 'alloc local T2[1]',
+    'T3 = add(T0, T2)', 'init T2', 'block_reduce<x> T2', 'grid_reduce<y> T3', 'sync',
+    'if' + [then]. Predicates and indices are left out (tests check those separately)."""
+    out = []
+    for s in body:
+        if isinstance(s, K.ForLoop):
+            kind = {"Serial": "S"}.get(s.parallel, s.parallel)
+            out.append(f"for {kind}[{s.stop!r}]")
+            out.append(skeleton(s.body))
+        elif isinstance(s, K.IfThenElse):
+            out.append("if")
+            out.append(skeleton(s.then_body))
+        elif isinstance(s, K.Allocate):
+            out.append(f"alloc {s.buffer.memory} {s.buffer.name}[{s.buffer.size!r}]")
+        elif isinstance(s, K.TensorOp):
+            vec = f" <{s.vector}>" if s.vector > 1 else ""
+            out.append(f"{_val_name(s.out)} = {_op_name(s)}({', '.join(_val_name(i) for i in s.ins)}){vec}")
+        elif isinstance(s, K.InitValue):
+            out.append(f"init {s.out.name}")
+        elif isinstance(s, K.BlockReduce):
+            out.append(f"block_reduce<{','.join(s.dims)}> {s.tv and 'T%s' % s.tv.name}")
+        elif isinstance(s, K.GridReduce):
+            out.append(f"grid_reduce<{','.join(s.dims)}> {getattr(s, 'tv', None) and 'T%s' % s.tv.name}")
+        elif isinstance(s, K.BlockSync):
+            out.append("sync")
+        else:
+            out.append(type(s).__name__)
+    return out
+
+
+# Scheduler setup --------------------------------------------------------------------------------
+class Setup:
+    def __init__(self, fd, inputs, device="h100", alignment=16, clone=True):
+        from pyfuser.runtime.device import get_device_properties
+        from pyfuser.runtime.inputs import check_inputs
+        from pyfuser.schedule.schedulers.base import InputFacts, RuntimeInfo
+        self.fd = fd
+        self.inputs = list(inputs)
+        self.orig_bindings = check_inputs(fd.fusion, inputs)
+        if clone:
+            self.fusion, mapping = fd.fusion.clone()
+            self.bindings = {mapping[id(k)]: v for k, v in self.orig_bindings.items()
+                             if id(k) in mapping}
+        else:
+            self.fusion, self.bindings = fd.fusion, dict(self.orig_bindings)
+        aligns = alignment if isinstance(alignment, (list, tuple)) else [alignment] * len(inputs)
+        self.facts = tuple(
+            InputFacts(tuple(x.shape), tuple(x.stride()), a) if isinstance(x, torch.Tensor) else None
+            for x, a in zip(inputs, aligns))
+        self.device = get_device_properties(device)
+        self.info = RuntimeInfo(self.bindings, self.facts, self.device)
+
+
+def empty_inputs(name: str, M: int, N: int, dtype="bf16") -> list:
+    """Uninitialized inputs of catalogue fusion `name` for shape (M, N) (heuristics and codegen
+    read only sizes and strides)."""
+    from pyfuser import catalogue
+    small = catalogue.make_inputs(name, 3, 5, dtype, seed=0)
+    return [torch.empty([{3: M, 5: N, 1: 1}[d] for d in x.shape], dtype=x.dtype) for x in small]
+
+
+def setup(fd, inputs, device="h100", alignment=16) -> Setup:
+    return Setup(fd, inputs, device, alignment)
+
+
+def schedule_and_lower(fd, inputs, params=None, device="h100", alignment=16, scheduler=None,
+                       index_type="int", name="k"):
+    """Choose (or take) a scheduler, compute (or take) its heuristic, schedule a clone and lower
+    it with the verifier on. Returns (Setup, scheduler, params, kernel)."""
+    from pyfuser.schedule.schedulers import registry
+    st = setup(fd, inputs, device, alignment)
+    if scheduler is None:
+        choice = registry.choose(fd.fusion)
+        assert choice.scheduler is not None, choice.reason
+        scheduler = choice.scheduler
+    if params is None:
+        params = scheduler.compute_heuristics(st.fusion, st.info)
+    scheduler.schedule(st.fusion, params)
+    kernel = lower_upto(st.fusion, None, name=name, index_type=index_type)
+    return st, scheduler, params, kernel
+
+
+# Interpreter ----------------------------------------------------------------------------------
+class InterpreterError(AssertionError):
+    pass
+
+
+class _Poison:
+    """A value computed from a register nobody wrote: harmless unless it reaches memory."""
+
+    def __repr__(self):
+        return "POISON"
+
+
+POISON = _Poison()
+
+
+def _round_bf16(x: float) -> float:
+    if math.isnan(x) or math.isinf(x):
+        return x
+    bits = struct.unpack("<I", struct.pack("<f", np.float32(x)))[0]
+    bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
+    return struct.unpack("<f", struct.pack("<I", bits))[0]
+
+
+def round_to(dt: DataType, x):
+    if x is POISON:
+        return x
+    with np.errstate(all="ignore"):
+        if dt == DataType.Float:
+            return float(np.float32(x))
+        if dt == DataType.Half:
+            return float(np.float16(x))
+        if dt == DataType.BFloat16:
+            return _round_bf16(float(x))
+        if dt == DataType.Double:
+            return float(x)
+        if dt == DataType.Bool:
+            return bool(x)
+        return int(x)
+
+
+def _f(fn):
+    def g(x):
+        with np.errstate(all="ignore"):
+            return float(fn(np.float64(x)))
+    return g
+
+
+def _np2(fn, a, b):
+    with np.errstate(all="ignore"):
+        return float(fn(np.float64(a), np.float64(b)))
+
+
+def _gelu_tanh(x):
+    return 0.5 * x * (1.0 + math.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)))
+
+
+_UNARY = {
+    UnaryOpType.Neg: lambda x: -x, UnaryOpType.Abs: abs, UnaryOpType.Exp: _f(np.exp),
+    UnaryOpType.Exp2: _f(np.exp2), UnaryOpType.Log: _f(np.log), UnaryOpType.Sqrt: _f(np.sqrt),
+    UnaryOpType.Rsqrt: _f(lambda x: 1.0 / np.sqrt(x)),
+    UnaryOpType.Reciprocal: _f(lambda x: 1.0 / x), UnaryOpType.Tanh: math.tanh,
+    UnaryOpType.Sigmoid: _f(lambda x: 1.0 / (1.0 + np.exp(-x))), UnaryOpType.Erf: math.erf,
+    UnaryOpType.Relu: lambda x: max(x, 0.0),
+    UnaryOpType.Silu: _f(lambda x: x / (1.0 + np.exp(-x))),
+    UnaryOpType.GeluTanh: _gelu_tanh,
+    UnaryOpType.GeluErf: lambda x: 0.5 * x * (1.0 + math.erf(x / math.sqrt(2.0))),
+    UnaryOpType.Not: lambda x: not x, UnaryOpType.Cast: lambda x: x, UnaryOpType.Set: lambda x: x,
+}
+_BINARY = {
+    BinaryOpType.Add: lambda a, b: a + b, BinaryOpType.Sub: lambda a, b: a - b,
+    BinaryOpType.Mul: lambda a, b: a * b,
+    BinaryOpType.Div: lambda a, b: _np2(np.divide, a, b),
+    BinaryOpType.Pow: lambda a, b: _np2(np.power, a, b),
+    BinaryOpType.Max: max, BinaryOpType.Min: min,
+    BinaryOpType.Eq: lambda a, b: a == b, BinaryOpType.Ne: lambda a, b: a != b,
+    BinaryOpType.Lt: lambda a, b: a < b, BinaryOpType.Le: lambda a, b: a <= b,
+    BinaryOpType.Gt: lambda a, b: a > b, BinaryOpType.Ge: lambda a, b: a >= b,
+    BinaryOpType.And: lambda a, b: bool(a) and bool(b), BinaryOpType.Or: lambda a, b: bool(a) or bool(b),
+}
+_REDUCE = {"sum": lambda a, b: a + b, "max": max, "min": min}
+
+
+class _Thread:
+    __slots__ = ("env", "locals", "block")
+
+    def __init__(self, env, block):
+        self.env = env
+        self.locals = {}
+        self.block = block
+
+
+class Interpreter:
+    """Run `kernel` on CPU tensors. `bindings`: the kernel fusion's symbolic extents -> ints."""
+
+    def __init__(self, kernel: K.Kernel, bindings: dict, check_alignment: bool = True,
+                 max_threads: int = 1 << 15):
+        self.k = kernel
+        self.bindings = dict(bindings)
+        self.check_alignment = check_alignment
+        self.max_threads = max_threads
+        self.writes: dict = {}       # (buffer name, element offset) -> count, global buffers
+
+    # Memory ------------------------------------------------------------------------------------
+    def _mem(self, t: _Thread, buf: K.Buffer) -> list:
+        if buf.memory == "global":
+            return self.globals[id(buf)]
+        if buf.memory == "shared":
+            return self.shared.setdefault((t.block, id(buf)), [POISON] * self._size(buf, t))
+        m = t.locals.get(id(buf))
+        if m is None:
+            raise InterpreterError(f"register buffer {buf.name} is used before its Allocate")
+        return m
+
+    def _size(self, buf, t) -> int:
+        return int(eval_expr(buf.size, t.env)) if isinstance(buf.size, K.KExpr) else int(buf.size)
+
+    def _addr(self, t, ti: K.TensorIndex, what: str, lanes: int) -> tuple[list, int]:
+        mem = self._mem(t, ti.buffer)
+        idx = eval_expr(ti.index, t.env)
+        if not isinstance(idx, int):
+            raise InterpreterError(f"{what} {ti!r}: index {idx!r} is not an integer")
+        if idx < 0 or idx + lanes > len(mem):
+            raise InterpreterError(
+                f"{what} {ti!r}: elements [{idx}, {idx + lanes}) outside [0, {len(mem)}) of "
+                f"{ti.buffer.name} ({ti.buffer.memory}) at {self._where(t)}")
+        if lanes > 1 and self.check_alignment and idx % lanes:
+            raise InterpreterError(
+                f"{what} {ti!r}: vector access of {lanes} at element {idx} is not aligned to "
+                f"{lanes} elements at {self._where(t)}")
+        return mem, idx
+
+    @staticmethod
+    def _where(t) -> str:
+        return ", ".join(f"{k}={v}" for k, v in t.env.items()
+                         if not k.startswith("T") and not isinstance(v, bool))
+
+    def _read(self, t, operand, lane=0):
+        if isinstance(operand, K.ScalarValue):
+            return self._scalar(operand.scalar)
+        if isinstance(operand, K.TensorIndex):
+            mem, idx = self._addr(t, operand, "read of", max(operand.vector, 1))
+            return mem[idx + lane]
+        raise InterpreterError(f"cannot read {operand!r}")
+
+    def _write(self, t, ti: K.TensorIndex, value, lane=0):
+        mem, idx = self._addr(t, ti, "write of", max(ti.vector, 1))
+        if value is POISON and ti.buffer.memory != "local":
+            raise InterpreterError(f"a value computed from unwritten registers is stored to "
+                                   f"{ti!r} at {self._where(t)}")
+        mem[idx + lane] = round_to(ti.buffer.dtype, value)
+        if ti.buffer.memory == "global":
+            key = (ti.buffer.name, idx + lane)
+            self.writes[key] = self.writes.get(key, 0) + 1
+
+    def _scalar(self, s):
+        if s.value is not None:
+            return s.value
+        if s in self.scalar_env:
+            return self.scalar_env[s]
+        d = s.definition
+        if isinstance(d, UnaryOp):
+            return _UNARY[d.op](self._scalar(d.inputs[0]))
+        if isinstance(d, BinaryOp):
+            return _BINARY[d.op](self._scalar(d.inputs[0]), self._scalar(d.inputs[1]))
+        return S.evaluate(s, self.scalar_env)
+
+    # Running ---------------------------------------------------------------------------------
+    def run(self, inputs: list) -> list:
+        from pyfuser.runtime.inputs import output_strides
+        k = self.k
+        fusion = k.fusion
+        self.scalar_env = dict(self.bindings)
+        for v, x in zip(fusion.inputs, inputs):
+            if not isinstance(v, TensorView):
+                self.scalar_env[v] = x
+        self.globals = {}
+        self.shared = {}
+        env0 = {}
+        self.outputs = []
+        out_sizes = [[int(S.evaluate(i.user_extent if i.is_broadcast else i.extent, dict(self.bindings)))
+                      for i in o.domain.logical_no_reductions] for o in fusion.outputs]
+        out_store = {}
+        for p in k.params:
+            src = p.source
+            if src[0] == "input":
+                x = inputs[src[1]]
+                self.globals[id(p.buffer)] = _storage_of(x)
+            elif src[0] == "output":
+                o = fusion.outputs[src[1]]
+                sizes = out_sizes[src[1]]
+                strides = output_strides(o, sizes)
+                n = 1 + sum((s - 1) * st for s, st in zip(sizes, strides) if s > 0)
+                store = [math.nan] * (n if all(sizes) else 0)
+                self.globals[id(p.buffer)] = store
+                out_store[src[1]] = (store, sizes, strides, o.dtype)
+            elif src[0] == "stride":
+                _, role, kk, d = src
+                if role == "input":
+                    env0[p.name] = int(inputs[kk].stride(d))
+                else:
+                    o = fusion.outputs[kk]
+                    env0[p.name] = output_strides(o, out_sizes[kk])[d]
+            elif src[0] == "extent":
+                env0[p.name] = int(S.evaluate(src[1], dict(self.bindings)))
+            elif src[0] == "scalar":
+                env0[p.name] = inputs[src[1]]
+            elif src[0] == "workspace":
+                self.globals[id(p.buffer)] = []
+            else:
+                raise InterpreterError(f"unknown parameter source {src}")
+        grid = [max(1, int(S.evaluate(g, dict(self.bindings)))) for g in k.launch.grid]
+        block = [max(1, int(S.evaluate(b, dict(self.bindings)))) for b in k.launch.block]
+        self.grid, self.block = grid, block
+        n = grid[0] * grid[1] * grid[2] * block[0] * block[1] * block[2]
+        if n > self.max_threads:
+            raise InterpreterError(f"{n} threads is too many to interpret (grid {grid}, block {block})")
+        threads = []
+        for bz in range(grid[2]):
+            for by in range(grid[1]):
+                for bx in range(grid[0]):
+                    for tz in range(block[2]):
+                        for ty in range(block[1]):
+                            for tx in range(block[0]):
+                                env = dict(env0)
+                                env.update({"threadIdx.x": tx, "threadIdx.y": ty, "threadIdx.z": tz,
+                                            "blockIdx.x": bx, "blockIdx.y": by, "blockIdx.z": bz,
+                                            "blockDim.x": block[0], "gridDim.x": grid[0],
+                                            "pf_grid_last": False})
+                                threads.append(_Thread(env, (bx, by, bz)))
+        self.all_threads = threads
+        self._body(k.body, threads)
+        outs = []
+        for j in range(len(fusion.outputs)):
+            store, sizes, strides, dt = out_store[j]
+            flat = torch.tensor(store, dtype=torch.float64) if store else torch.zeros(0, dtype=torch.float64)
+            t = flat.as_strided(sizes, strides) if store else torch.zeros(sizes, dtype=torch.float64)
+            outs.append(t.to(to_torch(dt)) if dt.is_floating else t)
+        return outs
+
+    def _body(self, stmts, threads):
+        for s in stmts:
+            if not threads:
+                return
+            getattr(self, "_" + type(s).__name__)(s, threads)
+
+    def _ForLoop(self, s: K.ForLoop, threads):
+        if s.parallel in ("TIDx", "TIDy", "TIDz", "BIDx", "BIDy", "BIDz"):
+            self._body(s.body, threads)
+            return
+        name = s.var.name
+        if s.parallel == "GridStride":
+            starts = {id(t): t.env["blockIdx.x"] for t in threads}
+            step = {id(t): t.env["gridDim.x"] for t in threads}
+        else:
+            starts = {id(t): eval_expr(s.start, t.env) for t in threads}
+            step = {id(t): eval_expr(s.step, t.env) for t in threads}
+        stops = {id(t): eval_expr(s.stop, t.env) for t in threads}
+        it = 0
+        while True:
+            active = []
+            for t in threads:
+                v = starts[id(t)] + it * step[id(t)]
+                if v < stops[id(t)]:
+                    t.env[name] = v
+                    active.append(t)
+            if not active:
+                break
+            self._body(s.body, active)
+            it += 1
+        for t in threads:
+            t.env.pop(name, None)
+
+    def _IfThenElse(self, s, threads):
+        yes = [t for t in threads if eval_expr(s.cond, t.env)]
+        no = [t for t in threads if not eval_expr(s.cond, t.env)]
+        self._body(s.then_body, yes)
+        self._body(s.else_body, no)
+
+    def _Allocate(self, s, threads):
+        b = s.buffer
+        if b.memory == "local":
+            for t in threads:
+                t.locals[id(b)] = [POISON] * self._size(b, t)
+
+    def _Comment(self, s, threads):
+        pass
+
+    def _BlockSync(self, s, threads):
+        pass
+
+    def _ScalarDef(self, s, threads):
+        for t in threads:
+            t.env[s.var.name] = eval_expr(s.value, t.env)
+
+    def _InitValue(self, s, threads):
+        v = s.value
+        val = self._scalar(v.scalar) if isinstance(v, K.ScalarValue) else v
+        for t in threads:
+            mem = self._mem(t, s.out)
+            for j in range(len(mem)):
+                mem[j] = round_to(s.out.dtype, val)
+
+    def _TensorOp(self, s: K.TensorOp, threads):
+        e = s.expr
+        pred = compile_expr(s.predicate)
+        for t in threads:
+            if not pred(t.env):
+                continue
+            if s.vector > 1:
+                if not isinstance(e, LoadStoreOp):
+                    raise InterpreterError(f"vector op {type(e).__name__} is not a copy")
+                vals = [self._read(t, s.ins[0], lane) for lane in range(s.vector)]
+                for lane, v in enumerate(vals):
+                    self._write(t, s.out, v, lane)
+                continue
+            ins = [self._read(t, x) for x in s.ins]
+            if s.accumulate:
+                acc = self._read(t, s.out)
+                if POISON in (acc, ins[0]):
+                    raise InterpreterError(f"{s.out!r} accumulates a value computed from unwritten "
+                                           f"registers at {self._where(t)}")
+                value = _REDUCE[e.op.value](acc, ins[0])
+            elif any(x is POISON for x in ins):
+                value = POISON
+            else:
+                value = self._compute(e, ins)
+            self._write(t, s.out, value)
+
+    def _compute(self, e, ins):
+        if isinstance(e, UnaryOp):
+            return _UNARY[e.op](ins[0])
+        if isinstance(e, BinaryOp):
+            return _BINARY[e.op](ins[0], ins[1])
+        if isinstance(e, WhereOp):
+            return ins[1] if ins[0] else ins[2]
+        if isinstance(e, (LoadStoreOp, BroadcastOp, ExpandOp, SqueezeOp, ReshapeOp, FullOp)):
+            return ins[0]
+        raise InterpreterError(f"no rule for {type(e).__name__}")
+
+    def _check_whole_grid(self, s, threads):
+        if len(threads) != len(self.all_threads):
+            raise InterpreterError(f"{type(s).__name__} reached by {len(threads)} of "
+                                   f"{len(self.all_threads)} threads")
+
+    def _BlockReduce(self, s: K.BlockReduce, threads):
+        self._check_whole_grid(s, threads)
+        dims = set(s.dims)
+        groups: dict = {}
+        for t in threads:
+            key = (t.block,) + tuple(t.env[f"threadIdx.{d}"] for d in "xyz" if d not in dims)
+            groups.setdefault(key, []).append(t)
+        op = _REDUCE[s.op]
+        for ti in s.values:
+            for grp in groups.values():
+                for lane in range(max(ti.vector, 1)):
+                    vals = [self._read(t, ti, lane) for t in grp]
+                    if any(v is POISON for v in vals):
+                        res = POISON
+                    else:
+                        res = vals[0]
+                        for v in vals[1:]:
+                            res = op(res, v)
+                    for t in grp:
+                        mem, idx = self._addr(t, ti, "block reduction of", max(ti.vector, 1))
+                        mem[idx + lane] = round_to(ti.buffer.dtype, res)
+
+    def _GridReduce(self, s: K.GridReduce, threads):
+        self._check_whole_grid(s, threads)
+        red_t = set(getattr(s, "thread_dims", ()))
+        red_b = set(s.dims)
+        groups: dict = {}
+        for t in threads:
+            if any(t.env[f"threadIdx.{d}"] != 0 for d in red_t):
+                continue   # not a writer
+            key = (tuple(t.env[f"blockIdx.{d}"] for d in "xyz" if d not in red_b) +
+                   tuple(t.env[f"threadIdx.{d}"] for d in "xyz" if d not in red_t))
+            groups.setdefault(key, []).append(t)
+
+        def red_index(t):
+            v = 0
+            for d in sorted(red_b, reverse=True):
+                v = v * self.grid["xyz".index(d)] + t.env[f"blockIdx.{d}"]
+            return v
+        op = _REDUCE[s.op]
+        last = {}
+        for grp in groups.values():
+            grp.sort(key=red_index)
+            for ti in s.values:
+                for lane in range(max(ti.vector, 1)):
+                    vals = [self._read(t, ti, lane) for t in grp]
+                    res = POISON if any(v is POISON for v in vals) else vals[0]
+                    if res is not POISON:
+                        for v in vals[1:]:
+                            res = op(res, v)
+                    mem, idx = self._addr(grp[-1], ti, "grid reduction of", max(ti.vector, 1))
+                    mem[idx + lane] = round_to(ti.buffer.dtype, res)
+            last_block = grp[-1].block
+            last[tuple(b for b, d in zip(last_block, "xyz") if d not in red_b)] = last_block
+        for t in threads:
+            kept = tuple(b for b, d in zip(t.block, "xyz") if d not in red_b)
+            t.env["pf_grid_last"] = last.get(kept) == t.block
+
+
+def _storage_of(x: torch.Tensor) -> list:
+    """A flat list holding `x` at its strides (broadcast dims of stride 0 included)."""
+    if x.numel() == 0:
+        return []
+    span = 1 + sum((s - 1) * abs(st) for s, st in zip(x.shape, x.stride()))
+    flat = torch.full((span,), math.nan, dtype=torch.float64)
+    offsets = torch.zeros((), dtype=torch.long)
+    for d, (size, st) in enumerate(zip(x.shape, x.stride())):
+        shape = [1] * x.dim()
+        shape[d] = size
+        offsets = offsets + (torch.arange(size) * st).reshape(shape)
+    flat[offsets.expand(x.shape).reshape(-1)] = x.to(torch.float64).reshape(-1)
+    return flat.tolist()
+
+
+def clone_bindings(fd, mapping: dict, inputs) -> dict:
+    """Symbolic extents of a clone (`f, mapping = fd.fusion.clone()`) bound for `inputs`."""
+    from pyfuser.runtime.inputs import check_inputs
+    b = check_inputs(fd.fusion, inputs)
+    return {mapping[id(s)]: v for s, v in b.items() if id(s) in mapping}
+
+
+def interpret(kernel, bindings, inputs, **kw) -> tuple[list, Interpreter]:
+    it = Interpreter(kernel, bindings, **kw)
+    return it.run(inputs), it
+
+
+def reference(fd, inputs) -> list:
+    from pyfuser.runtime.inputs import check_inputs
+    from pyfuser.runtime.reference import evaluate
+    return evaluate(fd.fusion, inputs, extent_bindings=check_inputs(fd.fusion, inputs))
