@@ -104,6 +104,12 @@ def measure_case(name: str, M: int, N: int, dtype="bf16", peers=("eager", "compi
         gbps["pyfuser"] = None
         notes["pyfuser"] = f"failed: {type(e).__name__}: {str(e)[:200]}"
     for peer in peers:
+        if peer == "compile":
+            # A fresh dynamo state per case: static shapes recompile per shape, and the limit
+            # of 8 recompilations would otherwise be hit inside a sweep of shapes.
+            torch._dynamo.reset()
+            from .peers import _compiled
+            _compiled.cache_clear()
         try:
             fns = [PEERS[peer](name, s, eps) for s in sets]
             k = [0]

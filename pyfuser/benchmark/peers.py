@@ -17,7 +17,10 @@ def _F():
     return F
 
 
+@functools.lru_cache(maxsize=None)
 def _compiled(name, eps):
+    """One compiled function per fusion: every input set of a case reuses it (a new wrapper per
+    set made dynamo recompile until its limit and fall back to slow paths)."""
     import torch
 
     from .. import catalogue
@@ -128,16 +131,16 @@ def _quack(name, ins, eps):
         r = rstd.reshape(-1).contiguous()
         return lambda: rmsnorm_bwd(x, w, dy, r)
     if name == "layernorm_fwd":
-        from quack.layernorm import layernorm_fwd
+        from quack.rmsnorm import layernorm_fwd
         x, w, b = ins
         wf, bf = w.float(), b.float()
         return lambda: layernorm_fwd(x, wf, bf, eps=eps)
     if name == "layernorm_bwd":
-        from quack.layernorm import layernorm_bwd
+        from quack.rmsnorm import layernorm_bwd
         x, dy, w, mean, rstd = ins
         wf = w.float()
         m, r = mean.reshape(-1).contiguous(), rstd.reshape(-1).contiguous()
-        return lambda: layernorm_bwd(dy, x, wf, m, r)
+        return lambda: layernorm_bwd(x, wf, dy, r, m)
     del torch
     raise PeerMissing(f"Quack has no {name}")
 

@@ -95,7 +95,7 @@ class CudaPrinter:
             return literal(s.value, want)
         names = self.k.ctx.names
         if s in names:
-            return f"static_cast<{want}>({names[s].name})"
+            return f"static_cast<{want}>({self.expr(names[s])})"
         d = s.definition
         if isinstance(d, ScalarOp):
             a = self.scalar(d.inputs[0], "index_t")

@@ -22,6 +22,7 @@ from ..ir.tensor import MemoryType, TensorView
 from ..kir import nodes as K
 from .context import LoweringError
 from .indexing import IndexGraph, Known, scalar_to_kexpr
+from .ranges import simplify_predicate
 
 _THREAD_SPECIAL = {
     ParallelType.TIDx: "threadIdx.x", ParallelType.TIDy: "threadIdx.y",
@@ -172,7 +173,7 @@ def _index_op(op: K.TensorOp, ctx) -> None:
             conds.append(K.lt(k.value, scalar_to_kexpr(i.extent, ctx.names)))
     if touches_memory:
         conds += _thread_predicates(ctx, tv, nest)
-    op.predicate = K.all_of(_dedupe(conds))
+    op.predicate = simplify_predicate(K.all_of(_dedupe(conds)), _loop_ranges(ctx, nest))
     op.out = access(ctx, tv, nest, known, tv, is_write=True)
     op.ins = [_operand(ctx, v, nest, known, tv) for v in op.ins]
 
@@ -180,6 +181,26 @@ def _index_op(op: K.TensorOp, ctx) -> None:
 def _is_inner_of_split(i) -> bool:
     from ..ir.iter_domain import Split
     return isinstance(i.definition, Split) and i is i.definition.inner
+
+
+def _loop_ranges(ctx, nest) -> dict:
+    """Ranges of the loop indices around an op, where its loops have constant extents.
+
+    A thread index is bounded by its loop's extent only when every loop bound to that thread
+    dim has the same constant extent (then blockDim equals it)."""
+    ranges = {}
+    for lp in nest:
+        ext = scalar_to_kexpr(lp.extent, ctx.names)
+        if not isinstance(ext, K.Const):
+            continue
+        if lp.parallel.is_thread_dim:
+            exts = {repr(scalar_to_kexpr(e, ctx.names)) for e in ctx.kernel_parallel[lp.parallel]}
+            if len(exts) != 1:
+                continue
+            ranges[_THREAD_SPECIAL[lp.parallel]] = (0, ext.value - 1)
+        elif isinstance(lp.var, K.Var):
+            ranges[lp.var] = (0, ext.value - 1)
+    return ranges
 
 
 def _dedupe(conds):

@@ -79,6 +79,16 @@ def kernel_params(kernel: K.Kernel) -> K.Kernel:
     for a, b, _ in fusion.extent_equalities:
         if a in ctx.names and b in ctx.names:
             ctx.names[b] = ctx.names[a]
+    # A schedule specialized on some extents (fusion.static_extents, set by the scheduler and
+    # part of its heuristic, so the kernel is only reused for those values) sees constants.
+    static = getattr(fusion, "static_extents", {}) or {}
+    for s, value in static.items():
+        ctx.names[s] = K.Const(int(value))
+    for a, b, _ in fusion.extent_equalities:
+        if a in static and b in ctx.names:
+            ctx.names[b] = K.Const(int(static[a]))
+        if b in static and a in ctx.names:
+            ctx.names[a] = K.Const(int(static[b]))
     kernel.params = params
     return kernel
 

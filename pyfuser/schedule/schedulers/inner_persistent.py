@@ -42,6 +42,10 @@ class InnerPersistentParams:
     bdimy: int                   # rows per block
     vector_inputs: tuple = ()
     project_to_inputs: bool = True
+    keep_weights: bool = True    # weight vectors loaded once per block and kept in registers
+    # The reduced extents the kernel is specialized on (constants in its index math, so splits
+    # divide, predicates fold and offsets become immediates). Part of the kernel's key.
+    row_extents: tuple = ()
 
     def describe(self) -> str:
         return (f"inner persistent: {self.bdimy} row(s) per block, {self.bdimx} threads per row, "
@@ -118,7 +122,12 @@ def compute_heuristics(fusion, info: RuntimeInfo) -> InnerPersistentParams:
         raise SchedulerError(
             f"inner persistent: a row of {n} elements needs {row_regs} registers per thread of "
             f"{threads} (cap {cap}); rows this long need shared memory or a cluster")
-    return InnerPersistentParams(vector, batch, bdimx, bdimy, tuple(vector_inputs))
+    # Weights kept in registers across the block's rows cost registers (occupancy) for L2 reads
+    # saved; worth it only while a thread's row share is small.
+    keep_weights = batch * vector <= MAX_ELEMENTS_PER_THREAD // 2
+    row_extents = tuple(ext[k] for k in rpos)
+    return InnerPersistentParams(vector, batch, bdimx, bdimy, tuple(vector_inputs),
+                                 keep_weights=keep_weights, row_extents=row_extents)
 
 
 def _persistent_uses(fusion, reds):
@@ -136,22 +145,30 @@ def _persistent_uses(fusion, reds):
 
 
 def _project_to_inputs(fusion, caches: set, reds) -> None:
-    graph = IdGraph(fusion)
-    red_ids = [i for r in reds for i in r.domain.maybe_root if i.is_reduction]
-
-    def row_free(t: TensorView) -> bool:
-        return not any(graph.mapped(i, x) for i in t.domain.logical if not i.is_broadcast
-                       for x in red_ids)
+    """Recompute every tensor used on both sides of a reduction from the input caches, so that
+    only the (16-bit) caches stay resident. Cloning stops at the caches and at row-reduced
+    tensors (one value per row, e.g. the mean); broadcasts of those are recomputed per use,
+    which costs nothing, instead of being held as a row of copies."""
     done = set()
-    for t, outside in _persistent_uses(fusion, reds):
-        if t in caches or t in done:
-            continue
-        srcs = [u for u in _upstream(fusion, t) if u in caches]
-        if len(srcs) != 1:
-            continue    # recomputing from two inputs holds as much as one float buffer
-        stop = set(caches) | {u for u in fusion.tensors() if row_free(u)}
-        recompute_for(t, outside, stop)
+    while True:
+        graph = IdGraph(fusion)     # rebuilt: clones carry IDs the last graph did not know
+        red_ids = [i for r in reds for i in r.domain.maybe_root if i.is_reduction]
+
+        def row_reduced(t: TensorView) -> bool:
+            ids = t.domain.logical_no_reductions
+            return not any(i.is_broadcast for i in ids) and not any(
+                graph.mapped(i, x) for i in ids for x in red_ids)
+        pending = [(t, out) for t, out in _persistent_uses(fusion, reds)
+                   if t not in caches and t not in done and not row_reduced(t)]
+        if not pending:
+            return
+        t, outside = pending[0]
         done.add(t)
+        srcs = [u for u in _upstream(fusion, t) if u in caches]
+        if len(srcs) > 1:
+            continue    # recomputing from two inputs holds as much as one float buffer
+        stop = set(caches) | {u for u in fusion.tensors() if row_reduced(u)}
+        recompute_for(t, outside, stop)
 
 
 def schedule(fusion, p: InnerPersistentParams) -> None:
@@ -165,6 +182,10 @@ def schedule(fusion, p: InnerPersistentParams) -> None:
         _project_to_inputs(fusion, set(caches.values()), reds)
     ref = reds[0]
     _, rpos = _layout(ref)
+    if p.row_extents:
+        fusion.static_extents = {ref.domain.maybe_root[k].extent: v
+                                 for k, v in zip(rpos, p.row_extents)
+                                 if ref.domain.maybe_root[k].extent.value is None}
     _merge_dims(ref, rpos)
     # [I, R] -> [I/By, By, P, ceilDiv(R / V, P), V]
     ref.split(1, p.vector).split(1, p.persistent_batch, inner_split=False)
@@ -185,7 +206,7 @@ def schedule(fusion, p: InnerPersistentParams) -> None:
     # A cache without the row dim (a weight) computed outside the row loop stays in registers
     # across rows; when a row already fills the registers, it is reloaded per row (from L2).
     row_axis = rfs[0].domain.loop[0]
-    keep_weights = p.persistent_batch * p.vector <= MAX_ELEMENTS_PER_THREAD // 2
+    keep_weights = p.keep_weights
     for cache in caches.values():
         pos = next((k for k, i in enumerate(cache.domain.loop) if graph.mapped(i, batch_axis)), None)
         if pos is None or cache.compute_at_pos <= pos:

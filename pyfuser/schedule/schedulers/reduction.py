@@ -196,9 +196,12 @@ def schedule(fusion, p: ReductionParams) -> None:
     _merge_dims(red, rpos)
     g = p.grid_split
     if p.inner:
-        # [I, R] -> [I/By, By, G, R/(G*V*Bx*U), U, Bx, V]; blockIdx.y takes G
+        # [I, R] -> [I/By, By, G, R/(G*V*Bx*U), U, Bx, V]; blockIdx.y takes G. The row is
+        # split into vectors before it is shared among the G blocks, so that each block's share
+        # starts at a multiple of V (a share of ceilDiv(R, G) elements may not).
+        red.split(1, p.vector)
         red.split(1, g, inner_split=False)
-        red.split(2, p.vector).split(2, p.bdimx).split(2, p.unroll)
+        red.split(2, p.bdimx).split(2, p.unroll)
         red.split(0, p.bdimy)
         red.parallelize(0, PT.BIDx).parallelize(1, PT.TIDy).parallelize(5, PT.TIDx)
         if g > 1:

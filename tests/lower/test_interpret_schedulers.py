@@ -1,0 +1,175 @@
+"""Scheduler kernels run by the kernel-IR interpreter on the CPU: the schedulers' choices, the
+whole lowering and the index math against the reference evaluator, with every access checked
+in bounds and every vector access aligned (what would be an illegal address on the GPU)."""
+import pytest
+import torch
+
+from kir_testing import (InterpreterError, empty_inputs, eval_expr, interpret, ops, reference,
+                         schedule_and_lower, setup)
+from pyfuser import DataType, FusionDefinition, catalogue
+from pyfuser.kir import nodes as K
+from pyfuser.schedule.schedulers import pointwise, reduction, registry
+from pyfuser.schedule.schedulers.reduction import ReductionParams
+
+SCHEDULED = [n for n in catalogue.names()
+             if registry.choose(catalogue.define(n, "fp32").fusion).scheduler is not None]
+TOL = {"fp32": dict(rtol=1e-5, atol=1e-5), "bf16": dict(rtol=2e-2, atol=2e-2),
+       "fp16": dict(rtol=2e-3, atol=2e-3)}
+
+
+def _check(fd, inputs, dtype="fp32", params=None, scheduler=None, alignment=16):
+    st, sch, params, k = schedule_and_lower(fd, inputs, params=params, scheduler=scheduler,
+                                            alignment=alignment)
+    outs, it = interpret(k, st.bindings, inputs)
+    ref = reference(fd, inputs)
+    for o, r in zip(outs, ref):
+        torch.testing.assert_close(o.double(), r.double(), **TOL[dtype])
+    # Every output element is written exactly once.
+    for j, o in enumerate(fd.fusion.outputs):
+        buf = next(p.name for p in k.params if p.source == ("output", j))
+        counts = [c for (b, _), c in it.writes.items() if b == buf]
+        assert len(counts) == ref[j].numel() and set(counts) <= {1}, (buf, params)
+    return params, k, it
+
+
+def test_the_catalogue_has_scheduled_pointwise_and_reduction_fusions():
+    assert {"gelu_bias", "silu_mul", "row_sum", "col_sum"} <= set(SCHEDULED)
+
+
+@pytest.mark.parametrize("name", SCHEDULED)
+@pytest.mark.parametrize("shape", [(1, 1), (3, 37), (5, 64), (2, 1000), (7, 33)])
+def test_catalogue_kernels_match_the_reference(name, shape):
+    fd = catalogue.define(name, "fp32")
+    inputs = catalogue.make_inputs(name, *shape, "fp32", seed=1)
+    _check(fd, inputs)
+
+
+@pytest.mark.parametrize("name", ["gelu_bias", "row_sum", "col_sum"])
+@pytest.mark.parametrize("dtype", ["bf16", "fp16"])
+def test_half_precision_kernels(name, dtype):
+    fd = catalogue.define(name, dtype)
+    inputs = catalogue.make_inputs(name, 6, 48, dtype, seed=2)
+    params, _, _ = _check(fd, inputs, dtype)
+    assert params.vector == 8           # 16-byte accesses of 2-byte elements
+
+
+# Layouts ----------------------------------------------------------------------------------------
+def _from(tensors, body):
+    with FusionDefinition() as fd:
+        vs = [fd.from_pytorch(t) for t in tensors]
+        fd.add_output(body(fd, *vs))
+    return fd
+
+
+@pytest.mark.parametrize("layout", ["sliced", "transposed", "expanded", "broadcast_col"])
+def test_pointwise_layouts(layout):
+    y = torch.randn(6, 40)
+    x = {"sliced": torch.randn(6, 50)[:, 3:43], "transposed": torch.randn(40, 6).t(),
+         "expanded": torch.randn(6, 1).expand(6, 40), "broadcast_col": torch.randn(6, 1)}[layout]
+    fd = _from([x, y], lambda fd, a, b: fd.ops.mul(fd.ops.sigmoid(a), b))
+    params, _, _ = _check(fd, [x, y])
+    assert params.vector == 4
+    # Only the dense input, and a layout whose rows keep 16-byte alignment, read vectors.
+    assert (0 in params.vector_inputs) == (layout == "sliced" and False) and 1 in params.vector_inputs
+
+
+def test_pointwise_output_follows_a_permuted_input():
+    x = torch.randn(33, 5).t()                     # [5, 33], dim 0 innermost
+    fd = _from([x], lambda fd, a: fd.ops.exp(a))
+    _check(fd, [x])
+
+
+@pytest.mark.parametrize("layout", ["sliced", "transposed"])
+@pytest.mark.parametrize("dim", [0, 1])
+def test_reduction_layouts(layout, dim):
+    x = {"sliced": torch.randn(9, 70)[:, 2:66], "transposed": torch.randn(64, 9).t()}[layout]
+    fd = _from([x], lambda fd, a: fd.ops.sum(a, [dim]))
+    params, _, _ = _check(fd, [x])
+    # A transposed input puts the other dim innermost in memory.
+    assert params.inner == ((dim == 1) == (layout == "sliced"))
+
+
+def test_misaligned_input_reads_scalars():
+    x = torch.randn(4, 64)
+    fd = _from([x], lambda fd, a: fd.ops.sum(a, [1]))
+    params, k, _ = _check(fd, [x], alignment=4)
+    assert params.vector == 1 and not any(op.vector > 1 for op in ops(k))
+
+
+# Forced heuristics: the split and grouping paths at sizes the interpreter can run ---------------
+@pytest.mark.parametrize("params,shape", [
+    (ReductionParams(True, 4, 32, 2, 2, (0,), 2), (3, 1032)),
+    (ReductionParams(True, 4, 32, 2, 2, (0,), 2), (3, 1036)),  # ceilDiv(R, 2) not a multiple of 4
+    (ReductionParams(True, 4, 32, 1, 1, (0,), 4), (2, 1052)),
+    (ReductionParams(True, 1, 32, 2, 2, (), 4), (3, 1037)),
+    (ReductionParams(True, 2, 64, 1, 4, (0,), 1), (2, 1030)),
+])
+def test_inner_reduction_forced_heuristics(params, shape):
+    fd = catalogue.define("row_sum", "fp32")
+    x = torch.randn(*shape)
+    _, k, it = _check(fd, [x], params=params, scheduler=reduction)
+    assert it.grid[1] == params.grid_split
+    assert any(isinstance(s, K.GridReduce) for s in K.walk(k.body)) == (params.grid_split > 1)
+
+
+@pytest.mark.parametrize("params,shape", [
+    (ReductionParams(False, 4, 4, 16, 2, (0,), 4), (301, 24)),
+    (ReductionParams(False, 1, 8, 16, 2, (), 3), (301, 23)),
+    (ReductionParams(False, 2, 8, 8, 4, (0,), 2), (77, 34)),
+])
+def test_outer_reduction_forced_heuristics(params, shape):
+    fd = catalogue.define("col_sum", "fp32")
+    x = torch.randn(*shape)
+    _, k, it = _check(fd, [x], params=params, scheduler=reduction)
+    (br,) = [s for s in K.walk(k.body) if isinstance(s, K.BlockReduce)]
+    assert br.dims == ("y",) and br.values[0].vector == params.vector   # grouped columns
+
+
+def _vector_reads_at(k, env):
+    """Lane-0 element of every vectorized global read, at one point of the launch."""
+    out = []
+    for op in ops(k):
+        if op.vector > 1 and op.ins[0].buffer.memory == "global":
+            out.append((op.vector, eval_expr(op.ins[0].index, env)))
+    return out
+
+
+@pytest.mark.parametrize("shape,dtype", [((8, 100004), "fp32"), ((4, 200008), "bf16"),
+                                         ((2, 65544), "bf16"), ((1, 1 << 20), "bf16")])
+def test_grid_split_inner_reduction_keeps_vectors_aligned(shape, dtype):
+    """Each block of a grid-split row starts a vector: the split must not cut the row at an
+    offset that is not a multiple of the vector width (a misaligned 16-byte load faults)."""
+    fd = catalogue.define("row_sum", dtype)
+    inputs = empty_inputs("row_sum", *shape, dtype)
+    st, sch, params, k = schedule_and_lower(fd, inputs)
+    assert params.vector > 1
+    env = {p.name: 0 for p in k.params}
+    env.update({"i0": shape[0], "i1": shape[1], "T0_s0": shape[1]})
+    for y in range(params.grid_split):
+        env.update({"blockIdx.x": 0, "blockIdx.y": y, "threadIdx.x": 0, "threadIdx.y": 0,
+                    "threadIdx.z": 0, "blockIdx.z": 0})
+        for name in {f.var.name for f in K.walk(k.body) if isinstance(f, K.ForLoop)}:
+            env.setdefault(name, 0)
+        for vec, idx in _vector_reads_at(k, env):
+            assert idx % vec == 0, (params, y, idx)
+
+
+def test_interpreter_catches_a_misaligned_vector_access():
+    """The interpreter's alignment check, on a kernel whose vector read is shifted by hand."""
+    fd = catalogue.define("row_sum", "fp32")
+    x = torch.randn(2, 64)
+    st, sch, params, k = schedule_and_lower(fd, [x])
+    load = next(op for op in ops(k) if op.vector > 1)
+    load.ins[0].index = K.add(load.ins[0].index, 2)
+    with pytest.raises(InterpreterError, match="is not aligned to 4 elements"):
+        interpret(k, st.bindings, [x])
+
+
+def test_interpreter_catches_an_out_of_bounds_write():
+    fd = catalogue.define("silu_mul", "fp32")
+    inputs = catalogue.make_inputs("silu_mul", 3, 7, "fp32", seed=0)
+    st, sch, params, k = schedule_and_lower(fd, inputs)
+    store = next(op for op in ops(k) if op.out.buffer.memory == "global")
+    store.predicate = K.Const(True, "bool")        # drop the bound check
+    with pytest.raises(InterpreterError, match=r"elements \[21, 22\) outside \[0, 21\) of T"):
+        interpret(k, st.bindings, inputs)
