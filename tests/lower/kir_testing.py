@@ -229,7 +229,9 @@ def skeleton(body) -> list:
 
 # Scheduler setup --------------------------------------------------------------------------------
 class Setup:
-    def __init__(self, fd, inputs, device="h100", alignment=16, clone=True):
+    """alignment: bytes for every input, a list (one per input), or None: from data_ptr()."""
+
+    def __init__(self, fd, inputs, device="h100", alignment=None, clone=True):
         from pyfuser.runtime.device import get_device_properties
         from pyfuser.runtime.inputs import check_inputs
         from pyfuser.schedule.schedulers.base import InputFacts, RuntimeInfo
@@ -242,7 +244,14 @@ class Setup:
                              if id(k) in mapping}
         else:
             self.fusion, self.bindings = fd.fusion, dict(self.orig_bindings)
-        aligns = alignment if isinstance(alignment, (list, tuple)) else [alignment] * len(inputs)
+        if alignment is None:      # as the executor sees it: from the data pointers
+            from pyfuser.runtime.executor import _alignment
+            aligns = [_alignment(x.data_ptr()) if isinstance(x, torch.Tensor) else None
+                      for x in inputs]
+        elif isinstance(alignment, (list, tuple)):
+            aligns = alignment
+        else:
+            aligns = [alignment] * len(inputs)
         self.facts = tuple(
             InputFacts(tuple(x.shape), tuple(x.stride()), a) if isinstance(x, torch.Tensor) else None
             for x, a in zip(inputs, aligns))
@@ -258,11 +267,11 @@ def empty_inputs(name: str, M: int, N: int, dtype="bf16") -> list:
     return [torch.empty([{3: M, 5: N, 1: 1}[d] for d in x.shape], dtype=x.dtype) for x in small]
 
 
-def setup(fd, inputs, device="h100", alignment=16) -> Setup:
+def setup(fd, inputs, device="h100", alignment=None) -> Setup:
     return Setup(fd, inputs, device, alignment)
 
 
-def schedule_and_lower(fd, inputs, params=None, device="h100", alignment=16, scheduler=None,
+def schedule_and_lower(fd, inputs, params=None, device="h100", alignment=None, scheduler=None,
                        index_type="int", name="k"):
     """Choose (or take) a scheduler, compute (or take) its heuristic, schedule a clone and lower
     it with the verifier on. Returns (Setup, scheduler, params, kernel)."""
