@@ -25,7 +25,7 @@ import torch
 from pyfuser.ir import scalar as S
 from pyfuser.ir.dtype import DataType, to_torch
 from pyfuser.ir.exprs import (BinaryOp, BinaryOpType, BroadcastOp, ExpandOp, FullOp, LoadStoreOp,
-                              ReductionOp, ReshapeOp, SqueezeOp, UnaryOp, UnaryOpType, WhereOp)
+                              ReshapeOp, SqueezeOp, UnaryOp, UnaryOpType, WhereOp)
 from pyfuser.ir.tensor import TensorView
 from pyfuser.kir import nodes as K
 from pyfuser.kir.printer import kernel_str

@@ -6,9 +6,9 @@ import torch
 
 from kir_testing import (InterpreterError, empty_inputs, eval_expr, interpret, ops, reference,
                          schedule_and_lower, setup)
-from pyfuser import DataType, FusionDefinition, catalogue
+from pyfuser import FusionDefinition, catalogue
 from pyfuser.kir import nodes as K
-from pyfuser.schedule.schedulers import pointwise, reduction, registry
+from pyfuser.schedule.schedulers import reduction, registry
 from pyfuser.schedule.schedulers.reduction import ReductionParams
 
 SCHEDULED = [n for n in catalogue.names()

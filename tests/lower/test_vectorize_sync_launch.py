@@ -2,8 +2,7 @@
 import pytest
 import torch
 
-from kir_testing import (clone_bindings, enclosing, eval_expr, interpret, lower_upto, op_writing,
-                         ops, skeleton)
+from kir_testing import clone_bindings, eval_expr, interpret, lower_upto, op_writing, skeleton
 from pyfuser import DataType, FusionDefinition
 from pyfuser.codegen.device_library import (block_allreduce_x_smem_elems,
                                             block_allreduce_y_smem_elems)

@@ -92,9 +92,14 @@ def can_schedule(fusion) -> tuple[bool, str]:
             return False, "reductions over different dims"
         if broadcast_back(fusion, r):
             return False, f"T{r.name} is broadcast back to the reduced shape (a normalization)"
-    inner, _ = _layout(ref)
+    if len(reds) > 1:
+        # schedule() rfactors only the first; the others would need registers of runtime size.
+        return False, f"{len(reds)} reductions in one fusion are not supported yet"
+    inner, rpos = _layout(ref)
     if inner is None:
         return False, "reduced dims interleave with kept dims in memory order"
+    if len(rpos) == len(ref.domain.maybe_root):
+        return False, "a full reduction (no kept dims) is not supported yet"
     kept = sum(1 for i in ref.domain.logical_no_reductions if not i.is_broadcast)
     for o in fusion.outputs:
         if sum(1 for i in o.domain.logical_no_reductions if not i.is_broadcast) != kept:

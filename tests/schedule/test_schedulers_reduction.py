@@ -1,0 +1,221 @@
+"""Reduction heuristics against the device table (H100, H200): inner vs outer, vectors, block
+shape, grid split for few long rows and few columns; can_schedule's refusals."""
+import dataclasses
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lower"))
+from kir_testing import Setup, empty_inputs, interpret, reference, schedule_and_lower  # noqa: E402
+
+from pyfuser import FusionDefinition, catalogue  # noqa: E402
+from pyfuser.runtime.device import DEVICE_TABLE  # noqa: E402
+from pyfuser.schedule.schedulers import reduction  # noqa: E402
+from pyfuser.schedule.schedulers.reduction import ReductionParams  # noqa: E402
+
+SMS = DEVICE_TABLE["h100"].sm_count
+
+
+def heur(name, M, N, dtype="bf16", device="h100", alignment=16):
+    fd = catalogue.define(name, dtype)
+    st = Setup(fd, empty_inputs(name, M, N, dtype), device, alignment)
+    return reduction.compute_heuristics(st.fusion, st.info)
+
+
+def _blocks(p, M, N):
+    iters = M if p.inner else N
+    if p.inner:
+        return -(-iters // p.bdimy) * p.grid_split
+    return -(-(iters // p.vector) // p.bdimx) * p.grid_split
+
+
+@pytest.mark.parametrize("device", ["h100", "h200"])
+def test_inner_and_outer(device):
+    r = heur("row_sum", 1024, 4096, device=device)
+    c = heur("col_sum", 1024, 4096, device=device)
+    assert r.inner and not c.inner
+    assert r.vector == c.vector == 8 and r.vector_inputs == c.vector_inputs == (0,)
+    assert heur("row_sum", 1024, 4096, "fp32", device).vector == 4
+
+
+@pytest.mark.parametrize("name", ["row_sum", "col_sum"])
+@pytest.mark.parametrize("shape", [(16384, 8192), (7, 1023), (1, 1), (4097, 4097), (8, 1 << 20)])
+def test_h100_and_h200_agree(name, shape):
+    assert heur(name, *shape, device="h100") == heur(name, *shape, device="h200")
+
+
+def test_inner_block_grows_with_the_row():
+    widths = [heur("row_sum", 4096, n).bdimx for n in (64, 1024, 8192, 65536)]
+    assert widths == sorted(widths) and widths[0] == 32 and widths[-1] == 512
+    for n in (64, 1024, 8192, 65536):
+        p = heur("row_sum", 4096, n)
+        assert p.bdimx * p.bdimy <= 512
+        assert p.bdimy == 1 or p.bdimx * p.bdimy == 256   # short rows: several per block
+
+
+def _inner_steps(p, N, split):
+    return (N // p.vector) // (p.bdimx * p.unroll * split)
+
+
+def _outer_steps(p, M, split):
+    return M // (p.bdimy * p.unroll * split)
+
+
+@pytest.mark.parametrize("M,N", [(8, 1 << 20), (8, 1 << 24), (1, 1 << 22), (64, 1 << 18)])
+def test_inner_grid_split_for_few_long_rows(M, N):
+    """Split each row among blocks until the grid covers the SMs twice, as long as every block
+    keeps at least 4 serial steps."""
+    p = heur("row_sum", M, N)
+    assert p.inner and p.grid_split > 1
+    assert _inner_steps(p, N, p.grid_split) >= 4
+    assert _blocks(p, M, N) >= 2 * SMS or _inner_steps(p, N, 2 * p.grid_split) < 4
+    assert _blocks(p, M, N) // 2 < 2 * SMS                  # not split further than needed
+
+
+def test_no_grid_split_with_enough_rows():
+    assert heur("row_sum", 16384, 8192).grid_split == 1
+    assert heur("row_sum", 4096, 1 << 16).grid_split == 1
+
+
+@pytest.mark.parametrize("M,N", [(1 << 20, 8), (16384, 8192), (1 << 16, 64)])
+def test_outer_grid_split_for_few_columns(M, N):
+    p = heur("col_sum", M, N)
+    assert not p.inner and p.grid_split > 1
+    assert _outer_steps(p, M, p.grid_split) >= 4
+    blocks = _blocks(p, M, N)
+    assert 2 * blocks >= 3 * SMS or _outer_steps(p, M, 2 * p.grid_split) < 4
+    assert 2 * (blocks // 2) < 3 * SMS
+
+
+def test_no_outer_grid_split_for_short_columns():
+    assert heur("col_sum", 16, 1 << 20).grid_split == 1
+
+
+def test_grid_split_follows_the_sm_count():
+    fd = catalogue.define("row_sum", "bf16")
+    st = Setup(fd, empty_inputs("row_sum", 8, 1 << 24), "h100", 16)
+    base = reduction.compute_heuristics(st.fusion, st.info)
+    st.info.device = dataclasses.replace(st.info.device, sm_count=2 * SMS)
+    more = reduction.compute_heuristics(st.fusion, st.info)
+    assert more.grid_split == 2 * base.grid_split
+
+
+@pytest.mark.parametrize("alignment,n,vector", [(16, 1024, 8), (4, 1024, 1), (16, 1023, 1), (16, 1022, 2),
+                                                (16, 1028, 4)])
+def test_vector_needs_alignment_and_divisibility(alignment, n, vector):
+    p = heur("row_sum", 64, n, alignment=alignment)
+    assert p.vector == vector and p.vector_inputs == ((0,) if vector > 1 else ())
+
+
+def test_sliced_rows_not_multiple_of_the_vector():
+    x = torch.empty(64, 1030, dtype=torch.bfloat16)[:, :1024]
+    with FusionDefinition() as fd:
+        fd.add_output(fd.ops.sum(fd.from_pytorch(x), [1]))
+    st = Setup(fd, [x], "h100", 16)
+    p = reduction.compute_heuristics(st.fusion, st.info)
+    assert p.vector == 1          # row stride 1030 is not a multiple of 4 elements... nor of 8
+
+
+def test_forced_heuristic_shapes_the_loops():
+    fd = catalogue.define("row_sum", "fp32")
+    ins = catalogue.make_inputs("row_sum", 3, 1032, "fp32", seed=0)
+    p = ReductionParams(True, 4, 32, 2, 2, (0,), 2)
+    st, sch, params, k = schedule_and_lower(fd, ins, params=p, scheduler=reduction)
+    assert params is p
+    (o,), it = interpret(k, st.bindings, ins)
+    assert it.grid[:2] == [2, 2] and it.block == [32, 2, 1]
+    torch.testing.assert_close(o, reference(fd, ins)[0])
+
+
+# can_schedule -------------------------------------------------------------------------------------
+@pytest.mark.parametrize("name", ["softmax", "log_softmax", "rmsnorm_fwd", "add_rmsnorm_fwd",
+                                  "layernorm_fwd"])
+def test_refuses_normalizations(name):
+    ok, why = reduction.can_schedule(catalogue.define(name).fusion)
+    assert not ok and "is broadcast back to the reduced shape (a normalization)" in why
+
+
+@pytest.mark.parametrize("name", ["rmsnorm_bwd", "layernorm_bwd"])
+def test_refuses_mixed_inner_and_outer_reductions(name):
+    ok, why = reduction.can_schedule(catalogue.define(name).fusion)
+    assert not ok
+    assert why == "reductions over different dims" or "broadcast back" in why
+
+
+def test_refuses_reductions_over_different_dims():
+    with FusionDefinition() as fd:
+        x = fd.define_tensor([-1, -1])
+        fd.add_output(fd.ops.sum(x, [0]))
+        fd.add_output(fd.ops.sum(x, [1]))
+    assert reduction.can_schedule(fd.fusion) == (False, "reductions over different dims")
+
+
+def test_refuses_interleaved_dims():
+    with FusionDefinition() as fd:
+        x = fd.define_tensor([-1, -1, -1])
+        fd.add_output(fd.ops.sum(x, [0, 2]))
+    assert reduction.can_schedule(fd.fusion) == (
+        False, "reduced dims interleave with kept dims in memory order")
+
+
+@pytest.mark.parametrize("shape,dims", [([-1, -1], [0, 1]), ([-1], [0])])
+def test_refuses_full_reductions(shape, dims):
+    """schedule() cannot merge zero kept dims: the scheduler must say no up front, or execute
+    would fail instead of falling back."""
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape)
+        fd.add_output(fd.ops.sum(x, dims))
+    assert reduction.can_schedule(fd.fusion) == (
+        False, "a full reduction (no kept dims) is not supported yet")
+
+
+def test_refuses_several_reductions():
+    with FusionDefinition() as fd:
+        x = fd.define_tensor([-1, -1])
+        fd.add_output(fd.ops.sum(x, [1]))
+        fd.add_output(fd.ops.max(x, [1]))
+    assert reduction.can_schedule(fd.fusion) == (
+        False, "2 reductions in one fusion are not supported yet")
+
+
+@pytest.mark.xfail(strict=True, reason="reduction.schedule rfactors only the first reduction; a "
+                   "sibling reduction keeps its unsplit reduction axes and needs a register "
+                   "buffer of runtime size (LoweringError in allocate)")
+def test_two_reductions_of_one_input_lower():
+    with FusionDefinition() as fd:
+        x = fd.define_tensor([-1, -1])
+        fd.add_output(fd.ops.sum(x, [1]))
+        fd.add_output(fd.ops.max(x, [1]))
+    xs = torch.randn(5, 67)
+    st, sch, p, k = schedule_and_lower(fd, [xs], scheduler=reduction)
+    outs, _ = interpret(k, st.bindings, [xs])
+    for o, r in zip(outs, reference(fd, [xs])):
+        torch.testing.assert_close(o, r)
+
+
+def test_refuses_inputs_of_another_rank():
+    with FusionDefinition() as fd:
+        x = fd.define_tensor([-1, -1])
+        b = fd.define_tensor([-1])
+        fd.add_output(fd.ops.sum(fd.ops.add(x, b), [1]))
+    assert reduction.can_schedule(fd.fusion) == (
+        False, "an input of another rank than the reduction's input")
+
+
+def test_refuses_outputs_beside_the_reduction():
+    with FusionDefinition() as fd:
+        x = fd.define_tensor([-1, -1])
+        fd.add_output(fd.ops.sum(x, [1]))
+        fd.add_output(fd.ops.neg(x))
+    assert reduction.can_schedule(fd.fusion) == (
+        False, "an output whose dims are not the reduction's kept dims")
+
+
+def test_accepts_plain_row_and_column_sums():
+    assert reduction.can_schedule(catalogue.define("row_sum").fusion) == (
+        True, "inner reduction, results not broadcast back")
+    assert reduction.can_schedule(catalogue.define("col_sum").fusion) == (
+        True, "outer reduction, results not broadcast back")
+    assert reduction.can_schedule(catalogue.define("silu_mul").fusion) == (False, "no reductions")
