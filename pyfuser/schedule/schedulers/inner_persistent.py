@@ -124,7 +124,7 @@ def compute_heuristics(fusion, info: RuntimeInfo) -> InnerPersistentParams:
             f"{threads} (cap {cap}); rows this long need shared memory or a cluster")
     # Weights kept in registers across the block's rows cost registers (occupancy) for L2 reads
     # saved; worth it only while a thread's row share is small.
-    keep_weights = batch * vector <= MAX_ELEMENTS_PER_THREAD // 2
+    keep_weights = batch * vector <= MAX_ELEMENTS_PER_THREAD // 2 and bdimx * bdimy < 512
     row_extents = tuple(ext[k] for k in rpos)
     return InnerPersistentParams(vector, batch, bdimx, bdimy, tuple(vector_inputs),
                                  keep_weights=keep_weights, row_extents=row_extents)
@@ -144,7 +144,26 @@ def _persistent_uses(fusion, reds):
     return out
 
 
-def _project_to_inputs(fusion, caches: set, reds) -> None:
+_EXPENSIVE = {"exp", "exp2", "log", "tanh", "erf", "sigmoid", "silu", "gelu_tanh", "gelu_erf", "pow"}
+
+
+def _chain_is_expensive(t: TensorView, stop: set) -> bool:
+    """True if recomputing t from `stop` repeats a transcendental op (exp in softmax): a
+    register row of floats is then cheaper than the second pass of special-function work."""
+    seen, stack = set(), [t]
+    while stack:
+        u = stack.pop()
+        if u in stop or u in seen or u.definition is None:
+            continue
+        seen.add(u)
+        op = getattr(getattr(u.definition, "op", None), "value", "")
+        if op in _EXPENSIVE:
+            return True
+        stack.extend(i for i in u.definition.inputs if isinstance(i, TensorView))
+    return False
+
+
+def _project_to_inputs(fusion, caches: set, reds, allow_expensive: bool = False) -> None:
     """Recompute every tensor used on both sides of a reduction from the input caches, so that
     only the (16-bit) caches stay resident. Cloning stops at the caches and at row-reduced
     tensors (one value per row, e.g. the mean); broadcasts of those are recomputed per use,
@@ -168,6 +187,8 @@ def _project_to_inputs(fusion, caches: set, reds) -> None:
         if len(srcs) > 1:
             continue    # recomputing from two inputs holds as much as one float buffer
         stop = set(caches) | {u for u in fusion.tensors() if row_reduced(u)}
+        if not allow_expensive and _chain_is_expensive(t, stop):
+            continue
         recompute_for(t, outside, stop)
 
 
@@ -179,7 +200,9 @@ def schedule(fusion, p: InnerPersistentParams) -> None:
         cache_before(o)
     reds = reduction_tensors(fusion)
     if p.project_to_inputs:
-        _project_to_inputs(fusion, set(caches.values()), reds)
+        # Long rows need every register: recompute even transcendental chains then.
+        long_rows = p.persistent_batch * p.vector > MAX_ELEMENTS_PER_THREAD // 2
+        _project_to_inputs(fusion, set(caches.values()), reds, allow_expensive=long_rows)
     ref = reds[0]
     _, rpos = _layout(ref)
     if p.row_extents:
@@ -215,5 +238,11 @@ def schedule(fusion, p: InnerPersistentParams) -> None:
         if has_row or keep_weights:
             inline_at(cache, pos)
     launch = getattr(fusion, "launch_hints", None) or {}
-    launch["max_threads"] = -(-p.bdimx // 32) * 32 * p.bdimy
+    threads = -(-p.bdimx // 32) * 32 * p.bdimy
+    launch["max_threads"] = threads
+    # Two resident 512-thread blocks per SM (64 registers each): with one block per SM a row's
+    # reduction and stores leave the memory idle (layernorm 16384 at 80 registers: 74% of
+    # copy). Smaller blocks already fit several per SM; longer rows need their registers.
+    if threads == 512 and p.persistent_batch * p.vector <= MAX_ELEMENTS_PER_THREAD // 2:
+        launch["min_blocks"] = 2
     fusion.launch_hints = launch
