@@ -293,7 +293,7 @@ class CudaPrinter:
             self.line(f"pf::named_barrier_sync({s.barrier_id}, {self.expr(s.count)});")
 
     def _GridSync(self, s):
-        self.line(f"pf::grid_sync({s.sync_buffer.name});")
+        self.line(f"pf::grid_sync(reinterpret_cast<unsigned*>({s.sync_buffer.name}));")
 
     def _GridReduce(self, s):
         """Last-block grid reduction over the block dims in s.dims (see lower/reductions.py)."""

@@ -164,7 +164,9 @@ def match_loops(producer: TensorView, consumer: TensorView, count: int,
     consumer may have loops in between that map to nothing of the producer (the new dims of a
     broadcast, e.g. the row loop around a weight vector); the producer is computed inside them.
     """
+    from .iter_domain import ancestors
     p_ids = producer.domain.all_ids()
+    c_roots = consumer.domain.maybe_root
     out: list[int] = []
     x = 0
     c_loop = consumer.domain.loop
@@ -174,7 +176,9 @@ def match_loops(producer: TensorView, consumer: TensorView, count: int,
             cx = c_loop[x]
             if graph.mapped(pj, cx):
                 break
-            if any(graph.mapped(cx, q) for q in p_ids):
+            # Only loops over dims the producer lacks altogether (a broadcast's new dims) can be
+            # skipped: a loop derived from a dim the producer has, split differently, cannot.
+            if any(graph.mapped(r, q) for r in ancestors(cx, c_roots) for q in p_ids):
                 return None
             x += 1
         if x == len(c_loop):

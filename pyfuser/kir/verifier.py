@@ -13,8 +13,10 @@ raises KernelIRError naming the pass and the first broken rule:
   (TensorIndex) and ScalarValues, and predicates are kernel expressions.
 - vectors: widths 2, 4, 8 or 16 and at most 16 bytes per access.
 - reductions: a BlockReduce/GridReduce is not under a predicated IfThenElse nor inside a loop
-  bound to a thread or block dimension it reduces (every participant must reach it).
-- launch: after `launch_config` the kernel has a launch configuration within the block limit.
+  bound to a thread or block dimension it reduces (every participant must reach it); nor is a
+  GridSync, whose buffer is a kernel parameter.
+- launch: after `launch_config` the kernel has a launch configuration within the block limit,
+  cooperative when it synchronizes the grid.
 
 The checks that depend on the stage read `after`, a pass name of PASS_ORDER (kept equal to
 pyfuser.lower.PIPELINE; kir may not import lower, and a test compares the two).
@@ -143,6 +145,7 @@ class _Verifier:
         self.loop_var_names = {f.var.name for f in K.walk(kernel.body) if isinstance(f, K.ForLoop)}
         self.allocs_seen: set = set()
         self.loops_seen: dict = {}
+        self.grid_syncs = 0
         self.preamble = set(_PREAMBLE_VARS) if any(
             isinstance(s, K.GridReduce) for s in K.walk(kernel.body)) else set()
 
@@ -344,6 +347,19 @@ class _Verifier:
                 self.fail(f"grid reduction buffer {getattr(b, 'name', b)} is not a kernel "
                           "parameter", s)
 
+    def _GridSync(self, s: K.GridSync, scope):
+        for c in scope.ifs():
+            if not K.is_true(c.cond):
+                self.fail(f"GridSync is inside the predicated branch `if {c.cond!r}`: blocks "
+                          "that skip it would hang the others", s)
+        if s.sync_buffer is None or id(s.sync_buffer) not in self.param_buffers:
+            self.fail("the grid barrier's buffer is not a kernel parameter", s)
+        self.grid_syncs += 1
+
+    def _BlockSync(self, s: K.BlockSync, scope):
+        if s.count is not None:
+            self.check_expr(s.count, scope, s, "the barrier's thread count")
+
     # Whole kernel --------------------------------------------------------------------------
     def run(self) -> None:
         k = self.k
@@ -367,6 +383,8 @@ class _Verifier:
                 self.fail("no launch configuration after launch_config")
             if len(lc.grid) != 3 or len(lc.block) != 3:
                 self.fail(f"grid {lc.grid} / block {lc.block} are not three dims each")
+            if self.grid_syncs and not lc.cooperative:
+                self.fail("the kernel synchronizes the grid but its launch is not cooperative")
             static = [b if isinstance(b, int) else getattr(b, "value", None) for b in lc.block]
             if all(isinstance(b, int) for b in static):
                 n = static[0] * static[1] * static[2]

@@ -12,8 +12,9 @@ A buffer holds the tensor's allocation domain (its loop IDs right of the compute
 minus reduction IDs, minus thread and block IDs for registers (each thread owns its registers)
 and block IDs for shared memory. Each allocated ID takes the extent of the loop it runs in (its
 promoted extent), so a broadcast materialized across a loop gets the loop's size.
-Limitations: register buffers need a constant size; global intermediates are not supported
-(segment the fusion instead).
+Global intermediates (tensors a schedule places in global memory between loop nests) become
+dense workspaces the executor allocates, passed as parameters.
+Limitation: register buffers need a constant size.
 """
 from __future__ import annotations
 
@@ -47,6 +48,28 @@ def allocation_ids(ctx, tv: TensorView) -> list:
     return out
 
 
+def _global_intermediate(kernel: K.Kernel, tv: TensorView) -> None:
+    """A tensor placed in global memory between loop nests (e.g. column partials of a norm
+    backward, written by every block and read after a grid sync): a dense workspace the
+    executor allocates, indexed like a fusion output."""
+    ctx = kernel.ctx
+    buf = K.Buffer(f"T{tv.name}", tv.dtype, "global", tv=tv)
+    ctx.buffers[tv] = buf
+    kernel.params.append(K.Param(buf.name, "ptr", ("workspace", buf.name), buf))
+    kernel.workspaces.append((buf, "intermediate"))
+    logical = tv.domain.logical_no_reductions
+    strides = []
+    acc = K.Const(1)
+    for i in reversed(logical):
+        if i.is_broadcast:
+            strides.append(K.Const(0))
+            continue
+        strides.append(acc)
+        acc = K.mul(acc, scalar_to_kexpr(i.extent, ctx.names))
+    ctx.strides[tv] = list(reversed(strides))
+    buf.size = acc
+
+
 def allocate(kernel: K.Kernel) -> K.Kernel:
     ctx = kernel.ctx
     ctx.alloc_ids = {}
@@ -56,8 +79,8 @@ def allocate(kernel: K.Kernel) -> K.Kernel:
         if tv in ctx.buffers:
             continue
         if tv.memory_type == MemoryType.Global:
-            raise LoweringError(f"T{tv.name} is a global intermediate; pyfuser does not allocate "
-                                "global workspaces for tensors yet (segment the fusion)")
+            _global_intermediate(kernel, tv)
+            continue
         if tv not in ctx.nests:
             continue
         ids = allocation_ids(ctx, tv)

@@ -216,12 +216,16 @@ def _dedupe(conds):
 def _thread_predicates(ctx, tv: TensorView, nest) -> list:
     conds = []
     used = {lp.parallel for lp in nest}
+    if ParallelType.GridStride in used:
+        used.add(ParallelType.BIDx)     # a grid-stride loop indexes by blockIdx.x
     for pt, extents in ctx.kernel_parallel.items():
         special = _THREAD_SPECIAL.get(pt)
         if special is None:
             continue
         if pt in used:
-            lp = next(lp for lp in nest if lp.parallel == pt)
+            lp = next((lp for lp in nest if lp.parallel == pt), None)
+            if lp is None:
+                continue    # indexed through a grid-stride loop: every block has its share
             mine = repr(scalar_to_kexpr(lp.extent, ctx.names))
             if any(repr(scalar_to_kexpr(e, ctx.names)) != mine for e in extents):
                 conds.append(K.lt(K.Special(special), scalar_to_kexpr(lp.extent, ctx.names)))

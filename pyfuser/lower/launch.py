@@ -46,7 +46,8 @@ def launch_config(kernel: K.Kernel) -> K.Kernel:
     kernel.launch = K.LaunchConfig(grid=grid, block=block,
                                    max_threads=hints.get("max_threads", max_threads),
                                    min_blocks=hints.get("min_blocks"),
-                                   cooperative=bool(hints.get("cooperative", False)),
+                                   cooperative=bool(hints.get("cooperative", False)
+                                                    or getattr(kernel, "needs_cooperative", False)),
                                    cluster=hints.get("cluster"))
     return kernel
 

@@ -29,7 +29,48 @@ def _accesses(s) -> tuple[set, set]:
 
 def insert_syncs(kernel: K.Kernel) -> K.Kernel:
     kernel.body = _scope(kernel.body)
+    _grid_syncs(kernel)
     return kernel
+
+
+def _global_accesses(s) -> tuple[set, set]:
+    reads, writes = set(), set()
+    for x in K.walk([s]):
+        if isinstance(x, K.TensorOp):
+            if isinstance(x.out, K.TensorIndex) and _is_workspace(x.out.buffer):
+                writes.add(x.out.buffer)
+            for i in x.ins:
+                if isinstance(i, K.TensorIndex) and _is_workspace(i.buffer):
+                    reads.add(i.buffer)
+    return reads, writes
+
+
+def _is_workspace(buf) -> bool:
+    return buf.memory == "global" and buf.tv is not None and not (
+        buf.tv.is_input() or buf.tv.is_output())
+
+
+def _grid_syncs(kernel: K.Kernel) -> None:
+    """A global intermediate written by one top-level loop nest and read by a later one is
+    exchanged between blocks: a grid-wide barrier goes in between, and the kernel must run as
+    a cooperative launch (all blocks resident)."""
+    dirty: set = set()
+    out = []
+    for s in kernel.body:
+        reads, writes = _global_accesses(s)
+        if reads & dirty:
+            if getattr(kernel, "grid_sync_buffer", None) is None:
+                from ..ir.dtype import DataType
+                buf = K.Buffer("pf_grid_sync", DataType.Int32, "global")
+                kernel.params.append(K.Param(buf.name, "ptr", ("workspace", buf.name), buf))
+                kernel.workspaces.append((buf, "semaphore"))
+                kernel.grid_sync_buffer = buf
+            out.append(K.GridSync(kernel.grid_sync_buffer))
+            kernel.needs_cooperative = True
+            dirty.clear()
+        out.append(s)
+        dirty |= writes
+    kernel.body = out
 
 
 def _scope(body: list) -> list:

@@ -78,6 +78,7 @@ class _KernelPlan:
         self.smem = 0
         self.device = None
         self.poison = False
+        self.cooperative = False
 
     def run(self, inputs):
         import torch
@@ -91,7 +92,8 @@ class _KernelPlan:
             vals[pos] = (inputs[k] if role == "input" else outs[k]).data_ptr()
         for pos, k in self.scalar_slots:
             vals[pos] = inputs[k]
-        self.loaded.launch(self.grid, self.block, self.layout.pack(vals), shared_mem=self.smem)
+        self.loaded.launch(self.grid, self.block, self.layout.pack(vals), shared_mem=self.smem,
+                           cooperative=self.cooperative)
         return outs
 
 
@@ -207,7 +209,8 @@ class FusionExecutorCache:
             if n >= 2 ** 31 - 1:
                 index_type = "int64"
         kkey = (sched.NAME, params, index_type)
-        fk = self._kernels.get(kkey)
+        reuse = opts.current().is_enabled("kernel_reuse") is not False
+        fk = self._kernels.get(kkey) if reuse else None
         if fk is None:
             from .fusion_kernel import build_kernel
             name = f"{self.name}_{sched.NAME}_{self._kernel_count}"
@@ -221,6 +224,7 @@ class FusionExecutorCache:
         # The kernel's scalars belong to the clone it was scheduled on: bind them by position
         # through the original fusion's scalars.
         cb = {fk.clone_of[id(s)]: val for s, val in bindings.items() if id(s) in fk.clone_of}
+        self._cb = cb
         grid, block = fk.launch_dims(cb)
         out_specs = []
         from ..ir.dtype import to_torch
@@ -249,6 +253,9 @@ class FusionExecutorCache:
                 raise RuntimeError(f"unknown parameter source {src}")
         info = RunInfo("kernels", (fk.scheduler,), 1, choice.reason, (fk.params,), (fk.name,))
         plan = _KernelPlan(fk, device.index or 0, grid, block, values, ptr_slots, out_specs, info)
+        plan.cooperative = bool(fk.kernel.launch.cooperative)
+        if plan.cooperative:
+            self._check_cooperative(plan, grid, block)
         plan.scalar_slots = scalar_slots
         plan.device = device
         plan.poison = bool(opts.current().is_enabled("poison_outputs"))
@@ -266,6 +273,11 @@ class FusionExecutorCache:
         from ..kir import nodes as K
         kind = dict((b.name, k) for b, k in fk.kernel.workspaces)[param.name]
         blocks = grid[0] * grid[1] * grid[2]
+        if kind == "intermediate":
+            n = max(1, int(S.evaluate(fk.workspace_size_scalar(param.name), dict(self._cb))))
+            buf = torch.empty(n, dtype=to_torch(param.buffer.dtype), device=device)
+            self._scratch.append(buf)
+            return buf
         if kind == "semaphore":
             sem = torch.zeros(blocks, dtype=torch.int32, device=device)
             self._scratch.append(sem)
@@ -276,6 +288,19 @@ class FusionExecutorCache:
         buf = torch.empty(n, dtype=to_torch(param.buffer.dtype), device=device)
         self._scratch.append(buf)
         return buf
+
+    def _check_cooperative(self, plan, grid, block) -> None:
+        """A grid-synchronizing kernel needs all its blocks resident at once."""
+        from .launch import occupancy
+        threads = block[0] * block[1] * block[2]
+        per_sm = occupancy(plan.loaded, threads, plan.smem)
+        from .device import get_device_properties
+        sms = get_device_properties(plan.loaded.device_index).sm_count
+        blocks = grid[0] * grid[1] * grid[2]
+        if blocks > per_sm * sms:
+            raise RuntimeError(
+                f"{self.name}: kernel {plan.fk.name} synchronizes its grid of {blocks} blocks, but "
+                f"only {per_sm} x {sms} blocks of {threads} threads fit on the GPU at once")
 
     # Introspection -----------------------------------------------------------------------------
     def kernels(self) -> list:

@@ -50,6 +50,18 @@ class FusionKernel:
             k = self._loaded[device_index] = load(self.module, device_index)
         return k
 
+    def workspace_size_scalar(self, name: str):
+        """Elements of a global intermediate, as an expression of the clone's extents."""
+        from ..ir import scalar as S
+        for b, kind in self.kernel.workspaces:
+            if b.name == name and b.tv is not None:
+                n = S.as_scalar(1)
+                for i in b.tv.domain.logical_no_reductions:
+                    if not i.is_broadcast:
+                        n = S.mul(n, i.extent)
+                return n
+        raise KeyError(name)
+
     def launch_dims(self, bindings: dict) -> tuple[tuple, tuple]:
         """(grid, block) for the clone's extents bound in `bindings` (clone Scalar -> int)."""
         env = dict(bindings)

@@ -56,8 +56,13 @@ def _persistent_limits(fusion, tv: TensorView, graph: IdGraph) -> set:
         if not isinstance(r.definition, ReductionOp):
             continue
         feeds = _upstream(fusion, r) | {r}
+        after_r = _downstream(fusion, r)
         inside = [c for c in consumers if c in feeds]
-        outside = [c for c in consumers if c not in feeds]
+        # A consumer outside R's inputs forces tv to stay resident only if it, or what it
+        # feeds, uses R's result: the dx chain of a norm backward runs beside the column
+        # partials' accumulation over rows without needing it.
+        outside = [c for c in consumers if c not in feeds and (
+            c in after_r or any(d in after_r for d in _downstream(fusion, c)))]
         if not inside or not outside:
             continue
         red_ids = [i for i in r.domain.all_ids() if i.is_reduction]

@@ -495,7 +495,12 @@ class Interpreter:
             elif src[0] == "scalar":
                 env0[p.name] = inputs[src[1]]
             elif src[0] == "workspace":
-                self.globals[id(p.buffer)] = []
+                kind = dict((b.name, kd) for b, kd in k.workspaces).get(p.buffer.name)
+                n = 0
+                if kind == "intermediate":      # a global tensor between loop nests
+                    n = int(eval_expr(p.buffer.size, dict(env0, **{
+                        e.name: v for e, v in self._extent_vars().items()})))
+                self.globals[id(p.buffer)] = [POISON] * n
             else:
                 raise InterpreterError(f"unknown parameter source {src}")
         grid = [max(1, int(S.evaluate(g, dict(self.bindings)))) for g in k.launch.grid]
@@ -526,6 +531,18 @@ class Interpreter:
             t = flat.as_strided(sizes, strides) if store else torch.zeros(sizes, dtype=torch.float64)
             outs.append(t.to(to_torch(dt)) if dt.is_floating else t)
         return outs
+
+    def _extent_vars(self) -> dict:
+        """Kernel variables of the symbolic extents (K.Var -> value)."""
+        names = getattr(self.k.ctx, "names", {}) or {}
+        out = {}
+        for s, var in names.items():
+            if isinstance(var, K.Var) and s in self.bindings:
+                out[var] = self.bindings[s]
+        return out
+
+    def _GridSync(self, s, threads):
+        self._check_whole_grid(s, threads)     # lockstep: every block is already here
 
     def _body(self, stmts, threads):
         for s in stmts:

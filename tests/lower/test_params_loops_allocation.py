@@ -211,15 +211,40 @@ def test_allocate_broadcast_materialized_across_a_loop_takes_the_loop_extent():
     torch.testing.assert_close(o, xs * bs)
 
 
-def test_allocate_refuses_runtime_sized_registers_and_global_intermediates():
+def test_allocate_refuses_runtime_sized_registers():
     f, a, b, out = _chain((-1, 8))
     with pytest.raises(LoweringError, match=r"T1 needs a register buffer of runtime size .*i0.*"
                                             r"split the axes right of its compute-at position"):
         lower_upto(f, "allocate")
-    f, a, b, out = _chain()
+
+
+def test_global_intermediate_becomes_a_workspace_behind_a_grid_sync():
+    """exp(x) placed in global memory between two loop nests over blocks: a dense workspace
+    parameter, and a grid barrier before the nest that reads it (a cooperative launch)."""
+    with FusionDefinition() as fd:
+        x = fd.define_tensor([4, 8])
+        a = fd.ops.exp(x)
+        fd.add_output(fd.ops.neg(a))
+    f, mapping = fd.fusion.clone()
+    a = f.exprs()[0].outputs[0]
     set_memory_type(a, MemoryType.Global)
-    with pytest.raises(LoweringError, match="T1 is a global intermediate"):
-        lower_upto(f, "allocate")
+    for t in (a, f.outputs[0]):
+        t.parallelize(0, PT.BIDx)
+    texts = {}
+    k = lower_upto(f, texts=texts)
+    ws = dict((b.name, kind) for b, kind in k.workspaces)
+    assert ws["T1"] == "intermediate"
+    buf = k.ctx.buffers[a]
+    assert (buf.memory, buf.size.value) == ("global", 32)
+    assert [repr(s) for s in k.ctx.strides[a]] == ["8", "1"]
+    assert ("workspace", "T1") in [p.source for p in k.params]
+    assert "GridSync" not in texts["vectorize_and_unroll"]
+    assert skeleton(k.body) == ["for BIDx[4]", ["for S[8]", ["T1 = exp(T0)"]], "GridSync",
+                                "for BIDx[4]", ["for S[8]", ["T2 = neg(T1)"]]]
+    assert k.launch.cooperative
+    xs = torch.randn(4, 8)
+    (o,), _ = interpret(k, clone_bindings(fd, mapping, [xs]), [xs])
+    torch.testing.assert_close(o, -torch.exp(xs))
 
 
 def test_allocated_buffers_are_in_scope_of_every_reader():

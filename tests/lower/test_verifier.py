@@ -263,3 +263,25 @@ def test_loop_with_its_ops_dropped_is_never_emitted():
     k = lower_upto(_pointwise(), "build_loops")
     k.body = []
     _err(k, "build_loops", r"lowering loop Loop\(T3.0 .*\) is never emitted")
+
+
+def _grid_synced():
+    with FusionDefinition() as fd:
+        x = fd.define_tensor([4, 8])
+        fd.add_output(fd.ops.neg(fd.ops.exp(x)))
+    f, _ = fd.fusion.clone()
+    a = f.exprs()[0].outputs[0]
+    set_memory_type(a, MemoryType.Global)
+    for t in (a, f.outputs[0]):
+        t.parallelize(0, PT.BIDx)
+    return lower_upto(f)
+
+
+def test_grid_sync_must_be_reached_by_every_block_and_launched_cooperatively():
+    k = _grid_synced()
+    gs = next(s for s in k.body if isinstance(s, K.GridSync))
+    k.launch.cooperative = False
+    _err(k, "launch_config", "synchronizes the grid but its launch is not cooperative")
+    k.launch.cooperative = True
+    k.body[k.body.index(gs)] = K.IfThenElse(K.eq(K.Special("blockIdx.x"), 0), [gs])
+    _err(k, "launch_config", r"GridSync is inside the predicated branch `if \(blockIdx.x == 0\)`")

@@ -163,6 +163,13 @@ def _chain_is_expensive(t: TensorView, stop: set) -> bool:
     return False
 
 
+def _is_row_data(t: TensorView, graph, red_ids) -> bool:
+    """A tensor with both the row's reduced dim and another, non-broadcast dim: [M, N] data."""
+    ids = [i for i in t.domain.logical_no_reductions if not i.is_broadcast]
+    along = [i for i in ids if any(graph.mapped(i, x) for x in red_ids)]
+    return bool(along) and len(ids) > len(along)
+
+
 def _project_to_inputs(fusion, caches: set, reds, allow_expensive: bool = False) -> None:
     """Recompute every tensor used on both sides of a reduction from the input caches, so that
     only the (16-bit) caches stay resident. Cloning stops at the caches and at row-reduced
@@ -183,9 +190,11 @@ def _project_to_inputs(fusion, caches: set, reds, allow_expensive: bool = False)
             return
         t, outside = pending[0]
         done.add(t)
-        srcs = [u for u in _upstream(fusion, t) if u in caches]
+        # Row-shaped sources only: weights stay in registers anyway and per-row scalars are
+        # one value. Two row inputs (a residual sum) hold as much as one float buffer.
+        srcs = [u for u in _upstream(fusion, t) if u in caches and _is_row_data(u, graph, red_ids)]
         if len(srcs) > 1:
-            continue    # recomputing from two inputs holds as much as one float buffer
+            continue
         stop = set(caches) | {u for u in fusion.tensors() if row_reduced(u)}
         if not allow_expensive and _chain_is_expensive(t, stop):
             continue
@@ -234,6 +243,8 @@ def schedule(fusion, p: InnerPersistentParams) -> None:
         pos = next((k for k, i in enumerate(cache.domain.loop) if graph.mapped(i, batch_axis)), None)
         if pos is None or cache.compute_at_pos <= pos:
             continue
+        if cache.domain.loop[pos].is_broadcast:
+            continue        # a per-row scalar ([M, 1]): inlined, not a row of copies
         has_row = any(graph.mapped(i, row_axis) for i in cache.domain.loop)
         if has_row or keep_weights:
             inline_at(cache, pos)

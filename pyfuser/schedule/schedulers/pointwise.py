@@ -45,6 +45,8 @@ def can_schedule(fusion) -> tuple[bool, str]:
     for o in fusion.outputs:
         if len(o.domain.logical_no_reductions) != len(ref.domain.logical_no_reductions):
             return False, "outputs of different ranks"
+    if not ref.domain.logical_no_reductions:
+        return False, "0-dim outputs (schedule() needs an axis to split)"
     return True, "no reductions: one flat loop over the output"
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from . import inner_persistent, pointwise, reduction
+from . import inner_outer_persistent, inner_persistent, pointwise, reduction
 
 
 @dataclasses.dataclass(frozen=True)
@@ -18,7 +18,7 @@ class Choice:
     rejected: tuple = ()         # (name, reason) of the schedulers tried before
 
 
-SCHEDULERS = [inner_persistent, reduction, pointwise]
+SCHEDULERS = [inner_outer_persistent, inner_persistent, reduction, pointwise]
 
 
 def register(module, first: bool = True) -> None:

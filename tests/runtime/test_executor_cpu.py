@@ -1,0 +1,185 @@
+"""The executor without a GPU: CPU inputs run the reference evaluator (and say so), plans are
+cached per input signature, kernels are shared between shapes whose heuristics are equal, forced
+heuristics are type-checked, the fallbacks report why, and `explain --compile` prints ptxas's
+report. The kernel path runs up to the launch: NVRTC compiles, nothing is loaded."""
+import os
+import re
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+
+from pyfuser import FusionDefinition, catalogue
+from pyfuser.runtime import device as device_mod
+from pyfuser.runtime.executor import (FallbackWarning, FusionExecutorCache, RunInfo,
+                                      index_type_for)
+from pyfuser.runtime.inputs import check_inputs
+from pyfuser.runtime.reference import evaluate
+from pyfuser.schedule.schedulers import registry
+from pyfuser.schedule.schedulers.pointwise import PointwiseParams
+from pyfuser.schedule.schedulers.reduction import ReductionParams
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(autouse=True)
+def isolated_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("PYFUSER_CACHE_DIR", str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+# CPU inputs --------------------------------------------------------------------------------------
+@pytest.mark.parametrize("name", catalogue.names())
+def test_cpu_inputs_run_the_reference_evaluator(name):
+    fd = catalogue.define(name, "fp32")
+    inputs = catalogue.make_inputs(name, 5, 24, "fp32", seed=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")                 # no fallback warning for CPU inputs
+        outs = fd.execute(inputs)
+    info = fd.last_run
+    assert isinstance(info, RunInfo)
+    assert (info.kind, info.schedulers, info.num_kernels) == ("reference", (), 0)
+    assert "not on a CUDA device" in info.reason
+    ref = evaluate(fd.fusion, inputs, extent_bindings=check_inputs(fd.fusion, inputs))
+    for o, r in zip(outs, ref):
+        torch.testing.assert_close(o, r)
+    for o, t in zip(outs, catalogue.get(name).torch_reference(inputs, 1e-6)):
+        torch.testing.assert_close(o, t, rtol=1e-4, atol=1e-4)
+
+
+def test_plans_are_cached_per_input_signature():
+    fd = catalogue.define("silu_mul", "fp32")
+    a, b = torch.randn(4, 16), torch.randn(4, 16)
+    fd.execute([a, b])
+    ex = fd._executor
+    assert len(ex._plans) == 1
+    fd.execute([torch.randn(4, 16), torch.randn(4, 16)])     # same signature: same plan
+    assert len(ex._plans) == 1
+    fd.execute([torch.randn(8, 16), torch.randn(8, 16)])     # new shape
+    assert len(ex._plans) == 2
+    base = torch.randn(4 * 16 + 1)
+    fd.execute([base[1:].view(4, 16), b])                    # a pointer 4 bytes off 16
+    assert len(ex._plans) == 3
+    assert ex.kernels() == []                                # the reference needs no kernels
+
+
+def test_index_type_for_large_spans():
+    small = torch.empty(4, 8)
+    big_numel = torch.empty(1, 1024).expand(1 << 21, 1024)   # 2^31 elements, no memory
+    big_span = torch.empty_strided((2, 2), (2 ** 31, 1), device="meta")   # offset 2^31
+    assert index_type_for([small]) == "int"
+    assert index_type_for([small, big_numel]) == "int64"
+    assert index_type_for([big_span]) == "int64"
+
+
+# The kernel path, driven on the CPU ------------------------------------------------------------
+class _Launchless:
+    """Drive FusionExecutorCache._kernel_plan without a GPU: the device table stands in for the
+    live query and the plan stops before loading the cubin."""
+
+    def __init__(self, monkeypatch):
+        monkeypatch.setattr(device_mod, "get_device_properties",
+                            lambda *_: device_mod.DEVICE_TABLE["h100"])
+        monkeypatch.setattr(FusionExecutorCache, "_plan_for",
+                            lambda self, fk, inputs, bindings, out_sizes, dev, choice: fk)
+
+    @staticmethod
+    def plan(fd, inputs, options=None):
+        from pyfuser import options as opts
+        if fd._executor is None:
+            fd._executor = FusionExecutorCache(fd.fusion, name=fd.name)
+        ex = fd._executor
+        bindings = check_inputs(fd.fusion, inputs)
+        choice = registry.choose(fd.fusion)
+        with opts.override(options):
+            return ex._kernel_plan(inputs, bindings, choice, torch.device("cuda", 0))
+
+
+def test_equal_heuristics_share_one_kernel(monkeypatch):
+    drive = _Launchless(monkeypatch)
+    fd = catalogue.define("silu_mul", "bf16")
+    ins = [catalogue.make_inputs("silu_mul", M, N, "bf16", seed=0)
+           for M, N in [(256, 1024), (512, 1024), (256, 1023)]]
+    k1, k2, k3 = (drive.plan(fd, x) for x in ins)
+    assert k1 is k2                       # same heuristic, same kernel (compiled once)
+    assert k3 is not k1 and k3.params.vector == 1
+    assert len(fd._executor.kernels()) == 2
+    assert k1.params.vector == 8 and k1.module is not None
+    assert k1.module.ptxas.spill_store_bytes == 0
+    assert set(k1.stages) >= {"fusion_ir", "scheduled_ir", "heuristics", "kernel_ir", "cuda",
+                              "ptxas"}
+    assert k1.name == "silu_mul_pointwise_0" and k3.name == "silu_mul_pointwise_1"
+
+
+def test_kernel_reuse_can_be_disabled(monkeypatch):
+    drive = _Launchless(monkeypatch)
+    fd = catalogue.define("silu_mul", "bf16")
+    a = catalogue.make_inputs("silu_mul", 256, 1024, "bf16", seed=0)
+    b = catalogue.make_inputs("silu_mul", 512, 1024, "bf16", seed=0)
+    k1 = drive.plan(fd, a, {"disable": "kernel_reuse"})
+    k2 = drive.plan(fd, b, {"disable": "kernel_reuse"})
+    assert k1.params == k2.params and k1 is not k2
+
+
+def test_forced_heuristic_is_used(monkeypatch):
+    drive = _Launchless(monkeypatch)
+    fd = catalogue.define("row_sum", "fp32")
+    x = catalogue.make_inputs("row_sum", 64, 1024, "fp32", seed=0)
+    forced = ReductionParams(True, 4, 64, 2, 2, (0,), 2)
+    fk = drive.plan(fd, x, {"heuristic": forced})
+    assert fk.params is forced and "grid reduction over blockIdx.y" in fk.source
+
+
+def test_forced_heuristic_of_the_wrong_type(monkeypatch):
+    drive = _Launchless(monkeypatch)
+    fd = catalogue.define("row_sum", "fp32")
+    x = catalogue.make_inputs("row_sum", 64, 1024, "fp32", seed=0)
+    with pytest.raises(TypeError, match=r"row_sum: forced heuristic PointwiseParams does not fit "
+                                        r"the reduction scheduler, which takes ReductionParams"):
+        drive.plan(fd, x, {"heuristic": PointwiseParams(vector=4)})
+
+
+def test_heuristic_failure_falls_back_with_a_warning(monkeypatch):
+    """A softmax row too long for registers: the persistent heuristic refuses it at run time;
+    the call runs through the reference evaluator with a FallbackWarning, or fails when the
+    fallback is disabled."""
+    drive = _Launchless(monkeypatch)
+    fd = catalogue.define("softmax", "fp32")
+    if registry.choose(fd.fusion).scheduler is None:
+        pytest.skip("no scheduler takes softmax")
+    x = [torch.empty(2, 1 << 20)]
+    with pytest.warns(FallbackWarning, match="registers"):
+        plan = drive.plan(fd, x)
+    assert plan.run_info.kind == "reference" and "registers" in plan.run_info.reason
+    with pytest.raises(Exception, match="registers"):
+        drive.plan(fd, x, {"disable": "reference_fallback"})
+
+
+def test_0_dim_fusion_falls_back_instead_of_failing_to_schedule():
+    with FusionDefinition() as fd:
+        x = fd.define_tensor([])
+        fd.add_output(fd.ops.neg(x))
+    choice = registry.choose(fd.fusion)
+    assert choice.scheduler is None and "pointwise: 0-dim outputs" in choice.reason
+    (o,) = fd.execute([torch.tensor(2.0)])
+    assert o.item() == -2.0 and fd.last_run.kind == "reference"
+
+
+# explain --compile ---------------------------------------------------------------------------------
+@pytest.mark.parametrize("name,shape", [("row_sum", "64x1024"), ("silu_mul", "7x4097")])
+def test_explain_compile_prints_the_ptxas_report(name, shape, isolated_cache):
+    env = dict(os.environ, PYFUSER_CACHE_DIR=str(isolated_cache), PYTHONPATH=str(ROOT))
+    r = subprocess.run([sys.executable, "-m", "pyfuser", "explain", name, "--shape", shape,
+                        "--compile", "--no-run"], capture_output=True, text=True, env=env,
+                       cwd=ROOT, timeout=120)
+    assert r.returncode == 0, r.stderr
+    out = r.stdout
+    assert "## NVRTC / ptxas (sm_90a)" in out
+    report = out[out.index("## NVRTC / ptxas (sm_90a)"):].splitlines()[1]
+    assert re.fullmatch(rf"  {name}_\w+: \d+ registers, \d+ barriers, \d+ B static smem, 0 B stack, "
+                        r"0 B spill stores, 0 B spill loads", report), report
+    assert "## Heuristics" in out and "## CUDA" in out and "## Launch\n  grid (" in out
+    assert list(isolated_cache.rglob("*")), "the compile went through the disk cache"
