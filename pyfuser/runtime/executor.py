@@ -174,7 +174,9 @@ class FusionExecutorCache:
         import torch
         from .device import get_device_properties
 
-        dev_props = get_device_properties(device.index if device.index is not None else 0)
+        self._device_index = device.index if device.index is not None else 0
+        self._orig_bindings = bindings
+        dev_props = get_device_properties(self._device_index)
         clone, mapping = self.fusion.clone()
         clone_bindings = {mapping[id(k)]: v for k, v in bindings.items() if id(k) in mapping}
         facts = tuple(
@@ -208,6 +210,18 @@ class FusionExecutorCache:
                 n *= max(s, 1)
             if n >= 2 ** 31 - 1:
                 index_type = "int64"
+        fk = self._kernel_for(sched, params, index_type, clone, mapping)
+        fit = self._cooperative_grid_limit(fk)
+        if fit is not None and getattr(params, "grid", None) and params.grid > fit:
+            # A grid-synchronizing kernel must have all its blocks resident; the compiled
+            # kernel's real occupancy (its registers) allows fewer: reschedule with that many.
+            import dataclasses as _dc
+            clone, mapping = self.fusion.clone()
+            params = _dc.replace(params, grid=fit)
+            fk = self._kernel_for(sched, params, index_type, clone, mapping)
+        return self._plan_for(fk, inputs, bindings, out_sizes, device, choice)
+
+    def _kernel_for(self, sched, params, index_type, clone, mapping):
         kkey = (sched.NAME, params, index_type)
         reuse = opts.current().is_enabled("kernel_reuse") is not False
         fk = self._kernels.get(kkey) if reuse else None
@@ -218,7 +232,18 @@ class FusionExecutorCache:
             fk = build_kernel(clone, sched, params, index_type, name)
             fk.clone_of = {k: v for k, v in mapping.items()}
             self._kernels[kkey] = fk
-        return self._plan_for(fk, inputs, bindings, out_sizes, device, choice)
+        return fk
+
+    def _cooperative_grid_limit(self, fk):
+        """Blocks that fit on the GPU at once for a cooperative kernel, else None."""
+        if not fk.kernel.launch.cooperative:
+            return None
+        from .device import get_device_properties
+        from .launch import occupancy
+        cb = {fk.clone_of[id(s)]: v for s, v in self._orig_bindings.items() if id(s) in fk.clone_of}
+        _, block = fk.launch_dims(cb)
+        per_sm = occupancy(fk.loaded(self._device_index), block[0] * block[1] * block[2], 0)
+        return max(1, per_sm) * get_device_properties(self._device_index).sm_count
 
     def _plan_for(self, fk, inputs, bindings, out_sizes, device, choice):
         # The kernel's scalars belong to the clone it was scheduled on: bind them by position
