@@ -81,11 +81,20 @@ def test_plain_kernels_are_scheduled():
     assert set(KERNEL_FUSIONS) <= set(SCHEDULED)
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("name", SCHEDULED)
-def test_catalogue_kernels_compile_clean(name, dtype):
+NORMS = [n for n in SCHEDULED if n not in KERNEL_FUSIONS]
+# Persistent kernels are specialized on the row length and take longer to compile: the default
+# run checks two shapes of each, the slow run all of them.
+CASES = ([pytest.param(n, d, SHAPES, id=f"{n}-{d}") for n in KERNEL_FUSIONS for d in DTYPES] +
+         [pytest.param(n, d, [(7, 1023), (1023, 4097)], id=f"{n}-{d}") for n in NORMS
+          for d in DTYPES] +
+         [pytest.param(n, d, SHAPES, id=f"{n}-{d}-all", marks=pytest.mark.slow) for n in NORMS
+          for d in ("bf16", "fp32")])
+
+
+@pytest.mark.parametrize("name,dtype,shapes", CASES)
+def test_catalogue_kernels_compile_clean(name, dtype, shapes):
     seen = set()
-    for M, N in SHAPES:
+    for M, N in shapes:
         fd = catalogue.define(name, dtype)
         st, sch, params, kernel, src = build(fd, empty_inputs(name, M, N, dtype))
         text = _check_source(kernel, params, src)
@@ -108,8 +117,8 @@ def test_catalogue_kernels_compile_clean(name, dtype):
         assert mod.ptxas.static_smem_bytes == 4 * ws + 4 * grid, (params, mod.ptxas.summary())
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("name", SCHEDULED)
+@pytest.mark.parametrize("name,dtype", [(n, d) for n in KERNEL_FUSIONS for d in DTYPES] + [
+    pytest.param(n, "bf16", marks=pytest.mark.slow) for n in NORMS])
 def test_catalogue_kernels_compile_clean_16384x8192(name, dtype):
     fd = catalogue.define(name, dtype)
     st, sch, params, kernel, src = build(fd, empty_inputs(name, 16384, 8192, dtype))

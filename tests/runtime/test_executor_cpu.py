@@ -14,6 +14,7 @@ import torch
 
 from pyfuser import FusionDefinition, catalogue
 from pyfuser.runtime import device as device_mod
+from pyfuser.runtime import fusion_kernel
 from pyfuser.runtime.executor import (FallbackWarning, FusionExecutorCache, RunInfo,
                                       index_type_for)
 from pyfuser.runtime.inputs import check_inputs
@@ -85,6 +86,10 @@ class _Launchless:
                             lambda *_: device_mod.DEVICE_TABLE["h100"])
         monkeypatch.setattr(FusionExecutorCache, "_plan_for",
                             lambda self, fk, inputs, bindings, out_sizes, dev, choice: fk)
+        # Lower with the kernel-IR verifier after every pass.
+        from pyfuser.lower import lower
+        monkeypatch.setattr(fusion_kernel, "lower",
+                            lambda *a, **kw: lower(*a, **dict(kw, verify_each=True)))
 
     @staticmethod
     def plan(fd, inputs, options=None):
