@@ -148,7 +148,8 @@ class CudaPrinter:
         if b.memory == "local":
             self.line(f"{ctype(b.dtype)} {b.name}[{self.expr(b.size)}] __attribute__((aligned(16)));")
         elif b.memory == "shared":
-            self.line(f"__shared__ __align__(16) {ctype(b.dtype)} {b.name}[{self.expr(b.size)}];")
+            off = self.k.smem_offsets[b.name]
+            self.line(f"{ctype(b.dtype)}* {b.name} = reinterpret_cast<{ctype(b.dtype)}*>(pf_smem + {off});")
 
     def _ForLoop(self, s):
         if s.label:
@@ -184,6 +185,13 @@ class CudaPrinter:
         b = s.out
         v = self.value(s.value, ctype(b.dtype))
         size = self.expr(b.size)
+        if b.memory == "shared":
+            # The block fills a shared accumulator together; a barrier before any thread adds.
+            self.line("for (index_t pf_k = pf_tidx + pf_bdimx * (pf_tidy + (index_t)blockDim.y * pf_tidz); "
+                      f"pf_k < {size}; pf_k += pf_bdimx * (index_t)blockDim.y * (index_t)blockDim.z) "
+                      f"{b.name}[pf_k] = {v};")
+            self.line("__syncthreads();")
+            return
         if size == "1":
             self.line(f"{b.name}[0] = {v};")
         else:
@@ -412,9 +420,28 @@ def _param_decl(p: K.Param, kernel: K.Kernel) -> str:
     return f"{PARAM_CTYPE[p.kind]} {p.name}"
 
 
+def _layout_shared(kernel: K.Kernel) -> int:
+    """Offsets of the shared buffers in the kernel's dynamic shared memory (128-byte aligned, so
+    TMA boxes may land anywhere), and the total bytes: every shared buffer lives in one extern
+    array, which lifts the 48 KB limit of static shared memory."""
+    kernel.smem_offsets = {}
+    total = 0
+    for s in K.walk(kernel.body):
+        if isinstance(s, K.Allocate) and s.buffer.memory == "shared":
+            size = s.buffer.size
+            if not isinstance(size, K.Const):
+                raise ValueError(f"shared buffer {s.buffer.name} has a runtime size {size!r}")
+            total = -(-total // 128) * 128
+            kernel.smem_offsets[s.buffer.name] = total
+            total += size.value * s.buffer.dtype.size
+    return total
+
+
 def generate_cuda(kernel: K.Kernel) -> str:
     """Full CUDA source: device library, then the kernel."""
     kernel._ws_types = set()
+    smem_bytes = _layout_shared(kernel)
+    kernel.launch.shared_mem_dynamic = smem_bytes
     pr = CudaPrinter(kernel)
     pr.stmts(kernel.body)
     body = pr.lines
@@ -438,6 +465,8 @@ def generate_cuda(kernel: K.Kernel) -> str:
     ]
     if any(isinstance(x, K.GridReduce) for x in K.walk(kernel.body)):
         head.append("  bool pf_grid_last = false;")
+    if smem_bytes:
+        head.append("  extern __shared__ __align__(128) unsigned char pf_smem[];")
     ws_elems = kernel.reduction_workspace
     for t in sorted(kernel._ws_types):
         head.append(f"  __shared__ __align__(16) {t} pf_red_ws_{t.replace(' ', '_')}[{ws_elems}];")

@@ -67,9 +67,9 @@ def _grid_reduce(kernel, op, tv, dims, thread_dims) -> K.GridReduce:
 def _place_cross_thread(op: K.TensorOp, parents: list, kernel) -> None:
     ctx = kernel.ctx
     tv = op.out
-    if tv.memory_type != MemoryType.Local:
-        raise LoweringError(f"T{tv.name} is the output of a reduction in {tv.memory_type.name.lower()} "
-                            "memory; reduce into registers (cache_before the output)")
+    if tv.memory_type == MemoryType.Global:
+        raise LoweringError(f"T{tv.name} is the output of a reduction in global memory; reduce "
+                            "into registers or shared memory (cache_before the output)")
     own = ctx.nest(tv)[len(ctx.nest(tv)) - (len(tv.domain.loop) - tv.compute_at_pos):]
     red_loops = [lp for lp in own if lp.id.is_reduction]
     thread_dims = tuple(sorted({_DIM[lp.parallel.name] for lp in red_loops
@@ -78,6 +78,9 @@ def _place_cross_thread(op: K.TensorOp, parents: list, kernel) -> None:
                                if lp.parallel.is_block_dim}))
     if not thread_dims and not block_dims:
         return
+    if tv.memory_type != MemoryType.Local:
+        raise LoweringError(f"T{tv.name}: a block or grid reduction reduces registers; T{tv.name} "
+                            "is in shared memory")
     if ctx.reduction_sites and any(s[0] is tv for s in ctx.reduction_sites):
         return
     first = red_loops[0]

@@ -242,7 +242,8 @@ class FusionExecutorCache:
         from .launch import occupancy
         cb = {fk.clone_of[id(s)]: v for s, v in self._orig_bindings.items() if id(s) in fk.clone_of}
         _, block = fk.launch_dims(cb)
-        per_sm = occupancy(fk.loaded(self._device_index), block[0] * block[1] * block[2], 0)
+        smem = int(fk.kernel.launch.shared_mem_dynamic or 0)
+        per_sm = occupancy(fk.loaded(self._device_index), block[0] * block[1] * block[2], smem)
         return max(1, per_sm) * get_device_properties(self._device_index).sm_count
 
     def _plan_for(self, fk, inputs, bindings, out_sizes, device, choice):
@@ -279,6 +280,7 @@ class FusionExecutorCache:
         info = RunInfo("kernels", (fk.scheduler,), 1, choice.reason, (fk.params,), (fk.name,))
         plan = _KernelPlan(fk, device.index or 0, grid, block, values, ptr_slots, out_specs, info)
         plan.cooperative = bool(fk.kernel.launch.cooperative)
+        plan.smem = int(fk.kernel.launch.shared_mem_dynamic or 0)
         if plan.cooperative:
             self._check_cooperative(plan, grid, block)
         plan.scalar_slots = scalar_slots

@@ -172,7 +172,7 @@ def test_reduction_into_shared_memory_is_refused():
     red = cache_before(f.outputs[0])
     set_memory_type(red, MemoryType.Shared)
     red.split(1, 32).parallelize(2, PT.TIDx)
-    with pytest.raises(LoweringError, match="in shared memory; reduce into registers"):
+    with pytest.raises(LoweringError, match="a block or grid reduction reduces registers"):
         lower_upto(f, "lower_reductions")
 
 

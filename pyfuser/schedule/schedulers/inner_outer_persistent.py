@@ -38,11 +38,13 @@ class InnerOuterParams:
     vector_inputs: tuple = ()
     row_extents: tuple = ()      # the row length the kernel is specialized on
     col_vector: int = 1          # phase 2: columns per thread
+    partials_in_shared: bool = False   # column partials in shared memory instead of registers
 
     def describe(self) -> str:
+        where = "shared memory" if self.partials_in_shared else "registers"
         return (f"inner-outer persistent (multi-wave): {self.grid} persistent blocks of "
                 f"{self.bdimx} threads, {self.persistent_batch} x {self.vector} elements per "
-                f"thread and row, column partials in registers, grid sync, column reduction "
+                f"thread and row, column partials in {where}, grid sync, column reduction "
                 f"by {self.col_vector} columns per thread")
 
 
@@ -109,10 +111,17 @@ def compute_heuristics(fusion, info: RuntimeInfo) -> InnerOuterParams:
     # reduction; a block must fit the register file (and two if they can).
     col_count = len(_kinds(fusion)[1])
     regs = batch * vector * (in_bytes * 2 // 4 + col_count) + 40
+    partials_in_shared = False
     if regs > 255 or regs * threads > 65536:
-        raise SchedulerError(
-            f"inner-outer persistent: rows of {n} elements need about {regs} registers per "
-            f"thread of {threads}; rows this long need a cluster split of the columns")
+        # Column partials move to shared memory (one float per column and reduction) when the
+        # rows still fit in registers without them: layernorm backward at N = 16384.
+        regs = batch * vector * (in_bytes * 2 // 4) + 40
+        smem = col_count * batch * vector * threads * 4
+        if regs > 255 or regs * threads > 65536 or smem > 200 * 1024:
+            raise SchedulerError(
+                f"inner-outer persistent: rows of {n} elements need about {regs} registers per "
+                f"thread of {threads}; rows this long need a cluster split of the columns")
+        partials_in_shared = True
     # One or two blocks per SM: more blocks would make the column partials (G x N floats,
     # written and read once more) and the phase-2 sums over G longer.
     per_sm = max(1, min(2, 65536 // (regs * threads), 2048 // threads))
@@ -120,7 +129,8 @@ def compute_heuristics(fusion, info: RuntimeInfo) -> InnerOuterParams:
     m = info.extent(root[0].extent)
     grid = max(1, min(grid, m))
     # Phase 2 gives one column to a thread: N / bdimx column tiles spread over the blocks.
-    return InnerOuterParams(vector, batch, bdimx, grid, tuple(vector_inputs), (n,), col_vector=1)
+    return InnerOuterParams(vector, batch, bdimx, grid, tuple(vector_inputs), (n,), col_vector=1,
+                            partials_in_shared=partials_in_shared)
 
 
 def _phase2_tensors(fusion, cols) -> set:
@@ -155,6 +165,9 @@ def schedule(fusion, p: InnerOuterParams) -> None:
     propagate_transforms(ref, tensors=phase1 + cols)
     row_rfs = [rfactor(r, [2, 4]) for r in rows]
     col_rfs = [rfactor(c, [0]) for c in cols]
+    if p.partials_in_shared:
+        for rf in col_rfs:
+            set_memory_type(rf, MemoryType.Shared)
     workspaces = []
     for rf in col_rfs:
         w = cache_after(rf)
