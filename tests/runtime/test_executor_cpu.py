@@ -147,6 +147,19 @@ def test_forced_heuristic_of_the_wrong_type(monkeypatch):
         drive.plan(fd, x, {"heuristic": PointwiseParams(vector=4)})
 
 
+@pytest.mark.xfail(strict=True, reason="a forced heuristic is only type-checked: its vector width "
+                   "is not checked against the inputs (kernel.vector_widths is recorded by "
+                   "lower/vectorize.py but nothing reads it), so vector 4 on rows of 1023 "
+                   "compiles a kernel whose last vector reads past the tensor (the interpreter "
+                   "shows elements [7160, 7164) of 7161)")
+def test_forced_vector_width_that_does_not_fit_the_inputs_is_refused(monkeypatch):
+    drive = _Launchless(monkeypatch)
+    fd = catalogue.define("silu_mul", "fp32")
+    x = catalogue.make_inputs("silu_mul", 7, 1023, "fp32", seed=0)
+    with pytest.raises((ValueError, TypeError), match="vector"):
+        drive.plan(fd, x, {"heuristic": PointwiseParams(vector=4, vector_inputs=(0, 1))})
+
+
 def test_heuristic_failure_falls_back_with_a_warning(monkeypatch):
     """A softmax row too long for registers: the persistent heuristic refuses it at run time;
     the call runs through the reference evaluator with a FallbackWarning, or fails when the
