@@ -108,7 +108,8 @@ def from_environment(environ=None) -> Options:
         disable=_parse_list(env.get("PYFUSER_DISABLE", ""), "disable"),
         dump_dir=env.get("PYFUSER_DUMP_DIR") or None,
         cache_dir=env.get("PYFUSER_CACHE_DIR") or None,
-        disk_cache=env.get("PYFUSER_DISABLE_DISK_CACHE", "0") not in ("1", "true", "yes"),
+        disk_cache=env.get("PYFUSER_DISABLE_DISK_CACHE", "0").strip().lower()
+        not in ("1", "true", "yes", "on"),
     )
 
 
@@ -125,6 +126,15 @@ def current() -> Options:
     if _env_options is None:
         _env_options = from_environment()
     return _env_options
+
+
+def setting(name: str):
+    """One setting as it stands now: a per-call override if one is active, else the environment
+    read at this moment (for knobs such as the cache directory that tests redirect at run time)."""
+    stack = getattr(_state, "stack", None)
+    if stack:
+        return getattr(stack[-1], name)
+    return getattr(from_environment(), name)
 
 
 def reload_environment() -> Options:

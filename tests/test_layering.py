@@ -24,11 +24,7 @@ LAYERED = set(ALLOWED)
 
 # Edges that break the table today, each with the way out. The test fails on any other edge, and
 # also when one of these disappears (then delete it here).
-KNOWN_VIOLATIONS = {
-    # lower sizes reduction workspaces with the device library's shared-memory formulas, which
-    # live in codegen (a sibling). Way out: put the formulas in a table module both import.
-    ("pyfuser/lower/launch.py", "pyfuser.codegen.device_library"),
-}
+KNOWN_VIOLATIONS: set = set()
 
 
 def _part(module: str) -> str:

@@ -10,6 +10,10 @@ from __future__ import annotations
 import functools
 from importlib import resources
 
+# The workspace sizes of the block reductions are kernel-IR facts that lowering needs too; they
+# live in pyfuser.kir.workspace and are re-exported here for the library's users.
+from ..kir.workspace import block_allreduce_x_smem_elems, block_allreduce_y_smem_elems  # noqa: F401
+
 #: Library parts in concatenation order (file ``runtime_src/<part>.cuh``).
 PARTS: tuple[str, ...] = (
     "types",
@@ -78,18 +82,3 @@ def device_library_source(parts: list[str] | None = None) -> str:
     return _joined(_closure(list(parts)))
 
 
-def block_allreduce_x_smem_elems(n: int, dx: int, rows: int) -> int:
-    """Shared-memory elements that ``pf::block_allreduce_x_group<n>`` needs (see reduce.cuh).
-
-    ``dx`` is blockDim.x; ``rows`` the rows of the synchronization group (blockDim.y * blockDim.z
-    for ``pf::CtaBarrier``, num_threads // dx for ``pf::NamedBarrier``). Same formula as
-    ``pf::block_allreduce_x_smem_elems``.
-    """
-    if dx % 32 == 0:
-        return 0 if dx == 32 else n * (dx // 32) * rows
-    return 0 if 32 % dx == 0 else dx * rows
-
-
-def block_allreduce_y_smem_elems(n: int, dx: int, rows: int) -> int:
-    """Shared-memory elements that ``pf::block_allreduce_y_group<n>`` needs (see reduce.cuh)."""
-    return n * dx * rows

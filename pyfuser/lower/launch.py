@@ -55,8 +55,7 @@ def launch_config(kernel: K.Kernel) -> K.Kernel:
 def reduction_workspace_elems(dims, count: int, block) -> int:
     """Shared-memory elements a block all-reduce of `count` values over `dims` needs (the device
     library's formulas); with a runtime block size, the bound for 1024 threads."""
-    from ..codegen.device_library import (block_allreduce_x_smem_elems,
-                                          block_allreduce_y_smem_elems)
+    from ..kir.workspace import block_allreduce_x_smem_elems, block_allreduce_y_smem_elems
     dims_known = [b if isinstance(b, int) else b.value for b in block]
     bx, by, bz = (d if d is not None else None for d in dims_known)
     need = 0

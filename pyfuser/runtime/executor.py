@@ -153,6 +153,7 @@ class FusionExecutorCache:
     def _make_plan(self, inputs, options):
         import torch
         bindings = check_inputs(self.fusion, inputs)
+        opts.dump("fusion_ir", self.name, repr(self.fusion))
         tensors = [x for x in inputs if isinstance(x, torch.Tensor)]
         on_gpu = bool(tensors) and all(t.is_cuda for t in tensors)
         if not on_gpu:
@@ -211,6 +212,7 @@ class FusionExecutorCache:
             if n >= 2 ** 31 - 1:
                 index_type = "int64"
         fk = self._kernel_for(sched, params, index_type, clone, mapping)
+        self._check_vector_widths(fk, inputs)
         fit = self._cooperative_grid_limit(fk)
         if fit is not None and getattr(params, "grid", None) and params.grid > fit:
             # A grid-synchronizing kernel must have all its blocks resident; the compiled
@@ -245,6 +247,30 @@ class FusionExecutorCache:
         smem = int(fk.kernel.launch.shared_mem_dynamic or 0)
         per_sm = occupancy(fk.loaded(self._device_index), block[0] * block[1] * block[2], smem)
         return max(1, per_sm) * get_device_properties(self._device_index).sm_count
+
+    def _check_vector_widths(self, fk, inputs) -> None:
+        """Vector accesses need the innermost dim divisible by the width, aligned pointers and
+        outer strides that are multiples of it. Heuristics only choose widths that hold; a
+        forced heuristic is checked here, before any launch, instead of reading out of bounds."""
+        widths = getattr(fk.kernel, "vector_widths", {}) or {}
+        for k, v in enumerate(self.fusion.inputs):
+            x = inputs[k]
+            width = widths.get(f"T{v.name}") if hasattr(v, "domain") else None
+            if not width or width == 1:
+                continue
+            item = x.element_size()
+            sizes, strides = list(x.shape), list(x.stride())
+            bad = []
+            if sizes and sizes[-1] % width and sizes[-1] != 1:
+                bad.append(f"its last dim {sizes[-1]} is not a multiple of {width}")
+            if x.data_ptr() % (width * item):
+                bad.append(f"its data pointer is not {width * item}-byte aligned")
+            if any(st % width for sz, st in zip(sizes[:-1], strides[:-1]) if sz != 1 and st != 0):
+                bad.append(f"its strides {tuple(strides)} are not multiples of {width}")
+            if bad:
+                raise ValueError(
+                    f"{self.name}: input {k} (T{v.name}) cannot be read with {width}-wide vectors "
+                    f"as heuristic {fk.params!r} asks: " + "; ".join(bad))
 
     def _plan_for(self, fk, inputs, bindings, out_sizes, device, choice):
         # The kernel's scalars belong to the clone it was scheduled on: bind them by position

@@ -44,17 +44,19 @@ _memory_lock = threading.Lock()
 
 
 def cache_dir() -> Path:
-    """Where kernels are stored; read at call time so tests and users can redirect it."""
-    configured = os.environ.get("PYFUSER_CACHE_DIR")
+    """Where kernels are stored (PYFUSER_CACHE_DIR, parsed in pyfuser.options); read at call
+    time so tests and users can redirect it."""
+    from .. import options
+    configured = options.setting("cache_dir")
     if configured:
         return Path(configured).expanduser()
     return Path("~/.cache/pyfuser").expanduser()
 
 
 def disk_cache_enabled() -> bool:
-    """False when PYFUSER_DISABLE_DISK_CACHE is set to a true value (1, true, yes, on)."""
-    value = os.environ.get("PYFUSER_DISABLE_DISK_CACHE", "")
-    return value.strip().lower() not in ("1", "true", "yes", "on")
+    """False when PYFUSER_DISABLE_DISK_CACHE is set to a true value (pyfuser.options)."""
+    from .. import options
+    return bool(options.setting("disk_cache"))
 
 
 def _pyfuser_version() -> str:

@@ -147,11 +147,6 @@ def test_forced_heuristic_of_the_wrong_type(monkeypatch):
         drive.plan(fd, x, {"heuristic": PointwiseParams(vector=4)})
 
 
-@pytest.mark.xfail(strict=True, reason="a forced heuristic is only type-checked: its vector width "
-                   "is not checked against the inputs (kernel.vector_widths is recorded by "
-                   "lower/vectorize.py but nothing reads it), so vector 4 on rows of 1023 "
-                   "compiles a kernel whose last vector reads past the tensor (the interpreter "
-                   "shows elements [7160, 7164) of 7161)")
 def test_forced_vector_width_that_does_not_fit_the_inputs_is_refused(monkeypatch):
     drive = _Launchless(monkeypatch)
     fd = catalogue.define("silu_mul", "fp32")
