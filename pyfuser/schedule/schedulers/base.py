@@ -53,3 +53,23 @@ def pow2_divisor(x: int, limit: int) -> int:
     while v * 2 <= limit and x % (v * 2) == 0:
         v *= 2
     return v
+
+
+def vector_inputs(fusion, info: RuntimeInfo, vector: int) -> tuple:
+    """Fusion inputs that can be read with `vector`-wide accesses along their innermost dim:
+    that dim contiguous (and not a broadcast), the data pointer aligned to the access, and every
+    other stride a multiple of the width."""
+    from ...ir.tensor import TensorView
+    out = []
+    if vector <= 1:
+        return ()
+    for k, v in enumerate(fusion.inputs):
+        if not (isinstance(v, TensorView) and fusion.uses_of(v)):
+            continue
+        f = info.inputs[k]
+        if f is None or not v.domain.logical or v.domain.logical[-1].is_broadcast:
+            continue
+        if (f.strides[-1] == 1 and f.alignment >= vector * v.dtype.size
+                and all(s % vector == 0 for d, s in enumerate(f.strides[:-1]) if f.sizes[d] != 1)):
+            out.append(k)
+    return tuple(out)

@@ -22,7 +22,7 @@ from ...ir.iter_domain import ParallelType as PT
 from ...ir.tensor import MemoryType, TensorView
 from .. import (cache_after, cache_before, inline_at, inline_most, parallelize_like,
                 propagate_transforms, rfactor, set_memory_type)
-from .base import RuntimeInfo, SchedulerError, pow2_divisor, reduction_tensors
+from .base import RuntimeInfo, SchedulerError, pow2_divisor, reduction_tensors, vector_inputs
 from .inner_persistent import _project_to_inputs
 from .reduction import broadcast_back
 
@@ -88,18 +88,8 @@ def compute_heuristics(fusion, info: RuntimeInfo) -> InnerOuterParams:
                     and sum(1 for i in v.domain.logical if not i.is_broadcast) == 2
                     and not v.domain.logical[-1].is_broadcast] + [1])
     vector = pow2_divisor(n, max(1, 16 // in_bytes))
-    vector_inputs = []
-    for k, v in enumerate(fusion.inputs):
-        if not (isinstance(v, TensorView) and fusion.uses_of(v)):
-            continue
-        f = info.inputs[k]
-        if f is None or v.domain.logical[-1].is_broadcast:
-            continue
-        ok = (f.strides[-1] == 1 and f.alignment >= vector * v.dtype.size and
-              all(s % vector == 0 for d, s in enumerate(f.strides[:-1]) if f.sizes[d] != 1))
-        if ok and vector > 1:
-            vector_inputs.append(k)
-    if not vector_inputs:
+    vec_inputs = vector_inputs(fusion, info, vector)
+    if not vec_inputs:
         vector = 1
     vecs = max(1, -(-n // vector))
     batch = 1
@@ -129,7 +119,7 @@ def compute_heuristics(fusion, info: RuntimeInfo) -> InnerOuterParams:
     m = info.extent(root[0].extent)
     grid = max(1, min(grid, m))
     # Phase 2 gives one column to a thread: N / bdimx column tiles spread over the blocks.
-    return InnerOuterParams(vector, batch, bdimx, grid, tuple(vector_inputs), (n,), col_vector=1,
+    return InnerOuterParams(vector, batch, bdimx, grid, vec_inputs, (n,), col_vector=1,
                             partials_in_shared=partials_in_shared)
 
 

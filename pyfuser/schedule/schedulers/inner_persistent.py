@@ -24,7 +24,7 @@ from .. import (cache_after, cache_before, inline_at, inline_most, parallelize_l
                 propagate_transforms, rfactor)
 from ..inlining import _upstream
 from ..recompute import recompute_for
-from .base import RuntimeInfo, SchedulerError, pow2_divisor, reduction_tensors
+from .base import RuntimeInfo, SchedulerError, pow2_divisor, reduction_tensors, vector_inputs
 from .reduction import _layout, _merge_dims, _pow2_floor, broadcast_back
 
 NAME = "inner_persistent"
@@ -91,18 +91,8 @@ def compute_heuristics(fusion, info: RuntimeInfo) -> InnerPersistentParams:
             m *= e
     in_bytes = max([v.dtype.size for v in fusion.inputs if isinstance(v, TensorView)] + [1])
     vector = pow2_divisor(n, max(1, 16 // in_bytes))
-    vector_inputs = []
-    for k, v in enumerate(fusion.inputs):
-        if not (isinstance(v, TensorView) and fusion.uses_of(v)):
-            continue
-        f = info.inputs[k]
-        if f is None or v.domain.logical[-1].is_broadcast:
-            continue
-        ok = (f.strides[-1] == 1 and f.alignment >= vector * v.dtype.size and
-              all(s % vector == 0 for d, s in enumerate(f.strides[:-1]) if f.sizes[d] != 1))
-        if ok and vector > 1:
-            vector_inputs.append(k)
-    if not vector_inputs:
+    vec_inputs = vector_inputs(fusion, info, vector)
+    if not vec_inputs:
         vector = 1
     vecs = max(1, -(-n // vector))
     # P: vectors per thread. Threads per row stay <= 512 (a 1024-thread block caps each thread
@@ -126,7 +116,7 @@ def compute_heuristics(fusion, info: RuntimeInfo) -> InnerPersistentParams:
     # saved; worth it only while a thread's row share is small.
     keep_weights = batch * vector <= MAX_ELEMENTS_PER_THREAD // 2 and bdimx * bdimy < 512
     row_extents = tuple(ext[k] for k in rpos)
-    return InnerPersistentParams(vector, batch, bdimx, bdimy, tuple(vector_inputs),
+    return InnerPersistentParams(vector, batch, bdimx, bdimy, vec_inputs,
                                  keep_weights=keep_weights, row_extents=row_extents)
 
 

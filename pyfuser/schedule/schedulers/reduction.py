@@ -26,7 +26,7 @@ from ...ir.iter_domain import ParallelType as PT
 from ...ir.tensor import TensorView
 from .. import (cache_after, cache_before, inline_at, inline_most, parallelize_like,
                 propagate_transforms, rfactor)
-from .base import RuntimeInfo, SchedulerError, pow2_divisor, reduction_tensors
+from .base import RuntimeInfo, SchedulerError, pow2_divisor, reduction_tensors, vector_inputs
 
 NAME = "reduction"
 
@@ -125,15 +125,8 @@ def compute_heuristics(fusion, info: RuntimeInfo) -> ReductionParams:
     contiguous_ext = ext[-1]
     in_bytes = max([v.dtype.size for v in fusion.inputs if isinstance(v, TensorView)] + [1])
     vector = pow2_divisor(contiguous_ext, max(1, 16 // in_bytes))
-    vector_inputs = []
-    for k, v in enumerate(fusion.inputs):
-        if isinstance(v, TensorView) and fusion.uses_of(v):
-            f = info.inputs[k]
-            ok = (f is not None and f.strides[-1] == 1 and f.alignment >= vector * v.dtype.size and
-                  all(s % vector == 0 for d, s in enumerate(f.strides[:-1]) if f.sizes[d] != 1))
-            if ok and vector > 1:
-                vector_inputs.append(k)
-    if not vector_inputs:
+    vec_inputs = vector_inputs(fusion, info, vector)
+    if not vec_inputs:
         vector = 1
     sms = info.device.sm_count
     if inner:
@@ -149,7 +142,7 @@ def compute_heuristics(fusion, info: RuntimeInfo) -> ReductionParams:
         split = 1
         while blocks * split < 2 * sms and vecs // (bdimx * unroll * split * 2) >= 4:
             split *= 2
-        return ReductionParams(True, vector, bdimx, bdimy, unroll, tuple(vector_inputs), split)
+        return ReductionParams(True, vector, bdimx, bdimy, unroll, vec_inputs, split)
     # Outer: rows of 32 x 16-byte vectors per block (512 contiguous bytes, full DRAM bursts);
     # if that leaves too few column tiles for the SMs, split the rows among blocks too.
     # Sweep on the H100, col_sum 16384x8192 bf16: 64 threads x 16 B (1 KB per row) by 8 rows,
@@ -162,7 +155,7 @@ def compute_heuristics(fusion, info: RuntimeInfo) -> ReductionParams:
     split = 1
     while 2 * tiles * split < 3 * sms and red_n // (bdimy * unroll * split * 2) >= 4:
         split *= 2
-    return ReductionParams(False, vector, bdimx, bdimy, unroll, tuple(vector_inputs), split)
+    return ReductionParams(False, vector, bdimx, bdimy, unroll, vec_inputs, split)
 
 
 def _pow2_floor(x: int) -> int:
