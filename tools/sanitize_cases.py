@@ -1,0 +1,22 @@
+"""One small case per scheduler, run once each, for compute-sanitizer (memcheck, racecheck,
+synccheck): `compute-sanitizer --tool racecheck python tools/sanitize_cases.py`."""
+import torch
+
+from pyfuser import catalogue
+from pyfuser.schedule.schedulers.reduction import ReductionParams
+
+CASES = [("gelu_bias", 33, 1000), ("row_sum", 64, 4096), ("col_sum", 4096, 64),
+         ("rmsnorm_fwd", 64, 4096), ("softmax", 37, 1000), ("rmsnorm_bwd", 300, 1024),
+         ("layernorm_bwd", 300, 2048)]
+
+for name, m, n in CASES:
+    fd = catalogue.define(name)
+    out = fd.execute(catalogue.make_inputs(name, m, n, device="cuda"))
+    torch.cuda.synchronize()
+    print(name, m, n, fd.last_run.schedulers, [tuple(o.shape) for o in out], flush=True)
+# A grid-split reduction (last-block workspace reduction), forced.
+fd = catalogue.define("col_sum")
+fd.execute(catalogue.make_inputs("col_sum", 2048, 256, device="cuda"),
+           options={"heuristic": ReductionParams(False, 8, 32, 8, 2, (0,), 4)})
+torch.cuda.synchronize()
+print("col_sum grid split", fd.last_run.heuristics, flush=True)
