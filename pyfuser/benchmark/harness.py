@@ -11,7 +11,7 @@ import sys
 import time
 
 from .. import catalogue
-from ..ir.dtype import parse_dtype, to_torch
+from ..ir.dtype import parse_dtype
 from .peers import PEERS, PeerMissing
 
 ROTATE_BYTES = 200 * 2 ** 20   # well above the 50-60 MB L2
@@ -58,12 +58,16 @@ def copy_bandwidth() -> float:
     """GB/s of a 1 GiB device-to-device copy, bytes read plus written."""
     import torch
     n = 2 ** 30
+    ms = _copy_ms(n)
+    torch.cuda.empty_cache()        # the 2 GiB of the copy are gone once _copy_ms returns
+    return 2 * n / ms / 1e6
+
+
+def _copy_ms(n: int) -> float:
+    import torch
     src = torch.empty(n, dtype=torch.uint8, device="cuda").random_(0, 255)
     dst = torch.empty_like(src)
-    ms = _bench(lambda: dst.copy_(src))
-    del src, dst
-    torch.cuda.empty_cache()
-    return 2 * n / ms / 1e6
+    return _bench(lambda: dst.copy_(src))
 
 
 class _Rotation:

@@ -109,7 +109,6 @@ def _liger(name, ins, eps):
 
 # Quack ----------------------------------------------------------------------------------------------
 def _quack(name, ins, eps):
-    import torch
     try:
         import quack  # noqa: F401
     except Exception as e:  # noqa: BLE001
@@ -141,7 +140,6 @@ def _quack(name, ins, eps):
         wf = w.float()
         m, r = mean.reshape(-1).contiguous(), rstd.reshape(-1).contiguous()
         return lambda: layernorm_bwd(x, wf, dy, r, m)
-    del torch
     raise PeerMissing(f"Quack has no {name}")
 
 

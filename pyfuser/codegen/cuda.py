@@ -11,7 +11,7 @@ from ..ir import scalar as S
 from ..ir.dtype import DataType, compute_type
 from ..ir.exprs import (BinaryOp, BinaryOpType, LoadStoreOp, ReductionOp, UnaryOp, UnaryOpType,
                         WhereOp, BroadcastOp, ExpandOp, SqueezeOp, ReshapeOp, FullOp)
-from ..ir.scalar import Scalar, ScalarOp
+from ..ir.scalar import ScalarOp
 from ..kir import nodes as K
 from .device_library import device_library_source
 
@@ -62,6 +62,7 @@ class CudaPrinter:
         self.k = kernel
         self.lines: list[str] = []
         self.indent = 1
+        self.ws_types: set = set()        # C types of block-reduction workspaces used
 
     # Expressions ---------------------------------------------------------------------------
     def expr(self, e) -> str:
@@ -263,7 +264,7 @@ class CudaPrinter:
         if dst_mem == "local" and src_mem == "global":
             hint = "pf::LoadHint::Default"
             if _is_input(self.k, src.buffer):
-                hint = ("pf::LoadHint::ReadOnlyNoAllocate" if getattr(self.k, "streaming_loads", False)
+                hint = ("pf::LoadHint::ReadOnlyNoAllocate" if self.k.streaming_loads
                         else "pf::LoadHint::ReadOnly")
             return (f"pf::load_global_vec<{hint}>(*reinterpret_cast<{arr}*>(&{self.expr(out)}), "
                     f"&{self.expr(src)});")
@@ -284,7 +285,7 @@ class CudaPrinter:
         count = acc.vector
         t = ctype(s.dtype)
         ws = f"pf_red_ws_{t.replace(' ', '_')}"
-        self.k._ws_types.add(t)
+        self.ws_types.add(t)
         sync = "" if s.barrier is None else f", pf::NamedBarrier{{{s.barrier[0]}, {s.barrier[1]}}}"
         for dim in s.dims:
             if count == 1:
@@ -439,7 +440,6 @@ def _layout_shared(kernel: K.Kernel) -> int:
 
 def generate_cuda(kernel: K.Kernel) -> str:
     """Full CUDA source: device library, then the kernel."""
-    kernel._ws_types = set()
     smem_bytes = _layout_shared(kernel)
     kernel.launch.shared_mem_dynamic = smem_bytes
     pr = CudaPrinter(kernel)
@@ -468,7 +468,7 @@ def generate_cuda(kernel: K.Kernel) -> str:
     if smem_bytes:
         head.append("  extern __shared__ __align__(128) unsigned char pf_smem[];")
     ws_elems = kernel.reduction_workspace
-    for t in sorted(kernel._ws_types):
+    for t in sorted(pr.ws_types):
         head.append(f"  __shared__ __align__(16) {t} pf_red_ws_{t.replace(' ', '_')}[{ws_elems}];")
     src = device_library_source() + "\n" + _OPAQUE_WIDEN + "\n".join(head + body) + "\n}\n"
     return src

@@ -12,7 +12,10 @@ from importlib import resources
 
 # The workspace sizes of the block reductions are kernel-IR facts that lowering needs too; they
 # live in pyfuser.kir.workspace and are re-exported here for the library's users.
-from ..kir.workspace import block_allreduce_x_smem_elems, block_allreduce_y_smem_elems  # noqa: F401
+from ..kir.workspace import block_allreduce_x_smem_elems, block_allreduce_y_smem_elems
+
+__all__ = ["PARTS", "DEPENDS", "device_library_source", "block_allreduce_x_smem_elems",
+           "block_allreduce_y_smem_elems"]
 
 #: Library parts in concatenation order (file ``runtime_src/<part>.cuh``).
 PARTS: tuple[str, ...] = (

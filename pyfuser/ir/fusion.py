@@ -16,6 +16,11 @@ class Fusion:
         # Pairs of extents that ops assumed equal (e.g. x[i0] + y[i3] needs i0 == i3); runtime
         # input validation checks them.
         self.extent_equalities: list[tuple[Scalar, Scalar, str]] = []
+        # Set by a scheduler for lowering (pyfuser/lower/params.py and launch.py):
+        # extents the kernel is specialized on (Scalar -> int; part of the heuristic), and
+        # launch settings the schedule fixed (grid_x, max_threads, min_blocks, cooperative, ...).
+        self.static_extents: dict = {}
+        self.launch_hints: dict = {}
 
     def next_name(self, kind: str) -> int:
         n = self._counters.get(kind, 0)

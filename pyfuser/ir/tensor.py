@@ -19,7 +19,7 @@ import enum
 from . import scalar as S
 from .base import Val
 from .dtype import DataType
-from .iter_domain import (IterDomain, IterType, ParallelType, ancestors, id_exprs_between, id_str,
+from .iter_domain import (IterDomain, ParallelType, ancestors, id_exprs_between, id_str,
                           merge_ids, merged_iter_type, split_id)
 
 

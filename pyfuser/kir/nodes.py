@@ -408,8 +408,15 @@ class Kernel:
     launch: LaunchConfig | None = None
     index_type: str = "int"        # int (32-bit) or int64_t
     ctx: Any = None                # lowering context (ID graphs, loops, buffers)
-    workspaces: list = dataclasses.field(default_factory=list)   # (Buffer, bytes Scalar, zeroed)
-    notes: list = dataclasses.field(default_factory=list)        # what lowering decided, for dumps
+    # Global buffers the executor allocates per launch shape: (Buffer, kind), kind one of
+    # "intermediate", "grid_reduce_data", "semaphore" (zeroed once, left zeroed by the kernel).
+    workspaces: list = dataclasses.field(default_factory=list)
+    # Set by passes, read by later passes, codegen and the executor:
+    vector_widths: dict = dataclasses.field(default_factory=dict)  # global buffer name -> width
+    reduction_workspace: int = 0          # shared elements of the block-reduction workspace
+    grid_sync_buffer: Buffer | None = None  # counter of the grid barrier, if any
+    needs_cooperative: bool = False       # a grid sync: all blocks must be resident
+    streaming_loads: bool = False         # inputs read with L1::no_allocate (an option)
 
 
 def walk(stmts):

@@ -63,6 +63,15 @@ class LoweringContext:
         self._merged: dict[int, Loop] = {}
         self._build_nests()
         self._canonicalize()
+        # Filled by the passes, in PIPELINE order:
+        self.names: dict = {}            # params: runtime Scalar -> kernel expression
+        self.buffers: dict = {}          # params, allocate: TensorView -> kir Buffer
+        self.strides: dict = {}          # params, allocate: global TensorView -> stride exprs
+        self.alloc_ids: dict = {}        # allocate: TensorView -> (ID, extent, Loop) per dim
+        self.reduction_sites: list = []  # lower_reductions: (TensorView, [Block/GridReduce])
+        self.grid_reduced_dims: set = set()  # lower_reductions: block dims reduced across blocks
+        self.index_graph = None          # index_and_predicate: IndexGraph over the exact graph
+        self.kernel_parallel: dict = {}  # index_and_predicate: ParallelType -> bound extents
 
     # Loops -----------------------------------------------------------------------------------
     def _computed(self) -> list[TensorView]:

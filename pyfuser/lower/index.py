@@ -15,7 +15,6 @@ writes to global or shared memory by threads that do not index the tensor get
 """
 from __future__ import annotations
 
-from ..ir import scalar as S
 from ..ir.iter_domain import ParallelType
 from ..ir.scalar import Scalar
 from ..ir.tensor import MemoryType, TensorView
@@ -230,7 +229,7 @@ def _thread_predicates(ctx, tv: TensorView, nest) -> list:
             if any(repr(scalar_to_kexpr(e, ctx.names)) != mine for e in extents):
                 conds.append(K.lt(K.Special(special), scalar_to_kexpr(lp.extent, ctx.names)))
         elif tv.memory_type != MemoryType.Local:
-            if pt.is_block_dim and pt.value[-1] in getattr(ctx, "grid_reduced_dims", ()):
+            if pt.is_block_dim and pt.value[-1] in ctx.grid_reduced_dims:
                 # Only the block that finished the grid reduction holds the result.
                 conds.append(K.Var("pf_grid_last", "bool"))
             else:

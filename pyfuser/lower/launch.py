@@ -4,7 +4,8 @@ Before: loops bound to blockIdx/threadIdx with (possibly runtime) extents.
 After:  kernel.launch = LaunchConfig(grid=[gx, gy, gz], block=[bx, by, bz], ...), where each
         dimension is the largest extent bound to it (a fusion Scalar the executor evaluates per
         call), unless the schedule fixed it (fusion.launch_hints, e.g. a persistent grid).
-Block reductions use a static shared workspace of one value per warp and group element.
+The block reductions' shared workspace is sized with the device library's formulas
+(kir/workspace.py) for the block; with a runtime block size, for 1024 threads.
 """
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ _ORDER = {"x": 0, "y": 1, "z": 2}
 
 def launch_config(kernel: K.Kernel) -> K.Kernel:
     ctx = kernel.ctx
-    hints = getattr(kernel.fusion, "launch_hints", {}) or {}
+    hints = kernel.fusion.launch_hints
     grid = [1, 1, 1]
     block = [1, 1, 1]
     for lp in ctx.all_loops():
@@ -47,7 +48,7 @@ def launch_config(kernel: K.Kernel) -> K.Kernel:
                                    max_threads=hints.get("max_threads", max_threads),
                                    min_blocks=hints.get("min_blocks"),
                                    cooperative=bool(hints.get("cooperative", False)
-                                                    or getattr(kernel, "needs_cooperative", False)),
+                                                    or kernel.needs_cooperative),
                                    cluster=hints.get("cluster"))
     return kernel
 
@@ -56,8 +57,7 @@ def reduction_workspace_elems(dims, count: int, block) -> int:
     """Shared-memory elements a block all-reduce of `count` values over `dims` needs (the device
     library's formulas); with a runtime block size, the bound for 1024 threads."""
     from ..kir.workspace import block_allreduce_x_smem_elems, block_allreduce_y_smem_elems
-    dims_known = [b if isinstance(b, int) else b.value for b in block]
-    bx, by, bz = (d if d is not None else None for d in dims_known)
+    bx, by, bz = (b if isinstance(b, int) else b.value for b in block)
     need = 0
     for dim in dims:
         if None in (bx, by, bz):

@@ -81,7 +81,7 @@ def kernel_params(kernel: K.Kernel) -> K.Kernel:
             ctx.names[b] = ctx.names[a]
     # A schedule specialized on some extents (fusion.static_extents, set by the scheduler and
     # part of its heuristic, so the kernel is only reused for those values) sees constants.
-    static = getattr(fusion, "static_extents", {}) or {}
+    static = fusion.static_extents
     for s, value in static.items():
         ctx.names[s] = K.Const(int(value))
     for a, b, _ in fusion.extent_equalities:

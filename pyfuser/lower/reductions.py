@@ -60,7 +60,7 @@ def _grid_reduce(kernel, op, tv, dims, thread_dims) -> K.GridReduce:
         kernel.workspaces.append((b, kind))
     node = K.GridReduce([], op.expr.op.value, tv.dtype, dims, ws, sem, None)
     node.thread_dims = thread_dims
-    kernel.ctx.grid_reduced_dims = set(getattr(kernel.ctx, "grid_reduced_dims", set())) | set(dims)
+    kernel.ctx.grid_reduced_dims |= set(dims)
     return node
 
 

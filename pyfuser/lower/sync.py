@@ -59,7 +59,7 @@ def _grid_syncs(kernel: K.Kernel) -> None:
     for s in kernel.body:
         reads, writes = _global_accesses(s)
         if reads & dirty:
-            if getattr(kernel, "grid_sync_buffer", None) is None:
+            if kernel.grid_sync_buffer is None:
                 from ..ir.dtype import DataType
                 buf = K.Buffer("pf_grid_sync", DataType.Int32, "global")
                 kernel.params.append(K.Param(buf.name, "ptr", ("workspace", buf.name), buf))

@@ -21,7 +21,6 @@ UNROLL_LIMIT = 32
 
 
 def vectorize_and_unroll(kernel: K.Kernel) -> K.Kernel:
-    kernel.vector_widths = {}
     kernel.body = _rewrite(kernel.body, kernel)
     return kernel
 

@@ -18,7 +18,6 @@ import warnings
 
 from .. import options as opts
 from ..ir import scalar as S
-from ..ir.tensor import TensorView
 from ..schedule.schedulers import registry
 from ..schedule.schedulers.base import InputFacts, RuntimeInfo, SchedulerError
 from .inputs import check_inputs, output_strides
@@ -61,24 +60,26 @@ def index_type_for(tensors) -> str:
 
 
 class _KernelPlan:
-    """Everything one input signature needs at launch, computed once."""
+    """Everything one input signature needs at launch, computed once: the cached path only
+    allocates outputs, patches pointers and scalars into `values`, packs and launches."""
 
-    def __init__(self, fk, device_index, grid, block, values, ptr_slots, out_specs, run_info):
-        self.fk = fk
-        self.loaded = fk.loaded(device_index)
+    def __init__(self, fk, device, grid, block, values, ptr_slots, scalar_slots, out_specs,
+                 run_info, poison: bool):
         from .launch import ParamLayout
+        self.fk = fk
+        self.loaded = fk.loaded(device.index or 0)
         self.layout = ParamLayout(fk.param_kinds)
         self.loaded.check_layout(self.layout)
+        self.device = device
         self.grid, self.block = grid, block
         self.values = values
         self.ptr_slots = ptr_slots           # (param position, "input"|"output", k)
-        self.scalar_slots = []               # (param position, input k)
+        self.scalar_slots = scalar_slots     # (param position, input k)
         self.out_specs = out_specs           # (sizes, strides, torch dtype)
         self.run_info = run_info
-        self.smem = 0
-        self.device = None
-        self.poison = False
-        self.cooperative = False
+        self.poison = poison
+        self.smem = int(fk.kernel.launch.shared_mem_dynamic or 0)
+        self.cooperative = bool(fk.kernel.launch.cooperative)
 
     def run(self, inputs):
         import torch
@@ -98,7 +99,7 @@ class _KernelPlan:
 
 
 class _ReferencePlan:
-    def __init__(self, fusion, bindings, run_info):
+    def __init__(self, fusion, run_info):
         self.fusion = fusion
         self.run_info = run_info
 
@@ -158,7 +159,7 @@ class FusionExecutorCache:
         on_gpu = bool(tensors) and all(t.is_cuda for t in tensors)
         if not on_gpu:
             info = RunInfo("reference", (), 0, "inputs are not on a CUDA device")
-            return _ReferencePlan(self.fusion, bindings, info)
+            return _ReferencePlan(self.fusion, info)
         if self._choice is None:
             self._choice = registry.choose(self.fusion)
         choice = self._choice
@@ -168,16 +169,14 @@ class FusionExecutorCache:
                                    "disabled (PYFUSER_DISABLE=reference_fallback)")
             warnings.warn(f"{self.name}: {choice.reason}; running the reference evaluator",
                           FallbackWarning, stacklevel=4)
-            return _ReferencePlan(self.fusion, bindings, RunInfo("reference", (), 0, choice.reason))
+            return _ReferencePlan(self.fusion, RunInfo("reference", (), 0, choice.reason))
         return self._kernel_plan(inputs, bindings, choice, tensors[0].device)
 
     def _kernel_plan(self, inputs, bindings, choice, device):
         import torch
         from .device import get_device_properties
 
-        self._device_index = device.index if device.index is not None else 0
-        self._orig_bindings = bindings
-        dev_props = get_device_properties(self._device_index)
+        dev_props = get_device_properties(device.index or 0)
         clone, mapping = self.fusion.clone()
         clone_bindings = {mapping[id(k)]: v for k, v in bindings.items() if id(k) in mapping}
         facts = tuple(
@@ -200,8 +199,7 @@ class FusionExecutorCache:
                     raise
                 warnings.warn(f"{self.name}: {e}; running the reference evaluator",
                               FallbackWarning, stacklevel=5)
-                return _ReferencePlan(self.fusion, bindings,
-                                      RunInfo("reference", (), 0, str(e)))
+                return _ReferencePlan(self.fusion, RunInfo("reference", (), 0, str(e)))
         out_sizes = [[int(S.evaluate(i.user_extent if i.is_broadcast else i.extent, dict(bindings)))
                       for i in o.domain.logical_no_reductions] for o in self.fusion.outputs]
         index_type = index_type_for([x for x in inputs if isinstance(x, torch.Tensor)])
@@ -213,7 +211,7 @@ class FusionExecutorCache:
                 index_type = "int64"
         fk = self._kernel_for(sched, params, index_type, clone, mapping)
         self._check_vector_widths(fk, inputs)
-        fit = self._cooperative_grid_limit(fk)
+        fit = self._resident_blocks(fk, bindings, device)
         if fit is not None and getattr(params, "grid", None) and params.grid > fit:
             # A grid-synchronizing kernel must have all its blocks resident; the compiled
             # kernel's real occupancy (its registers) allows fewer: reschedule with that many.
@@ -231,33 +229,35 @@ class FusionExecutorCache:
             from .fusion_kernel import build_kernel
             name = f"{self.name}_{sched.NAME}_{self._kernel_count}"
             self._kernel_count += 1
-            fk = build_kernel(clone, sched, params, index_type, name)
-            fk.clone_of = {k: v for k, v in mapping.items()}
+            fk = build_kernel(clone, sched, params, index_type, name, clone_of=mapping)
             self._kernels[kkey] = fk
         return fk
 
-    def _cooperative_grid_limit(self, fk):
-        """Blocks that fit on the GPU at once for a cooperative kernel, else None."""
+    @staticmethod
+    def _resident_blocks(fk, bindings, device):
+        """For a grid-synchronizing (cooperative) kernel, the blocks that fit on the GPU at once
+        (its real occupancy times the SMs); None for other kernels."""
         if not fk.kernel.launch.cooperative:
             return None
         from .device import get_device_properties
         from .launch import occupancy
-        cb = {fk.clone_of[id(s)]: v for s, v in self._orig_bindings.items() if id(s) in fk.clone_of}
-        _, block = fk.launch_dims(cb)
+        _, block = fk.launch_dims(fk.bind(bindings))
         smem = int(fk.kernel.launch.shared_mem_dynamic or 0)
-        per_sm = occupancy(fk.loaded(self._device_index), block[0] * block[1] * block[2], smem)
-        return max(1, per_sm) * get_device_properties(self._device_index).sm_count
+        per_sm = occupancy(fk.loaded(device.index or 0), block[0] * block[1] * block[2], smem)
+        return max(1, per_sm) * get_device_properties(device.index or 0).sm_count
 
     def _check_vector_widths(self, fk, inputs) -> None:
         """Vector accesses need the innermost dim divisible by the width, aligned pointers and
         outer strides that are multiples of it. Heuristics only choose widths that hold; a
         forced heuristic is checked here, before any launch, instead of reading out of bounds."""
-        widths = getattr(fk.kernel, "vector_widths", {}) or {}
-        for k, v in enumerate(self.fusion.inputs):
-            x = inputs[k]
-            width = widths.get(f"T{v.name}") if hasattr(v, "domain") else None
-            if not width or width == 1:
+        for p in fk.kernel.params:
+            if p.source[0] != "input":
                 continue
+            width = fk.kernel.vector_widths.get(p.buffer.name, 1)
+            if width == 1:
+                continue
+            k = p.source[1]
+            x, v = inputs[k], self.fusion.inputs[k]
             item = x.element_size()
             sizes, strides = list(x.shape), list(x.stride())
             bad = []
@@ -273,15 +273,19 @@ class FusionExecutorCache:
                     f"as heuristic {fk.params!r} asks: " + "; ".join(bad))
 
     def _plan_for(self, fk, inputs, bindings, out_sizes, device, choice):
-        # The kernel's scalars belong to the clone it was scheduled on: bind them by position
-        # through the original fusion's scalars.
-        cb = {fk.clone_of[id(s)]: val for s, val in bindings.items() if id(s) in fk.clone_of}
-        self._cb = cb
+        cb = fk.bind(bindings)
         grid, block = fk.launch_dims(cb)
-        out_specs = []
+        if fk.kernel.launch.cooperative:
+            fit = self._resident_blocks(fk, bindings, device)
+            blocks = grid[0] * grid[1] * grid[2]
+            if blocks > fit:
+                raise RuntimeError(
+                    f"{self.name}: kernel {fk.name} synchronizes its grid of {blocks} blocks, but "
+                    f"only {fit} blocks of {block[0] * block[1] * block[2]} threads fit on the "
+                    "GPU at once")
         from ..ir.dtype import to_torch
-        for o, sz in zip(self.fusion.outputs, out_sizes):
-            out_specs.append((tuple(sz), tuple(output_strides(o, sz)), to_torch(o.dtype)))
+        out_specs = [(tuple(sz), tuple(output_strides(o, sz)), to_torch(o.dtype))
+                     for o, sz in zip(self.fusion.outputs, out_sizes)]
         values, ptr_slots, scalar_slots = [], [], []
         for pos, p in enumerate(fk.kernel.params):
             src = p.source
@@ -300,21 +304,14 @@ class FusionExecutorCache:
                 scalar_slots.append((pos, src[1]))
                 values.append(0)
             elif src[0] == "workspace":
-                values.append(self._workspace(fk, p, grid, block, device).data_ptr())
+                values.append(self._workspace(fk, p, cb, grid, block, device).data_ptr())
             else:
                 raise RuntimeError(f"unknown parameter source {src}")
         info = RunInfo("kernels", (fk.scheduler,), 1, choice.reason, (fk.params,), (fk.name,))
-        plan = _KernelPlan(fk, device.index or 0, grid, block, values, ptr_slots, out_specs, info)
-        plan.cooperative = bool(fk.kernel.launch.cooperative)
-        plan.smem = int(fk.kernel.launch.shared_mem_dynamic or 0)
-        if plan.cooperative:
-            self._check_cooperative(plan, grid, block)
-        plan.scalar_slots = scalar_slots
-        plan.device = device
-        plan.poison = bool(opts.current().is_enabled("poison_outputs"))
-        return plan
+        return _KernelPlan(fk, device, grid, block, values, ptr_slots, scalar_slots, out_specs,
+                           info, poison=bool(opts.current().is_enabled("poison_outputs")))
 
-    def _workspace(self, fk, param, grid, block, device):
+    def _workspace(self, fk, param, clone_bindings, grid, block, device):
         """Global scratch of a kernel for one launch shape, kept for the plan's lifetime.
 
         Grid-reduction data: one slot per thread and grouped value of every block. Semaphores:
@@ -327,7 +324,7 @@ class FusionExecutorCache:
         kind = dict((b.name, k) for b, k in fk.kernel.workspaces)[param.name]
         blocks = grid[0] * grid[1] * grid[2]
         if kind == "intermediate":
-            n = max(1, int(S.evaluate(fk.workspace_size_scalar(param.name), dict(self._cb))))
+            n = max(1, int(S.evaluate(fk.workspace_size_scalar(param.name), dict(clone_bindings))))
             buf = torch.empty(n, dtype=to_torch(param.buffer.dtype), device=device)
             self._scratch.append(buf)
             return buf
@@ -341,19 +338,6 @@ class FusionExecutorCache:
         buf = torch.empty(n, dtype=to_torch(param.buffer.dtype), device=device)
         self._scratch.append(buf)
         return buf
-
-    def _check_cooperative(self, plan, grid, block) -> None:
-        """A grid-synchronizing kernel needs all its blocks resident at once."""
-        from .launch import occupancy
-        threads = block[0] * block[1] * block[2]
-        per_sm = occupancy(plan.loaded, threads, plan.smem)
-        from .device import get_device_properties
-        sms = get_device_properties(plan.loaded.device_index).sm_count
-        blocks = grid[0] * grid[1] * grid[2]
-        if blocks > per_sm * sms:
-            raise RuntimeError(
-                f"{self.name}: kernel {plan.fk.name} synchronizes its grid of {blocks} blocks, but "
-                f"only {per_sm} x {sms} blocks of {threads} threads fit on the GPU at once")
 
     # Introspection -----------------------------------------------------------------------------
     def kernels(self) -> list:

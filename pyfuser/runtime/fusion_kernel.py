@@ -31,7 +31,12 @@ class FusionKernel:
     module: object = None          # CompiledModule (None until compiled)
     compile_source: str = ""       # "memory" | "disk" | "compiled"
     stages: dict = dataclasses.field(default_factory=dict)
+    clone_of: dict = dataclasses.field(default_factory=dict)   # id(original Val) -> clone Val
     _loaded: dict = dataclasses.field(default_factory=dict)
+
+    def bind(self, bindings: dict) -> dict:
+        """The original fusion's extent bindings as bindings of this kernel's clone."""
+        return {self.clone_of[id(s)]: v for s, v in bindings.items() if id(s) in self.clone_of}
 
     @property
     def param_kinds(self) -> list[str]:
@@ -71,8 +76,9 @@ class FusionKernel:
 
 
 def build_kernel(fusion, scheduler, params, index_type: str, name: str,
-                 compile_now: bool = True) -> FusionKernel:
-    """Schedule `fusion` (a clone, mutated), lower it, print CUDA and compile it."""
+                 compile_now: bool = True, clone_of: dict | None = None) -> FusionKernel:
+    """Schedule `fusion` (a clone, mutated), lower it, print CUDA and compile it. `clone_of`
+    maps the original fusion's Vals (by id) to this clone's, to bind runtime extents."""
     before = repr(fusion)
     scheduler.schedule(fusion, params)
     scheduled = repr(fusion)
@@ -80,7 +86,8 @@ def build_kernel(fusion, scheduler, params, index_type: str, name: str,
     kernel = lower(fusion, name, index_type=index_type)
     kernel.streaming_loads = bool(opts.current().is_enabled("streaming_loads"))
     source = generate_cuda(kernel)
-    fk = FusionKernel(name, scheduler.NAME, params, index_type, fusion, kernel, source)
+    fk = FusionKernel(name, scheduler.NAME, params, index_type, fusion, kernel, source,
+                      clone_of=clone_of or {})
     fk.stages = {
         "fusion_ir": before, "scheduled_ir": scheduled, "transforms": transforms,
         "heuristics": params.describe() if hasattr(params, "describe") else repr(params),

@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 
 from ..ir import scalar as S
-from ..ir.dtype import DataType, from_torch, to_torch
+from ..ir.dtype import from_torch, to_torch
 from ..ir.scalar import Scalar
 from ..ir.tensor import TensorView
 

@@ -69,7 +69,31 @@ def vector_inputs(fusion, info: RuntimeInfo, vector: int) -> tuple:
         f = info.inputs[k]
         if f is None or not v.domain.logical or v.domain.logical[-1].is_broadcast:
             continue
+        if vector * v.dtype.size > 16:
+            continue        # wider than one 16-byte access
         if (f.strides[-1] == 1 and f.alignment >= vector * v.dtype.size
                 and all(s % vector == 0 for d, s in enumerate(f.strides[:-1]) if f.sizes[d] != 1)):
             out.append(k)
     return tuple(out)
+
+
+def vector_width(fusion, inner_extent: int) -> int:
+    """Elements per 16-byte access along the innermost dim: limited by the widest input read
+    along it (inputs whose innermost dim is a broadcast are not read with vectors) and by what
+    divides the innermost extent."""
+    from ...ir.tensor import TensorView
+    widest = max([v.dtype.size for v in fusion.inputs if isinstance(v, TensorView)
+                  and v.domain.logical and not v.domain.logical[-1].is_broadcast] + [1])
+    return pow2_divisor(inner_extent, max(1, 16 // widest))
+
+
+def reduced_and_kept(red, reduced_positions, info: RuntimeInfo) -> tuple[int, int]:
+    """(product of the reduced extents, product of the kept extents) of reduction `red`."""
+    n, m = 1, 1
+    for k, i in enumerate(red.domain.maybe_root):
+        e = 1 if i.is_broadcast else info.extent(i.extent)
+        if k in reduced_positions:
+            n *= e
+        else:
+            m *= e
+    return n, m

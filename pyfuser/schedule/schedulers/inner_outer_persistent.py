@@ -22,8 +22,8 @@ from ...ir.iter_domain import ParallelType as PT
 from ...ir.tensor import MemoryType, TensorView
 from .. import (cache_after, cache_before, inline_at, inline_most, parallelize_like,
                 propagate_transforms, rfactor, set_memory_type)
-from .base import RuntimeInfo, SchedulerError, pow2_divisor, reduction_tensors, vector_inputs
-from .inner_persistent import _project_to_inputs
+from .base import RuntimeInfo, SchedulerError, reduction_tensors, vector_inputs, vector_width
+from .inner_persistent import _project_to_inputs, persistent_batch
 from .reduction import broadcast_back
 
 NAME = "inner_outer_persistent"
@@ -82,20 +82,14 @@ def compute_heuristics(fusion, info: RuntimeInfo) -> InnerOuterParams:
     rows, _ = _kinds(fusion)
     root = rows[0].domain.maybe_root
     n = info.extent(root[1].extent)
-    # The vector width follows the row inputs (x, dy); per-row scalars ([M, 1]) and weights are
-    # read otherwise.
-    in_bytes = max([v.dtype.size for v in fusion.inputs if isinstance(v, TensorView)
-                    and sum(1 for i in v.domain.logical if not i.is_broadcast) == 2
-                    and not v.domain.logical[-1].is_broadcast] + [1])
-    vector = pow2_divisor(n, max(1, 16 // in_bytes))
+    vector = vector_width(fusion, n)
     vec_inputs = vector_inputs(fusion, info, vector)
     if not vec_inputs:
         vector = 1
-    vecs = max(1, -(-n // vector))
-    batch = 1
-    while -(-vecs // batch) > 512 or (batch < 4 and -(-vecs // (batch * 2)) >= 128):
-        batch *= 2
-    bdimx = -(-vecs // batch)
+    batch, bdimx = persistent_batch(max(1, -(-n // vector)))
+    # The register estimate models the rows of x and dy: the [M, N]-shaped inputs.
+    in_bytes = max([v.dtype.size for v in fusion.inputs if isinstance(v, TensorView)
+                    and sum(1 for i in v.domain.logical if not i.is_broadcast) == 2] + [1])
     threads = -(-bdimx // 32) * 32
     # Registers per thread: rows of x and dy (16-bit) plus float column partials per column
     # reduction; a block must fit the register file (and two if they can).

@@ -24,7 +24,8 @@ from .. import (cache_after, cache_before, inline_at, inline_most, parallelize_l
                 propagate_transforms, rfactor)
 from ..inlining import _upstream
 from ..recompute import recompute_for
-from .base import RuntimeInfo, SchedulerError, pow2_divisor, reduction_tensors, vector_inputs
+from .base import (RuntimeInfo, SchedulerError, reduced_and_kept, reduction_tensors,
+                   vector_inputs, vector_width)
 from .reduction import _layout, _merge_dims, _pow2_floor, broadcast_back
 
 NAME = "inner_persistent"
@@ -80,34 +81,19 @@ def can_schedule(fusion) -> tuple[bool, str]:
 def compute_heuristics(fusion, info: RuntimeInfo) -> InnerPersistentParams:
     red = reduction_tensors(fusion)[0]
     _, rpos = _layout(red)
-    root = red.domain.maybe_root
-    ext = [info.extent(i.extent) if not i.is_broadcast else 1 for i in root]
-    n = 1
-    for k in rpos:
-        n *= ext[k]
-    m = 1
-    for k, e in enumerate(ext):
-        if k not in rpos:
-            m *= e
-    in_bytes = max([v.dtype.size for v in fusion.inputs if isinstance(v, TensorView)] + [1])
-    vector = pow2_divisor(n, max(1, 16 // in_bytes))
+    n, m = reduced_and_kept(red, rpos, info)
+    vector = vector_width(fusion, n)
     vec_inputs = vector_inputs(fusion, info, vector)
     if not vec_inputs:
         vector = 1
-    vecs = max(1, -(-n // vector))
-    # P: vectors per thread. Threads per row stay <= 512 (a 1024-thread block caps each thread
-    # at 64 registers and 65536-wide rows spilled, ptxas report); at least 4 vectors per thread
-    # when the row allows 128 threads, so each thread has several loads in flight.
-    batch = 1
-    while -(-vecs // batch) > 512 or (batch < 4 and -(-vecs // (batch * 2)) >= 128):
-        batch *= 2
-    bdimx = -(-vecs // batch)
+    batch, bdimx = persistent_batch(max(1, -(-n // vector)))
     bdimy = 1
     while bdimx * bdimy * 2 <= 256 and bdimy * 2 <= _pow2_floor(max(m, 1)):
         bdimy *= 2
     threads = -(-bdimx // 32) * 32 * bdimy
     cap = min(255, 65536 // threads)
-    row_regs = batch * vector * in_bytes // 4
+    row_regs = batch * vector * max(i.dtype.size for i in fusion.inputs
+                                    if isinstance(i, TensorView)) // 4
     if row_regs > 0.6 * cap:
         raise SchedulerError(
             f"inner persistent: a row of {n} elements needs {row_regs} registers per thread of "
@@ -115,9 +101,21 @@ def compute_heuristics(fusion, info: RuntimeInfo) -> InnerPersistentParams:
     # Weights kept in registers across the block's rows cost registers (occupancy) for L2 reads
     # saved; worth it only while a thread's row share is small.
     keep_weights = batch * vector <= MAX_ELEMENTS_PER_THREAD // 2 and bdimx * bdimy < 512
-    row_extents = tuple(ext[k] for k in rpos)
+    root = red.domain.maybe_root
+    row_extents = tuple(info.extent(root[k].extent) for k in rpos)
     return InnerPersistentParams(vector, batch, bdimx, bdimy, vec_inputs,
                                  keep_weights=keep_weights, row_extents=row_extents)
+
+
+def persistent_batch(vecs: int) -> tuple[int, int]:
+    """(P, threads per row) for a row of `vecs` vectors. Threads per row stay <= 512 (a
+    1024-thread block caps each thread at 64 registers; 65536-wide rows spilled, ptxas report);
+    at least 4 vectors per thread when the row allows 128 threads, so each thread has several
+    loads in flight."""
+    batch = 1
+    while -(-vecs // batch) > 512 or (batch < 4 and -(-vecs // (batch * 2)) >= 128):
+        batch *= 2
+    return batch, -(-vecs // batch)
 
 
 def _persistent_uses(fusion, reds):
@@ -238,7 +236,7 @@ def schedule(fusion, p: InnerPersistentParams) -> None:
         has_row = any(graph.mapped(i, row_axis) for i in cache.domain.loop)
         if has_row or keep_weights:
             inline_at(cache, pos)
-    launch = getattr(fusion, "launch_hints", None) or {}
+    launch = fusion.launch_hints
     threads = -(-p.bdimx // 32) * 32 * p.bdimy
     launch["max_threads"] = threads
     # Two resident 512-thread blocks per SM (64 registers each): with one block per SM a row's
@@ -246,4 +244,3 @@ def schedule(fusion, p: InnerPersistentParams) -> None:
     # copy). Smaller blocks already fit several per SM; longer rows need their registers.
     if threads == 512 and p.persistent_batch * p.vector <= MAX_ELEMENTS_PER_THREAD // 2:
         launch["min_blocks"] = 2
-    fusion.launch_hints = launch

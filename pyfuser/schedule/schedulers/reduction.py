@@ -26,7 +26,8 @@ from ...ir.iter_domain import ParallelType as PT
 from ...ir.tensor import TensorView
 from .. import (cache_after, cache_before, inline_at, inline_most, parallelize_like,
                 propagate_transforms, rfactor)
-from .base import RuntimeInfo, SchedulerError, pow2_divisor, reduction_tensors, vector_inputs
+from .base import (RuntimeInfo, SchedulerError, reduced_and_kept, reduction_tensors,
+                   vector_inputs, vector_width)
 
 NAME = "reduction"
 
@@ -113,18 +114,9 @@ def can_schedule(fusion) -> tuple[bool, str]:
 def compute_heuristics(fusion, info: RuntimeInfo) -> ReductionParams:
     red = reduction_tensors(fusion)[0]
     inner, rpos = _layout(red)
-    root = red.domain.maybe_root
-    ext = [info.extent(i.extent) if not i.is_broadcast else 1 for i in root]
-    red_n = 1
-    for k in rpos:
-        red_n *= ext[k]
-    iter_n = 1
-    for k, e in enumerate(ext):
-        if k not in rpos:
-            iter_n *= e
-    contiguous_ext = ext[-1]
-    in_bytes = max([v.dtype.size for v in fusion.inputs if isinstance(v, TensorView)] + [1])
-    vector = pow2_divisor(contiguous_ext, max(1, 16 // in_bytes))
+    red_n, iter_n = reduced_and_kept(red, rpos, info)
+    last = red.domain.maybe_root[-1]
+    vector = vector_width(fusion, 1 if last.is_broadcast else info.extent(last.extent))
     vec_inputs = vector_inputs(fusion, info, vector)
     if not vec_inputs:
         vector = 1
