@@ -20,3 +20,12 @@ fd.execute(catalogue.make_inputs("col_sum", 2048, 256, device="cuda"),
            options={"heuristic": ReductionParams(False, 8, 32, 8, 2, (0,), 4)})
 torch.cuda.synchronize()
 print("col_sum grid split", fd.last_run.heuristics, flush=True)
+# The TMA circular-buffered inner persistent kernel (forced), few blocks so stages wrap around.
+for name, m, n in (("rmsnorm_fwd", 300, 2048), ("layernorm_fwd", 77, 1024)):
+    fd = catalogue.define(name)
+    fd.execute(catalogue.make_inputs(name, m, n, device="cuda"),
+               options={"enable": ["tma_inner_persistent"]})
+    torch.cuda.synchronize()
+    p = fd.last_run.heuristics[0]
+    assert p.stages >= 2, p.reason
+    print(name, "tma", m, n, f"stages {p.stages} grid {p.grid}", flush=True)

@@ -295,6 +295,49 @@ class CudaPrinter:
                 self.line(f"pf::block_allreduce_{dim}_group<{count}>(*reinterpret_cast<{t}(*)[{count}]>"
                           f"(&{self.expr(acc)}), {ws}, {REDUCE_OP[s.op]}{sync});")
 
+    # Asynchronous copies and mbarriers --------------------------------------------------------
+    def bar(self, ref: K.MBarrierRef) -> str:
+        return f"pf::smem_addr(&{ref.bars.name}[{self.expr(ref.index)}])"
+
+    def _MBarrierAlloc(self, s):
+        self.line(f"__shared__ __align__(8) unsigned long long {s.bars.name}[{s.bars.count}];")
+
+    def _MBarrierInit(self, s):
+        self.line(f"pf::mbarrier_init({self.bar(s.bar)}, {self.expr(s.arrivals)});")
+
+    def _FenceMBarrierInit(self, s):
+        self.line("pf::fence_mbarrier_init();")
+
+    def _MBarrierArrive(self, s):
+        self.line(f"pf::mbarrier_arrive({self.bar(s.bar)});")
+
+    def _MBarrierExpectTx(self, s):
+        fn = "mbarrier_arrive_expect_tx" if s.arrive else "mbarrier_expect_tx"
+        self.line(f"pf::{fn}({self.bar(s.bar)}, {self.expr(s.bytes)});")
+
+    def _MBarrierWait(self, s):
+        self.line(f"pf::mbarrier_wait_parity({self.bar(s.bar)}, {self.expr(s.parity)});")
+
+    def _MBarrierInval(self, s):
+        self.line(f"pf::mbarrier_inval({self.bar(s.bar)});")
+
+    def _BulkLoad(self, s):
+        guard = not K.is_true(s.predicate)
+        if guard:
+            self.line(f"if ({self.expr(s.predicate)}) {{")
+            self.indent += 1
+        if s.expect_tx:
+            self.line(f"pf::mbarrier_expect_tx({self.bar(s.bar)}, {self.expr(s.bytes)});")
+        self.line(f"pf::bulk_copy_g2s(pf::smem_addr(&{self.expr(s.dst)}), &{self.expr(s.src)}, "
+                  f"{self.expr(s.bytes)}, {self.bar(s.bar)});")
+        if guard:
+            self.indent -= 1
+            self.line("}")
+
+    def _SetMaxNReg(self, s):
+        fn = "setmaxnreg_inc" if s.increase else "setmaxnreg_dec"
+        self.line(f"pf::{fn}<{s.registers}>();")
+
     def _BlockSync(self, s):
         if s.barrier_id is None:
             self.line("__syncthreads();")

@@ -374,6 +374,96 @@ class ScalarDef(Stmt):
     value: KExpr
 
 
+# Asynchronous copies and their barriers (Hopper) ---------------------------------------------------
+@dataclasses.dataclass(eq=False)
+class MBarriers:
+    """An array of `count` mbarriers (8 bytes each) in shared memory."""
+
+    name: str
+    count: int
+
+    def __repr__(self):
+        return self.name
+
+
+@dataclasses.dataclass(eq=False)
+class MBarrierRef(KExpr):
+    """mbarriers[index] (codegen gives its 32-bit shared-window address)."""
+
+    bars: MBarriers
+    index: KExpr
+
+    def __repr__(self):
+        return f"{self.bars.name}[{self.index!r}]"
+
+
+@dataclasses.dataclass(eq=False)
+class MBarrierAlloc(Stmt):
+    bars: MBarriers
+
+
+@dataclasses.dataclass(eq=False)
+class MBarrierInit(Stmt):
+    """One thread: mbarrier.init with the number of arrivals that complete a phase."""
+
+    bar: MBarrierRef
+    arrivals: KExpr
+
+
+@dataclasses.dataclass(eq=False)
+class FenceMBarrierInit(Stmt):
+    """Makes earlier inits visible to the async proxy (and the cluster); the initializing thread,
+    once, before the block barrier that publishes them."""
+
+
+@dataclasses.dataclass(eq=False)
+class MBarrierArrive(Stmt):
+    bar: MBarrierRef
+
+
+@dataclasses.dataclass(eq=False)
+class MBarrierExpectTx(Stmt):
+    """Raise the phase's expected transaction bytes (with `arrive`: and count one arrival)."""
+
+    bar: MBarrierRef
+    bytes: KExpr
+    arrive: bool = False
+
+
+@dataclasses.dataclass(eq=False)
+class MBarrierWait(Stmt):
+    """Wait until the phase of `parity` (0/1) has completed."""
+
+    bar: MBarrierRef
+    parity: KExpr
+
+
+@dataclasses.dataclass(eq=False)
+class MBarrierInval(Stmt):
+    bar: MBarrierRef
+
+
+@dataclasses.dataclass(eq=False)
+class BulkLoad(Stmt):
+    """cp.async.bulk global -> shared of `bytes` bytes starting at src, completing on `bar`;
+    issued by one thread (the caller's predicate selects it)."""
+
+    dst: TensorIndex
+    src: TensorIndex
+    bytes: KExpr
+    bar: MBarrierRef
+    predicate: KExpr = dataclasses.field(default_factory=lambda: Const(True, "bool"))
+    expect_tx: bool = True        # the issuing thread raises the barrier's tx-count first
+
+
+@dataclasses.dataclass(eq=False)
+class SetMaxNReg(Stmt):
+    """setmaxnreg.{inc,dec}: every thread of a warp group, together."""
+
+    registers: int
+    increase: bool
+
+
 # The kernel ---------------------------------------------------------------------------------------
 @dataclasses.dataclass(eq=False)
 class Param:
@@ -417,6 +507,13 @@ class Kernel:
     grid_sync_buffer: Buffer | None = None  # counter of the grid barrier, if any
     needs_cooperative: bool = False       # a grid sync: all blocks must be resident
     streaming_loads: bool = False         # inputs read with L1::no_allocate (an option)
+    # (shared buffer name, stages, prefetch, kind) of each circular buffer, for tests and explain
+    circular_buffers: list = dataclasses.field(default_factory=list)
+    # Global inputs read row by row with 1D bulk copies: the executor checks their rules.
+    bulk_sources: set = dataclasses.field(default_factory=set)
+    # ids of lowering Loops a pass replaced by loops of its own (a buffered loop by its main
+    # loop and epilogue, a bulk axis by one copy): the verifier no longer looks for them.
+    replaced_loops: set = dataclasses.field(default_factory=set)
 
 
 def walk(stmts):

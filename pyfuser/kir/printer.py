@@ -1,6 +1,8 @@
 """Readable text of a Kernel (PYFUSER_DUMP=kernel_ir): CUDA-like, with loop kinds spelled out."""
 from __future__ import annotations
 
+import dataclasses
+
 from . import nodes as K
 
 
@@ -53,6 +55,16 @@ def kernel_str(kernel: K.Kernel) -> str:
                 lines.append(f"{pad}grid_reduce<{','.join(s.dims)}>({s.op}, {s.values})")
             elif isinstance(s, K.BlockSync):
                 lines.append(f"{pad}block_sync" + (f"({s.barrier_id})" if s.barrier_id else ""))
+            elif isinstance(s, K.BulkLoad):
+                pred = "" if K.is_true(s.predicate) else f"if {s.predicate!r}: "
+                lines.append(f"{pad}{pred}bulk_load {s.dst!r} <- {s.src!r} ({s.bytes!r} bytes, "
+                             f"on {s.bar!r})")
+            elif isinstance(s, K.ScalarDef):
+                lines.append(f"{pad}{s.var!r} = {s.value!r}")
+            elif isinstance(s, (K.MBarrierInit, K.MBarrierArrive, K.MBarrierExpectTx,
+                                K.MBarrierWait, K.MBarrierInval)):
+                args = ", ".join(repr(getattr(s, f.name)) for f in dataclasses.fields(s))
+                lines.append(f"{pad}{type(s).__name__}({args})")
             else:
                 lines.append(f"{pad}{type(s).__name__} {getattr(s, 'text', '')}")
 

@@ -15,6 +15,9 @@ raises KernelIRError naming the pass and the first broken rule:
 - reductions: a BlockReduce/GridReduce is not under a predicated IfThenElse nor inside a loop
   bound to a thread or block dimension it reduces (every participant must reach it); nor is a
   GridSync, whose buffer is a kernel parameter.
+- circular buffers: after `circular_buffer_loops` a buffered loop is gone (its index is a
+  ScalarDef in the main loop and the epilogue, which repeat its body: loops inside an epilogue
+  may repeat the main loop's); mbarrier and bulk-copy operands are in scope.
 - launch: after `launch_config` the kernel has a launch configuration within the block limit,
   cooperative when it synchronizes the grid.
 
@@ -32,6 +35,7 @@ PASS_ORDER = (
     "lower_reductions",
     "index_and_predicate",
     "vectorize_and_unroll",
+    "circular_buffer_loops",
     "insert_syncs",
     "launch_config",
 )
@@ -139,11 +143,13 @@ class _Verifier:
         self.allocated = stage >= PASS_ORDER.index("allocate")
         self.indexed = stage >= PASS_ORDER.index("index_and_predicate")
         self.vectorized = stage >= PASS_ORDER.index("vectorize_and_unroll")
+        self.buffered = stage >= PASS_ORDER.index("circular_buffer_loops")
         self.launched = stage >= PASS_ORDER.index("launch_config")
         self.param_buffers = {id(p.buffer) for p in kernel.params if p.buffer is not None}
         self.param_names = {p.name for p in kernel.params}
         self.loop_var_names = {f.var.name for f in K.walk(kernel.body) if isinstance(f, K.ForLoop)}
         self.allocs_seen: set = set()
+        self.mbarriers: set = set()
         self.loops_seen: dict = {}
         self.grid_syncs = 0
         self.preamble = set(_PREAMBLE_VARS) if any(
@@ -216,7 +222,9 @@ class _Verifier:
             self.fail(f"loop variable {s.var!r} is not a Var", s)
         for what, e in (("start", s.start), ("stop", s.stop), ("step", s.step)):
             self.check_expr(e, scope, s, f"the loop {what}")
-        if s.loop is not None:
+        in_epilogue = self.buffered and any(f.label == "circular buffer epilogue"
+                                            for f in scope.loops())
+        if s.loop is not None and not in_epilogue:
             if id(s.loop) in self.loops_seen:
                 self.fail(f"lowering loop {s.loop!r} is emitted twice", s)
             self.loops_seen[id(s.loop)] = s
@@ -231,7 +239,9 @@ class _Verifier:
 
     def _Allocate(self, s: K.Allocate, scope):
         b = s.buffer
-        if id(b) in self.allocs_seen:
+        in_epilogue = self.buffered and any(f.label == "circular buffer epilogue"
+                                            for f in scope.loops())
+        if id(b) in self.allocs_seen and not in_epilogue:
             self.fail(f"buffer {b.name} is allocated twice", s)
         if id(b) in self.param_buffers:
             self.fail(f"buffer {b.name} is a kernel parameter and also allocated", s)
@@ -281,7 +291,9 @@ class _Verifier:
         enclosing = [f.loop for f in scope.loops() if f.loop is not None]
         expected = [lp for lp in s.nest
                     if not (s.vector > 1 and getattr(getattr(lp, "parallel", None), "name", "")
-                            == "Vectorize")]
+                            == "Vectorize")
+                    and not (self.buffered and isinstance(getattr(lp, "var", None), K.Var)
+                             and scope.has_var(lp.var.name))]
         if [id(x) for x in enclosing] != [id(x) for x in expected]:
             self.fail(f"the loops around the op {enclosing} are not its nest {expected}", s)
 
@@ -356,6 +368,38 @@ class _Verifier:
             self.fail("the grid barrier's buffer is not a kernel parameter", s)
         self.grid_syncs += 1
 
+    def _bar(self, ref, scope, s) -> None:
+        if not isinstance(ref, K.MBarrierRef):
+            self.fail(f"{ref!r} is not an mbarrier", s)
+        if id(ref.bars) not in self.mbarriers:
+            self.fail(f"mbarriers {ref.bars.name} are used before their allocation", s)
+        self.check_expr(ref.index, scope, s, "the mbarrier index")
+
+    def _MBarrierAlloc(self, s, scope):
+        self.mbarriers.add(id(s.bars))
+
+    def _MBarrierInit(self, s, scope):
+        self._bar(s.bar, scope, s)
+
+    _MBarrierArrive = _MBarrierInval = _MBarrierInit
+
+    def _MBarrierExpectTx(self, s, scope):
+        self._bar(s.bar, scope, s)
+        self.check_expr(s.bytes, scope, s, "the transaction bytes")
+
+    def _MBarrierWait(self, s, scope):
+        self._bar(s.bar, scope, s)
+        self.check_expr(s.parity, scope, s, "the parity")
+
+    def _BulkLoad(self, s, scope):
+        self._bar(s.bar, scope, s)
+        for what, a, memory in (("destination", s.dst, "shared"), ("source", s.src, "global")):
+            if not isinstance(a, K.TensorIndex) or a.buffer.memory != memory:
+                self.fail(f"the bulk copy's {what} {a!r} is not in {memory} memory", s)
+            self.check_buffer(a.buffer, scope, s, f"the bulk copy's {what}")
+            self.check_expr(a.index, scope, s, f"the bulk copy's {what} index")
+        self.check_expr(s.predicate, scope, s, "the bulk copy's predicate")
+
     def _BlockSync(self, s: K.BlockSync, scope):
         if s.count is not None:
             self.check_expr(s.count, scope, s, "the barrier's thread count")
@@ -372,7 +416,7 @@ class _Verifier:
         ctx = k.ctx
         if self.has_loops and ctx is not None and hasattr(ctx, "all_loops"):
             for lp in ctx.all_loops():
-                if id(lp) in self.loops_seen:
+                if id(lp) in self.loops_seen or id(lp) in k.replaced_loops:
                     continue
                 if self.vectorized and getattr(lp.parallel, "name", "") == "Vectorize":
                     continue   # folded into vector accesses

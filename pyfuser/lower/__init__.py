@@ -9,6 +9,7 @@ from .. import options
 from ..kir import nodes as K
 from ..kir.printer import kernel_str
 from .allocation import allocate
+from .circular_buffer import circular_buffer_loops
 from .context import LoweringContext, LoweringError
 from .index import index_and_predicate
 from .launch import launch_config
@@ -25,6 +26,7 @@ PIPELINE = [
     lower_reductions,       # accumulator init, block/grid reduction after the reduction loops
     index_and_predicate,    # operands become indexed accesses; bounds and thread predicates
     vectorize_and_unroll,   # vector loads/stores, unrolled register loops
+    circular_buffer_loops,  # TMA loads: mbarriers, stages, prologue / main loop / epilogue
     insert_syncs,           # __syncthreads between shared writes and reads
     launch_config,          # grid, block, shared memory, launch bounds
 ]

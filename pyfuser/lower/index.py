@@ -57,8 +57,9 @@ def loop_index(lp) -> K.KExpr:
 
 
 def start_values(nest) -> dict:
-    return {lp.promoted: Known(loop_index(lp), False) for lp in nest
-            if lp.parallel != ParallelType.Bulk}
+    # A bulk (TMA) axis is moved by one copy: its index is that of the copy's first element.
+    return {lp.promoted: Known(K.Const(0) if lp.parallel == ParallelType.Bulk else loop_index(lp),
+                               False) for lp in nest}
 
 
 def global_offset(ctx, tv: TensorView, known: dict) -> K.KExpr:
@@ -84,7 +85,7 @@ def buffer_offset(ctx, tv: TensorView, index_of_id) -> K.KExpr:
 
 
 def _writer_index(i, lp):
-    if lp is None:
+    if lp is None or lp.parallel == ParallelType.Bulk:
         return K.Const(0)
     return loop_index(lp)
 

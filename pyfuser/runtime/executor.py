@@ -211,6 +211,7 @@ class FusionExecutorCache:
                 index_type = "int64"
         fk = self._kernel_for(sched, params, index_type, clone, mapping)
         self._check_vector_widths(fk, inputs)
+        self._check_bulk_rows(fk, inputs)
         fit = self._resident_blocks(fk, bindings, device)
         if fit is not None and getattr(params, "grid", None) and params.grid > fit:
             # A grid-synchronizing kernel must have all its blocks resident; the compiled
@@ -271,6 +272,23 @@ class FusionExecutorCache:
                 raise ValueError(
                     f"{self.name}: input {k} (T{v.name}) cannot be read with {width}-wide vectors "
                     f"as heuristic {fk.params!r} asks: " + "; ".join(bad))
+
+    def _check_bulk_rows(self, fk, inputs) -> None:
+        """Inputs a kernel copies row by row with cp.async.bulk must keep the copy's rules
+        (16-byte aligned rows, contiguous): checked before launch, since a reused kernel may
+        meet other strides than the heuristic saw."""
+        from ..schedule.tma_rules import check_bulk_rows
+        for p in fk.kernel.params:
+            if p.source[0] != "input" or p.buffer.name not in fk.kernel.bulk_sources:
+                continue
+            k = p.source[1]
+            x = inputs[k]
+            bad = check_bulk_rows(list(x.shape), list(x.stride()), _alignment(x.data_ptr()),
+                                  x.element_size())
+            if bad:
+                raise ValueError(f"{self.name}: input {k} (T{self.fusion.inputs[k].name}) cannot "
+                                 f"be copied row by row with TMA as heuristic {fk.params!r} "
+                                 "asks: " + "; ".join(bad))
 
     def _plan_for(self, fk, inputs, bindings, out_sizes, device, choice):
         cb = fk.bind(bindings)

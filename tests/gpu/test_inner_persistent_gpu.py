@@ -54,3 +54,80 @@ def test_rows_too_long_for_registers_fall_back_with_warning():
     with pytest.warns(FallbackWarning, match="shared memory or a cluster"):
         fd.execute(catalogue.make_inputs("rmsnorm_fwd", 2, 131072, device="cuda"))
     assert fd.last_run.kind == "reference"
+
+
+# TMA circular-buffered variant (forced: the heuristic keeps register rows by default) -------
+TMA = {"enable": ["tma_inner_persistent"]}
+
+
+def _ran_tma(fd) -> bool:
+    return fd.last_run.heuristics[0].stages >= 2
+
+
+@pytest.mark.parametrize("name", FORWARD)
+@pytest.mark.parametrize("shape", [(1, 8), (7, 1000), (1000, 5120), (4096, 1024), (333, 4096),
+                                   (2000, 16384)])
+def test_forward_tma_bf16(name, shape):
+    fd = catalogue.define(name)
+    run_and_check(fd, catalogue.make_inputs(name, *shape, device="cuda"),
+                  scheduler="inner_persistent", options=TMA)
+    assert _ran_tma(fd), fd.last_run.heuristics[0].reason
+
+
+@pytest.mark.parametrize("name", ["rmsnorm_fwd", "layernorm_fwd", "softmax"])
+@pytest.mark.parametrize("dtype", ["fp16", "fp32"])
+def test_forward_tma_other_dtypes(name, dtype):
+    fd = catalogue.define(name, dtype)
+    run_and_check(fd, catalogue.make_inputs(name, 777, 2048, dtype, device="cuda"),
+                  scheduler="inner_persistent", options=TMA)
+    assert _ran_tma(fd)
+
+
+@pytest.mark.parametrize("grid,stages,prefetch", [(1, 2, 1), (3, 4, 1), (5, 3, 2), (132, 4, 3)])
+def test_tma_persistent_grids_and_stages(grid, stages, prefetch):
+    """Few blocks striding over many row groups: every stage wraps around many times."""
+    import dataclasses
+    fd = catalogue.define("layernorm_fwd")
+    ins = catalogue.make_inputs("layernorm_fwd", 1001, 2048, device="cuda")
+    fd.execute(ins, options=TMA)
+    p = dataclasses.replace(fd.last_run.heuristics[0], grid=grid, stages=stages,
+                            prefetch=prefetch)
+    run_and_check(fd, ins, scheduler="inner_persistent", options={"heuristic": p})
+    assert fd.last_run.heuristics[0] == p
+
+
+def test_tma_noncontiguous_rows():
+    """Rows of a wider tensor (stride 3008 elements, 16-byte multiple): copied by TMA."""
+    fd = catalogue.define("rmsnorm_fwd")
+    x, w = catalogue.make_inputs("rmsnorm_fwd", 300, 2048, device="cuda")
+    wide = torch.randn(300, 3008, device="cuda", dtype=torch.bfloat16)
+    wide[:, 64:2112] = x
+    run_and_check(fd, [wide[:, 64:2112], w], scheduler="inner_persistent", options=TMA)
+    assert _ran_tma(fd)
+
+
+def test_tma_rules_that_fail_keep_register_rows():
+    """Rows of 1001 bf16 (2002 bytes) and rows 8-byte aligned cannot be bulk-copied: the
+    forced TMA variant falls back to register rows and says why."""
+    fd = catalogue.define("rmsnorm_fwd")
+    run_and_check(fd, catalogue.make_inputs("rmsnorm_fwd", 50, 1001, device="cuda"),
+                  scheduler="inner_persistent", options=TMA)
+    assert not _ran_tma(fd) and "2002 bytes" in fd.last_run.heuristics[0].reason
+    x, w = catalogue.make_inputs("rmsnorm_fwd", 64, 2052, device="cuda")
+    shifted = x.reshape(-1)[4:4 + 64 * 2048].view(64, 2048)
+    run_and_check(fd, [shifted, w[:2048]], scheduler="inner_persistent", options=TMA)
+    assert not _ran_tma(fd) and "aligned" in fd.last_run.heuristics[0].reason
+
+
+def test_forced_tma_kernel_refuses_misaligned_input():
+    """A forced TMA heuristic applied to rows it cannot copy is refused before launch."""
+    fd = catalogue.define("rmsnorm_fwd")
+    x, w = catalogue.make_inputs("rmsnorm_fwd", 64, 2056, device="cuda")
+    fd.execute([x[:, :2048].contiguous(), w[:2048]], options=TMA)
+    p = fd.last_run.heuristics[0]
+    assert p.stages >= 2
+    # The shared-memory slot, not global memory, is read with vectors: the bulk-copy rule is
+    # the one that refuses.
+    bad = x.reshape(-1)[4:4 + 64 * 2048].view(64, 2048)
+    with pytest.raises(ValueError, match="cannot be copied row by row with TMA"):
+        fd.execute([bad, w[:2048]], options={"heuristic": p})

@@ -649,8 +649,20 @@ class Interpreter:
             raise InterpreterError(f"{type(s).__name__} reached by {len(threads)} of "
                                    f"{len(self.all_threads)} threads")
 
+    def _check_whole_blocks(self, s, threads):
+        """Every thread of each block that reaches a block-wide step reaches it (blocks of a
+        persistent grid may run different numbers of iterations)."""
+        per_block = self.block[0] * self.block[1] * self.block[2]
+        count: dict = {}
+        for t in threads:
+            count[t.block] = count.get(t.block, 0) + 1
+        for b, c in count.items():
+            if c != per_block:
+                raise InterpreterError(f"{type(s).__name__} reached by {c} of {per_block} "
+                                       f"threads of block {b}")
+
     def _BlockReduce(self, s: K.BlockReduce, threads):
-        self._check_whole_grid(s, threads)
+        self._check_whole_blocks(s, threads)
         dims = set(s.dims)
         groups: dict = {}
         for t in threads:
@@ -706,6 +718,97 @@ class Interpreter:
         for t in threads:
             kept = tuple(b for b, d in zip(t.block, "xyz") if d not in red_b)
             t.env["pf_grid_last"] = last.get(kept) == t.block
+
+    # mbarriers and bulk copies (lockstep model: a copy lands when it is issued) --------------
+    def _mbar(self, t, ref: K.MBarrierRef) -> dict:
+        bars = self.mbarriers.get((t.block, id(ref.bars)))
+        if bars is None:
+            raise InterpreterError(f"mbarrier {ref!r} used before its allocation")
+        k = eval_expr(ref.index, t.env)
+        if not 0 <= k < len(bars):
+            raise InterpreterError(f"mbarrier index {k} outside [0, {len(bars)}) of {ref.bars.name}")
+        bar = bars[k]
+        if bar is None or bar.get("invalid"):
+            raise InterpreterError(f"mbarrier {ref.bars.name}[{k}] used while not initialized "
+                                   f"at {self._where(t)}")
+        return bar
+
+    @staticmethod
+    def _maybe_complete(bar) -> None:
+        if bar["arrived"] == bar["count"] and bar["tx"] == 0:
+            bar["phase"] += 1
+            bar["arrived"] = 0
+
+    def _MBarrierAlloc(self, s, threads):
+        if not hasattr(self, "mbarriers"):
+            self.mbarriers = {}
+        for t in threads:
+            self.mbarriers.setdefault((t.block, id(s.bars)), [None] * s.bars.count)
+
+    def _MBarrierInit(self, s, threads):
+        for t in threads:
+            k = eval_expr(s.bar.index, t.env)
+            self.mbarriers[(t.block, id(s.bar.bars))][k] = {
+                "count": eval_expr(s.arrivals, t.env), "arrived": 0, "tx": 0, "phase": 0}
+
+    def _FenceMBarrierInit(self, s, threads):
+        pass
+
+    def _SetMaxNReg(self, s, threads):
+        pass
+
+    def _MBarrierArrive(self, s, threads):
+        for t in threads:
+            bar = self._mbar(t, s.bar)
+            bar["arrived"] += 1
+            if bar["arrived"] > bar["count"]:
+                raise InterpreterError(f"{s.bar!r}: more arrivals than its count {bar['count']}")
+            self._maybe_complete(bar)
+
+    def _MBarrierExpectTx(self, s, threads):
+        for t in threads:
+            bar = self._mbar(t, s.bar)
+            bar["tx"] += eval_expr(s.bytes, t.env)
+            if s.arrive:
+                bar["arrived"] += 1
+                self._maybe_complete(bar)
+
+    def _MBarrierWait(self, s, threads):
+        for t in threads:
+            bar = self._mbar(t, s.bar)
+            parity = eval_expr(s.parity, t.env)
+            # The phase of parity P has completed when the completed count's parity differs.
+            if bar["phase"] % 2 == parity:
+                raise InterpreterError(
+                    f"wait on {s.bar!r} parity {parity} would never return (phases completed: "
+                    f"{bar['phase']}, arrivals {bar['arrived']}/{bar['count']}, pending bytes "
+                    f"{bar['tx']}) at {self._where(t)}")
+
+    def _MBarrierInval(self, s, threads):
+        for t in threads:
+            self._mbar(t, s.bar)["invalid"] = True
+
+    def _BulkLoad(self, s, threads):
+        pred = compile_expr(s.predicate)
+        for t in threads:
+            if not pred(t.env):
+                continue
+            bar = self._mbar(t, s.bar)
+            nbytes = eval_expr(s.bytes, t.env)
+            size = s.dst.buffer.dtype.size
+            if nbytes % 16 or nbytes % size:
+                raise InterpreterError(f"bulk copy of {nbytes} bytes is not a multiple of 16")
+            n = nbytes // size
+            src, i = self._addr(t, s.src, "bulk copy source", n)
+            dst, j = self._addr(t, s.dst, "bulk copy destination", n)
+            if (i * size) % 16 or (j * size) % 16:
+                raise InterpreterError(f"bulk copy {s.src!r} -> {s.dst!r}: element offsets {i}, "
+                                       f"{j} are not 16-byte aligned")
+            if s.expect_tx:
+                bar["tx"] += nbytes
+            dst[j:j + n] = src[i:i + n]
+            bar["tx"] -= nbytes
+            self._maybe_complete(bar)
 
 
 def _storage_of(x: torch.Tensor) -> list:

@@ -17,13 +17,16 @@ from __future__ import annotations
 
 import dataclasses
 
+from ... import options
+from ...ir.exprs import LoadKind
 from ...ir.id_graph import IdGraph
 from ...ir.iter_domain import ParallelType as PT
 from ...ir.tensor import TensorView
-from .. import (cache_after, cache_before, inline_at, inline_most, parallelize_like,
-                propagate_transforms, rfactor)
+from .. import (cache_after, cache_before, circular_buffer, inline_at, inline_most,
+                parallelize_like, propagate_transforms, rfactor)
 from ..inlining import _upstream
 from ..recompute import recompute_for
+from ..tma_rules import MAX_TX_BYTES, check_bulk_rows
 from .base import (RuntimeInfo, SchedulerError, reduced_and_kept, reduction_tensors,
                    vector_inputs, vector_width)
 from .reduction import _layout, _merge_dims, _pow2_floor, broadcast_back
@@ -47,12 +50,27 @@ class InnerPersistentParams:
     # The reduced extents the kernel is specialized on (constants in its index math, so splits
     # divide, predicates fold and offsets become immediates). Part of the kernel's key.
     row_extents: tuple = ()
+    # TMA variant (0 stages: the register variant above). Inputs in `tma_inputs` are copied row
+    # by row with 1D bulk copies into a circular buffer of `stages` shared-memory slots of
+    # bdimy rows each, by a persistent grid of `grid` blocks striding over the row groups.
+    stages: int = 0
+    prefetch: int = 0
+    grid: int = 0
+    tma_inputs: tuple = ()
+    blocks_per_sm: int = 0       # TMA variant: resident blocks per SM planned (launch bounds)
+    # Why the heuristic chose this variant (explain prints it); not part of the kernel's key.
+    reason: str = dataclasses.field(default="", compare=False)
 
     def describe(self) -> str:
-        return (f"inner persistent: {self.bdimy} row(s) per block, {self.bdimx} threads per row, "
+        text = (f"inner persistent: {self.bdimy} row(s) per block, {self.bdimx} threads per row, "
                 f"{self.persistent_batch} x {self.vector} elements per thread in registers, "
                 f"vector loads for inputs {list(self.vector_inputs)}"
                 + (", buffers projected to inputs" if self.project_to_inputs else ""))
+        if self.stages:
+            text += (f"; TMA: inputs {list(self.tma_inputs)} copied row by row into "
+                     f"{self.stages} shared-memory stages (prefetch {self.prefetch}) by a "
+                     f"persistent grid of {self.grid} blocks")
+        return text + (f"\n  why: {self.reason}" if self.reason else "")
 
 
 def can_schedule(fusion) -> tuple[bool, str]:
@@ -103,8 +121,72 @@ def compute_heuristics(fusion, info: RuntimeInfo) -> InnerPersistentParams:
     keep_weights = batch * vector <= MAX_ELEMENTS_PER_THREAD // 2 and bdimx * bdimy < 512
     root = red.domain.maybe_root
     row_extents = tuple(info.extent(root[k].extent) for k in rpos)
-    return InnerPersistentParams(vector, batch, bdimx, bdimy, vec_inputs,
-                                 keep_weights=keep_weights, row_extents=row_extents)
+    p = InnerPersistentParams(vector, batch, bdimx, bdimy, vec_inputs,
+                              keep_weights=keep_weights, row_extents=row_extents)
+    return choose_variant(fusion, info, p, n, m, rpos)
+
+
+# Persistent blocks per SM of the TMA variant, by row length: the best of the sweep in
+# bench/results/2026-11-22-h100-sweep-inner-persistent.md (short rows need more blocks to keep
+# enough stores in flight).
+def _tma_blocks_per_sm(n: int) -> int:
+    return 4 if n <= 1024 else 2 if n <= 4096 else 1
+
+
+TMA_SMEM_BYTES = 200 * 1024     # of the 227 KB an H100 block may use; the rest for reductions
+
+
+def choose_variant(fusion, info: RuntimeInfo, p: InnerPersistentParams, n: int, m: int,
+                   rpos) -> InnerPersistentParams:
+    """Registers or TMA circular buffering. Measured on the H100 (the sweep above), the TMA
+    variant is 2-5% slower than the register kernel for every row that fits registers, so it
+    runs only when PYFUSER_ENABLE=tma_inner_persistent (or a per-call option) asks for it and
+    its rules hold; a forced choice that cannot run says why and keeps the register kernel."""
+    forced = options.current().is_enabled("tma_inner_persistent")
+    if not forced:
+        why = ("TMA disabled (PYFUSER_DISABLE=tma_inner_persistent)" if forced is False else
+               "register rows: the TMA circular-buffered variant measured 2-5% slower on the "
+               "H100 for rows that fit registers (PYFUSER_ENABLE=tma_inner_persistent forces it)")
+        return dataclasses.replace(p, reason=why)
+    rows, problems = _tma_rows(fusion, info, rpos)
+    row_bytes = sum(n * fusion.inputs[k].dtype.size for k in rows)
+    stage_bytes = p.bdimy * row_bytes
+    stages = 4 if 4 * stage_bytes <= TMA_SMEM_BYTES else 2
+    if rows and stages * stage_bytes > TMA_SMEM_BYTES:
+        problems.append(f"two stages of {p.bdimy} row(s) need {2 * stage_bytes} bytes of shared "
+                        f"memory, more than {TMA_SMEM_BYTES}")
+    if stage_bytes > MAX_TX_BYTES:
+        problems.append(f"a stage of {stage_bytes} bytes exceeds one mbarrier phase's "
+                        f"transaction count ({MAX_TX_BYTES})")
+    if problems or not rows:
+        return dataclasses.replace(p, reason="TMA forced on but not possible, register rows "
+                                   "instead: " + ("; ".join(problems) or "no row input"))
+    per_sm = min(_tma_blocks_per_sm(n), max(1, 227 * 1024 // (stages * stage_bytes)))
+    groups = -(-max(m, 1) // p.bdimy)
+    grid = max(1, min(info.device.sm_count * per_sm, groups))
+    return dataclasses.replace(
+        p, stages=stages, prefetch=stages - 1, grid=grid, tma_inputs=rows, blocks_per_sm=per_sm,
+        reason="TMA forced on (tma_inner_persistent): 1D bulk copies of each row into a "
+               f"{stages}-stage circular buffer, {per_sm} persistent block(s) per SM")
+
+
+def _tma_rows(fusion, info: RuntimeInfo, rpos) -> tuple[tuple, list]:
+    """Inputs whose rows (the one reduced, innermost dim) a 1D bulk copy can load, and the
+    rules that fail for the other row-shaped inputs."""
+    rows, problems = [], []
+    if len(rpos) != 1:
+        return (), ["the row spans several reduced dims"]
+    rank = len(reduction_tensors(fusion)[0].domain.maybe_root)
+    for k, v in enumerate(fusion.inputs):
+        if not isinstance(v, TensorView) or not fusion.uses_of(v) or len(v.domain.logical) != rank:
+            continue
+        f = info.inputs[k]
+        bad = check_bulk_rows(f.sizes, f.strides, f.alignment, v.dtype.size)
+        if bad:
+            problems += [f"input {k}: {b}" for b in bad]
+        else:
+            rows.append(k)
+    return tuple(rows), problems
 
 
 def persistent_batch(vecs: int) -> tuple[int, int]:
@@ -190,7 +272,9 @@ def _project_to_inputs(fusion, caches: set, reds, allow_expensive: bool = False)
 
 
 def schedule(fusion, p: InnerPersistentParams) -> None:
-    caches = {k: cache_after(v) for k, v in enumerate(fusion.inputs)
+    # TMA variant: input -> shared-memory slot (one bulk copy per row) -> registers.
+    staged = {k: cache_after(fusion.inputs[k], LoadKind.TmaBulk) for k in p.tma_inputs}
+    caches = {k: cache_after(staged.get(k, v)) for k, v in enumerate(fusion.inputs)
               if isinstance(v, TensorView) and fusion.uses_of(v)}
     outputs = [o for o in fusion.outputs if o.definition is not None]
     for o in outputs:
@@ -210,16 +294,27 @@ def schedule(fusion, p: InnerPersistentParams) -> None:
     # [I, R] -> [I/By, By, P, ceilDiv(R / V, P), V]
     ref.split(1, p.vector).split(1, p.persistent_batch, inner_split=False)
     ref.split(0, p.bdimy)
-    ref.parallelize(0, PT.BIDx).parallelize(1, PT.TIDy).parallelize(3, PT.TIDx)
-    propagate_transforms(ref)
+    rows = PT.GridStride if p.stages else PT.BIDx
+    ref.parallelize(0, rows).parallelize(1, PT.TIDy).parallelize(3, PT.TIDx)
+    propagate_transforms(ref, tensors=[t for t in fusion.tensors() if t not in staged.values()])
     rfs = [rfactor(r, [2, 4]) for r in reds]
-    parallelize_like(rfs[0], parallel_types={PT.BIDx, PT.TIDy, PT.TIDx})
+    parallelize_like(rfs[0], parallel_types={rows, PT.TIDy, PT.TIDx})
+    for slot in staged.values():
+        # [I, R] -> [I/By (grid-stride), By (serial: one thread copies the stage's rows), R (bulk)]
+        _merge_dims(slot, rpos)
+        slot.split(0, p.bdimy)
+        slot.parallelize(0, PT.GridStride).parallelize(2, PT.Bulk)
     for k in p.vector_inputs:
         caches[k].parallelize(-1, PT.Vectorize)
     if p.vector > 1:
         for o in outputs:
             o.parallelize(-1, PT.Vectorize)
-    inline_most(fusion=fusion)
+    inline_most([t for t in fusion.tensors() if t not in staged.values()], fusion=fusion)
+    for slot in staged.values():
+        # Inlined right after the grid-stride loop: the rows of a stage share one slot and one
+        # mbarrier; circular-buffered over that loop.
+        inline_at(slot, 1)
+        circular_buffer(slot, p.stages, p.prefetch)
     # Each input cache holds the thread's whole share of the row, loaded before any use.
     graph = IdGraph(fusion, permissive=True)
     batch_axis = rfs[0].domain.loop[2]
@@ -237,10 +332,16 @@ def schedule(fusion, p: InnerPersistentParams) -> None:
         if has_row or keep_weights:
             inline_at(cache, pos)
     launch = fusion.launch_hints
+    if p.grid:
+        launch["grid_x"] = p.grid
     threads = -(-p.bdimx // 32) * 32 * p.bdimy
     launch["max_threads"] = threads
     # Two resident 512-thread blocks per SM (64 registers each): with one block per SM a row's
     # reduction and stores leave the memory idle (layernorm 16384 at 80 registers: 74% of
     # copy). Smaller blocks already fit several per SM; longer rows need their registers.
-    if threads == 512 and p.persistent_batch * p.vector <= MAX_ELEMENTS_PER_THREAD // 2:
+    if p.stages:
+        # The persistent grid plans this many blocks per SM; ptxas, told so, keeps the register
+        # budget it allows (without it ptxas spilled a few bytes at 80-96 registers).
+        launch["min_blocks"] = max(1, p.blocks_per_sm)
+    elif threads == 512 and p.persistent_batch * p.vector <= MAX_ELEMENTS_PER_THREAD // 2:
         launch["min_blocks"] = 2

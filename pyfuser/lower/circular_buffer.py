@@ -1,0 +1,273 @@
+"""Pass `circular_buffer_loops`: TMA loads into circular buffers guarded by mbarriers.
+
+Before: a TMA-loaded shared tensor is written by a TensorOp in the loop left of its compute-at
+position (the buffered loop L), read later in the same iteration:
+
+    for j in L:                                   # e.g. grid-stride over row groups
+      for r in 0..R: for b in Bulk[0, N):  T14[r * N] = T0[(j * R + r) * s0]     (one thread)
+      ... = T14[ty * N + ...]                     # consumers
+
+After (pipelined kind, S stages, P = prefetch; n = trip count of L; slot(k) = k % S):
+
+    __shared__ u64 mbar_T14[S];
+    if (thread 0) { for s < S: mbarrier_init(mbar_T14[s], 1); fence_mbarrier_init(); }
+    __syncthreads();
+    for s < P:  if (s < n) issue(s)               # prologue (unrolled)
+    for k in [0, n - P):                          # main loop
+      issue(k + P); wait(mbar_T14[k % S], (k / S) & 1); body(k); __syncthreads();
+    for k in [max(n - P, 0), n):                  # epilogue: drains, issues nothing
+      wait(mbar_T14[k % S], (k / S) & 1); body(k);
+    __syncthreads(); if (thread 0) for s < S: mbarrier_inval(mbar_T14[s]);
+
+    issue(k): j = start + k * step;
+              if (thread 0) { for r: if (row valid) { expect_tx(mbar[k % S], bytes); bulk copy
+                              into slot k % S }; mbarrier_arrive(mbar[k % S]) }
+
+The block barrier at the end of each main-loop iteration orders every thread's reads of slot
+k % S before the copy that iteration k + 1 issues into slot (k + 1 + P) % S, which is slot
+k % S when P = S - 1 (WAR across the generic and async proxies needs only that barrier).
+The issuing thread raises the expected bytes per copy and then arrives once, so a stage whose
+last rows are out of range (no copy) still completes, with the bytes of the copies it made.
+A TMA tensor that is not circular-buffered is loaded with S = 1, P = 0: issue, wait, use.
+
+Limitations: 1D bulk copies only (tensor-map loads are refused); the buffered loop is serial or
+grid-stride, with the TMA tensors of one loop sharing stages and prefetch; the warp-specialized
+kind is refused here (lower it in a producer/consumer pass); the load sub-tree must hold only
+the TMA copies (a bulk axis and serial axes).
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from ..ir.exprs import LoadKind, LoadStoreOp
+from ..ir.tensor import WarpSpecialized
+from ..kir import nodes as K
+from .context import LoweringError
+from .substitute import substitute
+
+_BIDX = K.Special("blockIdx.x")
+_GDIMX = K.Special("gridDim.x")
+_THREAD0 = K.and_(K.and_(K.eq(K.Special("threadIdx.x"), 0), K.eq(K.Special("threadIdx.y"), 0)),
+                  K.eq(K.Special("threadIdx.z"), 0))
+EPILOGUE = "circular buffer epilogue"
+MAIN_LOOP = "circular buffer main loop"
+
+
+def circular_buffer_loops(kernel: K.Kernel) -> K.Kernel:
+    loads = _tma_loads(kernel.body, [])
+    by_loop: dict = {}
+    for op, path in loads:
+        tv = op.expr.outputs[0]
+        if op.expr.load_kind != LoadKind.TmaBulk:
+            raise LoweringError(f"T{tv.name}: only 1D bulk TMA loads are lowered so far, not "
+                                f"{op.expr.load_kind.value}")
+        opts = tv.circular_buffer_options
+        if opts is not None and isinstance(opts.kind, WarpSpecialized):
+            raise LoweringError(f"T{tv.name}: the warp-specialized circular buffer is lowered by "
+                                "the producer/consumer split, not the pipelined pass")
+        pos = tv.compute_at_pos
+        if pos == 0:
+            raise LoweringError(f"T{tv.name}: a TMA load needs a loop to live in (compute-at 0)")
+        want = op.nest[pos - 1]
+        idx = next((k for k, s in enumerate(path) if isinstance(s, K.ForLoop) and s.loop is want),
+                   None)
+        if idx is None:
+            raise LoweringError(f"T{tv.name}: its buffered loop {want!r} is not around its load")
+        loop = path[idx]
+        if loop.parallel not in ("Serial", "GridStride"):
+            raise LoweringError(f"T{tv.name}: the loop left of its compute-at position is "
+                                f"{loop.parallel}; circular buffering needs a serial or "
+                                "grid-stride loop")
+        top = path[idx + 1] if idx + 1 < len(path) else op
+        by_loop.setdefault(id(loop), (loop, []))[1].append((tv, op, top))
+    for loop, items in by_loop.values():
+        _buffer_loop(kernel, loop, items)
+    return kernel
+
+
+def _tma_loads(body, path):
+    out = []
+    for s in body:
+        if isinstance(s, K.TensorOp) and isinstance(s.expr, LoadStoreOp) and s.expr.load_kind.is_tma:
+            out.append((s, path))
+        elif isinstance(s, K.ForLoop):
+            out += _tma_loads(s.body, path + [s])
+        elif isinstance(s, K.IfThenElse):
+            out += _tma_loads(s.then_body, path + [s]) + _tma_loads(s.else_body, path + [s])
+    return out
+
+
+@dataclasses.dataclass
+class _Buffered:
+    tv: object
+    buf: K.Buffer
+    bars: K.MBarriers
+    slot_elems: int
+    issue: list           # statements that issue the copies of one stage (iteration var of L)
+
+
+def _buffer_loop(kernel: K.Kernel, loop: K.ForLoop, items) -> None:
+    ctx = kernel.ctx
+    stages = {(tv.circular_buffer_options.stages, tv.circular_buffer_options.prefetch)
+              if tv.circular_buffer_options else (1, 0) for tv, _, _ in items}
+    if len(stages) != 1:
+        raise LoweringError(f"the TMA tensors buffered over loop {loop.var!r} ask for different "
+                            f"stages/prefetch {sorted(stages)}")
+    n_stages, prefetch = stages.pop()
+    buffered = []
+    for tv, op, top in items:
+        if top not in loop.body:
+            raise LoweringError(f"T{tv.name}: its load is not directly in the buffered loop")
+        loop.body.remove(top)
+        buf = ctx.buffers[tv]
+        if not isinstance(buf.size, K.Const):
+            raise LoweringError(f"T{tv.name}: a circular buffer needs a constant slot size")
+        slot = buf.size.value
+        bars = K.MBarriers(f"pf_mbar_{buf.name}", n_stages)
+        issue = _issue_stmts(kernel, top, tv, bars)
+        buf.size = K.Const(slot * n_stages)
+        buffered.append(_Buffered(tv, buf, bars, slot, issue))
+    # Trip count of L, and its index as a function of the iteration number k.
+    if loop.parallel == "GridStride":
+        start, step = _BIDX, _GDIMX
+        trips = K.Select(K.lt(_BIDX, loop.stop), K.ceil_div(K.sub(loop.stop, _BIDX), _GDIMX),
+                         K.Const(0))
+    else:
+        start, step = loop.start, loop.step
+        trips = K.ceil_div(K.sub(loop.stop, loop.start), loop.step)
+    n = K.Var(f"pf_cb_trips_{loop.var.name}")
+
+    def index_at(k):
+        return K.add(start, K.mul(k, step))
+
+    def issue_at(k) -> list:
+        stage = K.mod(k, n_stages)
+        out = []
+        for b in buffered:
+            for s in b.issue:
+                out.append(_retarget(s, {loop.var: index_at(k)}, b, stage))
+            out.append(K.IfThenElse(_THREAD0, [K.MBarrierArrive(K.MBarrierRef(b.bars, stage))]))
+        return out
+
+    def body_at(k, stmts) -> list:
+        stage = K.mod(k, n_stages)
+        parity = K.mod(K.div(k, n_stages), 2)
+        out = [K.ScalarDef(loop.var, index_at(k))]
+        out += [K.MBarrierWait(K.MBarrierRef(b.bars, stage), parity) for b in buffered]
+        return out + [_offset_slots(s, buffered, stage) for s in stmts]
+
+    names = "/".join(f"T{b.tv.name}" for b in buffered)
+    prologue = [K.Comment(f"circular buffer of {names}: {n_stages} stage(s), prefetch {prefetch}")]
+    for b in buffered:
+        prologue.append(K.MBarrierAlloc(b.bars))
+    init = [K.MBarrierInit(K.MBarrierRef(b.bars, K.Const(s)), K.Const(1))
+            for b in buffered for s in range(n_stages)]
+    prologue += [K.IfThenElse(_THREAD0, init + [K.FenceMBarrierInit()]), K.BlockSync(),
+                 K.ScalarDef(n, trips)]
+    for s in range(prefetch):
+        prologue.append(K.IfThenElse(K.lt(K.Const(s), n), issue_at(K.Const(s))))
+    k_main = ctx.new_loop_var()
+    main_body = issue_at(K.add(k_main, prefetch)) + body_at(k_main, loop.body) + [K.BlockSync()]
+    main = K.ForLoop(k_main, K.Const(0), K.sub(n, prefetch), K.Const(1), main_body,
+                     label=MAIN_LOOP)
+    out = prologue + [main]
+    if prefetch:
+        k_epi = ctx.new_loop_var()
+        first = K.Bin("max", K.sub(n, prefetch), K.Const(0))
+        epi_body = body_at(k_epi, loop.body)
+        out.append(K.ForLoop(k_epi, first, n, K.Const(1), epi_body,
+                             label=EPILOGUE))
+    out.append(K.BlockSync())
+    out.append(K.IfThenElse(_THREAD0, [K.MBarrierInval(K.MBarrierRef(b.bars, K.Const(s)))
+                                       for b in buffered for s in range(n_stages)]))
+    kernel.replaced_loops.add(id(loop.loop))
+    for b in buffered:
+        for s in K.walk(b.issue):
+            if isinstance(s, K.ForLoop) and s.loop is not None:
+                kernel.replaced_loops.add(id(s.loop))
+    if not _replace(kernel.body, loop, out):
+        raise LoweringError(f"loop {loop.var!r} vanished from the kernel")
+    kernel.circular_buffers += [(b.buf.name, n_stages, prefetch, "pipelined") for b in buffered]
+
+
+def _issue_stmts(kernel, top, tv, bars) -> list:
+    """The load sub-tree as BulkLoads: bulk loops dropped (one copy moves the axis), the TMA
+    TensorOps become copies of the bulk axis' bytes."""
+    def convert(s, bulk_stop=None):
+        if isinstance(s, K.TensorOp):
+            if not (isinstance(s.expr, LoadStoreOp) and s.expr.outputs[0] is tv):
+                raise LoweringError(f"T{tv.name}: its load loop also computes "
+                                    f"{s.expr.outputs[0]!r}; the TMA load needs loops of its own")
+            if bulk_stop is None:
+                raise LoweringError(f"T{tv.name}: a 1D bulk copy needs a Bulk axis")
+            if not isinstance(bulk_stop, K.Const):
+                raise LoweringError(f"T{tv.name}: the bulk axis needs a constant extent, not "
+                                    f"{bulk_stop!r} (specialize the kernel on it)")
+            nbytes = bulk_stop.value * tv.dtype.size
+            if nbytes % 16:
+                raise LoweringError(f"T{tv.name}: a bulk copy of {nbytes} bytes is not a multiple "
+                                    "of 16 bytes")
+            kernel.bulk_sources.add(s.ins[0].buffer.name)
+            return [K.BulkLoad(s.out, s.ins[0], K.Const(nbytes), K.MBarrierRef(bars, K.Const(0)),
+                               s.predicate)]
+        if isinstance(s, K.ForLoop):
+            if s.parallel == "Bulk":
+                kernel.replaced_loops.add(id(s.loop))
+                if bulk_stop is not None:
+                    raise LoweringError(f"T{tv.name}: a 1D bulk copy has one Bulk axis")
+                return [x for c in s.body for x in convert(c, s.stop)]
+            return [dataclasses.replace(s, body=[x for c in s.body for x in convert(c, bulk_stop)])]
+        if isinstance(s, (K.Allocate, K.Comment)):
+            return [s]
+        raise LoweringError(f"T{tv.name}: unexpected {type(s).__name__} in its load loop")
+    return convert(top)
+
+
+def _retarget(s, mapping, b: _Buffered, stage):
+    """A copy of an issue statement for one iteration: loop index substituted, copy into the
+    iteration's slot, completing on the slot's barrier."""
+    if isinstance(s, K.BulkLoad):
+        dst = dataclasses.replace(s.dst, index=K.add(substitute(s.dst.index, mapping),
+                                                     K.mul(stage, b.slot_elems)))
+        return dataclasses.replace(s, dst=dst, src=substitute(s.src, mapping),
+                                   bar=K.MBarrierRef(b.bars, stage),
+                                   predicate=substitute(s.predicate, mapping))
+    if isinstance(s, K.ForLoop):
+        # Issued once per iteration (prologue and main loop): no longer one lowering loop.
+        return dataclasses.replace(s, body=[_retarget(c, mapping, b, stage) for c in s.body],
+                                   loop=None)
+    return s
+
+
+def _offset_slots(s, buffered, stage):
+    """Reads of a buffered tensor address the iteration's slot."""
+    slots = {id(b.buf): b.slot_elems for b in buffered}
+
+    def fix(a):
+        if isinstance(a, K.TensorIndex) and id(a.buffer) in slots:
+            return dataclasses.replace(a, index=K.add(a.index, K.mul(stage, slots[id(a.buffer)])))
+        return a
+
+    def visit(x):
+        if isinstance(x, K.TensorOp):
+            return dataclasses.replace(x, out=fix(x.out), ins=[fix(i) for i in x.ins])
+        if isinstance(x, K.ForLoop):
+            return dataclasses.replace(x, body=[visit(c) for c in x.body])
+        if isinstance(x, K.IfThenElse):
+            return dataclasses.replace(x, then_body=[visit(c) for c in x.then_body],
+                                       else_body=[visit(c) for c in x.else_body])
+        return x
+    return visit(s)
+
+
+def _replace(body: list, old, new: list) -> bool:
+    for k, s in enumerate(body):
+        if s is old:
+            body[k:k + 1] = new
+            return True
+        if isinstance(s, K.ForLoop) and _replace(s.body, old, new):
+            return True
+        if isinstance(s, K.IfThenElse) and (_replace(s.then_body, old, new)
+                                            or _replace(s.else_body, old, new)):
+            return True
+    return False

@@ -1,0 +1,94 @@
+"""Sweep the inner persistent scheduler's variants on the GPU: the register kernel and the TMA
+circular-buffered kernel over stages, rows per block and persistent grid sizes.
+
+Each variant is checked against the float64 reference before it is timed; a wrong variant is
+reported as such, never timed. Output: one line per (op, shape, variant) with GB/s counted with
+ANCHORS.md's bytes, plus the copy ceiling of the same run. The heuristic's thresholds
+(schedule/schedulers/inner_persistent.py) come from these tables (bench/results/).
+
+    python tools/sweep_inner_persistent.py [op ...] [--shapes 16384x1024,16384x4096]
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+
+import torch
+
+from pyfuser import catalogue
+from pyfuser.benchmark.harness import _bench, _input_sets, _Rotation, copy_bandwidth
+from pyfuser.runtime.executor import index_type_for  # noqa: F401  (import check)
+from pyfuser.schedule.schedulers import inner_persistent as ip
+from pyfuser.testing import TOLERANCE, rel_error
+
+
+def default_params(fd, inputs, device_props):
+    from pyfuser.runtime.inputs import check_inputs
+    from pyfuser.schedule.schedulers.base import InputFacts, RuntimeInfo
+    bindings = check_inputs(fd.fusion, inputs)
+    clone, mapping = fd.fusion.clone()
+    cb = {mapping[id(k)]: v for k, v in bindings.items() if id(k) in mapping}
+    facts = tuple(InputFacts(tuple(x.shape), tuple(x.stride()), 16)
+                  if isinstance(x, torch.Tensor) else None for x in inputs)
+    return ip.compute_heuristics(clone, RuntimeInfo(cb, facts, device_props)), clone
+
+
+def variants(p, fd, N, sms):
+    yield "registers", dataclasses.replace(p, stages=0, prefetch=0, grid=0, tma_inputs=())
+    rows = tuple(k for k, v in enumerate(fd.fusion.inputs)
+                 if hasattr(v, "domain") and len(v.domain.logical) == 2)
+    for bdimy in sorted({p.bdimy, p.bdimy * 2}):
+        for stages in (2, 4):
+            smem = stages * bdimy * N * 2 * len(rows)
+            if smem > 200 * 1024:
+                continue
+            for per_sm in (1, 2, 4):
+                if per_sm * smem > 220 * 1024 or per_sm * bdimy * max(p.bdimx, 32) > 2048:
+                    continue
+                q = dataclasses.replace(p, bdimy=bdimy, stages=stages, prefetch=stages - 1,
+                                        grid=sms * per_sm, tma_inputs=rows)
+                yield f"tma s{stages} y{bdimy} g{per_sm}x", q
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("ops", nargs="*", default=["rmsnorm_fwd", "softmax", "layernorm_fwd"])
+    ap.add_argument("--shapes", default="16384x1024,16384x4096,16384x16384")
+    args = ap.parse_args(argv)
+    from pyfuser.runtime.device import get_device_properties
+    props = get_device_properties(0)
+    print(f"# {torch.cuda.get_device_name()} copy {copy_bandwidth():.0f} GB/s", flush=True)
+    for op in args.ops:
+        for shape in args.shapes.split(","):
+            M, N = (int(x) for x in shape.split("x"))
+            fd = catalogue.define(op, "bf16")
+            sets = _input_sets(op, M, N, "bf16", catalogue.get(op).min_bytes(M, N, 2))
+            nbytes = catalogue.get(op).min_bytes(M, N, 2)
+            p0, _ = default_params(fd, sets[0], props)
+            for label, p in variants(p0, fd, N, props.sm_count):
+                try:
+                    outs = fd.execute(sets[0], options={"heuristic": p, "enable": ["poison_outputs"]})
+                    from pyfuser.runtime.reference import evaluate
+                    from pyfuser.runtime.inputs import check_inputs
+                    refs = evaluate(fd.fusion, list(sets[0]), promote_to_double=True,
+                                    extent_bindings=check_inputs(fd.fusion, sets[0]))
+                    from pyfuser.ir.dtype import from_torch
+                    errs = [rel_error(o, r) for o, r in zip(outs, refs)]
+                    ok = all(e <= TOLERANCE[from_torch(o.dtype)] for e, o in zip(errs, outs))
+                    if not ok:
+                        print(f"{op} {M}x{N} {label}: WRONG rel err {errs}", flush=True)
+                        continue
+                    rot = _Rotation(sets)
+                    t = _bench(lambda: fd.execute(rot.next(), options={"heuristic": p}))
+                    print(f"{op} {M}x{N} {label}: {nbytes / t / 1e6:.0f} GB/s", flush=True)
+                except Exception as e:  # noqa: BLE001 - reported
+                    print(f"{op} {M}x{N} {label}: failed {type(e).__name__}: {str(e)[:300]}",
+                          flush=True)
+            del sets
+            torch.cuda.empty_cache()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
