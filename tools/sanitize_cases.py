@@ -29,3 +29,11 @@ for name, m, n in (("rmsnorm_fwd", 300, 2048), ("layernorm_fwd", 77, 1024)):
     p = fd.last_run.heuristics[0]
     assert p.stages >= 2, p.reason
     print(name, "tma", m, n, f"stages {p.stages} grid {p.grid}", flush=True)
+# Rows split over a thread-block cluster (distributed shared memory reductions).
+for name, m, n in (("rmsnorm_fwd", 8, 65536), ("layernorm_fwd", 3, 131072)):
+    fd = catalogue.define(name)
+    fd.execute(catalogue.make_inputs(name, m, n, device="cuda"))
+    torch.cuda.synchronize()
+    p = fd.last_run.heuristics[0]
+    assert p.cluster > 1, p
+    print(name, "cluster", p.cluster, m, n, flush=True)

@@ -63,6 +63,7 @@ class CudaPrinter:
         self.lines: list[str] = []
         self.indent = 1
         self.ws_types: set = set()        # C types of block-reduction workspaces used
+        self.cluster_types: set = set()   # C types of cluster-reduction slots used
 
     # Expressions ---------------------------------------------------------------------------
     def expr(self, e) -> str:
@@ -338,6 +339,23 @@ class CudaPrinter:
         fn = "setmaxnreg_inc" if s.increase else "setmaxnreg_dec"
         self.line(f"pf::{fn}<{s.registers}>();")
 
+    def _ClusterReduce(self, s):
+        acc = s.values[0]
+        if acc.vector != 1:
+            raise ValueError("a cluster reduction takes one value per row (no grouped values)")
+        t = ctype(s.dtype)
+        self.cluster_types.add(t)
+        self.line(f"{self.expr(acc)} = pf::cluster_allreduce_row<{s.size}>({self.expr(acc)}, "
+                  f"pf_cluster_slots_{t.replace(' ', '_')}, {self.rows()}, pf_cluster_phase, "
+                  f"{REDUCE_OP[s.op]});")
+
+    def rows(self) -> int:
+        by = self.k.launch.block[1]
+        by = by if isinstance(by, int) else by.value
+        if by is None:
+            raise ValueError("a cluster reduction needs a constant block y extent")
+        return by
+
     def _BlockSync(self, s):
         if s.barrier_id is None:
             self.line("__syncthreads();")
@@ -513,5 +531,13 @@ def generate_cuda(kernel: K.Kernel) -> str:
     ws_elems = kernel.reduction_workspace
     for t in sorted(pr.ws_types):
         head.append(f"  __shared__ __align__(16) {t} pf_red_ws_{t.replace(' ', '_')}[{ws_elems}];")
+    if pr.cluster_types:
+        cluster = kernel.launch.cluster
+        size = cluster[0] * cluster[1] * cluster[2]
+        for t in sorted(pr.cluster_types):
+            head.append(f"  __shared__ __align__(16) {t} pf_cluster_slots_{t.replace(' ', '_')}"
+                        f"[{2 * pr.rows() * size}];")
+        # Every CTA of the cluster running before any remote store (cluster_reduce.cuh).
+        head += ["  unsigned pf_cluster_phase = 0;", "  pf::cluster_sync();"]
     src = device_library_source() + "\n" + _OPAQUE_WIDEN + "\n".join(head + body) + "\n}\n"
     return src

@@ -27,6 +27,7 @@ PARTS: tuple[str, ...] = (
     "tma",
     "warp_group",
     "cluster",
+    "cluster_reduce",
     "grid_sync",
 )
 
@@ -40,6 +41,7 @@ DEPENDS: dict[str, tuple[str, ...]] = {
     "tma": (),
     "warp_group": (),
     "cluster": ("types",),
+    "cluster_reduce": ("memory", "reduce", "cluster"),
     "grid_sync": (),
 }
 

@@ -342,6 +342,19 @@ class GridReduce(Stmt):
 
 
 @dataclasses.dataclass(eq=False)
+class ClusterReduce(Stmt):
+    """All-reduce of `values` (one per row of the block, after the block reduction over x)
+    across the `size` CTAs of the thread-block cluster along block dim `dim`, through
+    distributed shared memory; every CTA gets the same result."""
+
+    values: list
+    op: str
+    dtype: DataType
+    dim: str                      # the block dim the cluster spans
+    size: int                     # CTAs per cluster
+
+
+@dataclasses.dataclass(eq=False)
 class BlockSync(Stmt):
     """__syncthreads(), or a named barrier among `count` threads."""
 

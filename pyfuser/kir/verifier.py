@@ -350,6 +350,11 @@ class _Verifier:
             self.fail(f"block reduction dims {s.dims!r}", s)
         self._reduce_common(s, scope, set(s.dims), set())
 
+    def _ClusterReduce(self, s: K.ClusterReduce, scope):
+        self._reduce_common(s, scope, set(), {s.dim})
+        if s.size < 2:
+            self.fail(f"a cluster reduction over {s.size} CTA(s)", s)
+
     def _GridReduce(self, s: K.GridReduce, scope):
         if not s.dims or any(d not in "xyz" for d in s.dims):
             self.fail(f"grid reduction dims {s.dims!r}", s)

@@ -39,7 +39,7 @@ def index_and_predicate(kernel: K.Kernel) -> K.Kernel:
             _index_op(s, ctx)
         elif isinstance(s, K.InitValue):
             s.value = K.ScalarValue(s.value, s.tv.dtype)
-        elif isinstance(s, (K.BlockReduce, K.GridReduce)):
+        elif isinstance(s, (K.BlockReduce, K.GridReduce, K.ClusterReduce)):
             _index_reduce(s, ctx)
     return kernel
 

@@ -64,6 +64,14 @@ def _grid_reduce(kernel, op, tv, dims, thread_dims) -> K.GridReduce:
     return node
 
 
+def _block_extent(kernel, dim: str):
+    from .indexing import scalar_to_kexpr
+    exts = {getattr(scalar_to_kexpr(lp.extent, kernel.ctx.names), "value", None)
+            for lp in kernel.ctx.all_loops()
+            if lp.parallel.is_block_dim and _DIM[lp.parallel.name] == dim}
+    return exts.pop() if len(exts) == 1 else None
+
+
 def _place_cross_thread(op: K.TensorOp, parents: list, kernel) -> None:
     ctx = kernel.ctx
     tv = op.out
@@ -97,10 +105,19 @@ def _place_cross_thread(op: K.TensorOp, parents: list, kernel) -> None:
         stmts.append(("block", thread_dims))
     if block_dims:
         stmts.append(("grid", block_dims))
+    cluster = kernel.fusion.launch_hints.get("cluster")
     new = []
     for kind, dims in stmts:
         if kind == "block":
             node = K.BlockReduce([], op.expr.op.value, tv.dtype, dims, None)
+        elif cluster and len(dims) == 1 and cluster["xyz".index(dims[0])] > 1:
+            # The reduced block dim is spanned by the launch's clusters: reduce through
+            # distributed shared memory, no workspace, every CTA gets the result.
+            if cluster["xyz".index(dims[0])] != _block_extent(kernel, dims[0]):
+                raise LoweringError(f"T{tv.name}: its reduction over blockIdx.{dims[0]} needs the "
+                                    f"cluster {cluster} to span the whole dim")
+            node = K.ClusterReduce([], op.expr.op.value, tv.dtype, dims[0],
+                                   cluster["xyz".index(dims[0])])
         else:
             node = _grid_reduce(kernel, op, tv, dims, thread_dims)
         node.tv = tv

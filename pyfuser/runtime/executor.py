@@ -80,6 +80,8 @@ class _KernelPlan:
         self.poison = poison
         self.smem = int(fk.kernel.launch.shared_mem_dynamic or 0)
         self.cooperative = bool(fk.kernel.launch.cooperative)
+        cluster = fk.kernel.launch.cluster
+        self.cluster = tuple(cluster) if cluster else None
 
     def run(self, inputs):
         import torch
@@ -94,7 +96,7 @@ class _KernelPlan:
         for pos, k in self.scalar_slots:
             vals[pos] = inputs[k]
         self.loaded.launch(self.grid, self.block, self.layout.pack(vals), shared_mem=self.smem,
-                           cooperative=self.cooperative)
+                           cooperative=self.cooperative, cluster=self.cluster)
         return outs
 
 

@@ -88,6 +88,7 @@ def test_parts_order_is_the_documented_one():
         "tma",
         "warp_group",
         "cluster",
+        "cluster_reduce",
         "grid_sync",
     )
     assert set(dl.DEPENDS) == set(PARTS)

@@ -49,11 +49,32 @@ def test_row_size_that_forbids_vectors():
 
 
 def test_rows_too_long_for_registers_fall_back_with_warning():
+    """131080 elements: too long for one block, and not divisible into a cluster's whole
+    vectors."""
     from pyfuser.runtime.executor import FallbackWarning
     fd = catalogue.define("rmsnorm_fwd")
     with pytest.warns(FallbackWarning, match="shared memory or a cluster"):
-        fd.execute(catalogue.make_inputs("rmsnorm_fwd", 2, 131072, device="cuda"))
+        fd.execute(catalogue.make_inputs("rmsnorm_fwd", 2, 131080, device="cuda"))
     assert fd.last_run.kind == "reference"
+
+
+@pytest.mark.parametrize("name", FORWARD)
+@pytest.mark.parametrize("shape", [(64, 65536), (3, 131072), (5, 262144), (33, 40960),
+                                   (1, 65536)])
+def test_long_rows_split_over_a_cluster(name, shape):
+    fd = catalogue.define(name)
+    run_and_check(fd, catalogue.make_inputs(name, *shape, device="cuda"),
+                  scheduler="inner_persistent")
+    p = fd.last_run.heuristics[0]
+    assert p.cluster > 1 and shape[1] // p.cluster * 2 <= 32 * 1024, p
+
+
+@pytest.mark.parametrize("dtype", ["fp16", "fp32"])
+def test_long_rows_cluster_other_dtypes(dtype):
+    fd = catalogue.define("layernorm_fwd", dtype)
+    run_and_check(fd, catalogue.make_inputs("layernorm_fwd", 17, 65536, dtype, device="cuda"),
+                  scheduler="inner_persistent")
+    assert fd.last_run.heuristics[0].cluster > 1
 
 
 # TMA circular-buffered variant (forced: the heuristic keeps register rows by default) -------
@@ -96,14 +117,26 @@ def test_tma_persistent_grids_and_stages(grid, stages, prefetch):
     assert fd.last_run.heuristics[0] == p
 
 
+def _softmax_of_strided_rows():
+    with FusionDefinition() as fd:
+        x = fd.define_tensor([-1, -1], contiguity=[False, True], dtype=DataType.BFloat16)
+        xf = fd.ops.cast(x, DataType.Float)
+        e = fd.ops.exp(fd.ops.sub(xf, fd.ops.max(xf, [1], keepdim=True)))
+        fd.add_output(fd.ops.cast(fd.ops.div(e, fd.ops.sum(e, [1], keepdim=True)),
+                                  DataType.BFloat16))
+    return fd
+
+
 def test_tma_noncontiguous_rows():
-    """Rows of a wider tensor (stride 3008 elements, 16-byte multiple): copied by TMA."""
-    fd = catalogue.define("rmsnorm_fwd")
-    x, w = catalogue.make_inputs("rmsnorm_fwd", 300, 2048, device="cuda")
-    wide = torch.randn(300, 3008, device="cuda", dtype=torch.bfloat16)
-    wide[:, 64:2112] = x
-    run_and_check(fd, [wide[:, 64:2112], w], scheduler="inner_persistent", options=TMA)
-    assert _ran_tma(fd)
+    """Rows of a wider tensor (stride 3008 elements: 16-byte multiple) are copied by TMA; with
+    stride 3000 (6000 bytes) they cannot be, and the register variant runs."""
+    fd = _softmax_of_strided_rows()
+    x = torch.randn(300, 3008, device="cuda", dtype=torch.bfloat16)[:, 64:2112]
+    run_and_check(fd, [x], scheduler="inner_persistent", options=TMA)
+    assert _ran_tma(fd), fd.last_run.heuristics[0].reason
+    x = torch.randn(300, 3000, device="cuda", dtype=torch.bfloat16)[:, 64:2112]
+    run_and_check(fd, [x], scheduler="inner_persistent", options=TMA)
+    assert not _ran_tma(fd) and "stride 3000" in fd.last_run.heuristics[0].reason
 
 
 def test_tma_rules_that_fail_keep_register_rows():

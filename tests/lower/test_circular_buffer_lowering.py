@@ -221,3 +221,30 @@ def test_tma_load_without_a_loop_is_refused():
     del c
     with pytest.raises(LoweringError, match="compute-at 0"):
         lower(fd.fusion)
+
+
+# Long rows: a thread-block cluster per row, reduced through distributed shared memory --------
+@pytest.mark.parametrize("n,elem,want", [(16384, 2, 1), (16392, 2, 1), (32768, 2, 2),
+                                         (65536, 2, 4), (131072, 2, 8), (262144, 2, 8),
+                                         (65536, 4, 8), (131080, 2, 1)])
+def test_cluster_size(n, elem, want):
+    vector = 16 // elem if n % (16 // elem) == 0 else 1
+    assert ip.cluster_size(n, vector, elem, 8, 1) == want
+
+
+@pytest.mark.parametrize("name", FORWARD)
+@pytest.mark.parametrize("M,N", [(4096, 65536), (2048, 131072), (3, 262144)])
+def test_cluster_kernels(name, M, N):
+    fd = catalogue.define(name, "bf16")
+    st, _, p, k = schedule_and_lower(fd, empty_inputs(name, M, N), alignment=16)
+    assert p.cluster == min(8, N // 16384) and "cluster" in p.reason
+    assert k.launch.cluster == (1, p.cluster, 1) and not k.launch.cooperative
+    assert not k.workspaces, "a cluster reduction needs no global workspace"
+    reds = [s for s in K.walk(k.body) if isinstance(s, K.ClusterReduce)]
+    n_reductions = {"layernorm_fwd": 2, "softmax": 2, "log_softmax": 2}.get(name, 1)
+    assert len(reds) == n_reductions and all(r.dim == "y" and r.size == p.cluster for r in reds)
+    assert not any(isinstance(s, K.GridReduce) for s in K.walk(k.body))
+    src = generate_cuda(k)
+    assert src.count("pf::cluster_allreduce_row<") == n_reductions
+    assert "pf::cluster_sync();" in src
+    _compile(src)

@@ -58,6 +58,7 @@ class InnerPersistentParams:
     grid: int = 0
     tma_inputs: tuple = ()
     blocks_per_sm: int = 0       # TMA variant: resident blocks per SM planned (launch bounds)
+    cluster: int = 1             # blocks (a thread-block cluster along blockIdx.y) per row
     # Why the heuristic chose this variant (explain prints it); not part of the kernel's key.
     reason: str = dataclasses.field(default="", compare=False)
 
@@ -66,6 +67,9 @@ class InnerPersistentParams:
                 f"{self.persistent_batch} x {self.vector} elements per thread in registers, "
                 f"vector loads for inputs {list(self.vector_inputs)}"
                 + (", buffers projected to inputs" if self.project_to_inputs else ""))
+        if self.cluster > 1:
+            text += (f"; each row split over a cluster of {self.cluster} blocks, reduced through "
+                     "distributed shared memory")
         if self.stages:
             text += (f"; TMA: inputs {list(self.tma_inputs)} copied row by row into "
                      f"{self.stages} shared-memory stages (prefetch {self.prefetch}) by a "
@@ -104,7 +108,9 @@ def compute_heuristics(fusion, info: RuntimeInfo) -> InnerPersistentParams:
     vec_inputs = vector_inputs(fusion, info, vector)
     if not vec_inputs:
         vector = 1
-    batch, bdimx = persistent_batch(max(1, -(-n // vector)))
+    widest = max(i.dtype.size for i in fusion.inputs if isinstance(i, TensorView))
+    cluster = cluster_size(n, vector, widest, info.device.max_cluster_size, len(rpos))
+    batch, bdimx = persistent_batch(max(1, -(-n // (vector * cluster))))
     bdimy = 1
     while bdimx * bdimy * 2 <= 256 and bdimy * 2 <= _pow2_floor(max(m, 1)):
         bdimy *= 2
@@ -122,8 +128,32 @@ def compute_heuristics(fusion, info: RuntimeInfo) -> InnerPersistentParams:
     root = red.domain.maybe_root
     row_extents = tuple(info.extent(root[k].extent) for k in rpos)
     p = InnerPersistentParams(vector, batch, bdimx, bdimy, vec_inputs,
-                              keep_weights=keep_weights, row_extents=row_extents)
+                              keep_weights=keep_weights, row_extents=row_extents, cluster=cluster)
+    if cluster > 1:
+        return dataclasses.replace(p, reason=(
+            f"a row of {n} x {widest} bytes is split over a cluster of {cluster} blocks "
+            f"({n // cluster} elements each in registers; rows above "
+            f"{CLUSTER_ROW_BYTES // 1024} KB spilled registers on one SM), reduced through "
+            "distributed shared memory"))
     return choose_variant(fusion, info, p, n, m, rpos)
+
+
+# Row bytes one block keeps in registers before the row is split over a cluster: 16384 bf16
+# elements ran at 99.7% of copy in one block, 65536 spilled (0.68-0.72x of Quack's cluster
+# kernel, bench/results/2026-11-22-h100-catalogue.json).
+CLUSTER_ROW_BYTES = 32 * 1024
+
+
+def cluster_size(n: int, vector: int, elem_bytes: int, max_cluster: int, reduced_dims: int) -> int:
+    """Blocks per row: 1 while the row fits CLUSTER_ROW_BYTES, else the smallest power of two
+    that brings each block's share under it (and divides the row into whole vectors)."""
+    c = 1
+    if reduced_dims != 1:
+        return 1
+    while n * elem_bytes > c * CLUSTER_ROW_BYTES and c * 2 <= max_cluster and \
+            n % (c * 2 * vector) == 0:
+        c *= 2
+    return c
 
 
 # Persistent blocks per SM of the TMA variant, by row length: the best of the sweep in
@@ -291,14 +321,20 @@ def schedule(fusion, p: InnerPersistentParams) -> None:
                                  for k, v in zip(rpos, p.row_extents)
                                  if ref.domain.maybe_root[k].extent.value is None}
     _merge_dims(ref, rpos)
-    # [I, R] -> [I/By, By, P, ceilDiv(R / V, P), V]
-    ref.split(1, p.vector).split(1, p.persistent_batch, inner_split=False)
+    # [I, R] -> [I/By, By, P, ceilDiv(R / V, P), V]; with a cluster of C blocks per row,
+    # [I/By, By, C (blockIdx.y), P, ceilDiv(R / C / V, P), V]
+    c = 1 if p.cluster > 1 else 0
+    if c:
+        ref.split(1, p.row_extents[0] // p.cluster, inner_split=True)
+    ref.split(1 + c, p.vector).split(1 + c, p.persistent_batch, inner_split=False)
     ref.split(0, p.bdimy)
     rows = PT.GridStride if p.stages else PT.BIDx
-    ref.parallelize(0, rows).parallelize(1, PT.TIDy).parallelize(3, PT.TIDx)
+    ref.parallelize(0, rows).parallelize(1, PT.TIDy).parallelize(3 + c, PT.TIDx)
+    if c:
+        ref.parallelize(2, PT.BIDy)
     propagate_transforms(ref, tensors=[t for t in fusion.tensors() if t not in staged.values()])
-    rfs = [rfactor(r, [2, 4]) for r in reds]
-    parallelize_like(rfs[0], parallel_types={rows, PT.TIDy, PT.TIDx})
+    rfs = [rfactor(r, [2 + c, 4 + c]) for r in reds]
+    parallelize_like(rfs[0], parallel_types={rows, PT.TIDy, PT.TIDx, PT.BIDy})
     for slot in staged.values():
         # [I, R] -> [I/By (grid-stride), By (serial: one thread copies the stage's rows), R (bulk)]
         _merge_dims(slot, rpos)
@@ -317,7 +353,7 @@ def schedule(fusion, p: InnerPersistentParams) -> None:
         circular_buffer(slot, p.stages, p.prefetch)
     # Each input cache holds the thread's whole share of the row, loaded before any use.
     graph = IdGraph(fusion, permissive=True)
-    batch_axis = rfs[0].domain.loop[2]
+    batch_axis = rfs[0].domain.loop[2 + c]
     # A cache without the row dim (a weight) computed outside the row loop stays in registers
     # across rows; when a row already fills the registers, it is reloaded per row (from L2).
     row_axis = rfs[0].domain.loop[0]
@@ -332,6 +368,8 @@ def schedule(fusion, p: InnerPersistentParams) -> None:
         if has_row or keep_weights:
             inline_at(cache, pos)
     launch = fusion.launch_hints
+    if c:
+        launch["cluster"] = (1, p.cluster, 1)
     if p.grid:
         launch["grid_x"] = p.grid
     threads = -(-p.bdimx // 32) * 32 * p.bdimy
