@@ -35,6 +35,15 @@ def default_params(fd, inputs, device_props):
 
 
 def variants(p, fd, N, sms):
+    if p.cluster > 1:
+        # Long rows: blocks per row (cluster size); each block's share in registers.
+        for c in (2, 4, 8):
+            if N % (c * p.vector):
+                continue
+            batch, bdimx = ip.persistent_batch(N // (p.vector * c))
+            yield f"cluster {c} ({bdimx} threads x {batch} x {p.vector})", dataclasses.replace(
+                p, cluster=c, persistent_batch=batch, bdimx=bdimx)
+        return
     yield "registers", dataclasses.replace(p, stages=0, prefetch=0, grid=0, tma_inputs=())
     rows = tuple(k for k, v in enumerate(fd.fusion.inputs)
                  if hasattr(v, "domain") and len(v.domain.logical) == 2)
