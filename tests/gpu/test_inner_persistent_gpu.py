@@ -30,13 +30,18 @@ def test_forward_other_dtypes(name, dtype):
                   scheduler="inner_persistent")
 
 
-def test_noncontiguous_rows():
+def _softmax_of_strided_rows():
     with FusionDefinition() as fd:
         x = fd.define_tensor([-1, -1], contiguity=[False, True], dtype=DataType.BFloat16)
         xf = fd.ops.cast(x, DataType.Float)
         e = fd.ops.exp(fd.ops.sub(xf, fd.ops.max(xf, [1], keepdim=True)))
         fd.add_output(fd.ops.cast(fd.ops.div(e, fd.ops.sum(e, [1], keepdim=True)),
                                   DataType.BFloat16))
+    return fd
+
+
+def test_noncontiguous_rows():
+    fd = _softmax_of_strided_rows()
     x = torch.randn(300, 3000, device="cuda", dtype=torch.bfloat16)[:, 100:2148]
     run_and_check(fd, [x], scheduler="inner_persistent")
 
@@ -118,16 +123,6 @@ def test_tma_persistent_grids_and_stages(grid, stages, prefetch):
                             prefetch=prefetch)
     run_and_check(fd, ins, scheduler="inner_persistent", options={"heuristic": p})
     assert fd.last_run.heuristics[0] == p
-
-
-def _softmax_of_strided_rows():
-    with FusionDefinition() as fd:
-        x = fd.define_tensor([-1, -1], contiguity=[False, True], dtype=DataType.BFloat16)
-        xf = fd.ops.cast(x, DataType.Float)
-        e = fd.ops.exp(fd.ops.sub(xf, fd.ops.max(xf, [1], keepdim=True)))
-        fd.add_output(fd.ops.cast(fd.ops.div(e, fd.ops.sum(e, [1], keepdim=True)),
-                                  DataType.BFloat16))
-    return fd
 
 
 def test_tma_noncontiguous_rows():
