@@ -18,13 +18,14 @@ import torch
 
 from pyfuser import catalogue
 from pyfuser.benchmark.harness import _bench, _input_sets, _Rotation, copy_bandwidth
-from pyfuser.runtime.executor import index_type_for  # noqa: F401  (import check)
+from pyfuser.ir.dtype import from_torch
+from pyfuser.runtime.inputs import check_inputs
+from pyfuser.runtime.reference import evaluate
 from pyfuser.schedule.schedulers import inner_persistent as ip
 from pyfuser.testing import TOLERANCE, rel_error
 
 
 def default_params(fd, inputs, device_props):
-    from pyfuser.runtime.inputs import check_inputs
     from pyfuser.schedule.schedulers.base import InputFacts, RuntimeInfo
     bindings = check_inputs(fd.fusion, inputs)
     clone, mapping = fd.fusion.clone()
@@ -78,11 +79,8 @@ def main(argv=None) -> int:
             for label, p in variants(p0, fd, N, props.sm_count):
                 try:
                     outs = fd.execute(sets[0], options={"heuristic": p, "enable": ["poison_outputs"]})
-                    from pyfuser.runtime.reference import evaluate
-                    from pyfuser.runtime.inputs import check_inputs
                     refs = evaluate(fd.fusion, list(sets[0]), promote_to_double=True,
                                     extent_bindings=check_inputs(fd.fusion, sets[0]))
-                    from pyfuser.ir.dtype import from_torch
                     errs = [rel_error(o, r) for o, r in zip(outs, refs)]
                     ok = all(e <= TOLERANCE[from_torch(o.dtype)] for e, o in zip(errs, outs))
                     if not ok:

@@ -312,10 +312,6 @@ class CudaPrinter:
     def _MBarrierArrive(self, s):
         self.line(f"pf::mbarrier_arrive({self.bar(s.bar)});")
 
-    def _MBarrierExpectTx(self, s):
-        fn = "mbarrier_arrive_expect_tx" if s.arrive else "mbarrier_expect_tx"
-        self.line(f"pf::{fn}({self.bar(s.bar)}, {self.expr(s.bytes)});")
-
     def _MBarrierWait(self, s):
         self.line(f"pf::mbarrier_wait_parity({self.bar(s.bar)}, {self.expr(s.parity)});")
 
@@ -327,17 +323,12 @@ class CudaPrinter:
         if guard:
             self.line(f"if ({self.expr(s.predicate)}) {{")
             self.indent += 1
-        if s.expect_tx:
-            self.line(f"pf::mbarrier_expect_tx({self.bar(s.bar)}, {self.expr(s.bytes)});")
+        self.line(f"pf::mbarrier_expect_tx({self.bar(s.bar)}, {self.expr(s.bytes)});")
         self.line(f"pf::bulk_copy_g2s(pf::smem_addr(&{self.expr(s.dst)}), &{self.expr(s.src)}, "
                   f"{self.expr(s.bytes)}, {self.bar(s.bar)});")
         if guard:
             self.indent -= 1
             self.line("}")
-
-    def _SetMaxNReg(self, s):
-        fn = "setmaxnreg_inc" if s.increase else "setmaxnreg_dec"
-        self.line(f"pf::{fn}<{s.registers}>();")
 
     def _ClusterReduce(self, s):
         acc = s.values[0]

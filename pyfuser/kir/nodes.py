@@ -270,7 +270,7 @@ class ForLoop(Stmt):
     unroll: bool = False
     iter_domain: Any = None        # the promoted IterDomain this loop iterates
     loop: Any = None               # the lowering Loop it came from
-    label: str = ""                # e.g. "circular buffer main loop"
+    label: str = ""                # e.g. CB_MAIN_LOOP
 
 
 @dataclasses.dataclass(eq=False)
@@ -388,6 +388,12 @@ class ScalarDef(Stmt):
 
 
 # Asynchronous copies and their barriers (Hopper) ---------------------------------------------------
+# Labels of the loops the circular-buffer pass makes; the epilogue repeats the main loop's body
+# (the verifier allows that repetition inside it).
+CB_MAIN_LOOP = "circular buffer main loop"
+CB_EPILOGUE = "circular buffer epilogue"
+
+
 @dataclasses.dataclass(eq=False)
 class MBarriers:
     """An array of `count` mbarriers (8 bytes each) in shared memory."""
@@ -435,15 +441,6 @@ class MBarrierArrive(Stmt):
 
 
 @dataclasses.dataclass(eq=False)
-class MBarrierExpectTx(Stmt):
-    """Raise the phase's expected transaction bytes (with `arrive`: and count one arrival)."""
-
-    bar: MBarrierRef
-    bytes: KExpr
-    arrive: bool = False
-
-
-@dataclasses.dataclass(eq=False)
 class MBarrierWait(Stmt):
     """Wait until the phase of `parity` (0/1) has completed."""
 
@@ -459,22 +456,14 @@ class MBarrierInval(Stmt):
 @dataclasses.dataclass(eq=False)
 class BulkLoad(Stmt):
     """cp.async.bulk global -> shared of `bytes` bytes starting at src, completing on `bar`;
-    issued by one thread (the caller's predicate selects it)."""
+    issued by one thread (the caller's predicate selects it), which first raises the barrier's
+    expected transaction bytes by the same count."""
 
     dst: TensorIndex
     src: TensorIndex
     bytes: KExpr
     bar: MBarrierRef
     predicate: KExpr = dataclasses.field(default_factory=lambda: Const(True, "bool"))
-    expect_tx: bool = True        # the issuing thread raises the barrier's tx-count first
-
-
-@dataclasses.dataclass(eq=False)
-class SetMaxNReg(Stmt):
-    """setmaxnreg.{inc,dec}: every thread of a warp group, together."""
-
-    registers: int
-    increase: bool
 
 
 # The kernel ---------------------------------------------------------------------------------------

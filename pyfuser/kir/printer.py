@@ -61,8 +61,8 @@ def kernel_str(kernel: K.Kernel) -> str:
                              f"on {s.bar!r})")
             elif isinstance(s, K.ScalarDef):
                 lines.append(f"{pad}{s.var!r} = {s.value!r}")
-            elif isinstance(s, (K.MBarrierInit, K.MBarrierArrive, K.MBarrierExpectTx,
-                                K.MBarrierWait, K.MBarrierInval)):
+            elif isinstance(s, (K.MBarrierInit, K.MBarrierArrive, K.MBarrierWait,
+                                K.MBarrierInval)):
                 args = ", ".join(repr(getattr(s, f.name)) for f in dataclasses.fields(s))
                 lines.append(f"{pad}{type(s).__name__}({args})")
             else:

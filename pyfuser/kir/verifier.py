@@ -217,14 +217,16 @@ class _Verifier:
         if fn is not None:
             fn(s, scope)
 
+    def in_epilogue(self, scope) -> bool:
+        """Inside a circular-buffer epilogue, which repeats the main loop's loops and buffers."""
+        return self.buffered and any(f.label == K.CB_EPILOGUE for f in scope.loops())
+
     def _ForLoop(self, s: K.ForLoop, scope):
         if not isinstance(s.var, K.Var):
             self.fail(f"loop variable {s.var!r} is not a Var", s)
         for what, e in (("start", s.start), ("stop", s.stop), ("step", s.step)):
             self.check_expr(e, scope, s, f"the loop {what}")
-        in_epilogue = self.buffered and any(f.label == "circular buffer epilogue"
-                                            for f in scope.loops())
-        if s.loop is not None and not in_epilogue:
+        if s.loop is not None and not self.in_epilogue(scope):
             if id(s.loop) in self.loops_seen:
                 self.fail(f"lowering loop {s.loop!r} is emitted twice", s)
             self.loops_seen[id(s.loop)] = s
@@ -239,9 +241,7 @@ class _Verifier:
 
     def _Allocate(self, s: K.Allocate, scope):
         b = s.buffer
-        in_epilogue = self.buffered and any(f.label == "circular buffer epilogue"
-                                            for f in scope.loops())
-        if id(b) in self.allocs_seen and not in_epilogue:
+        if id(b) in self.allocs_seen and not self.in_epilogue(scope):
             self.fail(f"buffer {b.name} is allocated twice", s)
         if id(b) in self.param_buffers:
             self.fail(f"buffer {b.name} is a kernel parameter and also allocated", s)
@@ -387,10 +387,6 @@ class _Verifier:
         self._bar(s.bar, scope, s)
 
     _MBarrierArrive = _MBarrierInval = _MBarrierInit
-
-    def _MBarrierExpectTx(self, s, scope):
-        self._bar(s.bar, scope, s)
-        self.check_expr(s.bytes, scope, s, "the transaction bytes")
 
     def _MBarrierWait(self, s, scope):
         self._bar(s.bar, scope, s)

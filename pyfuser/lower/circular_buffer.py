@@ -49,8 +49,8 @@ _BIDX = K.Special("blockIdx.x")
 _GDIMX = K.Special("gridDim.x")
 _THREAD0 = K.and_(K.and_(K.eq(K.Special("threadIdx.x"), 0), K.eq(K.Special("threadIdx.y"), 0)),
                   K.eq(K.Special("threadIdx.z"), 0))
-EPILOGUE = "circular buffer epilogue"
-MAIN_LOOP = "circular buffer main loop"
+EPILOGUE = K.CB_EPILOGUE
+MAIN_LOOP = K.CB_MAIN_LOOP
 
 
 def circular_buffer_loops(kernel: K.Kernel) -> K.Kernel:

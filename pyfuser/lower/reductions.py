@@ -20,6 +20,7 @@ from ..ir.exprs import ReductionOp
 from ..ir.tensor import MemoryType
 from ..kir import nodes as K
 from .context import LoweringError
+from .indexing import scalar_to_kexpr
 
 _DIM = {"TIDx": "x", "TIDy": "y", "TIDz": "z", "BIDx": "x", "BIDy": "y", "BIDz": "z"}
 
@@ -65,7 +66,7 @@ def _grid_reduce(kernel, op, tv, dims, thread_dims) -> K.GridReduce:
 
 
 def _block_extent(kernel, dim: str):
-    from .indexing import scalar_to_kexpr
+    """The constant extent of the loops bound to blockIdx.<dim>, or None."""
     exts = {getattr(scalar_to_kexpr(lp.extent, kernel.ctx.names), "value", None)
             for lp in kernel.ctx.all_loops()
             if lp.parallel.is_block_dim and _DIM[lp.parallel.name] == dim}

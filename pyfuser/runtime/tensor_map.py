@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ctypes
 
+from ..schedule.tma_rules import GLOBAL_ALIGN, MAX_GLOBAL_STRIDE
 from .device import DriverError, check, driver, init_driver
 
 __all__ = [
@@ -31,8 +32,6 @@ MAX_RANK = 5
 MAX_BOX = 256
 MAX_ELEMENT_STRIDE = 8
 MAX_GLOBAL_DIM = 2**32
-MAX_GLOBAL_STRIDE = 2**40
-GLOBAL_ALIGN = 16
 SMEM_ALIGN = 128
 SWIZZLE_SPANS = (0, 32, 64, 128)
 

@@ -7,8 +7,9 @@ loads when one fails, and the executor can check a reused kernel's inputs before
 """
 from __future__ import annotations
 
-GLOBAL_ALIGN = 16
-MAX_GLOBAL_STRIDE = 2**40
+# Shared with the tensor-map rules of runtime/tensor_map.py.
+GLOBAL_ALIGN = 16               # bytes: global addresses and strides of TMA copies
+MAX_GLOBAL_STRIDE = 2**40       # bytes
 # The transaction count of one mbarrier phase is a 20-bit number: the bytes of one stage.
 MAX_TX_BYTES = 2**20 - 1
 

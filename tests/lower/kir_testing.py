@@ -754,9 +754,6 @@ class Interpreter:
     def _FenceMBarrierInit(self, s, threads):
         pass
 
-    def _SetMaxNReg(self, s, threads):
-        pass
-
     def _MBarrierArrive(self, s, threads):
         for t in threads:
             bar = self._mbar(t, s.bar)
@@ -764,14 +761,6 @@ class Interpreter:
             if bar["arrived"] > bar["count"]:
                 raise InterpreterError(f"{s.bar!r}: more arrivals than its count {bar['count']}")
             self._maybe_complete(bar)
-
-    def _MBarrierExpectTx(self, s, threads):
-        for t in threads:
-            bar = self._mbar(t, s.bar)
-            bar["tx"] += eval_expr(s.bytes, t.env)
-            if s.arrive:
-                bar["arrived"] += 1
-                self._maybe_complete(bar)
 
     def _MBarrierWait(self, s, threads):
         for t in threads:
@@ -804,8 +793,7 @@ class Interpreter:
             if (i * size) % 16 or (j * size) % 16:
                 raise InterpreterError(f"bulk copy {s.src!r} -> {s.dst!r}: element offsets {i}, "
                                        f"{j} are not 16-byte aligned")
-            if s.expect_tx:
-                bar["tx"] += nbytes
+            bar["tx"] += nbytes
             dst[j:j + n] = src[i:i + n]
             bar["tx"] -= nbytes
             self._maybe_complete(bar)

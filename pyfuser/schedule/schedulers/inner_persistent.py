@@ -163,7 +163,8 @@ def _tma_blocks_per_sm(n: int) -> int:
     return 4 if n <= 1024 else 2 if n <= 4096 else 1
 
 
-TMA_SMEM_BYTES = 200 * 1024     # of the 227 KB an H100 block may use; the rest for reductions
+# Shared memory a block keeps out of the TMA stages: reduction workspaces and mbarriers.
+TMA_SMEM_RESERVE = 27 * 1024
 
 
 def choose_variant(fusion, info: RuntimeInfo, p: InnerPersistentParams, n: int, m: int,
@@ -179,19 +180,21 @@ def choose_variant(fusion, info: RuntimeInfo, p: InnerPersistentParams, n: int, 
                "H100 for rows that fit registers (PYFUSER_ENABLE=tma_inner_persistent forces it)")
         return dataclasses.replace(p, reason=why)
     rows, problems = _tma_rows(fusion, info, rpos)
+    budget = info.device.max_shared_memory_per_block_optin - TMA_SMEM_RESERVE
     row_bytes = sum(n * fusion.inputs[k].dtype.size for k in rows)
     stage_bytes = p.bdimy * row_bytes
-    stages = 4 if 4 * stage_bytes <= TMA_SMEM_BYTES else 2
-    if rows and stages * stage_bytes > TMA_SMEM_BYTES:
+    stages = 4 if 4 * stage_bytes <= budget else 2
+    if rows and stages * stage_bytes > budget:
         problems.append(f"two stages of {p.bdimy} row(s) need {2 * stage_bytes} bytes of shared "
-                        f"memory, more than {TMA_SMEM_BYTES}")
+                        f"memory, more than {budget}")
     if stage_bytes > MAX_TX_BYTES:
         problems.append(f"a stage of {stage_bytes} bytes exceeds one mbarrier phase's "
                         f"transaction count ({MAX_TX_BYTES})")
     if problems or not rows:
         return dataclasses.replace(p, reason="TMA forced on but not possible, register rows "
                                    "instead: " + ("; ".join(problems) or "no row input"))
-    per_sm = min(_tma_blocks_per_sm(n), max(1, 227 * 1024 // (stages * stage_bytes)))
+    per_sm = min(_tma_blocks_per_sm(n),
+                 max(1, info.device.shared_memory_per_sm // (stages * stage_bytes + TMA_SMEM_RESERVE)))
     groups = -(-max(m, 1) // p.bdimy)
     grid = max(1, min(info.device.sm_count * per_sm, groups))
     return dataclasses.replace(
