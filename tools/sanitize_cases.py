@@ -37,3 +37,16 @@ for name, m, n in (("rmsnorm_fwd", 8, 65536), ("layernorm_fwd", 3, 131072)):
     p = fd.last_run.heuristics[0]
     assert p.cluster > 1, p
     print(name, "cluster", p.cluster, m, n, flush=True)
+# The warp-specialized TMA kernel (forced): producer warp group, full/empty mbarriers,
+# setmaxnreg; few blocks so every slot is released and refilled.
+import dataclasses  # noqa: E402
+
+for name, m, n in (("rmsnorm_fwd", 300, 2048), ("softmax", 77, 1024)):
+    fd = catalogue.define(name)
+    ins = catalogue.make_inputs(name, m, n, device="cuda")
+    fd.execute(ins, options={"enable": ["ws_inner_persistent"]})
+    p = dataclasses.replace(fd.last_run.heuristics[0], grid=3)
+    assert p.warp_specialized, p.reason
+    fd.execute(ins, options={"heuristic": p})
+    torch.cuda.synchronize()
+    print(name, "ws", m, n, f"stages {p.stages} grid {p.grid}", flush=True)

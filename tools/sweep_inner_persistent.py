@@ -17,6 +17,7 @@ import sys
 import torch
 
 from pyfuser import catalogue
+from pyfuser import options as pf_options
 from pyfuser.benchmark.harness import _bench, _input_sets, _Rotation, copy_bandwidth
 from pyfuser.ir.dtype import from_torch
 from pyfuser.runtime.inputs import check_inputs
@@ -33,6 +34,23 @@ def default_params(fd, inputs, device_props):
     facts = tuple(InputFacts(tuple(x.shape), tuple(x.stride()), 16)
                   if isinstance(x, torch.Tensor) else None for x in inputs)
     return ip.compute_heuristics(clone, RuntimeInfo(cb, facts, device_props)), clone
+
+
+def ws_variants(p):
+    """The warp-specialized variant at several stage counts and compute row counts (compute
+    threads whole warp groups, 256..768, so that compute gets more registers than at entry)."""
+    if not p.warp_specialized:
+        return
+    producer = max(p.bdimx, 128)
+    for bdimy in sorted({p.bdimy, p.bdimy * 3 // 2, p.bdimy * 2, p.bdimy * 3}):
+        compute = p.bdimx * bdimy
+        if compute % 128 or not 256 <= compute <= 768 or compute + producer > 1024:
+            continue
+        for stages in (2, 4, 8):
+            if stages * bdimy * p.row_extents[0] * 2 * len(p.tma_inputs) > 200 * 1024:
+                continue
+            yield (f"ws s{stages} y{bdimy}",
+                   dataclasses.replace(p, bdimy=bdimy, stages=stages, prefetch=stages - 1))
 
 
 def variants(p, fd, N, sms):
@@ -65,6 +83,8 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("ops", nargs="*", default=["rmsnorm_fwd", "softmax", "layernorm_fwd"])
     ap.add_argument("--shapes", default="16384x1024,16384x4096,16384x16384")
+    ap.add_argument("--kinds", default="registers,tma,ws",
+                    help="variants to time: registers, tma (pipelined), ws (warp-specialized)")
     args = ap.parse_args(argv)
     from pyfuser.runtime.device import get_device_properties
     props = get_device_properties(0)
@@ -76,7 +96,14 @@ def main(argv=None) -> int:
             sets = _input_sets(op, M, N, "bf16", catalogue.get(op).min_bytes(M, N, 2))
             nbytes = catalogue.get(op).min_bytes(M, N, 2)
             p0, _ = default_params(fd, sets[0], props)
-            for label, p in variants(p0, fd, N, props.sm_count):
+            kinds = args.kinds.split(",")
+            todo = [(lb, q) for lb, q in variants(p0, fd, N, props.sm_count)
+                    if lb.split()[0] in kinds or (lb.startswith("cluster") and "registers" in kinds)]
+            if "ws" in kinds and p0.cluster == 1:
+                with pf_options.override(enable=["ws_inner_persistent"]):
+                    pw, _ = default_params(fd, sets[0], props)
+                todo += list(ws_variants(pw))
+            for label, p in todo:
                 try:
                     outs = fd.execute(sets[0], options={"heuristic": p, "enable": ["poison_outputs"]})
                     refs = evaluate(fd.fusion, list(sets[0]), promote_to_double=True,

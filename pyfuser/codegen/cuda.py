@@ -347,6 +347,9 @@ class CudaPrinter:
             raise ValueError("a cluster reduction needs a constant block y extent")
         return by
 
+    def _SetMaxNReg(self, s):
+        self.line(f"pf::setmaxnreg_{'inc' if s.increase else 'dec'}<{s.count}>();")
+
     def _BlockSync(self, s):
         if s.barrier_id is None:
             self.line("__syncthreads();")

@@ -275,9 +275,14 @@ class ForLoop(Stmt):
 
 @dataclasses.dataclass(eq=False)
 class IfThenElse(Stmt):
+    """if (cond) then_body else else_body. `roles` marks the split of a warp-specialized kernel:
+    the two branches are different warp groups running at the same time (producer and compute),
+    which synchronize only through mbarriers and their own named barriers."""
+
     cond: KExpr
     then_body: list
     else_body: list = dataclasses.field(default_factory=list)
+    roles: bool = False
 
 
 @dataclasses.dataclass(eq=False)
@@ -392,6 +397,8 @@ class ScalarDef(Stmt):
 # (the verifier allows that repetition inside it).
 CB_MAIN_LOOP = "circular buffer main loop"
 CB_EPILOGUE = "circular buffer epilogue"
+WS_PRODUCER_LOOP = "warp-specialized producer loop"
+WS_COMPUTE_LOOP = "warp-specialized compute loop"
 
 
 @dataclasses.dataclass(eq=False)
@@ -454,6 +461,15 @@ class MBarrierInval(Stmt):
 
 
 @dataclasses.dataclass(eq=False)
+class SetMaxNReg(Stmt):
+    """setmaxnreg.{inc,dec}: every thread of each warp group that reaches it (uniformly) now
+    owns `count` registers (24..256, a multiple of 8)."""
+
+    count: int
+    increase: bool
+
+
+@dataclasses.dataclass(eq=False)
 class BulkLoad(Stmt):
     """cp.async.bulk global -> shared of `bytes` bytes starting at src, completing on `bar`;
     issued by one thread (the caller's predicate selects it), which first raises the barrier's
@@ -491,6 +507,21 @@ class LaunchConfig:
     min_blocks: int | None = None
 
 
+@dataclasses.dataclass(frozen=True)
+class WarpRoles:
+    """The thread split of a warp-specialized kernel along block dim `dim`: indices below
+    `compute_extent` compute, the next `producer_extent` form the producer warp group(s)."""
+
+    dim: str                      # "y"
+    compute_extent: int
+    producer_extent: int
+    compute_threads: int
+    producer_threads: int
+    compute_registers: int
+    producer_registers: int
+    barrier_id: int = 1           # the compute threads' named barrier
+
+
 @dataclasses.dataclass(eq=False)
 class Kernel:
     name: str
@@ -516,6 +547,8 @@ class Kernel:
     # ids of lowering Loops a pass replaced by loops of its own (a buffered loop by its main
     # loop and epilogue, a bulk axis by one copy): the verifier no longer looks for them.
     replaced_loops: set = dataclasses.field(default_factory=set)
+    # Set by `warp_specialize`: the producer / compute split that launch_config adds to the block.
+    warp_roles: WarpRoles | None = None
 
 
 def walk(stmts):

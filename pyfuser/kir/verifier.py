@@ -18,6 +18,8 @@ raises KernelIRError naming the pass and the first broken rule:
 - circular buffers: after `circular_buffer_loops` a buffered loop is gone (its index is a
   ScalarDef in the main loop and the epilogue, which repeat its body: loops inside an epilogue
   may repeat the main loop's); mbarrier and bulk-copy operands are in scope.
+- warp roles: the two branches of a warp-specialized split each start with setmaxnreg and hold
+  no block-wide barrier (__syncthreads or a block reduction without a named barrier).
 - launch: after `launch_config` the kernel has a launch configuration within the block limit,
   cooperative when it synchronizes the grid.
 
@@ -37,6 +39,7 @@ PASS_ORDER = (
     "vectorize_and_unroll",
     "circular_buffer_loops",
     "insert_syncs",
+    "warp_specialize",
     "launch_config",
 )
 
@@ -221,6 +224,20 @@ class _Verifier:
         """Inside a circular-buffer epilogue, which repeats the main loop's loops and buffers."""
         return self.buffered and any(f.label == K.CB_EPILOGUE for f in scope.loops())
 
+    def check_roles(self, s: K.IfThenElse) -> None:
+        """Warp roles run at the same time: a block-wide barrier in either one waits for
+        threads that never come; each role starts with its setmaxnreg."""
+        for role, body in (("producer", s.then_body), ("compute", s.else_body)):
+            if not body or not isinstance(body[0], K.SetMaxNReg):
+                self.fail(f"the {role} role does not start with setmaxnreg", s)
+            for x in K.walk(body):
+                if isinstance(x, K.BlockSync) and x.barrier_id is None:
+                    self.fail(f"__syncthreads inside the {role} role of a warp-specialized "
+                              "kernel", x)
+                if isinstance(x, K.BlockReduce) and x.barrier is None:
+                    self.fail(f"a block reduction over the whole block inside the {role} role "
+                              "of a warp-specialized kernel", x)
+
     def _ForLoop(self, s: K.ForLoop, scope):
         if not isinstance(s.var, K.Var):
             self.fail(f"loop variable {s.var!r} is not a Var", s)
@@ -236,6 +253,8 @@ class _Verifier:
 
     def _IfThenElse(self, s: K.IfThenElse, scope):
         self.check_expr(s.cond, scope, s, "the condition")
+        if s.roles:
+            self.check_roles(s)
         self.body(s.then_body, _Scope(scope, cond=s))
         self.body(s.else_body, _Scope(scope, cond=s))
 
@@ -320,7 +339,9 @@ class _Verifier:
 
     def _reduce_common(self, s, scope, thread_dims, block_dims) -> None:
         for c in scope.ifs():
-            if not K.is_true(c.cond):
+            # A warp-role split is not a predicate: each role is a whole group with its own
+            # barriers (check_roles requires named barriers inside it).
+            if not K.is_true(c.cond) and not c.roles:
                 self.fail(f"{type(s).__name__} is inside the predicated branch `if {c.cond!r}`: "
                           "threads that skip it would hang the others", s)
         for f in scope.loops():
@@ -366,7 +387,9 @@ class _Verifier:
 
     def _GridSync(self, s: K.GridSync, scope):
         for c in scope.ifs():
-            if not K.is_true(c.cond):
+            # A warp-role split is not a predicate: each role is a whole group with its own
+            # barriers (check_roles requires named barriers inside it).
+            if not K.is_true(c.cond) and not c.roles:
                 self.fail(f"GridSync is inside the predicated branch `if {c.cond!r}`: blocks "
                           "that skip it would hang the others", s)
         if s.sync_buffer is None or id(s.sync_buffer) not in self.param_buffers:

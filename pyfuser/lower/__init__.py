@@ -18,6 +18,7 @@ from .params import kernel_params
 from .reductions import lower_reductions
 from .sync import insert_syncs
 from .vectorize import vectorize_and_unroll
+from .warp_specialize import warp_specialize
 
 PIPELINE = [
     kernel_params,          # pointers, strides, extents, scalars; names of runtime values
@@ -28,6 +29,7 @@ PIPELINE = [
     vectorize_and_unroll,   # vector loads/stores, unrolled register loops
     circular_buffer_loops,  # TMA loads: mbarriers, stages, prologue / main loop / epilogue
     insert_syncs,           # __syncthreads between shared writes and reads
+    warp_specialize,        # producer warp group for TMA loads, compute groups on named barriers
     launch_config,          # grid, block, shared memory, launch bounds
 ]
 

@@ -32,8 +32,8 @@ A TMA tensor that is not circular-buffered is loaded with S = 1, P = 0: issue, w
 
 Limitations: 1D bulk copies only (tensor-map loads are refused); the buffered loop is serial or
 grid-stride, with the TMA tensors of one loop sharing stages and prefetch; the warp-specialized
-kind is refused here (lower it in a producer/consumer pass); the load sub-tree must hold only
-the TMA copies (a bulk axis and serial axes).
+kind is left to the `warp_specialize` pass (which reuses the helpers below); the load sub-tree
+must hold only the TMA copies (a bulk axis and serial axes).
 """
 from __future__ import annotations
 
@@ -54,7 +54,7 @@ MAIN_LOOP = K.CB_MAIN_LOOP
 
 
 def circular_buffer_loops(kernel: K.Kernel) -> K.Kernel:
-    loads = _tma_loads(kernel.body, [])
+    loads = tma_loads(kernel.body, [])
     by_loop: dict = {}
     for op, path in loads:
         tv = op.expr.outputs[0]
@@ -63,42 +63,50 @@ def circular_buffer_loops(kernel: K.Kernel) -> K.Kernel:
                                 f"{op.expr.load_kind.value}")
         opts = tv.circular_buffer_options
         if opts is not None and isinstance(opts.kind, WarpSpecialized):
-            raise LoweringError(f"T{tv.name}: the warp-specialized circular buffer is lowered by "
-                                "the producer/consumer split, not the pipelined pass")
-        pos = tv.compute_at_pos
-        if pos == 0:
-            raise LoweringError(f"T{tv.name}: a TMA load needs a loop to live in (compute-at 0)")
-        want = op.nest[pos - 1]
-        idx = next((k for k, s in enumerate(path) if isinstance(s, K.ForLoop) and s.loop is want),
-                   None)
-        if idx is None:
-            raise LoweringError(f"T{tv.name}: its buffered loop {want!r} is not around its load")
-        loop = path[idx]
-        if loop.parallel not in ("Serial", "GridStride"):
-            raise LoweringError(f"T{tv.name}: the loop left of its compute-at position is "
-                                f"{loop.parallel}; circular buffering needs a serial or "
-                                "grid-stride loop")
+            continue        # the warp_specialize pass splits it into producer and compute roles
+        loop, idx = buffered_loop(tv, op, path)
+        check_buffered_loop(tv, loop)
         top = path[idx + 1] if idx + 1 < len(path) else op
         by_loop.setdefault(id(loop), (loop, []))[1].append((tv, op, top))
     for loop, items in by_loop.values():
-        _buffer_loop(kernel, loop, items)
+        _pipeline_loop(kernel, loop, items)
     return kernel
 
 
-def _tma_loads(body, path):
+def buffered_loop(tv, op, path):
+    """The ForLoop left of tv's compute-at position around its load, and its index in `path`."""
+    pos = tv.compute_at_pos
+    if pos == 0:
+        raise LoweringError(f"T{tv.name}: a TMA load needs a loop to live in (compute-at 0)")
+    want = op.nest[pos - 1]
+    idx = next((k for k, s in enumerate(path) if isinstance(s, K.ForLoop) and s.loop is want),
+               None)
+    if idx is None:
+        raise LoweringError(f"T{tv.name}: its buffered loop {want!r} is not around its load")
+    return path[idx], idx
+
+
+def check_buffered_loop(tv, loop) -> None:
+    if loop.parallel not in ("Serial", "GridStride"):
+        raise LoweringError(f"T{tv.name}: the loop left of its compute-at position is "
+                            f"{loop.parallel}; circular buffering needs a serial or "
+                            "grid-stride loop")
+
+
+def tma_loads(body, path):
     out = []
     for s in body:
         if isinstance(s, K.TensorOp) and isinstance(s.expr, LoadStoreOp) and s.expr.load_kind.is_tma:
             out.append((s, path))
         elif isinstance(s, K.ForLoop):
-            out += _tma_loads(s.body, path + [s])
+            out += tma_loads(s.body, path + [s])
         elif isinstance(s, K.IfThenElse):
-            out += _tma_loads(s.then_body, path + [s]) + _tma_loads(s.else_body, path + [s])
+            out += tma_loads(s.then_body, path + [s]) + tma_loads(s.else_body, path + [s])
     return out
 
 
 @dataclasses.dataclass
-class _Buffered:
+class BufferedTensor:
     tv: object
     buf: K.Buffer
     bars: K.MBarriers
@@ -106,35 +114,59 @@ class _Buffered:
     issue: list           # statements that issue the copies of one stage (iteration var of L)
 
 
-def _buffer_loop(kernel: K.Kernel, loop: K.ForLoop, items) -> None:
-    ctx = kernel.ctx
+def stages_of(loop: K.ForLoop, items) -> tuple[int, int]:
+    """(stages, prefetch) shared by the TMA tensors buffered over `loop` (1, 0: not buffered)."""
     stages = {(tv.circular_buffer_options.stages, tv.circular_buffer_options.prefetch)
               if tv.circular_buffer_options else (1, 0) for tv, _, _ in items}
     if len(stages) != 1:
         raise LoweringError(f"the TMA tensors buffered over loop {loop.var!r} ask for different "
                             f"stages/prefetch {sorted(stages)}")
-    n_stages, prefetch = stages.pop()
+    return stages.pop()
+
+
+def take_loads(kernel: K.Kernel, loop: K.ForLoop, items, n_stages: int,
+               bars_name: str = "pf_mbar_{}") -> list:
+    """Remove each TMA load sub-tree from `loop`, turn it into bulk-copy issue statements on a
+    new mbarrier array of `n_stages`, and grow its shared buffer to `n_stages` slots."""
     buffered = []
     for tv, op, top in items:
         if top not in loop.body:
             raise LoweringError(f"T{tv.name}: its load is not directly in the buffered loop")
         loop.body.remove(top)
-        buf = ctx.buffers[tv]
+        buf = kernel.ctx.buffers[tv]
         if not isinstance(buf.size, K.Const):
             raise LoweringError(f"T{tv.name}: a circular buffer needs a constant slot size")
         slot = buf.size.value
-        bars = K.MBarriers(f"pf_mbar_{buf.name}", n_stages)
-        issue = _issue_stmts(kernel, top, tv, bars)
+        bars = K.MBarriers(bars_name.format(buf.name), n_stages)
+        issue = issue_stmts(kernel, top, tv, bars)
         buf.size = K.Const(slot * n_stages)
-        buffered.append(_Buffered(tv, buf, bars, slot, issue))
-    # Trip count of L, and its index as a function of the iteration number k.
+        buffered.append(BufferedTensor(tv, buf, bars, slot, issue))
+    return buffered
+
+
+def trip_count(loop: K.ForLoop):
+    """(trips, start, step) of a serial or grid-stride loop: its index at iteration k is
+    start + k * step."""
     if loop.parallel == "GridStride":
-        start, step = _BIDX, _GDIMX
         trips = K.Select(K.lt(_BIDX, loop.stop), K.ceil_div(K.sub(loop.stop, _BIDX), _GDIMX),
                          K.Const(0))
-    else:
-        start, step = loop.start, loop.step
-        trips = K.ceil_div(K.sub(loop.stop, loop.start), loop.step)
+        return trips, _BIDX, _GDIMX
+    return K.ceil_div(K.sub(loop.stop, loop.start), loop.step), loop.start, loop.step
+
+
+def mark_replaced(kernel: K.Kernel, loop: K.ForLoop, buffered) -> None:
+    kernel.replaced_loops.add(id(loop.loop))
+    for b in buffered:
+        for s in K.walk(b.issue):
+            if isinstance(s, K.ForLoop) and s.loop is not None:
+                kernel.replaced_loops.add(id(s.loop))
+
+
+def _pipeline_loop(kernel: K.Kernel, loop: K.ForLoop, items) -> None:
+    ctx = kernel.ctx
+    n_stages, prefetch = stages_of(loop, items)
+    buffered = take_loads(kernel, loop, items, n_stages)
+    trips, start, step = trip_count(loop)
     n = K.Var(f"pf_cb_trips_{loop.var.name}")
 
     def index_at(k):
@@ -145,7 +177,7 @@ def _buffer_loop(kernel: K.Kernel, loop: K.ForLoop, items) -> None:
         out = []
         for b in buffered:
             for s in b.issue:
-                out.append(_retarget(s, {loop.var: index_at(k)}, b, stage))
+                out.append(retarget(s, {loop.var: index_at(k)}, b, stage))
             out.append(K.IfThenElse(_THREAD0, [K.MBarrierArrive(K.MBarrierRef(b.bars, stage))]))
         return out
 
@@ -154,7 +186,7 @@ def _buffer_loop(kernel: K.Kernel, loop: K.ForLoop, items) -> None:
         parity = K.mod(K.div(k, n_stages), 2)
         out = [K.ScalarDef(loop.var, index_at(k))]
         out += [K.MBarrierWait(K.MBarrierRef(b.bars, stage), parity) for b in buffered]
-        return out + [_offset_slots(s, buffered, stage) for s in stmts]
+        return out + [offset_slots(s, buffered, stage) for s in stmts]
 
     names = "/".join(f"T{b.tv.name}" for b in buffered)
     prologue = [K.Comment(f"circular buffer of {names}: {n_stages} stage(s), prefetch {prefetch}")]
@@ -180,17 +212,13 @@ def _buffer_loop(kernel: K.Kernel, loop: K.ForLoop, items) -> None:
     out.append(K.BlockSync())
     out.append(K.IfThenElse(_THREAD0, [K.MBarrierInval(K.MBarrierRef(b.bars, K.Const(s)))
                                        for b in buffered for s in range(n_stages)]))
-    kernel.replaced_loops.add(id(loop.loop))
-    for b in buffered:
-        for s in K.walk(b.issue):
-            if isinstance(s, K.ForLoop) and s.loop is not None:
-                kernel.replaced_loops.add(id(s.loop))
-    if not _replace(kernel.body, loop, out):
+    mark_replaced(kernel, loop, buffered)
+    if not replace_stmt(kernel.body, loop, out):
         raise LoweringError(f"loop {loop.var!r} vanished from the kernel")
     kernel.circular_buffers += [(b.buf.name, n_stages, prefetch, "pipelined") for b in buffered]
 
 
-def _issue_stmts(kernel, top, tv, bars) -> list:
+def issue_stmts(kernel, top, tv, bars) -> list:
     """The load sub-tree as BulkLoads: bulk loops dropped (one copy moves the axis), the TMA
     TensorOps become copies of the bulk axis' bytes."""
     def convert(s, bulk_stop=None):
@@ -223,7 +251,7 @@ def _issue_stmts(kernel, top, tv, bars) -> list:
     return convert(top)
 
 
-def _retarget(s, mapping, b: _Buffered, stage):
+def retarget(s, mapping, b: BufferedTensor, stage):
     """A copy of an issue statement for one iteration: loop index substituted, copy into the
     iteration's slot, completing on the slot's barrier."""
     if isinstance(s, K.BulkLoad):
@@ -234,12 +262,12 @@ def _retarget(s, mapping, b: _Buffered, stage):
                                    predicate=substitute(s.predicate, mapping))
     if isinstance(s, K.ForLoop):
         # Issued once per iteration (prologue and main loop): no longer one lowering loop.
-        return dataclasses.replace(s, body=[_retarget(c, mapping, b, stage) for c in s.body],
+        return dataclasses.replace(s, body=[retarget(c, mapping, b, stage) for c in s.body],
                                    loop=None)
     return s
 
 
-def _offset_slots(s, buffered, stage):
+def offset_slots(s, buffered, stage):
     """Reads of a buffered tensor address the iteration's slot."""
     slots = {id(b.buf): b.slot_elems for b in buffered}
 
@@ -260,14 +288,14 @@ def _offset_slots(s, buffered, stage):
     return visit(s)
 
 
-def _replace(body: list, old, new: list) -> bool:
+def replace_stmt(body: list, old, new: list) -> bool:
     for k, s in enumerate(body):
         if s is old:
             body[k:k + 1] = new
             return True
-        if isinstance(s, K.ForLoop) and _replace(s.body, old, new):
+        if isinstance(s, K.ForLoop) and replace_stmt(s.body, old, new):
             return True
-        if isinstance(s, K.IfThenElse) and (_replace(s.then_body, old, new)
-                                            or _replace(s.else_body, old, new)):
+        if isinstance(s, K.IfThenElse) and (replace_stmt(s.then_body, old, new)
+                                            or replace_stmt(s.else_body, old, new)):
             return True
     return False

@@ -4,6 +4,8 @@ Before: loops bound to blockIdx/threadIdx with (possibly runtime) extents.
 After:  kernel.launch = LaunchConfig(grid=[gx, gy, gz], block=[bx, by, bz], ...), where each
         dimension is the largest extent bound to it (a fusion Scalar the executor evaluates per
         call), unless the schedule fixed it (fusion.launch_hints, e.g. a persistent grid).
+        A warp-specialized kernel adds its producer rows to the split dim and is bounded to
+        one block per SM.
 The block reductions' shared workspace is sized with the device library's formulas
 (kir/workspace.py) for the block; with a runtime block size, for 1024 threads.
 """
@@ -44,9 +46,18 @@ def launch_config(kernel: K.Kernel) -> K.Kernel:
     max_threads = None
     if all(v is not None for v in static_block):
         max_threads = static_block[0] * static_block[1] * static_block[2]
+    min_blocks = hints.get("min_blocks")
+    max_threads = hints.get("max_threads", max_threads)
+    roles = kernel.warp_roles
+    if roles is not None:
+        # The producer warp group(s) add rows along the split dim; one block per SM, so that
+        # ptxas gives every thread 65536 / threads registers at entry for setmaxnreg to move.
+        dim = _ORDER[roles.dim]
+        block[dim] = roles.compute_extent + roles.producer_extent
+        max_threads, min_blocks = roles.compute_threads + roles.producer_threads, 1
     kernel.launch = K.LaunchConfig(grid=grid, block=block,
-                                   max_threads=hints.get("max_threads", max_threads),
-                                   min_blocks=hints.get("min_blocks"),
+                                   max_threads=max_threads,
+                                   min_blocks=min_blocks,
                                    cooperative=bool(hints.get("cooperative", False)
                                                     or kernel.needs_cooperative),
                                    cluster=hints.get("cluster"))

@@ -7,8 +7,9 @@ from ..kir import nodes as K
 
 
 def substitute(e, mapping: dict):
-    """A copy of expression `e` with each Var in `mapping` replaced, constants folded."""
-    if isinstance(e, K.Var):
+    """A copy of expression `e` with each Var (or Special, e.g. threadIdx.y) in `mapping`
+    replaced, constants folded."""
+    if isinstance(e, (K.Var, K.Special)):
         return mapping.get(e, e)
     if isinstance(e, K.Bin):
         a, b = substitute(e.a, mapping), substitute(e.b, mapping)

@@ -162,3 +162,56 @@ def test_forced_tma_kernel_refuses_misaligned_input():
     bad = x.reshape(-1)[4:4 + 64 * 2048].view(64, 2048)
     with pytest.raises(ValueError, match="cannot be copied row by row with TMA"):
         fd.execute([bad, w[:2048]], options={"heuristic": p})
+
+
+# Warp-specialized TMA variant (forced) ----------------------------------------------------
+WS = {"enable": ["ws_inner_persistent"]}
+
+
+def _ran_ws(fd) -> bool:
+    p = fd.last_run.heuristics[0]
+    return p.warp_specialized and p.stages >= 2
+
+
+@pytest.mark.parametrize("name", FORWARD)
+@pytest.mark.parametrize("shape", [(1, 8), (7, 1000), (1000, 5120), (4096, 1024), (333, 4096),
+                                   (2000, 12288), (2000, 16384)])
+def test_forward_ws_bf16(name, shape):
+    fd = catalogue.define(name)
+    run_and_check(fd, catalogue.make_inputs(name, *shape, device="cuda"),
+                  scheduler="inner_persistent", options=WS)
+    assert _ran_ws(fd), fd.last_run.heuristics[0].reason
+
+
+@pytest.mark.parametrize("name", ["rmsnorm_fwd", "layernorm_fwd", "softmax"])
+@pytest.mark.parametrize("dtype", ["fp16", "fp32"])
+def test_forward_ws_other_dtypes(name, dtype):
+    fd = catalogue.define(name, dtype)
+    run_and_check(fd, catalogue.make_inputs(name, 777, 2048, dtype, device="cuda"),
+                  scheduler="inner_persistent", options=WS)
+    assert _ran_ws(fd)
+
+
+@pytest.mark.parametrize("grid,stages", [(1, 2), (3, 3), (7, 8), (132, 4)])
+def test_ws_persistent_grids_and_stages(grid, stages):
+    """Few blocks striding over many row groups: every slot is released and refilled many
+    times, so a wrong empty/full parity hangs or reads stale rows."""
+    import dataclasses
+    fd = catalogue.define("layernorm_fwd")
+    ins = catalogue.make_inputs("layernorm_fwd", 1001, 2048, device="cuda")
+    fd.execute(ins, options=WS)
+    p = dataclasses.replace(fd.last_run.heuristics[0], grid=grid, stages=stages,
+                            prefetch=stages - 1)
+    run_and_check(fd, ins, scheduler="inner_persistent", options={"heuristic": p})
+    assert fd.last_run.heuristics[0] == p and p.warp_specialized
+
+
+def test_ws_noncontiguous_rows():
+    fd = _softmax_of_strided_rows()
+    x = torch.randn(300, 3008, device="cuda", dtype=torch.bfloat16)[:, 64:2112]
+    run_and_check(fd, [x], scheduler="inner_persistent", options=WS)
+    assert _ran_ws(fd), fd.last_run.heuristics[0].reason
+    x = torch.randn(300, 3004, device="cuda", dtype=torch.bfloat16)[:, 64:2112]
+    run_and_check(fd, [x], scheduler="inner_persistent", options=WS)
+    p = fd.last_run.heuristics[0]
+    assert not p.warp_specialized and "stride 3004" in p.reason

@@ -17,6 +17,7 @@ Test files import it after putting tests/lower on sys.path (pytest runs with
 from __future__ import annotations
 
 import math
+import threading
 import struct
 
 import numpy as np
@@ -379,6 +380,27 @@ class _Thread:
         self.block = block
 
 
+class _Roles:
+    """Turn-taking state of concurrently running warp roles (see Interpreter._run_roles)."""
+
+    def __init__(self, n: int):
+        self.n = n
+        self.cv = threading.Condition()
+        self.local = threading.local()
+        self.turn = 0
+        self.done = [False] * n
+        self.blocked_at = [None] * n   # mbarrier version a blocked role last saw
+        self.version = 0               # bumped whenever an mbarrier phase completes
+        self.error = None
+
+    def next_turn(self, me: int) -> int:
+        for k in range(1, self.n + 1):
+            j = (me + k) % self.n
+            if not self.done[j]:
+                return j
+        return me
+
+
 class Interpreter:
     """Run `kernel` on CPU tensors. `bindings`: the kernel fusion's symbolic extents -> ints."""
 
@@ -580,8 +602,67 @@ class Interpreter:
     def _IfThenElse(self, s, threads):
         yes = [t for t in threads if eval_expr(s.cond, t.env)]
         no = [t for t in threads if not eval_expr(s.cond, t.env)]
+        if s.roles:
+            self._run_roles([(s.then_body, yes), (s.else_body, no)])
+            return
         self._body(s.then_body, yes)
         self._body(s.else_body, no)
+
+    # Warp roles: the producer and compute branches run as two cooperating groups (each in
+    # lockstep). A group runs until an mbarrier wait it cannot pass, then hands over; when
+    # neither can move, the kernel would hang, and the interpreter says so.
+    def _run_roles(self, groups) -> None:
+        roles = _Roles(len(groups))
+        self._roles = roles
+
+        def run(idx, body, threads):
+            roles.local.idx = idx
+            with roles.cv:
+                while roles.turn != idx:
+                    roles.cv.wait()
+            try:
+                self._body(body, threads)
+            except BaseException as e:      # reported by the main thread
+                roles.error = roles.error or e
+            finally:
+                with roles.cv:
+                    roles.done[idx] = True
+                    roles.turn = roles.next_turn(idx)
+                    roles.cv.notify_all()
+        workers = [threading.Thread(target=run, args=(k, b, t)) for k, (b, t) in enumerate(groups)]
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join()
+        self._roles = None
+        if roles.error is not None:
+            raise roles.error
+
+    def _wait_until(self, ready, what: str) -> None:
+        roles = getattr(self, "_roles", None)
+        if roles is None:
+            if not ready():
+                raise InterpreterError(what)
+            return
+        me = roles.local.idx
+        while not ready():
+            with roles.cv:
+                others = [k for k in range(roles.n) if k != me and not roles.done[k]]
+                stuck = all(roles.blocked_at[k] == roles.version for k in others)
+                if roles.error is not None or stuck:
+                    roles.error = roles.error or InterpreterError("deadlock: " + what)
+                    raise InterpreterError("deadlock: " + what)
+                roles.blocked_at[me] = roles.version
+                roles.turn = roles.next_turn(me)
+                roles.cv.notify_all()
+                while roles.turn != me:
+                    roles.cv.wait()
+                roles.blocked_at[me] = None
+                if roles.error is not None:
+                    raise roles.error
+
+    def _SetMaxNReg(self, s, threads):
+        pass
 
     def _Allocate(self, s, threads):
         b = s.buffer
@@ -651,8 +732,11 @@ class Interpreter:
 
     def _check_whole_blocks(self, s, threads):
         """Every thread of each block that reaches a block-wide step reaches it (blocks of a
-        persistent grid may run different numbers of iterations)."""
+        persistent grid may run different numbers of iterations); with a named barrier, its
+        thread count."""
         per_block = self.block[0] * self.block[1] * self.block[2]
+        if getattr(s, "barrier", None) is not None:
+            per_block = s.barrier[1]
         count: dict = {}
         for t in threads:
             count[t.block] = count.get(t.block, 0) + 1
@@ -733,11 +817,13 @@ class Interpreter:
                                    f"at {self._where(t)}")
         return bar
 
-    @staticmethod
-    def _maybe_complete(bar) -> None:
+    def _maybe_complete(self, bar) -> None:
         if bar["arrived"] == bar["count"] and bar["tx"] == 0:
             bar["phase"] += 1
             bar["arrived"] = 0
+            roles = getattr(self, "_roles", None)
+            if roles is not None:
+                roles.version += 1
 
     def _MBarrierAlloc(self, s, threads):
         if not hasattr(self, "mbarriers"):
@@ -767,11 +853,11 @@ class Interpreter:
             bar = self._mbar(t, s.bar)
             parity = eval_expr(s.parity, t.env)
             # The phase of parity P has completed when the completed count's parity differs.
-            if bar["phase"] % 2 == parity:
-                raise InterpreterError(
-                    f"wait on {s.bar!r} parity {parity} would never return (phases completed: "
-                    f"{bar['phase']}, arrivals {bar['arrived']}/{bar['count']}, pending bytes "
-                    f"{bar['tx']}) at {self._where(t)}")
+            self._wait_until(
+                lambda: bar["phase"] % 2 != parity,
+                f"wait on {s.bar!r} parity {parity} would never return (phases completed: "
+                f"{bar['phase']}, arrivals {bar['arrived']}/{bar['count']}, pending bytes "
+                f"{bar['tx']}) at {self._where(t)}")
 
     def _MBarrierInval(self, s, threads):
         for t in threads:

@@ -104,3 +104,7 @@ def test_check_register_counts():
     assert check_register_counts(128, 256, 1) is None       # 49152
     assert check_register_counts(40, 160, 3) is not None    # 520 * 128 = 66560
     assert "multiple of 8" in check_register_counts(40, 100, 1)
+    # A producer of 4 warp groups (bdimx = 512): 4 x 24 + 4 x 104 = 512 -> 65536, fits exactly.
+    assert check_register_counts(24, 104, 4, producer_groups=4) is None
+    why = check_register_counts(40, 104, 4, producer_groups=4)   # (160 + 416) * 128 = 73728
+    assert why.startswith("4 x 40 + 4 x 104 registers per thread need 73728")

@@ -21,7 +21,7 @@ from ... import options
 from ...ir.exprs import LoadKind
 from ...ir.id_graph import IdGraph
 from ...ir.iter_domain import ParallelType as PT
-from ...ir.tensor import TensorView
+from ...ir.tensor import TensorView, WarpSpecialized
 from .. import (cache_after, cache_before, circular_buffer, inline_at, inline_most,
                 parallelize_like, propagate_transforms, rfactor)
 from ..inlining import _upstream
@@ -58,6 +58,12 @@ class InnerPersistentParams:
     grid: int = 0
     tma_inputs: tuple = ()
     blocks_per_sm: int = 0       # TMA variant: resident blocks per SM planned (launch bounds)
+    # Warp-specialized TMA variant: a producer warp group (extra threadIdx.y rows) issues the
+    # copies, bdimy compute rows wait on full / release empty mbarriers; one block per SM.
+    # Register counts for setmaxnreg: 0 lets lowering take the largest split that fits.
+    warp_specialized: bool = False
+    producer_registers: int = 0
+    compute_registers: int = 0
     cluster: int = 1             # blocks (a thread-block cluster along blockIdx.y) per row
     # Why the heuristic chose this variant (explain prints it); not part of the kernel's key.
     reason: str = dataclasses.field(default="", compare=False)
@@ -70,7 +76,12 @@ class InnerPersistentParams:
         if self.cluster > 1:
             text += (f"; each row split over a cluster of {self.cluster} blocks, reduced through "
                      "distributed shared memory")
-        if self.stages:
+        if self.warp_specialized:
+            text += (f"; warp-specialized TMA: a producer warp group copies inputs "
+                     f"{list(self.tma_inputs)} row by row into {self.stages} shared-memory "
+                     f"stages, {self.bdimx * self.bdimy} compute threads, a persistent grid of "
+                     f"{self.grid} blocks (one per SM)")
+        elif self.stages:
             text += (f"; TMA: inputs {list(self.tma_inputs)} copied row by row into "
                      f"{self.stages} shared-memory stages (prefetch {self.prefetch}) by a "
                      f"persistent grid of {self.grid} blocks")
@@ -173,8 +184,16 @@ def choose_variant(fusion, info: RuntimeInfo, p: InnerPersistentParams, n: int, 
     variant is 2-5% slower than the register kernel for every row that fits registers, so it
     runs only when PYFUSER_ENABLE=tma_inner_persistent (or a per-call option) asks for it and
     its rules hold; a forced choice that cannot run says why and keeps the register kernel."""
+    if options.current().is_enabled("ws_inner_persistent"):
+        ws, problems = warp_specialized_variant(fusion, info, p, n, m, rpos)
+        if ws is not None:
+            return ws
+        p = dataclasses.replace(p, reason="warp-specialized TMA forced on but not possible: "
+                                + "; ".join(problems))
     forced = options.current().is_enabled("tma_inner_persistent")
     if not forced:
+        if p.reason:
+            return dataclasses.replace(p, reason=p.reason + "; register rows instead")
         why = ("TMA disabled (PYFUSER_DISABLE=tma_inner_persistent)" if forced is False else
                "register rows: the TMA circular-buffered variant measured 2-5% slower on the "
                "H100 for rows that fit registers (PYFUSER_ENABLE=tma_inner_persistent forces it)")
@@ -201,6 +220,63 @@ def choose_variant(fusion, info: RuntimeInfo, p: InnerPersistentParams, n: int, 
         p, stages=stages, prefetch=stages - 1, grid=grid, tma_inputs=rows, blocks_per_sm=per_sm,
         reason="TMA forced on (tma_inner_persistent): 1D bulk copies of each row into a "
                f"{stages}-stage circular buffer, {per_sm} persistent block(s) per SM")
+
+
+# Bytes the producer of the warp-specialized variant keeps in flight per SM (its stages): one
+# block per SM must cover the memory latency alone; 3 TB/s x ~2 us / 132 SMs is about 45 KB.
+WS_BYTES_IN_FLIGHT = 96 * 1024
+WS_MAX_STAGES = 8
+WARP_GROUP = 128
+
+
+def warp_specialized_variant(fusion, info: RuntimeInfo, p: InnerPersistentParams, n: int,
+                             m: int, rpos) -> tuple[InnerPersistentParams | None, list]:
+    """The warp-specialized TMA parameters for rows `p` describes, or None and why not.
+    Compute threads are whole warp groups (256 when a row takes at most 128 threads, else the
+    row's threads); the producer rows along threadIdx.y are one warp group, or one row of
+    threads when a row takes more than 128."""
+    rows, problems = _tma_rows(fusion, info, rpos)
+    if not rows:
+        problems = problems or ["no row input"]
+    bdimx, batch = p.bdimx, p.persistent_batch
+    if WARP_GROUP % bdimx and bdimx % WARP_GROUP:
+        # Another split of the row into threads x vectors per thread that makes whole warp
+        # groups (5120 bf16: 640 vectors = 128 threads x 5), within the register budget.
+        vecs = -(-n // p.vector)
+        for b in range(1, MAX_ELEMENTS_PER_THREAD // p.vector + 1):
+            t = -(-vecs // b)
+            if t <= 512 and (WARP_GROUP % t == 0 or t % WARP_GROUP == 0) and t * b - vecs < t:
+                bdimx, batch = t, b
+                break
+    if WARP_GROUP % bdimx == 0:
+        bdimy = 2 * WARP_GROUP // bdimx
+    elif bdimx % WARP_GROUP == 0:
+        bdimy = 1
+    else:
+        problems.append(f"{bdimx} threads per row neither divide 128 nor are a multiple of it "
+                        "(warp groups)")
+        bdimy = 1
+    row_bytes = sum(n * fusion.inputs[k].dtype.size for k in rows)
+    stage_bytes = bdimy * row_bytes
+    budget = info.device.max_shared_memory_per_block_optin - TMA_SMEM_RESERVE
+    stages = min(WS_MAX_STAGES, max(2, -(-WS_BYTES_IN_FLIGHT // max(stage_bytes, 1))),
+                 budget // max(stage_bytes, 1))
+    if rows and stages < 2:
+        problems.append(f"two stages of {bdimy} row(s) need {2 * stage_bytes} bytes of shared "
+                        f"memory, more than {budget}")
+    if stage_bytes > MAX_TX_BYTES:
+        problems.append(f"a stage of {stage_bytes} bytes exceeds one mbarrier phase's "
+                        f"transaction count ({MAX_TX_BYTES})")
+    if problems:
+        return None, problems
+    groups = -(-max(m, 1) // bdimy)
+    grid = max(1, min(info.device.sm_count, groups))
+    return dataclasses.replace(
+        p, bdimx=bdimx, persistent_batch=batch, bdimy=bdimy, stages=stages, prefetch=stages - 1,
+        grid=grid, tma_inputs=rows,
+        blocks_per_sm=1, warp_specialized=True, keep_weights=p.keep_weights,
+        reason=f"warp-specialized TMA forced on (ws_inner_persistent): a producer warp group "
+               f"fills {stages} stages of {bdimy} row(s), one persistent block per SM"), []
 
 
 def _tma_rows(fusion, info: RuntimeInfo, rpos) -> tuple[tuple, list]:
@@ -349,11 +425,13 @@ def schedule(fusion, p: InnerPersistentParams) -> None:
         for o in outputs:
             o.parallelize(-1, PT.Vectorize)
     inline_most([t for t in fusion.tensors() if t not in staged.values()], fusion=fusion)
+    kind = (WarpSpecialized(PT.TIDy, p.producer_registers or None, p.compute_registers or None)
+            if p.warp_specialized else None)
     for slot in staged.values():
         # Inlined right after the grid-stride loop: the rows of a stage share one slot and one
         # mbarrier; circular-buffered over that loop.
         inline_at(slot, 1)
-        circular_buffer(slot, p.stages, p.prefetch)
+        circular_buffer(slot, p.stages, p.prefetch, kind=kind)
     # Each input cache holds the thread's whole share of the row, loaded before any use.
     graph = IdGraph(fusion, permissive=True)
     batch_axis = rfs[0].domain.loop[2 + c]
