@@ -38,8 +38,9 @@ the producer never reaches them.
 Register split: `__launch_bounds__(all threads, 1)` gives each thread R0 = 65536 / threads
 registers at entry (rounded down to 8); the producer decreases to Rp (default 40, 24 when it
 spans several warp groups), compute increases to Rc (default: what is left, at most 240).
-Rp <= R0 <= Rc and Rp * producer threads + Rc * compute threads <= 65536 are checked here,
-before any code exists: setmaxnreg.inc waits forever for registers the SM does not have.
+Rp <= R0 <= Rc and Rp * producer threads + Rc * compute threads <= R0 * threads (the block's
+pool, below 65536 when the thread count does not divide it) are checked here, before any code
+exists: setmaxnreg.inc waits forever for registers the pool does not have (seen: 640 threads).
 
 Limitations: one buffered loop, at the top level of the kernel (serial or grid-stride); the
 split is along threadIdx.y, so compute rows times threadIdx.x threads, and the producer rows,
@@ -141,11 +142,13 @@ def _roles(kernel: K.Kernel, kind: WarpSpecialized) -> K.WarpRoles:
         raise LoweringError(f"{compute} compute and {producer} producer threads exceed 1024 per "
                             "block")
     entry = min(255, REGISTER_FILE // total) // 8 * 8
+    # The block's pool: what it holds at entry; setmaxnreg only moves registers within it.
+    pool = entry * total
     p_regs = kind.producer_registers or (40 if producer == WARP_GROUP else 24)
     c_regs = kind.compute_registers or min(
-        MAX_COMPUTE_REGISTERS, (REGISTER_FILE - p_regs * producer) // compute // 8 * 8)
+        MAX_COMPUTE_REGISTERS, (pool - p_regs * producer) // compute // 8 * 8)
     why = check_register_counts(p_regs, c_regs, compute // WARP_GROUP,
-                                producer_groups=producer // WARP_GROUP)
+                                producer_groups=producer // WARP_GROUP, pool=pool)
     if why is None and not p_regs <= entry <= c_regs:
         why = (f"the entry register count {entry} ({total} threads) must lie between the "
                f"producer's {p_regs} and the compute warp groups' {c_regs}")

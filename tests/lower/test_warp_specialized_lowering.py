@@ -217,3 +217,13 @@ def test_ws_kernels_compile_clean(name, M, N):
     # ptxas gives the entry count 65536 / threads (at most 255) that setmaxnreg moves.
     threads = roles.compute_threads + roles.producer_threads
     assert rep.registers == min(255, 65536 // threads) // 8 * 8, rep.summary()
+
+
+def test_register_split_stays_within_the_blocks_entry_pool():
+    """640 threads enter with 96 registers each (61440, not 65536): compute may grow to 104,
+    not the 112 the whole register file would allow (that split hung on the H100)."""
+    fd, inputs, st, p, k = lowered("rmsnorm_fwd", 4096, 4096, bdimy=4, stages=4)
+    r = k.warp_roles
+    assert (r.compute_threads, r.producer_threads) == (512, 128)
+    assert (r.producer_registers, r.compute_registers) == (40, 104)
+    assert 40 * 128 + 104 * 512 <= 96 * 640 < 40 * 128 + 112 * 512

@@ -106,5 +106,10 @@ def test_check_register_counts():
     assert "multiple of 8" in check_register_counts(40, 100, 1)
     # A producer of 4 warp groups (bdimx = 512): 4 x 24 + 4 x 104 = 512 -> 65536, fits exactly.
     assert check_register_counts(24, 104, 4, producer_groups=4) is None
+    # 640 threads enter with 96 registers: a pool of 61440, less than the file. This split
+    # hung on the H100 (setmaxnreg.inc waiting for registers the block never had).
+    assert check_register_counts(40, 112, 4, pool=96 * 640) is not None
+    assert check_register_counts(40, 112, 4) is None
+    assert check_register_counts(40, 104, 4, pool=96 * 640) is None   # 58368
     why = check_register_counts(40, 104, 4, producer_groups=4)   # (160 + 416) * 128 = 73728
     assert why.startswith("4 x 40 + 4 x 104 registers per thread need 73728")
