@@ -59,7 +59,7 @@ def _split(kernel):
 
 
 def test_structure_rmsnorm_4096():
-    fd, inputs, st, p, k = lowered("rmsnorm_fwd", 4096, 4096, stages=4)
+    fd, inputs, st, p, k = lowered("rmsnorm_fwd", 4096, 4096, stages=4, bdimy=2)
     assert (p.bdimx, p.bdimy, p.grid) == (128, 2, 132)
     assert [(s, kind) for _, s, _, kind in k.circular_buffers] == [(4, "warp_specialized")]
     roles = k.warp_roles
@@ -117,7 +117,8 @@ def test_structure_rmsnorm_4096():
 @pytest.mark.parametrize("M,N", [(1, 64), (37, 64), (100, 128)])
 @pytest.mark.parametrize("stages,grid", [(2, 1), (3, 2)])
 def test_interpreted_ws_kernels_match_the_reference(name, M, N, stages, grid):
-    fd, inputs, st, p, k = lowered(name, M, N, "fp32", stages=stages, grid=grid)
+    # 16 rows of 16 threads per stage (256 compute threads): several trips around the slots.
+    fd, inputs, st, p, k = lowered(name, M, N, "fp32", stages=stages, grid=grid, bdimy=16)
     outs, it = interpret(k, st.bindings, inputs)
     for o, r in zip(outs, reference(fd, inputs)):
         torch.testing.assert_close(o.double(), r.double(), **TOL)
@@ -130,7 +131,7 @@ def test_interpreted_ws_kernels_match_the_reference(name, M, N, stages, grid):
 @pytest.mark.parametrize("which", ["empty", "full"])
 def test_a_wrong_parity_deadlocks_in_the_interpreter(which):
     # 100 rows of 64 in groups of 16 rows: 7 iterations over 2 stages on one block.
-    fd, inputs, st, p, k = lowered("rmsnorm_fwd", 100, 64, "fp32", stages=2, grid=1)
+    fd, inputs, st, p, k = lowered("rmsnorm_fwd", 100, 64, "fp32", stages=2, grid=1, bdimy=16)
     if which == "empty":
         wait = _loop(k, K.WS_PRODUCER_LOOP).body[0].then_body[0]
     else:
@@ -141,7 +142,7 @@ def test_a_wrong_parity_deadlocks_in_the_interpreter(which):
 
 
 def test_a_missing_release_deadlocks_in_the_interpreter():
-    fd, inputs, st, p, k = lowered("softmax", 100, 64, "fp32", stages=2, grid=1)
+    fd, inputs, st, p, k = lowered("softmax", 100, 64, "fp32", stages=2, grid=1, bdimy=16)
     cl = _loop(k, K.WS_COMPUTE_LOOP)
     assert isinstance(cl.body[-1], K.MBarrierArrive)
     cl.body.pop()
@@ -152,11 +153,11 @@ def test_a_missing_release_deadlocks_in_the_interpreter():
 def test_register_split_that_cannot_fit_is_refused_before_codegen():
     fd = catalogue.define("rmsnorm_fwd", "bf16")
     inputs = empty_inputs("rmsnorm_fwd", 4096, 4096)
-    p = forced_ws(fd, inputs, producer_registers=40, compute_registers=248)  # 40*128+248*256
+    p = forced_ws(fd, inputs, bdimy=2, producer_registers=40, compute_registers=248)  # 40*128+248*256
     with pytest.raises(Exception, match="registers"):
         schedule_and_lower(fd, inputs, params=p, scheduler=ip)
     # Below the entry count (168 for 384 threads) setmaxnreg.inc would shrink, not grow.
-    p = forced_ws(fd, inputs, producer_registers=40, compute_registers=160)
+    p = forced_ws(fd, inputs, bdimy=2, producer_registers=40, compute_registers=160)
     with pytest.raises(LoweringError, match="entry register count 168"):
         schedule_and_lower(fd, inputs, params=p, scheduler=ip)
 
@@ -171,14 +172,16 @@ def test_choice_reasons():
     assert not p.warp_specialized and p.stages == 0
     assert "warp-specialized TMA forced on but not possible: input 0" in p.reason
     assert "register rows instead" in p.reason
-    # 40 bf16: 5 vectors as 2 threads x 3, 128 rows of compute threads.
+    # 40 bf16: 5 vectors as 2 threads x 3, 384 rows of compute threads.
     inputs = empty_inputs("rmsnorm_fwd", 64, 40)
     p = forced_ws(fd, inputs)
-    assert (p.bdimx, p.bdimy) == (2, 128)
+    assert (p.bdimx, p.bdimy) == (2, 384)
     # 5120 bf16: 640 vectors re-split as 128 threads x 5 to make whole warp groups.
     inputs = empty_inputs("rmsnorm_fwd", 64, 5120)
     p = forced_ws(fd, inputs)
-    assert (p.bdimx, p.persistent_batch, p.bdimy) == (128, 5, 2)
+    assert (p.bdimx, p.persistent_batch, p.bdimy) == (128, 5, 4)     # 512 compute threads
+    p = forced_ws(fd, empty_inputs("rmsnorm_fwd", 64, 1024))
+    assert (p.bdimx, p.bdimy) == (128, 6)                              # 768 for 2 KB rows
     assert "producer warp group" in p.describe()
 
 

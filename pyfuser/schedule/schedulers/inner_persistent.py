@@ -195,8 +195,9 @@ def choose_variant(fusion, info: RuntimeInfo, p: InnerPersistentParams, n: int, 
         if p.reason:
             return dataclasses.replace(p, reason=p.reason + "; register rows instead")
         why = ("TMA disabled (PYFUSER_DISABLE=tma_inner_persistent)" if forced is False else
-               "register rows: the TMA circular-buffered variant measured 2-5% slower on the "
-               "H100 for rows that fit registers (PYFUSER_ENABLE=tma_inner_persistent forces it)")
+               "register rows: the TMA circular-buffered variants measured slower on the H100, "
+               "for rows that fit registers: pipelined by 2-5%, warp-specialized by 1.5-27% "
+               "(PYFUSER_ENABLE=tma_inner_persistent or ws_inner_persistent forces one)")
         return dataclasses.replace(p, reason=why)
     rows, problems = _tma_rows(fusion, info, rpos)
     budget = info.device.max_shared_memory_per_block_optin - TMA_SMEM_RESERVE
@@ -225,6 +226,11 @@ def choose_variant(fusion, info: RuntimeInfo, p: InnerPersistentParams, n: int, 
 # Bytes the producer of the warp-specialized variant keeps in flight per SM (its stages): one
 # block per SM must cover the memory latency alone; 3 TB/s x ~2 us / 132 SMs is about 45 KB.
 WS_BYTES_IN_FLIGHT = 96 * 1024
+# Compute threads of the warp-specialized variant by the bytes of one input row, from the
+# sweep in bench/results/2026-11-22-h100-sweep-ws-inner-persistent.md: throughput rose with
+# compute warps at 1024 (softmax 919 -> 1603 GB/s from 256 to 768 threads; stages made no
+# difference), and 512 was at or near the best at 4096.
+WS_COMPUTE_THREADS = ((2048, 768), (1 << 62, 512))
 WS_MAX_STAGES = 8
 WARP_GROUP = 128
 
@@ -232,9 +238,9 @@ WARP_GROUP = 128
 def warp_specialized_variant(fusion, info: RuntimeInfo, p: InnerPersistentParams, n: int,
                              m: int, rpos) -> tuple[InnerPersistentParams | None, list]:
     """The warp-specialized TMA parameters for rows `p` describes, or None and why not.
-    Compute threads are whole warp groups (256 when a row takes at most 128 threads, else the
-    row's threads); the producer rows along threadIdx.y are one warp group, or one row of
-    threads when a row takes more than 128."""
+    Compute threads are whole warp groups: WS_COMPUTE_THREADS by row bytes when a row takes
+    at most 128 threads, else the row's threads; the producer rows along threadIdx.y are one
+    warp group, or one row of threads when a row takes more than 128."""
     rows, problems = _tma_rows(fusion, info, rpos)
     if not rows:
         problems = problems or ["no row input"]
@@ -249,7 +255,9 @@ def warp_specialized_variant(fusion, info: RuntimeInfo, p: InnerPersistentParams
                 bdimx, batch = t, b
                 break
     if WARP_GROUP % bdimx == 0:
-        bdimy = 2 * WARP_GROUP // bdimx
+        row_in_bytes = n * max(fusion.inputs[k].dtype.size for k in rows) if rows else 0
+        compute = next(t for limit, t in WS_COMPUTE_THREADS if row_in_bytes <= limit)
+        bdimy = compute // bdimx
     elif bdimx % WARP_GROUP == 0:
         bdimy = 1
     else:
