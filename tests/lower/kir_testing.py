@@ -916,3 +916,31 @@ def reference(fd, inputs) -> list:
     from pyfuser.runtime.inputs import check_inputs
     from pyfuser.runtime.reference import evaluate
     return evaluate(fd.fusion, inputs, extent_bindings=check_inputs(fd.fusion, inputs))
+
+
+def forced_inner_persistent(fd, inputs, feature: str, **changes):
+    """The inner persistent heuristic with `feature` (tma_inner_persistent or
+    ws_inner_persistent) forced on, then `changes` applied (stages without prefetch gets
+    prefetch = stages - 1). Fails if the forced variant was not possible."""
+    import dataclasses
+    from pyfuser import options
+    from pyfuser.schedule.schedulers import inner_persistent as ip
+    with options.override(enable=[feature]):
+        st = setup(fd, inputs)
+        p = ip.compute_heuristics(st.fusion, st.info)
+    assert p.stages >= 2 and p.warp_specialized == (feature == "ws_inner_persistent"), p.reason
+    if "stages" in changes and "prefetch" not in changes:
+        changes["prefetch"] = changes["stages"] - 1
+    return dataclasses.replace(p, **changes)
+
+
+def lowered_inner_persistent(name, M, N, dtype, feature: str, **changes):
+    """Catalogue fusion `name` on fresh inputs, lowered with the forced variant:
+    (fd, inputs, Setup, params, kernel)."""
+    from pyfuser import catalogue
+    from pyfuser.schedule.schedulers import inner_persistent as ip
+    fd = catalogue.define(name, dtype)
+    inputs = catalogue.make_inputs(name, M, N, dtype, seed=1)
+    params = forced_inner_persistent(fd, inputs, feature, **changes)
+    st, _, params, kernel = schedule_and_lower(fd, inputs, params=params, scheduler=ip)
+    return fd, inputs, st, params, kernel

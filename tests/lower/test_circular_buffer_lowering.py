@@ -5,7 +5,6 @@ invalidation), the interpreter running it against the reference (the interpreter
 mbarrier phases and bulk copies, so a wrong parity, slot or byte count fails here), the choice
 and its reasons, and NVRTC compiles for sm_90a with a clean ptxas report.
 """
-import dataclasses
 import re
 import sys
 from pathlib import Path
@@ -14,8 +13,9 @@ import pytest
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from kir_testing import (InterpreterError, empty_inputs, interpret, reference,  # noqa: E402
-                         schedule_and_lower, setup)
+from kir_testing import (InterpreterError, empty_inputs, forced_inner_persistent,  # noqa: E402
+                         interpret, lowered_inner_persistent, reference, schedule_and_lower,
+                         setup)
 from pyfuser import FusionDefinition, catalogue, options  # noqa: E402
 from pyfuser.codegen.cuda import generate_cuda  # noqa: E402
 from pyfuser.kir import nodes as K  # noqa: E402
@@ -28,22 +28,11 @@ TOL = {"fp32": dict(rtol=1e-5, atol=1e-5), "bf16": dict(rtol=2e-2, atol=2e-2)}
 
 
 def forced_tma(fd, inputs, **changes):
-    """The heuristic with TMA forced on, then `changes` (grid, stages, prefetch) applied."""
-    with options.override(enable=["tma_inner_persistent"]):
-        st = setup(fd, inputs)
-        p = ip.compute_heuristics(st.fusion, st.info)
-    assert p.stages >= 2, p.reason
-    if "stages" in changes and "prefetch" not in changes:
-        changes["prefetch"] = changes["stages"] - 1
-    return dataclasses.replace(p, **changes)
+    return forced_inner_persistent(fd, inputs, "tma_inner_persistent", **changes)
 
 
 def lowered(name, M, N, dtype="bf16", **changes):
-    fd = catalogue.define(name, dtype)
-    inputs = catalogue.make_inputs(name, M, N, dtype, seed=1)
-    params = forced_tma(fd, inputs, **changes)
-    st, _, params, kernel = schedule_and_lower(fd, inputs, params=params, scheduler=ip)
-    return fd, inputs, st, params, kernel
+    return lowered_inner_persistent(name, M, N, dtype, "tma_inner_persistent", **changes)
 
 
 def _loops(kernel, label):

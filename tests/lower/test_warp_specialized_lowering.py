@@ -7,7 +7,6 @@ interpreter running producer and compute roles as cooperating groups against the
 (a wrong parity or a missing release deadlocks there and is reported), the refusals, and
 NVRTC compiles for sm_90a with a clean ptxas report (no "setmaxnreg ignored").
 """
-import dataclasses
 import re
 import sys
 from pathlib import Path
@@ -16,8 +15,9 @@ import pytest
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from kir_testing import (InterpreterError, empty_inputs, interpret, reference,  # noqa: E402
-                         schedule_and_lower, setup)
+from kir_testing import (InterpreterError, empty_inputs, forced_inner_persistent,  # noqa: E402
+                         interpret, lowered_inner_persistent, reference, schedule_and_lower,
+                         setup)
 from pyfuser import catalogue, options  # noqa: E402
 from pyfuser.codegen.cuda import generate_cuda  # noqa: E402
 from pyfuser.ir import scalar as S  # noqa: E402
@@ -31,21 +31,11 @@ TOL = dict(rtol=1e-5, atol=1e-5)
 
 
 def forced_ws(fd, inputs, **changes):
-    with options.override(enable=["ws_inner_persistent"]):
-        st = setup(fd, inputs)
-        p = ip.compute_heuristics(st.fusion, st.info)
-    assert p.warp_specialized, p.reason
-    if "stages" in changes:
-        changes.setdefault("prefetch", changes["stages"] - 1)
-    return dataclasses.replace(p, **changes)
+    return forced_inner_persistent(fd, inputs, "ws_inner_persistent", **changes)
 
 
 def lowered(name, M, N, dtype="bf16", **changes):
-    fd = catalogue.define(name, dtype)
-    inputs = catalogue.make_inputs(name, M, N, dtype, seed=1)
-    params = forced_ws(fd, inputs, **changes)
-    st, _, params, kernel = schedule_and_lower(fd, inputs, params=params, scheduler=ip)
-    return fd, inputs, st, params, kernel
+    return lowered_inner_persistent(name, M, N, dtype, "ws_inner_persistent", **changes)
 
 
 def _loop(kernel, label):
