@@ -513,13 +513,20 @@ class WarpRoles:
     `compute_extent` compute, the next `producer_extent` form the producer warp group(s)."""
 
     dim: str                      # "y"
+    row_threads: int              # threads per index of `dim` (blockDim.x)
     compute_extent: int
     producer_extent: int
-    compute_threads: int
-    producer_threads: int
     compute_registers: int
     producer_registers: int
     barrier_id: int = 1           # the compute threads' named barrier
+
+    @property
+    def compute_threads(self) -> int:
+        return self.row_threads * self.compute_extent
+
+    @property
+    def producer_threads(self) -> int:
+        return self.row_threads * self.producer_extent
 
 
 @dataclasses.dataclass(eq=False)

@@ -19,7 +19,8 @@ raises KernelIRError naming the pass and the first broken rule:
   ScalarDef in the main loop and the epilogue, which repeat its body: loops inside an epilogue
   may repeat the main loop's); mbarrier and bulk-copy operands are in scope.
 - warp roles: the two branches of a warp-specialized split each start with setmaxnreg and hold
-  no block-wide barrier (__syncthreads or a block reduction without a named barrier).
+  no block-, cluster- or grid-wide barrier (__syncthreads, a block reduction without a named
+  barrier, a cluster or grid reduction, a grid sync).
 - launch: after `launch_config` the kernel has a launch configuration within the block limit,
   cooperative when it synchronizes the grid.
 
@@ -237,6 +238,9 @@ class _Verifier:
                 if isinstance(x, K.BlockReduce) and x.barrier is None:
                     self.fail(f"a block reduction over the whole block inside the {role} role "
                               "of a warp-specialized kernel", x)
+                if isinstance(x, (K.GridReduce, K.ClusterReduce, K.GridSync)):
+                    self.fail(f"a {type(x).__name__} inside the {role} role of a "
+                              "warp-specialized kernel (the other role never joins it)", x)
 
     def _ForLoop(self, s: K.ForLoop, scope):
         if not isinstance(s.var, K.Var):
@@ -338,10 +342,11 @@ class _Verifier:
                           f"{v.buffer.name} exceeds 16 bytes", s)
 
     def _reduce_common(self, s, scope, thread_dims, block_dims) -> None:
+        named = getattr(s, "barrier", None) is not None
         for c in scope.ifs():
-            # A warp-role split is not a predicate: each role is a whole group with its own
-            # barriers (check_roles requires named barriers inside it).
-            if not K.is_true(c.cond) and not c.roles:
+            # A warp-role split is not a predicate for a reduction on the role's own named
+            # barrier: every thread of the role reaches it.
+            if not K.is_true(c.cond) and not (c.roles and named):
                 self.fail(f"{type(s).__name__} is inside the predicated branch `if {c.cond!r}`: "
                           "threads that skip it would hang the others", s)
         for f in scope.loops():
@@ -387,9 +392,7 @@ class _Verifier:
 
     def _GridSync(self, s: K.GridSync, scope):
         for c in scope.ifs():
-            # A warp-role split is not a predicate: each role is a whole group with its own
-            # barriers (check_roles requires named barriers inside it).
-            if not K.is_true(c.cond) and not c.roles:
+            if not K.is_true(c.cond):
                 self.fail(f"GridSync is inside the predicated branch `if {c.cond!r}`: blocks "
                           "that skip it would hang the others", s)
         if s.sync_buffer is None or id(s.sync_buffer) not in self.param_buffers:

@@ -93,10 +93,17 @@ def check_buffered_loop(tv, loop) -> None:
                             "grid-stride loop")
 
 
+def is_tma_load(s) -> bool:
+    """A TensorOp that copies with TMA (it completes on an mbarrier, not in program order)."""
+    return (isinstance(s, K.TensorOp) and isinstance(s.expr, LoadStoreOp)
+            and s.expr.load_kind.is_tma)
+
+
 def tma_loads(body, path):
+    """(TMA load, the statements around it) for every TMA load in `body`."""
     out = []
     for s in body:
-        if isinstance(s, K.TensorOp) and isinstance(s.expr, LoadStoreOp) and s.expr.load_kind.is_tma:
+        if is_tma_load(s):
             out.append((s, path))
         elif isinstance(s, K.ForLoop):
             out += tma_loads(s.body, path + [s])

@@ -43,6 +43,13 @@ def scalar_to_kexpr(s, names: dict) -> K.KExpr:
     return K.Bin(d.op, a, b)
 
 
+def bound_extents(ctx, parallel_types) -> set:
+    """Extents of the loops bound to any of `parallel_types`, as constants where the kernel is
+    specialized on them (ctx.names maps those extents to constants), None where not."""
+    return {getattr(scalar_to_kexpr(lp.extent, ctx.names), "value", None)
+            for lp in ctx.all_loops() if lp.parallel in parallel_types}
+
+
 @dataclasses.dataclass(frozen=True, eq=False)
 class GroupExpr:
     kind: str            # split | merge

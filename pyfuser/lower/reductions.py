@@ -17,10 +17,11 @@ Limitation: a reduction's output must be a register tensor (schedulers cache_bef
 from __future__ import annotations
 
 from ..ir.exprs import ReductionOp
+from ..ir.iter_domain import ParallelType
 from ..ir.tensor import MemoryType
 from ..kir import nodes as K
 from .context import LoweringError
-from .indexing import scalar_to_kexpr
+from .indexing import bound_extents
 
 _DIM = {"TIDx": "x", "TIDy": "y", "TIDz": "z", "BIDx": "x", "BIDy": "y", "BIDz": "z"}
 
@@ -67,9 +68,8 @@ def _grid_reduce(kernel, op, tv, dims, thread_dims) -> K.GridReduce:
 
 def _block_extent(kernel, dim: str):
     """The constant extent of the loops bound to blockIdx.<dim>, or None."""
-    exts = {getattr(scalar_to_kexpr(lp.extent, kernel.ctx.names), "value", None)
-            for lp in kernel.ctx.all_loops()
-            if lp.parallel.is_block_dim and _DIM[lp.parallel.name] == dim}
+    exts = bound_extents(kernel.ctx, {pt for pt in ParallelType
+                                      if pt.is_block_dim and _DIM[pt.name] == dim})
     return exts.pop() if len(exts) == 1 else None
 
 

@@ -13,13 +13,14 @@ TMA copies are not accesses here: they complete on mbarriers, which the circular
 from __future__ import annotations
 
 from ..kir import nodes as K
+from .circular_buffer import is_tma_load
 
 
 def _accesses(s) -> tuple[set, set]:
     reads, writes = set(), set()
     for x in K.walk([s]):
         if isinstance(x, K.TensorOp):
-            if _is_tma(x):
+            if is_tma_load(x):
                 continue        # completes on an mbarrier: the circular-buffer passes order it
             if isinstance(x.out, K.TensorIndex) and x.out.buffer.memory == "shared":
                 writes.add(x.out.buffer)
@@ -27,11 +28,6 @@ def _accesses(s) -> tuple[set, set]:
                 if isinstance(i, K.TensorIndex) and i.buffer.memory == "shared":
                     reads.add(i.buffer)
     return reads, writes
-
-
-def _is_tma(op: K.TensorOp) -> bool:
-    kind = getattr(op.expr, "load_kind", None)
-    return kind is not None and kind.is_tma
 
 
 def insert_syncs(kernel: K.Kernel) -> K.Kernel:

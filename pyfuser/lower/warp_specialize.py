@@ -49,7 +49,6 @@ reduction or grid barrier in the compute branch; block-shared accumulators are r
 """
 from __future__ import annotations
 
-from ..ir import scalar as S
 from ..ir.exprs import LoadKind
 from ..ir.tensor import WarpSpecialized
 from ..ir.iter_domain import ParallelType as PT
@@ -58,6 +57,7 @@ from ..kir.registers import REGISTER_FILE, check_register_counts
 from .circular_buffer import (buffered_loop, check_buffered_loop, mark_replaced, offset_slots,
                               replace_stmt, retarget, take_loads, tma_loads, trip_count)
 from .context import LoweringError
+from .indexing import bound_extents
 
 WARP_GROUP = 128
 _TIDX, _TIDY, _TIDZ = (K.Special(f"threadIdx.{d}") for d in "xyz")
@@ -102,23 +102,12 @@ def warp_specialize(kernel: K.Kernel) -> K.Kernel:
 
 
 def _thread_extent(kernel, pt: PT) -> int:
-    """The block extent along `pt`, from the extents the kernel is specialized on."""
-    fusion = kernel.fusion
-    static = dict(fusion.static_extents)
-    for a, b, _ in fusion.extent_equalities:
-        for x, y in ((a, b), (b, a)):
-            if x in static:
-                static.setdefault(y, static[x])
-    ext = 1
-    for lp in kernel.ctx.all_loops():
-        if lp.parallel == pt:
-            try:
-                v = S.evaluate(lp.extent, dict(static))
-            except KeyError:
-                raise LoweringError(f"warp specialization needs a constant {pt.short} extent, "
-                                    f"not {lp.extent!r} (specialize the kernel on it)") from None
-            ext = max(ext, int(v))
-    return ext
+    """The block extent along `pt` (1 when nothing is bound to it); it must be a constant."""
+    exts = bound_extents(kernel.ctx, {pt})
+    if None in exts:
+        raise LoweringError(f"warp specialization needs a constant {pt.short} extent "
+                            "(specialize the kernel on it)")
+    return max(exts, default=1)
 
 
 def _roles(kernel: K.Kernel, kind: WarpSpecialized) -> K.WarpRoles:
@@ -154,7 +143,7 @@ def _roles(kernel: K.Kernel, kind: WarpSpecialized) -> K.WarpRoles:
                f"producer's {p_regs} and the compute warp groups' {c_regs}")
     if why:
         raise LoweringError(f"warp specialization: {why}")
-    return K.WarpRoles("y", bdimy, producer_rows, compute, producer, c_regs, p_regs)
+    return K.WarpRoles("y", bdimx, bdimy, producer_rows, c_regs, p_regs)
 
 
 def _split(kernel: K.Kernel, loop: K.ForLoop, items, roles: K.WarpRoles) -> None:

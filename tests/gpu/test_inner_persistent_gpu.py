@@ -89,27 +89,36 @@ def test_long_rows_cluster_other_dtypes(dtype):
 TMA = {"enable": ["tma_inner_persistent"]}
 
 
-def _ran_tma(fd) -> bool:
-    return fd.last_run.heuristics[0].stages >= 2
+FORCED = {"tma": TMA, "ws": {"enable": ["ws_inner_persistent"]}}
+
+
+def _ran(fd, variant) -> bool:
+    """The forced TMA variant ran (stages in use, warp-specialized or not as asked)."""
+    p = fd.last_run.heuristics[0]
+    return p.stages >= 2 and p.warp_specialized == (variant == "ws")
+
+
+FORWARD_SHAPES = [(1, 8), (7, 1000), (1000, 5120), (4096, 1024), (333, 4096), (2000, 16384)]
 
 
 @pytest.mark.parametrize("name", FORWARD)
-@pytest.mark.parametrize("shape", [(1, 8), (7, 1000), (1000, 5120), (4096, 1024), (333, 4096),
-                                   (2000, 16384)])
-def test_forward_tma_bf16(name, shape):
+@pytest.mark.parametrize("variant,shape", [("tma", s) for s in FORWARD_SHAPES]
+                         + [("ws", s) for s in FORWARD_SHAPES + [(2000, 12288)]])
+def test_forward_forced_tma_variant_bf16(name, variant, shape):
     fd = catalogue.define(name)
     run_and_check(fd, catalogue.make_inputs(name, *shape, device="cuda"),
-                  scheduler="inner_persistent", options=TMA)
-    assert _ran_tma(fd), fd.last_run.heuristics[0].reason
+                  scheduler="inner_persistent", options=FORCED[variant])
+    assert _ran(fd, variant), fd.last_run.heuristics[0].reason
 
 
 @pytest.mark.parametrize("name", ["rmsnorm_fwd", "layernorm_fwd", "softmax"])
 @pytest.mark.parametrize("dtype", ["fp16", "fp32"])
-def test_forward_tma_other_dtypes(name, dtype):
+@pytest.mark.parametrize("variant", ["tma", "ws"])
+def test_forward_forced_tma_variant_other_dtypes(name, dtype, variant):
     fd = catalogue.define(name, dtype)
     run_and_check(fd, catalogue.make_inputs(name, 777, 2048, dtype, device="cuda"),
-                  scheduler="inner_persistent", options=TMA)
-    assert _ran_tma(fd)
+                  scheduler="inner_persistent", options=FORCED[variant])
+    assert _ran(fd, variant)
 
 
 @pytest.mark.parametrize("grid,stages,prefetch", [(1, 2, 1), (3, 4, 1), (5, 3, 2), (132, 4, 3)])
@@ -125,16 +134,18 @@ def test_tma_persistent_grids_and_stages(grid, stages, prefetch):
     assert fd.last_run.heuristics[0] == p
 
 
-def test_tma_noncontiguous_rows():
+@pytest.mark.parametrize("variant", ["tma", "ws"])
+def test_forced_tma_variant_noncontiguous_rows(variant):
     """Rows of a wider tensor (stride 3008 elements: 16-byte multiple) are copied by TMA; with
     stride 3004 (6008 bytes) they cannot be, and the register variant runs."""
     fd = _softmax_of_strided_rows()
     x = torch.randn(300, 3008, device="cuda", dtype=torch.bfloat16)[:, 64:2112]
-    run_and_check(fd, [x], scheduler="inner_persistent", options=TMA)
-    assert _ran_tma(fd), fd.last_run.heuristics[0].reason
+    run_and_check(fd, [x], scheduler="inner_persistent", options=FORCED[variant])
+    assert _ran(fd, variant), fd.last_run.heuristics[0].reason
     x = torch.randn(300, 3004, device="cuda", dtype=torch.bfloat16)[:, 64:2112]
-    run_and_check(fd, [x], scheduler="inner_persistent", options=TMA)
-    assert not _ran_tma(fd) and "stride 3004" in fd.last_run.heuristics[0].reason
+    run_and_check(fd, [x], scheduler="inner_persistent", options=FORCED[variant])
+    p = fd.last_run.heuristics[0]
+    assert p.stages == 0 and "stride 3004" in p.reason
 
 
 def test_tma_rules_that_fail_keep_register_rows():
@@ -143,11 +154,11 @@ def test_tma_rules_that_fail_keep_register_rows():
     fd = catalogue.define("rmsnorm_fwd")
     run_and_check(fd, catalogue.make_inputs("rmsnorm_fwd", 50, 1001, device="cuda"),
                   scheduler="inner_persistent", options=TMA)
-    assert not _ran_tma(fd) and "2002 bytes" in fd.last_run.heuristics[0].reason
+    assert fd.last_run.heuristics[0].stages == 0 and "2002 bytes" in fd.last_run.heuristics[0].reason
     x, w = catalogue.make_inputs("rmsnorm_fwd", 64, 2052, device="cuda")
     shifted = x.reshape(-1)[4:4 + 64 * 2048].view(64, 2048)
     run_and_check(fd, [shifted, w[:2048]], scheduler="inner_persistent", options=TMA)
-    assert not _ran_tma(fd) and "aligned" in fd.last_run.heuristics[0].reason
+    assert fd.last_run.heuristics[0].stages == 0 and "aligned" in fd.last_run.heuristics[0].reason
 
 
 def test_forced_tma_kernel_refuses_misaligned_input():
@@ -165,31 +176,7 @@ def test_forced_tma_kernel_refuses_misaligned_input():
 
 
 # Warp-specialized TMA variant (forced) ----------------------------------------------------
-WS = {"enable": ["ws_inner_persistent"]}
-
-
-def _ran_ws(fd) -> bool:
-    p = fd.last_run.heuristics[0]
-    return p.warp_specialized and p.stages >= 2
-
-
-@pytest.mark.parametrize("name", FORWARD)
-@pytest.mark.parametrize("shape", [(1, 8), (7, 1000), (1000, 5120), (4096, 1024), (333, 4096),
-                                   (2000, 12288), (2000, 16384)])
-def test_forward_ws_bf16(name, shape):
-    fd = catalogue.define(name)
-    run_and_check(fd, catalogue.make_inputs(name, *shape, device="cuda"),
-                  scheduler="inner_persistent", options=WS)
-    assert _ran_ws(fd), fd.last_run.heuristics[0].reason
-
-
-@pytest.mark.parametrize("name", ["rmsnorm_fwd", "layernorm_fwd", "softmax"])
-@pytest.mark.parametrize("dtype", ["fp16", "fp32"])
-def test_forward_ws_other_dtypes(name, dtype):
-    fd = catalogue.define(name, dtype)
-    run_and_check(fd, catalogue.make_inputs(name, 777, 2048, dtype, device="cuda"),
-                  scheduler="inner_persistent", options=WS)
-    assert _ran_ws(fd)
+WS = FORCED["ws"]
 
 
 @pytest.mark.parametrize("grid,stages", [(1, 2), (3, 3), (7, 8), (132, 4)])
@@ -204,14 +191,3 @@ def test_ws_persistent_grids_and_stages(grid, stages):
                             prefetch=stages - 1)
     run_and_check(fd, ins, scheduler="inner_persistent", options={"heuristic": p})
     assert fd.last_run.heuristics[0] == p and p.warp_specialized
-
-
-def test_ws_noncontiguous_rows():
-    fd = _softmax_of_strided_rows()
-    x = torch.randn(300, 3008, device="cuda", dtype=torch.bfloat16)[:, 64:2112]
-    run_and_check(fd, [x], scheduler="inner_persistent", options=WS)
-    assert _ran_ws(fd), fd.last_run.heuristics[0].reason
-    x = torch.randn(300, 3004, device="cuda", dtype=torch.bfloat16)[:, 64:2112]
-    run_and_check(fd, [x], scheduler="inner_persistent", options=WS)
-    p = fd.last_run.heuristics[0]
-    assert not p.warp_specialized and "stride 3004" in p.reason

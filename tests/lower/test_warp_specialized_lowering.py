@@ -183,6 +183,16 @@ def test_verifier_rejects_a_block_barrier_inside_a_role():
         verify_kernel(k, after="launch_config")
 
 
+def test_verifier_rejects_a_grid_barrier_inside_a_role():
+    """A grid sync (or a cluster/grid reduction) in one role waits for the other role's threads,
+    which never come: rejected even though the role split is not an ordinary predicate."""
+    fd, inputs, st, p, k = lowered("softmax", 64, 1024)
+    cl = _loop(k, K.WS_COMPUTE_LOOP)
+    cl.body.insert(1, K.GridSync(None))
+    with pytest.raises(KernelIRError, match="GridSync inside the compute role"):
+        verify_kernel(k, after="launch_config")
+
+
 def _compile(src):
     pytest.importorskip("cuda.bindings.nvrtc")
     from pyfuser.runtime.nvrtc import compile_to_cubin

@@ -178,12 +178,30 @@ def _tma_blocks_per_sm(n: int) -> int:
 TMA_SMEM_RESERVE = 27 * 1024
 
 
+def _tma_budget(info: RuntimeInfo) -> int:
+    """Shared-memory bytes one block may give to TMA stages."""
+    return info.device.max_shared_memory_per_block_optin - TMA_SMEM_RESERVE
+
+
+def _stage_problems(rows, bdimy: int, stage_bytes: int, budget: int) -> list:
+    """Why stages of `stage_bytes` (bdimy rows of every TMA input) cannot be buffered."""
+    problems = []
+    if rows and 2 * stage_bytes > budget:
+        problems.append(f"two stages of {bdimy} row(s) need {2 * stage_bytes} bytes of shared "
+                        f"memory, more than {budget}")
+    if stage_bytes > MAX_TX_BYTES:
+        problems.append(f"a stage of {stage_bytes} bytes exceeds one mbarrier phase's "
+                        f"transaction count ({MAX_TX_BYTES})")
+    return problems
+
+
 def choose_variant(fusion, info: RuntimeInfo, p: InnerPersistentParams, n: int, m: int,
                    rpos) -> InnerPersistentParams:
-    """Registers or TMA circular buffering. Measured on the H100 (the sweep above), the TMA
-    variant is 2-5% slower than the register kernel for every row that fits registers, so it
-    runs only when PYFUSER_ENABLE=tma_inner_persistent (or a per-call option) asks for it and
-    its rules hold; a forced choice that cannot run says why and keeps the register kernel."""
+    """Registers, TMA pipelined or TMA warp-specialized. Measured on the H100 (the sweeps named
+    below), both TMA variants are slower than the register kernel for every row that fits
+    registers, so one runs only when PYFUSER_ENABLE=ws_inner_persistent or
+    tma_inner_persistent (or a per-call option) asks for it and its rules hold; a forced choice
+    that cannot run says why and keeps the register kernel."""
     if options.current().is_enabled("ws_inner_persistent"):
         ws, problems = warp_specialized_variant(fusion, info, p, n, m, rpos)
         if ws is not None:
@@ -200,16 +218,10 @@ def choose_variant(fusion, info: RuntimeInfo, p: InnerPersistentParams, n: int, 
                "(PYFUSER_ENABLE=tma_inner_persistent or ws_inner_persistent forces one)")
         return dataclasses.replace(p, reason=why)
     rows, problems = _tma_rows(fusion, info, rpos)
-    budget = info.device.max_shared_memory_per_block_optin - TMA_SMEM_RESERVE
-    row_bytes = sum(n * fusion.inputs[k].dtype.size for k in rows)
-    stage_bytes = p.bdimy * row_bytes
+    budget = _tma_budget(info)
+    stage_bytes = p.bdimy * sum(n * fusion.inputs[k].dtype.size for k in rows)
     stages = 4 if 4 * stage_bytes <= budget else 2
-    if rows and stages * stage_bytes > budget:
-        problems.append(f"two stages of {p.bdimy} row(s) need {2 * stage_bytes} bytes of shared "
-                        f"memory, more than {budget}")
-    if stage_bytes > MAX_TX_BYTES:
-        problems.append(f"a stage of {stage_bytes} bytes exceeds one mbarrier phase's "
-                        f"transaction count ({MAX_TX_BYTES})")
+    problems += _stage_problems(rows, p.bdimy, stage_bytes, budget)
     if problems or not rows:
         return dataclasses.replace(p, reason="TMA forced on but not possible, register rows "
                                    "instead: " + ("; ".join(problems) or "no row input"))
@@ -264,17 +276,11 @@ def warp_specialized_variant(fusion, info: RuntimeInfo, p: InnerPersistentParams
         problems.append(f"{bdimx} threads per row neither divide 128 nor are a multiple of it "
                         "(warp groups)")
         bdimy = 1
-    row_bytes = sum(n * fusion.inputs[k].dtype.size for k in rows)
-    stage_bytes = bdimy * row_bytes
-    budget = info.device.max_shared_memory_per_block_optin - TMA_SMEM_RESERVE
+    stage_bytes = bdimy * sum(n * fusion.inputs[k].dtype.size for k in rows)
+    budget = _tma_budget(info)
     stages = min(WS_MAX_STAGES, max(2, -(-WS_BYTES_IN_FLIGHT // max(stage_bytes, 1))),
                  budget // max(stage_bytes, 1))
-    if rows and stages < 2:
-        problems.append(f"two stages of {bdimy} row(s) need {2 * stage_bytes} bytes of shared "
-                        f"memory, more than {budget}")
-    if stage_bytes > MAX_TX_BYTES:
-        problems.append(f"a stage of {stage_bytes} bytes exceeds one mbarrier phase's "
-                        f"transaction count ({MAX_TX_BYTES})")
+    problems += _stage_problems(rows, bdimy, stage_bytes, budget)
     if problems:
         return None, problems
     groups = -(-max(m, 1) // bdimy)
@@ -282,7 +288,7 @@ def warp_specialized_variant(fusion, info: RuntimeInfo, p: InnerPersistentParams
     return dataclasses.replace(
         p, bdimx=bdimx, persistent_batch=batch, bdimy=bdimy, stages=stages, prefetch=stages - 1,
         grid=grid, tma_inputs=rows,
-        blocks_per_sm=1, warp_specialized=True, keep_weights=p.keep_weights,
+        blocks_per_sm=1, warp_specialized=True,
         reason=f"warp-specialized TMA forced on (ws_inner_persistent): a producer warp group "
                f"fills {stages} stages of {bdimy} row(s), one persistent block per SM"), []
 
