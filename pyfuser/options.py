@@ -31,6 +31,8 @@ FEATURES = {
     "ws_normalization": "warp-specialized inner-outer persistent (norm backward) kernels",
     "ws_inner_persistent": "warp-specialized inner persistent (norm forward, softmax) kernels",
     "tma_inner_persistent": "TMA loads in the inner persistent scheduler",
+    "tma_tensor_map": "TMA variants copy a stage of whole rows with one tensor-map box instead of "
+                      "one 1D bulk copy per row",
     "kernel_reuse": "reuse compiled kernels across shapes whose heuristics are equal",
     "reference_fallback": "run fusions no scheduler takes through the reference evaluator",
     "streaming_loads": "read fusion inputs with ld.global.nc.L1::no_allocate (read once, no L1 "

@@ -50,3 +50,15 @@ for name, m, n in (("rmsnorm_fwd", 300, 2048), ("softmax", 77, 1024)):
     fd.execute(ins, options={"heuristic": p})
     torch.cuda.synchronize()
     print(name, "ws", m, n, f"stages {p.stages} grid {p.grid}", flush=True)
+# Tensor-map boxes of whole rows (forced), pipelined and warp-specialized; 77 rows leave the
+# last box partly past the tensor.
+for feature, name, m, n in (("tma_inner_persistent", "softmax", 77, 1024),
+                            ("ws_inner_persistent", "rmsnorm_fwd", 77, 2048)):
+    fd = catalogue.define(name)
+    ins = catalogue.make_inputs(name, m, n, device="cuda")
+    fd.execute(ins, options={"enable": [feature, "tma_tensor_map"]})
+    p = dataclasses.replace(fd.last_run.heuristics[0], grid=3)
+    assert p.tensor_map and p.stages >= 2, p.reason
+    fd.execute(ins, options={"heuristic": p})
+    torch.cuda.synchronize()
+    print(name, "tensor map", feature, m, n, f"stages {p.stages} grid {p.grid}", flush=True)

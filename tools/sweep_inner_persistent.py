@@ -84,7 +84,8 @@ def main(argv=None) -> int:
     ap.add_argument("ops", nargs="*", default=["rmsnorm_fwd", "softmax", "layernorm_fwd"])
     ap.add_argument("--shapes", default="16384x1024,16384x4096,16384x16384")
     ap.add_argument("--kinds", default="registers,tma,ws",
-                    help="variants to time: registers, tma (pipelined), ws (warp-specialized)")
+                    help="variants to time: registers, tma (pipelined), ws (warp-specialized), tmap "
+                         "(the TMA ones again with tensor-map boxes)")
     args = ap.parse_args(argv)
     from pyfuser.runtime.device import get_device_properties
     props = get_device_properties(0)
@@ -103,6 +104,10 @@ def main(argv=None) -> int:
                 with pf_options.override(enable=["ws_inner_persistent"]):
                     pw, _ = default_params(fd, sets[0], props)
                 todo += list(ws_variants(pw))
+            if "tmap" in kinds:
+                # The same TMA variants with one tensor-map box per stage.
+                todo += [(f"tmap {label}", dataclasses.replace(q, tensor_map=True))
+                         for label, q in todo if q.stages]
             for label, p in todo:
                 try:
                     outs = fd.execute(sets[0], options={"heuristic": p, "enable": ["poison_outputs"]})

@@ -330,6 +330,19 @@ class CudaPrinter:
             self.indent -= 1
             self.line("}")
 
+    def _TensorMapLoad(self, s):
+        guard = not K.is_true(s.predicate)
+        if guard:
+            self.line(f"if ({self.expr(s.predicate)}) {{")
+            self.indent += 1
+        coords = ", ".join(f"(int)({self.expr(c)})" for c in s.coords)
+        self.line(f"pf::mbarrier_expect_tx({self.bar(s.bar)}, {self.expr(s.bytes)});")
+        self.line(f"pf::tma_load_{len(s.coords)}d(pf::smem_addr(&{self.expr(s.dst)}), "
+                  f"&{s.tmap.name}, {coords}, {self.bar(s.bar)});")
+        if guard:
+            self.indent -= 1
+            self.line("}")
+
     def _ClusterReduce(self, s):
         acc = s.values[0]
         if acc.vector != 1:

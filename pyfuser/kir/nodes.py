@@ -482,6 +482,52 @@ class BulkLoad(Stmt):
     predicate: KExpr = dataclasses.field(default_factory=lambda: Const(True, "bool"))
 
 
+
+@dataclasses.dataclass(frozen=True)
+class RowBoxMap:
+    """A TMA tensor map over the rows of fusion input `input` (its innermost dim, N elements,
+    contiguous; its outer dims merged into one row dim of a single stride), viewed in 3D,
+    innermost first, as (inner, N / inner, rows) so that one box of (inner, N / inner,
+    box_rows) is box_rows whole rows, stored in shared memory as [box_rows][N] exactly like
+    box_rows 1D row copies. `inner` divides N and is at most 256 (the box limit per dim), as
+    is N / inner. The executor encodes it for each input pointer."""
+
+    input: int
+    row_elements: int
+    inner: int
+    box_rows: int
+
+    @property
+    def box(self) -> tuple:
+        return (self.inner, self.row_elements // self.inner, self.box_rows)
+
+    @staticmethod
+    def inner_for(row_elements: int, elem_bytes: int) -> int | None:
+        """The largest `inner` that splits a row of `row_elements` into at most 256 pieces of
+        at most 256 elements whose bytes are a multiple of 16 (no swizzle), or None."""
+        for inner in range(min(256, row_elements), 0, -1):
+            if row_elements % inner == 0 and (inner * elem_bytes) % 16 == 0 \
+                    and row_elements // inner <= 256:
+                return inner
+        return None
+
+
+@dataclasses.dataclass(eq=False)
+class TensorMapLoad(Stmt):
+    """cp.async.bulk.tensor global -> shared: the box of the tensor map parameter `tmap` at
+    `coords` (innermost first) into `dst`, completing on `bar`. Issued by one thread (the
+    predicate selects it), which first raises the barrier's expected bytes by `bytes`, the
+    whole box: elements outside the tensor are zero-filled and still counted."""
+
+    dst: TensorIndex
+    tmap: Var
+    map: RowBoxMap
+    source: Buffer            # the global buffer the map describes
+    coords: list
+    bytes: KExpr
+    bar: MBarrierRef
+    predicate: KExpr = dataclasses.field(default_factory=lambda: Const(True, "bool"))
+
 # The kernel ---------------------------------------------------------------------------------------
 @dataclasses.dataclass(eq=False)
 class Param:
@@ -491,7 +537,8 @@ class Param:
     name: str
     kind: str            # ptr | index | int64 | float | double | bool | tmap
     source: tuple        # ("tensor", k) | ("stride", k, dim) | ("extent", Scalar) |
-                         # ("scalar", k) | ("output", k) | ("workspace", name) | ("tmap", name)
+                         # ("scalar", k) | ("output", k) | ("workspace", name) |
+                         # ("tmap", RowBoxMap)
     buffer: Buffer | None = None
 
 
@@ -551,6 +598,8 @@ class Kernel:
     circular_buffers: list = dataclasses.field(default_factory=list)
     # Global inputs read row by row with 1D bulk copies: the executor checks their rules.
     bulk_sources: set = dataclasses.field(default_factory=set)
+    # Tensor-map parameters (Param name -> RowBoxMap) the executor encodes per input pointer.
+    tensor_maps: dict = dataclasses.field(default_factory=dict)
     # ids of lowering Loops a pass replaced by loops of its own (a buffered loop by its main
     # loop and epilogue, a bulk axis by one copy): the verifier no longer looks for them.
     replaced_loops: set = dataclasses.field(default_factory=set)

@@ -59,6 +59,11 @@ def kernel_str(kernel: K.Kernel) -> str:
                 pred = "" if K.is_true(s.predicate) else f"if {s.predicate!r}: "
                 lines.append(f"{pad}{pred}bulk_load {s.dst!r} <- {s.src!r} ({s.bytes!r} bytes, "
                              f"on {s.bar!r})")
+            elif isinstance(s, K.TensorMapLoad):
+                pred = "" if K.is_true(s.predicate) else f"if {s.predicate!r}: "
+                coords = ", ".join(map(repr, s.coords))
+                lines.append(f"{pad}{pred}tensor_map_load {s.dst!r} <- {s.tmap!r}[{coords}] box "
+                             f"{s.map.box} ({s.bytes!r} bytes, on {s.bar!r})")
             elif isinstance(s, K.ScalarDef):
                 lines.append(f"{pad}{s.var!r} = {s.value!r}")
             elif isinstance(s, (K.MBarrierInit, K.MBarrierArrive, K.MBarrierWait,

@@ -427,6 +427,24 @@ class _Verifier:
             self.check_expr(a.index, scope, s, f"the bulk copy's {what} index")
         self.check_expr(s.predicate, scope, s, "the bulk copy's predicate")
 
+    def _TensorMapLoad(self, s, scope):
+        self._bar(s.bar, scope, s)
+        if not isinstance(s.dst, K.TensorIndex) or s.dst.buffer.memory != "shared":
+            self.fail(f"the tensor-map copy's destination {s.dst!r} is not in shared memory", s)
+        self.check_buffer(s.dst.buffer, scope, s, "the tensor-map copy's destination")
+        self.check_expr(s.dst.index, scope, s, "the tensor-map copy's destination index")
+        params = {p.name: p for p in self.k.params}
+        p = params.get(s.tmap.name)
+        if p is None or p.kind != "tmap" or p.source != ("tmap", s.map):
+            self.fail(f"the tensor-map copy's map {s.tmap!r} is not a tensor-map parameter "
+                      f"describing {s.map}", s)
+        if len(s.coords) != len(s.map.box):
+            self.fail(f"the tensor-map copy has {len(s.coords)} coordinates for a "
+                      f"{len(s.map.box)}-D box", s)
+        for c in s.coords:
+            self.check_expr(c, scope, s, "the tensor-map copy's coordinate")
+        self.check_expr(s.predicate, scope, s, "the tensor-map copy's predicate")
+
     def _BlockSync(self, s: K.BlockSync, scope):
         if s.count is not None:
             self.check_expr(s.count, scope, s, "the barrier's thread count")

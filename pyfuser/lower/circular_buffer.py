@@ -30,7 +30,11 @@ The issuing thread raises the expected bytes per copy and then arrives once, so 
 last rows are out of range (no copy) still completes, with the bytes of the copies it made.
 A TMA tensor that is not circular-buffered is loaded with S = 1, P = 0: issue, wait, use.
 
-Limitations: 1D bulk copies only (tensor-map loads are refused); the buffered loop is serial or
+Tensor-map loads (LoadKind.TmaTensor) issue one box per stage instead: the slot is whole rows
+of an input, copied by one `cp.async.bulk.tensor.3d` whose expected bytes are the whole box
+(rows past the tensor are zero-filled), so a stage needs no per-row predicate.
+
+Limitations: the buffered loop is serial or
 grid-stride, with the TMA tensors of one loop sharing stages and prefetch; the warp-specialized
 kind is left to the `warp_specialize` pass (which reuses the helpers below); the load sub-tree
 must hold only the TMA copies (a bulk axis and serial axes).
@@ -43,12 +47,15 @@ from ..ir.exprs import LoadKind, LoadStoreOp
 from ..ir.tensor import WarpSpecialized
 from ..kir import nodes as K
 from .context import LoweringError
+from .indexing import scalar_to_kexpr
 from .substitute import substitute
 
 _BIDX = K.Special("blockIdx.x")
 _GDIMX = K.Special("gridDim.x")
 _THREAD0 = K.and_(K.and_(K.eq(K.Special("threadIdx.x"), 0), K.eq(K.Special("threadIdx.y"), 0)),
                   K.eq(K.Special("threadIdx.z"), 0))
+# Shared-memory alignment of tensor-map copy destinations (no swizzle).
+TENSOR_SMEM_ALIGN = 128
 EPILOGUE = K.CB_EPILOGUE
 MAIN_LOOP = K.CB_MAIN_LOOP
 
@@ -58,9 +65,6 @@ def circular_buffer_loops(kernel: K.Kernel) -> K.Kernel:
     by_loop: dict = {}
     for op, path in loads:
         tv = op.expr.outputs[0]
-        if op.expr.load_kind != LoadKind.TmaBulk:
-            raise LoweringError(f"T{tv.name}: only 1D bulk TMA loads are lowered so far, not "
-                                f"{op.expr.load_kind.value}")
         opts = tv.circular_buffer_options
         if opts is not None and isinstance(opts.kind, WarpSpecialized):
             continue        # the warp_specialize pass splits it into producer and compute roles
@@ -117,7 +121,7 @@ class BufferedTensor:
     tv: object
     buf: K.Buffer
     bars: K.MBarriers
-    slot_elems: int
+    slot_elems: int       # elements from one stage's slot to the next
     issue: list           # statements that issue the copies of one stage (iteration var of L)
 
 
@@ -144,6 +148,9 @@ def take_loads(kernel: K.Kernel, loop: K.ForLoop, items, n_stages: int,
         if not isinstance(buf.size, K.Const):
             raise LoweringError(f"T{tv.name}: a circular buffer needs a constant slot size")
         slot = buf.size.value
+        if tv.definition.load_kind == LoadKind.TmaTensor:
+            # Tensor-map destinations are 128-byte aligned: stages start on that boundary.
+            slot = -(-slot * tv.dtype.size // TENSOR_SMEM_ALIGN) * TENSOR_SMEM_ALIGN // tv.dtype.size
         bars = K.MBarriers(bars_name.format(buf.name), n_stages)
         issue = issue_stmts(kernel, top, tv, bars)
         buf.size = K.Const(slot * n_stages)
@@ -226,6 +233,76 @@ def _pipeline_loop(kernel: K.Kernel, loop: K.ForLoop, items) -> None:
 
 
 def issue_stmts(kernel, top, tv, bars) -> list:
+    """The load sub-tree as copy statements on `bars[0]` (retargeted per iteration later)."""
+    if tv.definition.load_kind == LoadKind.TmaTensor:
+        return _tensor_map_issue(kernel, top, tv, bars)
+    return _bulk_issue(kernel, top, tv, bars)
+
+
+def _tensor_map_issue(kernel, top, tv, bars) -> list:
+    """The load sub-tree as one TensorMapLoad of the whole slot: every loop of the sub-tree
+    must be a Bulk axis (one box moves them all), and the slot must hold whole rows of the
+    source, as a RowBoxMap describes them. The copy's bounds predicates are dropped: rows past
+    the tensor are zero-filled by the hardware and counted in the box's bytes; only the
+    thread election stays."""
+    op, loops = top, []
+    while isinstance(op, K.ForLoop):
+        if op.parallel != "Bulk" or len(op.body) != 1:
+            raise LoweringError(f"T{tv.name}: a tensor-map load needs all its axes Bulk (one box "
+                                f"per stage), not {op.parallel} loop {op.var!r}")
+        loops.append(op)
+        op = op.body[0]
+    if not is_tma_load(op) or op.expr.outputs[0] is not tv:
+        raise LoweringError(f"T{tv.name}: its load loop holds {type(op).__name__}, not only the "
+                            "tensor-map copy")
+    src_tv = op.expr.inputs[0]
+    src = op.ins[0]
+    if src_tv not in kernel.fusion.inputs:
+        raise LoweringError(f"T{tv.name}: a tensor-map load reads a fusion input, not "
+                            f"T{src_tv.name}")
+    logical = [i for i in src_tv.domain.logical_no_reductions]
+    row_extent = scalar_to_kexpr(logical[-1].extent, kernel.ctx.names)
+    buf = kernel.ctx.buffers[tv]
+    if not isinstance(row_extent, K.Const) or not isinstance(buf.size, K.Const):
+        raise LoweringError(f"T{tv.name}: a tensor-map load needs a constant row length and slot "
+                            "(specialize the kernel on them)")
+    n, slot = row_extent.value, buf.size.value
+    elems = 1
+    for lp in loops:
+        if not isinstance(lp.stop, K.Const):
+            raise LoweringError(f"T{tv.name}: Bulk axis {lp.var!r} needs a constant extent")
+        elems *= lp.stop.value
+        kernel.replaced_loops.add(id(lp.loop))
+    if elems != slot or slot % n:
+        raise LoweringError(f"T{tv.name}: its slot of {slot} elements (Bulk axes moving {elems}) "
+                            f"is not whole rows of {n}")
+    inner = K.RowBoxMap.inner_for(n, tv.dtype.size)
+    if inner is None:
+        raise LoweringError(f"T{tv.name}: a row of {n} x {tv.dtype.size} bytes has no tensor-map "
+                            "box split (pieces of at most 256 elements and a multiple of 16 bytes)")
+    k = kernel.fusion.inputs.index(src_tv)
+    row_map = K.RowBoxMap(k, n, inner, slot // n)
+    name = f"{src.buffer.name}_tmap"
+    if name not in kernel.tensor_maps:
+        kernel.params.append(K.Param(name, "tmap", ("tmap", row_map)))
+        kernel.tensor_maps[name] = row_map
+    elif kernel.tensor_maps[name] != row_map:
+        raise LoweringError(f"{src.buffer.name} is loaded through two different tensor maps")
+    ig = kernel.ctx.index_graph
+    row: K.KExpr = K.Const(0)
+    for i in logical[:-1]:          # the row: outer indices linearized, row-major
+        if i.is_broadcast:
+            continue
+        at = ig.index_of(op.known, i)
+        if at is None:
+            raise LoweringError(f"T{tv.name}: no index for {i!r} of its tensor-map source")
+        row = K.add(K.mul(row, scalar_to_kexpr(i.extent, kernel.ctx.names)), at.value)
+    return [K.TensorMapLoad(op.out, K.Var(name), row_map, src.buffer,
+                            [K.Const(0), K.Const(0), row], K.Const(slot * tv.dtype.size),
+                            K.MBarrierRef(bars, K.Const(0)), _THREAD0)]
+
+
+def _bulk_issue(kernel, top, tv, bars) -> list:
     """The load sub-tree as BulkLoads: bulk loops dropped (one copy moves the axis), the TMA
     TensorOps become copies of the bulk axis' bytes."""
     def convert(s, bulk_stop=None):
@@ -265,6 +342,12 @@ def retarget(s, mapping, b: BufferedTensor, stage):
         dst = dataclasses.replace(s.dst, index=K.add(substitute(s.dst.index, mapping),
                                                      K.mul(stage, b.slot_elems)))
         return dataclasses.replace(s, dst=dst, src=substitute(s.src, mapping),
+                                   bar=K.MBarrierRef(b.bars, stage),
+                                   predicate=substitute(s.predicate, mapping))
+    if isinstance(s, K.TensorMapLoad):
+        dst = dataclasses.replace(s.dst, index=K.add(substitute(s.dst.index, mapping),
+                                                     K.mul(stage, b.slot_elems)))
+        return dataclasses.replace(s, dst=dst, coords=[substitute(c, mapping) for c in s.coords],
                                    bar=K.MBarrierRef(b.bars, stage),
                                    predicate=substitute(s.predicate, mapping))
     if isinstance(s, K.ForLoop):

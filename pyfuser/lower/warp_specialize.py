@@ -49,7 +49,6 @@ reduction or grid barrier in the compute branch; block-shared accumulators are r
 """
 from __future__ import annotations
 
-from ..ir.exprs import LoadKind
 from ..ir.tensor import WarpSpecialized
 from ..ir.iter_domain import ParallelType as PT
 from ..kir import nodes as K
@@ -74,8 +73,6 @@ def warp_specialize(kernel: K.Kernel) -> K.Kernel:
         opts = tv.circular_buffer_options
         if opts is None or not isinstance(opts.kind, WarpSpecialized):
             continue
-        if op.expr.load_kind != LoadKind.TmaBulk:
-            raise LoweringError(f"T{tv.name}: only 1D bulk TMA loads are warp-specialized so far")
         if opts.kind.on != PT.TIDy:
             raise LoweringError(f"T{tv.name}: warp specialization is lowered on threadIdx.y only, "
                                 f"not {opts.kind.on.short}")

@@ -63,8 +63,11 @@ class _KernelPlan:
     """Everything one input signature needs at launch, computed once: the cached path only
     allocates outputs, patches pointers and scalars into `values`, packs and launches."""
 
+    # Tensor maps encoded per plan, by the input's pointer and strides (most recent kept).
+    TENSOR_MAP_CACHE = 16
+
     def __init__(self, fk, device, grid, block, values, ptr_slots, scalar_slots, out_specs,
-                 run_info, poison: bool):
+                 run_info, poison: bool, tmap_slots=()):
         from .launch import ParamLayout
         self.fk = fk
         self.loaded = fk.loaded(device.index or 0)
@@ -75,6 +78,10 @@ class _KernelPlan:
         self.values = values
         self.ptr_slots = ptr_slots           # (param position, "input"|"output", k)
         self.scalar_slots = scalar_slots     # (param position, input k)
+        # (param position, kir.RowBoxMap): a tensor map embeds the input's address, so it is
+        # encoded for each new pointer (a host call of a few microseconds), then reused.
+        self.tmap_slots = tuple(tmap_slots)
+        self._tmaps: dict = {}
         self.out_specs = out_specs           # (sizes, strides, torch dtype)
         self.run_info = run_info
         self.poison = poison
@@ -95,9 +102,23 @@ class _KernelPlan:
             vals[pos] = (inputs[k] if role == "input" else outs[k]).data_ptr()
         for pos, k in self.scalar_slots:
             vals[pos] = inputs[k]
+        for pos, row_map in self.tmap_slots:
+            vals[pos] = self._tensor_map(inputs[row_map.input], row_map)
         self.loaded.launch(self.grid, self.block, self.layout.pack(vals), shared_mem=self.smem,
                            cooperative=self.cooperative, cluster=self.cluster)
         return outs
+
+
+    def _tensor_map(self, x, row_map) -> bytes:
+        key = (x.data_ptr(), x.stride(), row_map)
+        tmap = self._tmaps.pop(key, None)
+        if tmap is None:
+            from .tensor_map import encode_row_box
+            tmap = encode_row_box(x, row_map)
+            if len(self._tmaps) >= self.TENSOR_MAP_CACHE:
+                self._tmaps.pop(next(iter(self._tmaps)))
+        self._tmaps[key] = tmap          # most recent last
+        return tmap
 
 
 class _ReferencePlan:
@@ -276,10 +297,11 @@ class FusionExecutorCache:
                     f"as heuristic {fk.params!r} asks: " + "; ".join(bad))
 
     def _check_bulk_rows(self, fk, inputs) -> None:
-        """Inputs a kernel copies row by row with cp.async.bulk must keep the copy's rules
-        (16-byte aligned rows, contiguous): checked before launch, since a reused kernel may
-        meet other strides than the heuristic saw."""
-        from ..schedule.tma_rules import check_bulk_rows
+        """Inputs a kernel copies row by row with cp.async.bulk, or by boxes of whole rows
+        through a tensor map, must keep the copy's rules (16-byte aligned rows, contiguous):
+        checked before launch, since a reused kernel may meet other strides than the heuristic
+        saw."""
+        from ..schedule.tma_rules import check_bulk_rows, check_row_box
         for p in fk.kernel.params:
             if p.source[0] != "input" or p.buffer.name not in fk.kernel.bulk_sources:
                 continue
@@ -290,6 +312,17 @@ class FusionExecutorCache:
             if bad:
                 raise ValueError(f"{self.name}: input {k} (T{self.fusion.inputs[k].name}) cannot "
                                  f"be copied row by row with TMA as heuristic {fk.params!r} "
+                                 "asks: " + "; ".join(bad))
+        for row_map in fk.kernel.tensor_maps.values():
+            x = inputs[row_map.input]
+            bad = check_row_box(list(x.shape), list(x.stride()), _alignment(x.data_ptr()),
+                                x.element_size(), row_map.box_rows)
+            if x.shape and x.shape[-1] != row_map.row_elements:
+                bad.append(f"its rows have {x.shape[-1]} elements, the kernel's {row_map.row_elements}")
+            if bad:
+                raise ValueError(f"{self.name}: input {row_map.input} "
+                                 f"(T{self.fusion.inputs[row_map.input].name}) cannot be copied "
+                                 f"with tensor-map boxes of whole rows as heuristic {fk.params!r} "
                                  "asks: " + "; ".join(bad))
 
     def _plan_for(self, fk, inputs, bindings, out_sizes, device, choice):
@@ -306,7 +339,7 @@ class FusionExecutorCache:
         from ..ir.dtype import to_torch
         out_specs = [(tuple(sz), tuple(output_strides(o, sz)), to_torch(o.dtype))
                      for o, sz in zip(self.fusion.outputs, out_sizes)]
-        values, ptr_slots, scalar_slots = [], [], []
+        values, ptr_slots, scalar_slots, tmap_slots = [], [], [], []
         for pos, p in enumerate(fk.kernel.params):
             src = p.source
             if src[0] in ("input", "output"):
@@ -325,11 +358,15 @@ class FusionExecutorCache:
                 values.append(0)
             elif src[0] == "workspace":
                 values.append(self._workspace(fk, p, cb, grid, block, device).data_ptr())
+            elif src[0] == "tmap":
+                tmap_slots.append((pos, src[1]))
+                values.append(bytes(128))
             else:
                 raise RuntimeError(f"unknown parameter source {src}")
         info = RunInfo("kernels", (fk.scheduler,), 1, choice.reason, (fk.params,), (fk.name,))
         return _KernelPlan(fk, device, grid, block, values, ptr_slots, scalar_slots, out_specs,
-                           info, poison=bool(opts.current().is_enabled("poison_outputs")))
+                           info, poison=bool(opts.current().is_enabled("poison_outputs")),
+                           tmap_slots=tmap_slots)
 
     def _workspace(self, fk, param, clone_bindings, grid, block, device):
         """Global scratch of a kernel for one launch shape, kept for the plan's lifetime.

@@ -24,6 +24,7 @@ __all__ = [
     "check_tma_tiled",
     "check_bulk_copy",
     "encode_tiled",
+    "encode_row_box",
 ]
 
 TENSOR_MAP_BYTES = 128
@@ -356,3 +357,23 @@ def _encode(enums, data_ptr, dims, outer, box, estrides) -> bytes:
     data = ctypes.string_at(address, TENSOR_MAP_BYTES)
     del buffer  # the descriptor lives in it until it has been copied out
     return data
+
+
+def encode_row_box(tensor, row_map) -> bytes:
+    """The tensor map of a kir.RowBoxMap over `tensor` (a torch tensor): its rows viewed as
+    (inner, N / inner, rows), innermost first, so one box is `box_rows` whole rows. The rows'
+    rules (schedule/tma_rules.check_row_box) are checked first, with readable reasons."""
+    from ..schedule.tma_rules import check_row_box, merged_rows
+    sizes, strides = list(tensor.shape), list(tensor.stride())
+    item = tensor.element_size()
+    align = tensor.data_ptr() & -tensor.data_ptr() if tensor.data_ptr() else 1 << 62
+    problems = check_row_box(sizes, strides, align, item, row_map.box_rows)
+    if sizes and sizes[-1] != row_map.row_elements:
+        problems.append(f"its rows have {sizes[-1]} elements; the kernel was built for "
+                        f"{row_map.row_elements}")
+    if problems:
+        raise TensorMapError("cannot copy whole rows with a tensor map: " + "; ".join(problems))
+    rows, row_stride = merged_rows(sizes, strides)
+    inner, n = row_map.inner, row_map.row_elements
+    return encode_tiled(tensor.data_ptr(), tensor.dtype, (inner, n // inner, max(rows, 1)),
+                        (inner * item, row_stride * item), row_map.box)

@@ -1,4 +1,5 @@
-"""Rules of 1D bulk (TMA) copies that a scheduler checks on a CPU before choosing them.
+"""Rules of row-wise TMA copies (1D bulk, and tensor-map boxes of whole rows) that a scheduler
+checks on a CPU before choosing them.
 
 The tensor-map rules (boxes, swizzle, 2^40 strides) live in runtime/tensor_map.py beside the
 encoder; these are the ones a row-wise `cp.async.bulk` load needs, read from the runtime facts
@@ -6,6 +7,8 @@ of an input (sizes, strides, pointer alignment), so a heuristic can fall back to
 loads when one fails, and the executor can check a reused kernel's inputs before launch.
 """
 from __future__ import annotations
+
+from ..kir.nodes import RowBoxMap
 
 # Shared with the tensor-map rules of runtime/tensor_map.py.
 GLOBAL_ALIGN = 16               # bytes: global addresses and strides of TMA copies
@@ -37,4 +40,55 @@ def check_bulk_rows(sizes, strides, alignment: int, dtype_bytes: int) -> list[st
                             f"{GLOBAL_ALIGN}")
         if st * dtype_bytes >= MAX_GLOBAL_STRIDE:
             problems.append(f"dim {d} stride {st * dtype_bytes} bytes is not below 2^40")
+    return problems
+
+
+
+def merged_rows(sizes, strides) -> tuple[int, int] | None:
+    """(rows, row stride in elements) when the outer dims of a tensor (all but the innermost)
+    merge into one dim of a single stride, else None. Dims of size 1 merge with anything."""
+    rows, stride, span = 1, None, None
+    for n, st in reversed(list(zip(sizes[:-1], strides[:-1]))):
+        if n == 1:
+            continue
+        if stride is None:
+            stride = st
+        elif st != span:
+            return None
+        span = st * n
+        rows *= n
+    return rows, (stride if stride is not None else (sizes[-1] if sizes else 1))
+
+
+def check_row_box(sizes, strides, alignment: int, dtype_bytes: int, box_rows: int) -> list[str]:
+    """Rules for copying `box_rows` whole rows per stage with one tensor-map copy (a RowBoxMap):
+    contiguous rows whose outer dims merge into one 16-byte-multiple stride, a 16-byte-aligned
+    pointer, a row that splits into box pieces, at most 256 rows per box. (Stage slots are
+    padded to 128 bytes by the lowering.)"""
+    if not sizes:
+        return ["a 0-dim tensor has no rows"]
+    problems = []
+    n = sizes[-1]
+    if n != 1 and strides[-1] != 1:
+        problems.append(f"its rows are not contiguous (innermost stride {strides[-1]})")
+    view = merged_rows(sizes, strides)
+    if view is None:
+        problems.append(f"its outer dims (sizes {tuple(sizes[:-1])}, strides "
+                        f"{tuple(strides[:-1])}) do not merge into one row stride")
+    else:
+        rows, row_stride = view
+        if (row_stride * dtype_bytes) % GLOBAL_ALIGN:
+            problems.append(f"its row stride {row_stride} x {dtype_bytes} bytes is not a "
+                            f"multiple of {GLOBAL_ALIGN}")
+        if row_stride * dtype_bytes >= MAX_GLOBAL_STRIDE:
+            problems.append(f"its row stride of {row_stride * dtype_bytes} bytes is not below 2^40")
+        if rows >= 2**31:
+            problems.append(f"{rows} rows exceed a tensor-map coordinate (int32)")
+    if alignment % GLOBAL_ALIGN:
+        problems.append(f"its data pointer is {alignment}-byte aligned, not {GLOBAL_ALIGN}")
+    if RowBoxMap.inner_for(n, dtype_bytes) is None:
+        problems.append(f"a row of {n} x {dtype_bytes} bytes does not split into at most 256 box "
+                        "pieces of at most 256 elements and a multiple of 16 bytes")
+    if box_rows < 1 or box_rows > 256:
+        problems.append(f"a box of {box_rows} rows is outside 1..256")
     return problems

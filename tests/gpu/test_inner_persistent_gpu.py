@@ -89,21 +89,27 @@ def test_long_rows_cluster_other_dtypes(dtype):
 TMA = {"enable": ["tma_inner_persistent"]}
 
 
-FORCED = {"tma": TMA, "ws": {"enable": ["ws_inner_persistent"]}}
+FORCED = {"tma": TMA, "ws": {"enable": ["ws_inner_persistent"]},
+          "tma_tmap": {"enable": ["tma_inner_persistent", "tma_tensor_map"]},
+          "ws_tmap": {"enable": ["ws_inner_persistent", "tma_tensor_map"]}}
 
 
 def _ran(fd, variant) -> bool:
-    """The forced TMA variant ran (stages in use, warp-specialized or not as asked)."""
+    """The forced TMA variant ran (stages in use, warp-specialized or not and tensor-map boxes
+    or 1D bulk copies as asked)."""
     p = fd.last_run.heuristics[0]
-    return p.stages >= 2 and p.warp_specialized == (variant == "ws")
+    return (p.stages >= 2 and p.warp_specialized == variant.startswith("ws")
+            and p.tensor_map == variant.endswith("_tmap"))
 
 
 FORWARD_SHAPES = [(1, 8), (7, 1000), (1000, 5120), (4096, 1024), (333, 4096), (2000, 16384)]
 
 
 @pytest.mark.parametrize("name", FORWARD)
-@pytest.mark.parametrize("variant,shape", [("tma", s) for s in FORWARD_SHAPES]
-                         + [("ws", s) for s in FORWARD_SHAPES + [(2000, 12288)]])
+@pytest.mark.parametrize("variant,shape", [(v, s) for v in ("tma", "tma_tmap")
+                                           for s in FORWARD_SHAPES]
+                         + [(v, s) for v in ("ws", "ws_tmap")
+                            for s in FORWARD_SHAPES + [(2000, 12288)]])
 def test_forward_forced_tma_variant_bf16(name, variant, shape):
     fd = catalogue.define(name)
     run_and_check(fd, catalogue.make_inputs(name, *shape, device="cuda"),
@@ -113,7 +119,7 @@ def test_forward_forced_tma_variant_bf16(name, variant, shape):
 
 @pytest.mark.parametrize("name", ["rmsnorm_fwd", "layernorm_fwd", "softmax"])
 @pytest.mark.parametrize("dtype", ["fp16", "fp32"])
-@pytest.mark.parametrize("variant", ["tma", "ws"])
+@pytest.mark.parametrize("variant", ["tma", "ws", "tma_tmap", "ws_tmap"])
 def test_forward_forced_tma_variant_other_dtypes(name, dtype, variant):
     fd = catalogue.define(name, dtype)
     run_and_check(fd, catalogue.make_inputs(name, 777, 2048, dtype, device="cuda"),
@@ -134,7 +140,7 @@ def test_tma_persistent_grids_and_stages(grid, stages, prefetch):
     assert fd.last_run.heuristics[0] == p
 
 
-@pytest.mark.parametrize("variant", ["tma", "ws"])
+@pytest.mark.parametrize("variant", ["tma", "ws", "tma_tmap", "ws_tmap"])
 def test_forced_tma_variant_noncontiguous_rows(variant):
     """Rows of a wider tensor (stride 3008 elements: 16-byte multiple) are copied by TMA; with
     stride 3004 (6008 bytes) they cannot be, and the register variant runs."""
@@ -172,6 +178,33 @@ def test_forced_tma_kernel_refuses_misaligned_input():
     # the one that refuses.
     bad = x.reshape(-1)[4:4 + 64 * 2048].view(64, 2048)
     with pytest.raises(ValueError, match="cannot be copied row by row with TMA"):
+        fd.execute([bad, w[:2048]], options={"heuristic": p})
+
+
+@pytest.mark.parametrize("variant", ["tma_tmap", "ws_tmap"])
+@pytest.mark.parametrize("grid,stages", [(1, 2), (7, 4), (132, 3)])
+def test_tensor_map_grids_and_stages(variant, grid, stages):
+    """Boxes of whole rows over 1001 rows: the last box runs past the tensor (zero-filled,
+    still counted in the expected bytes), and few blocks refill every slot many times."""
+    import dataclasses
+    fd = catalogue.define("layernorm_fwd")
+    ins = catalogue.make_inputs("layernorm_fwd", 1001, 2048, device="cuda")
+    fd.execute(ins, options=FORCED[variant])
+    p = dataclasses.replace(fd.last_run.heuristics[0], grid=grid, stages=stages,
+                            prefetch=stages - 1)
+    assert p.tensor_map, p.reason
+    run_and_check(fd, ins, scheduler="inner_persistent", options={"heuristic": p})
+    assert fd.last_run.heuristics[0] == p
+
+
+def test_forced_tensor_map_kernel_refuses_misaligned_input():
+    fd = catalogue.define("rmsnorm_fwd")
+    x, w = catalogue.make_inputs("rmsnorm_fwd", 64, 2056, device="cuda")
+    fd.execute([x[:, :2048].contiguous(), w[:2048]], options=FORCED["tma_tmap"])
+    p = fd.last_run.heuristics[0]
+    assert p.stages >= 2 and p.tensor_map
+    bad = x.reshape(-1)[4:4 + 64 * 2048].view(64, 2048)
+    with pytest.raises(ValueError, match="tensor-map boxes of whole rows"):
         fd.execute([bad, w[:2048]], options={"heuristic": p})
 
 

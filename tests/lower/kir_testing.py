@@ -487,6 +487,7 @@ class Interpreter:
                 self.scalar_env[v] = x
         self.globals = {}
         self.shared = {}
+        self.tensor_maps = {}
         env0 = {}
         self.outputs = []
         out_sizes = [[int(S.evaluate(i.user_extent if i.is_broadcast else i.extent, dict(self.bindings)))
@@ -516,6 +517,8 @@ class Interpreter:
                 env0[p.name] = int(S.evaluate(src[1], dict(self.bindings)))
             elif src[0] == "scalar":
                 env0[p.name] = inputs[src[1]]
+            elif src[0] == "tmap":
+                self.tensor_maps[p.name] = self._tensor_map(inputs[src[1].input], src[1])
             elif src[0] == "workspace":
                 kind = dict((b.name, kd) for b, kd in k.workspaces).get(p.buffer.name)
                 n = 0
@@ -881,6 +884,51 @@ class Interpreter:
                                        f"{j} are not 16-byte aligned")
             bar["tx"] += nbytes
             dst[j:j + n] = src[i:i + n]
+            bar["tx"] -= nbytes
+            self._maybe_complete(bar)
+
+    @staticmethod
+    def _tensor_map(x, row_map):
+        """(map, rows, row stride) of a RowBoxMap over input `x`, refused as the executor's
+        encoder would refuse it."""
+        from pyfuser.schedule.tma_rules import check_row_box, merged_rows
+        align = 1 << 12         # the interpreter's storage starts aligned
+        bad = check_row_box(list(x.shape), list(x.stride()), align, x.element_size(),
+                            row_map.box_rows)
+        if bad or x.shape[-1] != row_map.row_elements:
+            raise InterpreterError(f"tensor map {row_map} over {tuple(x.shape)}: {bad}")
+        rows, row_stride = merged_rows(list(x.shape), list(x.stride()))
+        return row_map, rows, row_stride
+
+    def _TensorMapLoad(self, s, threads):
+        pred = compile_expr(s.predicate)
+        for t in threads:
+            if not pred(t.env):
+                continue
+            row_map, rows, row_stride = self.tensor_maps[s.tmap.name]
+            if s.map != row_map or s.source.memory != "global":
+                raise InterpreterError(f"{s.tmap!r} describes {row_map}, the copy says {s.map}")
+            bar = self._mbar(t, s.bar)
+            inner, pieces, box_rows = row_map.box
+            size = s.dst.buffer.dtype.size
+            nbytes = eval_expr(s.bytes, t.env)
+            if nbytes != inner * pieces * box_rows * size:
+                raise InterpreterError(f"tensor-map copy expects {nbytes} bytes for a box of "
+                                       f"{inner * pieces * box_rows * size}")
+            c0, c1, c2 = (eval_expr(c, t.env) for c in s.coords)
+            dst, j = self._addr(t, s.dst, "tensor-map destination", inner * pieces * box_rows)
+            if (j * size) % 128:
+                raise InterpreterError(f"tensor-map destination {s.dst!r} at element {j} is not "
+                                       "128-byte aligned")
+            src = self.globals[id(s.source)]
+            bar["tx"] += nbytes
+            for r in range(box_rows):
+                for b in range(pieces):
+                    for a in range(inner):
+                        row, piece, col = c2 + r, c1 + b, c0 + a
+                        inside = row < rows and piece < pieces and col < inner
+                        value = src[row * row_stride + piece * inner + col] if inside else 0.0
+                        dst[j + (r * pieces + b) * inner + a] = value
             bar["tx"] -= nbytes
             self._maybe_complete(bar)
 

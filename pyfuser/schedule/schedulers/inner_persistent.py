@@ -26,7 +26,7 @@ from .. import (cache_after, cache_before, circular_buffer, inline_at, inline_mo
                 parallelize_like, propagate_transforms, rfactor)
 from ..inlining import _upstream
 from ..recompute import recompute_for
-from ..tma_rules import MAX_TX_BYTES, check_bulk_rows
+from ..tma_rules import MAX_TX_BYTES, check_bulk_rows, check_row_box
 from .base import (RuntimeInfo, SchedulerError, reduced_and_kept, reduction_tensors,
                    vector_inputs, vector_width)
 from .reduction import _layout, _merge_dims, _pow2_floor, broadcast_back
@@ -58,6 +58,9 @@ class InnerPersistentParams:
     grid: int = 0
     tma_inputs: tuple = ()
     blocks_per_sm: int = 0       # TMA variant: resident blocks per SM planned (launch bounds)
+    # TMA variants: one tensor-map copy of a stage's bdimy whole rows (a kir.RowBoxMap) instead
+    # of bdimy 1D bulk copies, one per row.
+    tensor_map: bool = False
     # Warp-specialized TMA variant: a producer warp group (extra threadIdx.y rows) issues the
     # copies, bdimy compute rows wait on full / release empty mbarriers; one block per SM.
     # Register counts for setmaxnreg: 0 lets lowering take the largest split that fits.
@@ -78,14 +81,18 @@ class InnerPersistentParams:
                      "distributed shared memory")
         if self.warp_specialized:
             text += (f"; warp-specialized TMA: a producer warp group copies inputs "
-                     f"{list(self.tma_inputs)} row by row into {self.stages} shared-memory "
+                     f"{list(self.tma_inputs)} {self._copies} into {self.stages} shared-memory "
                      f"stages, {self.bdimx * self.bdimy} compute threads, a persistent grid of "
                      f"{self.grid} blocks (one per SM)")
         elif self.stages:
-            text += (f"; TMA: inputs {list(self.tma_inputs)} copied row by row into "
+            text += (f"; TMA: inputs {list(self.tma_inputs)} copied {self._copies} into "
                      f"{self.stages} shared-memory stages (prefetch {self.prefetch}) by a "
                      f"persistent grid of {self.grid} blocks")
         return text + (f"\n  why: {self.reason}" if self.reason else "")
+
+    @property
+    def _copies(self) -> str:
+        return "a stage per tensor-map box" if self.tensor_map else "row by row (1D bulk)"
 
 
 def can_schedule(fusion) -> tuple[bool, str]:
@@ -217,7 +224,8 @@ def choose_variant(fusion, info: RuntimeInfo, p: InnerPersistentParams, n: int, 
                "for rows that fit registers: pipelined by 2-5%, warp-specialized by 1.5-27% "
                "(PYFUSER_ENABLE=tma_inner_persistent or ws_inner_persistent forces one)")
         return dataclasses.replace(p, reason=why)
-    rows, problems = _tma_rows(fusion, info, rpos)
+    tensor_map = bool(options.current().is_enabled("tma_tensor_map"))
+    rows, problems = _tma_rows(fusion, info, rpos, box_rows=p.bdimy if tensor_map else None)
     budget = _tma_budget(info)
     stage_bytes = p.bdimy * sum(n * fusion.inputs[k].dtype.size for k in rows)
     stages = 4 if 4 * stage_bytes <= budget else 2
@@ -231,8 +239,11 @@ def choose_variant(fusion, info: RuntimeInfo, p: InnerPersistentParams, n: int, 
     grid = max(1, min(info.device.sm_count * per_sm, groups))
     return dataclasses.replace(
         p, stages=stages, prefetch=stages - 1, grid=grid, tma_inputs=rows, blocks_per_sm=per_sm,
-        reason="TMA forced on (tma_inner_persistent): 1D bulk copies of each row into a "
-               f"{stages}-stage circular buffer, {per_sm} persistent block(s) per SM")
+        tensor_map=tensor_map,
+        reason="TMA forced on (tma_inner_persistent): "
+               + ("one tensor-map box per stage (tma_tensor_map)" if tensor_map else
+                  "1D bulk copies of each row")
+               + f" into a {stages}-stage circular buffer, {per_sm} persistent block(s) per SM")
 
 
 # Bytes the producer of the warp-specialized variant keeps in flight per SM (its stages): one
@@ -253,9 +264,8 @@ def warp_specialized_variant(fusion, info: RuntimeInfo, p: InnerPersistentParams
     Compute threads are whole warp groups: WS_COMPUTE_THREADS by row bytes when a row takes
     at most 128 threads, else the row's threads; the producer rows along threadIdx.y are one
     warp group, or one row of threads when a row takes more than 128."""
+    tensor_map = bool(options.current().is_enabled("tma_tensor_map"))
     rows, problems = _tma_rows(fusion, info, rpos)
-    if not rows:
-        problems = problems or ["no row input"]
     bdimx, batch = p.bdimx, p.persistent_batch
     if WARP_GROUP % bdimx and bdimx % WARP_GROUP:
         # Another split of the row into threads x vectors per thread that makes whole warp
@@ -276,6 +286,10 @@ def warp_specialized_variant(fusion, info: RuntimeInfo, p: InnerPersistentParams
         problems.append(f"{bdimx} threads per row neither divide 128 nor are a multiple of it "
                         "(warp groups)")
         bdimy = 1
+    if tensor_map:
+        rows, problems = _tma_rows(fusion, info, rpos, box_rows=bdimy)
+    if not rows:
+        problems = problems or ["no row input"]
     stage_bytes = bdimy * sum(n * fusion.inputs[k].dtype.size for k in rows)
     budget = _tma_budget(info)
     stages = min(WS_MAX_STAGES, max(2, -(-WS_BYTES_IN_FLIGHT // max(stage_bytes, 1))),
@@ -288,14 +302,17 @@ def warp_specialized_variant(fusion, info: RuntimeInfo, p: InnerPersistentParams
     return dataclasses.replace(
         p, bdimx=bdimx, persistent_batch=batch, bdimy=bdimy, stages=stages, prefetch=stages - 1,
         grid=grid, tma_inputs=rows,
-        blocks_per_sm=1, warp_specialized=True,
+        blocks_per_sm=1, warp_specialized=True, tensor_map=tensor_map,
         reason=f"warp-specialized TMA forced on (ws_inner_persistent): a producer warp group "
-               f"fills {stages} stages of {bdimy} row(s), one persistent block per SM"), []
+               f"fills {stages} stages of {bdimy} row(s)"
+               + (" with one tensor-map box each" if tensor_map else "")
+               + ", one persistent block per SM"), []
 
 
-def _tma_rows(fusion, info: RuntimeInfo, rpos) -> tuple[tuple, list]:
-    """Inputs whose rows (the one reduced, innermost dim) a 1D bulk copy can load, and the
-    rules that fail for the other row-shaped inputs."""
+def _tma_rows(fusion, info: RuntimeInfo, rpos, box_rows: int | None = None) -> tuple[tuple, list]:
+    """Inputs whose rows (the one reduced, innermost dim) a 1D bulk copy can load (or, given
+    `box_rows`, a tensor-map box of that many whole rows), and the rules that fail for the
+    other row-shaped inputs."""
     rows, problems = [], []
     if len(rpos) != 1:
         return (), ["the row spans several reduced dims"]
@@ -304,7 +321,8 @@ def _tma_rows(fusion, info: RuntimeInfo, rpos) -> tuple[tuple, list]:
         if not isinstance(v, TensorView) or not fusion.uses_of(v) or len(v.domain.logical) != rank:
             continue
         f = info.inputs[k]
-        bad = check_bulk_rows(f.sizes, f.strides, f.alignment, v.dtype.size)
+        bad = (check_bulk_rows(f.sizes, f.strides, f.alignment, v.dtype.size) if box_rows is None
+               else check_row_box(f.sizes, f.strides, f.alignment, v.dtype.size, box_rows))
         if bad:
             problems += [f"input {k}: {b}" for b in bad]
         else:
@@ -396,7 +414,8 @@ def _project_to_inputs(fusion, caches: set, reds, allow_expensive: bool = False)
 
 def schedule(fusion, p: InnerPersistentParams) -> None:
     # TMA variant: input -> shared-memory slot (one bulk copy per row) -> registers.
-    staged = {k: cache_after(fusion.inputs[k], LoadKind.TmaBulk) for k in p.tma_inputs}
+    load = LoadKind.TmaTensor if p.tensor_map else LoadKind.TmaBulk
+    staged = {k: cache_after(fusion.inputs[k], load) for k in p.tma_inputs}
     caches = {k: cache_after(staged.get(k, v)) for k, v in enumerate(fusion.inputs)
               if isinstance(v, TensorView) and fusion.uses_of(v)}
     outputs = [o for o in fusion.outputs if o.definition is not None]
@@ -430,9 +449,12 @@ def schedule(fusion, p: InnerPersistentParams) -> None:
     parallelize_like(rfs[0], parallel_types={rows, PT.TIDy, PT.TIDx, PT.BIDy})
     for slot in staged.values():
         # [I, R] -> [I/By (grid-stride), By (serial: one thread copies the stage's rows), R (bulk)]
+        # With a tensor map, By is Bulk too: one box moves the stage.
         _merge_dims(slot, rpos)
         slot.split(0, p.bdimy)
         slot.parallelize(0, PT.GridStride).parallelize(2, PT.Bulk)
+        if p.tensor_map:
+            slot.parallelize(1, PT.Bulk)
     for k in p.vector_inputs:
         caches[k].parallelize(-1, PT.Vectorize)
     if p.vector > 1:
