@@ -86,6 +86,8 @@ def main(argv=None) -> int:
     ap.add_argument("--kinds", default="registers,tma,ws",
                     help="variants to time: registers, tma (pipelined), ws (warp-specialized), tmap "
                          "(the TMA ones again with tensor-map boxes)")
+    ap.add_argument("--defaults-only", action="store_true",
+                    help="time each kind as its heuristic chooses it, without the knob sweep")
     args = ap.parse_args(argv)
     from pyfuser.runtime.device import get_device_properties
     props = get_device_properties(0)
@@ -104,6 +106,16 @@ def main(argv=None) -> int:
                 with pf_options.override(enable=["ws_inner_persistent"]):
                     pw, _ = default_params(fd, sets[0], props)
                 todo += list(ws_variants(pw))
+            if args.defaults_only:
+                # Each kind as its heuristic chooses it, no knob sweep.
+                todo = [("registers", p0)] if "registers" in kinds else []
+                for kind, feature in (("tma", "tma_inner_persistent"),
+                                      ("ws", "ws_inner_persistent")):
+                    if kind in kinds:
+                        with pf_options.override(enable=[feature]):
+                            q, _ = default_params(fd, sets[0], props)
+                        if q.stages:
+                            todo.append((f"{kind} s{q.stages} y{q.bdimy}", q))
             if "tmap" in kinds:
                 # The same TMA variants with one tensor-map box per stage.
                 todo += [(f"tmap {label}", dataclasses.replace(q, tensor_map=True))

@@ -240,9 +240,9 @@ def issue_stmts(kernel, top, tv, bars) -> list:
 
 
 def _tensor_map_issue(kernel, top, tv, bars) -> list:
-    """The load sub-tree as one TensorMapLoad of the whole slot: every loop of the sub-tree
-    must be a Bulk axis (one box moves them all), and the slot must hold whole rows of the
-    source, as a RowBoxMap describes them. The copy's bounds predicates are dropped: rows past
+    """The load sub-tree as TensorMapLoads of the whole slot: every loop of the sub-tree must be
+    a Bulk axis (boxes move them all), and the slot must hold whole rows of the source, as a
+    RowBoxMap describes them; one box per stage, or several when a stage has over 256 rows. The copy's bounds predicates are dropped: rows past
     the tensor are zero-filled by the hardware and counted in the box's bytes; only the
     thread election stays."""
     op, loops = top, []
@@ -281,7 +281,10 @@ def _tensor_map_issue(kernel, top, tv, bars) -> list:
         raise LoweringError(f"T{tv.name}: a row of {n} x {tv.dtype.size} bytes has no tensor-map "
                             "box split (pieces of at most 256 elements and a multiple of 16 bytes)")
     k = kernel.fusion.inputs.index(src_tv)
-    row_map = K.RowBoxMap(k, n, inner, slot // n)
+    rows = slot // n
+    # A box has at most 256 rows: a stage of more is several boxes of an equal row count.
+    box_rows = max(d for d in range(1, min(rows, 256) + 1) if rows % d == 0)
+    row_map = K.RowBoxMap(k, n, inner, box_rows)
     name = f"{src.buffer.name}_tmap"
     if name not in kernel.tensor_maps:
         kernel.params.append(K.Param(name, "tmap", ("tmap", row_map)))
@@ -297,9 +300,12 @@ def _tensor_map_issue(kernel, top, tv, bars) -> list:
         if at is None:
             raise LoweringError(f"T{tv.name}: no index for {i!r} of its tensor-map source")
         row = K.add(K.mul(row, scalar_to_kexpr(i.extent, kernel.ctx.names)), at.value)
-    return [K.TensorMapLoad(op.out, K.Var(name), row_map, src.buffer,
-                            [K.Const(0), K.Const(0), row], K.Const(slot * tv.dtype.size),
-                            K.MBarrierRef(bars, K.Const(0)), _THREAD0)]
+    box_bytes = K.Const(box_rows * n * tv.dtype.size)
+    return [K.TensorMapLoad(dataclasses.replace(op.out, index=K.add(op.out.index, b * box_rows * n)),
+                            K.Var(name), row_map, src.buffer,
+                            [K.Const(0), K.Const(0), K.add(row, b * box_rows)], box_bytes,
+                            K.MBarrierRef(bars, K.Const(0)), _THREAD0)
+            for b in range(rows // box_rows)]
 
 
 def _bulk_issue(kernel, top, tv, bars) -> list:

@@ -316,7 +316,7 @@ class FusionExecutorCache:
         for row_map in fk.kernel.tensor_maps.values():
             x = inputs[row_map.input]
             bad = check_row_box(list(x.shape), list(x.stride()), _alignment(x.data_ptr()),
-                                x.element_size(), row_map.box_rows)
+                                x.element_size())
             if x.shape and x.shape[-1] != row_map.row_elements:
                 bad.append(f"its rows have {x.shape[-1]} elements, the kernel's {row_map.row_elements}")
             if bad:

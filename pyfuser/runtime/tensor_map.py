@@ -367,7 +367,7 @@ def encode_row_box(tensor, row_map) -> bytes:
     sizes, strides = list(tensor.shape), list(tensor.stride())
     item = tensor.element_size()
     align = tensor.data_ptr() & -tensor.data_ptr() if tensor.data_ptr() else 1 << 62
-    problems = check_row_box(sizes, strides, align, item, row_map.box_rows)
+    problems = check_row_box(sizes, strides, align, item)
     if sizes and sizes[-1] != row_map.row_elements:
         problems.append(f"its rows have {sizes[-1]} elements; the kernel was built for "
                         f"{row_map.row_elements}")

@@ -60,11 +60,11 @@ def merged_rows(sizes, strides) -> tuple[int, int] | None:
     return rows, (stride if stride is not None else (sizes[-1] if sizes else 1))
 
 
-def check_row_box(sizes, strides, alignment: int, dtype_bytes: int, box_rows: int) -> list[str]:
-    """Rules for copying `box_rows` whole rows per stage with one tensor-map copy (a RowBoxMap):
+def check_row_box(sizes, strides, alignment: int, dtype_bytes: int) -> list[str]:
+    """Rules for copying whole rows with tensor-map boxes (a RowBoxMap):
     contiguous rows whose outer dims merge into one 16-byte-multiple stride, a 16-byte-aligned
-    pointer, a row that splits into box pieces, at most 256 rows per box. (Stage slots are
-    padded to 128 bytes by the lowering.)"""
+    pointer, a row that splits into box pieces. (The lowering pads stage slots to 128 bytes and
+    splits a stage of over 256 rows into several boxes.)"""
     if not sizes:
         return ["a 0-dim tensor has no rows"]
     problems = []
@@ -89,6 +89,4 @@ def check_row_box(sizes, strides, alignment: int, dtype_bytes: int, box_rows: in
     if RowBoxMap.inner_for(n, dtype_bytes) is None:
         problems.append(f"a row of {n} x {dtype_bytes} bytes does not split into at most 256 box "
                         "pieces of at most 256 elements and a multiple of 16 bytes")
-    if box_rows < 1 or box_rows > 256:
-        problems.append(f"a box of {box_rows} rows is outside 1..256")
     return problems

@@ -893,8 +893,7 @@ class Interpreter:
         encoder would refuse it."""
         from pyfuser.schedule.tma_rules import check_row_box, merged_rows
         align = 1 << 12         # the interpreter's storage starts aligned
-        bad = check_row_box(list(x.shape), list(x.stride()), align, x.element_size(),
-                            row_map.box_rows)
+        bad = check_row_box(list(x.shape), list(x.stride()), align, x.element_size())
         if bad or x.shape[-1] != row_map.row_elements:
             raise InterpreterError(f"tensor map {row_map} over {tuple(x.shape)}: {bad}")
         rows, row_stride = merged_rows(list(x.shape), list(x.stride()))

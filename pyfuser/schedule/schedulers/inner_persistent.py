@@ -225,7 +225,7 @@ def choose_variant(fusion, info: RuntimeInfo, p: InnerPersistentParams, n: int, 
                "(PYFUSER_ENABLE=tma_inner_persistent or ws_inner_persistent forces one)")
         return dataclasses.replace(p, reason=why)
     tensor_map = bool(options.current().is_enabled("tma_tensor_map"))
-    rows, problems = _tma_rows(fusion, info, rpos, box_rows=p.bdimy if tensor_map else None)
+    rows, problems = _tma_rows(fusion, info, rpos, tensor_map)
     budget = _tma_budget(info)
     stage_bytes = p.bdimy * sum(n * fusion.inputs[k].dtype.size for k in rows)
     stages = 4 if 4 * stage_bytes <= budget else 2
@@ -265,7 +265,9 @@ def warp_specialized_variant(fusion, info: RuntimeInfo, p: InnerPersistentParams
     at most 128 threads, else the row's threads; the producer rows along threadIdx.y are one
     warp group, or one row of threads when a row takes more than 128."""
     tensor_map = bool(options.current().is_enabled("tma_tensor_map"))
-    rows, problems = _tma_rows(fusion, info, rpos)
+    rows, problems = _tma_rows(fusion, info, rpos, tensor_map)
+    if not rows:
+        problems = problems or ["no row input"]
     bdimx, batch = p.bdimx, p.persistent_batch
     if WARP_GROUP % bdimx and bdimx % WARP_GROUP:
         # Another split of the row into threads x vectors per thread that makes whole warp
@@ -286,10 +288,6 @@ def warp_specialized_variant(fusion, info: RuntimeInfo, p: InnerPersistentParams
         problems.append(f"{bdimx} threads per row neither divide 128 nor are a multiple of it "
                         "(warp groups)")
         bdimy = 1
-    if tensor_map:
-        rows, problems = _tma_rows(fusion, info, rpos, box_rows=bdimy)
-    if not rows:
-        problems = problems or ["no row input"]
     stage_bytes = bdimy * sum(n * fusion.inputs[k].dtype.size for k in rows)
     budget = _tma_budget(info)
     stages = min(WS_MAX_STAGES, max(2, -(-WS_BYTES_IN_FLIGHT // max(stage_bytes, 1))),
@@ -309,10 +307,9 @@ def warp_specialized_variant(fusion, info: RuntimeInfo, p: InnerPersistentParams
                + ", one persistent block per SM"), []
 
 
-def _tma_rows(fusion, info: RuntimeInfo, rpos, box_rows: int | None = None) -> tuple[tuple, list]:
-    """Inputs whose rows (the one reduced, innermost dim) a 1D bulk copy can load (or, given
-    `box_rows`, a tensor-map box of that many whole rows), and the rules that fail for the
-    other row-shaped inputs."""
+def _tma_rows(fusion, info: RuntimeInfo, rpos, tensor_map: bool = False) -> tuple[tuple, list]:
+    """Inputs whose rows (the one reduced, innermost dim) 1D bulk copies (or tensor-map boxes
+    of whole rows) can load, and the rules that fail for the other row-shaped inputs."""
     rows, problems = [], []
     if len(rpos) != 1:
         return (), ["the row spans several reduced dims"]
@@ -321,8 +318,8 @@ def _tma_rows(fusion, info: RuntimeInfo, rpos, box_rows: int | None = None) -> t
         if not isinstance(v, TensorView) or not fusion.uses_of(v) or len(v.domain.logical) != rank:
             continue
         f = info.inputs[k]
-        bad = (check_bulk_rows(f.sizes, f.strides, f.alignment, v.dtype.size) if box_rows is None
-               else check_row_box(f.sizes, f.strides, f.alignment, v.dtype.size, box_rows))
+        bad = (check_bulk_rows(f.sizes, f.strides, f.alignment, v.dtype.size) if not tensor_map
+               else check_row_box(f.sizes, f.strides, f.alignment, v.dtype.size))
         if bad:
             problems += [f"input {k}: {b}" for b in bad]
         else:
