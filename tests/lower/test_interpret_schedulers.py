@@ -107,6 +107,22 @@ def test_reduction_of_a_transposed_input_follows_memory_order(dim):
     assert params.inner == (dim == 0)
 
 
+def test_an_output_the_fusion_also_uses_is_not_read_back():
+    # y = exp(x) is an output and feeds z = 2 y: z is computed from y's registers; the kernel
+    # reads no output buffer.
+    x = torch.randn(5, 37)
+    with FusionDefinition() as fd:
+        a = fd.from_pytorch(x)
+        y = fd.ops.exp(a)
+        fd.add_output(y)
+        fd.add_output(fd.ops.mul(y, 2.0))
+    _, k, _ = _check(fd, [x])
+    outputs = {p.name for p in k.params if p.source[0] == "output"}
+    assert len(outputs) == 2
+    assert not [i for op in ops(k) for i in op.ins
+                if isinstance(i, K.TensorIndex) and i.buffer.name in outputs]
+
+
 def test_misaligned_input_reads_scalars():
     x = torch.randn(4, 64)
     fd = _from([x], lambda fd, a: fd.ops.sum(a, [1]))
