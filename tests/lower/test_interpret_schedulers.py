@@ -123,6 +123,13 @@ def test_an_output_the_fusion_also_uses_is_not_read_back():
                 if isinstance(i, K.TensorIndex) and i.buffer.name in outputs]
 
 
+@pytest.mark.parametrize("dim", [0, 1])
+def test_16_bit_sum_without_casts_matches_the_reference(dim):
+    x = torch.randn(7, 45).to(torch.bfloat16)
+    fd = _from([x], lambda fd, a: fd.ops.sum(a, [dim]))
+    _check(fd, [x], "bf16")
+
+
 def test_misaligned_input_reads_scalars():
     x = torch.randn(4, 64)
     fd = _from([x], lambda fd, a: fd.ops.sum(a, [1]))
