@@ -130,6 +130,17 @@ def test_16_bit_sum_without_casts_matches_the_reference(dim):
     _check(fd, [x], "bf16")
 
 
+@pytest.mark.parametrize("shape,dim", [([-1, 1], 1), ([1, -1], 0)])
+def test_sum_over_a_size_1_dim_runs(shape, dim):
+    # The frontend squeezes the size-1 dim (the reduction scheduler used to refuse to merge
+    # an iteration ID with a broadcast's reduction ID).
+    with FusionDefinition() as fd:
+        a = fd.define_tensor(shape)
+        fd.add_output(fd.ops.sum(a, [dim]))
+    x = torch.randn(*[7 if s == -1 else 1 for s in shape])
+    _check(fd, [x])
+
+
 def test_misaligned_input_reads_scalars():
     x = torch.randn(4, 64)
     fd = _from([x], lambda fd, a: fd.ops.sum(a, [1]))
