@@ -319,8 +319,31 @@ class Ops:
                 raise FusionDefinitionError(f"{name}: bool tensors have no {name}; cast first")
             init = (float("-inf") if op == ReductionOpType.Max else float("inf")) if dt.is_floating else (
                 -(2 ** 63) if op == ReductionOpType.Max else 2 ** 63 - 1)
-        out = arith.reduction(op, x, dims, dt, init)
-        return self._keep(out, dims, n) if keepdim else out
+        reduced = dims
+        src = x.domain.logical_no_reductions
+        size_one = [d for d in dims if src[d].is_broadcast and src[d].expanded_extent is None]
+        if size_one:
+            # Reducing a size-1 dim leaves its one element: squeeze it instead, so that no
+            # kernel reduces over a broadcast ID (an expanded broadcast is reduced for real).
+            x = arith.squeeze(x, size_one)
+            dims = [d - sum(1 for s in size_one if s < d) for d in dims if d not in size_one]
+        if not dims:
+            out = x if x.dtype == dt else arith.unary(U.Cast, x, dt)
+        elif dt.is_reduced_float:
+            out = self._reduce_in_float(op, x, dims, dt, init)
+        else:
+            out = arith.reduction(op, x, dims, dt, init)
+        return self._keep(out, reduced, n) if keepdim else out
+
+    def _reduce_in_float(self, op, x, dims, dt, init):
+        """A reduction to a 16-bit float accumulates in float32 and rounds once at the end, as
+        torch does: cast(reduce(cast(x, float)), dt). Kernels then hold float accumulators,
+        partials and workspaces, never 16-bit ones."""
+        if x.dtype != dt:
+            x = arith.unary(U.Cast, x, dt)       # torch first casts the input to `dtype`
+        acc = arith.reduction(op, arith.unary(U.Cast, x, DataType.Float), dims, DataType.Float,
+                              init)
+        return arith.unary(U.Cast, acc, dt)
 
     def sum(self, x, dims=None, keepdim: bool = False, dtype=None):
         return self._reduce("sum", ReductionOpType.Sum, x, dims, keepdim, dtype)
@@ -341,6 +364,10 @@ class Ops:
             raise FusionDefinitionError(f"mean: operand 0 ({_kind(x)}) is {x.dtype.short_name}; "
                                         "mean needs a floating tensor (cast it first)")
         dims = self._dims("mean", x, dims)
+        if x.dtype.is_reduced_float:
+            # Sum and divide in float, round once (torch's mean of a 16-bit tensor).
+            s = self.sum(self.cast(x, DataType.Float), dims, keepdim)
+            return self.cast(self.div(s, self._count_as_float(x, dims)), x.dtype)
         s = self.sum(x, dims, keepdim)
         return self.div(s, self._count_as_float(x, dims))
 

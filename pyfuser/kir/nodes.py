@@ -601,7 +601,8 @@ class Kernel:
     # Tensor-map parameters (Param name -> RowBoxMap) the executor encodes per input pointer.
     tensor_maps: dict = dataclasses.field(default_factory=dict)
     # ids of lowering Loops a pass replaced by loops of its own (a buffered loop by its main
-    # loop and epilogue, a bulk axis by one copy): the verifier no longer looks for them.
+    # loop and epilogue, a bulk axis by one copy) or folded away (a one-iteration loop inside a
+    # vector access): the verifier no longer looks for them.
     replaced_loops: set = dataclasses.field(default_factory=set)
     # Set by `warp_specialize`: the producer / compute split that launch_config adds to the block.
     warp_roles: WarpRoles | None = None

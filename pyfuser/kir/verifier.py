@@ -51,6 +51,17 @@ _VECTOR_WIDTHS = (2, 4, 8, 16)
 _PREAMBLE_VARS = {"pf_grid_last"}
 
 
+def _nest_outside_vector(s: K.TensorOp, collapsed: set) -> list:
+    """The loops of a TensorOp's nest that still enclose it: a vector op has lost its
+    Vectorize loop and the one-iteration loops inside it that vectorize_and_unroll collapsed
+    (their ids are in `collapsed`)."""
+    kinds = [getattr(getattr(lp, "parallel", None), "name", "") for lp in s.nest]
+    if s.vector == 1 or "Vectorize" not in kinds:
+        return list(s.nest)
+    v = kinds.index("Vectorize")
+    return list(s.nest[:v]) + [lp for lp in s.nest[v + 1:] if id(lp) not in collapsed]
+
+
 class KernelIRError(AssertionError):
     """The kernel IR broke a structural rule; the message names the pass that left it so."""
 
@@ -312,11 +323,9 @@ class _Verifier:
         if not self.has_loops or not s.nest:
             return
         enclosing = [f.loop for f in scope.loops() if f.loop is not None]
-        expected = [lp for lp in s.nest
-                    if not (s.vector > 1 and getattr(getattr(lp, "parallel", None), "name", "")
-                            == "Vectorize")
-                    and not (self.buffered and isinstance(getattr(lp, "var", None), K.Var)
-                             and scope.has_var(lp.var.name))]
+        expected = [lp for lp in _nest_outside_vector(s, self.k.replaced_loops)
+                    if not (self.buffered and isinstance(getattr(lp, "var", None), K.Var)
+                            and scope.has_var(lp.var.name))]
         if [id(x) for x in enclosing] != [id(x) for x in expected]:
             self.fail(f"the loops around the op {enclosing} are not its nest {expected}", s)
 

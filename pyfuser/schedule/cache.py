@@ -41,11 +41,14 @@ def cache_after(tv: TensorView, load_kind: LoadKind = LoadKind.Set,
 
 
 def cache_before(tv: TensorView) -> TensorView:
-    """tv's computation writes a new C, and tv = set(C).
+    """tv's computation writes a new C, and tv = set(C); tv's uses read C.
 
-    Before:  T2 = f(T1)   (T2 an output)    After:  C = f(T1); T2 = set(C)
+    Before:  T2 = f(T1); T3 = g(T2)         After:  C = f(T1); T2 = set(C); T3 = g(C)
+             (T2 an output)
     C takes over tv's domain (reduction IDs included) and memory; tv gets fresh IDs in the same
-    allocation order. Call it before scheduling tv.
+    allocation order. An output that the fusion also computes with is read from C, where its
+    values already are, instead of being read back from global memory after the store. Call it
+    before scheduling tv.
     """
     d = tv.definition
     if d is None:
@@ -53,6 +56,7 @@ def cache_before(tv: TensorView) -> TensorView:
     if tv.compute_at_pos or tv.max_producer_pos:
         raise ScheduleError(f"cache_before on T{tv.name}: it is already inlined; cache before inlining")
     fusion = tv.fusion
+    uses = fusion.uses_of(tv)
     with fusion:
         cache = TensorView(tv.domain, tv.dtype, MemoryType.Local)
         old_logical = tv.domain.logical_no_reductions
@@ -70,6 +74,8 @@ def cache_before(tv: TensorView) -> TensorView:
         cache.definition = d
         tv.definition = None
         LoadStoreOp(tv, cache)
+    for e in uses:
+        e.replace_input(tv, cache)
     return cache
 
 

@@ -186,6 +186,20 @@ def test_reduction_layouts_compile_clean(layout, dim):
     compile_checked(src, "k")
 
 
+@pytest.mark.parametrize("dtype", ["bf16", "fp16"])
+@pytest.mark.parametrize("dim", [0, 1])
+def test_16_bit_reduction_without_casts_compiles_clean(dtype, dim):
+    # fd.ops.sum of a 16-bit tensor, no casts written: the kernel accumulates in float (a 16-bit
+    # accumulator has no constructor from the double initial value, nor a block workspace name).
+    x = torch.empty(1027, 4096, dtype=TORCH[dtype])
+    fd = _from([x], lambda fd, a: fd.ops.sum(a, [dim]))
+    st, sch, params, kernel, src = build(fd, [x])
+    assert sch.NAME == "reduction"
+    _check_source(kernel, params, src)
+    assert "static_cast<pf::bf16>(0.0)" not in src and "static_cast<pf::half>(0.0)" not in src
+    compile_checked(src, "k")
+
+
 @pytest.mark.parametrize("name", KERNEL_FUSIONS)
 def test_misaligned_inputs_compile_without_vector_loads(name):
     fd = catalogue.define(name, "bf16")

@@ -218,3 +218,55 @@ def test_reductions_keep_or_widen_types_as_torch():
                                    atol=1e-2 if a.is_reduced_float else 1e-6)
         if a != DataType.Bool:
             assert torch.equal(outs[1], ta.amax(0))
+
+
+@pytest.mark.parametrize("dtype", [DataType.Half, DataType.BFloat16])
+@pytest.mark.parametrize("op", ["sum", "max", "mean"])
+def test_16_bit_reductions_accumulate_in_float(dtype, op):
+    """The reduction itself is float32 (what the kernel's accumulators, partials and workspaces
+    hold), between a cast of the input and one rounding of the result, as torch computes it."""
+    from pyfuser.ir.exprs import ReductionOp, UnaryOp, UnaryOpType
+    ta = _rand(dtype, (6, 300))
+    with FusionDefinition() as fd:
+        x = fd.define_tensor([-1, -1], dtype=dtype)
+        out = getattr(fd.ops, op)(x, [1])
+        fd.add_output(out)
+    assert out.dtype == dtype
+    (red,) = [e for e in fd.fusion.exprs() if isinstance(e, ReductionOp)]
+    assert red.outputs[0].dtype == DataType.Float
+    src = red.inputs[0].definition
+    assert isinstance(src, UnaryOp) and src.op == UnaryOpType.Cast and src.inputs[0] is x
+    last = out.definition
+    assert isinstance(last, UnaryOp) and last.op == UnaryOpType.Cast     # the one rounding
+    want = {"sum": lambda t: t.sum(1), "max": lambda t: t.amax(1), "mean": lambda t: t.mean(1)}[op]
+    from pyfuser.runtime.reference import evaluate
+    (got,) = evaluate(fd.fusion, [ta])
+    assert got.dtype == want(ta).dtype
+    torch.testing.assert_close(got, want(ta), rtol=1e-2, atol=1e-2)
+
+
+@pytest.mark.parametrize("op", ["sum", "max", "mean"])
+@pytest.mark.parametrize("shape,dims,keepdim", [([-1, 1], [1], False), ([1, -1], [0], True),
+                                                ([1, -1, 1], [0, 2], False),
+                                                ([1, -1, -1], [0, 2], True)])
+def test_reducing_size_1_dims_squeezes_them(op, shape, dims, keepdim):
+    """A size-1 (broadcast) dim reduces to its one element: the frontend squeezes it, so no
+    ReductionOp runs over a broadcast ID (the schedulers cannot split one); other dims still
+    reduce."""
+    from pyfuser.ir.exprs import ReductionOp, SqueezeOp
+    from pyfuser.runtime.inputs import check_inputs
+    from pyfuser.runtime.reference import evaluate
+    ta = torch.randn(*[6 if s == -1 else 1 for s in shape])
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape)
+        fd.add_output(getattr(fd.ops, op)(x, dims, keepdim=keepdim))
+    exprs = fd.fusion.exprs()
+    assert isinstance(exprs[0], SqueezeOp) and exprs[0].inputs[0] is x
+    for e in exprs:
+        if isinstance(e, ReductionOp):
+            assert not any(i.is_broadcast for i in e.outputs[0].domain.maybe_root)
+    assert any(isinstance(e, ReductionOp) for e in exprs) == (-1 in [shape[d] for d in dims])
+    want = {"sum": torch.sum, "max": torch.amax, "mean": torch.mean}[op](ta, dims, keepdim=keepdim)
+    (got,) = evaluate(fd.fusion, [ta], extent_bindings=check_inputs(fd.fusion, [ta]))
+    assert got.shape == want.shape
+    torch.testing.assert_close(got, want)

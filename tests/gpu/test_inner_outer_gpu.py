@@ -35,9 +35,11 @@ def test_backward_repeated_launches_reuse_workspace_and_counter():
                       scheduler="inner_outer_persistent")
 
 
-def test_issue_item6_fusion_with_permuted_broadcast_input():
+def _item6_fusion(dtype=DataType.Float, sizes=(-1, -1)):
+    """Issue 6, item 6: T0 [1, M, N] allocated (i1, b0, i2); T4 = T0 + broadcast(sum(T0, -1));
+    T6 = sum(squeeze(T4), 0). `sizes` (M, N) fixed at definition or -1."""
     with FusionDefinition("item6") as fd:
-        t0 = fd.define_tensor([1, -1, -1], contiguity=[True, None, True], dtype=DataType.Float,
+        t0 = fd.define_tensor([1, *sizes], contiguity=[True, None, True], dtype=dtype,
                               stride_order=[1, 2, 0])
         t1 = fd.ops.squeeze(t0, [0])
         t2 = fd.ops.sum(t1, [1])
@@ -46,6 +48,49 @@ def test_issue_item6_fusion_with_permuted_broadcast_input():
         fd.add_output(t4)
         t5 = fd.ops.squeeze(t4, [0])
         fd.add_output(fd.ops.sum(t5, [0]))
-    # allocation (i1, b0, i2): the size-1 dim lies between the others in memory
-    x = torch.randn(4096, 1, 4096, device="cuda").permute(1, 0, 2)
-    run_and_check(fd, [x], scheduler="inner_outer_persistent")
+    return fd
+
+
+@pytest.mark.parametrize("dtype", [DataType.Float, DataType.BFloat16], ids=["fp32", "bf16"])
+@pytest.mark.parametrize("M,N,static", [(4096, 4096, False), (4096, 4096, True),
+                                        (1000, 1027, False), (4097, 4095, False)])
+@pytest.mark.parametrize("layout", ["permuted", "contiguous"])
+def test_issue_item6_fusion_with_permuted_broadcast_input(dtype, M, N, static, layout):
+    import warnings
+
+    from pyfuser.runtime.executor import FallbackWarning
+    from pyfuser.runtime.inputs import check_inputs
+    from pyfuser.runtime.reference import evaluate
+    from pyfuser.testing import TOLERANCE, rel_error
+
+    fd = _item6_fusion(dtype, (M, N) if static else (-1, -1))
+    torch.manual_seed(M + N)
+    tdt = {DataType.Float: torch.float32, DataType.BFloat16: torch.bfloat16}[dtype]
+    if layout == "permuted":
+        # allocation (i1, b0, i2): the size-1 dim lies between the others in memory
+        x = torch.randn(M, 1, N, device="cuda").to(tdt).permute(1, 0, 2)
+    else:
+        x = torch.randn(1, M, N, device="cuda").to(tdt)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FallbackWarning)
+        if dtype == DataType.Float:
+            t4, t6 = run_and_check(fd, [x], scheduler="inner_outer_persistent")
+        else:
+            t4, t6 = fd.execute([x], options={"enable": ["poison_outputs"]})
+    run = fd.last_run
+    assert (run.kind, run.schedulers, run.num_kernels) == ("kernels", ("inner_outer_persistent",),
+                                                           1), run
+    tol = TOLERANCE[dtype]
+    xd = x.double()
+    r4 = xd + xd.sum(2, keepdim=True)
+    assert rel_error(t4, r4) <= tol
+    # T6 against the float64 column sums of the T4 the kernel wrote: T6's own error only.
+    assert rel_error(t6, t4.double().squeeze(0).sum(0)) <= tol
+    if dtype == DataType.Float:
+        assert rel_error(t6, r4.squeeze(0).sum(0)) <= tol
+    else:
+        # bf16 rounds T2 and T4 before T6 sums them: compare with the evaluator at the
+        # fusion's own precision (float64 of x alone can differ by more than 1e-2 when the
+        # row sums nearly cancel over the column).
+        (_, ref6) = evaluate(fd.fusion, [x], extent_bindings=check_inputs(fd.fusion, [x]))
+        assert rel_error(t6, ref6) <= tol

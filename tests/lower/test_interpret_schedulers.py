@@ -107,6 +107,40 @@ def test_reduction_of_a_transposed_input_follows_memory_order(dim):
     assert params.inner == (dim == 0)
 
 
+def test_an_output_the_fusion_also_uses_is_not_read_back():
+    # y = exp(x) is an output and feeds z = 2 y: z is computed from y's registers; the kernel
+    # reads no output buffer.
+    x = torch.randn(5, 37)
+    with FusionDefinition() as fd:
+        a = fd.from_pytorch(x)
+        y = fd.ops.exp(a)
+        fd.add_output(y)
+        fd.add_output(fd.ops.mul(y, 2.0))
+    _, k, _ = _check(fd, [x])
+    outputs = {p.name for p in k.params if p.source[0] == "output"}
+    assert len(outputs) == 2
+    assert not [i for op in ops(k) for i in op.ins
+                if isinstance(i, K.TensorIndex) and i.buffer.name in outputs]
+
+
+@pytest.mark.parametrize("dim", [0, 1])
+def test_16_bit_sum_without_casts_matches_the_reference(dim):
+    x = torch.randn(7, 45).to(torch.bfloat16)
+    fd = _from([x], lambda fd, a: fd.ops.sum(a, [dim]))
+    _check(fd, [x], "bf16")
+
+
+@pytest.mark.parametrize("shape,dim", [([-1, 1], 1), ([1, -1], 0)])
+def test_sum_over_a_size_1_dim_runs(shape, dim):
+    # The frontend squeezes the size-1 dim (the reduction scheduler used to refuse to merge
+    # an iteration ID with a broadcast's reduction ID).
+    with FusionDefinition() as fd:
+        a = fd.define_tensor(shape)
+        fd.add_output(fd.ops.sum(a, [dim]))
+    x = torch.randn(*[7 if s == -1 else 1 for s in shape])
+    _check(fd, [x])
+
+
 def test_misaligned_input_reads_scalars():
     x = torch.randn(4, 64)
     fd = _from([x], lambda fd, a: fd.ops.sum(a, [1]))

@@ -2,7 +2,8 @@
 import pytest
 import torch
 
-from kir_testing import clone_bindings, eval_expr, interpret, lower_upto, op_writing, skeleton
+from kir_testing import (clone_bindings, enclosing, eval_expr, interpret, lower_upto, op_writing,
+                         skeleton)
 from pyfuser import DataType, FusionDefinition
 from pyfuser.codegen.device_library import (block_allreduce_x_smem_elems,
                                             block_allreduce_y_smem_elems)
@@ -71,6 +72,44 @@ def test_vectorized_kernel_runs(n):
     (o,), it = interpret(k, clone_bindings(fd, mapping, [x]), [x])
     torch.testing.assert_close(o, x * x)
     assert len(it.writes) == n and set(it.writes.values()) == {1}
+
+
+def _vector_loop_around_a_broadcast_loop():
+    """y = -x for x of shape [1, M, N]: loops (M on BIDx, N / 4 on TIDx, 4 vectorized, then the
+    size-1 broadcast dim), so the broadcast dim's one-iteration loop sits inside the vector loop
+    of x's register cache and of y's store."""
+    with FusionDefinition() as fd:
+        a = fd.define_tensor([1, -1, -1], contiguity=[True, None, True], stride_order=[1, 2, 0])
+        fd.add_output(fd.ops.neg(a))
+    f, mapping = fd.fusion.clone()
+    y = f.outputs[0]
+    ca = cache_after(f.inputs[0])
+    cache_before(y)
+    y.reorder([1, 2, 0]).split(1, 4)                       # [M, N / 4, 4, b0]
+    y.parallelize(0, PT.BIDx).parallelize(1, PT.TIDx)
+    propagate_transforms(y)
+    parallelize_like(y)
+    for tv in (ca, y):
+        assert tv.loop[3].is_broadcast and tv.loop[3].const_extent == 1
+        tv.parallelize(2, PT.Vectorize)
+    inline_most(fusion=f)
+    return fd, f, mapping
+
+
+def test_one_iteration_loops_inside_a_vector_loop_fold_away():
+    fd, f, mapping = _vector_loop_around_a_broadcast_loop()
+    k = lower_upto(f)
+    load, store = op_writing(k, "T2"), op_writing(k, "T1")     # x's cache, y
+    for op in (load, store):
+        assert op.vector == 4 and all(a.vector == 4 for a in [op.out] + op.ins)
+        # Nothing but the block and thread dims encloses the copies: no lane or broadcast loop.
+        assert [s.parallel for s in enclosing(k, op) if isinstance(s, K.ForLoop)] == [
+            "BIDx", "TIDx"]
+    assert k.vector_widths == {"T0": 4, "T1": 4}
+    x = torch.randn(5, 1, 36).permute(1, 0, 2)
+    (o,), it = interpret(k, clone_bindings(fd, mapping, [x]), [x])
+    torch.testing.assert_close(o, -x)
+    assert len(it.writes) == x.numel() and set(it.writes.values()) == {1}
 
 
 def test_unroll_small_constant_serial_loops_only():

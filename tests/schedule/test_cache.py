@@ -120,6 +120,26 @@ def test_cache_before_output():
     torch.testing.assert_close(out, X.sum(1))
 
 
+def test_cache_before_output_with_uses_redirects_them_to_the_cache():
+    # y is an output and feeds z: after cache_before, z reads the register cache, not y back
+    # from global memory.
+    with FusionDefinition() as fd:
+        x = fd.define_tensor([-1, -1])
+        y = fd.ops.exp(x)
+        fd.add_output(y)
+        z = fd.ops.mul(y, 2.0)
+        fd.add_output(z)
+    c = cache_before(y)
+    assert z.definition.inputs[0] is c
+    assert fd.fusion.uses_of(y) == [] and set(fd.fusion.consumers(c)) == {y, z}
+    assert y.definition.inputs == [c]
+    verify(fd.fusion)
+    X = torch.randn(4, 7)
+    out_y, out_z = evaluate(fd.fusion, [X])
+    torch.testing.assert_close(out_y, X.exp())
+    torch.testing.assert_close(out_z, X.exp() * 2)
+
+
 def test_cache_before_keeps_output_allocation_order():
     from pyfuser.schedule import set_allocation_domain
     with FusionDefinition() as fd:
