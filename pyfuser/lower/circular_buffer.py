@@ -77,7 +77,8 @@ def buffered_loop(tv, op, path):
     """The ForLoop left of tv's compute-at position around its load, and its index in `path`."""
     pos = tv.compute_at_pos
     if pos == 0:
-        raise LoweringError(f"T{tv.name}: a TMA load needs a loop to live in (compute-at 0)")
+        raise LoweringError(f"T{tv.name}: a circular-buffered or TMA load needs a loop to live "
+                            "in (compute-at 0)")
     want = op.nest[pos - 1]
     idx = next((k for k, s in enumerate(path) if isinstance(s, K.ForLoop) and s.loop is want),
                None)
@@ -116,7 +117,7 @@ def tma_loads(body, path):
 class BufferedTensor:
     tv: object
     buf: K.Buffer
-    bars: K.MBarriers
+    bars: K.MBarriers | None   # None: the stages complete on cp.async groups
     slot_elems: int
     issue: list           # statements that issue the copies of one stage (iteration var of L)
 
@@ -137,18 +138,25 @@ def take_loads(kernel: K.Kernel, loop: K.ForLoop, items, n_stages: int,
     new mbarrier array of `n_stages`, and grow its shared buffer to `n_stages` slots."""
     buffered = []
     for tv, op, top in items:
-        if top not in loop.body:
-            raise LoweringError(f"T{tv.name}: its load is not directly in the buffered loop")
-        loop.body.remove(top)
-        buf = kernel.ctx.buffers[tv]
-        if not isinstance(buf.size, K.Const):
-            raise LoweringError(f"T{tv.name}: a circular buffer needs a constant slot size")
-        slot = buf.size.value
+        buf, slot = take_slot(kernel, loop, tv, top, n_stages)
         bars = K.MBarriers(bars_name.format(buf.name), n_stages)
         issue = issue_stmts(kernel, top, tv, bars)
-        buf.size = K.Const(slot * n_stages)
         buffered.append(BufferedTensor(tv, buf, bars, slot, issue))
     return buffered
+
+
+def take_slot(kernel: K.Kernel, loop: K.ForLoop, tv, top, n_stages: int) -> tuple:
+    """Remove tv's load sub-tree `top` from `loop` and grow tv's shared buffer to `n_stages`
+    slots: (the buffer, elements per slot)."""
+    if top not in loop.body:
+        raise LoweringError(f"T{tv.name}: its load is not directly in the buffered loop")
+    loop.body.remove(top)
+    buf = kernel.ctx.buffers[tv]
+    if not isinstance(buf.size, K.Const):
+        raise LoweringError(f"T{tv.name}: a circular buffer needs a constant slot size")
+    slot = buf.size.value
+    buf.size = K.Const(slot * n_stages)
+    return buf, slot
 
 
 def trip_count(loop: K.ForLoop):
@@ -260,17 +268,23 @@ def issue_stmts(kernel, top, tv, bars) -> list:
 
 def retarget(s, mapping, b: BufferedTensor, stage):
     """A copy of an issue statement for one iteration: loop index substituted, copy into the
-    iteration's slot, completing on the slot's barrier."""
-    if isinstance(s, K.BulkLoad):
+    iteration's slot, completing on the slot's barrier (bulk copies)."""
+    if isinstance(s, (K.BulkLoad, K.CpAsyncCopy)):
         dst = dataclasses.replace(s.dst, index=K.add(substitute(s.dst.index, mapping),
                                                      K.mul(stage, b.slot_elems)))
-        return dataclasses.replace(s, dst=dst, src=substitute(s.src, mapping),
-                                   bar=K.MBarrierRef(b.bars, stage),
-                                   predicate=substitute(s.predicate, mapping))
+        changes = dict(dst=dst, src=substitute(s.src, mapping),
+                       predicate=substitute(s.predicate, mapping))
+        if isinstance(s, K.BulkLoad):
+            changes["bar"] = K.MBarrierRef(b.bars, stage)
+        return dataclasses.replace(s, **changes)
     if isinstance(s, K.ForLoop):
         # Issued once per iteration (prologue and main loop): no longer one lowering loop.
         return dataclasses.replace(s, body=[retarget(c, mapping, b, stage) for c in s.body],
                                    loop=None)
+    if isinstance(s, K.IfThenElse):
+        return dataclasses.replace(s, cond=substitute(s.cond, mapping),
+                                   then_body=[retarget(c, mapping, b, stage) for c in s.then_body],
+                                   else_body=[retarget(c, mapping, b, stage) for c in s.else_body])
     return s
 
 
