@@ -230,7 +230,7 @@ def test_strided_rows_with_narrowed_copies():
 def test_a_wrong_group_count_is_caught_by_the_interpreter(break_it):
     fd, inputs, st, p, k = lowered("rmsnorm_fwd", 40, 1004, stages=3, grid=2)
     _check_against_reference(fd, inputs, k, st, "bf16")
-    main, epi = _loop(k, K.CB_MAIN_LOOP), _loop(k, K.CB_EPILOGUE)
+    epi = _loop(k, K.CB_EPILOGUE)
     if break_it == "wait one group less":
         for s in K.walk(k.body):
             if isinstance(s, K.CpAsyncWait):
