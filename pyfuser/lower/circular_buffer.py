@@ -32,8 +32,9 @@ A TMA tensor that is not circular-buffered is loaded with S = 1, P = 0: issue, w
 
 Limitations: 1D bulk copies only (tensor-map loads are refused); the buffered loop is serial or
 grid-stride, with the TMA tensors of one loop sharing stages and prefetch; the warp-specialized
-kind is left to the `warp_specialize` pass (which reuses the helpers below); the load sub-tree
-must hold only the TMA copies (a bulk axis and serial axes).
+kind is left to the `warp_specialize` pass and cp.async loads to `cp_async_buffer_loops` (both
+reuse the helpers below); the load sub-tree must hold only the TMA copies (a bulk axis and
+serial axes).
 """
 from __future__ import annotations
 
