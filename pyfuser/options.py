@@ -30,7 +30,8 @@ DUMP_STAGES = (
 FEATURES = {
     "ws_normalization": "warp-specialized inner-outer persistent (norm backward) kernels",
     "ws_inner_persistent": "warp-specialized inner persistent (norm forward, softmax) kernels",
-    "tma_inner_persistent": "TMA loads in the inner persistent scheduler",
+    "tma_inner_persistent": "TMA loads in the inner persistent scheduler (per-thread cp.async "
+                            "copies for rows a 1D bulk copy cannot take)",
     "kernel_reuse": "reuse compiled kernels across shapes whose heuristics are equal",
     "reference_fallback": "run fusions no scheduler takes through the reference evaluator",
     "streaming_loads": "read fusion inputs with ld.global.nc.L1::no_allocate (read once, no L1 "

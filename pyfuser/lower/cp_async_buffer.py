@@ -34,7 +34,8 @@ them only after a block barrier. The pass proves from the loop mapping that no b
 needed: every thread dimension of the block (extent > 1) indexes one allocated ID of T14, and
 every reader indexes that ID by the same threadIdx, so a thread reads only elements it copied
 itself (RAW needs the wait alone; WAR: the copy into slot (k + F) % S is issued after, in program
-order, this thread's reads of that slot in iteration k + F - S < k). When the proof fails (e.g. one
+order, this thread's reads of that slot in iteration k + F - S < k, whose loaded values that
+iteration's body has already consumed, so those reads are complete). When the proof fails (e.g. one
 thread copies a row that all threads read), a block barrier follows each wait (RAW) and ends each
 main-loop iteration (WAR: every thread done with slot k % S before iteration k + 1 refills it
 when F = S - 1). An unbuffered cp.async load (no circular_buffer) is lowered in place: copies,

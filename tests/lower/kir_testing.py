@@ -7,7 +7,10 @@
 - `skeleton(body)`: a compact text of a kernel body's structure (loops, allocations, ops, syncs).
 - `Interpreter`: runs a lowered kernel on the CPU, all threads of the grid in lockstep, with
   checks a GPU would not make: every access in bounds, vector accesses aligned to their width,
-  no value computed from an unwritten register reaching memory, writes counted per element.
+  no value computed from an unwritten register reaching memory, writes counted per element;
+  cp.async copies land only at the wait_group that completes their group and stay private to
+  the copying thread until a block barrier (reads before, or copies over another thread's
+  unsynchronized reads, fail).
 - `setup(fd, inputs, device)`: a scheduler's inputs as explain builds them: the clone, RuntimeInfo
   with InputFacts and the device table, and the bindings of the symbolic extents.
 

@@ -102,6 +102,18 @@ def test_a_less_aligned_pointer_narrows_the_copies_and_the_vectors():
     assert set(p.vector_inputs) >= {0}
 
 
+def test_one_staging_kind_per_kernel():
+    """add_rmsnorm with a bulk-copyable x and an 8-byte aligned residual: both rows are staged
+    with cp.async (one pipelining pass per loop), at the width both allow."""
+    fd = catalogue.define("add_rmsnorm_fwd", "bf16")
+    inputs = empty_inputs("add_rmsnorm_fwd", 4096, 1024)
+    p = _forced(fd, inputs, alignment=[16, 8, 16])
+    assert (p.tma_inputs, p.cp_async_inputs, p.cp_async_bytes, p.vector) == ((), (0, 1),
+                                                                             (8, 8), 4)
+    assert "input 1: its data pointer is 8-byte aligned" in p.reason
+    assert "input 0:" not in p.reason
+
+
 @pytest.mark.parametrize("stride,nbytes", [(2052, 8), (2050, 4), (2056, 16)])
 def test_row_strides_choose_the_copy_width(stride, nbytes):
     with FusionDefinition() as fd:
