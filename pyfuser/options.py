@@ -30,7 +30,8 @@ DUMP_STAGES = (
 FEATURES = {
     "ws_normalization": "warp-specialized inner-outer persistent (norm backward) kernels",
     "ws_inner_persistent": "warp-specialized inner persistent (norm forward, softmax) kernels",
-    "tma_inner_persistent": "TMA loads in the inner persistent scheduler",
+    "tma_inner_persistent": "TMA loads in the inner persistent scheduler (per-thread cp.async "
+                            "copies for rows a 1D bulk copy cannot take)",
     "tma_tensor_map": "TMA variants copy a stage of whole rows with one tensor-map box instead of "
                       "one 1D bulk copy per row",
     "kernel_reuse": "reuse compiled kernels across shapes whose heuristics are equal",

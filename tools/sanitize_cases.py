@@ -62,3 +62,14 @@ for feature, name, m, n in (("tma_inner_persistent", "softmax", 77, 1024),
     fd.execute(ins, options={"heuristic": p})
     torch.cuda.synchronize()
     print(name, "tensor map", feature, m, n, f"stages {p.stages} grid {p.grid}", flush=True)
+# The cp.async circular-buffered kernel (TMA forced on rows of 1004 bf16, 2008 bytes, which a
+# bulk copy refuses): each thread copies and reads back its own vectors with no block barrier,
+# which racecheck/synccheck check; few blocks so every stage wraps around.
+fd = catalogue.define("layernorm_fwd")
+ins = catalogue.make_inputs("layernorm_fwd", 300, 1004, device="cuda")
+fd.execute(ins, options={"enable": ["tma_inner_persistent"]})
+p = dataclasses.replace(fd.last_run.heuristics[0], grid=3)
+assert p.cp_async_inputs and not p.tma_inputs, p.reason
+fd.execute(ins, options={"heuristic": p})
+torch.cuda.synchronize()
+print("layernorm_fwd", "cp.async", 300, 1004, f"stages {p.stages} grid {p.grid}", flush=True)

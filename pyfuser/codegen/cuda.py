@@ -343,6 +343,22 @@ class CudaPrinter:
             self.indent -= 1
             self.line("}")
 
+    def _CpAsyncCopy(self, s):
+        copy = (f"pf::cp_async<{s.bytes}>(pf::smem_addr(&{self.expr(s.dst)}), "
+                f"&{self.expr(s.src)});")
+        if K.is_true(s.predicate):
+            self.line(copy)
+        else:
+            self.line(f"if ({self.expr(s.predicate)}) {{")
+            self.line("  " + copy)
+            self.line("}")
+
+    def _CpAsyncCommit(self, s):
+        self.line("pf::cp_async_commit_group();")
+
+    def _CpAsyncWait(self, s):
+        self.line(f"pf::cp_async_wait_group<{s.pending}>();")
+
     def _ClusterReduce(self, s):
         acc = s.values[0]
         if acc.vector != 1:

@@ -7,11 +7,12 @@ from .exprs import (BinaryOp, BinaryOpType, BroadcastOp, ExpandOp, FullOp, LoadK
 from .fusion import Fusion
 from .iter_domain import IterDomain, IterType, Merge, ParallelType, Split
 from .scalar import Scalar
-from .tensor import (CircularBufferOptions, MemoryType, PipelinedBuffer, ScheduleError,
-                     TensorDomain, TensorView, WarpSpecialized)
+from .tensor import (CircularBufferOptions, CpAsyncPipelined, MemoryType, PipelinedBuffer,
+                     ScheduleError, TensorDomain, TensorView, WarpSpecialized)
 
 __all__ = [
-    "BinaryOp", "BinaryOpType", "BroadcastOp", "CircularBufferOptions", "DataType", "ExpandOp",
+    "BinaryOp", "BinaryOpType", "BroadcastOp", "CircularBufferOptions", "CpAsyncPipelined",
+    "DataType", "ExpandOp",
     "Expr", "FullOp", "Fusion", "IterDomain", "IterType", "LoadKind", "LoadStoreOp", "MemoryType",
     "Merge", "ParallelType", "PipelinedBuffer", "ReductionOp", "ReductionOpType", "ReshapeOp",
     "Scalar", "ScheduleError", "Split", "SqueezeOp", "TensorDomain", "TensorView", "UnaryOp",

@@ -52,10 +52,17 @@ class WarpSpecialized:
 
 
 @dataclasses.dataclass(frozen=True)
+class CpAsyncPipelined:
+    """Circular buffer of a cp.async load: every thread copies its own elements and reads them
+    back; a stage is complete when the thread's cp.async group holding it is (commit_group /
+    wait_group), so no mbarrier is involved."""
+
+
+@dataclasses.dataclass(frozen=True)
 class CircularBufferOptions:
     stages: int
     prefetch: int
-    kind: PipelinedBuffer | WarpSpecialized
+    kind: PipelinedBuffer | WarpSpecialized | CpAsyncPipelined
 
 
 class TensorDomain:

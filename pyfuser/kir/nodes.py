@@ -528,6 +528,34 @@ class TensorMapLoad(Stmt):
     bar: MBarrierRef
     predicate: KExpr = dataclasses.field(default_factory=lambda: Const(True, "bool"))
 
+@dataclasses.dataclass(eq=False)
+class CpAsyncCopy(Stmt):
+    """cp.async global -> shared of `bytes` (4, 8 or 16) bytes by each thread that reaches it
+    with `predicate` true (the others copy nothing); both addresses aligned to `bytes`. The copy
+    joins the thread's open cp.async group and lands, visible to this thread only, at the
+    CpAsyncWait that covers its group; other threads see it after a block barrier following
+    that wait."""
+
+    dst: TensorIndex
+    src: TensorIndex
+    bytes: int
+    predicate: KExpr = dataclasses.field(default_factory=lambda: Const(True, "bool"))
+
+
+@dataclasses.dataclass(eq=False)
+class CpAsyncCommit(Stmt):
+    """cp.async.commit_group: close the thread's open group (an empty one too, which keeps the
+    group count uniform)."""
+
+
+@dataclasses.dataclass(eq=False)
+class CpAsyncWait(Stmt):
+    """cp.async.wait_group `pending`: wait until at most the `pending` most recently committed
+    groups of this thread are incomplete (a constant)."""
+
+    pending: int
+
+
 # The kernel ---------------------------------------------------------------------------------------
 @dataclasses.dataclass(eq=False)
 class Param:

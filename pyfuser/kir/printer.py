@@ -64,6 +64,13 @@ def kernel_str(kernel: K.Kernel) -> str:
                 coords = ", ".join(map(repr, s.coords))
                 lines.append(f"{pad}{pred}tensor_map_load {s.dst!r} <- {s.tmap!r}[{coords}] box "
                              f"{s.map.box} ({s.bytes!r} bytes, on {s.bar!r})")
+            elif isinstance(s, K.CpAsyncCopy):
+                pred = "" if K.is_true(s.predicate) else f"if {s.predicate!r}: "
+                lines.append(f"{pad}{pred}cp_async {s.dst!r} <- {s.src!r} ({s.bytes} bytes)")
+            elif isinstance(s, K.CpAsyncCommit):
+                lines.append(f"{pad}cp_async_commit_group")
+            elif isinstance(s, K.CpAsyncWait):
+                lines.append(f"{pad}cp_async_wait_group {s.pending}")
             elif isinstance(s, K.ScalarDef):
                 lines.append(f"{pad}{s.var!r} = {s.value!r}")
             elif isinstance(s, (K.MBarrierInit, K.MBarrierArrive, K.MBarrierWait,

@@ -18,6 +18,9 @@ raises KernelIRError naming the pass and the first broken rule:
 - circular buffers: after `circular_buffer_loops` a buffered loop is gone (its index is a
   ScalarDef in the main loop and the epilogue, which repeat its body: loops inside an epilogue
   may repeat the main loop's); mbarrier and bulk-copy operands are in scope.
+- cp.async: after `cp_async_buffer_loops` no cp.async load is left as a TensorOp; each copy
+  moves 4, 8 or 16 bytes (its vector of elements) from global to shared memory, operands in
+  scope; wait_group counts are non-negative constants, and a kernel that copies also waits.
 - warp roles: the two branches of a warp-specialized split each start with setmaxnreg and hold
   no block-, cluster- or grid-wide barrier (__syncthreads, a block reduction without a named
   barrier, a cluster or grid reduction, a grid sync).
@@ -39,6 +42,7 @@ PASS_ORDER = (
     "index_and_predicate",
     "vectorize_and_unroll",
     "circular_buffer_loops",
+    "cp_async_buffer_loops",
     "insert_syncs",
     "warp_specialize",
     "launch_config",
@@ -159,6 +163,8 @@ class _Verifier:
         self.indexed = stage >= PASS_ORDER.index("index_and_predicate")
         self.vectorized = stage >= PASS_ORDER.index("vectorize_and_unroll")
         self.buffered = stage >= PASS_ORDER.index("circular_buffer_loops")
+        self.cp_async_lowered = stage >= PASS_ORDER.index("cp_async_buffer_loops")
+        self.cp_async_copies = self.cp_async_waits = 0
         self.launched = stage >= PASS_ORDER.index("launch_config")
         self.param_buffers = {id(p.buffer) for p in kernel.params if p.buffer is not None}
         self.param_names = {p.name for p in kernel.params}
@@ -303,6 +309,8 @@ class _Verifier:
 
     def _TensorOp(self, s: K.TensorOp, scope):
         self.check_nest(s, scope)
+        if self.cp_async_lowered and _is_cp_async_load(s):
+            self.fail("a cp.async load is still a TensorOp after cp_async_buffer_loops", s)
         if self.indexed:
             self.check_indexed_operand(s.out, scope, s, "the output")
             if not isinstance(s.out, K.TensorIndex):
@@ -454,6 +462,26 @@ class _Verifier:
             self.check_expr(c, scope, s, "the tensor-map copy's coordinate")
         self.check_expr(s.predicate, scope, s, "the tensor-map copy's predicate")
 
+    def _CpAsyncCopy(self, s: K.CpAsyncCopy, scope):
+        for what, a, memory in (("destination", s.dst, "shared"), ("source", s.src, "global")):
+            if not isinstance(a, K.TensorIndex) or a.buffer.memory != memory:
+                self.fail(f"the cp.async copy's {what} {a!r} is not in {memory} memory", s)
+            self.check_buffer(a.buffer, scope, s, f"the cp.async copy's {what}")
+            self.check_expr(a.index, scope, s, f"the cp.async copy's {what} index")
+            if s.bytes != a.vector * a.buffer.dtype.size:
+                self.fail(f"a cp.async copy of {s.bytes} bytes moves {a!r} ({a.vector} x "
+                          f"{a.buffer.dtype.size} bytes)", s)
+        if s.bytes not in (4, 8, 16):
+            self.fail(f"a cp.async copy moves 4, 8 or 16 bytes, not {s.bytes}", s)
+        self.check_expr(s.predicate, scope, s, "the cp.async copy's predicate")
+        self.cp_async_copies += 1
+
+    def _CpAsyncWait(self, s: K.CpAsyncWait, scope):
+        if not (isinstance(s.pending, int) and not isinstance(s.pending, bool)
+                and s.pending >= 0):
+            self.fail(f"cp.async.wait_group {s.pending!r} is not a non-negative constant", s)
+        self.cp_async_waits += 1
+
     def _BlockSync(self, s: K.BlockSync, scope):
         if s.count is not None:
             self.check_expr(s.count, scope, s, "the barrier's thread count")
@@ -467,6 +495,8 @@ class _Verifier:
             self.fail(f"duplicate parameter names {dup}")
         root = _Scope()
         self.body(k.body, root)
+        if self.cp_async_copies and not self.cp_async_waits:
+            self.fail("the kernel issues cp.async copies but never waits for them")
         ctx = k.ctx
         if self.has_loops and ctx is not None and hasattr(ctx, "all_loops"):
             for lp in ctx.all_loops():
@@ -488,6 +518,11 @@ class _Verifier:
                 n = static[0] * static[1] * static[2]
                 if n > 1024 or n < 1:
                     self.fail(f"block {static} has {n} threads (1..1024)")
+
+
+def _is_cp_async_load(s: K.TensorOp) -> bool:
+    from ..ir.exprs import LoadKind, LoadStoreOp
+    return isinstance(s.expr, LoadStoreOp) and s.expr.load_kind == LoadKind.CpAsync
 
 
 def verify_kernel(kernel: K.Kernel, after: str) -> None:

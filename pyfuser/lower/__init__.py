@@ -11,6 +11,7 @@ from ..kir.printer import kernel_str
 from .allocation import allocate
 from .circular_buffer import circular_buffer_loops
 from .context import LoweringContext, LoweringError
+from .cp_async_buffer import cp_async_buffer_loops
 from .index import index_and_predicate
 from .launch import launch_config
 from .loops import build_loops
@@ -28,6 +29,9 @@ PIPELINE = [
     index_and_predicate,    # operands become indexed accesses; bounds and thread predicates
     vectorize_and_unroll,   # vector loads/stores, unrolled register loops
     circular_buffer_loops,  # TMA loads: mbarriers, stages, prologue / main loop / epilogue
+    cp_async_buffer_loops,  # cp.async loads: per-thread copies, one commit group per stage,
+                            # wait_group(prefetch) before each body; before insert_syncs, which
+                            # must not treat the copies as plain shared writes
     insert_syncs,           # __syncthreads between shared writes and reads
     warp_specialize,        # producer warp group for TMA loads, compute groups on named barriers
     launch_config,          # grid, block, shared memory, launch bounds

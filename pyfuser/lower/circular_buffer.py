@@ -36,8 +36,9 @@ of an input, copied by one `cp.async.bulk.tensor.3d` whose expected bytes are th
 
 Limitations: the buffered loop is serial or
 grid-stride, with the TMA tensors of one loop sharing stages and prefetch; the warp-specialized
-kind is left to the `warp_specialize` pass (which reuses the helpers below); the load sub-tree
-must hold only the TMA copies (a bulk axis and serial axes).
+kind is left to the `warp_specialize` pass and cp.async loads to `cp_async_buffer_loops` (both
+reuse the helpers below); the load sub-tree must hold only the TMA copies (a bulk axis and
+serial axes).
 """
 from __future__ import annotations
 
@@ -81,7 +82,8 @@ def buffered_loop(tv, op, path):
     """The ForLoop left of tv's compute-at position around its load, and its index in `path`."""
     pos = tv.compute_at_pos
     if pos == 0:
-        raise LoweringError(f"T{tv.name}: a TMA load needs a loop to live in (compute-at 0)")
+        raise LoweringError(f"T{tv.name}: a circular-buffered or TMA load needs a loop to live "
+                            "in (compute-at 0)")
     want = op.nest[pos - 1]
     idx = next((k for k, s in enumerate(path) if isinstance(s, K.ForLoop) and s.loop is want),
                None)
@@ -120,8 +122,8 @@ def tma_loads(body, path):
 class BufferedTensor:
     tv: object
     buf: K.Buffer
-    bars: K.MBarriers
-    slot_elems: int       # elements from one stage's slot to the next
+    bars: K.MBarriers | None   # None: the stages complete on cp.async groups
+    slot_elems: int            # elements from one stage's slot to the next
     issue: list           # statements that issue the copies of one stage (iteration var of L)
 
 
@@ -141,21 +143,29 @@ def take_loads(kernel: K.Kernel, loop: K.ForLoop, items, n_stages: int,
     new mbarrier array of `n_stages`, and grow its shared buffer to `n_stages` slots."""
     buffered = []
     for tv, op, top in items:
-        if top not in loop.body:
-            raise LoweringError(f"T{tv.name}: its load is not directly in the buffered loop")
-        loop.body.remove(top)
-        buf = kernel.ctx.buffers[tv]
-        if not isinstance(buf.size, K.Const):
-            raise LoweringError(f"T{tv.name}: a circular buffer needs a constant slot size")
-        slot = buf.size.value
-        if tv.definition.load_kind == LoadKind.TmaTensor:
-            # Tensor-map destinations are 128-byte aligned: stages start on that boundary.
-            slot = -(-slot * tv.dtype.size // TENSOR_SMEM_ALIGN) * TENSOR_SMEM_ALIGN // tv.dtype.size
+        buf, slot = take_slot(kernel, loop, tv, top, n_stages)
         bars = K.MBarriers(bars_name.format(buf.name), n_stages)
         issue = issue_stmts(kernel, top, tv, bars)
-        buf.size = K.Const(slot * n_stages)
         buffered.append(BufferedTensor(tv, buf, bars, slot, issue))
     return buffered
+
+
+def take_slot(kernel: K.Kernel, loop: K.ForLoop, tv, top, n_stages: int) -> tuple:
+    """Remove tv's load sub-tree `top` from `loop` and grow tv's shared buffer to `n_stages`
+    slots: (the buffer, elements from one slot to the next; tensor-map slots are padded to
+    128 bytes)."""
+    if top not in loop.body:
+        raise LoweringError(f"T{tv.name}: its load is not directly in the buffered loop")
+    loop.body.remove(top)
+    buf = kernel.ctx.buffers[tv]
+    if not isinstance(buf.size, K.Const):
+        raise LoweringError(f"T{tv.name}: a circular buffer needs a constant slot size")
+    slot = buf.size.value
+    if tv.definition.load_kind == LoadKind.TmaTensor:
+        # Tensor-map destinations are 128-byte aligned: stages start on that boundary.
+        slot = -(-slot * tv.dtype.size // TENSOR_SMEM_ALIGN) * TENSOR_SMEM_ALIGN // tv.dtype.size
+    buf.size = K.Const(slot * n_stages)
+    return buf, slot
 
 
 def trip_count(loop: K.ForLoop):
@@ -242,9 +252,9 @@ def issue_stmts(kernel, top, tv, bars) -> list:
 def _tensor_map_issue(kernel, top, tv, bars) -> list:
     """The load sub-tree as TensorMapLoads of the whole slot: every loop of the sub-tree must be
     a Bulk axis (boxes move them all), and the slot must hold whole rows of the source, as a
-    RowBoxMap describes them; one box per stage, or several when a stage has over 256 rows. The copy's bounds predicates are dropped: rows past
-    the tensor are zero-filled by the hardware and counted in the box's bytes; only the
-    thread election stays."""
+    RowBoxMap describes them; one box per stage, or several when a stage has over 256 rows.
+    The copy's bounds predicates are dropped: rows past the tensor are zero-filled by the
+    hardware and counted in the box's bytes; only the thread election stays."""
     op, loops = top, []
     while isinstance(op, K.ForLoop):
         if op.parallel != "Bulk" or len(op.body) != 1:
@@ -262,20 +272,20 @@ def _tensor_map_issue(kernel, top, tv, bars) -> list:
                             f"T{src_tv.name}")
     logical = [i for i in src_tv.domain.logical_no_reductions]
     row_extent = scalar_to_kexpr(logical[-1].extent, kernel.ctx.names)
-    buf = kernel.ctx.buffers[tv]
-    if not isinstance(row_extent, K.Const) or not isinstance(buf.size, K.Const):
-        raise LoweringError(f"T{tv.name}: a tensor-map load needs a constant row length and slot "
-                            "(specialize the kernel on them)")
-    n, slot = row_extent.value, buf.size.value
+    if not isinstance(row_extent, K.Const):
+        raise LoweringError(f"T{tv.name}: a tensor-map load needs a constant row length "
+                            "(specialize the kernel on it)")
+    n = row_extent.value
     elems = 1
     for lp in loops:
         if not isinstance(lp.stop, K.Const):
             raise LoweringError(f"T{tv.name}: Bulk axis {lp.var!r} needs a constant extent")
         elems *= lp.stop.value
         kernel.replaced_loops.add(id(lp.loop))
-    if elems != slot or slot % n:
-        raise LoweringError(f"T{tv.name}: its slot of {slot} elements (Bulk axes moving {elems}) "
-                            f"is not whole rows of {n}")
+    slot = elems
+    if slot % n:
+        raise LoweringError(f"T{tv.name}: its slot of {slot} elements (the Bulk axes) is not "
+                            f"whole rows of {n}")
     inner = K.RowBoxMap.inner_for(n, tv.dtype.size)
     if inner is None:
         raise LoweringError(f"T{tv.name}: a row of {n} x {tv.dtype.size} bytes has no tensor-map "
@@ -343,13 +353,15 @@ def _bulk_issue(kernel, top, tv, bars) -> list:
 
 def retarget(s, mapping, b: BufferedTensor, stage):
     """A copy of an issue statement for one iteration: loop index substituted, copy into the
-    iteration's slot, completing on the slot's barrier."""
-    if isinstance(s, K.BulkLoad):
+    iteration's slot, completing on the slot's barrier (bulk copies)."""
+    if isinstance(s, (K.BulkLoad, K.CpAsyncCopy)):
         dst = dataclasses.replace(s.dst, index=K.add(substitute(s.dst.index, mapping),
                                                      K.mul(stage, b.slot_elems)))
-        return dataclasses.replace(s, dst=dst, src=substitute(s.src, mapping),
-                                   bar=K.MBarrierRef(b.bars, stage),
-                                   predicate=substitute(s.predicate, mapping))
+        changes = dict(dst=dst, src=substitute(s.src, mapping),
+                       predicate=substitute(s.predicate, mapping))
+        if isinstance(s, K.BulkLoad):
+            changes["bar"] = K.MBarrierRef(b.bars, stage)
+        return dataclasses.replace(s, **changes)
     if isinstance(s, K.TensorMapLoad):
         dst = dataclasses.replace(s.dst, index=K.add(substitute(s.dst.index, mapping),
                                                      K.mul(stage, b.slot_elems)))
@@ -360,6 +372,10 @@ def retarget(s, mapping, b: BufferedTensor, stage):
         # Issued once per iteration (prologue and main loop): no longer one lowering loop.
         return dataclasses.replace(s, body=[retarget(c, mapping, b, stage) for c in s.body],
                                    loop=None)
+    if isinstance(s, K.IfThenElse):
+        return dataclasses.replace(s, cond=substitute(s.cond, mapping),
+                                   then_body=[retarget(c, mapping, b, stage) for c in s.then_body],
+                                   else_body=[retarget(c, mapping, b, stage) for c in s.else_body])
     return s
 
 

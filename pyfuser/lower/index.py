@@ -90,7 +90,9 @@ def _writer_index(i, lp):
     return loop_index(lp)
 
 
-def _reader_index(ctx, producer: TensorView, nest, consumer: TensorView, known: dict):
+def reader_index(ctx, producer: TensorView, nest, consumer: TensorView, known: dict):
+    """index_of_id(ID, Loop) -> KExpr: the index at which `consumer`, inside loops `nest`, reads
+    each allocated ID of `producer`'s register or shared buffer."""
     def index_of_id(i, _lp):
         for lp in nest:
             if ctx.exact.mapped(i, lp.promoted):
@@ -125,7 +127,7 @@ def access(ctx, tv: TensorView, nest, known: dict, consumer: TensorView, is_writ
         return K.TensorIndex(buf, global_offset(ctx, tv, known))
     if is_write:
         return K.TensorIndex(buf, buffer_offset(ctx, tv, _writer_index))
-    return K.TensorIndex(buf, buffer_offset(ctx, tv, _reader_index(ctx, tv, nest, consumer, known)))
+    return K.TensorIndex(buf, buffer_offset(ctx, tv, reader_index(ctx, tv, nest, consumer, known)))
 
 
 def _operand(ctx, v, nest, known, consumer):

@@ -8,7 +8,10 @@ yet synchronized) gets a barrier before it; a loop whose body writes a shared bu
 earlier statement of the body reads gets a barrier at the end of the body (the next iteration
 would overwrite data another thread may still read). Block reductions synchronize internally.
 TMA copies are not accesses here: they complete on mbarriers, which the circular-buffer passes
-(pipelined before this pass, warp-specialized after it) wait on before any read.
+(pipelined before this pass, warp-specialized after it) wait on before any read. Nor are cp.async
+copies (CpAsyncCopy, not TensorOps): `cp_async_buffer_loops`, before this pass, orders them with
+wait_group and adds the block barriers they need (none when each thread reads only what it
+copied); a barrier here could not help, since a copy lands at its wait, not where it is issued.
 """
 from __future__ import annotations
 

@@ -1,13 +1,15 @@
 """circular_buffer: overlap the loads of iteration i + prefetch with the compute of iteration i."""
 from __future__ import annotations
 
-from ..ir.exprs import LoadStoreOp
+from ..ir.exprs import LoadKind, LoadStoreOp
 from ..kir.registers import REGISTER_FILE, check_register_counts  # noqa: F401 (re-exported)
-from ..ir.tensor import (CircularBufferOptions, MemoryType, PipelinedBuffer, ScheduleError,
-                         TensorView, WarpSpecialized)
+from ..ir.tensor import (CircularBufferOptions, CpAsyncPipelined, MemoryType, PipelinedBuffer,
+                         ScheduleError, TensorView, WarpSpecialized)
+
 
 def circular_buffer(tv: TensorView, stages: int, prefetch: int | None = None,
-                    kind: PipelinedBuffer | WarpSpecialized | None = None) -> TensorView:
+                    kind: PipelinedBuffer | WarpSpecialized | CpAsyncPipelined | None = None
+                    ) -> TensorView:
     """Make tv a circular buffer of `stages` slots over the serial loop left of its compute-at
     position.
 
@@ -15,12 +17,22 @@ def circular_buffer(tv: TensorView, stages: int, prefetch: int | None = None,
       for s in prefetch: load(s)              producer: for i: wait empty[i%S]; load(i)
       for i: load(i + prefetch)               compute:  for i: wait full[i%S]; use(i);
              wait(i); use(i)                                     arrive empty[i%S]
+
+    cp.async pipelined (the default kind of a cp.async load): the pipelined shape above, each
+    stage one cp.async group per thread (commit after every issue, wait_group before use).
     """
-    kind = kind or PipelinedBuffer()
     d = tv.definition
     if not isinstance(d, LoadStoreOp):
         raise ScheduleError(f"circular_buffer on T{tv.name}: only loads (cache_after) can be "
                             "circular-buffered")
+    if kind is None:
+        kind = CpAsyncPipelined() if d.load_kind == LoadKind.CpAsync else PipelinedBuffer()
+    if isinstance(kind, CpAsyncPipelined) != (d.load_kind == LoadKind.CpAsync) and \
+            not isinstance(kind, WarpSpecialized):
+        raise ScheduleError(f"circular_buffer on T{tv.name}: the cp.async pipelined kind goes "
+                            "with cp.async loads, and a cp.async load with it (its stages "
+                            f"complete on cp.async groups), not {d.load_kind.value} with "
+                            f"{type(kind).__name__}")
     if tv.memory_type == MemoryType.Global:
         raise ScheduleError(f"circular_buffer on T{tv.name}: a global tensor needs no buffering")
     if stages < 2:

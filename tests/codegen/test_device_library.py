@@ -473,3 +473,27 @@ def test_static_asserts_reject_bad_arguments():
         res = nvrtc_compile(lib + body)
         assert not res.ok, body
         assert "static assertion failed" in res.log or "static_assert" in res.log, res.log
+
+
+def test_cp_async_forms():
+    ptx = _ptx_of(
+        'extern "C" __global__ void k(float* o, const float* i) {'
+        " __shared__ alignas(16) float s[4 * 128];"
+        " pf::cp_async<4>(pf::smem_addr(&s[threadIdx.x]), i + threadIdx.x);"
+        " pf::cp_async<8>(pf::smem_addr(&s[128 + 2 * threadIdx.x]), i + 2 * threadIdx.x);"
+        " pf::cp_async_commit_group();"
+        " pf::cp_async<16>(pf::smem_addr(&s[256 + 4 * threadIdx.x]), i + 4 * threadIdx.x);"
+        " pf::cp_async_commit_group(); pf::cp_async_commit_group();"
+        " pf::cp_async_wait_group<2>(); o[threadIdx.x] = s[threadIdx.x];"
+        " pf::cp_async_wait_group<0>(); o[128 + threadIdx.x] = s[256 + threadIdx.x]; }",
+        ["memory"],
+    )
+    assert "cp.async.ca.shared.global [%r" in ptx and ", 4;" in ptx and ", 8;" in ptx
+    assert "cp.async.cg.shared.global" in ptx and ", 16;" in ptx
+    assert ptx.count("cp.async.commit_group;") == 3
+    assert "cp.async.wait_group 2;" in ptx and "cp.async.wait_group 0;" in ptx
+    for body in ('extern "C" __global__ void k(const char* p) { __shared__ char s[16];'
+                 " pf::cp_async<2>(pf::smem_addr(s), p); }",
+                 'extern "C" __global__ void k() { pf::cp_async_wait_group<-1>(); }'):
+        res = nvrtc_compile(device_library_source(["memory"]) + body)
+        assert not res.ok and "static assert" in res.log, res.log

@@ -89,16 +89,19 @@ def test_long_rows_cluster_other_dtypes(dtype):
 TMA = {"enable": ["tma_inner_persistent"]}
 
 
-FORCED = {"tma": TMA, "ws": {"enable": ["ws_inner_persistent"]},
+# "cp.async" is TMA forced on rows the bulk copy refuses: per-thread cp.async copies instead.
+FORCED = {"tma": TMA, "ws": {"enable": ["ws_inner_persistent"]}, "cp.async": TMA,
           "tma_tmap": {"enable": ["tma_inner_persistent", "tma_tensor_map"]},
           "ws_tmap": {"enable": ["ws_inner_persistent", "tma_tensor_map"]}}
 
 
 def _ran(fd, variant) -> bool:
-    """The forced TMA variant ran (stages in use, warp-specialized or not and tensor-map boxes
-    or 1D bulk copies as asked)."""
+    """The forced variant ran (stages in use; warp-specialized or not, and bulk, tensor-map or
+    cp.async copies, as asked)."""
     p = fd.last_run.heuristics[0]
     return (p.stages >= 2 and p.warp_specialized == variant.startswith("ws")
+            and bool(p.cp_async_inputs) == (variant == "cp.async")
+            and bool(p.tma_inputs) == (variant != "cp.async")
             and p.tensor_map == variant.endswith("_tmap"))
 
 
@@ -143,7 +146,8 @@ def test_tma_persistent_grids_and_stages(grid, stages, prefetch):
 @pytest.mark.parametrize("variant", ["tma", "ws", "tma_tmap", "ws_tmap"])
 def test_forced_tma_variant_noncontiguous_rows(variant):
     """Rows of a wider tensor (stride 3008 elements: 16-byte multiple) are copied by TMA; with
-    stride 3004 (6008 bytes) they cannot be, and the register variant runs."""
+    stride 3004 (6008 bytes) they cannot be: cp.async copies them (pipelined), or register rows
+    run (warp-specialized)."""
     fd = _softmax_of_strided_rows()
     x = torch.randn(300, 3008, device="cuda", dtype=torch.bfloat16)[:, 64:2112]
     run_and_check(fd, [x], scheduler="inner_persistent", options=FORCED[variant])
@@ -151,12 +155,17 @@ def test_forced_tma_variant_noncontiguous_rows(variant):
     x = torch.randn(300, 3004, device="cuda", dtype=torch.bfloat16)[:, 64:2112]
     run_and_check(fd, [x], scheduler="inner_persistent", options=FORCED[variant])
     p = fd.last_run.heuristics[0]
-    assert p.stages == 0 and "stride 3004" in p.reason
+    assert "stride 3004" in p.reason
+    if variant.startswith("tma"):    # cp.async copies them instead (8 bytes: the stride is 4-aligned)
+        assert _ran(fd, "cp.async") and p.cp_async_bytes == (8,), p.reason
+    else:
+        assert p.stages == 0
 
 
 def test_tma_rules_that_fail_keep_register_rows():
-    """Rows of 1001 bf16 (2002 bytes) and rows 8-byte aligned cannot be bulk-copied: the
-    forced TMA variant falls back to register rows and says why."""
+    """Rows of 1001 bf16 (2002 bytes) can be copied neither by a bulk copy nor by cp.async
+    (2-byte pieces): the forced TMA variant falls back to register rows and says why. Rows
+    8-byte aligned cannot be bulk-copied, and cp.async copies them in 8-byte pieces."""
     fd = catalogue.define("rmsnorm_fwd")
     run_and_check(fd, catalogue.make_inputs("rmsnorm_fwd", 50, 1001, device="cuda"),
                   scheduler="inner_persistent", options=TMA)
@@ -164,7 +173,8 @@ def test_tma_rules_that_fail_keep_register_rows():
     x, w = catalogue.make_inputs("rmsnorm_fwd", 64, 2052, device="cuda")
     shifted = x.reshape(-1)[4:4 + 64 * 2048].view(64, 2048)
     run_and_check(fd, [shifted, w[:2048]], scheduler="inner_persistent", options=TMA)
-    assert fd.last_run.heuristics[0].stages == 0 and "aligned" in fd.last_run.heuristics[0].reason
+    p = fd.last_run.heuristics[0]
+    assert _ran(fd, "cp.async") and p.cp_async_bytes == (8,) and "aligned" in p.reason
 
 
 def test_forced_tma_kernel_refuses_misaligned_input():
@@ -224,3 +234,68 @@ def test_ws_persistent_grids_and_stages(grid, stages):
                             prefetch=stages - 1)
     run_and_check(fd, ins, scheduler="inner_persistent", options={"heuristic": p})
     assert fd.last_run.heuristics[0] == p and p.warp_specialized
+
+
+# cp.async variant (TMA forced on rows a bulk copy refuses) --------------------------------
+CP_ASYNC = FORCED["cp.async"]
+# Row bytes not a multiple of 16: 4- or 8-byte copies; odd row counts; one row; long rows.
+CP_ASYNC_SHAPES = [(1, 6), (7, 1002), (1000, 1004), (4097, 1012), (333, 4100), (2000, 16388)]
+
+
+@pytest.mark.parametrize("name", FORWARD)
+@pytest.mark.parametrize("shape", CP_ASYNC_SHAPES)
+def test_forward_forced_cp_async_variant_bf16(name, shape):
+    fd = catalogue.define(name)
+    run_and_check(fd, catalogue.make_inputs(name, *shape, device="cuda"),
+                  scheduler="inner_persistent", options=CP_ASYNC)
+    assert _ran(fd, "cp.async"), fd.last_run.heuristics[0].reason
+
+
+@pytest.mark.parametrize("name", FORWARD)
+@pytest.mark.parametrize("dtype,shape", [("fp32", (777, 1001)), ("fp32", (5, 2047)),
+                                         ("fp16", (777, 2046))])
+def test_forward_forced_cp_async_variant_other_dtypes(name, dtype, shape):
+    fd = catalogue.define(name, dtype)
+    run_and_check(fd, catalogue.make_inputs(name, *shape, dtype, device="cuda"),
+                  scheduler="inner_persistent", options=CP_ASYNC)
+    assert _ran(fd, "cp.async"), fd.last_run.heuristics[0].reason
+
+
+@pytest.mark.parametrize("stride,offset,nbytes", [(3004, 64, 8), (3002, 64, 4), (3008, 4, 8),
+                                                  (3010, 2, 4)])
+def test_cp_async_noncontiguous_and_misaligned_rows(stride, offset, nbytes):
+    """Rows of 2048 bf16 inside wider rows (stride not a multiple of 8 elements) or starting
+    8 / 4 bytes past a 16-byte boundary: the copy width follows the strides and the pointer."""
+    fd = _softmax_of_strided_rows()
+    x = torch.randn(301, stride, device="cuda", dtype=torch.bfloat16)[:, offset:offset + 2048]
+    run_and_check(fd, [x], scheduler="inner_persistent", options=CP_ASYNC)
+    p = fd.last_run.heuristics[0]
+    assert _ran(fd, "cp.async") and p.cp_async_bytes == (nbytes,), p.reason
+
+
+@pytest.mark.parametrize("grid,stages,prefetch", [(1, 2, 1), (3, 4, 1), (5, 3, 2), (132, 4, 3)])
+def test_cp_async_persistent_grids_and_stages(grid, stages, prefetch):
+    """Few blocks striding over many row groups: every stage wraps around many times, so a
+    wrong group count reads a slot before (or after) its copies land."""
+    import dataclasses
+    fd = catalogue.define("layernorm_fwd")
+    ins = catalogue.make_inputs("layernorm_fwd", 1001, 2044, device="cuda")
+    fd.execute(ins, options=CP_ASYNC)
+    assert _ran(fd, "cp.async"), fd.last_run.heuristics[0].reason
+    p = dataclasses.replace(fd.last_run.heuristics[0], grid=grid, stages=stages,
+                            prefetch=prefetch)
+    run_and_check(fd, ins, scheduler="inner_persistent", options={"heuristic": p})
+    assert fd.last_run.heuristics[0] == p
+
+
+def test_forced_cp_async_kernel_refuses_misaligned_input():
+    """A cp.async heuristic of 8-byte copies applied to rows only 4-byte aligned is refused
+    before launch (the vector-width check covers the copy's source)."""
+    fd = catalogue.define("rmsnorm_fwd")
+    x, w = catalogue.make_inputs("rmsnorm_fwd", 64, 1004, device="cuda")
+    fd.execute([x, w], options=CP_ASYNC)
+    p = fd.last_run.heuristics[0]
+    assert _ran(fd, "cp.async") and p.cp_async_bytes == (8,)
+    bad = torch.randn(64 * 1004 + 2, device="cuda", dtype=x.dtype)[2:].view(64, 1004)
+    with pytest.raises(ValueError, match="cannot be read with 4-wide vectors"):
+        fd.execute([bad, w], options={"heuristic": p})

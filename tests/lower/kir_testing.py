@@ -7,7 +7,10 @@
 - `skeleton(body)`: a compact text of a kernel body's structure (loops, allocations, ops, syncs).
 - `Interpreter`: runs a lowered kernel on the CPU, all threads of the grid in lockstep, with
   checks a GPU would not make: every access in bounds, vector accesses aligned to their width,
-  no value computed from an unwritten register reaching memory, writes counted per element.
+  no value computed from an unwritten register reaching memory, writes counted per element;
+  cp.async copies land only at the wait_group that completes their group and stay private to
+  the copying thread until a block barrier (reads before, or copies over another thread's
+  unsynchronized reads, fail).
 - `setup(fd, inputs, device)`: a scheduler's inputs as explain builds them: the clone, RuntimeInfo
   with InputFacts and the device table, and the bindings of the symbolic extents.
 
@@ -372,12 +375,14 @@ _REDUCE = {"sum": lambda a, b: a + b, "max": max, "min": min}
 
 
 class _Thread:
-    __slots__ = ("env", "locals", "block")
+    __slots__ = ("env", "locals", "block", "cp_open", "cp_groups")
 
     def __init__(self, env, block):
         self.env = env
         self.locals = {}
         self.block = block
+        self.cp_open = []       # cp.async copies since the last commit
+        self.cp_groups = []     # committed cp.async groups not yet waited for, oldest first
 
 
 class _Roles:
@@ -451,6 +456,18 @@ class Interpreter:
             return self._scalar(operand.scalar)
         if isinstance(operand, K.TensorIndex):
             mem, idx = self._addr(t, operand, "read of", max(operand.vector, 1))
+            if self.cp_kernel and operand.buffer.memory == "shared":
+                key = (t.block, id(operand.buffer))
+                owner = self.cp_owner.get(key, {}).get(idx + lane)
+                if owner is not None and owner is not t:
+                    raise InterpreterError(
+                        f"read of {operand!r} (element {idx + lane}) that another thread copied "
+                        f"with cp.async, with no block barrier since its wait, at {self._where(t)}")
+                readers = self.cp_readers.setdefault(key, {})
+                if readers.get(idx + lane, t) is not t:
+                    readers[idx + lane] = "several threads"
+                else:
+                    readers[idx + lane] = t
             return mem[idx + lane]
         raise InterpreterError(f"cannot read {operand!r}")
 
@@ -488,6 +505,14 @@ class Interpreter:
         self.globals = {}
         self.shared = {}
         self.tensor_maps = {}
+        # cp.async: (block, buffer) -> {element: issuing thread} for copies in flight, and for
+        # copies landed but visible to their thread only (until a block barrier).
+        self.cp_inflight: dict = {}
+        self.cp_owner: dict = {}
+        # ... and {element: reader (or "several threads")} of shared reads since the block's
+        # last barrier, so that a copy over an element another thread may still read fails.
+        self.cp_readers: dict = {}
+        self.cp_kernel = any(isinstance(x, K.CpAsyncCopy) for x in K.walk(k.body))
         env0 = {}
         self.outputs = []
         out_sizes = [[int(S.evaluate(i.user_extent if i.is_broadcast else i.extent, dict(self.bindings)))
@@ -549,6 +574,10 @@ class Interpreter:
                                 threads.append(_Thread(env, (bx, by, bz)))
         self.all_threads = threads
         self._body(k.body, threads)
+        for t in threads:
+            if t.cp_open or any(t.cp_groups):
+                raise InterpreterError(f"the kernel ends with cp.async copies never waited for "
+                                       f"(thread {self._where(t)})")
         outs = []
         for j in range(len(fusion.outputs)):
             store, sizes, strides, dt = out_store[j]
@@ -677,7 +706,13 @@ class Interpreter:
         pass
 
     def _BlockSync(self, s, threads):
-        pass
+        # A barrier publishes the cp.async data its threads' waits completed to the block.
+        # (Block reductions are not counted: some synchronize with shuffles only.)
+        if self.cp_kernel:
+            blocks = {t.block for t in threads}
+            for table in (self.cp_owner, self.cp_readers):
+                for key in [key for key in table if key[0] in blocks]:
+                    del table[key]
 
     def _ScalarDef(self, s, threads):
         for t in threads:
@@ -930,6 +965,58 @@ class Interpreter:
                         dst[j + (r * pieces + b) * inner + a] = value
             bar["tx"] -= nbytes
             self._maybe_complete(bar)
+
+    # cp.async (asynchronous per thread): a copy reads its source when issued, but its data
+    # lands only at the wait_group that completes its group; until then the destination reads
+    # as POISON. Landed data is visible to the issuing thread alone until a block barrier, so a
+    # missing or short wait, or a missing barrier before another thread reads, fails a test.
+    def _CpAsyncCopy(self, s, threads):
+        pred = compile_expr(s.predicate)
+        size = s.dst.buffer.dtype.size
+        if s.bytes not in (4, 8, 16) or s.bytes % size:
+            raise InterpreterError(f"cp.async of {s.bytes} bytes of {size}-byte elements")
+        n = s.bytes // size
+        for t in threads:
+            if not pred(t.env):
+                continue
+            src, i = self._addr(t, s.src, "cp.async source", n)
+            dst, j = self._addr(t, s.dst, "cp.async destination", n)
+            if self.check_alignment and ((i * size) % s.bytes or (j * size) % s.bytes):
+                raise InterpreterError(f"cp.async {s.src!r} -> {s.dst!r}: element offsets {i}, "
+                                       f"{j} are not {s.bytes}-byte aligned at {self._where(t)}")
+            key = (t.block, id(s.dst.buffer))
+            inflight = self.cp_inflight.setdefault(key, {})
+            readers = self.cp_readers.get(key, {})
+            for e in range(j, j + n):
+                if readers.get(e, t) is not t:
+                    who = readers[e] if isinstance(readers[e], str) else "thread " + ", ".join(
+                        f"{d}={readers[e].env[d]}" for d in ("threadIdx.x", "threadIdx.y"))
+                    raise InterpreterError(f"cp.async into {s.dst!r} (element {e}), which {who} "
+                                           f"read with no block barrier since, at "
+                                           f"{self._where(t)}")
+                if e in inflight:
+                    raise InterpreterError(f"cp.async into {s.dst!r} (element {e}) while an "
+                                           f"earlier copy into it is in flight at "
+                                           f"{self._where(t)}")
+                inflight[e] = t
+            values = [round_to(s.dst.buffer.dtype, v) for v in src[i:i + n]]
+            dst[j:j + n] = [POISON] * n
+            t.cp_open.append((dst, j, values, key))
+
+    def _CpAsyncCommit(self, s, threads):
+        for t in threads:
+            t.cp_groups.append(t.cp_open)
+            t.cp_open = []
+
+    def _CpAsyncWait(self, s, threads):
+        for t in threads:
+            while len(t.cp_groups) > s.pending:
+                for dst, j, values, key in t.cp_groups.pop(0):
+                    dst[j:j + len(values)] = values
+                    owner = self.cp_owner.setdefault(key, {})
+                    for e in range(j, j + len(values)):
+                        owner[e] = t
+                        del self.cp_inflight[key][e]
 
 
 def _storage_of(x: torch.Tensor) -> list:

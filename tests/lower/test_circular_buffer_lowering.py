@@ -140,10 +140,12 @@ def test_choice_and_reasons():
         assert (p.stages, p.prefetch, p.tma_inputs) == (4, 3, (0,))
         assert p.grid == 132 * 2 and p.blocks_per_sm == 2
         assert "TMA forced on" in p.describe()
-        # An 8-byte aligned input cannot be copied by cp.async.bulk: register rows, and why.
+        # An 8-byte aligned input cannot be copied by cp.async.bulk: per-thread cp.async copies
+        # of 8 bytes instead (tests/lower/test_cp_async_lowering.py), and why.
         s3 = setup(fd, inputs, alignment=8)
         p = ip.compute_heuristics(s3.fusion, s3.info)
-        assert p.stages == 0 and "16" in p.reason and "not possible" in p.reason
+        assert p.stages == 4 and p.tma_inputs == () and p.cp_async_bytes == (8,)
+        assert "8-byte aligned, not 16" in p.reason and "not possible" in p.reason
         # A row of 1001 bf16 elements is 2002 bytes.
         odd = empty_inputs("rmsnorm_fwd", 8, 1001)
         s4 = setup(fd, odd, alignment=16)

@@ -2,8 +2,8 @@
 import pytest
 
 from pyfuser import FusionDefinition
-from pyfuser.ir import (CircularBufferOptions, LoadKind, ParallelType, PipelinedBuffer,
-                        ScheduleError, WarpSpecialized)
+from pyfuser.ir import (CircularBufferOptions, CpAsyncPipelined, LoadKind, ParallelType,
+                        PipelinedBuffer, ScheduleError, WarpSpecialized)
 from pyfuser.ir.printer import tv_str
 from pyfuser.schedule import cache_after, check_register_counts, circular_buffer
 
@@ -55,6 +55,24 @@ def test_pipelined_plain_load_allowed():
     fd, c = _cached(LoadKind.Set)
     circular_buffer(c, 2)
     assert c.circular_buffer_options.kind == PipelinedBuffer()
+
+
+def test_cp_async_load_defaults_to_the_cp_async_kind():
+    fd, c = _cached(LoadKind.CpAsync)
+    circular_buffer(c, 4)
+    assert c.circular_buffer_options == CircularBufferOptions(4, 3, CpAsyncPipelined())
+    assert tv_str(c).endswith("circular_buffer( stages=4, prefetch=3, CpAsyncPipelined )")
+
+
+@pytest.mark.parametrize("load,kind", [(LoadKind.TmaBulk, CpAsyncPipelined()),
+                                       (LoadKind.Set, CpAsyncPipelined()),
+                                       (LoadKind.CpAsync, PipelinedBuffer())])
+def test_cp_async_kind_goes_with_cp_async_loads_only(load, kind):
+    fd, c = _cached(load)
+    with pytest.raises(ScheduleError, match=rf"circular_buffer on T{c.name}: the cp.async "
+                                            "pipelined kind goes with cp.async loads"):
+        circular_buffer(c, 2, kind=kind)
+    assert c.circular_buffer_options is None
 
 
 def test_warp_specialized_on_tma_load():

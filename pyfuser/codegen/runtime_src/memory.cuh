@@ -1,6 +1,7 @@
 // pyfuser device library: memory.cuh
 // Vector loads and stores of 2, 4, 8 or 16 bytes between registers and global or shared memory,
-// with the L1 cache hints that sm_90 accepts, and the generic -> shared-window address conversion.
+// with the L1 cache hints that sm_90 accepts, the generic -> shared-window address conversion, and
+// per-thread cp.async copies global -> shared with their commit / wait groups.
 // Depends on types.cuh.
 //
 // Every access here is `asm volatile` with a "memory" clobber: the compiler cannot see what inline
@@ -195,6 +196,35 @@ __device__ __forceinline__ void load_shared_vec(Array<T, N, A>& dst, const T* sr
 template <typename T, int N, int A>
 __device__ __forceinline__ void store_shared_vec(T* dst, const Array<T, N, A>& src) {
   store_shared<int(sizeof(T)) * N>(dst, &src);
+}
+
+// cp.async (non-bulk): each thread copies 4, 8 or 16 bytes global -> shared without passing
+// through registers. Both addresses aligned to Bytes. A copy joins the thread's open cp.async
+// group; cp_async_commit_group() closes the group (an empty group is legal and completes at
+// once); cp_async_wait_group<N>() waits until at most the N most recently committed groups of the
+// thread are incomplete, after which the copies of the older groups are visible to THIS thread.
+// Other threads may read them only after a barrier that follows the wait. 16-byte copies bypass
+// L1 (.cg); 4 and 8 bytes can only be .ca.
+template <int Bytes>
+__device__ __forceinline__ void cp_async(unsigned dst_smem, const void* src) {
+  static_assert(Bytes == 4 || Bytes == 8 || Bytes == 16, "pf::cp_async: Bytes must be 4, 8 or 16");
+  const unsigned long long g = static_cast<unsigned long long>(__cvta_generic_to_global(src));
+  if constexpr (Bytes == 16) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst_smem), "l"(g) : "memory");
+  } else {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], %2;" ::"r"(dst_smem), "l"(g), "n"(Bytes)
+                 : "memory");
+  }
+}
+
+__device__ __forceinline__ void cp_async_commit_group() {
+  asm volatile("cp.async.commit_group;" ::: "memory");
+}
+
+template <int N>
+__device__ __forceinline__ void cp_async_wait_group() {
+  static_assert(N >= 0, "pf::cp_async_wait_group: N must be >= 0");
+  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
 }
 
 }  // namespace pf

@@ -21,7 +21,7 @@ from ... import options
 from ...ir.exprs import LoadKind
 from ...ir.id_graph import IdGraph
 from ...ir.iter_domain import ParallelType as PT
-from ...ir.tensor import TensorView, WarpSpecialized
+from ...ir.tensor import CpAsyncPipelined, TensorView, WarpSpecialized
 from .. import (cache_after, cache_before, circular_buffer, inline_at, inline_most,
                 parallelize_like, propagate_transforms, rfactor)
 from ..inlining import _upstream
@@ -68,6 +68,12 @@ class InnerPersistentParams:
     producer_registers: int = 0
     compute_registers: int = 0
     cluster: int = 1             # blocks (a thread-block cluster along blockIdx.y) per row
+    # cp.async variant (TMA forced, but a row input breaks a 1D bulk-copy rule): inputs in
+    # `cp_async_inputs` are copied by the threads that read them, `cp_async_bytes[j]` bytes per
+    # copy (4, 8 or 16: one vector of the register split) into a circular buffer of `stages`
+    # shared-memory slots, by the same persistent grid as the TMA variant.
+    cp_async_inputs: tuple = ()
+    cp_async_bytes: tuple = ()
     # Why the heuristic chose this variant (explain prints it); not part of the kernel's key.
     reason: str = dataclasses.field(default="", compare=False)
 
@@ -84,6 +90,11 @@ class InnerPersistentParams:
                      f"{list(self.tma_inputs)} {self._copies} into {self.stages} shared-memory "
                      f"stages, {self.bdimx * self.bdimy} compute threads, a persistent grid of "
                      f"{self.grid} blocks (one per SM)")
+        elif self.cp_async_inputs:
+            text += (f"; cp.async: inputs {list(self.cp_async_inputs)} copied by the threads "
+                     f"that read them ({list(self.cp_async_bytes)} bytes per copy) into "
+                     f"{self.stages} shared-memory stages (prefetch {self.prefetch}) by a "
+                     f"persistent grid of {self.grid} blocks")
         elif self.stages:
             text += (f"; TMA: inputs {list(self.tma_inputs)} copied {self._copies} into "
                      f"{self.stages} shared-memory stages (prefetch {self.prefetch}) by a "
@@ -122,7 +133,22 @@ def compute_heuristics(fusion, info: RuntimeInfo) -> InnerPersistentParams:
     red = reduction_tensors(fusion)[0]
     _, rpos = _layout(red)
     n, m = reduced_and_kept(red, rpos, info)
-    vector = vector_width(fusion, n)
+    p = register_params(fusion, info, rpos, n, m, vector_width(fusion, n))
+    if p.cluster > 1:
+        widest = max(i.dtype.size for i in fusion.inputs if isinstance(i, TensorView))
+        return dataclasses.replace(p, reason=(
+            f"a row of {n} x {widest} bytes is split over a cluster of {p.cluster} blocks "
+            f"({n // p.cluster} elements each in registers; rows above "
+            f"{CLUSTER_ROW_BYTES // 1024} KB spilled registers on one SM), reduced through "
+            "distributed shared memory"))
+    return choose_variant(fusion, info, p, n, m, rpos)
+
+
+def register_params(fusion, info: RuntimeInfo, rpos, n: int, m: int,
+                    vector: int) -> InnerPersistentParams:
+    """The register-row parameters for rows of n elements read with `vector`-wide accesses
+    (1 when no input allows them), m rows."""
+    red = reduction_tensors(fusion)[0]
     vec_inputs = vector_inputs(fusion, info, vector)
     if not vec_inputs:
         vector = 1
@@ -145,15 +171,9 @@ def compute_heuristics(fusion, info: RuntimeInfo) -> InnerPersistentParams:
     keep_weights = batch * vector <= MAX_ELEMENTS_PER_THREAD // 2 and bdimx * bdimy < 512
     root = red.domain.maybe_root
     row_extents = tuple(info.extent(root[k].extent) for k in rpos)
-    p = InnerPersistentParams(vector, batch, bdimx, bdimy, vec_inputs,
-                              keep_weights=keep_weights, row_extents=row_extents, cluster=cluster)
-    if cluster > 1:
-        return dataclasses.replace(p, reason=(
-            f"a row of {n} x {widest} bytes is split over a cluster of {cluster} blocks "
-            f"({n // cluster} elements each in registers; rows above "
-            f"{CLUSTER_ROW_BYTES // 1024} KB spilled registers on one SM), reduced through "
-            "distributed shared memory"))
-    return choose_variant(fusion, info, p, n, m, rpos)
+    return InnerPersistentParams(vector, batch, bdimx, bdimy, vec_inputs,
+                                 keep_weights=keep_weights, row_extents=row_extents,
+                                 cluster=cluster)
 
 
 # Row bytes one block keeps in registers before the row is split over a cluster: 16384 bf16
@@ -190,13 +210,15 @@ def _tma_budget(info: RuntimeInfo) -> int:
     return info.device.max_shared_memory_per_block_optin - TMA_SMEM_RESERVE
 
 
-def _stage_problems(rows, bdimy: int, stage_bytes: int, budget: int) -> list:
-    """Why stages of `stage_bytes` (bdimy rows of every TMA input) cannot be buffered."""
+def _stage_problems(rows, bdimy: int, stage_bytes: int, budget: int,
+                    mbarrier: bool = True) -> list:
+    """Why stages of `stage_bytes` (bdimy rows of every TMA input) cannot be buffered; with
+    `mbarrier`, a stage completes on one mbarrier phase (TMA)."""
     problems = []
     if rows and 2 * stage_bytes > budget:
         problems.append(f"two stages of {bdimy} row(s) need {2 * stage_bytes} bytes of shared "
                         f"memory, more than {budget}")
-    if stage_bytes > MAX_TX_BYTES:
+    if mbarrier and stage_bytes > MAX_TX_BYTES:
         problems.append(f"a stage of {stage_bytes} bytes exceeds one mbarrier phase's "
                         f"transaction count ({MAX_TX_BYTES})")
     return problems
@@ -226,6 +248,9 @@ def choose_variant(fusion, info: RuntimeInfo, p: InnerPersistentParams, n: int, 
         return dataclasses.replace(p, reason=why)
     tensor_map = bool(options.current().is_enabled("tma_tensor_map"))
     rows, problems = _tma_rows(fusion, info, rpos, tensor_map)
+    if problems and len(rpos) == 1:
+        # A row the bulk copy cannot take may still be copied with cp.async, per thread.
+        return cp_async_variant(fusion, info, p, n, m, rpos, problems)
     budget = _tma_budget(info)
     stage_bytes = p.bdimy * sum(n * fusion.inputs[k].dtype.size for k in rows)
     stages = 4 if 4 * stage_bytes <= budget else 2
@@ -233,10 +258,7 @@ def choose_variant(fusion, info: RuntimeInfo, p: InnerPersistentParams, n: int, 
     if problems or not rows:
         return dataclasses.replace(p, reason="TMA forced on but not possible, register rows "
                                    "instead: " + ("; ".join(problems) or "no row input"))
-    per_sm = min(_tma_blocks_per_sm(n),
-                 max(1, info.device.shared_memory_per_sm // (stages * stage_bytes + TMA_SMEM_RESERVE)))
-    groups = -(-max(m, 1) // p.bdimy)
-    grid = max(1, min(info.device.sm_count * per_sm, groups))
+    per_sm, grid = _persistent_grid(info, n, m, p.bdimy, stages * stage_bytes)
     return dataclasses.replace(
         p, stages=stages, prefetch=stages - 1, grid=grid, tma_inputs=rows, blocks_per_sm=per_sm,
         tensor_map=tensor_map,
@@ -244,6 +266,84 @@ def choose_variant(fusion, info: RuntimeInfo, p: InnerPersistentParams, n: int, 
                + ("one tensor-map box per stage (tma_tensor_map)" if tensor_map else
                   "1D bulk copies of each row")
                + f" into a {stages}-stage circular buffer, {per_sm} persistent block(s) per SM")
+
+
+def _persistent_grid(info: RuntimeInfo, n: int, m: int, bdimy: int,
+                     stages_bytes: int) -> tuple[int, int]:
+    """(blocks per SM, grid) of a persistent grid striding over row groups of bdimy rows, whose
+    blocks hold `stages_bytes` of circular-buffer stages."""
+    per_sm = min(_tma_blocks_per_sm(n),
+                 max(1, info.device.shared_memory_per_sm // (stages_bytes + TMA_SMEM_RESERVE)))
+    groups = -(-max(m, 1) // bdimy)
+    return per_sm, max(1, min(info.device.sm_count * per_sm, groups))
+
+
+# Bytes one cp.async copies per thread: 4, 8 or 16, both addresses aligned to it.
+CP_ASYNC_BYTES = (4, 8, 16)
+
+
+def cp_async_elems(f, elem_bytes: int, vector: int) -> int:
+    """The widest copy (in elements, a power of two dividing `vector`, which divides the row)
+    that input facts `f` allow cp.async to make: the row contiguous, the data pointer and every
+    outer stride aligned to the copy. 0 when the rows are not contiguous."""
+    if f.sizes and f.sizes[-1] != 1 and f.strides[-1] != 1:
+        return 0
+    w = vector
+    while w > 1 and not (w * elem_bytes <= 16 and f.alignment % (w * elem_bytes) == 0 and all(
+            st % w == 0 for d, st in enumerate(f.strides[:-1]) if f.sizes[d] != 1)):
+        w //= 2
+    return w
+
+
+def cp_async_variant(fusion, info: RuntimeInfo, p: InnerPersistentParams, n: int, m: int, rpos,
+                     bulk_problems: list) -> InnerPersistentParams:
+    """TMA forced, but a row input breaks a bulk-copy rule: every row input is staged with
+    cp.async instead (one staging kind per kernel), each thread copying the vectors of the
+    register split it later reads, into the circular buffer the TMA variant would use. The
+    kernel's vector becomes the widest copy every row input allows (a narrower one than the
+    register rows' when an input's pointer or strides are less aligned). Keeps the register
+    rows, and says why, when a copy would be under 4 bytes or the stages do not fit."""
+    bulk = "1D bulk copy not possible (" + "; ".join(bulk_problems) + ")"
+    rows = _row_inputs(fusion)
+    widths, problems = {}, []
+    for k in rows:
+        elem = fusion.inputs[k].dtype.size
+        w = cp_async_elems(info.inputs[k], elem, vector_width(fusion, n))
+        if w * elem < CP_ASYNC_BYTES[0]:
+            problems.append(f"input {k}: rows not contiguous" if w == 0 else
+                            f"input {k}: cp.async copies 4, 8 or 16 bytes, and its pointer, "
+                            f"strides and row allow {w * elem}-byte copies")
+        widths[k] = w
+    vector = min(widths.values(), default=p.vector)
+    if not problems and vector != p.vector:
+        try:
+            p = register_params(fusion, info, rpos, n, m, vector)
+        except SchedulerError as e:
+            problems.append(str(e))
+    if not problems and (p.cluster > 1 or (p.vector > 1 and
+                                           not set(rows) <= set(p.vector_inputs))):
+        problems.append(f"the rows need {p.vector}-wide vectors that not every input allows")
+    budget = _tma_budget(info)
+    # A slot holds the register split of bdimy rows: P x bdimx x V elements per row.
+    row_elems = p.persistent_batch * p.bdimx * p.vector
+    stage_bytes = p.bdimy * sum(row_elems * fusion.inputs[k].dtype.size for k in rows)
+    stages = 4 if 4 * stage_bytes <= budget else 2
+    if not problems:
+        problems += _stage_problems(rows, p.bdimy, stage_bytes, budget, mbarrier=False)
+    if problems or not rows:
+        return dataclasses.replace(p, reason=f"TMA forced on: {bulk}; cp.async not possible "
+                                   "either, register rows instead: "
+                                   + ("; ".join(problems) or "no row input"))
+    per_sm, grid = _persistent_grid(info, n, m, p.bdimy, stages * stage_bytes)
+    nbytes = tuple((p.vector if k in p.vector_inputs else 1) * fusion.inputs[k].dtype.size
+                   for k in rows)
+    return dataclasses.replace(
+        p, stages=stages, prefetch=stages - 1, grid=grid, cp_async_inputs=rows,
+        cp_async_bytes=nbytes, blocks_per_sm=per_sm,
+        reason=f"TMA forced on (tma_inner_persistent), {bulk}: cp.async instead, each thread "
+               f"copying its share of the row ({'/'.join(map(str, sorted(set(nbytes))))}-byte "
+               f"copies) into a {stages}-stage circular buffer, {per_sm} persistent block(s) "
+               "per SM")
 
 
 # Bytes the producer of the warp-specialized variant keeps in flight per SM (its stages): one
@@ -307,16 +407,22 @@ def warp_specialized_variant(fusion, info: RuntimeInfo, p: InnerPersistentParams
                + ", one persistent block per SM"), []
 
 
+def _row_inputs(fusion) -> tuple:
+    """Inputs shaped like the rows (the reduction's rank) that the fusion reads."""
+    rank = len(reduction_tensors(fusion)[0].domain.maybe_root)
+    return tuple(k for k, v in enumerate(fusion.inputs)
+                 if isinstance(v, TensorView) and fusion.uses_of(v)
+                 and len(v.domain.logical) == rank)
+
+
 def _tma_rows(fusion, info: RuntimeInfo, rpos, tensor_map: bool = False) -> tuple[tuple, list]:
     """Inputs whose rows (the one reduced, innermost dim) 1D bulk copies (or tensor-map boxes
     of whole rows) can load, and the rules that fail for the other row-shaped inputs."""
     rows, problems = [], []
     if len(rpos) != 1:
         return (), ["the row spans several reduced dims"]
-    rank = len(reduction_tensors(fusion)[0].domain.maybe_root)
-    for k, v in enumerate(fusion.inputs):
-        if not isinstance(v, TensorView) or not fusion.uses_of(v) or len(v.domain.logical) != rank:
-            continue
+    for k in _row_inputs(fusion):
+        v = fusion.inputs[k]
         f = info.inputs[k]
         bad = (check_bulk_rows(f.sizes, f.strides, f.alignment, v.dtype.size) if not tensor_map
                else check_row_box(f.sizes, f.strides, f.alignment, v.dtype.size))
@@ -413,7 +519,11 @@ def schedule(fusion, p: InnerPersistentParams) -> None:
     # TMA variant: input -> shared-memory slot (one bulk copy per row) -> registers.
     load = LoadKind.TmaTensor if p.tensor_map else LoadKind.TmaBulk
     staged = {k: cache_after(fusion.inputs[k], load) for k in p.tma_inputs}
-    caches = {k: cache_after(staged.get(k, v)) for k, v in enumerate(fusion.inputs)
+    # cp.async variant: input -> shared-memory slot (each thread copies the vectors it reads)
+    # -> registers.
+    copied = {k: cache_after(fusion.inputs[k], LoadKind.CpAsync) for k in p.cp_async_inputs}
+    slots = {**staged, **copied}
+    caches = {k: cache_after(slots.get(k, v)) for k, v in enumerate(fusion.inputs)
               if isinstance(v, TensorView) and fusion.uses_of(v)}
     outputs = [o for o in fusion.outputs if o.definition is not None]
     for o in outputs:
@@ -457,7 +567,16 @@ def schedule(fusion, p: InnerPersistentParams) -> None:
     if p.vector > 1:
         for o in outputs:
             o.parallelize(-1, PT.Vectorize)
-    inline_most([t for t in fusion.tensors() if t not in staged.values()], fusion=fusion)
+    for k, nbytes in zip(p.cp_async_inputs, p.cp_async_bytes):
+        # [I/By (grid-stride), By TIDy, P, bdimx TIDx, V]: the split of the input's register
+        # cache, so each thread copies exactly the elements it reads back (no block barrier).
+        width = p.vector if k in p.vector_inputs else 1
+        if width * fusion.inputs[k].dtype.size != nbytes:
+            raise SchedulerError(f"inner persistent: input {k} copied with cp.async in "
+                                 f"{nbytes}-byte copies, but its split reads {width} elements")
+        if width > 1:
+            copied[k].parallelize(-1, PT.Vectorize)
+    inline_most([t for t in fusion.tensors() if t not in slots.values()], fusion=fusion)
     kind = (WarpSpecialized(PT.TIDy, p.producer_registers or None, p.compute_registers or None)
             if p.warp_specialized else None)
     for slot in staged.values():
@@ -465,6 +584,11 @@ def schedule(fusion, p: InnerPersistentParams) -> None:
         # mbarrier; circular-buffered over that loop.
         inline_at(slot, 1)
         circular_buffer(slot, p.stages, p.prefetch, kind=kind)
+    for slot in copied.values():
+        # Inlined right after the grid-stride loop like the TMA slots; each stage is one
+        # cp.async group of every thread.
+        inline_at(slot, 1)
+        circular_buffer(slot, p.stages, p.prefetch, kind=CpAsyncPipelined())
     # Each input cache holds the thread's whole share of the row, loaded before any use.
     graph = IdGraph(fusion, permissive=True)
     batch_axis = rfs[0].domain.loop[2 + c]
