@@ -162,12 +162,18 @@ def test_a_short_byte_count_is_caught():
         interpret(k, st.bindings, inputs)
 
 
-def test_rows_a_box_cannot_copy_keep_register_rows():
+def test_rows_a_box_cannot_copy_fall_back_and_say_why():
+    """fp32 rows of 1001 (4004 bytes) have no box split: the pipelined variant copies them with
+    cp.async, the warp-specialized one keeps register rows; both name the rule."""
     fd = catalogue.define("rmsnorm_fwd", "fp32")
     inputs = catalogue.make_inputs("rmsnorm_fwd", 64, 1001, "fp32", seed=0)
     with options.override(enable=["tma_inner_persistent", "tma_tensor_map"]):
         st, _, p, k = schedule_and_lower(fd, inputs)
-    assert p.stages == 0 and "does not split" in p.reason
+    assert p.cp_async_inputs and not p.tma_inputs and "does not split" in p.reason, p.reason
+    assert not _copies(k)
+    with options.override(enable=["ws_inner_persistent", "tma_tensor_map"]):
+        st, _, p, k = schedule_and_lower(fd, inputs)
+    assert p.stages == 0 and "does not split" in p.reason, p.reason
     assert not _copies(k)
 
 
