@@ -318,40 +318,34 @@ class CudaPrinter:
     def _MBarrierInval(self, s):
         self.line(f"pf::mbarrier_inval({self.bar(s.bar)});")
 
-    def _BulkLoad(self, s):
-        guard = not K.is_true(s.predicate)
+    def guarded(self, predicate, lines) -> None:
+        """`lines`, under `if (predicate)` unless it is always true."""
+        guard = not K.is_true(predicate)
         if guard:
-            self.line(f"if ({self.expr(s.predicate)}) {{")
+            self.line(f"if ({self.expr(predicate)}) {{")
             self.indent += 1
-        self.line(f"pf::mbarrier_expect_tx({self.bar(s.bar)}, {self.expr(s.bytes)});")
-        self.line(f"pf::bulk_copy_g2s(pf::smem_addr(&{self.expr(s.dst)}), &{self.expr(s.src)}, "
-                  f"{self.expr(s.bytes)}, {self.bar(s.bar)});")
+        for text in lines:
+            self.line(text)
         if guard:
             self.indent -= 1
             self.line("}")
+
+    def _BulkLoad(self, s):
+        self.guarded(s.predicate, [
+            f"pf::mbarrier_expect_tx({self.bar(s.bar)}, {self.expr(s.bytes)});",
+            f"pf::bulk_copy_g2s(pf::smem_addr(&{self.expr(s.dst)}), &{self.expr(s.src)}, "
+            f"{self.expr(s.bytes)}, {self.bar(s.bar)});"])
 
     def _TensorMapLoad(self, s):
-        guard = not K.is_true(s.predicate)
-        if guard:
-            self.line(f"if ({self.expr(s.predicate)}) {{")
-            self.indent += 1
         coords = ", ".join(f"(int)({self.expr(c)})" for c in s.coords)
-        self.line(f"pf::mbarrier_expect_tx({self.bar(s.bar)}, {self.expr(s.bytes)});")
-        self.line(f"pf::tma_load_{len(s.coords)}d(pf::smem_addr(&{self.expr(s.dst)}), "
-                  f"&{s.tmap.name}, {coords}, {self.bar(s.bar)});")
-        if guard:
-            self.indent -= 1
-            self.line("}")
+        self.guarded(s.predicate, [
+            f"pf::mbarrier_expect_tx({self.bar(s.bar)}, {self.expr(s.bytes)});",
+            f"pf::tma_load_{len(s.coords)}d(pf::smem_addr(&{self.expr(s.dst)}), "
+            f"&{s.tmap.name}, {coords}, {self.bar(s.bar)});"])
 
     def _CpAsyncCopy(self, s):
-        copy = (f"pf::cp_async<{s.bytes}>(pf::smem_addr(&{self.expr(s.dst)}), "
-                f"&{self.expr(s.src)});")
-        if K.is_true(s.predicate):
-            self.line(copy)
-        else:
-            self.line(f"if ({self.expr(s.predicate)}) {{")
-            self.line("  " + copy)
-            self.line("}")
+        self.guarded(s.predicate, [f"pf::cp_async<{s.bytes}>(pf::smem_addr(&{self.expr(s.dst)}), "
+                                   f"&{self.expr(s.src)});"])
 
     def _CpAsyncCommit(self, s):
         self.line("pf::cp_async_commit_group();")

@@ -105,17 +105,23 @@ def is_tma_load(s) -> bool:
             and s.expr.load_kind.is_tma)
 
 
-def tma_loads(body, path):
-    """(TMA load, the statements around it) for every TMA load in `body`."""
+def loads_where(body, is_load, path=()):
+    """(load, the statements around it) for every statement of `body` that `is_load` picks."""
     out = []
     for s in body:
-        if is_tma_load(s):
-            out.append((s, path))
+        if is_load(s):
+            out.append((s, list(path)))
         elif isinstance(s, K.ForLoop):
-            out += tma_loads(s.body, path + [s])
+            out += loads_where(s.body, is_load, [*path, s])
         elif isinstance(s, K.IfThenElse):
-            out += tma_loads(s.then_body, path + [s]) + tma_loads(s.else_body, path + [s])
+            out += (loads_where(s.then_body, is_load, [*path, s])
+                    + loads_where(s.else_body, is_load, [*path, s]))
     return out
+
+
+def tma_loads(body, path):
+    """(TMA load, the statements around it) for every TMA load in `body`."""
+    return loads_where(body, is_tma_load, path)
 
 
 @dataclasses.dataclass

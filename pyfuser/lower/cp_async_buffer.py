@@ -56,8 +56,8 @@ from ..ir.iter_domain import ParallelType as PT
 from ..ir.tensor import CpAsyncPipelined
 from ..kir import nodes as K
 from .circular_buffer import (EPILOGUE, MAIN_LOOP, BufferedTensor, buffered_loop,
-                              check_buffered_loop, mark_replaced, offset_slots, replace_stmt,
-                              retarget, stages_of, take_slot, trip_count)
+                              check_buffered_loop, loads_where, mark_replaced, offset_slots,
+                              replace_stmt, retarget, stages_of, take_slot, trip_count)
 from .context import LoweringError
 from .index import reader_index
 from .indexing import bound_extents
@@ -93,16 +93,7 @@ def is_cp_async_load(s) -> bool:
 
 def cp_async_loads(body, path):
     """(cp.async load, the statements around it) for every cp.async load in `body`."""
-    out = []
-    for s in body:
-        if is_cp_async_load(s):
-            out.append((s, path))
-        elif isinstance(s, K.ForLoop):
-            out += cp_async_loads(s.body, path + [s])
-        elif isinstance(s, K.IfThenElse):
-            out += cp_async_loads(s.then_body, path + [s]) + cp_async_loads(s.else_body,
-                                                                            path + [s])
-    return out
+    return loads_where(body, is_cp_async_load, path)
 
 
 def copy_stmts(tv, top) -> list:
