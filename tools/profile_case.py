@@ -1,0 +1,17 @@
+"""Run one catalogue fusion a few times on the GPU, for a profiler wrapped around it:
+`ncu --kernel-name regex:softmax --launch-skip 3 --launch-count 1 python tools/profile_case.py
+softmax 16384x1024`. Extra arguments are PYFUSER_ENABLE features for the call."""
+import sys
+
+import torch
+
+from pyfuser import catalogue
+
+name, shape, *features = sys.argv[1:]
+M, N = (int(x) for x in shape.split("x"))
+fd = catalogue.define(name)
+inputs = catalogue.make_inputs(name, M, N, device="cuda")
+for _ in range(5):
+    fd.execute(inputs, options={"enable": features} if features else None)
+torch.cuda.synchronize()
+print(name, shape, fd.last_run.schedulers, fd.last_run.heuristics[0].describe(), flush=True)
