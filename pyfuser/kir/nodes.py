@@ -482,6 +482,9 @@ class BulkLoad(Stmt):
     predicate: KExpr = dataclasses.field(default_factory=lambda: Const(True, "bool"))
 
 
+# Shared-memory alignment of tensor-map copy destinations (no swizzle).
+TENSOR_MAP_SMEM_ALIGN = 128
+
 
 @dataclasses.dataclass(frozen=True)
 class RowBoxMap:
@@ -527,6 +530,7 @@ class TensorMapLoad(Stmt):
     bytes: KExpr
     bar: MBarrierRef
     predicate: KExpr = dataclasses.field(default_factory=lambda: Const(True, "bool"))
+
 
 @dataclasses.dataclass(eq=False)
 class CpAsyncCopy(Stmt):

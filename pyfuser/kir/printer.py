@@ -42,8 +42,7 @@ def kernel_str(kernel: K.Kernel) -> str:
                     lines.append(f"{pad}else:")
                     emit(s.else_body, depth + 1)
             elif isinstance(s, K.TensorOp):
-                pred = "" if K.is_true(s.predicate) else f"if {s.predicate!r}: "
-                lines.append(f"{pad}{pred}{_op(s)}")
+                lines.append(f"{pad}{_guard(s)}{_op(s)}")
             elif isinstance(s, K.Allocate):
                 b = s.buffer
                 lines.append(f"{pad}alloc {b.memory} {b.dtype.ir_name} {b.name}[{b.size!r}]")
@@ -56,17 +55,14 @@ def kernel_str(kernel: K.Kernel) -> str:
             elif isinstance(s, K.BlockSync):
                 lines.append(f"{pad}block_sync" + (f"({s.barrier_id})" if s.barrier_id else ""))
             elif isinstance(s, K.BulkLoad):
-                pred = "" if K.is_true(s.predicate) else f"if {s.predicate!r}: "
-                lines.append(f"{pad}{pred}bulk_load {s.dst!r} <- {s.src!r} ({s.bytes!r} bytes, "
+                lines.append(f"{pad}{_guard(s)}bulk_load {s.dst!r} <- {s.src!r} ({s.bytes!r} bytes, "
                              f"on {s.bar!r})")
             elif isinstance(s, K.TensorMapLoad):
-                pred = "" if K.is_true(s.predicate) else f"if {s.predicate!r}: "
                 coords = ", ".join(map(repr, s.coords))
-                lines.append(f"{pad}{pred}tensor_map_load {s.dst!r} <- {s.tmap!r}[{coords}] box "
+                lines.append(f"{pad}{_guard(s)}tensor_map_load {s.dst!r} <- {s.tmap!r}[{coords}] box "
                              f"{s.map.box} ({s.bytes!r} bytes, on {s.bar!r})")
             elif isinstance(s, K.CpAsyncCopy):
-                pred = "" if K.is_true(s.predicate) else f"if {s.predicate!r}: "
-                lines.append(f"{pad}{pred}cp_async {s.dst!r} <- {s.src!r} ({s.bytes} bytes)")
+                lines.append(f"{pad}{_guard(s)}cp_async {s.dst!r} <- {s.src!r} ({s.bytes} bytes)")
             elif isinstance(s, K.CpAsyncCommit):
                 lines.append(f"{pad}cp_async_commit_group")
             elif isinstance(s, K.CpAsyncWait):
@@ -82,3 +78,8 @@ def kernel_str(kernel: K.Kernel) -> str:
 
     emit(kernel.body, 1)
     return "\n".join(lines)
+
+
+def _guard(s) -> str:
+    """`if <predicate>: ` before a guarded statement, nothing when it always runs."""
+    return "" if K.is_true(s.predicate) else f"if {s.predicate!r}: "

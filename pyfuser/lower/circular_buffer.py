@@ -55,8 +55,6 @@ _BIDX = K.Special("blockIdx.x")
 _GDIMX = K.Special("gridDim.x")
 _THREAD0 = K.and_(K.and_(K.eq(K.Special("threadIdx.x"), 0), K.eq(K.Special("threadIdx.y"), 0)),
                   K.eq(K.Special("threadIdx.z"), 0))
-# Shared-memory alignment of tensor-map copy destinations (no swizzle).
-TENSOR_SMEM_ALIGN = 128
 EPILOGUE = K.CB_EPILOGUE
 MAIN_LOOP = K.CB_MAIN_LOOP
 
@@ -69,9 +67,7 @@ def circular_buffer_loops(kernel: K.Kernel) -> K.Kernel:
         opts = tv.circular_buffer_options
         if opts is not None and isinstance(opts.kind, WarpSpecialized):
             continue        # the warp_specialize pass splits it into producer and compute roles
-        loop, idx = buffered_loop(tv, op, path)
-        check_buffered_loop(tv, loop)
-        top = path[idx + 1] if idx + 1 < len(path) else op
+        loop, _, top = load_site(tv, op, path)
         by_loop.setdefault(id(loop), (loop, []))[1].append((tv, op, top))
     for loop, items in by_loop.values():
         _pipeline_loop(kernel, loop, items)
@@ -97,6 +93,14 @@ def check_buffered_loop(tv, loop) -> None:
         raise LoweringError(f"T{tv.name}: the loop left of its compute-at position is "
                             f"{loop.parallel}; circular buffering needs a serial or "
                             "grid-stride loop")
+
+
+def load_site(tv, op, path) -> tuple:
+    """(buffered loop, its index in `path`, the statement of its body that holds the load) for
+    a circular-buffered load `op` of tv, the loop checked to be serial or grid-stride."""
+    loop, idx = buffered_loop(tv, op, path)
+    check_buffered_loop(tv, loop)
+    return loop, idx, path[idx + 1] if idx + 1 < len(path) else op
 
 
 def is_tma_load(s) -> bool:
@@ -169,19 +173,23 @@ def take_slot(kernel: K.Kernel, loop: K.ForLoop, tv, top, n_stages: int) -> tupl
     slot = buf.size.value
     if tv.definition.load_kind == LoadKind.TmaTensor:
         # Tensor-map destinations are 128-byte aligned: stages start on that boundary.
-        slot = -(-slot * tv.dtype.size // TENSOR_SMEM_ALIGN) * TENSOR_SMEM_ALIGN // tv.dtype.size
+        align = K.TENSOR_MAP_SMEM_ALIGN
+        slot = -(-slot * tv.dtype.size // align) * align // tv.dtype.size
     buf.size = K.Const(slot * n_stages)
     return buf, slot
 
 
 def trip_count(loop: K.ForLoop):
-    """(trips, start, step) of a serial or grid-stride loop: its index at iteration k is
-    start + k * step."""
+    """(trips, index_at) of a serial or grid-stride loop: index_at(k) is its index at
+    iteration k, start + k * step."""
     if loop.parallel == "GridStride":
         trips = K.Select(K.lt(_BIDX, loop.stop), K.ceil_div(K.sub(loop.stop, _BIDX), _GDIMX),
                          K.Const(0))
-        return trips, _BIDX, _GDIMX
-    return K.ceil_div(K.sub(loop.stop, loop.start), loop.step), loop.start, loop.step
+        start, step = _BIDX, _GDIMX
+    else:
+        trips, start, step = (K.ceil_div(K.sub(loop.stop, loop.start), loop.step), loop.start,
+                              loop.step)
+    return trips, lambda k: K.add(start, K.mul(k, step))
 
 
 def mark_replaced(kernel: K.Kernel, loop: K.ForLoop, buffered) -> None:
@@ -196,11 +204,8 @@ def _pipeline_loop(kernel: K.Kernel, loop: K.ForLoop, items) -> None:
     ctx = kernel.ctx
     n_stages, prefetch = stages_of(loop, items)
     buffered = take_loads(kernel, loop, items, n_stages)
-    trips, start, step = trip_count(loop)
+    trips, index_at = trip_count(loop)
     n = K.Var(f"pf_cb_trips_{loop.var.name}")
-
-    def index_at(k):
-        return K.add(start, K.mul(k, step))
 
     def issue_at(k) -> list:
         stage = K.mod(k, n_stages)

@@ -55,9 +55,9 @@ from ..ir.exprs import LoadKind, LoadStoreOp
 from ..ir.iter_domain import ParallelType as PT
 from ..ir.tensor import CpAsyncPipelined
 from ..kir import nodes as K
-from .circular_buffer import (EPILOGUE, MAIN_LOOP, BufferedTensor, buffered_loop,
-                              check_buffered_loop, loads_where, mark_replaced, offset_slots,
-                              replace_stmt, retarget, stages_of, take_slot, trip_count)
+from .circular_buffer import (EPILOGUE, MAIN_LOOP, BufferedTensor, buffered_loop, load_site,
+                              loads_where, mark_replaced, offset_slots, replace_stmt, retarget,
+                              stages_of, take_slot, trip_count)
 from .context import LoweringError
 from .index import reader_index
 from .indexing import bound_extents
@@ -77,9 +77,7 @@ def cp_async_buffer_loops(kernel: K.Kernel) -> K.Kernel:
         if not isinstance(opts.kind, CpAsyncPipelined):
             raise LoweringError(f"T{tv.name}: a cp.async load is circular-buffered with the "
                                 f"CpAsyncPipelined kind, not {type(opts.kind).__name__}")
-        loop, idx = buffered_loop(tv, op, path)
-        check_buffered_loop(tv, loop)
-        top = path[idx + 1] if idx + 1 < len(path) else op
+        loop, _, top = load_site(tv, op, path)
         by_loop.setdefault(id(loop), (loop, []))[1].append((tv, op, top))
     for loop, items in by_loop.values():
         _pipeline_loop(kernel, loop, items)
@@ -194,11 +192,8 @@ def _pipeline_loop(kernel: K.Kernel, loop: K.ForLoop, items) -> None:
             why.append(reason)
         buf, slot = take_slot(kernel, loop, tv, top, n_stages)
         buffered.append(BufferedTensor(tv, buf, None, slot, copy_stmts(tv, top)))
-    trips, start, step = trip_count(loop)
+    trips, index_at = trip_count(loop)
     n = K.Var(f"pf_cp_trips_{loop.var.name}")
-
-    def index_at(k):
-        return K.add(start, K.mul(k, step))
 
     def issue_at(k) -> list:
         stage = K.mod(k, n_stages)

@@ -53,8 +53,8 @@ from ..ir.tensor import WarpSpecialized
 from ..ir.iter_domain import ParallelType as PT
 from ..kir import nodes as K
 from ..kir.registers import REGISTER_FILE, check_register_counts
-from .circular_buffer import (buffered_loop, check_buffered_loop, mark_replaced, offset_slots,
-                              replace_stmt, retarget, take_loads, tma_loads, trip_count)
+from .circular_buffer import (load_site, mark_replaced, offset_slots, replace_stmt, retarget,
+                              take_loads, tma_loads, trip_count)
 from .context import LoweringError
 from .indexing import bound_extents
 
@@ -76,15 +76,13 @@ def warp_specialize(kernel: K.Kernel) -> K.Kernel:
         if opts.kind.on != PT.TIDy:
             raise LoweringError(f"T{tv.name}: warp specialization is lowered on threadIdx.y only, "
                                 f"not {opts.kind.on.short}")
-        this, idx = buffered_loop(tv, op, path)
-        check_buffered_loop(tv, this)
+        this, idx, top = load_site(tv, op, path)
         if idx != 0:
             raise LoweringError(f"T{tv.name}: its buffered loop {this.var!r} must be at the top "
                                 "level of the kernel (the producer runs it on its own)")
         if loop is not None and this is not loop:
             raise LoweringError("warp-specialized TMA tensors buffered over two different loops")
         loop = this
-        top = path[idx + 1] if idx + 1 < len(path) else op
         items.append((tv, op, top))
     if not items:
         return kernel
@@ -148,11 +146,8 @@ def _split(kernel: K.Kernel, loop: K.ForLoop, items, roles: K.WarpRoles) -> None
     n_stages = items[0][0].circular_buffer_options.stages
     buffered = take_loads(kernel, loop, items, n_stages, bars_name="pf_full_{}")
     empty = K.MBarriers(f"pf_empty_{loop.var.name}", n_stages)
-    trips, start, step = trip_count(loop)
+    trips, index_at = trip_count(loop)
     n = K.Var(f"pf_ws_trips_{loop.var.name}")
-
-    def index_at(k):
-        return K.add(start, K.mul(k, step))
 
     # Producer: one elected thread runs the load loop.
     k_p = ctx.new_loop_var()

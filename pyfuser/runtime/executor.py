@@ -63,7 +63,7 @@ class _KernelPlan:
     """Everything one input signature needs at launch, computed once: the cached path only
     allocates outputs, patches pointers and scalars into `values`, packs and launches."""
 
-    # Tensor maps encoded per plan, by the input's pointer and strides (most recent kept).
+    # Tensor maps encoded per plan, by input and pointer (the most recent kept).
     TENSOR_MAP_CACHE = 16
 
     def __init__(self, fk, device, grid, block, values, ptr_slots, scalar_slots, out_specs,
@@ -110,7 +110,8 @@ class _KernelPlan:
 
 
     def _tensor_map(self, x, row_map) -> bytes:
-        key = (x.data_ptr(), x.stride(), row_map)
+        # The plan fixes the input's shape, strides and alignment: only the pointer varies.
+        key = (row_map.input, x.data_ptr())
         tmap = self._tmaps.pop(key, None)
         if tmap is None:
             from .tensor_map import encode_row_box
@@ -301,7 +302,8 @@ class FusionExecutorCache:
         through a tensor map, must keep the copy's rules (16-byte aligned rows, contiguous):
         checked before launch, since a reused kernel may meet other strides than the heuristic
         saw."""
-        from ..schedule.tma_rules import check_bulk_rows, check_row_box
+        from ..schedule.tma_rules import check_bulk_rows
+        from .tensor_map import row_box_problems
         for p in fk.kernel.params:
             if p.source[0] != "input" or p.buffer.name not in fk.kernel.bulk_sources:
                 continue
@@ -314,11 +316,7 @@ class FusionExecutorCache:
                                  f"be copied row by row with TMA as heuristic {fk.params!r} "
                                  "asks: " + "; ".join(bad))
         for row_map in fk.kernel.tensor_maps.values():
-            x = inputs[row_map.input]
-            bad = check_row_box(list(x.shape), list(x.stride()), _alignment(x.data_ptr()),
-                                x.element_size())
-            if x.shape and x.shape[-1] != row_map.row_elements:
-                bad.append(f"its rows have {x.shape[-1]} elements, the kernel's {row_map.row_elements}")
+            bad = row_box_problems(inputs[row_map.input], row_map)
             if bad:
                 raise ValueError(f"{self.name}: input {row_map.input} "
                                  f"(T{self.fusion.inputs[row_map.input].name}) cannot be copied "

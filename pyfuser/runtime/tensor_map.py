@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import ctypes
 
-from ..schedule.tma_rules import GLOBAL_ALIGN, MAX_GLOBAL_STRIDE
+from ..kir.nodes import TENSOR_MAP_SMEM_ALIGN
+from ..schedule.tma_rules import GLOBAL_ALIGN, MAX_GLOBAL_STRIDE, check_row_box, merged_rows
 from .device import DriverError, check, driver, init_driver
 
 __all__ = [
@@ -25,6 +26,7 @@ __all__ = [
     "check_bulk_copy",
     "encode_tiled",
     "encode_row_box",
+    "row_box_problems",
 ]
 
 TENSOR_MAP_BYTES = 128
@@ -33,7 +35,7 @@ MAX_RANK = 5
 MAX_BOX = 256
 MAX_ELEMENT_STRIDE = 8
 MAX_GLOBAL_DIM = 2**32
-SMEM_ALIGN = 128
+SMEM_ALIGN = TENSOR_MAP_SMEM_ALIGN
 SWIZZLE_SPANS = (0, 32, 64, 128)
 
 
@@ -359,21 +361,28 @@ def _encode(enums, data_ptr, dims, outer, box, estrides) -> bytes:
     return data
 
 
-def encode_row_box(tensor, row_map) -> bytes:
-    """The tensor map of a kir.RowBoxMap over `tensor` (a torch tensor): its rows viewed as
-    (inner, N / inner, rows), innermost first, so one box is `box_rows` whole rows. The rows'
-    rules (schedule/tma_rules.check_row_box) are checked first, with readable reasons."""
-    from ..schedule.tma_rules import check_row_box, merged_rows
-    sizes, strides = list(tensor.shape), list(tensor.stride())
-    item = tensor.element_size()
-    align = tensor.data_ptr() & -tensor.data_ptr() if tensor.data_ptr() else 1 << 62
-    problems = check_row_box(sizes, strides, align, item)
+def row_box_problems(tensor, row_map) -> list[str]:
+    """Why the rows of `tensor` (a torch tensor) cannot be copied with kir.RowBoxMap `row_map`:
+    the rules of schedule/tma_rules.check_row_box, and the row length the kernel was built for."""
+    sizes = list(tensor.shape)
+    ptr = tensor.data_ptr()
+    problems = check_row_box(sizes, list(tensor.stride()), ptr & -ptr if ptr else 1 << 62,
+                             tensor.element_size())
     if sizes and sizes[-1] != row_map.row_elements:
         problems.append(f"its rows have {sizes[-1]} elements; the kernel was built for "
                         f"{row_map.row_elements}")
+    return problems
+
+
+def encode_row_box(tensor, row_map) -> bytes:
+    """The tensor map of a kir.RowBoxMap over `tensor` (a torch tensor): its rows viewed as
+    (inner, N / inner, rows), innermost first, so one box is `box_rows` whole rows. The rows'
+    rules (`row_box_problems`) are checked first, with readable reasons."""
+    problems = row_box_problems(tensor, row_map)
     if problems:
         raise TensorMapError("cannot copy whole rows with a tensor map: " + "; ".join(problems))
-    rows, row_stride = merged_rows(sizes, strides)
+    item = tensor.element_size()
+    rows, row_stride = merged_rows(list(tensor.shape), list(tensor.stride()))
     inner, n = row_map.inner, row_map.row_elements
     return encode_tiled(tensor.data_ptr(), tensor.dtype, (inner, n // inner, max(rows, 1)),
                         (inner * item, row_stride * item), row_map.box)

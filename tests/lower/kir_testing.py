@@ -926,10 +926,10 @@ class Interpreter:
     def _tensor_map(x, row_map):
         """(map, rows, row stride) of a RowBoxMap over input `x`, refused as the executor's
         encoder would refuse it."""
-        from pyfuser.schedule.tma_rules import check_row_box, merged_rows
-        align = 1 << 12         # the interpreter's storage starts aligned
-        bad = check_row_box(list(x.shape), list(x.stride()), align, x.element_size())
-        if bad or x.shape[-1] != row_map.row_elements:
+        from pyfuser.runtime.tensor_map import row_box_problems
+        from pyfuser.schedule.tma_rules import merged_rows
+        bad = row_box_problems(x, row_map)
+        if bad:
             raise InterpreterError(f"tensor map {row_map} over {tuple(x.shape)}: {bad}")
         rows, row_stride = merged_rows(list(x.shape), list(x.stride()))
         return row_map, rows, row_stride
