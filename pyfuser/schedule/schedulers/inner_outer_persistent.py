@@ -19,9 +19,10 @@ import dataclasses
 
 from ...ir.id_graph import IdGraph
 from ...ir.iter_domain import ParallelType as PT
-from ...ir.tensor import MemoryType, TensorView
-from .. import (cache_after, cache_before, inline_at, inline_most, parallelize_like,
-                propagate_transforms, rfactor, set_memory_type)
+from ...ir.exprs import LoadKind
+from ...ir.tensor import MemoryType, TensorView, WarpSpecialized
+from .. import (cache_after, cache_before, circular_buffer, inline_at, inline_most,
+                parallelize_like, propagate_transforms, rfactor, set_memory_type)
 from .base import RuntimeInfo, SchedulerError, reduction_tensors, vector_inputs, vector_width
 from .inner_persistent import _project_to_inputs, persistent_batch
 from .reduction import broadcast_back
@@ -39,6 +40,13 @@ class InnerOuterParams:
     row_extents: tuple = ()      # the row length the kernel is specialized on
     col_vector: int = 1          # phase 2: columns per thread
     partials_in_shared: bool = False   # column partials in shared memory instead of registers
+    # TMA variant (0 stages: rows loaded into registers). Inputs in `tma_inputs` are copied row
+    # by row with 1D bulk copies into a circular buffer of `stages` shared-memory slots over
+    # the block's row loop.
+    stages: int = 0
+    prefetch: int = 0
+    tma_inputs: tuple = ()
+    warp_specialized: bool = False
 
     def describe(self) -> str:
         where = "shared memory" if self.partials_in_shared else "registers"
@@ -130,7 +138,8 @@ def _phase2_tensors(fusion, cols) -> set:
 
 
 def schedule(fusion, p: InnerOuterParams) -> None:
-    caches = {k: cache_after(v) for k, v in enumerate(fusion.inputs)
+    staged = {k: cache_after(fusion.inputs[k], LoadKind.TmaBulk) for k in p.tma_inputs}
+    caches = {k: cache_after(staged.get(k, v)) for k, v in enumerate(fusion.inputs)
               if isinstance(v, TensorView) and fusion.uses_of(v)}
     outputs = [o for o in fusion.outputs if o.definition is not None]
     for o in outputs:
@@ -141,7 +150,7 @@ def schedule(fusion, p: InnerOuterParams) -> None:
     if p.row_extents:
         fusion.static_extents = {ref.domain.maybe_root[1].extent: p.row_extents[0]}
     phase2 = _phase2_tensors(fusion, cols)
-    phase1 = [t for t in fusion.tensors() if t not in phase2]
+    phase1 = [t for t in fusion.tensors() if t not in phase2 and t not in staged.values()]
     # Phase 1: [i0, r1] -> [ceilDiv(i0, G), G (blockIdx.x), P, ceilDiv(N / V, P) (threadIdx.x), V]
     ref.split(0, p.grid)
     ref.split(2, p.vector).split(2, p.persistent_batch, inner_split=False)
@@ -185,7 +194,15 @@ def schedule(fusion, p: InnerOuterParams) -> None:
     for o in outputs:
         if o not in phase2 and p.vector > 1:
             vectorize(o)
-    inline_most(fusion=fusion)
+    for slot in staged.values():
+        # [i0, N] -> [ceilDiv(i0, G) (serial), G (blockIdx.x), N (bulk)]
+        slot.split(0, p.grid)
+        slot.parallelize(1, PT.BIDx).parallelize(2, PT.Bulk)
+    inline_most([t for t in fusion.tensors() if t not in staged.values()], fusion=fusion)
+    kind = WarpSpecialized(PT.TIDy) if p.warp_specialized else None
+    for slot in staged.values():
+        inline_at(slot, 1)
+        circular_buffer(slot, p.stages, p.prefetch, kind=kind)
     batch_axis = row_rfs[0].domain.loop[2]
     for cache in caches.values():
         pos = next((k for k, i in enumerate(cache.domain.loop) if graph.mapped(i, batch_axis)), None)
