@@ -39,26 +39,31 @@ def default_params(fd, inputs, device_props):
 
 
 def variants(p, N, sms, kinds):
-    if "registers" in kinds:
-        yield "registers", p
+    """(label, params) to time. `p` is the heuristic's multi-wave or warp-specialized choice."""
     rows = (0, 1)           # x and dy of rmsnorm_bwd / layernorm_bwd
     stage = 2 * N * 2       # one row of each, bf16
-    if "tma" in kinds and not p.warp_specialized:
+    if p.warp_specialized:
+        if "ws" not in kinds:
+            return
+        for y in (1, 2, 3, 4, 6):
+            if p.bdimx * y not in (256, 384):
+                continue
+            for stages in (2, 3, 4, 6, 8):
+                if stages * y * stage > 219 * 1024:
+                    continue
+                yield (f"ws s{stages} y{y}",
+                       dataclasses.replace(p, stages=stages, prefetch=stages - 1, compute_rows=y))
+        return
+    if "registers" in kinds:
+        yield "registers", dataclasses.replace(p, stages=0, prefetch=0, tma_inputs=())
+    if "tma" in kinds and not p.partials_in_shared:
         for stages in (2, 3, 4):
             for per_sm in (1, 2):
-                if per_sm * (stages * stage + 8 * 1024) > 220 * 1024:
+                if per_sm * (stages * stage + 8 * 1024) > 228 * 1024:
                     continue
                 yield (f"tma s{stages} g{per_sm}x",
                        dataclasses.replace(p, stages=stages, prefetch=stages - 1,
                                            tma_inputs=rows, grid=sms * per_sm))
-    if "ws" in kinds and getattr(p, "compute_rows", 0):
-        for rows_ in sorted({1, 2, 3} & {r for r in (1, 2, 3) if r * p.bdimx % 128 == 0}):
-            for stages in (2, 4, 6):
-                if stages * rows_ * stage > 200 * 1024:
-                    continue
-                yield (f"ws s{stages} y{rows_}",
-                       dataclasses.replace(p, stages=stages, prefetch=stages - 1,
-                                           compute_rows=rows_))
 
 
 def main(argv=None) -> int:
@@ -82,19 +87,17 @@ def main(argv=None) -> int:
             nbytes = catalogue.get(op).min_bytes(M, N, 2)
             sets = _input_sets(op, M, N, "bf16", nbytes)
             todo = []
-            for kind, feature in (("registers", None), ("ws", "ws_normalization")):
-                if kind not in kinds and not (kind == "registers" and "tma" in kinds):
+            for kind, over in (("multi-wave", {"disable": ["ws_normalization"]}),
+                               ("warp-specialized", {"enable": ["ws_normalization"]})):
+                if kind == "warp-specialized" and "ws" not in kinds:
                     continue
-                over = ({"enable": [feature]} if feature else {"disable": ["ws_normalization"]})
-                try:
-                    with pf_options.override(**over):
-                        q = default_params(fd, sets[0], props)
-                except Exception as e:  # noqa: BLE001 - reported
-                    print(f"{op} {M}x{N} {kind}: no heuristic: {e}", flush=True)
+                with pf_options.override(**over):
+                    q = default_params(fd, sets[0], props)
+                if kind == "warp-specialized" and not q.warp_specialized:
+                    print(f"{op} {M}x{N} ws: not possible: {q.reason}", flush=True)
                     continue
-                if args.defaults_only:
-                    todo.append((f"{kind} (heuristic)", q))
-                else:
+                todo.append((f"{kind} (heuristic)", q))
+                if not args.defaults_only:
                     todo += list(variants(q, N, props.sm_count, kinds))
             for label, p in todo:
                 try:

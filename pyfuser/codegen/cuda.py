@@ -380,7 +380,8 @@ class CudaPrinter:
             self.line(f"pf::named_barrier_sync({s.barrier_id}, {self.expr(s.count)});")
 
     def _GridSync(self, s):
-        self.line(f"pf::grid_sync(reinterpret_cast<unsigned*>({s.sync_buffer.name}));")
+        sync = "" if s.barrier is None else f", pf::NamedBarrier{{{s.barrier[0]}, {s.barrier[1]}}}"
+        self.line(f"pf::grid_sync(reinterpret_cast<unsigned*>({s.sync_buffer.name}){sync});")
 
     def _GridReduce(self, s):
         """Last-block grid reduction over the block dims in s.dims (see lower/reductions.py)."""

@@ -370,6 +370,9 @@ class BlockSync(Stmt):
 @dataclasses.dataclass(eq=False)
 class GridSync(Stmt):
     sync_buffer: Buffer
+    # (named barrier id, thread count): the block's part is done by those threads only (the
+    # compute warp groups of a warp-specialized kernel); None: __syncthreads.
+    barrier: Any = None
 
 
 @dataclasses.dataclass(eq=False)

@@ -255,6 +255,8 @@ class _Verifier:
                 if isinstance(x, K.BlockReduce) and x.barrier is None:
                     self.fail(f"a block reduction over the whole block inside the {role} role "
                               "of a warp-specialized kernel", x)
+                if isinstance(x, K.GridSync) and role == "compute" and x.barrier is not None:
+                    continue        # the compute threads' named barrier: see lower/warp_specialize
                 if isinstance(x, (K.GridReduce, K.ClusterReduce, K.GridSync)):
                     self.fail(f"a {type(x).__name__} inside the {role} role of a "
                               "warp-specialized kernel (the other role never joins it)", x)
@@ -409,6 +411,8 @@ class _Verifier:
 
     def _GridSync(self, s: K.GridSync, scope):
         for c in scope.ifs():
+            if c.roles and s.barrier is not None:
+                continue    # the compute role of every block reaches it (check_roles)
             if not K.is_true(c.cond):
                 self.fail(f"GridSync is inside the predicated branch `if {c.cond!r}`: blocks "
                           "that skip it would hang the others", s)

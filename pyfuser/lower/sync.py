@@ -56,12 +56,57 @@ def _is_workspace(buf) -> bool:
         buf.tv.is_input() or buf.tv.is_output())
 
 
+def _buffers(s) -> tuple[set, set]:
+    """(buffers read, buffers written) by the TensorOps, initializations and block
+    reductions of a statement, any memory."""
+    reads, writes = set(), set()
+    for x in K.walk([s]):
+        if isinstance(x, K.TensorOp):
+            writes.add(id(x.out.buffer)) if isinstance(x.out, K.TensorIndex) else None
+            reads |= {id(i.buffer) for i in x.ins if isinstance(i, K.TensorIndex)}
+        elif isinstance(x, K.InitValue):
+            writes.add(id(x.out.buffer if isinstance(x.out, K.TensorIndex) else x.out))
+        elif isinstance(x, K.Allocate):
+            writes.add(id(x.buffer))
+        elif isinstance(x, K.BlockReduce):
+            # Its values (registers of the nest) and the block's shared reduction workspace.
+            vals = {id(v.buffer) for v in x.values if isinstance(v, K.TensorIndex)}
+            reads |= vals | {"block_reduce_workspace"}
+            writes |= vals | {"block_reduce_workspace"}
+        elif not isinstance(x, (K.ForLoop, K.IfThenElse, K.Comment)):
+            return None, None       # anything else (barriers, scalars): not moved
+    return reads, writes
+
+
+def _workspace_writes_first(body: list) -> list:
+    """Top-level nests that write a global intermediate move ahead of earlier nests that read
+    one, when neither touches what the other writes: then one grid barrier serves every
+    intermediate. (LayerNorm backward: [rows, write W_dw, sum W_dw, write W_db, sum W_db] needed
+    two barriers; [rows, write W_dw, write W_db, sum W_dw, sum W_db] needs one.)"""
+    out: list = []
+    for s in body:
+        _, writes = _global_accesses(s)
+        k = len(out)
+        if writes and isinstance(s, K.ForLoop):
+            r_s, w_s = _buffers(s)
+            while k > 0 and r_s is not None and isinstance(out[k - 1], K.ForLoop):
+                prev = out[k - 1]
+                prev_reads, _ = _global_accesses(prev)
+                r_p, w_p = _buffers(prev)
+                if not prev_reads or r_p is None or (r_s & w_p) or (w_s & (r_p | w_p)):
+                    break
+                k -= 1
+        out.insert(k, s)
+    return out
+
+
 def _grid_syncs(kernel: K.Kernel) -> None:
     """A global intermediate written by one top-level loop nest and read by a later one is
     exchanged between blocks: a grid-wide barrier goes in between, and the kernel must run as
     a cooperative launch (all blocks resident)."""
     dirty: set = set()
     out = []
+    kernel.body = _workspace_writes_first(kernel.body)
     for s in kernel.body:
         reads, writes = _global_accesses(s)
         if reads & dirty:

@@ -215,7 +215,11 @@ def _named_barriers(s, roles: K.WarpRoles):
             x.barrier_id, x.count = roles.barrier_id, K.Const(roles.compute_threads)
         elif isinstance(x, K.BlockReduce):
             x.barrier = (roles.barrier_id, roles.compute_threads)
-        elif isinstance(x, (K.GridReduce, K.ClusterReduce, K.GridSync)):
+        elif isinstance(x, K.GridSync):
+            # Only the compute threads exchange data through global memory (the producer
+            # writes shared memory only): the block's part of the grid barrier is theirs.
+            x.barrier = (roles.barrier_id, roles.compute_threads)
+        elif isinstance(x, (K.GridReduce, K.ClusterReduce)):
             raise LoweringError(f"warp specialization: a {type(x).__name__} in the compute warp "
                                 "groups is not supported")
         elif isinstance(x, K.InitValue) and getattr(x.out, "memory", None) == "shared":

@@ -83,7 +83,11 @@ def rfactor(tv: TensorView, axes: list[int]) -> TensorView:
                              expanded_extent=i.expanded_extent)
             fin_map[old_of_rf[i]] = new
             fin_root.append(new)
-        _replay_onto([e for e in iter_exprs if all(i in fin_map for i in e.inputs)], fin_map)
+        # In order, so that a split of a split's output (rows over blocks, then over threadIdx.y)
+        # finds its input already replayed.
+        for e in iter_exprs:
+            if all(i in fin_map for i in e.inputs):
+                _replay_onto([e], fin_map)
         fin_loop = [fin_map[i] for i in old.loop if i not in rf_axes and i in fin_map]
         # Both tensors keep the parallelization the loop already had.
         for i in old.loop:

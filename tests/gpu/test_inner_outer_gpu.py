@@ -94,3 +94,52 @@ def test_issue_item6_fusion_with_permuted_broadcast_input(dtype, M, N, static, l
         # row sums nearly cancel over the column).
         (_, ref6) = evaluate(fd.fusion, [x], extent_bindings=check_inputs(fd.fusion, [x]))
         assert rel_error(t6, ref6) <= tol
+
+
+VARIANT_SHAPES = [(1, 1024), (3, 2048), (1000, 4096), (4096, 1024), (2048, 8192), (333, 2048),
+                  (16384, 4096)]
+
+
+@pytest.mark.parametrize("name", ["rmsnorm_bwd", "layernorm_bwd"])
+@pytest.mark.parametrize("shape", VARIANT_SHAPES)
+@pytest.mark.parametrize("variant", ["warp-specialized", "multi-wave"])
+def test_forced_variant(name, shape, variant):
+    """Both variants forced (PYFUSER_ENABLE / DISABLE=ws_normalization per call): right against
+    float64, one cooperative kernel, the variant asked for, and for multi-wave on these rows
+    (row bytes a multiple of 16, N <= 8192) the TMA circular buffer."""
+    fd = catalogue.define(name)
+    key = "enable" if variant == "warp-specialized" else "disable"
+    run_and_check(fd, catalogue.make_inputs(name, *shape, device="cuda"),
+                  scheduler="inner_outer_persistent", options={key: ["ws_normalization"]})
+    (p,) = fd.last_run.heuristics
+    assert p.variant == variant, p.reason
+    assert p.stages >= 2 and p.tma_inputs == (0, 1), p.reason
+    if variant == "warp-specialized":
+        assert p.compute_rows * p.bdimx in (256, 384)
+
+
+@pytest.mark.parametrize("variant", ["warp-specialized", "multi-wave"])
+def test_forced_variant_noncontiguous_rows(variant):
+    """x and dy as row slices of wider tensors (row stride 2N): bulk copies take them (the
+    stride is a multiple of 16 bytes); the answer is right either way."""
+    name, M, N = "rmsnorm_bwd", 777, 2048
+    ins = catalogue.make_inputs(name, M, N, device="cuda")
+    wide = [torch.randn(M, 2 * N, device="cuda").to(ins[0].dtype)[:, N:] for _ in range(2)]
+    wide[0].copy_(ins[0]), wide[1].copy_(ins[1])
+    key = "enable" if variant == "warp-specialized" else "disable"
+    fd = catalogue.define(name)
+    run_and_check(fd, [wide[0], wide[1], *ins[2:]], scheduler="inner_outer_persistent",
+                  options={key: ["ws_normalization"]})
+    (p,) = fd.last_run.heuristics
+    assert p.variant == variant and p.stages >= 2, p.reason
+
+
+def test_forced_warp_specialized_on_rows_it_cannot_take_runs_multi_wave_and_says_why():
+    name = "rmsnorm_bwd"
+    fd = catalogue.define(name)
+    # 1004 bf16 = 2008 bytes per row: not a multiple of 16, no bulk copy.
+    run_and_check(fd, catalogue.make_inputs(name, 515, 1004, device="cuda"),
+                  scheduler="inner_outer_persistent", options={"enable": ["ws_normalization"]})
+    (p,) = fd.last_run.heuristics
+    assert p.variant == "multi-wave" and p.stages == 0
+    assert "warp-specialized forced on but not possible" in p.reason

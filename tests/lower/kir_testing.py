@@ -764,6 +764,15 @@ class Interpreter:
         raise InterpreterError(f"no rule for {type(e).__name__}")
 
     def _check_whole_grid(self, s, threads):
+        if getattr(s, "barrier", None) is not None:
+            # A named barrier's threads in every block (a warp-specialized kernel's compute
+            # warp groups): each block sends exactly those.
+            blocks = {t.block for t in self.all_threads}
+            self._check_whole_blocks(s, threads)
+            if {t.block for t in threads} != blocks:
+                raise InterpreterError(f"{type(s).__name__} reached by "
+                                       f"{len({t.block for t in threads})} of {len(blocks)} blocks")
+            return
         if len(threads) != len(self.all_threads):
             raise InterpreterError(f"{type(s).__name__} reached by {len(threads)} of "
                                    f"{len(self.all_threads)} threads")

@@ -36,8 +36,17 @@
 
 namespace pf {
 
-__device__ __forceinline__ void grid_sync(unsigned* counter) {
-  __syncthreads();
+// The block's part (barrier, leader's arrival, barrier) is done by the threads `block_sync`
+// synchronizes: the whole block, or the named barrier of a warp-specialized kernel's compute warp
+// groups (which hold thread 0; the producer warps neither wait here nor touch the exchanged
+// data). The ordering argument below holds with either barrier.
+struct WholeBlock {
+  __device__ __forceinline__ void sync() const { __syncthreads(); }
+};
+
+template <typename BlockSync = WholeBlock>
+__device__ __forceinline__ void grid_sync(unsigned* counter, BlockSync block_sync = BlockSync()) {
+  block_sync.sync();
   if (threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0) {
     const unsigned nblocks = gridDim.x * gridDim.y * gridDim.z;
     const bool leader_cta = (blockIdx.x | blockIdx.y | blockIdx.z) == 0;
@@ -52,7 +61,7 @@ __device__ __forceinline__ void grid_sync(unsigned* counter) {
       asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(now) : "l"(counter) : "memory");
     } while (((now ^ old) & 0x80000000u) == 0);
   }
-  __syncthreads();
+  block_sync.sync();
 }
 
 }  // namespace pf

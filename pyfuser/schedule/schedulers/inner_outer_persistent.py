@@ -17,12 +17,14 @@ from __future__ import annotations
 
 import dataclasses
 
+from ... import options
 from ...ir.id_graph import IdGraph
 from ...ir.iter_domain import ParallelType as PT
 from ...ir.exprs import LoadKind
 from ...ir.tensor import MemoryType, TensorView, WarpSpecialized
 from .. import (cache_after, cache_before, circular_buffer, inline_at, inline_most,
                 parallelize_like, propagate_transforms, rfactor, set_memory_type)
+from ..tma_rules import MAX_TX_BYTES, check_bulk_rows
 from .base import RuntimeInfo, SchedulerError, reduction_tensors, vector_inputs, vector_width
 from .inner_persistent import _project_to_inputs, persistent_batch
 from .reduction import broadcast_back
@@ -47,13 +49,126 @@ class InnerOuterParams:
     prefetch: int = 0
     tma_inputs: tuple = ()
     warp_specialized: bool = False
+    compute_rows: int = 0        # rows per block along threadIdx.y (0: none, one row at a time)
+    # Why the heuristic chose this variant (explain prints it); not part of the kernel's key.
+    reason: str = dataclasses.field(default="", compare=False)
+
+    @property
+    def variant(self) -> str:
+        return "warp-specialized" if self.warp_specialized else "multi-wave"
 
     def describe(self) -> str:
         where = "shared memory" if self.partials_in_shared else "registers"
-        return (f"inner-outer persistent (multi-wave): {self.grid} persistent blocks of "
-                f"{self.bdimx} threads, {self.persistent_batch} x {self.vector} elements per "
-                f"thread and row, column partials in {where}, grid sync, column reduction "
-                f"by {self.col_vector} columns per thread")
+        rows = (f"{self.compute_rows} compute rows of {self.bdimx} threads"
+                if self.compute_rows > 1 else f"{self.bdimx} threads")
+        loads = ("" if not self.stages else
+                 f", rows of inputs {list(self.tma_inputs)} copied by TMA into {self.stages} "
+                 "stages of shared memory"
+                 + (" by a producer warp group" if self.warp_specialized else ""))
+        text = (f"inner-outer persistent ({self.variant}): {self.grid} persistent blocks of "
+                f"{rows}, {self.persistent_batch} x {self.vector} elements per thread and row"
+                f"{loads}, column partials in {where}, grid sync, column reduction by "
+                f"{self.col_vector} columns per thread")
+        return text + (f"\n  why: {self.reason}" if self.reason else "")
+
+
+# Warp-specialized variant: compute threads are two or three warp groups along threadIdx.y,
+# tried in this order. One compute warp group beside the producer's is 256 threads, which get
+# 248 registers each at entry: setmaxnreg would have nothing to move (compute may not exceed
+# 240), so that configuration is not offered.
+WARP_GROUP = 128
+WS_COMPUTE_THREADS = (256, 384)
+WS_MAX_STAGES = 8
+# A stage the producer fills is one row of each TMA input per compute row; stages beyond this
+# many bytes in flight per SM add nothing (the copy's latency is covered).
+WS_BYTES_IN_FLIGHT = 128 * 1024
+# Registers a compute thread needs besides its rows, partials and weights (indices, the row's
+# reduction, loop state): from the ptxas reports of the forward kernels.
+WS_BASE_REGISTERS = 40
+
+
+def _row_inputs(fusion) -> tuple:
+    return tuple(k for k, v in enumerate(fusion.inputs)
+                 if isinstance(v, TensorView) and fusion.uses_of(v)
+                 and sum(1 for i in v.domain.logical if not i.is_broadcast) == 2)
+
+
+def _tma_rows(fusion, info: RuntimeInfo) -> tuple[tuple, list]:
+    """The row inputs ([M, N]) 1D bulk copies can load, and the rules the others break."""
+    rows, problems = [], []
+    for k in _row_inputs(fusion):
+        if len(fusion.inputs[k].domain.logical) != 2:
+            problems.append(f"input {k} has size-1 dims besides its rows (its slot would need "
+                            "their loops)")
+            continue
+        f = info.inputs[k]
+        bad = check_bulk_rows(f.sizes, f.strides, f.alignment, fusion.inputs[k].dtype.size)
+        if bad:
+            problems += [f"input {k}: {b}" for b in bad]
+        else:
+            rows.append(k)
+    return tuple(rows), problems
+
+
+def warp_specialized_params(fusion, info: RuntimeInfo, p: InnerOuterParams
+                            ) -> tuple[InnerOuterParams | None, list]:
+    """The warp-specialized parameters, or None and why not. Knobs (nvFuser's names):
+    bdimx (threads per row, from the row split), bdimy (compute rows, one per compute row of a
+    stage), n_stages (as many as shared memory holds, up to WS_BYTES_IN_FLIGHT), and, fixed
+    here, iter_unroll = 1, is_circular_buffer_regs_cached = True (a row is read from its slot
+    into registers once), is_non_circular_buffer_gmem_to_regs = True (weights loaded once per
+    block into registers). Compute warp groups are tried in WS_COMPUTE_THREADS order; a
+    configuration is good when it keeps at least 2 stages and its register estimate fits
+    what setmaxnreg can give the compute threads."""
+    from ...kir.registers import REGISTER_FILE
+    n = p.row_extents[0]
+    rows, problems = _tma_rows(fusion, info)
+    if set(rows) != set(_row_inputs(fusion)) or not rows:
+        return None, problems or ["no row input"]
+    if p.partials_in_shared:
+        return None, ["column partials in shared memory (rows this long leave no room for stages)"]
+    bdimx, batch = p.bdimx, p.persistent_batch
+    if WARP_GROUP % bdimx and bdimx % WARP_GROUP:
+        return None, [f"{bdimx} threads per row neither divide 128 nor are a multiple of it"]
+    elems = batch * p.vector
+    row_bytes = sum(fusion.inputs[k].dtype.size for k in rows)
+    weight_bytes = sum(v.dtype.size for v in fusion.inputs if isinstance(v, TensorView)
+                       and sum(1 for i in v.domain.logical if not i.is_broadcast) == 1
+                       and not any(i.is_broadcast for i in v.domain.logical))
+    cols = len(_kinds(fusion)[1])
+    need = elems * row_bytes // 4 + elems * cols + -(-elems * weight_bytes // 4) + WS_BASE_REGISTERS
+    budget = info.device.max_shared_memory_per_block_optin - 8 * 1024
+    tried = []
+    for compute in WS_COMPUTE_THREADS:
+        if compute % bdimx:
+            continue
+        y = compute // bdimx
+        producer = WARP_GROUP if bdimx <= WARP_GROUP else bdimx
+        total = compute + producer
+        entry = min(255, REGISTER_FILE // total) // 8 * 8
+        c_regs = min(240, (entry * total - 40 * producer) // compute // 8 * 8)
+        stage_bytes = y * n * row_bytes
+        stages = min(WS_MAX_STAGES, budget // stage_bytes,
+                     max(2, -(-WS_BYTES_IN_FLIGHT // stage_bytes)))
+        why = []
+        if stages < 2:
+            why.append(f"two stages of {stage_bytes} bytes exceed {budget} bytes of shared memory")
+        if stage_bytes > MAX_TX_BYTES:
+            why.append(f"a stage of {stage_bytes} bytes exceeds one mbarrier phase")
+        if need > c_regs:
+            why.append(f"about {need} registers per compute thread, setmaxnreg gives {c_regs}")
+        if total > 1024:
+            why.append(f"{total} threads per block")
+        if why:
+            tried.append(f"{y} compute row(s) of {bdimx}: " + ", ".join(why))
+            continue
+        m = p.grid and max(1, p.grid)
+        grid = max(1, min(info.device.sm_count, -(-info.extent_rows // y))) \
+            if hasattr(info, "extent_rows") else info.device.sm_count
+        return dataclasses.replace(
+            p, stages=stages, prefetch=stages - 1, tma_inputs=rows, warp_specialized=True,
+            compute_rows=y, grid=min(grid, m if m else grid)), []
+    return None, tried or [f"no compute warp-group count fits rows of {bdimx} threads"]
 
 
 def _kinds(fusion):
@@ -87,6 +202,13 @@ def can_schedule(fusion) -> tuple[bool, str]:
 
 
 def compute_heuristics(fusion, info: RuntimeInfo) -> InnerOuterParams:
+    """The multi-wave parameters, then the choice between them and the warp-specialized
+    variant (choose_variant)."""
+    p = multi_wave_params(fusion, info)
+    return choose_variant(fusion, info, p)
+
+
+def multi_wave_params(fusion, info: RuntimeInfo) -> InnerOuterParams:
     rows, _ = _kinds(fusion)
     root = rows[0].domain.maybe_root
     n = info.extent(root[1].extent)
@@ -120,9 +242,88 @@ def compute_heuristics(fusion, info: RuntimeInfo) -> InnerOuterParams:
     grid = info.device.sm_count * per_sm
     m = info.extent(root[0].extent)
     grid = max(1, min(grid, m))
-    # Phase 2 gives one column to a thread: N / bdimx column tiles spread over the blocks.
-    return InnerOuterParams(vector, batch, bdimx, grid, vec_inputs, (n,), col_vector=1,
+    return InnerOuterParams(vector, batch, bdimx, grid, vec_inputs, (n,),
+                            col_vector=phase2_columns(n, grid),
                             partials_in_shared=partials_in_shared)
+
+
+def phase2_columns(n: int, grid: int) -> int:
+    """Columns per phase-2 tile: a power of two up to 16 (one grouped block reduction of that
+    many sums) that still leaves at least one tile per block."""
+    c = 1
+    while c < 16 and n % (2 * c) == 0 and n // (2 * c) >= grid:
+        c *= 2
+    return c
+
+
+# Multi-wave rows through a TMA circular buffer (instead of register loads) by row length:
+# (largest N, stages, blocks per SM), from the sweep of 2026-11-23 (bench/results/
+# 2026-11-23-h100-sweep-inner-outer.md): with two blocks per SM the next rows' copies overlap
+# the current row's reductions and stores (rmsnorm_bwd 4096: 2627 against 2309 GB/s with
+# register rows); at N = 8192 one block of 3 stages is best; from 16384 register rows are
+# as fast (rmsnorm) or the stages no longer fit (layernorm's partials in shared memory).
+TMA_ROWS = ((4096, 4, 2), (8192, 3, 1))
+TMA_SMEM_RESERVE = 8 * 1024      # block reductions and mbarriers beside the stages
+
+
+def tma_rows_params(fusion, info: RuntimeInfo, p: InnerOuterParams) -> tuple[InnerOuterParams, str]:
+    """The multi-wave parameters with rows copied by TMA when TMA_ROWS has the row length and
+    the rows obey the bulk-copy rules; else `p` (register rows) and why."""
+    n = p.row_extents[0]
+    pick = next(((st, per_sm) for limit, st, per_sm in TMA_ROWS if n <= limit), None)
+    if pick is None:
+        return p, f"register rows: rows of {n} elements measured as fast without TMA stages"
+    rows, problems = _tma_rows(fusion, info)
+    if problems or not rows:
+        return p, "register rows: " + ("; ".join(problems) or "no row input")
+    if p.partials_in_shared:
+        return p, "register rows: the column partials take the shared memory"
+    stages, per_sm = pick
+    stage_bytes = n * sum(fusion.inputs[k].dtype.size for k in rows)
+    while stages > 2 and per_sm * (stages * stage_bytes + TMA_SMEM_RESERVE) > \
+            info.device.shared_memory_per_sm:
+        stages -= 1
+    if per_sm * (stages * stage_bytes + TMA_SMEM_RESERVE) > info.device.shared_memory_per_sm:
+        return p, f"register rows: {stages} stages of {stage_bytes} bytes do not fit"
+    grid = max(1, min(info.device.sm_count * per_sm, p.grid if p.grid else 1 << 30))
+    return dataclasses.replace(p, stages=stages, prefetch=stages - 1, tma_inputs=rows,
+                               grid=min(grid, info.device.sm_count * per_sm)), (
+        f"rows copied by TMA into {stages} stages, {per_sm} persistent block(s) per SM")
+
+
+def choose_variant(fusion, info: RuntimeInfo, p: InnerOuterParams) -> InnerOuterParams:
+    """Multi-wave or warp-specialized. PYFUSER_ENABLE / DISABLE=ws_normalization (or a per-call
+    option) forces the choice; a forced warp-specialized choice that is not possible says why
+    and runs multi-wave. Otherwise WS_AUTO (measured on the H100) decides."""
+    forced = options.current().is_enabled("ws_normalization")
+    n = p.row_extents[0]
+    if forced is not False:
+        ws, problems = warp_specialized_params(fusion, info, p)
+        if ws is not None and (forced or _ws_wins(fusion, n)):
+            why = ("warp-specialized forced on (ws_normalization)" if forced else
+                   f"warp-specialized: measured faster than multi-wave for rows of {n} "
+                   "(WS_AUTO)")
+            return dataclasses.replace(ws, reason=why + f", {ws.stages} stages of "
+                                       f"{ws.compute_rows} row(s), one block per SM")
+        if forced:
+            mw, how = tma_rows_params(fusion, info, p)
+            return dataclasses.replace(mw, reason="warp-specialized forced on but not possible ("
+                                       + "; ".join(problems) + "): multi-wave, " + how)
+        why_not = ("warp-specialized not possible (" + "; ".join(problems) + ")" if ws is None
+                   else f"multi-wave measured faster than warp-specialized for rows of {n}")
+    else:
+        why_not = "warp-specialized disabled (PYFUSER_DISABLE=ws_normalization)"
+    mw, how = tma_rows_params(fusion, info, p)
+    return dataclasses.replace(mw, reason=f"multi-wave: {why_not}; {how}")
+
+
+# Row lengths (bf16 / fp16 rows) where the warp-specialized variant beat multi-wave on the H100:
+# filled from the sweep named above.
+WS_AUTO: tuple = ()
+
+
+def _ws_wins(fusion, n: int) -> bool:
+    return n in WS_AUTO
 
 
 def _phase2_tensors(fusion, cols) -> set:
@@ -151,12 +352,20 @@ def schedule(fusion, p: InnerOuterParams) -> None:
         fusion.static_extents = {ref.domain.maybe_root[1].extent: p.row_extents[0]}
     phase2 = _phase2_tensors(fusion, cols)
     phase1 = [t for t in fusion.tensors() if t not in phase2 and t not in staged.values()]
-    # Phase 1: [i0, r1] -> [ceilDiv(i0, G), G (blockIdx.x), P, ceilDiv(N / V, P) (threadIdx.x), V]
-    ref.split(0, p.grid)
-    ref.split(2, p.vector).split(2, p.persistent_batch, inner_split=False)
-    ref.parallelize(1, PT.BIDx).parallelize(3, PT.TIDx)
+    # Phase 1: [i0, r1] -> [ceilDiv(i0, G * Y), G (blockIdx.x), Y (threadIdx.y), P,
+    #                       ceilDiv(N / V, P) (threadIdx.x), V]; row j * G * Y + bx * Y + ty.
+    # Y = 1 is a plain split (no threadIdx.y axis).
+    rows_y = p.compute_rows
+    y = 1 if rows_y > 1 else 0
+    ref.split(0, p.grid * max(rows_y, 1))
+    if y:
+        ref.split(1, rows_y)
+    ref.split(2 + y, p.vector).split(2 + y, p.persistent_batch, inner_split=False)
+    ref.parallelize(1, PT.BIDx).parallelize(3 + y, PT.TIDx)
+    if y:
+        ref.parallelize(2, PT.TIDy)
     propagate_transforms(ref, tensors=phase1 + cols)
-    row_rfs = [rfactor(r, [2, 4]) for r in rows]
+    row_rfs = [rfactor(r, [2 + y, 4 + y]) for r in rows]
     col_rfs = [rfactor(c, [0]) for c in cols]
     if p.partials_in_shared:
         for rf in col_rfs:
@@ -167,22 +376,39 @@ def schedule(fusion, p: InnerOuterParams) -> None:
         set_memory_type(w, MemoryType.Global)
         propagate_transforms(rf, tensors=[w])
         workspaces.append(w)
+    bound = {PT.BIDx, PT.TIDx, PT.TIDy} if y else {PT.BIDx, PT.TIDx}
     parallelize_like(row_rfs[0], tensors=[t for t in fusion.tensors()
                                           if t not in phase2 or t in col_rfs or t in workspaces],
-                     parallel_types={PT.BIDx, PT.TIDx})
-    # Phase 2: dw[c] = sum over g of W[g][c]:
-    # [G, N] -> [tiles (grid-stride), threadIdx.x, G / 4, 4 (unrolled: loads in flight), V2]
+                     parallel_types=bound)
+    # Phase 2: dw[c] = sum over g of W[g][c], a tile of C = col_vector columns per step:
+    # [G, N] -> [N / C tiles (grid-stride), G / bdimx, bdimx (threadIdx.x), C]: each thread
+    # sums its share of the G partials of C columns (independent loads in flight), then one
+    # grouped block all-reduce of the C sums. With compute rows, W is [G, Y, N] (merged to
+    # G * Y partials) and the rows of threads take different tiles:
+    # [tiles / Y (grid-stride), Y (threadIdx.y), G * Y / bdimx, bdimx (threadIdx.x), C].
+    # One column per thread and G serial loads each (the first layout) left phase 2 to
+    # N / bdimx blocks: 10-35 us per kernel at N = 1024-4096 (sweep of 2026-11-23: the time at
+    # M = 2048 against M = 16384).
     for c in cols:
         c.domain.loop = list(c.domain.maybe_root)
-        c.split(1, p.col_vector).split(1, p.bdimx)
-        c.split(0, 4)
-        c.reorder([2, 3, 0, 1, 4])
-        c.parallelize(0, PT.GridStride).parallelize(1, PT.TIDx)
+        if y:
+            c.merge(0)
+        c.split(1, p.col_vector)
+        if y:
+            c.split(1, rows_y)
+        c.split(0, p.bdimx)
+        if y:
+            c.reorder([2, 3, 0, 1, 4])
+            c.parallelize(1, PT.TIDy).parallelize(3, PT.TIDx)
+        else:
+            c.reorder([2, 0, 1, 3])
+            c.parallelize(2, PT.TIDx)
+        c.parallelize(0, PT.GridStride)
         rest = [t for t in _phase2_tensors(fusion, [c]) if t is not c]
         propagate_transforms(c, tensors=rest)
-        parallelize_like(c, tensors=rest, parallel_types={PT.GridStride, PT.TIDx})
+        parallelize_like(c, tensors=rest, parallel_types={PT.GridStride, PT.TIDx, PT.TIDy})
     graph = IdGraph(fusion, permissive=True)
-    vec_axis = row_rfs[0].domain.loop[4]
+    vec_axis = row_rfs[0].domain.loop[4 + y]
 
     def vectorize(tv):
         # The axis that maps to the row's vector split (a trailing broadcast dim may follow it).
@@ -195,18 +421,25 @@ def schedule(fusion, p: InnerOuterParams) -> None:
         if o not in phase2 and p.vector > 1:
             vectorize(o)
     for slot in staged.values():
-        # [i0, N] -> [ceilDiv(i0, G) (serial), G (blockIdx.x), N (bulk)]
-        slot.split(0, p.grid)
-        slot.parallelize(1, PT.BIDx).parallelize(2, PT.Bulk)
+        # [i0, N] -> [ceilDiv(i0, G * Y) (serial), G (blockIdx.x), (Y (serial: one thread copies
+        # the stage's rows),) N (bulk)]
+        slot.split(0, p.grid * max(rows_y, 1))
+        if y:
+            slot.split(1, rows_y)
+        slot.parallelize(1, PT.BIDx).parallelize(2 + y, PT.Bulk)
     inline_most([t for t in fusion.tensors() if t not in staged.values()], fusion=fusion)
     kind = WarpSpecialized(PT.TIDy) if p.warp_specialized else None
     for slot in staged.values():
         inline_at(slot, 1)
         circular_buffer(slot, p.stages, p.prefetch, kind=kind)
-    batch_axis = row_rfs[0].domain.loop[2]
+    batch_axis = row_rfs[0].domain.loop[2 + y]
     for cache in caches.values():
         pos = next((k for k, i in enumerate(cache.domain.loop) if graph.mapped(i, batch_axis)), None)
         if pos is not None and cache.compute_at_pos > pos and not cache.domain.loop[pos].is_broadcast:
             inline_at(cache, pos)
-    threads = -(-p.bdimx // 32) * 32
-    fusion.launch_hints = {"grid_x": p.grid, "max_threads": threads, "cooperative": True}
+    threads = p.bdimx * max(rows_y, 1)
+    # The block is the row split's threads (the weights' loops carry the same extent as a
+    # different runtime symbol, which would leave the block size unknown to lowering and the
+    # block reductions' shared workspace sized for 1024 threads).
+    fusion.launch_hints = {"grid_x": p.grid, "max_threads": threads, "cooperative": True,
+                           "block_x": p.bdimx, "block_y": max(rows_y, 1)}
