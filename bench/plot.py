@@ -17,8 +17,11 @@ def main(path: str, out_dir: str) -> None:
     by_op: dict = {}
     for r in report["results"]:
         by_op.setdefault(r["name"], []).append(r)
-    impls = ["pyfuser"] + report["peers"]
     for op, rows in by_op.items():
+        # The norm backward's forced variants, when the bench timed them, beside the choice.
+        variants = [v for v in ("pyfuser-multi-wave", "pyfuser-warp-specialized")
+                    if any(r["gbps"].get(v) for r in rows)]
+        impls = ["pyfuser"] + variants + report["peers"]
         if len({r["N"] for r in rows}) < 2:
             continue
         rows.sort(key=lambda r: r["N"])
@@ -26,9 +29,12 @@ def main(path: str, out_dir: str) -> None:
         for impl in impls:
             # pyfuser points only where generated kernels ran (not the reference fallback).
             pts = [(r["N"], r["gbps"].get(impl)) for r in rows if r["gbps"].get(impl)
-                   and (impl != "pyfuser" or r["notes"].get("pyfuser", "").startswith("kernels"))]
+                   and (not impl.startswith("pyfuser")
+                        or r["notes"].get(impl, "").startswith("kernels"))]
             if pts:
-                ax.plot(*zip(*pts), marker="o", label=impl, linewidth=2.5 if impl == "pyfuser" else 1.2)
+                style = ":" if impl in variants else "-"
+                ax.plot(*zip(*pts), marker="o", label=impl, linestyle=style,
+                        linewidth=2.5 if impl == "pyfuser" else 1.2)
         ax.axhline(copy, color="gray", linestyle="--", linewidth=1, label=f"copy {copy:.0f}")
         ax.set_xscale("log", base=2)
         ax.set_xlabel("N (row length)")

@@ -15,6 +15,8 @@ from ..ir.dtype import parse_dtype
 from .peers import PEERS, PeerMissing
 
 ROTATE_BYTES = 200 * 2 ** 20   # well above the 50-60 MB L2
+# Fusions whose scheduler has variants the user can force (ws_normalization): each is timed too.
+VARIANT_OPS = ("rmsnorm_bwd", "layernorm_bwd")
 
 
 @dataclasses.dataclass
@@ -99,14 +101,30 @@ def measure_case(name: str, M: int, N: int, dtype="bf16", peers=("eager", "compi
     gbps, ms, notes = {}, {}, {}
     fd = catalogue.define(name, dtype, eps)
     rot = _Rotation(sets)
-    try:
-        fd.execute(sets[0])
-        notes["pyfuser"] = f"{fd.last_run.kind}: {','.join(fd.last_run.schedulers) or fd.last_run.reason}"
-        t = _bench(lambda: fd.execute(rot.next()))
-        ms["pyfuser"], gbps["pyfuser"] = t, nbytes / t / 1e6
-    except Exception as e:  # noqa: BLE001 - reported, never hidden
-        gbps["pyfuser"] = None
-        notes["pyfuser"] = f"failed: {type(e).__name__}: {str(e)[:200]}"
+    variants = [("pyfuser", None)]
+    if name in VARIANT_OPS:
+        # Norm backward: each variant forced as well as the automatic choice.
+        variants += [("pyfuser-multi-wave", {"disable": ["ws_normalization"]}),
+                     ("pyfuser-warp-specialized", {"enable": ["ws_normalization"]})]
+    for label, opts in variants:
+        try:
+            fd.execute(sets[0], options=opts)
+            run = fd.last_run
+            what = ','.join(run.schedulers) or run.reason
+            if run.heuristics and hasattr(run.heuristics[0], "variant"):
+                what += f" ({run.heuristics[0].variant})"
+            if run.workspace_bytes:
+                what += f"; workspace {run.workspace_bytes} bytes"
+            notes[label] = f"{run.kind}: {what}"
+            if opts and run.heuristics and label.split("-", 1)[1] != run.heuristics[0].variant:
+                gbps[label] = None
+                notes[label] = f"not possible: {run.heuristics[0].reason}"
+                continue
+            t = _bench(lambda: fd.execute(rot.next(), options=opts))
+            ms[label], gbps[label] = t, nbytes / t / 1e6
+        except Exception as e:  # noqa: BLE001 - reported, never hidden
+            gbps[label] = None
+            notes[label] = f"failed: {type(e).__name__}: {str(e)[:200]}"
     for peer in peers:
         if peer == "compile":
             # A fresh dynamo state per case: static shapes recompile per shape, and the limit
@@ -157,9 +175,17 @@ def host_time_us(name="rmsnorm_fwd", M=1, N=4096, calls=2000) -> float:
 def format_table(results, copy_gbps: float, peers) -> str:
     impls = ["pyfuser"] + list(peers)
     head = ["op", "M", "N", *[f"{i} GB/s" for i in impls], "pyfuser %copy", "best peer", "ratio"]
+    extra = [v for v in ("pyfuser-multi-wave", "pyfuser-warp-specialized")
+             if any(v in r.gbps for r in results)]
+    if extra:
+        head[3:3] = [f"{v[8:]} GB/s" for v in extra]
+        head.append("workspace MB")
     rows = [" | ".join(head), " | ".join("---" for _ in head)]
     for r in results:
         cells = [r.name, str(r.M), str(r.N)]
+        for v in extra:
+            g = r.gbps.get(v)
+            cells.append(f"{g:.0f}" if g else ("-" if v not in r.gbps else "n/a"))
         for i in impls:
             v = r.gbps.get(i)
             cells.append(f"{v:.0f}" if v else ("missing" if "missing" in r.notes.get(i, "") else "fails"))
@@ -168,6 +194,10 @@ def format_table(results, copy_gbps: float, peers) -> str:
         cells.append(f"{100 * p / copy_gbps:.1f}%" if p else "-")
         cells.append(f"{best:.0f}" if best else "-")
         cells.append(f"{p / best:.3f}" if p and best else "-")
+        if extra:
+            import re
+            m = re.search(r"workspace (\d+) bytes", r.notes.get("pyfuser", ""))
+            cells.append(f"{int(m.group(1)) / 1e6:.1f}" if m else "0")
         rows.append(" | ".join(cells))
     return "\n".join(rows)
 

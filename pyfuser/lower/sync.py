@@ -12,6 +12,11 @@ TMA copies are not accesses here: they complete on mbarriers, which the circular
 copies (CpAsyncCopy, not TensorOps): `cp_async_buffer_loops`, before this pass, orders them with
 wait_group and adds the block barriers they need (none when each thread reads only what it
 copied); a barrier here could not help, since a copy lands at its wait, not where it is issued.
+
+Grid barriers: a global intermediate written by one top-level nest and read by a later one gets
+a grid sync in between. Nests that write an intermediate move first ahead of earlier
+independent nests that read one, so one barrier serves all of them:
+    [rows, write W1, sum W1, write W2, sum W2]  ->  [rows, write W1, write W2, sync, sum W1, sum W2]
 """
 from __future__ import annotations
 

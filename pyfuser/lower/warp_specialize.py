@@ -44,8 +44,12 @@ exists: setmaxnreg.inc waits forever for registers the pool does not have (seen:
 
 Limitations: one buffered loop, at the top level of the kernel (serial or grid-stride); the
 split is along threadIdx.y, so compute rows times threadIdx.x threads, and the producer rows,
-must each be whole warp groups (bdimx dividing 128 or a multiple of it); no cluster, grid
-reduction or grid barrier in the compute branch; block-shared accumulators are refused.
+must each be whole warp groups (bdimx dividing 128 or a multiple of it); no cluster or grid
+reduction in the compute branch; block-shared accumulators are refused. A grid barrier in the
+compute branch (norm backward: column partials exchanged through global memory) is done by the
+compute threads alone: `grid_sync(counter, NamedBarrier{1, compute threads})`; thread 0, the
+block's arrival at the grid counter, is a compute thread, and the producer touches no global
+data the barrier orders.
 """
 from __future__ import annotations
 

@@ -38,6 +38,9 @@ class RunInfo:
     reason: str = ""               # why the reference evaluator ran, or why this scheduler
     heuristics: tuple = ()         # the heuristic of each kernel
     kernel_names: tuple = ()
+    # Bytes the kernels move through global intermediates (column partials of a norm
+    # backward: written once, read once), beside the fusion's own inputs and outputs.
+    workspace_bytes: int = 0
 
 
 def _alignment(ptr: int) -> int:
@@ -338,6 +341,8 @@ class FusionExecutorCache:
         out_specs = [(tuple(sz), tuple(output_strides(o, sz)), to_torch(o.dtype))
                      for o, sz in zip(self.fusion.outputs, out_sizes)]
         values, ptr_slots, scalar_slots, tmap_slots = [], [], [], []
+        intermediates = {b.name for b, kind in fk.kernel.workspaces if kind == "intermediate"}
+        workspace_bytes = 0
         for pos, p in enumerate(fk.kernel.params):
             src = p.source
             if src[0] in ("input", "output"):
@@ -355,13 +360,17 @@ class FusionExecutorCache:
                 scalar_slots.append((pos, src[1]))
                 values.append(0)
             elif src[0] == "workspace":
-                values.append(self._workspace(fk, p, cb, grid, block, device).data_ptr())
+                buf = self._workspace(fk, p, cb, grid, block, device)
+                values.append(buf.data_ptr())
+                if p.name in intermediates:
+                    workspace_bytes += 2 * buf.numel() * buf.element_size()
             elif src[0] == "tmap":
                 tmap_slots.append((pos, src[1]))
                 values.append(bytes(128))
             else:
                 raise RuntimeError(f"unknown parameter source {src}")
-        info = RunInfo("kernels", (fk.scheduler,), 1, choice.reason, (fk.params,), (fk.name,))
+        info = RunInfo("kernels", (fk.scheduler,), 1, choice.reason, (fk.params,), (fk.name,),
+                       workspace_bytes)
         return _KernelPlan(fk, device, grid, block, values, ptr_slots, scalar_slots, out_specs,
                            info, poison=bool(opts.current().is_enabled("poison_outputs")),
                            tmap_slots=tmap_slots)

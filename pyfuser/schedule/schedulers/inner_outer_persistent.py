@@ -67,8 +67,8 @@ class InnerOuterParams:
                  + (" by a producer warp group" if self.warp_specialized else ""))
         text = (f"inner-outer persistent ({self.variant}): {self.grid} persistent blocks of "
                 f"{rows}, {self.persistent_batch} x {self.vector} elements per thread and row"
-                f"{loads}, column partials in {where}, grid sync, column reduction by "
-                f"{self.col_vector} columns per thread")
+                f"{loads}, column partials in {where}, grid sync, column sums in tiles of "
+                f"{self.col_vector} column(s) reduced by the whole block")
         return text + (f"\n  why: {self.reason}" if self.reason else "")
 
 
