@@ -189,13 +189,14 @@ def _loop_ranges(ctx, nest) -> dict:
     """Ranges of the loop indices around an op, where its loops have constant extents.
 
     A thread index is bounded by its loop's extent only when every loop bound to that thread
-    dim has the same constant extent (then blockDim equals it)."""
+    dim has the same constant extent (then blockDim equals it); so is a block index when, in
+    addition, no launch hint fixes its grid dim (then gridDim equals it)."""
     ranges = {}
     for lp in nest:
         ext = scalar_to_kexpr(lp.extent, ctx.names)
         if not isinstance(ext, K.Const):
             continue
-        if lp.parallel.is_thread_dim:
+        if lp.parallel.is_thread_dim or _grid_dim_from_loops(ctx, lp):
             exts = {repr(scalar_to_kexpr(e, ctx.names)) for e in ctx.kernel_parallel[lp.parallel]}
             if len(exts) != 1:
                 continue
@@ -203,6 +204,13 @@ def _loop_ranges(ctx, nest) -> dict:
         elif isinstance(lp.var, K.Var):
             ranges[lp.var] = (0, ext.value - 1)
     return ranges
+
+
+def _grid_dim_from_loops(ctx, lp) -> bool:
+    """A block dim whose grid extent launch_config takes from its loops (no launch hint fixes
+    it), e.g. the blocks of a cluster along blockIdx.y that split a row."""
+    return (lp.parallel.is_block_dim
+            and f"grid_{lp.parallel.value[-1]}" not in ctx.fusion.launch_hints)
 
 
 def _dedupe(conds):

@@ -2,8 +2,10 @@
 
 With constant extents (a schedule specialized on a row length), `(j * 512 + tid) * 8 < 65536`
 holds for every loop point: j < 16, tid < 512. Proving it removes the comparison, and the
-registers its operands would occupy. Unknown values (blockIdx, runtime extents) make any
-expression containing them unbounded, so only what is certain is dropped.
+registers its operands would occupy. Unknown values (runtime extents, a blockIdx whose grid
+dimension a launch hint fixes) make any expression containing them unbounded, so only what is
+certain is dropped; a blockIdx whose grid dimension is its loops' one constant extent (the
+blocks of a cluster along blockIdx.y) is bounded like a thread index.
 """
 from __future__ import annotations
 

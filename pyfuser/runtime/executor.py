@@ -41,6 +41,7 @@ class RunInfo:
     # Bytes the kernels move through global intermediates (column partials of a norm
     # backward: written once, read once), beside the fusion's own inputs and outputs.
     workspace_bytes: int = 0
+    clusters: tuple = ()           # each kernel's launch cluster dims, None without clusters
 
 
 def _alignment(ptr: int) -> int:
@@ -240,12 +241,16 @@ class FusionExecutorCache:
         self._check_vector_widths(fk, inputs)
         self._check_bulk_rows(fk, inputs)
         fit = self._resident_blocks(fk, bindings, device)
-        if fit is not None and getattr(params, "grid", None) and params.grid > fit:
+        # Blocks launched per blockIdx.x: the blocks of a cluster along y (norm backward).
+        launched, _ = fk.launch_dims(fk.bind(bindings))
+        per_x = launched[1] * launched[2]
+        if fit is not None and getattr(params, "grid", None) and params.grid * per_x > fit:
             # A grid-synchronizing kernel must have all its blocks resident; the compiled
-            # kernel's real occupancy (its registers) allows fewer: reschedule with that many.
+            # kernel's real occupancy (its registers, and how whole clusters fit the GPCs)
+            # allows fewer: reschedule with that many.
             import dataclasses as _dc
             clone, mapping = self.fusion.clone()
-            params = _dc.replace(params, grid=fit)
+            params = _dc.replace(params, grid=max(1, fit // per_x))
             fk = self._kernel_for(sched, params, index_type, clone, mapping)
         return self._plan_for(fk, inputs, bindings, out_sizes, device, choice)
 
@@ -264,13 +269,18 @@ class FusionExecutorCache:
     @staticmethod
     def _resident_blocks(fk, bindings, device):
         """For a grid-synchronizing (cooperative) kernel, the blocks that fit on the GPU at once
-        (its real occupancy times the SMs); None for other kernels."""
+        (its real occupancy times the SMs; with clusters, the clusters that fit at once times
+        their size, since a GPC takes whole clusters only); None for other kernels."""
         if not fk.kernel.launch.cooperative:
             return None
         from .device import get_device_properties
-        from .launch import occupancy
+        from .launch import cluster_occupancy, occupancy
         _, block = fk.launch_dims(fk.bind(bindings))
         smem = int(fk.kernel.launch.shared_mem_dynamic or 0)
+        cluster = fk.kernel.launch.cluster
+        size = cluster[0] * cluster[1] * cluster[2] if cluster else 1
+        if size > 1:
+            return cluster_occupancy(fk.loaded(device.index or 0), block, smem, cluster) * size
         per_sm = occupancy(fk.loaded(device.index or 0), block[0] * block[1] * block[2], smem)
         return max(1, per_sm) * get_device_properties(device.index or 0).sm_count
 
@@ -369,8 +379,9 @@ class FusionExecutorCache:
                 values.append(bytes(128))
             else:
                 raise RuntimeError(f"unknown parameter source {src}")
+        cluster = fk.kernel.launch.cluster
         info = RunInfo("kernels", (fk.scheduler,), 1, choice.reason, (fk.params,), (fk.name,),
-                       workspace_bytes)
+                       workspace_bytes, (tuple(cluster) if cluster else None,))
         return _KernelPlan(fk, device, grid, block, values, ptr_slots, scalar_slots, out_specs,
                            info, poison=bool(opts.current().is_enabled("poison_outputs")),
                            tmap_slots=tmap_slots)

@@ -44,6 +44,7 @@ __all__ = [
     "LoadedKernel",
     "load",
     "occupancy",
+    "cluster_occupancy",
     "current_stream_handle",
     "primary_context",
 ]
@@ -514,3 +515,29 @@ def occupancy(kernel: LoadedKernel, block_threads: int, shared_mem: int = 0) -> 
             LaunchError,
         )
     return int(blocks)
+
+
+def cluster_occupancy(kernel: LoadedKernel, block, shared_mem: int, cluster) -> int:
+    """Clusters of ``cluster`` blocks of ``kernel`` that fit on the device at once. A GPC holds
+    whole clusters only, so this can be less than occupancy() x SM count / cluster size; a
+    cooperative grid of clusters may not exceed it times the cluster size."""
+    if shared_mem > kernel.dynamic_smem_limit:
+        kernel._raise_smem_limit(shared_mem)
+    cu = driver()
+    cluster = _dim3(cluster)
+    config = cu.CUlaunchConfig()
+    # One cluster's worth of grid: the query needs a grid the cluster divides, nothing more.
+    config.gridDimX, config.gridDimY, config.gridDimZ = cluster
+    config.blockDimX, config.blockDimY, config.blockDimZ = _dim3(block)
+    config.sharedMemBytes = shared_mem
+    config.hStream = cu.CUstream(0)
+    attributes = [kernel._cluster_attribute(cluster, cluster)]
+    config.attrs = attributes
+    config.numAttrs = len(attributes)
+    with context_pushed(kernel.context):
+        clusters = check(
+            cu.cuOccupancyMaxActiveClusters(kernel.function, config),
+            f"{kernel.name}: cuOccupancyMaxActiveClusters(cluster={cluster})",
+            LaunchError,
+        )
+    return int(clusters)

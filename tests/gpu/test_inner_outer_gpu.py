@@ -27,6 +27,20 @@ def test_backward_other_dtypes(name, dtype):
                   scheduler="inner_outer_persistent")
 
 
+@pytest.mark.parametrize("name", ["rmsnorm_bwd", "layernorm_bwd"])
+@pytest.mark.parametrize("shape", [(4096, 65536), (2048, 131072), (3, 65536)])
+def test_backward_long_rows_split_over_a_cluster(name, shape):
+    # Rows too long for one block: each row split over a thread-block cluster along
+    # blockIdx.y (row reductions through distributed shared memory), in the cooperative grid.
+    fd = catalogue.define(name)
+    run_and_check(fd, catalogue.make_inputs(name, *shape, device="cuda"),
+                  scheduler="inner_outer_persistent")
+    run = fd.last_run
+    (params,) = run.heuristics
+    assert params.cluster > 1, params
+    assert run.clusters == ((1, params.cluster, 1),), run
+
+
 def test_backward_repeated_launches_reuse_workspace_and_counter():
     # The grid-sync counter and the workspace are reused launch after launch.
     fd = catalogue.define("rmsnorm_bwd")

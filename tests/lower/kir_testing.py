@@ -10,7 +10,8 @@
   no value computed from an unwritten register reaching memory, writes counted per element;
   cp.async copies land only at the wait_group that completes their group and stay private to
   the copying thread until a block barrier (reads before, or copies over another thread's
-  unsynchronized reads, fail).
+  unsynchronized reads, fail). A cluster reduction must be reached by every thread of every
+  CTA of the cluster (its cluster barrier would hang otherwise).
 - `setup(fd, inputs, device)`: a scheduler's inputs as explain builds them: the clone, RuntimeInfo
   with InputFacts and the device table, and the bindings of the symbolic extents.
 
@@ -813,6 +814,47 @@ class Interpreter:
                     for t in grp:
                         mem, idx = self._addr(t, ti, "block reduction of", max(ti.vector, 1))
                         mem[idx + lane] = round_to(ti.buffer.dtype, res)
+
+    def _ClusterReduce(self, s: K.ClusterReduce, threads):
+        """cluster_allreduce_row: thread x == 0 of each row of every CTA of a cluster publishes
+        its value; every thread of the row gets the values reduced in rank order. Every thread
+        of every CTA of the cluster must arrive (the cluster barrier inside)."""
+        self._check_whole_blocks(s, threads)
+        dims = self.k.launch.cluster
+        if dims is None or dims["xyz".index(s.dim)] != s.size or self.block[2] != 1:
+            raise InterpreterError(f"cluster reduction over {s.size} CTAs along {s.dim} in a "
+                                   f"launch with cluster {dims} and block {self.block}")
+        per_cluster = dims[0] * dims[1] * dims[2]
+        ctas: dict = {}
+        for t in threads:
+            cluster = tuple(b // c for b, c in zip(t.block, dims))
+            ctas.setdefault(cluster, set()).add(t.block)
+        for cluster, members in ctas.items():
+            if len(members) != per_cluster:
+                raise InterpreterError(f"cluster reduction reached by {len(members)} of "
+                                       f"{per_cluster} CTAs of cluster {cluster}")
+
+        def rank(t):
+            bx, by, bz = (b % c for b, c in zip(t.block, dims))
+            return bx + dims[0] * (by + dims[1] * bz)
+        ti = s.values[0]
+        published: dict = {}
+        for t in threads:
+            if t.env["threadIdx.x"] == 0:
+                key = (tuple(b // c for b, c in zip(t.block, dims)), t.env["threadIdx.y"])
+                published.setdefault(key, {})[rank(t)] = self._read(t, ti)
+        op = _REDUCE[s.op]
+        for t in threads:
+            vals = published[(tuple(b // c for b, c in zip(t.block, dims)), t.env["threadIdx.y"])]
+            ordered = [vals[r] for r in range(per_cluster)]
+            if any(v is POISON for v in ordered):
+                res = POISON
+            else:
+                res = ordered[0]
+                for v in ordered[1:]:
+                    res = op(res, v)
+            mem, idx = self._addr(t, ti, "cluster reduction of", 1)
+            mem[idx] = round_to(ti.buffer.dtype, res)
 
     def _GridReduce(self, s: K.GridReduce, threads):
         self._check_whole_grid(s, threads)

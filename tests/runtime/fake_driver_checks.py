@@ -260,6 +260,20 @@ def check_occupancy():
     assert RECORD.occupancy_block == 256 and RECORD.occupancy_smem == 1024
 
 
+def check_cluster_occupancy():
+    # A cooperative grid of clusters is sized by the clusters that fit at once (the driver's
+    # cuOccupancyMaxActiveClusters), asked with the kernel's block, shared memory and cluster.
+    k = kernel()
+    FAKE.fake_reset()
+    FAKE.fake_set_max_clusters(61)
+    assert L.cluster_occupancy(k, (512, 1, 1), 1024, (1, 2, 1)) == 61
+    assert RECORD.launches == 0 and tuple(RECORD.block) == (512, 1, 1)
+    assert RECORD.shared_mem == 1024 and tuple(RECORD.grid) == (1, 2, 1)
+    assert RECORD.num_attrs == 1 and RECORD.attr_ids[0] == 4
+    assert tuple(RECORD.attr_values[0]) == (1, 2, 1)
+    FAKE.fake_set_max_clusters(5)
+
+
 def check_tensor_map_encoding():
     data = T.encode_tiled(0x10000, "float32", (64, 32), (4, 256), (32, 8), swizzle=128,
                           l2_promotion=256, oob_fill="nan")

@@ -230,6 +230,31 @@ EXPORT CUresult cuOccupancyMaxActiveBlocksPerMultiprocessor(int *n, CUfunction f
     return CUDA_SUCCESS;
 }
 
+/* Clusters that fit at once: fake_set_max_clusters sets the answer. The config is recorded
+   in the launch fields (grid, block, shared memory, attributes), without counting a launch. */
+static int max_clusters = 5;
+EXPORT void fake_set_max_clusters(int n) { max_clusters = n; }
+
+EXPORT CUresult cuOccupancyMaxActiveClusters(int *n, CUfunction f,
+                                             const fake_launch_config *config) {
+    record.function = (uint64_t)(uintptr_t)f;
+    memcpy(record.grid, config->grid, sizeof record.grid);
+    memcpy(record.block, config->block, sizeof record.block);
+    record.shared_mem = config->shared_mem;
+    record.num_attrs = config->num_attrs;
+    int has_cluster = 0;
+    for (unsigned i = 0; i < config->num_attrs && i < MAX_ATTRS; ++i) {
+        record.attr_ids[i] = config->attrs[i].id;
+        record.attr_values[i][0] = config->attrs[i].value.dim.x;
+        record.attr_values[i][1] = config->attrs[i].value.dim.y;
+        record.attr_values[i][2] = config->attrs[i].value.dim.z;
+        has_cluster |= config->attrs[i].id == 4; /* CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION */
+    }
+    if (!has_cluster) return CUDA_ERROR_INVALID_VALUE; /* the driver needs a cluster size */
+    *n = max_clusters;
+    return CUDA_SUCCESS;
+}
+
 /* ---- launches ---- */
 
 static void copy_params(void **kernel_params, void **extra) {
@@ -345,6 +370,7 @@ static const struct entry table[] = {
     {"cuFuncGetParamInfo", (void *)cuFuncGetParamInfo},
     {"cuOccupancyMaxActiveBlocksPerMultiprocessor",
      (void *)cuOccupancyMaxActiveBlocksPerMultiprocessor},
+    {"cuOccupancyMaxActiveClusters", (void *)cuOccupancyMaxActiveClusters},
     {"cuLaunchKernel", (void *)cuLaunchKernel},
     {"cuLaunchKernelEx", (void *)cuLaunchKernelEx},
     {"cuTensorMapEncodeTiled", (void *)cuTensorMapEncodeTiled},

@@ -171,6 +171,29 @@ def test_heuristic_failure_falls_back_with_a_warning(monkeypatch):
         drive.plan(fd, x, {"disable": "reference_fallback"})
 
 
+def test_cooperative_cluster_grid_is_sized_by_the_clusters_that_fit(monkeypatch):
+    """Norm backward with rows split over clusters of 2 along blockIdx.y: the grid sync needs
+    all G x 2 blocks resident, and a GPC takes whole clusters, so the executor asks the driver
+    how many clusters fit (not blocks per SM) and reschedules G to that many."""
+    from pyfuser.runtime import launch as launch_mod
+    drive = _Launchless(monkeypatch)
+    asked = []
+    monkeypatch.setattr(launch_mod, "cluster_occupancy",
+                        lambda k, block, smem, cluster: asked.append((block, cluster)) or 61)
+    monkeypatch.setattr(launch_mod, "occupancy",
+                        lambda *a: pytest.fail("blocks per SM asked for a cluster kernel"))
+    monkeypatch.setattr(fusion_kernel.FusionKernel, "loaded", lambda self, index: None)
+    fd = catalogue.define("rmsnorm_bwd", "bf16")
+    small = catalogue.make_inputs("rmsnorm_bwd", 3, 5, "bf16", seed=0)
+    x = [torch.empty([{3: 256, 5: 65536}.get(d, d) for d in t.shape], dtype=t.dtype)
+         for t in small]
+    fk = drive.plan(fd, x)
+    assert asked and asked[0] == ((512, 1, 1), (1, 2, 1))
+    assert fk.params.cluster == 2 and fk.kernel.launch.cluster == (1, 2, 1)
+    assert fk.params.grid == 61, "66 clusters planned, 61 fit"
+    assert len(fd._executor.kernels()) == 2
+
+
 def test_0_dim_fusion_falls_back_instead_of_failing_to_schedule():
     with FusionDefinition() as fd:
         x = fd.define_tensor([])

@@ -175,5 +175,6 @@ def test_phase2_tiles_spread_over_the_blocks():
     # the 264 partials of 8 columns, one grouped block all-reduce per tile.
     p = heuristic("rmsnorm_bwd", 16384, 4096, disable=["ws_normalization"])
     assert p.col_vector == 8
-    assert io.phase2_columns(1024, 264) == 2 and io.phase2_columns(16384, 132) == 16
+    assert io.phase2_columns(1024, 264) == 2 and io.phase2_columns(16384, 132) == 8
+    assert io.phase2_columns(16384, 132, threads=512) == 4
     assert io.phase2_columns(1027, 264) == 1

@@ -12,6 +12,12 @@ Multi-wave variant:
 
 The column reduction's partials are an rfactor over the block's serial row loop; the final
 reduction over the G partials is a second loop nest that reads the global workspace.
+
+Rows too long for one block's registers are split over a thread-block cluster of C blocks
+along blockIdx.y (grid G x C): block (g, y) holds columns [y N/C, (y + 1) N/C) of its rows and
+of the column partials, its row reductions finish through distributed shared memory (the
+cluster reduction of lower/reductions.py, as in the forward scheduler), it writes its slice of
+W, and in phase 2 the blocks of blockIdx.y = y sum the columns of that same slice.
 """
 from __future__ import annotations
 
@@ -50,6 +56,9 @@ class InnerOuterParams:
     tma_inputs: tuple = ()
     warp_specialized: bool = False
     compute_rows: int = 0        # rows per block along threadIdx.y (0: none, one row at a time)
+    # Blocks of a thread-block cluster (along blockIdx.y) sharing each row: each holds N / C
+    # columns; the grid is grid x cluster blocks.
+    cluster: int = 1
     # Why the heuristic chose this variant (explain prints it); not part of the kernel's key.
     reason: str = dataclasses.field(default="", compare=False)
 
@@ -69,6 +78,11 @@ class InnerOuterParams:
                 f"{rows}, {self.persistent_batch} x {self.vector} elements per thread and row"
                 f"{loads}, column partials in {where}, grid sync, column sums in tiles of "
                 f"{self.col_vector} column(s) reduced by the whole block")
+        if self.cluster > 1:
+            text += (f"; each row split over a cluster of {self.cluster} blocks along blockIdx.y "
+                     f"({self.grid} x {self.cluster} blocks), row reductions through distributed "
+                     "shared memory, each block's column slice summed by the blocks of its "
+                     "blockIdx.y")
         return text + (f"\n  why: {self.reason}" if self.reason else "")
 
 
@@ -127,6 +141,8 @@ def warp_specialized_params(fusion, info: RuntimeInfo, p: InnerOuterParams
         return None, problems or ["no row input"]
     if p.partials_in_shared:
         return None, ["column partials in shared memory (rows this long leave no room for stages)"]
+    if p.cluster > 1:
+        return None, [f"rows split over a cluster of {p.cluster} blocks"]
     bdimx, batch = p.bdimx, p.persistent_batch
     if WARP_GROUP % bdimx and bdimx % WARP_GROUP:
         return None, [f"{bdimx} threads per row neither divide 128 nor are a multiple of it"]
@@ -162,12 +178,10 @@ def warp_specialized_params(fusion, info: RuntimeInfo, p: InnerOuterParams
         if why:
             tried.append(f"{y} compute row(s) of {bdimx}: " + ", ".join(why))
             continue
-        m = p.grid and max(1, p.grid)
-        grid = max(1, min(info.device.sm_count, -(-info.extent_rows // y))) \
-            if hasattr(info, "extent_rows") else info.device.sm_count
+        # One block per SM (setmaxnreg splits the SM's register file), at most one per row.
         return dataclasses.replace(
             p, stages=stages, prefetch=stages - 1, tma_inputs=rows, warp_specialized=True,
-            compute_rows=y, grid=min(grid, m if m else grid)), []
+            compute_rows=y, grid=min(info.device.sm_count, p.grid)), []
     return None, tried or [f"no compute warp-group count fits rows of {bdimx} threads"]
 
 
@@ -201,6 +215,32 @@ def can_schedule(fusion) -> tuple[bool, str]:
                   "same rows: one persistent cooperative kernel")
 
 
+def _block_share(share: int, vector: int, in_bytes: int, col_count: int):
+    """How a block holds `share` elements of each row: (P, bdimx, threads, registers per
+    thread, column partials in shared memory), or None when it cannot; and why, in words."""
+    batch, bdimx = persistent_batch(max(1, -(-share // vector)))
+    threads = -(-bdimx // 32) * 32
+    # Registers per thread: rows of x and dy (16-bit) plus float column partials per column
+    # reduction; a block must fit the register file (and two if they can).
+    regs = batch * vector * (in_bytes * 2 // 4 + col_count) + 40
+    if regs <= 255 and regs * threads <= 65536:
+        return ((batch, bdimx, threads, regs, False),
+                f"about {regs} registers per thread of {threads}, column partials in registers")
+    # Column partials move to shared memory (one float per column and reduction) when the
+    # rows still fit in registers without them: layernorm backward at N = 16384.
+    rows_regs = batch * vector * (in_bytes * 2 // 4) + 40
+    smem = col_count * batch * vector * threads * 4
+    rows_fit = rows_regs <= 255 and rows_regs * threads <= 65536
+    if rows_fit and smem <= 200 * 1024:
+        return ((batch, bdimx, threads, rows_regs, True),
+                f"about {rows_regs} registers per thread of {threads}, column partials in "
+                f"{smem // 1024} KB of shared memory")
+    return None, (f"about {regs} registers per thread of {threads} with the column partials, "
+                  f"{rows_regs} without them (at most 255 per thread, 65536 per block)"
+                  + (f", and {smem // 1024} KB of shared memory for the partials (at most 200)"
+                     if rows_fit else ""))
+
+
 def compute_heuristics(fusion, info: RuntimeInfo) -> InnerOuterParams:
     """The multi-wave parameters, then the choice between them and the warp-specialized
     variant (choose_variant)."""
@@ -216,42 +256,53 @@ def multi_wave_params(fusion, info: RuntimeInfo) -> InnerOuterParams:
     vec_inputs = vector_inputs(fusion, info, vector)
     if not vec_inputs:
         vector = 1
-    batch, bdimx = persistent_batch(max(1, -(-n // vector)))
     # The register estimate models the rows of x and dy: the [M, N]-shaped inputs.
     in_bytes = max([v.dtype.size for v in fusion.inputs if isinstance(v, TensorView)
                     and sum(1 for i in v.domain.logical if not i.is_broadcast) == 2] + [1])
-    threads = -(-bdimx // 32) * 32
-    # Registers per thread: rows of x and dy (16-bit) plus float column partials per column
-    # reduction; a block must fit the register file (and two if they can).
     col_count = len(_kinds(fusion)[1])
-    regs = batch * vector * (in_bytes * 2 // 4 + col_count) + 40
-    partials_in_shared = False
-    if regs > 255 or regs * threads > 65536:
-        # Column partials move to shared memory (one float per column and reduction) when the
-        # rows still fit in registers without them: layernorm backward at N = 16384.
-        regs = batch * vector * (in_bytes * 2 // 4) + 40
-        smem = col_count * batch * vector * threads * 4
-        if regs > 255 or regs * threads > 65536 or smem > 200 * 1024:
-            raise SchedulerError(
-                f"inner-outer persistent: rows of {n} elements need about {regs} registers per "
-                f"thread of {threads}; rows this long need a cluster split of the columns")
-        partials_in_shared = True
+    # Rows one block cannot hold are split over a cluster of C blocks along blockIdx.y, C the
+    # smallest power of two whose share fits (each block's share a whole number of vectors).
+    cluster = 1
+    fit, why = _block_share(n, vector, in_bytes, col_count)
+    refused = []
+    while fit is None and cluster * 2 <= info.device.max_cluster_size \
+            and n % (cluster * 2 * vector) == 0:
+        refused.append(f"{n // cluster} elements per block need {why}")
+        cluster *= 2
+        fit, why = _block_share(n // cluster, vector, in_bytes, col_count)
+    if fit is None:
+        split = f" split over a cluster of {cluster} blocks" if cluster > 1 else ""
+        raise SchedulerError(
+            f"inner-outer persistent: rows of {n} elements{split}: {n // cluster} elements per "
+            f"block need {why}; rows this long need a larger cluster split of the columns")
+    batch, bdimx, threads, regs, partials_in_shared = fit
     # One or two blocks per SM: more blocks would make the column partials (G x N floats,
-    # written and read once more) and the phase-2 sums over G longer.
+    # written and read once more) and the phase-2 sums over G longer. With a cluster, the
+    # G x C blocks of the grid must all be resident (the executor lowers G further when the
+    # clusters that really fit at once are fewer).
     per_sm = max(1, min(2, 65536 // (regs * threads), 2048 // threads))
-    grid = info.device.sm_count * per_sm
+    grid = info.device.sm_count * per_sm // cluster
     m = info.extent(root[0].extent)
     grid = max(1, min(grid, m))
+    if cluster > 1:
+        reason = (f"a row of {n} elements ({n * in_bytes} bytes per row input) is split over a "
+                  f"cluster of {cluster} blocks along blockIdx.y, the smallest that fits: "
+                  + "; ".join(refused) + f"; {n // cluster} elements per block take {why}; the "
+                  "row reductions go through distributed shared memory")
+    else:
+        reason = f"a row of {n} elements fits one block: {why}"
     return InnerOuterParams(vector, batch, bdimx, grid, vec_inputs, (n,),
-                            col_vector=phase2_columns(n, grid),
-                            partials_in_shared=partials_in_shared)
+                            col_vector=phase2_columns(n // cluster, grid, bdimx),
+                            partials_in_shared=partials_in_shared, cluster=cluster,
+                            reason=reason)
 
 
-def phase2_columns(n: int, grid: int) -> int:
-    """Columns per phase-2 tile: a power of two up to 16 (one grouped block reduction of that
-    many sums) that still leaves at least one tile per block."""
-    c = 1
-    while c < 16 and n % (2 * c) == 0 and n // (2 * c) >= grid:
+def phase2_columns(n: int, grid: int, threads: int = 128) -> int:
+    """Columns per phase-2 tile: a power of two (one grouped block all-reduce of that many
+    sums) that still leaves at least one tile per block; at most 8, and 4 for blocks of 512
+    threads or more (128 registers each: 8 sums spilled layernorm fp32 65536, ptxas report)."""
+    c, limit = 1, (8 if threads < 512 else 4)
+    while c < limit and n % (2 * c) == 0 and n // (2 * c) >= grid:
         c *= 2
     return c
 
@@ -278,6 +329,8 @@ def tma_rows_params(fusion, info: RuntimeInfo, p: InnerOuterParams) -> tuple[Inn
         return p, "register rows: " + ("; ".join(problems) or "no row input")
     if p.partials_in_shared:
         return p, "register rows: the column partials take the shared memory"
+    if p.cluster > 1:
+        return p, f"register rows: each row split over a cluster of {p.cluster} blocks"
     stages, per_sm = pick
     stage_bytes = n * sum(fusion.inputs[k].dtype.size for k in rows)
     while stages > 2 and per_sm * (stages * stage_bytes + TMA_SMEM_RESERVE) > \
@@ -308,13 +361,15 @@ def choose_variant(fusion, info: RuntimeInfo, p: InnerOuterParams) -> InnerOuter
         if forced:
             mw, how = tma_rows_params(fusion, info, p)
             return dataclasses.replace(mw, reason="warp-specialized forced on but not possible ("
-                                       + "; ".join(problems) + "): multi-wave, " + how)
+                                       + "; ".join(problems) + "): multi-wave, " + how
+                                       + (f"; {p.reason}" if p.reason else ""))
         why_not = ("warp-specialized not possible (" + "; ".join(problems) + ")" if ws is None
                    else f"multi-wave measured faster than warp-specialized for rows of {n}")
     else:
         why_not = "warp-specialized disabled (PYFUSER_DISABLE=ws_normalization)"
     mw, how = tma_rows_params(fusion, info, p)
-    return dataclasses.replace(mw, reason=f"multi-wave: {why_not}; {how}")
+    return dataclasses.replace(mw, reason=f"multi-wave: {why_not}; {how}"
+                               + (f"; {p.reason}" if p.reason else ""))
 
 
 # Row lengths (bf16 / fp16 rows) where the warp-specialized variant beat multi-wave on the H100:
@@ -339,6 +394,11 @@ def _phase2_tensors(fusion, cols) -> set:
 
 
 def schedule(fusion, p: InnerOuterParams) -> None:
+    if p.cluster > 1 and (p.tma_inputs or len(p.row_extents) != 1
+                          or p.row_extents[0] % (p.cluster * p.vector)):
+        raise SchedulerError(f"inner-outer persistent: a cluster of {p.cluster} blocks per row "
+                             "needs register rows of a known length N, N / C a whole number of "
+                             f"vectors (row extents {p.row_extents}, TMA inputs {p.tma_inputs})")
     staged = {k: cache_after(fusion.inputs[k], LoadKind.TmaBulk) for k in p.tma_inputs}
     caches = {k: cache_after(staged.get(k, v)) for k, v in enumerate(fusion.inputs)
               if isinstance(v, TensorView) and fusion.uses_of(v)}
@@ -354,18 +414,31 @@ def schedule(fusion, p: InnerOuterParams) -> None:
     phase1 = [t for t in fusion.tensors() if t not in phase2 and t not in staged.values()]
     # Phase 1: [i0, r1] -> [ceilDiv(i0, G * Y), G (blockIdx.x), Y (threadIdx.y), P,
     #                       ceilDiv(N / V, P) (threadIdx.x), V]; row j * G * Y + bx * Y + ty.
-    # Y = 1 is a plain split (no threadIdx.y axis).
+    # Y = 1 is a plain split (no threadIdx.y axis). With a cluster of C blocks per row (no
+    # compute rows then):
+    # [ceilDiv(i0, G), G (blockIdx.x), C (blockIdx.y), P, ceilDiv(N / C / V, P) (threadIdx.x), V]
     rows_y = p.compute_rows
     y = 1 if rows_y > 1 else 0
+    cy = 1 if p.cluster > 1 else 0
+    if y and cy:
+        raise SchedulerError("inner-outer persistent: compute rows along threadIdx.y and a "
+                             "cluster split of the rows do not go together")
+    off = y + cy      # axes between blockIdx.x and the row split
     ref.split(0, p.grid * max(rows_y, 1))
     if y:
         ref.split(1, rows_y)
-    ref.split(2 + y, p.vector).split(2 + y, p.persistent_batch, inner_split=False)
-    ref.parallelize(1, PT.BIDx).parallelize(3 + y, PT.TIDx)
+    if cy:
+        ref.split(2, p.row_extents[0] // p.cluster)
+    ref.split(2 + off, p.vector).split(2 + off, p.persistent_batch, inner_split=False)
+    ref.parallelize(1, PT.BIDx).parallelize(3 + off, PT.TIDx)
     if y:
         ref.parallelize(2, PT.TIDy)
+    if cy:
+        ref.parallelize(2, PT.BIDy)
     propagate_transforms(ref, tensors=phase1 + cols)
-    row_rfs = [rfactor(r, [2 + y, 4 + y]) for r in rows]
+    # The row reductions keep threadIdx.x (a block all-reduce) and, with a cluster, blockIdx.y:
+    # the launch's cluster spans it, so lowering reduces it through distributed shared memory.
+    row_rfs = [rfactor(r, [2 + off, 4 + off]) for r in rows]
     col_rfs = [rfactor(c, [0]) for c in cols]
     if p.partials_in_shared:
         for rf in col_rfs:
@@ -376,7 +449,7 @@ def schedule(fusion, p: InnerOuterParams) -> None:
         set_memory_type(w, MemoryType.Global)
         propagate_transforms(rf, tensors=[w])
         workspaces.append(w)
-    bound = {PT.BIDx, PT.TIDx, PT.TIDy} if y else {PT.BIDx, PT.TIDx}
+    bound = {PT.BIDx, PT.TIDx} | ({PT.TIDy} if y else set()) | ({PT.BIDy} if cy else set())
     parallelize_like(row_rfs[0], tensors=[t for t in fusion.tensors()
                                           if t not in phase2 or t in col_rfs or t in workspaces],
                      parallel_types=bound)
@@ -386,6 +459,9 @@ def schedule(fusion, p: InnerOuterParams) -> None:
     # grouped block all-reduce of the C sums. With compute rows, W is [G, Y, N] (merged to
     # G * Y partials) and the rows of threads take different tiles:
     # [tiles / Y (grid-stride), Y (threadIdx.y), G * Y / bdimx, bdimx (threadIdx.x), C].
+    # With a cluster, blockIdx.y takes the column slice it owned in phase 1 (no block sums a
+    # column twice): [slice (blockIdx.y), tiles of N / slices (grid-stride), G / bdimx,
+    # bdimx (threadIdx.x), C].
     # One column per thread and G serial loads each (the first layout) left phase 2 to
     # N / bdimx blocks: 10-35 us per kernel at N = 1024-4096 (sweep of 2026-11-23: the time at
     # M = 2048 against M = 16384).
@@ -393,22 +469,27 @@ def schedule(fusion, p: InnerOuterParams) -> None:
         c.domain.loop = list(c.domain.maybe_root)
         if y:
             c.merge(0)
-        c.split(1, p.col_vector)
+        if cy:
+            c.split(1, p.row_extents[0] // p.cluster)
+        c.split(1 + cy, p.col_vector)
         if y:
             c.split(1, rows_y)
         c.split(0, p.bdimx)
         if y:
             c.reorder([2, 3, 0, 1, 4])
-            c.parallelize(1, PT.TIDy).parallelize(3, PT.TIDx)
+            c.parallelize(1, PT.TIDy).parallelize(3, PT.TIDx).parallelize(0, PT.GridStride)
+        elif cy:
+            c.reorder([2, 3, 0, 1, 4])
+            c.parallelize(0, PT.BIDy).parallelize(1, PT.GridStride).parallelize(3, PT.TIDx)
         else:
             c.reorder([2, 0, 1, 3])
-            c.parallelize(2, PT.TIDx)
-        c.parallelize(0, PT.GridStride)
+            c.parallelize(0, PT.GridStride).parallelize(2, PT.TIDx)
         rest = [t for t in _phase2_tensors(fusion, [c]) if t is not c]
         propagate_transforms(c, tensors=rest)
-        parallelize_like(c, tensors=rest, parallel_types={PT.GridStride, PT.TIDx, PT.TIDy})
+        parallelize_like(c, tensors=rest,
+                         parallel_types={PT.GridStride, PT.TIDx, PT.TIDy, PT.BIDy})
     graph = IdGraph(fusion, permissive=True)
-    vec_axis = row_rfs[0].domain.loop[4 + y]
+    vec_axis = row_rfs[0].domain.loop[4 + off]
 
     def vectorize(tv):
         # The axis that maps to the row's vector split (a trailing broadcast dim may follow it).
@@ -432,7 +513,7 @@ def schedule(fusion, p: InnerOuterParams) -> None:
     for slot in staged.values():
         inline_at(slot, 1)
         circular_buffer(slot, p.stages, p.prefetch, kind=kind)
-    batch_axis = row_rfs[0].domain.loop[2 + y]
+    batch_axis = row_rfs[0].domain.loop[2 + off]
     for cache in caches.values():
         pos = next((k for k, i in enumerate(cache.domain.loop) if graph.mapped(i, batch_axis)), None)
         if pos is not None and cache.compute_at_pos > pos and not cache.domain.loop[pos].is_broadcast:
@@ -443,3 +524,5 @@ def schedule(fusion, p: InnerOuterParams) -> None:
     # block reductions' shared workspace sized for 1024 threads).
     fusion.launch_hints = {"grid_x": p.grid, "max_threads": threads, "cooperative": True,
                            "block_x": p.bdimx, "block_y": max(rows_y, 1)}
+    if cy:
+        fusion.launch_hints["cluster"] = (1, p.cluster, 1)
