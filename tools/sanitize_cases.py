@@ -73,3 +73,23 @@ assert p.cp_async_inputs and not p.tma_inputs, p.reason
 fd.execute(ins, options={"heuristic": p})
 torch.cuda.synchronize()
 print("layernorm_fwd", "cp.async", 300, 1004, f"stages {p.stages} grid {p.grid}", flush=True)
+# Norm backward, both variants forced, few blocks so every stage wraps around (the grid sync of
+# the warp-specialized kernel runs on the compute threads' named barrier), and rows over a
+# cluster (N = 65536).
+for name, m, n in (("rmsnorm_bwd", 300, 2048), ("layernorm_bwd", 77, 1024)):
+    for flag in ("enable", "disable"):
+        fd = catalogue.define(name)
+        ins = catalogue.make_inputs(name, m, n, device="cuda")
+        fd.execute(ins, options={flag: ["ws_normalization"]})
+        p = dataclasses.replace(fd.last_run.heuristics[0], grid=3)
+        assert p.stages >= 2 and p.warp_specialized == (flag == "enable"), p.reason
+        fd.execute(ins, options={"heuristic": p})
+        torch.cuda.synchronize()
+        print(name, p.variant, m, n, f"stages {p.stages} grid {p.grid}", flush=True)
+for name, m, n in (("rmsnorm_bwd", 5, 65536), ("layernorm_bwd", 3, 65536)):
+    fd = catalogue.define(name)
+    fd.execute(catalogue.make_inputs(name, m, n, device="cuda"))
+    torch.cuda.synchronize()
+    p = fd.last_run.heuristics[0]
+    assert p.cluster > 1, p
+    print(name, "cluster", p.cluster, m, n, flush=True)

@@ -132,16 +132,34 @@ def test_forced_variant(name, shape, variant):
         assert p.compute_rows * p.bdimx in (256, 384)
 
 
+def _strided_rows(name):
+    """Catalogue fusion `name` with its [M, N] inputs defined with strided rows (contiguity
+    False on the row dim): slices of wider tensors are accepted."""
+    with FusionDefinition(f"{name}_strided") as fd:
+        define = fd.define_tensor
+
+        def strided(shape, contiguity=None, dtype=DataType.Float, **kw):
+            if len(shape) == 2 and shape[1] == -1:
+                contiguity = [False, True]
+            return define(shape, contiguity=contiguity, dtype=dtype, **kw)
+        fd.define_tensor = strided
+        catalogue.get(name).build(fd, DataType.BFloat16, 1e-6)
+    return fd
+
+
+@pytest.mark.parametrize("name", ["rmsnorm_bwd", "layernorm_bwd"])
 @pytest.mark.parametrize("variant", ["warp-specialized", "multi-wave"])
-def test_forced_variant_noncontiguous_rows(variant):
-    """x and dy as row slices of wider tensors (row stride 2N): bulk copies take them (the
-    stride is a multiple of 16 bytes); the answer is right either way."""
-    name, M, N = "rmsnorm_bwd", 777, 2048
+def test_forced_variant_noncontiguous_rows(name, variant):
+    """x and dy as row slices of wider tensors (row stride 2N + 8 elements, a multiple of 16
+    bytes): bulk copies take them; right against float64 in both variants."""
+    M, N = 777, 2048
     ins = catalogue.make_inputs(name, M, N, device="cuda")
-    wide = [torch.randn(M, 2 * N, device="cuda").to(ins[0].dtype)[:, N:] for _ in range(2)]
+    wide = [torch.randn(M, 2 * N + 8, device="cuda").to(ins[0].dtype)[:, 8:N + 8]
+            for _ in range(2)]
     wide[0].copy_(ins[0]), wide[1].copy_(ins[1])
+    assert not wide[0].is_contiguous()
     key = "enable" if variant == "warp-specialized" else "disable"
-    fd = catalogue.define(name)
+    fd = _strided_rows(name)
     run_and_check(fd, [wide[0], wide[1], *ins[2:]], scheduler="inner_outer_persistent",
                   options={key: ["ws_normalization"]})
     (p,) = fd.last_run.heuristics

@@ -92,10 +92,8 @@ class InnerOuterParams:
 # 240), so that configuration is not offered.
 WARP_GROUP = 128
 WS_COMPUTE_THREADS = (256, 384)
-WS_MAX_STAGES = 8
-# A stage the producer fills is one row of each TMA input per compute row; stages beyond this
-# many bytes in flight per SM add nothing (the copy's latency is covered).
-WS_BYTES_IN_FLIGHT = 128 * 1024
+WS_THREE_GROUPS_ROW_BYTES = 8 * 1024     # x and dy of a row at most this: three compute groups
+WS_STAGES = 4
 # Registers a compute thread needs besides its rows, partials and weights (indices, the row's
 # reduction, loop state): from the ptxas reports of the forward kernels.
 WS_BASE_REGISTERS = 40
@@ -128,7 +126,7 @@ def warp_specialized_params(fusion, info: RuntimeInfo, p: InnerOuterParams
                             ) -> tuple[InnerOuterParams | None, list]:
     """The warp-specialized parameters, or None and why not. Knobs (nvFuser's names):
     bdimx (threads per row, from the row split), bdimy (compute rows, one per compute row of a
-    stage), n_stages (as many as shared memory holds, up to WS_BYTES_IN_FLIGHT), and, fixed
+    stage), n_stages (WS_STAGES, fewer when shared memory holds fewer), and, fixed
     here, iter_unroll = 1, is_circular_buffer_regs_cached = True (a row is read from its slot
     into registers once), is_non_circular_buffer_gmem_to_regs = True (weights loaded once per
     block into registers). Compute warp groups are tried in WS_COMPUTE_THREADS order; a
@@ -155,7 +153,11 @@ def warp_specialized_params(fusion, info: RuntimeInfo, p: InnerOuterParams
     need = elems * row_bytes // 4 + elems * cols + -(-elems * weight_bytes // 4) + WS_BASE_REGISTERS
     budget = info.device.max_shared_memory_per_block_optin - 8 * 1024
     tried = []
-    for compute in WS_COMPUTE_THREADS:
+    # Short rows want three compute warp groups (more rows in flight per stage): rmsnorm 1024
+    # and 2048, 1519 / 2057 GB/s against 1280 / 1932 with two; at 4096 two were faster (2457
+    # against 2348). Sweep named at WS_AUTO.
+    order = WS_COMPUTE_THREADS if n * row_bytes > WS_THREE_GROUPS_ROW_BYTES else (384, 256)
+    for compute in order:
         if compute % bdimx:
             continue
         y = compute // bdimx
@@ -164,8 +166,8 @@ def warp_specialized_params(fusion, info: RuntimeInfo, p: InnerOuterParams
         entry = min(255, REGISTER_FILE // total) // 8 * 8
         c_regs = min(240, (entry * total - 40 * producer) // compute // 8 * 8)
         stage_bytes = y * n * row_bytes
-        stages = min(WS_MAX_STAGES, budget // stage_bytes,
-                     max(2, -(-WS_BYTES_IN_FLIGHT // stage_bytes)))
+        # Stages: 3-4 were best in the sweep (2 lost 1-2%, 6-8 gained nothing).
+        stages = min(WS_STAGES, budget // stage_bytes)
         why = []
         if stages < 2:
             why.append(f"two stages of {stage_bytes} bytes exceed {budget} bytes of shared memory")
@@ -372,13 +374,18 @@ def choose_variant(fusion, info: RuntimeInfo, p: InnerOuterParams) -> InnerOuter
                                + (f"; {p.reason}" if p.reason else ""))
 
 
-# Row lengths (bf16 / fp16 rows) where the warp-specialized variant beat multi-wave on the H100:
-# filled from the sweep named above.
-WS_AUTO: tuple = ()
+# Where the warp-specialized variant beat multi-wave (rows through TMA, 2 blocks per SM) on the
+# H100, sweep of 2026-11-23 (bench/results/2026-11-23-h100-sweep-inner-outer.md), as
+# (column reductions at least, rows of at most N elements): layernorm backward (dw and db) at
+# N = 1024, 995 against 960 GB/s. Everywhere else multi-wave was as fast or faster: rmsnorm
+# 1024-4096 by 1-5%, layernorm 4096 by 9%, both at 8192 by 0.3-1.6%; at 2048 layernorm
+# was a tie (1497 / 1486).
+WS_AUTO = ((2, 1024),)
 
 
 def _ws_wins(fusion, n: int) -> bool:
-    return n in WS_AUTO
+    cols = len(_kinds(fusion)[1])
+    return any(cols >= c and n <= limit for c, limit in WS_AUTO)
 
 
 def _phase2_tensors(fusion, cols) -> set:
