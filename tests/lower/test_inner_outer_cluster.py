@@ -155,6 +155,7 @@ def _forced(name, dtype, M, N, cluster, batch, grid, partials_in_shared):
     return fd, inputs, dataclasses.replace(
         p, cluster=cluster, persistent_batch=batch, bdimx=-(-vecs // batch), grid=grid,
         partials_in_shared=partials_in_shared, stages=0, prefetch=0, tma_inputs=(),
+        warp_specialized=False, compute_rows=0,
         col_vector=iop.phase2_columns(N // cluster, grid))
 
 
