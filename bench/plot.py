@@ -17,6 +17,16 @@ def main(path: str, out_dir: str) -> None:
     by_op: dict = {}
     for r in report["results"]:
         by_op.setdefault(r["name"], []).append(r)
+    # Several row counts per op (a sweep of M x N): one plot per (op, M).
+    split = {}
+    for op, rows in by_op.items():
+        ms = sorted({r["M"] for r in rows})
+        if len(ms) > 1 and all(sum(1 for r in rows if r["M"] == m) > 1 for m in ms):
+            for m in ms:
+                split[f"{op}-M{m}"] = [r for r in rows if r["M"] == m]
+        else:
+            split[op] = rows
+    by_op = split
     for op, rows in by_op.items():
         # The norm backward's forced variants, when the bench timed them, beside the choice.
         variants = [v for v in ("pyfuser-multi-wave", "pyfuser-warp-specialized")
@@ -39,7 +49,7 @@ def main(path: str, out_dir: str) -> None:
         ax.set_xscale("log", base=2)
         ax.set_xlabel("N (row length)")
         ax.set_ylabel("GB/s (ANCHORS.md byte counts)")
-        ax.set_title(f"{op}, bf16, {report['device']}, {report['date']}")
+        ax.set_title(f"{op}, bf16, {report['device']}, {report['date']}", fontsize=9)
         ax.legend(fontsize=8)
         ax.grid(alpha=0.3)
         fig.tight_layout()

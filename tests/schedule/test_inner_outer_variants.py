@@ -189,3 +189,10 @@ def test_phase2_tiles_spread_over_the_blocks():
     assert io.phase2_columns(1024, 264) == 2 and io.phase2_columns(16384, 132) == 8
     assert io.phase2_columns(16384, 132, threads=512) == 4
     assert io.phase2_columns(1027, 264) == 1
+
+
+@pytest.mark.parametrize("M", [1, 3, 100])
+def test_few_rows_keep_the_full_grid_for_phase_2(M):
+    # Blocks without rows write zero partials; the column sums need the blocks.
+    p = heuristic("rmsnorm_bwd", M, 4096, disable=["ws_normalization"])
+    assert p.grid == 264

@@ -284,9 +284,10 @@ def multi_wave_params(fusion, info: RuntimeInfo) -> InnerOuterParams:
     # G x C blocks of the grid must all be resident (the executor lowers G further when the
     # clusters that really fit at once are fewer).
     per_sm = max(1, min(2, 65536 // (regs * threads), 2048 // threads))
-    grid = info.device.sm_count * per_sm // cluster
-    m = info.extent(root[0].extent)
-    grid = max(1, min(grid, m))
+    # Not fewer blocks than that when the rows are few: a block without rows writes zero
+    # partials, and phase 2 (the column sums) needs the blocks (rmsnorm_bwd 1 x 4096 took
+    # 268 us with its grid capped to the one row, against 27.5 us for 264 x 4096).
+    grid = max(1, info.device.sm_count * per_sm // cluster)
     if cluster > 1:
         reason = (f"a row of {n} elements ({n * in_bytes} bytes per row input) is split over a "
                   f"cluster of {cluster} blocks along blockIdx.y, the smallest that fits: "
