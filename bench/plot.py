@@ -21,7 +21,7 @@ def main(path: str, out_dir: str) -> None:
     split = {}
     for op, rows in by_op.items():
         ms = sorted({r["M"] for r in rows})
-        if len(ms) > 1 and all(sum(1 for r in rows if r["M"] == m) > 1 for m in ms):
+        if len(ms) > 1 and sum(sum(1 for r in rows if r["M"] == m) > 1 for m in ms) > 1:
             for m in ms:
                 split[f"{op}-M{m}"] = [r for r in rows if r["M"] == m]
         else:
