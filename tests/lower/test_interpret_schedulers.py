@@ -41,7 +41,16 @@ def test_the_catalogue_has_scheduled_pointwise_and_reduction_fusions():
 def test_catalogue_kernels_match_the_reference(name, shape):
     fd = catalogue.define(name, "fp32")
     inputs = catalogue.make_inputs(name, *shape, "fp32", seed=1)
-    _check(fd, inputs)
+    params = None
+    sch = registry.choose(fd.fusion).scheduler
+    if sch.NAME == "inner_outer_persistent":
+        # The norm backward keeps its full persistent grid whatever M (blocks without rows
+        # write zero partials); 4 blocks keep it interpretable and still leave some blocks
+        # without rows for M < 4.
+        import dataclasses
+        st = setup(fd, inputs, alignment=16)
+        params = dataclasses.replace(sch.compute_heuristics(st.fusion, st.info), grid=4)
+    _check(fd, inputs, params=params, scheduler=sch if params else None)
 
 
 @pytest.mark.parametrize("name", ["gelu_bias", "row_sum", "col_sum"])
