@@ -19,3 +19,26 @@ def test_backward_rows_show_variants_workspace_and_missing_peers():
     assert cells[-1] == "17.3" and cells[-2] == "2.167"
     # A row without variants keeps its columns aligned.
     assert row2.split(" | ")[3:5] == ["-", "-"] and row2.split(" | ")[-1] == "0"
+
+
+def test_time_forced_heuristic_checks_before_timing(monkeypatch):
+    """The sweeps' step: checked against float64 first, timed only when right (CPU inputs run
+    the reference evaluator here; the timer is stubbed), and a wrong result is never timed."""
+    import warnings
+
+    from pyfuser import catalogue
+    from pyfuser.benchmark import harness
+
+    timed = []
+    monkeypatch.setattr(harness, "_bench", lambda fn, reps=3: (timed.append(fn()), 0.5)[1])
+    fd = catalogue.define("rmsnorm_bwd", "fp32")
+    sets = [catalogue.make_inputs("rmsnorm_bwd", 4, 64, "fp32", seed=k) for k in range(2)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        line = harness.time_forced_heuristic(fd, sets, None, "v", 1_000_000)
+        assert line == "v: 2 GB/s  500.0 us  [reference  x0]" and len(timed) == 1
+        import pyfuser.runtime.reference as ref
+        real = ref.evaluate
+        monkeypatch.setattr(ref, "evaluate", lambda *a, **k: [2 * x for x in real(*a, **k)])
+        line = harness.time_forced_heuristic(fd, sets, None, "v", 1_000_000)
+    assert line.startswith("v: WRONG rel err") and len(timed) == 1

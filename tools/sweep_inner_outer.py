@@ -20,12 +20,9 @@ import torch
 
 from pyfuser import catalogue
 from pyfuser import options as pf_options
-from pyfuser.benchmark.harness import _bench, _input_sets, _Rotation, copy_bandwidth
-from pyfuser.ir.dtype import from_torch
+from pyfuser.benchmark.harness import _input_sets, copy_bandwidth, time_forced_heuristic
 from pyfuser.runtime.inputs import check_inputs
-from pyfuser.runtime.reference import evaluate
 from pyfuser.schedule.schedulers import inner_outer_persistent as io
-from pyfuser.testing import TOLERANCE, rel_error
 
 
 def default_params(fd, inputs, device_props):
@@ -100,23 +97,8 @@ def main(argv=None) -> int:
                 if not args.defaults_only:
                     todo += list(variants(q, N, props.sm_count, kinds))
             for label, p in todo:
-                try:
-                    outs = fd.execute(sets[0], options={"heuristic": p, "enable": ["poison_outputs"]})
-                    refs = evaluate(fd.fusion, list(sets[0]), promote_to_double=True,
-                                    extent_bindings=check_inputs(fd.fusion, sets[0]))
-                    errs = [rel_error(o, r) for o, r in zip(outs, refs)]
-                    ok = all(e <= TOLERANCE[from_torch(o.dtype)] for e, o in zip(errs, outs))
-                    if not ok:
-                        print(f"{op} {M}x{N} {label}: WRONG rel err {errs}", flush=True)
-                        continue
-                    run = fd.last_run
-                    rot = _Rotation(sets)
-                    t = _bench(lambda: fd.execute(rot.next(), options={"heuristic": p}))
-                    print(f"{op} {M}x{N} {label}: {nbytes / t / 1e6:.0f} GB/s  {t * 1e3:.1f} us"
-                          f"  [{run.kind} {'/'.join(run.schedulers)} x{run.num_kernels}]", flush=True)
-                except Exception as e:  # noqa: BLE001 - reported
-                    print(f"{op} {M}x{N} {label}: failed {type(e).__name__}: {str(e)[:300]}",
-                          flush=True)
+                print(f"{op} {M}x{N} " + time_forced_heuristic(fd, sets, p, label, nbytes),
+                      flush=True)
             del sets
             torch.cuda.empty_cache()
     return 0

@@ -155,6 +155,30 @@ def measure_case(name: str, M: int, N: int, dtype="bf16", peers=("eager", "compi
     return Result(name, M, N, nbytes, gbps, ms, notes)
 
 
+def time_forced_heuristic(fd, sets, params, label: str, nbytes: int) -> str:
+    """One line of a forced-heuristic sweep: the variant checked against the float64 reference
+    on the first input set (a wrong variant is reported, never timed), then timed over the
+    rotated sets: "LABEL: GB/s  us  [what ran]", "LABEL: WRONG ...", or "LABEL: failed ..."."""
+    from ..ir.dtype import from_torch
+    from ..runtime.inputs import check_inputs
+    from ..runtime.reference import evaluate
+    from ..testing import TOLERANCE, rel_error
+    try:
+        outs = fd.execute(sets[0], options={"heuristic": params, "enable": ["poison_outputs"]})
+        refs = evaluate(fd.fusion, list(sets[0]), promote_to_double=True,
+                        extent_bindings=check_inputs(fd.fusion, sets[0]))
+        errs = [rel_error(o, r) for o, r in zip(outs, refs)]
+        if not all(e <= TOLERANCE[from_torch(o.dtype)] for e, o in zip(errs, outs)):
+            return f"{label}: WRONG rel err {errs}"
+        run = fd.last_run
+        rot = _Rotation(sets)
+        t = _bench(lambda: fd.execute(rot.next(), options={"heuristic": params}))
+        return (f"{label}: {nbytes / t / 1e6:.0f} GB/s  {t * 1e3:.1f} us"
+                f"  [{run.kind} {'/'.join(run.schedulers)} x{run.num_kernels}]")
+    except Exception as e:  # noqa: BLE001 - reported
+        return f"{label}: failed {type(e).__name__}: {str(e)[:300]}"
+
+
 def host_time_us(name="rmsnorm_fwd", M=1, N=4096, calls=2000) -> float:
     """Wall time per cached execute() of a tiny case (GPU work negligible), in microseconds."""
     import torch
