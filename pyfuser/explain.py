@@ -27,14 +27,11 @@ def explain(args) -> int:
 
 
 def _explain_kernels(fd, inputs, args) -> None:
-    import torch
-
     from .runtime.device import get_device_properties
     from .runtime.executor import index_type_for
     from .runtime.fusion_kernel import build_kernel
-    from .runtime.inputs import check_inputs
+    from .runtime.inputs import heuristic_info
     from .schedule.schedulers import registry
-    from .schedule.schedulers.base import InputFacts, RuntimeInfo
 
     choice = registry.choose(fd.fusion)
     print("\n## Scheduler")
@@ -45,12 +42,8 @@ def _explain_kernels(fd, inputs, args) -> None:
         print("  execute() runs this fusion through the reference evaluator (with a warning)")
         return
     print(f"  {choice.scheduler.NAME}: {choice.reason}")
-    bindings = check_inputs(fd.fusion, inputs)
-    clone, mapping = fd.fusion.clone()
-    cb = {mapping[id(k)]: v for k, v in bindings.items() if id(k) in mapping}
-    facts = tuple(InputFacts(tuple(x.shape), tuple(x.stride()), 16)
-                  if isinstance(x, torch.Tensor) else None for x in inputs)
-    info = RuntimeInfo(cb, facts, get_device_properties(args.device))
+    clone, info = heuristic_info(fd.fusion, inputs, get_device_properties(args.device))
+    cb = info.bindings
     params = choice.scheduler.compute_heuristics(clone, info)
     print("\n## Heuristics")
     print(f"  {params.describe()}")

@@ -21,18 +21,13 @@ import torch
 from pyfuser import catalogue
 from pyfuser import options as pf_options
 from pyfuser.benchmark.harness import _input_sets, copy_bandwidth, time_forced_heuristic
-from pyfuser.runtime.inputs import check_inputs
+from pyfuser.runtime.inputs import heuristic_info
 from pyfuser.schedule.schedulers import inner_outer_persistent as io
 
 
 def default_params(fd, inputs, device_props):
-    from pyfuser.schedule.schedulers.base import InputFacts, RuntimeInfo
-    bindings = check_inputs(fd.fusion, inputs)
-    clone, mapping = fd.fusion.clone()
-    cb = {mapping[id(k)]: v for k, v in bindings.items() if id(k) in mapping}
-    facts = tuple(InputFacts(tuple(x.shape), tuple(x.stride()), 16)
-                  if isinstance(x, torch.Tensor) else None for x in inputs)
-    return io.compute_heuristics(clone, RuntimeInfo(cb, facts, device_props))
+    clone, info = heuristic_info(fd.fusion, inputs, device_props)
+    return io.compute_heuristics(clone, info)
 
 
 def variants(p, N, sms, kinds):

@@ -27,3 +27,25 @@ def check_register_counts(producer: int, compute: int, compute_groups: int,
         return (f"{lhs} + {compute_groups} x {compute} registers per thread need {total} "
                 f"registers for the warp groups, more than {where}")
     return None
+
+
+# setmaxnreg's defaults: the producer keeps 40 registers (24 when it spans several warp groups),
+# the compute warp groups take what is left of the block's pool, at most 240.
+PRODUCER_REGISTERS = 40
+PRODUCER_REGISTERS_WIDE = 24
+MAX_COMPUTE_REGISTERS = 240
+
+
+def default_register_split(compute_threads: int, producer_threads: int,
+                           producer: int | None = None) -> tuple[int, int, int]:
+    """(registers per thread at entry, producer's, compute's) of a warp-specialized block:
+    `__launch_bounds__(all threads, 1)` gives each thread REGISTER_FILE / threads at entry
+    (rounded down to 8); the block's pool is entry x threads; the producer takes `producer`
+    (default above) and the compute threads the rest, rounded down to 8, at most 240."""
+    total = compute_threads + producer_threads
+    entry = min(255, REGISTER_FILE // total) // 8 * 8
+    if producer is None:
+        producer = PRODUCER_REGISTERS if producer_threads == 128 else PRODUCER_REGISTERS_WIDE
+    compute = min(MAX_COMPUTE_REGISTERS,
+                  (entry * total - producer * producer_threads) // compute_threads // 8 * 8)
+    return entry, producer, compute

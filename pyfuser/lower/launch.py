@@ -6,13 +6,16 @@ After:  kernel.launch = LaunchConfig(grid=[gx, gy, gz], block=[bx, by, bz], ...)
         call), unless the schedule fixed it (fusion.launch_hints, e.g. a persistent grid).
         A warp-specialized kernel adds its producer rows to the split dim and is bounded to
         one block per SM.
-The block reductions' shared workspace is sized with the device library's formulas
-(kir/workspace.py) for the block; with a runtime block size, for 1024 threads.
+A block dim whose extents all fold to constants in the kernel (specialized extents and the
+extents the fusion requires equal to them) is that constant. The block reductions' shared
+workspace is sized with the device library's formulas (kir/workspace.py) for the block; with
+a runtime block size, for 1024 threads.
 """
 from __future__ import annotations
 
 from ..ir import scalar as S
 from ..kir import nodes as K
+from .indexing import scalar_to_kexpr
 
 _ORDER = {"x": 0, "y": 1, "z": 2}
 
@@ -22,6 +25,7 @@ def launch_config(kernel: K.Kernel) -> K.Kernel:
     hints = kernel.fusion.launch_hints
     grid = [1, 1, 1]
     block = [1, 1, 1]
+    thread_extents: list = [[], [], []]
     for lp in ctx.all_loops():
         pt = lp.parallel
         if not pt.is_thread_or_block:
@@ -29,6 +33,14 @@ def launch_config(kernel: K.Kernel) -> K.Kernel:
         dim = _ORDER[pt.value[-1]]
         target = grid if pt.is_block_dim else block
         target[dim] = lp.extent if target[dim] == 1 else S.smax(target[dim], lp.extent)
+        if pt.is_thread_dim:
+            thread_extents[dim].append(scalar_to_kexpr(lp.extent, ctx.names))
+    for dim, exts in enumerate(thread_extents):
+        # Extents the kernel knows to be constants (a specialized row length, or an extent the
+        # fusion requires equal to it, e.g. a weight's) make a static block: launch bounds and
+        # the block reductions' shared workspace are then sized for it, not for 1024 threads.
+        if exts and all(isinstance(e, K.Const) for e in exts):
+            block[dim] = max(e.value for e in exts)
     for k, key in enumerate(("grid_x", "grid_y", "grid_z")):
         if key in hints:
             grid[k] = hints[key]

@@ -56,7 +56,7 @@ from __future__ import annotations
 from ..ir.tensor import WarpSpecialized
 from ..ir.iter_domain import ParallelType as PT
 from ..kir import nodes as K
-from ..kir.registers import REGISTER_FILE, check_register_counts
+from ..kir.registers import check_register_counts, default_register_split
 from .circular_buffer import (load_site, mark_replaced, offset_slots, replace_stmt, retarget,
                               take_loads, tma_loads, trip_count)
 from .context import LoweringError
@@ -67,7 +67,6 @@ _TIDX, _TIDY, _TIDZ = (K.Special(f"threadIdx.{d}") for d in "xyz")
 _THREAD0 = K.and_(K.and_(K.eq(_TIDX, 0), K.eq(_TIDY, 0)), K.eq(_TIDZ, 0))
 # The elected producer thread issues the copies the schedule gave to "thread 0" of the load.
 _AS_THREAD0 = {_TIDX: K.Const(0), _TIDY: K.Const(0), _TIDZ: K.Const(0)}
-MAX_COMPUTE_REGISTERS = 240
 
 
 def warp_specialize(kernel: K.Kernel) -> K.Kernel:
@@ -129,12 +128,10 @@ def _roles(kernel: K.Kernel, kind: WarpSpecialized) -> K.WarpRoles:
     if total > 1024:
         raise LoweringError(f"{compute} compute and {producer} producer threads exceed 1024 per "
                             "block")
-    entry = min(255, REGISTER_FILE // total) // 8 * 8
+    entry, p_regs, c_regs = default_register_split(compute, producer, kind.producer_registers)
+    c_regs = kind.compute_registers or c_regs
     # The block's pool: what it holds at entry; setmaxnreg only moves registers within it.
     pool = entry * total
-    p_regs = kind.producer_registers or (40 if producer == WARP_GROUP else 24)
-    c_regs = kind.compute_registers or min(
-        MAX_COMPUTE_REGISTERS, (pool - p_regs * producer) // compute // 8 * 8)
     why = check_register_counts(p_regs, c_regs, compute // WARP_GROUP,
                                 producer_groups=producer // WARP_GROUP, pool=pool)
     if why is None and not p_regs <= entry <= c_regs:

@@ -54,6 +54,19 @@ def check_inputs(fusion, inputs) -> dict:
     return bindings
 
 
+def heuristic_info(fusion, inputs, device_props, alignment: int = 16):
+    """(a clone of `fusion`, the RuntimeInfo a heuristic reads for `inputs` on `device_props`),
+    the inputs described by their sizes and strides with `alignment`-byte data pointers: what
+    `explain` and the forced-heuristic sweeps schedule without launching."""
+    from ..schedule.schedulers.base import InputFacts, RuntimeInfo
+    bindings = check_inputs(fusion, inputs)
+    clone, mapping = fusion.clone()
+    cb = {mapping[id(k)]: v for k, v in bindings.items() if id(k) in mapping}
+    facts = tuple(InputFacts(tuple(x.shape), tuple(x.stride()), alignment)
+                  if isinstance(x, torch.Tensor) else None for x in inputs)
+    return clone, RuntimeInfo(cb, facts, device_props)
+
+
 def _extent_origins(fusion) -> dict:
     """Symbolic extent -> 'input k (Tn) dim d' where it is first bound."""
     out: dict = {}

@@ -1129,3 +1129,16 @@ def lowered_inner_persistent(name, M, N, dtype, feature: str, **changes):
     params = forced_inner_persistent(fd, inputs, feature, **changes)
     st, _, params, kernel = schedule_and_lower(fd, inputs, params=params, scheduler=ip)
     return fd, inputs, st, params, kernel
+
+
+def compile_clean(src: str):
+    """NVRTC-compile generated CUDA for sm_90a and assert a clean ptxas report: no spills, no
+    stack frame, no warning (ptxas' "setmaxnreg ignored" among them). Returns the report."""
+    import pytest
+    pytest.importorskip("cuda.bindings.nvrtc")
+    from pyfuser.runtime.nvrtc import compile_to_cubin
+    rep = compile_to_cubin(src, "k", arch="sm_90a").ptxas
+    assert (rep.spill_store_bytes, rep.spill_load_bytes, rep.stack_frame_bytes) == (0, 0, 0), \
+        rep.summary()
+    assert rep.warnings == (), rep.warnings
+    return rep

@@ -13,6 +13,7 @@ import pytest
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from kir_testing import compile_clean  # noqa: E402
 from kir_testing import (InterpreterError, empty_inputs, forced_inner_persistent,  # noqa: E402
                          interpret, lowered_inner_persistent, reference, schedule_and_lower,
                          setup)
@@ -176,16 +177,6 @@ def test_bulk_row_rules(sizes, strides, align, problem):
         assert any(problem in b for b in bad), bad
 
 
-def _compile(src):
-    pytest.importorskip("cuda.bindings.nvrtc")
-    from pyfuser.runtime.nvrtc import compile_to_cubin
-    rep = compile_to_cubin(src, "k", arch="sm_90a").ptxas
-    assert (rep.spill_store_bytes, rep.spill_load_bytes, rep.stack_frame_bytes) == (0, 0, 0), \
-        rep.summary()
-    assert rep.warnings == (), rep.warnings
-    return rep
-
-
 @pytest.mark.parametrize("name", FORWARD)
 @pytest.mark.parametrize("M,N", [(16384, 1024), (16384, 4096), (16384, 16384), (7, 5120)])
 def test_tma_kernels_compile_clean(name, M, N):
@@ -198,7 +189,7 @@ def test_tma_kernels_compile_clean(name, M, N):
     assert "pf::bulk_copy_g2s(" in src and "pf::mbarrier_wait_parity(" in src
     assert f"__launch_bounds__({k.launch.max_threads}, {p.blocks_per_sm})" in src
     assert k.launch.grid[0] == p.grid
-    _compile(src)
+    compile_clean(src)
 
 
 def test_tma_load_without_a_loop_is_refused():
@@ -238,4 +229,4 @@ def test_cluster_kernels(name, M, N):
     src = generate_cuda(k)
     assert src.count("pf::cluster_allreduce_row<") == n_reductions
     assert "pf::cluster_sync();" in src
-    _compile(src)
+    compile_clean(src)

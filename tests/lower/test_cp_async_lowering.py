@@ -17,6 +17,7 @@ import pytest
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from kir_testing import compile_clean  # noqa: E402
 from kir_testing import (InterpreterError, clone_bindings, empty_inputs,  # noqa: E402
                          forced_inner_persistent, interpret, lower_upto,
                          lowered_inner_persistent, reference, schedule_and_lower, setup)
@@ -367,14 +368,6 @@ def test_a_cp_async_load_left_as_a_tensor_op_is_refused_by_the_verifier():
 
 
 # NVRTC ------------------------------------------------------------------------------------
-def _compile(src):
-    pytest.importorskip("cuda.bindings.nvrtc")
-    from pyfuser.runtime.nvrtc import compile_to_cubin
-    rep = compile_to_cubin(src, "k", arch="sm_90a").ptxas
-    assert (rep.spill_store_bytes, rep.spill_load_bytes, rep.stack_frame_bytes) == (0, 0, 0), \
-        rep.summary()
-    assert rep.warnings == (), rep.warnings
-    return rep
 
 
 @pytest.mark.parametrize("name", FORWARD)
@@ -391,4 +384,4 @@ def test_cp_async_kernels_compile_clean(name, dtype, M, N, nbytes):
     assert "mbarrier" not in src[src.index('extern "C" __global__'):]
     assert f"__launch_bounds__({k.launch.max_threads}, {p.blocks_per_sm})" in src
     assert k.launch.grid[0] == p.grid
-    _compile(src)
+    compile_clean(src)

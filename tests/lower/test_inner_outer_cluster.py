@@ -10,6 +10,7 @@ import dataclasses
 import pytest
 import torch
 
+from kir_testing import compile_clean  # noqa: E402
 from kir_testing import empty_inputs, interpret, reference, schedule_and_lower, setup
 from pyfuser import catalogue
 from pyfuser.codegen.cuda import generate_cuda
@@ -87,14 +88,6 @@ def test_rows_beyond_the_largest_cluster_are_refused():
 
 
 # Lowering, CUDA and ptxas ------------------------------------------------------------------------
-def _compile(src):
-    pytest.importorskip("cuda.bindings.nvrtc")
-    from pyfuser.runtime.nvrtc import compile_to_cubin
-    rep = compile_to_cubin(src, "k", arch="sm_90a").ptxas
-    assert (rep.spill_store_bytes, rep.spill_load_bytes, rep.stack_frame_bytes) == (0, 0, 0), \
-        rep.summary()
-    assert rep.warnings == (), rep.warnings
-    return rep
 
 
 def _enclosing_parallel(kernel, target) -> list:
@@ -141,7 +134,7 @@ def test_cluster_kernels_lower_and_compile_without_spills(name, M, N, dtype):
     # The blocks of a cluster index their slice: blockIdx.y is bounded by C, so the slice
     # offsets need no predicate against N (predicates would cost registers here).
     assert f"(pf_bidy * {N // c})" in src and f") < {N}))" not in src
-    rep = _compile(src)
+    rep = compile_clean(src)
     print(f"{name} {dtype} {M}x{N}: C={c} G={p.grid} P={p.persistent_batch} bdimx={p.bdimx} "
           f"partials_in_shared={p.partials_in_shared}: {rep.summary()}")
 

@@ -14,13 +14,13 @@ import pytest
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from kir_testing import compile_clean  # noqa: E402
 from kir_testing import (InterpreterError, empty_inputs, interpret,  # noqa: E402
                          lowered_inner_persistent, reference, schedule_and_lower)
 from pyfuser import DataType, FusionDefinition, catalogue, options  # noqa: E402
 from pyfuser.codegen.cuda import generate_cuda  # noqa: E402
 from pyfuser.kir import nodes as K  # noqa: E402
 from pyfuser.kir.verifier import verify_kernel  # noqa: E402
-from pyfuser.runtime.nvrtc import compile_to_cubin  # noqa: E402
 from pyfuser.schedule.tma_rules import check_row_box, merged_rows  # noqa: E402
 
 FORWARD = ["rmsnorm_fwd", "layernorm_fwd", "softmax", "log_softmax", "add_rmsnorm_fwd"]
@@ -177,13 +177,6 @@ def test_rows_a_box_cannot_copy_fall_back_and_say_why():
     assert not _copies(k)
 
 
-def _compile(src):
-    rep = compile_to_cubin(src, "k", arch="sm_90a").ptxas
-    assert (rep.spill_store_bytes, rep.spill_load_bytes, rep.stack_frame_bytes) == (0, 0, 0), \
-        rep.summary()
-    assert rep.warnings == (), rep.warnings
-
-
 @pytest.mark.parametrize("variant", ["tma", "ws"])
 @pytest.mark.parametrize("name", FORWARD)
 @pytest.mark.parametrize("M,N", [(16384, 1024), (16384, 4096), (7, 5120), (2000, 12288)])
@@ -195,4 +188,4 @@ def test_tensor_map_kernels_compile_clean(variant, name, M, N):
     assert p.tensor_map and p.stages >= 2 and p.warp_specialized == (variant == "ws"), p.reason
     src = generate_cuda(k)
     assert "pf::tma_load_3d(" in src and "pf::bulk_copy_g2s(" not in src
-    _compile(src)
+    compile_clean(src)

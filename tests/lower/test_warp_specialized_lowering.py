@@ -15,6 +15,7 @@ import pytest
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from kir_testing import compile_clean  # noqa: E402
 from kir_testing import (InterpreterError, empty_inputs, forced_inner_persistent,  # noqa: E402
                          interpret, lowered_inner_persistent, reference, schedule_and_lower,
                          setup)
@@ -193,16 +194,6 @@ def test_verifier_rejects_a_grid_barrier_inside_a_role():
         verify_kernel(k, after="launch_config")
 
 
-def _compile(src):
-    pytest.importorskip("cuda.bindings.nvrtc")
-    from pyfuser.runtime.nvrtc import compile_to_cubin
-    rep = compile_to_cubin(src, "k", arch="sm_90a").ptxas
-    assert (rep.spill_store_bytes, rep.spill_load_bytes, rep.stack_frame_bytes) == (0, 0, 0), \
-        rep.summary()
-    assert rep.warnings == (), rep.warnings        # includes ptxas' "setmaxnreg ignored"
-    return rep
-
-
 @pytest.mark.parametrize("name", FORWARD)
 @pytest.mark.parametrize("M,N", [(16384, 1024), (16384, 4096), (4096, 5120), (4096, 12288),
                                  (16384, 16384)])
@@ -216,7 +207,7 @@ def test_ws_kernels_compile_clean(name, M, N):
     roles = k.warp_roles
     assert f"__launch_bounds__({roles.compute_threads + roles.producer_threads}, 1)" in src
     assert f"pf::setmaxnreg_inc<{roles.compute_registers}>();" in src
-    rep = _compile(src)
+    rep = compile_clean(src)
     # ptxas gives the entry count 65536 / threads (at most 255) that setmaxnreg moves.
     threads = roles.compute_threads + roles.producer_threads
     assert rep.registers == min(255, 65536 // threads) // 8 * 8, rep.summary()

@@ -24,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 
 from ... import options
+from ...kir.registers import default_register_split
 from ...ir.id_graph import IdGraph
 from ...ir.iter_domain import ParallelType as PT
 from ...ir.exprs import LoadKind
@@ -31,9 +32,10 @@ from ...ir.tensor import MemoryType, TensorView, WarpSpecialized
 from .. import (cache_after, cache_before, circular_buffer, inline_at, inline_most,
                 parallelize_like, propagate_transforms, rfactor, set_allocation_domain,
                 set_memory_type)
-from ..tma_rules import MAX_TX_BYTES, check_bulk_rows
+from ..tma_rules import MAX_TX_BYTES
 from .base import RuntimeInfo, SchedulerError, reduction_tensors, vector_inputs, vector_width
 from .inner_persistent import _project_to_inputs, persistent_batch
+from .inner_persistent import _tma_rows as tma_rows
 from .reduction import broadcast_back
 
 NAME = "inner_outer_persistent"
@@ -107,20 +109,14 @@ def _row_inputs(fusion) -> tuple:
 
 
 def _tma_rows(fusion, info: RuntimeInfo) -> tuple[tuple, list]:
-    """The row inputs ([M, N]) 1D bulk copies can load, and the rules the others break."""
-    rows, problems = [], []
+    """The row inputs ([M, N]) 1D bulk copies can load (inner_persistent's rules), and why the
+    others cannot."""
+    rows, problems = tma_rows(fusion, info, (1,))
     for k in _row_inputs(fusion):
         if len(fusion.inputs[k].domain.logical) != 2:
             problems.append(f"input {k} has size-1 dims besides its rows (its slot would need "
                             "their loops)")
-            continue
-        f = info.inputs[k]
-        bad = check_bulk_rows(f.sizes, f.strides, f.alignment, fusion.inputs[k].dtype.size)
-        if bad:
-            problems += [f"input {k}: {b}" for b in bad]
-        else:
-            rows.append(k)
-    return tuple(rows), problems
+    return rows, problems
 
 
 def warp_specialized_params(fusion, info: RuntimeInfo, p: InnerOuterParams
@@ -133,7 +129,6 @@ def warp_specialized_params(fusion, info: RuntimeInfo, p: InnerOuterParams
     block into registers). Compute warp groups are tried in WS_COMPUTE_THREADS order; a
     configuration is good when it keeps at least 2 stages and its register estimate fits
     what setmaxnreg can give the compute threads."""
-    from ...kir.registers import REGISTER_FILE
     n = p.row_extents[0]
     rows, problems = _tma_rows(fusion, info)
     if set(rows) != set(_row_inputs(fusion)) or not rows:
@@ -164,8 +159,7 @@ def warp_specialized_params(fusion, info: RuntimeInfo, p: InnerOuterParams
         y = compute // bdimx
         producer = WARP_GROUP if bdimx <= WARP_GROUP else bdimx
         total = compute + producer
-        entry = min(255, REGISTER_FILE // total) // 8 * 8
-        c_regs = min(240, (entry * total - 40 * producer) // compute // 8 * 8)
+        _, _, c_regs = default_register_split(compute, producer)
         stage_bytes = y * n * row_bytes
         # Stages: 3-4 were best in the sweep (2 lost 1-2%, 6-8 gained nothing).
         stages = min(WS_STAGES, budget // stage_bytes)
@@ -342,9 +336,8 @@ def tma_rows_params(fusion, info: RuntimeInfo, p: InnerOuterParams) -> tuple[Inn
         stages -= 1
     if per_sm * (stages * stage_bytes + TMA_SMEM_RESERVE) > info.device.shared_memory_per_sm:
         return p, f"register rows: {stages} stages of {stage_bytes} bytes do not fit"
-    grid = max(1, min(info.device.sm_count * per_sm, p.grid if p.grid else 1 << 30))
     return dataclasses.replace(p, stages=stages, prefetch=stages - 1, tma_inputs=rows,
-                               grid=min(grid, info.device.sm_count * per_sm)), (
+                               grid=info.device.sm_count * per_sm), (
         f"rows copied by TMA into {stages} stages, {per_sm} persistent block(s) per SM")
 
 
@@ -535,10 +528,6 @@ def schedule(fusion, p: InnerOuterParams) -> None:
         if pos is not None and cache.compute_at_pos > pos and not cache.domain.loop[pos].is_broadcast:
             inline_at(cache, pos)
     threads = p.bdimx * max(rows_y, 1)
-    # The block is the row split's threads (the weights' loops carry the same extent as a
-    # different runtime symbol, which would leave the block size unknown to lowering and the
-    # block reductions' shared workspace sized for 1024 threads).
-    fusion.launch_hints = {"grid_x": p.grid, "max_threads": threads, "cooperative": True,
-                           "block_x": p.bdimx, "block_y": max(rows_y, 1)}
+    fusion.launch_hints = {"grid_x": p.grid, "max_threads": threads, "cooperative": True}
     if cy:
         fusion.launch_hints["cluster"] = (1, p.cluster, 1)

@@ -408,11 +408,13 @@ def warp_specialized_variant(fusion, info: RuntimeInfo, p: InnerPersistentParams
 
 
 def _row_inputs(fusion) -> tuple:
-    """Inputs shaped like the rows (the reduction's rank) that the fusion reads."""
+    """Inputs shaped like the rows (the reduction's rank, no broadcast dim: a per-row scalar
+    such as a norm backward's rstd [M, 1] has no row to copy) that the fusion reads."""
     rank = len(reduction_tensors(fusion)[0].domain.maybe_root)
     return tuple(k for k, v in enumerate(fusion.inputs)
                  if isinstance(v, TensorView) and fusion.uses_of(v)
-                 and len(v.domain.logical) == rank)
+                 and len(v.domain.logical) == rank
+                 and not any(i.is_broadcast for i in v.domain.logical))
 
 
 def _tma_rows(fusion, info: RuntimeInfo, rpos, tensor_map: bool = False) -> tuple[tuple, list]:
@@ -610,8 +612,8 @@ def schedule(fusion, p: InnerPersistentParams) -> None:
         launch["cluster"] = (1, p.cluster, 1)
     if p.grid:
         launch["grid_x"] = p.grid
-    threads = -(-p.bdimx // 32) * 32 * p.bdimy
-    launch["max_threads"] = threads
+    launch["max_threads"] = p.bdimx * p.bdimy     # the block's threads (a static block)
+    threads = -(-p.bdimx // 32) * 32 * p.bdimy    # in whole warps
     # Two resident 512-thread blocks per SM (64 registers each): with one block per SM a row's
     # reduction and stores leave the memory idle (layernorm 16384 at 80 registers: 74% of
     # copy). Smaller blocks already fit several per SM; longer rows need their registers.
