@@ -7,6 +7,8 @@ PYFUSER_ENABLE    comma list of optional features to force on  (e.g. ws_normaliz
 PYFUSER_DISABLE   comma list of features to force off          (e.g. tma_inner_persistent)
 PYFUSER_DUMP_DIR  write dumps to files in this folder instead of stderr
 PYFUSER_CACHE_DIR the on-disk kernel cache (default ~/.cache/pyfuser)
+PYFUSER_DEVICE    the device-table entry kernels are scheduled for when there is no live GPU to
+                  ask: `interpret` runs (default h100-4sm, the H100 with 4 SMs) and `explain`
 PYFUSER_DISABLE_DISK_CACHE=1  compile in memory only
 
 The same settings can be given per call: `fd.execute(inputs, options={"dump": ["cuda"],
@@ -40,6 +42,8 @@ FEATURES = {
                        "reuse) instead of ld.global.nc",
     "poison_outputs": "fill outputs with NaN (or -1) before each launch, so tests see unwritten "
                       "elements",
+    "interpret": "run the generated kernels on CPU tensors with the kernel-IR interpreter "
+                 "(runtime/interpreter.py) instead of the reference evaluator",
 }
 
 
@@ -55,6 +59,7 @@ class Options:
     dump_dir: str | None = None
     cache_dir: str | None = None
     disk_cache: bool = True
+    device: str | None = None       # a device-table entry (PYFUSER_DEVICE)
     # A heuristic dataclass to use instead of the scheduler's own choice (same scheduler only):
     # how users force a schedule, and how sweeps measure alternatives.
     heuristic: object = None
@@ -113,6 +118,7 @@ def from_environment(environ=None) -> Options:
         cache_dir=env.get("PYFUSER_CACHE_DIR") or None,
         disk_cache=env.get("PYFUSER_DISABLE_DISK_CACHE", "0").strip().lower()
         not in ("1", "true", "yes", "on"),
+        device=env.get("PYFUSER_DEVICE", "").strip().lower() or None,
     )
 
 

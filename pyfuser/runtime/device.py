@@ -21,6 +21,7 @@ __all__ = [
     "query_device",
     "get_device_properties",
     "cuda_available",
+    "supported_arch",
     "driver",
     "check",
     "result_name",
@@ -88,7 +89,19 @@ DEVICE_TABLE: dict[str, DeviceProperties] = {
     ),
 }
 
+# The H100's per-SM limits on 4 SMs: what `interpret` schedules for by default, so that
+# persistent and cooperative grids stay small enough to run on the CPU.
+DEVICE_TABLE["h100-4sm"] = dataclasses.replace(DEVICE_TABLE["h100"], name="H100 (4 SMs)",
+                                               sm_count=4)
+
 DEFAULT_DEVICE = "h100"
+INTERPRET_DEVICE = "h100-4sm"
+
+
+def supported_arch(props: DeviceProperties) -> bool:
+    """Whether pyfuser generates kernels for this device: its compute capability has an entry
+    in the table (every heuristic is tuned on, and every kernel written for, those chips)."""
+    return any(e.compute_capability == props.compute_capability for e in DEVICE_TABLE.values())
 
 
 # ---------------------------------------------------------------------------------------------

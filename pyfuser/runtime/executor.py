@@ -9,23 +9,32 @@ Slow path (a new signature): check_inputs, pick the scheduler (once per fusion),
 heuristic, and reuse a compiled kernel whose heuristic is equal (kernels are shared across shapes)
 or schedule a clone of the fusion, lower, generate CUDA and compile it.
 Fusions no scheduler takes, and inputs not on a CUDA device, run through the reference evaluator
-(with a warning for the former); RunInfo says what ran.
+(with a warning for the former); RunInfo says what ran. With `interpret` enabled, CPU inputs run
+the generated kernels on the kernel-IR interpreter instead (scheduled for a device-table entry,
+PYFUSER_DEVICE, by default the H100 with 4 SMs).
+
+No internal error reaches the caller: a scheduling, lowering, code generation or compilation
+failure on a fusion a scheduler accepted is a pyfuser bug, so the fusion runs through the
+reference evaluator with a FallbackWarning that says so (RunInfo.internal_error holds the error;
+PYFUSER_DISABLE=reference_fallback raises it instead).
 """
 from __future__ import annotations
 
 import dataclasses
+import traceback
 import warnings
 
 from .. import options as opts
 from ..ir import scalar as S
 from ..schedule.schedulers import registry
 from ..schedule.schedulers.base import InputFacts, RuntimeInfo, SchedulerError
-from .inputs import check_inputs, output_strides
+from .inputs import InputError, check_inputs, output_strides
 from .reference import evaluate
 
 
 class FallbackWarning(UserWarning):
-    """A fusion ran through the reference evaluator because no scheduler took it."""
+    """A fusion ran through the reference evaluator instead of generated kernels (RunInfo.reason
+    says why)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,6 +51,13 @@ class RunInfo:
     # backward: written once, read once), beside the fusion's own inputs and outputs.
     workspace_bytes: int = 0
     clusters: tuple = ()           # each kernel's launch cluster dims, None without clusters
+    # Where the kernels ran: "cuda" (the GPU) or "interpreter" (the kernel-IR interpreter on the
+    # CPU); "" for the reference evaluator.
+    backend: str = ""
+    # For a reference run forced by a pyfuser bug (scheduling, lowering, codegen, NVRTC): the
+    # error, "Type: message", and its traceback. The fuzzer counts these as failures.
+    internal_error: str = ""
+    traceback: str = dataclasses.field(default="", repr=False, compare=False)
 
 
 def _alignment(ptr: int) -> int:
@@ -136,6 +152,49 @@ class _ReferencePlan:
         return evaluate(self.fusion, list(inputs), extent_bindings=bindings)
 
 
+@dataclasses.dataclass(frozen=True)
+class _Target:
+    """Where a plan's kernels run: the device properties heuristics read, the torch device of
+    the outputs, and whether the kernel-IR interpreter runs them (CPU tensors)."""
+
+    props: object
+    device: object
+    interpret: bool = False
+
+
+class _EmptyPlan:
+    """Every output has no element: nothing to launch (a kernel would index empty inputs,
+    whose data pointers may be null), only outputs of the right shape to allocate."""
+
+    def __init__(self, fusion, out_sizes, target, run_info):
+        import torch
+
+        from ..ir.dtype import to_torch
+        self.specs = [(tuple(sz), tuple(output_strides(o, sz)), to_torch(o.dtype))
+                      for o, sz in zip(fusion.outputs, out_sizes)]
+        self.device = target.device
+        self.run_info = run_info
+        self._torch = torch
+
+    def run(self, inputs):
+        return [self._torch.empty_strided(sz, st, dtype=dt, device=self.device)
+                for sz, st, dt in self.specs]
+
+
+class _InterpretPlan:
+    """The generated kernel run by the kernel-IR interpreter on CPU tensors."""
+
+    def __init__(self, fusion, fk, run_info):
+        self.fusion = fusion
+        self.fk = fk
+        self.run_info = run_info
+
+    def run(self, inputs):
+        from .interpreter import Interpreter
+        bindings = check_inputs(self.fusion, inputs)
+        return Interpreter(self.fk.kernel, self.fk.bind(bindings)).run(list(inputs))
+
+
 class FusionExecutorCache:
     def __init__(self, fusion, name: str = "fusion"):
         self.fusion = fusion
@@ -181,36 +240,84 @@ class FusionExecutorCache:
     # Plans -------------------------------------------------------------------------------------
     def _make_plan(self, inputs, options):
         import torch
+        from .device import INTERPRET_DEVICE, get_device_properties, supported_arch
         bindings = check_inputs(self.fusion, inputs)
         opts.dump("fusion_ir", self.name, repr(self.fusion))
         tensors = [x for x in inputs if isinstance(x, torch.Tensor)]
-        on_gpu = bool(tensors) and all(t.is_cuda for t in tensors)
-        if not on_gpu:
-            info = RunInfo("reference", (), 0, "inputs are not on a CUDA device")
-            return _ReferencePlan(self.fusion, info)
+        if options.is_enabled("interpret"):
+            on = sorted({str(t.device) for t in tensors if t.device.type != "cpu"})
+            if on:
+                raise InputError(f"{self.name}: `interpret` runs the generated kernels on CPU "
+                                 f"tensors, but inputs are on {', '.join(on)}; pass CPU tensors "
+                                 "or drop `interpret` to run on the GPU")
+            target = _Target(get_device_properties(options.device or INTERPRET_DEVICE),
+                             torch.device("cpu"), interpret=True)
+        elif not (tensors and all(t.is_cuda for t in tensors)):
+            return _ReferencePlan(self.fusion, RunInfo(
+                "reference", (), 0, "inputs are not on a CUDA device (PYFUSER_ENABLE=interpret "
+                "runs the generated kernels on CPU tensors)"))
+        else:
+            device = tensors[0].device
+            props = get_device_properties(device.index or 0)
+            if not supported_arch(props):
+                return self._fallback(f"no kernels for {props.name} (sm_{props.major}"
+                                      f"{props.minor}): pyfuser generates kernels for sm_90 "
+                                      "(H100, H200) only")
+            target = _Target(props, device)
+        out_sizes = self._output_sizes(bindings)
+        if all(any(s == 0 for s in sz) for sz in out_sizes):
+            return _EmptyPlan(self.fusion, out_sizes, target, RunInfo(
+                "kernels", (), 0, "every output is empty: nothing to launch",
+                backend="interpreter" if target.interpret else "cuda"))
         if self._choice is None:
             self._choice = registry.choose(self.fusion)
         choice = self._choice
         if choice.scheduler is None:
+            return self._fallback(choice.reason)
+        return self._guarded_kernel_plan(inputs, bindings, choice, target, options)
+
+    def _guarded_kernel_plan(self, inputs, bindings, choice, target, options):
+        """The kernel plan, or the reference plan with a FallbackWarning when the heuristic
+        refuses these inputs or building the kernel fails (a pyfuser bug, reported as one)."""
+        if options.heuristic is not None:       # the caller forced a schedule: its errors are theirs
+            return self._kernel_plan(inputs, bindings, choice, target)
+        try:
+            return self._kernel_plan(inputs, bindings, choice, target)
+        except SchedulerError as e:             # the heuristic refuses these inputs
+            return self._fallback(str(e))
+        except InputError:
+            raise
+        except Exception as e:                  # a pyfuser bug: never the user's problem
             if options.is_enabled("reference_fallback") is False:
-                raise RuntimeError(f"{self.name}: {choice.reason}; the reference fallback is "
-                                   "disabled (PYFUSER_DISABLE=reference_fallback)")
-            warnings.warn(f"{self.name}: {choice.reason}; running the reference evaluator",
-                          FallbackWarning, stacklevel=4)
-            return _ReferencePlan(self.fusion, RunInfo("reference", (), 0, choice.reason))
-        return self._kernel_plan(inputs, bindings, choice, tensors[0].device)
+                raise
+            what = f"{type(e).__name__}: {e}"
+            return self._fallback(f"internal error in the {choice.scheduler.NAME} scheduler's "
+                                  f"kernel ({what})", internal_error=what,
+                                  tb=traceback.format_exc())
 
-    def _kernel_plan(self, inputs, bindings, choice, device):
+    def _fallback(self, reason: str, internal_error: str = "", tb: str = ""):
+        """The reference plan, with a FallbackWarning (or an error where fallbacks are off)."""
+        if opts.current().is_enabled("reference_fallback") is False:
+            raise RuntimeError(f"{self.name}: {reason}; the reference fallback is disabled "
+                               "(PYFUSER_DISABLE=reference_fallback)")
+        warnings.warn(f"{self.name}: {reason}; running the reference evaluator",
+                      FallbackWarning, stacklevel=5)
+        return _ReferencePlan(self.fusion, RunInfo("reference", (), 0, reason,
+                                                   internal_error=internal_error, traceback=tb))
+
+    def _output_sizes(self, bindings) -> list:
+        return [[int(S.evaluate(i.user_extent if i.is_broadcast else i.extent, dict(bindings)))
+                 for i in o.domain.logical_no_reductions] for o in self.fusion.outputs]
+
+    def _kernel_plan(self, inputs, bindings, choice, target):
         import torch
-        from .device import get_device_properties
 
-        dev_props = get_device_properties(device.index or 0)
         clone, mapping = self.fusion.clone()
         clone_bindings = {mapping[id(k)]: v for k, v in bindings.items() if id(k) in mapping}
         facts = tuple(
             InputFacts(tuple(x.shape), tuple(x.stride()), _alignment(x.data_ptr()))
             if isinstance(x, torch.Tensor) else None for x in inputs)
-        info = RuntimeInfo(clone_bindings, facts, dev_props)
+        info = RuntimeInfo(clone_bindings, facts, target.props)
         sched = choice.scheduler
         forced = opts.current().heuristic
         if forced is not None:
@@ -220,16 +327,8 @@ class FusionExecutorCache:
                                 f"fit the {sched.NAME} scheduler, which takes {expected.__name__}")
             params = forced
         else:
-            try:
-                params = sched.compute_heuristics(clone, info)
-            except SchedulerError as e:
-                if opts.current().is_enabled("reference_fallback") is False:
-                    raise
-                warnings.warn(f"{self.name}: {e}; running the reference evaluator",
-                              FallbackWarning, stacklevel=5)
-                return _ReferencePlan(self.fusion, RunInfo("reference", (), 0, str(e)))
-        out_sizes = [[int(S.evaluate(i.user_extent if i.is_broadcast else i.extent, dict(bindings)))
-                      for i in o.domain.logical_no_reductions] for o in self.fusion.outputs]
+            params = sched.compute_heuristics(clone, info)
+        out_sizes = self._output_sizes(bindings)
         index_type = index_type_for([x for x in inputs if isinstance(x, torch.Tensor)])
         for sz in out_sizes:
             n = 1
@@ -237,9 +336,15 @@ class FusionExecutorCache:
                 n *= max(s, 1)
             if n >= 2 ** 31 - 1:
                 index_type = "int64"
-        fk = self._kernel_for(sched, params, index_type, clone, mapping)
+        fk = self._kernel_for(sched, params, index_type, clone, mapping, compile_now=not target.interpret)
         self._check_vector_widths(fk, inputs)
         self._check_bulk_rows(fk, inputs)
+        if target.interpret:
+            return _InterpretPlan(self.fusion, fk, RunInfo(
+                "kernels", (fk.scheduler,), 1, choice.reason, (fk.params,), (fk.name,),
+                clusters=(tuple(fk.kernel.launch.cluster) if fk.kernel.launch.cluster else None,),
+                backend="interpreter"))
+        device = target.device
         fit = self._resident_blocks(fk, bindings, device)
         # Blocks launched per blockIdx.x: the blocks of a cluster along y (norm backward).
         launched, _ = fk.launch_dims(fk.bind(bindings))
@@ -254,15 +359,16 @@ class FusionExecutorCache:
             fk = self._kernel_for(sched, params, index_type, clone, mapping)
         return self._plan_for(fk, inputs, bindings, out_sizes, device, choice)
 
-    def _kernel_for(self, sched, params, index_type, clone, mapping):
-        kkey = (sched.NAME, params, index_type)
+    def _kernel_for(self, sched, params, index_type, clone, mapping, compile_now=True):
+        kkey = (sched.NAME, params, index_type, compile_now)
         reuse = opts.current().is_enabled("kernel_reuse") is not False
         fk = self._kernels.get(kkey) if reuse else None
         if fk is None:
             from .fusion_kernel import build_kernel
             name = f"{self.name}_{sched.NAME}_{self._kernel_count}"
             self._kernel_count += 1
-            fk = build_kernel(clone, sched, params, index_type, name, clone_of=mapping)
+            fk = build_kernel(clone, sched, params, index_type, name, clone_of=mapping,
+                              compile_now=compile_now)
             self._kernels[kkey] = fk
         return fk
 
@@ -381,7 +487,7 @@ class FusionExecutorCache:
                 raise RuntimeError(f"unknown parameter source {src}")
         cluster = fk.kernel.launch.cluster
         info = RunInfo("kernels", (fk.scheduler,), 1, choice.reason, (fk.params,), (fk.name,),
-                       workspace_bytes, (tuple(cluster) if cluster else None,))
+                       workspace_bytes, (tuple(cluster) if cluster else None,), backend="cuda")
         return _KernelPlan(fk, device, grid, block, values, ptr_slots, scalar_slots, out_specs,
                            info, poison=bool(opts.current().is_enabled("poison_outputs")),
                            tmap_slots=tmap_slots)

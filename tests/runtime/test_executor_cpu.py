@@ -99,8 +99,10 @@ class _Launchless:
         ex = fd._executor
         bindings = check_inputs(fd.fusion, inputs)
         choice = registry.choose(fd.fusion)
+        from pyfuser.runtime.executor import _Target
+        target = _Target(device_mod.DEVICE_TABLE["h100"], torch.device("cuda", 0))
         with opts.override(options):
-            return ex._kernel_plan(inputs, bindings, choice, torch.device("cuda", 0))
+            return ex._guarded_kernel_plan(inputs, bindings, choice, target, opts.current())
 
 
 def test_equal_heuristics_share_one_kernel(monkeypatch):
