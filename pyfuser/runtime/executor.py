@@ -28,7 +28,7 @@ from .. import options as opts
 from ..ir import scalar as S
 from ..schedule.schedulers import registry
 from ..schedule.schedulers.base import InputFacts, RuntimeInfo, SchedulerError
-from .inputs import InputError, check_inputs, output_strides
+from .inputs import InputError, check_inputs, empty_reductions, output_strides
 from .reference import evaluate
 
 
@@ -269,6 +269,13 @@ class FusionExecutorCache:
             return _EmptyPlan(self.fusion, out_sizes, target, RunInfo(
                 "kernels", (), 0, "every output is empty: nothing to launch",
                 backend="interpreter" if target.interpret else "cuda"))
+        if 0 in bindings.values() and empty_reductions(self.fusion, bindings):
+            # Sums of no elements: the outputs are functions of the reductions' start values,
+            # cheap to compute; a kernel would have loops of no iterations (and persistent ones
+            # a row length of 0 that their constant splits cannot express).
+            return _ReferencePlan(self.fusion, RunInfo(
+                "reference", (), 0, "a reduction over a dim of size 0 (nothing to reduce): the "
+                "reference evaluator computes the outputs"))
         if self._choice is None:
             self._choice = registry.choose(self.fusion)
         choice = self._choice

@@ -51,7 +51,50 @@ def check_inputs(fusion, inputs) -> dict:
         if va != vb:
             raise InputError(f"sizes do not match at {where}: {_describe(a, va, origins)} but "
                              f"{_describe(b, vb, origins)}")
+    if 0 in bindings.values():
+        _check_empty_reductions(fusion, bindings, origins)
     return bindings
+
+
+def _check_empty_reductions(fusion, bindings: dict, origins: dict) -> None:
+    """A max or min over a dim of size 0 has no value (no identity element to return): where
+    that value reaches an output element, torch raises (`amax(): Expected reduction dim 1 to
+    have non-zero size`), and so does pyfuser, instead of returning the -inf / +inf its kernels
+    start from. A sum over a dim of size 0 is 0, as in torch."""
+    from ..ir.exprs import ReductionOpType
+    for e, tv, d, extent in empty_reductions(fusion, bindings):
+        if e.op != ReductionOpType.Sum:
+            raise InputError(
+                f"{e.op.value} over a dim of size 0: T{tv.name} reduces dim {d} of "
+                f"T{e.inputs[0].name}, {_describe(extent, 0, origins)}; a {e.op.value} of no "
+                "elements has no value (torch raises here too)")
+
+
+def empty_reductions(fusion, bindings: dict) -> list:
+    """(ReductionOp, its output, dim, extent) for each reduction over a dim of size 0 whose
+    result reaches an output element. A value reaches outputs only through tensors with
+    elements: the row max of a softmax of [4, 0] rows reduces nothing, but meets only empty
+    tensors after it (torch's softmax is an empty tensor too)."""
+    from ..ir.exprs import ReductionOp
+
+    def has_elements(tv) -> bool:
+        return all(S.evaluate(i.user_extent if i.is_broadcast else i.extent, bindings) != 0
+                   for i in tv.domain.logical_no_reductions)
+
+    found = []
+    stack = [o for o in fusion.outputs if has_elements(o)]
+    seen = set()
+    while stack:
+        tv = stack.pop()
+        e = tv.definition
+        if e is None or id(tv) in seen:
+            continue
+        seen.add(id(tv))
+        if isinstance(e, ReductionOp):
+            found += [(e, tv, d, i.extent) for d, i in enumerate(tv.domain.maybe_root)
+                      if i.is_reduction and S.evaluate(i.extent, bindings) == 0]
+        stack.extend(v for v in e.inputs if isinstance(v, TensorView) and has_elements(v))
+    return found
 
 
 def heuristic_info(fusion, inputs, device_props, alignment: int = 16):
@@ -105,19 +148,23 @@ def check_tensor(k: int, v: TensorView, x: torch.Tensor, bindings: dict) -> None
     if x.dim() != len(logical):
         raise InputError(f"{name} has {x.dim()} dims, the definition says {len(logical)}")
     sizes, strides = x.shape, x.stride()
+    # A tensor with a dim of size 0 holds no element: no stride addresses anything, so every
+    # layout is valid (torch gives such tensors arbitrary strides, e.g. (1, 1) for [4, 0]).
+    empty = 0 in sizes
     for d, (i, size) in enumerate(zip(logical, sizes)):
         if i.is_broadcast:
             if i.expanded_extent is None and size != 1:
                 raise InputError(f"{name} dim {d} has size {size}; it was defined as a broadcast "
                                  "dim of size 1")
             if i.expanded_extent is not None:
-                if size != 1 and strides[d] != 0:
+                if size != 1 and strides[d] != 0 and not empty:
                     raise InputError(f"{name} dim {d} has stride {strides[d]}; it was defined as "
                                      "an expanded broadcast (stride 0)")
                 _bind(name, d, i.expanded_extent, size, bindings)
             continue
         _bind(name, d, i.extent, size, bindings)
-    _check_layout(name, v, sizes, strides)
+    if not empty:
+        _check_layout(name, v, sizes, strides)
 
 
 def _bind(name: str, d: int, extent: Scalar, size: int, bindings: dict) -> None:
@@ -171,6 +218,14 @@ def tensor_descriptor(sizes, strides):
     n = len(sizes)
     if any(s < 0 for s in strides):
         raise InputError(f"negative strides {tuple(strides)} are not supported")
+    if 0 in sizes:
+        # No element, so the strides say nothing (torch gives [4, 0] the strides (1, 1)):
+        # describe the dense row-major layout, the one torch allocates for these sizes.
+        strides = [0] * n
+        acc = 1
+        for d in range(n - 1, -1, -1):
+            strides[d] = acc
+            acc *= max(sizes[d], 1)
     is_bcast = [sizes[d] == 1 or strides[d] == 0 for d in range(n)]
     expanded = [strides[d] == 0 and sizes[d] != 1 for d in range(n)]
     # Dense dims in stride order (ties keep logical order); broadcast dims keep their logical
@@ -184,7 +239,7 @@ def tensor_descriptor(sizes, strides):
             contiguity.append(None)
             continue
         inner = next((e for e in order[k + 1:] if not is_bcast[e]), None)
-        want = 1 if inner is None else strides[inner] * sizes[inner]
+        want = 1 if inner is None else strides[inner] * max(sizes[inner], 1)
         contiguity.append(strides[d] == want)
     stride_order = None
     if order != list(range(n)):
