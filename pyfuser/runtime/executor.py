@@ -28,7 +28,7 @@ from .. import options as opts
 from ..ir import scalar as S
 from ..schedule.schedulers import registry
 from ..schedule.schedulers.base import InputFacts, RuntimeInfo, SchedulerError
-from .inputs import InputError, check_inputs, empty_reductions, output_strides
+from .inputs import InputError, check_inputs, empty_reductions, not_a_list, output_strides
 from .reference import evaluate
 
 
@@ -214,6 +214,8 @@ class FusionExecutorCache:
         return self._run(inputs, opts.current())
 
     def _run(self, inputs, options):
+        if not isinstance(inputs, (list, tuple)):      # before _key iterates them
+            raise not_a_list(self.fusion, inputs)
         key = self._key(inputs, options)
         plan = self._plans.get(key)
         if plan is None:

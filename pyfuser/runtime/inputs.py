@@ -22,9 +22,32 @@ def _name(k: int, v) -> str:
     return f"input {k} (T{v.name})" if isinstance(v, TensorView) else f"input {k} (scalar {v.symbol or v.name})"
 
 
+def not_a_list(fusion, inputs) -> InputError:
+    """The error for `inputs` that are not a list or tuple. A tensor would be iterated by rows
+    (a rank-1 fusion given a [1, 4] tensor would run on its row 0), a generator consumed by a
+    first pass: neither is taken."""
+    import types
+    n = len(fusion.inputs)
+    names = ", ".join(f"T{v.name}" if isinstance(v, TensorView) else f"scalar {v.symbol or v.name}"
+                      for v in fusion.inputs)
+    example = "fd.execute([" + ", ".join(f"x{k}" for k in range(n)) + "])"
+    if isinstance(inputs, torch.Tensor):
+        got = (f"a torch.Tensor of shape {tuple(inputs.shape)} (wrap even a single input in a "
+               "list: fd.execute([x]))")
+    elif isinstance(inputs, (types.GeneratorType, map, filter, zip)) or (
+            hasattr(inputs, "__next__") and hasattr(inputs, "__iter__")):
+        got = f"an iterator ({type(inputs).__name__}); pass list(...) of it"
+    else:
+        got = f"a {type(inputs).__name__}"
+    return InputError(f"inputs must be a list or tuple of the fusion's {n} input"
+                      f"{'s' if n != 1 else ''} ({names}), in order, e.g. {example}; got {got}")
+
+
 def check_inputs(fusion, inputs) -> dict:
-    """Validate `inputs` and return the bindings Scalar -> int of every symbolic extent."""
-    inputs = list(inputs)
+    """Validate `inputs` (a list or tuple) and return the bindings Scalar -> int of every
+    symbolic extent."""
+    if not isinstance(inputs, (list, tuple)):
+        raise not_a_list(fusion, inputs)
     if len(inputs) != len(fusion.inputs):
         k = min(len(inputs), len(fusion.inputs))
         what = (f"{_name(k, fusion.inputs[k])} is missing" if len(inputs) < len(fusion.inputs)

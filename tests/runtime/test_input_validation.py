@@ -221,6 +221,66 @@ def test_scalar_input_accepts_python_numbers(calls):
     torch.testing.assert_close(fd.execute([x, 0.5])[0], x * 0.5)
 
 
+# The inputs argument itself ----------------------------------------------------------------------
+def _rank1():
+    with FusionDefinition() as fd:
+        x = fd.define_tensor([-1])
+        fd.add_output(fd.ops.neg(x))
+    return fd
+
+
+def test_a_bare_tensor_is_not_read_as_its_rows(calls):
+    """A [1, 4] tensor iterated gives its row 0, a [4] tensor: the same signature as a cached
+    plan of [x]. It is refused, after a good call too (the cached path)."""
+    fd = _rank1()
+    x = torch.randn(4)
+    torch.testing.assert_close(fd.execute([x])[0], -x)
+    calls.clear()
+    _rejects(fd, x[None], calls, "inputs must be a list or tuple of the fusion's 1 input (T0), "
+                                 "in order, e.g. fd.execute([x0]); got a torch.Tensor of shape "
+                                 "(1, 4) (wrap even a single input in a list: fd.execute([x]))")
+    _rejects(fd, x, calls, "got a torch.Tensor of shape (4,)")
+
+
+@pytest.mark.parametrize("make, got", [
+    (lambda ins: (t for t in ins), "got an iterator (generator); pass list(...) of it"),
+    (lambda ins: iter(ins), "got an iterator (list_iterator)"),
+    (lambda ins: map(lambda t: t, ins), "got an iterator (map)"),
+    (lambda ins: dict(enumerate(ins)), "got a dict"),
+    (lambda ins: None, "got a NoneType"),
+])
+def test_inputs_other_than_a_list_or_tuple_are_refused(calls, make, got):
+    fd = _fusion()
+    _rejects(fd, make(_good()), calls, "inputs must be a list or tuple of the fusion's 4 inputs "
+                                       "(T0, T1, T2, scalar s0), in order, e.g. "
+                                       "fd.execute([x0, x1, x2, x3]); " + got)
+    assert fd._executor._plans == {}
+
+
+def test_a_tuple_is_taken(calls):
+    fd = _fusion()
+    inputs = _good()
+    (out,) = fd.execute(tuple(inputs))
+    torch.testing.assert_close(out, (inputs[0] + inputs[1] + inputs[2]) * 2.0)
+
+
+# A refused call caches nothing ---------------------------------------------------------------------
+@pytest.mark.parametrize("path", [None, {"enable": ["interpret"]}])
+def test_a_refused_call_caches_nothing_and_a_correct_one_runs(calls, path):
+    fd = _fusion()
+    bad = _good()
+    bad[2] = torch.randn(5, 6)                           # sizes do not match at add dim 0
+    for _ in range(2):                                   # the second call: no cached plan either
+        with pytest.raises(InputError, match="sizes do not match"):
+            fd.execute(bad, options=path)
+        assert fd._executor._plans == {} and fd._executor.kernels() == []
+    assert calls == []
+    inputs = _good()
+    (out,) = fd.execute(inputs, options=path)
+    torch.testing.assert_close(out, (inputs[0] + inputs[1] + inputs[2]) * 2.0)
+    assert len(fd._executor._plans) == 1
+
+
 # fd.from_pytorch ------------------------------------------------------------------------------
 LAYOUTS = {
     "permuted": lambda: torch.randn(4, 5, 6).permute(2, 0, 1),
