@@ -68,18 +68,62 @@ def check_inputs(fusion, inputs) -> dict:
             raise InputError(f"{_name(k, v)} is on {x.device} but input 0 is on {device}; "
                              "all tensors must be on one device")
         check_tensor(k, v, x, bindings)
-    origins = _extent_origins(fusion)
     for a, b, where in fusion.extent_equalities:
         va, vb = S.evaluate(a, bindings), S.evaluate(b, bindings)
         if va != vb:
-            raise InputError(f"sizes do not match at {where}: {_describe(a, va, origins)} but "
-                             f"{_describe(b, vb, origins)}")
+            raise InputError(_mismatch(fusion, where, a, va, b, vb, bindings))
     if 0 in bindings.values():
-        _check_empty_reductions(fusion, bindings, origins)
+        _check_empty_reductions(fusion, bindings)
     return bindings
 
 
-def _check_empty_reductions(fusion, bindings: dict, origins: dict) -> None:
+def _mismatch(fusion, where: str, a, va, b, vb, bindings: dict) -> str:
+    """Two extents an op requires equal differ: what differs, and how to define a broadcast.
+    pyfuser decides broadcasts when the fusion is defined, not from run-time sizes: a dim
+    defined -1 never broadcasts, even where torch would broadcast it (size 1)."""
+    sources = _extent_sources(fusion)
+    origins = {e: f"{_name(k, v)} dim {d}" for e, (k, v, d) in sources.items()}
+    msg = f"sizes do not match at {where}: {_describe(a, va, origins)} but {_describe(b, vb, origins)}"
+    one = a if va == 1 else b if vb == 1 else None
+    if one is not None and one in sources:
+        k, v, d = sources[one]
+        shape = _defined_shape(v)
+        shape[d] = 1
+        return (f"{msg}. {_name(k, v)} dim {d} was defined with size -1, so it does not broadcast "
+                "at run time as torch would broadcast a dim of size 1; define it as a broadcast "
+                f"dim: shape={shape} in define_tensor (or fd.from_pytorch of a tensor of that "
+                "shape), or make the broadcast in the fusion with fd.ops.broadcast_in_dim")
+    hint = ""
+    if a in sources and b in sources:
+        # A rank-1 input lined up with the last dim of a wider one, whose size matches another
+        # dim of it (a [4] bias against [4, 5] rows): name the broadcast_in_dim that places it.
+        for (k, v, _), (_, w, _) in ((sources[a], sources[b]), (sources[b], sources[a])):
+            size = bindings.get(v.domain.logical[0].extent) if len(v.domain.logical) == 1 else None
+            dims = [c for c, i in enumerate(w.domain.logical)
+                    if not i.is_broadcast and S.evaluate(i.extent, bindings) == size]
+            if size is not None and len(w.domain.logical) > 1 and len(dims) == 1:
+                hint = (f" (for {_name(k, v)} along dim {dims[0]} of T{w.name}: "
+                        f"fd.ops.broadcast_in_dim(T{v.name}, {_defined_shape(w)}, [{dims[0]}]))")
+                break
+    return (f"{msg}. Operands line up from their last dim, as in torch; a dim broadcasts only "
+            "where the definition says so: a dim of size 1 in define_tensor (shape=[..., 1]), "
+            f"fd.ops.broadcast_in_dim(x, shape, broadcast_dims) to place x's dims among more{hint}, "
+            "or an input defined with expanded=[...] (stride 0)")
+
+
+def _defined_shape(v: TensorView) -> list:
+    """The `shape` define_tensor was given for input `v`: -1 symbolic, 1 broadcast, or the
+    static size (an expanded broadcast is -1)."""
+    out = []
+    for i in v.domain.logical:
+        if i.is_broadcast:
+            out.append(-1 if i.expanded_extent is not None else 1)
+        else:
+            out.append(i.extent.value if i.extent.value is not None else -1)
+    return out
+
+
+def _check_empty_reductions(fusion, bindings: dict) -> None:
     """A max or min over a dim of size 0 has no value (no identity element to return): where
     that value reaches an output element, torch raises (`amax(): Expected reduction dim 1 to
     have non-zero size`), and so does pyfuser, instead of returning the -inf / +inf its kernels
@@ -87,6 +131,7 @@ def _check_empty_reductions(fusion, bindings: dict, origins: dict) -> None:
     from ..ir.exprs import ReductionOpType
     for e, tv, d, extent in empty_reductions(fusion, bindings):
         if e.op != ReductionOpType.Sum:
+            origins = _extent_origins(fusion)
             raise InputError(
                 f"{e.op.value} over a dim of size 0: T{tv.name} reduces dim {d} of "
                 f"T{e.inputs[0].name}, {_describe(extent, 0, origins)}; a {e.op.value} of no "
@@ -133,16 +178,21 @@ def heuristic_info(fusion, inputs, device_props, alignment: int = 16):
     return clone, RuntimeInfo(cb, facts, device_props)
 
 
-def _extent_origins(fusion) -> dict:
-    """Symbolic extent -> 'input k (Tn) dim d' where it is first bound."""
+def _extent_sources(fusion) -> dict:
+    """Symbolic extent -> (input k, its TensorView, dim d) where it is first bound."""
     out: dict = {}
     for k, v in enumerate(fusion.inputs):
         if isinstance(v, TensorView):
             for d, i in enumerate(v.domain.logical):
                 e = i.expanded_extent if i.is_broadcast else i.extent
                 if e is not None and e.value is None and e.definition is None:
-                    out.setdefault(e, f"{_name(k, v)} dim {d}")
+                    out.setdefault(e, (k, v, d))
     return out
+
+
+def _extent_origins(fusion) -> dict:
+    """Symbolic extent -> 'input k (Tn) dim d' where it is first bound."""
+    return {e: f"{_name(k, v)} dim {d}" for e, (k, v, d) in _extent_sources(fusion).items()}
 
 
 def _describe(x, value, origins: dict) -> str:

@@ -129,6 +129,55 @@ def test_symbolic_extent_mismatch_across_inputs(calls):
     assert msg
 
 
+def _binary(shapes):
+    with FusionDefinition() as fd:
+        a = fd.define_tensor(shapes[0])
+        b = fd.define_tensor(shapes[1])
+        fd.add_output(fd.ops.add(a, b))
+    return fd
+
+
+@pytest.mark.parametrize("sizes, defined, fix", [
+    (((4, 5), (4, 1)), "input 1 (T1) dim 1", [-1, 1]),
+    (((4, 5), (1, 5)), "input 1 (T1) dim 0", [1, -1]),
+    (((4, 1), (4, 5)), "input 0 (T0) dim 1", [-1, 1]),
+])
+def test_a_symbolic_dim_of_size_1_says_how_to_define_the_broadcast(calls, sizes, defined, fix):
+    """torch broadcasts a dim of size 1; a dim defined -1 does not (the broadcast is part of
+    the definition): the message names the dim and the shape that defines it, and that shape
+    works."""
+    fd = _binary([[-1, -1], [-1, -1]])
+    ins = [torch.randn(s) for s in sizes]
+    _rejects(fd, ins, calls, "sizes do not match at add dim", f"{defined} was defined with size "
+             "-1, so it does not broadcast at run time as torch would broadcast a dim of size 1",
+             f"shape={fix} in define_tensor", "fd.ops.broadcast_in_dim")
+    k = int(defined[6])
+    shapes = [[-1, -1], [-1, -1]]
+    shapes[k] = fix
+    fixed = _binary(shapes)
+    torch.testing.assert_close(fixed.execute(ins)[0], ins[0] + ins[1])
+
+
+def test_a_rank_1_operand_lines_up_with_the_last_dim(calls):
+    """[4, 5] + [4]: torch refuses it too (the [4] lines up with dim 1). The message says how
+    to place it along dim 0, and that works."""
+    fd = _binary([[-1, -1], [-1]])
+    x, w = torch.randn(4, 5), torch.randn(4)
+    _rejects(fd, [x, w], calls, "sizes do not match at add dim 1: i1 = 5 (input 0 (T0) dim 1) "
+             "but i2 = 4 (input 1 (T1) dim 0)", "Operands line up from their last dim, as in "
+             "torch", "shape=[..., 1]", "expanded=[...]",
+             "(for input 1 (T1) along dim 0 of T0: fd.ops.broadcast_in_dim(T1, [-1, -1], [0]))")
+    with FusionDefinition() as fixed:
+        a = fixed.define_tensor([-1, -1])
+        b = fixed.define_tensor([-1])
+        fixed.add_output(fixed.ops.add(a, fixed.ops.broadcast_in_dim(b, [-1, -1], [0])))
+    torch.testing.assert_close(fixed.execute([x, w])[0], x + w[:, None])
+    calls.clear()
+    # No dim of T0 has T1's size: no placement to suggest.
+    _rejects(fd, [x, torch.randn(3)], calls, "Operands line up from their last dim")
+    assert "for input 1" not in str(pytest.raises(InputError, fd.execute, [x, torch.randn(3)]).value)
+
+
 def test_symbolic_extent_reused_within_one_input(calls):
     # The same symbolic extent on two dims of one tensor (here via an op on itself).
     with FusionDefinition() as fd:
