@@ -9,7 +9,10 @@ Slow path (a new signature): check_inputs, pick the scheduler (once per fusion),
 heuristic, and reuse a compiled kernel whose heuristic is equal (kernels are shared across shapes)
 or schedule a clone of the fusion, lower, generate CUDA and compile it.
 Fusions no scheduler takes, and inputs not on a CUDA device, run through the reference evaluator
-(with a warning for the former); RunInfo says what ran. With `interpret` enabled, CPU inputs run
+(with a warning for the former); RunInfo says what ran. Degenerate sizes launch no kernel: when
+every output is empty, only the outputs are allocated; when a reduction over a dim of size 0
+reaches an output, the reference evaluator computes the outputs (from the reductions' start
+values). With `interpret` enabled, CPU inputs run
 the generated kernels on the kernel-IR interpreter instead (scheduled for a device-table entry,
 PYFUSER_DEVICE, by default the H100 with 4 SMs).
 
