@@ -393,7 +393,9 @@ class Ops:
         count = self._count(x, dims)
         # torch divides by max(N - correction, 0): no more rows than corrections gives inf, or
         # nan over no elements (0 / 0), never a negative variance.
-        denom_i = S.smax(S.sub(count, correction), 0)
+        denom_i = S.sub(count, correction)
+        if correction > 0:
+            denom_i = S.smax(denom_i, 0)
         if denom_i.value is not None:
             denom = float(denom_i.value)
         else:
