@@ -83,7 +83,8 @@ def _mismatch(fusion, where: str, a, va, b, vb, bindings: dict) -> str:
     defined -1 never broadcasts, even where torch would broadcast it (size 1)."""
     sources = _extent_sources(fusion)
     origins = {e: f"{_name(k, v)} dim {d}" for e, (k, v, d) in sources.items()}
-    msg = f"sizes do not match at {where}: {_describe(a, va, origins)} but {_describe(b, vb, origins)}"
+    msg = (f"sizes do not match at {where}: {_describe(a, va, origins)} but "
+           f"{_describe(b, vb, origins)}")
     one = a if va == 1 else b if vb == 1 else None
     if one is not None and one in sources:
         k, v, d = sources[one]
@@ -107,8 +108,8 @@ def _mismatch(fusion, where: str, a, va, b, vb, bindings: dict) -> str:
                 break
     return (f"{msg}. Operands line up from their last dim, as in torch; a dim broadcasts only "
             "where the definition says so: a dim of size 1 in define_tensor (shape=[..., 1]), "
-            f"fd.ops.broadcast_in_dim(x, shape, broadcast_dims) to place x's dims among more{hint}, "
-            "or an input defined with expanded=[...] (stride 0)")
+            "fd.ops.broadcast_in_dim(x, shape, broadcast_dims) to place x's dims among more"
+            f"{hint}, or an input defined with expanded=[...] (stride 0)")
 
 
 def _defined_shape(v: TensorView) -> list:
