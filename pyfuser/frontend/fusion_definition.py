@@ -14,7 +14,7 @@ names the op, the operand and what is wrong.
 from __future__ import annotations
 
 from ..ir import arith
-from ..ir.base import pop_fusion, push_fusion
+from ..ir.base import current_fusion, pop_fusion, push_fusion
 from ..ir.dtype import DataType, default_scalar_type, from_torch, parse_dtype
 from ..ir.fusion import Fusion
 from ..ir.scalar import Scalar
@@ -30,6 +30,8 @@ class FusionDefinition:
         self.ops = Ops(self)
         self._defining = False
         self._finalized = False
+        # Why the last `with fd:` failed ("Type: message"), until the next one starts over.
+        self._failed = ""
         self._executor = None
         # What the last execute() ran: see pyfuser.runtime.executor.RunInfo.
         self.last_run = None
@@ -38,6 +40,16 @@ class FusionDefinition:
     def __enter__(self):
         if self._finalized:
             raise FusionDefinitionError("this FusionDefinition is already complete; make a new one")
+        if self._defining:
+            raise FusionDefinitionError("this FusionDefinition is already being defined (a "
+                                        "`with fd:` inside `with fd:`)")
+        if self._failed:
+            # A definition that raised is discarded whole: its inputs, ops and outputs would
+            # otherwise stay in the fusion under the new attempt's (stale inputs counted by
+            # execute, dead ops scheduled). Tensors kept from it belong to the old fusion, and
+            # ops refuse them.
+            self.fusion = Fusion()
+            self._failed = ""
         self._defining = True
         push_fusion(self.fusion)
         return self
@@ -45,16 +57,26 @@ class FusionDefinition:
     def __exit__(self, exc_type, exc, tb):
         pop_fusion(self.fusion)
         self._defining = False
-        if exc_type is None:
+        if exc_type is not None:
+            self._failed = f"{exc_type.__name__}: {exc}"
+            return False
+        try:
             if not self.fusion.outputs:
                 raise FusionDefinitionError(f"{self.name}: no outputs; call fd.add_output(t)")
             verify(self.fusion)
-            self._finalized = True
+        except Exception as e:
+            self._failed = f"{type(e).__name__}: {e}"
+            raise
+        self._finalized = True
         return False
 
     def _require_defining(self, what: str) -> None:
         if not self._defining:
             raise FusionDefinitionError(f"{what}: call it inside `with FusionDefinition() as fd:`")
+        if current_fusion() is not self.fusion:
+            # New tensors and scalars join the innermost open definition's fusion.
+            raise FusionDefinitionError(f"{what}: another FusionDefinition's `with` block is open "
+                                        "inside this one's; call it there, or after that block")
 
     # Definitions ------------------------------------------------------------------------------
     def define_tensor(self, shape, contiguity=None, dtype=DataType.Float, stride_order=None,
@@ -110,6 +132,8 @@ class FusionDefinition:
         self._require_defining("add_output")
         if not isinstance(t, TensorView):
             raise FusionDefinitionError(f"add_output: outputs must be tensors, got {type(t).__name__}")
+        if t.fusion is not self.fusion:
+            raise FusionDefinitionError(f"add_output: T{t.name} belongs to another fusion")
         try:
             self.fusion.add_output(t)
         except (ValueError, TypeError) as e:
@@ -121,6 +145,11 @@ class FusionDefinition:
         from ..runtime.executor import FusionExecutorCache
 
         if not self._finalized:
+            if self._failed:
+                raise FusionDefinitionError(
+                    f"execute: the definition failed ({self._failed}); define it again in a new "
+                    "`with fd:` block (which starts from an empty fusion) or a new "
+                    "FusionDefinition")
             raise FusionDefinitionError("execute: finish the definition (leave the `with` block) first")
         if self._executor is None:
             self._executor = FusionExecutorCache(self.fusion, name=self.name)

@@ -381,7 +381,7 @@ class Ops:
         return f
 
     def var_mean(self, x, dims=None, correction: int = 1, keepdim: bool = False):
-        """(var, mean) with the two-pass formula sum((x - mean)^2) / (N - correction)."""
+        """(var, mean) with the two-pass formula sum((x - mean)^2) / max(N - correction, 0)."""
         x = self._tensor("var_mean", 0, x)
         if not x.dtype.is_floating:
             raise FusionDefinitionError(f"var_mean: operand 0 ({_kind(x)}) must be floating")
@@ -391,9 +391,13 @@ class Ops:
         sq = self.mul(d, d)
         ssum = self.sum(sq, dims, keepdim)
         count = self._count(x, dims)
+        # torch divides by max(N - correction, 0): no more rows than corrections gives inf, or
+        # nan over no elements (0 / 0), never a negative variance.
         denom_i = S.sub(count, correction)
+        if correction > 0:
+            denom_i = S.smax(denom_i, 0)
         if denom_i.value is not None:
-            denom = float(max(denom_i.value, 0))
+            denom = float(denom_i.value)
         else:
             from ..ir.exprs import UnaryOp
             denom = Scalar(DataType.Double)

@@ -9,7 +9,10 @@ Slow path (a new signature): check_inputs, pick the scheduler (once per fusion),
 heuristic, and reuse a compiled kernel whose heuristic is equal (kernels are shared across shapes)
 or schedule a clone of the fusion, lower, generate CUDA and compile it.
 Fusions no scheduler takes, and inputs not on a CUDA device, run through the reference evaluator
-(with a warning for the former); RunInfo says what ran. With `interpret` enabled, CPU inputs run
+(with a warning for the former); RunInfo says what ran. Degenerate sizes launch no kernel: when
+every output is empty, only the outputs are allocated; when a reduction over a dim of size 0
+reaches an output, the reference evaluator computes the outputs (from the reductions' start
+values). With `interpret` enabled, CPU inputs run
 the generated kernels on the kernel-IR interpreter instead (scheduled for a device-table entry,
 PYFUSER_DEVICE, by default the H100 with 4 SMs).
 
@@ -28,7 +31,7 @@ from .. import options as opts
 from ..ir import scalar as S
 from ..schedule.schedulers import registry
 from ..schedule.schedulers.base import InputFacts, RuntimeInfo, SchedulerError
-from .inputs import InputError, check_inputs, output_strides
+from .inputs import InputError, check_inputs, empty_reductions, not_a_list, output_strides
 from .reference import evaluate
 
 
@@ -214,6 +217,8 @@ class FusionExecutorCache:
         return self._run(inputs, opts.current())
 
     def _run(self, inputs, options):
+        if not isinstance(inputs, (list, tuple)):      # before _key iterates them
+            raise not_a_list(self.fusion, inputs)
         key = self._key(inputs, options)
         plan = self._plans.get(key)
         if plan is None:
@@ -269,6 +274,13 @@ class FusionExecutorCache:
             return _EmptyPlan(self.fusion, out_sizes, target, RunInfo(
                 "kernels", (), 0, "every output is empty: nothing to launch",
                 backend="interpreter" if target.interpret else "cuda"))
+        if 0 in bindings.values() and empty_reductions(self.fusion, bindings):
+            # Sums of no elements: the outputs are functions of the reductions' start values,
+            # cheap to compute; a kernel would have loops of no iterations (and persistent ones
+            # a row length of 0 that their constant splits cannot express).
+            return _ReferencePlan(self.fusion, RunInfo(
+                "reference", (), 0, "a reduction over a dim of size 0 (nothing to reduce): the "
+                "reference evaluator computes the outputs"))
         if self._choice is None:
             self._choice = registry.choose(self.fusion)
         choice = self._choice

@@ -22,9 +22,32 @@ def _name(k: int, v) -> str:
     return f"input {k} (T{v.name})" if isinstance(v, TensorView) else f"input {k} (scalar {v.symbol or v.name})"
 
 
+def not_a_list(fusion, inputs) -> InputError:
+    """The error for `inputs` that are not a list or tuple. A tensor would be iterated by rows
+    (a rank-1 fusion given a [1, 4] tensor would run on its row 0), a generator consumed by a
+    first pass: neither is taken."""
+    import types
+    n = len(fusion.inputs)
+    names = ", ".join(f"T{v.name}" if isinstance(v, TensorView) else f"scalar {v.symbol or v.name}"
+                      for v in fusion.inputs)
+    example = "fd.execute([" + ", ".join(f"x{k}" for k in range(n)) + "])"
+    if isinstance(inputs, torch.Tensor):
+        got = (f"a torch.Tensor of shape {tuple(inputs.shape)} (wrap even a single input in a "
+               "list: fd.execute([x]))")
+    elif isinstance(inputs, (types.GeneratorType, map, filter, zip)) or (
+            hasattr(inputs, "__next__") and hasattr(inputs, "__iter__")):
+        got = f"an iterator ({type(inputs).__name__}); pass list(...) of it"
+    else:
+        got = f"a {type(inputs).__name__}"
+    return InputError(f"inputs must be a list or tuple of the fusion's {n} input"
+                      f"{'s' if n != 1 else ''} ({names}), in order, e.g. {example}; got {got}")
+
+
 def check_inputs(fusion, inputs) -> dict:
-    """Validate `inputs` and return the bindings Scalar -> int of every symbolic extent."""
-    inputs = list(inputs)
+    """Validate `inputs` (a list or tuple) and return the bindings Scalar -> int of every
+    symbolic extent."""
+    if not isinstance(inputs, (list, tuple)):
+        raise not_a_list(fusion, inputs)
     if len(inputs) != len(fusion.inputs):
         k = min(len(inputs), len(fusion.inputs))
         what = (f"{_name(k, fusion.inputs[k])} is missing" if len(inputs) < len(fusion.inputs)
@@ -45,13 +68,102 @@ def check_inputs(fusion, inputs) -> dict:
             raise InputError(f"{_name(k, v)} is on {x.device} but input 0 is on {device}; "
                              "all tensors must be on one device")
         check_tensor(k, v, x, bindings)
-    origins = _extent_origins(fusion)
     for a, b, where in fusion.extent_equalities:
         va, vb = S.evaluate(a, bindings), S.evaluate(b, bindings)
         if va != vb:
-            raise InputError(f"sizes do not match at {where}: {_describe(a, va, origins)} but "
-                             f"{_describe(b, vb, origins)}")
+            raise InputError(_mismatch(fusion, where, a, va, b, vb, bindings))
+    if 0 in bindings.values():
+        _check_empty_reductions(fusion, bindings)
     return bindings
+
+
+def _mismatch(fusion, where: str, a, va, b, vb, bindings: dict) -> str:
+    """Two extents an op requires equal differ: what differs, and how to define a broadcast.
+    pyfuser decides broadcasts when the fusion is defined, not from run-time sizes: a dim
+    defined -1 never broadcasts, even where torch would broadcast it (size 1)."""
+    sources = _extent_sources(fusion)
+    origins = {e: f"{_name(k, v)} dim {d}" for e, (k, v, d) in sources.items()}
+    msg = (f"sizes do not match at {where}: {_describe(a, va, origins)} but "
+           f"{_describe(b, vb, origins)}")
+    one = a if va == 1 else b if vb == 1 else None
+    if one is not None and one in sources:
+        k, v, d = sources[one]
+        shape = _defined_shape(v)
+        shape[d] = 1
+        return (f"{msg}. {_name(k, v)} dim {d} was defined with size -1, so it does not broadcast "
+                "at run time as torch would broadcast a dim of size 1; define it as a broadcast "
+                f"dim: shape={shape} in define_tensor (or fd.from_pytorch of a tensor of that "
+                "shape), or make the broadcast in the fusion with fd.ops.broadcast_in_dim")
+    hint = ""
+    if a in sources and b in sources:
+        # A rank-1 input lined up with the last dim of a wider one, whose size matches another
+        # dim of it (a [4] bias against [4, 5] rows): name the broadcast_in_dim that places it.
+        for (k, v, _), (_, w, _) in ((sources[a], sources[b]), (sources[b], sources[a])):
+            size = bindings.get(v.domain.logical[0].extent) if len(v.domain.logical) == 1 else None
+            dims = [c for c, i in enumerate(w.domain.logical)
+                    if not i.is_broadcast and S.evaluate(i.extent, bindings) == size]
+            if size is not None and len(w.domain.logical) > 1 and len(dims) == 1:
+                hint = (f" (for {_name(k, v)} along dim {dims[0]} of T{w.name}: "
+                        f"fd.ops.broadcast_in_dim(T{v.name}, {_defined_shape(w)}, [{dims[0]}]))")
+                break
+    return (f"{msg}. Operands line up from their last dim, as in torch; a dim broadcasts only "
+            "where the definition says so: a dim of size 1 in define_tensor (shape=[..., 1]), "
+            "fd.ops.broadcast_in_dim(x, shape, broadcast_dims) to place x's dims among more"
+            f"{hint}, or an input defined with expanded=[...] (stride 0)")
+
+
+def _defined_shape(v: TensorView) -> list:
+    """The `shape` define_tensor was given for input `v`: -1 symbolic, 1 broadcast, or the
+    static size (an expanded broadcast is -1)."""
+    out = []
+    for i in v.domain.logical:
+        if i.is_broadcast:
+            out.append(-1 if i.expanded_extent is not None else 1)
+        else:
+            out.append(i.extent.value if i.extent.value is not None else -1)
+    return out
+
+
+def _check_empty_reductions(fusion, bindings: dict) -> None:
+    """A max or min over a dim of size 0 has no value (no identity element to return): where
+    that value reaches an output element, torch raises (`amax(): Expected reduction dim 1 to
+    have non-zero size`), and so does pyfuser, instead of returning the -inf / +inf its kernels
+    start from. A sum over a dim of size 0 is 0, as in torch."""
+    from ..ir.exprs import ReductionOpType
+    for e, tv, d, extent in empty_reductions(fusion, bindings):
+        if e.op != ReductionOpType.Sum:
+            origins = _extent_origins(fusion)
+            raise InputError(
+                f"{e.op.value} over a dim of size 0: T{tv.name} reduces dim {d} of "
+                f"T{e.inputs[0].name}, {_describe(extent, 0, origins)}; a {e.op.value} of no "
+                "elements has no value (torch raises here too)")
+
+
+def empty_reductions(fusion, bindings: dict) -> list:
+    """(ReductionOp, its output, dim, extent) for each reduction over a dim of size 0 whose
+    result reaches an output element. A value reaches outputs only through tensors with
+    elements: the row max of a softmax of [4, 0] rows reduces nothing, but meets only empty
+    tensors after it (torch's softmax is an empty tensor too)."""
+    from ..ir.exprs import ReductionOp
+
+    def has_elements(tv) -> bool:
+        return all(S.evaluate(i.user_extent if i.is_broadcast else i.extent, bindings) != 0
+                   for i in tv.domain.logical_no_reductions)
+
+    found = []
+    stack = [o for o in fusion.outputs if has_elements(o)]
+    seen = set()
+    while stack:
+        tv = stack.pop()
+        e = tv.definition
+        if e is None or id(tv) in seen:
+            continue
+        seen.add(id(tv))
+        if isinstance(e, ReductionOp):
+            found += [(e, tv, d, i.extent) for d, i in enumerate(tv.domain.maybe_root)
+                      if i.is_reduction and S.evaluate(i.extent, bindings) == 0]
+        stack.extend(v for v in e.inputs if isinstance(v, TensorView) and has_elements(v))
+    return found
 
 
 def heuristic_info(fusion, inputs, device_props, alignment: int = 16):
@@ -67,16 +179,21 @@ def heuristic_info(fusion, inputs, device_props, alignment: int = 16):
     return clone, RuntimeInfo(cb, facts, device_props)
 
 
-def _extent_origins(fusion) -> dict:
-    """Symbolic extent -> 'input k (Tn) dim d' where it is first bound."""
+def _extent_sources(fusion) -> dict:
+    """Symbolic extent -> (input k, its TensorView, dim d) where it is first bound."""
     out: dict = {}
     for k, v in enumerate(fusion.inputs):
         if isinstance(v, TensorView):
             for d, i in enumerate(v.domain.logical):
                 e = i.expanded_extent if i.is_broadcast else i.extent
                 if e is not None and e.value is None and e.definition is None:
-                    out.setdefault(e, f"{_name(k, v)} dim {d}")
+                    out.setdefault(e, (k, v, d))
     return out
+
+
+def _extent_origins(fusion) -> dict:
+    """Symbolic extent -> 'input k (Tn) dim d' where it is first bound."""
+    return {e: f"{_name(k, v)} dim {d}" for e, (k, v, d) in _extent_sources(fusion).items()}
 
 
 def _describe(x, value, origins: dict) -> str:
@@ -105,19 +222,23 @@ def check_tensor(k: int, v: TensorView, x: torch.Tensor, bindings: dict) -> None
     if x.dim() != len(logical):
         raise InputError(f"{name} has {x.dim()} dims, the definition says {len(logical)}")
     sizes, strides = x.shape, x.stride()
+    # A tensor with a dim of size 0 holds no element: no stride addresses anything, so every
+    # layout is valid (torch gives such tensors arbitrary strides, e.g. (1, 1) for [4, 0]).
+    empty = 0 in sizes
     for d, (i, size) in enumerate(zip(logical, sizes)):
         if i.is_broadcast:
             if i.expanded_extent is None and size != 1:
                 raise InputError(f"{name} dim {d} has size {size}; it was defined as a broadcast "
                                  "dim of size 1")
             if i.expanded_extent is not None:
-                if size != 1 and strides[d] != 0:
+                if size != 1 and strides[d] != 0 and not empty:
                     raise InputError(f"{name} dim {d} has stride {strides[d]}; it was defined as "
                                      "an expanded broadcast (stride 0)")
                 _bind(name, d, i.expanded_extent, size, bindings)
             continue
         _bind(name, d, i.extent, size, bindings)
-    _check_layout(name, v, sizes, strides)
+    if not empty:
+        _check_layout(name, v, sizes, strides)
 
 
 def _bind(name: str, d: int, extent: Scalar, size: int, bindings: dict) -> None:
@@ -171,6 +292,14 @@ def tensor_descriptor(sizes, strides):
     n = len(sizes)
     if any(s < 0 for s in strides):
         raise InputError(f"negative strides {tuple(strides)} are not supported")
+    if 0 in sizes:
+        # No element, so the strides say nothing (torch gives [4, 0] the strides (1, 1)):
+        # describe the dense row-major layout, the one torch allocates for these sizes.
+        strides = [0] * n
+        acc = 1
+        for d in range(n - 1, -1, -1):
+            strides[d] = acc
+            acc *= max(sizes[d], 1)
     is_bcast = [sizes[d] == 1 or strides[d] == 0 for d in range(n)]
     expanded = [strides[d] == 0 and sizes[d] != 1 for d in range(n)]
     # Dense dims in stride order (ties keep logical order); broadcast dims keep their logical
@@ -184,7 +313,7 @@ def tensor_descriptor(sizes, strides):
             contiguity.append(None)
             continue
         inner = next((e for e in order[k + 1:] if not is_bcast[e]), None)
-        want = 1 if inner is None else strides[inner] * sizes[inner]
+        want = 1 if inner is None else strides[inner] * max(sizes[inner], 1)
         contiguity.append(strides[d] == want)
     stride_order = None
     if order != list(range(n)):

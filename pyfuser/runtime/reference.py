@@ -224,6 +224,11 @@ class ReferenceEvaluator:
             if x.dtype.is_floating_point and x.dtype.itemsize < 4 and not self.promote:
                 acc = torch.float32
             r = torch.sum(x.to(acc), dim=dims) if dims else x.to(acc)
+        elif any(x.shape[k] == 0 for k in dims):
+            # A max or min of no elements is its start value (-inf / +inf), as in the kernels;
+            # check_inputs refuses inputs where such a value would reach an output element.
+            kept = [s for k, s in enumerate(x.shape) if k not in dims]
+            r = torch.full(kept, self._value(e.init, {}), dtype=x.dtype, device=x.device)
         elif e.op == ReductionOpType.Max:
             r = torch.amax(x, dim=dims) if dims else x
         else:

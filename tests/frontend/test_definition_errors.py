@@ -1,4 +1,6 @@
 """Definition-time checks of the frontend: shapes, ranks, operands, context; var_mean."""
+import warnings
+
 import pytest
 import torch
 
@@ -178,10 +180,12 @@ def test_shape_and_argument_errors(call, message):
 
 
 @pytest.mark.parametrize("dims", [[1], [0], [0, 2], None, [-1]])
-@pytest.mark.parametrize("correction", [0, 1, 2])
+@pytest.mark.parametrize("correction", [0, 1, 2, 4, 8])
 @pytest.mark.parametrize("keepdim", [False, True])
 @pytest.mark.parametrize("static", [False, True])
 def test_var_mean_matches_torch(dims, correction, keepdim, static):
+    """Corrections of N and more (N = 3 rows over dim 0): torch divides by max(N - correction,
+    0), so the variance is inf, never negative."""
     X = torch.randn(3, 5, 7, dtype=torch.float64)
     with FusionDefinition() as fd:
         x = fd.define_tensor([3, 5, 7] if static else [-1, -1, -1], dtype=DataType.Double)
@@ -189,7 +193,9 @@ def test_var_mean_matches_torch(dims, correction, keepdim, static):
         fd.add_output(var)
         fd.add_output(mean)
     got_var, got_mean = fd.execute([X])
-    want_var, want_mean = torch.var_mean(X, dims, correction=correction, keepdim=keepdim)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")         # torch: "degrees of freedom is <= 0"
+        want_var, want_mean = torch.var_mean(X, dims, correction=correction, keepdim=keepdim)
     assert got_var.shape == want_var.shape and got_mean.shape == want_mean.shape
     torch.testing.assert_close(got_var, want_var)
     torch.testing.assert_close(got_mean, want_mean)
@@ -204,3 +210,81 @@ def test_var_and_mean_float32():
     v, m = fd.execute([X])
     torch.testing.assert_close(v, X.var(1))
     torch.testing.assert_close(m, X.mean(0, keepdim=True))
+
+
+# A definition that raised ----------------------------------------------------------------------
+def _stack_is_clean():
+    from pyfuser.ir.base import current_fusion
+    return current_fusion() is None
+
+
+def test_a_failed_definition_is_discarded_and_can_be_defined_again():
+    fd = FusionDefinition()
+    with pytest.raises(FusionDefinitionError, match="do not broadcast"):
+        with fd:
+            stale = fd.define_tensor([-1, 4])
+            w = fd.define_tensor([5])
+            fd.add_output(fd.ops.neg(stale))
+            fd.ops.add(stale, w)                    # 4 vs 5: raises
+    assert _stack_is_clean()
+    with pytest.raises(FusionDefinitionError, match=r"execute: the definition failed "
+                                                    r"\(FusionDefinitionError: add: .*do not "
+                                                    r"broadcast\); define it again"):
+        fd.execute([torch.randn(2, 4), torch.randn(5)])
+    with fd:                                        # starts from an empty fusion
+        x = fd.define_tensor([-1])
+        with pytest.raises(FusionDefinitionError, match="belongs to another fusion"):
+            fd.ops.neg(stale)
+        with pytest.raises(FusionDefinitionError, match="add_output: T0 belongs to another fusion"):
+            fd.add_output(stale)
+        fd.add_output(fd.ops.mul(x, 2.0))
+    assert _stack_is_clean()
+    assert fd.fusion.inputs == [x] and len(fd.fusion.outputs) == 1 and x.name == 0
+    X = torch.randn(3)
+    torch.testing.assert_close(fd.execute([X])[0], X * 2.0)
+
+
+def test_any_exception_in_the_block_discards_the_definition():
+    fd = FusionDefinition()
+    with pytest.raises(KeyError):
+        with fd:
+            fd.define_tensor([-1])
+            {}["user code fails"]
+    assert _stack_is_clean()
+    with fd:
+        x = fd.define_tensor([-1, -1])
+        fd.add_output(fd.ops.sum(x, [1]))
+    assert len(fd.fusion.inputs) == 1
+    X = torch.randn(3, 4)
+    torch.testing.assert_close(fd.execute([X])[0], X.sum(1))
+
+
+def test_a_definition_that_fails_on_exit_is_discarded():
+    fd = FusionDefinition()
+    with pytest.raises(FusionDefinitionError, match="no outputs"):
+        with fd:
+            fd.define_tensor([-1])
+    assert _stack_is_clean()
+    with fd:
+        x = fd.define_tensor([-1])
+        fd.add_output(fd.ops.neg(x))
+    assert len(fd.fusion.inputs) == 1
+    torch.testing.assert_close(fd.execute([torch.ones(2)])[0], -torch.ones(2))
+
+
+def test_nested_blocks():
+    fd = FusionDefinition()
+    with pytest.raises(FusionDefinitionError, match="already being defined"):
+        with fd:
+            with fd:
+                pass
+    assert _stack_is_clean()
+    with FusionDefinition() as outer:
+        x = outer.define_tensor([-1])
+        with pytest.raises(FusionDefinitionError, match="another FusionDefinition's `with` block "
+                                                        "is open inside this one's"):
+            with FusionDefinition() as inner:
+                outer.define_tensor([-1])
+        assert inner._failed and not outer._failed
+        outer.add_output(outer.ops.neg(x))
+    assert _stack_is_clean() and len(outer.fusion.inputs) == 1

@@ -196,6 +196,72 @@ def test_cooperative_cluster_grid_is_sized_by_the_clusters_that_fit(monkeypatch)
     assert len(fd._executor.kernels()) == 2
 
 
+class _CudaLooking(torch.Tensor):
+    """A CPU tensor that says it is on cuda:0: the executor's device dispatch, without a GPU."""
+
+    @property
+    def is_cuda(self):
+        return True
+
+    @property
+    def device(self):
+        return torch.device("cuda", 0)
+
+
+class _Reached(Exception):
+    pass
+
+
+@pytest.mark.parametrize("name, major, minor", [("NVIDIA A100-SXM4-80GB", 8, 0),
+                                                ("NVIDIA B200", 10, 0),
+                                                ("NVIDIA GeForce RTX 4090", 8, 9)])
+def test_a_gpu_without_a_device_table_entry_falls_back_before_any_kernel(monkeypatch, name,
+                                                                          major, minor):
+    """CUDA tensors on a GPU whose architecture the device table lacks: the reference evaluator
+    runs, with a FallbackWarning naming the GPU, before a scheduler is chosen or a cubin built
+    or loaded (a sm_90a cubin does not load there)."""
+    import dataclasses
+
+    props = dataclasses.replace(device_mod.DEVICE_TABLE["h100"], name=name, major=major,
+                                minor=minor)
+    monkeypatch.setattr(device_mod, "get_device_properties", lambda *_: props)
+    for mod, attr in [(registry, "choose"), (fusion_kernel, "build_kernel")]:
+        monkeypatch.setattr(mod, attr, lambda *a, **k: pytest.fail(f"{attr} called"))
+    monkeypatch.setattr(fusion_kernel.FusionKernel, "loaded",
+                        lambda *a: pytest.fail("a cubin loaded"))
+    fd = catalogue.define("silu_mul", "fp32")
+    inputs = catalogue.make_inputs("silu_mul", 4, 16, "fp32", seed=0)
+    cuda_looking = [t.as_subclass(_CudaLooking) for t in inputs]
+    with pytest.warns(FallbackWarning, match=rf"silu_mul: no kernels for {name} "
+                                             rf"\(sm_{major}{minor}\): pyfuser generates kernels "
+                                             r"for sm_90 \(H100, H200\) only; running the "
+                                             "reference evaluator"):
+        outs = fd.execute(cuda_looking)
+    assert fd.last_run.kind == "reference" and f"sm_{major}{minor}" in fd.last_run.reason
+    assert not fd.last_run.internal_error
+    for o, t in zip(outs, catalogue.get("silu_mul").torch_reference(inputs, 1e-6)):
+        torch.testing.assert_close(o.as_subclass(torch.Tensor), t)
+    with pytest.raises(RuntimeError, match="no kernels for .* the reference fallback is disabled"):
+        fd.execute(cuda_looking, options={"disable": ["reference_fallback"]})
+
+
+def test_a_gpu_with_a_device_table_entry_goes_on_to_schedule(monkeypatch):
+    """The control of the test above: an H100 (sm_90) passes the architecture check."""
+    monkeypatch.setattr(device_mod, "get_device_properties",
+                        lambda *_: device_mod.DEVICE_TABLE["h100"])
+
+    def reached(*a, **k):
+        raise _Reached
+
+    monkeypatch.setattr(registry, "choose", reached)
+    fd = catalogue.define("silu_mul", "fp32")
+    inputs = catalogue.make_inputs("silu_mul", 4, 16, "fp32", seed=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(_Reached):
+            fd.execute([t.as_subclass(_CudaLooking) for t in inputs])
+
+
 def test_0_dim_fusion_falls_back_instead_of_failing_to_schedule():
     with FusionDefinition() as fd:
         x = fd.define_tensor([])

@@ -129,6 +129,57 @@ def test_symbolic_extent_mismatch_across_inputs(calls):
     assert msg
 
 
+def _binary(shapes):
+    with FusionDefinition() as fd:
+        a = fd.define_tensor(shapes[0])
+        b = fd.define_tensor(shapes[1])
+        fd.add_output(fd.ops.add(a, b))
+    return fd
+
+
+@pytest.mark.parametrize("sizes, defined, fix", [
+    (((4, 5), (4, 1)), "input 1 (T1) dim 1", [-1, 1]),
+    (((4, 5), (1, 5)), "input 1 (T1) dim 0", [1, -1]),
+    (((4, 1), (4, 5)), "input 0 (T0) dim 1", [-1, 1]),
+])
+def test_a_symbolic_dim_of_size_1_says_how_to_define_the_broadcast(calls, sizes, defined, fix):
+    """torch broadcasts a dim of size 1; a dim defined -1 does not (the broadcast is part of
+    the definition): the message names the dim and the shape that defines it, and that shape
+    works."""
+    fd = _binary([[-1, -1], [-1, -1]])
+    ins = [torch.randn(s) for s in sizes]
+    _rejects(fd, ins, calls, "sizes do not match at add dim", f"{defined} was defined with size "
+             "-1, so it does not broadcast at run time as torch would broadcast a dim of size 1",
+             f"shape={fix} in define_tensor", "fd.ops.broadcast_in_dim")
+    k = int(defined[6])
+    shapes = [[-1, -1], [-1, -1]]
+    shapes[k] = fix
+    fixed = _binary(shapes)
+    torch.testing.assert_close(fixed.execute(ins)[0], ins[0] + ins[1])
+
+
+def test_a_rank_1_operand_lines_up_with_the_last_dim(calls):
+    """[4, 5] + [4]: torch refuses it too (the [4] lines up with dim 1). The message says how
+    to place it along dim 0, and that works."""
+    fd = _binary([[-1, -1], [-1]])
+    x, w = torch.randn(4, 5), torch.randn(4)
+    _rejects(fd, [x, w], calls, "sizes do not match at add dim 1: i1 = 5 (input 0 (T0) dim 1) "
+             "but i2 = 4 (input 1 (T1) dim 0)", "Operands line up from their last dim, as in "
+             "torch", "shape=[..., 1]", "expanded=[...]",
+             "(for input 1 (T1) along dim 0 of T0: fd.ops.broadcast_in_dim(T1, [-1, -1], [0]))")
+    with FusionDefinition() as fixed:
+        a = fixed.define_tensor([-1, -1])
+        b = fixed.define_tensor([-1])
+        fixed.add_output(fixed.ops.add(a, fixed.ops.broadcast_in_dim(b, [-1, -1], [0])))
+    torch.testing.assert_close(fixed.execute([x, w])[0], x + w[:, None])
+    calls.clear()
+    # No dim of T0 has T1's size: no placement to suggest.
+    _rejects(fd, [x, torch.randn(3)], calls, "Operands line up from their last dim")
+    with pytest.raises(InputError) as e:
+        fd.execute([x, torch.randn(3)])
+    assert "for input 1" not in str(e.value)
+
+
 def test_symbolic_extent_reused_within_one_input(calls):
     # The same symbolic extent on two dims of one tensor (here via an op on itself).
     with FusionDefinition() as fd:
@@ -219,6 +270,66 @@ def test_scalar_input_accepts_python_numbers(calls):
     x = torch.randn(3)
     torch.testing.assert_close(fd.execute([x, 2])[0], x * 2)
     torch.testing.assert_close(fd.execute([x, 0.5])[0], x * 0.5)
+
+
+# The inputs argument itself ----------------------------------------------------------------------
+def _rank1():
+    with FusionDefinition() as fd:
+        x = fd.define_tensor([-1])
+        fd.add_output(fd.ops.neg(x))
+    return fd
+
+
+def test_a_bare_tensor_is_not_read_as_its_rows(calls):
+    """A [1, 4] tensor iterated gives its row 0, a [4] tensor: the same signature as a cached
+    plan of [x]. It is refused, after a good call too (the cached path)."""
+    fd = _rank1()
+    x = torch.randn(4)
+    torch.testing.assert_close(fd.execute([x])[0], -x)
+    calls.clear()
+    _rejects(fd, x[None], calls, "inputs must be a list or tuple of the fusion's 1 input (T0), "
+                                 "in order, e.g. fd.execute([x0]); got a torch.Tensor of shape "
+                                 "(1, 4) (wrap even a single input in a list: fd.execute([x]))")
+    _rejects(fd, x, calls, "got a torch.Tensor of shape (4,)")
+
+
+@pytest.mark.parametrize("make, got", [
+    (lambda ins: (t for t in ins), "got an iterator (generator); pass list(...) of it"),
+    (lambda ins: iter(ins), "got an iterator (list_iterator)"),
+    (lambda ins: map(lambda t: t, ins), "got an iterator (map)"),
+    (lambda ins: dict(enumerate(ins)), "got a dict"),
+    (lambda ins: None, "got a NoneType"),
+])
+def test_inputs_other_than_a_list_or_tuple_are_refused(calls, make, got):
+    fd = _fusion()
+    _rejects(fd, make(_good()), calls, "inputs must be a list or tuple of the fusion's 4 inputs "
+                                       "(T0, T1, T2, scalar s0), in order, e.g. "
+                                       "fd.execute([x0, x1, x2, x3]); " + got)
+    assert fd._executor._plans == {}
+
+
+def test_a_tuple_is_taken(calls):
+    fd = _fusion()
+    inputs = _good()
+    (out,) = fd.execute(tuple(inputs))
+    torch.testing.assert_close(out, (inputs[0] + inputs[1] + inputs[2]) * 2.0)
+
+
+# A refused call caches nothing ------------------------------------------------------------------
+@pytest.mark.parametrize("path", [None, {"enable": ["interpret"]}])
+def test_a_refused_call_caches_nothing_and_a_correct_one_runs(calls, path):
+    fd = _fusion()
+    bad = _good()
+    bad[2] = torch.randn(5, 6)                           # sizes do not match at add dim 0
+    for _ in range(2):                                   # the second call: no cached plan either
+        with pytest.raises(InputError, match="sizes do not match"):
+            fd.execute(bad, options=path)
+        assert fd._executor._plans == {} and fd._executor.kernels() == []
+    assert calls == []
+    inputs = _good()
+    (out,) = fd.execute(inputs, options=path)
+    torch.testing.assert_close(out, (inputs[0] + inputs[1] + inputs[2]) * 2.0)
+    assert len(fd._executor._plans) == 1
 
 
 # fd.from_pytorch ------------------------------------------------------------------------------
