@@ -278,9 +278,8 @@ class FusionExecutorCache:
             # Sums of no elements: the outputs are functions of the reductions' start values,
             # cheap to compute; a kernel would have loops of no iterations (and persistent ones
             # a row length of 0 that their constant splits cannot express).
-            return _ReferencePlan(self.fusion, RunInfo(
-                "reference", (), 0, "a reduction over a dim of size 0 (nothing to reduce): the "
-                "reference evaluator computes the outputs"))
+            return self._fallback("a reduction over a dim of size 0 (nothing to reduce) reaches an "
+                                  "output; kernels do not take empty reductions yet")
         if self._choice is None:
             self._choice = registry.choose(self.fusion)
         choice = self._choice
