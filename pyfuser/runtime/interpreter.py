@@ -91,8 +91,14 @@ _ND = np.ndarray
 # Compiled kernel expressions take a dict of variables whose values are Python numbers (the same
 # for every thread) or numpy arrays (one value per active thread); the helpers below keep the
 # Python-number case exact and cheap.
+def _zero_divisor(b):
+    if type(b) is not _ND and b == 0:
+        raise ZeroDivisionError("integer division by zero in a kernel expression")
+
+
 def _tdiv(a, b):
     if type(a) is _ND or type(b) is _ND:
+        _zero_divisor(b)
         return (a - np.fmod(a, b)) // b       # np.fmod is C's remainder: exact division
     q = abs(a) // abs(b)
     return q if (a >= 0) == (b >= 0) else -q
@@ -100,6 +106,7 @@ def _tdiv(a, b):
 
 def _tmod(a, b):
     if type(a) is _ND or type(b) is _ND:
+        _zero_divisor(b)
         return np.fmod(a, b)
     return a - _tdiv(a, b) * b
 
@@ -1515,8 +1522,9 @@ class Interpreter:
         box = inner * pieces * box_rows
         size = s.dst.buffer.dtype.size
         nbytes = ctx.arr(ctx.ev(s.bytes), np.int64)
-        if (nbytes != box * size).any():
-            raise InterpreterError(f"tensor-map copy expects {int(nbytes[np.argmax(nbytes != box * size)])} "
+        wrong = nbytes != box * size
+        if wrong.any():
+            raise InterpreterError(f"tensor-map copy expects {int(nbytes[np.argmax(wrong)])} "
                                    f"bytes for a box of {box * size}")
         c0, c1, c2 = (ctx.arr(ctx.ev(c), np.int64) for c in s.coords)
         dst, da = self._locate(ctx, s.dst, "tensor-map destination", box)
@@ -1631,24 +1639,23 @@ class Interpreter:
 
 def _storage_of(x: torch.Tensor) -> np.ndarray:
     """A flat array holding `x` at its strides (broadcast dims of stride 0 included): float64
-    for floating tensors, int64 for integers, bool for bools."""
-    if x.numel() == 0:
-        return np.zeros(0, dtype=np.float64)
+    for floating tensors, int64 for integers, bool for bools; elements between NaN (0)."""
     if x.dtype.is_floating_point:
-        dt, fill = torch.float64, math.nan
+        dt, fill = np.float64, math.nan
     elif x.dtype == torch.bool:
-        dt, fill = torch.bool, False
+        dt, fill = np.bool_, False
     else:
-        dt, fill = torch.int64, 0
+        dt, fill = np.int64, 0
+    if x.numel() == 0:
+        return np.zeros(0, dtype=dt)
     span = 1 + sum((s - 1) * abs(st) for s, st in zip(x.shape, x.stride()))
-    flat = torch.full((span,), fill, dtype=dt)
-    offsets = torch.zeros((), dtype=torch.long)
-    for d, (size, st) in enumerate(zip(x.shape, x.stride())):
-        shape = [1] * x.dim()
-        shape[d] = size
-        offsets = offsets + (torch.arange(size) * st).reshape(shape)
-    flat[offsets.expand(x.shape).reshape(-1)] = x.detach().to(dt).reshape(-1)
-    return flat.numpy()
+    flat = np.full(span, fill, dtype=dt)
+    src = x.detach().to(torch.float64 if dt is np.float64 else
+                        torch.bool if dt is np.bool_ else torch.int64).numpy()
+    item = flat.itemsize
+    view = np.lib.stride_tricks.as_strided(flat, x.shape, [st * item for st in x.stride()])
+    view[...] = src          # stride-0 dims write one element repeatedly with the same value
+    return flat
 
 
 def interpret(kernel, bindings, inputs, **kw) -> tuple[list, Interpreter]:
