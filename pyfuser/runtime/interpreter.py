@@ -403,13 +403,14 @@ def _env(parent, sel) -> _Env:
 class _Ctx:
     """The threads executing a statement: their global ids (ascending) and their variables."""
 
-    __slots__ = ("tids", "env", "n", "tpb", "_blk", "_bases")
+    __slots__ = ("tids", "env", "n", "tpb", "full", "_blk", "_bases")
 
-    def __init__(self, tids, env, tpb):
+    def __init__(self, tids, env, tpb, full=False):
         self.tids = tids
         self.env = env
         self.n = len(tids)
         self.tpb = tpb
+        self.full = full            # every thread of the grid (tids is 0, 1, ...)
         self._blk = None
         self._bases = None
 
@@ -444,7 +445,7 @@ class _Ctx:
 
     def child(self) -> "_Ctx":
         """The same threads in a new scope (a loop iteration)."""
-        c = _Ctx(self.tids, _env(self.env, None), self.tpb)
+        c = _Ctx(self.tids, _env(self.env, None), self.tpb, self.full)
         c._blk = self._blk
         c._bases = self._bases
         return c
@@ -563,7 +564,7 @@ class Interpreter:
         dt = _storage_dtype(buf.dtype)
         self._account(n * (np.dtype(dt).itemsize + (0 if written else 1)),
                       f"{kind} buffer {buf.name} ({n} elements)")
-        vals = np.full(n, fill, dtype=dt)
+        vals = np.zeros(n, dtype=dt) if fill == 0 else np.full(n, fill, dtype=dt)
         m = _Mem(buf, kind, vals, None if written else np.zeros(n, dtype=bool),
                  n if row is None else row, n if limit is None else limit)
         self.mems[id(buf)] = m
@@ -634,12 +635,20 @@ class Interpreter:
             parts.append(f"{k}={v}")
         return ", ".join(parts)
 
-    def _locate(self, ctx: _Ctx, ti: K.TensorIndex, what: str, lanes, idx=None):
+    def _locate(self, ctx: _Ctx, ti: K.TensorIndex, what: str, lanes):
         """(memory, flat address of element 0 of each thread's access), with the bounds and
         alignment checks of `lanes` elements (an int, or one count per thread)."""
+        m, idx = self._check(ctx, ti, what, lanes)
+        addr = ctx.base(m.kind, m.row) + idx
+        if type(addr) is not _ND:
+            addr = np.full(ctx.n, addr, dtype=np.int64)
+        return m, addr
+
+    def _check(self, ctx: _Ctx, ti: K.TensorIndex, what: str, lanes):
+        """(memory, index of element 0 of each thread's access: a number or an array), with the
+        bounds and alignment checks of `lanes` elements (an int, or one count per thread)."""
         m = self._mem(ctx, ti.buffer)
-        if idx is None:
-            idx = ctx.ev(ti.index)
+        idx = ctx.ev(ti.index)
         if type(idx) is _ND:
             if idx.dtype.kind not in "iu":
                 if idx.dtype != np.bool_:
@@ -678,10 +687,7 @@ class Interpreter:
             raise InterpreterError(
                 f"{what} {ti!r}: vector access of {n} at element {v} is not aligned to "
                 f"{n} elements at {self._where(ctx, i)}")
-        addr = ctx.base(m.kind, m.row) + idx
-        if type(addr) is not _ND:
-            addr = np.full(ctx.n, addr, dtype=np.int64)
-        return m, addr
+        return m, idx
 
     # Reads and writes ------------------------------------------------------------------------
     def _read(self, ctx: _Ctx, operand, nread: int = 1, what: str = "read of"):
@@ -691,7 +697,16 @@ class Interpreter:
             return self._scalar(operand.scalar), None
         if not isinstance(operand, K.TensorIndex):
             raise InterpreterError(f"cannot read {operand!r}")
-        m, addr = self._locate(ctx, operand, what, max(operand.vector, nread, 1))
+        m, idx = self._check(ctx, operand, what, max(operand.vector, nread, 1))
+        if m.kind == "local" and ctx.full and type(idx) is not _ND:
+            # Every thread, one element (or vector) of its row: a column of the rows.
+            col = idx if nread == 1 else slice(idx, idx + nread)
+            vals = m.vals.reshape(-1, m.row)[:, col]
+            w = m.written.reshape(-1, m.row)[:, col]
+            return vals, (None if w.all() else ~w)
+        addr = ctx.base(m.kind, m.row) + idx
+        if type(addr) is not _ND:
+            addr = np.full(ctx.n, addr, dtype=np.int64)
         if nread > 1:
             addr = addr[:, None] + _lanes(nread)
         vals = m.vals[addr]
@@ -731,22 +746,33 @@ class Interpreter:
         m.reader[flat] = new
 
     def _write(self, ctx: _Ctx, ti: K.TensorIndex, vals, poison, nwrite: int = 1,
-               what: str = "write of") -> None:
-        m, addr = self._locate(ctx, ti, what, max(ti.vector, nwrite, 1))
+               what: str = "write of", exact: bool = False) -> None:
+        """Store `vals` (see _read); `exact`: they are values of the buffer's dtype already."""
+        m, idx = self._check(ctx, ti, what, max(ti.vector, nwrite, 1))
         if poison is not None and m.kind != "local":
             i = int(np.argmax(poison.reshape(ctx.n, -1).any(axis=1)))
             raise InterpreterError(f"a value computed from unwritten registers is stored to "
                                    f"{ti!r} at {self._where(ctx, i)}")
+        if m.kind == "local" and ctx.full and type(idx) is not _ND:
+            col = idx if nwrite == 1 else slice(idx, idx + nwrite)
+            m.vals.reshape(-1, m.row)[:, col] = vals if exact else _round_array(m.buf.dtype, vals)
+            m.written.reshape(-1, m.row)[:, col] = True if poison is None else ~poison
+            return
+        addr = ctx.base(m.kind, m.row) + idx
+        if type(addr) is not _ND:
+            addr = np.full(ctx.n, addr, dtype=np.int64)
         if nwrite > 1:
             addr = addr[:, None] + _lanes(nwrite)
-        self._store(m, addr, vals, poison)
+        self._store(m, addr, vals, poison, exact)
         if m.counts is not None:
             self._count(m, addr)
 
-    def _store(self, m: _Mem, addr, vals, poison) -> None:
+    def _store(self, m: _Mem, addr, vals, poison, exact: bool = False) -> None:
         """Store (rounding to the buffer's dtype); of several threads storing one element, the
         later thread wins."""
-        vals = _round_array(m.buf.dtype, vals)
+        vals = np.asarray(vals) if exact else _round_array(m.buf.dtype, vals)
+        if vals.base is not None and np.may_share_memory(vals, m.vals):
+            vals = vals.copy()                     # a view of the rows being written
         if vals.shape != addr.shape:
             vals = np.broadcast_to(vals, addr.shape)
         if m.kind != "local":                      # rows of registers never collide
@@ -890,7 +916,7 @@ class Interpreter:
                      "blockIdx.y": dim(blk, grid[0], grid[1]),
                      "blockIdx.z": dim(blk, grid[0] * grid[1], grid[2]),
                      "blockDim.x": block[0], "gridDim.x": grid[0], "pf_grid_last": False})
-        self.root = _Ctx(tid, _env({}, None), self.tpb)
+        self.root = _Ctx(tid, _env({}, None), self.tpb, full=True)
         self.root.env.update(env0)
         self.root._blk = blk
         self.cp_commits = np.zeros(n, dtype=np.int64) if self.cp_kernel else None
@@ -1125,7 +1151,7 @@ class Interpreter:
             if not isinstance(e, LoadStoreOp):
                 raise InterpreterError(f"vector op {type(e).__name__} is not a copy")
             vals, poison = self._read(ctx, s.ins[0], s.vector)
-            self._write(ctx, s.out, vals, poison, s.vector)
+            self._write(ctx, s.out, vals, poison, s.vector, exact=self._exact_copy(s))
             return
         ins = [self._read(ctx, x) for x in s.ins]
         if s.accumulate:
@@ -1141,7 +1167,16 @@ class Interpreter:
             for _, p in ins:
                 poison = _or_masks(poison, p)
             value = self._compute(e, [v for v, _ in ins])
-        self._write(ctx, s.out, value, poison)
+        self._write(ctx, s.out, value, poison, exact=self._exact_copy(s))
+
+    @staticmethod
+    def _exact_copy(s: K.TensorOp) -> bool:
+        """A copy between buffers of one dtype: its values need no rounding."""
+        e, src = s.expr, s.ins[0] if s.ins else None
+        return (not s.accumulate and isinstance(src, K.TensorIndex)
+                and src.buffer.dtype == s.out.buffer.dtype
+                and (isinstance(e, _COPIES) or (isinstance(e, UnaryOp) and
+                                                e.op in (UnaryOpType.Set, UnaryOpType.Cast))))
 
     def _compute(self, e, ins):
         if isinstance(e, BinaryOp):
