@@ -23,9 +23,11 @@ numpy over the thread set:
   block; register buffers one row per thread. Floating values are held in float64 and rounded
   to the buffer's dtype on every write (float32, fp16, bf16 round to nearest even); integer
   buffers hold exact int64 (a float stored to one truncates toward zero, NaN gives 0 and
-  out-of-range values saturate, like cvt.rzi); bool buffers hold bools. Arithmetic is float64
-  (fp16/bf16 data computes in float32 on the GPU and rounds at the same writes). maximum /
-  minimum, relu and max / min reductions propagate NaN as the generated code does (max.NaN).
+  out-of-range values saturate, like cvt.rzi); bool buffers hold bools. Arithmetic is float64,
+  so a value agrees with the GPU's up to its last bits before the rounding at its write.
+  maximum / minimum, relu and max / min reductions propagate NaN as the generated code does
+  (max.NaN); a reduction's order is the threads' order (sums may differ from the GPU's tree in
+  the last bits).
 - When several threads store to one element in one statement, the later thread (in
   blockIdx-major, threadIdx.x-minor order) wins.
 - Block reductions all-reduce over the block's thread dims, grid reductions over blocks (the last
@@ -55,9 +57,9 @@ The checks (each an InterpreterError naming the access and the thread)
   transaction bytes; a wait that can never return fails (with warp roles: a deadlock, when no
   role can move); bulk copies 16-byte sized and aligned; tensor-map boxes and 128-byte aligned
   destinations; tensor maps the executor's encoder would refuse.
-- Block, cluster and grid reductions, grid syncs and named barriers must be reached by every
-  thread that takes part (all threads of each block, the named barrier's count, every CTA of a
-  cluster, every block of the grid).
+- Block barriers (__syncthreads, named barriers), block, cluster and grid reductions and grid
+  syncs must be reached by every thread that takes part (all threads of each block, the named
+  barrier's count, every CTA of a cluster, every block of the grid): fewer would hang.
 
 Limits
 ------
@@ -1226,6 +1228,16 @@ class Interpreter:
         self._check_whole_grid(s, ctx)     # lockstep: every block is already here
 
     def _BlockSync(self, s, ctx: _Ctx):
+        # __syncthreads waits for every thread of the block, a named barrier for its count:
+        # reached by fewer, it hangs.
+        per_block = self.tpb if s.count is None else ctx.ev(s.count)
+        count = np.bincount(ctx.blk, minlength=self.nblocks)
+        bad = (count != 0) & (count != per_block)
+        if bad.any():
+            b = int(np.argmax(bad))
+            what = "__syncthreads" if s.barrier_id is None else f"named barrier {s.barrier_id}"
+            raise InterpreterError(f"{what} reached by {count[b]} of {per_block} threads of "
+                                   f"block {self._block_tuple(b)}")
         # A barrier publishes the cp.async data its threads' waits completed to the block.
         # (Block reductions are not counted: some synchronize with shuffles only.)
         if not self.cp_kernel:

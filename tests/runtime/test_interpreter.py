@@ -3,8 +3,9 @@ NaN through maximum / minimum and max / min reductions as the generated code com
 exact integer data, the vectorized rounding, the fusions the timings record (tools/
 interpreter_timings.py, bench/results/2026-11-23-interpreter-timings.md) against the float64
 reference, unwritten registers reaching memory (POISON), several threads storing one element,
-a cp.async copy over one in flight, a warp-specialized producer copying short rows, and the
-size limits. The lowering tests (tests/lower) are its main test bed."""
+a cp.async copy over one in flight, a warp-specialized producer copying short rows, barriers
+some threads skip, and the size limits. The lowering tests (tests/lower) are its main test
+bed."""
 import math
 import sys
 import warnings
@@ -223,11 +224,16 @@ def test_a_cp_async_copy_over_one_still_in_flight_fails():
         interpret(k, st.bindings, inputs)
 
 
-def test_a_producer_copying_short_rows_is_caught():
-    """Half of each row copied: the compute role reads slot elements nobody wrote."""
+def _ws_kernel():
     fd, inputs, st, p, k = lowered_inner_persistent("rmsnorm_fwd", 100, 64, "fp32",
                                                     "ws_inner_persistent", stages=2, grid=1,
                                                     bdimy=16)
+    return inputs, st, k
+
+
+def test_a_producer_copying_short_rows_is_caught():
+    """Half of each row copied: the compute role reads slot elements nobody wrote."""
+    inputs, st, k = _ws_kernel()
     interpret(k, st.bindings, inputs)                          # as lowered: fine
     (loop,) = [s for s in K.walk(k.body)
                if isinstance(s, K.ForLoop) and s.label == K.WS_PRODUCER_LOOP]
@@ -236,6 +242,26 @@ def test_a_producer_copying_short_rows_is_caught():
     for c in copies:
         c.bytes = K.Const(32 * 4)
     with pytest.raises(InterpreterError, match="unwritten registers"):
+        interpret(k, st.bindings, inputs)
+
+
+def test_a_block_barrier_some_threads_skip_is_caught():
+    inputs, st, k = _ws_kernel()
+    j = next(i for i, s in enumerate(k.body) if isinstance(s, K.BlockSync))
+    compute_only = K.lt(K.Special("threadIdx.y"), 16)
+    k.body[j] = K.IfThenElse(compute_only, [k.body[j]])         # the producer warps skip it
+    with pytest.raises(InterpreterError, match=r"__syncthreads reached by 256 of 384 threads "
+                                               r"of block \(0, 0, 0\)"):
+        interpret(k, st.bindings, inputs)
+
+
+def test_a_named_barrier_of_the_wrong_count_is_caught():
+    inputs, st, k = _ws_kernel()
+    (red,) = [s for s in K.walk(k.body) if isinstance(s, K.BlockReduce)]
+    assert red.barrier == (1, 256)                              # the compute warp groups
+    red.barrier = (1, 128)
+    with pytest.raises(InterpreterError, match=r"BlockReduce reached by 256 of 128 threads of "
+                                               r"block \(0, 0, 0\)"):
         interpret(k, st.bindings, inputs)
 
 
