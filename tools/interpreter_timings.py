@@ -1,8 +1,10 @@
 """Time the kernel-IR interpreter (PYFUSER_ENABLE=interpret) on two fusions: a pointwise fusion
-of 8 ops over 128 x 128 fp32 elements and the catalogue LayerNorm forward on 4 x 1024 fp32. The
-first call schedules, lowers and runs; the time reported is the best of `--repeat` cached calls.
+of 8 ops over 128 x 128 fp32 elements and the catalogue LayerNorm forward on 4 x 1024 fp32
+(`--large`: also 2048 x 2048 and 1024 x 4096). The first call schedules, lowers and runs; the
+time reported is the best of `--repeat` cached calls. Results:
+bench/results/2026-11-23-interpreter-timings.md.
 
-    PYTHONPATH=$PWD python tools/interpreter_timings.py [--repeat 5]
+    PYTHONPATH=$PWD python tools/interpreter_timings.py [--repeat 5] [--large]
 """
 from __future__ import annotations
 
@@ -18,7 +20,7 @@ ENABLE = {"enable": ["interpret"]}
 
 
 def pointwise_8_ops() -> FusionDefinition:
-    """8 ops: add, mul, neg, exp, add, div, tanh, max (with a broadcast scalar)."""
+    """8 ops: add, mul, neg, exp, add (of a scalar), div, tanh, maximum."""
     with FusionDefinition("pointwise8") as fd:
         x = fd.define_tensor([-1, -1], dtype=DataType.Float)
         y = fd.define_tensor([-1, -1], dtype=DataType.Float)
@@ -31,14 +33,14 @@ def pointwise_8_ops() -> FusionDefinition:
     return fd
 
 
-def cases():
+def cases(large: bool = False):
     g = torch.Generator().manual_seed(0)
-    pw = pointwise_8_ops()
-    yield "pointwise, 8 ops, fp32 128 x 128", pw, [torch.randn(128, 128, generator=g),
-                                                   torch.randn(128, 128, generator=g)]
-    ln = catalogue.define("layernorm_fwd", "fp32")
-    yield "layernorm_fwd, fp32 4 x 1024", ln, catalogue.make_inputs("layernorm_fwd", 4, 1024,
-                                                                     "fp32", seed=0)
+    for M, N in [(128, 128)] + ([(2048, 2048)] if large else []):
+        yield (f"pointwise, 8 ops, fp32 {M} x {N}", pointwise_8_ops(),
+               [torch.randn(M, N, generator=g), torch.randn(M, N, generator=g)])
+    for M, N in [(4, 1024)] + ([(1024, 4096)] if large else []):
+        yield (f"layernorm_fwd, fp32 {M} x {N}", catalogue.define("layernorm_fwd", "fp32"),
+               catalogue.make_inputs("layernorm_fwd", M, N, "fp32", seed=0))
 
 
 def time_case(fd, inputs, repeat: int) -> tuple[float, float, object]:
@@ -56,12 +58,12 @@ def time_case(fd, inputs, repeat: int) -> tuple[float, float, object]:
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--large", action="store_true")
     args = ap.parse_args()
-    for name, fd, inputs in cases():
+    for name, fd, inputs in cases(args.large):
         first, best, info = time_case(fd, inputs, args.repeat)
-        kernels = getattr(info, "heuristics", None) or getattr(info, "schedulers", None)
         print(f"{name}: first call {first * 1e3:.0f} ms, cached call {best * 1e3:.1f} ms "
-              f"({info.kind}, backend {getattr(info, 'backend', None)}, {kernels})")
+              f"({info.kind}, backend {info.backend}, {info.heuristics})")
 
 
 if __name__ == "__main__":

@@ -1231,6 +1231,8 @@ class Interpreter:
         # __syncthreads waits for every thread of the block, a named barrier for its count:
         # reached by fewer, it hangs.
         per_block = self.tpb if s.count is None else ctx.ev(s.count)
+        if type(per_block) is _ND:
+            per_block = int(per_block[0])
         count = np.bincount(ctx.blk, minlength=self.nblocks)
         bad = (count != 0) & (count != per_block)
         if bad.any():
