@@ -469,8 +469,10 @@ class _Ctx:
 
 
 class _Mem:
-    """One buffer's storage: flat values, the written mask (None: always written), for global
-    buffers the write counts, for shared buffers of a cp.async kernel its copy bookkeeping."""
+    """One buffer's storage: flat values, the written mask (None: always written), one row of
+    `row` elements per thread (registers) or block (shared) or one row (global) of which `limit`
+    are the buffer's; for global buffers the write counts, for shared buffers of a cp.async
+    kernel its copy bookkeeping."""
 
     __slots__ = ("buf", "kind", "vals", "written", "counts", "row", "limit", "allocated",
                  "all_allocated", "owner", "reader", "inflight")
@@ -664,11 +666,7 @@ class Interpreter:
             lo = idx
             hi = idx + lanes if type(lanes) is not _ND else (idx + lanes).max()
         limit = m.limit
-        if type(limit) is _ND:
-            limit = limit[ctx.tids]
-            outside = lo < 0 or bool(((idx + lanes) > limit).any())
-        else:
-            outside = lo < 0 or hi > limit
+        outside = lo < 0 or hi > limit
         vector = self.check_alignment and (type(lanes) is _ND or lanes > 1)
         if vector:
             mis = idx % lanes
@@ -682,9 +680,8 @@ class Interpreter:
             v = _py(idx[i] if type(idx) is _ND else idx)
             n = _py(lanes[i] if type(lanes) is _ND else lanes)
             if out[i]:
-                lim = _py(limit[i] if type(limit) is _ND else limit)
                 raise InterpreterError(
-                    f"{what} {ti!r}: elements [{v}, {v + n}) outside [0, {lim}) of "
+                    f"{what} {ti!r}: elements [{v}, {v + n}) outside [0, {limit}) of "
                     f"{ti.buffer.name} ({ti.buffer.memory}) at {self._where(ctx, i)}")
             raise InterpreterError(
                 f"{what} {ti!r}: vector access of {n} at element {v} is not aligned to "
@@ -1089,35 +1086,23 @@ class Interpreter:
         if b.memory != "local":
             return
         size = self._size(b, ctx)
-        uniform = type(size) is not _ND
-        need = int(size) if uniform else int(size.max())
+        if type(size) is _ND:
+            if (size != size[0]).any():
+                raise InterpreterError(f"register buffer {b.name} has sizes {np.unique(size)} in "
+                                       "different threads")
+            size = size[0]
+        size = int(size)
         m = self.mems.get(id(b))
         if m is None or m.buf is not b:
-            row = max(need, 1)
-            m = self._new_mem(b, "local", self.nthreads * row, written=False, row=row,
-                              limit=int(size) if uniform else 0)
+            m = self._new_mem(b, "local", self.nthreads * max(size, 1), written=False,
+                              row=max(size, 1), limit=size)
             m.allocated = np.zeros(self.nthreads, dtype=bool)
             m.all_allocated = False
-        elif need > m.row:                   # a larger allocation than before: widen the rows
-            self._account(self.nthreads * (need - m.row) * (m.vals.itemsize + 1),
-                          f"register buffer {b.name}")
-            vals = np.zeros((self.nthreads, need), dtype=m.vals.dtype)
-            written = np.zeros((self.nthreads, need), dtype=bool)
-            vals[:, :m.row] = m.vals.reshape(self.nthreads, m.row)
-            written[:, :m.row] = m.written.reshape(self.nthreads, m.row)
-            m.vals, m.written, m.row = vals.ravel(), written.ravel(), need
-        # A thread's row holds its own allocation's size (one number while all sizes agree).
-        if type(m.limit) is not _ND and not (uniform and m.limit == size):
-            if m.allocated.any():
-                m.limit = np.full(self.nthreads, m.limit, dtype=np.int64)
-            elif uniform:
-                m.limit = int(size)
-            else:
-                m.limit = np.zeros(self.nthreads, dtype=np.int64)
-        if type(m.limit) is _ND:
-            m.limit[ctx.tids] = size
+        elif size != m.limit:
+            raise InterpreterError(f"register buffer {b.name} allocated with {size} elements, "
+                                   f"earlier with {m.limit}")
         rows = m.written.reshape(self.nthreads, m.row)
-        if ctx.n == self.nthreads:
+        if ctx.full:
             rows[:] = False
         else:
             rows[ctx.tids] = False
