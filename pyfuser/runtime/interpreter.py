@@ -525,7 +525,9 @@ _COPIES = (LoadStoreOp, BroadcastOp, ExpandOp, SqueezeOp, ReshapeOp, FullOp)
 
 
 class Interpreter:
-    """Run `kernel` on CPU tensors. `bindings`: the kernel fusion's symbolic extents -> ints."""
+    """Run `kernel` on CPU tensors. `bindings`: the kernel fusion's symbolic extents -> ints.
+    `check_alignment`: check vector and copy alignment; `max_threads`, `max_bytes`: the limits
+    above which it refuses (see the module docstring)."""
 
     def __init__(self, kernel: K.Kernel, bindings: dict, check_alignment: bool = True,
                  max_threads: int = 1 << 20, max_bytes: int = 2 << 30):
