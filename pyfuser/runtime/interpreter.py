@@ -1,16 +1,74 @@
-"""The kernel-IR interpreter: runs a lowered kernel on CPU tensors.
+"""The kernel-IR interpreter: runs a lowered kernel on CPU tensors, checking what a GPU would not.
 
-All threads of the grid run in lockstep, statement by statement, with checks a GPU would not
-make: every access in bounds, vector accesses aligned to their width, no value computed from an
-unwritten register reaching memory, writes counted per element; cp.async copies land only at the
-wait_group that completes their group and stay private to the copying thread until a block
-barrier (reads before, or copies over another thread's unsynchronized reads, fail). A cluster
-reduction must be reached by every thread of every CTA of the cluster (its cluster barrier would
-hang otherwise). Warp roles (producer / compute) run as cooperating groups that hand over at
-mbarrier waits, so a wrong parity or a missing release is reported as a deadlock.
+`PYFUSER_ENABLE=interpret` (or `fd.execute(cpu_inputs, options={"enable": ["interpret"]})`)
+runs a fusion's generated kernels through it, scheduled for a device-table entry (see
+runtime/executor.py), much as TRITON_INTERPRET runs Triton kernels in numpy; tests call
+`interpret(kernel, bindings, inputs)` directly.
 
-`PYFUSER_ENABLE=interpret` runs a fusion's generated kernels through it on CPU tensors (see
-runtime/executor.py); tests call `interpret(kernel, bindings, inputs)` directly.
+The model
+---------
+Every thread of the grid runs in lockstep: a statement is executed by all the threads that reach
+it before the next statement starts. It is executed once for all of them, vectorized with
+numpy over the thread set:
+
+- Per-thread variables (threadIdx, blockIdx, loop indices, hoisted scalars) are int64 arrays
+  over the active threads, or plain Python numbers where every thread holds the same value.
+  Each kernel expression is compiled once into a Python function over those (C semantics:
+  `/` and `%` truncate toward zero).
+- An `if` splits the active set; a serial loop runs iteration by iteration with the threads whose
+  own trip count covers that iteration (per-thread start, stop and step may differ); loops bound
+  to thread or block dims are the thread set itself; GridStride loops start at blockIdx.x and
+  step by gridDim.x.
+- Memory: global buffers are flat arrays at the tensors' strides; shared buffers are one row per
+  block; register buffers one row per thread. Floating values are held in float64 and rounded
+  to the buffer's dtype on every write (float32, fp16, bf16 round to nearest even); integer
+  buffers hold exact int64 (a float stored to one truncates toward zero, NaN gives 0 and
+  out-of-range values saturate, like cvt.rzi); bool buffers hold bools. Arithmetic is float64,
+  so a value agrees with the GPU's up to its last bits before the rounding at its write.
+  maximum / minimum, relu and max / min reductions propagate NaN as the generated code does
+  (max.NaN); a reduction's order is the threads' order (sums may differ from the GPU's tree in
+  the last bits).
+- When several threads store to one element in one statement, the later thread (in
+  blockIdx-major, threadIdx.x-minor order) wins.
+- Block reductions all-reduce over the block's thread dims, grid reductions over blocks (the last
+  block of each group gets the result and pf_grid_last), cluster reductions over the CTAs of a
+  cluster; a lockstep grid sync is a check only.
+- Warp-specialized kernels (`IfThenElse.roles`): the producer and compute branches run as two
+  cooperating groups (each in lockstep), taking turns: a group runs until an mbarrier wait it
+  cannot pass, then hands over.
+- Bulk and tensor-map copies land when issued (their transaction bytes come and go at once);
+  cp.async copies read their source when issued and land at the wait_group that completes their
+  group.
+
+The checks (each an InterpreterError naming the access and the thread)
+-------------------------------------------------------------------
+- Every access in bounds of its buffer (a thread's own register row, its block's shared row),
+  vector accesses aligned to their width, indices integers.
+- POISON: registers and shared memory start unwritten. A value computed from an unwritten
+  element may sit in registers, but storing it to shared or global memory, or accumulating into
+  or from one, fails.
+- Global writes are counted per element (`writes`: {(buffer name, element offset): count}) so
+  tests can require exactly one write per output element.
+- cp.async: a copy's destination reads as unwritten until the wait_group completing its group;
+  the landed data is visible only to the copying thread until a block barrier (another thread's
+  read fails); a copy over an element another thread read since the last barrier fails, as does
+  a copy over one still in flight, and a kernel ending with copies never waited for.
+- mbarriers: allocation, index and initialization before use, no more arrivals than the count,
+  transaction bytes; a wait that can never return fails (with warp roles: a deadlock, when no
+  role can move); bulk copies 16-byte sized and aligned; tensor-map boxes and 128-byte aligned
+  destinations; tensor maps the executor's encoder would refuse.
+- Block barriers (__syncthreads, named barriers), block, cluster and grid reductions and grid
+  syncs must be reached by every thread that takes part (all threads of each block, the named
+  barrier's count, every CTA of a cluster, every block of the grid): fewer would hang.
+
+Limits
+------
+- At most `max_threads` threads (default 2**20) and `max_bytes` of interpreter storage
+  (default 2 GiB: registers cost 9 bytes per element per thread); above, an InterpreterError.
+- Time grows with the statements executed (loop trips times statements) more than with the
+  thread count: about 10-50 microseconds per statement for thousands of threads.
+- Races between threads of one statement are not reported (the later thread wins); data races
+  across statements are reported only for cp.async data. Raw device code is not interpreted.
 """
 from __future__ import annotations
 
@@ -28,13 +86,30 @@ from ..ir.exprs import (BinaryOp, BinaryOpType, BroadcastOp, ExpandOp, FullOp, L
 from ..ir.tensor import TensorView
 from ..kir import nodes as K
 
+_ND = np.ndarray
+
+
 # Expressions ------------------------------------------------------------------------------------
+# Compiled kernel expressions take a dict of variables whose values are Python numbers (the same
+# for every thread) or numpy arrays (one value per active thread); the helpers below keep the
+# Python-number case exact and cheap.
+def _zero_divisor(b):
+    if type(b) is not _ND and b == 0:
+        raise ZeroDivisionError("integer division by zero in a kernel expression")
+
+
 def _tdiv(a, b):
+    if type(a) is _ND or type(b) is _ND:
+        _zero_divisor(b)
+        return (a - np.fmod(a, b)) // b       # np.fmod is C's remainder: exact division
     q = abs(a) // abs(b)
     return q if (a >= 0) == (b >= 0) else -q
 
 
 def _tmod(a, b):
+    if type(a) is _ND or type(b) is _ND:
+        _zero_divisor(b)
+        return np.fmod(a, b)
     return a - _tdiv(a, b) * b
 
 
@@ -42,16 +117,54 @@ def _ceil(a, b):
     return -(-a // b)
 
 
-_HELPERS = {"_tdiv": _tdiv, "_tmod": _tmod, "_ceil": _ceil, "min": min, "max": max}
+def _min(a, b):
+    if type(a) is _ND or type(b) is _ND:
+        return np.minimum(a, b)
+    return min(a, b)
+
+
+def _max(a, b):
+    if type(a) is _ND or type(b) is _ND:
+        return np.maximum(a, b)
+    return max(a, b)
+
+
+def _and(a, fb):
+    if type(a) is _ND:
+        return np.logical_and(a, fb())
+    return a and fb()
+
+
+def _or(a, fb):
+    if type(a) is _ND:
+        return np.logical_or(a, fb())
+    return a or fb()
+
+
+def _not(a):
+    if type(a) is _ND:
+        return np.logical_not(a)
+    return not a
+
+
+def _sel(c, fa, fb):
+    if type(c) is _ND:
+        return np.where(c, fa(), fb())
+    return fa() if c else fb()
+
+
+_HELPERS = {"_tdiv": _tdiv, "_tmod": _tmod, "_ceil": _ceil, "_min": _min, "_max": _max,
+            "_and": _and, "_or": _or, "_not": _not, "_sel": _sel}
 _BIN = {"+": "({a} + {b})", "-": "({a} - {b})", "*": "({a} * {b})", "/": "_tdiv({a}, {b})",
-        "%": "_tmod({a}, {b})", "ceilDiv": "_ceil({a}, {b})", "min": "min({a}, {b})",
-        "max": "max({a}, {b})", "<": "({a} < {b})", "<=": "({a} <= {b})", ">": "({a} > {b})",
+        "%": "_tmod({a}, {b})", "ceilDiv": "_ceil({a}, {b})", "min": "_min({a}, {b})",
+        "max": "_max({a}, {b})", "<": "({a} < {b})", "<=": "({a} <= {b})", ">": "({a} > {b})",
         ">=": "({a} >= {b})", "==": "({a} == {b})", "!=": "({a} != {b})",
-        "&&": "({a} and {b})", "||": "({a} or {b})"}
+        "&&": "_and({a}, lambda: {b})", "||": "_or({a}, lambda: {b})"}
 
 
 def py_source(e) -> str:
-    """Python source of kernel expression `e` reading variables from a dict `env`."""
+    """Python source of kernel expression `e` reading variables from a dict `env` (Python
+    numbers, or numpy arrays with one value per thread)."""
     if isinstance(e, K.Const):
         return repr(e.value)
     if isinstance(e, (K.Var, K.Special)):
@@ -59,9 +172,10 @@ def py_source(e) -> str:
     if isinstance(e, K.Bin):
         return _BIN[e.op].format(a=py_source(e.a), b=py_source(e.b))
     if isinstance(e, K.Not):
-        return f"(not {py_source(e.a)})"
+        return f"_not({py_source(e.a)})"
     if isinstance(e, K.Select):
-        return f"({py_source(e.a)} if {py_source(e.cond)} else {py_source(e.b)})"
+        return (f"_sel({py_source(e.cond)}, lambda: {py_source(e.a)}, "
+                f"lambda: {py_source(e.b)})")
     raise TypeError(f"not an index expression: {e!r} ({type(e).__name__})")
 
 
@@ -99,7 +213,8 @@ def expr_vars(e, out=None) -> set:
         expr_vars(e.index, out)
     return out
 
-# Interpreter ----------------------------------------------------------------------------------
+
+# Values -----------------------------------------------------------------------------------------
 class InterpreterError(AssertionError):
     pass
 
@@ -123,73 +238,265 @@ def _round_bf16(x: float) -> float:
 
 
 def round_to(dt: DataType, x):
+    """One value rounded to `dt` (scalar form of the rounding every write does)."""
     if x is POISON:
         return x
     with np.errstate(all="ignore"):
-        if dt == DataType.Float:
-            return float(np.float32(x))
-        if dt == DataType.Half:
-            return float(np.float16(x))
+        if dt.is_integral:
+            return int(_round_array(dt, np.array([x]))[0])
         if dt == DataType.BFloat16:
             return _round_bf16(float(x))
-        if dt == DataType.Double:
-            return float(x)
         if dt == DataType.Bool:
             return bool(x)
-        return int(x)
+        return float(_round_array(dt, np.array([x], dtype=np.float64))[0])
 
 
-def _f(fn):
-    def g(x):
-        with np.errstate(all="ignore"):
-            return float(fn(np.float64(x)))
-    return g
+_INT_RANGE = {DataType.Int32: (-2 ** 31, 2 ** 31 - 1), DataType.Int: (-2 ** 63, 2 ** 63 - 1)}
 
 
-def _np2(fn, a, b):
-    with np.errstate(all="ignore"):
-        return float(fn(np.float64(a), np.float64(b)))
+def _storage_dtype(dt: DataType):
+    if dt.is_floating:
+        return np.float64
+    if dt.is_integral:
+        return np.int64
+    return np.bool_
+
+
+def _round_array(dt: DataType, x):
+    """`x` (a numpy array or a number) rounded to `dt`, as the storage dtype of `dt`."""
+    x = np.asarray(x)
+    if dt == DataType.Float:
+        return x.astype(np.float32).astype(np.float64)
+    if dt == DataType.Double:
+        return x.astype(np.float64, copy=False)
+    if dt == DataType.BFloat16:
+        f = x.astype(np.float32)
+        bits = f.view(np.uint32)
+        bits = (bits + np.uint32(0x7FFF) + ((bits >> np.uint32(16)) & np.uint32(1))) \
+            & np.uint32(0xFFFF0000)
+        return np.where(np.isfinite(f), bits.view(np.float32), f).astype(np.float64)
+    if dt == DataType.Half:
+        return x.astype(np.float16).astype(np.float64)
+    if dt == DataType.Bool:
+        return x != 0 if x.dtype != np.bool_ else x
+    # Integers: exact when integral; a float truncates toward zero, NaN gives 0 and values out
+    # of range saturate (cvt.rzi).
+    if x.dtype.kind in "iub":
+        return x.astype(np.int64, copy=False)
+    lo, hi = _INT_RANGE.get(dt, _INT_RANGE[DataType.Int])
+    x = np.where(np.isnan(x), 0.0, x)
+    out = np.trunc(x).astype(np.int64)
+    out[x >= float(hi)] = hi
+    out[x <= float(lo)] = lo
+    return out
+
+
+def _as_float(x):
+    if type(x) is _ND and x.dtype != np.float64:
+        return x.astype(np.float64)
+    return x
+
+
+def _as_number(x):
+    """bool arrays take part in arithmetic as 0 / 1 (numpy would make + a logical or)."""
+    if type(x) is _ND and x.dtype == np.bool_:
+        return x.astype(np.int64)
+    return x
+
+
+def _erf(x):
+    t = torch.from_numpy(np.ascontiguousarray(np.asarray(x, dtype=np.float64)))
+    out = torch.special.erf(t).numpy()
+    return out if type(x) is _ND else float(out)
 
 
 def _gelu_tanh(x):
-    return 0.5 * x * (1.0 + math.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)))
+    x = _as_float(x)
+    return 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)))
+
+
+def _gelu_erf(x):
+    x = _as_float(x)
+    return 0.5 * x * (1.0 + _erf(x / math.sqrt(2.0)))
+
+
+def _relu(x):
+    return np.maximum(_as_number(x), 0)      # a NaN stays NaN (pf::relu is maximum(x, 0))
 
 
 _UNARY = {
-    UnaryOpType.Neg: lambda x: -x, UnaryOpType.Abs: abs, UnaryOpType.Exp: _f(np.exp),
-    UnaryOpType.Exp2: _f(np.exp2), UnaryOpType.Log: _f(np.log), UnaryOpType.Sqrt: _f(np.sqrt),
-    UnaryOpType.Rsqrt: _f(lambda x: 1.0 / np.sqrt(x)),
-    UnaryOpType.Reciprocal: _f(lambda x: 1.0 / x), UnaryOpType.Tanh: math.tanh,
-    UnaryOpType.Sigmoid: _f(lambda x: 1.0 / (1.0 + np.exp(-x))), UnaryOpType.Erf: math.erf,
-    UnaryOpType.Relu: lambda x: max(x, 0.0),
-    UnaryOpType.Silu: _f(lambda x: x / (1.0 + np.exp(-x))),
+    UnaryOpType.Neg: lambda x: np.negative(_as_number(x)),
+    UnaryOpType.Abs: lambda x: np.abs(_as_number(x)),
+    UnaryOpType.Exp: lambda x: np.exp(_as_float(x)),
+    UnaryOpType.Exp2: lambda x: np.exp2(_as_float(x)),
+    UnaryOpType.Log: lambda x: np.log(_as_float(x)),
+    UnaryOpType.Sqrt: lambda x: np.sqrt(_as_float(x)),
+    UnaryOpType.Rsqrt: lambda x: 1.0 / np.sqrt(_as_float(x)),
+    UnaryOpType.Reciprocal: lambda x: 1.0 / _as_float(x),
+    UnaryOpType.Tanh: lambda x: np.tanh(_as_float(x)),
+    UnaryOpType.Sigmoid: lambda x: 1.0 / (1.0 + np.exp(-_as_float(x))),
+    UnaryOpType.Erf: lambda x: _erf(x),
+    UnaryOpType.Relu: _relu,
+    UnaryOpType.Silu: lambda x: _as_float(x) / (1.0 + np.exp(-_as_float(x))),
     UnaryOpType.GeluTanh: _gelu_tanh,
-    UnaryOpType.GeluErf: lambda x: 0.5 * x * (1.0 + math.erf(x / math.sqrt(2.0))),
-    UnaryOpType.Not: lambda x: not x, UnaryOpType.Cast: lambda x: x, UnaryOpType.Set: lambda x: x,
+    UnaryOpType.GeluErf: _gelu_erf,
+    UnaryOpType.Not: np.logical_not,
+    UnaryOpType.Cast: lambda x: x, UnaryOpType.Set: lambda x: x,
 }
 _BINARY = {
-    BinaryOpType.Add: lambda a, b: a + b, BinaryOpType.Sub: lambda a, b: a - b,
-    BinaryOpType.Mul: lambda a, b: a * b,
-    BinaryOpType.Div: lambda a, b: _np2(np.divide, a, b),
-    BinaryOpType.Pow: lambda a, b: _np2(np.power, a, b),
-    BinaryOpType.Max: max, BinaryOpType.Min: min,
-    BinaryOpType.Eq: lambda a, b: a == b, BinaryOpType.Ne: lambda a, b: a != b,
-    BinaryOpType.Lt: lambda a, b: a < b, BinaryOpType.Le: lambda a, b: a <= b,
-    BinaryOpType.Gt: lambda a, b: a > b, BinaryOpType.Ge: lambda a, b: a >= b,
-    BinaryOpType.And: lambda a, b: bool(a) and bool(b), BinaryOpType.Or: lambda a, b: bool(a) or bool(b),
+    BinaryOpType.Add: lambda a, b: np.add(_as_number(a), _as_number(b)),
+    BinaryOpType.Sub: lambda a, b: np.subtract(_as_number(a), _as_number(b)),
+    BinaryOpType.Mul: lambda a, b: np.multiply(_as_number(a), _as_number(b)),
+    BinaryOpType.Div: lambda a, b: np.true_divide(_as_float(a), b),
+    BinaryOpType.Pow: lambda a, b: np.power(_as_float(a), _as_float(b)),
+    # pf::maximum / pf::minimum (max.NaN): a NaN operand gives NaN, like torch.maximum.
+    BinaryOpType.Max: np.maximum, BinaryOpType.Min: np.minimum,
+    BinaryOpType.Eq: np.equal, BinaryOpType.Ne: np.not_equal,
+    BinaryOpType.Lt: np.less, BinaryOpType.Le: np.less_equal,
+    BinaryOpType.Gt: np.greater, BinaryOpType.Ge: np.greater_equal,
+    BinaryOpType.And: np.logical_and, BinaryOpType.Or: np.logical_or,
 }
-_REDUCE = {"sum": lambda a, b: a + b, "max": max, "min": min}
+# Accumulations and block / cluster / grid reductions (max / min propagate NaN: pf::OpMax).
+_REDUCE = {"sum": lambda a, b: np.add(_as_number(a), _as_number(b)), "max": np.maximum,
+           "min": np.minimum}
+_REDUCEAT = {"sum": np.add.reduceat, "max": np.maximum.reduceat, "min": np.minimum.reduceat}
 
 
-class _Thread:
-    __slots__ = ("env", "locals", "block", "cp_open", "cp_groups")
+def _py(x):
+    """A numpy scalar as the Python number it holds."""
+    return x.item() if isinstance(x, np.generic) else x
 
-    def __init__(self, env, block):
+
+def _or_masks(a, b):
+    if a is None:
+        return b
+    if b is None:
+        return a
+    return a | b
+
+
+def _lanes(n: int) -> np.ndarray:
+    return np.arange(n, dtype=np.int64)
+
+
+# Thread sets ------------------------------------------------------------------------------------
+class _Env(dict):
+    """Variables of a thread set. A variable missing here comes from the parent set's variables,
+    narrowed to this set (`sel`: positions of this set's threads in the parent's; None: the same
+    threads)."""
+
+    __slots__ = ("parent", "sel")
+
+    def __missing__(self, key):
+        v = self.parent[key]
+        if self.sel is not None and type(v) is _ND:
+            v = v[self.sel]
+        self[key] = v
+        return v
+
+
+def _env(parent, sel) -> _Env:
+    e = _Env()
+    e.parent = parent
+    e.sel = sel
+    return e
+
+
+class _Ctx:
+    """The threads executing a statement: their global ids (ascending) and their variables."""
+
+    __slots__ = ("tids", "env", "n", "tpb", "full", "_blk", "_bases")
+
+    def __init__(self, tids, env, tpb, full=False):
+        self.tids = tids
         self.env = env
-        self.locals = {}
-        self.block = block
-        self.cp_open = []       # cp.async copies since the last commit
-        self.cp_groups = []     # committed cp.async groups not yet waited for, oldest first
+        self.n = len(tids)
+        self.tpb = tpb
+        self.full = full            # every thread of the grid (tids is 0, 1, ...)
+        self._blk = None
+        self._bases = None
+
+    def ev(self, e):
+        return compile_expr(e)(self.env)
+
+    def arr(self, value, dtype=None) -> np.ndarray:
+        """`value` (a number or a per-thread array) as an array over these threads."""
+        if type(value) is _ND:
+            return value
+        return np.full(self.n, value, dtype=dtype)
+
+    @property
+    def blk(self) -> np.ndarray:
+        if self._blk is None:
+            self._blk = self.tids // self.tpb
+        return self._blk
+
+    def base(self, kind: str, row: int):
+        """Flat offset of each thread's row of a register (per thread) or shared (per block)
+        buffer of `row` elements."""
+        if kind == "global":
+            return 0
+        key = (kind, row)
+        if self._bases is None:
+            self._bases = {}
+        b = self._bases.get(key)
+        if b is None:
+            b = (self.tids if kind == "local" else self.blk) * row
+            self._bases[key] = b
+        return b
+
+    def child(self) -> "_Ctx":
+        """The same threads in a new scope (a loop iteration)."""
+        c = _Ctx(self.tids, _env(self.env, None), self.tpb, self.full)
+        c._blk = self._blk
+        c._bases = self._bases
+        return c
+
+    def subset(self, mask) -> "_Ctx":
+        """The threads where `mask` (a bool array over these threads) holds."""
+        if mask.dtype != np.bool_:
+            mask = mask != 0
+        sel = np.flatnonzero(mask)
+        if len(sel) == self.n:
+            return self.child()
+        c = _Ctx(self.tids[sel], _env(self.env, sel), self.tpb)
+        if self._blk is not None:
+            c._blk = self._blk[sel]
+        return c
+
+    def take(self, sel) -> "_Ctx":
+        return _Ctx(self.tids[sel], _env(self.env, sel), self.tpb)
+
+
+class _Mem:
+    """One buffer's storage: flat values, the written mask (None: always written), one row of
+    `row` elements per thread (registers) or block (shared) or one row (global) of which `limit`
+    are the buffer's; for global buffers the write counts, for shared buffers of a cp.async
+    kernel its copy bookkeeping."""
+
+    __slots__ = ("buf", "kind", "vals", "written", "counts", "row", "limit", "allocated",
+                 "all_allocated", "owner", "reader", "inflight")
+
+    def __init__(self, buf, kind, vals, written, row, limit):
+        self.buf, self.kind, self.vals, self.written = buf, kind, vals, written
+        self.row, self.limit = row, limit
+        self.counts = None
+        self.allocated = None
+        self.all_allocated = True
+        self.owner = self.reader = self.inflight = None
+
+
+class _Bars:
+    """The mbarriers of one MBarriers array in every block: [blocks, count] arrays."""
+
+    def __init__(self, nblocks: int, count: int):
+        self.count = count
+        self.allocated = np.zeros(nblocks, dtype=bool)
+        self.state = np.zeros(nblocks * count, dtype=np.int8)    # 0 none, 1 live, 2 invalid
+        self.arrivals = np.zeros(nblocks * count, dtype=np.int64)
+        self.arrived = np.zeros(nblocks * count, dtype=np.int64)
+        self.tx = np.zeros(nblocks * count, dtype=np.int64)
+        self.phase = np.zeros(nblocks * count, dtype=np.int64)
 
 
 class _Roles:
@@ -213,95 +520,313 @@ class _Roles:
         return me
 
 
+_THREAD_LOOPS = frozenset(("TIDx", "TIDy", "TIDz", "BIDx", "BIDy", "BIDz"))
+_COPIES = (LoadStoreOp, BroadcastOp, ExpandOp, SqueezeOp, ReshapeOp, FullOp)
+
+
 class Interpreter:
-    """Run `kernel` on CPU tensors. `bindings`: the kernel fusion's symbolic extents -> ints."""
+    """Run `kernel` on CPU tensors. `bindings`: the kernel fusion's symbolic extents -> ints.
+    `check_alignment`: check vector and copy alignment; `max_threads`, `max_bytes`: the limits
+    above which it refuses (see the module docstring)."""
 
     def __init__(self, kernel: K.Kernel, bindings: dict, check_alignment: bool = True,
-                 max_threads: int = 1 << 15):
+                 max_threads: int = 1 << 20, max_bytes: int = 2 << 30):
         self.k = kernel
         self.bindings = dict(bindings)
         self.check_alignment = check_alignment
         self.max_threads = max_threads
-        self.writes: dict = {}       # (buffer name, element offset) -> count, global buffers
+        self.max_bytes = max_bytes
+        self.mems: dict = {}
+        self._writes_cache = None
+        self._handlers = {}
 
-    # Memory ------------------------------------------------------------------------------------
-    def _mem(self, t: _Thread, buf: K.Buffer) -> list:
-        if buf.memory == "global":
-            return self.globals[id(buf)]
-        if buf.memory == "shared":
-            return self.shared.setdefault((t.block, id(buf)), [POISON] * self._size(buf, t))
-        m = t.locals.get(id(buf))
-        if m is None:
-            raise InterpreterError(f"register buffer {buf.name} is used before its Allocate")
+    # Write counts ----------------------------------------------------------------------------
+    @property
+    def writes(self) -> dict:
+        """(global buffer name, element offset) -> number of writes, for every element written."""
+        if self._writes_cache is None:
+            out: dict = {}
+            for m in self.mems.values():
+                if m.counts is None:
+                    continue
+                nz = np.flatnonzero(m.counts)
+                name = m.buf.name
+                for off, c in zip(nz.tolist(), m.counts[nz].tolist()):
+                    out[(name, off)] = out.get((name, off), 0) + c
+            self._writes_cache = out
+        return self._writes_cache
+
+    # Storage ---------------------------------------------------------------------------------
+    def _account(self, nbytes: int, what: str) -> None:
+        self._bytes += nbytes
+        if self._bytes > self.max_bytes:
+            raise InterpreterError(
+                f"{what} would take the interpreter's storage to {self._bytes / 2 ** 30:.2f} GiB, "
+                f"over its limit of {self.max_bytes / 2 ** 30:.2f} GiB ({self.nthreads} threads: "
+                f"grid {self.grid}, block {self.block}); interpret a smaller problem or raise "
+                "Interpreter(max_bytes=...)")
+
+    def _new_mem(self, buf, kind, n, written: bool, fill=0, row=None, limit=None) -> _Mem:
+        dt = _storage_dtype(buf.dtype)
+        self._account(n * (np.dtype(dt).itemsize + (0 if written else 1)),
+                      f"{kind} buffer {buf.name} ({n} elements)")
+        vals = np.zeros(n, dtype=dt) if fill == 0 else np.full(n, fill, dtype=dt)
+        m = _Mem(buf, kind, vals, None if written else np.zeros(n, dtype=bool),
+                 n if row is None else row, n if limit is None else limit)
+        self.mems[id(buf)] = m
         return m
 
-    def _size(self, buf, t) -> int:
-        return int(eval_expr(buf.size, t.env)) if isinstance(buf.size, K.KExpr) else int(buf.size)
+    def _mem(self, ctx: _Ctx, buf: K.Buffer) -> _Mem:
+        m = self.mems.get(id(buf))
+        if m is not None and m.buf is buf:
+            if m.kind == "local" and not m.all_allocated and not m.allocated[ctx.tids].all():
+                raise InterpreterError(f"register buffer {buf.name} is used before its Allocate")
+            return m
+        if buf.memory == "shared":
+            size = self._uniform_size(buf, ctx)
+            m = self._new_mem(buf, "shared", self.nblocks * size, written=False, row=size)
+            if self.cp_kernel:
+                m.owner = np.full(self.nblocks * size, -1, dtype=np.int64)
+                m.reader = np.full(self.nblocks * size, -1, dtype=np.int64)
+                m.inflight = np.full(self.nblocks * size, -1, dtype=np.int64)
+            return m
+        if buf.memory == "local":
+            raise InterpreterError(f"register buffer {buf.name} is used before its Allocate")
+        raise InterpreterError(f"global buffer {buf.name} is not a parameter of the kernel")
 
-    def _addr(self, t, ti: K.TensorIndex, what: str, lanes: int) -> tuple[list, int]:
-        mem = self._mem(t, ti.buffer)
-        idx = eval_expr(ti.index, t.env)
-        if not isinstance(idx, int):
-            raise InterpreterError(f"{what} {ti!r}: index {idx!r} is not an integer")
-        if idx < 0 or idx + lanes > len(mem):
-            raise InterpreterError(
-                f"{what} {ti!r}: elements [{idx}, {idx + lanes}) outside [0, {len(mem)}) of "
-                f"{ti.buffer.name} ({ti.buffer.memory}) at {self._where(t)}")
-        if lanes > 1 and self.check_alignment and idx % lanes:
-            raise InterpreterError(
-                f"{what} {ti!r}: vector access of {lanes} at element {idx} is not aligned to "
-                f"{lanes} elements at {self._where(t)}")
-        return mem, idx
+    def _size(self, buf, ctx):
+        if not isinstance(buf.size, K.KExpr):
+            return int(buf.size)
+        return ctx.ev(buf.size)
+
+    def _uniform_size(self, buf, ctx) -> int:
+        size = self._size(buf, ctx)
+        if type(size) is _ND:
+            size = int(size.max()) if len(size) else 0
+        return int(size)
+
+    # Addresses -------------------------------------------------------------------------------
+    def _where_tid(self, tid: int) -> str:
+        """A thread's indices, for messages about a thread outside any statement's set."""
+        tib, b = tid % self.tpb, tid // self.tpb
+        bx, by, bz = self.block
+        gx, gy, _ = self.grid
+        vals = {"threadIdx.x": tib % bx, "threadIdx.y": (tib // bx) % by,
+                "threadIdx.z": tib // (bx * by), "blockIdx.x": b % gx,
+                "blockIdx.y": (b // gx) % gy, "blockIdx.z": b // (gx * gy)}
+        return ", ".join(f"{k}={v}" for k, v in vals.items())
 
     @staticmethod
-    def _where(t) -> str:
-        return ", ".join(f"{k}={v}" for k, v in t.env.items()
-                         if not k.startswith("T") and not isinstance(v, bool))
+    def _where(ctx: _Ctx, i: int) -> str:
+        """Variables of thread `i` of `ctx` (parameters named T... and bools left out)."""
+        chain = []
+        e = ctx.env
+        while isinstance(e, _Env):
+            chain.append(e)
+            e = e.parent
+        names: dict = {}
+        for env in reversed(chain):
+            for k in env:
+                names.setdefault(k)
+        parts = []
+        for k in names:
+            if k.startswith("T"):
+                continue
+            v = ctx.env[k]
+            if type(v) is _ND:
+                v = v[i]
+            v = _py(v)
+            if isinstance(v, bool):
+                continue
+            parts.append(f"{k}={v}")
+        return ", ".join(parts)
 
-    def _read(self, t, operand, lane=0):
+    def _locate(self, ctx: _Ctx, ti: K.TensorIndex, what: str, lanes):
+        """(memory, flat address of element 0 of each thread's access), with the bounds and
+        alignment checks of `lanes` elements (an int, or one count per thread)."""
+        m, idx = self._check(ctx, ti, what, lanes)
+        addr = ctx.base(m.kind, m.row) + idx
+        if type(addr) is not _ND:
+            addr = np.full(ctx.n, addr, dtype=np.int64)
+        return m, addr
+
+    def _check(self, ctx: _Ctx, ti: K.TensorIndex, what: str, lanes):
+        """(memory, index of element 0 of each thread's access: a number or an array), with the
+        bounds and alignment checks of `lanes` elements (an int, or one count per thread)."""
+        m = self._mem(ctx, ti.buffer)
+        idx = ctx.ev(ti.index)
+        if type(idx) is _ND:
+            if idx.dtype.kind not in "iu":
+                if idx.dtype != np.bool_:
+                    raise InterpreterError(f"{what} {ti!r}: index {idx!r} is not an integer")
+                idx = idx.astype(np.int64)
+            lo = idx.min()
+            hi = (idx + lanes).max() if type(lanes) is _ND else idx.max() + lanes
+        else:
+            if not isinstance(idx, (int, np.integer)):
+                raise InterpreterError(f"{what} {ti!r}: index {idx!r} is not an integer")
+            lo = idx
+            hi = idx + lanes if type(lanes) is not _ND else (idx + lanes).max()
+        limit = m.limit
+        outside = lo < 0 or hi > limit
+        vector = self.check_alignment and (type(lanes) is _ND or lanes > 1)
+        if vector:
+            mis = idx % lanes
+            misaligned = mis.any() if type(mis) is _ND else mis != 0
+        if outside or (vector and misaligned):
+            # The first thread with a problem, as if the threads ran one after another.
+            out = np.broadcast_to((np.asarray(idx) < 0) | (np.asarray(idx + lanes) > limit),
+                                  (ctx.n,))
+            bad = out | np.broadcast_to(np.asarray(idx % lanes) != 0, (ctx.n,)) if vector else out
+            i = int(np.argmax(bad))
+            v = _py(idx[i] if type(idx) is _ND else idx)
+            n = _py(lanes[i] if type(lanes) is _ND else lanes)
+            if out[i]:
+                raise InterpreterError(
+                    f"{what} {ti!r}: elements [{v}, {v + n}) outside [0, {limit}) of "
+                    f"{ti.buffer.name} ({ti.buffer.memory}) at {self._where(ctx, i)}")
+            raise InterpreterError(
+                f"{what} {ti!r}: vector access of {n} at element {v} is not aligned to "
+                f"{n} elements at {self._where(ctx, i)}")
+        return m, idx
+
+    # Reads and writes ------------------------------------------------------------------------
+    def _read(self, ctx: _Ctx, operand, nread: int = 1, what: str = "read of"):
+        """(values, poison mask or None) of `nread` lanes of `operand` for every thread:
+        arrays [threads] (nread == 1) or [threads, nread]; a fusion scalar is a number."""
         if isinstance(operand, K.ScalarValue):
-            return self._scalar(operand.scalar)
-        if isinstance(operand, K.TensorIndex):
-            mem, idx = self._addr(t, operand, "read of", max(operand.vector, 1))
-            if self.cp_kernel and operand.buffer.memory == "shared":
-                key = (t.block, id(operand.buffer))
-                owner = self.cp_owner.get(key, {}).get(idx + lane)
-                if owner is not None and owner is not t:
-                    raise InterpreterError(
-                        f"read of {operand!r} (element {idx + lane}) that another thread copied "
-                        f"with cp.async, with no block barrier since its wait, at {self._where(t)}")
-                readers = self.cp_readers.setdefault(key, {})
-                if readers.get(idx + lane, t) is not t:
-                    readers[idx + lane] = "several threads"
-                else:
-                    readers[idx + lane] = t
-            return mem[idx + lane]
-        raise InterpreterError(f"cannot read {operand!r}")
+            return self._scalar(operand.scalar), None
+        if not isinstance(operand, K.TensorIndex):
+            raise InterpreterError(f"cannot read {operand!r}")
+        m, idx = self._check(ctx, operand, what, max(operand.vector, nread, 1))
+        if m.kind == "local" and ctx.full and type(idx) is not _ND:
+            # Every thread, one element (or vector) of its row: a column of the rows.
+            col = idx if nread == 1 else slice(idx, idx + nread)
+            vals = m.vals.reshape(-1, m.row)[:, col]
+            w = m.written.reshape(-1, m.row)[:, col]
+            return vals, (None if w.all() else ~w)
+        addr = ctx.base(m.kind, m.row) + idx
+        if type(addr) is not _ND:
+            addr = np.full(ctx.n, addr, dtype=np.int64)
+        if nread > 1:
+            addr = addr[:, None] + _lanes(nread)
+        vals = m.vals[addr]
+        poison = None
+        if m.written is not None:
+            w = m.written[addr]
+            if not w.all():
+                poison = ~w
+        if m.owner is not None:
+            self._track_read(ctx, m, operand, addr)
+        return vals, poison
 
-    def _write(self, t, ti: K.TensorIndex, value, lane=0):
-        mem, idx = self._addr(t, ti, "write of", max(ti.vector, 1))
-        if value is POISON and ti.buffer.memory != "local":
+    def _track_read(self, ctx, m: _Mem, operand, addr) -> None:
+        """cp.async visibility: a landed copy is the copying thread's until a block barrier;
+        remember who read what since the last barrier."""
+        tid = ctx.tids if addr.ndim == 1 else ctx.tids[:, None]
+        owner = m.owner[addr]
+        bad = (owner >= 0) & (owner != tid)
+        if bad.any():
+            k = int(np.argmax(bad.ravel()))
+            i = k if addr.ndim == 1 else k // addr.shape[1]
+            e = int(addr.ravel()[k]) % m.row
+            raise InterpreterError(
+                f"read of {operand!r} (element {e}) that another thread copied with cp.async, "
+                f"with no block barrier since its wait, at {self._where(ctx, i)}")
+        r = m.reader[addr]
+        new = np.where((r == -1) | (r == tid), tid, -2).ravel()
+        flat = addr.ravel()
+        if len(flat) > 1 and not (flat[1:] > flat[:-1]).all():
+            order = np.argsort(flat, kind="stable")
+            s = flat[order]
+            same = s[1:] == s[:-1]
+            dup = np.zeros(len(flat), dtype=bool)
+            dup[order[1:][same]] = True
+            dup[order[:-1][same]] = True
+            new[dup] = -2             # read by several threads in this statement
+        m.reader[flat] = new
+
+    def _write(self, ctx: _Ctx, ti: K.TensorIndex, vals, poison, nwrite: int = 1,
+               what: str = "write of", exact: bool = False) -> None:
+        """Store `vals` (see _read); `exact`: they are values of the buffer's dtype already."""
+        m, idx = self._check(ctx, ti, what, max(ti.vector, nwrite, 1))
+        if poison is not None and m.kind != "local":
+            i = int(np.argmax(poison.reshape(ctx.n, -1).any(axis=1)))
             raise InterpreterError(f"a value computed from unwritten registers is stored to "
-                                   f"{ti!r} at {self._where(t)}")
-        mem[idx + lane] = round_to(ti.buffer.dtype, value)
-        if ti.buffer.memory == "global":
-            key = (ti.buffer.name, idx + lane)
-            self.writes[key] = self.writes.get(key, 0) + 1
+                                   f"{ti!r} at {self._where(ctx, i)}")
+        if m.kind == "local" and ctx.full and type(idx) is not _ND:
+            col = idx if nwrite == 1 else slice(idx, idx + nwrite)
+            m.vals.reshape(-1, m.row)[:, col] = vals if exact else _round_array(m.buf.dtype, vals)
+            m.written.reshape(-1, m.row)[:, col] = True if poison is None else ~poison
+            return
+        addr = ctx.base(m.kind, m.row) + idx
+        if type(addr) is not _ND:
+            addr = np.full(ctx.n, addr, dtype=np.int64)
+        if nwrite > 1:
+            addr = addr[:, None] + _lanes(nwrite)
+        self._store(m, addr, vals, poison, exact)
+        if m.counts is not None:
+            self._count(m, addr)
+
+    def _store(self, m: _Mem, addr, vals, poison, exact: bool = False) -> None:
+        """Store (rounding to the buffer's dtype); of several threads storing one element, the
+        later thread wins."""
+        vals = np.asarray(vals) if exact else _round_array(m.buf.dtype, vals)
+        if vals.base is not None and np.may_share_memory(vals, m.vals):
+            vals = vals.copy()                     # a view of the rows being written
+        if vals.shape != addr.shape:
+            vals = np.broadcast_to(vals, addr.shape)
+        if m.kind != "local":                      # rows of registers never collide
+            flat = addr.ravel()
+            if len(flat) > 1 and not (flat[1:] > flat[:-1]).all():
+                order = np.argsort(flat, kind="stable")
+                s = flat[order]
+                last = np.ones(len(s), dtype=bool)
+                last[:-1] = s[1:] != s[:-1]
+                keep = order[last]
+                addr = flat[keep]
+                vals = vals.ravel()[keep]
+                if poison is not None:
+                    poison = poison.ravel()[keep]
+        m.vals[addr] = vals
+        if m.written is not None:
+            m.written[addr] = True if poison is None else ~poison
+
+    def _count(self, m: _Mem, addr) -> None:
+        self._writes_cache = None
+        flat = addr.ravel()
+        if len(flat) > 1 and not (flat[1:] > flat[:-1]).all():
+            np.add.at(m.counts, flat, 1)
+        else:
+            m.counts[flat] += 1
 
     def _scalar(self, s):
+        hit = self._scalars.get(id(s))
+        if hit is not None and hit[0] is s:
+            return hit[1]
+        v = self._scalar_value(s)
+        self._scalars[id(s)] = (s, v)
+        return v
+
+    def _scalar_value(self, s):
         if s.value is not None:
             return s.value
         if s in self.scalar_env:
             return self.scalar_env[s]
         d = s.definition
-        if isinstance(d, UnaryOp):
-            return _UNARY[d.op](self._scalar(d.inputs[0]))
-        if isinstance(d, BinaryOp):
-            return _BINARY[d.op](self._scalar(d.inputs[0]), self._scalar(d.inputs[1]))
+        with np.errstate(all="ignore"):
+            if isinstance(d, UnaryOp):
+                return _py(_UNARY[d.op](self._scalar(d.inputs[0])))
+            if isinstance(d, BinaryOp):
+                return _py(_BINARY[d.op](self._scalar(d.inputs[0]), self._scalar(d.inputs[1])))
         return S.evaluate(s, self.scalar_env)
 
     # Running ---------------------------------------------------------------------------------
     def run(self, inputs: list) -> list:
+        with np.errstate(all="ignore"):
+            return self._run(inputs)
+
+    def _run(self, inputs: list) -> list:
         from .inputs import output_strides
         k = self.k
         fusion = k.fusion
@@ -309,42 +834,58 @@ class Interpreter:
         for v, x in zip(fusion.inputs, inputs):
             if not isinstance(v, TensorView):
                 self.scalar_env[v] = x
-        self.globals = {}
-        self.shared = {}
+        self._scalars: dict = {}
+        self.mems = {}
+        self._writes_cache = None
+        self._bytes = 0
         self.tensor_maps = {}
-        # cp.async: (block, buffer) -> {element: issuing thread} for copies in flight, and for
-        # copies landed but visible to their thread only (until a block barrier).
-        self.cp_inflight: dict = {}
-        self.cp_owner: dict = {}
-        # ... and {element: reader (or "several threads")} of shared reads since the block's
-        # last barrier, so that a copy over an element another thread may still read fails.
-        self.cp_readers: dict = {}
+        self.mbarriers: dict = {}
+        self._roles = None
         self.cp_kernel = any(isinstance(x, K.CpAsyncCopy) for x in K.walk(k.body))
-        env0 = {}
-        self.outputs = []
-        out_sizes = [[int(S.evaluate(i.user_extent if i.is_broadcast else i.extent, dict(self.bindings)))
+        self._cp_batches: list = []
+
+        grid = [max(1, int(S.evaluate(g, dict(self.bindings)))) for g in k.launch.grid]
+        block = [max(1, int(S.evaluate(b, dict(self.bindings)))) for b in k.launch.block]
+        self.grid, self.block = grid, block
+        self.tpb = block[0] * block[1] * block[2]
+        self.nblocks = grid[0] * grid[1] * grid[2]
+        n = self.nthreads = self.nblocks * self.tpb
+        if n > self.max_threads:
+            raise InterpreterError(
+                f"{n} threads is too many to interpret (grid {grid}, block {block}): the "
+                f"interpreter runs at most {self.max_threads} (Interpreter(max_threads=...)); "
+                "interpret a smaller problem")
+
+        env0: dict = {}
+        out_sizes = [[int(S.evaluate(i.user_extent if i.is_broadcast else i.extent,
+                                     dict(self.bindings)))
                       for i in o.domain.logical_no_reductions] for o in fusion.outputs]
-        out_store = {}
+        out_mem = {}
         for p in k.params:
             src = p.source
             if src[0] == "input":
                 x = inputs[src[1]]
-                self.globals[id(p.buffer)] = _storage_of(x)
+                flat = _storage_of(x)
+                m = _Mem(p.buffer, "global", flat, None, len(flat), len(flat))
+                self._account(flat.nbytes, f"input {p.buffer.name}")
+                m.counts = np.zeros(len(flat), dtype=np.int32)
+                self.mems[id(p.buffer)] = m
             elif src[0] == "output":
                 o = fusion.outputs[src[1]]
                 sizes = out_sizes[src[1]]
                 strides = output_strides(o, sizes)
-                n = 1 + sum((s - 1) * st for s, st in zip(sizes, strides) if s > 0)
-                store = [math.nan] * (n if all(sizes) else 0)
-                self.globals[id(p.buffer)] = store
-                out_store[src[1]] = (store, sizes, strides, o.dtype)
+                span = 1 + sum((s - 1) * st for s, st in zip(sizes, strides) if s > 0)
+                span = span if all(sizes) else 0
+                m = self._new_mem(p.buffer, "global", span, written=True,
+                                  fill=math.nan if o.dtype.is_floating else 0)
+                m.counts = np.zeros(span, dtype=np.int32)
+                out_mem[src[1]] = (m, sizes, strides, o.dtype)
             elif src[0] == "stride":
                 _, role, kk, d = src
                 if role == "input":
                     env0[p.name] = int(inputs[kk].stride(d))
                 else:
-                    o = fusion.outputs[kk]
-                    env0[p.name] = output_strides(o, out_sizes[kk])[d]
+                    env0[p.name] = output_strides(fusion.outputs[kk], out_sizes[kk])[d]
             elif src[0] == "extent":
                 env0[p.name] = int(S.evaluate(src[1], dict(self.bindings)))
             elif src[0] == "scalar":
@@ -353,44 +894,48 @@ class Interpreter:
                 self.tensor_maps[p.name] = self._tensor_map(inputs[src[1].input], src[1])
             elif src[0] == "workspace":
                 kind = dict((b.name, kd) for b, kd in k.workspaces).get(p.buffer.name)
-                n = 0
+                size = 0
                 if kind == "intermediate":      # a global tensor between loop nests
-                    n = int(eval_expr(p.buffer.size, dict(env0, **{
+                    size = int(eval_expr(p.buffer.size, dict(env0, **{
                         e.name: v for e, v in self._extent_vars().items()})))
-                self.globals[id(p.buffer)] = [POISON] * n
+                m = self._new_mem(p.buffer, "global", size, written=False)
+                m.counts = np.zeros(size, dtype=np.int32)
             else:
                 raise InterpreterError(f"unknown parameter source {src}")
-        grid = [max(1, int(S.evaluate(g, dict(self.bindings)))) for g in k.launch.grid]
-        block = [max(1, int(S.evaluate(b, dict(self.bindings)))) for b in k.launch.block]
-        self.grid, self.block = grid, block
-        n = grid[0] * grid[1] * grid[2] * block[0] * block[1] * block[2]
-        if n > self.max_threads:
-            raise InterpreterError(f"{n} threads is too many to interpret (grid {grid}, block {block})")
-        threads = []
-        for bz in range(grid[2]):
-            for by in range(grid[1]):
-                for bx in range(grid[0]):
-                    for tz in range(block[2]):
-                        for ty in range(block[1]):
-                            for tx in range(block[0]):
-                                env = dict(env0)
-                                env.update({"threadIdx.x": tx, "threadIdx.y": ty, "threadIdx.z": tz,
-                                            "blockIdx.x": bx, "blockIdx.y": by, "blockIdx.z": bz,
-                                            "blockDim.x": block[0], "gridDim.x": grid[0],
-                                            "pf_grid_last": False})
-                                threads.append(_Thread(env, (bx, by, bz)))
-        self.all_threads = threads
-        self._body(k.body, threads)
-        for t in threads:
-            if t.cp_open or any(t.cp_groups):
+
+        # Thread indices in launch order (blockIdx z-major, threadIdx.x fastest); a dim of
+        # extent 1 is the number 0.
+        tid = np.arange(n, dtype=np.int64)
+        tib, blk = tid % self.tpb, tid // self.tpb
+
+        def dim(a, div, ext):
+            return (a // div) % ext if ext > 1 else 0
+        env0.update({"threadIdx.x": dim(tib, 1, block[0]),
+                     "threadIdx.y": dim(tib, block[0], block[1]),
+                     "threadIdx.z": dim(tib, block[0] * block[1], block[2]),
+                     "blockIdx.x": dim(blk, 1, grid[0]),
+                     "blockIdx.y": dim(blk, grid[0], grid[1]),
+                     "blockIdx.z": dim(blk, grid[0] * grid[1], grid[2]),
+                     "blockDim.x": block[0], "gridDim.x": grid[0], "pf_grid_last": False})
+        self.root = _Ctx(tid, _env({}, None), self.tpb, full=True)
+        self.root.env.update(env0)
+        self.root._blk = blk
+        self.cp_commits = np.zeros(n, dtype=np.int64) if self.cp_kernel else None
+
+        self._body(k.body, self.root)
+
+        for b in self._cp_batches:
+            if len(b["tids"]):
                 raise InterpreterError(f"the kernel ends with cp.async copies never waited for "
-                                       f"(thread {self._where(t)})")
+                                       f"(thread {self._where_tid(int(b['tids'][0]))})")
         outs = []
         for j in range(len(fusion.outputs)):
-            store, sizes, strides, dt = out_store[j]
-            flat = torch.tensor(store, dtype=torch.float64) if store else torch.zeros(0, dtype=torch.float64)
-            t = flat.as_strided(sizes, strides) if store else torch.zeros(sizes, dtype=torch.float64)
-            outs.append(t.to(to_torch(dt)) if dt.is_floating else t)
+            m, sizes, strides, dt = out_mem[j]
+            if m.vals.size:
+                t = torch.from_numpy(m.vals).as_strided(sizes, strides)
+            else:
+                t = torch.zeros(sizes, dtype=torch.from_numpy(m.vals).dtype)
+            outs.append(t.to(to_torch(dt)))
         return outs
 
     def _extent_vars(self) -> dict:
@@ -402,45 +947,67 @@ class Interpreter:
                 out[var] = self.bindings[s]
         return out
 
-    def _GridSync(self, s, threads):
-        self._check_whole_grid(s, threads)     # lockstep: every block is already here
-
-    def _body(self, stmts, threads):
+    def _body(self, stmts, ctx: _Ctx) -> None:
+        if not ctx.n:
+            return
+        handlers = self._handlers
         for s in stmts:
-            if not threads:
-                return
-            getattr(self, "_" + type(s).__name__)(s, threads)
+            h = handlers.get(type(s))
+            if h is None:
+                h = getattr(self, "_" + type(s).__name__, None)
+                if h is None:
+                    raise InterpreterError(f"the interpreter cannot run {type(s).__name__} "
+                                           f"statements ({s!r})")
+                handlers[type(s)] = h
+            h(s, ctx)
 
-    def _ForLoop(self, s: K.ForLoop, threads):
-        if s.parallel in ("TIDx", "TIDy", "TIDz", "BIDx", "BIDy", "BIDz"):
-            self._body(s.body, threads)
+    # Control flow ----------------------------------------------------------------------------
+    def _ForLoop(self, s: K.ForLoop, ctx: _Ctx):
+        if s.parallel in _THREAD_LOOPS:
+            self._body(s.body, ctx)
             return
         name = s.var.name
         if s.parallel == "GridStride":
-            starts = {id(t): t.env["blockIdx.x"] for t in threads}
-            step = {id(t): t.env["gridDim.x"] for t in threads}
+            start, step = ctx.env["blockIdx.x"], ctx.env["gridDim.x"]
         else:
-            starts = {id(t): eval_expr(s.start, t.env) for t in threads}
-            step = {id(t): eval_expr(s.step, t.env) for t in threads}
-        stops = {id(t): eval_expr(s.stop, t.env) for t in threads}
+            start, step = ctx.ev(s.start), ctx.ev(s.step)
+        stop = ctx.ev(s.stop)
+        if type(start) is not _ND and type(step) is not _ND and type(stop) is not _ND:
+            start, step, stop = int(start), int(step), int(stop)
+            if step <= 0 and start < stop:
+                raise InterpreterError(f"loop {name} steps by {step}")
+            for v in range(start, stop, step):
+                c = ctx.child()
+                c.env[name] = v
+                self._body(s.body, c)
+            return
+        start, step, stop = ctx.arr(start), ctx.arr(step), ctx.arr(stop)
+        if ((step <= 0) & (start < stop)).any():
+            raise InterpreterError(f"loop {name} steps by {int(step.min())}")
         it = 0
         while True:
-            active = []
-            for t in threads:
-                v = starts[id(t)] + it * step[id(t)]
-                if v < stops[id(t)]:
-                    t.env[name] = v
-                    active.append(t)
-            if not active:
+            v = start + it * step
+            active = v < stop
+            if active.all():
+                c = ctx.child()
+                c.env[name] = v
+            elif active.any():
+                c = ctx.subset(active)
+                c.env[name] = v[active]
+            else:
                 break
-            self._body(s.body, active)
+            self._body(s.body, c)
             it += 1
-        for t in threads:
-            t.env.pop(name, None)
 
-    def _IfThenElse(self, s, threads):
-        yes = [t for t in threads if eval_expr(s.cond, t.env)]
-        no = [t for t in threads if not eval_expr(s.cond, t.env)]
+    def _IfThenElse(self, s, ctx: _Ctx):
+        cond = ctx.ev(s.cond)
+        if type(cond) is _ND:
+            if cond.dtype != np.bool_:
+                cond = cond != 0
+            yes, no = ctx.subset(cond), ctx.subset(~cond)
+        else:
+            empty = ctx.take(np.zeros(0, dtype=np.int64))
+            yes, no = (ctx, empty) if cond else (empty, ctx)
         if s.roles:
             self._run_roles([(s.then_body, yes), (s.else_body, no)])
             return
@@ -454,13 +1021,14 @@ class Interpreter:
         roles = _Roles(len(groups))
         self._roles = roles
 
-        def run(idx, body, threads):
+        def run(idx, body, ctx):
             roles.local.idx = idx
             with roles.cv:
                 while roles.turn != idx:
                     roles.cv.wait()
             try:
-                self._body(body, threads)
+                with np.errstate(all="ignore"):
+                    self._body(body, ctx)
             except BaseException as e:      # reported by the main thread
                 roles.error = roles.error or e
             finally:
@@ -468,7 +1036,7 @@ class Interpreter:
                     roles.done[idx] = True
                     roles.turn = roles.next_turn(idx)
                     roles.cv.notify_all()
-        workers = [threading.Thread(target=run, args=(k, b, t)) for k, (b, t) in enumerate(groups)]
+        workers = [threading.Thread(target=run, args=(k, b, c)) for k, (b, c) in enumerate(groups)]
         for w in workers:
             w.start()
         for w in workers:
@@ -477,11 +1045,12 @@ class Interpreter:
         if roles.error is not None:
             raise roles.error
 
-    def _wait_until(self, ready, what: str) -> None:
-        roles = getattr(self, "_roles", None)
+    def _wait_until(self, ready, what) -> None:
+        """Block until `ready()`; `what()` describes the wait for the error if it never is."""
+        roles = self._roles
         if roles is None:
             if not ready():
-                raise InterpreterError(what)
+                raise InterpreterError(what())
             return
         me = roles.local.idx
         while not ready():
@@ -489,8 +1058,9 @@ class Interpreter:
                 others = [k for k in range(roles.n) if k != me and not roles.done[k]]
                 stuck = all(roles.blocked_at[k] == roles.version for k in others)
                 if roles.error is not None or stuck:
-                    roles.error = roles.error or InterpreterError("deadlock: " + what)
-                    raise InterpreterError("deadlock: " + what)
+                    err = InterpreterError("deadlock: " + what())
+                    roles.error = roles.error or err
+                    raise err
                 roles.blocked_at[me] = roles.version
                 roles.turn = roles.next_turn(me)
                 roles.cv.notify_all()
@@ -500,284 +1070,469 @@ class Interpreter:
                 if roles.error is not None:
                     raise roles.error
 
-    def _SetMaxNReg(self, s, threads):
+    # Simple statements -----------------------------------------------------------------------
+    def _SetMaxNReg(self, s, ctx):
         pass
 
-    def _Allocate(self, s, threads):
+    def _Comment(self, s, ctx):
+        pass
+
+    def _FenceMBarrierInit(self, s, ctx):
+        pass
+
+    def _ScalarDef(self, s, ctx: _Ctx):
+        ctx.env[s.var.name] = ctx.ev(s.value)
+
+    def _Allocate(self, s, ctx: _Ctx):
         b = s.buffer
-        if b.memory == "local":
-            for t in threads:
-                t.locals[id(b)] = [POISON] * self._size(b, t)
+        if b.memory != "local":
+            return
+        size = self._size(b, ctx)
+        if type(size) is _ND:
+            if (size != size[0]).any():
+                raise InterpreterError(f"register buffer {b.name} has sizes {np.unique(size)} in "
+                                       "different threads")
+            size = size[0]
+        size = int(size)
+        m = self.mems.get(id(b))
+        if m is None or m.buf is not b:
+            m = self._new_mem(b, "local", self.nthreads * max(size, 1), written=False,
+                              row=max(size, 1), limit=size)
+            m.allocated = np.zeros(self.nthreads, dtype=bool)
+            m.all_allocated = False
+        elif size != m.limit:
+            raise InterpreterError(f"register buffer {b.name} allocated with {size} elements, "
+                                   f"earlier with {m.limit}")
+        rows = m.written.reshape(self.nthreads, m.row)
+        if ctx.full:
+            rows[:] = False
+        else:
+            rows[ctx.tids] = False
+        if not m.all_allocated:
+            m.allocated[ctx.tids] = True
+            m.all_allocated = bool(m.allocated.all())
 
-    def _Comment(self, s, threads):
-        pass
-
-    def _BlockSync(self, s, threads):
-        # A barrier publishes the cp.async data its threads' waits completed to the block.
-        # (Block reductions are not counted: some synchronize with shuffles only.)
-        if self.cp_kernel:
-            blocks = {t.block for t in threads}
-            for table in (self.cp_owner, self.cp_readers):
-                for key in [key for key in table if key[0] in blocks]:
-                    del table[key]
-
-    def _ScalarDef(self, s, threads):
-        for t in threads:
-            t.env[s.var.name] = eval_expr(s.value, t.env)
-
-    def _InitValue(self, s, threads):
+    def _InitValue(self, s, ctx: _Ctx):
         v = s.value
         val = self._scalar(v.scalar) if isinstance(v, K.ScalarValue) else v
-        for t in threads:
-            mem = self._mem(t, s.out)
-            for j in range(len(mem)):
-                mem[j] = round_to(s.out.dtype, val)
+        m = self._mem(ctx, s.out)
+        val = _round_array(s.out.dtype, val)
+        if m.kind == "global":
+            m.vals[:] = val
+            if m.written is not None:
+                m.written[:] = True
+            return
+        rows = ctx.tids if m.kind == "local" else np.unique(ctx.blk)
+        m.vals.reshape(-1, m.row)[rows] = val
+        m.written.reshape(-1, m.row)[rows] = True
 
-    def _TensorOp(self, s: K.TensorOp, threads):
+    def _TensorOp(self, s: K.TensorOp, ctx: _Ctx):
+        pred = ctx.ev(s.predicate)
+        if type(pred) is _ND:
+            if not pred.all():
+                ctx = ctx.subset(pred)
+                if not ctx.n:
+                    return
+        elif not pred:
+            return
         e = s.expr
-        pred = compile_expr(s.predicate)
-        for t in threads:
-            if not pred(t.env):
-                continue
-            if s.vector > 1:
-                if not isinstance(e, LoadStoreOp):
-                    raise InterpreterError(f"vector op {type(e).__name__} is not a copy")
-                vals = [self._read(t, s.ins[0], lane) for lane in range(s.vector)]
-                for lane, v in enumerate(vals):
-                    self._write(t, s.out, v, lane)
-                continue
-            ins = [self._read(t, x) for x in s.ins]
-            if s.accumulate:
-                acc = self._read(t, s.out)
-                if POISON in (acc, ins[0]):
-                    raise InterpreterError(f"{s.out!r} accumulates a value computed from unwritten "
-                                           f"registers at {self._where(t)}")
-                value = _REDUCE[e.op.value](acc, ins[0])
-            elif any(x is POISON for x in ins):
-                value = POISON
-            else:
-                value = self._compute(e, ins)
-            self._write(t, s.out, value)
+        if s.vector > 1:
+            if not isinstance(e, LoadStoreOp):
+                raise InterpreterError(f"vector op {type(e).__name__} is not a copy")
+            vals, poison = self._read(ctx, s.ins[0], s.vector)
+            self._write(ctx, s.out, vals, poison, s.vector, exact=self._exact_copy(s))
+            return
+        ins = [self._read(ctx, x) for x in s.ins]
+        if s.accumulate:
+            acc, acc_poison = self._read(ctx, s.out)
+            bad = _or_masks(acc_poison, ins[0][1])
+            if bad is not None:
+                i = int(np.argmax(bad))
+                raise InterpreterError(f"{s.out!r} accumulates a value computed from unwritten "
+                                       f"registers at {self._where(ctx, i)}")
+            value, poison = _REDUCE[e.op.value](acc, ins[0][0]), None
+        else:
+            poison = None
+            for _, p in ins:
+                poison = _or_masks(poison, p)
+            value = self._compute(e, [v for v, _ in ins])
+        self._write(ctx, s.out, value, poison, exact=self._exact_copy(s))
+
+    @staticmethod
+    def _exact_copy(s: K.TensorOp) -> bool:
+        """A copy between buffers of one dtype: its values need no rounding."""
+        e, src = s.expr, s.ins[0] if s.ins else None
+        return (not s.accumulate and isinstance(src, K.TensorIndex)
+                and src.buffer.dtype == s.out.buffer.dtype
+                and (isinstance(e, _COPIES) or (isinstance(e, UnaryOp) and
+                                                e.op in (UnaryOpType.Set, UnaryOpType.Cast))))
 
     def _compute(self, e, ins):
-        if isinstance(e, UnaryOp):
-            return _UNARY[e.op](ins[0])
         if isinstance(e, BinaryOp):
             return _BINARY[e.op](ins[0], ins[1])
+        if isinstance(e, UnaryOp):
+            return _UNARY[e.op](ins[0])
         if isinstance(e, WhereOp):
-            return ins[1] if ins[0] else ins[2]
-        if isinstance(e, (LoadStoreOp, BroadcastOp, ExpandOp, SqueezeOp, ReshapeOp, FullOp)):
+            return np.where(ins[0], ins[1], ins[2])
+        if isinstance(e, _COPIES):
             return ins[0]
         raise InterpreterError(f"no rule for {type(e).__name__}")
 
-    def _check_whole_grid(self, s, threads):
+    # Barriers and reductions -----------------------------------------------------------------
+    def _block_tuple(self, b: int) -> tuple:
+        gx, gy, _ = self.grid
+        return (b % gx, (b // gx) % gy, b // (gx * gy))
+
+    def _check_whole_grid(self, s, ctx: _Ctx):
         if getattr(s, "barrier", None) is not None:
             # A named barrier's threads in every block (a warp-specialized kernel's compute
             # warp groups): each block sends exactly those.
-            blocks = {t.block for t in self.all_threads}
-            self._check_whole_blocks(s, threads)
-            if {t.block for t in threads} != blocks:
-                raise InterpreterError(f"{type(s).__name__} reached by "
-                                       f"{len({t.block for t in threads})} of {len(blocks)} blocks")
+            self._check_whole_blocks(s, ctx)
+            reached = len(np.unique(ctx.blk))
+            if reached != self.nblocks:
+                raise InterpreterError(f"{type(s).__name__} reached by {reached} of "
+                                       f"{self.nblocks} blocks")
             return
-        if len(threads) != len(self.all_threads):
-            raise InterpreterError(f"{type(s).__name__} reached by {len(threads)} of "
-                                   f"{len(self.all_threads)} threads")
+        if ctx.n != self.nthreads:
+            raise InterpreterError(f"{type(s).__name__} reached by {ctx.n} of "
+                                   f"{self.nthreads} threads")
 
-    def _check_whole_blocks(self, s, threads):
+    def _check_whole_blocks(self, s, ctx: _Ctx):
         """Every thread of each block that reaches a block-wide step reaches it (blocks of a
         persistent grid may run different numbers of iterations); with a named barrier, its
         thread count."""
-        per_block = self.block[0] * self.block[1] * self.block[2]
+        per_block = self.tpb
         if getattr(s, "barrier", None) is not None:
             per_block = s.barrier[1]
-        count: dict = {}
-        for t in threads:
-            count[t.block] = count.get(t.block, 0) + 1
-        for b, c in count.items():
-            if c != per_block:
-                raise InterpreterError(f"{type(s).__name__} reached by {c} of {per_block} "
-                                       f"threads of block {b}")
+        count = np.bincount(ctx.blk, minlength=self.nblocks)
+        bad = (count != 0) & (count != per_block)
+        if bad.any():
+            b = int(np.argmax(bad))
+            raise InterpreterError(f"{type(s).__name__} reached by {count[b]} of {per_block} "
+                                   f"threads of block {self._block_tuple(b)}")
 
-    def _BlockReduce(self, s: K.BlockReduce, threads):
-        self._check_whole_blocks(s, threads)
+    def _GridSync(self, s, ctx):
+        self._check_whole_grid(s, ctx)     # lockstep: every block is already here
+
+    def _BlockSync(self, s, ctx: _Ctx):
+        # __syncthreads waits for every thread of the block, a named barrier for its count:
+        # reached by fewer, it hangs.
+        per_block = self.tpb if s.count is None else ctx.ev(s.count)
+        if type(per_block) is _ND:
+            per_block = int(per_block[0])
+        count = np.bincount(ctx.blk, minlength=self.nblocks)
+        bad = (count != 0) & (count != per_block)
+        if bad.any():
+            b = int(np.argmax(bad))
+            what = "__syncthreads" if s.barrier_id is None else f"named barrier {s.barrier_id}"
+            raise InterpreterError(f"{what} reached by {count[b]} of {per_block} threads of "
+                                   f"block {self._block_tuple(b)}")
+        # A barrier publishes the cp.async data its threads' waits completed to the block.
+        # (Block reductions are not counted: some synchronize with shuffles only.)
+        if not self.cp_kernel:
+            return
+        blocks = np.unique(ctx.blk)
+        for m in self.mems.values():
+            if m.owner is None:
+                continue
+            for table in (m.owner, m.reader):
+                rows = table.reshape(self.nblocks, m.row)
+                if len(blocks) == self.nblocks:
+                    rows[:] = -1
+                else:
+                    rows[blocks] = -1
+
+    def _thread_dim(self, ctx: _Ctx, d: str) -> np.ndarray:
+        return ctx.arr(ctx.env[f"threadIdx.{d}"], np.int64)
+
+    def _block_dim(self, ctx: _Ctx, d: str) -> np.ndarray:
+        return ctx.arr(ctx.env[f"blockIdx.{d}"], np.int64)
+
+    @staticmethod
+    def _segments(key: np.ndarray):
+        """(order, starts) grouping equal keys, each group in thread order."""
+        if len(key) > 1 and not (key[1:] >= key[:-1]).all():
+            order = np.argsort(key, kind="stable")
+        else:
+            order = None
+        k = key if order is None else key[order]
+        starts = np.flatnonzero(np.r_[True, k[1:] != k[:-1]])
+        return order, starts
+
+    def _reduce_groups(self, op, vals, poison, key):
+        """Reduce `vals` ([threads] or [threads, lanes]) over threads of equal `key`, in thread
+        order: (values per group, poison per group or None, order, starts)."""
+        order, starts = self._segments(key)
+        v = vals if order is None else vals[order]
+        v = _as_number(v) if op == "sum" else v
+        res = _REDUCEAT[op](v, starts, axis=0)
+        pres = None
+        if poison is not None:
+            p = poison if order is None else poison[order]
+            pres = np.logical_or.reduceat(p, starts, axis=0)
+        return res, pres, order, starts
+
+    def _BlockReduce(self, s: K.BlockReduce, ctx: _Ctx):
+        self._check_whole_blocks(s, ctx)
         dims = set(s.dims)
-        groups: dict = {}
-        for t in threads:
-            key = (t.block,) + tuple(t.env[f"threadIdx.{d}"] for d in "xyz" if d not in dims)
-            groups.setdefault(key, []).append(t)
-        op = _REDUCE[s.op]
+        key = ctx.blk.copy()
+        for d, ext in zip("xyz", self.block):
+            if d not in dims:
+                key = key * ext + self._thread_dim(ctx, d)
         for ti in s.values:
-            for grp in groups.values():
-                for lane in range(max(ti.vector, 1)):
-                    vals = [self._read(t, ti, lane) for t in grp]
-                    if any(v is POISON for v in vals):
-                        res = POISON
-                    else:
-                        res = vals[0]
-                        for v in vals[1:]:
-                            res = op(res, v)
-                    for t in grp:
-                        mem, idx = self._addr(t, ti, "block reduction of", max(ti.vector, 1))
-                        mem[idx + lane] = round_to(ti.buffer.dtype, res)
+            lanes = max(ti.vector, 1)
+            vals, poison = self._read(ctx, ti, lanes)
+            res, pres, order, starts = self._reduce_groups(s.op, vals, poison, key)
+            group = np.zeros(ctx.n, dtype=np.int64)
+            group[starts[1:]] = 1
+            group = np.cumsum(group)
+            if order is not None:
+                g = np.empty_like(group)
+                g[order] = group
+                group = g
+            m, addr = self._locate(ctx, ti, "block reduction of", lanes)
+            if lanes > 1:
+                addr = addr[:, None] + _lanes(lanes)
+            self._store(m, addr, res[group], None if pres is None else pres[group])
 
-    def _ClusterReduce(self, s: K.ClusterReduce, threads):
+    def _ClusterReduce(self, s: K.ClusterReduce, ctx: _Ctx):
         """cluster_allreduce_row: thread x == 0 of each row of every CTA of a cluster publishes
         its value; every thread of the row gets the values reduced in rank order. Every thread
         of every CTA of the cluster must arrive (the cluster barrier inside)."""
-        self._check_whole_blocks(s, threads)
+        self._check_whole_blocks(s, ctx)
         dims = self.k.launch.cluster
         if dims is None or dims["xyz".index(s.dim)] != s.size or self.block[2] != 1:
             raise InterpreterError(f"cluster reduction over {s.size} CTAs along {s.dim} in a "
                                    f"launch with cluster {dims} and block {self.block}")
         per_cluster = dims[0] * dims[1] * dims[2]
-        ctas: dict = {}
-        for t in threads:
-            cluster = tuple(b // c for b, c in zip(t.block, dims))
-            ctas.setdefault(cluster, set()).add(t.block)
-        for cluster, members in ctas.items():
-            if len(members) != per_cluster:
-                raise InterpreterError(f"cluster reduction reached by {len(members)} of "
-                                       f"{per_cluster} CTAs of cluster {cluster}")
-
-        def rank(t):
-            bx, by, bz = (b % c for b, c in zip(t.block, dims))
-            return bx + dims[0] * (by + dims[1] * bz)
+        bx, by, bz = (self._block_dim(ctx, d) for d in "xyz")
+        ncl = [-(-g // c) for g, c in zip(self.grid, dims)]
+        cluster = (bx // dims[0]) + ncl[0] * ((by // dims[1]) + ncl[1] * (bz // dims[2]))
+        rank = (bx % dims[0]) + dims[0] * ((by % dims[1]) + dims[1] * (bz % dims[2]))
+        members = np.zeros((ncl[0] * ncl[1] * ncl[2], per_cluster), dtype=bool)
+        members[cluster, rank] = True
+        reached = np.unique(cluster)
+        counts = members[reached].sum(axis=1)
+        if (counts != per_cluster).any():
+            j = int(np.argmax(counts != per_cluster))
+            c = int(reached[j])
+            where = (c % ncl[0], (c // ncl[0]) % ncl[1], c // (ncl[0] * ncl[1]))
+            raise InterpreterError(f"cluster reduction reached by {counts[j]} of "
+                                   f"{per_cluster} CTAs of cluster {where}")
         ti = s.values[0]
-        published: dict = {}
-        for t in threads:
-            if t.env["threadIdx.x"] == 0:
-                key = (tuple(b // c for b, c in zip(t.block, dims)), t.env["threadIdx.y"])
-                published.setdefault(key, {})[rank(t)] = self._read(t, ti)
+        ty = self._thread_dim(ctx, "y")
+        row = cluster * self.block[1] + ty
+        pub = self._thread_dim(ctx, "x") == 0
+        pctx = ctx.subset(pub)
+        vals, poison = self._read(pctx, ti)
+        nrows = len(members) * self.block[1]
+        table = np.zeros((nrows, per_cluster), dtype=np.asarray(vals).dtype)
+        ptable = np.zeros((nrows, per_cluster), dtype=bool)
+        table[row[pub], rank[pub]] = vals
+        if poison is not None:
+            ptable[row[pub], rank[pub]] = poison
         op = _REDUCE[s.op]
-        for t in threads:
-            vals = published[(tuple(b // c for b, c in zip(t.block, dims)), t.env["threadIdx.y"])]
-            ordered = [vals[r] for r in range(per_cluster)]
-            if any(v is POISON for v in ordered):
-                res = POISON
-            else:
-                res = ordered[0]
-                for v in ordered[1:]:
-                    res = op(res, v)
-            mem, idx = self._addr(t, ti, "cluster reduction of", 1)
-            mem[idx] = round_to(ti.buffer.dtype, res)
+        res = table[:, 0]
+        for r in range(1, per_cluster):
+            res = op(res, table[:, r])
+        pres = ptable.any(axis=1)
+        m, addr = self._locate(ctx, ti, "cluster reduction of", 1)
+        self._store(m, addr, res[row], pres[row] if pres.any() else None)
 
-    def _GridReduce(self, s: K.GridReduce, threads):
-        self._check_whole_grid(s, threads)
+    def _GridReduce(self, s: K.GridReduce, ctx: _Ctx):
+        self._check_whole_grid(s, ctx)
         red_t = set(getattr(s, "thread_dims", ()))
         red_b = set(s.dims)
-        groups: dict = {}
-        for t in threads:
-            if any(t.env[f"threadIdx.{d}"] != 0 for d in red_t):
-                continue   # not a writer
-            key = (tuple(t.env[f"blockIdx.{d}"] for d in "xyz" if d not in red_b) +
-                   tuple(t.env[f"threadIdx.{d}"] for d in "xyz" if d not in red_t))
-            groups.setdefault(key, []).append(t)
+        writer = np.ones(ctx.n, dtype=bool)
+        for d in red_t:
+            writer &= self._thread_dim(ctx, d) == 0
+        # Group: kept block coords, then kept thread coords; within a group, the reduced block
+        # coords in order (z-major).
+        key = np.zeros(ctx.n, dtype=np.int64)
+        for d, ext in zip("xyz", self.grid):
+            if d not in red_b:
+                key = key * ext + self._block_dim(ctx, d)
+        kept_block = key
+        for d, ext in zip("xyz", self.block):
+            if d not in red_t:
+                key = key * ext + self._thread_dim(ctx, d)
+        red_index = np.zeros(ctx.n, dtype=np.int64)
+        for d in sorted(red_b, reverse=True):
+            red_index = red_index * self.grid["xyz".index(d)] + self._block_dim(ctx, d)
+        w = np.flatnonzero(writer)
+        wctx = ctx.take(w)
+        nred = 1
+        for d in red_b:
+            nred *= self.grid["xyz".index(d)]
+        gkey = key[w] * nred + red_index[w]
+        for ti in s.values:
+            lanes = max(ti.vector, 1)
+            vals, poison = self._read(wctx, ti, lanes)
+            # Each group reduced in the order of its blocks: sort by (group, block).
+            order = np.argsort(gkey, kind="stable")
+            v = vals[order]
+            v = _as_number(v) if s.op == "sum" else v
+            sk = key[w][order]
+            starts = np.flatnonzero(np.r_[True, sk[1:] != sk[:-1]])
+            res = _REDUCEAT[s.op](v, starts, axis=0)
+            pres = None
+            if poison is not None:
+                pres = np.logical_or.reduceat(poison[order], starts, axis=0)
+            ends = np.r_[starts[1:], len(order)] - 1
+            last = order[ends]                  # the group's last block gets the result
+            lctx = wctx.take(last)
+            m, addr = self._locate(lctx, ti, "grid reduction of", lanes)
+            if lanes > 1:
+                addr = addr[:, None] + _lanes(lanes)
+            self._store(m, addr, res, pres)
+        # pf_grid_last: this block is the last of its kept coordinates' blocks.
+        nkept = int(kept_block.max()) + 1 if ctx.n else 0
+        top = np.full(nkept, -1, dtype=np.int64)
+        np.maximum.at(top, kept_block[w], red_index[w])
+        self._set_kernel_var(ctx, "pf_grid_last", red_index == top[kept_block])
 
-        def red_index(t):
-            v = 0
-            for d in sorted(red_b, reverse=True):
-                v = v * self.grid["xyz".index(d)] + t.env[f"blockIdx.{d}"]
-            return v
-        op = _REDUCE[s.op]
-        last = {}
-        for grp in groups.values():
-            grp.sort(key=red_index)
-            for ti in s.values:
-                for lane in range(max(ti.vector, 1)):
-                    vals = [self._read(t, ti, lane) for t in grp]
-                    res = POISON if any(v is POISON for v in vals) else vals[0]
-                    if res is not POISON:
-                        for v in vals[1:]:
-                            res = op(res, v)
-                    mem, idx = self._addr(grp[-1], ti, "grid reduction of", max(ti.vector, 1))
-                    mem[idx + lane] = round_to(ti.buffer.dtype, res)
-            last_block = grp[-1].block
-            last[tuple(b for b, d in zip(last_block, "xyz") if d not in red_b)] = last_block
-        for t in threads:
-            kept = tuple(b for b, d in zip(t.block, "xyz") if d not in red_b)
-            t.env["pf_grid_last"] = last.get(kept) == t.block
+    def _set_kernel_var(self, ctx: _Ctx, name: str, values) -> None:
+        """Set a kernel-scope variable (declared at the top of the kernel) for ctx's threads:
+        in the whole grid's variables, and forgotten by the scopes in between."""
+        root = self.root.env
+        full = root[name]
+        if type(full) is not _ND:
+            full = np.full(self.nthreads, full, dtype=np.asarray(values).dtype)
+            root[name] = full
+        full[ctx.tids] = values
+        e = ctx.env
+        while e is not root and isinstance(e, _Env):
+            e.pop(name, None)
+            e = e.parent
 
     # mbarriers and bulk copies (lockstep model: a copy lands when it is issued) --------------
-    def _mbar(self, t, ref: K.MBarrierRef) -> dict:
-        bars = self.mbarriers.get((t.block, id(ref.bars)))
-        if bars is None:
+    def _mbar(self, ctx: _Ctx, ref: K.MBarrierRef):
+        """(the barriers, flat index of each thread's barrier), checked."""
+        bars = self.mbarriers.get(ref.bars)
+        blk = ctx.blk
+        if bars is None or not bars.allocated[blk].all():
             raise InterpreterError(f"mbarrier {ref!r} used before its allocation")
-        k = eval_expr(ref.index, t.env)
-        if not 0 <= k < len(bars):
-            raise InterpreterError(f"mbarrier index {k} outside [0, {len(bars)}) of {ref.bars.name}")
-        bar = bars[k]
-        if bar is None or bar.get("invalid"):
-            raise InterpreterError(f"mbarrier {ref.bars.name}[{k}] used while not initialized "
-                                   f"at {self._where(t)}")
-        return bar
+        k = ctx.ev(ref.index)
+        bad = (k < 0) | (k >= bars.count)
+        if (bad.any() if type(bad) is _ND else bad):
+            i = int(np.argmax(bad)) if type(bad) is _ND else 0
+            kk = _py(k[i] if type(k) is _ND else k)
+            raise InterpreterError(f"mbarrier index {kk} outside [0, {bars.count}) of "
+                                   f"{ref.bars.name}")
+        flat = blk * bars.count + k
+        live = bars.state[flat] == 1
+        if not live.all():
+            i = int(np.argmin(live))
+            kk = _py(k[i] if type(k) is _ND else k)
+            raise InterpreterError(f"mbarrier {ref.bars.name}[{kk}] used while not initialized "
+                                   f"at {self._where(ctx, i)}")
+        return bars, flat
 
-    def _maybe_complete(self, bar) -> None:
-        if bar["arrived"] == bar["count"] and bar["tx"] == 0:
-            bar["phase"] += 1
-            bar["arrived"] = 0
-            roles = getattr(self, "_roles", None)
-            if roles is not None:
-                roles.version += 1
+    def _complete(self, bars: _Bars, b: int) -> None:
+        if bars.arrived[b] == bars.arrivals[b] and bars.tx[b] == 0:
+            bars.phase[b] += 1
+            bars.arrived[b] = 0
+            if self._roles is not None:
+                self._roles.version += 1
 
-    def _MBarrierAlloc(self, s, threads):
-        if not hasattr(self, "mbarriers"):
-            self.mbarriers = {}
-        for t in threads:
-            self.mbarriers.setdefault((t.block, id(s.bars)), [None] * s.bars.count)
+    def _MBarrierAlloc(self, s, ctx: _Ctx):
+        bars = self.mbarriers.get(s.bars)
+        if bars is None:
+            bars = self.mbarriers[s.bars] = _Bars(self.nblocks, s.bars.count)
+        bars.allocated[ctx.blk] = True
 
-    def _MBarrierInit(self, s, threads):
-        for t in threads:
-            k = eval_expr(s.bar.index, t.env)
-            self.mbarriers[(t.block, id(s.bar.bars))][k] = {
-                "count": eval_expr(s.arrivals, t.env), "arrived": 0, "tx": 0, "phase": 0}
+    def _MBarrierInit(self, s, ctx: _Ctx):
+        bars = self.mbarriers.get(s.bar.bars)
+        if bars is None or not bars.allocated[ctx.blk].all():
+            raise InterpreterError(f"mbarrier {s.bar!r} initialized before its allocation")
+        k = ctx.ev(s.bar.index)
+        if ((k < 0) | (k >= bars.count)).any() if type(k) is _ND else not 0 <= k < bars.count:
+            raise InterpreterError(f"mbarrier index {k} outside [0, {bars.count}) of "
+                                   f"{s.bar.bars.name}")
+        flat = ctx.blk * bars.count + k
+        bars.arrivals[flat] = ctx.ev(s.arrivals)
+        bars.arrived[flat] = 0
+        bars.tx[flat] = 0
+        bars.phase[flat] = 0
+        bars.state[flat] = 1
 
-    def _FenceMBarrierInit(self, s, threads):
-        pass
+    def _MBarrierArrive(self, s, ctx: _Ctx):
+        bars, flat = self._mbar(ctx, s.bar)
+        uniq, counts = np.unique(flat, return_counts=True)
+        for b, c in zip(uniq.tolist(), counts.tolist()):
+            # c arrivals one after another: each phase completes when its count is reached
+            # with no transaction bytes pending.
+            while c > 0:
+                if bars.arrived[b] + 1 > bars.arrivals[b] or (
+                        bars.tx[b] != 0 and bars.arrived[b] + c > bars.arrivals[b]):
+                    raise InterpreterError(f"{s.bar!r}: more arrivals than its count "
+                                           f"{bars.arrivals[b]}")
+                if bars.tx[b] != 0:
+                    bars.arrived[b] += c
+                    break
+                take = min(c, int(bars.arrivals[b] - bars.arrived[b]))
+                bars.arrived[b] += take
+                c -= take
+                self._complete(bars, b)
 
-    def _MBarrierArrive(self, s, threads):
-        for t in threads:
-            bar = self._mbar(t, s.bar)
-            bar["arrived"] += 1
-            if bar["arrived"] > bar["count"]:
-                raise InterpreterError(f"{s.bar!r}: more arrivals than its count {bar['count']}")
-            self._maybe_complete(bar)
+    def _MBarrierWait(self, s, ctx: _Ctx):
+        bars, flat = self._mbar(ctx, s.bar)
+        parity = ctx.ev(s.parity)
 
-    def _MBarrierWait(self, s, threads):
-        for t in threads:
-            bar = self._mbar(t, s.bar)
-            parity = eval_expr(s.parity, t.env)
+        def ready():
             # The phase of parity P has completed when the completed count's parity differs.
-            self._wait_until(
-                lambda: bar["phase"] % 2 != parity,
-                f"wait on {s.bar!r} parity {parity} would never return (phases completed: "
-                f"{bar['phase']}, arrivals {bar['arrived']}/{bar['count']}, pending bytes "
-                f"{bar['tx']}) at {self._where(t)}")
+            return bool(np.all(bars.phase[flat] % 2 != parity))
 
-    def _MBarrierInval(self, s, threads):
-        for t in threads:
-            self._mbar(t, s.bar)["invalid"] = True
+        def what():
+            waiting = bars.phase[flat] % 2 == parity
+            i = int(np.argmax(waiting))
+            b = int(flat[i])
+            p = _py(parity[i] if type(parity) is _ND else parity)
+            return (f"wait on {s.bar!r} parity {p} would never return (phases completed: "
+                    f"{bars.phase[b]}, arrivals {bars.arrived[b]}/{bars.arrivals[b]}, pending "
+                    f"bytes {bars.tx[b]}) at {self._where(ctx, i)}")
+        self._wait_until(ready, what)
 
-    def _BulkLoad(self, s, threads):
-        pred = compile_expr(s.predicate)
-        for t in threads:
-            if not pred(t.env):
-                continue
-            bar = self._mbar(t, s.bar)
-            nbytes = eval_expr(s.bytes, t.env)
-            size = s.dst.buffer.dtype.size
-            if nbytes % 16 or nbytes % size:
-                raise InterpreterError(f"bulk copy of {nbytes} bytes is not a multiple of 16")
-            n = nbytes // size
-            src, i = self._addr(t, s.src, "bulk copy source", n)
-            dst, j = self._addr(t, s.dst, "bulk copy destination", n)
-            if (i * size) % 16 or (j * size) % 16:
-                raise InterpreterError(f"bulk copy {s.src!r} -> {s.dst!r}: element offsets {i}, "
-                                       f"{j} are not 16-byte aligned")
-            bar["tx"] += nbytes
-            dst[j:j + n] = src[i:i + n]
-            bar["tx"] -= nbytes
-            self._maybe_complete(bar)
+    def _MBarrierInval(self, s, ctx: _Ctx):
+        bars, flat = self._mbar(ctx, s.bar)
+        bars.state[flat] = 2
+
+    def _issuers(self, s, ctx: _Ctx):
+        pred = ctx.ev(s.predicate)
+        if type(pred) is _ND:
+            return ctx.subset(pred)
+        return ctx if pred else ctx.take(np.zeros(0, dtype=np.int64))
+
+    def _BulkLoad(self, s, ctx: _Ctx):
+        ctx = self._issuers(s, ctx)
+        if not ctx.n:
+            return
+        bars, flat = self._mbar(ctx, s.bar)
+        nbytes = ctx.arr(ctx.ev(s.bytes), np.int64)
+        size = s.dst.buffer.dtype.size
+        bad = (nbytes % 16 != 0) | (nbytes % size != 0)
+        if bad.any():
+            raise InterpreterError(f"bulk copy of {int(nbytes[np.argmax(bad)])} bytes is not a "
+                                   "multiple of 16")
+        n = nbytes // size
+        src, sa = self._locate(ctx, s.src, "bulk copy source", n)
+        dst, da = self._locate(ctx, s.dst, "bulk copy destination", n)
+        i, j = sa - ctx.base(src.kind, src.row), da - ctx.base(dst.kind, dst.row)
+        bad = ((i * size) % 16 != 0) | ((j * size) % 16 != 0)
+        if bad.any():
+            q = int(np.argmax(bad))
+            raise InterpreterError(f"bulk copy {s.src!r} -> {s.dst!r}: element offsets {i[q]}, "
+                                   f"{j[q]} are not 16-byte aligned")
+        for q in range(ctx.n):
+            b, cnt = int(flat[q]), int(n[q])
+            bars.tx[b] += nbytes[q]
+            a0, d0 = int(sa[q]), int(da[q])
+            dst.vals[d0:d0 + cnt] = src.vals[a0:a0 + cnt]
+            if dst.written is not None:
+                dst.written[d0:d0 + cnt] = (True if src.written is None
+                                            else src.written[a0:a0 + cnt])
+            bars.tx[b] -= nbytes[q]
+            self._complete(bars, b)
 
     @staticmethod
     def _tensor_map(x, row_map):
@@ -791,106 +1546,154 @@ class Interpreter:
         rows, row_stride = merged_rows(list(x.shape), list(x.stride()))
         return row_map, rows, row_stride
 
-    def _TensorMapLoad(self, s, threads):
-        pred = compile_expr(s.predicate)
-        for t in threads:
-            if not pred(t.env):
-                continue
-            row_map, rows, row_stride = self.tensor_maps[s.tmap.name]
-            if s.map != row_map or s.source.memory != "global":
-                raise InterpreterError(f"{s.tmap!r} describes {row_map}, the copy says {s.map}")
-            bar = self._mbar(t, s.bar)
-            inner, pieces, box_rows = row_map.box
-            size = s.dst.buffer.dtype.size
-            nbytes = eval_expr(s.bytes, t.env)
-            if nbytes != inner * pieces * box_rows * size:
-                raise InterpreterError(f"tensor-map copy expects {nbytes} bytes for a box of "
-                                       f"{inner * pieces * box_rows * size}")
-            c0, c1, c2 = (eval_expr(c, t.env) for c in s.coords)
-            dst, j = self._addr(t, s.dst, "tensor-map destination", inner * pieces * box_rows)
-            if (j * size) % 128:
-                raise InterpreterError(f"tensor-map destination {s.dst!r} at element {j} is not "
-                                       "128-byte aligned")
-            src = self.globals[id(s.source)]
-            bar["tx"] += nbytes
-            for r in range(box_rows):
-                for b in range(pieces):
-                    for a in range(inner):
-                        row, piece, col = c2 + r, c1 + b, c0 + a
-                        inside = row < rows and piece < pieces and col < inner
-                        value = src[row * row_stride + piece * inner + col] if inside else 0.0
-                        dst[j + (r * pieces + b) * inner + a] = value
-            bar["tx"] -= nbytes
-            self._maybe_complete(bar)
+    def _TensorMapLoad(self, s, ctx: _Ctx):
+        ctx = self._issuers(s, ctx)
+        if not ctx.n:
+            return
+        row_map, rows, row_stride = self.tensor_maps[s.tmap.name]
+        if s.map != row_map or s.source.memory != "global":
+            raise InterpreterError(f"{s.tmap!r} describes {row_map}, the copy says {s.map}")
+        bars, flat = self._mbar(ctx, s.bar)
+        inner, pieces, box_rows = row_map.box
+        box = inner * pieces * box_rows
+        size = s.dst.buffer.dtype.size
+        nbytes = ctx.arr(ctx.ev(s.bytes), np.int64)
+        wrong = nbytes != box * size
+        if wrong.any():
+            raise InterpreterError(f"tensor-map copy expects {int(nbytes[np.argmax(wrong)])} "
+                                   f"bytes for a box of {box * size}")
+        c0, c1, c2 = (ctx.arr(ctx.ev(c), np.int64) for c in s.coords)
+        dst, da = self._locate(ctx, s.dst, "tensor-map destination", box)
+        j = da - ctx.base(dst.kind, dst.row)
+        if ((j * size) % 128 != 0).any():
+            q = int(np.argmax((j * size) % 128 != 0))
+            raise InterpreterError(f"tensor-map destination {s.dst!r} at element {j[q]} is not "
+                                   "128-byte aligned")
+        src = self.mems[id(s.source)]
+        r = _lanes(box_rows)[:, None, None]
+        b = _lanes(pieces)[None, :, None]
+        a = _lanes(inner)[None, None, :]
+        for q in range(ctx.n):
+            bq = int(flat[q])
+            bars.tx[bq] += nbytes[q]
+            row, piece, col = c2[q] + r, c1[q] + b, c0[q] + a
+            inside = (row < rows) & (piece < pieces) & (col < inner)
+            off = np.where(inside, row * row_stride + piece * inner + col, 0)
+            d0 = int(da[q])
+            dst.vals[d0:d0 + box] = np.where(inside, src.vals[off], 0).ravel()
+            if dst.written is not None:
+                ok = True if src.written is None else (src.written[off] | ~inside).ravel()
+                dst.written[d0:d0 + box] = ok
+            bars.tx[bq] -= nbytes[q]
+            self._complete(bars, bq)
 
     # cp.async (asynchronous per thread): a copy reads its source when issued, but its data
     # lands only at the wait_group that completes its group; until then the destination reads
-    # as POISON. Landed data is visible to the issuing thread alone until a block barrier, so a
-    # missing or short wait, or a missing barrier before another thread reads, fails a test.
-    def _CpAsyncCopy(self, s, threads):
-        pred = compile_expr(s.predicate)
+    # as unwritten. Landed data is visible to the issuing thread alone until a block barrier,
+    # so a missing or short wait, or a missing barrier before another thread reads, fails a
+    # test. Copies in flight are kept in batches (one per statement executed): the threads,
+    # their group numbers (the thread's commits so far), destinations and values.
+    def _CpAsyncCopy(self, s, ctx: _Ctx):
         size = s.dst.buffer.dtype.size
         if s.bytes not in (4, 8, 16) or s.bytes % size:
             raise InterpreterError(f"cp.async of {s.bytes} bytes of {size}-byte elements")
+        ctx = self._issuers(s, ctx)
+        if not ctx.n:
+            return
         n = s.bytes // size
-        for t in threads:
-            if not pred(t.env):
-                continue
-            src, i = self._addr(t, s.src, "cp.async source", n)
-            dst, j = self._addr(t, s.dst, "cp.async destination", n)
-            if self.check_alignment and ((i * size) % s.bytes or (j * size) % s.bytes):
-                raise InterpreterError(f"cp.async {s.src!r} -> {s.dst!r}: element offsets {i}, "
-                                       f"{j} are not {s.bytes}-byte aligned at {self._where(t)}")
-            key = (t.block, id(s.dst.buffer))
-            inflight = self.cp_inflight.setdefault(key, {})
-            readers = self.cp_readers.get(key, {})
-            for e in range(j, j + n):
-                if readers.get(e, t) is not t:
-                    who = readers[e] if isinstance(readers[e], str) else "thread " + ", ".join(
-                        f"{d}={readers[e].env[d]}" for d in ("threadIdx.x", "threadIdx.y"))
-                    raise InterpreterError(f"cp.async into {s.dst!r} (element {e}), which {who} "
-                                           f"read with no block barrier since, at "
-                                           f"{self._where(t)}")
-                if e in inflight:
-                    raise InterpreterError(f"cp.async into {s.dst!r} (element {e}) while an "
-                                           f"earlier copy into it is in flight at "
-                                           f"{self._where(t)}")
-                inflight[e] = t
-            values = [round_to(s.dst.buffer.dtype, v) for v in src[i:i + n]]
-            dst[j:j + n] = [POISON] * n
-            t.cp_open.append((dst, j, values, key))
+        src, sa = self._locate(ctx, s.src, "cp.async source", n)
+        dst, da = self._locate(ctx, s.dst, "cp.async destination", n)
+        i, j = sa - ctx.base(src.kind, src.row), da - ctx.base(dst.kind, dst.row)
+        if self.check_alignment:
+            bad = ((i * size) % s.bytes != 0) | ((j * size) % s.bytes != 0)
+            if bad.any():
+                q = int(np.argmax(bad))
+                raise InterpreterError(
+                    f"cp.async {s.src!r} -> {s.dst!r}: element offsets {i[q]}, {j[q]} are not "
+                    f"{s.bytes}-byte aligned at {self._where(ctx, q)}")
+        lanes = _lanes(n)
+        daddr = da[:, None] + lanes
+        tid = ctx.tids[:, None]
+        if dst.inflight is None:
+            raise InterpreterError(f"cp.async into {s.dst!r}, which is not shared memory")
+        reader = dst.reader[daddr]
+        bad_reader = (reader != -1) & (reader != tid)
+        bad_flight = dst.inflight[daddr] != -1
+        flat = daddr.ravel()
+        if len(flat) > 1 and not (flat[1:] > flat[:-1]).all():     # copies into one element
+            order = np.argsort(flat, kind="stable")
+            srt = flat[order]
+            later = np.zeros(len(flat), dtype=bool)
+            later[order[1:][srt[1:] == srt[:-1]]] = True
+            bad_flight = bad_flight | later.reshape(daddr.shape)
+        bad = bad_reader | bad_flight
+        if bad.any():
+            k = int(np.argmax(bad.ravel()))
+            q, lane = divmod(k, n)
+            e = int(j[q]) + lane
+            if bad_reader.ravel()[k]:
+                r = int(reader.ravel()[k])
+                who = "several threads" if r == -2 else "thread " + ", ".join(
+                    self._where_tid(r).split(", ")[:2])
+                raise InterpreterError(f"cp.async into {s.dst!r} (element {e}), which {who} "
+                                       f"read with no block barrier since, at "
+                                       f"{self._where(ctx, q)}")
+            raise InterpreterError(f"cp.async into {s.dst!r} (element {e}) while an earlier "
+                                   f"copy into it is in flight at {self._where(ctx, q)}")
+        dst.inflight[flat] = np.broadcast_to(tid, daddr.shape).ravel()
+        saddr = sa[:, None] + lanes
+        values = _round_array(s.dst.buffer.dtype, src.vals[saddr])
+        poison = None if src.written is None else ~src.written[saddr]
+        dst.written[flat] = False
+        self._cp_batches.append({"tids": ctx.tids, "groups": self.cp_commits[ctx.tids],
+                                 "mem": dst, "addr": daddr, "values": values, "poison": poison})
 
-    def _CpAsyncCommit(self, s, threads):
-        for t in threads:
-            t.cp_groups.append(t.cp_open)
-            t.cp_open = []
+    def _CpAsyncCommit(self, s, ctx: _Ctx):
+        self.cp_commits[ctx.tids] += 1
 
-    def _CpAsyncWait(self, s, threads):
-        for t in threads:
-            while len(t.cp_groups) > s.pending:
-                for dst, j, values, key in t.cp_groups.pop(0):
-                    dst[j:j + len(values)] = values
-                    owner = self.cp_owner.setdefault(key, {})
-                    for e in range(j, j + len(values)):
-                        owner[e] = t
-                        del self.cp_inflight[key][e]
+    def _CpAsyncWait(self, s, ctx: _Ctx):
+        # Each waiting thread lands its groups older than its `pending` most recent ones.
+        target = np.full(self.nthreads, -1, dtype=np.int64)
+        target[ctx.tids] = self.cp_commits[ctx.tids] - s.pending
+        kept = []
+        for b in self._cp_batches:
+            land = b["groups"] < target[b["tids"]]
+            if land.any():
+                m, addr = b["mem"], b["addr"][land]
+                flat = addr.ravel()
+                m.vals[flat] = b["values"][land].ravel()
+                m.written[flat] = True if b["poison"] is None else ~b["poison"][land].ravel()
+                m.owner[flat] = np.broadcast_to(b["tids"][land][:, None], addr.shape).ravel()
+                m.inflight[flat] = -1
+                stay = ~land
+                if not stay.any():
+                    continue
+                b = {key: (v[stay] if type(v) is _ND else v) for key, v in b.items()}
+            kept.append(b)
+        self._cp_batches = kept
 
 
-def _storage_of(x: torch.Tensor) -> list:
-    """A flat list holding `x` at its strides (broadcast dims of stride 0 included)."""
+def _storage_of(x: torch.Tensor) -> np.ndarray:
+    """A flat array holding `x` at its strides (broadcast dims of stride 0 included): float64
+    for floating tensors, int64 for integers, bool for bools; elements between NaN (0)."""
+    if x.dtype.is_floating_point:
+        dt, fill = np.float64, math.nan
+    elif x.dtype == torch.bool:
+        dt, fill = np.bool_, False
+    else:
+        dt, fill = np.int64, 0
     if x.numel() == 0:
-        return []
+        return np.zeros(0, dtype=dt)
     span = 1 + sum((s - 1) * abs(st) for s, st in zip(x.shape, x.stride()))
-    flat = torch.full((span,), math.nan, dtype=torch.float64)
-    offsets = torch.zeros((), dtype=torch.long)
-    for d, (size, st) in enumerate(zip(x.shape, x.stride())):
-        shape = [1] * x.dim()
-        shape[d] = size
-        offsets = offsets + (torch.arange(size) * st).reshape(shape)
-    flat[offsets.expand(x.shape).reshape(-1)] = x.to(torch.float64).reshape(-1)
-    return flat.tolist()
+    flat = np.full(span, fill, dtype=dt)
+    src = x.detach().to(torch.float64 if dt is np.float64 else
+                        torch.bool if dt is np.bool_ else torch.int64).numpy()
+    item = flat.itemsize
+    view = np.lib.stride_tricks.as_strided(flat, x.shape, [st * item for st in x.stride()])
+    view[...] = src          # stride-0 dims write one element repeatedly with the same value
+    return flat
+
 
 def interpret(kernel, bindings, inputs, **kw) -> tuple[list, Interpreter]:
     it = Interpreter(kernel, bindings, **kw)
     return it.run(inputs), it
-

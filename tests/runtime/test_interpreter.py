@@ -1,0 +1,333 @@
+"""The kernel-IR interpreter itself (runtime/interpreter.py), run vectorized over the threads:
+NaN through maximum / minimum and max / min reductions as the generated code computes them,
+exact integer data, the vectorized rounding, the fusions the timings record (tools/
+interpreter_timings.py, bench/results/2026-11-23-interpreter-timings.md) against the float64
+reference, unwritten registers reaching memory (POISON), several threads storing one element,
+a cp.async copy over one in flight, a warp-specialized producer copying short rows, barriers
+some threads skip, and the size limits. The lowering tests (tests/lower) are its main test
+bed."""
+import math
+import sys
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lower"))
+from kir_testing import (Interpreter, InterpreterError, interpret,  # noqa: E402
+                         lowered_inner_persistent, ops, schedule_and_lower)
+from pyfuser import DataType, FusionDefinition, catalogue  # noqa: E402
+from pyfuser.ir.exprs import UnaryOp  # noqa: E402
+from pyfuser.kir import nodes as K  # noqa: E402
+from pyfuser.runtime.inputs import check_inputs  # noqa: E402
+from pyfuser.runtime.interpreter import _round_array, _round_bf16  # noqa: E402
+from pyfuser.runtime.reference import evaluate  # noqa: E402
+
+INTERPRET = {"enable": ["interpret"]}
+
+
+def _interpreted(fd, inputs):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")              # no fallback to the reference
+        outs = fd.execute(inputs, options=INTERPRET)
+    assert (fd.last_run.kind, fd.last_run.backend) == ("kernels", "interpreter")
+    return outs
+
+
+def _reference64(fd, inputs):
+    return evaluate(fd.fusion, inputs, promote_to_double=True,
+                    extent_bindings=check_inputs(fd.fusion, inputs))
+
+
+def _parent_body(body, stmt):
+    """The statement list holding `stmt`."""
+    if any(s is stmt for s in body):
+        return body
+    for s in body:
+        for sub in ((s.body,) if isinstance(s, K.ForLoop) else
+                    (s.then_body, s.else_body) if isinstance(s, K.IfThenElse) else ()):
+            found = _parent_body(sub, stmt)
+            if found is not None:
+                return found
+    return None
+
+
+# NaN, as pf::maximum / pf::minimum (max.NaN) and pf::OpMax / OpMin compute it ------------------
+def test_maximum_and_minimum_propagate_nan_from_either_operand():
+    with FusionDefinition() as fd:
+        a = fd.define_tensor([-1, -1], dtype=DataType.Float)
+        b = fd.define_tensor([-1, -1], dtype=DataType.Float)
+        fd.add_output(fd.ops.maximum(a, b))
+        fd.add_output(fd.ops.minimum(a, b))
+    x, y = torch.randn(4, 32), torch.randn(4, 32)
+    x[0, 3] = y[1, 5] = x[2, 7] = y[2, 7] = math.nan
+    mx, mn = _interpreted(fd, [x, y])
+    torch.testing.assert_close(mx, torch.maximum(x, y), equal_nan=True, rtol=0, atol=0)
+    torch.testing.assert_close(mn, torch.minimum(x, y), equal_nan=True, rtol=0, atol=0)
+    assert mx[1, 5].isnan() and mn[0, 3].isnan()
+
+
+@pytest.mark.parametrize("op", ["max", "min"])
+def test_max_and_min_reductions_propagate_nan(op):
+    with FusionDefinition() as fd:
+        x = fd.define_tensor([-1, -1], dtype=DataType.Float)
+        fd.add_output(getattr(fd.ops, op)(x, [1]))
+    x = torch.randn(6, 1024)
+    for row, col in [(0, 0), (1, 1), (2, 517), (3, 1023)]:   # first, within, across threads, last
+        x[row, col] = math.nan
+    (out,) = _interpreted(fd, [x])
+    expected = x.amax(1) if op == "max" else x.amin(1)
+    torch.testing.assert_close(out, expected, equal_nan=True, rtol=0, atol=0)
+    assert out[:4].isnan().all() and not out[4:].isnan().any()
+
+
+# Data types -----------------------------------------------------------------------------------
+def test_integer_data_stays_exact_int64():
+    with FusionDefinition() as fd:
+        a = fd.define_tensor([-1], dtype=DataType.Int)
+        b = fd.define_tensor([-1], dtype=DataType.Int)
+        fd.add_output(fd.ops.add(a, b))
+    x = torch.tensor([2 ** 60 + 1, -5, 7, 2 ** 53 + 1] * 8)
+    y = torch.tensor([3, 2 ** 61 + 3, -9, 1] * 8)
+    (out,) = _interpreted(fd, [x, y])
+    assert out.dtype == torch.int64 and torch.equal(out, x + y)
+
+
+def test_vectorized_rounding_matches_torch_and_the_scalar_form():
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(4096, generator=g, dtype=torch.float64) * 3
+    # bf16 ties (the dropped half is exactly 0x8000), both parities, and the special values
+    ties = torch.tensor([1.0 + 2 ** -8, 1.0 + 3 * 2 ** -8, -(1.0 + 2 ** -8), 65504.0,
+                         3.4e38, -3.4e38, math.inf, -math.inf, math.nan, 0.0, -0.0, 1e-40],
+                        dtype=torch.float64)
+    x = torch.cat([x, ties])
+    for dt, t in [(DataType.BFloat16, torch.bfloat16), (DataType.Half, torch.float16),
+                  (DataType.Float, torch.float32)]:
+        with np.errstate(over="ignore"):                # 3.4e38 overflows fp16
+            got = torch.from_numpy(_round_array(dt, x.numpy()))
+        want = x.to(torch.float32).to(t).double() if t is torch.bfloat16 else x.to(t).double()
+        torch.testing.assert_close(got, want, equal_nan=True, rtol=0, atol=0)
+    scalar = [_round_bf16(float(v)) for v in x]
+    torch.testing.assert_close(torch.from_numpy(_round_array(DataType.BFloat16, x.numpy())),
+                               torch.tensor(scalar, dtype=torch.float64), equal_nan=True,
+                               rtol=0, atol=0)
+    # A float stored to an integer buffer truncates; NaN gives 0, out of range saturates.
+    ints = _round_array(DataType.Int32, np.array([2.7, -2.7, math.nan, 1e12, -1e12]))
+    assert ints.tolist() == [2, -2, 0, 2 ** 31 - 1, -2 ** 31]
+
+
+UNARY = ["neg", "abs", "relu", "exp", "exp2", "log", "sqrt", "rsqrt", "reciprocal", "tanh",
+         "sigmoid", "erf", "silu"]
+BINARY = ["add", "sub", "mul", "div", "pow", "maximum", "minimum"]
+COMPARE = ["eq", "ne", "lt", "le", "gt", "ge"]
+
+
+def _float_ops(fd):
+    x = fd.define_tensor([-1, -1], dtype=DataType.Float)           # positive
+    y = fd.define_tensor([-1, -1], dtype=DataType.Float)
+    for name in UNARY:
+        fd.add_output(getattr(fd.ops, name)(y if name in ("neg", "abs", "relu") else x))
+    for name in BINARY:
+        fd.add_output(getattr(fd.ops, name)(x, y if name != "pow" else x))
+    for name in COMPARE:
+        fd.add_output(getattr(fd.ops, name)(y, x))
+    fd.add_output(fd.ops.gelu(y, approximate="none"))
+    fd.add_output(fd.ops.gelu(y, approximate="tanh"))
+    big = fd.ops.gt(y, 0.5)
+    fd.add_output(fd.ops.where(big, x, fd.ops.mul(y, 2.0)))
+    fd.add_output(fd.ops.logical_or(fd.ops.logical_not(big), fd.ops.logical_and(big, big)))
+
+
+def _casts(fd):
+    fd.define_tensor([-1, -1], dtype=DataType.Float)
+    y = fd.define_tensor([-1, -1], dtype=DataType.Float)
+    for dt in (DataType.Double, DataType.Half, DataType.BFloat16, DataType.Bool, DataType.Int32):
+        fd.add_output(fd.ops.cast(fd.ops.mul(y, 1000.0), dt))      # int32: truncation
+
+
+def _int_ops(fd):
+    i = fd.define_tensor([-1, -1], dtype=DataType.Int)
+    fd.add_output(fd.ops.add(i, fd.ops.mul(i, 3)))
+    fd.add_output(fd.ops.maximum(fd.ops.neg(i), fd.ops.abs(i)))
+
+
+@pytest.mark.parametrize("build", [_float_ops, _casts, _int_ops])
+def test_every_op_and_dtype_matches_the_reference(build):
+    """Each unary, binary and comparison op, where, the logical ops, both gelus, casts to every
+    dtype and int64 arithmetic, against the reference evaluator (which computes op by op in the
+    fusion's dtypes, as the kernel does). (Float and int64 outputs are separate fusions: the
+    pointwise scheduler fails on their mix today.)"""
+    with FusionDefinition() as fd:
+        build(fd)
+    g = torch.Generator().manual_seed(3)
+    inputs = ([torch.randint(-2 ** 40, 2 ** 40, (5, 48), generator=g)] if build is _int_ops else
+              [torch.rand(5, 48, generator=g) + 0.25, torch.randn(5, 48, generator=g)])
+    outs = _interpreted(fd, inputs)
+    refs = evaluate(fd.fusion, inputs, extent_bindings=check_inputs(fd.fusion, inputs))
+    assert len(outs) == len(refs) == len(fd.fusion.outputs)
+    for k, (o, r) in enumerate(zip(outs, refs)):
+        assert o.dtype == r.dtype, (k, o.dtype, r.dtype)
+        torch.testing.assert_close(o, r, rtol=0 if o.dtype == torch.int64 else None,
+                                   atol=0 if o.dtype == torch.int64 else None,
+                                   msg=lambda m: f"output {k}: {m}")
+
+
+# The fusions of the recorded timings, against the float64 reference --------------------------
+def _pointwise_8_ops():
+    """The pointwise fusion of tools/interpreter_timings.py."""
+    with FusionDefinition() as fd:
+        x = fd.define_tensor([-1, -1], dtype=DataType.Float)
+        y = fd.define_tensor([-1, -1], dtype=DataType.Float)
+        a = fd.ops.add(x, y)
+        b = fd.ops.mul(a, x)
+        c = fd.ops.exp(fd.ops.neg(b))
+        d = fd.ops.div(a, fd.ops.add(c, 1.0))
+        fd.add_output(fd.ops.maximum(fd.ops.tanh(d), y))
+    return fd
+
+
+@pytest.mark.parametrize("case", ["pointwise 8 ops 128x128", "layernorm_fwd 4x1024"])
+def test_timed_fusions_match_the_float64_reference(case):
+    if case.startswith("pointwise"):
+        g = torch.Generator().manual_seed(0)
+        fd = _pointwise_8_ops()
+        inputs = [torch.randn(128, 128, generator=g), torch.randn(128, 128, generator=g)]
+    else:
+        fd = catalogue.define("layernorm_fwd", "fp32")
+        inputs = catalogue.make_inputs("layernorm_fwd", 4, 1024, "fp32", seed=0)
+    for _ in range(2):                       # the second call runs the cached plan
+        outs = _interpreted(fd, inputs)
+        for o, r in zip(outs, _reference64(fd, inputs)):
+            assert o.dtype == torch.float32
+            torch.testing.assert_close(o.double(), r, rtol=1e-5, atol=1e-5)
+
+
+# POISON: values computed from unwritten registers ----------------------------------------------
+def _neg_kernel(M=128, N=64):
+    with FusionDefinition() as fd:
+        x = fd.define_tensor([-1, -1], dtype=DataType.Float)
+        fd.add_output(fd.ops.neg(x))
+    x = torch.randn(M, N)
+    st, _, _, k = schedule_and_lower(fd, [x], device="h100-4sm")
+    return fd, x, st, k
+
+
+def test_an_unwritten_register_reaching_global_memory_fails():
+    fd, x, st, k = _neg_kernel()
+    load = next(s for s in ops(k) if s.ins[0].buffer.memory == "global")
+    body = _parent_body(k.body, load)
+    body.remove(load)                                  # the input is never loaded
+    with pytest.raises(InterpreterError, match=r"a value computed from unwritten registers is "
+                                               r"stored to T\d+\[.*\]<4> at .*threadIdx.x=0, "):
+        interpret(k, st.bindings, [x])
+
+
+def test_an_unwritten_register_that_stays_in_registers_is_harmless():
+    fd, x, st, k = _neg_kernel()
+    store = next(s for s in ops(k) if s.out.buffer.memory == "global")
+    body = _parent_body(k.body, store)
+    scratch = K.Buffer("T_scratch", DataType.Float, "local", K.Const(1))
+    never = K.Buffer("T_never", DataType.Float, "local", K.Const(1))
+    j = next(i for i, s in enumerate(body) if s is store)
+    neg = next(s.expr for s in ops(k) if isinstance(s.expr, UnaryOp))
+    body[j:j] = [K.Allocate(never), K.Allocate(scratch),
+                 K.TensorOp(neg, K.TensorIndex(scratch, K.Const(0)),
+                            [K.TensorIndex(never, K.Const(0))])]
+    (out,), _ = interpret(k, st.bindings, [x])
+    torch.testing.assert_close(out, -x)
+
+
+def test_accumulating_into_an_unwritten_register_fails():
+    fd = catalogue.define("layernorm_fwd", "fp32")
+    inputs = catalogue.make_inputs("layernorm_fwd", 4, 1024, "fp32", seed=0)
+    st, _, _, k = schedule_and_lower(fd, inputs, device="h100-4sm")
+    acc = next(s for s in ops(k) if s.accumulate)
+    init = next(s for s in K.walk(k.body)
+                if isinstance(s, K.InitValue) and s.out is acc.out.buffer)
+    _parent_body(k.body, init).remove(init)
+    with pytest.raises(InterpreterError, match=r"accumulates a value computed from unwritten "
+                                               "registers"):
+        interpret(k, st.bindings, inputs)
+
+
+# Several threads storing one element ----------------------------------------------------------
+def test_of_several_threads_storing_one_element_the_last_wins_and_every_write_counts():
+    fd, x, st, k = _neg_kernel(M=100, N=64)
+    store = next(s for s in ops(k) if s.out.buffer.memory == "global")
+    assert store.vector == 4
+    store.out.index = K.Const(0)                     # every thread stores to elements 0..3
+    (out,), it = interpret(k, st.bindings, [x])
+    flat = out.reshape(-1)
+    torch.testing.assert_close(flat[:4], -x.reshape(-1)[-4:])     # the last thread's vector
+    assert flat[4:].isnan().all()
+    buf = store.out.buffer.name
+    assert it.writes == {(buf, e): x.numel() // 4 for e in range(4)}
+
+
+# cp.async and warp roles, broken ---------------------------------------------------------------
+def test_a_cp_async_copy_over_one_still_in_flight_fails():
+    fd, inputs, st, p, k = lowered_inner_persistent("rmsnorm_fwd", 40, 1004, "bf16",
+                                                    "tma_inner_persistent", stages=3, grid=2)
+    assert p.cp_async_inputs
+    interpret(k, st.bindings, inputs)                          # as lowered: fine
+    copy = next(s for s in K.walk(k.body) if isinstance(s, K.CpAsyncCopy))
+    body = _parent_body(k.body, copy)
+    body.insert(body.index(copy) + 1, copy)                    # the same copy issued twice
+    with pytest.raises(InterpreterError, match=r"cp.async into T\d+\[.*\]<4> \(element 0\) while "
+                                               "an earlier copy into it is in flight"):
+        interpret(k, st.bindings, inputs)
+
+
+def _ws_kernel():
+    fd, inputs, st, p, k = lowered_inner_persistent("rmsnorm_fwd", 100, 64, "fp32",
+                                                    "ws_inner_persistent", stages=2, grid=1,
+                                                    bdimy=16)
+    return inputs, st, k
+
+
+def test_a_producer_copying_short_rows_is_caught():
+    """Half of each row copied: the compute role reads slot elements nobody wrote."""
+    inputs, st, k = _ws_kernel()
+    interpret(k, st.bindings, inputs)                          # as lowered: fine
+    (loop,) = [s for s in K.walk(k.body)
+               if isinstance(s, K.ForLoop) and s.label == K.WS_PRODUCER_LOOP]
+    copies = [s for s in K.walk(loop.body) if isinstance(s, K.BulkLoad)]
+    assert [c.bytes.value for c in copies] == [64 * 4]
+    for c in copies:
+        c.bytes = K.Const(32 * 4)
+    with pytest.raises(InterpreterError, match="unwritten registers"):
+        interpret(k, st.bindings, inputs)
+
+
+def test_a_block_barrier_some_threads_skip_is_caught():
+    inputs, st, k = _ws_kernel()
+    j = next(i for i, s in enumerate(k.body) if isinstance(s, K.BlockSync))
+    compute_only = K.lt(K.Special("threadIdx.y"), 16)
+    k.body[j] = K.IfThenElse(compute_only, [k.body[j]])         # the producer warps skip it
+    with pytest.raises(InterpreterError, match=r"__syncthreads reached by 256 of 384 threads "
+                                               r"of block \(0, 0, 0\)"):
+        interpret(k, st.bindings, inputs)
+
+
+def test_a_named_barrier_of_the_wrong_count_is_caught():
+    inputs, st, k = _ws_kernel()
+    (red,) = [s for s in K.walk(k.body) if isinstance(s, K.BlockReduce)]
+    assert red.barrier == (1, 256)                              # the compute warp groups
+    red.barrier = (1, 128)
+    with pytest.raises(InterpreterError, match=r"BlockReduce reached by 256 of 128 threads of "
+                                               r"block \(0, 0, 0\)"):
+        interpret(k, st.bindings, inputs)
+
+
+# Limits -----------------------------------------------------------------------------------------
+def test_too_many_threads_or_too_much_storage_is_refused_clearly():
+    fd, x, st, k = _neg_kernel()
+    n = x.numel() // 4
+    with pytest.raises(InterpreterError, match=rf"{n} threads is too many to interpret .*at most "
+                                               r"1000 \(Interpreter\(max_threads=\.\.\.\)\)"):
+        Interpreter(k, st.bindings, max_threads=1000).run([x])
+    with pytest.raises(InterpreterError, match=r"over its limit of .* GiB .*max_bytes"):
+        Interpreter(k, st.bindings, max_bytes=64 * 1024).run([x])
+    assert Interpreter(k, st.bindings).max_threads >= 1 << 20
