@@ -38,8 +38,8 @@ def check(fd, inputs, params=None, scheduler=None):
     """Lower (verifying each pass), interpret, compare every output with the float64 reference
     and check that each output element is written exactly once. Returns (params, kernel,
     interpreter)."""
-    st, sch, params, k = schedule_and_lower(fd, inputs, params=params, scheduler=scheduler,
-                                            alignment=16)
+    st, _, params, k = schedule_and_lower(fd, inputs, params=params, scheduler=scheduler,
+                                          alignment=16)
     outs, it = interpret(k, st.bindings, inputs)
     refs = evaluate(fd.fusion, list(inputs), promote_to_double=True,
                     extent_bindings=check_inputs(fd.fusion, inputs))
@@ -166,7 +166,7 @@ def test_grid_stride_statistics(name, keepdim, feature):
     in turns, the last one partial."""
     fd, inputs = forward(name, "fp32", keepdim, 29, 256)
     p = forced_inner_persistent(fd, inputs, feature, grid=2)
-    p, k, it = check(fd, inputs, params=p, scheduler=ip)
+    p, _, it = check(fd, inputs, params=p, scheduler=ip)
     assert p.stages >= 2 and p.bdimy > 1 and it.grid[0] == 2, p
     assert 29 > 2 * p.bdimy and 29 % p.bdimy, p
 
