@@ -5,7 +5,8 @@ After:  T1[0..4) = T0[base .. base + 4)     one 8- or 16-byte access (TensorInde
 
 A copy between memories (LoadStoreOp of one dtype) in a Vectorize loop becomes one vector access
 at the loop's first element; one-iteration loops between the two (a trailing broadcast dim) fold
-away. Any other op in a Vectorize loop runs in an unrolled loop over registers. Serial loops of
+away. Any other op in a Vectorize loop runs in an unrolled loop over registers, and so does a
+Vectorize loop of one iteration (a vectorized broadcast axis runs once). Serial loops of
 small constant extent, and Unroll loops, are unrolled so that register arrays they index stay in
 registers.
 Correctness of a vector access rests on the scheduler having vectorized the inner split of a
@@ -49,7 +50,7 @@ def _vectorize(loop: K.ForLoop, kernel) -> list:
     first_lane = {loop.var: K.Const(0)}
     collapsed: list = []
     ops = _ops_run_once_per_lane(loop.body, first_lane, collapsed)
-    if ops is None or not all(_is_copy(op) for op in ops):
+    if width == 1 or ops is None or not all(_is_copy(op) for op in ops):
         loop.unroll = True
         loop.parallel = "Serial"
         return [loop]

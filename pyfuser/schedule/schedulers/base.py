@@ -87,6 +87,18 @@ def vector_width(fusion, inner_extent: int) -> int:
     return pow2_divisor(inner_extent, max(1, 16 // widest))
 
 
+def vectorize_along(tv: TensorView, vec_axis, graph) -> None:
+    """Vectorize tv's loop axis that maps (in the permissive ID graph `graph`) to `vec_axis`, the
+    reference's vector split of the row; a trailing broadcast dim may follow it. A tensor
+    without such an axis is left alone: e.g. a row statistic [M] scheduled like the row has
+    threadIdx.y innermost, and vectorizing that axis would make one thread write the rows
+    that other threads hold."""
+    from ...ir.iter_domain import ParallelType as PT
+    pos = next((k for k, i in enumerate(tv.domain.loop) if graph.mapped(i, vec_axis)), None)
+    if pos is not None and all(i.is_broadcast for i in tv.domain.loop[pos + 1:]):
+        tv.parallelize(pos, PT.Vectorize)
+
+
 def reduced_and_kept(red, reduced_positions, info: RuntimeInfo) -> tuple[int, int]:
     """(product of the reduced extents, product of the kept extents) of reduction `red`."""
     n, m = 1, 1

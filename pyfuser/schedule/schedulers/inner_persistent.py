@@ -28,7 +28,7 @@ from ..inlining import _upstream
 from ..recompute import recompute_for
 from ..tma_rules import MAX_TX_BYTES, check_bulk_rows, check_row_box
 from .base import (RuntimeInfo, SchedulerError, reduced_and_kept, reduction_tensors,
-                   vector_inputs, vector_width)
+                   vector_inputs, vector_width, vectorize_along)
 from .reduction import _layout, _merge_dims, _pow2_floor, broadcast_back
 
 NAME = "inner_persistent"
@@ -564,11 +564,13 @@ def schedule(fusion, p: InnerPersistentParams) -> None:
         slot.parallelize(0, PT.GridStride).parallelize(2, PT.Bulk)
         if p.tensor_map:
             slot.parallelize(1, PT.Bulk)
+    vec_graph = IdGraph(fusion, permissive=True)
+    vec_axis = rfs[0].domain.loop[4 + c]
     for k in p.vector_inputs:
-        caches[k].parallelize(-1, PT.Vectorize)
+        vectorize_along(caches[k], vec_axis, vec_graph)
     if p.vector > 1:
         for o in outputs:
-            o.parallelize(-1, PT.Vectorize)
+            vectorize_along(o, vec_axis, vec_graph)
     for k, nbytes in zip(p.cp_async_inputs, p.cp_async_bytes):
         # [I/By (grid-stride), By TIDy, P, bdimx TIDx, V]: the split of the input's register
         # cache, so each thread copies exactly the elements it reads back (no block barrier).
