@@ -145,6 +145,11 @@ def _index_op(op: K.TensorOp, ctx) -> None:
     for v in op.ins:
         if isinstance(v, TensorView):
             targets += v.domain.logical
+            if v.memory_type != MemoryType.Global:
+                # A buffer allocated over IDs split further than the reader's loops (the cache
+                # of an int64 input read 2-wide in a loop of 4): their indices come forward
+                # through those splits from the reader's loop.
+                targets += [i for i, _, _ in ctx.alloc_ids.get(v, ())]
     known = ctx.index_graph.traverse(start_values(nest), targets)
     op.known = known
     conds = []

@@ -80,21 +80,38 @@ def mapped_dim(tv: TensorView, ref_id, graph) -> int | None:
 
 def input_vector_width(v: TensorView, facts: InputFacts, dim: int | None, width: int) -> int:
     """The width input `v` is read with along its logical dim `dim` in a loop vectorized by
-    `width`: access_width(v.dtype, width) when `dim` is the input's stride-1 dim (the innermost
-    of its allocation, stride 1 in this call), a run of whole vectors (its size a multiple of
-    the width), its data pointer aligned to one access and every other stride a multiple of the
-    width (each row starts a vector); else 1 (read element-wise)."""
+    `width`: access_width(v.dtype, width) when `dim` is the input's stride-1 dim and this call's
+    layout allows it (input_vector_problems); else 1 (read element-wise)."""
     w = access_width(v.dtype, width)
     if dim is None or w <= 1 or facts is None:
         return 1
     if v.domain.logical[dim] is not v.domain.contiguous_dim:
         return 1
+    return 1 if input_vector_problems(v, facts, w) else w
+
+
+def input_vector_problems(v: TensorView, facts: InputFacts, width: int) -> list[str]:
+    """Why input `v`, with this call's sizes, strides and pointer alignment, cannot be read with
+    `width`-wide vectors along its stride-1 dim (the innermost of its allocation, the only dim
+    schedules vectorize an input along): that dim must have stride 1 and hold whole vectors
+    (its size a multiple of the width), the pointer must be aligned to one access and every
+    other stride a multiple of the width (each row starts a vector). Empty when it can."""
+    inner = v.domain.contiguous_dim
+    if inner is None:
+        return ["every dim is a broadcast (one element, no run of elements to read)"]
+    d = v.domain.logical.index(inner)
     sizes, strides = facts.sizes, facts.strides
-    if strides[dim] != 1 or sizes[dim] % w or facts.alignment < w * v.dtype.size:
-        return 1
-    if any(st % w for d, (sz, st) in enumerate(zip(sizes, strides)) if d != dim and sz != 1):
-        return 1
-    return w
+    bad = []
+    if strides[d] != 1 and sizes[d] != 1:
+        bad.append(f"its dim {d}, innermost in memory, has stride {strides[d]}, not 1")
+    if sizes[d] % width:
+        bad.append(f"its dim {d}, innermost in memory, has size {sizes[d]}, not a multiple "
+                   f"of {width}")
+    if facts.alignment < width * v.dtype.size:
+        bad.append(f"its data pointer is not {width * v.dtype.size}-byte aligned")
+    if any(st % width for e, (sz, st) in enumerate(zip(sizes, strides)) if e != d and sz != 1):
+        bad.append(f"its strides {tuple(strides)} are not multiples of {width}")
+    return bad
 
 
 def vector_inputs(fusion, info: RuntimeInfo, vector: int, ref_id) -> tuple:

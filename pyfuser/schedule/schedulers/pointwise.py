@@ -58,25 +58,22 @@ def can_schedule(fusion) -> tuple[bool, str]:
         k, d = apart
         j = fusion.outputs.index(ref)
         return False, (f"output {k} does not iterate the elements of output {j}: its dim {d} is "
-                       f"none of output {j}'s, nor a broadcast of one (outputs of unrelated "
+                       f"none of output {j}'s, nor broadcast from one (outputs of unrelated "
                        "shapes, such as the updates of two parameters of different sizes); one "
                        "pointwise kernel loops over one output's shape")
     return True, "no reductions: one flat loop over the output"
 
 
 def _reference(fusion) -> TensorView:
-    """The output the loop nest iterates: the one of highest rank, then of most dims that are
-    not broadcasts (an [M, 1] output next to an [M, N] one is a broadcast of the latter)."""
-    return max((o for o in fusion.outputs if isinstance(o, TensorView)),
-               key=lambda o: (len(o.domain.logical_no_reductions),
-                              sum(not i.is_broadcast for i in o.domain.logical_no_reductions)))
+    return max(fusion.outputs, key=lambda o: len(o.domain.logical_no_reductions))
 
 
 def _outside_reference(fusion, ref) -> tuple[int, int] | None:
     """(output position, logical dim) of an output dim that maps to none of the reference's
-    dims: the reference's loop nest does not reach it (transforms propagate along the ID graph),
-    so that output would be left unscheduled. Broadcast dims need no partner."""
-    graph = IdGraph(fusion)
+    dims, not even as the iteration a broadcast of the reference expands to (the permissive
+    graph): transforms propagate along those maps, so the reference's loop nest would not reach
+    it and that output would be left unscheduled."""
+    graph = IdGraph(fusion, permissive=True)
     ref_ids = ref.domain.logical_no_reductions
     for k, o in enumerate(fusion.outputs):
         if not isinstance(o, TensorView) or o is ref or o.definition is None:
@@ -99,7 +96,11 @@ def compute_heuristics(fusion, info: RuntimeInfo) -> PointwiseParams:
     # stride-1 dim. The outputs are allocated dense and aligned: the scheduled width is what
     # that dim's extent and the widest output along it allow; each input then gets vector loads
     # only where its own layout and dtype allow them (base.vector_inputs).
-    inner = ref.domain.contiguous_dim
+    # A broadcast innermost dim keeps vector 1: an [M, 1] reference beside an [M, N] output
+    # that broadcasts it has its loop replayed over N for that output, where lanes along M
+    # would not be lanes of its own.
+    alloc = [i for i in ref.domain.maybe_allocation if not i.is_reduction]
+    inner = alloc[-1] if alloc and not alloc[-1].is_broadcast else None
     inner_ext = info.extent(inner.extent) if inner is not None else 1
     graph = IdGraph(fusion)
     max_bytes = max([t.dtype.size for t in fusion.outputs if isinstance(t, TensorView)
