@@ -205,3 +205,16 @@ def test_pointwise_sliced_and_expanded_inputs(layout):
     with FusionDefinition("layouts") as fd:
         fd.add_output(fd.ops.mul(fd.ops.sigmoid(fd.from_pytorch(x)), fd.from_pytorch(y)))
     run_and_check(fd, [x, y], scheduler="pointwise")
+
+
+@pytest.mark.parametrize("case", ["expand", "sum_of_expanded"])
+def test_expanded_outputs_hold_every_element(case):
+    """Outputs with an expanded broadcast dim are allocated expanded (stride 0): every element
+    reads the one the kernel wrote (they were dense, written at one position of that dim)."""
+    x = (torch.randn(1000, 1, device="cuda") if case == "expand"
+         else torch.randn(1000, 1, device="cuda").expand(1000, 4099))
+    with FusionDefinition("expanded_output") as fd:
+        a = fd.from_pytorch(x)
+        fd.add_output(fd.ops.expand(fd.ops.exp(a), [-1, 4099]) if case == "expand"
+                      else fd.ops.sum(a, [0]))
+    run_and_check(fd, [x], scheduler="pointwise" if case == "expand" else "reduction")

@@ -5,7 +5,7 @@ own stride-1 dim, or element-wise; never refused with an internal error, never r
 The first tests are the failures users met (an H100 and the interpreter); the parametrized ones
 below look for the same class of bug in every scheduler: mixed dtypes, size-1 and expanded
 innermost dims, permuted and sliced inputs, odd innermost sizes."""
-import warnings
+import math
 
 import pytest
 import torch
@@ -15,7 +15,7 @@ from pyfuser import DataType, FusionDefinition, catalogue
 from pyfuser.ir import ParallelType as PT
 from pyfuser.lower import LoweringError
 from pyfuser.runtime.executor import FallbackWarning
-from pyfuser.runtime.inputs import check_inputs
+from pyfuser.runtime.inputs import check_inputs, output_strides
 from pyfuser.runtime.reference import evaluate
 from pyfuser.schedule.schedulers import inner_outer_persistent, inner_persistent, pointwise
 from pyfuser.schedule.schedulers import reduction
@@ -40,7 +40,10 @@ def check(fd, inputs, scheduler=None, params=None, writes_once=True):
         assert err <= TOLERANCE[from_torch(o.dtype)], (j, err, params)
         buf = next(p.name for p in k.params if p.source == ("output", j))
         counts = [c for (b, _), c in it.writes.items() if b == buf]
-        assert len(counts) == r.numel() and (set(counts) <= {1} or not writes_once), (j, params)
+        # Elements in memory: an expanded broadcast dim (stride 0) holds one for all.
+        strides = output_strides(fd.fusion.outputs[j], list(r.shape))
+        stored = math.prod(n for n, st in zip(r.shape, strides) if st != 0)
+        assert len(counts) == stored and (set(counts) <= {1} or not writes_once), (j, params)
     return sch, params, k, global_widths(k)
 
 
@@ -467,3 +470,96 @@ def test_catalogue_norms_keep_their_16_byte_accesses():
         inputs = catalogue.make_inputs(name, 3, 64, "bf16", seed=0)
         sch, params, k, widths = check(fd, inputs)
         assert set(widths.values()) == {8}, (name, widths)
+
+
+def _fusion(tensors, body):
+    with FusionDefinition() as fd:
+        outs = body(fd, *[fd.from_pytorch(t) for t in tensors])
+        for o in (outs if isinstance(outs, (list, tuple)) else [outs]):
+            fd.add_output(o)
+    return fd
+
+
+REDUCTION_CASES = {
+    # name: (inputs, body, expected input widths)
+    "int64": (lambda: [_rand((9, 40), "int64")], lambda fd, a, d: fd.ops.sum(a, [d]), [2]),
+    "bool": (lambda: [_rand((9, 40), "bool")],
+             lambda fd, a, d: fd.ops.sum(fd.ops.cast(a, F32), [d]), [8]),
+    "bf16_times_fp32": (lambda: [_rand((9, 40), "bf16"), _rand((9, 40), "fp32")],
+                        lambda fd, a, b, d: fd.ops.sum(fd.ops.mul(fd.ops.cast(a, F32), b), [d]),
+                        [4, 4]),
+    "bf16_max": (lambda: [_rand((9, 40), "bf16")], lambda fd, a, d: fd.ops.max(a, [d]), [8]),
+    "expanded_inner": (lambda: [torch.randn(9, 1).expand(9, 40)],
+                       lambda fd, a, d: fd.ops.sum(a, [d]), [1]),
+}
+
+
+@pytest.mark.parametrize("case", list(REDUCTION_CASES))
+@pytest.mark.parametrize("dim", [0, 1])
+def test_reduction_dtypes_and_expanded_inputs(case, dim):
+    make, body, expect = REDUCTION_CASES[case]
+    inputs = make()
+    fd = _fusion(inputs, lambda fd, *vs: body(fd, *vs, dim))
+    sch, params, k, widths = check(fd, inputs)
+    assert sch is reduction
+    assert [widths[("input", j)] for j in range(len(inputs))] == expect
+
+
+def _softmax(fd, af):
+    e = fd.ops.exp(fd.ops.sub(af, fd.ops.max(af, [1], keepdim=True)))
+    return fd.ops.div(e, fd.ops.sum(e, [1], keepdim=True))
+
+
+@pytest.mark.parametrize("x_dtype", ["bf16", "fp32"])
+@pytest.mark.parametrize("out_dtype", [BF16, F32])
+def test_masked_softmax_with_a_bool_mask(x_dtype, out_dtype):
+    """bf16 or fp32 rows with a bool mask [M, N]: the mask is read with the row's width (8 or
+    4 bytes), the output with its own dtype's."""
+    x, m = _rand((6, 72), x_dtype), _rand((6, 72), "bool")
+
+    def body(fd, a, mask):
+        y = _softmax(fd, fd.ops.where(mask, fd.ops.cast(a, F32), -1e4))
+        return fd.ops.cast(y, out_dtype) if out_dtype != F32 else y
+    sch, params, k, widths = check(_fusion([x, m], body), [x, m])
+    assert sch is inner_persistent
+    assert widths[("input", 0)] == widths[("input", 1)] == params.vector
+    assert widths[("output", 0)] == min(params.vector, 16 // out_dtype.size)
+
+
+@pytest.mark.parametrize("case", ["int64_rows", "fp64_weight", "expanded_weight", "odd_row"])
+def test_inner_persistent_row_dtypes(case):
+    x = {"int64_rows": _rand((5, 64), "int64"), "odd_row": _rand((5, 1001), "bf16")}.get(
+        case, _rand((5, 64), "bf16"))
+    w = {"fp64_weight": torch.randn(64, dtype=torch.float64),
+         "expanded_weight": torch.randn(1).to(torch.bfloat16).expand(64)}.get(
+        case, torch.randn(x.shape[1]).to(torch.bfloat16))
+
+    def body(fd, a, ww):
+        af = fd.ops.cast(a, F32)
+        r = fd.ops.rsqrt(fd.ops.add(fd.ops.mean(fd.ops.mul(af, af), [1], keepdim=True), 1e-5))
+        return fd.ops.cast(fd.ops.mul(fd.ops.mul(af, r), fd.ops.cast(ww, F32)), BF16)
+    sch, params, k, widths = check(_fusion([x, w], body), [x, w])
+    assert sch is inner_persistent
+    expect = {"int64_rows": (2, 2, 2), "fp64_weight": (2, 2, 2), "expanded_weight": (8, 1, 8),
+              "odd_row": (1, 1, 1)}[case]
+    assert (widths[("input", 0)], widths[("input", 1)], widths[("output", 0)]) == expect
+
+
+@pytest.mark.parametrize("case", ["expand", "sum_of_expanded"])
+def test_expanded_outputs_hold_every_element(case):
+    """An output whose dim is an expanded broadcast (an expand, or the sum over the other dim
+    of an expanded input) was allocated dense but written at one position of that dim: the rest
+    was never written. It is allocated expanded (stride 0), as torch's expand is."""
+    x = torch.randn(5, 1) if case == "expand" else torch.randn(9, 1).expand(9, 40)
+
+    def body(fd, a):
+        if case == "expand":
+            return fd.ops.expand(fd.ops.exp(a), [-1, 16])
+        return fd.ops.sum(a, [0])
+    fd = _fusion([x], body)
+    check(fd, [x])
+    (o,) = fd.execute([x], options={"enable": ["interpret"]})
+    assert fd.last_run.kind == "kernels"
+    torch.testing.assert_close(o, torch.exp(x).expand(5, 16) if case == "expand" else x.sum(0))
+    assert output_strides(fd.fusion.outputs[0], list(o.shape)) == (
+        [1, 0] if case == "expand" else [0])
