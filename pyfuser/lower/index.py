@@ -7,7 +7,9 @@ After:  every operand is an indexed access and every op has its predicate:
 Global tensors are indexed through the exact ID graph from the promoted IDs of the loops around
 the op (lower/indexing.py), times the tensor's strides. A register or shared-memory tensor is
 indexed by the loops it is allocated over: its writer uses its own loop variables; a reader uses
-the variable of its loop that maps to the same ID, so both see the same element.
+the variable of its loop that maps to the same ID, so both see the same element. A buffer split
+further than its reader's loops (the cache of an int64 input read in two 2-wide vectors inside a
+loop of 4) is indexed forward through that split from the reader's loop.
 Predicates: an ID whose index may exceed its extent (a split that does not divide) gets
 `index < extent` on the consumer's root and logical IDs (reads of global producers map to those);
 writes to global or shared memory by threads that do not index the tensor get

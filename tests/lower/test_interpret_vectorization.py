@@ -563,3 +563,25 @@ def test_expanded_outputs_hold_every_element(case):
     torch.testing.assert_close(o, torch.exp(x).expand(5, 16) if case == "expand" else x.sum(0))
     assert output_strides(fd.fusion.outputs[0], list(o.shape)) == (
         [1, 0] if case == "expand" else [0])
+
+
+@pytest.mark.parametrize("case", ["fp32_norm_output", "int64_input"])
+def test_narrower_vectors_compile_clean(case):
+    """A tensor accessed narrower than its loop's vector split (two 4-wide fp32 stores per 8
+    bf16 elements, two 2-wide int64 loads per 4 fp32 ones): CUDA that NVRTC compiles for sm_90a
+    without spills."""
+    from kir_testing import compile_clean
+    from pyfuser.codegen.cuda import generate_cuda
+    if case == "fp32_norm_output":
+        fd = rmsnorm_with_rstd(F32, stats=False)
+        inputs = [torch.empty(64, 4096, dtype=torch.bfloat16),
+                  torch.empty(4096, dtype=torch.bfloat16)]
+        widths = {("input", 0): 8, ("output", 0): 4}
+    else:
+        x, y = _rand((64, 1024), "fp32"), _rand((64, 1024), "int64")
+        fd = _fusion([x, y], lambda fd, a, b: fd.ops.add(a, fd.ops.cast(b, F32)))
+        inputs = [x, y]
+        widths = {("input", 0): 4, ("input", 1): 2, ("output", 0): 4}
+    _, _, _, k = schedule_and_lower(fd, inputs, alignment=16)
+    assert {key: w for key, w in global_widths(k).items() if key in widths} == widths
+    compile_clean(generate_cuda(k))
