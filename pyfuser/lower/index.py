@@ -7,7 +7,9 @@ After:  every operand is an indexed access and every op has its predicate:
 Global tensors are indexed through the exact ID graph from the promoted IDs of the loops around
 the op (lower/indexing.py), times the tensor's strides. A register or shared-memory tensor is
 indexed by the loops it is allocated over: its writer uses its own loop variables; a reader uses
-the variable of its loop that maps to the same ID, so both see the same element.
+the variable of its loop that maps to the same ID, so both see the same element. A buffer split
+further than its reader's loops (the cache of an int64 input read in two 2-wide vectors inside a
+loop of 4) is indexed forward through that split from the reader's loop.
 Predicates: an ID whose index may exceed its extent (a split that does not divide) gets
 `index < extent` on the consumer's root and logical IDs (reads of global producers map to those);
 writes to global or shared memory by threads that do not index the tensor get
@@ -171,6 +173,11 @@ def _index_op(op: K.TensorOp, ctx) -> None:
     for v in op.ins:
         if isinstance(v, TensorView):
             targets += v.domain.logical
+            if v.memory_type != MemoryType.Global:
+                # A buffer allocated over IDs split further than the reader's loops (the cache
+                # of an int64 input read 2-wide in a loop of 4): their indices come forward
+                # through those splits from the reader's loop.
+                targets += [i for i, _, _ in ctx.alloc_ids.get(v, ())]
     known = ctx.index_graph.traverse(start_values(nest), targets)
     op.known = known
     conds = []

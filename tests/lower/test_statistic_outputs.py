@@ -22,7 +22,6 @@ from kir_testing import forced_inner_persistent, interpret, ops, schedule_and_lo
 from statistic_fusions import FORWARD, forward, norm_backward
 from pyfuser.ir.dtype import from_torch
 from pyfuser.ir.iter_domain import ParallelType as PT
-from pyfuser.ir.tensor import ScheduleError
 from pyfuser.kir import nodes as K
 from pyfuser.lower import lower
 from pyfuser.lower.context import LoweringError
@@ -73,19 +72,13 @@ def test_forward_statistics_are_written_once_per_row(name, keepdim, M, N):
     assert p.persistent_batch == (4 if N == 2048 else 1), p
 
 
-# A float [M, 1] statistic of a 16-bit input is vectorized along its broadcast dim with the
-# input's width: 8 floats, more than one access (being fixed on its own).
-_VEC = pytest.mark.xfail(raises=ScheduleError, strict=False,
-                         reason="a float [M, 1] output vectorized by the 16-bit row's width")
-
-
 @pytest.mark.parametrize("keepdim", [True, False], ids=["keepdim", "squeezed"])
 @pytest.mark.parametrize("name", ["rmsnorm_rstd", "layernorm_stats", "var_mean_rows",
                                   "rmsnorm_rstd_cast", "softmax_stats"])
 @pytest.mark.parametrize("dt", ["bf16", "fp16"])
-def test_half_precision_forward_statistics(request, name, dt, keepdim):
-    if keepdim and name != "var_mean_rows":      # var_mean of a 16-bit input is 16-bit
-        request.applymarker(_VEC)
+def test_half_precision_forward_statistics(name, dt, keepdim):
+    """A float [M, 1] statistic of a 16-bit row: written element-wise (once per row), not
+    vectorized along its broadcast dim with the row's width (8 floats: a 32-byte access)."""
     fd, inputs = forward(name, dt, keepdim, 13, 64)
     p, _, _ = check(fd, inputs)
     assert p.vector == 8 and p.bdimy == 8, p
@@ -135,7 +128,7 @@ def test_reading_another_threads_registers_is_refused(monkeypatch):
     vector axis, one thread storing the values the block's other rows hold in their
     registers. Lowering refuses such a schedule."""
     monkeypatch.setattr(ip, "vectorize_along",
-                        lambda tv, axis, graph: tv.parallelize(-1, PT.Vectorize))
+                        lambda tv, axis, graph, width=None: tv.parallelize(-1, PT.Vectorize))
     fd, inputs = forward("var_rows", "fp32", False, 8, 512)
     st = setup(fd, inputs, alignment=16)
     p = ip.compute_heuristics(st.fusion, st.info)

@@ -250,8 +250,8 @@ def multi_wave_params(fusion, info: RuntimeInfo) -> InnerOuterParams:
     rows, _ = _kinds(fusion)
     root = rows[0].domain.maybe_root
     n = info.extent(root[1].extent)
-    vector = vector_width(fusion, n)
-    vec_inputs = vector_inputs(fusion, info, vector)
+    vector = vector_width(fusion, n, root[1])
+    vec_inputs = vector_inputs(fusion, info, vector, root[1])
     if not vec_inputs:
         vector = 1
     # The register estimate models the rows of x and dy: the [M, N]-shaped inputs.
@@ -500,11 +500,12 @@ def schedule(fusion, p: InnerOuterParams) -> None:
                          parallel_types={PT.GridStride, PT.TIDx, PT.TIDy, PT.BIDy})
     graph = IdGraph(fusion, permissive=True)
     vec_axis = row_rfs[0].domain.loop[4 + off]
-    for k in p.vector_inputs:
-        vectorize_along(caches[k], vec_axis, graph)
-    for o in outputs:
-        if o not in phase2 and p.vector > 1:
-            vectorize_along(o, vec_axis, graph)
+    if p.vector > 1:
+        for k in p.vector_inputs:
+            vectorize_along(caches[k], vec_axis, graph, p.vector)
+        for o in outputs:
+            if o not in phase2:
+                vectorize_along(o, vec_axis, graph, p.vector)
     for slot in staged.values():
         # [i0, N] -> [ceilDiv(i0, G * Y) (serial), G (blockIdx.x), (Y (serial: one thread copies
         # the stage's rows),) N (bulk)]
