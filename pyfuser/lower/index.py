@@ -22,6 +22,7 @@ it); a schedule that reads another thread's registers is refused.
 """
 from __future__ import annotations
 
+from ..ir.id_graph import IdGraph
 from ..ir.iter_domain import ParallelType
 from ..ir.scalar import Scalar
 from ..ir.tensor import MemoryType, TensorView
@@ -207,7 +208,10 @@ def _index_op(op: K.TensorOp, ctx) -> None:
         if k is not None and k.may_overflow and _is_inner_of_split(i):
             conds.append(K.lt(k.value, scalar_to_kexpr(i.extent, ctx.names)))
     if touches_memory:
-        conds += _thread_predicates(ctx, tv, nest)
+        redundant = _redundant_loops(ctx, tv, nest) if tv.memory_type != MemoryType.Local else []
+        conds += _thread_predicates(ctx, tv, nest, redundant)
+        if tv.memory_type == MemoryType.Global:
+            conds += _broadcast_write_guards(ctx, tv, nest, redundant)
     op.predicate = simplify_predicate(K.all_of(_dedupe(conds)), _loop_ranges(ctx, nest))
     op.out = access(ctx, tv, nest, known, tv, is_write=True)
     op.ins = [_operand(ctx, v, nest, known, tv) for v in op.ins]
@@ -256,12 +260,11 @@ def _dedupe(conds):
     return out
 
 
-def _thread_predicates(ctx, tv: TensorView, nest) -> list:
+def _thread_predicates(ctx, tv: TensorView, nest, redundant: list) -> list:
     conds = []
     used = {lp.parallel for lp in nest}
     if ParallelType.GridStride in used:
         used.add(ParallelType.BIDx)     # a grid-stride loop indexes by blockIdx.x
-    redundant = _redundant_loops(ctx, tv, nest) if tv.memory_type != MemoryType.Local else []
     for lp in redundant:
         if isinstance(lp.var, K.Var):
             # A serial (or unrolled) loop tv does not index: its first iteration writes.
@@ -297,8 +300,10 @@ def _redundant_loops(ctx, tv: TensorView, nest) -> list:
     out = []
     for j, i in enumerate(tv.domain.loop):
         lp = ctx.loop_of.get((tv, j))
-        if lp is None or lp not in nest or not i.is_broadcast or i.expanded_extent is not None:
+        if lp is None or lp not in nest or not i.is_broadcast:
             continue
+        if i.expanded_extent is not None and tv.memory_type != MemoryType.Global:
+            continue    # a buffer materializes an expanded dim; global memory holds one element
         if lp.promoted.is_broadcast or lp.parallel in (ParallelType.GridStride,
                                                        ParallelType.Bulk):
             continue
@@ -306,6 +311,53 @@ def _redundant_loops(ctx, tv: TensorView, nest) -> list:
         if isinstance(ext, K.Const) and ext.value == 1:
             continue
         out.append(lp)
+    return out
+
+
+def _broadcast_write_guards(ctx, tv: TensorView, nest, redundant: list) -> list:
+    """`index == 0` guards on the iterations that tv's broadcast dims stand for in its loops,
+    where a loop mixes them with dims tv has: an [M, 1] output beside the [M, N] output it
+    broadcasts, both in the flat loop over M * N, would have each element written by the N
+    iterations of its row; only the one at column 0 writes (flat % N == 0). Likewise a [1, N]
+    output is written by the first row, and an output expanded from [M, 1] (stride 0 along N)
+    once per row. Loops that iterate only such dims (the redundant loops, whose own guards
+    take their first thread, block or iteration) count as 0 here."""
+    groups = _broadcast_iterations(ctx, tv)
+    if not groups:
+        return []
+    start = start_values(nest)
+    for lp in redundant:
+        start[lp.promoted] = Known(K.Const(0), False)
+    known = ctx.index_graph.traverse(start, groups)
+    conds = []
+    for i in groups:
+        k = ctx.index_graph.index_of(known, i)
+        if k is not None and not (isinstance(k.value, K.Const) and k.value.value == 0):
+            conds.append(K.eq(k.value, K.Const(0)))
+    return conds
+
+
+def _broadcast_iterations(ctx, tv: TensorView) -> list:
+    """One ID per exact group of the iterations tv's broadcast dims are broadcast to in the
+    fusion (their non-broadcast partners through producer/consumer pairs), leaving out those of
+    dims tv has."""
+    logical = tv.domain.logical_no_reductions
+    if not any(i.is_broadcast for i in logical):
+        return []
+    if ctx.broadcast_partners is None:
+        ctx.broadcast_partners = IdGraph(ctx.fusion, permissive=True, tensors=ctx.tensors,
+                                         transforms=False)
+    own = {ctx.exact.group(i) for i in logical if not i.is_broadcast}
+    out, seen = [], set()
+    for b in logical:
+        if not b.is_broadcast:
+            continue
+        for c in ctx.broadcast_partners.members(b):
+            g = ctx.exact.group(c)
+            if c.is_broadcast or c.is_reduction or g in own or g in seen:
+                continue
+            seen.add(g)
+            out.append(c)
     return out
 
 
