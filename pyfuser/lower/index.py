@@ -278,6 +278,11 @@ def _thread_predicates(ctx, tv: TensorView, nest, redundant: list) -> list:
             lp = next((lp for lp in nest if lp.parallel == pt), None)
             if lp is None:
                 continue    # indexed through a grid-stride loop: every block has its share
+            if tv.memory_type == MemoryType.Local and lp.promoted.is_broadcast:
+                # A loop promoted to a broadcast indexes nothing (a [1]-shaped input's cache
+                # whose broadcast axis took threadIdx.x): every thread computes the value in
+                # its own registers, since every thread reads it.
+                continue
             mine = repr(scalar_to_kexpr(lp.extent, ctx.names))
             if any(repr(scalar_to_kexpr(e, ctx.names)) != mine for e in extents):
                 conds.append(K.lt(K.Special(special), scalar_to_kexpr(lp.extent, ctx.names)))
