@@ -13,7 +13,10 @@ the output's own IDs tell the index of w (the flat index modulo N). A broadcast 
 an iteration: when a tensor is inlined into two consumers (rstd [M, 1] into the normalized row
 [M, N] and into the rstd output), their loops merge into the one promoted to the iteration ID,
 and own loops are not promoted to a broadcast. A loop promoted to a broadcast runs once (nothing
-indexes it, whatever extent a split gave it).
+indexes it, whatever extent a split gave it). More generally merged loops keep the one covering
+the most iteration dims: an [M, 1] output's flat loop (merge(M, b) covers M) merges into the
+[M, N] output's (merge(M, N)); once loops are merged, own loops are promoted again against the
+tensor that now owns the loops around them.
 """
 from __future__ import annotations
 

@@ -16,7 +16,10 @@ writes to global or shared memory by threads that do not index the tensor get
 `threadIdx.x == 0`-style guards; thread loops shorter than the block get `threadIdx.x < extent`.
 So do loops the written tensor has a broadcast axis in while they iterate (a row statistic
 [M, 1] computed in the loops of its row): their first thread, block or iteration (`j == 0`)
-writes it, once per row.
+writes it, once per row. Where one loop mixes a tensor's broadcast dims with its own (an [M, 1]
+output in the flat loop over the [M, N] output it broadcasts to), a global write is guarded to
+index 0 of the iterations those dims stand for: `flat % N == 0`. Expanded dims (stride 0) are
+broadcasts in memory and guarded alike.
 A register buffer is read only by loops bound like the ones that wrote it (the same thread owns
 it); a schedule that reads another thread's registers is refused.
 """

@@ -12,7 +12,10 @@ layout differs from the output's are read with their own strides (correct, not c
 element-wise: a vector lane steps through the output's stride-1 dim, which is not theirs (an
 NCHW input of an NHWC output). Each tensor's access width comes from its own dtype (base.vectorize).
 Every output must iterate the reference's elements (or broadcast them): one loop nest cannot
-cover outputs of unrelated shapes.
+cover outputs of unrelated shapes. The reference is the output that iterates the most dims; an
+[M, 1] or [1, N] output beside an [M, N] one runs in its flat loop, each element written by one
+iteration (the lowering guards the write to column 0, row 0), element-wise where its lanes
+would step along a dim it broadcasts.
 """
 from __future__ import annotations
 

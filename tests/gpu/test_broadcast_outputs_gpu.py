@@ -1,0 +1,47 @@
+"""Outputs of different shapes that broadcast to one another, on the GPU against float64.
+
+Pointwise: [M, 1] and [1, N] outputs beside the [M, N] one they broadcast to (either order), a
+column expanded to [M, N] (stride 0 along N), the same in 3D. Normalizations: a LayerNorm's
+weight times 2 beside y, RMSNorm's rstd broadcast back to [M, N] (broadcast_in_dim, expand), a
+[1]-shaped scale's own output beside a softmax, a norm backward's row statistic expanded to
+[M, N]. Outputs are poisoned before each launch, so an element no thread writes fails; the
+interpreter tests (tests/lower/test_broadcast_outputs.py) check on small shapes that each is
+written once. The fusions are those of tests/lower/broadcast_output_fusions.py.
+"""
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lower"))
+from broadcast_output_fusions import FUSIONS  # noqa: E402
+from pyfuser.testing import run_and_check  # noqa: E402
+
+pytestmark = [pytest.mark.gpu,
+              pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
+
+POINTWISE = ["column_row_and_full", "full_first", "expanded_column", "three_d"]
+NORMS = ["layernorm_weight_out", "rmsnorm_rstd_broadcast_in_dim", "rmsnorm_rstd_expand",
+         "scaled_softmax_scale_out", "norm_backward_row_statistic_expand"]
+
+
+def _check(name, dt, shape):
+    build, scheduler = FUSIONS[name]
+    fd, inputs = build(dt, *shape, device="cuda")
+    run_and_check(fd, inputs, scheduler=scheduler)
+
+
+@pytest.mark.parametrize("shape", [(8192, 4096), (1023, 4097), (7, 1000), (3, 2 ** 18 + 1)])
+@pytest.mark.parametrize("name", POINTWISE)
+@pytest.mark.parametrize("dt", ["bf16", "fp32"])
+def test_pointwise_outputs_that_broadcast_one_another(name, dt, shape):
+    _check(name, dt, shape)
+
+
+@pytest.mark.parametrize("shape", [(16384, 4096), (2048, 1024), (7, 1000), (1001, 2048),
+                                   (64, 16384)])
+@pytest.mark.parametrize("name", NORMS)
+@pytest.mark.parametrize("dt", ["bf16", "fp32"])
+def test_normalization_outputs_that_broadcast_the_rows(name, dt, shape):
+    _check(name, dt, shape)
