@@ -13,7 +13,8 @@ loop of 4) is indexed forward through that split from the reader's loop.
 Predicates: an ID whose index may exceed its extent (a split that does not divide) gets
 `index < extent` on the consumer's root and logical IDs (reads of global producers map to those);
 writes to global or shared memory by threads that do not index the tensor get
-`threadIdx.x == 0`-style guards; thread loops shorter than the block get `threadIdx.x < extent`.
+`threadIdx.x == 0`-style guards (`blockIdx.x == 0` outside the grid-stride loop of a persistent
+grid); thread loops shorter than the block get `threadIdx.x < extent`.
 So do loops the written tensor has a broadcast axis in while they iterate (a row statistic
 [M, 1] computed in the loops of its row): their first thread, block or iteration (`j == 0`)
 writes it, once per row. Where one loop mixes a tensor's broadcast dims with its own (an [M, 1]
@@ -296,6 +297,13 @@ def _thread_predicates(ctx, tv: TensorView, nest, redundant: list) -> list:
             else:
                 # Every such thread holds the same value; one writes it.
                 conds.append(K.eq(K.Special(special), K.Const(0)))
+    if (tv.memory_type != MemoryType.Local and ParallelType.GridStride not in used
+            and ParallelType.BIDx not in ctx.kernel_parallel
+            and any(lp.parallel == ParallelType.GridStride for lp in ctx.all_loops())):
+        # A persistent grid takes the rows in grid-stride turns; a tensor written outside
+        # that loop (a weight's own output w * 2 [N] beside the rows) is written by every
+        # block: the first writes it.
+        conds.append(K.eq(K.Special(_THREAD_SPECIAL[ParallelType.BIDx]), K.Const(0)))
     return conds
 
 

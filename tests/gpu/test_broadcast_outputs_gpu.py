@@ -4,9 +4,10 @@ Pointwise: [M, 1] and [1, N] outputs beside the [M, N] one they broadcast to (ei
 column expanded to [M, N] (stride 0 along N), the same in 3D. Normalizations: a LayerNorm's
 weight times 2 beside y, RMSNorm's rstd broadcast back to [M, N] (broadcast_in_dim, expand), a
 [1]-shaped scale's own output beside a softmax, a norm backward's row statistic expanded to
-[M, N]. Outputs are poisoned before each launch, so an element no thread writes fails; the
-interpreter tests (tests/lower/test_broadcast_outputs.py) check on small shapes that each is
-written once. The fusions are those of tests/lower/broadcast_output_fusions.py.
+[M, N]; also in the TMA variants (a persistent grid). Outputs are poisoned before each launch,
+so an element no thread writes fails; the interpreter tests (tests/lower/
+test_broadcast_outputs.py) check on small shapes that each is written once. The fusions are
+those of tests/lower/broadcast_output_fusions.py.
 """
 import sys
 from pathlib import Path
@@ -45,3 +46,18 @@ def test_pointwise_outputs_that_broadcast_one_another(name, dt, shape):
 @pytest.mark.parametrize("dt", ["bf16", "fp32"])
 def test_normalization_outputs_that_broadcast_the_rows(name, dt, shape):
     _check(name, dt, shape)
+
+
+@pytest.mark.parametrize("variant", ["tma_inner_persistent", "ws_inner_persistent"])
+@pytest.mark.parametrize("name", ["layernorm_weight_out", "scaled_softmax_scale_out",
+                                  "rmsnorm_rstd_expand"])
+@pytest.mark.parametrize("dt,shape", [("bf16", (2048, 4096)), ("bf16", (1001, 2048)),
+                                      ("fp32", (777, 2048))])
+def test_persistent_grid_outputs_beside_the_rows(name, variant, dt, shape):
+    """The TMA variants: a persistent grid takes the rows in grid-stride turns; the outputs
+    computed outside that loop are written by its first block."""
+    build, scheduler = FUSIONS[name]
+    fd, inputs = build(dt, *shape, device="cuda")
+    run_and_check(fd, inputs, scheduler=scheduler, options={"enable": [variant]})
+    p = fd.last_run.heuristics[0]
+    assert p.stages >= 2 and p.warp_specialized == (variant == "ws_inner_persistent"), p.reason

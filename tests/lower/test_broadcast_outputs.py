@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from broadcast_output_fusions import FUSIONS, layernorm_weight_out
-from kir_testing import interpret, schedule_and_lower
+from kir_testing import forced_inner_persistent, interpret, schedule_and_lower
 from pyfuser import FusionDefinition
 from pyfuser.ir.dtype import from_torch
 from pyfuser.runtime.executor import FallbackWarning
@@ -99,6 +99,29 @@ def test_weight_output_beside_rows_that_fill_the_registers():
     fd, inputs = layernorm_weight_out("fp32", 4, 16384)
     p, _ = check(fd, inputs, "inner_persistent")
     assert isinstance(p, ip.InnerPersistentParams) and not p.keep_weights, p
+
+
+@pytest.mark.parametrize("M,N,dt", [(37, 2048, "bf16"), (9, 1024, "fp32")])
+@pytest.mark.parametrize("name", ["layernorm_weight_out", "scaled_softmax_scale_out",
+                                  "rmsnorm_rstd_expand"])
+@pytest.mark.parametrize("feature", ["tma_inner_persistent", "ws_inner_persistent"])
+def test_persistent_grid_writes_outputs_beside_the_rows_once(feature, name, dt, M, N):
+    """The TMA variants take the rows in grid-stride turns: an output computed outside that
+    loop (the weight's w * 2, the scale's s * 3) was written by every block of the grid."""
+    fd, inputs = FUSIONS[name][0](dt, M, N)
+    params = forced_inner_persistent(fd, inputs, feature)
+    st, _, params, k = schedule_and_lower(fd, inputs, params=params, scheduler=ip)
+    assert params.stages >= 2 and params.grid > 1, params
+    outs, it = interpret(k, st.bindings, inputs)
+    refs = evaluate(fd.fusion, list(inputs), promote_to_double=True,
+                    extent_bindings=check_inputs(fd.fusion, inputs))
+    for j, (o, r) in enumerate(zip(outs, refs)):
+        assert rel_error(o, r) <= TOLERANCE[from_torch(o.dtype)], j
+        buf = next(q.name for q in k.params if q.source == ("output", j))
+        counts = [n for (b, _), n in it.writes.items() if b == buf]
+        strides = output_strides(fd.fusion.outputs[j], list(r.shape))
+        stored = math.prod(n for n, s in zip(r.shape, strides) if s != 0)
+        assert len(counts) == stored and set(counts) == {1}, (j, sorted(set(counts)))
 
 
 def _full_reduction_broadcast_back(with_scalar_output):
