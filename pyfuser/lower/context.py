@@ -88,6 +88,7 @@ class LoweringContext:
         self.alloc_ids: dict = {}        # allocate: TensorView -> (ID, extent, Loop) per dim
         self.reduction_sites: list = []  # lower_reductions: (TensorView, [Block/GridReduce])
         self.grid_reduced_dims: set = set()  # lower_reductions: block dims reduced across blocks
+        self.grid_reduced: dict = {}     # lower_reductions: TensorView -> its grid-reduced dims
         self.index_graph = None          # index_and_predicate: IndexGraph over the exact graph
         self.kernel_parallel: dict = {}  # index_and_predicate: ParallelType -> bound extents
         self.broadcast_partners = None   # index_and_predicate: permissive pairs-only IdGraph

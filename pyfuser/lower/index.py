@@ -291,7 +291,7 @@ def _thread_predicates(ctx, tv: TensorView, nest, redundant: list) -> list:
             if any(repr(scalar_to_kexpr(e, ctx.names)) != mine for e in extents):
                 conds.append(K.lt(K.Special(special), scalar_to_kexpr(lp.extent, ctx.names)))
         elif tv.memory_type != MemoryType.Local:
-            if pt.is_block_dim and pt.value[-1] in ctx.grid_reduced_dims:
+            if pt.is_block_dim and _after_grid_reduction(ctx, tv, pt.value[-1]):
                 # Only the block that finished the grid reduction holds the result.
                 conds.append(K.Var("pf_grid_last", "bool"))
             else:
@@ -305,6 +305,23 @@ def _thread_predicates(ctx, tv: TensorView, nest, redundant: list) -> list:
         # block: the first writes it.
         conds.append(K.eq(K.Special(_THREAD_SPECIAL[ParallelType.BIDx]), K.Const(0)))
     return conds
+
+
+def _after_grid_reduction(ctx, tv: TensorView, dim: str) -> bool:
+    """Whether tv is computed from a reduction across the blocks of blockIdx.<dim> (only the
+    last block to finish it holds the result; pf_grid_last is set by the grid reduction).
+    A value beside it in the same loops (an [M, 1] output of an input, computed inside the
+    reduction loops) is held by every block from the start."""
+    seen, todo = set(), [tv]
+    while todo:
+        t = todo.pop()
+        if dim in ctx.grid_reduced.get(t, ()):
+            return True
+        for p in ctx.fusion.producers(t):
+            if p not in seen:
+                seen.add(p)
+                todo.append(p)
+    return False
 
 
 def _redundant_loops(ctx, tv: TensorView, nest) -> list:
@@ -389,10 +406,10 @@ def _index_reduce(node, ctx) -> None:
         if ext is None:
             raise LoweringError(f"T{tv.name}: grouped reduction over {lp!r} needs a constant extent")
         count *= ext
-    inner_ids = {lp.id for lp in inner}
+    inner_loops = {id(lp) for lp in inner}
 
     def index_of_id(i, lp):
-        if i in inner_ids or lp is None:
+        if lp is None or id(lp) in inner_loops:
             return K.Const(0)
         return loop_index(lp)
 

@@ -4,10 +4,11 @@ Pointwise: [M, 1] and [1, N] outputs beside the [M, N] one they broadcast to (ei
 column expanded to [M, N] (stride 0 along N), the same in 3D. Normalizations: a LayerNorm's
 weight times 2 beside y, RMSNorm's rstd broadcast back to [M, N] (broadcast_in_dim, expand), a
 [1]-shaped scale's own output beside a softmax, a norm backward's row statistic expanded to
-[M, N]; also in the TMA variants (a persistent grid). Outputs are poisoned before each launch,
-so an element no thread writes fails; the interpreter tests (tests/lower/
-test_broadcast_outputs.py) check on small shapes that each is written once. The fusions are
-those of tests/lower/broadcast_output_fusions.py.
+[M, N]; also in the TMA variants (a persistent grid). Reductions: the column or row the input
+is scaled by beside its row or column sums, split over blockIdx.y or not, and row sums
+expanded back. Outputs are poisoned before each launch, so an element no thread writes fails;
+the interpreter tests (tests/lower/test_broadcast_outputs.py) check on small shapes that each
+is written once. The fusions are those of tests/lower/broadcast_output_fusions.py.
 """
 import sys
 from pathlib import Path
@@ -61,3 +62,20 @@ def test_persistent_grid_outputs_beside_the_rows(name, variant, dt, shape):
     run_and_check(fd, inputs, scheduler=scheduler, options={"enable": [variant]})
     p = fd.last_run.heuristics[0]
     assert p.stages >= 2 and p.warp_specialized == (variant == "ws_inner_persistent"), p.reason
+
+
+REDUCTION_SHAPES = {
+    "row_sums_and_column_out": [(4096, 4096), (8, 2 ** 20), (3, 2 ** 20 + 3)],
+    "column_sums_and_row_out": [(4096, 4096), (2 ** 20, 8), (2 ** 18 + 1, 16)],
+    "column_sums_and_column_out": [(4096, 4096), (2 ** 20, 8), (2 ** 18 + 1, 16)],
+    "row_sums_expanded": [(4096, 4096), (8, 2 ** 20), (3, 2 ** 20 + 3)],
+}
+
+
+@pytest.mark.parametrize("name,shape", [(n, s) for n, shapes in REDUCTION_SHAPES.items()
+                                        for s in shapes])
+@pytest.mark.parametrize("dt", ["bf16", "fp32"])
+def test_reduction_outputs_beside_the_reduction(name, dt, shape):
+    """Beside row or column sums split over blockIdx.y (a grid reduction): the column or row
+    the input is scaled by, and the sums expanded back."""
+    _check(name, dt, shape)

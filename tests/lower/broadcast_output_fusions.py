@@ -6,7 +6,8 @@ Each builder takes (dt, M, N, device) and returns (FusionDefinition, inputs). Th
 [M, N] (or [M, N, K]); beside it, outputs of fewer elements that broadcast to it: an [M, 1]
 column and a [1, N] row of inputs, a [1, 1] scalar-like tensor, a [N] weight times 2, a row
 statistic broadcast back to [M, N] through broadcast_in_dim or expand (stride 0 along N: one
-element per row in memory), a [1]-shaped input with its own output.
+element per row in memory), a [1]-shaped input with its own output; beside a reduction, the
+column or row its input is scaled by, and the reduction expanded back.
 """
 from __future__ import annotations
 
@@ -142,6 +143,54 @@ def norm_backward_row_statistic_expand(dt, M, N, device="cpu", seed=0):
     return fd, inputs
 
 
+# Reductions (no broadcast back) ----------------------------------------------------------------
+def row_sums_and_column_out(dt, M, N, device="cpu", seed=0):
+    """sum(x * c, 1) [M] and exp(c) [M, 1] of the column c the rows are scaled by."""
+    inputs = _randn([(M, N), (M, 1)], dt, device, seed)
+    with FusionDefinition() as fd:
+        x = fd.define_tensor([-1, -1], dtype=DT[dt])
+        c = fd.define_tensor([-1, 1], dtype=DT[dt])
+        cf = fd.ops.cast(c, F32)
+        fd.add_output(fd.ops.sum(fd.ops.mul(fd.ops.cast(x, F32), cf), [1]))
+        fd.add_output(fd.ops.exp(cf))
+    return fd, inputs
+
+
+def column_sums_and_row_out(dt, M, N, device="cpu", seed=0):
+    """sum(x + b, 0) [1, N] (keepdim) and b * 2 [1, N] of the row b added to every row."""
+    inputs = _randn([(M, N), (1, N)], dt, device, seed)
+    with FusionDefinition() as fd:
+        x = fd.define_tensor([-1, -1], dtype=DT[dt])
+        b = fd.define_tensor([1, -1], dtype=DT[dt])
+        bf = fd.ops.cast(b, F32)
+        fd.add_output(fd.ops.sum(fd.ops.add(fd.ops.cast(x, F32), bf), [0], keepdim=True))
+        fd.add_output(fd.ops.mul(bf, 2.0))
+    return fd, inputs
+
+
+def column_sums_and_column_out(dt, M, N, device="cpu", seed=0):
+    """sum(x * c, 0) [N] and exp(c) [M, 1]: the column iterates the reduced dim."""
+    inputs = _randn([(M, N), (M, 1)], dt, device, seed)
+    with FusionDefinition() as fd:
+        x = fd.define_tensor([-1, -1], dtype=DT[dt])
+        c = fd.define_tensor([-1, 1], dtype=DT[dt])
+        cf = fd.ops.cast(c, F32)
+        fd.add_output(fd.ops.sum(fd.ops.mul(fd.ops.cast(x, F32), cf), [0]))
+        fd.add_output(fd.ops.exp(cf))
+    return fd, inputs
+
+
+def row_sums_expanded(dt, M, N, device="cpu", seed=0):
+    """sum(x, 1) [M, 1] (keepdim) and the same expanded to [M, N]."""
+    inputs = _randn([(M, N)], dt, device, seed)
+    with FusionDefinition() as fd:
+        x = fd.define_tensor([-1, -1], dtype=DT[dt])
+        s = fd.ops.sum(fd.ops.cast(x, F32), [1], keepdim=True)
+        fd.add_output(s)
+        fd.add_output(fd.ops.expand(s, [M, N]))
+    return fd, inputs
+
+
 # name -> (builder, scheduler)
 FUSIONS = {
     "column_row_and_full": (column_row_and_full, "pointwise"),
@@ -154,4 +203,8 @@ FUSIONS = {
     "scaled_softmax_scale_out": (scaled_softmax_scale_out, "inner_persistent"),
     "norm_backward_row_statistic_expand": (norm_backward_row_statistic_expand,
                                            "inner_outer_persistent"),
+    "row_sums_and_column_out": (row_sums_and_column_out, "reduction"),
+    "column_sums_and_row_out": (column_sums_and_row_out, "reduction"),
+    "column_sums_and_column_out": (column_sums_and_column_out, "reduction"),
+    "row_sums_expanded": (row_sums_expanded, "reduction"),
 }

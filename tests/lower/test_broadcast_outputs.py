@@ -93,6 +93,31 @@ def test_normalization_outputs_that_broadcast_the_rows(name, dt, M, N):
     check(fd, inputs, scheduler)
 
 
+# (name, M, N, split over blockIdx.y): one block per row or column tile, or few long rows or
+# columns split over the blocks of blockIdx.y (a grid reduction)
+REDUCTION_CASES = [("row_sums_and_column_out", 37, 4000, False),
+                   ("row_sums_and_column_out", 3, 100000, True),
+                   ("column_sums_and_row_out", 300, 40, False),
+                   ("column_sums_and_row_out", 100000, 8, True),
+                   ("column_sums_and_column_out", 300, 40, False),
+                   ("column_sums_and_column_out", 20000, 8, True),
+                   ("row_sums_expanded", 37, 4000, False),
+                   ("row_sums_expanded", 3, 100000, True)]
+
+
+@pytest.mark.parametrize("name,M,N,split", REDUCTION_CASES)
+def test_reduction_outputs_beside_the_reduction(name, M, N, split):
+    """Split over blockIdx.y, the column beside the row sums and the row beside the column
+    sums were never written (guarded by the grid reduction's last-block flag, which only
+    tensors computed from the grid reduction have), and the column sums beside the column
+    they scale were wrong (the reduction's blockIdx.y loop, merged with the column's, lost its
+    grid reduction)."""
+    build, scheduler = FUSIONS[name]
+    fd, inputs = build("fp32", M, N)
+    p, _ = check(fd, inputs, scheduler)
+    assert (p.grid_split > 1) == split, p
+
+
 def test_weight_output_beside_rows_that_fill_the_registers():
     """Rows too long to keep the weight in registers as well (keep_weights False): the weight's
     cache, which its own output needs outside the row loop, is computed once per block."""
