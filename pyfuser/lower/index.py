@@ -325,8 +325,8 @@ def _after_grid_reduction(ctx, tv: TensorView, dim: str) -> bool:
 
 
 def _redundant_loops(ctx, tv: TensorView, nest) -> list:
-    """Loops around tv's expression that iterate (their promoted ID is not a broadcast) while
-    tv's own axis in them is a broadcast: tv's index does not change along them, so each of
+    """Loops around tv's expression that iterate (more than once) while tv's own axis in them
+    is a broadcast (in global memory, an expanded one too: stride 0): tv's index does not change along them, so each of
     their iterations (threads, blocks) writes the same element. E.g. rstd [M, 1] of a norm,
     computed in the loops of the row it normalizes ([M, N]) because the per-row value is
     inlined into both: one thread along the row, one persistent-batch step, writes it."""
@@ -337,9 +337,10 @@ def _redundant_loops(ctx, tv: TensorView, nest) -> list:
             continue
         if i.expanded_extent is not None and tv.memory_type != MemoryType.Global:
             continue    # a buffer materializes an expanded dim; global memory holds one element
-        if lp.promoted.is_broadcast or lp.parallel in (ParallelType.GridStride,
-                                                       ParallelType.Bulk):
+        if lp.parallel in (ParallelType.GridStride, ParallelType.Bulk):
             continue
+        # A loop promoted to a broadcast runs once, unless the broadcast is expanded: split by
+        # the row's vector width, an expanded dim's loop runs its lanes over one element.
         ext = scalar_to_kexpr(lp.extent, ctx.names)
         if isinstance(ext, K.Const) and ext.value == 1:
             continue

@@ -25,7 +25,8 @@ pytestmark = [pytest.mark.gpu,
 
 POINTWISE = ["column_row_and_full", "full_first", "expanded_column", "three_d"]
 NORMS = ["layernorm_weight_out", "rmsnorm_rstd_broadcast_in_dim", "rmsnorm_rstd_expand",
-         "scaled_softmax_scale_out", "norm_backward_row_statistic_expand"]
+         "scaled_softmax_scale_out", "softmax_column_expanded",
+         "norm_backward_row_statistic_expand"]
 
 
 def _check(name, dt, shape):

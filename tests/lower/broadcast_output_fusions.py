@@ -125,6 +125,21 @@ def scaled_softmax_scale_out(dt, M, N, device="cpu", seed=0):
     return fd, inputs
 
 
+def softmax_column_expanded(dt, M, N, device="cpu", seed=0):
+    """softmax(x * c) [M, N] and exp(c) expanded to [M, N], c an [M, 1] input: the expanded
+    output's loops are split like the row's (its vector split too), over one element."""
+    inputs = _randn([(M, N), (M, 1)], dt, device, seed)
+    with FusionDefinition() as fd:
+        x = fd.define_tensor([-1, -1], dtype=DT[dt])
+        c = fd.define_tensor([-1, 1], dtype=DT[dt])
+        cf = fd.ops.cast(c, F32)
+        z = fd.ops.mul(fd.ops.cast(x, F32), cf)
+        e = fd.ops.exp(fd.ops.sub(z, fd.ops.max(z, [1], keepdim=True)))
+        fd.add_output(fd.ops.cast(fd.ops.div(e, fd.ops.sum(e, [1], keepdim=True)), DT[dt]))
+        fd.add_output(fd.ops.expand(fd.ops.exp(cf), [M, N]))
+    return fd, inputs
+
+
 # Normalization backward (inner-outer persistent) -------------------------------------------------
 def norm_backward_row_statistic_expand(dt, M, N, device="cpu", seed=0):
     """An RMSNorm-backward-like fusion: dx [M, N], dw [N], and the row statistic
@@ -201,6 +216,7 @@ FUSIONS = {
     "rmsnorm_rstd_broadcast_in_dim": (rmsnorm_rstd_broadcast_in_dim, "inner_persistent"),
     "rmsnorm_rstd_expand": (rmsnorm_rstd_expand, "inner_persistent"),
     "scaled_softmax_scale_out": (scaled_softmax_scale_out, "inner_persistent"),
+    "softmax_column_expanded": (softmax_column_expanded, "inner_persistent"),
     "norm_backward_row_statistic_expand": (norm_backward_row_statistic_expand,
                                            "inner_outer_persistent"),
     "row_sums_and_column_out": (row_sums_and_column_out, "reduction"),

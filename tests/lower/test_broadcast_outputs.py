@@ -81,13 +81,15 @@ NORM_SHAPES = [(37, 40), (8, 512), (7, 1000), (6, 2048)]
 @pytest.mark.parametrize("M,N", NORM_SHAPES)
 @pytest.mark.parametrize("name", ["layernorm_weight_out", "rmsnorm_rstd_broadcast_in_dim",
                                   "rmsnorm_rstd_expand", "scaled_softmax_scale_out",
+                                  "softmax_column_expanded",
                                   "norm_backward_row_statistic_expand"])
 @pytest.mark.parametrize("dt", ["fp32", "bf16"])
 def test_normalization_outputs_that_broadcast_the_rows(name, dt, M, N):
     """A norm's weight times 2 ([N]) and a [1]-shaped input's own output beside the rows used
     to fail to lower (the weight's cache inlined into its broadcast over the rows and into its
     own output, at different depths); a row statistic expanded to [M, N] was written by every
-    thread of its row."""
+    thread of its row, an input column expanded to [M, N] by every lane of the row's vector
+    split."""
     build, scheduler = FUSIONS[name]
     fd, inputs = build(dt, M, N)
     check(fd, inputs, scheduler)
