@@ -87,7 +87,6 @@ class LoweringContext:
         self.strides: dict = {}          # params, allocate: global TensorView -> stride exprs
         self.alloc_ids: dict = {}        # allocate: TensorView -> (ID, extent, Loop) per dim
         self.reduction_sites: list = []  # lower_reductions: (TensorView, [Block/GridReduce])
-        self.grid_reduced_dims: set = set()  # lower_reductions: block dims reduced across blocks
         self.grid_reduced: dict = {}     # lower_reductions: TensorView -> its grid-reduced dims
         self.index_graph = None          # index_and_predicate: IndexGraph over the exact graph
         self.kernel_parallel: dict = {}  # index_and_predicate: ParallelType -> bound extents
@@ -208,11 +207,12 @@ class LoweringContext:
         be another tensor's (the [M, 1] output's loops became those of the [M, N] output beside
         it), and its own loops stand for the matching IDs of that tensor, or the index of its
         inner loop would not combine with the outer ones. Repeated until stable, since a loop
-        promoted to another tensor's ID takes that ID's own promotion."""
-        changed = True
-        while changed:
+        promoted to another tensor's ID takes that ID's own promotion (promotions follow
+        consumers, so a pass per tensor is enough)."""
+        computed = self._computed()
+        for _ in range(len(computed) + 1):
             changed = False
-            for tv in reversed(self._computed()):
+            for tv in reversed(computed):
                 ref, start = None, 0
                 for j in range(len(tv.domain.loop)):
                     lp = self.loop_of[(tv, j)]
@@ -225,6 +225,10 @@ class LoweringContext:
                     if promoted is not lp.promoted:
                         lp.promoted = promoted
                         changed = True
+            if not changed:
+                return
+        raise LoweringError("loop promotion does not settle: the merged loops' owners promote "
+                            "each other's loops")
 
     def _promote(self, i: IterDomain, ref: TensorView | None, start: int):
         if ref is None:

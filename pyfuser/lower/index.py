@@ -326,8 +326,8 @@ def _after_grid_reduction(ctx, tv: TensorView, dim: str) -> bool:
 
 def _redundant_loops(ctx, tv: TensorView, nest) -> list:
     """Loops around tv's expression that iterate (more than once) while tv's own axis in them
-    is a broadcast (in global memory, an expanded one too: stride 0): tv's index does not change along them, so each of
-    their iterations (threads, blocks) writes the same element. E.g. rstd [M, 1] of a norm,
+    is a broadcast (in global memory, an expanded one too: stride 0): tv's index does not
+    change along them, so each of their iterations (threads, blocks) writes the same element. E.g. rstd [M, 1] of a norm,
     computed in the loops of the row it normalizes ([M, N]) because the per-row value is
     inlined into both: one thread along the row, one persistent-batch step, writes it."""
     out = []

@@ -65,7 +65,6 @@ def _grid_reduce(kernel, op, tv, dims, thread_dims) -> K.GridReduce:
         kernel.workspaces.append((b, kind))
     node = K.GridReduce([], op.expr.op.value, tv.dtype, dims, ws, sem, None)
     node.thread_dims = thread_dims
-    kernel.ctx.grid_reduced_dims |= set(dims)
     kernel.ctx.grid_reduced.setdefault(tv, set()).update(dims)
     return node
 
