@@ -89,7 +89,12 @@ class IdGraph:
     """Disjoint sets of IDs over a whole fusion (exact or permissive), with the Split/Merge
     expressions between the groups."""
 
-    def __init__(self, fusion, permissive: bool = False, tensors: list[TensorView] | None = None):
+    def __init__(self, fusion, permissive: bool = False, tensors: list[TensorView] | None = None,
+                 transforms: bool = True):
+        """`transforms=False` maps producer/consumer pairs only (rule 1): no replayed splits
+        and merges, no broadcast forwarding. Its permissive form tells which iteration dims
+        each broadcast dim of the fusion is broadcast to, and nothing more (forwarding maps
+        merge(i, b) to i and then, replayed, to merge(i, j): the dims of b and i meet)."""
         self.permissive = permissive
         self.sets = DisjointSets()
         self.tensors = tensors if tensors is not None else fusion.tensors()
@@ -114,7 +119,8 @@ class IdGraph:
                     for pi, ci in producer_consumer_pairs(e, p, c):
                         if permissive or is_exact_pair(pi, ci):
                             self.sets.union(pi, ci)
-        self._map_replayed_transforms()
+        if transforms:
+            self._map_replayed_transforms()
 
     def _forward_broadcast_merges(self) -> bool:
         changed = False

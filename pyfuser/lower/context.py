@@ -13,7 +13,10 @@ the output's own IDs tell the index of w (the flat index modulo N). A broadcast 
 an iteration: when a tensor is inlined into two consumers (rstd [M, 1] into the normalized row
 [M, N] and into the rstd output), their loops merge into the one promoted to the iteration ID,
 and own loops are not promoted to a broadcast. A loop promoted to a broadcast runs once (nothing
-indexes it, whatever extent a split gave it).
+indexes it, whatever extent a split gave it). More generally merged loops keep the one covering
+the most iteration dims: an [M, 1] output's flat loop (merge(M, b) covers M) merges into the
+[M, N] output's (merge(M, N)); once loops are merged, own loops are promoted again against the
+tensor that now owns the loops around them.
 """
 from __future__ import annotations
 
@@ -77,15 +80,17 @@ class LoweringContext:
         self._merged: dict[int, Loop] = {}
         self._build_nests()
         self._canonicalize()
+        self._promote_after_merges()
         # Filled by the passes, in PIPELINE order:
         self.names: dict = {}            # params: runtime Scalar -> kernel expression
         self.buffers: dict = {}          # params, allocate: TensorView -> kir Buffer
         self.strides: dict = {}          # params, allocate: global TensorView -> stride exprs
         self.alloc_ids: dict = {}        # allocate: TensorView -> (ID, extent, Loop) per dim
         self.reduction_sites: list = []  # lower_reductions: (TensorView, [Block/GridReduce])
-        self.grid_reduced_dims: set = set()  # lower_reductions: block dims reduced across blocks
+        self.grid_reduced: dict = {}     # lower_reductions: TensorView -> its grid-reduced dims
         self.index_graph = None          # index_and_predicate: IndexGraph over the exact graph
         self.kernel_parallel: dict = {}  # index_and_predicate: ParallelType -> bound extents
+        self.broadcast_partners = None   # index_and_predicate: permissive pairs-only IdGraph
 
     # Loops -----------------------------------------------------------------------------------
     def _computed(self) -> list[TensorView]:
@@ -167,19 +172,63 @@ class LoweringContext:
             self._merged[id(drop)] = keep
 
     def _keeps(self, a: Loop, b: Loop) -> bool:
-        """Whether merged loop a stands for b too. A loop promoted to an iteration ID keeps over
-        one promoted to a broadcast (a statistic's [M, 1] output beside the row it normalizes):
-        the broadcast iterates a subset of it, while the other way round the row's index is
-        lost. Otherwise the most downstream owner keeps."""
-        if a.promoted.is_broadcast != b.promoted.is_broadcast:
-            return b.promoted.is_broadcast
+        """Whether merged loop a stands for b too. The loop that iterates more dims keeps: one
+        promoted to an iteration ID over one promoted to a broadcast (a statistic's [M, 1]
+        output beside the row it normalizes), the flat loop over [M, N] over the flat loop of an
+        [M, 1] output whose merge with its broadcast dim was replayed from it (that loop covers
+        M only). The other way round the wider loop's indices are lost. Otherwise the most
+        downstream owner keeps."""
+        da, db = self._iterated_dims(a.promoted), self._iterated_dims(b.promoted)
+        if da != db and (da >= db or db >= da):
+            return da > db
         return self.topo_index[a.owner] >= self.topo_index[b.owner]
+
+    def _iterated_dims(self, i: IterDomain) -> frozenset:
+        """The exact groups of the iteration (not broadcast) dims that ID i's history covers."""
+        out, todo = set(), [i]
+        while todo:
+            x = todo.pop()
+            d = x.definition
+            if d is None:
+                if not x.is_broadcast:
+                    out.add(self.exact.group(x))
+            else:
+                todo.extend(d.inputs)
+        return frozenset(out)
 
     def _canonicalize(self) -> None:
         for tv, nest in self.nests.items():
             self.nests[tv] = [self._find(lp) for lp in nest]
         for key, lp in self.loop_of.items():
             self.loop_of[key] = self._find(lp)
+
+    def _promote_after_merges(self) -> None:
+        """Promote own loops again once sibling loops are merged: a tensor's shared loops may now
+        be another tensor's (the [M, 1] output's loops became those of the [M, N] output beside
+        it), and its own loops stand for the matching IDs of that tensor, or the index of its
+        inner loop would not combine with the outer ones. Repeated until stable, since a loop
+        promoted to another tensor's ID takes that ID's own promotion (promotions follow
+        consumers, so a pass per tensor is enough)."""
+        computed = self._computed()
+        for _ in range(len(computed) + 1):
+            changed = False
+            for tv in reversed(computed):
+                ref, start = None, 0
+                for j in range(len(tv.domain.loop)):
+                    lp = self.loop_of[(tv, j)]
+                    if j < tv.compute_at_pos or lp.owner is not tv:
+                        ref, start = lp.owner, lp.position + 1
+                        continue
+                    if ref is None:
+                        continue
+                    promoted, start = self._promote(tv.domain.loop[j], ref, start)
+                    if promoted is not lp.promoted:
+                        lp.promoted = promoted
+                        changed = True
+            if not changed:
+                return
+        raise LoweringError("loop promotion does not settle: the merged loops' owners promote "
+                            "each other's loops")
 
     def _promote(self, i: IterDomain, ref: TensorView | None, start: int):
         if ref is None:
@@ -192,7 +241,9 @@ class LoweringContext:
                 if r.extent.value is not None and i.extent.value is not None and not i.is_broadcast:
                     if r.extent.value != i.extent.value:
                         continue
-                return r, x + 1
+                # What ref's loop there stands for (it may be promoted further itself).
+                lp = self.loop_of.get((ref, x))
+                return (lp.promoted if lp is not None else r), x + 1
         return i, start
 
     def _check_parallel(self, tv: TensorView, j: int, lp: Loop) -> None:

@@ -13,15 +13,20 @@ loop of 4) is indexed forward through that split from the reader's loop.
 Predicates: an ID whose index may exceed its extent (a split that does not divide) gets
 `index < extent` on the consumer's root and logical IDs (reads of global producers map to those);
 writes to global or shared memory by threads that do not index the tensor get
-`threadIdx.x == 0`-style guards; thread loops shorter than the block get `threadIdx.x < extent`.
+`threadIdx.x == 0`-style guards (`blockIdx.x == 0` outside the grid-stride loop of a persistent
+grid); thread loops shorter than the block get `threadIdx.x < extent`.
 So do loops the written tensor has a broadcast axis in while they iterate (a row statistic
 [M, 1] computed in the loops of its row): their first thread, block or iteration (`j == 0`)
-writes it, once per row.
+writes it, once per row. Where one loop mixes a tensor's broadcast dims with its own (an [M, 1]
+output in the flat loop over the [M, N] output it broadcasts to), a global write is guarded to
+index 0 of the iterations those dims stand for: `flat % N == 0`. Expanded dims (stride 0) are
+broadcasts in memory and guarded alike.
 A register buffer is read only by loops bound like the ones that wrote it (the same thread owns
 it); a schedule that reads another thread's registers is refused.
 """
 from __future__ import annotations
 
+from ..ir.id_graph import IdGraph
 from ..ir.iter_domain import ParallelType
 from ..ir.scalar import Scalar
 from ..ir.tensor import MemoryType, TensorView
@@ -207,7 +212,10 @@ def _index_op(op: K.TensorOp, ctx) -> None:
         if k is not None and k.may_overflow and _is_inner_of_split(i):
             conds.append(K.lt(k.value, scalar_to_kexpr(i.extent, ctx.names)))
     if touches_memory:
-        conds += _thread_predicates(ctx, tv, nest)
+        redundant = _redundant_loops(ctx, tv, nest) if tv.memory_type != MemoryType.Local else []
+        conds += _thread_predicates(ctx, tv, nest, redundant)
+        if tv.memory_type == MemoryType.Global:
+            conds += _broadcast_write_guards(ctx, tv, nest, redundant)
     op.predicate = simplify_predicate(K.all_of(_dedupe(conds)), _loop_ranges(ctx, nest))
     op.out = access(ctx, tv, nest, known, tv, is_write=True)
     op.ins = [_operand(ctx, v, nest, known, tv) for v in op.ins]
@@ -256,12 +264,11 @@ def _dedupe(conds):
     return out
 
 
-def _thread_predicates(ctx, tv: TensorView, nest) -> list:
+def _thread_predicates(ctx, tv: TensorView, nest, redundant: list) -> list:
     conds = []
     used = {lp.parallel for lp in nest}
     if ParallelType.GridStride in used:
         used.add(ParallelType.BIDx)     # a grid-stride loop indexes by blockIdx.x
-    redundant = _redundant_loops(ctx, tv, nest) if tv.memory_type != MemoryType.Local else []
     for lp in redundant:
         if isinstance(lp.var, K.Var):
             # A serial (or unrolled) loop tv does not index: its first iteration writes.
@@ -275,37 +282,116 @@ def _thread_predicates(ctx, tv: TensorView, nest) -> list:
             lp = next((lp for lp in nest if lp.parallel == pt), None)
             if lp is None:
                 continue    # indexed through a grid-stride loop: every block has its share
+            if tv.memory_type == MemoryType.Local and lp.promoted.is_broadcast:
+                # A loop promoted to a broadcast indexes nothing (a [1]-shaped input's cache
+                # whose broadcast axis took threadIdx.x): every thread computes the value in
+                # its own registers, since every thread reads it.
+                continue
             mine = repr(scalar_to_kexpr(lp.extent, ctx.names))
             if any(repr(scalar_to_kexpr(e, ctx.names)) != mine for e in extents):
                 conds.append(K.lt(K.Special(special), scalar_to_kexpr(lp.extent, ctx.names)))
         elif tv.memory_type != MemoryType.Local:
-            if pt.is_block_dim and pt.value[-1] in ctx.grid_reduced_dims:
+            if pt.is_block_dim and _after_grid_reduction(ctx, tv, pt.value[-1]):
                 # Only the block that finished the grid reduction holds the result.
                 conds.append(K.Var("pf_grid_last", "bool"))
             else:
                 # Every such thread holds the same value; one writes it.
                 conds.append(K.eq(K.Special(special), K.Const(0)))
+    if (tv.memory_type != MemoryType.Local and ParallelType.GridStride not in used
+            and ParallelType.BIDx not in ctx.kernel_parallel
+            and any(lp.parallel == ParallelType.GridStride for lp in ctx.all_loops())):
+        # A persistent grid takes the rows in grid-stride turns; a tensor written outside
+        # that loop (a weight's own output w * 2 [N] beside the rows) is written by every
+        # block: the first writes it.
+        conds.append(K.eq(K.Special(_THREAD_SPECIAL[ParallelType.BIDx]), K.Const(0)))
     return conds
 
 
+def _after_grid_reduction(ctx, tv: TensorView, dim: str) -> bool:
+    """Whether tv is computed from a reduction across the blocks of blockIdx.<dim> (only the
+    last block to finish it holds the result; pf_grid_last is set by the grid reduction).
+    A value beside it in the same loops (an [M, 1] output of an input, computed inside the
+    reduction loops) is held by every block from the start."""
+    seen, todo = set(), [tv]
+    while todo:
+        t = todo.pop()
+        if dim in ctx.grid_reduced.get(t, ()):
+            return True
+        for p in ctx.fusion.producers(t):
+            if p not in seen:
+                seen.add(p)
+                todo.append(p)
+    return False
+
+
 def _redundant_loops(ctx, tv: TensorView, nest) -> list:
-    """Loops around tv's expression that iterate (their promoted ID is not a broadcast) while
-    tv's own axis in them is a broadcast: tv's index does not change along them, so each of
-    their iterations (threads, blocks) writes the same element. E.g. rstd [M, 1] of a norm,
+    """Loops around tv's expression that iterate (more than once) while tv's own axis in them
+    is a broadcast (in global memory, an expanded one too: stride 0): tv's index does not
+    change along them, so each of their iterations (threads, blocks) writes the same element. E.g. rstd [M, 1] of a norm,
     computed in the loops of the row it normalizes ([M, N]) because the per-row value is
     inlined into both: one thread along the row, one persistent-batch step, writes it."""
     out = []
     for j, i in enumerate(tv.domain.loop):
         lp = ctx.loop_of.get((tv, j))
-        if lp is None or lp not in nest or not i.is_broadcast or i.expanded_extent is not None:
+        if lp is None or lp not in nest or not i.is_broadcast:
             continue
-        if lp.promoted.is_broadcast or lp.parallel in (ParallelType.GridStride,
-                                                       ParallelType.Bulk):
+        if i.expanded_extent is not None and tv.memory_type != MemoryType.Global:
+            continue    # a buffer materializes an expanded dim; global memory holds one element
+        if lp.parallel in (ParallelType.GridStride, ParallelType.Bulk):
             continue
+        # A loop promoted to a broadcast runs once, unless the broadcast is expanded: split by
+        # the row's vector width, an expanded dim's loop runs its lanes over one element.
         ext = scalar_to_kexpr(lp.extent, ctx.names)
         if isinstance(ext, K.Const) and ext.value == 1:
             continue
         out.append(lp)
+    return out
+
+
+def _broadcast_write_guards(ctx, tv: TensorView, nest, redundant: list) -> list:
+    """`index == 0` guards on the iterations that tv's broadcast dims stand for in its loops,
+    where a loop mixes them with dims tv has: an [M, 1] output beside the [M, N] output it
+    broadcasts, both in the flat loop over M * N, would have each element written by the N
+    iterations of its row; only the one at column 0 writes (flat % N == 0). Likewise a [1, N]
+    output is written by the first row, and an output expanded from [M, 1] (stride 0 along N)
+    once per row. Loops that iterate only such dims (the redundant loops, whose own guards
+    take their first thread, block or iteration) count as 0 here."""
+    groups = _broadcast_iterations(ctx, tv)
+    if not groups:
+        return []
+    start = start_values(nest)
+    for lp in redundant:
+        start[lp.promoted] = Known(K.Const(0), False)
+    known = ctx.index_graph.traverse(start, groups)
+    conds = []
+    for i in groups:
+        k = ctx.index_graph.index_of(known, i)
+        if k is not None and not (isinstance(k.value, K.Const) and k.value.value == 0):
+            conds.append(K.eq(k.value, K.Const(0)))
+    return conds
+
+
+def _broadcast_iterations(ctx, tv: TensorView) -> list:
+    """One ID per exact group of the iterations tv's broadcast dims are broadcast to in the
+    fusion (their non-broadcast partners through producer/consumer pairs), leaving out those of
+    dims tv has."""
+    logical = tv.domain.logical_no_reductions
+    if not any(i.is_broadcast for i in logical):
+        return []
+    if ctx.broadcast_partners is None:
+        ctx.broadcast_partners = IdGraph(ctx.fusion, permissive=True, tensors=ctx.tensors,
+                                         transforms=False)
+    own = {ctx.exact.group(i) for i in logical if not i.is_broadcast}
+    out, seen = [], set()
+    for b in logical:
+        if not b.is_broadcast:
+            continue
+        for c in ctx.broadcast_partners.members(b):
+            g = ctx.exact.group(c)
+            if c.is_broadcast or c.is_reduction or g in own or g in seen:
+                continue
+            seen.add(g)
+            out.append(c)
     return out
 
 
@@ -321,10 +407,10 @@ def _index_reduce(node, ctx) -> None:
         if ext is None:
             raise LoweringError(f"T{tv.name}: grouped reduction over {lp!r} needs a constant extent")
         count *= ext
-    inner_ids = {lp.id for lp in inner}
+    inner_loops = {id(lp) for lp in inner}
 
     def index_of_id(i, lp):
-        if i in inner_ids or lp is None:
+        if lp is None or id(lp) in inner_loops:
             return K.Const(0)
         return loop_index(lp)
 

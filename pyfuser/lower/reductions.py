@@ -10,8 +10,11 @@ After:
 Every thread holds the result afterwards (an all-reduce), so consumers read T3 in any thread.
 Reduction axes bound to blocks need a grid reduction: each block writes its partials to a global
 workspace, the last block to arrive (an atomic counter per tile) sums them in block order, so the
-result is deterministic, and only that block writes the outputs. Values of iteration axes inside
-the reduction loops are reduced together (grouped).
+result is deterministic, and only that block writes the outputs computed from it (an output
+beside it, such as the column the rows are scaled by, is written by block 0: lower/index.py).
+Values of iteration axes inside the reduction loops are reduced together (grouped). The loops a
+reduction reduces are those of its own reduction axes (a loop merged with a sibling tensor's,
+where that tensor iterates, still carries the reduction).
 Limitation: a reduction's output must be a register tensor (schedulers cache_before outputs).
 """
 from __future__ import annotations
@@ -62,7 +65,7 @@ def _grid_reduce(kernel, op, tv, dims, thread_dims) -> K.GridReduce:
         kernel.workspaces.append((b, kind))
     node = K.GridReduce([], op.expr.op.value, tv.dtype, dims, ws, sem, None)
     node.thread_dims = thread_dims
-    kernel.ctx.grid_reduced_dims |= set(dims)
+    kernel.ctx.grid_reduced.setdefault(tv, set()).update(dims)
     return node
 
 
@@ -83,8 +86,12 @@ def _place_cross_thread(op: K.TensorOp, parents: list, kernel) -> None:
     if tv.memory_type == MemoryType.Global:
         raise LoweringError(f"T{tv.name} is the output of a reduction in global memory; reduce "
                             "into registers or shared memory (cache_before the output)")
-    own = ctx.nest(tv)[len(ctx.nest(tv)) - (len(tv.domain.loop) - tv.compute_at_pos):]
-    red_loops = [lp for lp in own if lp.id.is_reduction]
+    # tv's own axes say which loops it reduces: a loop it shares with a sibling (merged into an
+    # [M, 1] output's loops over the same rows, an iteration there) keeps that owner's ID.
+    positions = range(tv.compute_at_pos, len(tv.domain.loop))
+    own = [ctx.loop_of[(tv, j)] for j in positions]
+    reduced = {id(ctx.loop_of[(tv, j)]) for j in positions if tv.domain.loop[j].is_reduction}
+    red_loops = [lp for lp in own if id(lp) in reduced]
     thread_dims = tuple(sorted({_DIM[lp.parallel.name] for lp in red_loops
                                 if lp.parallel.is_thread_dim}))
     block_dims = tuple(sorted({_DIM[lp.parallel.name] for lp in red_loops
@@ -104,7 +111,7 @@ def _place_cross_thread(op: K.TensorOp, parents: list, kernel) -> None:
     loop_stmt = parents[idx]
     scope = parents[idx - 1].body if idx > 0 else kernel.body
     pos = scope.index(loop_stmt)
-    inner_iter = [lp for lp in own[own.index(first):] if not lp.id.is_reduction]
+    inner_iter = [lp for lp in own[own.index(first):] if id(lp) not in reduced]
     stmts = []
     if thread_dims:
         stmts.append(("block", thread_dims))

@@ -93,6 +93,7 @@ def max_inline_position(tv: TensorView, graph: IdGraph | None = None) -> tuple[i
         if i in blocked:
             return k, (f"axis {k} maps to a reduction whose result T{tv.name}'s other consumers "
                        f"need; T{tv.name} stays resident across it")
+        skips = {}
         for c in consumers:
             pos = match_loops(tv, c, k + 1, graph)
             if pos is None:
@@ -100,6 +101,15 @@ def max_inline_position(tv: TensorView, graph: IdGraph | None = None) -> tuple[i
             ci = c.domain.loop[pos[-1]]
             if ci.parallel_type in _UNINLINABLE:
                 return k, f"axis {k} maps to a {ci.parallel_type.short} axis of consumer T{c.name}"
+            skips[c] = pos[-1] - k
+        if len(set(skips.values())) > 1:
+            # A consumer computes tv inside loops over dims tv lacks (the rows around a weight
+            # broadcast to [M, N]) that another consumer does not have (the weight's own output
+            # w * 2 [N]): tv cannot be computed in one place inside both.
+            (a, sa), (b, sb) = sorted(skips.items(), key=lambda x: x[1])[::len(skips) - 1]
+            return k, (f"axis {k} is inside {sb} loop(s) of consumer T{b.name} over dims "
+                       f"T{tv.name} lacks, and inside {sa} of consumer T{a.name}: consumers at "
+                       "different depths")
     return n, "fully inlined"
 
 

@@ -271,21 +271,21 @@ def test_outputs_that_broadcast_to_another_are_one_pointwise_fusion(first_is_bro
     assert pointwise.can_schedule(fd.fusion)[0]
 
 
-def test_outputs_that_broadcast_to_another_run_as_one_kernel():
-    # The [M, 1] output comes first and is the reference; the [M, N] output's loop replays it
-    # over the dims its broadcasts expand to. (Each thread of a row writes the row's [M, 1]
-    # element, the same value: written more than once, so not checked for single writes.)
-    fd, inputs = broadcast_outputs(True)
-    check(fd, inputs, writes_once=False)
-
-
-@pytest.mark.xfail(strict=True, raises=LoweringError,
-                   reason="indexing of outputs that broadcast the reference ([M, 1] and [1, N] "
-                          "beside the [M, N] reference): 'cannot index T9's axis iS19{i3} from "
-                          "its loops', the family of the statistic outputs of branch redidx")
-def test_outputs_that_broadcast_the_reference_run_as_one_kernel():
-    fd, inputs = broadcast_outputs(False)
-    check(fd, inputs)
+@pytest.mark.parametrize("first_is_broadcast", [True, False])
+def test_outputs_that_broadcast_to_another_run_as_one_kernel(first_is_broadcast):
+    """Whichever output comes first, the [M, N] output is the reference (it iterates the most
+    dims) and the [M, 1] and [1, N] outputs run in its flat loop, each element written once:
+    exp(c) by the thread at column 0 of its row, -r by the threads of row 0. (It used to fail
+    to index when the [M, N] output came first, and to write the [M, 1] output once per
+    thread of its row when that came first.)"""
+    fd, inputs = broadcast_outputs(first_is_broadcast)
+    sch, params, k, widths = check(fd, inputs)
+    assert sch is pointwise and params.vector == 4
+    j = 2 if first_is_broadcast else 0
+    assert widths[("output", j)] == 4 and widths[("input", 2)] == 4
+    # The [1, N] output's lanes step along N: 4-wide stores; the [M, 1] output's lanes would
+    # step along the broadcast N: element-wise.
+    assert widths[("output", 1)] == 4 and widths[("output", 2 - j)] == 1
 
 
 # 5. The same class of bug in every scheduler -----------------------------------------------------

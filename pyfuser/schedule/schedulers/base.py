@@ -144,7 +144,8 @@ def vector_width(fusion, inner_extent: int, ref_id) -> int:
     return pow2_divisor(inner_extent, max(1, 16 // widest))
 
 
-def vectorize(tv: TensorView, pos: int, width: int | None = None) -> int:
+def vectorize(tv: TensorView, pos: int, width: int | None = None, along=None,
+              graph=None) -> int:
     """Vectorize loop axis `pos` of `tv` (the scheduled vector split, a constant extent) for the
     widest access its dtype and layout allow; returns that width (1: accessed element-wise).
 
@@ -154,7 +155,14 @@ def vectorize(tv: TensorView, pos: int, width: int | None = None) -> int:
     the row's split on its broadcast dim, or an input read across its layout (a permute).
     Accesses are at most 16 bytes: when the axis is wider than access_width(tv.dtype), it is
     split and its inner part vectorized (an fp32 output of a loop vectorized for bf16 inputs:
-    two 4-wide stores per 8 elements). `width` caps the width further."""
+    two 4-wide stores per 8 elements). `width` caps the width further.
+
+    `along` (with the ID graph `graph`) is the reference's dim that the scheduled vector split
+    steps through: the axis must step through tv's dim mapped to it. Inlined into the
+    reference's loops, a tensor's loop stands for the reference's: an [M, 1] output beside an
+    [M, N] reference has its merge with the broadcast dim replayed from the reference's
+    merge, so its own history says the split steps through M while its lanes run along N, one
+    element of its own for all of them."""
     from ...ir.iter_domain import ParallelType as PT
     pos = pos + tv.ndim if pos < 0 else pos
     i = tv.axis(pos)
@@ -163,6 +171,8 @@ def vectorize(tv: TensorView, pos: int, width: int | None = None) -> int:
         return 1
     inner = tv.domain.contiguous_dim
     if inner is None or tv.domain.dim_stepped_by(i) is not inner:
+        return 1
+    if along is not None and not graph.mapped(inner, along):
         return 1
     w = access_width(tv.dtype, ext if width is None else min(width, ext))
     if w <= 1:

@@ -123,6 +123,10 @@ def can_schedule(fusion) -> tuple[bool, str]:
     if not inner:
         return False, "the reduced dims are not innermost in memory"
     rank = len(ref.domain.maybe_root)
+    if sum(pattern) == rank:
+        # The rows are the kept dims: a full reduction ([M, N] -> []) has none to spread
+        # over blocks and threads.
+        return False, "a full reduction (no kept dims) is not supported yet"
     for v in fusion.inputs:
         if isinstance(v, TensorView) and len(v.domain.logical) not in (rank, rank - sum(pattern)) \
                 and len(v.domain.logical) != sum(pattern):

@@ -12,7 +12,10 @@ layout differs from the output's are read with their own strides (correct, not c
 element-wise: a vector lane steps through the output's stride-1 dim, which is not theirs (an
 NCHW input of an NHWC output). Each tensor's access width comes from its own dtype (base.vectorize).
 Every output must iterate the reference's elements (or broadcast them): one loop nest cannot
-cover outputs of unrelated shapes.
+cover outputs of unrelated shapes. The reference is the output that iterates the most dims; an
+[M, 1] or [1, N] output beside an [M, N] one runs in its flat loop, each element written by one
+iteration (the lowering guards the write to column 0, row 0), element-wise where its lanes
+would step along a dim it broadcasts.
 """
 from __future__ import annotations
 
@@ -65,7 +68,23 @@ def can_schedule(fusion) -> tuple[bool, str]:
 
 
 def _reference(fusion) -> TensorView:
-    return max(fusion.outputs, key=lambda o: len(o.domain.logical_no_reductions))
+    """The output whose loop nest the others share: the one that iterates the most dims (not
+    broadcasts), then the most expanded ones, then the highest rank; the first of equals.
+    Beside an [M, N] output, an [M, 1] or [1, N] output only broadcasts it, and the loop over
+    its M elements would not reach the [M, N] output's."""
+    def iterated(o):
+        ids = o.domain.logical_no_reductions
+        return (sum(not i.is_broadcast for i in ids),
+                sum(i.is_broadcast and i.expanded_extent is not None for i in ids), len(ids))
+    outs = [o for o in fusion.outputs if isinstance(o, TensorView)]
+    return max(outs, key=iterated)
+
+
+def _inner_dim(ref: TensorView):
+    """The reference's innermost allocated dim, which vector lanes step through; None when it
+    is a broadcast (every lane would be the same element)."""
+    alloc = [i for i in ref.domain.maybe_allocation if not i.is_reduction]
+    return alloc[-1] if alloc and not alloc[-1].is_broadcast else None
 
 
 def _outside_reference(fusion, ref) -> tuple[int, int] | None:
@@ -96,11 +115,8 @@ def compute_heuristics(fusion, info: RuntimeInfo) -> PointwiseParams:
     # stride-1 dim. The outputs are allocated dense and aligned: the scheduled width is what
     # that dim's extent and the widest output along it allow; each input then gets vector loads
     # only where its own layout and dtype allow them (base.vector_inputs).
-    # A broadcast innermost dim keeps vector 1: an [M, 1] reference beside an [M, N] output
-    # that broadcasts it has its loop replayed over N for that output, where lanes along M
-    # would not be lanes of its own.
-    alloc = [i for i in ref.domain.maybe_allocation if not i.is_reduction]
-    inner = alloc[-1] if alloc and not alloc[-1].is_broadcast else None
+    # A broadcast innermost dim keeps vector 1 (a [1]-shaped reference: no run of elements).
+    inner = _inner_dim(ref)
     inner_ext = info.extent(inner.extent) if inner is not None else 1
     graph = IdGraph(fusion)
     max_bytes = max([t.dtype.size for t in fusion.outputs if isinstance(t, TensorView)
@@ -151,8 +167,10 @@ def schedule(fusion, params: PointwiseParams) -> None:
     propagate_transforms(ref)
     parallelize_like(ref, parallel_types={PT.BIDx, PT.TIDx, PT.Unroll})
     if params.vector > 1:
+        inner = _inner_dim(ref)
+        graph = IdGraph(fusion)
         for tv in [caches[k] for k in params.vector_inputs] + outputs:
-            vectorize(tv, -1, params.vector)
+            vectorize(tv, -1, params.vector, along=inner, graph=graph)
     inline_most(fusion=fusion)
 
 

@@ -1,0 +1,205 @@
+"""Outputs of different shapes that broadcast to one another, run by the kernel-IR interpreter
+(CPU) against the float64 reference, with each element in memory written exactly once.
+
+One loop nest computes every output of a kernel: an [M, 1] output beside the [M, N] one runs in
+the [M, N] loops, and every iteration of its row would store the same element. The pointwise
+reference is the output that iterates the most dims, sibling loops merge into the one that
+covers the most dims, and a write is guarded to index 0 of the iterations its broadcast dims
+stand for (lower/index.py). An output expanded along N (stride 0) holds one element per row,
+written once per row too. Fusions the schedulers do not take are refused with a reason and
+run through the reference evaluator, never with an internal error.
+
+The fusions are those of broadcast_output_fusions.py, which the GPU tests also run.
+"""
+import math
+
+import pytest
+import torch
+
+from broadcast_output_fusions import FUSIONS, layernorm_weight_out
+from kir_testing import forced_inner_persistent, interpret, schedule_and_lower
+from pyfuser import FusionDefinition
+from pyfuser.ir.dtype import from_torch
+from pyfuser.runtime.executor import FallbackWarning
+from pyfuser.runtime.inputs import check_inputs, output_strides
+from pyfuser.runtime.reference import evaluate
+from pyfuser.schedule.schedulers import inner_persistent as ip
+from pyfuser.schedule.schedulers import pointwise
+from pyfuser.testing import TOLERANCE, rel_error
+
+
+def check(fd, inputs, scheduler_name):
+    """Schedule with the scheduler the registry picks (asserted), lower, interpret; every
+    output within tolerance of the float64 reference and each element in memory (an expanded
+    dim holds one for all) written exactly once. Returns (params, kernel)."""
+    st, sch, params, k = schedule_and_lower(fd, inputs)
+    assert sch.NAME == scheduler_name, sch.NAME
+    outs, it = interpret(k, st.bindings, inputs)
+    refs = evaluate(fd.fusion, list(inputs), promote_to_double=True,
+                    extent_bindings=check_inputs(fd.fusion, inputs))
+    for j, (o, r) in enumerate(zip(outs, refs)):
+        err = rel_error(o, r)
+        assert err <= TOLERANCE[from_torch(o.dtype)], (j, err, params)
+        buf = next(q.name for q in k.params if q.source == ("output", j))
+        counts = [n for (b, _), n in it.writes.items() if b == buf]
+        strides = output_strides(fd.fusion.outputs[j], list(r.shape))
+        stored = math.prod(n for n, s in zip(r.shape, strides) if s != 0)
+        assert len(counts) == stored and set(counts) == {1}, (j, sorted(set(counts)), params)
+    return params, k
+
+
+# (M, N): several blocks, the last partial; vectors across rows; odd sizes
+SHAPES = [(6, 36), (37, 40), (5, 1000), (3, 7)]
+
+
+@pytest.mark.parametrize("M,N", SHAPES)
+@pytest.mark.parametrize("name", ["column_row_and_full", "full_first", "expanded_column",
+                                  "three_d"])
+@pytest.mark.parametrize("dt", ["fp32", "bf16"])
+def test_pointwise_outputs_that_broadcast_one_another(name, dt, M, N):
+    """The [M, 1] and [1, N] outputs beside the [M, N] one (whichever comes first), a column
+    expanded to [M, N], the same in 3D. They used to fail to index (`cannot index T9's axis
+    from its loops`) when the [M, N] output came first or was expanded, and to write each
+    [M, 1] element once per thread of its row when the [M, 1] output came first."""
+    build, scheduler = FUSIONS[name]
+    fd, inputs = build(dt, M, N)
+    check(fd, inputs, scheduler)
+
+
+def test_pointwise_reference_is_the_output_iterating_the_most_dims():
+    """Of outputs of one rank, the reference is the one with the most iteration dims, whatever
+    their order: the [M, 1] output first used to be it."""
+    for name in ("column_row_and_full", "full_first"):
+        fd, _ = FUSIONS[name][0]("fp32", 6, 36)
+        ref = pointwise._reference(fd.fusion)
+        assert [i.is_broadcast for i in ref.domain.logical] == [False, False], name
+
+
+NORM_SHAPES = [(37, 40), (8, 512), (7, 1000), (6, 2048)]
+
+
+@pytest.mark.parametrize("M,N", NORM_SHAPES)
+@pytest.mark.parametrize("name", ["layernorm_weight_out", "rmsnorm_rstd_broadcast_in_dim",
+                                  "rmsnorm_rstd_expand", "scaled_softmax_scale_out",
+                                  "softmax_column_expanded",
+                                  "norm_backward_row_statistic_expand"])
+@pytest.mark.parametrize("dt", ["fp32", "bf16"])
+def test_normalization_outputs_that_broadcast_the_rows(name, dt, M, N):
+    """A norm's weight times 2 ([N]) and a [1]-shaped input's own output beside the rows used
+    to fail to lower (the weight's cache inlined into its broadcast over the rows and into its
+    own output, at different depths); a row statistic expanded to [M, N] was written by every
+    thread of its row, an input column expanded to [M, N] by every lane of the row's vector
+    split."""
+    build, scheduler = FUSIONS[name]
+    fd, inputs = build(dt, M, N)
+    check(fd, inputs, scheduler)
+
+
+# (name, M, N, split over blockIdx.y): one block per row or column tile, or few long rows or
+# columns split over the blocks of blockIdx.y (a grid reduction)
+REDUCTION_CASES = [("row_sums_and_column_out", 37, 4000, False),
+                   ("row_sums_and_column_out", 3, 100000, True),
+                   ("column_sums_and_row_out", 300, 40, False),
+                   ("column_sums_and_row_out", 100000, 8, True),
+                   ("column_sums_and_column_out", 300, 40, False),
+                   ("column_sums_and_column_out", 20000, 8, True),
+                   ("row_sums_expanded", 37, 4000, False),
+                   ("row_sums_expanded", 3, 100000, True)]
+
+
+@pytest.mark.parametrize("name,M,N,split", REDUCTION_CASES)
+def test_reduction_outputs_beside_the_reduction(name, M, N, split):
+    """Split over blockIdx.y, the column beside the row sums and the row beside the column
+    sums were never written (guarded by the grid reduction's last-block flag, which only
+    tensors computed from the grid reduction have), and the column sums beside the column
+    they scale were wrong (the reduction's blockIdx.y loop, merged with the column's, lost its
+    grid reduction)."""
+    build, scheduler = FUSIONS[name]
+    fd, inputs = build("fp32", M, N)
+    p, _ = check(fd, inputs, scheduler)
+    assert (p.grid_split > 1) == split, p
+
+
+def test_weight_output_beside_rows_that_fill_the_registers():
+    """Rows too long to keep the weight in registers as well (keep_weights False): the weight's
+    cache, which its own output needs outside the row loop, is computed once per block."""
+    fd, inputs = layernorm_weight_out("fp32", 4, 16384)
+    p, _ = check(fd, inputs, "inner_persistent")
+    assert isinstance(p, ip.InnerPersistentParams) and not p.keep_weights, p
+
+
+@pytest.mark.parametrize("M,N,dt", [(37, 2048, "bf16"), (9, 1024, "fp32")])
+@pytest.mark.parametrize("name", ["layernorm_weight_out", "scaled_softmax_scale_out",
+                                  "rmsnorm_rstd_expand"])
+@pytest.mark.parametrize("feature", ["tma_inner_persistent", "ws_inner_persistent"])
+def test_persistent_grid_writes_outputs_beside_the_rows_once(feature, name, dt, M, N):
+    """The TMA variants take the rows in grid-stride turns: an output computed outside that
+    loop (the weight's w * 2, the scale's s * 3) was written by every block of the grid."""
+    fd, inputs = FUSIONS[name][0](dt, M, N)
+    params = forced_inner_persistent(fd, inputs, feature)
+    st, _, params, k = schedule_and_lower(fd, inputs, params=params, scheduler=ip)
+    assert params.stages >= 2 and params.grid > 1, params
+    outs, it = interpret(k, st.bindings, inputs)
+    refs = evaluate(fd.fusion, list(inputs), promote_to_double=True,
+                    extent_bindings=check_inputs(fd.fusion, inputs))
+    for j, (o, r) in enumerate(zip(outs, refs)):
+        assert rel_error(o, r) <= TOLERANCE[from_torch(o.dtype)], j
+        buf = next(q.name for q in k.params if q.source == ("output", j))
+        counts = [n for (b, _), n in it.writes.items() if b == buf]
+        strides = output_strides(fd.fusion.outputs[j], list(r.shape))
+        stored = math.prod(n for n, s in zip(r.shape, strides) if s != 0)
+        assert len(counts) == stored and set(counts) == {1}, (j, sorted(set(counts)))
+
+
+def _full_reduction(kind):
+    x = torch.randn(37, 40)
+    with FusionDefinition() as fd:
+        tx = fd.define_tensor([-1, -1])
+        s = fd.ops.sum(tx)
+        if kind in ("broadcast_back_and_scalar", "scalar_and_its_double", "two_scalars"):
+            fd.add_output(s)
+        if kind in ("broadcast_back_and_scalar", "broadcast_back"):
+            fd.add_output(fd.ops.mul(tx, s))
+        if kind == "scalar_and_its_double":
+            fd.add_output(fd.ops.mul(s, 2.0))
+        if kind == "two_scalars":
+            fd.add_output(fd.ops.max(tx))
+    return fd, [x]
+
+
+@pytest.mark.parametrize("kind", ["broadcast_back_and_scalar", "broadcast_back",
+                                  "scalar_and_its_double", "two_scalars"])
+def test_full_reductions_fall_back_with_a_reason(kind):
+    """Rank-0 outputs of full reductions beside other outputs: x * sum(x), with or without the
+    sum as an output, was taken by the inner persistent scheduler and failed with an internal
+    error (`reduction: no kept dims`); it now refuses it. No scheduler takes full reductions
+    yet: each runs through the reference evaluator, with the reason."""
+    fd, inputs = _full_reduction(kind)
+    if kind.startswith("broadcast_back"):
+        ok, why = ip.can_schedule(fd.fusion)
+        assert not ok and why == "a full reduction (no kept dims) is not supported yet"
+    with pytest.warns(FallbackWarning, match="no scheduler takes the whole fusion"):
+        outs = fd.execute(inputs, options={"enable": ["interpret"]})
+    assert fd.last_run.kind == "reference" and "not supported yet" in fd.last_run.reason
+    assert not fd.last_run.internal_error
+    refs = evaluate(fd.fusion, inputs, promote_to_double=True,
+                    extent_bindings=check_inputs(fd.fusion, inputs))
+    for o, r in zip(outs, refs):
+        assert rel_error(o, r) <= TOLERANCE[from_torch(o.dtype)]
+
+
+@pytest.mark.parametrize("name", ["full_first", "layernorm_weight_out", "expanded_column",
+                                  "scaled_softmax_scale_out"])
+def test_executor_runs_the_kernels(name):
+    """Through fd.execute on the interpreter: generated kernels ran (no fallback, no internal
+    error), each output within tolerance."""
+    build, scheduler = FUSIONS[name]
+    fd, inputs = build("bf16", 7, 1000)
+    outs = fd.execute(inputs, options={"enable": ["interpret"]})
+    run = fd.last_run
+    assert run.kind == "kernels" and run.backend == "interpreter", run
+    assert not run.internal_error and run.schedulers == (scheduler,), run
+    refs = evaluate(fd.fusion, inputs, promote_to_double=True,
+                    extent_bindings=check_inputs(fd.fusion, inputs))
+    for o, r in zip(outs, refs):
+        assert rel_error(o, r) <= TOLERANCE[from_torch(o.dtype)]
