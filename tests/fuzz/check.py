@@ -123,6 +123,8 @@ class CaseResult:
 
 
 _NORMALIZE = [
+    (re.compile(r" at [A-Za-z_][\w.]*=-?\d.*$"), ""),      # where an interpreter error happened
+    (re.compile(r"\b[a-zA-Z]+\d+(?=\{)"), "ID"),          # iter domain names: iS37{i2}
     (re.compile(r"\bT\d+"), "T#"),                       # tensor names
     (re.compile(r"\b[ib]\d+\b"), "i#"),                  # extent symbols
     (re.compile(r"\bfuzz_\d+_\d+\w*"), "fuzz_#"),        # fusion and kernel names
@@ -202,7 +204,9 @@ def _compare(o: torch.Tensor, r: torch.Tensor) -> dict:
         elem = (d.abs() / scale.clamp_min(1e-30)).max().item()
     else:
         elem = 0.0
-    return {"err": err, "elem": elem, "positions": int(nan.sum() + inf.sum())}
+    unwritten = int((od.isnan() & ~rd.isnan()).sum())
+    return {"err": err, "elem": elem, "positions": int(nan.sum() + inf.sum()),
+            "unwritten": unwritten}
 
 
 def tolerance(dtype, native: dict | None, serial: dict | None) -> tuple:
@@ -272,9 +276,12 @@ def judge(fd, outs, expect) -> tuple[str, list, str]:
             else:
                 c = _compare(o, r)
                 info.update(err=c["err"], elem=c["elem"], positions=c["positions"])
-                if c["positions"]:
-                    bad.append(f"NaN/inf positions differ at {c['positions']} of {r.numel()} "
-                               "elements")
+                if c["unwritten"]:
+                    bad.append(f"{c['unwritten']} of {r.numel()} elements unwritten (NaN where "
+                               "the reference is finite)")
+                if c["positions"] > c["unwritten"]:
+                    bad.append(f"NaN/inf positions differ at {c['positions'] - c['unwritten']} "
+                               f"of {r.numel()} elements")
                 if c["err"] > e["tol"] or c["elem"] > e["elem_tol"]:
                     bad.append(f"relative error {c['err']:.3e} (tolerance {e['tol']:.1e}), "
                                f"largest element error {c['elem']:.3e} (tolerance "
@@ -282,6 +289,8 @@ def judge(fd, outs, expect) -> tuple[str, list, str]:
                 if bad and e["native_positions"]:
                     ill = True
         info["problems"] = bad
+        info["expanded"] = any(i.is_broadcast and i.expanded_extent is not None
+                               for i in v.domain.logical_no_reductions)
         details.append(info)
         if bad:
             problems.append(f"output {k} ({e['dtype']}, shape {tuple(r.shape)}): " + "; ".join(bad))
@@ -291,16 +300,21 @@ def judge(fd, outs, expect) -> tuple[str, list, str]:
 
 
 def _wrong_signature(details) -> str:
-    """What went wrong, without the numbers: which kinds of problems, on which dtypes."""
+    """What went wrong, without the numbers: which kinds of problems, on which dtypes (and
+    whether the output has expanded broadcast dims, a common factor)."""
     kinds = []
     for d in details:
         for p in d["problems"]:
-            kind = p.split(" ")[0] if not p.startswith("NaN") else "nan/inf positions"
-            if p.startswith("relative error"):
+            kind = p.split(" ")[0]
+            if p.startswith("NaN"):
+                kind = "nan/inf positions"
+            elif "unwritten" in p:
+                kind = "unwritten elements"
+            elif p.startswith("relative error"):
                 kind = "values"
-            if "elements differ" in p:
-                kind = "values (exact)"
-            kinds.append(f"{kind} ({d['dtype']})")
+            elif "elements differ" in p:
+                kind = "values"
+            kinds.append(f"{kind} ({d['dtype']}{', expanded dims' if d.get('expanded') else ''})")
     return "wrong " + ", ".join(sorted(set(kinds)))
 
 
@@ -373,7 +387,8 @@ def run_case(spec: dict, backend: str = "interpret") -> CaseResult:
                 res.signature = fallback_signature(choice)
                 return _done(res, t0, "reference_fallback", run.reason + extra,
                              keep_signature=True)
-            return _done(res, t0, "reference_fallback", run.reason + extra)
+            res.signature = normalize(run.reason)
+            return _done(res, t0, "reference_fallback", run.reason + extra, keep_signature=True)
         if category == "right":
             return _done(res, t0, "right", "")
         res.signature = f"{res.scheduler}: " + _wrong_signature(details)

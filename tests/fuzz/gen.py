@@ -815,11 +815,31 @@ class Builder:
                     y = self.binary_step(x, r.choice(partners))
                 else:
                     y = self.binary_step(x, self.random_scalar_operand(x))
-            else:
+            elif roll < 0.93:
                 y = self.shape_step(x) or self.unary_step(x)
+            else:
+                y = self.binary_step(x, self.creation_step(x))
             pool.append(y)
             made.append(y)
         return made
+
+    def creation_step(self, like: Val) -> Val:
+        """fd.ops.full / zeros / ones shaped like `like` (size-0 dims as 1, which broadcast)."""
+        r = self.rng
+        dims = like.dims or ()
+        shape = [self.size_of(d) or 1 for d in dims]
+        axes = [d.axis if self.size_of(d) > 1 else None for d in dims]
+        op = r.choice(("full", "zeros", "ones"))
+        dt = r.choice((F32, BF16, F16, I32, I64))
+        if op == "full":
+            scalars = [v for v in self.vals.values() if v.is_scalar and v.exact]
+            value = r.choice(scalars) if scalars and r.random() < 0.3 else r.choice((0.5, 2.0, -1.0, 3.0))
+            if not dt.is_floating and not isinstance(value, Val):
+                value = int(value)
+            if isinstance(value, Val) and not value.dtype.is_floating and dt.is_floating:
+                dt = F32
+            return self.call("full", shape, value, dtype=dt, _axes=axes)
+        return self.call(op, shape, dtype=dt, _axes=axes)
 
     def shape_step(self, x: Val) -> Val | None:
         """A random shape op on x that keeps it combinable with values over the same axes, or
@@ -844,11 +864,13 @@ class Builder:
                 return self.call("squeeze", x, sorted(r.sample(bc, r.randint(1, len(bc)))))
             if kind == "expand" and bc and self.sizes:
                 shape, axes = [-1] * x.rank, [None] * x.rank
+                room = self.max_elements // max(1, self.numel(x))
                 for k in bc:
                     if r.random() < 0.7:
                         a = r.randrange(len(self.sizes))
-                        if self.sizes[a] not in (1,):
+                        if 1 < self.sizes[a] <= room:      # the element budget holds
                             shape[k], axes[k] = self.sizes[a], a
+                            room //= self.sizes[a]
                 if all(s == -1 for s in shape):
                     continue
                 return self.call("expand", x, shape, _axes=axes)
@@ -856,14 +878,16 @@ class Builder:
                 n = x.rank + r.randint(1, 4 - x.rank)
                 bdims = sorted(r.sample(range(n), x.rank))
                 shape, axes = [], []
+                room = self.max_elements // max(1, self.numel(x))
                 for k in range(n):
+                    a = r.randrange(len(self.sizes)) if self.sizes else None
                     if k in bdims:
                         shape.append(-1)
                         axes.append(None)
-                    elif self.sizes and r.random() < 0.4:
-                        a = r.randrange(len(self.sizes))
-                        shape.append(self.sizes[a] if self.sizes[a] != 1 else 1)
+                    elif a is not None and r.random() < 0.4 and 1 < self.sizes[a] <= room:
+                        shape.append(self.sizes[a])
                         axes.append(a)
+                        room //= self.sizes[a]
                     else:
                         shape.append(1)
                         axes.append(None)
@@ -901,7 +925,9 @@ class Builder:
         """A random reduction of x over `dims` (random non-empty subset when None)."""
         r = self.rng
         if dims is None:
-            k = r.randint(1, x.rank)
+            # Full reductions are one kind among many (the reduction scheduler refuses them).
+            full = x.rank == 1 or r.random() < 0.15
+            k = x.rank if full else r.randint(1, x.rank - 1)
             dims = sorted(r.sample(range(x.rank), k))
         if keepdim is None:
             keepdim = r.random() < 0.5
@@ -954,9 +980,12 @@ class Builder:
         others = [v for v in candidates if v not in leaves and not v.is_scalar]
         r.shuffle(others)
         want = r.randint(at_least, at_most)
+        same_rank = r.random() < 0.85     # the pointwise scheduler needs outputs of one rank
         for v in leaves[::-1] + others:
             if len(self.outputs) >= want:
                 break
+            if same_rank and self.outputs and v.rank != self.vals[self.outputs[0]].rank:
+                continue
             self.output(v)
         if not self.outputs:
             fallback = next((v for v in candidates[::-1] if not v.is_scalar), None)
@@ -1016,7 +1045,8 @@ def pat_pointwise(b: Builder) -> None:
         else:
             pool.append(b.tensor(_random_dims(b, axes), _input_dtype(b)))
     if r.random() < 0.25:
-        pool.append(b.scalar_input(r.choice((F32, F64, I64)), r.choice((0.5, 2.0, 3.0, -1.5))))
+        dt = r.choice((F32, F64, I64))
+        pool.append(b.scalar_input(dt, r.choice((0.5, 2.0, 3.0, -1.5) if dt.is_floating else (2, 3, -1))))
     made = b.pointwise_dag(pool, r.randint(2, 10))
     b.finish_outputs(made or pool)
 

@@ -78,7 +78,12 @@ CRASH_ENV = "PYFUSER_FUZZ_CRASH_CASE"
 # Worker --------------------------------------------------------------------------------------
 def worker(args) -> int:
     """Run the cases of --cases, announcing each on stdout before and after (PROTOCOL lines)."""
+    import torch
+
     from fuzz.check import run_case
+    # Workers are the parallelism: torch's own threads only contend with them (the
+    # interpreter's small torch calls ran 10x slower with 2 threads on a busy 2-core machine).
+    torch.set_num_threads(1)
     for cid in args.cases.split(","):
         seed, index = parse_case_id(cid)
         print(f"{PROTOCOL}START {cid}", flush=True)
@@ -189,7 +194,10 @@ def run_all(args, ids: list[str]) -> list[dict]:
                       f"{res['seconds']:7.2f}s {res['signature'][:90]}", flush=True)
 
     if args.jobs == 0:
+        import torch
+
         from fuzz.check import run_case
+        torch.set_num_threads(1)
         for cid in ids:
             seed, index = parse_case_id(cid)
             emit(run_case(gen.generate(seed, index, args.max_elements, args.pattern),
