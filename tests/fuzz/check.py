@@ -66,7 +66,6 @@ from values kernels compute bit-for-bit). A floating output must satisfy both
 from __future__ import annotations
 
 import dataclasses
-import math
 import re
 import time
 import traceback
@@ -114,7 +113,7 @@ class CaseResult:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_dict(cls, d: dict) -> "CaseResult":
+    def from_dict(cls, d: dict) -> CaseResult:
         return cls(**{f.name: d[f.name] for f in dataclasses.fields(cls) if f.name in d})
 
     def tolerances(self):
@@ -233,13 +232,13 @@ def expectations(fd, inputs) -> list[dict]:
     refs = evaluate(fd.fusion, cpu_inputs, promote_to_double=True, extent_bindings=bindings)
     try:
         natives = evaluate(fd.fusion, cpu_inputs, extent_bindings=bindings)
-    except Exception:                    # noqa: BLE001 - a torch op without this dtype on CPU
+    except Exception:
         natives = [None] * len(refs)
     serials = [None] * len(refs)
     if _has_float_sum(fd.fusion):
         try:
             serials = _SerialSumEvaluator(fd.fusion).run(cpu_inputs, bindings)
-        except Exception:                # noqa: BLE001
+        except Exception:
             pass
     out = []
     for o, r, nat, ser in zip(fd.fusion.outputs, refs, natives, serials):
@@ -310,22 +309,41 @@ def _wrong_signature(details) -> str:
                 kind = "nan/inf positions"
             elif "unwritten" in p:
                 kind = "unwritten elements"
-            elif p.startswith("relative error"):
-                kind = "values"
-            elif "elements differ" in p:
+            elif p.startswith("relative error") or "elements differ" in p:
                 kind = "values"
             kinds.append(f"{kind} ({d['dtype']}{', expanded dims' if d.get('expanded') else ''})")
     return "wrong " + ", ".join(sorted(set(kinds)))
 
 
 # Running -----------------------------------------------------------------------------------------
-_CUDA_ERROR = re.compile(r"CUDA|cuda|illegal (memory )?(access|address|instruction)|misaligned "
-                         r"address|unspecified launch failure|CUDA_ERROR", re.I)
+# What a kernel's bad access looks like once the driver reports it (torch's RuntimeError or
+# cuda-bindings' error names); such an error also leaves the process's CUDA context unusable.
+_ILLEGAL = re.compile(r"illegal (memory )?access|illegal address|misaligned address|unspecified "
+                      r"launch failure|ILLEGAL_ADDRESS|MISALIGNED_ADDRESS|LAUNCH_FAILED|"
+                      r"ILLEGAL_INSTRUCTION|hardware stack error|HARDWARE_STACK_ERROR", re.IGNORECASE)
+_CUDA = re.compile(r"CUDA|cuda", re.IGNORECASE)
 
 
-class CudaContextLost(Exception):
-    """Raised by run_case after a CUDA error: the process's context is unusable, the runner
-    must start a new worker."""
+def _context_alive() -> bool:
+    """Whether CUDA still works in this process after an error."""
+    try:
+        torch.zeros(1, device="cuda").add_(1)
+        torch.cuda.synchronize()
+        return True
+    except Exception:
+        return False
+
+
+def _gpu_error(res, t0, e, where: str):
+    """The result for an exception on the GPU backend: an illegal access when the driver says
+    so, else an internal error; `run` says "context lost" when CUDA no longer works here."""
+    text = f"{type(e).__name__}: {e}"
+    lost = not _context_alive()
+    if lost:
+        res.run = "context lost"
+    category = "illegal_access" if (_ILLEGAL.search(text) or (lost and _CUDA.search(text))) \
+        else "internal_error"
+    return _done(res, t0, category, f"{where}{text}", traceback.format_exc())
 
 
 def run_case(spec: dict, backend: str = "interpret") -> CaseResult:
@@ -341,14 +359,14 @@ def run_case(spec: dict, backend: str = "interpret") -> CaseResult:
             fd, inputs = materialize(spec, device)
         except (FusionDefinitionError, ShapeError) as e:
             return _done(res, t0, "definition_error", f"{type(e).__name__}: {e}")
-        except Exception as e:            # noqa: BLE001 - the frontend crashed: a pyfuser bug
+        except Exception as e:
             return _done(res, t0, "internal_error", f"frontend: {type(e).__name__}: {e}",
                          traceback.format_exc())
         choice = None
         try:
             choice = registry.choose(fd.fusion)
             res.scheduler = choice.scheduler.NAME if choice.scheduler is not None else ""
-        except Exception as e:            # noqa: BLE001
+        except Exception as e:
             return _done(res, t0, "internal_error", f"registry.choose: {type(e).__name__}: {e}",
                          traceback.format_exc())
         options = {"enable": ["poison_outputs"] if backend == "gpu" else
@@ -366,16 +384,22 @@ def run_case(spec: dict, backend: str = "interpret") -> CaseResult:
                 return _done(res, t0, "interpreter_limit", f"{e}")
             return _done(res, t0, "illegal_access", f"InterpreterError: {e}",
                          traceback.format_exc())
-        except Exception as e:            # noqa: BLE001
-            text = f"{type(e).__name__}: {e}"
-            if backend == "gpu" and _CUDA_ERROR.search(text):
-                res.run = "context lost"
-                return _done(res, t0, "illegal_access", text, traceback.format_exc())
-            return _done(res, t0, "internal_error", f"execute: {text}", traceback.format_exc())
+        except Exception as e:
+            if backend == "gpu":
+                return _gpu_error(res, t0, e, "execute: ")
+            return _done(res, t0, "internal_error", f"execute: {type(e).__name__}: {e}",
+                         traceback.format_exc())
         run = fd.last_run
         res.run = repr(run)
-        expect = expectations(fd, inputs)
-        category, details, message = judge(fd, outs, expect)
+        # The reference runs on CPU copies made like the inputs (same values and layouts).
+        cpu_inputs = inputs if backend != "gpu" else materialize(spec, "cpu")[1]
+        expect = expectations(fd, cpu_inputs)
+        try:
+            category, details, message = judge(fd, outs, expect)
+        except Exception as e:
+            if backend == "gpu":
+                return _gpu_error(res, t0, e, "reading the outputs: ")
+            raise
         res.outputs = details
         if run.kind == "reference":
             if run.internal_error:
@@ -393,7 +417,7 @@ def run_case(spec: dict, backend: str = "interpret") -> CaseResult:
             return _done(res, t0, "right", "")
         res.signature = f"{res.scheduler}: " + _wrong_signature(details)
         return _done(res, t0, category, message, keep_signature=True)
-    except Exception as e:                # noqa: BLE001 - a bug of the checker itself
+    except Exception as e:
         return _done(res, t0, "internal_error", f"fuzz checker: {type(e).__name__}: {e}",
                      traceback.format_exc())
 
@@ -409,11 +433,3 @@ def _done(res: CaseResult, t0: float, category: str, message: str, tb: str = "",
     return res
 
 
-def outputs_summary(res: CaseResult) -> str:
-    return "; ".join(f"{o['dtype']}: err {o.get('err', 0):.2e} tol {o['tol']:.1e}"
-                     if o.get("tol") is not None else f"{o['dtype']}: exact"
-                     for o in res.outputs)
-
-
-def is_finite_number(x) -> bool:
-    return isinstance(x, (int, float)) and math.isfinite(x)

@@ -209,8 +209,8 @@ class Builder:
     def fit(self, axes, protect=()) -> None:
         """Shrink the sizes of `axes` (the largest first, `protect`ed ones last) until their
         product is at most max_elements."""
-        def total():
-            return math.prod(self.sizes[a] for a in axes)
+        def total():       # (a size-0 axis counts as 1: tensors may broadcast over it)
+            return math.prod(max(self.sizes[a], 1) for a in axes)
         guard = 0
         while total() > self.max_elements:
             guard += 1
@@ -412,6 +412,10 @@ class Builder:
         outs = self._infer(op, list(args), dict(kwargs))
         single = not isinstance(outs, tuple)
         outs = (outs,) if single else outs
+        for o in outs:
+            if o.dims is not None and math.prod(self.size_of(d) for d in o.dims) > self.max_elements:
+                raise GenError(f"{op} makes {o.name} of {self.shape_of(o)} elements, over the "
+                               f"budget of {self.max_elements}")
         names = [o.name for o in outs]
         enc = [a.name if isinstance(a, Val) else a for a in args]
         kw = {k: (DTYPE_NAMES[v] if isinstance(v, DataType) else v) for k, v in kwargs.items()
@@ -453,11 +457,12 @@ class Builder:
         return tuple(out)
 
     def compatible(self, *operands) -> bool:
+        """Whether the operands broadcast together into a result within the element budget."""
         try:
-            self._pointwise_dims(operands)
-            return True
+            dims = self._pointwise_dims(operands)
         except GenError:
             return False
+        return dims is None or math.prod(self.size_of(d) for d in dims) <= self.max_elements
 
     def _infer(self, op, args, kw):
         name = self._name("v")
@@ -502,11 +507,9 @@ class Builder:
                 lo = 0.0 if a.lo <= 0 <= a.hi else min(a.lo ** 2, a.hi ** 2)
             if dt == BOOL:
                 lo, hi = 0.0, 1.0
-            if op in ("maximum", "minimum"):
-                exact = exact
-            elif op in ("add", "sub", "mul", "pow"):
+            if op in ("add", "sub", "mul", "pow"):
                 exact = exact and not dt.is_floating
-            else:
+            elif op == "div":
                 exact = False
             return Val(name, dims, dt, lo, hi, exact)
         if op == "where":

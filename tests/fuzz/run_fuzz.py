@@ -7,6 +7,8 @@ Usage (from the repository root):
         [--pattern NAME] [--timeout SECONDS] [--chunk K] [--sanitize N] [--shrink]
     PYTHONPATH=$PWD python tests/fuzz/run_fuzz.py --case 7:123 [--case ...]   # run and explain
     PYTHONPATH=$PWD python tests/fuzz/run_fuzz.py --print-repro 7:123          # the script only
+    PYTHONPATH=$PWD python tests/fuzz/run_fuzz.py --sample --jobs 2 \
+        --known-failures tests/fuzz/known_failures.py      # the CI sample's known failures
 
 Cases are (seed, index) for index in [start, start + count): --count defaults to 50 (a CI-sized
 run), --long to 5000. `--backend interpret` (the default) runs the generated kernels on CPU
@@ -62,9 +64,9 @@ _HERE = Path(__file__).resolve().parent
 if str(_HERE.parent) not in sys.path:
     sys.path.insert(0, str(_HERE.parent))          # tests/: makes `fuzz` importable
 
-from fuzz import gen  # noqa: E402
-from fuzz.build import repro_script  # noqa: E402
-from fuzz.spec import case_id, parse_case_id  # noqa: E402
+from fuzz import gen
+from fuzz.build import repro_script
+from fuzz.spec import case_id, parse_case_id
 
 PROTOCOL = "@@FUZZ "
 DEFAULT_COUNT = 50
@@ -112,7 +114,7 @@ def _dead_result(cid: str, args, category: str, message: str) -> dict:
     seed, index = parse_case_id(cid)
     try:
         pattern = gen.generate(seed, index, args.max_elements, args.pattern)["pattern"]
-    except Exception:                      # noqa: BLE001
+    except Exception:
         pattern = "?"
     res = CaseResult(cid, pattern, category, signature=normalize(message), message=message,
                      backend=args.backend, seconds=args.timeout if category == "timeout" else 0)
@@ -355,6 +357,41 @@ def write_reports(args, results, summary: str, sanitizer=None) -> None:
     (out / "failures.md").write_text("\n".join(doc))
 
 
+KNOWN_TEMPLATE = '''"""The fuzzer's CI sample (test_fuzz_sample.py): its constants, and the cases known to fail.
+
+Each known case is a strict xfail: it must keep failing in its category, and a fixed case
+turns the test red until its entry is removed. Raise SAMPLE_COUNT when the interpreter gets
+faster (the sample should take about 2 minutes on one core); after changing the constants or
+the generator (which changes the cases), regenerate this file:
+
+    PYTHONPATH=$PWD python tests/fuzz/run_fuzz.py --sample --jobs 2 \\
+        --known-failures tests/fuzz/known_failures.py
+
+Entries read "category: scheduler | normalized reason".
+"""
+SAMPLE_SEED = {seed}
+SAMPLE_COUNT = {count}
+SAMPLE_MAX_ELEMENTS = {max_elements}
+
+KNOWN = {{
+{entries}}}
+'''
+
+
+def write_known_failures(args, results) -> None:
+    from fuzz.check import FAILURES
+    refused = FAILURES + ("definition_error", "ill_conditioned")
+    entries = []
+    for (cat, sch, sig), members in _groups(results, refused):
+        entries.append(f"    # {cat} | {sch or '-'} | {sig}"[:100] + "\n")
+        for m in members:
+            reason = f"{cat}: {sch or '-'} | {sig}"
+            entries.append(f"    {m['id']!r}: {reason!r},\n")
+    Path(args.known_failures).write_text(KNOWN_TEMPLATE.format(
+        seed=args.seed, count=args.count, max_elements=args.max_elements,
+        entries="".join(entries)))
+
+
 def _shrunk_repro(args, res: dict) -> str:
     from fuzz.check import run_case
     from fuzz.shrink import shrink
@@ -392,6 +429,10 @@ def main(argv=None) -> int:
                    help="rerun N cases under compute-sanitizer memcheck (GPU)")
     p.add_argument("--shrink", action="store_true", help="shrink each failure group's first case")
     p.add_argument("--shrink-budget", type=int, default=30)
+    p.add_argument("--sample", action="store_true",
+                   help="the CI sample's cases (seed, count, max elements of known_failures.py)")
+    p.add_argument("--known-failures", default=None, metavar="FILE",
+                   help="write the failing cases as a known_failures.py module")
     p.add_argument("--quiet", action="store_true")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--cases", default="", help=argparse.SUPPRESS)
@@ -403,6 +444,11 @@ def main(argv=None) -> int:
         print(repro_script(gen.generate(seed, index, args.max_elements, args.pattern),
                            args.backend))
         return 0
+    if args.sample:
+        from fuzz import known_failures
+        args.seed, args.start = known_failures.SAMPLE_SEED, 0
+        args.count = known_failures.SAMPLE_COUNT
+        args.max_elements = known_failures.SAMPLE_MAX_ELEMENTS
     gpu = args.backend == "gpu"
     if args.jobs is None:
         args.jobs = 8 if gpu else 1
@@ -424,6 +470,8 @@ def main(argv=None) -> int:
     san = sanitize(args, results) if args.sanitize else None
     summary = summarize(args, results, time.monotonic() - t0, san)
     write_reports(args, results, summary, san)
+    if args.known_failures:
+        write_known_failures(args, results)
     print(summary)
     print(f"results, summary, failures.md and repro/ in {args.out}")
     return 0

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from fuzz import build, check, gen, shrink, spec as spec_mod
+from fuzz import build, check, gen, shrink
+from fuzz import spec as spec_mod
 from pyfuser.ir.dtype import DataType
 from pyfuser.runtime.inputs import InputError, check_inputs
 from pyfuser.schedule.schedulers import registry
@@ -58,7 +59,7 @@ def corpus():
         try:
             fd, inputs = build.materialize(s)
             err = None
-        except Exception as e:       # noqa: BLE001 - asserted on below
+        except Exception as e:
             fd, inputs, err = None, None, e
         out.append((s, fd, inputs, err))
     return out
@@ -161,7 +162,7 @@ def test_a_wrong_output_is_caught_by_the_element_check():
     out = torch.exp(x)
     assert check.judge(fd, [out], expect)[0] == "right"
     out[1234] += out[1234]                  # one element doubled: the norm moves ~1/256
-    category, details, message = check.judge(fd, [out], expect)
+    category, _, message = check.judge(fd, [out], expect)
     assert category == "wrong" and "element error" in message
 
 
@@ -178,7 +179,7 @@ def test_shrink_drops_outputs_and_ops_that_the_failure_does_not_need():
     def still_fails(candidate):        # (a real predicate runs the case)
         try:
             build.materialize(candidate)
-        except Exception:             # noqa: BLE001
+        except Exception:
             return False
         return target in candidate["outputs"]
     small = shrink.shrink(s, still_fails, budget=20)
