@@ -159,8 +159,9 @@ def repro_script(spec: dict, backend: str = "interpret", tolerances=None,
     """A stand-alone script: the case, executed as the fuzzer did, then checked against the
     float64 reference with the tolerances the fuzzer used (`tolerances`: one (dtype name,
     norm tolerance or None for exact, element tolerance) per output)."""
+    from .check import execute_options
     device = "cuda" if backend == "gpu" else "cpu"
-    enable = '["poison_outputs"]' if backend == "gpu" else '["interpret", "poison_outputs"]'
+    options = execute_options(spec, backend)
     head = (f'"""pyfuser fuzz case {spec["id"]} (pattern {spec["pattern"]}), backend '
             f'{backend}.\n' + (textwrap.fill(summary, 96) + "\n" if summary else "") +
             f"Regenerate: python tests/fuzz/run_fuzz.py --case {spec['id']} "
@@ -168,7 +169,7 @@ def repro_script(spec: dict, backend: str = "interpret", tolerances=None,
             'Run: PYTHONPATH=<pyfuser checkout> python <this file>\n"""\n')
     tol_line = f"TOLERANCES = {tolerances!r}\n" if tolerances is not None else "TOLERANCES = None\n"
     tail = f'''
-outputs = fd.execute(inputs, options={{"enable": {enable}}})
+outputs = fd.execute(inputs, options={options!r})
 print(fd.last_run)
 
 from pyfuser.runtime.inputs import check_inputs  # noqa: E402

@@ -346,6 +346,16 @@ def _gpu_error(res, t0, e, where: str):
     return _done(res, t0, category, f"{where}{text}", traceback.format_exc())
 
 
+def execute_options(spec: dict, backend: str) -> dict:
+    """fd.execute's options for a case: the backend's, plus the features the spec forces."""
+    forced = spec.get("options", {})
+    enable = (["poison_outputs"] if backend == "gpu" else ["interpret", "poison_outputs"])
+    out = {"enable": enable + list(forced.get("enable", []))}
+    if forced.get("disable"):
+        out["disable"] = list(forced["disable"])
+    return out
+
+
 def run_case(spec: dict, backend: str = "interpret") -> CaseResult:
     """Run and judge one case (module docstring). On the GPU, a CUDA error is returned as an
     illegal_access result whose `run` field says "context lost"."""
@@ -369,8 +379,7 @@ def run_case(spec: dict, backend: str = "interpret") -> CaseResult:
         except Exception as e:
             return _done(res, t0, "internal_error", f"registry.choose: {type(e).__name__}: {e}",
                          traceback.format_exc())
-        options = {"enable": ["poison_outputs"] if backend == "gpu" else
-                   ["interpret", "poison_outputs"]}
+        options = execute_options(spec, backend)
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", FallbackWarning)

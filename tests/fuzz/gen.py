@@ -1328,6 +1328,29 @@ PATTERNS = {
 DEFAULT_MAX_ELEMENTS = 64 * 1024
 
 
+def random_options(rng: random.Random, pattern: str) -> dict:
+    """Features forced on or off for the case (pyfuser/options.py FEATURES): the variants that
+    heuristics only pick when asked (TMA / cp.async / warp-specialized / tensor-map rows of the
+    inner persistent scheduler, the norm backward's warp-specialized or multi-wave choice,
+    streaming loads), so that the fuzzer reaches their code too."""
+    enable, disable = [], []
+    if pattern in ("normalization", "random") and rng.random() < 0.35:
+        enable.append(rng.choice(("tma_inner_persistent", "tma_inner_persistent",
+                                  "ws_inner_persistent")))
+        if rng.random() < 0.35:
+            enable.append("tma_tensor_map")
+    if pattern in ("norm_backward", "random") and rng.random() < 0.4:
+        (enable if rng.random() < 0.6 else disable).append("ws_normalization")
+    if rng.random() < 0.05:
+        enable.append("streaming_loads")
+    out = {}
+    if enable:
+        out["enable"] = enable
+    if disable:
+        out["disable"] = disable
+    return out
+
+
 def generate(seed: int, index: int, max_elements: int = DEFAULT_MAX_ELEMENTS,
              pattern: str | None = None) -> dict:
     """The spec of case (seed, index): the same arguments always give the same spec."""
@@ -1339,4 +1362,8 @@ def generate(seed: int, index: int, max_elements: int = DEFAULT_MAX_ELEMENTS,
     PATTERNS[pattern][1](b)
     if not b.outputs:
         raise GenError(f"case {seed}:{index} ({pattern}) has no outputs")
-    return b.spec(seed, index, pattern)
+    spec = b.spec(seed, index, pattern)
+    spec["options"] = random_options(rng, pattern)
+    spec["tags"]["options"] = sorted(spec["options"].get("enable", []) +
+                                     ["no_" + f for f in spec["options"].get("disable", [])])
+    return spec

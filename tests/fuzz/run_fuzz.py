@@ -53,6 +53,7 @@ import json
 import os
 import queue
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -105,7 +106,7 @@ def _worker_command(args, cases: list[str], sanitize: bool = False) -> list[str]
     if args.pattern:
         cmd += ["--pattern", args.pattern]
     if sanitize:
-        cmd = ["compute-sanitizer", "--tool", "memcheck", "--error-exitcode", "99"] + cmd
+        cmd = [args.sanitizer, "--tool", "memcheck", "--error-exitcode", "99"] + cmd
     return cmd
 
 
@@ -164,8 +165,10 @@ def run_chunk(args, cases: list[str], emit) -> None:
                 todo.remove(res["id"])
                 current = None
         rc = proc.wait()
-        if current is None and not todo:
+        if not todo:
             return
+        if current is None and rc == EXIT_CONTEXT_LOST:
+            continue                   # it reported its case, then left: a fresh worker goes on
         if current is None:
             current = todo[0]          # died before announcing: blame the next case
         if timed_out:
@@ -281,6 +284,17 @@ def summarize(args, results: list[dict], seconds: float, sanitizer=None) -> str:
     sched = collections.Counter(r["scheduler"] or "(none)" for r in results
                                 if r["category"] not in ("definition_error",))
     lines.append("chosen scheduler: " + ", ".join(f"{k} {v}" for k, v in sched.most_common()))
+    variants = collections.Counter()
+    for r in results:
+        if r["run"].startswith("RunInfo(kind='kernels'"):
+            for name, pattern in VARIANTS:
+                if re.search(pattern, r["run"]):
+                    variants[(name, r["category"])] += 1
+    if variants:
+        lines.append("kernel variants that ran (category: cases): " + "; ".join(
+            f"{name} " + ", ".join(f"{c} {variants[(name, c)]}" for c in CATEGORIES
+                                  if variants[(name, c)]) for name, _ in VARIANTS
+            if any(variants[(name, c)] for c in CATEGORIES)))
     fallbacks = collections.Counter(r["signature"] for r in results
                                     if r["category"] == "reference_fallback")
     if fallbacks:
@@ -301,6 +315,15 @@ def summarize(args, results: list[dict], seconds: float, sanitizer=None) -> str:
         for s in bad:
             lines.append(f"  {s['id']}: {s['summary']}; " + " / ".join(s["errors"][:3]))
     return "\n".join(lines)
+
+
+# Heuristic fields (in RunInfo's repr) that mark a kernel variant.
+VARIANTS = (
+    ("tma rows", r"stages=[1-9].*tma_inputs=\(\d"), ("cp.async rows", r"cp_async_inputs=\(\d"),
+    ("warp-specialized", r"warp_specialized=True"), ("tensor-map boxes", r"tensor_map=True"),
+    ("cluster", r"cluster=[2-9]"), ("grid-split reduction", r"grid_split=[2-9]"),
+    ("vectorized", r"vector=(2|4|8|16)"),
+)
 
 
 def _groups(results, categories):
@@ -339,10 +362,10 @@ def write_reports(args, results, summary: str, sanitizer=None) -> None:
                                                                    "ill_conditioned")):
         doc += [f"## {cat} | {sch or '-'} | {sig}", "",
                 f"{len(members)} case(s): " + " ".join(m["id"] for m in members), ""]
-        first = members[0]
         if args.shrink and cat in FAILURES:
-            doc += ["Shrunk repro of the first case:", "", "```python",
-                    _shrunk_repro(args, first), "```", ""]
+            small = _smallest(args, members)
+            doc += [f"Shrunk repro of {small['id']}, the group's smallest case:", "",
+                    "```python", _shrunk_repro(args, small), "```", ""]
         for m in members:
             script = _repro(args, m)
             if m in failing:
@@ -392,6 +415,15 @@ def write_known_failures(args, results) -> None:
         entries="".join(entries)))
 
 
+def _smallest(args, members: list) -> dict:
+    """The member with the fewest input elements, then the fewest ops."""
+    def size(m):
+        seed, index = parse_case_id(m["id"])
+        spec = gen.generate(seed, index, args.max_elements, args.pattern)
+        return (sum(i.get("storage", 0) for i in spec["inputs"]), len(spec["ops"]))
+    return min(members, key=size)
+
+
 def _shrunk_repro(args, res: dict) -> str:
     from fuzz.check import run_case
     from fuzz.shrink import shrink
@@ -427,6 +459,8 @@ def main(argv=None) -> int:
     p.add_argument("--print-repro", default=None, metavar="SEED:INDEX")
     p.add_argument("--sanitize", type=int, default=0, metavar="N",
                    help="rerun N cases under compute-sanitizer memcheck (GPU)")
+    p.add_argument("--sanitizer", default=None, help="compute-sanitizer's path (default: PATH, "
+                   "then /usr/local/cuda/bin)")
     p.add_argument("--shrink", action="store_true", help="shrink each failure group's first case")
     p.add_argument("--shrink-budget", type=int, default=30)
     p.add_argument("--sample", action="store_true",
@@ -450,6 +484,10 @@ def main(argv=None) -> int:
         args.count = known_failures.SAMPLE_COUNT
         args.max_elements = known_failures.SAMPLE_MAX_ELEMENTS
     gpu = args.backend == "gpu"
+    if args.sanitize and args.sanitizer is None:
+        import shutil
+        args.sanitizer = (shutil.which("compute-sanitizer")
+                          or "/usr/local/cuda/bin/compute-sanitizer")
     if args.jobs is None:
         args.jobs = 8 if gpu else 1
     if args.chunk is None:

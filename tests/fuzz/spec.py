@@ -23,6 +23,7 @@ A spec is a dict (json.dumps / json.loads keep it unchanged):
         ...
       ],
       "outputs": ["v5", "v2"],
+      "options": {"enable": ["tma_inner_persistent"]},   # features forced (fd.execute options)
       "tags": {...},                 # what the case covers (coverage statistics only)
     }
 

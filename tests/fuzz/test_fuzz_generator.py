@@ -87,7 +87,7 @@ def test_inputs_match_their_definitions(corpus):
 
 
 def test_coverage_of_ops_dtypes_ranks_layouts_and_sizes(corpus):
-    seen = {k: set() for k in ("ops", "dtypes", "ranks", "layouts", "sizes", "scalars")}
+    seen = {k: set() for k in ("ops", "dtypes", "ranks", "layouts", "sizes", "scalars", "options")}
     patterns = set()
     for s, *_ in corpus:
         patterns.add(s["pattern"])
@@ -100,6 +100,8 @@ def test_coverage_of_ops_dtypes_ranks_layouts_and_sizes(corpus):
             "size1_dim", "one_tensor", "rank0", "define_tensor", "from_pytorch"} <= seen["layouts"]
     assert {"0", "1", "odd", "prime", "pow2", "long"} <= seen["sizes"]
     assert {"runtime", "constant"} <= seen["scalars"]
+    assert {"tma_inner_persistent", "ws_inner_persistent", "tma_tensor_map", "ws_normalization",
+            "no_ws_normalization", "streaming_loads"} <= seen["options"]
     assert patterns == set(gen.PATTERNS)
 
 
