@@ -19,8 +19,8 @@ import enum
 from . import scalar as S
 from .base import Val
 from .dtype import DataType
-from .iter_domain import (IterDomain, ParallelType, ancestors, id_exprs_between, id_str,
-                          merge_ids, merged_iter_type, split_id)
+from .iter_domain import (IterDomain, Merge, ParallelType, Split, ancestors, id_exprs_between,
+                          id_str, merge_ids, merged_iter_type, split_id)
 
 
 class MemoryType(enum.Enum):
@@ -106,6 +106,39 @@ class TensorDomain:
 
     def has_reduction(self) -> bool:
         return any(i.is_reduction for i in self.logical)
+
+    @property
+    def contiguous_dim(self) -> IterDomain | None:
+        """The innermost allocated ID that is neither a broadcast nor a reduction: the dim whose
+        consecutive elements lie next to each other in memory (stride 1 when its contiguity
+        flag is set; an input's runtime stride otherwise). None when every dim is a broadcast."""
+        return next((i for i in reversed(self.maybe_allocation)
+                     if not i.is_broadcast and not i.is_reduction), None)
+
+    def dim_stepped_by(self, loop_id: IterDomain) -> IterDomain | None:
+        """The allocated ID whose index moves by exactly one when `loop_id`'s index does (within
+        a run of `loop_id`), or None when consecutive iterations of `loop_id` jump.
+
+        Walked back through the loop's history: the inner part of a split steps its input;
+        a merge steps its inner input (its outer one when the inner is a broadcast, which
+        contributes extent 1); the outer part of a split steps by the factor, a jump."""
+        stop = set(self.maybe_allocation) | set(self.maybe_root)
+        x = loop_id
+        while x not in stop:
+            d = x.definition
+            if isinstance(d, Split):
+                if x is d.inner or d.inner.const_extent == 1:
+                    x = d.in_id
+                    continue
+                return None
+            if isinstance(d, Merge):
+                x = d.outer if d.inner.is_broadcast else d.inner
+                continue
+            return None
+        if x not in self.maybe_allocation:
+            # A root ID of an rfactor or reshape; allocation IDs derive from the logical ones.
+            return None
+        return x
 
 
 class TensorView(Val):
@@ -317,6 +350,15 @@ def _parallel_rule_broken(tv: TensorView, pos: int, i: IterDomain, ptype: Parall
             return f"{i.const_extent} x {tv.dtype.size} bytes exceeds a 16-byte access"
         if i.is_reduction:
             return "a reduction axis cannot be vectorized"
+        if i.const_extent > 1:
+            stepped, inner = tv.domain.dim_stepped_by(i), tv.domain.contiguous_dim
+            if stepped is None or stepped is not inner:
+                walks = (f"steps through {id_str(stepped)}" if stepped is not None
+                         else "does not step through one allocated dim element by element")
+                where = (f"the innermost allocated dim is {id_str(inner)}" if inner is not None
+                         else "every allocated dim is a broadcast")
+                return (f"the axis {walks}, but {where}; a vector access must be contiguous "
+                        "in memory")
         if any(not x.is_broadcast and x.parallel_type == ParallelType.Serial
                and (x.const_extent or 0) != 1 for x in tv.domain.loop[pos + 1:]
                if not x.is_reduction):

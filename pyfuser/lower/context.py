@@ -9,16 +9,25 @@ Promotion. Each loop has a promoted IterDomain: the ID whose index the loop vari
 loop is promoted to its owner's ID. An own loop of T is promoted to the matching ID of the tensor
 that owns T's innermost shared loop when there is one: e.g. a weight vector w[N] broadcast to
 [M, N] and scheduled like the output (merge, split) has loops whose flat index runs over M*N; only
-the output's own IDs tell the index of w (the flat index modulo N).
+the output's own IDs tell the index of w (the flat index modulo N). A broadcast never stands for
+an iteration: when a tensor is inlined into two consumers (rstd [M, 1] into the normalized row
+[M, N] and into the rstd output), their loops merge into the one promoted to the iteration ID,
+and own loops are not promoted to a broadcast. A loop promoted to a broadcast runs once (nothing
+indexes it, whatever extent a split gave it).
 """
 from __future__ import annotations
 
 import dataclasses
 
+from ..ir import scalar as S
+from ..ir.dtype import DataType
 from ..ir.id_graph import IdGraph, match_loops
 from ..ir.iter_domain import IterDomain, ParallelType
 from ..ir.tensor import TensorView
 from ..kir import nodes as K
+
+
+_ONE = S.as_scalar(1, DataType.Int)
 
 
 class LoweringError(RuntimeError):
@@ -42,6 +51,11 @@ class Loop:
 
     @property
     def extent(self):
+        # A loop promoted to a broadcast iterates nothing any tensor in it indexes (a broadcast's
+        # index is always 0, however the schedule split it: bS{1} split by 4 makes bS{4}): it
+        # runs once, and a buffer allocated over it holds one element.
+        if self.promoted.is_broadcast and self.promoted.expanded_extent is None:
+            return _ONE
         return self.promoted.extent
 
     def __repr__(self):
@@ -137,6 +151,9 @@ class LoweringContext:
                 f"T{tv.name} is inlined at {tv.compute_at_pos} into T{a_owner.name} and T{d.name}, "
                 "whose loops differ in depth there; it cannot be computed in one place")
         for a, b in zip(a_nest, cand):
+            # Merge what each loop already stands for: with three consumers in separate nests,
+            # the first's loops were merged into the second's before the third comes.
+            a, b = self._find(a), self._find(b)
             if a is b:
                 continue
             compatible = (a.parallel == b.parallel and (
@@ -146,8 +163,17 @@ class LoweringContext:
                 raise LoweringError(
                     f"T{tv.name} is inlined into T{a_owner.name} and T{d.name}, whose loops "
                     f"{a!r} and {b!r} differ; it cannot be computed in one place")
-            keep, drop = (a, b) if self.topo_index[a.owner] >= self.topo_index[b.owner] else (b, a)
+            keep, drop = (a, b) if self._keeps(a, b) else (b, a)
             self._merged[id(drop)] = keep
+
+    def _keeps(self, a: Loop, b: Loop) -> bool:
+        """Whether merged loop a stands for b too. A loop promoted to an iteration ID keeps over
+        one promoted to a broadcast (a statistic's [M, 1] output beside the row it normalizes):
+        the broadcast iterates a subset of it, while the other way round the row's index is
+        lost. Otherwise the most downstream owner keeps."""
+        if a.promoted.is_broadcast != b.promoted.is_broadcast:
+            return b.promoted.is_broadcast
+        return self.topo_index[a.owner] >= self.topo_index[b.owner]
 
     def _canonicalize(self) -> None:
         for tv, nest in self.nests.items():
@@ -160,6 +186,8 @@ class LoweringContext:
             return i, start
         for x in range(start, len(ref.domain.loop)):
             r = ref.domain.loop[x]
+            if r.is_broadcast and not i.is_broadcast:
+                continue    # a broadcast cannot tell an iteration's index
             if self.exact.mapped(i, r) or self.permissive.mapped(i, r):
                 if r.extent.value is not None and i.extent.value is not None and not i.is_broadcast:
                     if r.extent.value != i.extent.value:

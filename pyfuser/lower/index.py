@@ -7,11 +7,18 @@ After:  every operand is an indexed access and every op has its predicate:
 Global tensors are indexed through the exact ID graph from the promoted IDs of the loops around
 the op (lower/indexing.py), times the tensor's strides. A register or shared-memory tensor is
 indexed by the loops it is allocated over: its writer uses its own loop variables; a reader uses
-the variable of its loop that maps to the same ID, so both see the same element.
+the variable of its loop that maps to the same ID, so both see the same element. A buffer split
+further than its reader's loops (the cache of an int64 input read in two 2-wide vectors inside a
+loop of 4) is indexed forward through that split from the reader's loop.
 Predicates: an ID whose index may exceed its extent (a split that does not divide) gets
 `index < extent` on the consumer's root and logical IDs (reads of global producers map to those);
 writes to global or shared memory by threads that do not index the tensor get
 `threadIdx.x == 0`-style guards; thread loops shorter than the block get `threadIdx.x < extent`.
+So do loops the written tensor has a broadcast axis in while they iterate (a row statistic
+[M, 1] computed in the loops of its row): their first thread, block or iteration (`j == 0`)
+writes it, once per row.
+A register buffer is read only by loops bound like the ones that wrote it (the same thread owns
+it); a schedule that reads another thread's registers is refused.
 """
 from __future__ import annotations
 
@@ -80,6 +87,8 @@ def buffer_offset(ctx, tv: TensorView, index_of_id) -> K.KExpr:
     """Row-major offset into a register/shared buffer; `index_of_id(ID, Loop)` -> KExpr."""
     offset: K.KExpr = K.Const(0)
     for i, ext, lp in ctx.alloc_ids[tv]:
+        if isinstance(ext, K.Const) and ext.value == 1:
+            continue    # one element (e.g. a broadcast not materialized across a loop): index 0
         offset = K.add(K.mul(offset, ext), index_of_id(i, lp))
     return offset
 
@@ -114,6 +123,23 @@ def reader_index(ctx, producer: TensorView, nest, consumer: TensorView, known: d
     return index_of_id
 
 
+def _check_same_threads(ctx, producer: TensorView, nest, consumer: TensorView) -> None:
+    """A register buffer holds what its own thread computed: a consumer must read it in a loop
+    bound to the same thread (block) dim as each thread-bound axis the producer iterates.
+    Read by another binding (a row statistic [M] whose threadIdx.y axis was vectorized, one
+    thread writing the rows the others hold), every thread but one would read its own value."""
+    for i in producer.domain.loop[producer.compute_at_pos:]:
+        pt = i.parallel_type
+        if not pt.is_thread_or_block or i.is_broadcast or i.is_reduction:
+            continue
+        if not any(lp.parallel == pt and (ctx.exact.mapped(i, lp.promoted)
+                                          or ctx.permissive.mapped(i, lp.promoted))
+                   for lp in nest):
+            raise LoweringError(
+                f"T{consumer.name} reads T{producer.name}'s registers along {i!r} "
+                f"({pt.short}) in none of its {pt.short} loops: the values are another thread's")
+
+
 def _consumer_id_of(ctx, consumer: TensorView, lp):
     for j, _ in enumerate(consumer.domain.loop):
         if ctx.loop_of.get((consumer, j)) is lp:
@@ -127,6 +153,8 @@ def access(ctx, tv: TensorView, nest, known: dict, consumer: TensorView, is_writ
         return K.TensorIndex(buf, global_offset(ctx, tv, known))
     if is_write:
         return K.TensorIndex(buf, buffer_offset(ctx, tv, _writer_index))
+    if tv.memory_type == MemoryType.Local:
+        _check_same_threads(ctx, tv, nest, consumer)
     return K.TensorIndex(buf, buffer_offset(ctx, tv, reader_index(ctx, tv, nest, consumer, known)))
 
 
@@ -145,6 +173,11 @@ def _index_op(op: K.TensorOp, ctx) -> None:
     for v in op.ins:
         if isinstance(v, TensorView):
             targets += v.domain.logical
+            if v.memory_type != MemoryType.Global:
+                # A buffer allocated over IDs split further than the reader's loops (the cache
+                # of an int64 input read 2-wide in a loop of 4): their indices come forward
+                # through those splits from the reader's loop.
+                targets += [i for i, _, _ in ctx.alloc_ids.get(v, ())]
     known = ctx.index_graph.traverse(start_values(nest), targets)
     op.known = known
     conds = []
@@ -228,11 +261,17 @@ def _thread_predicates(ctx, tv: TensorView, nest) -> list:
     used = {lp.parallel for lp in nest}
     if ParallelType.GridStride in used:
         used.add(ParallelType.BIDx)     # a grid-stride loop indexes by blockIdx.x
+    redundant = _redundant_loops(ctx, tv, nest) if tv.memory_type != MemoryType.Local else []
+    for lp in redundant:
+        if isinstance(lp.var, K.Var):
+            # A serial (or unrolled) loop tv does not index: its first iteration writes.
+            conds.append(K.eq(lp.var, K.Const(0)))
+    redundant_pts = {lp.parallel for lp in redundant}
     for pt, extents in ctx.kernel_parallel.items():
         special = _THREAD_SPECIAL.get(pt)
         if special is None:
             continue
-        if pt in used:
+        if pt in used and pt not in redundant_pts:
             lp = next((lp for lp in nest if lp.parallel == pt), None)
             if lp is None:
                 continue    # indexed through a grid-stride loop: every block has its share
@@ -247,6 +286,27 @@ def _thread_predicates(ctx, tv: TensorView, nest) -> list:
                 # Every such thread holds the same value; one writes it.
                 conds.append(K.eq(K.Special(special), K.Const(0)))
     return conds
+
+
+def _redundant_loops(ctx, tv: TensorView, nest) -> list:
+    """Loops around tv's expression that iterate (their promoted ID is not a broadcast) while
+    tv's own axis in them is a broadcast: tv's index does not change along them, so each of
+    their iterations (threads, blocks) writes the same element. E.g. rstd [M, 1] of a norm,
+    computed in the loops of the row it normalizes ([M, N]) because the per-row value is
+    inlined into both: one thread along the row, one persistent-batch step, writes it."""
+    out = []
+    for j, i in enumerate(tv.domain.loop):
+        lp = ctx.loop_of.get((tv, j))
+        if lp is None or lp not in nest or not i.is_broadcast or i.expanded_extent is not None:
+            continue
+        if lp.promoted.is_broadcast or lp.parallel in (ParallelType.GridStride,
+                                                       ParallelType.Bulk):
+            continue
+        ext = scalar_to_kexpr(lp.extent, ctx.names)
+        if isinstance(ext, K.Const) and ext.value == 1:
+            continue
+        out.append(lp)
+    return out
 
 
 def _index_reduce(node, ctx) -> None:

@@ -67,9 +67,13 @@ def _grid_reduce(kernel, op, tv, dims, thread_dims) -> K.GridReduce:
 
 
 def _block_extent(kernel, dim: str):
-    """The constant extent of the loops bound to blockIdx.<dim>, or None."""
+    """The constant extent of the loops bound to blockIdx.<dim>, or None. Loops of one
+    iteration do not size the dim: a per-row value of a row split over a cluster (the mean
+    of a layernorm) runs in a broadcast loop along blockIdx.y, in every block of it."""
     exts = bound_extents(kernel.ctx, {pt for pt in ParallelType
                                       if pt.is_block_dim and _DIM[pt.name] == dim})
+    if len(exts) > 1:
+        exts.discard(1)
     return exts.pop() if len(exts) == 1 else None
 
 

@@ -5,17 +5,24 @@ After:  T1[0..4) = T0[base .. base + 4)     one 8- or 16-byte access (TensorInde
 
 A copy between memories (LoadStoreOp of one dtype) in a Vectorize loop becomes one vector access
 at the loop's first element; one-iteration loops between the two (a trailing broadcast dim) fold
-away. Any other op in a Vectorize loop runs in an unrolled loop over registers. Serial loops of
+away. Any other op in a Vectorize loop runs in an unrolled loop over registers, and so does a
+Vectorize loop of one iteration (a vectorized broadcast axis runs once). Serial loops of
 small constant extent, and Unroll loops, are unrolled so that register arrays they index stay in
 registers.
-Correctness of a vector access rests on the scheduler having vectorized the inner split of a
-tensor's innermost contiguous dim; the kernel records, per global tensor, the vector width whose
-divisibility and alignment the executor checks before each launch.
+A vector access is one contiguous run of memory: for every global tensor it touches, the loop's
+lanes must move the index of the tensor's stride-1 dim (TensorDomain.contiguous_dim) and of no
+other dim. Schedules guarantee it (TensorView.parallelize checks the vectorized axis steps
+through that dim); this pass checks it again on the indices, so a schedule that slips through
+fails to lower instead of reading the wrong elements (all lanes reading one element of a [1]
+input, or lanes a row apart). The kernel records, per global tensor, the vector width whose
+divisibility, stride and alignment the executor checks before each launch.
 """
 from __future__ import annotations
 
 from ..ir.exprs import LoadStoreOp
+from ..ir.tensor import MemoryType, TensorView
 from ..kir import nodes as K
+from .context import LoweringError
 from .substitute import substitute
 
 UNROLL_LIMIT = 32
@@ -49,13 +56,14 @@ def _vectorize(loop: K.ForLoop, kernel) -> list:
     first_lane = {loop.var: K.Const(0)}
     collapsed: list = []
     ops = _ops_run_once_per_lane(loop.body, first_lane, collapsed)
-    if ops is None or not all(_is_copy(op) for op in ops):
+    if width == 1 or ops is None or not all(_is_copy(op) for op in ops):
         loop.unroll = True
         loop.parallel = "Serial"
         return [loop]
     kernel.replaced_loops.update(id(lp.loop) for lp in collapsed if lp.loop is not None)
     out = []
     for op in ops:
+        _check_lanes_contiguous(op, loop, kernel)
         op.vector = width
         op.out = _vec_access(substitute(op.out, first_lane), width, kernel)
         op.ins = [_vec_access(substitute(i, first_lane), width, kernel) for i in op.ins]
@@ -88,6 +96,46 @@ def _ops_run_once_per_lane(body: list, fixed: dict, collapsed: list) -> list | N
         else:
             return None
     return ops
+
+
+def _check_lanes_contiguous(op: K.TensorOp, loop: K.ForLoop, kernel) -> None:
+    """Consecutive iterations of the vector loop must step through the stride-1 dim of every
+    global tensor of `op`, element by element (the structural rule of
+    TensorDomain.dim_stepped_by, walked from the loop's ID to the tensor's dims through the exact
+    ID graph, which is how the tensor is indexed)."""
+    lid = loop.iter_domain
+    if lid is None:
+        return
+    exact = kernel.ctx.exact
+    for tv in [op.expr.outputs[0], *op.expr.inputs]:
+        if not isinstance(tv, TensorView) or tv.memory_type != MemoryType.Global:
+            continue
+        inner = tv.domain.contiguous_dim
+        stepped = _dim_stepped_by(lid, tv, exact)
+        if inner is None or stepped is not inner:
+            raise LoweringError(
+                f"a {loop.stop!r}-wide vector access of T{tv.name} steps through "
+                f"{stepped if stepped is not None else 'no single dim'}, not its stride-1 dim "
+                f"{inner if inner is not None else '(none: every dim is a broadcast)'}; "
+                "its lanes would not be one contiguous run of memory")
+
+
+def _dim_stepped_by(lid, tv: TensorView, exact):
+    """The logical ID of `tv` that loop ID `lid` steps through element by element, or None."""
+    from ..ir.iter_domain import Merge, Split
+    logical = tv.domain.logical_no_reductions
+    x = lid
+    while True:
+        hit = next((i for i in logical if exact.mapped(x, i)), None)
+        if hit is not None:
+            return hit
+        d = x.definition
+        if isinstance(d, Split) and (x is d.inner or d.inner.const_extent == 1):
+            x = d.in_id
+        elif isinstance(d, Merge):
+            x = d.outer if d.inner.is_broadcast else d.inner
+        else:
+            return None
 
 
 def _is_copy(op: K.TensorOp) -> bool:

@@ -402,9 +402,12 @@ class FusionExecutorCache:
         return max(1, per_sm) * get_device_properties(device.index or 0).sm_count
 
     def _check_vector_widths(self, fk, inputs) -> None:
-        """Vector accesses need the innermost dim divisible by the width, aligned pointers and
-        outer strides that are multiples of it. Heuristics only choose widths that hold; a
-        forced heuristic is checked here, before any launch, instead of reading out of bounds."""
+        """Vector reads of an input run along its stride-1 dim (schedulers vectorize nothing
+        else): that dim must have stride 1 and hold whole vectors, the pointer be aligned and
+        the other strides be multiples of the width. Heuristics only choose widths that hold; a
+        reused kernel or a forced heuristic is checked here, before any launch, instead of
+        reading out of bounds or the wrong elements."""
+        from ..schedule.schedulers.base import InputFacts, input_vector_problems
         for p in fk.kernel.params:
             if p.source[0] != "input":
                 continue
@@ -413,15 +416,8 @@ class FusionExecutorCache:
                 continue
             k = p.source[1]
             x, v = inputs[k], self.fusion.inputs[k]
-            item = x.element_size()
-            sizes, strides = list(x.shape), list(x.stride())
-            bad = []
-            if sizes and sizes[-1] % width and sizes[-1] != 1:
-                bad.append(f"its last dim {sizes[-1]} is not a multiple of {width}")
-            if x.data_ptr() % (width * item):
-                bad.append(f"its data pointer is not {width * item}-byte aligned")
-            if any(st % width for sz, st in zip(sizes[:-1], strides[:-1]) if sz != 1 and st != 0):
-                bad.append(f"its strides {tuple(strides)} are not multiples of {width}")
+            facts = InputFacts(tuple(x.shape), tuple(x.stride()), _alignment(x.data_ptr()))
+            bad = input_vector_problems(v, facts, width)
             if bad:
                 raise ValueError(
                     f"{self.name}: input {k} (T{v.name}) cannot be read with {width}-wide vectors "

@@ -325,13 +325,17 @@ def tensor_descriptor(sizes, strides):
 
 
 def output_strides(v: TensorView, sizes: list[int]) -> list[int]:
-    """Strides of a freshly allocated output, dense in its allocation order."""
+    """Strides of a freshly allocated output, dense in its allocation order. An expanded
+    broadcast dim (the output of an expand, or of a reduction of an expanded input) has stride
+    0, as torch's expand gives: kernels write one element for all its positions."""
     logical = v.domain.logical_no_reductions
     alloc = [i for i in v.domain.maybe_allocation if not i.is_reduction]
     strides = [0] * len(logical)
     acc = 1
     for i in reversed(alloc):
         d = logical.index(i)
+        if i.is_broadcast and i.expanded_extent is not None:
+            continue
         strides[d] = acc
         acc *= max(sizes[d], 1)
     return strides

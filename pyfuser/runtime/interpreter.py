@@ -215,8 +215,10 @@ def expr_vars(e, out=None) -> set:
 
 
 # Values -----------------------------------------------------------------------------------------
-class InterpreterError(AssertionError):
-    pass
+class InterpreterError(RuntimeError):
+    """The kernel would fault, hang or race on a GPU (an out-of-bounds or misaligned access, an
+    unwritten value stored, a barrier some threads miss, a wait that never returns): a bug in
+    the generated kernel, reported where a GPU would report an illegal address or hang."""
 
 
 class _Poison:

@@ -69,7 +69,7 @@ def test_vectorize_needs_constant_extent():
 
 def test_vectorize_must_be_innermost_serial_axis():
     _, _, y = _pointwise()
-    y.split(0, 4)
+    y.split(1, 4).reorder({2: 1})                  # [i0, 4, ceilDiv(i1, 4)]
     with pytest.raises(ScheduleError, match=r"axis 1 \(iS5\{4\}\) as V: only axes right of a "
                                             r"vectorized axis"):
         y.parallelize(1, P.Vectorize)
@@ -77,6 +77,77 @@ def test_vectorize_must_be_innermost_serial_axis():
     y.parallelize(2, P.TIDx)
     y.parallelize(1, P.Vectorize)
     assert y.loop[1].parallel_type is P.Vectorize
+
+
+def _contiguity_error(tv, axis, stepped, inner):
+    return (f"parallelize on T{tv.name}: axis {axis} ({tv.loop[axis]!r}) as V: the axis {stepped}, "
+            f"but the innermost allocated dim is {inner}; a vector access must be contiguous "
+            "in memory")
+
+
+def test_vectorize_along_a_dim_that_is_not_innermost_in_memory_refused():
+    # Lanes of the split of i0 are i1 elements apart in memory: not one vector access.
+    _, _, y = _pointwise()
+    y.split(0, 4).reorder({1: 2})                  # [ceilDiv(i0, 4), i1, 4]
+    y.parallelize(1, P.TIDx)
+    with pytest.raises(ScheduleError) as e:
+        y.parallelize(2, P.Vectorize)
+    assert str(e.value) == _contiguity_error(y, 2, "steps through iS2{i0}", "iTIDx3{i1}")
+    assert y.loop[2].parallel_type is P.Serial
+
+
+def test_vectorize_follows_the_allocation_order_not_the_logical_order():
+    # A channels-last style input: dim 0 is innermost in memory (stride_order rank 0).
+    with FusionDefinition() as fd:
+        x = fd.define_tensor([-1, -1], stride_order=[0, 1])
+        fd.add_output(fd.ops.set(x))
+    c = cache_after(fd.fusion.inputs[0])          # inherits the input's allocation order
+    c.split(1, 4)
+    with pytest.raises(ScheduleError, match=r"steps through iS\d+\{i1\}, but the innermost "
+                                            r"allocated dim is iS\d+\{i0\}"):
+        c.parallelize(2, P.Vectorize)
+    c.domain.loop = list(c.logical)
+    c.split(0, 4).reorder({1: 2}).parallelize(1, P.TIDx)
+    c.parallelize(2, P.Vectorize)
+    assert c.loop[2].parallel_type is P.Vectorize
+
+
+def test_vectorize_the_outer_part_of_a_split_refused():
+    _, _, y = _pointwise()
+    y.split(1, 4, inner_split=False)               # [i0, 4, ceilDiv(i1, 4)]: lanes jump
+    y.parallelize(2, P.TIDx)
+    with pytest.raises(ScheduleError, match="does not step through one allocated dim element by "
+                                            "element, but the innermost allocated dim is iS3"):
+        y.parallelize(1, P.Vectorize)
+
+
+def test_vectorize_a_merge_whose_inner_dim_is_innermost():
+    _, _, y = _pointwise([-1, -1, -1])
+    y.merge(1, 2).merge(0, 1).split(0, 4)          # [ceilDiv(i0 * i1 * i2, 4), 4]
+    y.parallelize(1, P.Vectorize)
+    assert y.loop[1].parallel_type is P.Vectorize
+
+
+def test_vectorize_along_a_broadcast_dim_refused():
+    # A per-row statistic [M, 1] whose loop took a row's vector split on its broadcast dim.
+    with FusionDefinition() as fd:
+        x = fd.define_tensor([-1, 1])
+        fd.add_output(fd.ops.set(x))
+    y = fd.fusion.outputs[0]
+    y.split(1, 4)
+    with pytest.raises(ScheduleError, match=r"axis 2 \(bS5\{4\}\) as V: the axis steps through "
+                                            r"bS3\{1\}, but the innermost allocated dim is iS2"):
+        y.parallelize(2, P.Vectorize)
+
+
+def test_vectorize_when_every_dim_is_a_broadcast_refused():
+    with FusionDefinition() as fd:
+        x = fd.define_tensor([1])
+        fd.add_output(fd.ops.set(x))
+    y = fd.fusion.outputs[0]
+    y.split(0, 4)
+    with pytest.raises(ScheduleError, match="every allocated dim is a broadcast"):
+        y.parallelize(1, P.Vectorize)
 
 
 def test_vectorize_reduction_axis_refused():

@@ -137,6 +137,53 @@ def test_loops_norm_pattern_keeps_the_producer_row_resident():
     assert alloc.buffer.size.value == 16 and alloc in k.body[0].body
 
 
+def test_loops_of_three_consumers_of_one_inlined_tensor_merge_into_one():
+    """t = exp(x) inlined into three outputs, each with its own loops: all four run in one loop
+    nest. (The third merge once overwrote the second: t was computed in the loops of two
+    outputs while the other read it outside them.)"""
+    with FusionDefinition() as fd:
+        x = fd.define_tensor([-1, -1])
+        t = fd.ops.exp(x)
+        for k in range(3):
+            fd.add_output(fd.ops.add(t, float(k)))
+    f, mapping = fd.fusion.clone()
+    inline_at(f.outputs[0].definition.inputs[0], 2)
+    k = lower_upto(f)
+    assert skeleton(k.body) == ["for S[i0]", ["for S[i1]", [
+        "alloc local T1[1]", "T1 = exp(T0)", "T2 = add(T1, 0.0)", "T3 = add(T1, 1.0)",
+        "T4 = add(T1, 2.0)"]]]
+    xs = torch.randn(3, 5)
+    outs, _ = interpret(k, clone_bindings(fd, mapping, [xs]), [xs])
+    for j, o in enumerate(outs):
+        torch.testing.assert_close(o, xs.exp() + j)
+
+
+def test_loops_over_a_split_broadcast_run_once():
+    """A [M, 1] tensor split like a row of 8 by 4 has broadcast axes of extent 4 (a split of a
+    broadcast keeps the factor): nothing indexes them, so their loops run once, a buffer over
+    them holds one value and the [M, 1] output is written once per row."""
+    with FusionDefinition() as fd:
+        x = fd.define_tensor([-1, 8])
+        s = fd.ops.sum(x, [1], keepdim=True)
+        fd.add_output(fd.ops.exp(fd.ops.neg(s)))
+    f, mapping = fd.fusion.clone()
+    e = f.outputs[0]
+    n = e.definition.inputs[0]
+    for tv in (n, e):
+        tv.split(1, 4)
+        assert tv.domain.loop[2].is_broadcast and tv.domain.loop[2].extent.value == 4
+    inline_most(fusion=f)
+    inline_at(n, 1)
+    k = lower_upto(f)
+    for tv in (n, e):
+        assert [lp.extent.value for lp in k.ctx.nest(tv)[1:]] == [1, 1]
+    assert _alloc(k, f"T{n.name}").buffer.size.value == 1
+    xs = torch.randn(3, 8)
+    (o,), it = interpret(k, clone_bindings(fd, mapping, [xs]), [xs])
+    torch.testing.assert_close(o, (-xs.sum(1, keepdim=True)).exp())
+    assert sorted(it.writes.values()) == [1, 1, 1]
+
+
 # allocate -----------------------------------------------------------------------------------------
 def _alloc(k, name):
     return next(s for s in K.walk(k.body) if isinstance(s, K.Allocate) and s.buffer.name == name)

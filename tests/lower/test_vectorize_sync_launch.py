@@ -1,4 +1,6 @@
 """Passes vectorize_and_unroll, insert_syncs and launch_config, before and after."""
+import re
+
 import pytest
 import torch
 
@@ -9,8 +11,9 @@ from pyfuser.codegen.device_library import (block_allreduce_x_smem_elems,
                                             block_allreduce_y_smem_elems)
 from pyfuser.ir import ParallelType as PT
 from pyfuser.ir import scalar as S
-from pyfuser.ir.tensor import MemoryType
+from pyfuser.ir.tensor import MemoryType, ScheduleError
 from pyfuser.kir import nodes as K
+from pyfuser.lower import LoweringError
 from pyfuser.schedule import (cache_after, cache_before, inline_at, inline_most, parallelize_like,
                               propagate_transforms, rfactor, set_memory_type)
 
@@ -110,6 +113,46 @@ def test_one_iteration_loops_inside_a_vector_loop_fold_away():
     (o,), it = interpret(k, clone_bindings(fd, mapping, [x]), [x])
     torch.testing.assert_close(o, -x)
     assert len(it.writes) == x.numel() and set(it.writes.values()) == {1}
+
+
+def _vector_loop_off_the_stride_1_dim(kind):
+    """A schedule that slips past parallelize's rule (the Vectorize type set directly on the
+    axis): "size1", y = max(a, b) of a [N] and a [1] input, b's cache vectorized along its
+    broadcast dim; "permute", y = permute(x) of an [A, B] input, x's cache vectorized along A,
+    the output's stride-1 dim but not x's."""
+    with FusionDefinition() as fd:
+        if kind == "size1":
+            a, b = fd.define_tensor([-1]), fd.define_tensor([1])
+            fd.add_output(fd.ops.maximum(a, b))
+        else:
+            fd.add_output(fd.ops.set(fd.ops.permute(fd.define_tensor([-1, -1]), [1, 0])))
+    f, _ = fd.fusion.clone()
+    y = f.outputs[0]
+    caches = [cache_after(x) for x in f.inputs]
+    cache_before(y)
+    if kind == "permute":
+        y.merge(0, 1)
+    y.split(0, 4).split(0, 32).parallelize(0, PT.BIDx).parallelize(1, PT.TIDx)
+    propagate_transforms(y)
+    parallelize_like(y)
+    bad = caches[-1]
+    with pytest.raises(ScheduleError, match="a vector access must be contiguous in memory"):
+        bad.parallelize(-1, PT.Vectorize)
+    bad.axis(-1).parallel_type = PT.Vectorize
+    inline_most(fusion=f)
+    return f, bad.definition.inputs[0]
+
+
+@pytest.mark.parametrize("kind,walks", [("size1", "no single dim"), ("permute", "iS0{i0}")])
+def test_a_vector_access_off_the_stride_1_dim_fails_to_lower(kind, walks):
+    """Instead of all lanes reading the [1] input's one element (out of bounds), or lanes one
+    row apart, lowering refuses the vector access (an internal error: the executor falls back)."""
+    f, x = _vector_loop_off_the_stride_1_dim(kind)
+    inner = "(none: every dim is a broadcast)" if kind == "size1" else "iS1{i1}"
+    with pytest.raises(LoweringError, match=rf"a 4-wide vector access of T{x.name} steps through "
+                                            rf"{re.escape(walks)}, not its stride-1 dim "
+                                            rf"{re.escape(inner)}"):
+        lower_upto(f)
 
 
 def test_unroll_small_constant_serial_loops_only():

@@ -42,13 +42,18 @@ def _run(fd, inputs, path, kind=None):
     return outs
 
 
-def _same(out, want, path="reference"):
+def _same(out, want, path="reference", expanded=None):
     """Shape, dtype, device and values of torch's result. Strides: the reference evaluator
-    returns torch's own result; kernels write outputs dense, as torch.empty allocates them
-    (for an empty output torch's strides are arbitrary: -x * 2 of a [3, 0, 1] has (0, 1, 0))."""
+    returns torch's own result; kernels write outputs dense, as torch.empty allocates them, but
+    with stride 0 along the dims an expanded input broadcasts (`expanded` flags), as
+    torch.expand gives them (for an empty output torch's strides are arbitrary: -x * 2 of a
+    [3, 0, 1] has (0, 1, 0))."""
     assert (out.shape, out.dtype, out.device) == (want.shape, want.dtype, want.device)
-    dense = torch.empty(want.shape).stride()
-    assert out.stride() == (want.stride() if path == "reference" else dense)
+    expanded = list(expanded or [False] * len(want.shape))
+    # Dense over the dims that are not expanded; an expanded dim takes no room (stride 0).
+    dense = list(torch.empty([1 if e else n for n, e in zip(want.shape, expanded)]).stride())
+    dense = [0 if e else st for st, e in zip(dense, expanded)]
+    assert out.stride() == (want.stride() if path == "reference" else tuple(dense))
     torch.testing.assert_close(out, want, equal_nan=True)
 
 
@@ -83,7 +88,7 @@ def test_empty_inputs_of_any_layout_run(layout, path):
         x = fd.define_tensor(dtype=DataType.Float, **define)
         fd.add_output(fd.ops.mul(fd.ops.neg(x), 2.0))
     (out,) = _run(fd, [t], path)
-    _same(out, -t * 2.0, path)
+    _same(out, -t * 2.0, path, define.get("expanded"))
 
 
 @pytest.mark.parametrize("layout", list(EMPTY))

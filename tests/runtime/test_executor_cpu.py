@@ -157,6 +157,36 @@ def test_forced_vector_width_that_does_not_fit_the_inputs_is_refused(monkeypatch
         drive.plan(fd, x, {"heuristic": PointwiseParams(vector=4, vector_inputs=(0, 1))})
 
 
+def test_forced_vectors_along_a_strided_inner_dim_are_refused():
+    """Every 4th column of a [4, 32] tensor: rows of 32 elements (multiples of 4, the old check
+    of the outer strides passed) but its innermost dim has stride 4; 4-wide reads along it would
+    take the wrong elements. The check follows the input's stride-1 dim."""
+    with FusionDefinition() as fd:
+        x = fd.define_tensor([-1, -1], contiguity=[False, False])
+        fd.add_output(fd.ops.exp(x))
+    x = torch.randn(4, 32)[:, ::4]
+    forced = PointwiseParams(vector=4, vector_inputs=(0,))
+    with pytest.raises(ValueError, match=r"input 0 \(T0\) cannot be read with 4-wide vectors "
+                                         r".*: its dim 1, innermost in memory, has stride 4, "
+                                         r"not 1$"):
+        fd.execute([x], options={"enable": ["interpret"], "heuristic": forced})
+
+
+def test_forced_vectors_for_a_size_1_input_read_it_element_wise():
+    """A heuristic that asks for vector loads of a [1] input gets element-wise reads of it (the
+    schedule vectorizes only along a tensor's stride-1 dim): correct, no out-of-bounds read."""
+    with FusionDefinition() as fd:
+        a, b = fd.define_tensor([-1]), fd.define_tensor([1])
+        fd.add_output(fd.ops.minimum(a, b))
+    ins = [torch.randn(256), torch.randn(1)]
+    forced = PointwiseParams(vector=4, vector_inputs=(0, 1))
+    (out,) = fd.execute(ins, options={"enable": ["interpret"], "heuristic": forced})
+    assert fd.last_run.kind == "kernels" and fd.last_run.backend == "interpreter"
+    torch.testing.assert_close(out, torch.minimum(ins[0], ins[1]))
+    (fk,) = fd._executor.kernels()
+    assert fk.kernel.vector_widths == {"T0": 4, "T2": 4}
+
+
 def test_heuristic_failure_falls_back_with_a_warning(monkeypatch):
     """A softmax row too long for registers: the persistent heuristic refuses it at run time;
     the call runs through the reference evaluator with a FallbackWarning, or fails when the

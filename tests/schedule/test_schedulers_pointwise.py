@@ -51,13 +51,13 @@ def test_vector_divides_the_inner_extent(n, vector):
     assert p.vector_inputs == ((0, 1) if vector > 1 else ())
 
 
-def test_mixed_dtypes_vectorize_inputs_that_fit_16_bytes():
+def test_mixed_dtypes_read_each_input_with_its_own_16_byte_width():
     a = torch.empty(64, 1024, dtype=torch.float32)
     b = torch.empty(64, 1024, dtype=torch.bfloat16)
     fd = _from([a, b], lambda fd, x, y: fd.ops.cast(fd.ops.mul(x, y), DataType.BFloat16))
     p = heur(fd, [a, b])
     assert p.vector == 8                       # bf16 output: 8 x 2 bytes
-    assert p.vector_inputs == (1,)             # 8 fp32 would be 32 bytes
+    assert p.vector_inputs == (0, 1)           # the fp32 input: two loads of 4 x 4 bytes
 
 
 @pytest.mark.parametrize("alignment,expect", [(16, (0, 1)), (8, (1,)), (2, (1,))])

@@ -55,36 +55,135 @@ def pow2_divisor(x: int, limit: int) -> int:
     return v
 
 
-def vector_inputs(fusion, info: RuntimeInfo, vector: int) -> tuple:
-    """Fusion inputs that can be read with `vector`-wide accesses along their innermost dim:
-    that dim contiguous (and not a broadcast), the data pointer aligned to the access, and every
-    other stride a multiple of the width."""
-    from ...ir.tensor import TensorView
-    out = []
+# Vector accesses ---------------------------------------------------------------------------------
+# A scheduler splits one loop dim of its reference by a vector width (the *scheduled* width,
+# chosen by its heuristic). Each tensor accessed in that loop then gets its own width, from its
+# own dtype and layout (`access_width`, `input_vector_width`, `vectorize`): at most 16 bytes
+# per access, and only along the tensor's stride-1 dim, with a contiguous run of at least the
+# width. A tensor that cannot take a vector there is accessed element-wise.
+
+def access_width(dtype, width: int) -> int:
+    """Elements per access of a `dtype` tensor in a loop vectorized by `width` (a power of two):
+    at most 16 bytes (8 x bf16, 4 x fp32, 2 x int64)."""
+    return max(1, min(width, 16 // dtype.size))
+
+
+def mapped_dim(tv: TensorView, ref_id, graph) -> int | None:
+    """The logical dim of `tv` that iterates what the reference's ID `ref_id` does (exact
+    graph), or None: tv lacks that dim, or has it as a broadcast (one element for every
+    iteration, such as a [1]-shaped input next to a [256] one)."""
+    for d, i in enumerate(tv.domain.logical):
+        if not i.is_broadcast and not i.is_reduction and graph.mapped(i, ref_id):
+            return d
+    return None
+
+
+def input_vector_width(v: TensorView, facts: InputFacts, dim: int | None, width: int) -> int:
+    """The width input `v` is read with along its logical dim `dim` in a loop vectorized by
+    `width`: access_width(v.dtype, width) when `dim` is the input's stride-1 dim and this call's
+    layout allows it (input_vector_problems); else 1 (read element-wise)."""
+    w = access_width(v.dtype, width)
+    if dim is None or w <= 1 or facts is None:
+        return 1
+    if v.domain.logical[dim] is not v.domain.contiguous_dim:
+        return 1
+    return 1 if input_vector_problems(v, facts, w) else w
+
+
+def input_vector_problems(v: TensorView, facts: InputFacts, width: int) -> list[str]:
+    """Why input `v`, with this call's sizes, strides and pointer alignment, cannot be read with
+    `width`-wide vectors along its stride-1 dim (the innermost of its allocation, the only dim
+    schedules vectorize an input along): that dim must have stride 1 and hold whole vectors
+    (its size a multiple of the width), the pointer must be aligned to one access and every
+    other stride a multiple of the width (each row starts a vector). Empty when it can."""
+    inner = v.domain.contiguous_dim
+    if inner is None:
+        return ["every dim is a broadcast (one element, no run of elements to read)"]
+    d = v.domain.logical.index(inner)
+    sizes, strides = facts.sizes, facts.strides
+    bad = []
+    if strides[d] != 1 and sizes[d] != 1:
+        bad.append(f"its dim {d}, innermost in memory, has stride {strides[d]}, not 1")
+    if sizes[d] % width:
+        bad.append(f"its dim {d}, innermost in memory, has size {sizes[d]}, not a multiple "
+                   f"of {width}")
+    if facts.alignment < width * v.dtype.size:
+        bad.append(f"its data pointer is not {width * v.dtype.size}-byte aligned")
+    if any(st % width for e, (sz, st) in enumerate(zip(sizes, strides)) if e != d and sz != 1):
+        bad.append(f"its strides {tuple(strides)} are not multiples of {width}")
+    return bad
+
+
+def vector_inputs(fusion, info: RuntimeInfo, vector: int, ref_id) -> tuple:
+    """Positions of the fusion inputs that take vector loads in a loop over the reference's
+    logical ID `ref_id` vectorized by `vector`: those read with their full access_width (an
+    input whose layout allows only a narrower one is read element-wise)."""
+    from ...ir.id_graph import IdGraph
     if vector <= 1:
         return ()
+    graph = IdGraph(fusion)
+    out = []
     for k, v in enumerate(fusion.inputs):
         if not (isinstance(v, TensorView) and fusion.uses_of(v)):
             continue
-        f = info.inputs[k]
-        if f is None or not v.domain.logical or v.domain.logical[-1].is_broadcast:
-            continue
-        if vector * v.dtype.size > 16:
-            continue        # wider than one 16-byte access
-        if (f.strides[-1] == 1 and f.alignment >= vector * v.dtype.size
-                and all(s % vector == 0 for d, s in enumerate(f.strides[:-1]) if f.sizes[d] != 1)):
+        w = input_vector_width(v, info.inputs[k], mapped_dim(v, ref_id, graph), vector)
+        if w > 1 and w == access_width(v.dtype, vector):
             out.append(k)
     return tuple(out)
 
 
-def vector_width(fusion, inner_extent: int) -> int:
-    """Elements per 16-byte access along the innermost dim: limited by the widest input read
-    along it (inputs whose innermost dim is a broadcast are not read with vectors) and by what
-    divides the innermost extent."""
-    from ...ir.tensor import TensorView
+def vector_width(fusion, inner_extent: int, ref_id) -> int:
+    """The scheduled width of a loop over the reference's logical ID `ref_id` of
+    `inner_extent` elements: 16-byte accesses of the widest input that iterates that dim
+    (inputs without it, such as per-row scalars, are not read with vectors), dividing the
+    extent."""
+    from ...ir.id_graph import IdGraph
+    graph = IdGraph(fusion)
     widest = max([v.dtype.size for v in fusion.inputs if isinstance(v, TensorView)
-                  and v.domain.logical and not v.domain.logical[-1].is_broadcast] + [1])
+                  and mapped_dim(v, ref_id, graph) is not None] + [1])
     return pow2_divisor(inner_extent, max(1, 16 // widest))
+
+
+def vectorize(tv: TensorView, pos: int, width: int | None = None) -> int:
+    """Vectorize loop axis `pos` of `tv` (the scheduled vector split, a constant extent) for the
+    widest access its dtype and layout allow; returns that width (1: accessed element-wise).
+
+    The axis must step through tv's stride-1 dim (TensorDomain.contiguous_dim; an input's
+    cache keeps the input's allocation order), else its lanes are not next to each other in
+    memory and the tensor is accessed element-wise: a per-row statistic [M, 1] whose loop took
+    the row's split on its broadcast dim, or an input read across its layout (a permute).
+    Accesses are at most 16 bytes: when the axis is wider than access_width(tv.dtype), it is
+    split and its inner part vectorized (an fp32 output of a loop vectorized for bf16 inputs:
+    two 4-wide stores per 8 elements). `width` caps the width further."""
+    from ...ir.iter_domain import ParallelType as PT
+    pos = pos + tv.ndim if pos < 0 else pos
+    i = tv.axis(pos)
+    ext = i.const_extent
+    if ext is None or ext <= 1 or i.is_reduction or i.parallel_type != PT.Serial:
+        return 1
+    inner = tv.domain.contiguous_dim
+    if inner is None or tv.domain.dim_stepped_by(i) is not inner:
+        return 1
+    w = access_width(tv.dtype, ext if width is None else min(width, ext))
+    if w <= 1:
+        return 1
+    if w < ext:
+        tv.split(pos, w)
+        pos += 1
+    tv.parallelize(pos, PT.Vectorize)
+    return w
+
+
+def vectorize_along(tv: TensorView, vec_axis, graph, width: int | None = None) -> int:
+    """Vectorize tv's loop axis that maps (in the permissive ID graph `graph`) to `vec_axis`, the
+    reference's vector split of the row (a trailing broadcast dim may follow it), as wide as
+    `vectorize` allows; returns the width (1: left element-wise). A tensor without such an axis
+    is left alone: e.g. a row statistic [M] scheduled like the row has threadIdx.y innermost,
+    and vectorizing that axis would make one thread write the rows that other threads hold."""
+    pos = next((k for k, i in enumerate(tv.domain.loop) if graph.mapped(i, vec_axis)), None)
+    if pos is None or not all(i.is_broadcast for i in tv.domain.loop[pos + 1:]):
+        return 1
+    return vectorize(tv, pos, width)
 
 
 def reduced_and_kept(red, reduced_positions, info: RuntimeInfo) -> tuple[int, int]:

@@ -33,7 +33,8 @@ from .. import (cache_after, cache_before, circular_buffer, inline_at, inline_mo
                 parallelize_like, propagate_transforms, rfactor, set_allocation_domain,
                 set_memory_type)
 from ..tma_rules import MAX_TX_BYTES
-from .base import RuntimeInfo, SchedulerError, reduction_tensors, vector_inputs, vector_width
+from .base import (RuntimeInfo, SchedulerError, reduction_tensors, vector_inputs, vector_width,
+                   vectorize_along)
 from .inner_persistent import _project_to_inputs, persistent_batch
 from .inner_persistent import _tma_rows as tma_rows
 from .reduction import broadcast_back
@@ -249,8 +250,8 @@ def multi_wave_params(fusion, info: RuntimeInfo) -> InnerOuterParams:
     rows, _ = _kinds(fusion)
     root = rows[0].domain.maybe_root
     n = info.extent(root[1].extent)
-    vector = vector_width(fusion, n)
-    vec_inputs = vector_inputs(fusion, info, vector)
+    vector = vector_width(fusion, n, root[1])
+    vec_inputs = vector_inputs(fusion, info, vector, root[1])
     if not vec_inputs:
         vector = 1
     # The register estimate models the rows of x and dy: the [M, N]-shaped inputs.
@@ -499,17 +500,12 @@ def schedule(fusion, p: InnerOuterParams) -> None:
                          parallel_types={PT.GridStride, PT.TIDx, PT.TIDy, PT.BIDy})
     graph = IdGraph(fusion, permissive=True)
     vec_axis = row_rfs[0].domain.loop[4 + off]
-
-    def vectorize(tv):
-        # The axis that maps to the row's vector split (a trailing broadcast dim may follow it).
-        pos = next((k for k, i in enumerate(tv.domain.loop) if graph.mapped(i, vec_axis)), None)
-        if pos is not None and all(i.is_broadcast for i in tv.domain.loop[pos + 1:]):
-            tv.parallelize(pos, PT.Vectorize)
-    for k in p.vector_inputs:
-        vectorize(caches[k])
-    for o in outputs:
-        if o not in phase2 and p.vector > 1:
-            vectorize(o)
+    if p.vector > 1:
+        for k in p.vector_inputs:
+            vectorize_along(caches[k], vec_axis, graph, p.vector)
+        for o in outputs:
+            if o not in phase2:
+                vectorize_along(o, vec_axis, graph, p.vector)
     for slot in staged.values():
         # [i0, N] -> [ceilDiv(i0, G * Y) (serial), G (blockIdx.x), (Y (serial: one thread copies
         # the stage's rows),) N (bulk)]

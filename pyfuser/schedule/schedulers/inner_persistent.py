@@ -27,8 +27,9 @@ from .. import (cache_after, cache_before, circular_buffer, inline_at, inline_mo
 from ..inlining import _upstream
 from ..recompute import recompute_for
 from ..tma_rules import MAX_TX_BYTES, check_bulk_rows, check_row_box
-from .base import (RuntimeInfo, SchedulerError, reduced_and_kept, reduction_tensors,
-                   vector_inputs, vector_width)
+from .base import (RuntimeInfo, SchedulerError, access_width, reduced_and_kept,
+                   reduction_tensors, vector_inputs, vector_width, vectorize,
+                   vectorize_along)
 from .reduction import _layout, _merge_dims, _pow2_floor, broadcast_back
 
 NAME = "inner_persistent"
@@ -133,7 +134,7 @@ def compute_heuristics(fusion, info: RuntimeInfo) -> InnerPersistentParams:
     red = reduction_tensors(fusion)[0]
     _, rpos = _layout(red)
     n, m = reduced_and_kept(red, rpos, info)
-    p = register_params(fusion, info, rpos, n, m, vector_width(fusion, n))
+    p = register_params(fusion, info, rpos, n, m, row_vector_width(fusion, n, rpos))
     if p.cluster > 1:
         widest = max(i.dtype.size for i in fusion.inputs if isinstance(i, TensorView))
         return dataclasses.replace(p, reason=(
@@ -144,12 +145,19 @@ def compute_heuristics(fusion, info: RuntimeInfo) -> InnerPersistentParams:
     return choose_variant(fusion, info, p, n, m, rpos)
 
 
+def row_vector_width(fusion, n: int, rpos) -> int:
+    """The scheduled width of a row of n elements: vectors of the row's innermost reduced dim,
+    16 bytes of the widest input along it."""
+    red = reduction_tensors(fusion)[0]
+    return vector_width(fusion, n, red.domain.maybe_root[rpos[-1]])
+
+
 def register_params(fusion, info: RuntimeInfo, rpos, n: int, m: int,
                     vector: int) -> InnerPersistentParams:
     """The register-row parameters for rows of n elements read with `vector`-wide accesses
     (1 when no input allows them), m rows."""
     red = reduction_tensors(fusion)[0]
-    vec_inputs = vector_inputs(fusion, info, vector)
+    vec_inputs = vector_inputs(fusion, info, vector, red.domain.maybe_root[rpos[-1]])
     if not vec_inputs:
         vector = 1
     widest = max(i.dtype.size for i in fusion.inputs if isinstance(i, TensorView))
@@ -308,7 +316,7 @@ def cp_async_variant(fusion, info: RuntimeInfo, p: InnerPersistentParams, n: int
     widths, problems = {}, []
     for k in rows:
         elem = fusion.inputs[k].dtype.size
-        w = cp_async_elems(info.inputs[k], elem, vector_width(fusion, n))
+        w = cp_async_elems(info.inputs[k], elem, row_vector_width(fusion, n, rpos))
         if w * elem < CP_ASYNC_BYTES[0]:
             problems.append(f"input {k}: rows not contiguous" if w == 0 else
                             f"input {k}: cp.async copies 4, 8 or 16 bytes, and its pointer, "
@@ -335,8 +343,8 @@ def cp_async_variant(fusion, info: RuntimeInfo, p: InnerPersistentParams, n: int
                                    "either, register rows instead: "
                                    + ("; ".join(problems) or "no row input"))
     per_sm, grid = _persistent_grid(info, n, m, p.bdimy, stages * stage_bytes)
-    nbytes = tuple((p.vector if k in p.vector_inputs else 1) * fusion.inputs[k].dtype.size
-                   for k in rows)
+    nbytes = tuple((access_width(fusion.inputs[k].dtype, p.vector) if k in p.vector_inputs
+                    else 1) * fusion.inputs[k].dtype.size for k in rows)
     return dataclasses.replace(
         p, stages=stages, prefetch=stages - 1, grid=grid, cp_async_inputs=rows,
         cp_async_bytes=nbytes, blocks_per_sm=per_sm,
@@ -564,20 +572,23 @@ def schedule(fusion, p: InnerPersistentParams) -> None:
         slot.parallelize(0, PT.GridStride).parallelize(2, PT.Bulk)
         if p.tensor_map:
             slot.parallelize(1, PT.Bulk)
-    for k in p.vector_inputs:
-        caches[k].parallelize(-1, PT.Vectorize)
     if p.vector > 1:
+        # Each tensor takes the width its dtype and layout allow along the row's vector split:
+        # a per-row statistic [M, 1] is written element-wise, an fp32 output of bf16 rows in
+        # two 4-wide stores.
+        vec_graph = IdGraph(fusion, permissive=True)
+        vec_axis = rfs[0].domain.loop[4 + c]
+        for k in p.vector_inputs:
+            vectorize_along(caches[k], vec_axis, vec_graph, p.vector)
         for o in outputs:
-            o.parallelize(-1, PT.Vectorize)
+            vectorize_along(o, vec_axis, vec_graph, p.vector)
     for k, nbytes in zip(p.cp_async_inputs, p.cp_async_bytes):
         # [I/By (grid-stride), By TIDy, P, bdimx TIDx, V]: the split of the input's register
         # cache, so each thread copies exactly the elements it reads back (no block barrier).
-        width = p.vector if k in p.vector_inputs else 1
+        width = vectorize(copied[k], -1, p.vector) if k in p.vector_inputs else 1
         if width * fusion.inputs[k].dtype.size != nbytes:
             raise SchedulerError(f"inner persistent: input {k} copied with cp.async in "
                                  f"{nbytes}-byte copies, but its split reads {width} elements")
-        if width > 1:
-            copied[k].parallelize(-1, PT.Vectorize)
     inline_most([t for t in fusion.tensors() if t not in slots.values()], fusion=fusion)
     kind = (WarpSpecialized(PT.TIDy, p.producer_registers or None, p.compute_registers or None)
             if p.warp_specialized else None)

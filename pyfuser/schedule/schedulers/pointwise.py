@@ -8,16 +8,22 @@ Kernel shape (bf16, 16-byte vectors, 128 threads, unroll 2):
           8 elements: one 16-byte load per input, math in registers, one 16-byte store
 
 Broadcast inputs read through the flat index (e.g. a bias is indexed by flat % N). Inputs whose
-layout differs from the output's are read with their own strides (correct, not coalesced).
+layout differs from the output's are read with their own strides (correct, not coalesced), and
+element-wise: a vector lane steps through the output's stride-1 dim, which is not theirs (an
+NCHW input of an NHWC output). Each tensor's access width comes from its own dtype (base.vectorize).
+Every output must iterate the reference's elements (or broadcast them): one loop nest cannot
+cover outputs of unrelated shapes.
 """
 from __future__ import annotations
 
 import dataclasses
 
+from ...ir.id_graph import IdGraph
 from ...ir.iter_domain import ParallelType as PT
 from ...ir.tensor import TensorView
 from .. import cache_after, cache_before, inline_most, parallelize_like, propagate_transforms
-from .base import RuntimeInfo, SchedulerError, pow2_divisor, reduction_tensors
+from .base import (RuntimeInfo, SchedulerError, mapped_dim, pow2_divisor, reduction_tensors,
+                   vector_inputs, vectorize)
 
 NAME = "pointwise"
 
@@ -47,6 +53,14 @@ def can_schedule(fusion) -> tuple[bool, str]:
             return False, "outputs of different ranks"
     if not ref.domain.logical_no_reductions:
         return False, "0-dim outputs (schedule() needs an axis to split)"
+    apart = _outside_reference(fusion, ref)
+    if apart is not None:
+        k, d = apart
+        j = fusion.outputs.index(ref)
+        return False, (f"output {k} does not iterate the elements of output {j}: its dim {d} is "
+                       f"none of output {j}'s, nor broadcast from one (outputs of unrelated "
+                       "shapes, such as the updates of two parameters of different sizes); one "
+                       "pointwise kernel loops over one output's shape")
     return True, "no reductions: one flat loop over the output"
 
 
@@ -54,12 +68,20 @@ def _reference(fusion) -> TensorView:
     return max(fusion.outputs, key=lambda o: len(o.domain.logical_no_reductions))
 
 
-def _vectorizable_inputs(fusion, info: RuntimeInfo) -> list[tuple[int, TensorView]]:
-    out = []
-    for k, v in enumerate(fusion.inputs):
-        if isinstance(v, TensorView) and fusion.uses_of(v):
-            out.append((k, v))
-    return out
+def _outside_reference(fusion, ref) -> tuple[int, int] | None:
+    """(output position, logical dim) of an output dim that maps to none of the reference's
+    dims, not even as the iteration a broadcast of the reference expands to (the permissive
+    graph): transforms propagate along those maps, so the reference's loop nest would not reach
+    it and that output would be left unscheduled."""
+    graph = IdGraph(fusion, permissive=True)
+    ref_ids = ref.domain.logical_no_reductions
+    for k, o in enumerate(fusion.outputs):
+        if not isinstance(o, TensorView) or o is ref or o.definition is None:
+            continue
+        for d, i in enumerate(o.domain.logical_no_reductions):
+            if not i.is_broadcast and not any(graph.mapped(i, r) for r in ref_ids):
+                return k, d
+    return None
 
 
 def compute_heuristics(fusion, info: RuntimeInfo) -> PointwiseParams:
@@ -70,15 +92,21 @@ def compute_heuristics(fusion, info: RuntimeInfo) -> PointwiseParams:
         numel *= info.extent(i.user_extent if i.is_broadcast else i.extent)
     if numel == 0:
         return PointwiseParams(note="empty output")
-    inner = logical[-1] if logical else None
-    inner_ext = info.extent(inner.extent) if inner is not None and not inner.is_broadcast else 1
-    # The outputs are allocated dense and aligned: the vector width is what their innermost dim
-    # allows; each input then gets vector loads only where its own layout allows that width.
-    max_bytes = max(t.dtype.size for t in fusion.outputs)
+    # The loop is the reference flattened in its memory order: vector lanes step through its
+    # stride-1 dim. The outputs are allocated dense and aligned: the scheduled width is what
+    # that dim's extent and the widest output along it allow; each input then gets vector loads
+    # only where its own layout and dtype allow them (base.vector_inputs).
+    # A broadcast innermost dim keeps vector 1: an [M, 1] reference beside an [M, N] output
+    # that broadcasts it has its loop replayed over N for that output, where lanes along M
+    # would not be lanes of its own.
+    alloc = [i for i in ref.domain.maybe_allocation if not i.is_reduction]
+    inner = alloc[-1] if alloc and not alloc[-1].is_broadcast else None
+    inner_ext = info.extent(inner.extent) if inner is not None else 1
+    graph = IdGraph(fusion)
+    max_bytes = max([t.dtype.size for t in fusion.outputs if isinstance(t, TensorView)
+                     and inner is not None and mapped_dim(t, inner, graph) is not None] + [1])
     vector = pow2_divisor(inner_ext, max(1, 16 // max_bytes))
-    vector_inputs = tuple(k for k, v in _vectorizable_inputs(fusion, info)
-                          if vector > 1 and v.dtype.size * vector <= 16
-                          and _input_vector_limit(v, info.inputs[k], vector) == vector)
+    vec_inputs = vector_inputs(fusion, info, vector, inner) if inner is not None else ()
     # Measured on the H100 (bench/results/2026-11-22-h100-sweeps.md), 256 MB bf16 cases:
     # - no broadcast input (silu_mul): one vector per thread in large blocks is best
     #   (512 threads x 1: 3017 GB/s; 128 x 4: 2925);
@@ -93,7 +121,7 @@ def compute_heuristics(fusion, info: RuntimeInfo) -> PointwiseParams:
         threads, unroll = 128, 1
         while threads < 512 and numel >= threads * 2 * vector * sms * 16:
             threads *= 2
-    return PointwiseParams(vector=vector, threads=threads, unroll=unroll, vector_inputs=vector_inputs)
+    return PointwiseParams(vector=vector, threads=threads, unroll=unroll, vector_inputs=vec_inputs)
 
 
 def _has_broadcast_input(fusion, ref) -> bool:
@@ -103,27 +131,6 @@ def _has_broadcast_input(fusion, ref) -> bool:
             if len(v.domain.logical) < n or any(i.is_broadcast for i in v.domain.logical):
                 return True
     return False
-
-
-def _input_vector_limit(v: TensorView, facts, vector: int) -> int:
-    """The widest vector (<= vector) this input can be read with: its innermost logical dim must
-    be contiguous (stride 1), its pointer aligned and its other strides multiples of it."""
-    if facts is None:
-        return vector
-    sizes, strides = facts.sizes, facts.strides
-    logical = v.domain.logical
-    if not logical:
-        return vector
-    last = len(logical) - 1
-    if logical[last].is_broadcast:
-        return 1 if any(not i.is_broadcast for i in logical) else vector
-    if strides[last] != 1 and sizes[last] != 1:
-        return 1
-    limit = pow2_divisor(facts.alignment // v.dtype.size if facts.alignment >= v.dtype.size else 1, vector)
-    for d in range(last):
-        if sizes[d] != 1 and strides[d] != 0:
-            limit = min(limit, pow2_divisor(strides[d], limit))
-    return max(1, limit)
 
 
 def schedule(fusion, params: PointwiseParams) -> None:
@@ -145,7 +152,7 @@ def schedule(fusion, params: PointwiseParams) -> None:
     parallelize_like(ref, parallel_types={PT.BIDx, PT.TIDx, PT.Unroll})
     if params.vector > 1:
         for tv in [caches[k] for k in params.vector_inputs] + outputs:
-            tv.parallelize(-1, PT.Vectorize)
+            vectorize(tv, -1, params.vector)
     inline_most(fusion=fusion)
 
 

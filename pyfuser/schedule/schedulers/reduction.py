@@ -27,7 +27,7 @@ from ...ir.tensor import TensorView
 from .. import (cache_after, cache_before, inline_at, inline_most, parallelize_like,
                 propagate_transforms, rfactor)
 from .base import (RuntimeInfo, SchedulerError, reduced_and_kept, reduction_tensors,
-                   vector_inputs, vector_width)
+                   vector_inputs, vector_width, vectorize)
 
 NAME = "reduction"
 
@@ -115,9 +115,9 @@ def compute_heuristics(fusion, info: RuntimeInfo) -> ReductionParams:
     red = reduction_tensors(fusion)[0]
     inner, rpos = _layout(red)
     red_n, iter_n = reduced_and_kept(red, rpos, info)
-    last = red.domain.maybe_root[-1]
-    vector = vector_width(fusion, 1 if last.is_broadcast else info.extent(last.extent))
-    vec_inputs = vector_inputs(fusion, info, vector)
+    vec_id = vector_dim(red, rpos, inner)
+    vector = vector_width(fusion, info.extent(vec_id.extent), vec_id) if vec_id is not None else 1
+    vec_inputs = vector_inputs(fusion, info, vector, vec_id) if vec_id is not None else ()
     if not vec_inputs:
         vector = 1
     sms = info.device.sm_count
@@ -148,6 +148,16 @@ def compute_heuristics(fusion, info: RuntimeInfo) -> ReductionParams:
     while 2 * tiles * split < 3 * sms and red_n // (bdimy * unroll * split * 2) >= 4:
         split *= 2
     return ReductionParams(False, vector, bdimx, bdimy, unroll, vec_inputs, split)
+
+
+def vector_dim(red: TensorView, rpos, inner: bool):
+    """The root ID of reduction `red` whose split the vector lanes step through: the innermost
+    reduced dim of an inner reduction, the innermost kept one (not a broadcast) of an outer
+    one, since schedule() merges each group and splits the vector off the merge. None when
+    there is no such dim."""
+    root = red.domain.maybe_root
+    pos = [k for k in (rpos if inner else range(len(root))) if (k in rpos) == inner]
+    return next((root[k] for k in reversed(pos) if not root[k].is_broadcast), None)
 
 
 def _pow2_floor(x: int) -> int:
@@ -210,12 +220,12 @@ def schedule(fusion, p: ReductionParams) -> None:
         rf = rfactor(red, [2, 3])
     propagate_transforms(rf)
     parallelize_like(rf, parallel_types={PT.BIDx, PT.BIDy, PT.TIDx, PT.TIDy})
-    for k in p.vector_inputs:
-        if p.vector > 1:
-            caches[k].parallelize(-1, PT.Vectorize)
-    for o in fusion.outputs:
-        if p.vector > 1 and not p.inner:
-            o.parallelize(-1, PT.Vectorize)
+    if p.vector > 1:
+        for k in p.vector_inputs:
+            vectorize(caches[k], -1, p.vector)
+        for o in fusion.outputs:
+            if not p.inner and o.definition is not None:
+                vectorize(o, -1, p.vector)
     inline_most(fusion=fusion)
     # The input caches hold all `unroll` vectors of a serial step: their loads are issued
     # back to back before any of them is used (inlined deeper, each load would wait for the
