@@ -115,15 +115,19 @@ def materialize(spec: dict, device: str = "cpu"):
 
 
 CHECK_SOURCE = '''\
-def check(outputs, refs, tolerances):
-    """Each output against the float64 reference: dtype, shape, NaN/inf positions, then
-    ||out - ref|| / ||ref|| (and the largest element error) against the fuzzer's tolerance."""
-    from pyfuser.ir.dtype import from_torch, to_torch
+def check(fd, outputs, refs, tolerances):
+    """Each output against the float64 reference: dtype, shape, strides (dense in the output's
+    allocation order, stride 0 along expanded dims), NaN/inf positions, then ||out - ref|| /
+    ||ref|| (and the largest element error) against the fuzzer's tolerance."""
+    from pyfuser.runtime.inputs import output_strides
     ok = True
     for k, (o, r, (dtype, tol, elem_tol)) in enumerate(zip(outputs, refs, tolerances)):
+        problems = []
+        want = output_strides(fd.fusion.outputs[k], list(r.shape))
+        if o.shape == r.shape and any(s != w for s, w, n in zip(o.stride(), want, r.shape) if n > 1):
+            problems.append(f"strides {tuple(o.stride())}, expected {tuple(want)}")
         o = o.cpu()
         r = r.cpu()
-        problems = []
         if str(o.dtype).removeprefix("torch.") != dtype:
             problems.append(f"dtype {o.dtype}, expected {dtype}")
         if o.shape != r.shape:
@@ -178,7 +182,7 @@ from pyfuser.runtime.reference import evaluate  # noqa: E402
 refs = evaluate(fd.fusion, inputs, promote_to_double=True,
                 extent_bindings=check_inputs(fd.fusion, inputs))
 {tol_line}if TOLERANCES is not None:
-    raise SystemExit(0 if check(outputs, refs, TOLERANCES) else 1)
+    raise SystemExit(0 if check(fd, outputs, refs, TOLERANCES) else 1)
 '''
     return (head + PRELUDE + f'\nDEVICE = "{device}"\n\n' + case_source(spec) + "\n"
             + CHECK_SOURCE + tail)

@@ -37,7 +37,15 @@ machine's output folder can carry them back:
   traceback tail and its stand-alone repro script (with `--shrink`, the group's first case
   shrunk by fuzz/shrink.py first).
 - repro/<id>.py: each failing case's repro script (`python repro/7_123.py` reruns it and
-  exits 1 while it fails).
+  exits 1 while it fails); --no-repro-files leaves them out.
+
+On the GPU machine (device tool), one call of at most 10 minutes, e.g.:
+
+    PYTHONPATH=$PWD python tests/fuzz/run_fuzz.py --backend gpu --count 1500 --jobs 8 \
+        --sanitize 40 --no-repro-files --out $OUT/fuzz
+
+and --start 1500, 3000, ... in later calls for a --long run (NVRTC compiles each new kernel:
+about 1-2 s of a worker's time per case).
 
 Reading the summary: `right` ran kernels and matched the float64 reference; `wrong`,
 `internal_error`, `illegal_access` and `timeout` are pyfuser bugs; `reference_fallback` is
@@ -368,7 +376,7 @@ def write_reports(args, results, summary: str, sanitizer=None) -> None:
                     "```python", _shrunk_repro(args, small), "```", ""]
         for m in members:
             script = _repro(args, m)
-            if m in failing:
+            if m in failing and args.repro_files:
                 repro_dir.mkdir(exist_ok=True)
                 (repro_dir / f"{m['id'].replace(':', '_')}.py").write_text(script)
             tb = "\n".join(m.get("traceback", "").strip().splitlines()[-12:])
@@ -467,6 +475,9 @@ def main(argv=None) -> int:
                    help="the CI sample's cases (seed, count, max elements of known_failures.py)")
     p.add_argument("--known-failures", default=None, metavar="FILE",
                    help="write the failing cases as a known_failures.py module")
+    p.add_argument("--no-repro-files", dest="repro_files", action="store_false",
+                   help="no repro/ folder (failures.md still holds every script): for a GPU "
+                        "machine whose output folder carries back a few files only")
     p.add_argument("--quiet", action="store_true")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--cases", default="", help=argparse.SUPPRESS)
