@@ -402,7 +402,11 @@ def run_case(spec: dict, backend: str = "interpret") -> CaseResult:
         res.run = repr(run)
         # The reference runs on CPU copies made like the inputs (same values and layouts).
         cpu_inputs = inputs if backend != "gpu" else materialize(spec, "cpu")[1]
-        expect = expectations(fd, cpu_inputs)
+        try:
+            expect = expectations(fd, cpu_inputs)
+        except Exception as e:            # noqa: BLE001 - the oracle itself failed: a pyfuser bug
+            return _done(res, t0, "internal_error", f"reference evaluator: {type(e).__name__}: "
+                         f"{e}", traceback.format_exc())
         try:
             category, details, message = judge(fd, outs, expect)
         except Exception as e:
