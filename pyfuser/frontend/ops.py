@@ -386,6 +386,11 @@ class Ops:
         if not x.dtype.is_floating:
             raise FusionDefinitionError(f"var_mean: operand 0 ({_kind(x)}) must be floating")
         dims = self._dims("var_mean", x, dims)
+        if x.dtype.is_reduced_float:
+            # torch computes a 16-bit var_mean in float and rounds the results once: squares
+            # summed in 16 bits overflow (65536 fp16 squares of N(0, 1) values pass 65504).
+            var, mean = self.var_mean(self.cast(x, DataType.Float), dims, correction, keepdim)
+            return self.cast(var, x.dtype), self.cast(mean, x.dtype)
         mean_keep = self.mean(x, dims, keepdim=True)
         d = self.sub(x, mean_keep)
         sq = self.mul(d, d)

@@ -288,3 +288,22 @@ def test_nested_blocks():
         assert inner._failed and not outer._failed
         outer.add_output(outer.ops.neg(x))
     assert _stack_is_clean() and len(outer.fusion.inputs) == 1
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_var_mean_of_16_bit_rows_computes_in_float(dtype):
+    """torch rounds a 16-bit var_mean once, from float: the sum of 65536 squares of N(0, 1)
+    values (about 65536) passes fp16's largest value (65504), so a definition that summed
+    16-bit squares gave inf."""
+    X = torch.randn(2, 65536, dtype=dtype)
+    with FusionDefinition() as fd:
+        x = fd.define_tensor([-1, -1], dtype=DataType.Half if dtype == torch.float16
+                             else DataType.BFloat16)
+        var, mean = fd.ops.var_mean(x, [1])
+        fd.add_output(var)
+        fd.add_output(mean)
+    got_var, got_mean = fd.execute([X])             # CPU: the reference evaluator, in 16 bits
+    want_var, want_mean = torch.var_mean(X, [1])
+    assert got_var.dtype == got_mean.dtype == dtype
+    torch.testing.assert_close(got_var, want_var)
+    torch.testing.assert_close(got_mean, want_mean)
