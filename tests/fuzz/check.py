@@ -142,6 +142,7 @@ GENERIC_REFUSALS = (
     "needs both row and column reductions of the same rows",
     "no reduction result is broadcast back over the row (a plain reduction)",
     "is broadcast back to the reduced shape (a normalization)",
+    "reductions that are neither row nor column reductions of a 2D domain",
 )
 
 
