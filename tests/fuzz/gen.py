@@ -23,6 +23,11 @@ well-conditioned:
   (inputs, neg/abs/relu/max/min/where of exact values, widening casts, integer arithmetic, ...).
   Comparisons, float-to-int and float-to-bool casts only take exact operands, so that integer
   and bool outputs can be compared exactly (a float rounded differently could flip them).
+- Budget. Shape ops and broadcasts never make a tensor of more than max_elements elements
+  (Builder.compatible, Builder.call check it), so a case's cost stays bounded.
+- Options. random_options() forces kernel variants that heuristics only pick when asked (TMA,
+  cp.async, warp-specialized and tensor-map rows, the norm backward's variants, streaming
+  loads); the spec's "options" go to fd.execute.
 
 generate() is deterministic: random.Random seeded with the string "pyfuser-fuzz:<seed>:<index>"
 (stable across processes and Python versions), torch values seeded from the spec.
@@ -1167,10 +1172,6 @@ def pat_reduction(b: Builder) -> None:
                                 b.pick_float_dtype(allow_f64=False)))
         outs += b.pointwise_dag(epi, r.randint(1, 3))
     b.finish_outputs(outs, 1, 2)
-
-
-def _norm_input(b: Builder, dims, dt) -> Val:
-    return b.tensor(dims, dt)
 
 
 def pat_normalization(b: Builder) -> None:
