@@ -233,13 +233,13 @@ def expectations(fd, inputs) -> list[dict]:
     refs = evaluate(fd.fusion, cpu_inputs, promote_to_double=True, extent_bindings=bindings)
     try:
         natives = evaluate(fd.fusion, cpu_inputs, extent_bindings=bindings)
-    except Exception:
+    except Exception:                     # a torch op without this dtype on the CPU: no term
         natives = [None] * len(refs)
     serials = [None] * len(refs)
     if _has_float_sum(fd.fusion):
         try:
             serials = _SerialSumEvaluator(fd.fusion).run(cpu_inputs, bindings)
-        except Exception:
+        except Exception:                 # as above: the bar keeps its other terms
             pass
     out = []
     for o, r, nat, ser in zip(fd.fusion.outputs, refs, natives, serials):
@@ -331,7 +331,7 @@ def _context_alive() -> bool:
         torch.zeros(1, device="cuda").add_(1)
         torch.cuda.synchronize()
         return True
-    except Exception:
+    except Exception:                     # any failure means the context is gone
         return False
 
 
@@ -370,14 +370,14 @@ def run_case(spec: dict, backend: str = "interpret") -> CaseResult:
             fd, inputs = materialize(spec, device)
         except (FusionDefinitionError, ShapeError) as e:
             return _done(res, t0, "definition_error", f"{type(e).__name__}: {e}")
-        except Exception as e:
+        except Exception as e:            # the frontend crashed instead of refusing: a bug
             return _done(res, t0, "internal_error", f"frontend: {type(e).__name__}: {e}",
                          traceback.format_exc())
         choice = None
         try:
             choice = registry.choose(fd.fusion)
             res.scheduler = choice.scheduler.NAME if choice.scheduler is not None else ""
-        except Exception as e:
+        except Exception as e:            # a scheduler's can_schedule crashed: a bug
             return _done(res, t0, "internal_error", f"registry.choose: {type(e).__name__}: {e}",
                          traceback.format_exc())
         options = execute_options(spec, backend)
@@ -394,7 +394,7 @@ def run_case(spec: dict, backend: str = "interpret") -> CaseResult:
                 return _done(res, t0, "interpreter_limit", f"{e}")
             return _done(res, t0, "illegal_access", f"InterpreterError: {e}",
                          traceback.format_exc())
-        except Exception as e:
+        except Exception as e:            # anything else out of execute is pyfuser's
             if backend == "gpu":
                 return _gpu_error(res, t0, e, "execute: ")
             return _done(res, t0, "internal_error", f"execute: {type(e).__name__}: {e}",
@@ -410,7 +410,7 @@ def run_case(spec: dict, backend: str = "interpret") -> CaseResult:
                          f"{e}", traceback.format_exc())
         try:
             category, details, message = judge(fd, outs, expect)
-        except Exception as e:
+        except Exception as e:            # on the GPU, a late CUDA error surfaces here
             if backend == "gpu":
                 return _gpu_error(res, t0, e, "reading the outputs: ")
             raise
@@ -431,7 +431,7 @@ def run_case(spec: dict, backend: str = "interpret") -> CaseResult:
             return _done(res, t0, "right", "")
         res.signature = f"{res.scheduler}: " + _wrong_signature(details)
         return _done(res, t0, category, message, keep_signature=True)
-    except Exception as e:
+    except Exception as e:                # a bug of the checker: reported, not raised
         return _done(res, t0, "internal_error", f"fuzz checker: {type(e).__name__}: {e}",
                      traceback.format_exc())
 

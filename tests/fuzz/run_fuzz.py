@@ -123,7 +123,7 @@ def _dead_result(cid: str, args, category: str, message: str) -> dict:
     seed, index = parse_case_id(cid)
     try:
         pattern = gen.generate(seed, index, args.max_elements, args.pattern)["pattern"]
-    except Exception:
+    except Exception:                     # the record of a dead worker must not fail too
         pattern = "?"
     res = CaseResult(cid, pattern, category, signature=normalize(message), message=message,
                      backend=args.backend, seconds=args.timeout if category == "timeout" else 0)
