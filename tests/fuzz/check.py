@@ -1,0 +1,449 @@
+"""Running one case and judging it: run_case(spec, backend) -> CaseResult.
+
+The case runs with `fd.execute(inputs, options={"enable": ["interpret", "poison_outputs"]})` on
+CPU tensors (backend "interpret": the generated kernels on the kernel-IR interpreter) or with
+`poison_outputs` on CUDA tensors (backend "gpu"). Every output is compared with the float64
+reference evaluator (pyfuser.runtime.reference.evaluate(..., promote_to_double=True)).
+
+Categories (CATEGORIES), in the order they are decided:
+
+- definition_error: the frontend refused the fusion (FusionDefinitionError / ShapeError), or
+  check_inputs refused the inputs (InputError). A generator bug, or a frontend limitation:
+  both are reported.
+- illegal_access: the interpreter raised InterpreterError (out-of-bounds or misaligned access,
+  a race, a deadlock, a value from unwritten registers stored); on the GPU, a CUDA error
+  out of the launch (or the process died: the runner records that).
+- interpreter_limit: the interpreter refused to run the kernel (its thread cap): not a verdict.
+- internal_error: any other exception out of fd.execute or out of the frontend (a crash, not
+  a refusal), or RunInfo.internal_error set (building the kernel failed, the executor fell
+  back to the reference evaluator).
+- reference_fallback: RunInfo.kind == "reference" without an internal error (no scheduler
+  took the fusion, or its heuristic refused these inputs); the reason is normalized
+  (normalize()) so that reasons can be counted.
+- wrong: kernels ran but an output has the wrong dtype, shape or strides, NaN/inf in other
+  places than the reference, or numbers off by more than the tolerance.
+- ill_conditioned: wrong, but the fusion's own dtypes already disagree with float64 there (a
+  16-bit overflow the generator should have avoided): a generator bug, not a pyfuser one.
+- right: kernels ran (or nothing needed to run: every output empty) and every output matches.
+- timeout: set by the runner when a case outlives its time limit (a hang).
+
+Tolerances (tolerance()). Integers and bools must match exactly (the generator only makes them
+from values kernels compute bit-for-bit). A floating output must satisfy both
+
+    ||out - ref|| / ||ref|| <= tol   and   max_i |out_i - ref_i| / (|ref_i| + rms(ref)) <= elem_tol
+
+(NaN and inf compared by position first, the norms over finite elements), where
+
+    tol      = max(TOLERANCE[dtype], 4 * max(e_native, e_serial))
+    elem_tol = max(8 * tol, 4 * elem_native)
+
+- TOLERANCE (pyfuser/testing.py) is the project's bar per output dtype: what the final
+  rounding to that dtype plus float32 math costs a well-conditioned fusion.
+- e_native: the error of the reference evaluator run in the fusion's own dtypes (16-bit
+  intermediates rounded, float32 math and float32 accumulation in torch's order) against
+  float64. It measures how the fusion's own roundings are amplified downstream (a bf16 cast
+  before an exp, a cancellation), which no per-dtype constant can know. A kernel rounds at
+  the same places, so its error is of the same order; 4 is the margin for the places it
+  rounds differently (bf16 intermediates kept in float registers, other operation orders).
+- e_serial: the error of the same native evaluation with every floating sum accumulated
+  serially in float32 (numpy's add.accumulate, left to right), the worst order a kernel may
+  use. This is the term that grows with the reduced count n. For recursive summation
+  |s_hat - s| <= gamma_(n-1) * sum|x_i| (Higham, gamma_k = k u / (1 - k u), u = 2^-24 for the
+  float32 accumulators that pyfuser uses for every reduction, 16-bit ones included); a block
+  of p threads, each summing n/p elements serially and then a tree, has the bound with n/p +
+  log2 p in place of n-1, so the serial order bounds every kernel order. Relative to the
+  result the bound is multiplied by the sum's condition number sum|x_i| / |sum x_i|, which
+  depends on the data (about sqrt(n) for zero-mean values, 1 for positive ones): measuring
+  the serial sum on the case's own data gives that product without guessing it. Rounding
+  errors of a sum behave like a random walk, so the serial error is typically u * n / sqrt(2)
+  times the values' scale for zero-mean data (1e-5 relative at n = 65536), small against
+  the bf16/fp16 bars and within the fp32 one, but it is what a bf16 output of a long
+  reduction with cancellation (a mean subtracted, a variance) needs.
+- elem_tol catches a few wrong elements that the norm would average away (one element off by
+  its own size in a 64K tensor moves the norm by ~1/256); rms(ref) in the denominator keeps
+  elements near zero after a cancellation from dominating it.
+"""
+from __future__ import annotations
+
+import dataclasses
+import re
+import time
+import traceback
+import warnings
+
+import numpy as np
+import torch
+
+from pyfuser.frontend import FusionDefinitionError
+from pyfuser.ir.arith import ShapeError
+from pyfuser.ir.dtype import from_torch
+from pyfuser.ir.exprs import ReductionOpType
+from pyfuser.runtime.executor import FallbackWarning
+from pyfuser.runtime.inputs import InputError, check_inputs, output_strides
+from pyfuser.runtime.interpreter import InterpreterError
+from pyfuser.runtime.reference import ReferenceEvaluator, evaluate
+from pyfuser.testing import TOLERANCE
+
+from .build import materialize
+
+CATEGORIES = ("right", "wrong", "internal_error", "illegal_access", "timeout",
+              "reference_fallback", "definition_error", "ill_conditioned", "interpreter_limit")
+# Categories that are pyfuser bugs (the CI sample asserts none of these).
+FAILURES = ("wrong", "internal_error", "illegal_access", "timeout")
+
+NATIVE_MARGIN = 4.0
+ELEMENT_FACTOR = 8.0
+
+
+@dataclasses.dataclass
+class CaseResult:
+    id: str
+    pattern: str
+    category: str
+    scheduler: str = ""        # the scheduler registry.choose picked ("" when none)
+    signature: str = ""        # the normalized one-line reason (groups failures and fallbacks)
+    message: str = ""          # the full reason, error message or comparison details
+    seconds: float = 0.0
+    backend: str = ""
+    outputs: list = dataclasses.field(default_factory=list)   # per output: dtype, tol, error
+    run: str = ""              # repr(fd.last_run)
+    traceback: str = ""
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> CaseResult:
+        return cls(**{f.name: d[f.name] for f in dataclasses.fields(cls) if f.name in d})
+
+    def tolerances(self):
+        """(dtype, tol, elem_tol) per output, as a repro script's TOLERANCES."""
+        return [(o["dtype"], o["tol"], o["elem_tol"]) for o in self.outputs] or None
+
+
+_NORMALIZE = [
+    (re.compile(r" at [A-Za-z_][\w.]*=-?\d.*$"), ""),      # where an interpreter error happened
+    (re.compile(r"\b[a-zA-Z]+\d+(?=\{)"), "ID"),          # iter domain names: iS37{i2}
+    (re.compile(r"\bT\d+"), "T#"),                       # tensor names
+    (re.compile(r"\b[ib]\d+\b"), "i#"),                  # extent symbols
+    (re.compile(r"\bfuzz_\d+_\d+\w*"), "fuzz_#"),        # fusion and kernel names
+    (re.compile(r"0x[0-9a-f]+"), "#"),
+    (re.compile(r"\b\d+(\.\d+)?(e[-+]?\d+)?\b"), "#"),   # numbers
+    (re.compile(r"\(([#, ]+)\)"), "(#)"),                # tuples of numbers
+    (re.compile(r"\[([#, ]+)\]"), "[#]"),
+    (re.compile(r"\s+"), " "),
+]
+
+
+# Scheduler refusals that only say "this fusion is not my kind" (no reductions for a reduction
+# scheduler, ...): left out of a fallback's signature, which keeps the refusals that matter.
+GENERIC_REFUSALS = (
+    "no reductions", "the fusion has reductions",
+    "needs both row and column reductions of the same rows",
+    "no reduction result is broadcast back over the row (a plain reduction)",
+    "is broadcast back to the reduced shape (a normalization)",
+    "reductions that are neither row nor column reductions of a 2D domain",
+)
+
+
+def fallback_signature(choice) -> str:
+    """A short, countable reason for 'no scheduler takes the whole fusion': the refusals of
+    the schedulers whose kind of fusion this is."""
+    kept = [(n, w) for n, w in choice.rejected if not any(g in w for g in GENERIC_REFUSALS)]
+    return "no scheduler: " + "; ".join(f"{n}: {normalize(w)}" for n, w in (kept or choice.rejected))
+
+
+def normalize(message: str, limit: int = 240) -> str:
+    """A message with names and numbers replaced by placeholders, so that messages from the
+    same cause compare equal."""
+    text = message.strip().splitlines()[0] if message.strip() else ""
+    for pattern, repl in _NORMALIZE:
+        text = pattern.sub(repl, text)
+    return text[:limit]
+
+
+# Tolerances --------------------------------------------------------------------------------------
+class _SerialSumEvaluator(ReferenceEvaluator):
+    """The reference evaluator in the fusion's own dtypes, with floating sums accumulated
+    serially left to right in float32 (the worst summation order a kernel may use)."""
+
+    def _reduce(self, e, x, od):
+        if e.op != ReductionOpType.Sum or not od.is_floating_point or od == torch.float64:
+            return super()._reduce(e, x, od)
+        out = e.outputs[0]
+        root = out.domain.maybe_root
+        if out.domain.root is not None and out.domain.logical != out.domain.root:
+            return super()._reduce(e, x, od)
+        dims = [k for k, i in enumerate(root) if i.is_reduction]
+        if not dims:
+            return super()._reduce(e, x, od)
+        kept = [k for k in range(x.dim()) if k not in dims]
+        xp = x.to(torch.float32).permute(kept + dims)
+        lead = xp.shape[:len(kept)]
+        flat = xp.reshape(*lead, -1).numpy()
+        if flat.shape[-1] == 0:
+            acc = np.zeros(flat.shape[:-1], dtype=np.float32)
+        else:
+            acc = np.add.accumulate(flat, axis=-1, dtype=np.float32)[..., -1]
+        return torch.from_numpy(np.ascontiguousarray(acc)).reshape(lead).to(od)
+
+
+def _compare(o: torch.Tensor, r: torch.Tensor) -> dict:
+    """Norm-relative and element errors of `o` against `r` over finite elements, and the
+    count of NaN/inf positions that differ."""
+    od, rd = o.detach().double().cpu(), r.detach().double().cpu()
+    nan = od.isnan() != rd.isnan()
+    inf = (od.isinf() | rd.isinf()) & (od != rd) & ~(od.isnan() | rd.isnan())
+    fin = od.isfinite() & rd.isfinite()
+    d, rf = (od - rd)[fin], rd[fin]
+    rnorm = rf.norm().item() if rf.numel() else 0.0
+    dnorm = d.norm().item() if d.numel() else 0.0
+    err = dnorm / rnorm if rnorm > 0 else dnorm
+    if d.numel():
+        scale = rf.abs() + rf.pow(2).mean().sqrt()
+        elem = (d.abs() / scale.clamp_min(1e-30)).max().item()
+    else:
+        elem = 0.0
+    unwritten = int((od.isnan() & ~rd.isnan()).sum())
+    return {"err": err, "elem": elem, "positions": int(nan.sum() + inf.sum()),
+            "unwritten": unwritten}
+
+
+def tolerance(dtype, native: dict | None, serial: dict | None) -> tuple:
+    """(tol, elem_tol) of a floating output of `dtype` (module docstring: how and why); None,
+    None for integers and bools (exact)."""
+    if not dtype.is_floating:
+        return None, None
+    measured = max([m["err"] for m in (native, serial) if m] + [0.0])
+    tol = max(TOLERANCE[dtype], NATIVE_MARGIN * measured)
+    elem_native = max([m["elem"] for m in (native, serial) if m] + [0.0])
+    return tol, max(ELEMENT_FACTOR * tol, NATIVE_MARGIN * elem_native)
+
+
+def _has_float_sum(fusion) -> bool:
+    from pyfuser.ir.exprs import ReductionOp
+    return any(isinstance(e, ReductionOp) and e.op == ReductionOpType.Sum
+               and e.outputs[0].dtype.is_floating for e in fusion.exprs())
+
+
+def expectations(fd, inputs) -> list[dict]:
+    """Per output: the float64 reference and its tolerances (with what they were made of)."""
+    cpu_inputs = [x.cpu() if isinstance(x, torch.Tensor) else x for x in inputs]
+    bindings = check_inputs(fd.fusion, cpu_inputs)
+    refs = evaluate(fd.fusion, cpu_inputs, promote_to_double=True, extent_bindings=bindings)
+    try:
+        natives = evaluate(fd.fusion, cpu_inputs, extent_bindings=bindings)
+    except Exception:                     # a torch op without this dtype on the CPU: no term
+        natives = [None] * len(refs)
+    serials = [None] * len(refs)
+    if _has_float_sum(fd.fusion):
+        try:
+            serials = _SerialSumEvaluator(fd.fusion).run(cpu_inputs, bindings)
+        except Exception:                 # as above: the bar keeps its other terms
+            pass
+    out = []
+    for o, r, nat, ser in zip(fd.fusion.outputs, refs, natives, serials):
+        n = _compare(nat, r) if nat is not None and o.dtype.is_floating else None
+        s = _compare(ser, r) if ser is not None and o.dtype.is_floating else None
+        tol, elem_tol = tolerance(o.dtype, n, s)
+        out.append({"ref": r, "dtype": str(o.dtype), "tol": tol, "elem_tol": elem_tol,
+                    "native_err": n and n["err"], "serial_err": s and s["err"],
+                    "native_positions": n["positions"] if n else 0})
+    return out
+
+
+def judge(fd, outs, expect) -> tuple[str, list, str]:
+    """(category among right / wrong / ill_conditioned, per-output details, message)."""
+    details, problems, ill = [], [], False
+    for k, (o, e) in enumerate(zip(outs, expect)):
+        v = fd.fusion.outputs[k]
+        r = e["ref"]
+        info = {key: e[key] for key in ("dtype", "tol", "elem_tol", "native_err", "serial_err")}
+        bad = []
+        if from_torch(o.dtype) != v.dtype:
+            bad.append(f"dtype {str(o.dtype).removeprefix('torch.')}, expected {e['dtype']}")
+        if tuple(o.shape) != tuple(r.shape):
+            bad.append(f"shape {tuple(o.shape)}, expected {tuple(r.shape)}")
+        else:
+            want = output_strides(v, list(r.shape))
+            if any(s != w for s, w, n in zip(o.stride(), want, r.shape) if n > 1):
+                bad.append(f"strides {tuple(o.stride())}, expected {tuple(want)}")
+            if e["tol"] is None:
+                diff = int((o.detach().cpu().double() != r.double()).sum()) if r.numel() else 0
+                info["mismatches"] = diff
+                if diff:
+                    bad.append(f"{diff} of {r.numel()} elements differ (exact dtype)")
+            else:
+                c = _compare(o, r)
+                info.update(err=c["err"], elem=c["elem"], positions=c["positions"])
+                if c["unwritten"]:
+                    bad.append(f"{c['unwritten']} of {r.numel()} elements unwritten (NaN where "
+                               "the reference is finite)")
+                if c["positions"] > c["unwritten"]:
+                    bad.append(f"NaN/inf positions differ at {c['positions'] - c['unwritten']} "
+                               f"of {r.numel()} elements")
+                if c["err"] > e["tol"] or c["elem"] > e["elem_tol"]:
+                    bad.append(f"relative error {c['err']:.3e} (tolerance {e['tol']:.1e}), "
+                               f"largest element error {c['elem']:.3e} (tolerance "
+                               f"{e['elem_tol']:.1e})")
+                if bad and e["native_positions"]:
+                    ill = True
+        info["problems"] = bad
+        info["expanded"] = any(i.is_broadcast and i.expanded_extent is not None
+                               for i in v.domain.logical_no_reductions)
+        details.append(info)
+        if bad:
+            problems.append(f"output {k} ({e['dtype']}, shape {tuple(r.shape)}): " + "; ".join(bad))
+    if not problems:
+        return "right", details, ""
+    return ("ill_conditioned" if ill else "wrong"), details, " | ".join(problems)
+
+
+def _wrong_signature(details) -> str:
+    """What went wrong, without the numbers: which kinds of problems, on which dtypes (and
+    whether the output has expanded broadcast dims, a common factor)."""
+    kinds = []
+    for d in details:
+        for p in d["problems"]:
+            kind = p.split(" ")[0]
+            if p.startswith("NaN"):
+                kind = "nan/inf positions"
+            elif "unwritten" in p:
+                kind = "unwritten elements"
+            elif p.startswith("relative error") or "elements differ" in p:
+                kind = "values"
+            kinds.append(f"{kind} ({d['dtype']}{', expanded dims' if d.get('expanded') else ''})")
+    return "wrong " + ", ".join(sorted(set(kinds)))
+
+
+# Running -----------------------------------------------------------------------------------------
+# What a kernel's bad access looks like once the driver reports it (torch's RuntimeError or
+# cuda-bindings' error names); such an error also leaves the process's CUDA context unusable.
+_ILLEGAL = re.compile(r"illegal (memory )?access|illegal address|misaligned address|unspecified "
+                      r"launch failure|ILLEGAL_ADDRESS|MISALIGNED_ADDRESS|LAUNCH_FAILED|"
+                      r"ILLEGAL_INSTRUCTION|hardware stack error|HARDWARE_STACK_ERROR", re.IGNORECASE)
+_CUDA = re.compile(r"CUDA|cuda", re.IGNORECASE)
+
+
+def _context_alive() -> bool:
+    """Whether CUDA still works in this process after an error."""
+    try:
+        torch.zeros(1, device="cuda").add_(1)
+        torch.cuda.synchronize()
+        return True
+    except Exception:                     # any failure means the context is gone
+        return False
+
+
+def _gpu_error(res, t0, e, where: str):
+    """The result for an exception on the GPU backend: an illegal access when the driver says
+    so, else an internal error; `run` says "context lost" when CUDA no longer works here."""
+    text = f"{type(e).__name__}: {e}"
+    lost = not _context_alive()
+    if lost:
+        res.run = "context lost"
+    category = "illegal_access" if (_ILLEGAL.search(text) or (lost and _CUDA.search(text))) \
+        else "internal_error"
+    return _done(res, t0, category, f"{where}{text}", traceback.format_exc())
+
+
+def execute_options(spec: dict, backend: str) -> dict:
+    """fd.execute's options for a case: the backend's, plus the features the spec forces."""
+    forced = spec.get("options", {})
+    enable = (["poison_outputs"] if backend == "gpu" else ["interpret", "poison_outputs"])
+    out = {"enable": enable + list(forced.get("enable", []))}
+    if forced.get("disable"):
+        out["disable"] = list(forced["disable"])
+    return out
+
+
+def run_case(spec: dict, backend: str = "interpret") -> CaseResult:
+    """Run and judge one case (module docstring). On the GPU, a CUDA error is returned as an
+    illegal_access result whose `run` field says "context lost"."""
+    from pyfuser.schedule.schedulers import registry
+
+    device = "cuda" if backend == "gpu" else "cpu"
+    res = CaseResult(spec["id"], spec["pattern"], "right", backend=backend)
+    t0 = time.perf_counter()
+    try:
+        try:
+            fd, inputs = materialize(spec, device)
+        except (FusionDefinitionError, ShapeError) as e:
+            return _done(res, t0, "definition_error", f"{type(e).__name__}: {e}")
+        except Exception as e:            # the frontend crashed instead of refusing: a bug
+            return _done(res, t0, "internal_error", f"frontend: {type(e).__name__}: {e}",
+                         traceback.format_exc())
+        choice = None
+        try:
+            choice = registry.choose(fd.fusion)
+            res.scheduler = choice.scheduler.NAME if choice.scheduler is not None else ""
+        except Exception as e:            # a scheduler's can_schedule crashed: a bug
+            return _done(res, t0, "internal_error", f"registry.choose: {type(e).__name__}: {e}",
+                         traceback.format_exc())
+        options = execute_options(spec, backend)
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", FallbackWarning)
+                outs = fd.execute(inputs, options=options)
+                if backend == "gpu":
+                    torch.cuda.synchronize()
+        except InputError as e:
+            return _done(res, t0, "definition_error", f"InputError: {e}")
+        except InterpreterError as e:
+            if "too many to interpret" in str(e):
+                return _done(res, t0, "interpreter_limit", f"{e}")
+            return _done(res, t0, "illegal_access", f"InterpreterError: {e}",
+                         traceback.format_exc())
+        except Exception as e:            # anything else out of execute is pyfuser's
+            if backend == "gpu":
+                return _gpu_error(res, t0, e, "execute: ")
+            return _done(res, t0, "internal_error", f"execute: {type(e).__name__}: {e}",
+                         traceback.format_exc())
+        run = fd.last_run
+        res.run = repr(run)
+        # The reference runs on CPU copies made like the inputs (same values and layouts).
+        cpu_inputs = inputs if backend != "gpu" else materialize(spec, "cpu")[1]
+        try:
+            expect = expectations(fd, cpu_inputs)
+        except Exception as e:            # noqa: BLE001 - the oracle itself failed: a pyfuser bug
+            return _done(res, t0, "internal_error", f"reference evaluator: {type(e).__name__}: "
+                         f"{e}", traceback.format_exc())
+        try:
+            category, details, message = judge(fd, outs, expect)
+        except Exception as e:            # on the GPU, a late CUDA error surfaces here
+            if backend == "gpu":
+                return _gpu_error(res, t0, e, "reading the outputs: ")
+            raise
+        res.outputs = details
+        if run.kind == "reference":
+            if run.internal_error:
+                return _done(res, t0, "internal_error", run.reason, run.traceback)
+            # The reference evaluator's own outputs are judged too (a mismatch there is an
+            # evaluator bug): it shows in the message.
+            extra = f" (its outputs: {message})" if category != "right" else ""
+            if choice is not None and choice.scheduler is None:
+                res.signature = fallback_signature(choice)
+                return _done(res, t0, "reference_fallback", run.reason + extra,
+                             keep_signature=True)
+            res.signature = normalize(run.reason)
+            return _done(res, t0, "reference_fallback", run.reason + extra, keep_signature=True)
+        if category == "right":
+            return _done(res, t0, "right", "")
+        res.signature = f"{res.scheduler}: " + _wrong_signature(details)
+        return _done(res, t0, category, message, keep_signature=True)
+    except Exception as e:                # a bug of the checker: reported, not raised
+        return _done(res, t0, "internal_error", f"fuzz checker: {type(e).__name__}: {e}",
+                     traceback.format_exc())
+
+
+def _done(res: CaseResult, t0: float, category: str, message: str, tb: str = "",
+          keep_signature: bool = False) -> CaseResult:
+    res.category = category
+    res.message = message
+    res.traceback = tb
+    if not keep_signature:
+        res.signature = normalize(message)
+    res.seconds = round(time.perf_counter() - t0, 3)
+    return res
+
+
