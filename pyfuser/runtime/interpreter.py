@@ -477,7 +477,7 @@ class _Mem:
     kernel its copy bookkeeping."""
 
     __slots__ = ("buf", "kind", "vals", "written", "counts", "row", "limit", "allocated",
-                 "all_allocated", "owner", "reader", "inflight")
+                 "all_allocated", "owner", "reader", "inflight", "align0")
 
     def __init__(self, buf, kind, vals, written, row, limit):
         self.buf, self.kind, self.vals, self.written = buf, kind, vals, written
@@ -486,6 +486,9 @@ class _Mem:
         self.allocated = None
         self.all_allocated = True
         self.owner = self.reader = self.inflight = None
+        # Elements between index 0 and the 16-byte boundary below it: an input's data pointer
+        # (a sliced view may start anywhere); 0 for buffers the kernel or executor allocates.
+        self.align0 = 0
 
 
 class _Bars:
@@ -643,18 +646,22 @@ class Interpreter:
             parts.append(f"{k}={v}")
         return ", ".join(parts)
 
-    def _locate(self, ctx: _Ctx, ti: K.TensorIndex, what: str, lanes):
+    def _locate(self, ctx: _Ctx, ti: K.TensorIndex, what: str, lanes, align=None):
         """(memory, flat address of element 0 of each thread's access), with the bounds and
         alignment checks of `lanes` elements (an int, or one count per thread)."""
-        m, idx = self._check(ctx, ti, what, lanes)
+        m, idx = self._check(ctx, ti, what, lanes, align)
         addr = ctx.base(m.kind, m.row) + idx
         if type(addr) is not _ND:
             addr = np.full(ctx.n, addr, dtype=np.int64)
         return m, addr
 
-    def _check(self, ctx: _Ctx, ti: K.TensorIndex, what: str, lanes):
+    def _check(self, ctx: _Ctx, ti: K.TensorIndex, what: str, lanes, align=None):
         """(memory, index of element 0 of each thread's access: a number or an array), with the
-        bounds and alignment checks of `lanes` elements (an int, or one count per thread)."""
+        bounds checks of `lanes` elements (an int, or one count per thread) and the alignment
+        check of a vector access: its first element's address (from the data pointer, for
+        inputs) a multiple of `align` elements (default `lanes`; 1: no check, for copies whose
+        callers check their own rule)."""
+        align = lanes if align is None else align
         m = self._mem(ctx, ti.buffer)
         idx = ctx.ev(ti.index)
         if type(idx) is _ND:
@@ -671,15 +678,16 @@ class Interpreter:
             hi = idx + lanes if type(lanes) is not _ND else (idx + lanes).max()
         limit = m.limit
         outside = lo < 0 or hi > limit
-        vector = self.check_alignment and (type(lanes) is _ND or lanes > 1)
+        vector = self.check_alignment and (type(align) is _ND or align > 1)
         if vector:
-            mis = idx % lanes
+            mis = (idx + m.align0) % align
             misaligned = mis.any() if type(mis) is _ND else mis != 0
         if outside or (vector and misaligned):
             # The first thread with a problem, as if the threads ran one after another.
             out = np.broadcast_to((np.asarray(idx) < 0) | (np.asarray(idx + lanes) > limit),
                                   (ctx.n,))
-            bad = out | np.broadcast_to(np.asarray(idx % lanes) != 0, (ctx.n,)) if vector else out
+            bad = (out | np.broadcast_to(np.asarray((idx + m.align0) % align) != 0, (ctx.n,))
+                   if vector else out)
             i = int(np.argmax(bad))
             v = _py(idx[i] if type(idx) is _ND else idx)
             n = _py(lanes[i] if type(lanes) is _ND else lanes)
@@ -687,9 +695,11 @@ class Interpreter:
                 raise InterpreterError(
                     f"{what} {ti!r}: elements [{v}, {v + n}) outside [0, {limit}) of "
                     f"{ti.buffer.name} ({ti.buffer.memory}) at {self._where(ctx, i)}")
+            a = _py(align[i] if type(align) is _ND else align)
+            where = f" (the data pointer is {m.align0} elements past 16 bytes)" if m.align0 else ""
             raise InterpreterError(
-                f"{what} {ti!r}: vector access of {n} at element {v} is not aligned to "
-                f"{n} elements at {self._where(ctx, i)}")
+                f"{what} {ti!r}: vector access of {n} at element {v}{where} is not aligned to "
+                f"{a} elements at {self._where(ctx, i)}")
         return m, idx
 
     # Reads and writes ------------------------------------------------------------------------
@@ -869,6 +879,7 @@ class Interpreter:
                 x = inputs[src[1]]
                 flat = _storage_of(x)
                 m = _Mem(p.buffer, "global", flat, None, len(flat), len(flat))
+                m.align0 = (x.data_ptr() % 16) // max(x.element_size(), 1)
                 self._account(flat.nbytes, f"input {p.buffer.name}")
                 m.counts = np.zeros(len(flat), dtype=np.int32)
                 self.mems[id(p.buffer)] = m
@@ -933,11 +944,11 @@ class Interpreter:
         outs = []
         for j in range(len(fusion.outputs)):
             m, sizes, strides, dt = out_mem[j]
-            if m.vals.size:
-                t = torch.from_numpy(m.vals).as_strided(sizes, strides)
-            else:
-                t = torch.zeros(sizes, dtype=torch.from_numpy(m.vals).dtype)
-            outs.append(t.to(to_torch(dt)))
+            # Converted first, then viewed at the output's strides: an expanded output keeps
+            # its stride-0 dims (a .to() of the strided view would make it dense).
+            flat = torch.from_numpy(m.vals).to(to_torch(dt))
+            outs.append(flat.as_strided(sizes, strides) if m.vals.size
+                        else torch.zeros(sizes, dtype=flat.dtype))
         return outs
 
     def _extent_vars(self) -> dict:
@@ -1517,10 +1528,10 @@ class Interpreter:
             raise InterpreterError(f"bulk copy of {int(nbytes[np.argmax(bad)])} bytes is not a "
                                    "multiple of 16")
         n = nbytes // size
-        src, sa = self._locate(ctx, s.src, "bulk copy source", n)
-        dst, da = self._locate(ctx, s.dst, "bulk copy destination", n)
+        src, sa = self._locate(ctx, s.src, "bulk copy source", n, align=1)
+        dst, da = self._locate(ctx, s.dst, "bulk copy destination", n, align=1)
         i, j = sa - ctx.base(src.kind, src.row), da - ctx.base(dst.kind, dst.row)
-        bad = ((i * size) % 16 != 0) | ((j * size) % 16 != 0)
+        bad = (((i + src.align0) * size) % 16 != 0) | (((j + dst.align0) * size) % 16 != 0)
         if bad.any():
             q = int(np.argmax(bad))
             raise InterpreterError(f"bulk copy {s.src!r} -> {s.dst!r}: element offsets {i[q]}, "
@@ -1565,7 +1576,7 @@ class Interpreter:
             raise InterpreterError(f"tensor-map copy expects {int(nbytes[np.argmax(wrong)])} "
                                    f"bytes for a box of {box * size}")
         c0, c1, c2 = (ctx.arr(ctx.ev(c), np.int64) for c in s.coords)
-        dst, da = self._locate(ctx, s.dst, "tensor-map destination", box)
+        dst, da = self._locate(ctx, s.dst, "tensor-map destination", box, align=1)
         j = da - ctx.base(dst.kind, dst.row)
         if ((j * size) % 128 != 0).any():
             q = int(np.argmax((j * size) % 128 != 0))
@@ -1603,11 +1614,12 @@ class Interpreter:
         if not ctx.n:
             return
         n = s.bytes // size
-        src, sa = self._locate(ctx, s.src, "cp.async source", n)
-        dst, da = self._locate(ctx, s.dst, "cp.async destination", n)
+        src, sa = self._locate(ctx, s.src, "cp.async source", n, align=1)
+        dst, da = self._locate(ctx, s.dst, "cp.async destination", n, align=1)
         i, j = sa - ctx.base(src.kind, src.row), da - ctx.base(dst.kind, dst.row)
         if self.check_alignment:
-            bad = ((i * size) % s.bytes != 0) | ((j * size) % s.bytes != 0)
+            bad = ((((i + src.align0) * size) % s.bytes != 0)
+                   | (((j + dst.align0) * size) % s.bytes != 0))
             if bad.any():
                 q = int(np.argmax(bad))
                 raise InterpreterError(

@@ -331,3 +331,47 @@ def test_too_many_threads_or_too_much_storage_is_refused_clearly():
     with pytest.raises(InterpreterError, match=r"over its limit of .* GiB .*max_bytes"):
         Interpreter(k, st.bindings, max_bytes=64 * 1024).run([x])
     assert Interpreter(k, st.bindings).max_threads >= 1 << 20
+
+
+# Outputs at their strides, copies checked against their own rules, pointers as given -----------
+def test_an_expanded_output_keeps_its_stride_0_dims():
+    """The executor allocates an output along an expanded input's dim with stride 0; the
+    interpreter's outputs must have the same strides (a conversion of the strided view made
+    them dense)."""
+    with FusionDefinition() as fd:
+        x = fd.define_tensor([-1, -1], dtype=DataType.Float, expanded=[False, True])
+        fd.add_output(fd.ops.neg(x))
+    X = torch.randn(5, 1).expand(5, 7)
+    (out,) = _interpreted(fd, [X])
+    assert out.stride() == (1, 0) and out.dtype == torch.float32
+    torch.testing.assert_close(out, -X)
+
+
+def test_bulk_copies_of_rows_padded_past_the_row_length():
+    """Rows of 1024 floats 1032 apart: each row starts 16-byte aligned, which is the bulk
+    copy's rule; the vector rule (a 1024-element access aligned to 1024 elements) is not."""
+    with FusionDefinition() as fd:
+        x = fd.define_tensor([-1, -1], contiguity=[False, True], dtype=DataType.Float)
+        e = fd.ops.exp(fd.ops.sub(x, fd.ops.max(x, [1], keepdim=True)))
+        fd.add_output(fd.ops.div(e, fd.ops.sum(e, [1], keepdim=True)))
+    X = torch.randn(8, 1032)[:, :1024]
+    (out,) = fd.execute([X], options={"enable": ["interpret", "tma_inner_persistent"]})
+    assert fd.last_run.backend == "interpreter" and fd.last_run.heuristics[0].stages >= 2
+    torch.testing.assert_close(out, torch.softmax(X, 1))
+
+
+def test_vector_alignment_is_checked_from_the_data_pointer():
+    """A kernel scheduled for 16-byte aligned inputs, given a view that starts 4 bytes past a
+    16-byte boundary: its 4-wide loads would be misaligned on the GPU, and the interpreter
+    says so (it used to check offsets from the view's first element only)."""
+    with FusionDefinition() as fd:
+        x = fd.define_tensor([-1], dtype=DataType.Float)
+        fd.add_output(fd.ops.mul(x, 2.0))
+    aligned = torch.randn(256)
+    st, _, params, kernel = schedule_and_lower(fd, [aligned], alignment=16)
+    assert params.vector == 4 and params.vector_inputs == (0,)
+    interpret(kernel, st.bindings, [aligned])
+    shifted = torch.randn(257)[1:]
+    assert shifted.data_ptr() % 16 == 4
+    with pytest.raises(InterpreterError, match="data pointer is 1 elements past 16 bytes"):
+        interpret(kernel, st.bindings, [shifted])
