@@ -26,54 +26,19 @@ KNOWN = {
     '20261123:1349': "internal_error: inner_persistent | internal error in the inner_persistent scheduler's kernel (ScheduleError: recompute of T#: T# comes from a ReductionOp, which is not recomputed)",
     '20261123:1402': "internal_error: inner_persistent | internal error in the inner_persistent scheduler's kernel (ScheduleError: recompute of T#: T# comes from a ReductionOp, which is not recomputed)",
     '20261123:1461': "internal_error: inner_persistent | internal error in the inner_persistent scheduler's kernel (ScheduleError: recompute of T#: T# comes from a ReductionOp, which is not recomputed)",
-    # internal_error | pointwise | internal error in the pointwise scheduler's kernel (LoweringError
-    '20261123:265': "internal_error: pointwise | internal error in the pointwise scheduler's kernel (LoweringError: cannot index T#'s axis ID{i#} from its loops)",
-    '20261123:279': "internal_error: pointwise | internal error in the pointwise scheduler's kernel (LoweringError: cannot index T#'s axis ID{i#} from its loops)",
-    '20261123:337': "internal_error: pointwise | internal error in the pointwise scheduler's kernel (LoweringError: cannot index T#'s axis ID{i#} from its loops)",
-    '20261123:483': "internal_error: pointwise | internal error in the pointwise scheduler's kernel (LoweringError: cannot index T#'s axis ID{i#} from its loops)",
-    '20261123:940': "internal_error: pointwise | internal error in the pointwise scheduler's kernel (LoweringError: cannot index T#'s axis ID{i#} from its loops)",
-    '20261123:1356': "internal_error: pointwise | internal error in the pointwise scheduler's kernel (LoweringError: cannot index T#'s axis ID{i#} from its loops)",
-    '20261123:1483': "internal_error: pointwise | internal error in the pointwise scheduler's kernel (LoweringError: cannot index T#'s axis ID{i#} from its loops)",
-    '20261123:1490': "internal_error: pointwise | internal error in the pointwise scheduler's kernel (LoweringError: cannot index T#'s axis ID{i#} from its loops)",
-    # wrong | pointwise | pointwise: wrong strides (float32, expanded dims)
-    '20261123:159': 'wrong: pointwise | pointwise: wrong strides (float32, expanded dims)',
-    '20261123:248': 'wrong: pointwise | pointwise: wrong strides (float32, expanded dims)',
-    '20261123:460': 'wrong: pointwise | pointwise: wrong strides (float32, expanded dims)',
-    '20261123:482': 'wrong: pointwise | pointwise: wrong strides (float32, expanded dims)',
-    '20261123:591': 'wrong: pointwise | pointwise: wrong strides (float32, expanded dims)',
-    '20261123:631': 'wrong: pointwise | pointwise: wrong strides (float32, expanded dims)',
-    '20261123:1029': 'wrong: pointwise | pointwise: wrong strides (float32, expanded dims)',
-    '20261123:1114': 'wrong: pointwise | pointwise: wrong strides (float32, expanded dims)',
     # internal_error | inner_persistent | internal error in the inner_persistent scheduler's kernel 
     '20261123:267': "internal_error: inner_persistent | internal error in the inner_persistent scheduler's kernel (ScheduleError: recompute of T#: T# comes from a FullOp, which is not recomputed)",
     '20261123:562': "internal_error: inner_persistent | internal error in the inner_persistent scheduler's kernel (ScheduleError: recompute of T#: T# comes from a FullOp, which is not recomputed)",
     '20261123:984': "internal_error: inner_persistent | internal error in the inner_persistent scheduler's kernel (ScheduleError: recompute of T#: T# comes from a FullOp, which is not recomputed)",
     '20261123:1202': "internal_error: inner_persistent | internal error in the inner_persistent scheduler's kernel (ScheduleError: recompute of T#: T# comes from a FullOp, which is not recomputed)",
-    # wrong | pointwise | pointwise: wrong strides (bfloat16, expanded dims)
-    '20261123:4': 'wrong: pointwise | pointwise: wrong strides (bfloat16, expanded dims)',
-    '20261123:376': 'wrong: pointwise | pointwise: wrong strides (bfloat16, expanded dims)',
-    '20261123:516': 'wrong: pointwise | pointwise: wrong strides (bfloat16, expanded dims)',
-    '20261123:649': 'wrong: pointwise | pointwise: wrong strides (bfloat16, expanded dims)',
-    # wrong | pointwise | pointwise: wrong strides (float16, expanded dims)
-    '20261123:556': 'wrong: pointwise | pointwise: wrong strides (float16, expanded dims)',
-    '20261123:1135': 'wrong: pointwise | pointwise: wrong strides (float16, expanded dims)',
-    '20261123:1161': 'wrong: pointwise | pointwise: wrong strides (float16, expanded dims)',
-    # illegal_access | inner_outer_persistent | InterpreterError: bulk copy source T#[(blockIdx.x * 
-    '20261123:154': 'illegal_access: inner_outer_persistent | InterpreterError: bulk copy source T#[(blockIdx.x * T#_s0)]: vector access of # at element # is not aligned to # elements',
-    '20261123:829': 'illegal_access: inner_outer_persistent | InterpreterError: bulk copy source T#[(blockIdx.x * T#_s0)]: vector access of # at element # is not aligned to # elements',
     # internal_error | - | execute: RuntimeError: shape '[#]' is invalid for input of size #
     '20261123:890': "internal_error: - | execute: RuntimeError: shape '[#]' is invalid for input of size #",
     '20261123:916': "internal_error: - | execute: RuntimeError: shape '[#]' is invalid for input of size #",
     # internal_error | pointwise | internal error in the pointwise scheduler's kernel (LoweringError
-    '20261123:254': "internal_error: pointwise | internal error in the pointwise scheduler's kernel (LoweringError: cannot index T#'s axis ID{#} from its loops)",
-    '20261123:629': "internal_error: pointwise | internal error in the pointwise scheduler's kernel (LoweringError: cannot index T#'s axis ID{#} from its loops)",
-    # wrong | reduction | reduction: wrong strides (float32, expanded dims)
-    '20261123:540': 'wrong: reduction | reduction: wrong strides (float32, expanded dims)',
-    '20261123:1478': 'wrong: reduction | reduction: wrong strides (float32, expanded dims)',
+    '20261123:279': "internal_error: pointwise | internal error in the pointwise scheduler's kernel (LoweringError: cannot index T#'s axis ID{i#} from its loops)",
+    '20261123:1490': "internal_error: pointwise | internal error in the pointwise scheduler's kernel (LoweringError: cannot index T#'s axis ID{i#} from its loops)",
     # definition_error | pointwise | InputError: sizes do not match at where dim #: i# = # (input # 
     '20261123:962': 'definition_error: pointwise | InputError: sizes do not match at where dim #: i# = # (input # (T#) dim #) but # = #. Operands line up from their last dim, as in torch; a dim broadcasts only where the definition says so: a dim of size # in define_tensor (shape=[..., #]), ',
-    # illegal_access | inner_outer_persistent | InterpreterError: T#[#] accumulates a value computed
-    '20261123:1464': 'illegal_access: inner_outer_persistent | InterpreterError: T#[#] accumulates a value computed from unwritten registers',
     # internal_error | inner_persistent | internal error in the inner_persistent scheduler's kernel 
     '20261123:569': "internal_error: inner_persistent | internal error in the inner_persistent scheduler's kernel (LoweringError: T# reads T#'s registers along ID{#} (TIDx) in none of its TIDx loops: the values are another thread's)",
     # internal_error | inner_persistent | internal error in the inner_persistent scheduler's kernel 
@@ -82,14 +47,8 @@ KNOWN = {
     '20261123:548': "internal_error: pointwise | internal error in the pointwise scheduler's kernel (LoweringError: T# reads T#'s registers along ID{#} (BIDx) in none of its BIDx loops: the values are another thread's)",
     # internal_error | pointwise | internal error in the pointwise scheduler's kernel (LoweringError
     '20261123:1299': "internal_error: pointwise | internal error in the pointwise scheduler's kernel (LoweringError: T# reads T#'s registers along ID{ceilDiv((# * i#), #)} (BIDx) in none of its BIDx loops: the values are another thread's)",
+    # internal_error | pointwise | internal error in the pointwise scheduler's kernel (LoweringError
+    '20261123:629': "internal_error: pointwise | internal error in the pointwise scheduler's kernel (LoweringError: cannot index T#'s axis ID{#} from its loops)",
     # internal_error | reduction | internal error in the reduction scheduler's kernel (LoweringError
     '20261123:1064': "internal_error: reduction | internal error in the reduction scheduler's kernel (LoweringError: T# needs a register buffer of runtime size (ceilDiv(ceilDiv(i#, #), #) * #): split the axes right of its compute-at position (#) by constant factors, or put it in shared mem",
-    # wrong | inner_outer_persistent | inner_outer_persistent: wrong strides (float32, expanded dims
-    '20261123:1050': 'wrong: inner_outer_persistent | inner_outer_persistent: wrong strides (float32, expanded dims)',
-    # wrong | inner_persistent | inner_persistent: wrong strides (bfloat16, expanded dims)
-    '20261123:580': 'wrong: inner_persistent | inner_persistent: wrong strides (bfloat16, expanded dims)',
-    # wrong | inner_persistent | inner_persistent: wrong strides (float16, expanded dims)
-    '20261123:1285': 'wrong: inner_persistent | inner_persistent: wrong strides (float16, expanded dims)',
-    # wrong | pointwise | pointwise: wrong strides (bfloat16, expanded dims), strides (int32, expand
-    '20261123:1089': 'wrong: pointwise | pointwise: wrong strides (bfloat16, expanded dims), strides (int32, expanded dims)',
 }
