@@ -272,7 +272,9 @@ def sanitize(args, results: list[dict]) -> list[dict]:
             with lock:
                 out.append(rec)
                 print(f"[sanitizer] {cid}: {rec['summary'] or 'rc ' + str(rc)}", flush=True)
-    threads = [threading.Thread(target=loop) for _ in range(max(1, min(args.jobs, 4)))]
+    # One case per process (an error is that case's), as many processes at once as workers:
+    # most of a sanitized case's time is the process start under the sanitizer.
+    threads = [threading.Thread(target=loop) for _ in range(max(1, args.jobs))]
     for t in threads:
         t.start()
     for t in threads:
