@@ -114,7 +114,11 @@ def _worker_command(args, cases: list[str], sanitize: bool = False) -> list[str]
     if args.pattern:
         cmd += ["--pattern", args.pattern]
     if sanitize:
-        cmd = [args.sanitizer, "--tool", "memcheck", "--error-exitcode", "99"] + cmd
+        # Host API errors are left out: cuda-bindings probes the driver for entry points it may
+        # not have (cuGetProcAddress_v2 answering "invalid argument", some 34 per process), which
+        # memcheck reports as API errors; the kernels' own accesses are what this run checks.
+        cmd = [args.sanitizer, "--tool", "memcheck", "--report-api-errors", "no",
+               "--error-exitcode", "99"] + cmd
     return cmd
 
 
