@@ -154,7 +154,45 @@ def row_sum_of_a_permuted_view(dt, M, N, device="cpu", seed=0):
     return fd, _randn([(M, N)], dt, device, seed)
 
 
+def row_norm_and_permuted_column_sum(dt, M, N, device="cpu", seed=0):
+    """y = x - max(x, 1) and sum over dim 1 of permute(y) [N, M]: a column sum whose logical
+    dims read like a row sum's, which inner_persistent took for one ("recompute of T#: T#
+    comes from a ReductionOp"). An inner-outer fusion."""
+    with FusionDefinition("row_norm_and_permuted_column_sum") as fd:
+        x = fd.define_tensor([-1, -1], dtype=DT[dt])
+        xf = _f32(fd, x, dt)
+        y = fd.ops.sub(xf, fd.ops.max(xf, [1], keepdim=True))
+        _out(fd, y, dt)
+        fd.add_output(fd.ops.sum(fd.ops.permute(y, [1, 0]), [1]))
+    return fd, _randn([(M, N)], dt, device, seed)
+
+
+def row_norm_and_permuted_row_sum(dt, M, N, device="cpu", seed=0):
+    """y = x - max(x, 1) and sum over dim 0 of permute(x) [N, M]: a row sum whose logical dims
+    read like a column sum's, which inner_outer took for one ("rfactor on T#: axis 0 (...) is
+    not a reduction axis"). An inner persistent fusion."""
+    with FusionDefinition("row_norm_and_permuted_row_sum") as fd:
+        x = fd.define_tensor([-1, -1], dtype=DT[dt])
+        xf = _f32(fd, x, dt)
+        _out(fd, fd.ops.sub(xf, fd.ops.max(xf, [1], keepdim=True)), dt)
+        fd.add_output(fd.ops.sum(fd.ops.permute(xf, [1, 0]), [0]))
+    return fd, _randn([(M, N)], dt, device, seed)
+
+
 # Refused: what schedule() cannot do ------------------------------------------------------------
+def softmax_and_permuted_sum_of_another_dim(dt, A, B, C, device="cpu", seed=0):
+    """softmax over dim 2 of x [A, B, C] and a sum over the last dim of permute(x, [0, 2, 1]),
+    x's dim 1: both read [kept, kept, reduced], but they reduce different dims ("rfactor on
+    T#: axis 2 (...) is not a reduction axis")."""
+    with FusionDefinition("softmax_and_permuted_sum_of_another_dim") as fd:
+        x = fd.define_tensor([-1, -1, -1], dtype=DT[dt])
+        xf = _f32(fd, x, dt)
+        e = fd.ops.exp(fd.ops.sub(xf, fd.ops.max(xf, [2], keepdim=True)))
+        _out(fd, fd.ops.div(e, fd.ops.sum(e, [2], keepdim=True)), dt)
+        fd.add_output(fd.ops.sum(fd.ops.permute(xf, [0, 2, 1]), [2]))
+    return fd, _randn([(A, B, C)], dt, device, seed)
+
+
 def row_and_permuted_row_reduction(dt, M, N, device="cpu", seed=0):
     """Case 8:947: the row sum of an [M(expanded), N] input, broadcast into a permuted view
     [N, M] of another input and reduced over its dim 0, N again: two row reductions (one whose
@@ -228,9 +266,17 @@ RUN = {
                                       [(64, 96), (7, 40)], [(2048, 1024), (1000, 333)]),
     "row_sum_of_a_permuted_view": (row_sum_of_a_permuted_view, "inner_outer_persistent",
                                    [(64, 96), (7, 40)], [(2048, 1024), (1000, 333)]),
+    "row_norm_and_permuted_column_sum": (row_norm_and_permuted_column_sum,
+                                         "inner_outer_persistent",
+                                         [(64, 96), (7, 40)], [(2048, 1024), (1000, 333)]),
+    "row_norm_and_permuted_row_sum": (row_norm_and_permuted_row_sum, "inner_persistent",
+                                      [(64, 96), (7, 40)], [(2048, 1024), (1000, 333)]),
 }
 
 REFUSED = {
+    "softmax_and_permuted_sum_of_another_dim": (
+        softmax_and_permuted_sum_of_another_dim, "inner_persistent",
+        "reductions over different dims", (4, 6, 40)),
     "row_and_permuted_row_reduction": (
         row_and_permuted_row_reduction, "inner_outer_persistent",
         "is neither a row nor a column reduction", (1025, 13)),
