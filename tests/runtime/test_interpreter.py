@@ -2,7 +2,8 @@
 NaN through maximum / minimum and max / min reductions as the generated code computes them,
 exact integer data, the vectorized rounding, the fusions the timings record (tools/
 interpreter_timings.py, bench/results/2026-11-23-interpreter-timings.md) against the float64
-reference, unwritten registers reaching memory (POISON), several threads storing one element,
+reference, unwritten registers reaching memory (POISON), several threads storing one element
+(unchecked: the last wins; checked: an output element written twice or never fails),
 a cp.async copy over one in flight, a warp-specialized producer copying short rows, barriers
 some threads skip, and the size limits. The lowering tests (tests/lower) are its main test
 bed."""
