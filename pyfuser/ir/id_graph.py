@@ -192,3 +192,24 @@ def match_loops(producer: TensorView, consumer: TensorView, count: int,
         out.append(x)
         x += 1
     return out
+
+
+def self_mapping(graph: IdGraph, tensors) -> str | None:
+    """The first tensor two of whose dims (root or logical, not broadcasts) the exact `graph`
+    maps onto each other, as a sentence; None when there is none.
+
+    Such a tensor is one input read in two roles (x[:, None] * x[None, :]: the two output dims
+    both line up with x's dim): every loop, inlining and index decision would take its two dims
+    for one. schedule/roles.py separates the roles before scheduling."""
+    for tv in tensors:
+        for kind, ids in (("root", tv.domain.maybe_root), ("logical", tv.domain.logical)):
+            seen: dict = {}
+            for d, i in enumerate(ids):
+                if i.is_broadcast:
+                    continue
+                g = graph.group(i)
+                if g in seen:
+                    return (f"T{tv.name}'s {kind} dims {seen[g]} and {d} ({i!r}) map to each "
+                            "other: one tensor read in two roles")
+                seen[g] = d
+    return None

@@ -24,7 +24,7 @@ import dataclasses
 
 from ..ir import scalar as S
 from ..ir.dtype import DataType
-from ..ir.id_graph import IdGraph, match_loops
+from ..ir.id_graph import IdGraph, match_loops, self_mapping
 from ..ir.iter_domain import IterDomain, ParallelType
 from ..ir.tensor import TensorView
 from ..kir import nodes as K
@@ -73,6 +73,12 @@ class LoweringContext:
         self.topo_index = {tv: k for k, tv in enumerate(self.tensors)}
         self.exact = IdGraph(fusion, permissive=False, tensors=self.tensors)
         self.permissive = IdGraph(fusion, permissive=True, tensors=self.tensors)
+        # Two dims of one tensor mapped onto each other (one input read in two roles) would get
+        # one loop and one index for both: a wrong kernel, so none.
+        why = self_mapping(self.exact, self.tensors)
+        if why is not None:
+            raise LoweringError(f"{why}; the roles must be separated before scheduling "
+                                "(schedule/roles.py scheduling_clone)")
         self.nests: dict[TensorView, list[Loop]] = {}
         # (tensor, loop position) -> the Loop that position runs in.
         self.loop_of: dict[tuple, Loop] = {}

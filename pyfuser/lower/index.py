@@ -356,7 +356,7 @@ def _broadcast_write_guards(ctx, tv: TensorView, nest, redundant: list) -> list:
     output is written by the first row, and an output expanded from [M, 1] (stride 0 along N)
     once per row. Loops that iterate only such dims (the redundant loops, whose own guards
     take their first thread, block or iteration) count as 0 here."""
-    groups = _broadcast_iterations(ctx, tv)
+    groups = _broadcast_iterations(ctx, tv, nest)
     if not groups:
         return []
     start = start_values(nest)
@@ -371,17 +371,20 @@ def _broadcast_write_guards(ctx, tv: TensorView, nest, redundant: list) -> list:
     return conds
 
 
-def _broadcast_iterations(ctx, tv: TensorView) -> list:
-    """One ID per exact group of the iterations tv's broadcast dims are broadcast to in the
-    fusion (their non-broadcast partners through producer/consumer pairs), leaving out those of
-    dims tv has."""
+def _broadcast_iterations(ctx, tv: TensorView, nest) -> list:
+    """One ID per exact group of the iterations tv's broadcast dims stand for, leaving out those
+    of dims tv has: the iterations they are broadcast to in the fusion (their non-broadcast
+    partners through producer/consumer pairs), and the dims the loops around tv's write
+    iterate (a broadcast dim may line up with none of them: y[:, None] beside
+    x[:, None] * y[None, :], whose y dim is the output's dim 1 while its dim 1 is new, must
+    still be written at row 0 only)."""
     logical = tv.domain.logical_no_reductions
     if not any(i.is_broadcast for i in logical):
         return []
     if ctx.broadcast_partners is None:
         ctx.broadcast_partners = IdGraph(ctx.fusion, permissive=True, tensors=ctx.tensors,
                                          transforms=False)
-    own = {ctx.exact.group(i) for i in logical if not i.is_broadcast}
+    own = {ctx.exact.group(i) for i in tv.domain.logical if not i.is_broadcast}
     out, seen = [], set()
     for b in logical:
         if not b.is_broadcast:
@@ -392,6 +395,25 @@ def _broadcast_iterations(ctx, tv: TensorView) -> list:
                 continue
             seen.add(g)
             out.append(c)
+    for lp in nest:
+        for c in _iterated_roots(lp.promoted):
+            g = ctx.exact.group(c)
+            if c.is_reduction or g in own or g in seen:
+                continue
+            seen.add(g)
+            out.append(c)
+    return out
+
+
+def _iterated_roots(i) -> list:
+    """The IDs without history (not broadcasts) that ID i is split and merged from."""
+    out, todo = [], [i]
+    while todo:
+        x = todo.pop()
+        if x.definition is not None:
+            todo.extend(x.definition.inputs)
+        elif not x.is_broadcast and x not in out:
+            out.append(x)
     return out
 
 

@@ -29,8 +29,9 @@ import warnings
 
 from .. import options as opts
 from ..ir import scalar as S
+from ..schedule.roles import scheduling_clone
 from ..schedule.schedulers import registry
-from ..schedule.schedulers.base import InputFacts, RuntimeInfo, SchedulerError
+from ..schedule.schedulers.base import InputFacts, RuntimeInfo, SchedulerError, facts_per_input
 from .inputs import InputError, check_inputs, empty_reductions, not_a_list, output_strides
 from .reference import evaluate
 
@@ -323,12 +324,12 @@ class FusionExecutorCache:
     def _kernel_plan(self, inputs, bindings, choice, target):
         import torch
 
-        clone, mapping = self.fusion.clone()
+        clone, mapping = scheduling_clone(self.fusion)
         clone_bindings = {mapping[id(k)]: v for k, v in bindings.items() if id(k) in mapping}
         facts = tuple(
             InputFacts(tuple(x.shape), tuple(x.stride()), _alignment(x.data_ptr()))
             if isinstance(x, torch.Tensor) else None for x in inputs)
-        info = RuntimeInfo(clone_bindings, facts, target.props)
+        info = RuntimeInfo(clone_bindings, facts_per_input(clone, facts), target.props)
         sched = choice.scheduler
         forced = opts.current().heuristic
         if forced is not None:
@@ -365,7 +366,7 @@ class FusionExecutorCache:
             # kernel's real occupancy (its registers, and how whole clusters fit the GPCs)
             # allows fewer: reschedule with that many.
             import dataclasses as _dc
-            clone, mapping = self.fusion.clone()
+            clone, mapping = scheduling_clone(self.fusion)
             params = _dc.replace(params, grid=max(1, fit // per_x))
             fk = self._kernel_for(sched, params, index_type, clone, mapping)
         return self._plan_for(fk, inputs, bindings, out_sizes, device, choice)

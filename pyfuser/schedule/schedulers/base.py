@@ -35,6 +35,12 @@ class RuntimeInfo:
         return int(S.evaluate(s, dict(self.bindings)))
 
 
+def facts_per_input(fusion, facts: tuple) -> tuple:
+    """RuntimeInfo.inputs for `fusion` from the facts of the runtime inputs (one per input of
+    the definition): an alias input (schedule/roles.py) has those of the input it aliases."""
+    return tuple(facts[fusion.input_aliases.get(k, k)] for k in range(len(fusion.inputs)))
+
+
 class SchedulerError(ValueError):
     pass
 
