@@ -403,3 +403,18 @@ def test_rows_of_a_view_with_its_size_1_dim_innermost(n):
     st, _, p, k = schedule_and_lower(fd, [x], params=params, scheduler=ip)
     assert k.vector_widths["T0"] == params.vector
     _check_against_reference(fd, [x], k, st, "bf16")
+
+
+def test_rows_read_element_wise_keep_register_rows(monkeypatch):
+    """The copies are the register split's accesses, not what the row's layout would allow: an
+    input no vector loads are given along its rows (here: none, by the vector rule patched)
+    would be copied 2 bytes at a time, under cp.async's 4, so the register rows stay (7:134
+    lowered 1 x 2-byte copies before the rows were read along N)."""
+    monkeypatch.setattr(ip, "vector_inputs", lambda *args: ())
+    with FusionDefinition() as fd:
+        x = fd.define_tensor([-1, -1], dtype=DataType.BFloat16)
+        fd.add_output(fd.ops.sub(x, fd.ops.mean(x, [1], keepdim=True)))
+    p = _forced(fd, [torch.empty(4, 1002, dtype=torch.bfloat16)], alignment=16)
+    assert p.stages == 0 and not p.cp_async_inputs and p.vector == 1
+    assert ("register rows instead: input 0: the row split reads it 2 bytes at a time (no "
+            "vector loads along its rows), and a cp.async copy moves 4, 8 or 16") in p.reason
