@@ -23,6 +23,21 @@ from .iter_domain import IterDomain, Merge, Split, id_exprs_between
 from .tensor import TensorView
 
 
+def forwards_to(b: IterDomain, other: IterDomain) -> bool:
+    """Whether merge(b, other) (either order) iterates exactly what `other` does: b is a
+    broadcast and contributes extent 1 to the merge. With an iteration ID the merge's extent
+    is other's even when b is expanded (an expanded dim is one element in memory, stride 0; its
+    index in the merge is 0). Of two broadcasts, a plain one merged with an expanded one
+    forwards the expanded one (the merge keeps its expanded extent); two plain or two expanded
+    broadcasts forward nothing, or the dims they broadcast to would meet in the permissive
+    graph."""
+    if not b.is_broadcast:
+        return False
+    if not other.is_broadcast:
+        return True
+    return b.expanded_extent is None and other.expanded_extent is not None
+
+
 def producer_consumer_pairs(expr: Expr, producer: TensorView,
                             consumer: TensorView) -> list[tuple[IterDomain, IterDomain]]:
     """(producer logical ID, consumer root ID) pairs of one expression."""
@@ -127,7 +142,7 @@ class IdGraph:
         for e in self.id_exprs:
             if isinstance(e, Merge):
                 for b, other in ((e.outer, e.inner), (e.inner, e.outer)):
-                    if b.is_broadcast and b.expanded_extent is None and not other.is_broadcast:
+                    if forwards_to(b, other):
                         changed |= self.sets.union(e.out, other)
         return changed
 

@@ -118,6 +118,13 @@ def reader_index(ctx, producer: TensorView, nest, consumer: TensorView, known: d
         for lp in nest:
             if ctx.permissive.mapped(i, lp.promoted):
                 return loop_index(lp)
+        if _lp is not None and _lp.promoted is not i:
+            # The writer's loop stands for another ID (a replayed split of the reader's loop:
+            # the int64 cache of a [1, N] row read 2-wide in a loop of 4): the writer put the
+            # element of that ID's index there, so the reader takes the same ID's index.
+            k = ctx.index_graph.index_of(known, _lp.promoted)
+            if k is not None:
+                return k.value
         k = ctx.index_graph.index_of(known, i)
         if k is not None:
             return k.value
@@ -182,7 +189,8 @@ def _index_op(op: K.TensorOp, ctx) -> None:
                 # A buffer allocated over IDs split further than the reader's loops (the cache
                 # of an int64 input read 2-wide in a loop of 4): their indices come forward
                 # through those splits from the reader's loop.
-                targets += [i for i, _, _ in ctx.alloc_ids.get(v, ())]
+                for i, _, lp in ctx.alloc_ids.get(v, ()):
+                    targets += [i] if lp is None else [i, lp.promoted]
     known = ctx.index_graph.traverse(start_values(nest), targets)
     op.known = known
     conds = []

@@ -403,11 +403,12 @@ class FusionExecutorCache:
         return max(1, per_sm) * get_device_properties(device.index or 0).sm_count
 
     def _check_vector_widths(self, fk, inputs) -> None:
-        """Vector reads of an input run along its stride-1 dim (schedulers vectorize nothing
-        else): that dim must have stride 1 and hold whole vectors, the pointer be aligned and
-        the other strides be multiples of the width. Heuristics only choose widths that hold; a
-        reused kernel or a forced heuristic is checked here, before any launch, instead of
-        reading out of bounds or the wrong elements."""
+        """Vector reads of an input run along the dim innermost in the kernel's allocation of
+        it (schedulers vectorize nothing else; a schedule may move dims of size 1 outward,
+        base.orient_vector_inputs): that dim must have stride 1 and hold whole vectors, the
+        pointer be aligned and the other strides be multiples of the width. Heuristics only
+        choose widths that hold; a reused kernel or a forced heuristic is checked here, before
+        any launch, instead of reading out of bounds or the wrong elements."""
         from ..schedule.schedulers.base import InputFacts, input_vector_problems
         for p in fk.kernel.params:
             if p.source[0] != "input":
@@ -418,7 +419,9 @@ class FusionExecutorCache:
             k = p.source[1]
             x, v = inputs[k], self.fusion.inputs[k]
             facts = InputFacts(tuple(x.shape), tuple(x.stride()), _alignment(x.data_ptr()))
-            bad = input_vector_problems(v, facts, width)
+            read = fk.kernel.fusion.inputs[k].domain
+            dim = None if read.contiguous_dim is None else read.logical.index(read.contiguous_dim)
+            bad = input_vector_problems(v, facts, width, dim)
             if bad:
                 raise ValueError(
                     f"{self.name}: input {k} (T{v.name}) cannot be read with {width}-wide vectors "

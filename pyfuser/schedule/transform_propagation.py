@@ -12,6 +12,7 @@ from __future__ import annotations
 import heapq
 import itertools
 
+from ..ir import scalar as S
 from ..ir.id_graph import IdGraph, producer_consumer_pairs
 from ..ir.iter_domain import (Merge, Split, ancestors, id_exprs_between, merge_ids,
                               merged_iter_type, split_id)
@@ -55,13 +56,27 @@ def replay(src: TensorView, dst: TensorView, src_to_dst: dict, src_start: str) -
     start = src.domain.logical if src_start == "logical" else src.domain.maybe_root
     dst_start = dst.domain.logical if src_start == "root" else dst.domain.maybe_root
     m = dict(src_to_dst)
+    if src_start == "logical":
+        # src's loop may derive from a root ID that one of its logical IDs only forwards
+        # (a reshape of [1, N, 1] to [N] merges broadcasts into N, and src was scheduled from
+        # its root): that root ID stands for the logical one here.
+        for lid, rid in forwarded_roots(src).items():
+            if lid in m:
+                m.setdefault(rid, m[lid])
     leaves = list(dst_start)
+    # dst reached on its root side (a reshape output from its input): a transform its own root
+    # -> logical history already makes is taken from there, so that its loop derives from its
+    # logical domain, which its consumers map to (a second merge of the same root IDs would
+    # leave them nothing to replay).
+    own = ({} if src_start == "root" or dst.domain.root is None else
+           {_transform_key(x): x for x in id_exprs_between(dst_start, dst.domain.logical)})
     for e in id_exprs_between(start, src.domain.loop):
         if isinstance(e, Split):
             d_in = m.get(e.in_id)
             if d_in is None or d_in not in leaves:
                 continue
-            o, i = split_id(d_in, e.factor, e.inner_split)
+            same = own.get(("split", d_in, S.scalar_str(e.factor), e.inner_split))
+            o, i = same.outputs if same is not None else split_id(d_in, e.factor, e.inner_split)
             k = leaves.index(d_in)
             leaves[k:k + 1] = [o, i]
             m[e.outer], m[e.inner] = o, i
@@ -70,7 +85,8 @@ def replay(src: TensorView, dst: TensorView, src_to_dst: dict, src_start: str) -
             a = a if a in leaves else None
             b = b if b in leaves else None
             if a is not None and b is not None and merged_iter_type(a, b) is not None:
-                out = merge_ids(a, b)
+                same = own.get(("merge", a, b))
+                out = same.out if same is not None else merge_ids(a, b)
                 k = min(leaves.index(a), leaves.index(b))
                 leaves = [x for x in leaves if x is not a and x is not b]
                 leaves.insert(k, out)
@@ -85,6 +101,30 @@ def replay(src: TensorView, dst: TensorView, src_to_dst: dict, src_start: str) -
             ordered.append(d)
     ordered += [x for x in leaves if x not in ordered]
     dst.domain.loop = ordered
+
+
+def forwarded_roots(tv: TensorView) -> dict:
+    """For the root -> logical history of tv (a reshape), each ID that iterates exactly what
+    one root ID does (merged only with broadcasts: IdGraph's broadcast forwarding) -> that root
+    ID."""
+    from ..ir.id_graph import forwards_to
+    if tv.domain.root is None:
+        return {}
+    alias = {}
+    for e in id_exprs_between(tv.domain.root, tv.domain.logical):
+        if isinstance(e, Merge):
+            for b, other in ((e.outer, e.inner), (e.inner, e.outer)):
+                if forwards_to(b, other):
+                    alias[e.out] = alias.get(other, other)
+                    break
+    roots = set(tv.domain.root)
+    return {i: r for i, r in alias.items() if r in roots}
+
+
+def _transform_key(e) -> tuple:
+    if isinstance(e, Split):
+        return ("split", e.in_id, S.scalar_str(e.factor), e.inner_split)
+    return ("merge", e.outer, e.inner)
 
 
 def _reference_info(tv: TensorView, side_info: dict, side: str) -> dict:

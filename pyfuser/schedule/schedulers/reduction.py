@@ -26,8 +26,8 @@ from ...ir.iter_domain import ParallelType as PT
 from ...ir.tensor import TensorView
 from .. import (cache_after, cache_before, inline_at, inline_most, parallelize_like,
                 propagate_transforms, rfactor)
-from .base import (RuntimeInfo, SchedulerError, reduced_and_kept, reduction_tensors,
-                   vector_inputs, vector_width, vectorize)
+from .base import (RuntimeInfo, SchedulerError, orient_vector_inputs, reduced_and_kept,
+                   reduction_tensors, vector_inputs, vector_width, vectorize)
 
 NAME = "reduction"
 
@@ -206,6 +206,9 @@ def _merge_dims(red: TensorView, rpos: list[int]) -> tuple[int, int]:
 
 
 def schedule(fusion, p: ReductionParams) -> None:
+    red = reduction_tensors(fusion)[0]
+    inner, rpos = _layout(red)
+    orient_vector_inputs(fusion, p.vector_inputs, vector_dim(red, rpos, inner))
     caches = {k: cache_after(v) for k, v in enumerate(fusion.inputs)
               if isinstance(v, TensorView) and fusion.uses_of(v)}
     for o in list(fusion.outputs):
