@@ -233,6 +233,20 @@ def column_sum_and_flattened_input(dt, M, N, device="cpu", seed=0):
     return fd, _randn([(M, N)], dt, device, seed)
 
 
+def softmax_and_flattened_rows(dt, M, N, device="cpu", seed=0):
+    """Cases 5:727, 1:1924: softmax of [M, N] rows beside reshape(x, [-1]) broadcast to
+    [M, M * N] (each output row holds every input row): inner_persistent took it and read
+    registers of other blocks' rows ("reads T#'s registers along ID (BIDx) in none of its
+    BIDx loops")."""
+    with FusionDefinition("softmax_and_flattened_rows") as fd:
+        x = fd.define_tensor([-1, -1], dtype=DT[dt])
+        xf = _f32(fd, x, dt)
+        e = fd.ops.exp(fd.ops.sub(xf, fd.ops.max(xf, [1], keepdim=True)))
+        _out(fd, fd.ops.div(e, fd.ops.sum(e, [1], keepdim=True)), dt)
+        fd.add_output(fd.ops.broadcast_in_dim(fd.ops.reshape(x, [M * N]), [M, M * N], [1]))
+    return fd, _randn([(M, N)], dt, device, seed)
+
+
 def column_sum_and_permuted_other_input(dt, M, N, device="cpu", seed=0):
     """P9, case 8:637: |sum(t0 [M, N], 0, keepdim)| [1, N] and permute(t1 [1, N']) [N', 1], t1
     another input whose N' the fusion never ties to N."""
@@ -289,4 +303,7 @@ REFUSED = {
     "column_sum_and_permuted_other_input": (
         column_sum_and_permuted_other_input, "reduction",
         "an output whose dims are not the reduction's dims", (1, 6437)),
+    "softmax_and_flattened_rows": (
+        softmax_and_flattened_rows, "inner_persistent",
+        "iterates dims other than the rows'", (5, 41)),
 }

@@ -30,7 +30,8 @@ from ..tma_rules import MAX_TX_BYTES, check_bulk_rows, check_row_box
 from .base import (RuntimeInfo, SchedulerError, access_width, orient_vector_inputs,
                    reduced_and_kept, reduction_tensors, vector_inputs, vector_width, vectorize,
                    vectorize_along)
-from .reduction import _layout, _merge_dims, _pow2_floor, broadcast_back
+from .reduction import (_layout, _merge_dims, _pow2_floor, broadcast_back,
+                        is_over_reduced_tensor_dims)
 
 NAME = "inner_persistent"
 
@@ -153,6 +154,12 @@ def can_schedule(fusion) -> tuple[bool, str]:
         if isinstance(v, TensorView) and len(v.domain.logical) not in (rank, rank - sum(pattern)) \
                 and len(v.domain.logical) != sum(pattern):
             return False, f"input T{v.name} has a rank the row schedule does not cover"
+    for k, o in enumerate(fusion.outputs):
+        # A block holds its rows: an output over other dims (a flattening reshape of the
+        # input, [M, N] -> [M * N]) needs elements of other blocks' rows.
+        if not is_over_reduced_tensor_dims(o, ref, graph):
+            return False, (f"output {k} iterates dims other than the rows' (such as a reshape "
+                           "of the input): its elements are not within one row")
     return True, "row reductions broadcast back over the row: keep the row on chip"
 
 
