@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from ..ir import scalar as S
-from ..ir.dtype import DataType, compute_type
+from ..ir.dtype import DataType, compute_type, promote
 from ..ir.exprs import (BinaryOp, BinaryOpType, LoadStoreOp, ReductionOp, UnaryOp, UnaryOpType,
                         WhereOp, BroadcastOp, ExpandOp, SqueezeOp, ReshapeOp, FullOp)
 from ..ir.scalar import ScalarOp
@@ -97,23 +99,22 @@ class CudaPrinter:
             return literal(s.value, want)
         names = self.k.ctx.names
         if s in names:
-            return f"static_cast<{want}>({self.expr(names[s])})"
+            return convert(self.expr(names[s]), want)
         d = s.definition
         if isinstance(d, ScalarOp):
             a = self.scalar(d.inputs[0], "index_t")
             b = self.scalar(d.inputs[1], "index_t")
             text = {"ceilDiv": f"pf::ceil_div({a}, {b})", "max": f"max({a}, {b})",
                     "min": f"min({a}, {b})"}.get(d.op, f"({a} {ScalarOp.SYMBOLS.get(d.op, d.op)} {b})")
-            return f"static_cast<{want}>({text})"
+            return convert(text, want)
         if isinstance(d, UnaryOp):
-            inner_t = _compute_ctype(d.inputs[0].dtype)
-            a = self.scalar(d.inputs[0], inner_t)
-            return f"static_cast<{want}>({UNARY[d.op].format(a=a)})"
+            a = self.scalar(d.inputs[0], unary_ctype(d))
+            return convert(UNARY[d.op].format(a=a), want)
         if isinstance(d, BinaryOp):
-            ct = _compute_ctype(s.dtype)
+            ct = binary_ctype(d)
             a = self.scalar(d.inputs[0], ct)
             b = self.scalar(d.inputs[1], ct)
-            return f"static_cast<{want}>({BINARY[d.op].format(a=a, b=b)})"
+            return convert(BINARY[d.op].format(a=a, b=b), want)
         raise ValueError(f"cannot print scalar {S.scalar_str(s)}")
 
     def value(self, operand, want: str) -> str:
@@ -229,18 +230,10 @@ class CudaPrinter:
                     and src_dt.is_reduced_float and isinstance(s.ins[0], K.TensorIndex)):
                 widen = "pf_opaque_widen"
                 return f"{self.expr(out)} = pf::cast<{oct_}>({widen}({self.expr(s.ins[0])}));"
-            if e.op in (UnaryOpType.Cast, UnaryOpType.Set):
-                src_ct = _compute_ctype(e.inputs[0].dtype)
-                return f"{self.expr(out)} = pf::cast<{oct_}>({self.value(s.ins[0], src_ct)});"
-            ct = _compute_ctype(odt)
+            ct = unary_ctype(e)
             return f"{self.expr(out)} = pf::cast<{oct_}>({UNARY[e.op].format(a=self.value(s.ins[0], ct))});"
         if isinstance(e, BinaryOp):
-            if e.op.is_comparison or e.op.is_logical:
-                from ..ir.dtype import promote
-                ct = "bool" if e.op.is_logical else _compute_ctype(
-                    promote(_dt(e.inputs[0]), _dt(e.inputs[1])))
-            else:
-                ct = _compute_ctype(odt)
+            ct = binary_ctype(e)
             a, b = (self.value(x, ct) for x in s.ins)
             return f"{self.expr(out)} = pf::cast<{oct_}>({BINARY[e.op].format(a=a, b=b)});"
         if isinstance(e, WhereOp):
@@ -444,33 +437,76 @@ class CudaPrinter:
         self.line("}")
 
 
-def _dt(v):
-    return v.dtype
-
-
 def _compute_ctype(dt: DataType) -> str:
     return CTYPE[compute_type(dt)]
+
+
+def unary_ctype(e: UnaryOp) -> str:
+    """The C type a unary op's operand is read in: a cast reads its source's compute type (and
+    pf::cast converts once); other ops compute in their output's (exp of an int64 is float)."""
+    if e.op in (UnaryOpType.Cast, UnaryOpType.Set):
+        return _compute_ctype(e.inputs[0].dtype)
+    return _compute_ctype(e.outputs[0].dtype)
+
+
+def binary_ctype(e: BinaryOp) -> str:
+    """The C type a binary op's operands are read in: comparisons in the promoted type of the
+    pair (their output is bool), logical ops in bool, arithmetic in its output's compute type."""
+    if e.op.is_logical:
+        return "bool"
+    if e.op.is_comparison:
+        return _compute_ctype(promote(e.inputs[0].dtype, e.inputs[1].dtype))
+    return _compute_ctype(e.outputs[0].dtype)
+
+
+# The 16-bit float types: structs without C++ conversions (types.cuh), reached with pf::cast.
+REDUCED_FLOAT_CTYPES = ("pf::half", "pf::bf16")
+
+
+def convert(text: str, want: str) -> str:
+    """The C expression `text` converted to C type `want`: pf::cast into a 16-bit float (it
+    rounds through float to nearest even, as torch converts), static_cast otherwise."""
+    if want in REDUCED_FLOAT_CTYPES:
+        return f"pf::cast<{want}>({text})"
+    return f"static_cast<{want}>({text})"
 
 
 def _is_input(kernel, buf) -> bool:
     return buf.tv is not None and buf.tv in kernel.fusion.inputs
 
 
+_FLOAT_MAX = float(np.finfo(np.float32).max)
+
+
 def literal(v, want: str) -> str:
-    if isinstance(v, bool):
+    """A Python number as a C expression of type `want`."""
+    if want in REDUCED_FLOAT_CTYPES:
+        # Converted as torch converts a Python number to a 16-bit tensor: through float
+        # (c10::Half(float)), so a double is rounded twice, by pf::cast's one rule.
+        if isinstance(v, bool) or isinstance(v, float):
+            return convert(literal(v, "bool" if isinstance(v, bool) else "double"), want)
+        return convert(f"{int(v)}LL", want)
+    if want == "bool":
         return "true" if v else "false"
+    if isinstance(v, bool):
+        # A number, not `true`: pf::pow(float, bool) would match no overload better than another.
+        v = int(v)
     if want in ("float", "double"):
         f = float(v)
+        if want == "float" and math.isfinite(f) and abs(f) > _FLOAT_MAX:
+            # A literal out of float's range is an NVRTC error: rounded here (to the largest
+            # float or to inf, as torch converts a Python number for a float32 op). Others are
+            # printed as they are, and NVRTC rounds them alike.
+            with np.errstate(over="ignore"):
+                f = float(np.float32(f))
         if math.isnan(f):
             return f"pf::quiet_nan<{want}>()"
         if math.isinf(f):
             return f"{'-' if f < 0 else ''}pf::infinity<{want}>()"
         text = repr(f)
         return text + ("f" if want == "float" else "")
-    if want == "bool":
-        return "true" if v else "false"
     if isinstance(v, float):
-        return f"static_cast<{want}>({v!r})"
+        return f"static_cast<{want}>({literal(v, 'double')})"
     return f"static_cast<{want}>({int(v)}LL)"
 
 

@@ -21,10 +21,12 @@ numpy over the thread set:
   step by gridDim.x.
 - Memory: global buffers are flat arrays at the tensors' strides; shared buffers are one row per
   block; register buffers one row per thread. Floating values are held in float64 and rounded
-  to the buffer's dtype on every write (float32, fp16, bf16 round to nearest even); integer
-  buffers hold exact int64 (a float stored to one truncates toward zero, NaN gives 0 and
-  out-of-range values saturate, like cvt.rzi); bool buffers hold bools. Arithmetic is float64,
-  so a value agrees with the GPU's up to its last bits before the rounding at its write.
+  to the buffer's dtype on every write (float32, fp16, bf16 round to nearest even; fp16 and
+  bf16 through float32, as pf::cast converts); integer buffers hold exact int64 (a float
+  stored to one truncates toward zero, NaN gives 0 and out-of-range values saturate, like
+  cvt.rzi); bool buffers hold bools. Arithmetic is float64, so a value agrees with the GPU's
+  up to its last bits before the rounding at its write; integer arithmetic is exact int64
+  (pow too: pf::pow of integers), wrapped to int32 at the write as C wraps.
   maximum / minimum, relu and max / min reductions propagate NaN as the generated code does
   (max.NaN); a reduction's order is the threads' order (sums may differ from the GPU's tree in
   the last bits).
@@ -73,7 +75,6 @@ Limits
 from __future__ import annotations
 
 import math
-import struct
 import threading
 
 import numpy as np
@@ -231,26 +232,16 @@ class _Poison:
 POISON = _Poison()
 
 
-def _round_bf16(x: float) -> float:
-    if math.isnan(x) or math.isinf(x):
-        return x
-    bits = struct.unpack("<I", struct.pack("<f", np.float32(x)))[0]
-    bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
-    return struct.unpack("<f", struct.pack("<I", bits))[0]
-
-
 def round_to(dt: DataType, x):
-    """One value rounded to `dt` (scalar form of the rounding every write does)."""
+    """One value rounded to `dt` (scalar form of the rounding every write does: a Python int
+    converts from int64, a float from float64)."""
     if x is POISON:
         return x
     with np.errstate(all="ignore"):
-        if dt.is_integral:
-            return int(_round_array(dt, np.array([x]))[0])
-        if dt == DataType.BFloat16:
-            return _round_bf16(float(x))
         if dt == DataType.Bool:
             return bool(x)
-        return float(_round_array(dt, np.array([x], dtype=np.float64))[0])
+        r = _round_array(dt, np.array([x]))[0]
+        return int(r) if dt.is_integral else float(r)
 
 
 _INT_RANGE = {DataType.Int32: (-2 ** 31, 2 ** 31 - 1), DataType.Int: (-2 ** 63, 2 ** 63 - 1)}
@@ -278,7 +269,9 @@ def _round_array(dt: DataType, x):
             & np.uint32(0xFFFF0000)
         return np.where(np.isfinite(f), bits.view(np.float32), f).astype(np.float64)
     if dt == DataType.Half:
-        return x.astype(np.float16).astype(np.float64)
+        # Through float32, as pf::cast (and torch's c10::Half(float)) converts: a double is
+        # rounded twice, an int64 first to float32.
+        return x.astype(np.float32).astype(np.float16).astype(np.float64)
     if dt == DataType.Bool:
         return x != 0 if x.dtype != np.bool_ else x
     # Integers: an integer keeps its low bits (C's conversion to a narrower integer: int64 ->
@@ -306,6 +299,36 @@ def _as_number(x):
     if type(x) is _ND and x.dtype == np.bool_:
         return x.astype(np.int64)
     return x
+
+
+def _integer_pow(a, b):
+    """pf::pow of integers (math.cuh), torch's integer pow: exact, by repeated squaring that
+    wraps at 64 bits (an int32 result is wrapped again where it is written, which leaves the
+    same low bits as wrapping at 32); a negative exponent gives 1 for a base of 1, +-1 for -1,
+    else 0."""
+    scalar = type(a) is not _ND and type(b) is not _ND
+    a = np.asarray(_as_number(a), dtype=np.int64)
+    b = np.asarray(_as_number(b), dtype=np.int64)
+    a, b = np.broadcast_arrays(a, b)
+    result = np.ones(a.shape, dtype=np.int64)
+    base = a.copy()
+    e = np.where(b < 0, 0, b)
+    with np.errstate(over="ignore"):
+        while (e != 0).any():
+            result = np.where(e & 1 == 1, result * base, result)
+            base = base * base
+            e = e >> 1
+    negative = np.where(a == 1, 1, np.where(a == -1, np.where(b & 1 == 1, -1, 1), 0))
+    result = np.where(b < 0, negative, result)
+    return int(result) if scalar else result
+
+
+def _binary(e, a, b):
+    """A binary op on operand values, in its output's type: integer pow is exact, not the
+    float64 power the other outputs take."""
+    if e.op == BinaryOpType.Pow and not e.outputs[0].dtype.is_floating:
+        return _integer_pow(a, b)
+    return _BINARY[e.op](a, b)
 
 
 def _erf(x):
@@ -832,7 +855,7 @@ class Interpreter:
             if isinstance(d, UnaryOp):
                 return _py(_UNARY[d.op](self._scalar(d.inputs[0])))
             if isinstance(d, BinaryOp):
-                return _py(_BINARY[d.op](self._scalar(d.inputs[0]), self._scalar(d.inputs[1])))
+                return _py(_binary(d, self._scalar(d.inputs[0]), self._scalar(d.inputs[1])))
         return S.evaluate(s, self.scalar_env)
 
     # Running ---------------------------------------------------------------------------------
@@ -1184,7 +1207,7 @@ class Interpreter:
 
     def _compute(self, e, ins):
         if isinstance(e, BinaryOp):
-            return _BINARY[e.op](ins[0], ins[1])
+            return _binary(e, ins[0], ins[1])
         if isinstance(e, UnaryOp):
             return _UNARY[e.op](ins[0])
         if isinstance(e, WhereOp):
