@@ -10,7 +10,7 @@ import math
 import numpy as np
 
 from ..ir import scalar as S
-from ..ir.dtype import DataType, compute_type, promote
+from ..ir.dtype import DataType, compute_type
 from ..ir.exprs import (BinaryOp, BinaryOpType, LoadStoreOp, ReductionOp, UnaryOp, UnaryOpType,
                         WhereOp, BroadcastOp, ExpandOp, SqueezeOp, ReshapeOp, FullOp)
 from ..ir.scalar import ScalarOp
@@ -107,14 +107,20 @@ class CudaPrinter:
             text = {"ceilDiv": f"pf::ceil_div({a}, {b})", "max": f"max({a}, {b})",
                     "min": f"min({a}, {b})"}.get(d.op, f"({a} {ScalarOp.SYMBOLS.get(d.op, d.op)} {b})")
             return convert(text, want)
+        # An op's value is converted to the scalar's own type first, as a tensor op's value is
+        # stored to its buffer: a cast to int64 truncates, a cast to bf16 rounds, even where the
+        # reader wants a double.
+        own = ctype(s.dtype)
         if isinstance(d, UnaryOp):
             a = self.scalar(d.inputs[0], unary_ctype(d))
-            return convert(UNARY[d.op].format(a=a), want)
+            text = UNARY[d.op].format(a=a)
+            src = unary_ctype(d) if d.op in (UnaryOpType.Cast, UnaryOpType.Set) else None
+            return convert(convert(text, own, src), want, own)
         if isinstance(d, BinaryOp):
             ct = binary_ctype(d)
             a = self.scalar(d.inputs[0], ct)
             b = self.scalar(d.inputs[1], ct)
-            return convert(BINARY[d.op].format(a=a, b=b), want)
+            return convert(convert(BINARY[d.op].format(a=a, b=b), own), want, own)
         raise ValueError(f"cannot print scalar {S.scalar_str(s)}")
 
     def value(self, operand, want: str) -> str:
@@ -450,32 +456,30 @@ def unary_ctype(e: UnaryOp) -> str:
 
 
 def binary_ctype(e: BinaryOp) -> str:
-    """The C type a binary op's operands are read in: comparisons in the promoted type of the
-    pair (their output is bool), logical ops in bool, arithmetic in its output's compute type."""
-    if e.op.is_logical:
-        return "bool"
-    if e.op.is_comparison:
-        return _compute_ctype(promote(e.inputs[0].dtype, e.inputs[1].dtype))
-    return _compute_ctype(e.outputs[0].dtype)
+    """The C type a binary op's operands are read in: the compute type of its operand dtype
+    (BinaryOp.operand_dtype: bool for logical ops, torch's result type for comparisons, the
+    output's dtype for arithmetic)."""
+    return _compute_ctype(e.operand_dtype)
 
 
 # The 16-bit float types: structs without C++ conversions (types.cuh), reached with pf::cast.
 REDUCED_FLOAT_CTYPES = ("pf::half", "pf::bf16")
 
 
-def convert(text: str, want: str) -> str:
-    """The C expression `text` converted to C type `want`: pf::cast into a 16-bit float (it
-    rounds through float to nearest even, as torch converts), static_cast otherwise."""
-    if want in REDUCED_FLOAT_CTYPES:
+def convert(text: str, want: str, src: str | None = None) -> str:
+    """The C expression `text` (of C type `src` where known) converted to C type `want`:
+    pf::cast into or out of a 16-bit float (it rounds through float to nearest even, as torch
+    converts; the structs have no C++ conversions), static_cast otherwise, nothing if `src` is
+    `want`."""
+    if src == want:
+        return text
+    if want in REDUCED_FLOAT_CTYPES or src in REDUCED_FLOAT_CTYPES:
         return f"pf::cast<{want}>({text})"
     return f"static_cast<{want}>({text})"
 
 
 def _is_input(kernel, buf) -> bool:
     return buf.tv is not None and buf.tv in kernel.fusion.inputs
-
-
-_FLOAT_MAX = float(np.finfo(np.float32).max)
 
 
 def literal(v, want: str) -> str:
@@ -493,11 +497,11 @@ def literal(v, want: str) -> str:
         v = int(v)
     if want in ("float", "double"):
         f = float(v)
-        if want == "float" and math.isfinite(f) and abs(f) > _FLOAT_MAX:
-            # A literal out of float's range is an NVRTC error: rounded here (to the largest
-            # float or to inf, as torch converts a Python number for a float32 op). Others are
-            # printed as they are, and NVRTC rounds them alike.
-            with np.errstate(over="ignore"):
+        if want == "float":
+            # Rounded here to float, as torch converts a Python number for a float32 op: NVRTC
+            # would round alike, but a literal it rounds to inf (3e38 < |f|) or to 0 (|f| <
+            # 1e-46) is an error ("floating constant is out of range").
+            with np.errstate(over="ignore", under="ignore"):
                 f = float(np.float32(f))
         if math.isnan(f):
             return f"pf::quiet_nan<{want}>()"
@@ -507,6 +511,9 @@ def literal(v, want: str) -> str:
         return text + ("f" if want == "float" else "")
     if isinstance(v, float):
         return f"static_cast<{want}>({literal(v, 'double')})"
+    if int(v) == -2 ** 63:
+        # 9223372036854775808LL does not fit a long long: its negation would be unsigned.
+        return f"static_cast<{want}>(-9223372036854775807LL - 1)"
     return f"static_cast<{want}>({int(v)}LL)"
 
 

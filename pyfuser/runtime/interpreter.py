@@ -81,7 +81,7 @@ import numpy as np
 import torch
 
 from ..ir import scalar as S
-from ..ir.dtype import DataType, to_torch
+from ..ir.dtype import DataType, compute_type, to_torch
 from ..ir.exprs import (BinaryOp, BinaryOpType, BroadcastOp, ExpandOp, FullOp, LoadStoreOp,
                         ReshapeOp, SqueezeOp, UnaryOp, UnaryOpType, WhereOp)
 from ..ir.tensor import TensorView
@@ -324,11 +324,29 @@ def _integer_pow(a, b):
 
 
 def _binary(e, a, b):
-    """A binary op on operand values, in its output's type: integer pow is exact, not the
-    float64 power the other outputs take."""
+    """A binary op on operand values, converted first to its operand dtype's compute type as
+    the generated code reads them (pf::cast<float> of an int64 rounds it: 16777217 - 16777216.0f
+    is 0 in float32, as in torch); integer pow is exact, not the float64 power the other outputs
+    take."""
+    if not e.op.is_logical:
+        dt = compute_type(e.operand_dtype)
+        a, b = _converted(dt, a), _converted(dt, b)
     if e.op == BinaryOpType.Pow and not e.outputs[0].dtype.is_floating:
         return _integer_pow(a, b)
     return _BINARY[e.op](a, b)
+
+
+def _converted(dt: DataType, x):
+    """An operand value converted to `dt` as pf::cast<dt> reads it (float32: rounded; int32:
+    wrapped or truncated); arrays stay arrays, Python numbers numbers. float64 operands are
+    left as numpy converts them (an int64 to float64 rounds alike), int64 ones too."""
+    if x is POISON or dt in (DataType.Double, DataType.Bool) or (
+            dt == DataType.Int and not isinstance(x, float) and (
+                type(x) is not _ND or x.dtype.kind in "iub")):
+        return x
+    if type(x) is _ND:
+        return _round_array(dt, x)
+    return round_to(dt, x)
 
 
 def _erf(x):
@@ -852,10 +870,13 @@ class Interpreter:
             return self.scalar_env[s]
         d = s.definition
         with np.errstate(all="ignore"):
+            # Rounded to the scalar's dtype, as the generated code converts it (a cast to an
+            # integer truncates, to bf16 rounds) before any reader converts it again.
             if isinstance(d, UnaryOp):
-                return _py(_UNARY[d.op](self._scalar(d.inputs[0])))
+                return round_to(s.dtype, _py(_UNARY[d.op](self._scalar(d.inputs[0]))))
             if isinstance(d, BinaryOp):
-                return _py(_binary(d, self._scalar(d.inputs[0]), self._scalar(d.inputs[1])))
+                return round_to(s.dtype, _py(_binary(d, self._scalar(d.inputs[0]),
+                                                     self._scalar(d.inputs[1]))))
         return S.evaluate(s, self.scalar_env)
 
     # Running ---------------------------------------------------------------------------------
