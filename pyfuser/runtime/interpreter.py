@@ -26,7 +26,10 @@ numpy over the thread set:
   stored to one truncates toward zero, NaN gives 0 and out-of-range values saturate, like
   cvt.rzi); bool buffers hold bools. Arithmetic is float64, so a value agrees with the GPU's
   up to its last bits before the rounding at its write; integer arithmetic is exact int64
-  (pow too: pf::pow of integers), wrapped to int32 at the write as C wraps.
+  (pow too: pf::pow of integers), wrapped to int32 at the write as C wraps. A binary op's
+  operands are first converted to its compute type as the generated code reads them (an
+  int64 added to a float32 is rounded to float32 first), and a scalar op's value to its
+  dtype (a scalar cast to int64 truncates).
   maximum / minimum, relu and max / min reductions propagate NaN as the generated code does
   (max.NaN); a reduction's order is the threads' order (sums may differ from the GPU's tree in
   the last bits).
