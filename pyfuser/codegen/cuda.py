@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from ..ir import scalar as S
 from ..ir.dtype import DataType, compute_type
 from ..ir.exprs import (BinaryOp, BinaryOpType, LoadStoreOp, ReductionOp, UnaryOp, UnaryOpType,
@@ -97,23 +99,28 @@ class CudaPrinter:
             return literal(s.value, want)
         names = self.k.ctx.names
         if s in names:
-            return f"static_cast<{want}>({self.expr(names[s])})"
+            return convert(self.expr(names[s]), want)
         d = s.definition
         if isinstance(d, ScalarOp):
             a = self.scalar(d.inputs[0], "index_t")
             b = self.scalar(d.inputs[1], "index_t")
             text = {"ceilDiv": f"pf::ceil_div({a}, {b})", "max": f"max({a}, {b})",
                     "min": f"min({a}, {b})"}.get(d.op, f"({a} {ScalarOp.SYMBOLS.get(d.op, d.op)} {b})")
-            return f"static_cast<{want}>({text})"
+            return convert(text, want)
+        # An op's value is converted to the scalar's own type first, as a tensor op's value is
+        # stored to its buffer: a cast to int64 truncates, a cast to bf16 rounds, even where the
+        # reader wants a double.
+        own = ctype(s.dtype)
         if isinstance(d, UnaryOp):
-            inner_t = _compute_ctype(d.inputs[0].dtype)
-            a = self.scalar(d.inputs[0], inner_t)
-            return f"static_cast<{want}>({UNARY[d.op].format(a=a)})"
+            a = self.scalar(d.inputs[0], unary_ctype(d))
+            text = UNARY[d.op].format(a=a)
+            src = unary_ctype(d) if d.op in (UnaryOpType.Cast, UnaryOpType.Set) else None
+            return convert(convert(text, own, src), want, own)
         if isinstance(d, BinaryOp):
-            ct = _compute_ctype(s.dtype)
+            ct = binary_ctype(d)
             a = self.scalar(d.inputs[0], ct)
             b = self.scalar(d.inputs[1], ct)
-            return f"static_cast<{want}>({BINARY[d.op].format(a=a, b=b)})"
+            return convert(convert(BINARY[d.op].format(a=a, b=b), own), want, own)
         raise ValueError(f"cannot print scalar {S.scalar_str(s)}")
 
     def value(self, operand, want: str) -> str:
@@ -229,18 +236,10 @@ class CudaPrinter:
                     and src_dt.is_reduced_float and isinstance(s.ins[0], K.TensorIndex)):
                 widen = "pf_opaque_widen"
                 return f"{self.expr(out)} = pf::cast<{oct_}>({widen}({self.expr(s.ins[0])}));"
-            if e.op in (UnaryOpType.Cast, UnaryOpType.Set):
-                src_ct = _compute_ctype(e.inputs[0].dtype)
-                return f"{self.expr(out)} = pf::cast<{oct_}>({self.value(s.ins[0], src_ct)});"
-            ct = _compute_ctype(odt)
+            ct = unary_ctype(e)
             return f"{self.expr(out)} = pf::cast<{oct_}>({UNARY[e.op].format(a=self.value(s.ins[0], ct))});"
         if isinstance(e, BinaryOp):
-            if e.op.is_comparison or e.op.is_logical:
-                from ..ir.dtype import promote
-                ct = "bool" if e.op.is_logical else _compute_ctype(
-                    promote(_dt(e.inputs[0]), _dt(e.inputs[1])))
-            else:
-                ct = _compute_ctype(odt)
+            ct = binary_ctype(e)
             a, b = (self.value(x, ct) for x in s.ins)
             return f"{self.expr(out)} = pf::cast<{oct_}>({BINARY[e.op].format(a=a, b=b)});"
         if isinstance(e, WhereOp):
@@ -444,12 +443,39 @@ class CudaPrinter:
         self.line("}")
 
 
-def _dt(v):
-    return v.dtype
-
-
 def _compute_ctype(dt: DataType) -> str:
     return CTYPE[compute_type(dt)]
+
+
+def unary_ctype(e: UnaryOp) -> str:
+    """The C type a unary op's operand is read in: a cast reads its source's compute type (and
+    pf::cast converts once); other ops compute in their output's (exp of an int64 is float)."""
+    if e.op in (UnaryOpType.Cast, UnaryOpType.Set):
+        return _compute_ctype(e.inputs[0].dtype)
+    return _compute_ctype(e.outputs[0].dtype)
+
+
+def binary_ctype(e: BinaryOp) -> str:
+    """The C type a binary op's operands are read in: the compute type of its operand dtype
+    (BinaryOp.operand_dtype: bool for logical ops, torch's result type for comparisons, the
+    output's dtype for arithmetic)."""
+    return _compute_ctype(e.operand_dtype)
+
+
+# The 16-bit float types: structs without C++ conversions (types.cuh), reached with pf::cast.
+REDUCED_FLOAT_CTYPES = ("pf::half", "pf::bf16")
+
+
+def convert(text: str, want: str, src: str | None = None) -> str:
+    """The C expression `text` (of C type `src` where known) converted to C type `want`:
+    pf::cast into or out of a 16-bit float (it rounds through float to nearest even, as torch
+    converts; the structs have no C++ conversions), static_cast otherwise, nothing if `src` is
+    `want`."""
+    if src == want:
+        return text
+    if want in REDUCED_FLOAT_CTYPES or src in REDUCED_FLOAT_CTYPES:
+        return f"pf::cast<{want}>({text})"
+    return f"static_cast<{want}>({text})"
 
 
 def _is_input(kernel, buf) -> bool:
@@ -457,20 +483,37 @@ def _is_input(kernel, buf) -> bool:
 
 
 def literal(v, want: str) -> str:
-    if isinstance(v, bool):
+    """A Python number as a C expression of type `want`."""
+    if want in REDUCED_FLOAT_CTYPES:
+        # Converted as torch converts a Python number to a 16-bit tensor: through float
+        # (c10::Half(float)), so a double is rounded twice, by pf::cast's one rule.
+        if isinstance(v, bool) or isinstance(v, float):
+            return convert(literal(v, "bool" if isinstance(v, bool) else "double"), want)
+        return convert(f"{int(v)}LL", want)
+    if want == "bool":
         return "true" if v else "false"
+    if isinstance(v, bool):
+        # A number, not `true`: pf::pow(float, bool) would match no overload better than another.
+        v = int(v)
     if want in ("float", "double"):
         f = float(v)
+        if want == "float":
+            # Rounded here to float, as torch converts a Python number for a float32 op: NVRTC
+            # would round alike, but a literal it rounds to inf (3e38 < |f|) or to 0 (|f| <
+            # 1e-46) is an error ("floating constant is out of range").
+            with np.errstate(over="ignore", under="ignore"):
+                f = float(np.float32(f))
         if math.isnan(f):
             return f"pf::quiet_nan<{want}>()"
         if math.isinf(f):
             return f"{'-' if f < 0 else ''}pf::infinity<{want}>()"
         text = repr(f)
         return text + ("f" if want == "float" else "")
-    if want == "bool":
-        return "true" if v else "false"
     if isinstance(v, float):
-        return f"static_cast<{want}>({v!r})"
+        return f"static_cast<{want}>({literal(v, 'double')})"
+    if int(v) == -2 ** 63:
+        # 9223372036854775808LL does not fit a long long: its negation would be unsigned.
+        return f"static_cast<{want}>(-9223372036854775807LL - 1)"
     return f"static_cast<{want}>({int(v)}LL)"
 
 

@@ -157,6 +157,18 @@ class FusionDefinition:
         self.last_run = self._executor.last_run
         return outputs
 
+    def kernels(self, last_run: bool = False) -> list:
+        """The kernels execute() built so far (runtime.fusion_kernel.FusionKernel: `.name`,
+        `.source`, `.stages`, `.module` once compiled), oldest first; with `last_run`, only
+        those the last execute() ran. Empty before the first execute."""
+        if self._executor is None:
+            return []
+        kernels = self._executor.kernels()
+        if last_run:
+            names = set(self.last_run.kernel_names) if self.last_run is not None else set()
+            kernels = [k for k in kernels if k.name in names]
+        return kernels
+
     def clone_fusion(self) -> Fusion:
         """A deep copy of the fusion, for scheduling by hand without touching this definition."""
         return clone_fusion(self.fusion)

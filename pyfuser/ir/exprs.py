@@ -92,6 +92,28 @@ class BinaryOp(Expr):
         self.op = op
         super().__init__([a, b], [out])
 
+    @property
+    def operand_dtype(self):
+        """The dtype both operands are converted to before the op (kernels compute in its
+        compute_type, the generated code and the interpreter alike): bool for logical ops; for
+        comparisons torch's result type of the pair (a scalar only lifts the category, so an
+        int64 tensor == 16777217.0 compares in float32, as torch does); for arithmetic the
+        output's dtype (the frontend promoted the operands to it)."""
+        from .dtype import DataType, result_type
+        if self.op.is_logical:
+            return DataType.Bool
+        if self.op.is_comparison:
+            a, b = self.inputs
+            tensors = [x.dtype for x in (a, b) if not _is_scalar(x)]
+            scalars = [x.dtype for x in (a, b) if _is_scalar(x)]
+            return result_type(tensors, scalars)
+        return self.outputs[0].dtype
+
+
+def _is_scalar(v) -> bool:
+    from .scalar import Scalar
+    return isinstance(v, Scalar)
+
 
 class WhereOp(Expr):
     """out = cond ? a : b"""

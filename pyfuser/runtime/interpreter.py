@@ -21,10 +21,15 @@ numpy over the thread set:
   step by gridDim.x.
 - Memory: global buffers are flat arrays at the tensors' strides; shared buffers are one row per
   block; register buffers one row per thread. Floating values are held in float64 and rounded
-  to the buffer's dtype on every write (float32, fp16, bf16 round to nearest even); integer
-  buffers hold exact int64 (a float stored to one truncates toward zero, NaN gives 0 and
-  out-of-range values saturate, like cvt.rzi); bool buffers hold bools. Arithmetic is float64,
-  so a value agrees with the GPU's up to its last bits before the rounding at its write.
+  to the buffer's dtype on every write (float32, fp16, bf16 round to nearest even; fp16 and
+  bf16 through float32, as pf::cast converts); integer buffers hold exact int64 (a float
+  stored to one truncates toward zero, NaN gives 0 and out-of-range values saturate, like
+  cvt.rzi); bool buffers hold bools. Arithmetic is float64, so a value agrees with the GPU's
+  up to its last bits before the rounding at its write; integer arithmetic is exact int64
+  (pow too: pf::pow of integers), wrapped to int32 at the write as C wraps. A binary op's
+  operands are first converted to its compute type as the generated code reads them (an
+  int64 added to a float32 is rounded to float32 first), and a scalar op's value to its
+  dtype (a scalar cast to int64 truncates).
   maximum / minimum, relu and max / min reductions propagate NaN as the generated code does
   (max.NaN); a reduction's order is the threads' order (sums may differ from the GPU's tree in
   the last bits).
@@ -75,14 +80,13 @@ Limits
 from __future__ import annotations
 
 import math
-import struct
 import threading
 
 import numpy as np
 import torch
 
 from ..ir import scalar as S
-from ..ir.dtype import DataType, to_torch
+from ..ir.dtype import DataType, compute_type, to_torch
 from ..ir.exprs import (BinaryOp, BinaryOpType, BroadcastOp, ExpandOp, FullOp, LoadStoreOp,
                         ReshapeOp, SqueezeOp, UnaryOp, UnaryOpType, WhereOp)
 from ..ir.tensor import TensorView
@@ -233,26 +237,16 @@ class _Poison:
 POISON = _Poison()
 
 
-def _round_bf16(x: float) -> float:
-    if math.isnan(x) or math.isinf(x):
-        return x
-    bits = struct.unpack("<I", struct.pack("<f", np.float32(x)))[0]
-    bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
-    return struct.unpack("<f", struct.pack("<I", bits))[0]
-
-
 def round_to(dt: DataType, x):
-    """One value rounded to `dt` (scalar form of the rounding every write does)."""
+    """One value rounded to `dt` (scalar form of the rounding every write does: a Python int
+    converts from int64, a float from float64)."""
     if x is POISON:
         return x
     with np.errstate(all="ignore"):
-        if dt.is_integral:
-            return int(_round_array(dt, np.array([x]))[0])
-        if dt == DataType.BFloat16:
-            return _round_bf16(float(x))
         if dt == DataType.Bool:
             return bool(x)
-        return float(_round_array(dt, np.array([x], dtype=np.float64))[0])
+        r = _round_array(dt, np.array([x]))[0]
+        return int(r) if dt.is_integral else float(r)
 
 
 _INT_RANGE = {DataType.Int32: (-2 ** 31, 2 ** 31 - 1), DataType.Int: (-2 ** 63, 2 ** 63 - 1)}
@@ -280,7 +274,9 @@ def _round_array(dt: DataType, x):
             & np.uint32(0xFFFF0000)
         return np.where(np.isfinite(f), bits.view(np.float32), f).astype(np.float64)
     if dt == DataType.Half:
-        return x.astype(np.float16).astype(np.float64)
+        # Through float32, as pf::cast (and torch's c10::Half(float)) converts: a double is
+        # rounded twice, an int64 first to float32.
+        return x.astype(np.float32).astype(np.float16).astype(np.float64)
     if dt == DataType.Bool:
         return x != 0 if x.dtype != np.bool_ else x
     # Integers: an integer keeps its low bits (C's conversion to a narrower integer: int64 ->
@@ -308,6 +304,54 @@ def _as_number(x):
     if type(x) is _ND and x.dtype == np.bool_:
         return x.astype(np.int64)
     return x
+
+
+def _integer_pow(a, b):
+    """pf::pow of integers (math.cuh), torch's integer pow: exact, by repeated squaring that
+    wraps at 64 bits (an int32 result is wrapped again where it is written, which leaves the
+    same low bits as wrapping at 32); a negative exponent gives 1 for a base of 1, +-1 for -1,
+    else 0."""
+    scalar = type(a) is not _ND and type(b) is not _ND
+    a = np.asarray(_as_number(a), dtype=np.int64)
+    b = np.asarray(_as_number(b), dtype=np.int64)
+    a, b = np.broadcast_arrays(a, b)
+    result = np.ones(a.shape, dtype=np.int64)
+    base = a.copy()
+    e = np.where(b < 0, 0, b)
+    with np.errstate(over="ignore"):
+        while (e != 0).any():
+            result = np.where(e & 1 == 1, result * base, result)
+            base = base * base
+            e = e >> 1
+    negative = np.where(a == 1, 1, np.where(a == -1, np.where(b & 1 == 1, -1, 1), 0))
+    result = np.where(b < 0, negative, result)
+    return int(result) if scalar else result
+
+
+def _binary(e, a, b):
+    """A binary op on operand values, converted first to its operand dtype's compute type as
+    the generated code reads them (pf::cast<float> of an int64 rounds it: 16777217 - 16777216.0f
+    is 0 in float32, as in torch); integer pow is exact, not the float64 power the other outputs
+    take."""
+    if not e.op.is_logical:
+        dt = compute_type(e.operand_dtype)
+        a, b = _converted(dt, a), _converted(dt, b)
+    if e.op == BinaryOpType.Pow and not e.outputs[0].dtype.is_floating:
+        return _integer_pow(a, b)
+    return _BINARY[e.op](a, b)
+
+
+def _converted(dt: DataType, x):
+    """An operand value converted to `dt` as pf::cast<dt> reads it (float32: rounded; int32:
+    wrapped or truncated); arrays stay arrays, Python numbers numbers. float64 operands are
+    left as numpy converts them (an int64 to float64 rounds alike), int64 ones too."""
+    if x is POISON or dt in (DataType.Double, DataType.Bool) or (
+            dt == DataType.Int and not isinstance(x, float) and (
+                type(x) is not _ND or x.dtype.kind in "iub")):
+        return x
+    if type(x) is _ND:
+        return _round_array(dt, x)
+    return round_to(dt, x)
 
 
 def _erf(x):
@@ -834,10 +878,13 @@ class Interpreter:
             return self.scalar_env[s]
         d = s.definition
         with np.errstate(all="ignore"):
+            # Rounded to the scalar's dtype, as the generated code converts it (a cast to an
+            # integer truncates, to bf16 rounds) before any reader converts it again.
             if isinstance(d, UnaryOp):
-                return _py(_UNARY[d.op](self._scalar(d.inputs[0])))
+                return round_to(s.dtype, _py(_UNARY[d.op](self._scalar(d.inputs[0]))))
             if isinstance(d, BinaryOp):
-                return _py(_BINARY[d.op](self._scalar(d.inputs[0]), self._scalar(d.inputs[1])))
+                return round_to(s.dtype, _py(_binary(d, self._scalar(d.inputs[0]),
+                                                     self._scalar(d.inputs[1]))))
         return S.evaluate(s, self.scalar_env)
 
     # Running ---------------------------------------------------------------------------------
@@ -1217,7 +1264,7 @@ class Interpreter:
 
     def _compute(self, e, ins):
         if isinstance(e, BinaryOp):
-            return _BINARY[e.op](ins[0], ins[1])
+            return _binary(e, ins[0], ins[1])
         if isinstance(e, UnaryOp):
             return _UNARY[e.op](ins[0])
         if isinstance(e, WhereOp):

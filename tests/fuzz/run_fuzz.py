@@ -5,6 +5,7 @@ Usage (from the repository root):
     PYTHONPATH=$PWD python tests/fuzz/run_fuzz.py [--backend interpret|gpu] [--seed S]
         [--count N | --long] [--start I] [--jobs J] [--out DIR] [--max-elements E]
         [--pattern NAME] [--timeout SECONDS] [--chunk K] [--sanitize N] [--shrink]
+        [--compile | --no-compile | --compile-every K]
     PYTHONPATH=$PWD python tests/fuzz/run_fuzz.py --case 7:123 [--case ...]   # run and explain
     PYTHONPATH=$PWD python tests/fuzz/run_fuzz.py --print-repro 7:123          # the script only
     PYTHONPATH=$PWD python tests/fuzz/run_fuzz.py --sample --jobs 2 \
@@ -14,6 +15,14 @@ Cases are (seed, index) for index in [start, start + count): --count defaults to
 run), --long to 5000. `--backend interpret` (the default) runs the generated kernels on CPU
 tensors with the kernel-IR interpreter; `--backend gpu` runs them on the GPU with poisoned
 outputs. Sizes are capped at --max-elements elements per tensor (65536 by default).
+
+Compiling. The interpreter runs kernel IR, not CUDA text: `--compile` also compiles each
+interpreted kernel with NVRTC for sm_90a (fuzz/check.py, "Compiling"), so generated code that
+NVRTC refuses is an internal_error on the CPU too. It costs 0.1-1 s of NVRTC per new kernel
+(the disk cache, PYFUSER_CACHE_DIR, keeps what compiled), so it is on by default for --long
+runs only; `--compile-every K` compiles the cases whose index is a multiple of K, and
+`--sample` compiles every SAMPLE_COMPILE_EVERY-th case as the CI sample does
+(test_fuzz_sample.py). The summary counts the kernels compiled and those ptxas spills in.
 
 Workers. Cases run in subprocesses (`--jobs`, default 1 for the interpreter, 8 on the GPU),
 in chunks of `--chunk` cases. A worker announces each case before running it, so when it
@@ -101,16 +110,22 @@ def worker(args) -> int:
         if os.environ.get(CRASH_ENV) == cid:
             os.abort()
         spec = gen.generate(seed, index, args.max_elements, args.pattern)
-        res = run_case(spec, args.backend)
+        res = run_case(spec, args.backend, compile=_compiles(args, index))
         print(f"{PROTOCOL}RESULT {json.dumps(res.to_dict())}", flush=True)
         if res.run == "context lost":
             return EXIT_CONTEXT_LOST
     return 0
 
 
+def _compiles(args, index: int) -> bool:
+    """Whether case `index` compiles its interpreted kernels with NVRTC (--compile-every)."""
+    return args.compile_every > 0 and index % args.compile_every == 0
+
+
 def _worker_command(args, cases: list[str], sanitize: bool = False) -> list[str]:
     cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", "--backend", args.backend,
-           "--max-elements", str(args.max_elements), "--cases", ",".join(cases)]
+           "--max-elements", str(args.max_elements), "--compile-every", str(args.compile_every),
+           "--cases", ",".join(cases)]
     if args.pattern:
         cmd += ["--pattern", args.pattern]
     if sanitize:
@@ -218,7 +233,7 @@ def run_all(args, ids: list[str]) -> list[dict]:
         for cid in ids:
             seed, index = parse_case_id(cid)
             emit(run_case(gen.generate(seed, index, args.max_elements, args.pattern),
-                          args.backend).to_dict())
+                          args.backend, compile=_compiles(args, index)).to_dict())
         return results
     chunks: queue.Queue = queue.Queue()
     for k in range(0, len(ids), args.chunk):
@@ -309,6 +324,15 @@ def summarize(args, results: list[dict], seconds: float, sanitizer=None) -> str:
             f"{name} " + ", ".join(f"{c} {variants[(name, c)]}" for c in CATEGORIES
                                   if variants[(name, c)]) for name, _ in VARIANTS
             if any(variants[(name, c)] for c in CATEGORIES)))
+    compiled = [r for r in results if r.get("compiled")]
+    if compiled:
+        kernels = sum(r["compiled"]["kernels"] for r in compiled)
+        nvrtc_s = sum(r["compiled"]["seconds"] for r in compiled)
+        spilled = [(r["id"], s) for r in compiled for s in r["compiled"]["spills"]]
+        lines.append(f"compiled with NVRTC: {kernels} kernels of {len(compiled)} cases "
+                     f"({nvrtc_s:.0f} s of NVRTC); ptxas spills in {len(spilled)} kernels"
+                     + "".join(f"\n  {cid}: {s}" for cid, s in spilled[:12])
+                     + ("\n  ..." if len(spilled) > 12 else ""))
     fallbacks = collections.Counter(r["signature"] for r in results
                                     if r["category"] == "reference_fallback")
     if fallbacks:
@@ -354,7 +378,8 @@ def _repro(args, res: dict) -> str:
     spec = gen.generate(seed, index, args.max_elements, args.pattern)
     cr = CaseResult.from_dict(res)
     return repro_script(spec, args.backend, cr.tolerances(),
-                        summary=f"{res['category']}: {res['message'][:600]}")
+                        summary=f"{res['category']}: {res['message'][:600]}",
+                        compile=bool(res.get("compiled")))
 
 
 def write_reports(args, results, summary: str, sanitizer=None) -> None:
@@ -445,12 +470,13 @@ def _shrunk_repro(args, res: dict) -> str:
     spec = gen.generate(seed, index, args.max_elements, args.pattern)
 
     def still_fails(candidate):
-        r = run_case(candidate, args.backend)
+        r = run_case(candidate, args.backend, compile=_compiles(args, index))
         return r.category == res["category"] and r.signature == res["signature"]
     small = shrink(spec, still_fails, budget=args.shrink_budget)
-    final = run_case(small, args.backend)
+    final = run_case(small, args.backend, compile=_compiles(args, index))
     return repro_script(small, args.backend, final.tolerances(),
-                        summary=f"{final.category}: {final.message[:600]}")
+                        summary=f"{final.category}: {final.message[:600]}",
+                        compile=bool(final.compiled))
 
 
 # Main ----------------------------------------------------------------------------------------
@@ -484,6 +510,10 @@ def main(argv=None) -> int:
     p.add_argument("--no-repro-files", dest="repro_files", action="store_false",
                    help="no repro/ folder (failures.md still holds every script): for a GPU "
                         "machine whose output folder carries back a few files only")
+    p.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
+                   help="also compile the interpreted kernels with NVRTC (default: with --long)")
+    p.add_argument("--compile-every", type=int, default=None, metavar="K",
+                   help="compile the kernels of the cases whose index is a multiple of K")
     p.add_argument("--quiet", action="store_true")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--cases", default="", help=argparse.SUPPRESS)
@@ -497,9 +527,12 @@ def main(argv=None) -> int:
         return 0
     if args.sample:
         from fuzz import known_failures
+        from fuzz.check import SAMPLE_COMPILE_EVERY
         args.seed, args.start = known_failures.SAMPLE_SEED, 0
         args.count = known_failures.SAMPLE_COUNT
         args.max_elements = known_failures.SAMPLE_MAX_ELEMENTS
+        if args.compile is None and args.compile_every is None:
+            args.compile_every = SAMPLE_COMPILE_EVERY
     gpu = args.backend == "gpu"
     if args.sanitize and args.sanitizer is None:
         import shutil
@@ -513,6 +546,8 @@ def main(argv=None) -> int:
         args.timeout = 180.0 if gpu else 600.0
     if args.count is None:
         args.count = LONG_COUNT if args.long else DEFAULT_COUNT
+    if args.compile_every is None:
+        args.compile_every = 1 if (args.long if args.compile is None else args.compile) else 0
     if args.case:
         ids = list(args.case)
         args.seed = parse_case_id(ids[0])[0]

@@ -3,7 +3,8 @@
 Each case is one test: it fails on a wrong result, an internal error, an illegal access, and
 on a definition error or an ill-conditioned case (the generator's bugs: the sample is fixed,
 so these only appear when the generator or the frontend changes). The failure message holds
-the case's stand-alone repro script.
+the case's stand-alone repro script. Every SAMPLE_COMPILE_EVERY-th case (fuzz/check.py) also
+compiles its kernels with NVRTC, so that CUDA text NVRTC refuses fails the sample as well.
 
 Cases known to fail (fuzz/known_failures.py KNOWN) are strict xfails: they must still fail in
 the same category (a case failing in another category is a new failure and fails the test),
@@ -16,7 +17,7 @@ import torch
 
 from fuzz import gen
 from fuzz.build import repro_script
-from fuzz.check import FAILURES, run_case
+from fuzz.check import FAILURES, SAMPLE_COMPILE_EVERY, run_case
 from fuzz.known_failures import KNOWN, SAMPLE_COUNT, SAMPLE_MAX_ELEMENTS, SAMPLE_SEED
 from fuzz.spec import case_id, parse_case_id
 
@@ -49,13 +50,15 @@ def _param(cid: str):
 def test_fuzz_case(cid):
     seed, index = parse_case_id(cid)
     spec = gen.generate(seed, index, SAMPLE_MAX_ELEMENTS)
-    res = run_case(spec, "interpret")
+    compiles = index % SAMPLE_COMPILE_EVERY == 0
+    res = run_case(spec, "interpret", compile=compiles)
     if res.category not in REFUSED:
         return
     known = KNOWN.get(cid)
     report = (f"fuzz case {cid} ({res.pattern}, {res.scheduler or 'no scheduler'}): "
               f"{res.category}: {res.message}\n\n"
-              + repro_script(spec, "interpret", res.tolerances(), summary=res.message[:600]))
+              + repro_script(spec, "interpret", res.tolerances(), summary=res.message[:600],
+                              compile=compiles))
     if known is not None and known.split(":")[0] == res.category:
         raise KnownFailure(report)
     if known is not None:

@@ -23,7 +23,7 @@ from pyfuser import DataType, FusionDefinition, catalogue  # noqa: E402
 from pyfuser.ir.exprs import UnaryOp  # noqa: E402
 from pyfuser.kir import nodes as K  # noqa: E402
 from pyfuser.runtime.inputs import check_inputs  # noqa: E402
-from pyfuser.runtime.interpreter import _round_array, _round_bf16  # noqa: E402
+from pyfuser.runtime.interpreter import _integer_pow, _round_array, round_to  # noqa: E402
 from pyfuser.runtime.reference import evaluate  # noqa: E402
 
 INTERPRET = {"enable": ["interpret"]}
@@ -110,13 +110,43 @@ def test_vectorized_rounding_matches_torch_and_the_scalar_form():
             got = torch.from_numpy(_round_array(dt, x.numpy()))
         want = x.to(torch.float32).to(t).double() if t is torch.bfloat16 else x.to(t).double()
         torch.testing.assert_close(got, want, equal_nan=True, rtol=0, atol=0)
-    scalar = [_round_bf16(float(v)) for v in x]
-    torch.testing.assert_close(torch.from_numpy(_round_array(DataType.BFloat16, x.numpy())),
-                               torch.tensor(scalar, dtype=torch.float64), equal_nan=True,
-                               rtol=0, atol=0)
+        scalar = [round_to(dt, float(v)) for v in x]
+        torch.testing.assert_close(got, torch.tensor(scalar, dtype=torch.float64),
+                                   equal_nan=True, rtol=0, atol=0)
     # A float stored to an integer buffer truncates; NaN gives 0, out of range saturates.
     ints = _round_array(DataType.Int32, np.array([2.7, -2.7, math.nan, 1e12, -1e12]))
     assert ints.tolist() == [2, -2, 0, 2 ** 31 - 1, -2 ** 31]
+
+
+def test_16_bit_rounding_goes_through_float32_as_torch_and_pf_cast():
+    # pf::cast (types.cuh) converts double and int64 to fp16 / bf16 through float32, as torch's
+    # c10::Half(float) / c10::BFloat16(float) do: values just above a 16-bit tie that float32
+    # rounds onto the tie, which then rounds to even (directly rounded, they would round up).
+    doubles = np.array([1 + 2 ** -11 + 2 ** -40, 1 + 2 ** -8 + 2 ** -40])
+    ints = np.array([4096 + 2 + 1, 2 ** 30 + 2 ** 22 + 1, 2 ** 62 + 2 ** 54 + 1], dtype=np.int64)
+    for dt, t in [(DataType.Half, torch.float16), (DataType.BFloat16, torch.bfloat16)]:
+        for x in (doubles, ints):
+            with np.errstate(over="ignore"):
+                got = _round_array(dt, x)
+            want = torch.from_numpy(x).to(t).double().numpy()
+            assert got.tolist() == want.tolist(), (dt, x, got, want)
+            assert [round_to(dt, v) for v in x.tolist()] == want.tolist()
+    assert _round_array(DataType.Half, doubles[:1]).tolist() == [1.0]
+    assert _round_array(DataType.BFloat16, doubles[1:]).tolist() == [1.0]
+
+
+@pytest.mark.parametrize("bits", [32, 64])
+def test_integer_pow_is_torch_integer_pow(bits):
+    # Exact (no float64 power: 3**39 is not a double), wrapping like the multiply, and a negative
+    # exponent gives 1 / x truncated, as torch.pow of integer tensors.
+    dt = {32: DataType.Int32, 64: DataType.Int}[bits]
+    tt = {32: torch.int32, 64: torch.int64}[bits]
+    base = np.array([-3, -2, -1, 0, 1, 2, 3, 7, 70000, 2 ** 31 - 1], dtype=np.int64)
+    for e in (-3, -2, -1, 0, 1, 2, 3, 5, 39, 63):
+        got = _round_array(dt, _integer_pow(base, np.full_like(base, e)))
+        want = torch.pow(torch.from_numpy(base).to(tt), torch.full((len(base),), e, dtype=tt))
+        assert got.tolist() == want.tolist(), e
+    assert _integer_pow(3, 39) == 3 ** 39 and _integer_pow(-1, -3) == -1
 
 
 UNARY = ["neg", "abs", "relu", "exp", "exp2", "log", "sqrt", "rsqrt", "reciprocal", "tanh",

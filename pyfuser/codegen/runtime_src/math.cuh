@@ -38,6 +38,31 @@ __device__ __forceinline__ float log1p(float x) { return log1pf(x); }
 __device__ __forceinline__ double log1p(double x) { return ::log1p(x); }
 __device__ __forceinline__ float pow(float x, float y) { return powf(x, y); }
 __device__ __forceinline__ double pow(double x, double y) { return ::pow(x, y); }
+// Integer pow as torch computes it for integer tensors: exact, by repeated squaring, wrapping
+// around like the integer multiply (done unsigned, where wrapping is defined); a negative
+// exponent gives 1 / x truncated: 1 for x = 1, +-1 for x = -1 (by the exponent's parity), else
+// 0 (0 included). Without these, pf::pow(long long, long long) is ambiguous between the float
+// and double overloads.
+namespace detail {
+template <typename T, typename U>
+__device__ __forceinline__ T integer_pow(T x, T y) {
+  if (y < 0) {
+    if (x == 1) return 1;
+    if (x == -1) return (y & 1) ? -1 : 1;
+    return 0;
+  }
+  U result = 1, base = static_cast<U>(x);
+  for (U e = static_cast<U>(y); e != 0; e >>= 1) {
+    if (e & 1) result *= base;
+    base *= base;
+  }
+  return static_cast<T>(result);
+}
+}  // namespace detail
+__device__ __forceinline__ int pow(int x, int y) { return detail::integer_pow<int, unsigned>(x, y); }
+__device__ __forceinline__ long long pow(long long x, long long y) {
+  return detail::integer_pow<long long, unsigned long long>(x, y);
+}
 
 // --- roots and reciprocals ------------------------------------------------------------------
 // sqrt and 1/x are IEEE-rounded (NVRTC's default -prec-sqrt/-prec-div=true), as in torch.
