@@ -89,6 +89,20 @@ def kernel_params(kernel: K.Kernel) -> K.Kernel:
             ctx.names[b] = K.Const(int(static[a]))
         if b in static and a in ctx.names:
             ctx.names[a] = K.Const(int(static[b]))
+    # An extent the fusion requires equal to a constant (an input's row against the 1024 of a
+    # ones([M, 1024]) it is added to) is that constant, here and in what shares its variable.
+    changed = True
+    while changed:
+        changed = False
+        for a, b, _ in fusion.extent_equalities:
+            for x, y in ((a, b), (b, a)):
+                value = y.value if y.value is not None else getattr(ctx.names.get(y), "value", None)
+                if x in ctx.names and not isinstance(ctx.names[x], K.Const) and value is not None:
+                    old = ctx.names[x]
+                    for s, n in list(ctx.names.items()):
+                        if n is old:
+                            ctx.names[s] = K.Const(int(value))
+                    changed = True
     kernel.params = params
     return kernel
 

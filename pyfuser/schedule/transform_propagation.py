@@ -12,6 +12,7 @@ from __future__ import annotations
 import heapq
 import itertools
 
+from ..ir import scalar as S
 from ..ir.id_graph import IdGraph, producer_consumer_pairs
 from ..ir.iter_domain import (Merge, Split, ancestors, id_exprs_between, merge_ids,
                               merged_iter_type, split_id)
@@ -46,6 +47,11 @@ def replay(src: TensorView, dst: TensorView, src_to_dst: dict, src_start: str) -
         return
     start = src.domain.maybe_root if src_start == "root" else src.domain.logical
     dst_start = dst.domain.logical if src_start == "root" else dst.domain.maybe_root
+    # A consumer with its own root -> logical history (a reshape) replays from its root: where
+    # src's history makes the same Split or Merge (src, a producer, got the reshape's transforms
+    # replayed), dst's own outputs are taken, so its loop derives from its logical domain.
+    own = [] if src_start == "root" else id_exprs_between(dst.domain.maybe_root,
+                                                          dst.domain.logical)
     m = dict(src_to_dst)
     leaves = list(dst_start)
     for e in id_exprs_between(start, src.domain.loop):
@@ -53,7 +59,11 @@ def replay(src: TensorView, dst: TensorView, src_to_dst: dict, src_start: str) -
             d_in = m.get(e.in_id)
             if d_in is None or d_in not in leaves:
                 continue
-            o, i = split_id(d_in, e.factor, e.inner_split)
+            same = next((x for x in own if isinstance(x, Split) and x.in_id is d_in
+                         and x.inner_split == e.inner_split
+                         and S.same_value(x.factor, e.factor)), None)
+            o, i = ((same.outer, same.inner) if same is not None
+                    else split_id(d_in, e.factor, e.inner_split))
             k = leaves.index(d_in)
             leaves[k:k + 1] = [o, i]
             m[e.outer], m[e.inner] = o, i
@@ -62,7 +72,9 @@ def replay(src: TensorView, dst: TensorView, src_to_dst: dict, src_start: str) -
             a = a if a in leaves else None
             b = b if b in leaves else None
             if a is not None and b is not None and merged_iter_type(a, b) is not None:
-                out = merge_ids(a, b)
+                same = next((x for x in own if isinstance(x, Merge) and x.outer is a
+                             and x.inner is b), None)
+                out = same.out if same is not None else merge_ids(a, b)
                 k = min(leaves.index(a), leaves.index(b))
                 leaves = [x for x in leaves if x is not a and x is not b]
                 leaves.insert(k, out)
