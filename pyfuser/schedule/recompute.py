@@ -57,6 +57,10 @@ def _clone_expr(e: Expr, new_inputs: list) -> TensorView:
     # Codegen keeps a recomputed widening cast opaque to the compiler; otherwise common
     # subexpression elimination merges it with the first cast and keeps the float row live.
     clone.is_recompute = True
+    # Transform propagation replays the original's loops onto the copy (the same iteration,
+    # dim for dim). Through its producers alone the copy may not reach every dim: the new
+    # dims of a recomputed broadcast have no producer to carry them.
+    new_out.recompute_of = out
     return new_out
 
 

@@ -107,6 +107,28 @@ class InnerPersistentParams:
         return "a stage per tensor-map box" if self.tensor_map else "row by row (1D bulk)"
 
 
+def same_row_dims(red: TensorView, ref: TensorView, graph) -> bool:
+    """True if reduction `red` reduces the dims reduction `ref` reduces and keeps those it keeps
+    (size-1 dims aside), one for one in the exact ID graph: the dims schedule() splits on
+    `ref` and replays onto every reduction. Their logical order may differ (a reduction of a
+    permuted view of the rows)."""
+    def dims(t, reduced):
+        return [i for i in t.domain.maybe_root
+                if i.is_reduction == reduced and not i.is_broadcast and i.extent.value != 1]
+
+    for reduced in (True, False):
+        mine, theirs = dims(red, reduced), dims(ref, reduced)
+        if len(mine) != len(theirs):
+            return False
+        left = list(theirs)
+        for i in mine:
+            j = next((x for x in left if graph.mapped(i, x)), None)
+            if j is None:
+                return False
+            left.remove(j)
+    return True
+
+
 def can_schedule(fusion) -> tuple[bool, str]:
     reds = reduction_tensors(fusion)
     if not reds:
@@ -117,7 +139,7 @@ def can_schedule(fusion) -> tuple[bool, str]:
     ref = reds[0]
     pattern = [i.is_reduction for i in ref.domain.maybe_root]
     for r in reds:
-        if [i.is_reduction for i in r.domain.maybe_root] != pattern:
+        if not same_row_dims(r, ref, graph):
             return False, "reductions over different dims (row and column: inner-outer)"
     inner, _ = _layout(ref)
     if not inner:
@@ -506,12 +528,17 @@ def _project_to_inputs(fusion, caches: set, reds, allow_expensive: bool = False)
     done = set()
     while True:
         graph = IdGraph(fusion)     # rebuilt: clones carry IDs the last graph did not know
+        # Which dims each broadcast dim is broadcast to (and nothing more).
+        to = IdGraph(fusion, permissive=True, transforms=False)
         red_ids = [i for r in reds for i in r.domain.maybe_root if i.is_reduction]
 
         def row_reduced(t: TensorView) -> bool:
-            ids = t.domain.logical_no_reductions
-            return not any(i.is_broadcast for i in ids) and not any(
-                graph.mapped(i, x) for i in ids for x in red_ids)
+            # No dim along the row: neither one of the reduced dims nor a broadcast of the
+            # result back over them (the [M, 1] of a keepdim mean). A size-1 dim among the
+            # kept dims ([A, 1, N] reduced over N keeps [A, 1]) is a row dim of extent 1,
+            # not a broadcast back.
+            return not any((to if i.is_broadcast else graph).mapped(i, x)
+                           for i in t.domain.logical_no_reductions for x in red_ids)
         pending = [(t, out) for t, out in _persistent_uses(fusion, reds)
                    if t not in caches and t not in done and not row_reduced(t)]
         if not pending:
