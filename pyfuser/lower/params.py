@@ -8,7 +8,8 @@ After:  one pointer per global tensor (inputs, then outputs), one stride per log
 
 The innermost dim of a tensor whose allocation is contiguous there gets stride 1 as a constant,
 which lets index arithmetic fold and vector accesses be proven contiguous. Broadcast dims have no
-stride (their index is always 0). ctx.names maps each runtime Scalar to its kernel variable.
+stride (their index is always 0). ctx.names maps each runtime Scalar to its kernel variable;
+an extent the fusion requires equal to a constant (checked on every call) maps to that constant.
 """
 from __future__ import annotations
 

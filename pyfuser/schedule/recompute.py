@@ -10,8 +10,8 @@ the cheap pointwise work between them is done twice.
 Recomputed: element-wise ops, copies (a permute keeps its root order), broadcasts, expands,
 squeezes, reshapes (their Split/Merge history is replayed on the copy's IDs) and fills (full,
 zeros, ones: no tensor input at all). Not recomputed: reductions, whose result a copy would
-have to reduce again; `recompute_blocker` names such a tensor, so that a caller keeps the
-buffer instead of asking for a copy it cannot have.
+have to reduce again (a caller stops the copy at them); `recompute_blocker` names such a tensor
+on the way from `stop_at`.
 """
 from __future__ import annotations
 

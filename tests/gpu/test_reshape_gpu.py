@@ -109,8 +109,7 @@ def test_normalization_through_a_squeeze():
 
 @pytest.mark.parametrize("n", [1024, 8192])
 def test_layernorm_of_one_row_defined_as_a_broadcast(n):
-    """x - mean stays a persistent buffer (its copy would redo the mean of an all-broadcast
-    [1, 1] statistic)."""
+    """The projection's copy of x - mean stops at the [1, 1] mean (a per-row value)."""
     with FusionDefinition() as fd:
         t = fd.define_tensor([1, -1], dtype=F32)
         v, m = fd.ops.var_mean(t, [1], correction=0, keepdim=True)

@@ -3,8 +3,8 @@
 - A reshape that merges an expanded (stride-0) dim iterates its expanded size: each element of
   the input is read once per copy (triage P12, where the output had the unexpanded shape).
 - inner_persistent's projection of persistent buffers to the inputs recomputes fills (ones,
-  zeros) and reshapes, and keeps as a buffer what it cannot recompute (triage P10, where
-  scheduling raised "recompute of T#: T# comes from a FullOp / ReshapeOp").
+  zeros), reshapes and squeezes (triage P10, where scheduling raised "recompute of T#: T#
+  comes from a FullOp / ReshapeOp").
 
 Every output element is checked written exactly once; the GPU counterparts are in
 tests/gpu/test_reshape_gpu.py.
@@ -111,15 +111,21 @@ def _recomputed(fusion, kind) -> list:
     return [e for e in fusion.exprs() if isinstance(e, kind) and getattr(e, "is_recompute", False)]
 
 
-def test_a_filled_tensor_in_the_projected_chain_is_recomputed():
-    """The triage's repro: softmax(cast(x) + ones)."""
+@pytest.mark.parametrize("variant", [None, "tma_inner_persistent", "ws_inner_persistent"])
+@pytest.mark.parametrize("shape", [(4, 64), (6, 1024)])
+def test_a_filled_tensor_in_the_projected_chain_is_recomputed(shape, variant):
+    """The triage's repro: softmax(cast(x) + ones). The row's extent is required equal to the
+    fill's constant one, so the kernel takes it as that constant: the TMA variants' shared-memory
+    row slots need a constant size ("a circular buffer needs a constant slot size" before)."""
     with FusionDefinition() as fd:
         t = fd.define_tensor([-1, -1], dtype=F16)
-        h = fd.ops.add(fd.ops.cast(t, F32), fd.ops.ones([4, 64], dtype=F32))
+        h = fd.ops.add(fd.ops.cast(t, F32), fd.ops.ones(list(shape), dtype=F32))
         e = fd.ops.exp(fd.ops.sub(h, fd.ops.max(h, [1], keepdim=True)))
         fd.add_output(fd.ops.div(e, fd.ops.sum(e, [1], keepdim=True)))
-    st, _ = _check(fd, [torch.randn(4, 64).half()], "inner_persistent")
+    st, params = _check(fd, [torch.randn(shape).half()], "inner_persistent",
+                        {"enable": [variant]} if variant else None)
     assert len(_recomputed(st.fusion, FullOp)) == 1
+    assert bool(variant) == bool(params.stages), params
 
 
 @pytest.mark.parametrize("shape, new", [([2, 146, 74], [2, 146, -1, 2]),   # fuzz 20261123:67
@@ -145,10 +151,10 @@ def test_a_squeeze_in_the_projected_chain_is_recomputed():
     assert _recomputed(st.fusion, SqueezeOp)
 
 
-def test_a_buffer_the_projection_cannot_recompute_stays_a_buffer():
-    """LayerNorm of one row defined [1, N]: x - mean is used after the variance, and the mean
-    ([1, 1], every dim a broadcast) is not a per-row value the projection stops at, so the copy
-    would redo a reduction. The tensor is kept resident instead (scheduling raised before)."""
+def test_the_projection_of_one_row_defined_as_a_broadcast_stops_at_its_statistics():
+    """LayerNorm of one row defined [1, N]: x - mean is used after the variance; the mean
+    ([1, 1]) is a per-row value (its size-1 dim a kept row dim), so the copy stops there instead
+    of reaching the ReductionOp (triage P4: "recompute of T#: T# comes from a ReductionOp")."""
     with FusionDefinition() as fd:
         t = fd.define_tensor([1, -1], dtype=F32)
         v, m = fd.ops.var_mean(t, [1], correction=0, keepdim=True)

@@ -25,7 +25,7 @@ from ...ir.tensor import CpAsyncPipelined, TensorView, WarpSpecialized
 from .. import (cache_after, cache_before, circular_buffer, inline_at, inline_most,
                 parallelize_like, propagate_transforms, rfactor)
 from ..inlining import _upstream
-from ..recompute import recompute_blocker, recompute_for
+from ..recompute import recompute_for
 from ..tma_rules import MAX_TX_BYTES, check_bulk_rows, check_row_box
 from .base import (RuntimeInfo, SchedulerError, access_width, reduced_and_kept,
                    reduction_tensors, vector_inputs, vector_width, vectorize,
@@ -552,10 +552,6 @@ def _project_to_inputs(fusion, caches: set, reds, allow_expensive: bool = False)
             continue
         stop = set(caches) | {u for u in fusion.tensors() if row_reduced(u)}
         if not allow_expensive and _chain_is_expensive(t, stop):
-            continue
-        if recompute_blocker(t, stop) is not None:
-            # A value the copy cannot redo (a reduction that is not one value per row): t
-            # stays a persistent buffer, as it would without the projection.
             continue
         recompute_for(t, outside, stop)
 
