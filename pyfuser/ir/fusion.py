@@ -21,6 +21,10 @@ class Fusion:
         # launch settings the schedule fixed (grid_x, max_threads, min_blocks, cooperative, ...).
         self.static_extents: dict = {}
         self.launch_hints: dict = {}
+        # Alias inputs (schedule/roles.py): position of an input that is a second view of the
+        # runtime tensor of another input -> that input's position. The caller passes only the
+        # others; kernels take an alias's pointer and strides from the input it aliases.
+        self.input_aliases: dict[int, int] = {}
 
     def next_name(self, kind: str) -> int:
         n = self._counters.get(kind, 0)
@@ -43,6 +47,12 @@ class Fusion:
             v.memory_type = MemoryType.Global
         self.inputs.append(v)
         return v
+
+    def input_position(self, v: Val) -> int:
+        """Position of the runtime input that fusion input `v` reads (the aliased input's for an
+        alias input)."""
+        k = self.inputs.index(v)
+        return self.input_aliases.get(k, k)
 
     def add_output(self, v: Val) -> Val:
         if not isinstance(v, TensorView):

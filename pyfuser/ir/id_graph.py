@@ -25,6 +25,21 @@ from .iter_domain import IterDomain, Merge, Split, id_exprs_between
 from .tensor import TensorView
 
 
+def forwards_to(b: IterDomain, other: IterDomain) -> bool:
+    """Whether merge(b, other) (either order) iterates exactly what `other` does: b is a
+    broadcast and contributes extent 1 to the merge. With an iteration ID the merge's extent
+    is other's even when b is expanded (an expanded dim is one element in memory, stride 0; its
+    index in the merge is 0). Of two broadcasts, a plain one merged with an expanded one
+    forwards the expanded one (the merge keeps its expanded extent); two plain or two expanded
+    broadcasts forward nothing, or the dims they broadcast to would meet in the permissive
+    graph."""
+    if not b.is_broadcast:
+        return False
+    if not other.is_broadcast:
+        return True
+    return b.expanded_extent is None and other.expanded_extent is not None
+
+
 def producer_consumer_pairs(expr: Expr, producer: TensorView,
                             consumer: TensorView) -> list[tuple[IterDomain, IterDomain]]:
     """(producer logical ID, consumer root ID) pairs of one expression."""
@@ -140,7 +155,7 @@ class IdGraph:
         for e in self.id_exprs:
             if isinstance(e, Merge):
                 for b, other in ((e.outer, e.inner), (e.inner, e.outer)):
-                    if b.is_broadcast and b.expanded_extent is None and not other.is_broadcast:
+                    if forwards_to(b, other):
                         changed |= self.sets.union(e.out, other)
         return changed
 
@@ -205,3 +220,24 @@ def match_loops(producer: TensorView, consumer: TensorView, count: int,
         out.append(x)
         x += 1
     return out
+
+
+def self_mapping(graph: IdGraph, tensors) -> str | None:
+    """The first tensor two of whose dims (root or logical, not broadcasts) the exact `graph`
+    maps onto each other, as a sentence; None when there is none.
+
+    Such a tensor is one input read in two roles (x[:, None] * x[None, :]: the two output dims
+    both line up with x's dim): every loop, inlining and index decision would take its two dims
+    for one. schedule/roles.py separates the roles before scheduling."""
+    for tv in tensors:
+        for kind, ids in (("root", tv.domain.maybe_root), ("logical", tv.domain.logical)):
+            seen: dict = {}
+            for d, i in enumerate(ids):
+                if i.is_broadcast:
+                    continue
+                g = graph.group(i)
+                if g in seen:
+                    return (f"T{tv.name}'s {kind} dims {seen[g]} and {d} ({i!r}) map to each "
+                            "other: one tensor read in two roles")
+                seen[g] = d
+    return None

@@ -301,7 +301,7 @@ def _tensor_map_issue(kernel, top, tv, bars) -> list:
     if inner is None:
         raise LoweringError(f"T{tv.name}: a row of {n} x {tv.dtype.size} bytes has no tensor-map "
                             "box split (pieces of at most 256 elements and a multiple of 16 bytes)")
-    k = kernel.fusion.inputs.index(src_tv)
+    k = kernel.fusion.input_position(src_tv)
     rows = slot // n
     # A box has at most 256 rows: a stage of more is several boxes of an equal row count.
     box_rows = max(d for d in range(1, min(rows, 256) + 1) if rows % d == 0)

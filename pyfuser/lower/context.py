@@ -24,8 +24,8 @@ import dataclasses
 
 from ..ir import scalar as S
 from ..ir.dtype import DataType
-from ..ir.id_graph import IdGraph, match_loops
-from ..ir.iter_domain import IterDomain, ParallelType
+from ..ir.id_graph import IdGraph, match_loops, self_mapping
+from ..ir.iter_domain import IterDomain, ParallelType, Split, split_id
 from ..ir.tensor import TensorView
 from ..kir import nodes as K
 
@@ -73,11 +73,19 @@ class LoweringContext:
         self.topo_index = {tv: k for k, tv in enumerate(self.tensors)}
         self.exact = IdGraph(fusion, permissive=False, tensors=self.tensors)
         self.permissive = IdGraph(fusion, permissive=True, tensors=self.tensors)
+        # Two dims of one tensor mapped onto each other (one input read in two roles) would get
+        # one loop and one index for both: a wrong kernel, so none.
+        why = self_mapping(self.exact, self.tensors)
+        if why is not None:
+            raise LoweringError(f"{why}; the roles must be separated before scheduling "
+                                "(schedule/roles.py scheduling_clone)")
         self.nests: dict[TensorView, list[Loop]] = {}
         # (tensor, loop position) -> the Loop that position runs in.
         self.loop_of: dict[tuple, Loop] = {}
         self._loop_count = 0
         self._merged: dict[int, Loop] = {}
+        # (ID, factor, kind) -> the outputs of that split of the ID, replayed for promotion.
+        self._replays: dict = {}
         self._build_nests()
         self._canonicalize()
         self._promote_after_merges()
@@ -233,6 +241,18 @@ class LoweringContext:
     def _promote(self, i: IterDomain, ref: TensorView | None, start: int):
         if ref is None:
             return i, start
+        match = self._match(i, ref, start)
+        if match is not None:
+            promoted, x = match
+            return promoted, x + 1
+        replayed = self._promote_split(i, ref, start)
+        if replayed is not None:
+            return replayed
+        return i, start
+
+    def _match(self, i: IterDomain, ref: TensorView, start: int):
+        """(what ref's loop stands for, its position) of the first loop of ref from `start` on
+        that maps to i, or None."""
         for x in range(start, len(ref.domain.loop)):
             r = ref.domain.loop[x]
             if r.is_broadcast and not i.is_broadcast:
@@ -243,8 +263,46 @@ class LoweringContext:
                         continue
                 # What ref's loop there stands for (it may be promoted further itself).
                 lp = self.loop_of.get((ref, x))
-                return (lp.promoted if lp is not None else r), x + 1
-        return i, start
+                return (lp.promoted if lp is not None else r), x
+        return None
+
+    def _promote_split(self, i: IterDomain, ref: TensorView, start: int):
+        """An own loop that splits further what a loop of ref iterates (the cache of an int64
+        input read in 2-wide vectors inside ref's loop of 4 fp32 lanes) stands for the same
+        split of that loop's ID: the split is replayed on it (one replay per ID and factor,
+        shared by every tensor that splits it so), and the loop is promoted to the replay's
+        output. Without it such a loop indexes only its own tensor's IDs, which reach the
+        fusion's dims only through ref's loops where the tensor's IDs and ref's are the same
+        (exact) iteration, not where the tensor broadcasts a dim ref iterates ([1, N] beside
+        [M, N]: their flat loops differ). Returns (promoted, next start) or None. The outer
+        part keeps `start` at the matched loop, so that the inner part matches it too."""
+        d = i.definition
+        if not isinstance(d, Split):
+            return None
+        match = self._match(d.in_id, ref, start)
+        if match is not None:
+            base, x = match
+        else:
+            outer = self._promote_split(d.in_id, ref, start)
+            if outer is None:
+                return None
+            base, x = outer[0], outer[1] - (0 if d.in_id is d.in_id.definition.outer else 1)
+        if base.is_broadcast and not i.is_broadcast:
+            return None
+        o, n = self._replayed_split(base, d)
+        return (o, x) if i is d.outer else (n, x + 1)
+
+    def _replayed_split(self, base: IterDomain, split) -> tuple[IterDomain, IterDomain]:
+        key = (base, S.scalar_str(split.factor), split.inner_split)
+        got = self._replays.get(key)
+        if got is None:
+            got = split_id(base, split.factor, split.inner_split)
+            for g in (self.exact, self.permissive):
+                for new in got:
+                    g.sets.add(new)
+                g.id_exprs.append(got[0].definition)
+            self._replays[key] = got
+        return got
 
     def _check_parallel(self, tv: TensorView, j: int, lp: Loop) -> None:
         mine = tv.domain.loop[j].parallel_type

@@ -118,6 +118,13 @@ def reader_index(ctx, producer: TensorView, nest, consumer: TensorView, known: d
         for lp in nest:
             if ctx.permissive.mapped(i, lp.promoted):
                 return loop_index(lp)
+        if _lp is not None and _lp.promoted is not i:
+            # The writer's loop stands for another ID (a replayed split of the reader's loop:
+            # the int64 cache of a [1, N] row read 2-wide in a loop of 4): the writer put the
+            # element of that ID's index there, so the reader takes the same ID's index.
+            k = ctx.index_graph.index_of(known, _lp.promoted)
+            if k is not None:
+                return k.value
         k = ctx.index_graph.index_of(known, i)
         if k is not None:
             return k.value
@@ -182,7 +189,8 @@ def _index_op(op: K.TensorOp, ctx) -> None:
                 # A buffer allocated over IDs split further than the reader's loops (the cache
                 # of an int64 input read 2-wide in a loop of 4): their indices come forward
                 # through those splits from the reader's loop.
-                targets += [i for i, _, _ in ctx.alloc_ids.get(v, ())]
+                for i, _, lp in ctx.alloc_ids.get(v, ()):
+                    targets += [i] if lp is None else [i, lp.promoted]
     known = ctx.index_graph.traverse(start_values(nest), targets)
     op.known = known
     conds = []
@@ -356,7 +364,7 @@ def _broadcast_write_guards(ctx, tv: TensorView, nest, redundant: list) -> list:
     output is written by the first row, and an output expanded from [M, 1] (stride 0 along N)
     once per row. Loops that iterate only such dims (the redundant loops, whose own guards
     take their first thread, block or iteration) count as 0 here."""
-    groups = _broadcast_iterations(ctx, tv)
+    groups = _broadcast_iterations(ctx, tv, nest)
     if not groups:
         return []
     start = start_values(nest)
@@ -371,17 +379,20 @@ def _broadcast_write_guards(ctx, tv: TensorView, nest, redundant: list) -> list:
     return conds
 
 
-def _broadcast_iterations(ctx, tv: TensorView) -> list:
-    """One ID per exact group of the iterations tv's broadcast dims are broadcast to in the
-    fusion (their non-broadcast partners through producer/consumer pairs), leaving out those of
-    dims tv has."""
+def _broadcast_iterations(ctx, tv: TensorView, nest) -> list:
+    """One ID per exact group of the iterations tv's broadcast dims stand for, leaving out those
+    of dims tv has: the iterations they are broadcast to in the fusion (their non-broadcast
+    partners through producer/consumer pairs), and the dims the loops around tv's write
+    iterate (a broadcast dim may line up with none of them: y[:, None] beside
+    x[:, None] * y[None, :], whose y dim is the output's dim 1 while its dim 1 is new, must
+    still be written at row 0 only)."""
     logical = tv.domain.logical_no_reductions
     if not any(i.is_broadcast for i in logical):
         return []
     if ctx.broadcast_partners is None:
         ctx.broadcast_partners = IdGraph(ctx.fusion, permissive=True, tensors=ctx.tensors,
                                          transforms=False)
-    own = {ctx.exact.group(i) for i in logical if not i.is_broadcast}
+    own = {ctx.exact.group(i) for i in tv.domain.logical if not i.is_broadcast}
     out, seen = [], set()
     for b in logical:
         if not b.is_broadcast:
@@ -392,6 +403,25 @@ def _broadcast_iterations(ctx, tv: TensorView) -> list:
                 continue
             seen.add(g)
             out.append(c)
+    for lp in nest:
+        for c in _iterated_roots(lp.promoted):
+            g = ctx.exact.group(c)
+            if c.is_reduction or g in own or g in seen:
+                continue
+            seen.add(g)
+            out.append(c)
+    return out
+
+
+def _iterated_roots(i) -> list:
+    """The IDs without history (not broadcasts) that ID i is split and merged from."""
+    out, todo = [], [i]
+    while todo:
+        x = todo.pop()
+        if x.definition is not None:
+            todo.extend(x.definition.inputs)
+        elif not x.is_broadcast and x not in out:
+            out.append(x)
     return out
 
 

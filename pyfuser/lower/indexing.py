@@ -105,6 +105,7 @@ class IndexGraph:
         if want <= known.keys():
             return known
         progress = True
+        seeded = False
         # Backward first: loop IDs descend from the roots, so most targets lie upstream.
         while progress and not want <= known.keys():
             progress = False
@@ -119,7 +120,23 @@ class IndexGraph:
                     self._forward(ge, known)
                     progress = True
                     break
+            if not progress and not seeded:
+                # Stuck: an ID of extent 1 that no loop gives an index has index 0 (a size-1
+                # piece a reshape splits off, whose broadcast partner in the consumer is merged
+                # away by forwarding, which carries no index). Only now, so that an extent-1
+                # ID the loops do index (the outer part of a split whose index can pass its
+                # extent) keeps that index for its predicate.
+                seeded = True
+                for ge in self.exprs:
+                    for g in ge.inputs + ge.outputs:
+                        if g not in known and self._is_unit(g):
+                            known[g] = Known(K.Const(0), False)
+                            progress = True
         return known
+
+    def _is_unit(self, group) -> bool:
+        ext = self.extent(group)
+        return isinstance(ext, K.Const) and ext.value == 1
 
     def _backward(self, ge: GroupExpr, known: dict) -> None:
         if ge.kind == "split":

@@ -62,7 +62,8 @@ def kernel_params(kernel: K.Kernel) -> K.Kernel:
 
     for k, v in enumerate(fusion.inputs):
         if isinstance(v, TensorView):
-            add_tensor(v, "input", k)
+            # An alias input (schedule/roles.py) reads the runtime tensor of the input it aliases.
+            add_tensor(v, "input", fusion.input_position(v))
         else:
             var = K.Var(f"s{k}", _kind_of(v.dtype))
             ctx.names[v] = var

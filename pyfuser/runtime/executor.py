@@ -29,8 +29,9 @@ import warnings
 
 from .. import options as opts
 from ..ir import scalar as S
+from ..schedule.roles import scheduling_clone
 from ..schedule.schedulers import registry
-from ..schedule.schedulers.base import InputFacts, RuntimeInfo, SchedulerError
+from ..schedule.schedulers.base import InputFacts, RuntimeInfo, SchedulerError, facts_per_input
 from .inputs import InputError, check_inputs, empty_reductions, not_a_list, output_strides
 from .reference import evaluate
 
@@ -323,12 +324,12 @@ class FusionExecutorCache:
     def _kernel_plan(self, inputs, bindings, choice, target):
         import torch
 
-        clone, mapping = self.fusion.clone()
+        clone, mapping = scheduling_clone(self.fusion)
         clone_bindings = {mapping[id(k)]: v for k, v in bindings.items() if id(k) in mapping}
         facts = tuple(
             InputFacts(tuple(x.shape), tuple(x.stride()), _alignment(x.data_ptr()))
             if isinstance(x, torch.Tensor) else None for x in inputs)
-        info = RuntimeInfo(clone_bindings, facts, target.props)
+        info = RuntimeInfo(clone_bindings, facts_per_input(clone, facts), target.props)
         sched = choice.scheduler
         forced = opts.current().heuristic
         if forced is not None:
@@ -365,7 +366,7 @@ class FusionExecutorCache:
             # kernel's real occupancy (its registers, and how whole clusters fit the GPCs)
             # allows fewer: reschedule with that many.
             import dataclasses as _dc
-            clone, mapping = self.fusion.clone()
+            clone, mapping = scheduling_clone(self.fusion)
             params = _dc.replace(params, grid=max(1, fit // per_x))
             fk = self._kernel_for(sched, params, index_type, clone, mapping)
         return self._plan_for(fk, inputs, bindings, out_sizes, device, choice)
@@ -402,11 +403,12 @@ class FusionExecutorCache:
         return max(1, per_sm) * get_device_properties(device.index or 0).sm_count
 
     def _check_vector_widths(self, fk, inputs) -> None:
-        """Vector reads of an input run along its stride-1 dim (schedulers vectorize nothing
-        else): that dim must have stride 1 and hold whole vectors, the pointer be aligned and
-        the other strides be multiples of the width. Heuristics only choose widths that hold; a
-        reused kernel or a forced heuristic is checked here, before any launch, instead of
-        reading out of bounds or the wrong elements."""
+        """Vector reads of an input run along the dim innermost in the kernel's allocation of
+        it (schedulers vectorize nothing else; a schedule may move dims of size 1 outward,
+        base.orient_vector_inputs): that dim must have stride 1 and hold whole vectors, the
+        pointer be aligned and the other strides be multiples of the width. Heuristics only
+        choose widths that hold; a reused kernel or a forced heuristic is checked here, before
+        any launch, instead of reading out of bounds or the wrong elements."""
         from ..schedule.schedulers.base import InputFacts, input_vector_problems
         for p in fk.kernel.params:
             if p.source[0] != "input":
@@ -417,7 +419,9 @@ class FusionExecutorCache:
             k = p.source[1]
             x, v = inputs[k], self.fusion.inputs[k]
             facts = InputFacts(tuple(x.shape), tuple(x.stride()), _alignment(x.data_ptr()))
-            bad = input_vector_problems(v, facts, width)
+            read = fk.kernel.fusion.inputs[k].domain
+            dim = None if read.contiguous_dim is None else read.logical.index(read.contiguous_dim)
+            bad = input_vector_problems(v, facts, width, dim)
             if bad:
                 raise ValueError(
                     f"{self.name}: input {k} (T{v.name}) cannot be read with {width}-wide vectors "

@@ -169,16 +169,18 @@ def empty_reductions(fusion, bindings: dict) -> list:
 
 
 def heuristic_info(fusion, inputs, device_props, alignment: int = 16):
-    """(a clone of `fusion`, the RuntimeInfo a heuristic reads for `inputs` on `device_props`),
-    the inputs described by their sizes and strides with `alignment`-byte data pointers: what
-    `explain` and the forced-heuristic sweeps schedule without launching."""
-    from ..schedule.schedulers.base import InputFacts, RuntimeInfo
+    """(a clone of `fusion` with its roles separated (schedule/roles.py), the RuntimeInfo a
+    heuristic reads for `inputs` on `device_props`), the inputs described by their sizes and
+    strides with `alignment`-byte data pointers: what `explain` and the forced-heuristic sweeps
+    schedule without launching."""
+    from ..schedule.roles import scheduling_clone
+    from ..schedule.schedulers.base import InputFacts, RuntimeInfo, facts_per_input
     bindings = check_inputs(fusion, inputs)
-    clone, mapping = fusion.clone()
+    clone, mapping = scheduling_clone(fusion)
     cb = {mapping[id(k)]: v for k, v in bindings.items() if id(k) in mapping}
     facts = tuple(InputFacts(tuple(x.shape), tuple(x.stride()), alignment)
                   if isinstance(x, torch.Tensor) else None for x in inputs)
-    return clone, RuntimeInfo(cb, facts, device_props)
+    return clone, RuntimeInfo(cb, facts_per_input(clone, facts), device_props)
 
 
 def _extent_sources(fusion) -> dict:

@@ -47,8 +47,9 @@ The checks (each an InterpreterError naming the access and the thread)
 - POISON: registers and shared memory start unwritten. A value computed from an unwritten
   element may sit in registers, but storing it to shared or global memory, or accumulating into
   or from one, fails.
-- Global writes are counted per element (`writes`: {(buffer name, element offset): count}) so
-  tests can require exactly one write per output element.
+- Global writes are counted per element (`writes`: {(buffer name, element offset): count});
+  an output element written more than once, or never, fails when the kernel ends (each output
+  element is written exactly once: `check_output_writes`, on by default and in the executor).
 - cp.async: a copy's destination reads as unwritten until the wait_group completing its group;
   the landed data is visible only to the copying thread until a block barrier (another thread's
   read fails); a copy over an element another thread read since the last barrier fails, as does
@@ -67,8 +68,9 @@ Limits
   (default 2 GiB: registers cost 9 bytes per element per thread); above, an InterpreterError.
 - Time grows with the statements executed (loop trips times statements) more than with the
   thread count: about 10-50 microseconds per statement for thousands of threads.
-- Races between threads of one statement are not reported (the later thread wins); data races
-  across statements are reported only for cp.async data. Raw device code is not interpreted.
+- Races between threads of one statement are not reported (the later thread wins; of an
+  output, the second write fails the write count check); data races across statements are
+  reported only for cp.async data. Raw device code is not interpreted.
 """
 from __future__ import annotations
 
@@ -533,14 +535,17 @@ _COPIES = (LoadStoreOp, BroadcastOp, ExpandOp, SqueezeOp, ReshapeOp, FullOp)
 
 class Interpreter:
     """Run `kernel` on CPU tensors. `bindings`: the kernel fusion's symbolic extents -> ints.
-    `check_alignment`: check vector and copy alignment; `max_threads`, `max_bytes`: the limits
+    `check_alignment`: check vector and copy alignment; `check_output_writes`: check that the
+    kernel writes each output element exactly once; `max_threads`, `max_bytes`: the limits
     above which it refuses (see the module docstring)."""
 
     def __init__(self, kernel: K.Kernel, bindings: dict, check_alignment: bool = True,
-                 max_threads: int = 1 << 20, max_bytes: int = 2 << 30):
+                 max_threads: int = 1 << 20, max_bytes: int = 2 << 30,
+                 check_output_writes: bool = True):
         self.k = kernel
         self.bindings = dict(bindings)
         self.check_alignment = check_alignment
+        self.check_output_writes = check_output_writes
         self.max_threads = max_threads
         self.max_bytes = max_bytes
         self.mems: dict = {}
@@ -943,6 +948,9 @@ class Interpreter:
             if len(b["tids"]):
                 raise InterpreterError(f"the kernel ends with cp.async copies never waited for "
                                        f"(thread {self._where_tid(int(b['tids'][0]))})")
+        if self.check_output_writes:
+            for j in range(len(fusion.outputs)):
+                self._check_written_once(j, *out_mem[j][:3])
         outs = []
         for j in range(len(fusion.outputs)):
             m, sizes, strides, dt = out_mem[j]
@@ -952,6 +960,31 @@ class Interpreter:
             outs.append(flat.as_strided(sizes, strides) if m.vals.size
                         else torch.zeros(sizes, dtype=flat.dtype))
         return outs
+
+    def _check_written_once(self, j: int, m: _Mem, sizes, strides) -> None:
+        """Each element of output j in memory (an expanded dim holds one for all) written by
+        exactly one thread, once: a second write of the same value hides a kernel that maps two
+        iterations onto one element (and wastes the bandwidth), one of another value is a race,
+        and an element never written is garbage on the GPU."""
+        counts = m.counts
+        bad = np.flatnonzero(counts != 1)
+        if not len(bad):
+            return
+        off = int(bad[0])
+        c = int(counts[off])
+        # The element's logical index: peel dims off the offset, largest stride first.
+        index = [0] * len(sizes)
+        rest = off
+        for d in sorted((d for d in range(len(sizes)) if strides[d] and sizes[d] > 1),
+                        key=lambda d: -strides[d]):
+            index[d], rest = divmod(rest, strides[d])
+        more = int((counts > 1).sum())
+        never = int((counts == 0).sum())
+        what = f"written {c} times" if c else "never written"
+        raise InterpreterError(
+            f"output {j} ({m.buf.name}) element {tuple(index)} (offset {off}) is {what} by the "
+            f"kernel; each output element must be written exactly once ({more} of its "
+            f"{len(counts)} elements are written more than once, {never} never)")
 
     def _extent_vars(self) -> dict:
         """Kernel variables of the symbolic extents (K.Var -> value)."""

@@ -55,23 +55,28 @@ def replay(src: TensorView, dst: TensorView, src_to_dst: dict, src_start: str) -
         return
     start = src.domain.logical if src_start == "logical" else src.domain.maybe_root
     dst_start = dst.domain.logical if src_start == "root" else dst.domain.maybe_root
-    # A consumer with its own root -> logical history (a reshape) replays from its root: where
-    # src's history makes the same Split or Merge (src, a producer, got the reshape's transforms
-    # replayed), dst's own outputs are taken, so its loop derives from its logical domain.
-    own = [] if src_start == "root" else id_exprs_between(dst.domain.maybe_root,
-                                                          dst.domain.logical)
     m = dict(src_to_dst)
+    if src_start == "logical":
+        # src's loop may derive from a root ID that one of its logical IDs only forwards
+        # (a reshape of [1, N, 1] to [N] merges broadcasts into N, and src was scheduled from
+        # its root): that root ID stands for the logical one here.
+        for lid, rid in forwarded_roots(src).items():
+            if lid in m:
+                m.setdefault(rid, m[lid])
     leaves = list(dst_start)
+    # dst reached on its root side (a reshape output from its input): a transform its own root
+    # -> logical history already makes is taken from there, so that its loop derives from its
+    # logical domain, which its consumers map to (a second merge of the same root IDs would
+    # leave them nothing to replay).
+    own = ({} if src_start == "root" or dst.domain.root is None else
+           {_transform_key(x): x for x in id_exprs_between(dst_start, dst.domain.logical)})
     for e in id_exprs_between(start, src.domain.loop):
         if isinstance(e, Split):
             d_in = m.get(e.in_id)
             if d_in is None or d_in not in leaves:
                 continue
-            same = next((x for x in own if isinstance(x, Split) and x.in_id is d_in
-                         and x.inner_split == e.inner_split
-                         and S.same_value(x.factor, e.factor)), None)
-            o, i = ((same.outer, same.inner) if same is not None
-                    else split_id(d_in, e.factor, e.inner_split))
+            same = own.get(("split", d_in, S.scalar_str(e.factor), e.inner_split))
+            o, i = same.outputs if same is not None else split_id(d_in, e.factor, e.inner_split)
             k = leaves.index(d_in)
             leaves[k:k + 1] = [o, i]
             m[e.outer], m[e.inner] = o, i
@@ -80,8 +85,7 @@ def replay(src: TensorView, dst: TensorView, src_to_dst: dict, src_start: str) -
             a = a if a in leaves else None
             b = b if b in leaves else None
             if a is not None and b is not None and merged_iter_type(a, b) is not None:
-                same = next((x for x in own if isinstance(x, Merge) and x.outer is a
-                             and x.inner is b), None)
+                same = own.get(("merge", a, b))
                 out = same.out if same is not None else merge_ids(a, b)
                 k = min(leaves.index(a), leaves.index(b))
                 leaves = [x for x in leaves if x is not a and x is not b]
@@ -97,6 +101,30 @@ def replay(src: TensorView, dst: TensorView, src_to_dst: dict, src_start: str) -
             ordered.append(d)
     ordered += [x for x in leaves if x not in ordered]
     dst.domain.loop = ordered
+
+
+def forwarded_roots(tv: TensorView) -> dict:
+    """For the root -> logical history of tv (a reshape), each ID that iterates exactly what
+    one root ID does (merged only with broadcasts: IdGraph's broadcast forwarding) -> that root
+    ID."""
+    from ..ir.id_graph import forwards_to
+    if tv.domain.root is None:
+        return {}
+    alias = {}
+    for e in id_exprs_between(tv.domain.root, tv.domain.logical):
+        if isinstance(e, Merge):
+            for b, other in ((e.outer, e.inner), (e.inner, e.outer)):
+                if forwards_to(b, other):
+                    alias[e.out] = alias.get(other, other)
+                    break
+    roots = set(tv.domain.root)
+    return {i: r for i, r in alias.items() if r in roots}
+
+
+def _transform_key(e) -> tuple:
+    if isinstance(e, Split):
+        return ("split", e.in_id, S.scalar_str(e.factor), e.inner_split)
+    return ("merge", e.outer, e.inner)
 
 
 def _reference_info(tv: TensorView, side_info: dict, side: str) -> dict:

@@ -156,12 +156,13 @@ class Setup:
     def __init__(self, fd, inputs, device="h100", alignment=None, clone=True):
         from pyfuser.runtime.device import get_device_properties
         from pyfuser.runtime.inputs import check_inputs
-        from pyfuser.schedule.schedulers.base import InputFacts, RuntimeInfo
+        from pyfuser.schedule.roles import scheduling_clone
+        from pyfuser.schedule.schedulers.base import InputFacts, RuntimeInfo, facts_per_input
         self.fd = fd
         self.inputs = list(inputs)
         self.orig_bindings = check_inputs(fd.fusion, inputs)
-        if clone:
-            self.fusion, mapping = fd.fusion.clone()
+        if clone:      # as the executor schedules it: roles separated (schedule/roles.py)
+            self.fusion, mapping = scheduling_clone(fd.fusion)
             self.bindings = {mapping[id(k)]: v for k, v in self.orig_bindings.items()
                              if id(k) in mapping}
         else:
@@ -178,7 +179,8 @@ class Setup:
             InputFacts(tuple(x.shape), tuple(x.stride()), a) if isinstance(x, torch.Tensor) else None
             for x, a in zip(inputs, aligns))
         self.device = get_device_properties(device)
-        self.info = RuntimeInfo(self.bindings, self.facts, self.device)
+        self.info = RuntimeInfo(self.bindings, facts_per_input(self.fusion, self.facts),
+                                self.device)
 
 
 def empty_inputs(name: str, M: int, N: int, dtype="bf16") -> list:

@@ -385,3 +385,36 @@ def test_cp_async_kernels_compile_clean(name, dtype, M, N, nbytes):
     assert f"__launch_bounds__({k.launch.max_threads}, {p.blocks_per_sm})" in src
     assert k.launch.grid[0] == p.grid
     compile_clean(src)
+
+
+@pytest.mark.parametrize("n", [10714, 1002])
+def test_rows_of_a_view_with_its_size_1_dim_innermost(n):
+    """Fuzz case 7:134: the [1, N] view of an [N, 1] tensor (x.t(), defined with stride_order
+    [0, 1]) has its size-1 dim innermost in the allocation. A dim of size 1 has no meaningful
+    stride, so the rows are read (and copied with cp.async, N * 2 bytes not a multiple of 16)
+    along N, in vectors; the copy of 1 x 2 bytes was an internal error."""
+    with FusionDefinition() as fd:
+        x = fd.define_tensor([-1, -1], dtype=DataType.BFloat16, stride_order=[0, 1])
+        fd.add_output(fd.ops.sub(x, fd.ops.mean(x, [1], keepdim=True)))
+    x = torch.randn(n, 1, generator=torch.Generator().manual_seed(7)).to(torch.bfloat16).t()
+    params = forced_inner_persistent(fd, [x], "tma_inner_persistent")
+    assert params.cp_async_inputs == (0,) and params.vector_inputs == (0,), params.reason
+    assert params.cp_async_bytes == (params.vector * 2,) and params.vector > 1
+    st, _, p, k = schedule_and_lower(fd, [x], params=params, scheduler=ip)
+    assert k.vector_widths["T0"] == params.vector
+    _check_against_reference(fd, [x], k, st, "bf16")
+
+
+def test_rows_read_element_wise_keep_register_rows(monkeypatch):
+    """The copies are the register split's accesses, not what the row's layout would allow: an
+    input no vector loads are given along its rows (here: none, by the vector rule patched)
+    would be copied 2 bytes at a time, under cp.async's 4, so the register rows stay (7:134
+    lowered 1 x 2-byte copies before the rows were read along N)."""
+    monkeypatch.setattr(ip, "vector_inputs", lambda *args: ())
+    with FusionDefinition() as fd:
+        x = fd.define_tensor([-1, -1], dtype=DataType.BFloat16)
+        fd.add_output(fd.ops.sub(x, fd.ops.mean(x, [1], keepdim=True)))
+    p = _forced(fd, [torch.empty(4, 1002, dtype=torch.bfloat16)], alignment=16)
+    assert p.stages == 0 and not p.cp_async_inputs and p.vector == 1
+    assert ("register rows instead: input 0: the row split reads it 2 bytes at a time (no "
+            "vector loads along its rows), and a cp.async copy moves 4, 8 or 16") in p.reason

@@ -581,3 +581,41 @@ def test_narrower_vectors_compile_clean(case):
     _, _, _, k = schedule_and_lower(fd, inputs, alignment=16)
     assert {key: w for key, w in global_widths(k).items() if key in widths} == widths
     compile_clean(generate_cuda(k))
+
+
+# 6. Broadcast inputs of a wider dtype than the loop's width --------------------------------------
+# A [1, N] or [N] input is read in the flat loop of the [M, N] output. Wider than the output's
+# dtype (int64 beside fp32, fp32 beside bf16), its cache splits the loop's vector further (2 x
+# int64 in a loop of 4 fp32 lanes); those loops stand for the same split of the output's loop
+# (lower/context.py), else its index could not be found from the loops (its flat loop over N is
+# not the output's over M * N).
+@pytest.mark.parametrize("shape,bshape,out,wide", [
+    ((7, 8), (1, 8), "fp32", "int64"),
+    ((7, 8), (8,), "fp32", "int64"),
+    ((7, 64), (1, 64), "bf16", "fp32"),
+    ((5, 40), (1, 40), "bf16", "int64"),
+    ((6, 7, 7, 8), (1, 7, 1, 8), "fp32", "int64"),
+])
+def test_pointwise_broadcast_input_wider_than_the_output(shape, bshape, out, wide):
+    x, b = _rand(shape, out), _rand(bshape, wide)
+    with FusionDefinition() as fd:
+        a = fd.from_pytorch(x)
+        w = fd.define_tensor([1 if n == 1 else -1 for n in bshape], dtype=from_torch(b.dtype))
+        fd.add_output(fd.ops.add(a, fd.ops.cast(w, from_torch(x.dtype))))
+    sch, params, k, widths = check(fd, [x, b])
+    assert sch is pointwise and params.vector == 16 // x.element_size()
+    assert widths[("input", 1)] == 16 // b.element_size() < params.vector
+    assert widths[("input", 0)] == widths[("output", 0)] == params.vector
+
+
+def test_fuzz_7_91_int32_minus_one_maximum_with_an_int64_row():
+    """Fuzz case 7:91, shrunk: maximum(int32 [6, 7, 7, 8] - 1.0, int64 [1, 7, 1, 8]) (the int64
+    row is read 2-wide in the fp32 loop of 4)."""
+    t = _rand((6, 7, 7, 8), "int64").to(torch.int32)
+    r = torch.randint(0, 16, (92,))[36:].as_strided((1, 7, 1, 8), (0, 8, 8, 1))
+    with FusionDefinition() as fd:
+        a, b = fd.from_pytorch(t), fd.from_pytorch(r)
+        fd.add_output(fd.ops.maximum(fd.ops.sub(a, 1.0), b))
+    sch, params, k, widths = check(fd, [t, r])
+    assert sch is pointwise and widths[("input", 1)] == 2
+

@@ -332,3 +332,23 @@ def test_interpret_schedules_for_the_device_asked_for():
     assert small.backend == big.backend == "interpreter"
     assert small.heuristics[0].grid < big.heuristics[0].grid, (small, big)
     assert len(fd._executor._plans) == 2
+
+
+def test_forced_vectors_along_the_dim_the_kernel_reads_are_checked():
+    """An input defined with dim 0 innermost (stride_order [0, 1]) that a forced heuristic reads
+    with vectors along dim 1 (the output's inner dim): the schedule moves dim 0 outward in its
+    allocation (base.orient_vector_inputs, for the [1, N] view of an [N, 1] tensor). On an
+    [8, 16] view of stride (1, 8), dim 0 holds whole vectors of stride 1 but the kernel reads
+    along dim 1, stride 8: refused (dim 0 was checked, and the kernel read misaligned vectors
+    of the wrong elements)."""
+    with FusionDefinition() as fd:
+        x = fd.define_tensor([-1, -1], stride_order=[0, 1])
+        fd.add_output(fd.ops.exp(x))
+    x = torch.randn(16, 8).t()
+    forced = PointwiseParams(vector=4, vector_inputs=(0,))
+    with pytest.raises(ValueError, match=r"input 0 \(T0\) cannot be read with 4-wide vectors "
+                                         r".*: its dim 1, innermost in memory, has stride 8"):
+        fd.execute([x], options={"enable": ["interpret"], "heuristic": forced})
+    row = torch.randn(16, 1).t()                 # [1, 16] of stride (1, 1): read along dim 1
+    (o,) = fd.execute([row], options={"enable": ["interpret"], "heuristic": forced})
+    assert fd.last_run.kind == "kernels" and torch.allclose(o, row.exp())

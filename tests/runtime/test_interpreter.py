@@ -2,7 +2,8 @@
 NaN through maximum / minimum and max / min reductions as the generated code computes them,
 exact integer data, the vectorized rounding, the fusions the timings record (tools/
 interpreter_timings.py, bench/results/2026-11-23-interpreter-timings.md) against the float64
-reference, unwritten registers reaching memory (POISON), several threads storing one element,
+reference, unwritten registers reaching memory (POISON), several threads storing one element
+(unchecked: the last wins; checked: an output element written twice or never fails),
 a cp.async copy over one in flight, a warp-specialized producer copying short rows, barriers
 some threads skip, and the size limits. The lowering tests (tests/lower) are its main test
 bed."""
@@ -258,12 +259,48 @@ def test_of_several_threads_storing_one_element_the_last_wins_and_every_write_co
     store = next(s for s in ops(k) if s.out.buffer.memory == "global")
     assert store.vector == 4
     store.out.index = K.Const(0)                     # every thread stores to elements 0..3
-    (out,), it = interpret(k, st.bindings, [x])
+    (out,), it = interpret(k, st.bindings, [x], check_output_writes=False)
     flat = out.reshape(-1)
     torch.testing.assert_close(flat[:4], -x.reshape(-1)[-4:])     # the last thread's vector
     assert flat[4:].isnan().all()
     buf = store.out.buffer.name
     assert it.writes == {(buf, e): x.numel() // 4 for e in range(4)}
+
+
+# Each output element written exactly once ------------------------------------------------------
+def test_an_output_element_written_twice_or_never_fails():
+    """The store's index clamped one vector short of the end: the last thread writes the
+    vector before its own (elements 1016..1019 twice), and 1020..1023 stay unwritten."""
+    fd, x, st, k = _neg_kernel(M=16, N=64)
+    interpret(k, st.bindings, [x])                             # as lowered: fine
+    store = next(s for s in ops(k) if s.out.buffer.memory == "global")
+    assert store.vector == 4
+    store.out.index = K.Bin("min", store.out.index, K.Const(x.numel() - 8))
+    with pytest.raises(InterpreterError, match=r"output 0 \(T\d+\) element \(15, 56\) \(offset "
+                                               r"1016\) is written 2 times by the kernel; each "
+                                               r"output element must be written exactly once \(4 "
+                                               r"of its 1024 elements are written more than once, "
+                                               r"4 never\)"):
+        interpret(k, st.bindings, [x])
+    # Unchecked, the last thread's vector lands over its neighbour's and the end is NaN.
+    (out,), it = interpret(k, st.bindings, [x], check_output_writes=False)
+    flat, xf = out.reshape(-1), x.reshape(-1)
+    torch.testing.assert_close(flat[:1016], -xf[:1016])
+    torch.testing.assert_close(flat[1016:1020], -xf[1020:])
+    assert flat[1020:].isnan().all()
+
+
+def test_an_output_element_never_written_fails():
+    """The store skipped by the threads of block 0: its elements are never written."""
+    fd, x, st, k = _neg_kernel(M=16, N=64)
+    store = next(s for s in ops(k) if s.out.buffer.memory == "global")
+    body = _parent_body(k.body, store)
+    at = body.index(store)
+    body[at] = K.IfThenElse(K.Bin("!=", K.Special("blockIdx.x"), K.Const(0)), [store], [])
+    with pytest.raises(InterpreterError, match=r"output 0 \(T\d+\) element \(0, 0\) \(offset 0\) "
+                                               r"is never written by the kernel; .* \(0 of its 1024 "
+                                               r"elements are written more than once, \d+ never\)"):
+        interpret(k, st.bindings, [x])
 
 
 # cp.async and warp roles, broken ---------------------------------------------------------------

@@ -285,8 +285,8 @@ REFUSED = {
         "is broadcast back over the rows", (64, 96)),
     "column_sum_and_flattened_input": (
         column_sum_and_flattened_input, "reduction",
-        "an output whose dims are not the reduction's kept dims", (127, 219)),
+        "an output whose dims are not the reduction's dims", (127, 219)),
     "column_sum_and_permuted_other_input": (
         column_sum_and_permuted_other_input, "reduction",
-        "an output whose dims are not the reduction's kept dims", (1, 6437)),
+        "an output whose dims are not the reduction's dims", (1, 6437)),
 }

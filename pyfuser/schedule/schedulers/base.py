@@ -11,6 +11,7 @@ import dataclasses
 
 from ...ir import scalar as S
 from ...ir.exprs import ReductionOp
+from ...ir.iter_domain import IterDomain
 from ...ir.tensor import TensorView
 
 
@@ -33,6 +34,12 @@ class RuntimeInfo:
 
     def extent(self, s) -> int:
         return int(S.evaluate(s, dict(self.bindings)))
+
+
+def facts_per_input(fusion, facts: tuple) -> tuple:
+    """RuntimeInfo.inputs for `fusion` from the facts of the runtime inputs (one per input of
+    the definition): an alias input (schedule/roles.py) has those of the input it aliases."""
+    return tuple(facts[fusion.input_aliases.get(k, k)] for k in range(len(fusion.inputs)))
 
 
 class SchedulerError(ValueError):
@@ -78,25 +85,41 @@ def mapped_dim(tv: TensorView, ref_id, graph) -> int | None:
     return None
 
 
+def stride_one_dim(v: TensorView, facts: InputFacts) -> IterDomain | None:
+    """Input v's logical ID whose elements lie next to each other in memory in this call: the
+    innermost allocated dim that is neither a broadcast nor of size 1. A dim of size 1 has no
+    meaningful stride, so it does not decide the layout wherever the definition puts it (the
+    [1, N] view of an [N, 1] tensor, defined with its size-1 dim innermost, is read along N).
+    The definition's contiguous_dim when every dim has size 1."""
+    logical = v.domain.logical
+    for i in reversed(v.domain.maybe_allocation):
+        if not i.is_broadcast and not i.is_reduction and facts.sizes[logical.index(i)] != 1:
+            return i
+    return v.domain.contiguous_dim
+
+
 def input_vector_width(v: TensorView, facts: InputFacts, dim: int | None, width: int) -> int:
     """The width input `v` is read with along its logical dim `dim` in a loop vectorized by
-    `width`: access_width(v.dtype, width) when `dim` is the input's stride-1 dim and this call's
-    layout allows it (input_vector_problems); else 1 (read element-wise)."""
+    `width`: access_width(v.dtype, width) when `dim` is the input's stride-1 dim in this call
+    (stride_one_dim) and its layout allows it (input_vector_problems); else 1 (read
+    element-wise)."""
     w = access_width(v.dtype, width)
     if dim is None or w <= 1 or facts is None:
         return 1
-    if v.domain.logical[dim] is not v.domain.contiguous_dim:
+    if v.domain.logical[dim] is not stride_one_dim(v, facts):
         return 1
     return 1 if input_vector_problems(v, facts, w) else w
 
 
-def input_vector_problems(v: TensorView, facts: InputFacts, width: int) -> list[str]:
+def input_vector_problems(v: TensorView, facts: InputFacts, width: int,
+                          dim: int | None = None) -> list[str]:
     """Why input `v`, with this call's sizes, strides and pointer alignment, cannot be read with
-    `width`-wide vectors along its stride-1 dim (the innermost of its allocation, the only dim
-    schedules vectorize an input along): that dim must have stride 1 and hold whole vectors
-    (its size a multiple of the width), the pointer must be aligned to one access and every
-    other stride a multiple of the width (each row starts a vector). Empty when it can."""
-    inner = v.domain.contiguous_dim
+    `width`-wide vectors along its logical dim `dim` (by default its stride-1 dim in this call,
+    stride_one_dim, the only dim schedules vectorize an input along): that dim must have stride
+    1 and hold whole vectors (its size a multiple of the width), the pointer must be aligned to
+    one access and every other stride a multiple of the width (each row starts a vector).
+    Empty when it can."""
+    inner = stride_one_dim(v, facts) if dim is None else v.domain.logical[dim]
     if inner is None:
         return ["every dim is a broadcast (one element, no run of elements to read)"]
     d = v.domain.logical.index(inner)
@@ -112,6 +135,35 @@ def input_vector_problems(v: TensorView, facts: InputFacts, width: int) -> list[
     if any(st % width for e, (sz, st) in enumerate(zip(sizes, strides)) if e != d and sz != 1):
         bad.append(f"its strides {tuple(strides)} are not multiples of {width}")
     return bad
+
+
+def orient_vector_inputs(fusion, positions, ref_id) -> None:
+    """Give the inputs at `positions` (a heuristic's vector inputs) the layout their vector
+    reads assume, before they are cached: an input read with vectors along its dim mapped to
+    the reference's ID `ref_id` while its definition puts other dims inside that one had, in
+    the call the heuristic saw, only dims of size 1 there (stride_one_dim). Those dims move
+    outermost in its allocation (a size-1 dim's place says nothing about the layout), so the
+    input and its cache have the read dim innermost and vectorize() takes it. Their strides and
+    the read dim's are passed at run time, not assumed from contiguity, so the kernel reads any
+    input of the definition correctly; the executor checks vector reads against each call's
+    layout (input_vector_problems) before launch."""
+    from ...ir.id_graph import IdGraph
+    from ..allocation import set_allocation_domain
+    if not positions or ref_id is None:
+        return
+    graph = IdGraph(fusion)
+    for k in positions:
+        v = fusion.inputs[k]
+        d = mapped_dim(v, ref_id, graph)
+        if d is None or v.domain.logical[d] is v.domain.contiguous_dim:
+            continue
+        read = v.domain.logical[d]
+        alloc, contig = v.domain.maybe_allocation, v.domain.contiguity
+        at = alloc.index(read)
+        moved = [i for i in alloc[at + 1:] if not i.is_broadcast]
+        order = moved + [i for i in alloc if i not in moved]
+        flags = {i: (False if i in moved or i is read else c) for i, c in zip(alloc, contig)}
+        set_allocation_domain(v, order, [flags[i] for i in order])
 
 
 def vector_inputs(fusion, info: RuntimeInfo, vector: int, ref_id) -> tuple:

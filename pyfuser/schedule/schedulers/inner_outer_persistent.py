@@ -33,8 +33,8 @@ from .. import (cache_after, cache_before, circular_buffer, inline_at, inline_mo
                 parallelize_like, propagate_transforms, rfactor, set_allocation_domain,
                 set_memory_type)
 from ..tma_rules import MAX_TX_BYTES
-from .base import (RuntimeInfo, SchedulerError, reduction_tensors, vector_inputs, vector_width,
-                   vectorize_along)
+from .base import (RuntimeInfo, SchedulerError, orient_vector_inputs, reduction_tensors,
+                   vector_inputs, vector_width, vectorize_along)
 from .inner_persistent import _project_to_inputs, persistent_batch
 from .inner_persistent import _tma_rows as tma_rows
 from .reduction import broadcast_back
@@ -446,6 +446,7 @@ def schedule(fusion, p: InnerOuterParams) -> None:
         raise SchedulerError(f"inner-outer persistent: a cluster of {p.cluster} blocks per row "
                              "needs register rows of a known length N, N / C a whole number of "
                              f"vectors (row extents {p.row_extents}, TMA inputs {p.tma_inputs})")
+    orient_vector_inputs(fusion, p.vector_inputs, _kinds(fusion)[0][0].domain.maybe_root[1])
     staged = {k: cache_after(fusion.inputs[k], LoadKind.TmaBulk) for k in p.tma_inputs}
     caches = {k: cache_after(staged.get(k, v)) for k, v in enumerate(fusion.inputs)
               if isinstance(v, TensorView) and fusion.uses_of(v)}

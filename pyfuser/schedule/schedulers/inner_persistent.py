@@ -27,8 +27,8 @@ from .. import (cache_after, cache_before, circular_buffer, inline_at, inline_mo
 from ..inlining import _upstream
 from ..recompute import recompute_for
 from ..tma_rules import MAX_TX_BYTES, check_bulk_rows, check_row_box
-from .base import (RuntimeInfo, SchedulerError, access_width, reduced_and_kept,
-                   reduction_tensors, vector_inputs, vector_width, vectorize,
+from .base import (RuntimeInfo, SchedulerError, access_width, orient_vector_inputs,
+                   reduced_and_kept, reduction_tensors, vector_inputs, vector_width, vectorize,
                    vectorize_along)
 from .reduction import _layout, _merge_dims, _pow2_floor, broadcast_back
 
@@ -357,6 +357,16 @@ def cp_async_variant(fusion, info: RuntimeInfo, p: InnerPersistentParams, n: int
     if not problems and (p.cluster > 1 or (p.vector > 1 and
                                            not set(rows) <= set(p.vector_inputs))):
         problems.append(f"the rows need {p.vector}-wide vectors that not every input allows")
+    # Each thread copies the vectors it later reads (the register split's accesses, of the
+    # widths the vector rule gives each input), not the widths cp_async_elems allowed: an input
+    # read element-wise copies under 4 bytes.
+    nbytes = tuple((access_width(fusion.inputs[k].dtype, p.vector) if k in p.vector_inputs
+                    else 1) * fusion.inputs[k].dtype.size for k in rows)
+    if not problems:
+        problems += [f"input {k}: the row split reads it {nb} bytes at a time"
+                     + ("" if k in p.vector_inputs else " (no vector loads along its rows)")
+                     + ", and a cp.async copy moves 4, 8 or 16"
+                     for k, nb in zip(rows, nbytes) if nb < CP_ASYNC_BYTES[0]]
     budget = _tma_budget(info)
     # A slot holds the register split of bdimy rows: P x bdimx x V elements per row.
     row_elems = p.persistent_batch * p.bdimx * p.vector
@@ -369,8 +379,6 @@ def cp_async_variant(fusion, info: RuntimeInfo, p: InnerPersistentParams, n: int
                                    "either, register rows instead: "
                                    + ("; ".join(problems) or "no row input"))
     per_sm, grid = _persistent_grid(info, n, m, p.bdimy, stages * stage_bytes)
-    nbytes = tuple((access_width(fusion.inputs[k].dtype, p.vector) if k in p.vector_inputs
-                    else 1) * fusion.inputs[k].dtype.size for k in rows)
     return dataclasses.replace(
         p, stages=stages, prefetch=stages - 1, grid=grid, cp_async_inputs=rows,
         cp_async_bytes=nbytes, blocks_per_sm=per_sm,
@@ -557,6 +565,8 @@ def _project_to_inputs(fusion, caches: set, reds, allow_expensive: bool = False)
 
 
 def schedule(fusion, p: InnerPersistentParams) -> None:
+    red = reduction_tensors(fusion)[0]
+    orient_vector_inputs(fusion, p.vector_inputs, red.domain.maybe_root[_layout(red)[1][-1]])
     # TMA variant: input -> shared-memory slot (one bulk copy per row) -> registers.
     load = LoadKind.TmaTensor if p.tensor_map else LoadKind.TmaBulk
     staged = {k: cache_after(fusion.inputs[k], load) for k in p.tma_inputs}

@@ -25,8 +25,8 @@ from ...ir.id_graph import IdGraph
 from ...ir.iter_domain import ParallelType as PT
 from ...ir.tensor import TensorView
 from .. import cache_after, cache_before, inline_most, parallelize_like, propagate_transforms
-from .base import (RuntimeInfo, SchedulerError, mapped_dim, pow2_divisor, reduction_tensors,
-                   vector_inputs, vectorize)
+from .base import (RuntimeInfo, SchedulerError, mapped_dim, orient_vector_inputs, pow2_divisor,
+                   reduction_tensors, vector_inputs, vectorize)
 
 NAME = "pointwise"
 
@@ -88,11 +88,11 @@ def _inner_dim(ref: TensorView):
 
 
 def _outside_reference(fusion, ref) -> tuple[int, int] | None:
-    """(output position, logical dim) of an output dim that maps to none of the reference's
-    dims, not even as the iteration a broadcast of the reference expands to (the permissive
-    graph): transforms propagate along those maps, so the reference's loop nest would not reach
-    it and that output would be left unscheduled."""
-    graph = IdGraph(fusion, permissive=True)
+    """(output position, logical dim) of an output dim (not a broadcast) that is none of the
+    reference's dims (the exact graph): the reference's loop nest would not iterate it. Two
+    dims that only meet through a broadcast both are broadcast to (a [1, 1] input beside an
+    [M, N] input and a [1, K] zeros) are not the same iteration: their extents may differ."""
+    graph = IdGraph(fusion)
     ref_ids = ref.domain.logical_no_reductions
     for k, o in enumerate(fusion.outputs):
         if not isinstance(o, TensorView) or o is ref or o.definition is None:
@@ -150,6 +150,7 @@ def _has_broadcast_input(fusion, ref) -> bool:
 
 
 def schedule(fusion, params: PointwiseParams) -> None:
+    orient_vector_inputs(fusion, params.vector_inputs, _inner_dim(_reference(fusion)))
     caches = {k: cache_after(v) for k, v in enumerate(fusion.inputs)
               if isinstance(v, TensorView) and fusion.uses_of(v)}
     outputs = [o for o in fusion.outputs if o.definition is not None]

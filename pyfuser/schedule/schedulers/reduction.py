@@ -26,8 +26,8 @@ from ...ir.iter_domain import ParallelType as PT
 from ...ir.tensor import TensorView
 from .. import (cache_after, cache_before, inline_at, inline_most, parallelize_like,
                 propagate_transforms, rfactor)
-from .base import (RuntimeInfo, SchedulerError, reduced_and_kept, reduction_tensors,
-                   vector_inputs, vector_width, vectorize)
+from .base import (RuntimeInfo, SchedulerError, orient_vector_inputs, reduced_and_kept,
+                   reduction_tensors, vector_inputs, vector_width, vectorize)
 
 NAME = "reduction"
 
@@ -83,20 +83,21 @@ def _layout(red: TensorView):
     return None, rpos
 
 
-def is_over_kept_dims(tv: TensorView, red: TensorView, graph=None) -> bool:
-    """True if tv's dims (broadcasts aside) are the kept dims of reduction `red`, one for one
-    (exact ID graph): the iteration schedule() gives the reduction's results, which it
-    replays onto every tensor through that graph. A reshape of the input or another input
-    of as many dims iterates other elements."""
+def is_over_reduced_tensor_dims(tv: TensorView, red: TensorView, graph=None) -> bool:
+    """True if tv's dims (broadcasts aside) are distinct dims of reduction `red`'s input, kept
+    or reduced (exact ID graph): schedule() gives the reduction's iteration, which it replays
+    onto every tensor through that graph; an output over some of those dims (a column [M, 1]
+    beside column sums) is written once per element under write guards. A reshape of the
+    input, or another input of as many dims, iterates other elements."""
     from ...ir.id_graph import IdGraph
     graph = graph or IdGraph(red.fusion)
-    kept = [i for i in red.domain.logical_no_reductions if not i.is_broadcast]
+    dims = [i for i in red.domain.maybe_root if not i.is_broadcast]
     ids = [i for i in tv.domain.logical_no_reductions if not i.is_broadcast]
-    if len(ids) != len(kept):
+    if len(ids) > len(dims):
         return False
     matched = set()
     for i in ids:
-        j = next((k for k, x in enumerate(kept) if k not in matched and graph.mapped(i, x)), None)
+        j = next((k for k, x in enumerate(dims) if k not in matched and graph.mapped(i, x)), None)
         if j is None:
             return False
         matched.add(j)
@@ -122,9 +123,9 @@ def can_schedule(fusion) -> tuple[bool, str]:
     if len(rpos) == len(ref.domain.maybe_root):
         return False, "a full reduction (no kept dims) is not supported yet"
     for k, o in enumerate(fusion.outputs):
-        if not is_over_kept_dims(o, ref):
-            return False, (f"an output whose dims are not the reduction's kept dims (output {k} "
-                           "iterates other dims: its elements are not one per reduction result)")
+        if not is_over_reduced_tensor_dims(o, ref):
+            return False, (f"an output whose dims are not the reduction's dims (output {k} "
+                           "iterates other dims, such as a reshape of the input)")
     for v in fusion.inputs:
         if isinstance(v, TensorView) and len(v.domain.logical) != len(ref.domain.maybe_root):
             return False, "an input of another rank than the reduction's input"
@@ -205,6 +206,9 @@ def _merge_dims(red: TensorView, rpos: list[int]) -> tuple[int, int]:
 
 
 def schedule(fusion, p: ReductionParams) -> None:
+    red = reduction_tensors(fusion)[0]
+    inner, rpos = _layout(red)
+    orient_vector_inputs(fusion, p.vector_inputs, vector_dim(red, rpos, inner))
     caches = {k: cache_after(v) for k, v in enumerate(fusion.inputs)
               if isinstance(v, TensorView) and fusion.uses_of(v)}
     for o in list(fusion.outputs):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from .. import roles
 from . import inner_outer_persistent, inner_persistent, pointwise, reduction
 
 
@@ -29,6 +30,14 @@ def register(module, first: bool = True) -> None:
 
 
 def choose(fusion) -> Choice:
+    """The first scheduler that takes `fusion` once its roles are separated (what the executor
+    schedules: roles.scheduling_clone)."""
+    if roles.fusion_self_mapping(fusion) is not None:
+        fusion, _ = roles.scheduling_clone(fusion)
+        why = roles.fusion_self_mapping(fusion)
+        if why is not None:
+            return Choice(None, f"{why}, and no copy separates the roles (the second role's "
+                                "computation holds a reduction or another op that is not copied)")
     rejected = []
     for s in SCHEDULERS:
         ok, why = s.can_schedule(fusion)
