@@ -227,9 +227,15 @@ def full(sizes: list, value, dtype: DataType) -> TensorView:
 
 def reshape(x: TensorView, new_sizes: list) -> TensorView:
     """Reshape as row-major flattening: out root (a copy of x's logical) is merged into one ID and
-    split into the new sizes; one size may be -1."""
+    split into the new sizes; one size may be -1.
+
+    An expanded broadcast of x (stride 0, size E) becomes an iteration ID of extent E in out's
+    root: merged into the flat ID it contributes E elements, each reading x's one element along
+    it (the producer/consumer pair is a broadcast concretized, as in `add(x [N, 1 ex M], y [N,
+    M])`). Kept a broadcast, the merge would count it as extent 1."""
     src = x.domain.logical_no_reductions
-    root = [i.clone() for i in src]
+    root = [IterDomain(i.expanded_extent, IterType.Iteration) if i.expanded_extent is not None
+            else i.clone() for i in src]
     sizes = list(new_sizes)
     if sum(1 for s in sizes if isinstance(s, int) and s == -1) > 1:
         raise ShapeError(f"reshape: more than one -1 in {new_sizes}")
@@ -266,6 +272,12 @@ def reshape(x: TensorView, new_sizes: list) -> TensorView:
     fusion = current_fusion()
     if fusion is not None and -1 not in sizes and not S.same_value(total, known):
         fusion.extent_equalities.append((total, known, "reshape element count"))
+    elif fusion is not None and -1 in sizes:
+        # The -1 dim is ceilDiv(total, known): the shape holds the elements only when known
+        # divides total (else the kernel would read past the input's last element).
+        whole = S.product(i.extent for i in logical)
+        if not S.same_value(total, whole):
+            fusion.extent_equalities.append((total, whole, "reshape element count"))
     out = TensorView(TensorDomain(logical, root=root), x.dtype)
     ReshapeOp(out, x)
     return out

@@ -1,6 +1,6 @@
 """Mapping IterDomains across a fusion.
 
-Two rules define which IDs describe the same iteration:
+These rules define which IDs describe the same iteration:
 1. producer/consumer pairs: a consumer's root ID k maps to its producer's logical ID k (reduction
    IDs of the producer skipped; new broadcast dims of a BroadcastOp and squeezed dims of a
    SqueezeOp have no partner);
@@ -8,7 +8,9 @@ Two rules define which IDs describe the same iteration:
    two Merges with mapped inputs map their outputs;
 3. broadcast forwarding: merge(b, i) with b a (non-expanded) broadcast of extent 1 iterates exactly
    what i iterates, so its output maps to i. This is what lets a tensor of shape [N], broadcast to
-   [M, N] and scheduled like it (merge, then split), line up with its un-broadcast producer.
+   [M, N] and scheduled like it (merge, then split), line up with its un-broadcast producer;
+4. concretized expanded broadcasts: the consumers' iteration IDs paired with one expanded
+   broadcast ID (of extent 1, expanded to E) all iterate E elements and map to one another.
 
 The exact graph maps a broadcast ID only to broadcast IDs; the permissive graph also maps a
 producer's broadcast ID to the consumer's iteration ID it broadcasts to (what replay and
@@ -124,6 +126,7 @@ class IdGraph:
                 if e not in seen_exprs:
                     seen_exprs.add(e)
                     self.id_exprs.append(e)
+        concretized = []
         for e in fusion.exprs():
             for c in e.outputs:
                 if not isinstance(c, TensorView):
@@ -134,6 +137,16 @@ class IdGraph:
                     for pi, ci in producer_consumer_pairs(e, p, c):
                         if permissive or is_exact_pair(pi, ci):
                             self.sets.union(pi, ci)
+                        elif pi.expanded_extent is not None and not ci.is_broadcast:
+                            concretized.append((pi, ci))
+        # Rule 4: the iteration IDs that concretize one expanded broadcast (its consumers' root
+        # IDs paired with it: a reshape's, an add with a full operand's) iterate the same E
+        # elements, E its expanded extent (the builders require each such extent to equal E).
+        # Two reshapes of one [M, 1 ex E] tensor (a recomputed copy beside the original) thus
+        # map their merges and splits exactly; the broadcast itself stays apart (its index is 0).
+        first: dict = {}
+        for pi, ci in concretized:
+            self.sets.union(first.setdefault(self.sets.find(pi), ci), ci)
         if transforms:
             self._map_replayed_transforms()
 

@@ -8,7 +8,8 @@ After:  one pointer per global tensor (inputs, then outputs), one stride per log
 
 The innermost dim of a tensor whose allocation is contiguous there gets stride 1 as a constant,
 which lets index arithmetic fold and vector accesses be proven contiguous. Broadcast dims have no
-stride (their index is always 0). ctx.names maps each runtime Scalar to its kernel variable.
+stride (their index is always 0). ctx.names maps each runtime Scalar to its kernel variable;
+an extent the fusion requires equal to a constant (checked on every call) maps to that constant.
 """
 from __future__ import annotations
 
@@ -90,6 +91,20 @@ def kernel_params(kernel: K.Kernel) -> K.Kernel:
             ctx.names[b] = K.Const(int(static[a]))
         if b in static and a in ctx.names:
             ctx.names[a] = K.Const(int(static[b]))
+    # An extent the fusion requires equal to a constant (an input's row against the 1024 of a
+    # ones([M, 1024]) it is added to) is that constant, here and in what shares its variable.
+    changed = True
+    while changed:
+        changed = False
+        for a, b, _ in fusion.extent_equalities:
+            for x, y in ((a, b), (b, a)):
+                value = y.value if y.value is not None else getattr(ctx.names.get(y), "value", None)
+                if x in ctx.names and not isinstance(ctx.names[x], K.Const) and value is not None:
+                    old = ctx.names[x]
+                    for s, n in list(ctx.names.items()):
+                        if n is old:
+                            ctx.names[s] = K.Const(int(value))
+                    changed = True
     kernel.params = params
     return kernel
 

@@ -85,6 +85,8 @@ def _mismatch(fusion, where: str, a, va, b, vb, bindings: dict) -> str:
     origins = {e: f"{_name(k, v)} dim {d}" for e, (k, v, d) in sources.items()}
     msg = (f"sizes do not match at {where}: {_describe(a, va, origins)} but "
            f"{_describe(b, vb, origins)}")
+    if where.startswith("reshape"):
+        return f"{msg}: the new shape does not hold the input's elements (as torch.reshape)"
     one = a if va == 1 else b if vb == 1 else None
     if one is not None and one in sources:
         k, v, d = sources[one]

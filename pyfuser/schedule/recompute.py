@@ -6,15 +6,23 @@
 A normalization keeps a row on chip between its reduction and the use of the reduction's result.
 Keeping the input (bf16) instead of a float intermediate halves the registers that row needs;
 the cheap pointwise work between them is done twice.
+
+Recomputed: element-wise ops, copies (a permute keeps its root order), broadcasts, expands,
+squeezes, reshapes (their Split/Merge history is replayed on the copy's IDs) and fills (full,
+zeros, ones: no tensor input at all). Not recomputed: reductions, whose result a copy would
+have to reduce again (a caller stops the copy at them); `recompute_blocker` names such a tensor
+on the way from `stop_at`.
 """
 from __future__ import annotations
 
 from ..ir.base import Expr
-from ..ir.exprs import (BinaryOp, BroadcastOp, ExpandOp, LoadStoreOp, UnaryOp, WhereOp)
+from ..ir.exprs import (BinaryOp, BroadcastOp, ExpandOp, FullOp, LoadStoreOp, ReshapeOp,
+                        SqueezeOp, UnaryOp, WhereOp)
 from ..ir.iter_domain import Merge, Split, id_exprs_between, merge_ids, split_id
 from ..ir.tensor import MemoryType, ScheduleError, TensorDomain, TensorView
 
-_CLONABLE = (UnaryOp, BinaryOp, WhereOp, LoadStoreOp, BroadcastOp, ExpandOp)
+_CLONABLE = (UnaryOp, BinaryOp, WhereOp, LoadStoreOp, BroadcastOp, ExpandOp, SqueezeOp,
+             ReshapeOp, FullOp)
 
 
 def _clone_domain(dom: TensorDomain) -> TensorDomain:
@@ -56,17 +64,37 @@ def _clone_expr(e: Expr, new_inputs: list) -> TensorView:
     return new_out
 
 
+def recompute_blocker(tv: TensorView, stop_at: set) -> TensorView | None:
+    """A tensor between `stop_at` and tv (tv included) whose definition is not recomputed, or
+    None when recompute_for(tv, ..., stop_at) can copy the whole chain."""
+    seen, stack = set(), [tv]
+    while stack:
+        t = stack.pop()
+        if t in stop_at or t in seen or t.definition is None:
+            continue
+        seen.add(t)
+        if not isinstance(t.definition, _CLONABLE):
+            return t
+        stack.extend(i for i in t.definition.inputs if isinstance(i, TensorView))
+    return None
+
+
 def recompute_for(tv: TensorView, uses: list[Expr], stop_at: set) -> TensorView:
     """Replace tv by a fresh copy of its computation in `uses`, cloning back to `stop_at`."""
+    blocker = recompute_blocker(tv, stop_at)
+    if blocker is not None:
+        raise ScheduleError(f"recompute of T{tv.name}: T{blocker.name} comes from a "
+                            f"{type(blocker.definition).__name__}, which is not recomputed")
+    copies: dict = {}
+
     def clone(t: TensorView) -> TensorView:
         if t in stop_at or t.definition is None:
             return t
-        d = t.definition
-        if not isinstance(d, _CLONABLE):
-            raise ScheduleError(f"recompute of T{tv.name}: T{t.name} comes from a "
-                                f"{type(d).__name__}, which is not recomputed")
-        ins = [clone(i) if isinstance(i, TensorView) else i for i in d.inputs]
-        return _clone_expr(d, ins)
+        if t not in copies:     # one copy of a tensor the chain reads twice (x * x)
+            d = t.definition
+            ins = [clone(i) if isinstance(i, TensorView) else i for i in d.inputs]
+            copies[t] = _clone_expr(d, ins)
+        return copies[t]
     copy_tv = clone(tv)
     for u in uses:
         u.replace_input(tv, copy_tv)

@@ -290,6 +290,21 @@ def test_runtime_scalar_and_symbolic_count(gen):
     torch.testing.assert_close(out, x.mean((0, 2)) * 3.0)
 
 
+@pytest.mark.parametrize("sizes, expanded, new", [
+    ([15, 4], [False, True], [60]), ([15, 4], [False, True], [-1, 12]),
+    ([5, 3, 4], [True, False, False], [-1, 6]), ([4, 3], [True, True], [2, -1])])
+def test_reshape_of_expanded_dims(gen, sizes, expanded, new):
+    """A reshape that merges an expanded (stride-0) dim holds its expanded size of elements
+    (the output shape was the unexpanded one: "shape '[15]' is invalid for input of size 60")."""
+    from pyfuser.runtime.inputs import check_inputs
+    x = _randn(gen, *[1 if e else s for s, e in zip(sizes, expanded)]).expand(sizes)
+    with FusionDefinition() as fd:
+        t = fd.define_tensor([-1] * len(sizes), expanded=expanded)
+        fd.add_output(fd.ops.mul(fd.ops.reshape(t, new), 2.0))
+    (out,) = evaluate(fd.fusion, [x], extent_bindings=check_inputs(fd.fusion, [x]))
+    torch.testing.assert_close(out, x.reshape(new) * 2.0)
+
+
 @pytest.mark.parametrize("name", catalogue.names())
 @pytest.mark.parametrize("shape", [(8, 64), (5, 37)])
 @pytest.mark.parametrize("dtype", ["bf16", "fp32"])

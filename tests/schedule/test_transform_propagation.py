@@ -162,3 +162,29 @@ def test_other_norms_reach_every_tensor(name):
         if len(tv.logical) == 2:
             assert _positions(graph, tv, ref) == [0, 1, 2, 3], f"T{tv.name}: {tv.loop}"
     verify(fusion)
+
+
+def test_a_reshape_reached_from_its_producer_keeps_its_loops_derived_from_its_logical():
+    """x -> a = reshape(x) and b = reshape(x), the reference a reduction of a: b is reached from
+    x, which took a's reshape merge and split. b's loop takes its own reshape's IDs where x's
+    history makes the same merge and split, so it derives from b's logical domain (before, the
+    merge was made again from b's root: a loop outside b's logical, which rfactor and indexing
+    cannot follow)."""
+    from pyfuser import DataType, FusionDefinition
+    from pyfuser.ir.iter_domain import ancestors
+    with FusionDefinition() as fd:
+        x = fd.define_tensor([-1, -1], dtype=DataType.Float)
+        a = fd.ops.reshape(x, [-1, 128])
+        b = fd.ops.reshape(x, [-1, 128])
+        fd.add_output(fd.ops.sum(a, [1]))
+        fd.add_output(fd.ops.mul(b, 2.0))       # b is reached through x only
+    fusion = fd.fusion.clone()[0]
+    ref = next(t for t in fusion.tensors() if t.has_reduction())
+    reshapes = [e.outputs[0] for e in fusion.exprs() if type(e).__name__ == "ReshapeOp"]
+    ref.split(1, 32).split(0, 2)
+    order = propagate_transforms(ref)
+    assert order.index(fusion.inputs[0]) < order.index(reshapes[1])
+    out = fusion.outputs[1]
+    for t in reshapes + [out]:
+        assert all(ancestors(i, t.domain.logical) for i in t.domain.loop), t
+        assert [S.const_value(i.extent) for i in t.domain.loop][1:] == [2, 4, 32]
