@@ -281,6 +281,13 @@ class FusionExecutorCache:
             # a row length of 0 that their constant splits cannot express).
             return self._fallback("a reduction over a dim of size 0 (nothing to reduce) reaches an "
                                   "output; kernels do not take empty reductions yet")
+        if any(any(s == 0 for s in sz) for sz in out_sizes):
+            # Some outputs are empty, others not: a kernel's grid follows the dims of size 0
+            # (an empty row dim gives no blocks) while the other outputs need threads; the
+            # launch clamps the grid to one block, whose loops over the empty dims are not
+            # guarded (they read past the inputs' ends).
+            return self._fallback("outputs with no elements beside outputs with elements; "
+                                  "kernels do not take this mix yet")
         if self._choice is None:
             self._choice = registry.choose(self.fusion)
         choice = self._choice

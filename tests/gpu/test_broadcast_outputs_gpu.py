@@ -71,7 +71,6 @@ REDUCTION_SHAPES = {
     "column_sums_and_column_out": [(4096, 4096), (2 ** 20, 8), (2 ** 18 + 1, 16)],
     "row_sums_expanded": [(4096, 4096), (8, 2 ** 20), (3, 2 ** 20 + 3)],
     "row_sums_and_row_out": [(4096, 4096), (8, 2 ** 20), (3, 2 ** 20 + 3)],
-    "sums_and_the_rows_out": [(4096, 4096), (8, 2 ** 20), (3, 2 ** 20 + 3)],
 }
 
 

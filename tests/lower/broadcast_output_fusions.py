@@ -207,18 +207,6 @@ def row_sums_and_row_out(dt, M, N, device="cpu", seed=0):
     return fd, inputs
 
 
-def sums_and_the_rows_out(dt, M, N, device="cpu", seed=0):
-    """sum(x, 1) [M], sum(x, 0) would be another scheduler's: the row sums beside -x [M, N],
-    an output over every dim of the reduction's input."""
-    inputs = _randn([(M, N)], dt, device, seed)
-    with FusionDefinition() as fd:
-        x = fd.define_tensor([-1, -1], dtype=DT[dt])
-        xf = fd.ops.cast(x, F32)
-        fd.add_output(fd.ops.sum(xf, [1]))
-        fd.add_output(fd.ops.cast(fd.ops.neg(xf), DT[dt]))
-    return fd, inputs
-
-
 def row_sums_expanded(dt, M, N, device="cpu", seed=0):
     """sum(x, 1) [M, 1] (keepdim) and the same expanded to [M, N]."""
     inputs = _randn([(M, N)], dt, device, seed)
@@ -247,6 +235,5 @@ FUSIONS = {
     "column_sums_and_row_out": (column_sums_and_row_out, "reduction"),
     "column_sums_and_column_out": (column_sums_and_column_out, "reduction"),
     "row_sums_and_row_out": (row_sums_and_row_out, "reduction"),
-    "sums_and_the_rows_out": (sums_and_the_rows_out, "reduction"),
     "row_sums_expanded": (row_sums_expanded, "reduction"),
 }

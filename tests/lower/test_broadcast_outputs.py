@@ -105,8 +105,6 @@ REDUCTION_CASES = [("row_sums_and_column_out", 37, 4000, False),
                    ("column_sums_and_column_out", 20000, 8, True),
                    ("row_sums_and_row_out", 37, 4000, False),
                    ("row_sums_and_row_out", 3, 100000, True),
-                   ("sums_and_the_rows_out", 37, 4000, False),
-                   ("sums_and_the_rows_out", 3, 100000, True),
                    ("row_sums_expanded", 37, 4000, False),
                    ("row_sums_expanded", 3, 100000, True)]
 

@@ -216,3 +216,24 @@ def test_all_outputs_empty_launch_nothing(path):
         assert fd.last_run.num_kernels == 0 and "nothing to launch" in fd.last_run.reason
     for o, w in zip(outs, catalogue.get("rmsnorm_fwd").torch_reference(inputs, 1e-6)):
         _same(o, w, path)
+
+
+@pytest.mark.parametrize("path", list(PATHS))
+def test_empty_outputs_beside_outputs_with_elements(path):
+    """Case 20261123:89: the row means of [1, 0, 2048] (no rows) beside a [1, 1, 1] constant.
+    The reduction kernel's grid follows the 0 rows, clamped to one block for the constant,
+    whose unguarded row loop read past the input: the reference computes such a mix."""
+    from pyfuser.runtime.executor import FallbackWarning
+    with FusionDefinition() as fd:
+        x = fd.define_tensor([1, -1, -1], dtype=DataType.Int32)
+        fd.add_output(fd.ops.relu(fd.ops.mean(fd.ops.cast(x, DataType.Float), [2], keepdim=True)))
+        fd.add_output(fd.ops.gt(fd.ops.full([1, 1, 1], -1.0, dtype=DataType.Half), 3.0))
+    inputs = [torch.zeros(1, 0, 2048, dtype=torch.int32)]
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        mean, flag = fd.execute(inputs, options=PATHS[path])
+    assert mean.shape == (1, 0, 1) and flag.shape == (1, 1, 1) and not bool(flag)
+    if path == "interpret":
+        assert fd.last_run.kind == "reference" and not fd.last_run.internal_error
+        assert "outputs with no elements beside outputs with elements" in fd.last_run.reason
+        assert any(issubclass(w.category, FallbackWarning) for w in seen)

@@ -247,6 +247,19 @@ def softmax_and_flattened_rows(dt, M, N, device="cpu", seed=0):
     return fd, _randn([(M, N)], dt, device, seed)
 
 
+def column_max_beside_the_rows(dt, M, N, device="cpu", seed=0):
+    """Case 20261123:226: max(x, 0) [1, N] beside (x < 0.5) + b [M, N] of a bf16 row b: the
+    reduction scheduler read b's cache in vectors at unaligned register offsets."""
+    with FusionDefinition("column_max_beside_the_rows") as fd:
+        x = fd.define_tensor([-1, -1], dtype=DataType.Float)
+        b = fd.define_tensor([1, -1], dtype=DataType.BFloat16)
+        fd.add_output(fd.ops.add(fd.ops.lt(x, 0.5), b))
+        fd.add_output(fd.ops.max(x, [0], keepdim=True))
+    g = torch.Generator().manual_seed(seed)
+    return fd, [torch.randn(M, N, generator=g).to(device),
+                torch.randn(1, N, generator=g).to(device=device, dtype=torch.bfloat16)]
+
+
 def column_sum_and_permuted_other_input(dt, M, N, device="cpu", seed=0):
     """P9, case 8:637: |sum(t0 [M, N], 0, keepdim)| [1, N] and permute(t1 [1, N']) [N', 1], t1
     another input whose N' the fusion never ties to N."""
@@ -303,6 +316,9 @@ REFUSED = {
     "column_sum_and_permuted_other_input": (
         column_sum_and_permuted_other_input, "reduction",
         "an output whose dims are not the reduction's dims", (1, 6437)),
+    "column_max_beside_the_rows": (
+        column_max_beside_the_rows, "reduction",
+        "iterates both the reduced and the kept dims", (487, 60)),
     "softmax_and_flattened_rows": (
         softmax_and_flattened_rows, "inner_persistent",
         "iterates dims other than the rows'", (5, 41)),

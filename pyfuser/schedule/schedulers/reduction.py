@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from ...ir.id_graph import IdGraph
 from ...ir.iter_domain import ParallelType as PT
 from ...ir.tensor import TensorView
 from .. import (cache_after, cache_before, inline_at, inline_most, parallelize_like,
@@ -122,10 +123,21 @@ def can_schedule(fusion) -> tuple[bool, str]:
         return False, "reduced dims interleave with kept dims in memory order"
     if len(rpos) == len(ref.domain.maybe_root):
         return False, "a full reduction (no kept dims) is not supported yet"
+    graph = IdGraph(fusion)
+    reduced = [i for i in ref.domain.maybe_root if i.is_reduction and not i.is_broadcast]
     for k, o in enumerate(fusion.outputs):
-        if not is_over_reduced_tensor_dims(o, ref):
+        if not is_over_reduced_tensor_dims(o, ref, graph):
             return False, (f"an output whose dims are not the reduction's dims (output {k} "
                            "iterates other dims, such as a reshape of the input)")
+        dims = [i for i in o.domain.logical_no_reductions if not i.is_broadcast]
+        if (any(graph.mapped(i, r) for i in dims for r in reduced)
+                and not all(any(graph.mapped(i, r) for r in reduced) for i in dims)):
+            # The schedule's loops over the reduced dims are the reduction's (rfactor splits,
+            # unrolled rows); caches of an output over kept and reduced dims were laid out by
+            # that replay and indexed wrongly (a [1, N] input's cache read in vectors at
+            # unaligned offsets: fuzz 20261123:226).
+            return False, (f"output {k} iterates both the reduced and the kept dims (the "
+                           "reduction's input itself, beside the reduction)")
     for v in fusion.inputs:
         if isinstance(v, TensorView) and len(v.domain.logical) != len(ref.domain.maybe_root):
             return False, "an input of another rank than the reduction's input"
