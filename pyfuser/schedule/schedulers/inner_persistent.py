@@ -506,12 +506,17 @@ def _project_to_inputs(fusion, caches: set, reds, allow_expensive: bool = False)
     done = set()
     while True:
         graph = IdGraph(fusion)     # rebuilt: clones carry IDs the last graph did not know
+        # Which dims each broadcast dim is broadcast to (and nothing more).
+        to = IdGraph(fusion, permissive=True, transforms=False)
         red_ids = [i for r in reds for i in r.domain.maybe_root if i.is_reduction]
 
         def row_reduced(t: TensorView) -> bool:
-            ids = t.domain.logical_no_reductions
-            return not any(i.is_broadcast for i in ids) and not any(
-                graph.mapped(i, x) for i in ids for x in red_ids)
+            # No dim along the row: neither one of the reduced dims nor a broadcast of the
+            # result back over them (the [M, 1] of a keepdim mean). A size-1 dim among the
+            # kept dims ([A, 1, N] reduced over N keeps [A, 1]) is a row dim of extent 1,
+            # not a broadcast back.
+            return not any((to if i.is_broadcast else graph).mapped(i, x)
+                           for i in t.domain.logical_no_reductions for x in red_ids)
         pending = [(t, out) for t, out in _persistent_uses(fusion, reds)
                    if t not in caches and t not in done and not row_reduced(t)]
         if not pending:
