@@ -26,7 +26,7 @@ from ..ir import scalar as S
 from ..ir.dtype import DataType
 from ..ir.id_graph import IdGraph, match_loops
 from ..ir.iter_domain import IterDomain, ParallelType
-from ..ir.tensor import TensorView
+from ..ir.tensor import MemoryType, TensorView
 from ..kir import nodes as K
 
 
@@ -81,6 +81,7 @@ class LoweringContext:
         self._build_nests()
         self._canonicalize()
         self._promote_after_merges()
+        self._sink_loopless()
         # Filled by the passes, in PIPELINE order:
         self.names: dict = {}            # params: runtime Scalar -> kernel expression
         self.buffers: dict = {}          # params, allocate: TensorView -> kir Buffer
@@ -229,6 +230,31 @@ class LoweringContext:
                 return
         raise LoweringError("loop promotion does not settle: the merged loops' owners promote "
                             "each other's loops")
+
+    def _sink_loopless(self) -> None:
+        """Place a register tensor without loops (rank 0) inside the loops that all its
+        producers and consumers run in, as far as those loops run once (promoted to
+        broadcasts). At the top of the kernel it would be computed before or after all of
+        them, and a loop that both feeds and reads it would be needed twice: in an
+        all-broadcast var_mean of x [1], the squeeze of (x - mean)^2 to rank 0 is read by the
+        variance in the same one-iteration loop that computes x - mean. Inside a loop that
+        runs once it is computed exactly once, between the two."""
+        for tv in self._computed():
+            if tv.domain.loop or self.nests[tv] or tv.is_output() or \
+                    tv.memory_type != MemoryType.Local:
+                continue
+            near = [p for p in self.fusion.producers(tv) if p in self.nests]
+            near += self.fusion.consumers(tv)
+            if not near:
+                continue
+            shared = []
+            for loops in zip(*(self.nests[t] for t in near)):
+                lp = loops[0]
+                if any(x is not lp for x in loops) or not (
+                        isinstance(lp.extent, S.Scalar) and lp.extent.value == 1):
+                    break
+                shared.append(lp)
+            self.nests[tv] = shared
 
     def _promote(self, i: IterDomain, ref: TensorView | None, start: int):
         if ref is None:

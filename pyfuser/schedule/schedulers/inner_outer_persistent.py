@@ -33,8 +33,8 @@ from .. import (cache_after, cache_before, circular_buffer, inline_at, inline_mo
                 parallelize_like, propagate_transforms, rfactor, set_allocation_domain,
                 set_memory_type)
 from ..tma_rules import MAX_TX_BYTES
-from .base import (RuntimeInfo, SchedulerError, reduction_tensors, vector_inputs, vector_width,
-                   vectorize_along)
+from .base import (RuntimeInfo, SchedulerError, iterates_rows, reduction_tensors,
+                   reference_reduction, vector_inputs, vector_width, vectorize_along)
 from .inner_persistent import _project_to_inputs, persistent_batch
 from .inner_persistent import _tma_rows as tma_rows
 from .reduction import broadcast_back
@@ -248,7 +248,7 @@ def compute_heuristics(fusion, info: RuntimeInfo) -> InnerOuterParams:
 
 def multi_wave_params(fusion, info: RuntimeInfo) -> InnerOuterParams:
     rows, _ = _kinds(fusion)
-    root = rows[0].domain.maybe_root
+    root = reference_reduction(rows).domain.maybe_root
     n = info.extent(root[1].extent)
     vector = vector_width(fusion, n, root[1])
     vec_inputs = vector_inputs(fusion, info, vector, root[1])
@@ -411,7 +411,8 @@ def schedule(fusion, p: InnerOuterParams) -> None:
         cache_before(o)
     rows, cols = _kinds(fusion)
     _project_to_inputs(fusion, set(caches.values()), rows)
-    ref = rows[0]
+    ref = reference_reduction(rows)
+    rows = [ref] + [r for r in rows if r is not ref]      # row_rfs[0] is the reference's
     if p.row_extents:
         fusion.static_extents = {ref.domain.maybe_root[1].extent: p.row_extents[0]}
     phase2 = _phase2_tensors(fusion, cols)
@@ -519,9 +520,17 @@ def schedule(fusion, p: InnerOuterParams) -> None:
         inline_at(slot, 1)
         circular_buffer(slot, p.stages, p.prefetch, kind=kind)
     batch_axis = row_rfs[0].domain.loop[2 + off]
+    exact = IdGraph(fusion)
     for cache in caches.values():
         pos = next((k for k, i in enumerate(cache.domain.loop) if graph.mapped(i, batch_axis)), None)
-        if pos is not None and cache.compute_at_pos > pos and not cache.domain.loop[pos].is_broadcast:
+        if pos is None or cache.domain.loop[pos].is_broadcast:
+            continue
+        if not iterates_rows(cache, ref, exact):
+            # Weights, and a one-row input ([1, N]) broadcast over the rows of the others:
+            # loaded once per block, before the row loop (outside its own broadcast row
+            # loops, which run once), and kept in registers.
+            pos = 0
+        if cache.compute_at_pos > pos:
             inline_at(cache, pos)
     threads = p.bdimx * max(rows_y, 1)
     fusion.launch_hints = {"grid_x": p.grid, "max_threads": threads, "cooperative": True}

@@ -27,9 +27,9 @@ from .. import (cache_after, cache_before, circular_buffer, inline_at, inline_mo
 from ..inlining import _upstream
 from ..recompute import recompute_for
 from ..tma_rules import MAX_TX_BYTES, check_bulk_rows, check_row_box
-from .base import (RuntimeInfo, SchedulerError, access_width, reduced_and_kept,
-                   reduction_tensors, vector_inputs, vector_width, vectorize,
-                   vectorize_along)
+from .base import (RuntimeInfo, SchedulerError, access_width, iterates_rows,
+                   reduced_and_kept, reduction_tensors, reference_reduction, vector_inputs,
+                   vector_width, vectorize, vectorize_along)
 from .reduction import _layout, _merge_dims, _pow2_floor, broadcast_back
 
 NAME = "inner_persistent"
@@ -114,7 +114,7 @@ def can_schedule(fusion) -> tuple[bool, str]:
     graph = IdGraph(fusion)
     if not any(broadcast_back(fusion, r, graph) for r in reds):
         return False, "no reduction result is broadcast back over the row (a plain reduction)"
-    ref = reds[0]
+    ref = reference_reduction(reds)
     pattern = [i.is_reduction for i in ref.domain.maybe_root]
     for r in reds:
         if [i.is_reduction for i in r.domain.maybe_root] != pattern:
@@ -135,7 +135,7 @@ def can_schedule(fusion) -> tuple[bool, str]:
 
 
 def compute_heuristics(fusion, info: RuntimeInfo) -> InnerPersistentParams:
-    red = reduction_tensors(fusion)[0]
+    red = reference_reduction(reduction_tensors(fusion))
     _, rpos = _layout(red)
     n, m = reduced_and_kept(red, rpos, info)
     p = register_params(fusion, info, rpos, n, m, row_vector_width(fusion, n, rpos))
@@ -152,7 +152,7 @@ def compute_heuristics(fusion, info: RuntimeInfo) -> InnerPersistentParams:
 def row_vector_width(fusion, n: int, rpos) -> int:
     """The scheduled width of a row of n elements: vectors of the row's innermost reduced dim,
     16 bytes of the widest input along it."""
-    red = reduction_tensors(fusion)[0]
+    red = reference_reduction(reduction_tensors(fusion))
     return vector_width(fusion, n, red.domain.maybe_root[rpos[-1]])
 
 
@@ -160,7 +160,7 @@ def register_params(fusion, info: RuntimeInfo, rpos, n: int, m: int,
                     vector: int) -> InnerPersistentParams:
     """The register-row parameters for rows of n elements read with `vector`-wide accesses
     (1 when no input allows them), m rows."""
-    red = reduction_tensors(fusion)[0]
+    red = reference_reduction(reduction_tensors(fusion))
     vec_inputs = vector_inputs(fusion, info, vector, red.domain.maybe_root[rpos[-1]])
     if not vec_inputs:
         vector = 1
@@ -422,7 +422,7 @@ def warp_specialized_variant(fusion, info: RuntimeInfo, p: InnerPersistentParams
 def _row_inputs(fusion) -> tuple:
     """Inputs shaped like the rows (the reduction's rank, no broadcast dim: a per-row scalar
     such as a norm backward's rstd [M, 1] has no row to copy) that the fusion reads."""
-    rank = len(reduction_tensors(fusion)[0].domain.maybe_root)
+    rank = len(reference_reduction(reduction_tensors(fusion)).domain.maybe_root)
     return tuple(k for k, v in enumerate(fusion.inputs)
                  if isinstance(v, TensorView) and fusion.uses_of(v)
                  and len(v.domain.logical) == rank
@@ -552,7 +552,8 @@ def schedule(fusion, p: InnerPersistentParams) -> None:
         # Long rows need every register: recompute even transcendental chains then.
         long_rows = p.persistent_batch * p.vector > MAX_ELEMENTS_PER_THREAD // 2
         _project_to_inputs(fusion, set(caches.values()), reds, allow_expensive=long_rows)
-    ref = reds[0]
+    ref = reference_reduction(reds)
+    reds = [ref] + [r for r in reds if r is not ref]      # rfs[0] is the reference's
     _, rpos = _layout(ref)
     if p.row_extents:
         fusion.static_extents = {ref.domain.maybe_root[k].extent: v
@@ -614,18 +615,21 @@ def schedule(fusion, p: InnerPersistentParams) -> None:
     # Each input cache holds the thread's whole share of the row, loaded before any use.
     graph = IdGraph(fusion, permissive=True)
     batch_axis = rfs[0].domain.loop[2 + c]
-    # A cache without the row dim (a weight) computed outside the row loop stays in registers
-    # across rows; when a row already fills the registers, it is reloaded per row (from L2).
-    row_axis = rfs[0].domain.loop[0]
-    keep_weights = p.keep_weights
+    # A cache without the rows (a weight, or a one-row input [1, N] broadcast over the rows of
+    # the others) computed outside the row loop stays in registers across rows; when a row
+    # already fills the registers, it is reloaded per row (from L2).
+    exact = IdGraph(fusion)
     for cache in caches.values():
         pos = next((k for k, i in enumerate(cache.domain.loop) if graph.mapped(i, batch_axis)), None)
-        if pos is None or cache.compute_at_pos <= pos:
-            continue
-        if cache.domain.loop[pos].is_broadcast:
+        if pos is None or cache.domain.loop[pos].is_broadcast:
             continue        # a per-row scalar ([M, 1]): inlined, not a row of copies
-        has_row = any(graph.mapped(i, row_axis) for i in cache.domain.loop)
-        if has_row or keep_weights:
+        if not iterates_rows(cache, ref, exact):
+            if not p.keep_weights:
+                continue
+            # Before the row loop, outside a one-row input's own broadcast row loops (which
+            # run once).
+            pos = 0
+        if cache.compute_at_pos > pos:
             inline_at(cache, pos)
     launch = fusion.launch_hints
     if c:
