@@ -317,8 +317,11 @@ class Ops:
         else:
             if x.dtype.is_boolean:
                 raise FusionDefinitionError(f"{name}: bool tensors have no {name}; cast first")
+            # The identity of max / min in the result's own type: the lowest / highest int32
+            # for an int32 max (an int64 bound converted to int32 would be 0).
+            bits = 8 * dt.size - 1
             init = (float("-inf") if op == ReductionOpType.Max else float("inf")) if dt.is_floating else (
-                -(2 ** 63) if op == ReductionOpType.Max else 2 ** 63 - 1)
+                -(2 ** bits) if op == ReductionOpType.Max else 2 ** bits - 1)
         reduced = dims
         src = x.domain.logical_no_reductions
         size_one = [d for d in dims if src[d].is_broadcast and src[d].expanded_extent is None]

@@ -155,6 +155,8 @@ class TensorView(Val):
         # The largest inline position among this tensor's producers: loops left of it are shared.
         self.max_producer_pos = 0
         self.circular_buffer_options: CircularBufferOptions | None = None
+        # The tensor this one is a recomputed copy of (schedule/recompute.py), or None.
+        self.recompute_of: TensorView | None = None
 
     # Views of the domain ----------------------------------------------------------------------
     @property

@@ -231,7 +231,7 @@ class FusionExecutorCache:
     # Keys --------------------------------------------------------------------------------------
     def _key(self, inputs, options):
         import torch
-        parts = [options.enable, options.disable, options.heuristic]
+        parts = [options.enable, options.disable, options.heuristic, options.device]
         try:
             for x in inputs:
                 if isinstance(x, torch.Tensor):

@@ -281,10 +281,12 @@ def _round_array(dt: DataType, x):
         return x.astype(np.float16).astype(np.float64)
     if dt == DataType.Bool:
         return x != 0 if x.dtype != np.bool_ else x
-    # Integers: exact when integral; a float truncates toward zero, NaN gives 0 and values out
-    # of range saturate (cvt.rzi).
+    # Integers: an integer keeps its low bits (C's conversion to a narrower integer: int64 ->
+    # int32 wraps); a float truncates toward zero, NaN gives 0 and values out of range saturate
+    # (cvt.rzi).
     if x.dtype.kind in "iub":
-        return x.astype(np.int64, copy=False)
+        x = x.astype(np.int64, copy=False)
+        return x.astype(np.int32).astype(np.int64) if dt == DataType.Int32 else x
     lo, hi = _INT_RANGE.get(dt, _INT_RANGE[DataType.Int])
     x = np.where(np.isnan(x), 0.0, x)
     out = np.trunc(x).astype(np.int64)

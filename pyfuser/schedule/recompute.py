@@ -11,9 +11,30 @@ from __future__ import annotations
 
 from ..ir.base import Expr
 from ..ir.exprs import (BinaryOp, BroadcastOp, ExpandOp, LoadStoreOp, UnaryOp, WhereOp)
-from ..ir.tensor import ScheduleError, TensorView
+from ..ir.iter_domain import Merge, Split, id_exprs_between, merge_ids, split_id
+from ..ir.tensor import MemoryType, ScheduleError, TensorDomain, TensorView
 
 _CLONABLE = (UnaryOp, BinaryOp, WhereOp, LoadStoreOp, BroadcastOp, ExpandOp)
+
+
+def _clone_domain(dom: TensorDomain) -> TensorDomain:
+    """A fresh TensorDomain with dom's root -> logical relation (unscheduled: loop = logical).
+    A permute's output has a root in its producer's dim order and a logical domain in the
+    permuted one; cloning only the logical IDs would map the clone to its producer dim by dim
+    in the permuted order, a different iteration (a transpose of the data)."""
+    if dom.root is None:
+        return TensorDomain([i.clone() for i in dom.logical])
+    mapping = {i: i.clone() for i in dom.root}
+    for x in id_exprs_between(dom.root, dom.logical):
+        if isinstance(x, Split):
+            mapping[x.outer], mapping[x.inner] = split_id(mapping[x.in_id], x.factor,
+                                                          x.inner_split)
+        elif isinstance(x, Merge):
+            mapping[x.out] = merge_ids(mapping[x.outer], mapping[x.inner])
+    logical = [mapping[i] for i in dom.logical]
+    for new, old in zip(logical, dom.logical):
+        new.iter_type = old.iter_type
+    return TensorDomain(logical, root=[mapping[i] for i in dom.root])
 
 
 def _clone_expr(e: Expr, new_inputs: list) -> TensorView:
@@ -21,14 +42,17 @@ def _clone_expr(e: Expr, new_inputs: list) -> TensorView:
 
     out = e.outputs[0]
     with out.fusion:
-        from ..ir.arith import new_tensor
-        new_out = new_tensor([i.clone() for i in out.domain.logical], out.dtype)
+        new_out = TensorView(_clone_domain(out.domain), out.dtype, MemoryType.Local)
     clone = copy.copy(e)
     clone.inputs, clone.outputs = [], []
     Expr.__init__(clone, new_inputs, [new_out])
     # Codegen keeps a recomputed widening cast opaque to the compiler; otherwise common
     # subexpression elimination merges it with the first cast and keeps the float row live.
     clone.is_recompute = True
+    # Transform propagation replays the original's loops onto the copy (the same iteration,
+    # dim for dim). Through its producers alone the copy may not reach every dim: the new
+    # dims of a recomputed broadcast have no producer to carry them.
+    new_out.recompute_of = out
     return new_out
 
 

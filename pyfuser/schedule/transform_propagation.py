@@ -18,8 +18,9 @@ from ..ir.iter_domain import (Merge, Split, ancestors, id_exprs_between, merge_i
 from ..ir.tensor import ParallelType, TensorView
 
 
-def _neighbours(fusion, tv: TensorView):
-    """(neighbour, id map from tv's IDs to the neighbour's, tv's start domain) per edge."""
+def _neighbours(fusion, tv: TensorView, tensors: set):
+    """(neighbour, id map from tv's IDs to the neighbour's, tv's start domain) per edge.
+    `tensors` are the fusion's tensors."""
     out = []
     d = tv.definition
     if d is not None and d in set(fusion.exprs()):
@@ -32,19 +33,26 @@ def _neighbours(fusion, tv: TensorView):
             if isinstance(c, TensorView):
                 pairs = producer_consumer_pairs(e, tv, c)
                 out.append((c, {q: ci for q, ci in pairs}, "logical"))
+    # A recomputed copy and its original (schedule/recompute.py) iterate the same dims, root
+    # ID for root ID: the copy of a broadcast [N] -> [N, 1] reaches the new dim only this way.
+    twins = [t for t in (tv.recompute_of,) if t is not None and t in tensors]
+    twins += [t for t in tensors if t.recompute_of is tv]
+    for t in twins:
+        out.append((t, dict(zip(tv.domain.maybe_root, t.domain.maybe_root)), "twin"))
     return out
 
 
 def replay(src: TensorView, dst: TensorView, src_to_dst: dict, src_start: str) -> None:
     """Give dst a loop domain replaying src's transforms on the IDs `src_to_dst` maps.
 
-    src_start says where src's mapped IDs are: "root" (dst is src's producer) or "logical" (dst
-    is src's consumer). dst's loop is rebuilt from its own root/logical IDs; IDs of dst that map
-    to nothing in src (e.g. a reduction ID its consumer lacks) keep their order at the end.
+    src_start says where src's mapped IDs are: "root" (dst is src's producer), "logical" (dst
+    is src's consumer) or "twin" (dst and src are a tensor and its recomputed copy: root to
+    root). dst's loop is rebuilt from its own root/logical IDs; IDs of dst that map to nothing
+    in src (e.g. a reduction ID its consumer lacks) keep their order at the end.
     """
     if dst.compute_at_pos or dst.max_producer_pos:
         return
-    start = src.domain.maybe_root if src_start == "root" else src.domain.logical
+    start = src.domain.logical if src_start == "logical" else src.domain.maybe_root
     dst_start = dst.domain.logical if src_start == "root" else dst.domain.maybe_root
     m = dict(src_to_dst)
     leaves = list(dst_start)
@@ -104,8 +112,9 @@ def _edge_info(info: dict, mapping: dict) -> dict:
 def propagate_transforms(reference: TensorView, tensors=None) -> list[TensorView]:
     """Replay reference's loop transforms onto every tensor of its fusion (or `tensors`).
 
-    Each tensor is reached along the path that keeps the most of the reference's root IDs (a
-    broadcast ID mapped from a reference ID carries it too, so a norm's broadcast tensor is
+    Each tensor is reached along the path that keeps the most of the reference's root IDs that
+    are not broadcasts, then the most of all of them (a broadcast ID mapped from a reference ID
+    carries it too, so a norm's broadcast tensor is
     reached through the full-rank tensor it feeds, and its broadcast dim gets the reference's
     transforms). Returns the tensors in the order they were reached. Tensors already inlined
     keep their loops.
@@ -113,6 +122,7 @@ def propagate_transforms(reference: TensorView, tensors=None) -> list[TensorView
     fusion = reference.fusion
     allowed = None if tensors is None else set(tensors) | {reference}
     counter = itertools.count()
+    all_tensors = set(fusion.tensors())
     ref_root = reference.domain.maybe_root
     info = {reference: _reference_info(reference, {i: {i} for i in ref_root}, "root")}
     visited = {reference}
@@ -120,12 +130,18 @@ def propagate_transforms(reference: TensorView, tensors=None) -> list[TensorView
     heap: list = []
 
     def push(tv):
-        for nb, mapping, start in _neighbours(fusion, tv):
+        for nb, mapping, start in _neighbours(fusion, tv, all_tensors):
             if nb in visited or (allowed is not None and nb not in allowed):
                 continue
             carried = _edge_info(info[tv], mapping)
-            score = len(frozenset().union(*carried.values())) if carried else 0
-            heapq.heappush(heap, (-score, next(counter), tv, nb, mapping, start))
+            ids = frozenset().union(*carried.values()) if carried else frozenset()
+            # Reference dims that iterate count first: a broadcast one is a single element,
+            # and a path that keeps it but loses a row dim schedules the row wrongly (an [N]
+            # output of x + sum(broadcast(x, [False, True]), [0]) reached through the sum,
+            # whose kept size-1 dim it broadcasts to, took that dim's loops for its N).
+            score = (sum(1 for i in ids if not i.is_broadcast), len(ids))
+            heapq.heappush(heap, ((-score[0], -score[1]), next(counter), tv, nb, mapping,
+                                  start))
 
     push(reference)
     while heap:

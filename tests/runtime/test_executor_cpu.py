@@ -317,3 +317,18 @@ def test_explain_compile_prints_the_ptxas_report(name, shape, isolated_cache):
                         r"0 B spill stores, 0 B spill loads", report), report
     assert "## Heuristics" in out and "## CUDA" in out and "## Launch\n  grid (" in out
     assert list(isolated_cache.rglob("*")), "the compile went through the disk cache"
+
+
+def test_interpret_schedules_for_the_device_asked_for():
+    """`interpret` schedules for the 4-SM H100 entry by default and for PYFUSER_DEVICE's entry
+    when asked (per call: options={"device": ...}); a different device is a different plan
+    (the norm backward's persistent grid follows the SM count)."""
+    fd = catalogue.define("rmsnorm_bwd", "fp32")
+    inputs = catalogue.make_inputs("rmsnorm_bwd", 600, 256, "fp32", seed=0)
+    fd.execute(inputs, options={"enable": ["interpret"]})
+    small = fd.last_run
+    fd.execute(inputs, options={"enable": ["interpret"], "device": "h100"})
+    big = fd.last_run
+    assert small.backend == big.backend == "interpreter"
+    assert small.heuristics[0].grid < big.heuristics[0].grid, (small, big)
+    assert len(fd._executor._plans) == 2

@@ -375,3 +375,18 @@ def test_vector_alignment_is_checked_from_the_data_pointer():
     assert shifted.data_ptr() % 16 == 4
     with pytest.raises(InterpreterError, match="data pointer is 1 elements past 16 bytes"):
         interpret(kernel, st.bindings, [shifted])
+
+
+@pytest.mark.parametrize("op", ["max", "min"])
+def test_int32_max_and_min_start_from_the_int32_bounds(op):
+    """An int32 max of negative values: the reduction started from -2**63, which the kernel's
+    int32 accumulator holds as 0 (C keeps the low bits), so every row of negatives gave 0 on
+    the GPU. The interpreter now wraps int32 stores as C does, and the frontend starts from
+    the int32 bounds."""
+    with FusionDefinition() as fd:
+        x = fd.define_tensor([-1, -1], dtype=DataType.Int32)
+        fd.add_output(getattr(fd.ops, op)(x, [1]))
+    X = torch.randint(-8, 0, (37, 61), dtype=torch.int32) * (1 if op == "max" else -1)
+    (out,) = _interpreted(fd, [X])
+    want = X.amax(1) if op == "max" else X.amin(1)
+    assert out.dtype == torch.int32 and torch.equal(out, want)

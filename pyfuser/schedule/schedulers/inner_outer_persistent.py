@@ -183,28 +183,71 @@ def warp_specialized_params(fusion, info: RuntimeInfo, p: InnerOuterParams
     return None, tried or [f"no compute warp-group count fits rows of {bdimx} threads"]
 
 
-def _kinds(fusion):
+def _kinds(fusion, graph=None):
+    """(row reductions, column reductions) of the same rows, or (None, why not).
+
+    The rows are the [M, N] dims of the first reduction whose logical dims are [kept, reduced]
+    (the reference schedule() splits, first in the list); every reduction is classified by
+    which of those dims its own reduced and kept dims are (exact ID graph, the mapping the
+    schedule is replayed through), not by their logical order: a sum over dim 0 of a permuted
+    view [N, M] of the rows reduces N, a row reduction."""
+    reds = reduction_tensors(fusion)
+    ref = next((r for r in reds if [i.is_reduction for i in r.domain.maybe_root]
+                == [False, True]), None)
+    if any(len(r.domain.maybe_root) != 2 for r in reds):
+        return None, "reductions that are neither row nor column reductions of a 2D domain"
+    if ref is None:
+        if all([i.is_reduction for i in r.domain.maybe_root] == [True, False] for r in reds):
+            return [], reds        # column reductions only
+        return None, "reductions that are neither row nor column reductions of a 2D domain"
+    graph = graph or IdGraph(fusion)
+    m, n = ref.domain.maybe_root
     rows, cols = [], []
-    for r in reduction_tensors(fusion):
-        pattern = [i.is_reduction for i in r.domain.maybe_root]
-        if pattern == [False, True]:
+    for r in reds:
+        red = [i for i in r.domain.maybe_root if i.is_reduction]
+        kept = [i for i in r.domain.maybe_root if not i.is_reduction]
+        if len(red) != 1:
+            return None, "reductions that are neither row nor column reductions of a 2D domain"
+        if graph.mapped(red[0], n) and graph.mapped(kept[0], m):
             rows.append(r)
-        elif pattern == [True, False]:
+        elif graph.mapped(red[0], m) and graph.mapped(kept[0], n):
             cols.append(r)
         else:
-            return None, None
+            return None, (f"T{r.name} is neither a row nor a column reduction of the [M, N] "
+                          f"rows T{ref.name} reduces (its dims are other tensors')")
+    rows.sort(key=lambda r: r is not ref)
     return rows, cols
 
 
+def _phase2_problem(fusion, cols, graph) -> str:
+    """Why phase 2 (the column sums, after the grid sync; schedule() gives every tensor computed
+    from a column reduction the column loops [G partials, N]) cannot compute the fusion's
+    tensors downstream of the column reductions, or "". A column statistic broadcast back over
+    the rows (the mean of a column variance, a column normalization) would need the column
+    all-reduce before the rows' pass."""
+    m = next(i for i in cols[0].domain.maybe_root if i.is_reduction)
+    for c in cols:
+        for t in _phase2_tensors(fusion, [c]):
+            if t is not c and any(graph.mapped(i, m) for i in t.domain.logical
+                                  if not i.is_broadcast):
+                return (f"the column reduction T{c.name} is broadcast back over the rows "
+                        f"(T{t.name} uses it along them): a column statistic the rows need "
+                        "again is not supported yet")
+    return ""
+
+
 def can_schedule(fusion) -> tuple[bool, str]:
-    rows, cols = _kinds(fusion)
+    graph = IdGraph(fusion)
+    rows, cols = _kinds(fusion, graph)
     if rows is None:
-        return False, "reductions that are neither row nor column reductions of a 2D domain"
+        return False, cols
     if not rows or not cols:
         return False, "needs both row and column reductions of the same rows"
-    graph = IdGraph(fusion)
     if not any(broadcast_back(fusion, r, graph) for r in rows):
         return False, "no row reduction is broadcast back over the row"
+    why = _phase2_problem(fusion, cols, graph)
+    if why:
+        return False, why
     for v in fusion.inputs:
         dims = [i for i in v.domain.logical if not i.is_broadcast] if isinstance(v, TensorView) else []
         if isinstance(v, TensorView) and len(dims) > 2:
@@ -477,7 +520,11 @@ def schedule(fusion, p: InnerOuterParams) -> None:
     # N / bdimx blocks: 10-35 us per kernel at N = 1024-4096 (sweep of 2026-11-23: the time at
     # M = 2048 against M = 16384).
     for c in cols:
-        c.domain.loop = list(c.domain.maybe_root)
+        # [G partials (reduced), N]: a column reduction of a permuted view [N, M] has its
+        # partials' dim second in its root.
+        root = c.domain.maybe_root
+        c.domain.loop = [i for i in root if i.is_reduction] + [i for i in root
+                                                                if not i.is_reduction]
         if y:
             c.merge(0)
         if cy:

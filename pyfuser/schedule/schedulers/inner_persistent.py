@@ -107,6 +107,28 @@ class InnerPersistentParams:
         return "a stage per tensor-map box" if self.tensor_map else "row by row (1D bulk)"
 
 
+def same_row_dims(red: TensorView, ref: TensorView, graph) -> bool:
+    """True if reduction `red` reduces the dims reduction `ref` reduces and keeps those it keeps
+    (size-1 dims aside), one for one in the exact ID graph: the dims schedule() splits on
+    `ref` and replays onto every reduction. Their logical order may differ (a reduction of a
+    permuted view of the rows)."""
+    def dims(t, reduced):
+        return [i for i in t.domain.maybe_root
+                if i.is_reduction == reduced and not i.is_broadcast and i.extent.value != 1]
+
+    for reduced in (True, False):
+        mine, theirs = dims(red, reduced), dims(ref, reduced)
+        if len(mine) != len(theirs):
+            return False
+        left = list(theirs)
+        for i in mine:
+            j = next((x for x in left if graph.mapped(i, x)), None)
+            if j is None:
+                return False
+            left.remove(j)
+    return True
+
+
 def can_schedule(fusion) -> tuple[bool, str]:
     reds = reduction_tensors(fusion)
     if not reds:
@@ -117,7 +139,7 @@ def can_schedule(fusion) -> tuple[bool, str]:
     ref = reference_reduction(reds)
     pattern = [i.is_reduction for i in ref.domain.maybe_root]
     for r in reds:
-        if [i.is_reduction for i in r.domain.maybe_root] != pattern:
+        if not same_row_dims(r, ref, graph):
             return False, "reductions over different dims (row and column: inner-outer)"
     inner, _ = _layout(ref)
     if not inner:

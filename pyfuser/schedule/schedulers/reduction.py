@@ -83,6 +83,26 @@ def _layout(red: TensorView):
     return None, rpos
 
 
+def is_over_kept_dims(tv: TensorView, red: TensorView, graph=None) -> bool:
+    """True if tv's dims (broadcasts aside) are the kept dims of reduction `red`, one for one
+    (exact ID graph): the iteration schedule() gives the reduction's results, which it
+    replays onto every tensor through that graph. A reshape of the input or another input
+    of as many dims iterates other elements."""
+    from ...ir.id_graph import IdGraph
+    graph = graph or IdGraph(red.fusion)
+    kept = [i for i in red.domain.logical_no_reductions if not i.is_broadcast]
+    ids = [i for i in tv.domain.logical_no_reductions if not i.is_broadcast]
+    if len(ids) != len(kept):
+        return False
+    matched = set()
+    for i in ids:
+        j = next((k for k, x in enumerate(kept) if k not in matched and graph.mapped(i, x)), None)
+        if j is None:
+            return False
+        matched.add(j)
+    return True
+
+
 def can_schedule(fusion) -> tuple[bool, str]:
     reds = reduction_tensors(fusion)
     if not reds:
@@ -101,10 +121,10 @@ def can_schedule(fusion) -> tuple[bool, str]:
         return False, "reduced dims interleave with kept dims in memory order"
     if len(rpos) == len(ref.domain.maybe_root):
         return False, "a full reduction (no kept dims) is not supported yet"
-    kept = sum(1 for i in ref.domain.logical_no_reductions if not i.is_broadcast)
-    for o in fusion.outputs:
-        if sum(1 for i in o.domain.logical_no_reductions if not i.is_broadcast) != kept:
-            return False, "an output whose dims are not the reduction's kept dims"
+    for k, o in enumerate(fusion.outputs):
+        if not is_over_kept_dims(o, ref):
+            return False, (f"an output whose dims are not the reduction's kept dims (output {k} "
+                           "iterates other dims: its elements are not one per reduction result)")
     for v in fusion.inputs:
         if isinstance(v, TensorView) and len(v.domain.logical) != len(ref.domain.maybe_root):
             return False, "an input of another rank than the reduction's input"

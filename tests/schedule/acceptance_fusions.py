@@ -1,0 +1,292 @@
+"""Fusions a scheduler's can_schedule used to accept and its schedule() could not run (fuzz
+triage P2, P9, P11; tests/fuzz). Shared by the interpreter tests
+(tests/schedule/test_scheduler_acceptance.py) and the GPU tests
+(tests/gpu/test_scheduler_acceptance_gpu.py).
+
+Each builder takes (dt, sizes..., device) and returns (FusionDefinition, inputs).
+RUN maps the name of each fusion that now runs as one kernel to (builder, scheduler, shapes
+the interpreter tests use, shapes the GPU tests use). REFUSED maps the name of each fusion no
+scheduler can run to (builder, the scheduler that used to accept it, the words of its reason,
+shapes).
+"""
+from __future__ import annotations
+
+import torch
+
+from pyfuser import DataType, FusionDefinition
+
+DT = {"fp32": DataType.Float, "bf16": DataType.BFloat16, "fp16": DataType.Half}
+TORCH = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+F32 = DataType.Float
+
+
+def _randn(shapes, dt, device, seed):
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randn(*s, generator=g).to(device=device, dtype=TORCH[dt]) for s in shapes]
+
+
+def _f32(fd, x, dt):
+    return x if dt == "fp32" else fd.ops.cast(x, F32)
+
+
+def _out(fd, y, dt):
+    fd.add_output(y if dt == "fp32" else fd.ops.cast(y, DT[dt]))
+
+
+# P2: normalizations over a fusion-internal permute ----------------------------------------------
+# x [M, N] is contiguous; the fusion normalizes permute(x) [N, M] over its last dim, M, which is
+# x's outer dim: the rows are read across x's layout. recompute_for's copy of the permute used
+# to lose its root -> logical order (a transpose of the data).
+def permuted_max_sub(dt, M, N, device="cpu", seed=0):
+    """permute(x) - max(permute(x), 1) (illegal access: unwritten registers accumulated)."""
+    with FusionDefinition("permuted_max_sub") as fd:
+        x = fd.define_tensor([-1, -1], dtype=DT[dt])
+        xt = _f32(fd, fd.ops.permute(x, [1, 0]), dt)
+        _out(fd, fd.ops.sub(xt, fd.ops.max(xt, [1], keepdim=True)), dt)
+    return fd, _randn([(M, N)], dt, device, seed)
+
+
+def permuted_softmax(dt, M, N, device="cpu", seed=0):
+    """softmax over the last dim of permute(x) ("rfactor ... is not a reduction axis")."""
+    with FusionDefinition("permuted_softmax") as fd:
+        x = fd.define_tensor([-1, -1], dtype=DT[dt])
+        xt = _f32(fd, fd.ops.permute(x, [1, 0]), dt)
+        e = fd.ops.exp(fd.ops.sub(xt, fd.ops.max(xt, [1], keepdim=True)))
+        _out(fd, fd.ops.div(e, fd.ops.sum(e, [1], keepdim=True)), dt)
+    return fd, _randn([(M, N)], dt, device, seed)
+
+
+def permuted_layernorm(dt, M, N, device="cpu", seed=0):
+    """LayerNorm over the last dim of permute(x) ("recompute of T#: T# comes from a
+    ReductionOp")."""
+    with FusionDefinition("permuted_layernorm") as fd:
+        x = fd.define_tensor([-1, -1], dtype=DT[dt])
+        xt = _f32(fd, fd.ops.permute(x, [1, 0]), dt)
+        v, m = fd.ops.var_mean(xt, [1], correction=0, keepdim=True)
+        _out(fd, fd.ops.mul(fd.ops.sub(xt, m), fd.ops.rsqrt(fd.ops.add(v, 1e-5))), dt)
+    return fd, _randn([(M, N)], dt, device, seed)
+
+
+def permuted_3d_softmax(dt, A, B, C, device="cpu", seed=0):
+    """softmax over the last dim of permute(x, [2, 0, 1]): x's dim 1."""
+    with FusionDefinition("permuted_3d_softmax") as fd:
+        x = fd.define_tensor([-1, -1, -1], dtype=DT[dt])
+        xt = _f32(fd, fd.ops.permute(x, [2, 0, 1]), dt)
+        e = fd.ops.exp(fd.ops.sub(xt, fd.ops.max(xt, [2], keepdim=True)))
+        _out(fd, fd.ops.div(e, fd.ops.sum(e, [2], keepdim=True)), dt)
+    return fd, _randn([(A, B, C)], dt, device, seed)
+
+
+# P2, related: kept dims that are not a plain iteration ------------------------------------------
+def var_of_column_broadcast_back(dt, N, device="cpu", seed=0):
+    """var over dim 0 of broadcast(x) [N, 1], added to x [N] (case 20261123:569): the kept
+    size-1 dim of the variance is broadcast to x's N, the dim it reduces. ("rfactor on T#: axis
+    4 out of range"; in the case itself "T# reads T#'s registers along ID (TIDx) in none of its
+    TIDx loops".)"""
+    with FusionDefinition("var_of_column_broadcast_back") as fd:
+        x = fd.define_tensor([-1], dtype=DT[dt])
+        xf = _f32(fd, x, dt)
+        v = fd.ops.var(fd.ops.broadcast(xf, [False, True]), [0], correction=1)
+        _out(fd, fd.ops.add(xf, v), dt)
+    return fd, _randn([(N,)], dt, device, seed)
+
+
+def sum_of_column_broadcast_back(dt, N, device="cpu", seed=0):
+    """x + sum(broadcast(x) [N, 1], [0]), with a [1] input beside it as in case 20261123:569
+    (the output took its N loops from the sum's kept size-1 dim)."""
+    with FusionDefinition("sum_of_column_broadcast_back") as fd:
+        x = fd.define_tensor([-1], dtype=DT[dt])
+        s = fd.define_tensor([1], dtype=DT[dt])
+        xf = _f32(fd, x, dt)
+        t = fd.ops.sum(fd.ops.broadcast(xf, [False, True]), [0])
+        _out(fd, fd.ops.where(fd.ops.ne(xf, 0.5), _f32(fd, s, dt), fd.ops.add(xf, t)), dt)
+    return fd, _randn([(N,), (1,)], dt, device, seed)
+
+
+def var_mean_around_a_size_1_dim(dt, A, B, D, device="cpu", seed=0):
+    """var_mean over dims [1, 3] of [A, B, 1, D] (case 20261123:207): a size-1 dim between the
+    reduced ones is a kept dim."""
+    with FusionDefinition("var_mean_around_a_size_1_dim") as fd:
+        x = fd.define_tensor([-1, -1, 1, -1], dtype=DT[dt])
+        v, m = fd.ops.var_mean(_f32(fd, x, dt), [1, 3], correction=1, keepdim=True)
+        _out(fd, m, dt)
+        _out(fd, v, dt)
+    return fd, _randn([(A, B, 1, D)], dt, device, seed)
+
+
+def log_softmax_with_a_size_1_row_dim(dt, A, N, device="cpu", seed=0):
+    """log-softmax over the last dim of [A, 1, N] (case 20261123:1461): x - max is used again
+    after the second reduction, and its recompute reached the max's ReductionOp."""
+    with FusionDefinition("log_softmax_with_a_size_1_row_dim") as fd:
+        x = fd.define_tensor([-1, 1, -1], dtype=DT[dt])
+        xf = _f32(fd, x, dt)
+        d = fd.ops.sub(xf, fd.ops.max(xf, [2], keepdim=True))
+        s = fd.ops.sum(fd.ops.exp(d), [2], keepdim=True)
+        _out(fd, fd.ops.sub(d, fd.ops.log(s)), dt)
+    return fd, _randn([(A, 1, N)], dt, device, seed)
+
+
+# inner_outer_persistent: reductions classified by their dims, not their logical order -----------
+def column_sum_of_a_permuted_view(dt, M, N, device="cpu", seed=0):
+    """y = x - mean(x, 1); outputs y, sum over dim 1 of permute(y * x) [N, M] (a column
+    reduction whose logical dims read [kept, reduced]) and sum(y, 0)."""
+    with FusionDefinition("column_sum_of_a_permuted_view") as fd:
+        x = fd.define_tensor([-1, -1], dtype=DT[dt])
+        xf = _f32(fd, x, dt)
+        y = fd.ops.sub(xf, fd.ops.mean(xf, [1], keepdim=True))
+        _out(fd, y, dt)
+        fd.add_output(fd.ops.sum(fd.ops.permute(fd.ops.mul(y, xf), [1, 0]), [1]))
+        fd.add_output(fd.ops.sum(y, [0]))
+    return fd, _randn([(M, N)], dt, device, seed)
+
+
+def row_sum_of_a_permuted_view(dt, M, N, device="cpu", seed=0):
+    """The row statistic taken over dim 0 of permute(x) [N, M] (a row reduction whose logical
+    dims read [reduced, kept]), broadcast back; beside it sum(x * x, 1) and a column sum."""
+    with FusionDefinition("row_sum_of_a_permuted_view") as fd:
+        x = fd.define_tensor([-1, -1], dtype=DT[dt])
+        xf = _f32(fd, x, dt)
+        fd.add_output(fd.ops.sum(fd.ops.mul(xf, xf), [1]))
+        xt = fd.ops.permute(xf, [1, 0])
+        y = fd.ops.sub(xt, fd.ops.sum(xt, [0], keepdim=True))
+        _out(fd, y, dt)
+        fd.add_output(fd.ops.sum(y, [1]))
+    return fd, _randn([(M, N)], dt, device, seed)
+
+
+def row_norm_and_permuted_column_sum(dt, M, N, device="cpu", seed=0):
+    """y = x - max(x, 1) and sum over dim 1 of permute(y) [N, M]: a column sum whose logical
+    dims read like a row sum's, which inner_persistent took for one ("recompute of T#: T#
+    comes from a ReductionOp"). An inner-outer fusion."""
+    with FusionDefinition("row_norm_and_permuted_column_sum") as fd:
+        x = fd.define_tensor([-1, -1], dtype=DT[dt])
+        xf = _f32(fd, x, dt)
+        y = fd.ops.sub(xf, fd.ops.max(xf, [1], keepdim=True))
+        _out(fd, y, dt)
+        fd.add_output(fd.ops.sum(fd.ops.permute(y, [1, 0]), [1]))
+    return fd, _randn([(M, N)], dt, device, seed)
+
+
+def row_norm_and_permuted_row_sum(dt, M, N, device="cpu", seed=0):
+    """y = x - max(x, 1) and sum over dim 0 of permute(x) [N, M]: a row sum whose logical dims
+    read like a column sum's, which inner_outer took for one ("rfactor on T#: axis 0 (...) is
+    not a reduction axis"). An inner persistent fusion."""
+    with FusionDefinition("row_norm_and_permuted_row_sum") as fd:
+        x = fd.define_tensor([-1, -1], dtype=DT[dt])
+        xf = _f32(fd, x, dt)
+        _out(fd, fd.ops.sub(xf, fd.ops.max(xf, [1], keepdim=True)), dt)
+        fd.add_output(fd.ops.sum(fd.ops.permute(xf, [1, 0]), [0]))
+    return fd, _randn([(M, N)], dt, device, seed)
+
+
+# Refused: what schedule() cannot do ------------------------------------------------------------
+def softmax_and_permuted_sum_of_another_dim(dt, A, B, C, device="cpu", seed=0):
+    """softmax over dim 2 of x [A, B, C] and a sum over the last dim of permute(x, [0, 2, 1]),
+    x's dim 1: both read [kept, kept, reduced], but they reduce different dims ("rfactor on
+    T#: axis 2 (...) is not a reduction axis")."""
+    with FusionDefinition("softmax_and_permuted_sum_of_another_dim") as fd:
+        x = fd.define_tensor([-1, -1, -1], dtype=DT[dt])
+        xf = _f32(fd, x, dt)
+        e = fd.ops.exp(fd.ops.sub(xf, fd.ops.max(xf, [2], keepdim=True)))
+        _out(fd, fd.ops.div(e, fd.ops.sum(e, [2], keepdim=True)), dt)
+        fd.add_output(fd.ops.sum(fd.ops.permute(xf, [0, 2, 1]), [2]))
+    return fd, _randn([(A, B, C)], dt, device, seed)
+
+
+def row_and_permuted_row_reduction(dt, M, N, device="cpu", seed=0):
+    """Case 8:947: the row sum of an [M(expanded), N] input, broadcast into a permuted view
+    [N, M] of another input and reduced over its dim 0, N again: two row reductions (one whose
+    logical dims read [reduced, kept]), which inner_outer took for a row and a column
+    reduction ("rfactor on T#: axis 0 (...) is not a reduction axis")."""
+    with FusionDefinition("row_and_permuted_row_reduction") as fd:
+        t0 = fd.define_tensor([-1, -1], dtype=DT[dt])
+        t2 = fd.define_tensor([-1, -1], contiguity=[None, True], dtype=DataType.Half,
+                              expanded=[True, False])
+        v0 = fd.ops.cast(t2, F32)
+        v6 = fd.ops.sum(v0, [1])
+        v9 = fd.ops.where(fd.ops.permute(fd.ops.lt(t0, 0.5), [1, 0]), v6, 3.0)
+        fd.add_output(fd.ops.mean(v9, [0]))
+        fd.add_output(fd.ops.sub(v0, t0))
+    x, w = _randn([(M, N), (1, N)], dt, device, seed)
+    return fd, [x, w.to(torch.float16).expand(M, N)]
+
+
+def column_variance_of_rows(dt, M, N, device="cpu", seed=0):
+    """P11, case 8:158: var(x + sum(x, 1), 0): the column mean is broadcast back over the rows
+    for the second column reduction ("rfactoring every reduction axis leaves nothing for the
+    final reduction")."""
+    with FusionDefinition("column_variance_of_rows") as fd:
+        x = fd.define_tensor([-1, -1], dtype=DT[dt])
+        xf = _f32(fd, x, dt)
+        y = fd.ops.add(xf, fd.ops.sum(xf, [1], keepdim=True))
+        _out(fd, fd.ops.var(y, [0], correction=0, keepdim=True), dt)
+    return fd, _randn([(M, N)], dt, device, seed)
+
+
+def column_sum_and_flattened_input(dt, M, N, device="cpu", seed=0):
+    """P9, case 20261123:1064: sum(x, 0) [N] and reshape(x, [-1]) [M * N] as outputs (the
+    reduction scheduler counted one dim each; "T# needs a register buffer of runtime size")."""
+    with FusionDefinition("column_sum_and_flattened_input") as fd:
+        x = fd.define_tensor([-1, -1], dtype=DT[dt])
+        fd.add_output(fd.ops.sum(x, [0]))
+        fd.add_output(fd.ops.reshape(x, [-1]))
+    return fd, _randn([(M, N)], dt, device, seed)
+
+
+def column_sum_and_permuted_other_input(dt, M, N, device="cpu", seed=0):
+    """P9, case 8:637: |sum(t0 [M, N], 0, keepdim)| [1, N] and permute(t1 [1, N']) [N', 1], t1
+    another input whose N' the fusion never ties to N."""
+    with FusionDefinition("column_sum_and_permuted_other_input") as fd:
+        t0 = fd.define_tensor([-1, -1], dtype=DT[dt])
+        t1 = fd.define_tensor([1, -1], dtype=DT[dt])
+        fd.add_output(fd.ops.abs(fd.ops.sum(t0, [0], keepdim=True)))
+        fd.add_output(fd.ops.permute(t1, [1, 0]))
+    return fd, _randn([(M, N), (1, N)], dt, device, seed)
+
+
+RUN = {
+    "permuted_max_sub": (permuted_max_sub, "inner_persistent",
+                         [(96, 475), (7, 33)], [(96, 475), (4096, 1024), (1000, 3)]),
+    "permuted_softmax": (permuted_softmax, "inner_persistent",
+                         [(96, 475), (5, 64)], [(96, 475), (4096, 1024), (1000, 3)]),
+    "permuted_layernorm": (permuted_layernorm, "inner_persistent",
+                           [(96, 475), (5, 64)], [(96, 475), (4096, 1024), (1000, 3)]),
+    "permuted_3d_softmax": (permuted_3d_softmax, "inner_persistent",
+                            [(6, 7, 33)], [(6, 7, 33), (64, 32, 1024)]),
+    "var_of_column_broadcast_back": (var_of_column_broadcast_back, "inner_persistent",
+                                     [(300,), (2368,)], [(2368,), (5000,)]),
+    "sum_of_column_broadcast_back": (sum_of_column_broadcast_back, "inner_persistent",
+                                     [(300,), (2368,)], [(2368,), (5000,)]),
+    "var_mean_around_a_size_1_dim": (var_mean_around_a_size_1_dim, "inner_persistent",
+                                     [(6, 2, 9), (3, 4, 32)], [(6, 2, 9), (512, 8, 128)]),
+    "log_softmax_with_a_size_1_row_dim": (log_softmax_with_a_size_1_row_dim,
+                                          "inner_persistent",
+                                          [(3, 500), (1, 64)], [(3, 5713), (1000, 1024)]),
+    "column_sum_of_a_permuted_view": (column_sum_of_a_permuted_view, "inner_outer_persistent",
+                                      [(64, 96), (7, 40)], [(2048, 1024), (1000, 333)]),
+    "row_sum_of_a_permuted_view": (row_sum_of_a_permuted_view, "inner_outer_persistent",
+                                   [(64, 96), (7, 40)], [(2048, 1024), (1000, 333)]),
+    "row_norm_and_permuted_column_sum": (row_norm_and_permuted_column_sum,
+                                         "inner_outer_persistent",
+                                         [(64, 96), (7, 40)], [(2048, 1024), (1000, 333)]),
+    "row_norm_and_permuted_row_sum": (row_norm_and_permuted_row_sum, "inner_persistent",
+                                      [(64, 96), (7, 40)], [(2048, 1024), (1000, 333)]),
+}
+
+REFUSED = {
+    "softmax_and_permuted_sum_of_another_dim": (
+        softmax_and_permuted_sum_of_another_dim, "inner_persistent",
+        "reductions over different dims", (4, 6, 40)),
+    "row_and_permuted_row_reduction": (
+        row_and_permuted_row_reduction, "inner_outer_persistent",
+        "is neither a row nor a column reduction", (1025, 13)),
+    "column_variance_of_rows": (
+        column_variance_of_rows, "inner_outer_persistent",
+        "is broadcast back over the rows", (64, 96)),
+    "column_sum_and_flattened_input": (
+        column_sum_and_flattened_input, "reduction",
+        "an output whose dims are not the reduction's kept dims", (127, 219)),
+    "column_sum_and_permuted_other_input": (
+        column_sum_and_permuted_other_input, "reduction",
+        "an output whose dims are not the reduction's kept dims", (1, 6437)),
+}

@@ -1,0 +1,173 @@
+"""can_schedule against schedule(): fuzz triage groups P2, P9 and P11 (tests/fuzz).
+
+Each fusion of acceptance_fusions.py was accepted by a scheduler whose schedule() then failed
+(an internal error, or an illegal access on the interpreter). What is checked:
+- the fusions that now run as one kernel (RUN): through the executor on the kernel-IR
+  interpreter, every output against the float64 reference, with the scheduler named;
+- the fusions no scheduler can run (REFUSED): the scheduler that took them refuses, with its
+  reason, and the executor runs the reference evaluator with a FallbackWarning (right values,
+  no internal error);
+- the mechanisms fixed underneath: recompute_for's copy of a permute keeps its dim order,
+  propagation reaches a tensor through the dims that iterate, and through a recomputed copy's
+  original, the persistent projection stops at a reduction result whose only other dims are
+  kept size-1 dims, and the reduction and inner-outer analyses map dims, not count them.
+"""
+import sys
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lower"))
+from acceptance_fusions import REFUSED, RUN  # noqa: E402
+from kir_testing import reference, setup  # noqa: E402
+
+from pyfuser import DataType, FusionDefinition  # noqa: E402
+from pyfuser.ir.exprs import LoadStoreOp  # noqa: E402
+from pyfuser.ir.id_graph import IdGraph  # noqa: E402
+from pyfuser.runtime.executor import FallbackWarning  # noqa: E402
+from pyfuser.schedule import cache_after, propagate_transforms  # noqa: E402
+from pyfuser.schedule.recompute import recompute_for  # noqa: E402
+from pyfuser.schedule.schedulers import (inner_outer_persistent, reduction,  # noqa: E402
+                                         registry)
+from pyfuser.testing import TOLERANCE, rel_error, run_and_check  # noqa: E402
+
+INTERPRET = {"enable": ["interpret"]}
+
+
+def _cases(table, which):
+    return [(name, dt, shape) for name, entry in table.items() for shape in entry[which]
+            for dt in ("fp32", "bf16")]
+
+
+# Fusions that now run as kernels ----------------------------------------------------------------
+@pytest.mark.parametrize("name,dt,shape", _cases(RUN, 2))
+def test_runs_as_one_kernel_and_matches_float64(name, dt, shape):
+    build, scheduler, _, _ = RUN[name]
+    fd, inputs = build(dt, *shape)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FallbackWarning)
+        run_and_check(fd, inputs, scheduler=scheduler, options=INTERPRET)
+    assert fd.last_run.backend == "interpreter" and not fd.last_run.internal_error
+
+
+# Fusions no scheduler runs --------------------------------------------------------------------
+@pytest.mark.parametrize("name", REFUSED)
+def test_refused_with_a_reason_and_run_by_the_reference(name):
+    build, took_it, words, shape = REFUSED[name]
+    fd, inputs = build("fp32", *shape)
+    ok, why = registry.by_name(took_it).can_schedule(fd.fusion)
+    assert not ok and words in why, why
+    choice = registry.choose(fd.fusion)
+    assert choice.scheduler is None, choice.reason
+    with pytest.warns(FallbackWarning, match="no scheduler takes the whole fusion"):
+        outs = fd.execute(inputs, options=INTERPRET)
+    run = fd.last_run
+    assert run.kind == "reference" and not run.internal_error, run
+    for o, r in zip(outs, reference(fd, inputs)):
+        assert o.shape == r.shape
+        assert rel_error(o, r) <= TOLERANCE[DataType.Float]
+
+
+# recompute_for ------------------------------------------------------------------------------------
+def test_recomputed_permute_keeps_its_dim_order():
+    """The copy of permute(x) [N, M] has a root in x's order [M, N] and a logical domain in the
+    permuted one; a copy of the logical IDs alone paired x's M with its N."""
+    with FusionDefinition() as fd:
+        x = fd.define_tensor([-1, -1])
+        xt = fd.ops.permute(x, [1, 0])
+        fd.add_output(fd.ops.neg(xt))
+        fd.add_output(fd.ops.exp(xt))
+    f, _ = fd.fusion.clone()
+    xt = f.outputs[0].definition.inputs[0]
+    use = f.outputs[1].definition
+    copy = recompute_for(xt, [use], stop_at={f.inputs[0]})
+    assert isinstance(copy.definition, LoadStoreOp) and copy.definition.inputs[0] is f.inputs[0]
+    assert use.inputs[0] is copy
+    m, n = f.inputs[0].logical
+    graph = IdGraph(f)
+    assert graph.mapped(copy.domain.maybe_root[0], m) and graph.mapped(copy.domain.maybe_root[1], n)
+    assert graph.mapped(copy.logical[0], n) and graph.mapped(copy.logical[1], m)
+    assert [i.extent for i in copy.logical] == [n.extent, m.extent]
+    assert copy.recompute_of is xt
+
+
+# Transform propagation --------------------------------------------------------------------------
+def test_propagation_takes_the_row_dims_from_the_path_that_iterates_them():
+    """out = x + sum(broadcast(x) [N, 1], 0): out's N is both x's N (the reduced dim) and the
+    sum's kept size-1 dim broadcast to it. Reached through the sum, it took the kept dim's
+    loops; through x's cache it takes the row's."""
+    with FusionDefinition() as fd:
+        x = fd.define_tensor([-1])
+        s = fd.ops.sum(fd.ops.broadcast(x, [False, True]), [0])
+        fd.add_output(fd.ops.add(x, s))
+    st = setup(fd, [torch.randn(300)])
+    f = st.fusion
+    cache_after(f.inputs[0])
+    red = s_of(f)
+    red.reorder({0: 1, 1: 0})
+    red.split(1, 4).split(1, 2, inner_split=False)
+    propagate_transforms(red)
+    out = f.outputs[0]
+    graph = IdGraph(f)
+    # The output's loops are the row's splits [2, ceilDiv(N / 4, 2), 4], none from the kept dim.
+    row = [i for i in red.domain.loop if i.is_reduction]
+    assert len(out.domain.loop) == 3
+    assert all(graph.mapped(a, b) for a, b in zip(out.domain.loop, row))
+
+
+def s_of(f):
+    from pyfuser.schedule.schedulers.base import reduction_tensors
+    (red,) = reduction_tensors(f)
+    return red
+
+
+# Reduction scheduler: outputs over the kept dims, mapped -------------------------------------
+def test_reduction_accepts_a_permuted_output_of_the_kept_dims():
+    with FusionDefinition() as fd:
+        x = fd.define_tensor([-1, -1, -1])
+        s = fd.ops.sum(x, [2])
+        fd.add_output(fd.ops.permute(s, [1, 0]))
+        fd.add_output(s)
+    assert reduction.can_schedule(fd.fusion)[0]
+    run_and_check(fd, [torch.randn(6, 5, 40)], scheduler="reduction", options=INTERPRET)
+
+
+def test_reduction_refuses_an_output_of_as_many_other_dims():
+    with FusionDefinition() as fd:
+        x = fd.define_tensor([-1, -1])
+        y = fd.define_tensor([-1])
+        fd.add_output(fd.ops.sum(x, [1]))
+        fd.add_output(fd.ops.neg(y))          # [K]: one dim, not the kept M
+    ok, why = reduction.can_schedule(fd.fusion)
+    assert not ok and why.startswith("an output whose dims are not the reduction's kept dims "
+                                      "(output 1")
+
+
+# inner_outer_persistent: row and column by the dims reduced ------------------------------------
+def test_inner_outer_classifies_reductions_by_their_dims():
+    fd, _ = RUN["column_sum_of_a_permuted_view"][0]("fp32", 8, 16)
+    rows, cols = inner_outer_persistent._kinds(fd.fusion)
+    # The sum over dim 1 of permute(y * x) reads [kept, reduced] but reduces M: a column.
+    assert len(rows) == 1 and len(cols) == 2
+    assert [i.is_reduction for i in cols[0].domain.maybe_root] == [False, True]
+    fd, _ = RUN["row_sum_of_a_permuted_view"][0]("fp32", 8, 16)
+    rows, cols = inner_outer_persistent._kinds(fd.fusion)
+    assert len(rows) == 2 and len(cols) == 1
+    # The reference (first) reads [kept, reduced]; the other row reads [reduced, kept].
+    assert [i.is_reduction for i in rows[0].domain.maybe_root] == [False, True]
+    assert [i.is_reduction for i in rows[1].domain.maybe_root] == [True, False]
+
+
+def test_inner_outer_takes_a_column_reduction_whose_result_stays_a_column():
+    """A column statistic used afterwards only along the columns (its [N] result scaled) is
+    phase 2's; one broadcast back over the rows is refused (column_variance_of_rows)."""
+    with FusionDefinition() as fd:
+        x = fd.define_tensor([-1, -1])
+        fd.add_output(fd.ops.sub(x, fd.ops.mean(x, [1], keepdim=True)))
+        fd.add_output(fd.ops.mul(fd.ops.sum(x, [0]), 2.0))
+    assert inner_outer_persistent.can_schedule(fd.fusion)[0]
+    run_and_check(fd, [torch.randn(33, 40)], scheduler="inner_outer_persistent",
+                  options=INTERPRET)
