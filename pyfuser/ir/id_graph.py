@@ -127,7 +127,7 @@ class IdGraph:
         for e in self.id_exprs:
             if isinstance(e, Merge):
                 for b, other in ((e.outer, e.inner), (e.inner, e.outer)):
-                    if b.is_broadcast and not other.is_broadcast:
+                    if b.is_broadcast:
                         changed |= self.sets.union(e.out, other)
         return changed
 

@@ -186,16 +186,18 @@ def warp_specialized_params(fusion, info: RuntimeInfo, p: InnerOuterParams
 def _kinds(fusion, graph=None):
     """(row reductions, column reductions) of the same rows, or (None, why not).
 
-    The rows are the [M, N] dims of the first reduction whose logical dims are [kept, reduced]
-    (the reference schedule() splits, first in the list); every reduction is classified by
+    The rows are the [M, N] dims of the reference reduction, the first whose logical dims are
+    [kept, reduced] and whose kept dim iterates where one does (`reference_reduction`: the one
+    schedule() splits, first in the list); every reduction is classified by
     which of those dims its own reduced and kept dims are (exact ID graph, the mapping the
     schedule is replayed through), not by their logical order: a sum over dim 0 of a permuted
     view [N, M] of the rows reduces N, a row reduction."""
     reds = reduction_tensors(fusion)
-    ref = next((r for r in reds if [i.is_reduction for i in r.domain.maybe_root]
-                == [False, True]), None)
     if any(len(r.domain.maybe_root) != 2 for r in reds):
         return None, "reductions that are neither row nor column reductions of a 2D domain"
+    row_shaped = [r for r in reds if [i.is_reduction for i in r.domain.maybe_root]
+                  == [False, True]]
+    ref = reference_reduction(row_shaped) if row_shaped else None
     if ref is None:
         if all([i.is_reduction for i in r.domain.maybe_root] == [True, False] for r in reds):
             return [], reds        # column reductions only
@@ -208,7 +210,10 @@ def _kinds(fusion, graph=None):
         kept = [i for i in r.domain.maybe_root if not i.is_reduction]
         if len(red) != 1:
             return None, "reductions that are neither row nor column reductions of a 2D domain"
-        if graph.mapped(red[0], n) and graph.mapped(kept[0], m):
+        # A row reduction of a one-row tensor ([1, N], its row dim a broadcast, as
+        # `from_pytorch` defines a batch of 1) broadcast against the rows: the same row for
+        # every row of the schedule.
+        if graph.mapped(red[0], n) and (graph.mapped(kept[0], m) or kept[0].is_broadcast):
             rows.append(r)
         elif graph.mapped(red[0], m) and graph.mapped(kept[0], n):
             cols.append(r)

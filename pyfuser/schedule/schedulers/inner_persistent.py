@@ -111,14 +111,18 @@ def same_row_dims(red: TensorView, ref: TensorView, graph) -> bool:
     """True if reduction `red` reduces the dims reduction `ref` reduces and keeps those it keeps
     (size-1 dims aside), one for one in the exact ID graph: the dims schedule() splits on
     `ref` and replays onto every reduction. Their logical order may differ (a reduction of a
-    permuted view of the rows)."""
+    permuted view of the rows). A kept dim of ref may be a broadcast in red: the reduction of
+    a one-row tensor ([1, N], as `from_pytorch` defines a batch of 1) broadcast against ref's
+    rows reduces the same row for each of them."""
     def dims(t, reduced):
         return [i for i in t.domain.maybe_root
                 if i.is_reduction == reduced and not i.is_broadcast and i.extent.value != 1]
 
     for reduced in (True, False):
         mine, theirs = dims(red, reduced), dims(ref, reduced)
-        if len(mine) != len(theirs):
+        one_rows = 0 if reduced else sum(1 for i in red.domain.maybe_root
+                                         if not i.is_reduction and i.is_broadcast)
+        if not len(theirs) - one_rows <= len(mine) <= len(theirs):
             return False
         left = list(theirs)
         for i in mine:
