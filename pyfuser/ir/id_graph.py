@@ -6,9 +6,13 @@ Two rules define which IDs describe the same iteration:
    SqueezeOp have no partner);
 2. replayed transforms: two Splits with mapped inputs and equal factor and kind map their outputs;
    two Merges with mapped inputs map their outputs;
-3. broadcast forwarding: merge(b, i) with b a (non-expanded) broadcast of extent 1 iterates exactly
-   what i iterates, so its output maps to i. This is what lets a tensor of shape [N], broadcast to
-   [M, N] and scheduled like it (merge, then split), line up with its un-broadcast producer.
+3. broadcast forwarding: merge(b, i) with b a broadcast (one iteration; an expanded one too: its
+   copies are one element) iterates exactly what i iterates, so its output maps to i. This is
+   what lets a tensor of shape [N], broadcast to [M, N] and scheduled like it (merge, then
+   split), line up with its un-broadcast producer. When i is a broadcast too, the merge iterates
+   one element, as each of them does, and maps to both: a reduction that keeps two broadcasts
+   (x [M(expanded), K, E(expanded)] reduced over K, E squeezed from the result by the frontend)
+   lines up with its result [M(expanded)].
 
 The exact graph maps a broadcast ID only to broadcast IDs; the permissive graph also maps a
 producer's broadcast ID to the consumer's iteration ID it broadcasts to (what replay and
