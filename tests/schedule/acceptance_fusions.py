@@ -314,6 +314,33 @@ def norms_of_one_row_and_of_rows(dt, M, N, device="cpu", seed=0):
     return fd, [y, x]
 
 
+
+def rows_scaled_by_one_row(dt, M, N, device="cpu", seed=0):
+    """x * w / (1 + |erf(sum(x * w, 1))|) with w [1, N] defined with a size-1 row dim (case
+    20261123:476). w's cache, loaded once per block before the row loop, keeps its own row loop
+    over the broadcast dim; in the TMA and cp.async variants that loop took the rows'
+    grid-stride type and ran in block 0 only (the other blocks read unwritten registers)."""
+    x, w = _randn([(M, N), (1, N)], dt, device, seed)
+    with FusionDefinition("rows_scaled_by_one_row") as fd:
+        tx = fd.define_tensor([-1, -1], dtype=DT[dt])
+        tw = fd.define_tensor([1, -1], dtype=DataType.BFloat16)
+        xw = fd.ops.mul(_f32(fd, tx, dt), fd.ops.cast(tw, F32))
+        s = fd.ops.sum(xw, [1], keepdim=True)
+        _out(fd, fd.ops.div(xw, fd.ops.add(fd.ops.abs(fd.ops.erf(fd.ops.mul(s, 1e-3))), 1.0)), dt)
+    return fd, [x, w.to(torch.bfloat16)]
+
+
+def var_of_all_dims_with_an_expanded_one(dt, A, B, C, device="cpu", seed=0):
+    """var over every dim of x [A, B(expanded), C], keepdim (case 20261123:1085): the frontend
+    keeps B through the reductions of A and C (their only kept dim), then squeezes it to rank
+    0 and multiplies by B before broadcasting back; the rank-0 chain, at the top of the kernel,
+    sat between two tensors of the same (expanded) block loop ("cyclic dependency")."""
+    with FusionDefinition("var_of_all_dims_with_an_expanded_one") as fd:
+        x = fd.define_tensor([-1, -1, -1], dtype=DT[dt], expanded=[False, True, False])
+        _out(fd, fd.ops.var(_f32(fd, x, dt), [0, 1, 2], correction=0, keepdim=True), dt)
+    (x,) = _randn([(A, 1, C)], dt, device, seed)
+    return fd, [x.expand(A, B, C)]
+
 # P14: every dim a broadcast ---------------------------------------------------------------------
 def var_mean_of_one_element(dt, device="cpu", seed=0):
     """var_mean of x [1] over dim 0 (case 7:389): both reductions become squeezes to rank 0,
@@ -363,6 +390,12 @@ RUN = {
                                  [(375,), (1024,)], [(375,), (4096,), (7981,)]),
     "norms_of_one_row_and_of_rows": (norms_of_one_row_and_of_rows, "inner_persistent",
                                      [(6, 512), (3, 75)], [(6, 512), (2048, 4096)]),
+    "rows_scaled_by_one_row": (rows_scaled_by_one_row, "inner_persistent",
+                               [(127, 193), (9, 256)], [(127, 193), (4096, 1024)]),
+    "var_of_all_dims_with_an_expanded_one": (var_of_all_dims_with_an_expanded_one,
+                                             "inner_persistent",
+                                             [(8, 9, 303), (3, 5, 64)], [(8, 9, 303),
+                                                                         (64, 16, 1024)]),
     "var_mean_of_one_element": (var_mean_of_one_element, "pointwise", [()], [()]),
 }
 

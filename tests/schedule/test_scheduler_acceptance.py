@@ -231,3 +231,19 @@ def test_a_rank_0_register_tensor_is_computed_in_the_one_iteration_loop_it_sits_
     assert loops and loops == enclosing(kernel, op_writing(kernel, sq.inputs[0]))
     (use,) = st.fusion.consumers(sq.outputs[0])
     assert loops == enclosing(kernel, op_writing(kernel, use))
+
+
+@pytest.mark.parametrize("dt,shape", [("fp32", (127, 193)),     # cp.async (772-byte rows)
+                                      ("fp32", (9, 256)),       # 1D bulk copies
+                                      ("bf16", (127, 200))])
+def test_one_row_input_in_every_block_of_a_persistent_grid(dt, shape):
+    """The TMA (1D bulk or cp.async) variants: w [1, N]'s cache is loaded before the rows'
+    grid-stride loop, in a loop of its own over its broadcast row dim, which took the
+    grid-stride type. A grid-stride loop promoted to a broadcast runs once in every block."""
+    fd, inputs = RUN["rows_scaled_by_one_row"][0](dt, *shape)
+    options = {"enable": ["interpret", "tma_inner_persistent"]}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FallbackWarning)
+        run_and_check(fd, inputs, scheduler="inner_persistent", options=options)
+    (p,) = fd.last_run.heuristics
+    assert p.stages >= 2 and p.grid > 1, p
