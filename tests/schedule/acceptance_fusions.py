@@ -317,9 +317,9 @@ def norms_of_one_row_and_of_rows(dt, M, N, device="cpu", seed=0):
 
 def rows_scaled_by_one_row(dt, M, N, device="cpu", seed=0):
     """x * w / (1 + |erf(sum(x * w, 1))|) with w [1, N] defined with a size-1 row dim (case
-    20261123:476). w's cache, loaded once per block before the row loop, keeps its own row loop
-    over the broadcast dim; in the TMA and cp.async variants that loop took the rows'
-    grid-stride type and ran in block 0 only (the other blocks read unwritten registers)."""
+    20261123:476, with tma_inner_persistent: w's cache computed before the rows' grid-stride
+    loop kept a grid-stride loop of its own over its broadcast row dim, which ran in block 0
+    only; test_scheduler_acceptance schedules it so)."""
     x, w = _randn([(M, N), (1, N)], dt, device, seed)
     with FusionDefinition("rows_scaled_by_one_row") as fd:
         tx = fd.define_tensor([-1, -1], dtype=DT[dt])

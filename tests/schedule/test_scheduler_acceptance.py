@@ -236,14 +236,27 @@ def test_a_rank_0_register_tensor_is_computed_in_the_one_iteration_loop_it_sits_
 @pytest.mark.parametrize("dt,shape", [("fp32", (127, 193)),     # cp.async (772-byte rows)
                                       ("fp32", (9, 256)),       # 1D bulk copies
                                       ("bf16", (127, 200))])
-def test_one_row_input_in_every_block_of_a_persistent_grid(dt, shape):
-    """The TMA (1D bulk or cp.async) variants: w [1, N]'s cache is loaded before the rows'
-    grid-stride loop, in a loop of its own over its broadcast row dim, which took the
-    grid-stride type. A grid-stride loop promoted to a broadcast runs once in every block."""
+def test_a_grid_stride_loop_promoted_to_a_broadcast_runs_in_every_block(dt, shape):
+    """The TMA (1D bulk or cp.async) variants, with w [1, N]'s cache computed before the rows'
+    grid-stride loop (compute-at 0, as a weight's may be): the cache keeps a loop of its own
+    over its broadcast row dim, parallelized like the rows' (grid-stride). Run from
+    blockIdx.x with stride gridDim.x, that loop ran in block 0 only, and the other blocks
+    read registers never written."""
+    from kir_testing import forced_inner_persistent, interpret, lower_upto
+    from pyfuser.ir.iter_domain import ParallelType
+    from pyfuser.schedule import inline_at
+    from pyfuser.schedule.schedulers import inner_persistent
     fd, inputs = RUN["rows_scaled_by_one_row"][0](dt, *shape)
-    options = {"enable": ["interpret", "tma_inner_persistent"]}
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", FallbackWarning)
-        run_and_check(fd, inputs, scheduler="inner_persistent", options=options)
-    (p,) = fd.last_run.heuristics
-    assert p.stages >= 2 and p.grid > 1, p
+    params = forced_inner_persistent(fd, inputs, "tma_inner_persistent")
+    assert params.grid > 1, params
+    st = setup(fd, inputs)
+    inner_persistent.schedule(st.fusion, params)
+    (w_cache,) = [t for t in st.fusion.tensors() if isinstance(t.definition, LoadStoreOp)
+                  and t.definition.inputs[0] is st.fusion.inputs[1]]
+    inline_at(w_cache, 0)
+    assert w_cache.domain.loop[0].parallel_type == ParallelType.GridStride
+    assert w_cache.domain.loop[0].is_broadcast
+    kernel = lower_upto(st.fusion)
+    outs, _ = interpret(kernel, st.bindings, list(inputs))
+    want = reference(fd, inputs)
+    assert rel_error(outs[0], want[0]) <= TOLERANCE[DataType.Float]

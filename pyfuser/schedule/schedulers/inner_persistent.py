@@ -27,7 +27,7 @@ from .. import (cache_after, cache_before, circular_buffer, inline_at, inline_mo
 from ..inlining import _upstream
 from ..recompute import recompute_for
 from ..tma_rules import MAX_TX_BYTES, check_bulk_rows, check_row_box
-from .base import (RuntimeInfo, SchedulerError, access_width, iterates_rows,
+from .base import (RuntimeInfo, SchedulerError, access_width,
                    reduced_and_kept, reduction_tensors, reference_reduction, vector_inputs,
                    vector_width, vectorize, vectorize_along)
 from .reduction import _layout, _merge_dims, _pow2_floor, broadcast_back
@@ -641,21 +641,20 @@ def schedule(fusion, p: InnerPersistentParams) -> None:
     # Each input cache holds the thread's whole share of the row, loaded before any use.
     graph = IdGraph(fusion, permissive=True)
     batch_axis = rfs[0].domain.loop[2 + c]
-    # A cache without the rows (a weight, or a one-row input [1, N] broadcast over the rows of
-    # the others) computed outside the row loop stays in registers across rows; when a row
-    # already fills the registers, it is reloaded per row (from L2).
-    exact = IdGraph(fusion)
+    # A cache without the row dim (a weight) computed outside the row loop stays in registers
+    # across rows; when a row already fills the registers, it is reloaded per row (from L2).
+    # A one-row input [1, N] broadcast over the rows has a row dim (a broadcast, mapped to the
+    # rows): it is inlined like the rows.
+    row_axis = rfs[0].domain.loop[0]
+    keep_weights = p.keep_weights
     for cache in caches.values():
         pos = next((k for k, i in enumerate(cache.domain.loop) if graph.mapped(i, batch_axis)), None)
-        if pos is None or cache.domain.loop[pos].is_broadcast:
+        if pos is None or cache.compute_at_pos <= pos:
+            continue
+        if cache.domain.loop[pos].is_broadcast:
             continue        # a per-row scalar ([M, 1]): inlined, not a row of copies
-        if not iterates_rows(cache, ref, exact):
-            if not p.keep_weights:
-                continue
-            # Before the row loop, outside a one-row input's own broadcast row loops (which
-            # run once).
-            pos = 0
-        if cache.compute_at_pos > pos:
+        has_row = any(graph.mapped(i, row_axis) for i in cache.domain.loop)
+        if has_row or keep_weights:
             inline_at(cache, pos)
     launch = fusion.launch_hints
     if c:
