@@ -1,6 +1,6 @@
 """Fusions a scheduler's can_schedule used to accept and its schedule() could not run, or that
-no scheduler took (fuzz triage P2, P3, P4, P9, P11, P14; tests/fuzz). Shared by the interpreter tests
-(tests/schedule/test_scheduler_acceptance.py) and the GPU tests
+no scheduler took (fuzz triage P2, P3, P4, P9, P11, P14; tests/fuzz). Shared by the interpreter
+tests (tests/schedule/test_scheduler_acceptance.py) and the GPU tests
 (tests/gpu/test_scheduler_acceptance_gpu.py).
 
 Each builder takes (dt, sizes..., device) and returns (FusionDefinition, inputs).
