@@ -327,26 +327,53 @@ class Ops:
         size_one = [d for d in dims if src[d].is_broadcast and src[d].expanded_extent is None]
         if size_one:
             # Reducing a size-1 dim leaves its one element: squeeze it instead, so that no
-            # kernel reduces over a broadcast ID (an expanded broadcast is reduced for real).
+            # kernel reduces over a broadcast ID.
             x = arith.squeeze(x, size_one)
+            src = x.domain.logical_no_reductions
             dims = [d - sum(1 for s in size_one if s < d) for d in dims if d not in size_one]
+        # An expanded dim (stride 0) holds E copies of one element: no kernel reduces over it
+        # either (a persistent row would have to hold the copies, in registers whose loops
+        # iterate the expanded extent). The other dims are reduced, the expanded ones are
+        # kept through the reduction as the broadcasts they are and squeezed from its result,
+        # which is E times their element for a sum, their element for max and min.
+        copies = [d for d in dims if src[d].expanded_extent is not None]
+        dims = [d for d in dims if d not in copies]
+        copies_of = (S.product(src[d].expanded_extent for d in copies)
+                     if copies and op == ReductionOpType.Sum and not dt.is_boolean else None)
+        acc_dt = DataType.Float if dt.is_reduced_float else dt
         if not dims:
-            out = x if x.dtype == dt else arith.unary(U.Cast, x, dt)
-        elif dt.is_reduced_float:
-            out = self._reduce_in_float(op, x, dims, dt, init)
+            acc = x
         else:
-            out = arith.reduction(op, x, dims, dt, init)
+            if dt.is_reduced_float:
+                # A reduction to a 16-bit float accumulates in float32 and rounds once at the
+                # end, as torch does: cast(reduce(cast(x, float)), dt). Kernels then hold float
+                # accumulators, partials and workspaces, never 16-bit ones.
+                if x.dtype != dt:
+                    x = arith.unary(U.Cast, x, dt)     # torch first casts the input to `dtype`
+                x = arith.unary(U.Cast, x, DataType.Float)
+            acc = arith.reduction(op, x, dims, acc_dt, init)
+        if copies:
+            # Positions among the result's dims (the reduced ones are gone).
+            acc = arith.squeeze(acc, [c - sum(1 for d in dims if d < c) for c in copies],
+                                reduction=op)
+        if copies_of is not None:
+            if acc.dtype != acc_dt:
+                if dt.is_reduced_float and acc.dtype != dt:
+                    acc = arith.unary(U.Cast, acc, dt)
+                acc = arith.unary(U.Cast, acc, acc_dt)
+            acc = self._times(acc, copies_of)
+        out = acc if acc.dtype == dt else arith.unary(U.Cast, acc, dt)
         return self._keep(out, reduced, n) if keepdim else out
 
-    def _reduce_in_float(self, op, x, dims, dt, init):
-        """A reduction to a 16-bit float accumulates in float32 and rounds once at the end, as
-        torch does: cast(reduce(cast(x, float)), dt). Kernels then hold float accumulators,
-        partials and workspaces, never 16-bit ones."""
-        if x.dtype != dt:
-            x = arith.unary(U.Cast, x, dt)       # torch first casts the input to `dtype`
-        acc = arith.reduction(op, arith.unary(U.Cast, x, DataType.Float), dims, DataType.Float,
-                              init)
-        return arith.unary(U.Cast, acc, dt)
+    def _times(self, acc: TensorView, count) -> TensorView:
+        """acc * count (an integer extent) in acc's dtype."""
+        if acc.dtype.is_floating:
+            factor = self._as_float(count)
+            if not isinstance(factor, Scalar):
+                factor = Scalar(DataType.Double, factor)
+        else:
+            factor = count if count.value is None else Scalar(DataType.Int, count.value)
+        return arith.binary(B.Mul, acc, factor, acc.dtype)
 
     def sum(self, x, dims=None, keepdim: bool = False, dtype=None):
         return self._reduce("sum", ReductionOpType.Sum, x, dims, keepdim, dtype)
@@ -375,7 +402,10 @@ class Ops:
         return self.div(s, self._count_as_float(x, dims))
 
     def _count_as_float(self, x, dims):
-        n = self._count(x, dims)
+        return self._as_float(self._count(x, dims))
+
+    def _as_float(self, n):
+        """An integer extent as a floating operand: a number, or a cast of the runtime extent."""
         if n.value is not None:
             return float(n.value)
         from ..ir.exprs import UnaryOp

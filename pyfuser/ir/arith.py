@@ -181,18 +181,22 @@ def expand(x: TensorView, sizes: list) -> TensorView:
     return out
 
 
-def squeeze(x: TensorView, dims: list[int]) -> TensorView:
+def squeeze(x: TensorView, dims: list[int], reduction=None) -> TensorView:
+    """Drop size-1 dims. With `reduction` (a ReductionOpType), expanded dims (stride 0: copies
+    of one element) may be dropped too, keeping their one element: the squeeze stands for
+    that reduction over them (SqueezeOp.reduction)."""
     src = x.domain.logical_no_reductions
     flags = [False] * len(src)
     for d in dims:
         dd = d + len(src) if d < 0 else d
         if not 0 <= dd < len(src):
             raise ShapeError(f"squeeze: dim {d} out of range for T{x.name} of rank {len(src)}")
-        if not (src[dd].is_broadcast and src[dd].expanded_extent is None) and src[dd].extent.value != 1:
+        size_one = src[dd].is_broadcast and (src[dd].expanded_extent is None or reduction)
+        if not size_one and src[dd].extent.value != 1:
             raise ShapeError(f"squeeze: dim {d} of T{x.name} has size {src[dd].user_extent!r}, not 1")
         flags[dd] = True
     out = new_tensor([i.clone() for i, f in zip(src, flags) if not f], x.dtype)
-    SqueezeOp(out, x, flags)
+    SqueezeOp(out, x, flags, reduction)
     return out
 
 

@@ -151,10 +151,16 @@ class ExpandOp(Expr):
 
 
 class SqueezeOp(Expr):
-    """Drop input logical dims flagged in `is_squeezed` (each a broadcast of extent 1)."""
+    """Drop input logical dims flagged in `is_squeezed` (each a broadcast of extent 1).
 
-    def __init__(self, out: Val, inp: Val, is_squeezed: list[bool]):
+    `reduction` (a ReductionOpType, or None for a plain squeeze): the squeezed dims include
+    expanded ones (stride 0, E copies of one element) and this squeeze stands for that
+    reduction over them, so that no kernel reduces over a broadcast ID (for a sum, the
+    frontend multiplies the result by E)."""
+
+    def __init__(self, out: Val, inp: Val, is_squeezed: list[bool], reduction=None):
         self.is_squeezed = list(is_squeezed)
+        self.reduction = reduction
         super().__init__([inp], [out])
 
 

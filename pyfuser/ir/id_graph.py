@@ -8,7 +8,8 @@ These rules define which IDs describe the same iteration:
    two Merges with mapped inputs map their outputs;
 3. broadcast forwarding: merge(b, i) with b a (non-expanded) broadcast of extent 1 iterates exactly
    what i iterates, so its output maps to i. This is what lets a tensor of shape [N], broadcast to
-   [M, N] and scheduled like it (merge, then split), line up with its un-broadcast producer;
+   [M, N] and scheduled like it (merge, then split), line up with its un-broadcast producer.
+   In the exact graph a merge of two expanded broadcasts maps to both (`both_expanded`);
 4. concretized expanded broadcasts: the consumers' iteration IDs paired with one expanded
    broadcast ID (of extent 1, expanded to E) all iterate E elements and map to one another.
 
@@ -38,6 +39,15 @@ def forwards_to(b: IterDomain, other: IterDomain) -> bool:
     if not other.is_broadcast:
         return True
     return b.expanded_extent is None and other.expanded_extent is not None
+
+
+def both_expanded(a: IterDomain, b: IterDomain) -> bool:
+    """Two expanded broadcasts: their merge is one element in memory, as each of them is. The
+    exact graph maps the merge to both (a reduction that keeps two expanded dims, x [M(exp), K,
+    E(exp)] summed over K with E squeezed from the result, lines up with its result [M(exp)]);
+    the permissive graph does not, or the dims they broadcast to would meet there."""
+    return (a.is_broadcast and b.is_broadcast and a.expanded_extent is not None
+            and b.expanded_extent is not None)
 
 
 def producer_consumer_pairs(expr: Expr, producer: TensorView,
@@ -155,7 +165,8 @@ class IdGraph:
         for e in self.id_exprs:
             if isinstance(e, Merge):
                 for b, other in ((e.outer, e.inner), (e.inner, e.outer)):
-                    if forwards_to(b, other):
+                    if forwards_to(b, other) or (not self.permissive
+                                                 and both_expanded(b, other)):
                         changed |= self.sets.union(e.out, other)
         return changed
 

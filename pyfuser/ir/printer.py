@@ -54,7 +54,8 @@ def expr_str(e) -> str:
         return f"{out}\n   = expand( {val_str(e.inputs[0])} );"
     if isinstance(e, SqueezeOp):
         flags = "".join("s" if f else "." for f in e.is_squeezed)
-        return f"{out}\n   = squeeze( {val_str(e.inputs[0])}, flags = {flags} );"
+        of = f", of {e.reduction.value}" if e.reduction is not None else ""
+        return f"{out}\n   = squeeze( {val_str(e.inputs[0])}, flags = {flags}{of} );"
     if isinstance(e, ReshapeOp):
         return f"{out}\n   = reshape( {val_str(e.inputs[0])} );"
     if isinstance(e, ReductionOp):

@@ -26,7 +26,7 @@ from ..ir import scalar as S
 from ..ir.dtype import DataType
 from ..ir.id_graph import IdGraph, match_loops, self_mapping
 from ..ir.iter_domain import IterDomain, ParallelType, Split, split_id
-from ..ir.tensor import TensorView
+from ..ir.tensor import MemoryType, TensorView
 from ..kir import nodes as K
 
 
@@ -50,7 +50,14 @@ class Loop:
 
     @property
     def parallel(self) -> ParallelType:
-        return self.id.parallel_type
+        pt = self.id.parallel_type
+        if pt == ParallelType.GridStride and self.extent is _ONE:
+            # A grid-stride loop promoted to a broadcast runs once in every block, as a block
+            # loop promoted to one does (the cache of a one-row input [1, N], its row dim
+            # scheduled like the rows', loaded before the persistent row loop). Started at
+            # blockIdx.x, it would run in block 0 only: the other blocks' registers unwritten.
+            return ParallelType.Serial
+        return pt
 
     @property
     def extent(self):
@@ -89,6 +96,7 @@ class LoweringContext:
         self._build_nests()
         self._canonicalize()
         self._promote_after_merges()
+        self._sink_loopless()
         # Filled by the passes, in PIPELINE order:
         self.names: dict = {}            # params: runtime Scalar -> kernel expression
         self.buffers: dict = {}          # params, allocate: TensorView -> kir Buffer
@@ -237,6 +245,52 @@ class LoweringContext:
                 return
         raise LoweringError("loop promotion does not settle: the merged loops' owners promote "
                             "each other's loops")
+
+    def _sink_loopless(self) -> None:
+        """Place a register tensor without loops (rank 0) inside the loops that all its
+        producers and consumers run in, as far as those loops are promoted to broadcasts. At
+        the top of the kernel it would be computed before or after all of them, and a loop
+        that both feeds and reads it would be needed twice: in an all-broadcast var_mean of
+        x [1], the squeeze of (x - mean)^2 to rank 0 is read by the variance in the same
+        one-iteration loop that computes x - mean. Inside a loop that runs once it is
+        computed exactly once, between the two (in a loop over an expanded broadcast split
+        into lanes, once per lane, each time the same value). The var of x [8, 9(expanded),
+        303] over all dims keeps the expanded dim through its reductions: the squeeze to rank
+        0, its product with 9 and the broadcast back are placed together in its block loop."""
+        def loopless(t) -> bool:
+            return (t in self.nests and not t.domain.loop and not self.nests[t]
+                    and not t.is_output() and t.memory_type == MemoryType.Local)
+
+        done: set = set()
+        for tv in self._computed():
+            if tv in done or not loopless(tv):
+                continue
+            # The connected loopless tensors go together (a squeeze to rank 0 times the
+            # extent it squeezed, then broadcast back), between the tensors with loops
+            # around them.
+            group, todo, near = [], [tv], []
+            while todo:
+                t = todo.pop()
+                if t in done:
+                    continue
+                done.add(t)
+                group.append(t)
+                for n in [p for p in self.fusion.producers(t) if p in self.nests] + \
+                        list(self.fusion.consumers(t)):
+                    if loopless(n):
+                        todo.append(n)
+                    elif n not in near:
+                        near.append(n)
+            if not near:
+                continue
+            shared = []
+            for loops in zip(*(self.nests[t] for t in near)):
+                lp = loops[0]
+                if any(x is not lp for x in loops) or not lp.promoted.is_broadcast:
+                    break
+                shared.append(lp)
+            for t in group:
+                self.nests[t] = list(shared)
 
     def _promote(self, i: IterDomain, ref: TensorView | None, start: int):
         if ref is None:

@@ -307,7 +307,7 @@ def _thread_predicates(ctx, tv: TensorView, nest, redundant: list) -> list:
                 conds.append(K.eq(K.Special(special), K.Const(0)))
     if (tv.memory_type != MemoryType.Local and ParallelType.GridStride not in used
             and ParallelType.BIDx not in ctx.kernel_parallel
-            and any(lp.parallel == ParallelType.GridStride for lp in ctx.all_loops())):
+            and any(lp.id.parallel_type == ParallelType.GridStride for lp in ctx.all_loops())):
         # A persistent grid takes the rows in grid-stride turns; a tensor written outside
         # that loop (a weight's own output w * 2 [N] beside the rows) is written by every
         # block: the first writes it.

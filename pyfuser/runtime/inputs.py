@@ -131,13 +131,14 @@ def _check_empty_reductions(fusion, bindings: dict) -> None:
     that value reaches an output element, torch raises (`amax(): Expected reduction dim 1 to
     have non-zero size`), and so does pyfuser, instead of returning the -inf / +inf its kernels
     start from. A sum over a dim of size 0 is 0, as in torch."""
-    from ..ir.exprs import ReductionOpType
+    from ..ir.exprs import ReductionOpType, SqueezeOp
     for e, tv, d, extent in empty_reductions(fusion, bindings):
-        if e.op != ReductionOpType.Sum:
+        op = e.reduction if isinstance(e, SqueezeOp) else e.op
+        if op != ReductionOpType.Sum:
             origins = _extent_origins(fusion)
             raise InputError(
-                f"{e.op.value} over a dim of size 0: T{tv.name} reduces dim {d} of "
-                f"T{e.inputs[0].name}, {_describe(extent, 0, origins)}; a {e.op.value} of no "
+                f"{op.value} over a dim of size 0: T{tv.name} reduces dim {d} of "
+                f"T{e.inputs[0].name}, {_describe(extent, 0, origins)}; a {op.value} of no "
                 "elements has no value (torch raises here too)")
 
 
@@ -146,7 +147,7 @@ def empty_reductions(fusion, bindings: dict) -> list:
     result reaches an output element. A value reaches outputs only through tensors with
     elements: the row max of a softmax of [4, 0] rows reduces nothing, but meets only empty
     tensors after it (torch's softmax is an empty tensor too)."""
-    from ..ir.exprs import ReductionOp
+    from ..ir.exprs import ReductionOp, SqueezeOp
 
     def has_elements(tv) -> bool:
         return all(S.evaluate(i.user_extent if i.is_broadcast else i.extent, bindings) != 0
@@ -164,6 +165,13 @@ def empty_reductions(fusion, bindings: dict) -> list:
         if isinstance(e, ReductionOp):
             found += [(e, tv, d, i.extent) for d, i in enumerate(tv.domain.maybe_root)
                       if i.is_reduction and S.evaluate(i.extent, bindings) == 0]
+        elif isinstance(e, SqueezeOp) and e.reduction is not None:
+            # The frontend's reduction over an expanded dim squeezes it (its E copies of one
+            # element): with E = 0 there is no element to keep.
+            src = e.inputs[0].domain.logical_no_reductions
+            found += [(e, tv, d, i.expanded_extent) for d, (i, sq) in
+                      enumerate(zip(src, e.is_squeezed)) if sq and i.expanded_extent is not None
+                      and S.evaluate(i.expanded_extent, bindings) == 0]
         stack.extend(v for v in e.inputs if isinstance(v, TensorView) and has_elements(v))
     return found
 

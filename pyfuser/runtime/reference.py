@@ -171,7 +171,13 @@ class ReferenceEvaluator:
         elif isinstance(e, SqueezeOp):
             r = ins[0]
             for k in reversed([k for k, f in enumerate(e.is_squeezed) if f]):
-                r = r.squeeze(k)
+                if r.shape[k] == 0:
+                    # An expanded dim of size 0 (a sum over it, the frontend's squeeze times
+                    # its extent 0): no element to keep; any finite value gives the sum's 0.
+                    r = r.new_zeros(r.shape[:k] + r.shape[k + 1:])
+                else:
+                    # A size-1 dim, or an expanded one (stride 0): its first element.
+                    r = r.select(k, 0)
         elif isinstance(e, ReshapeOp):
             sizes = [self._extent(i.user_extent) for i in out.domain.logical]
             r = ins[0].reshape(sizes)

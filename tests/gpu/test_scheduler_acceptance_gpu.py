@@ -1,5 +1,7 @@
-"""Fusions a scheduler used to accept and fail on (fuzz triage P2: normalizations over a
-fusion-internal permute, kept size-1 dims; inner-outer reductions of permuted views), on the GPU
+"""Fusions a scheduler used to accept and fail on, or that none took (fuzz triage P2:
+normalizations over a fusion-internal permute, kept size-1 dims; inner-outer reductions of
+permuted views; P3: reductions over expanded dims; P4: one-row [1, N] tensors beside the rows;
+P14: a fusion of one element), on the GPU
 against float64. The fusions are those of tests/schedule/acceptance_fusions.py (RUN), whose
 interpreter tests are tests/schedule/test_scheduler_acceptance.py. Outputs are poisoned before
 each launch, so an element no thread writes fails.

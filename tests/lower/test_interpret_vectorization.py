@@ -485,8 +485,10 @@ REDUCTION_CASES = {
                         lambda fd, a, b, d: fd.ops.sum(fd.ops.mul(fd.ops.cast(a, F32), b), [d]),
                         [4, 4]),
     "bf16_max": (lambda: [_rand((9, 40), "bf16")], lambda fd, a, d: fd.ops.max(a, [d]), [8]),
-    "expanded_inner": (lambda: [torch.randn(9, 1).expand(9, 40)],
-                       lambda fd, a, d: fd.ops.sum(a, [d]), [1]),
+    # The expanded input beside a dense one: a sum over the expanded dim of the expanded input
+    # alone is no reduction (the frontend makes it 40 times the one element).
+    "expanded_inner": (lambda: [torch.randn(9, 1).expand(9, 40), _rand((9, 40), "fp32")],
+                       lambda fd, a, b, d: fd.ops.sum(fd.ops.mul(a, b), [d]), [1, 4]),
 }
 
 

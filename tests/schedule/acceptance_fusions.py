@@ -1,6 +1,6 @@
-"""Fusions a scheduler's can_schedule used to accept and its schedule() could not run (fuzz
-triage P2, P9, P11; tests/fuzz). Shared by the interpreter tests
-(tests/schedule/test_scheduler_acceptance.py) and the GPU tests
+"""Fusions a scheduler's can_schedule used to accept and its schedule() could not run, or that
+no scheduler took (fuzz triage P2, P3, P4, P9, P11, P14; tests/fuzz). Shared by the interpreter
+tests (tests/schedule/test_scheduler_acceptance.py) and the GPU tests
 (tests/gpu/test_scheduler_acceptance_gpu.py).
 
 Each builder takes (dt, sizes..., device) and returns (FusionDefinition, inputs).
@@ -271,6 +271,117 @@ def column_sum_and_permuted_other_input(dt, M, N, device="cpu", seed=0):
     return fd, _randn([(M, N), (1, N)], dt, device, seed)
 
 
+# P3: reductions over expanded (stride-0) dims ---------------------------------------------------
+# The frontend squeezes an expanded dim out of a reduction's result (E copies of one element: E
+# times it for a sum) instead of reducing over it; the reduction keeps it as a broadcast.
+def var_over_an_expanded_dim(dt, M, K, E, device="cpu", seed=0):
+    """var over dims [1, 2] of x [M, K, E(expanded)] (triage P3: the reduction of (x - mean)^2
+    over the expanded dim accumulated registers no thread wrote)."""
+    with FusionDefinition("var_over_an_expanded_dim") as fd:
+        x = fd.define_tensor([-1, -1, -1], dtype=DT[dt], expanded=[False, False, True])
+        fd.add_output(fd.ops.var(_f32(fd, x, dt), [1, 2], correction=0))
+    (x,) = _randn([(M, K, 1)], dt, device, seed)
+    return fd, [x.expand(M, K, E)]
+
+
+def layernorm_of_expanded_rows(dt, M, K, E, device="cpu", seed=0):
+    """LayerNorm over dims [1, 2] of x [M(expanded), K, E(expanded)] (case 8:222): every kept
+    dim a broadcast, so the reduction's kept dims are merged from two broadcasts, which the
+    exact graph did not map to the squeezed result's one ("cyclic dependency between
+    loops")."""
+    with FusionDefinition("layernorm_of_expanded_rows") as fd:
+        x = fd.define_tensor([-1, -1, -1], dtype=DT[dt], expanded=[True, False, True])
+        xf = _f32(fd, x, dt)
+        v, m = fd.ops.var_mean(xf, [1, 2], correction=0, keepdim=True)
+        _out(fd, fd.ops.mul(fd.ops.sub(xf, m), fd.ops.rsqrt(fd.ops.add(v, 1e-5))), dt)
+        _out(fd, fd.ops.var(xf, [1, 2], correction=1), dt)
+    (x,) = _randn([(1, K, 1)], dt, device, seed)
+    return fd, [x.expand(M, K, E)]
+
+
+# P4: one-row tensors ([1, N], from_pytorch of a batch of 1: the row dim a broadcast) ------------
+def layernorm_bwd_of_one_row(dt, N, device="cpu", seed=0):
+    """The catalogue's LayerNorm backward with x, dy and w defined by from_pytorch from one row
+    (cases 7:260, 20261123:1464): dy * w is a [1, N] row whose mean keeps a broadcast row dim,
+    x - mean an [M, N] one; inner_outer took the former's reduction for the reference and
+    found the latter neither a row nor a column reduction of it."""
+    x, dy, w = _randn([(1, N), (1, N), (N,)], dt, device, seed)
+    mean = x.float().mean(1, keepdim=True)
+    rstd = (x.float().var(1, correction=0, keepdim=True) + 1e-5).rsqrt()
+    with FusionDefinition("layernorm_bwd_of_one_row") as fd:
+        tx, tdy, tw = (fd.from_pytorch(t) for t in (x, dy, w))
+        tmean = fd.define_tensor([-1, 1], dtype=F32)
+        trstd = fd.define_tensor([-1, 1], dtype=F32)
+        xhat = fd.ops.mul(fd.ops.sub(_f32(fd, tx, dt), tmean), trstd)
+        dyf = _f32(fd, tdy, dt)
+        g = fd.ops.mul(dyf, _f32(fd, tw, dt))
+        c1 = fd.ops.mean(g, [1], keepdim=True)
+        c2 = fd.ops.mean(fd.ops.mul(g, xhat), [1], keepdim=True)
+        dx = fd.ops.mul(fd.ops.sub(fd.ops.sub(g, c1), fd.ops.mul(xhat, c2)), trstd)
+        _out(fd, dx, dt)
+        _out(fd, fd.ops.sum(fd.ops.mul(dyf, xhat), [0]), dt)
+        _out(fd, fd.ops.sum(dyf, [0]), dt)
+    return fd, [x, dy, w, mean, rstd]
+
+
+def norms_of_one_row_and_of_rows(dt, M, N, device="cpu", seed=0):
+    """LayerNorm of a one-row y [1, N] (from_pytorch) plus LayerNorm of x [M, N]: y's
+    reductions keep a broadcast row dim, x's iterate the rows (inner_persistent refused:
+    "reductions over different dims")."""
+    x, y = _randn([(M, N), (1, N)], dt, device, seed)
+    with FusionDefinition("norms_of_one_row_and_of_rows") as fd:
+        ty = fd.from_pytorch(y)
+        tx = fd.define_tensor([-1, -1], dtype=DT[dt])
+
+        def norm(t):
+            v, m = fd.ops.var_mean(t, [1], correction=0, keepdim=True)
+            return fd.ops.mul(fd.ops.sub(t, m), fd.ops.rsqrt(fd.ops.add(v, 1e-5)))
+        ny = norm(_f32(fd, ty, dt))          # first: the first reduction keeps a broadcast
+        _out(fd, fd.ops.add(norm(_f32(fd, tx, dt)), ny), dt)
+    return fd, [y, x]
+
+
+
+def rows_scaled_by_one_row(dt, M, N, device="cpu", seed=0):
+    """x * w / (1 + |erf(sum(x * w, 1))|) with w [1, N] defined with a size-1 row dim (case
+    20261123:476, with tma_inner_persistent: w's cache computed before the rows' grid-stride
+    loop kept a grid-stride loop of its own over its broadcast row dim, which ran in block 0
+    only; test_scheduler_acceptance schedules it so)."""
+    x, w = _randn([(M, N), (1, N)], dt, device, seed)
+    with FusionDefinition("rows_scaled_by_one_row") as fd:
+        tx = fd.define_tensor([-1, -1], dtype=DT[dt])
+        tw = fd.define_tensor([1, -1], dtype=DataType.BFloat16)
+        xw = fd.ops.mul(_f32(fd, tx, dt), fd.ops.cast(tw, F32))
+        s = fd.ops.sum(xw, [1], keepdim=True)
+        _out(fd, fd.ops.div(xw, fd.ops.add(fd.ops.abs(fd.ops.erf(fd.ops.mul(s, 1e-3))), 1.0)), dt)
+    return fd, [x, w.to(torch.bfloat16)]
+
+
+def var_of_all_dims_with_an_expanded_one(dt, A, B, C, device="cpu", seed=0):
+    """var over every dim of x [A, B(expanded), C], keepdim (case 20261123:1085): the frontend
+    keeps B through the reductions of A and C (their only kept dim), then squeezes it to rank
+    0 and multiplies by B before broadcasting back; the rank-0 chain, at the top of the kernel,
+    sat between two tensors of the same (expanded) block loop ("cyclic dependency")."""
+    with FusionDefinition("var_of_all_dims_with_an_expanded_one") as fd:
+        x = fd.define_tensor([-1, -1, -1], dtype=DT[dt], expanded=[False, True, False])
+        _out(fd, fd.ops.var(_f32(fd, x, dt), [0, 1, 2], correction=0, keepdim=True), dt)
+    (x,) = _randn([(A, 1, C)], dt, device, seed)
+    return fd, [x.expand(A, B, C)]
+
+# P14: every dim a broadcast ---------------------------------------------------------------------
+def var_mean_of_one_element(dt, device="cpu", seed=0):
+    """var_mean of x [1] over dim 0 (case 7:389): both reductions become squeezes to rank 0,
+    and the one of (x - mean)^2 sat at the top of the kernel while its producer and its
+    consumer shared the one-iteration loop ("cyclic dependency between loops")."""
+    with FusionDefinition("var_mean_of_one_element") as fd:
+        x = fd.define_tensor([1], dtype=DT[dt])
+        xf = _f32(fd, x, dt)
+        v, m = fd.ops.var_mean(xf, [0], correction=0, keepdim=True)
+        _out(fd, fd.ops.mul(fd.ops.sub(xf, m), fd.ops.rsqrt(fd.ops.add(v, 0.25))), dt)
+        _out(fd, m, dt)
+    return fd, _randn([(1,)], dt, device, seed)
+
+
 RUN = {
     "permuted_max_sub": (permuted_max_sub, "inner_persistent",
                          [(96, 475), (7, 33)], [(96, 475), (4096, 1024), (1000, 3)]),
@@ -298,6 +409,21 @@ RUN = {
                                          [(64, 96), (7, 40)], [(2048, 1024), (1000, 333)]),
     "row_norm_and_permuted_row_sum": (row_norm_and_permuted_row_sum, "inner_persistent",
                                       [(64, 96), (7, 40)], [(2048, 1024), (1000, 333)]),
+    "var_over_an_expanded_dim": (var_over_an_expanded_dim, "inner_persistent",
+                                 [(4, 3, 257), (7, 33, 5)], [(4, 3, 257), (1024, 96, 16)]),
+    "layernorm_of_expanded_rows": (layernorm_of_expanded_rows, "inner_persistent",
+                                   [(7, 3, 257), (2, 40, 3)], [(7, 3, 257), (1024, 96, 16)]),
+    "layernorm_bwd_of_one_row": (layernorm_bwd_of_one_row, "inner_outer_persistent",
+                                 [(375,), (1024,)], [(375,), (4096,), (7981,)]),
+    "norms_of_one_row_and_of_rows": (norms_of_one_row_and_of_rows, "inner_persistent",
+                                     [(6, 512), (3, 75)], [(6, 512), (2048, 4096)]),
+    "rows_scaled_by_one_row": (rows_scaled_by_one_row, "inner_persistent",
+                               [(127, 193), (9, 256)], [(127, 193), (4096, 1024)]),
+    "var_of_all_dims_with_an_expanded_one": (var_of_all_dims_with_an_expanded_one,
+                                             "inner_persistent",
+                                             [(8, 9, 303), (3, 5, 64)], [(8, 9, 303),
+                                                                         (64, 16, 1024)]),
+    "var_mean_of_one_element": (var_mean_of_one_element, "pointwise", [()], [()]),
 }
 
 REFUSED = {

@@ -171,3 +171,92 @@ def test_inner_outer_takes_a_column_reduction_whose_result_stays_a_column():
     assert inner_outer_persistent.can_schedule(fd.fusion)[0]
     run_and_check(fd, [torch.randn(33, 40)], scheduler="inner_outer_persistent",
                   options=INTERPRET)
+
+
+# One-row tensors and expanded dims (triage P3, P4, P14) ----------------------------------------
+def test_exact_graph_maps_a_merge_of_two_broadcasts_to_each():
+    """sum over dim 1 of x [M(expanded), K, E(expanded)] keeps both broadcasts (the frontend
+    squeezes E from the result); the reduction's merged kept dims iterate one element, as the
+    squeezed result's M does, and the exact graph maps them, so that the result's loops line
+    up with the reduction's (8:222: "cyclic dependency between loops")."""
+    with FusionDefinition() as fd:
+        x = fd.define_tensor([-1, -1, -1], expanded=[True, False, True])
+        fd.add_output(fd.ops.sum(x, [1, 2]))
+    st = setup(fd, [torch.randn(1, 3, 1).expand(7, 3, 5)])
+    f = st.fusion
+    red = s_of(f)
+    red.reorder({1: 2, 2: 1}).merge(0)
+    propagate_transforms(red)
+    out = f.outputs[0]
+    assert len(out.domain.loop) == 1 and red.domain.loop[0].is_broadcast
+    assert IdGraph(f).mapped(out.domain.loop[0], red.domain.loop[0])
+
+
+def test_one_row_reductions_are_row_reductions_of_the_rows():
+    """A reduction of a one-row tensor [1, N] (its row dim a broadcast) beside those of the
+    [M, N] rows: inner_outer takes the rows' reduction for the reference (first) and the
+    one-row reduction for a row reduction; inner_persistent takes both as the same rows."""
+    from pyfuser.schedule.schedulers import inner_persistent
+    from pyfuser.schedule.schedulers.base import reduction_tensors, reference_reduction
+    fd, _ = RUN["layernorm_bwd_of_one_row"][0]("fp32", 40)
+    rows, cols = inner_outer_persistent._kinds(fd.fusion)
+    assert rows is not None, cols
+    assert len(rows) == 2 and len(cols) == 1      # sum(dy [1, N], 0) is a squeeze
+    assert [i.is_broadcast for i in rows[0].domain.maybe_root] == [False, False]
+    assert [i.is_broadcast for i in rows[1].domain.maybe_root] == [True, False]
+    fd, _ = RUN["norms_of_one_row_and_of_rows"][0]("fp32", 4, 40)
+    reds = reduction_tensors(fd.fusion)
+    ref = reference_reduction(reds)
+    one_row = [r for r in reds if r.domain.maybe_root[0].is_broadcast]
+    assert len(one_row) == 2 and not ref.domain.maybe_root[0].is_broadcast
+    graph = IdGraph(fd.fusion)
+    assert all(inner_persistent.same_row_dims(r, ref, graph) for r in reds)
+    # Not the other way round: the rows' reduction has a row the one-row reduction lacks.
+    assert not inner_persistent.same_row_dims(ref, one_row[0], graph)
+
+
+def test_a_rank_0_register_tensor_is_computed_in_the_one_iteration_loop_it_sits_between():
+    """var_mean of x [1]: the squeeze of (x - mean)^2 to rank 0 is read by the variance in the
+    same one-iteration loop that computes x - mean; computed at the top of the kernel it
+    needed that loop both before and after it."""
+    from kir_testing import enclosing, op_writing, schedule_and_lower
+    from pyfuser.ir.exprs import SqueezeOp
+    fd, inputs = RUN["var_mean_of_one_element"][0]("fp32")
+    st, _, _, kernel = schedule_and_lower(fd, inputs, device="h100-4sm")
+    # The squeeze of (x - mean)^2 (that of x's cache, the mean, comes after the cache's own
+    # loops and before all others: the top of the kernel is the place between them).
+    (sq,) = [e for e in st.fusion.exprs() if isinstance(e, SqueezeOp)
+             and not isinstance(e.inputs[0].definition, LoadStoreOp)]
+    loops = enclosing(kernel, op_writing(kernel, sq.outputs[0]))
+    assert loops and loops == enclosing(kernel, op_writing(kernel, sq.inputs[0]))
+    (use,) = st.fusion.consumers(sq.outputs[0])
+    assert loops == enclosing(kernel, op_writing(kernel, use))
+
+
+@pytest.mark.parametrize("dt,shape", [("fp32", (127, 193)),     # cp.async (772-byte rows)
+                                      ("fp32", (9, 256)),       # 1D bulk copies
+                                      ("bf16", (127, 200))])
+def test_a_grid_stride_loop_promoted_to_a_broadcast_runs_in_every_block(dt, shape):
+    """The TMA (1D bulk or cp.async) variants, with w [1, N]'s cache computed before the rows'
+    grid-stride loop (compute-at 0, as a weight's may be): the cache keeps a loop of its own
+    over its broadcast row dim, parallelized like the rows' (grid-stride). Run from
+    blockIdx.x with stride gridDim.x, that loop ran in block 0 only, and the other blocks
+    read registers never written."""
+    from kir_testing import forced_inner_persistent, interpret, lower_upto
+    from pyfuser.ir.iter_domain import ParallelType
+    from pyfuser.schedule import inline_at
+    from pyfuser.schedule.schedulers import inner_persistent
+    fd, inputs = RUN["rows_scaled_by_one_row"][0](dt, *shape)
+    params = forced_inner_persistent(fd, inputs, "tma_inner_persistent")
+    assert params.grid > 1, params
+    st = setup(fd, inputs)
+    inner_persistent.schedule(st.fusion, params)
+    (w_cache,) = [t for t in st.fusion.tensors() if isinstance(t.definition, LoadStoreOp)
+                  and t.definition.inputs[0] is st.fusion.inputs[1]]
+    inline_at(w_cache, 0)
+    assert w_cache.domain.loop[0].parallel_type == ParallelType.GridStride
+    assert w_cache.domain.loop[0].is_broadcast
+    kernel = lower_upto(st.fusion)
+    outs, _ = interpret(kernel, st.bindings, list(inputs))
+    want = reference(fd, inputs)
+    assert rel_error(outs[0], want[0]) <= TOLERANCE[DataType.Float]

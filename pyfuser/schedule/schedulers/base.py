@@ -50,6 +50,28 @@ def reduction_tensors(fusion) -> list[TensorView]:
     return [e.outputs[0] for e in fusion.exprs() if isinstance(e, ReductionOp)]
 
 
+def reference_reduction(reds: list[TensorView]) -> TensorView:
+    """The reduction a persistent schedule is built around: the first of those whose kept dims
+    are iterations rather than broadcasts. A norm backward of one row can mix x [1, N] (a
+    one-row tensor as `from_pytorch` defines it, its row dim a broadcast) with mean [M, 1]:
+    the reduction of x's terms has a broadcast row dim while the one of x - mean iterates the
+    rows; scheduled around the former, the rows of the latter would get no loop of their
+    own (a broadcast row dim is an iteration of extent 1 only where no tensor iterates it)."""
+    def broadcast_kept(r: TensorView) -> int:
+        return sum(1 for i in r.domain.maybe_root if i.is_broadcast)
+    return min(reds, key=broadcast_kept)
+
+
+def iterates_rows(tv: TensorView, ref: TensorView, exact_graph) -> bool:
+    """Whether tv has one of the rows the reduction `ref` keeps, as the rows of a persistent
+    schedule iterate them (the exact ID graph: a broadcast dim is not the dim it is broadcast
+    to). A weight [N] has none, and neither has a one-row input [1, N] broadcast against
+    tensors of M rows: both are the same for every row. When ref's own rows are broadcasts
+    (every tensor has one row), a [1, N] input has ref's rows."""
+    kept = [i for i in ref.domain.maybe_root if not i.is_reduction]
+    return any(exact_graph.mapped(i, k) for i in tv.domain.logical for k in kept)
+
+
 def max_vector_bytes(alignment: int) -> int:
     return min(16, alignment)
 

@@ -33,8 +33,9 @@ from .. import (cache_after, cache_before, circular_buffer, inline_at, inline_mo
                 parallelize_like, propagate_transforms, rfactor, set_allocation_domain,
                 set_memory_type)
 from ..tma_rules import MAX_TX_BYTES
-from .base import (RuntimeInfo, SchedulerError, orient_vector_inputs, reduction_tensors,
-                   vector_inputs, vector_width, vectorize_along)
+from .base import (RuntimeInfo, SchedulerError, iterates_rows, orient_vector_inputs,
+                   reduction_tensors, reference_reduction, vector_inputs, vector_width,
+                   vectorize_along)
 from .inner_persistent import _project_to_inputs, persistent_batch
 from .inner_persistent import _tma_rows as tma_rows
 from .reduction import broadcast_back
@@ -186,16 +187,18 @@ def warp_specialized_params(fusion, info: RuntimeInfo, p: InnerOuterParams
 def _kinds(fusion, graph=None):
     """(row reductions, column reductions) of the same rows, or (None, why not).
 
-    The rows are the [M, N] dims of the first reduction whose logical dims are [kept, reduced]
-    (the reference schedule() splits, first in the list); every reduction is classified by
+    The rows are the [M, N] dims of the reference reduction, the first whose logical dims are
+    [kept, reduced] and whose kept dim iterates where one does (`reference_reduction`: the one
+    schedule() splits, first in the list); every reduction is classified by
     which of those dims its own reduced and kept dims are (exact ID graph, the mapping the
     schedule is replayed through), not by their logical order: a sum over dim 0 of a permuted
     view [N, M] of the rows reduces N, a row reduction."""
     reds = reduction_tensors(fusion)
-    ref = next((r for r in reds if [i.is_reduction for i in r.domain.maybe_root]
-                == [False, True]), None)
     if any(len(r.domain.maybe_root) != 2 for r in reds):
         return None, "reductions that are neither row nor column reductions of a 2D domain"
+    row_shaped = [r for r in reds if [i.is_reduction for i in r.domain.maybe_root]
+                  == [False, True]]
+    ref = reference_reduction(row_shaped) if row_shaped else None
     if ref is None:
         if all([i.is_reduction for i in r.domain.maybe_root] == [True, False] for r in reds):
             return [], reds        # column reductions only
@@ -208,7 +211,10 @@ def _kinds(fusion, graph=None):
         kept = [i for i in r.domain.maybe_root if not i.is_reduction]
         if len(red) != 1:
             return None, "reductions that are neither row nor column reductions of a 2D domain"
-        if graph.mapped(red[0], n) and graph.mapped(kept[0], m):
+        # A row reduction of a one-row tensor ([1, N], its row dim a broadcast, as
+        # `from_pytorch` defines a batch of 1) broadcast against the rows: the same row for
+        # every row of the schedule.
+        if graph.mapped(red[0], n) and (graph.mapped(kept[0], m) or kept[0].is_broadcast):
             rows.append(r)
         elif graph.mapped(red[0], m) and graph.mapped(kept[0], n):
             cols.append(r)
@@ -291,7 +297,7 @@ def compute_heuristics(fusion, info: RuntimeInfo) -> InnerOuterParams:
 
 def multi_wave_params(fusion, info: RuntimeInfo) -> InnerOuterParams:
     rows, _ = _kinds(fusion)
-    root = rows[0].domain.maybe_root
+    root = reference_reduction(rows).domain.maybe_root
     n = info.extent(root[1].extent)
     vector = vector_width(fusion, n, root[1])
     vec_inputs = vector_inputs(fusion, info, vector, root[1])
@@ -455,7 +461,8 @@ def schedule(fusion, p: InnerOuterParams) -> None:
         cache_before(o)
     rows, cols = _kinds(fusion)
     _project_to_inputs(fusion, set(caches.values()), rows)
-    ref = rows[0]
+    ref = reference_reduction(rows)
+    rows = [ref] + [r for r in rows if r is not ref]      # row_rfs[0] is the reference's
     if p.row_extents:
         fusion.static_extents = {ref.domain.maybe_root[1].extent: p.row_extents[0]}
     phase2 = _phase2_tensors(fusion, cols)
@@ -567,9 +574,17 @@ def schedule(fusion, p: InnerOuterParams) -> None:
         inline_at(slot, 1)
         circular_buffer(slot, p.stages, p.prefetch, kind=kind)
     batch_axis = row_rfs[0].domain.loop[2 + off]
+    exact = IdGraph(fusion)
     for cache in caches.values():
         pos = next((k for k, i in enumerate(cache.domain.loop) if graph.mapped(i, batch_axis)), None)
-        if pos is not None and cache.compute_at_pos > pos and not cache.domain.loop[pos].is_broadcast:
+        if pos is None or cache.domain.loop[pos].is_broadcast:
+            continue
+        if not iterates_rows(cache, ref, exact):
+            # Weights, and a one-row input ([1, N]) broadcast over the rows of the others:
+            # loaded once per block, before the row loop (outside its own broadcast row
+            # loops, which run once), and kept in registers.
+            pos = 0
+        if cache.compute_at_pos > pos:
             inline_at(cache, pos)
     threads = p.bdimx * max(rows_y, 1)
     fusion.launch_hints = {"grid_x": p.grid, "max_threads": threads, "cooperative": True}

@@ -28,8 +28,8 @@ from ..inlining import _upstream
 from ..recompute import recompute_for
 from ..tma_rules import MAX_TX_BYTES, check_bulk_rows, check_row_box
 from .base import (RuntimeInfo, SchedulerError, access_width, orient_vector_inputs,
-                   reduced_and_kept, reduction_tensors, vector_inputs, vector_width, vectorize,
-                   vectorize_along)
+                   reduced_and_kept, reduction_tensors, reference_reduction, vector_inputs,
+                   vector_width, vectorize, vectorize_along)
 from .reduction import (_layout, _merge_dims, _pow2_floor, broadcast_back,
                         is_over_reduced_tensor_dims)
 
@@ -112,14 +112,18 @@ def same_row_dims(red: TensorView, ref: TensorView, graph) -> bool:
     """True if reduction `red` reduces the dims reduction `ref` reduces and keeps those it keeps
     (size-1 dims aside), one for one in the exact ID graph: the dims schedule() splits on
     `ref` and replays onto every reduction. Their logical order may differ (a reduction of a
-    permuted view of the rows)."""
+    permuted view of the rows). A kept dim of ref may be a broadcast in red: the reduction of
+    a one-row tensor ([1, N], as `from_pytorch` defines a batch of 1) broadcast against ref's
+    rows reduces the same row for each of them."""
     def dims(t, reduced):
         return [i for i in t.domain.maybe_root
                 if i.is_reduction == reduced and not i.is_broadcast and i.extent.value != 1]
 
     for reduced in (True, False):
         mine, theirs = dims(red, reduced), dims(ref, reduced)
-        if len(mine) != len(theirs):
+        one_rows = 0 if reduced else sum(1 for i in red.domain.maybe_root
+                                         if not i.is_reduction and i.is_broadcast)
+        if not len(theirs) - one_rows <= len(mine) <= len(theirs):
             return False
         left = list(theirs)
         for i in mine:
@@ -137,7 +141,7 @@ def can_schedule(fusion) -> tuple[bool, str]:
     graph = IdGraph(fusion)
     if not any(broadcast_back(fusion, r, graph) for r in reds):
         return False, "no reduction result is broadcast back over the row (a plain reduction)"
-    ref = reds[0]
+    ref = reference_reduction(reds)
     pattern = [i.is_reduction for i in ref.domain.maybe_root]
     for r in reds:
         if not same_row_dims(r, ref, graph):
@@ -164,7 +168,7 @@ def can_schedule(fusion) -> tuple[bool, str]:
 
 
 def compute_heuristics(fusion, info: RuntimeInfo) -> InnerPersistentParams:
-    red = reduction_tensors(fusion)[0]
+    red = reference_reduction(reduction_tensors(fusion))
     _, rpos = _layout(red)
     n, m = reduced_and_kept(red, rpos, info)
     p = register_params(fusion, info, rpos, n, m, row_vector_width(fusion, n, rpos))
@@ -181,7 +185,7 @@ def compute_heuristics(fusion, info: RuntimeInfo) -> InnerPersistentParams:
 def row_vector_width(fusion, n: int, rpos) -> int:
     """The scheduled width of a row of n elements: vectors of the row's innermost reduced dim,
     16 bytes of the widest input along it."""
-    red = reduction_tensors(fusion)[0]
+    red = reference_reduction(reduction_tensors(fusion))
     return vector_width(fusion, n, red.domain.maybe_root[rpos[-1]])
 
 
@@ -189,7 +193,7 @@ def register_params(fusion, info: RuntimeInfo, rpos, n: int, m: int,
                     vector: int) -> InnerPersistentParams:
     """The register-row parameters for rows of n elements read with `vector`-wide accesses
     (1 when no input allows them), m rows."""
-    red = reduction_tensors(fusion)[0]
+    red = reference_reduction(reduction_tensors(fusion))
     vec_inputs = vector_inputs(fusion, info, vector, red.domain.maybe_root[rpos[-1]])
     if not vec_inputs:
         vector = 1
@@ -459,7 +463,7 @@ def warp_specialized_variant(fusion, info: RuntimeInfo, p: InnerPersistentParams
 def _row_inputs(fusion) -> tuple:
     """Inputs shaped like the rows (the reduction's rank, no broadcast dim: a per-row scalar
     such as a norm backward's rstd [M, 1] has no row to copy) that the fusion reads."""
-    rank = len(reduction_tensors(fusion)[0].domain.maybe_root)
+    rank = len(reference_reduction(reduction_tensors(fusion)).domain.maybe_root)
     return tuple(k for k, v in enumerate(fusion.inputs)
                  if isinstance(v, TensorView) and fusion.uses_of(v)
                  and len(v.domain.logical) == rank
@@ -591,7 +595,8 @@ def schedule(fusion, p: InnerPersistentParams) -> None:
         # Long rows need every register: recompute even transcendental chains then.
         long_rows = p.persistent_batch * p.vector > MAX_ELEMENTS_PER_THREAD // 2
         _project_to_inputs(fusion, set(caches.values()), reds, allow_expensive=long_rows)
-    ref = reds[0]
+    ref = reference_reduction(reds)
+    reds = [ref] + [r for r in reds if r is not ref]      # rfs[0] is the reference's
     _, rpos = _layout(ref)
     if p.row_extents:
         fusion.static_extents = {ref.domain.maybe_root[k].extent: v
@@ -655,6 +660,8 @@ def schedule(fusion, p: InnerPersistentParams) -> None:
     batch_axis = rfs[0].domain.loop[2 + c]
     # A cache without the row dim (a weight) computed outside the row loop stays in registers
     # across rows; when a row already fills the registers, it is reloaded per row (from L2).
+    # A one-row input [1, N] broadcast over the rows has a row dim (a broadcast, mapped to the
+    # rows): it is inlined like the rows.
     row_axis = rfs[0].domain.loop[0]
     keep_weights = p.keep_weights
     for cache in caches.values():
