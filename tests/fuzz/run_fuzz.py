@@ -283,8 +283,11 @@ def sanitize(args, results: list[dict]) -> list[dict]:
                 text, rc = p.stdout + p.stderr, p.returncode
             except subprocess.TimeoutExpired as e:
                 text, rc = f"timeout: {e}", -1
+            # memcheck's report lines start with "========="; its closing "ERROR SUMMARY: N
+            # errors" line is the count, not an error.
             errors = [ln for ln in text.splitlines() if ln.startswith("=========") and
-                      ("Invalid" in ln or "Error" in ln or "error" in ln)]
+                      ("Invalid" in ln or "Error" in ln or "error" in ln)
+                      and "ERROR SUMMARY" not in ln]
             summary = next((ln for ln in text.splitlines() if "ERROR SUMMARY" in ln), "")
             rec = {"id": cid, "rc": rc, "summary": summary.strip("= "),
                    "errors": errors[:20], "seconds": round(time.monotonic() - t, 1)}

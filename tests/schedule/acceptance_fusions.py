@@ -369,6 +369,18 @@ def var_of_all_dims_with_an_expanded_one(dt, A, B, C, device="cpu", seed=0):
     return fd, [x.expand(A, B, C)]
 
 # P14: every dim a broadcast ---------------------------------------------------------------------
+def var_mean_of_one_int_element_read_twice(dt, device="cpu", seed=0):
+    """Case 1:875: var_mean of float(x) for x [1] int64, and x - var: x's cache and the chain's
+    tensors sit in two one-iteration loops lowering does not merge, each feeding and reading
+    the rank-0 chain between them ("cyclic dependency between loops")."""
+    with FusionDefinition("var_mean_of_one_int_element_read_twice") as fd:
+        x = fd.define_tensor([1], dtype=DataType.Int)
+        v, m = fd.ops.var_mean(fd.ops.cast(x, F32), [0], correction=0, keepdim=True)
+        fd.add_output(fd.ops.sub(x, v))
+        fd.add_output(m)
+    return fd, [torch.tensor([3], device=device)]
+
+
 def var_mean_of_one_element(dt, device="cpu", seed=0):
     """var_mean of x [1] over dim 0 (case 7:389): both reductions become squeezes to rank 0,
     and the one of (x - mean)^2 sat at the top of the kernel while its producer and its
@@ -423,7 +435,6 @@ RUN = {
                                              "inner_persistent",
                                              [(8, 9, 303), (3, 5, 64)], [(8, 9, 303),
                                                                          (16, 16, 1000)]),
-    "var_mean_of_one_element": (var_mean_of_one_element, "pointwise", [()], [()]),
 }
 
 REFUSED = {
@@ -445,6 +456,12 @@ REFUSED = {
     "column_max_beside_the_rows": (
         column_max_beside_the_rows, "reduction",
         "iterates both the reduced and the kept dims", (487, 60)),
+    "var_mean_of_one_element": (
+        lambda dt, *shape: var_mean_of_one_element(dt), "pointwise",
+        "a squeeze to rank 0 read back", ()),
+    "var_mean_of_one_int_element_read_twice": (
+        lambda dt, *shape: var_mean_of_one_int_element_read_twice(dt), "pointwise",
+        "a squeeze to rank 0 read back", ()),
     "softmax_and_flattened_rows": (
         softmax_and_flattened_rows, "inner_persistent",
         "iterates dims other than the rows'", (5, 41)),
