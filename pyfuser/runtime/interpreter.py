@@ -287,10 +287,10 @@ def _round_array(dt: DataType, x):
         return x.astype(np.int32).astype(np.int64) if dt == DataType.Int32 else x
     lo, hi = _INT_RANGE.get(dt, _INT_RANGE[DataType.Int])
     x = np.where(np.isnan(x), 0.0, x)
+    # np.where, not item assignment: x may be a 0-d value (a scalar operand's), whose trunc
+    # is a numpy scalar.
     out = np.trunc(x).astype(np.int64)
-    out[x >= float(hi)] = hi
-    out[x <= float(lo)] = lo
-    return out
+    return np.where(x >= float(hi), hi, np.where(x <= float(lo), lo, out))
 
 
 def _as_float(x):
@@ -640,7 +640,8 @@ class Interpreter:
             return m
         if buf.memory == "shared":
             size = self._uniform_size(buf, ctx)
-            m = self._new_mem(buf, "shared", self.nblocks * size, written=False, row=size)
+            m = self._new_mem(buf, "shared", self.nblocks * size, written=False, row=size,
+                              limit=size)
             if self.cp_kernel:
                 m.owner = np.full(self.nblocks * size, -1, dtype=np.int64)
                 m.reader = np.full(self.nblocks * size, -1, dtype=np.int64)

@@ -457,3 +457,15 @@ def test_int32_max_and_min_start_from_the_int32_bounds(op):
     (out,) = _interpreted(fd, [X])
     want = X.amax(1) if op == "max" else X.amin(1)
     assert out.dtype == torch.int32 and torch.equal(out, want)
+
+
+def test_a_scalar_rounded_to_an_integer_dtype():
+    """A 0-d value (a scalar operand's, full([..], 0.5, Int)) rounded to int64: the saturation
+    assigned into a numpy scalar (TypeError out of fd.execute, fuzz 20261124:52)."""
+    assert int(_round_array(DataType.Int, np.float64(2.7))) == 2
+    assert int(_round_array(DataType.Int, np.float64(1e30))) == 2 ** 63 - 1
+    with FusionDefinition() as fd:
+        x = fd.define_tensor([-1, -1], dtype=DataType.Float)
+        fd.add_output(fd.ops.mul(x, fd.ops.full([3, 5], fd.define_scalar(0.5), dtype=DataType.Int)))
+    (out,) = fd.execute([torch.randn(3, 5)], options={"enable": ["interpret"]})
+    assert fd.last_run.kind == "kernels" and bool((out == 0).all())
