@@ -152,6 +152,37 @@ def _check_same_threads(ctx, producer: TensorView, nest, consumer: TensorView) -
                 f"({pt.short}) in none of its {pt.short} loops: the values are another thread's")
 
 
+def _allocated_ancestors(ctx, tv: TensorView) -> list:
+    """The IDs of tv's domain that its buffer holds whole (every loop ID split or merged from
+    them is one the buffer is allocated over) and those loop IDs' ancestors below them: the
+    dims along which an index past the extent leaves the buffer. A dim the buffer holds a
+    piece of (the row of a circular-buffer slot, the rows' outer split stepped by a loop)
+    wraps to another slot instead."""
+    allocated = [i for i, _, _ in ctx.alloc_ids.get(tv, ())]
+
+    def ancestors(i) -> list:
+        out, todo = [], [i]
+        while todo:
+            x = todo.pop()
+            if any(x is y for y in out):
+                continue
+            out.append(x)
+            if x.definition is not None:
+                todo.extend(x.definition.inputs)
+        return out
+
+    up = {id(x): ancestors(x) for x in tv.domain.loop}
+    held = []
+    for x in tv.domain.loop:
+        for a in up[id(x)]:
+            if any(a is h for h in held):
+                continue
+            below = [y for y in tv.domain.loop if any(a is z for z in up[id(y)])]
+            if all(any(y is q for q in allocated) for y in below):
+                held.append(a)
+    return held
+
+
 def _consumer_id_of(ctx, consumer: TensorView, lp):
     for j, _ in enumerate(consumer.domain.loop):
         if ctx.loop_of.get((consumer, j)) is lp:
@@ -199,8 +230,22 @@ def _index_op(op: K.TensorOp, ctx) -> None:
     # guarded write or accumulation ever uses. Memory accesses and accumulations are guarded.
     touches_memory = (op.accumulate or tv.memory_type != MemoryType.Local or any(
         isinstance(v, TensorView) and v.memory_type == MemoryType.Global for v in op.ins))
+    # A read of shared memory into registers is guarded only along the dims the shared buffer
+    # holds: an index past them leaves the buffer (a register tile of 4 x 335 x 4 = 5360 over
+    # a row slot of 5356 read the last slot's vector past its end: fuzz 20261124:2224). Past
+    # other dims (a row beyond the last in a grid-stride loop) it reads a slot of the buffer,
+    # whose value no guarded write uses, and a guard there costs registers.
+    shared_dims = None
+    if not touches_memory:
+        shared = [v for v in op.ins
+                  if isinstance(v, TensorView) and v.memory_type == MemoryType.Shared]
+        if shared:
+            touches_memory = True
+            shared_dims = [a for v in shared for a in _allocated_ancestors(ctx, v)]
     for i in (list(tv.domain.maybe_root) + list(tv.domain.logical)) if touches_memory else []:
         if i.is_broadcast or i in seen:
+            continue
+        if shared_dims is not None and not any(ctx.exact.mapped(i, a) for a in shared_dims):
             continue
         seen.add(i)
         k = ctx.index_graph.index_of(known, i)
@@ -215,11 +260,13 @@ def _index_op(op: K.TensorOp, ctx) -> None:
     for i in tv.domain.all_ids() if touches_memory else []:
         if i in seen or i.is_broadcast or i.definition is None:
             continue
+        if shared_dims is not None and not any(ctx.exact.mapped(i, a) for a in shared_dims):
+            continue
         seen.add(i)
         k = ctx.index_graph.index_of(known, i)
         if k is not None and k.may_overflow and _is_inner_of_split(i):
             conds.append(K.lt(k.value, scalar_to_kexpr(i.extent, ctx.names)))
-    if touches_memory:
+    if touches_memory and shared_dims is None:
         redundant = _redundant_loops(ctx, tv, nest) if tv.memory_type != MemoryType.Local else []
         conds += _thread_predicates(ctx, tv, nest, redundant)
         if tv.memory_type == MemoryType.Global:

@@ -469,3 +469,34 @@ def test_a_scalar_rounded_to_an_integer_dtype():
         fd.add_output(fd.ops.mul(x, fd.ops.full([3, 5], fd.define_scalar(0.5), dtype=DataType.Int)))
     (out,) = fd.execute([torch.randn(3, 5)], options={"enable": ["interpret"]})
     assert fd.last_run.kind == "kernels" and bool((out == 0).all())
+
+
+def test_shared_row_slots_are_read_within_their_rows():
+    """Norm backward over rows of 5356 fp32 on the inner-outer kernel: rows copied into shared
+    slots of 5356 elements, read into register tiles of 4 x 335 x 4 = 5360. The tile's last
+    vector of the last slot read past the shared buffer, unguarded (reads of shared memory had
+    no predicate), and the interpreter bounded a block's shared buffer by the whole grid's
+    storage, so it reported an IndexError instead (fuzz 20261124:2224). Reads of shared
+    memory are now guarded along the dims the buffer holds whole (index.py)."""
+    from pyfuser.testing import run_and_check
+    g = torch.Generator().manual_seed(0)
+    M, N = 10, 5356
+    with FusionDefinition() as fd:
+        x = fd.define_tensor([-1, -1], dtype=DataType.Float)
+        dy = fd.define_tensor([-1, -1], dtype=DataType.Float)
+        w = fd.define_tensor([-1], dtype=DataType.Float)
+        mean = fd.define_tensor([-1, 1], dtype=DataType.Float)
+        rstd = fd.define_tensor([-1, 1], dtype=DataType.Float)
+        xhat = fd.ops.mul(fd.ops.sub(x, mean), rstd)
+        gw = fd.ops.mul(dy, w)
+        a = fd.ops.mean(fd.ops.mul(gw, xhat), [1], keepdim=True)
+        b = fd.ops.mean(gw, [1], keepdim=True)
+        dx = fd.ops.mul(fd.ops.sub(fd.ops.sub(gw, b), fd.ops.mul(xhat, a)), rstd)
+        fd.add_output(dx)
+        fd.add_output(fd.ops.sum(fd.ops.mul(dy, xhat), [0]))
+        fd.add_output(fd.ops.sum(dy, [0]))
+    inputs = [torch.randn(M, N, generator=g), torch.randn(M, N, generator=g),
+              torch.randn(N, generator=g), torch.randn(M, 1, generator=g),
+              torch.rand(M, 1, generator=g) + 0.5]
+    run_and_check(fd, inputs, scheduler="inner_outer_persistent",
+                  options={"enable": ["interpret"]})
