@@ -47,3 +47,23 @@ def test_a_tensor_and_its_broadcast_to_a_new_dim_in_one_output():
         fd.add_output(v4)
         fd.add_output(v6)
     run_and_check(fd, [torch.rand(2, 4, 8)], scheduler="pointwise", options=INTERPRET)
+
+
+@pytest.mark.xfail(strict=True, reason="lowering: 'cannot index T#'s axis from its loops' "
+                   "(fuzz 20261124:2807): single-element [1, 1, 1] tensors, one reshaped to [1] "
+                   "and broadcast back beside a mean over two of their dims; not fixed")
+def test_single_element_tensors_with_a_reshape_and_a_reduction_of_them():
+    with FusionDefinition() as fd:
+        t0 = fd.define_tensor(shape=[-1, -1, -1], contiguity=[True, True, True],
+                              dtype=DataType.Float)
+        t1 = fd.define_tensor(shape=[-1, -1, -1], contiguity=[True, True, True],
+                              dtype=DataType.Float)
+        v3 = fd.ops.where(fd.ops.lt(t1, 0.5), t0, -0.5)
+        v5 = fd.ops.mean(t1, [-3, -1])
+        fd.ops.var_mean(v5, [0], keepdim=True, correction=1)
+        v12 = fd.ops.where(fd.ops.gt(t1, 0.5), fd.ops.erf(t1), v3)
+        v15 = fd.ops.logical_or(fd.ops.eq(t0, 0.5), fd.ops.ge(fd.ops.reshape(t1, [1]), 0.5))
+        fd.add_output(v15)
+        fd.add_output(v12)
+    inputs = [torch.rand(8)[7:].as_strided((1, 1, 1), (1, 1, 1)), torch.randn(1, 1, 1)]
+    run_and_check(fd, inputs, scheduler="pointwise", options=INTERPRET)
