@@ -50,6 +50,17 @@ def both_expanded(a: IterDomain, b: IterDomain) -> bool:
             and b.expanded_extent is not None)
 
 
+def tensor_uses(fusion):
+    """(expr, producer, consumer) for each tensor an expression reads and each tensor it
+    writes, in topological order."""
+    for e in fusion.exprs():
+        for c in e.outputs:
+            if isinstance(c, TensorView):
+                for p in e.inputs:
+                    if isinstance(p, TensorView):
+                        yield e, p, c
+
+
 def producer_consumer_pairs(expr: Expr, producer: TensorView,
                             consumer: TensorView) -> list[tuple[IterDomain, IterDomain]]:
     """(producer logical ID, consumer root ID) pairs of one expression."""
@@ -137,18 +148,12 @@ class IdGraph:
                     seen_exprs.add(e)
                     self.id_exprs.append(e)
         concretized = []
-        for e in fusion.exprs():
-            for c in e.outputs:
-                if not isinstance(c, TensorView):
-                    continue
-                for p in e.inputs:
-                    if not isinstance(p, TensorView):
-                        continue
-                    for pi, ci in producer_consumer_pairs(e, p, c):
-                        if permissive or is_exact_pair(pi, ci):
-                            self.sets.union(pi, ci)
-                        elif pi.expanded_extent is not None and not ci.is_broadcast:
-                            concretized.append((pi, ci))
+        for e, p, c in tensor_uses(fusion):
+            for pi, ci in producer_consumer_pairs(e, p, c):
+                if permissive or is_exact_pair(pi, ci):
+                    self.sets.union(pi, ci)
+                elif pi.expanded_extent is not None and not ci.is_broadcast:
+                    concretized.append((pi, ci))
         # Rule 4: the iteration IDs that concretize one expanded broadcast (its consumers' root
         # IDs paired with it: a reshape's, an add with a full operand's) iterate the same E
         # elements, E its expanded extent (the builders require each such extent to equal E).

@@ -33,7 +33,8 @@ import copy
 from ..ir.base import Expr
 from ..ir.exprs import (BinaryOp, BroadcastOp, ExpandOp, FullOp, LoadStoreOp, ReshapeOp,
                         SqueezeOp, UnaryOp, WhereOp)
-from ..ir.id_graph import IdGraph, is_exact_pair, producer_consumer_pairs, self_mapping
+from ..ir.id_graph import (IdGraph, is_exact_pair, producer_consumer_pairs, self_mapping,
+                           tensor_uses)
 from ..ir.iter_domain import Split, id_exprs_between, merge_ids, split_id
 from ..ir.tensor import MemoryType, TensorDomain, TensorView
 
@@ -135,17 +136,11 @@ def _first_conflict(fusion):
     groups = _Groups()
     for tv in fusion.tensors():
         groups.add_tensor(tv)
-    for e in fusion.exprs():
-        for c in e.outputs:
-            if not isinstance(c, TensorView):
-                continue
-            for p in e.inputs:
-                if not isinstance(p, TensorView):
-                    continue
-                pairs = [(a, b) for a, b in producer_consumer_pairs(e, p, c) if is_exact_pair(a, b)]
-                if groups.conflicts(pairs):
-                    return e, p, c
-                groups.unite(pairs)
+    for e, p, c in tensor_uses(fusion):
+        pairs = [(a, b) for a, b in producer_consumer_pairs(e, p, c) if is_exact_pair(a, b)]
+        if groups.conflicts(pairs):
+            return e, p, c
+        groups.unite(pairs)
     return None
 
 

@@ -264,3 +264,29 @@ def compile_clean(src: str):
         rep.summary()
     assert rep.warnings == (), rep.warnings
     return rep
+
+
+def interpret_against_float64(fd, st, kernel, inputs, context=None) -> tuple[list, Interpreter]:
+    """Interpret `kernel` (lowered from fd by schedule_and_lower, `st` its setup) on `inputs`;
+    every output within the issue's tolerance of the float64 reference evaluator, and each
+    output element in memory (an expanded dim, stride 0, holds one for all) written exactly
+    once (the interpreter checks that too; counted here as well so a test states it). Returns
+    (outputs, interpreter); `context` goes into the assertion messages."""
+    import math
+
+    from pyfuser.ir.dtype import from_torch
+    from pyfuser.runtime.inputs import check_inputs, output_strides
+    from pyfuser.runtime.reference import evaluate
+    from pyfuser.testing import TOLERANCE, rel_error
+    outs, it = interpret(kernel, st.bindings, inputs)
+    refs = evaluate(fd.fusion, list(inputs), promote_to_double=True,
+                    extent_bindings=check_inputs(fd.fusion, inputs))
+    for j, (o, r) in enumerate(zip(outs, refs)):
+        err = rel_error(o, r)
+        assert err <= TOLERANCE[from_torch(o.dtype)], (j, err, context)
+        buf = next(q.name for q in kernel.params if q.source == ("output", j))
+        counts = [n for (b, _), n in it.writes.items() if b == buf]
+        strides = output_strides(fd.fusion.outputs[j], list(r.shape))
+        stored = math.prod(n for n, s in zip(r.shape, strides) if s != 0)
+        assert len(counts) == stored and set(counts) <= {1}, (j, sorted(set(counts)), context)
+    return outs, it

@@ -17,7 +17,8 @@ import pytest
 import torch
 
 from broadcast_output_fusions import FUSIONS, layernorm_weight_out
-from kir_testing import forced_inner_persistent, interpret, schedule_and_lower
+from kir_testing import (forced_inner_persistent, interpret, interpret_against_float64,
+                         schedule_and_lower)
 from pyfuser import FusionDefinition
 from pyfuser.ir.dtype import from_torch
 from pyfuser.runtime.executor import FallbackWarning
@@ -34,17 +35,7 @@ def check(fd, inputs, scheduler_name):
     dim holds one for all) written exactly once. Returns (params, kernel)."""
     st, sch, params, k = schedule_and_lower(fd, inputs)
     assert sch.NAME == scheduler_name, sch.NAME
-    outs, it = interpret(k, st.bindings, inputs)
-    refs = evaluate(fd.fusion, list(inputs), promote_to_double=True,
-                    extent_bindings=check_inputs(fd.fusion, inputs))
-    for j, (o, r) in enumerate(zip(outs, refs)):
-        err = rel_error(o, r)
-        assert err <= TOLERANCE[from_torch(o.dtype)], (j, err, params)
-        buf = next(q.name for q in k.params if q.source == ("output", j))
-        counts = [n for (b, _), n in it.writes.items() if b == buf]
-        strides = output_strides(fd.fusion.outputs[j], list(r.shape))
-        stored = math.prod(n for n, s in zip(r.shape, strides) if s != 0)
-        assert len(counts) == stored and set(counts) == {1}, (j, sorted(set(counts)), params)
+    interpret_against_float64(fd, st, k, inputs, params)
     return params, k
 
 

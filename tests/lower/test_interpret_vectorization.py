@@ -5,15 +5,13 @@ own stride-1 dim, or element-wise; never refused with an internal error, never r
 The first tests are the failures users met (an H100 and the interpreter); the parametrized ones
 below look for the same class of bug in every scheduler: mixed dtypes, size-1 and expanded
 innermost dims, permuted and sliced inputs, odd innermost sizes."""
-import math
 
 import pytest
 import torch
 
-from kir_testing import interpret, ops, schedule_and_lower, setup
+from kir_testing import interpret_against_float64, ops, schedule_and_lower, setup
 from pyfuser import DataType, FusionDefinition, catalogue
 from pyfuser.ir import ParallelType as PT
-from pyfuser.lower import LoweringError
 from pyfuser.runtime.executor import FallbackWarning
 from pyfuser.runtime.inputs import check_inputs, output_strides
 from pyfuser.runtime.reference import evaluate
@@ -25,25 +23,14 @@ from pyfuser.ir.dtype import from_torch
 BF16, F32 = DataType.BFloat16, DataType.Float
 
 
-def check(fd, inputs, scheduler=None, params=None, writes_once=True):
+def check(fd, inputs, scheduler=None, params=None):
     """Schedule, lower and interpret `fd` (alignment from the inputs' data pointers, as the
     executor sees it); every output within the issue's tolerance of the float64 reference and
     written exactly once. Returns (scheduler, params, kernel, widths): widths maps ("input", k)
     and ("output", j) to the widths of the global accesses of that tensor."""
     st, sch, params, k = schedule_and_lower(fd, inputs, params=params, scheduler=scheduler,
                                             alignment=None)
-    outs, it = interpret(k, st.bindings, inputs)
-    refs = evaluate(fd.fusion, list(inputs), promote_to_double=True,
-                    extent_bindings=check_inputs(fd.fusion, inputs))
-    for j, (o, r) in enumerate(zip(outs, refs)):
-        err = rel_error(o, r)
-        assert err <= TOLERANCE[from_torch(o.dtype)], (j, err, params)
-        buf = next(p.name for p in k.params if p.source == ("output", j))
-        counts = [c for (b, _), c in it.writes.items() if b == buf]
-        # Elements in memory: an expanded broadcast dim (stride 0) holds one for all.
-        strides = output_strides(fd.fusion.outputs[j], list(r.shape))
-        stored = math.prod(n for n, st in zip(r.shape, strides) if st != 0)
-        assert len(counts) == stored and (set(counts) <= {1} or not writes_once), (j, params)
+    interpret_against_float64(fd, st, k, inputs, params)
     return sch, params, k, global_widths(k)
 
 

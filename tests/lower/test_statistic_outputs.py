@@ -18,7 +18,8 @@ import dataclasses
 import pytest
 import torch
 
-from kir_testing import forced_inner_persistent, interpret, ops, schedule_and_lower, setup
+from kir_testing import (forced_inner_persistent, interpret_against_float64, ops,
+                         schedule_and_lower, setup)
 from statistic_fusions import FORWARD, forward, norm_backward
 from pyfuser.ir.dtype import from_torch
 from pyfuser.ir.iter_domain import ParallelType as PT
@@ -39,15 +40,7 @@ def check(fd, inputs, params=None, scheduler=None):
     interpreter)."""
     st, _, params, k = schedule_and_lower(fd, inputs, params=params, scheduler=scheduler,
                                           alignment=16)
-    outs, it = interpret(k, st.bindings, inputs)
-    refs = evaluate(fd.fusion, list(inputs), promote_to_double=True,
-                    extent_bindings=check_inputs(fd.fusion, inputs))
-    for j, (o, r) in enumerate(zip(outs, refs)):
-        err = rel_error(o, r)
-        assert err <= TOLERANCE[from_torch(o.dtype)], (j, err, params)
-        buf = next(q.name for q in k.params if q.source == ("output", j))
-        counts = [n for (b, _), n in it.writes.items() if b == buf]
-        assert len(counts) == o.numel() and set(counts) == {1}, (j, sorted(set(counts)), params)
+    _, it = interpret_against_float64(fd, st, k, inputs, params)
     return params, k, it
 
 
