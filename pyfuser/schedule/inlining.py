@@ -73,8 +73,51 @@ def _persistent_limits(fusion, tv: TensorView, graph: IdGraph) -> set:
     return blocked
 
 
+def _loop_owners(fusion, tv: TensorView, pos: int, graph: IdGraph) -> set:
+    """The tensors whose own loop tv's loop `pos` is: tv itself at or past its compute-at
+    position, else (inside a consumer's loop) the owners of the consumers' matching loops,
+    which lowering merges into one."""
+    if pos >= tv.compute_at_pos:
+        return {tv}
+    out = set()
+    for c in fusion.consumers(tv):
+        m = match_loops(tv, c, pos + 1, graph)
+        if m is not None:
+            out |= _loop_owners(fusion, c, m[-1], graph)
+    return out
+
+
+def _dependent_owners(fusion, owners: set):
+    """A pair (a, b) of the owners where b needs a's result through a tensor computed in a loop
+    of its own (neither one of the owners' nor inlined into one), or None. Tensors without
+    loops (rank 0) are placed inside the merged loop by lowering (context._sink_loopless), and
+    fully inlined tensors are computed in their consumers' loops: paths through those alone
+    keep one loop."""
+    for a in owners:
+        for b in owners:
+            if b is not a and _needs_through_own_loops(fusion, a, b, owners):
+                return a, b
+    return None
+
+
+def _needs_through_own_loops(fusion, a, b, owners) -> bool:
+    upstream_of_b = _upstream(fusion, b)
+    stack, seen = list(fusion.consumers(a)), set()
+    while stack:
+        x = stack.pop()
+        if x in seen or x is b or x in owners or x not in upstream_of_b:
+            continue
+        seen.add(x)
+        loops = len(x.domain.loop)
+        if loops and x.compute_at_pos < loops:
+            return True
+        stack.extend(fusion.consumers(x))
+    return False
+
+
 def max_inline_position(tv: TensorView, graph: IdGraph | None = None) -> tuple[int, str]:
-    """The deepest legal compute-at position of tv, and why it stops there."""
+    """The deepest legal compute-at position of tv, and why it stops there. Reads the
+    consumers' compute-at positions: decide consumers first (inline_most does)."""
     fusion = tv.fusion
     if tv.is_input():
         return 0, "fusion inputs are not computed"
@@ -93,7 +136,7 @@ def max_inline_position(tv: TensorView, graph: IdGraph | None = None) -> tuple[i
         if i in blocked:
             return k, (f"axis {k} maps to a reduction whose result T{tv.name}'s other consumers "
                        f"need; T{tv.name} stays resident across it")
-        skips = {}
+        skips, owners = {}, set()
         for c in consumers:
             pos = match_loops(tv, c, k + 1, graph)
             if pos is None:
@@ -102,6 +145,7 @@ def max_inline_position(tv: TensorView, graph: IdGraph | None = None) -> tuple[i
             if ci.parallel_type in _UNINLINABLE:
                 return k, f"axis {k} maps to a {ci.parallel_type.short} axis of consumer T{c.name}"
             skips[c] = pos[-1] - k
+            owners |= _loop_owners(fusion, c, pos[-1], graph)
         if len(set(skips.values())) > 1:
             # A consumer computes tv inside loops over dims tv lacks (the rows around a weight
             # broadcast to [M, N]) that another consumer does not have (the weight's own output
@@ -110,6 +154,17 @@ def max_inline_position(tv: TensorView, graph: IdGraph | None = None) -> tuple[i
             return k, (f"axis {k} is inside {sb} loop(s) of consumer T{b.name} over dims "
                        f"T{tv.name} lacks, and inside {sa} of consumer T{a.name}: consumers at "
                        "different depths")
+        if len(owners) > 1 and not i.parallel_type.is_thread_or_block:
+            # Computed inside two consumers' own loops, tv makes lowering merge them into one.
+            # When one loop's tensor needs the other's through tensors computed outside both
+            # (the vector staging of a [1, M, N] output y that mul(x, sigmoid(y)) reads, x
+            # inlined into both), the merged loop would need its own result: keep this loop
+            # tv's own.
+            pair = _dependent_owners(fusion, owners)
+            if pair is not None:
+                return k, (f"axis {k} would merge the own loops of T{pair[0].name} and "
+                           f"T{pair[1].name}, and T{pair[1].name} needs T{pair[0].name}'s "
+                           "result")
     return n, "fully inlined"
 
 
@@ -140,7 +195,9 @@ def inline_most(tensors=None, fusion=None) -> None:
         fusion = next(iter(tensors)).fusion
     graph = IdGraph(fusion, permissive=True)
     targets = fusion.tensors() if tensors is None else list(tensors)
-    for tv in targets:
+    # Consumers first: a producer's limit depends on where its consumers are computed.
+    order = {t: k for k, t in enumerate(fusion.tensors())}
+    for tv in sorted(targets, key=lambda t: order.get(t, -1), reverse=True):
         if tv.is_input():
             continue
         p, _ = max_inline_position(tv, graph)

@@ -1,10 +1,14 @@
 """inline_at / inline_most / max_inline_position: compute-at positions and their limits."""
-import pytest
+import warnings
 
-from pyfuser import FusionDefinition
+import pytest
+import torch
+
+from pyfuser import DataType, FusionDefinition
 from pyfuser.ir import ParallelType, ScheduleError
-from pyfuser.schedule import (inline_at, inline_most, max_inline_position,
+from pyfuser.schedule import (cache_before, inline_at, inline_most, max_inline_position,
                               propagate_transforms)
+from pyfuser.testing import run_and_check
 
 
 def _chain():
@@ -79,6 +83,13 @@ def test_norm_pattern_keeps_producer_resident():
     # e feeds the reduction and, directly, y (computed after the reduction): e's row must stay
     # allocated across the reduction's loop, so it can share only the row loop.
     fd, x, e, red, sb, y = _norm()
+    # Consumers not placed yet: e inside both red's and y's own row loops would merge them,
+    # and y needs red's result.
+    pos, why = max_inline_position(e)
+    assert pos == 0 and "would merge the own loops" in why
+    # Placed as inline_most places them (consumers first), the row loop is y's.
+    inline_at(sb, 2)
+    inline_at(red, 1)
     pos, why = max_inline_position(e)
     assert pos == 1
     assert f"T{e.name} stays resident" in why
@@ -96,6 +107,8 @@ def test_norm_pattern_after_split_still_max_one():
     fd, x, e, red, sb, y = _norm()
     red.split(1, 128)
     propagate_transforms(red)
+    inline_at(sb, 2)
+    inline_at(red, 1)
     assert max_inline_position(e)[0] == 1
     assert max_inline_position(red)[0] == 1
 
@@ -142,3 +155,78 @@ def test_split_mismatch_stops_inlining_at_the_split():
     b.split(1, 8)
     pos, why = max_inline_position(a)
     assert pos == 1 and "axis 1" in why
+
+
+def _tensor_and_its_broadcast():
+    """y = x - 1 [M, N] beside its broadcast b [1, M, N]; outputs mul(y, sigmoid(b)), b and
+    sigmoid(b). The implicit broadcast of y in the mul and the explicit b both read y."""
+    with FusionDefinition() as fd:
+        t0 = fd.define_tensor([-1, -1])
+        y = fd.ops.sub(t0, 1.0)
+        b = fd.ops.broadcast_in_dim(y, [1, -1, -1], [1, 2])
+        s = fd.ops.sigmoid(b)
+        fd.add_output(fd.ops.mul(y, s))
+        fd.add_output(b)
+        fd.add_output(s)
+    return fd, y, b, s
+
+
+def test_a_producer_is_not_inlined_into_two_own_loops_one_needing_the_other():
+    """y is inlined into the mul's loops (through its implicit broadcast) and into b's. With
+    b's and the mul's staging tensors computed in their own vector loops (they feed vectorized
+    outputs), sharing y's inner loop would merge those two loops, and the mul's needs sigmoid(b)
+    computed after b's: a cycle lowering cannot order (fuzz 20261124:4371, GPU fuzz 2:883)."""
+    fd, y, b, s = _tensor_and_its_broadcast()
+    fusion = fd.fusion
+    out = fusion.outputs[0]
+    # Each output written through a register stage, flat, in 4-wide vectors.
+    stages = {o: cache_before(o) for o in fusion.outputs}
+    out.merge(0).merge(0).split(0, 4)
+    propagate_transforms(out)
+    for o in fusion.outputs:
+        o.parallelize(1, ParallelType.Vectorize)
+    inline_most(fusion=fusion)
+    assert y.compute_at_pos == 1
+    pos, why = max_inline_position(y)
+    assert pos == 1 and "would merge the own loops" in why
+    # Each stage keeps its own vector loop; the mul's stage is inlined up to it.
+    assert all(st.compute_at_pos == 1 for st in stages.values())
+
+
+def test_a_tensor_and_its_broadcast_to_a_new_dim_in_one_output_run_as_one_kernel():
+    """The fuzz case 20261124:4371 end to end on the interpreter (it fell back with 'cyclic
+    dependency between loops')."""
+    with FusionDefinition() as fd:
+        t0 = fd.define_tensor(shape=[-1, -1, -1], contiguity=[True, True, True],
+                              dtype=DataType.Float)
+        v3 = fd.ops.sub(t0, 1.0)
+        v4 = fd.ops.broadcast_in_dim(v3, [1, -1, -1, -1], [1, 2, 3])
+        v6 = fd.ops.sigmoid(v4)
+        fd.add_output(fd.ops.mul(v3, v6))
+        fd.add_output(v4)
+        fd.add_output(v6)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        run_and_check(fd, [torch.rand(2, 4, 8)], scheduler="pointwise",
+                      options={"enable": ["interpret"]})
+
+
+def test_broadcast_chain_beside_its_rank_2_source_in_a_transposed_layout_runs_as_one_kernel():
+    """v1 [4, N] (of a column-major input) is read directly by the first output and, broadcast
+    to [1, 4, N], by the other two; the vector loops of five tensors end up ordered in a
+    cycle (GPU fuzz case 2:883, seed 2, max elements 4194304)."""
+    with FusionDefinition() as fd:
+        t0 = fd.define_tensor(shape=[-1, -1], contiguity=[True, True], dtype=DataType.Float,
+                              stride_order=[0, 1])
+        v1 = fd.ops.logical_or(fd.ops.gt(t0, 0.5), True)
+        v3 = fd.ops.broadcast(fd.ops.tanh(v1), [True, False, False])
+        v7 = fd.ops.sqrt(fd.ops.add(fd.ops.mul(v3, v3), 0.5))
+        v8 = fd.ops.zeros([4, 2104], dtype=DataType.BFloat16)
+        v11 = fd.ops.where(fd.ops.le(v8, 0.5), v7, 2.0)
+        fd.add_output(fd.ops.where(v1, v11, 0.25))
+        fd.add_output(v3)
+        fd.add_output(v11)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        run_and_check(fd, [torch.randn(2104, 4).t()], scheduler="pointwise",
+                      options={"enable": ["interpret"]})
