@@ -238,6 +238,33 @@ def match_loops(producer: TensorView, consumer: TensorView, count: int,
     return out
 
 
+def reshape_cycle(graph: IdGraph, tensors) -> str | None:
+    """The first tensor a dim of whose reshape (or other root -> logical transform) the exact
+    `graph` maps onto a dim it was made from, as a sentence; None when there is none.
+
+    x [a, b, n] reshaped to [a * b * n] and broadcast back beside x maps n onto a * b * n: the
+    fusion only runs where a * b == 1. The index of such a dim would be defined through itself,
+    so no kernel can be lowered; the fusion runs elsewhere (the reference evaluator)."""
+    from .iter_domain import ancestors
+    for tv in tensors:
+        root = tv.domain.root
+        if root is None:
+            continue
+        for i in tv.domain.logical:
+            if i in root or i.is_broadcast:
+                continue
+            # Merged with broadcasts only (x [1, K, 1] flattened to [K]), the dim is K: mapped
+            # onto it rightly. Made from two iteration dims, it is their product.
+            made_from = [a for a in ancestors(i, root) if not a.is_broadcast]
+            if len(made_from) < 2:
+                continue
+            for a in made_from:
+                if graph.mapped(a, i):
+                    return (f"T{tv.name}'s dim {i!r} maps onto {a!r}, one of the dims it is "
+                            "made from (a reshape whose other dims the fusion needs to be 1)")
+    return None
+
+
 def self_mapping(graph: IdGraph, tensors) -> str | None:
     """The first tensor two of whose dims (root or logical, not broadcasts) the exact `graph`
     maps onto each other, as a sentence; None when there is none.

@@ -24,7 +24,7 @@ import dataclasses
 
 from ..ir import scalar as S
 from ..ir.dtype import DataType
-from ..ir.id_graph import IdGraph, match_loops, self_mapping
+from ..ir.id_graph import IdGraph, match_loops, reshape_cycle, self_mapping
 from ..ir.iter_domain import IterDomain, ParallelType, Split, split_id
 from ..ir.tensor import MemoryType, TensorView
 from ..kir import nodes as K
@@ -86,6 +86,9 @@ class LoweringContext:
         if why is not None:
             raise LoweringError(f"{why}; the roles must be separated before scheduling "
                                 "(schedule/roles.py scheduling_clone)")
+        why = reshape_cycle(self.exact, self.tensors)
+        if why is not None:
+            raise LoweringError(f"{why}; no scheduler should have taken it (registry.choose)")
         self.nests: dict[TensorView, list[Loop]] = {}
         # (tensor, loop position) -> the Loop that position runs in.
         self.loop_of: dict[tuple, Loop] = {}

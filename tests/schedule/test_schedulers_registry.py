@@ -1,8 +1,10 @@
 """The registry: which scheduler takes each catalogue fusion, in which order they are tried, and
 why none does (the reference fallback)."""
 import pytest
+import torch
 
-from pyfuser import catalogue
+from pyfuser import DataType, FusionDefinition, catalogue
+from pyfuser.runtime.executor import FallbackWarning
 from pyfuser.schedule.schedulers import pointwise, reduction, registry
 
 
@@ -47,3 +49,67 @@ def test_registry_by_name_and_register():
         assert registry.SCHEDULERS == before
     finally:
         registry.SCHEDULERS[:] = before
+
+
+def _reshaped_beside_itself():
+    """t1 [a, b, n] flattened to [1] (a * b * n elements: all three must be 1) and broadcast
+    back to [1, 1, a*b*n] beside t0 [a, b, n], which a where() ties to t1 dim by dim: n and
+    a * b * n land in one exact group (fuzz 20261124:2807)."""
+    with FusionDefinition() as fd:
+        t0 = fd.define_tensor(shape=[-1, -1, -1], contiguity=[True, True, True],
+                              dtype=DataType.Float)
+        t1 = fd.define_tensor(shape=[-1, -1, -1], contiguity=[True, True, True],
+                              dtype=DataType.Float)
+        v3 = fd.ops.where(fd.ops.lt(t1, 0.5), t0, -0.5)
+        v5 = fd.ops.mean(t1, [-3, -1])
+        fd.ops.var_mean(v5, [0], keepdim=True, correction=1)
+        v12 = fd.ops.where(fd.ops.gt(t1, 0.5), fd.ops.erf(t1), v3)
+        v15 = fd.ops.logical_or(fd.ops.eq(t0, 0.5), fd.ops.ge(fd.ops.reshape(t1, [1]), 0.5))
+        fd.add_output(v15)
+        fd.add_output(v12)
+    return fd
+
+
+def test_a_reshape_mapped_onto_its_own_source_dim_is_refused_with_the_reason():
+    fd = _reshaped_beside_itself()
+    choice = registry.choose(fd.fusion)
+    assert choice.scheduler is None
+    assert "maps onto" in choice.reason and "one of the dims it is made from" in choice.reason
+    # Without the tie (no where() between t0 and t1), a flattening reshape is an ordinary one.
+    with FusionDefinition() as ok:
+        t1 = ok.define_tensor(shape=[-1, -1, -1], dtype=DataType.Float)
+        ok.add_output(ok.ops.exp(ok.ops.reshape(t1, [-1])))
+    assert registry.choose(ok.fusion).scheduler is pointwise
+
+
+def test_a_reshape_mapped_onto_its_own_source_dim_runs_the_reference_with_a_warning():
+    """The fuzz case 20261124:2807 used to end in 'cannot index T22's axis iS48{i0} from its
+    loops' (an internal error): now the fusion is refused before scheduling, and the reference
+    evaluator gives the right values."""
+    fd = _reshaped_beside_itself()
+    t0 = torch.rand(8)[7:].as_strided((1, 1, 1), (1, 1, 1))
+    t1 = torch.randn(1, 1, 1)
+    with pytest.warns(FallbackWarning, match="one of the dims it is made from"):
+        outs = fd.execute([t0, t1], options={"enable": ["interpret"]})
+    assert fd.last_run.kind == "reference" and not fd.last_run.internal_error
+    assert torch.equal(outs[0], (t0 == 0.5) | (t1.reshape(1) >= 0.5))
+    assert torch.equal(outs[1], torch.where(t1 > 0.5, torch.erf(t1),
+                                            torch.where(t1 < 0.5, t0, -0.5)))
+
+
+def test_every_fusion_op_has_a_segment_kind():
+    """Each expression type of the fusion IR is listed once in schedule/op_support.py: what a
+    new op runs in is decided there, not found out by a scheduler's error."""
+    import inspect
+
+    from pyfuser.ir import exprs
+    from pyfuser.ir.base import Expr
+    from pyfuser.schedule import op_support
+    ops = [c for _, c in inspect.getmembers(exprs, inspect.isclass)
+           if issubclass(c, Expr) and c is not Expr and c.__module__ == exprs.__name__]
+    assert ops
+    for c in ops:
+        listed = [kind for kind, types in (("kernel", op_support.KERNEL_OPS),
+                                           ("library", op_support.LIBRARY_OPS)) if c in types]
+        assert len(listed) <= 1, (c.__name__, listed)
+        assert listed, f"{c.__name__} is in no list of schedule/op_support.py"

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 
 from .. import roles
+from ..op_support import segment_kind
 from . import inner_outer_persistent, inner_persistent, pointwise, reduction
 
 
@@ -38,6 +39,13 @@ def choose(fusion) -> Choice:
         if why is not None:
             return Choice(None, f"{why}, and no copy separates the roles (the second role's "
                                 "computation holds a reduction or another op that is not copied)")
+    other = sorted({type(e).__name__ for e in fusion.exprs() if segment_kind(e) != "kernel"})
+    if other:
+        return Choice(None, f"ops no scheduler generates kernels for: {', '.join(other)} "
+                            "(schedule/op_support.py)")
+    why = roles.fusion_reshape_cycle(fusion)
+    if why is not None:
+        return Choice(None, why)
     rejected = []
     for s in SCHEDULERS:
         ok, why = s.can_schedule(fusion)
