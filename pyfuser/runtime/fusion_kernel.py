@@ -83,6 +83,9 @@ def build_kernel(fusion, scheduler, params, index_type: str, name: str,
     scheduler.schedule(fusion, params)
     scheduled = repr(fusion)
     transforms = fusion.print_transforms()
+    # Dumped before lowering: a schedule that fails to lower is the one worth reading.
+    for stage, text in (("scheduled_ir", scheduled), ("transforms", transforms)):
+        opts.dump(stage, name, text)
     kernel = lower(fusion, name, index_type=index_type)
     kernel.streaming_loads = bool(opts.current().is_enabled("streaming_loads"))
     source = generate_cuda(kernel)
@@ -93,7 +96,7 @@ def build_kernel(fusion, scheduler, params, index_type: str, name: str,
         "heuristics": params.describe() if hasattr(params, "describe") else repr(params),
         "kernel_ir": kernel_str(kernel), "cuda": source,
     }
-    for stage in ("scheduled_ir", "transforms", "heuristics", "cuda"):
+    for stage in ("heuristics", "cuda"):
         opts.dump(stage, name, fk.stages[stage])
     if compile_now:
         compile_kernel(fk)
