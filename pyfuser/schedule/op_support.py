@@ -14,9 +14,12 @@ from __future__ import annotations
 
 from ..ir.exprs import (BinaryOp, BroadcastOp, ExpandOp, FullOp, LoadStoreOp, ReductionOp,
                         ReshapeOp, SqueezeOp, UnaryOp, WhereOp)
+from ..ir.scalar import ScalarOp
 
+# ScalarOp: arithmetic on scalars (a mean's 1/N, a variance's correction), which kernels
+# compute from their scalar parameters.
 KERNEL_OPS: tuple = (UnaryOp, BinaryOp, WhereOp, LoadStoreOp, BroadcastOp, ExpandOp, SqueezeOp,
-                     ReshapeOp, ReductionOp, FullOp)
+                     ReshapeOp, ReductionOp, FullOp, ScalarOp)
 LIBRARY_OPS: tuple = ()
 
 

@@ -5,6 +5,7 @@ import torch
 
 from pyfuser import DataType, FusionDefinition, catalogue
 from pyfuser.runtime.executor import FallbackWarning
+from pyfuser.testing import run_and_check
 from pyfuser.schedule.schedulers import pointwise, reduction, registry
 
 
@@ -98,18 +99,33 @@ def test_a_reshape_mapped_onto_its_own_source_dim_runs_the_reference_with_a_warn
 
 
 def test_every_fusion_op_has_a_segment_kind():
-    """Each expression type of the fusion IR is listed once in schedule/op_support.py: what a
-    new op runs in is decided there, not found out by a scheduler's error."""
+    """Each expression type of the fusion IR (tensor and scalar ops; not the IterDomain
+    transforms) is listed once in schedule/op_support.py: what a new op runs in is decided
+    there, not found out by a scheduler's error."""
     import inspect
 
-    from pyfuser.ir import exprs
+    from pyfuser.ir import exprs, scalar
     from pyfuser.ir.base import Expr
     from pyfuser.schedule import op_support
-    ops = [c for _, c in inspect.getmembers(exprs, inspect.isclass)
-           if issubclass(c, Expr) and c is not Expr and c.__module__ == exprs.__name__]
-    assert ops
+    ops = [c for m in (exprs, scalar) for _, c in inspect.getmembers(m, inspect.isclass)
+           if issubclass(c, Expr) and c is not Expr and c.__module__ == m.__name__]
+    assert scalar.ScalarOp in ops
     for c in ops:
         listed = [kind for kind, types in (("kernel", op_support.KERNEL_OPS),
                                            ("library", op_support.LIBRARY_OPS)) if c in types]
         assert len(listed) <= 1, (c.__name__, listed)
         assert listed, f"{c.__name__} is in no list of schedule/op_support.py"
+
+
+def test_a_fusion_with_scalar_arithmetic_is_scheduled():
+    """var_mean with a correction computes 1 / (N - 1) with ScalarOps: the registry must not
+    count those as ops no kernel takes (it did, for a day: every var_mean ran the reference)."""
+    with FusionDefinition() as fd:
+        x = fd.define_tensor([-1, -1], dtype=DataType.Float)
+        var, mean = fd.ops.var_mean(x, [1], correction=1)
+        fd.add_output(var)
+        fd.add_output(mean)
+    from pyfuser.ir.scalar import ScalarOp
+    assert any(isinstance(e, ScalarOp) for e in fd.fusion.exprs())
+    assert registry.choose(fd.fusion).scheduler is not None
+    run_and_check(fd, [torch.randn(5, 300)], options={"enable": ["interpret"]})
