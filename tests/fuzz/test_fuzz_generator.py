@@ -143,6 +143,29 @@ def test_tolerance_grows_with_the_measured_error_of_a_long_reduction():
     assert tol == pytest.approx(1.2e-3)
 
 
+def test_a_float64_output_of_a_float32_intermediate_is_allowed_its_rounding():
+    """Fuzz 20261125:62: where(t2 < 0, x64, 1 / (sigmoid(int t2) + 0.5)), one float32 value
+    broadcast to a float64 [13]: torch rounds sigmoid correctly (e_native 6e-9), a kernel's
+    1 / (1 + expf(-x)) is one float32 ulp off (7.6e-8): float32's rounding, not a wrong kernel.
+    A float64 output of float64 math alone keeps its 1e-10 bar."""
+    from pyfuser import FusionDefinition
+    with FusionDefinition() as fd:
+        x = fd.define_tensor([-1], dtype=DataType.Double)
+        i = fd.define_tensor([], dtype=DataType.Int)
+        v2 = fd.ops.reciprocal(fd.ops.add(fd.ops.sigmoid(i), 0.5))
+        fd.add_output(fd.ops.where(fd.ops.lt(i, 0), x, v2))
+        fd.add_output(fd.ops.mul(x, 2.0))
+    xs, two = torch.rand(13, dtype=torch.float64), torch.tensor(2)
+    expect = check.expectations(fd, [xs, two])
+    assert expect[0]["tol"] == pytest.approx(4 * 2.0 ** -24)
+    assert expect[1]["tol"] == 1e-10
+    one_ulp_off = expect[0]["ref"].float()
+    one_ulp_off = torch.nextafter(one_ulp_off, torch.zeros_like(one_ulp_off)).double()
+    assert check.judge(fd, [one_ulp_off, expect[1]["ref"]], expect)[0] == "right"
+    # Off by 1e-5 it is still wrong.
+    assert check.judge(fd, [expect[0]["ref"] * (1 + 1e-5), expect[1]["ref"]], expect)[0] == "wrong"
+
+
 def test_serial_sums_are_accumulated_in_float32():
     from pyfuser import FusionDefinition
     with FusionDefinition() as fd:
