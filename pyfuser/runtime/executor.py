@@ -84,6 +84,19 @@ def index_type_for(tensors) -> str:
     return "int"
 
 
+# PYFUSER_DUMP stages printed while a kernel is built (none of them on a disk hit).
+_BUILD_STAGES = ("scheduled_ir", "transforms", "heuristics", "kernel_ir", "kernel_ir_passes",
+                 "cuda", "ptxas")
+_torch_tensor = None     # torch.Tensor, bound on the first call (torch is imported lazily)
+
+
+def _bind_torch_tensor():
+    global _torch_tensor
+    import torch
+    _torch_tensor = torch.Tensor
+    return _torch_tensor
+
+
 def signature_class(inputs) -> tuple:
     """What the disk cache keys on about the call's inputs besides the heuristic: per tensor its
     dtype, rank, stride order, which dims are dense over the ones inside them, and its pointer
@@ -127,6 +140,8 @@ class _KernelPlan:
 
     def __init__(self, fk, device, grid, block, values, ptr_slots, scalar_slots, out_specs,
                  run_info, poison: bool, tmap_slots=(), workspaces=()):
+        import torch
+
         from .launch import ParamLayout
         self.fk = fk
         self.loaded = fk.loaded(device.index or 0)
@@ -136,7 +151,12 @@ class _KernelPlan:
         self.grid, self.block = grid, block
         self.values = values
         self.ptr_slots = ptr_slots           # (param position, "input"|"output", k)
-        self.scalar_slots = scalar_slots     # (param position, input k)
+        self.scalar_slots = tuple(scalar_slots)     # (param position, input k)
+        # Split by role and bound once: the cached call is the path whose Python is counted.
+        self._input_ptrs = tuple((pos, k) for pos, role, k in ptr_slots if role == "input")
+        self._output_ptrs = tuple((pos, k) for pos, role, k in ptr_slots if role == "output")
+        self._empty = torch.empty_strided
+        self._launch = self.loaded.launch
         # (param position, kir.RowBoxMap): a tensor map embeds the input's address, so it is
         # encoded for each new pointer (a host call of a few microseconds), then reused.
         self.tmap_slots = tuple(tmap_slots)
@@ -151,21 +171,22 @@ class _KernelPlan:
         self.workspaces = tuple(workspaces)
 
     def run(self, inputs):
-        import torch
-        dev = self.device
-        outs = [torch.empty_strided(sz, st, dtype=dt, device=dev) for sz, st, dt in self.out_specs]
+        dev, empty = self.device, self._empty
+        outs = [empty(sz, st, dtype=dt, device=dev) for sz, st, dt in self.out_specs]
         if self.poison:
             for o in outs:
                 o.fill_(float("nan") if o.dtype.is_floating_point else -1)
         vals = self.values
-        for pos, role, k in self.ptr_slots:
-            vals[pos] = (inputs[k] if role == "input" else outs[k]).data_ptr()
+        for pos, k in self._input_ptrs:
+            vals[pos] = inputs[k].data_ptr()
+        for pos, k in self._output_ptrs:
+            vals[pos] = outs[k].data_ptr()
         for pos, k in self.scalar_slots:
             vals[pos] = inputs[k]
         for pos, row_map in self.tmap_slots:
             vals[pos] = self._tensor_map(inputs[row_map.input], row_map)
-        self.loaded.launch(self.grid, self.block, self.layout.pack(vals), shared_mem=self.smem,
-                           cooperative=self.cooperative, cluster=self.cluster)
+        self._launch(self.grid, self.block, self.layout.pack(vals), shared_mem=self.smem,
+                     cooperative=self.cooperative, cluster=self.cluster)
         return outs
 
 
@@ -277,14 +298,15 @@ class FusionExecutorCache:
 
     # Keys --------------------------------------------------------------------------------------
     def _key(self, inputs, options):
-        import torch
+        tensor = _torch_tensor or _bind_torch_tensor()
         parts = [options.enable, options.disable, options.heuristic, options.device]
+        append = parts.append
         try:
             for x in inputs:
-                if isinstance(x, torch.Tensor):
-                    parts.append((x.dtype, x.shape, x.stride(), x.device, x.data_ptr() % 16))
+                if isinstance(x, tensor):
+                    append((x.dtype, x.shape, x.stride(), x.device, x.data_ptr() % 16))
                 else:
-                    parts.append(type(x))
+                    append(type(x))
         except Exception:
             return None
         return tuple(parts)
@@ -435,7 +457,9 @@ class FusionExecutorCache:
         if compile_now and cache_facts is not None and kernel_cache.disk_cache_enabled():
             disk_key = kernel_cache.plan_key(
                 plan_key_fields(clone, sched.NAME, params, index_type, options, *cache_facts))
-            entry = kernel_cache.load_plan(disk_key) if reuse else None
+            # A dump of a build stage asks to see the kernel built: no disk look-up then.
+            shown = any(options.dumps(stage) for stage in _BUILD_STAGES)
+            entry = kernel_cache.load_plan(disk_key) if reuse and not shown else None
             if entry is not None and entry.scheduler == sched.NAME:
                 fk = from_cache_entry(entry, params)
         if fk is None:

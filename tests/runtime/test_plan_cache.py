@@ -200,6 +200,15 @@ def test_a_changed_pyfuser_source_misses(monkeypatch, fake_gpu):
     assert builds.count == 2
 
 
+def test_a_dump_of_a_build_stage_builds_instead_of_loading(monkeypatch, fake_gpu, capsys):
+    ins = catalogue.make_inputs("silu_mul", 32, 512, "bf16", seed=0)
+    builds = Builds(monkeypatch)
+    plan(catalogue.define("silu_mul", "bf16"), ins)
+    new_process()
+    plan(catalogue.define("silu_mul", "bf16"), ins, {"dump": ["cuda"]})
+    assert builds.count == 2 and "===== cuda: silu_mul_pointwise_0" in capsys.readouterr().err
+
+
 def test_the_source_hash_covers_pyfuser_files(monkeypatch, tmp_path):
     monkeypatch.setattr(kernel_cache, "_source_hash", None)
     h = kernel_cache.source_hash()
