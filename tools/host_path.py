@@ -75,16 +75,17 @@ def main(argv=None) -> int:
     vals = list(plan.values)
     rows = [
         ("fd.execute(inputs)", lambda: fd.execute(inputs)),
-        ("  FusionExecutorCache._run", lambda: ex._run(inputs, options)),
-        ("    _key", lambda: ex._key(inputs, options)),
-        ("    plan look-up", lambda: ex._plans.get(key)),
-        ("    _KernelPlan.run", lambda: plan.run(inputs)),
-        ("      allocate outputs", lambda: [torch.empty_strided(sz, st, dtype=dt)
-                                            for sz, st, dt in plan.out_specs]),
-        ("      data_ptr per pointer", lambda: [(inputs[k] if r == "input" else outs[k]).data_ptr()
-                                                for _, r, k in plan.ptr_slots]),
-        ("      pack parameters", lambda: plan.layout.pack(vals)),
-        ("  options.current()", opts.current),
+        ("  FusionExecutorCache.run", lambda: ex.run(inputs)),
+        ("    FusionExecutorCache._run", lambda: ex._run(inputs, options)),
+        ("      _key", lambda: ex._key(inputs, options)),
+        ("      plan look-up", lambda: ex._plans.get(key)),
+        ("      _KernelPlan.run", lambda: plan.run(inputs)),
+        ("        allocate outputs", lambda: [torch.empty_strided(sz, st, dtype=dt)
+                                              for sz, st, dt in plan.out_specs]),
+        ("        data_ptr per pointer", lambda: [(inputs[k] if r == "input" else outs[k])
+                                                  .data_ptr() for _, r, k in plan.ptr_slots]),
+        ("        pack parameters", lambda: plan.layout.pack(vals)),
+        ("    options.current()", opts.current),
     ]
     print(f"{args.name} {args.dtype} {M}x{N}: {len(plan.layout.kinds)} parameters, "
           f"{len(plan.out_specs)} output(s), launch replaced by a no-op")
