@@ -10,6 +10,8 @@ PYFUSER_CACHE_DIR the on-disk kernel cache (default ~/.cache/pyfuser)
 PYFUSER_DEVICE    the device-table entry kernels are scheduled for when there is no live GPU to
                   ask: `interpret` runs (default h100-4sm, the H100 with 4 SMs) and `explain`
 PYFUSER_DISABLE_DISK_CACHE=1  compile in memory only
+PYFUSER_CACHE_MAX_MB  size bound of the on-disk kernel cache (default 2048): after a write, the
+                  entries used least recently are removed until the cache fits
 
 The same settings can be given per call: `fd.execute(inputs, options={"dump": ["cuda"],
 "enable": ["ws_normalization"]})` or `with pyfuser.options.override(disable=["ws_normalization"])`.
@@ -59,6 +61,7 @@ class Options:
     dump_dir: str | None = None
     cache_dir: str | None = None
     disk_cache: bool = True
+    cache_max_bytes: int = 2048 << 20
     device: str | None = None       # a device-table entry (PYFUSER_DEVICE)
     # A heuristic dataclass to use instead of the scheduler's own choice (same scheduler only):
     # how users force a schedule, and how sweeps measure alternatives.
@@ -118,8 +121,23 @@ def from_environment(environ=None) -> Options:
         cache_dir=env.get("PYFUSER_CACHE_DIR") or None,
         disk_cache=env.get("PYFUSER_DISABLE_DISK_CACHE", "0").strip().lower()
         not in ("1", "true", "yes", "on"),
+        cache_max_bytes=_parse_megabytes(env.get("PYFUSER_CACHE_MAX_MB", "")),
         device=env.get("PYFUSER_DEVICE", "").strip().lower() or None,
     )
+
+
+def _parse_megabytes(value: str) -> int:
+    value = value.strip()
+    if not value:
+        return Options.cache_max_bytes
+    try:
+        mb = float(value)
+    except ValueError:
+        mb = -1
+    if mb < 0:
+        raise OptionError(f"PYFUSER_CACHE_MAX_MB must be a number of megabytes >= 0, "
+                          f"got {value!r}")
+    return int(mb * (1 << 20))
 
 
 _state = threading.local()

@@ -543,27 +543,10 @@ def _param_decl(p: K.Param, kernel: K.Kernel) -> str:
     return f"{PARAM_CTYPE[p.kind]} {p.name}"
 
 
-def _layout_shared(kernel: K.Kernel) -> int:
-    """Offsets of the shared buffers in the kernel's dynamic shared memory (128-byte aligned, so
-    TMA boxes may land anywhere), and the total bytes: every shared buffer lives in one extern
-    array, which lifts the 48 KB limit of static shared memory."""
-    kernel.smem_offsets = {}
-    total = 0
-    for s in K.walk(kernel.body):
-        if isinstance(s, K.Allocate) and s.buffer.memory == "shared":
-            size = s.buffer.size
-            if not isinstance(size, K.Const):
-                raise ValueError(f"shared buffer {s.buffer.name} has a runtime size {size!r}")
-            total = -(-total // 128) * 128
-            kernel.smem_offsets[s.buffer.name] = total
-            total += size.value * s.buffer.dtype.size
-    return total
-
-
 def generate_cuda(kernel: K.Kernel) -> str:
-    """Full CUDA source: device library, then the kernel."""
-    smem_bytes = _layout_shared(kernel)
-    kernel.launch.shared_mem_dynamic = smem_bytes
+    """Full CUDA source: device library, then the kernel. Only prints: every size and offset
+    (shared memory included) was decided by lowering."""
+    smem_bytes = kernel.launch.shared_mem_dynamic
     pr = CudaPrinter(kernel)
     pr.stmts(kernel.body)
     body = pr.lines

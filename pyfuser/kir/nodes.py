@@ -582,7 +582,9 @@ class LaunchConfig:
     grid: list            # three fusion Scalars / ints (x, y, z); may be symbolic
     block: list           # three ints or Scalars
     shared_mem_static: int = 0
-    shared_mem_dynamic: Any = 0     # bytes, int or Scalar
+    # Bytes of the one extern shared array every shared buffer is carved from (lower/launch.py
+    # lays the buffers out; codegen prints the offsets, the executor launches with the size).
+    shared_mem_dynamic: int = 0
     cluster: tuple | None = None
     cooperative: bool = False
     max_threads: int | None = None  # for __launch_bounds__
@@ -641,6 +643,11 @@ class Kernel:
     replaced_loops: set = dataclasses.field(default_factory=set)
     # Set by `warp_specialize`: the producer / compute split that launch_config adds to the block.
     warp_roles: WarpRoles | None = None
+    # Set by `launch_config`: byte offset of each shared buffer in the dynamic shared array.
+    smem_offsets: dict = dataclasses.field(default_factory=dict)
+    # Set by `launch_config`: everything a launch needs, as data over the call's inputs
+    # (kir/launch.py), serializable without the fusion so a kernel loaded from disk launches.
+    launch_description: Any = None
 
 
 def walk(stmts):

@@ -39,8 +39,9 @@ PIPELINE = [
 
 
 def lower(fusion, name: str = "pyfuser_kernel", index_type: str = "int",
-          verify_each: bool = False) -> K.Kernel:
-    kernel = K.Kernel(name=name, fusion=fusion, index_type=index_type)
+          verify_each: bool = False, streaming_loads: bool = False) -> K.Kernel:
+    kernel = K.Kernel(name=name, fusion=fusion, index_type=index_type,
+                      streaming_loads=streaming_loads)
     kernel.ctx = LoweringContext(fusion)
     for p in PIPELINE:
         kernel = p(kernel)

@@ -10,11 +10,19 @@ A block dim whose extents all fold to constants in the kernel (specialized exten
 extents the fusion requires equal to them) is that constant. The block reductions' shared
 workspace is sized with the device library's formulas (kir/workspace.py) for the block; with
 a runtime block size, for 1024 threads.
+
+The pass also lays out shared memory (kernel.smem_offsets, launch.shared_mem_dynamic: every
+shared buffer in one extern array, 128-byte aligned) and states the whole launch as data over
+the call's inputs (kernel.launch_description, kir/launch.py): parameter sources, grid, block,
+workspaces, shared memory, cooperative, cluster. Codegen prints from it; the executor launches
+from it, also for a kernel loaded from disk without its fusion.
 """
 from __future__ import annotations
 
 from ..ir import scalar as S
+from ..ir.tensor import TensorView
 from ..kir import nodes as K
+from ..kir.launch import LaunchDescription
 from .indexing import scalar_to_kexpr
 
 _ORDER = {"x": 0, "y": 1, "z": 2}
@@ -73,7 +81,110 @@ def launch_config(kernel: K.Kernel) -> K.Kernel:
                                    cooperative=bool(hints.get("cooperative", False)
                                                     or kernel.needs_cooperative),
                                    cluster=hints.get("cluster"))
+    kernel.launch.shared_mem_dynamic = layout_shared(kernel)
+    kernel.launch_description = describe_launch(kernel)
     return kernel
+
+
+def layout_shared(kernel: K.Kernel) -> int:
+    """Offsets of the shared buffers in the kernel's dynamic shared memory (128-byte aligned, so
+    TMA boxes may land anywhere), and the total bytes: every shared buffer lives in one extern
+    array, which lifts the 48 KB limit of static shared memory."""
+    kernel.smem_offsets = {}
+    total = 0
+    for s in K.walk(kernel.body):
+        if isinstance(s, K.Allocate) and s.buffer.memory == "shared":
+            size = s.buffer.size
+            if not isinstance(size, K.Const):
+                raise ValueError(f"shared buffer {s.buffer.name} has a runtime size {size!r}")
+            total = -(-total // 128) * 128
+            kernel.smem_offsets[s.buffer.name] = total
+            total += size.value * s.buffer.dtype.size
+    return total
+
+
+# Packing kind of each kir parameter kind (runtime/launch.py ParamLayout); "index" follows the
+# kernel's index type.
+_PARAM_KIND = {"ptr": "ptr", "int64": "i64", "float": "f32", "double": "f64", "bool": "i32",
+               "tmap": "tmap"}
+
+
+def describe_launch(kernel: K.Kernel) -> LaunchDescription:
+    """The kernel's launch as data over the call's inputs (kir/launch.py)."""
+    fusion = kernel.fusion
+    leaves: dict = {}
+    for v in fusion.inputs:
+        k = fusion.input_position(v)
+        if isinstance(v, TensorView):
+            for d, i in enumerate(v.domain.logical):
+                for s in (i.extent, i.expanded_extent):
+                    if isinstance(s, S.Scalar) and s.is_symbolic_input:
+                        leaves.setdefault(s, ("extent", k, d))
+        else:
+            leaves.setdefault(v, ("scalar", k))
+
+    def expr(x):
+        if not isinstance(x, S.Scalar):
+            return int(x)
+        if x.value is not None:
+            return x.value
+        if x in leaves:
+            return leaves[x]
+        d = x.definition
+        if not isinstance(d, S.ScalarOp):
+            return ("unbound", S.scalar_str(x))
+        return (d.op, expr(d.inputs[0]), expr(d.inputs[1]))
+
+    index_kind = "i32" if kernel.index_type == "int" else "i64"
+    workspace_index = {}
+    workspaces = []
+    for b, kind in kernel.workspaces:
+        if kind == "intermediate":
+            n = S.product(i.extent for i in b.tv.domain.logical_no_reductions
+                          if not i.is_broadcast)
+            elements = expr(n)
+        elif kind == "semaphore":
+            elements = 1
+        else:
+            elements = max((s.values[0].vector for s in K.walk(kernel.body)
+                            if isinstance(s, K.GridReduce) and s.workspace.name == b.name),
+                           default=1)
+        workspace_index[b.name] = len(workspaces)
+        workspaces.append((kind, b.dtype.name, elements))
+    kinds, sources, vector_reads, bulk = [], [], [], []
+    for p in kernel.params:
+        kinds.append(index_kind if p.kind == "index" else _PARAM_KIND[p.kind])
+        src = p.source
+        if src[0] in ("input", "output"):
+            sources.append((src[0], src[1]))
+            width = kernel.vector_widths.get(p.buffer.name, 1)
+            if src[0] == "input" and width > 1:
+                read = fusion.inputs[src[1]].domain
+                dim = (None if read.contiguous_dim is None
+                       else read.logical.index(read.contiguous_dim))
+                vector_reads.append((src[1], width, dim))
+            if src[0] == "input" and p.buffer.name in kernel.bulk_sources:
+                bulk.append(src[1])
+        elif src[0] == "stride":
+            sources.append(tuple(src))
+        elif src[0] == "extent":
+            sources.append(("value", expr(src[1])))
+        elif src[0] == "scalar":
+            sources.append(("scalar", src[1]))
+        elif src[0] == "workspace":
+            sources.append(("workspace", workspace_index[p.name]))
+        elif src[0] == "tmap":
+            m = src[1]
+            sources.append(("tmap", m.input, m.row_elements, m.inner, m.box_rows))
+        else:
+            raise ValueError(f"parameter {p.name}: unknown source {src}")
+    launch = kernel.launch
+    return LaunchDescription(
+        param_kinds=tuple(kinds), param_sources=tuple(sources),
+        grid=tuple(expr(g) for g in launch.grid), block=tuple(expr(b) for b in launch.block),
+        shared_mem_bytes=int(launch.shared_mem_dynamic), cooperative=bool(launch.cooperative),
+        cluster=tuple(launch.cluster) if launch.cluster else None,
+        workspaces=tuple(workspaces), vector_reads=tuple(vector_reads), bulk_inputs=tuple(bulk))
 
 
 def reduction_workspace_elems(dims, count: int, block) -> int:

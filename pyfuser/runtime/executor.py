@@ -26,6 +26,7 @@ from __future__ import annotations
 import dataclasses
 import traceback
 import warnings
+from collections import OrderedDict
 
 from .. import options as opts
 from ..ir import scalar as S
@@ -83,6 +84,53 @@ def index_type_for(tensors) -> str:
     return "int"
 
 
+# PYFUSER_DUMP stages printed while a kernel is built (none of them on a disk hit).
+_BUILD_STAGES = ("scheduled_ir", "transforms", "heuristics", "kernel_ir", "kernel_ir_passes",
+                 "cuda", "ptxas")
+_torch_tensor = None     # torch.Tensor, bound on the first call (torch is imported lazily)
+
+
+def _bind_torch_tensor():
+    global _torch_tensor
+    import torch
+    _torch_tensor = torch.Tensor
+    return _torch_tensor
+
+
+def signature_class(inputs) -> tuple:
+    """What the disk cache keys on about the call's inputs besides the heuristic: per tensor its
+    dtype, rank, stride order, which dims are dense over the ones inside them, and its pointer
+    alignment; per scalar its type. The extents a heuristic specializes on are in its result
+    (an equal heuristic is an equal kernel), so they are not repeated here."""
+    out = []
+    for x in inputs:
+        shape = getattr(x, "shape", None)
+        if shape is None:
+            out.append(type(x).__name__)
+            continue
+        strides = x.stride()
+        order = sorted(range(len(shape)), key=lambda d: (-strides[d], d))
+        dense, span = [], 1
+        for d in reversed(order):
+            dense.append(strides[d] == span)
+            span *= shape[d]
+        out.append((str(x.dtype), len(shape), tuple(order), tuple(reversed(dense)),
+                    _alignment(x.data_ptr())))
+    return tuple(out)
+
+
+def plan_key_fields(fusion, scheduler: str, params, index_type: str, options, signature,
+                    device) -> dict:
+    """Everything that changes a kernel, known before scheduling: the fields of
+    kernel_cache.plan_key (which adds the NVRTC version and pyfuser's source hash)."""
+    from ..ir.fingerprint import fusion_text
+    from .fusion_kernel import ARCH
+    return {"fusion": fusion_text(fusion), "signature": signature, "scheduler": scheduler,
+            "heuristic": repr(params), "index_type": index_type,
+            "enable": sorted(options.enable), "disable": sorted(options.disable),
+            "device": repr(device), "arch": ARCH}
+
+
 class _KernelPlan:
     """Everything one input signature needs at launch, computed once: the cached path only
     allocates outputs, patches pointers and scalars into `values`, packs and launches."""
@@ -91,7 +139,9 @@ class _KernelPlan:
     TENSOR_MAP_CACHE = 16
 
     def __init__(self, fk, device, grid, block, values, ptr_slots, scalar_slots, out_specs,
-                 run_info, poison: bool, tmap_slots=()):
+                 run_info, poison: bool, tmap_slots=(), workspaces=()):
+        import torch
+
         from .launch import ParamLayout
         self.fk = fk
         self.loaded = fk.loaded(device.index or 0)
@@ -101,7 +151,12 @@ class _KernelPlan:
         self.grid, self.block = grid, block
         self.values = values
         self.ptr_slots = ptr_slots           # (param position, "input"|"output", k)
-        self.scalar_slots = scalar_slots     # (param position, input k)
+        self.scalar_slots = tuple(scalar_slots)     # (param position, input k)
+        # Split by role and bound once: the cached call is the path whose Python is counted.
+        self._input_ptrs = tuple((pos, k) for pos, role, k in ptr_slots if role == "input")
+        self._output_ptrs = tuple((pos, k) for pos, role, k in ptr_slots if role == "output")
+        self._empty = torch.empty_strided
+        self._launch = self.loaded.launch
         # (param position, kir.RowBoxMap): a tensor map embeds the input's address, so it is
         # encoded for each new pointer (a host call of a few microseconds), then reused.
         self.tmap_slots = tuple(tmap_slots)
@@ -109,27 +164,29 @@ class _KernelPlan:
         self.out_specs = out_specs           # (sizes, strides, torch dtype)
         self.run_info = run_info
         self.poison = poison
-        self.smem = int(fk.kernel.launch.shared_mem_dynamic or 0)
-        self.cooperative = bool(fk.kernel.launch.cooperative)
-        cluster = fk.kernel.launch.cluster
-        self.cluster = tuple(cluster) if cluster else None
+        self.smem = fk.launch.shared_mem_bytes
+        self.cooperative = fk.launch.cooperative
+        self.cluster = fk.launch.cluster
+        # Global scratch of the kernel for this launch shape: owned by the plan, released with it.
+        self.workspaces = tuple(workspaces)
 
     def run(self, inputs):
-        import torch
-        dev = self.device
-        outs = [torch.empty_strided(sz, st, dtype=dt, device=dev) for sz, st, dt in self.out_specs]
+        dev, empty = self.device, self._empty
+        outs = [empty(sz, st, dtype=dt, device=dev) for sz, st, dt in self.out_specs]
         if self.poison:
             for o in outs:
                 o.fill_(float("nan") if o.dtype.is_floating_point else -1)
         vals = self.values
-        for pos, role, k in self.ptr_slots:
-            vals[pos] = (inputs[k] if role == "input" else outs[k]).data_ptr()
+        for pos, k in self._input_ptrs:
+            vals[pos] = inputs[k].data_ptr()
+        for pos, k in self._output_ptrs:
+            vals[pos] = outs[k].data_ptr()
         for pos, k in self.scalar_slots:
             vals[pos] = inputs[k]
         for pos, row_map in self.tmap_slots:
             vals[pos] = self._tensor_map(inputs[row_map.input], row_map)
-        self.loaded.launch(self.grid, self.block, self.layout.pack(vals), shared_mem=self.smem,
-                           cooperative=self.cooperative, cluster=self.cluster)
+        self._launch(self.grid, self.block, self.layout.pack(vals), shared_mem=self.smem,
+                     cooperative=self.cooperative, cluster=self.cluster)
         return outs
 
 
@@ -200,15 +257,20 @@ class _InterpretPlan:
 
 
 class FusionExecutorCache:
+    # Bounds of the in-memory caches, least recently used dropped first: plans by input
+    # signature (each holds its outputs' specs and workspaces), and compiled kernels by
+    # heuristic (each holds a cubin, loaded on the device while a plan uses it).
+    MAX_PLANS = 64
+    MAX_KERNELS = 32
+
     def __init__(self, fusion, name: str = "fusion"):
         self.fusion = fusion
         self.name = name
         self.last_run: RunInfo | None = None
-        self._plans: dict = {}
-        self._kernels: dict = {}
+        self._plans: OrderedDict = OrderedDict()
+        self._kernels: OrderedDict = OrderedDict()
         self._choice = None
         self._kernel_count = 0
-        self._scratch: list = []
 
     # Public ------------------------------------------------------------------------------------
     def run(self, inputs, options=None):
@@ -221,24 +283,30 @@ class FusionExecutorCache:
         if not isinstance(inputs, (list, tuple)):      # before _key iterates them
             raise not_a_list(self.fusion, inputs)
         key = self._key(inputs, options)
-        plan = self._plans.get(key)
+        plans = self._plans
+        plan = plans.get(key)
         if plan is None:
             plan = self._make_plan(inputs, options)
             if key is not None:
-                self._plans[key] = plan
+                plans[key] = plan
+                if len(plans) > self.MAX_PLANS:
+                    plans.popitem(last=False)
+        else:
+            plans.move_to_end(key)
         self.last_run = plan.run_info
         return plan.run(inputs)
 
     # Keys --------------------------------------------------------------------------------------
     def _key(self, inputs, options):
-        import torch
+        tensor = _torch_tensor or _bind_torch_tensor()
         parts = [options.enable, options.disable, options.heuristic, options.device]
+        append = parts.append
         try:
             for x in inputs:
-                if isinstance(x, torch.Tensor):
-                    parts.append((x.dtype, x.shape, x.stride(), x.device, x.data_ptr() % 16))
+                if isinstance(x, tensor):
+                    append((x.dtype, x.shape, x.stride(), x.device, x.data_ptr() % 16))
                 else:
-                    parts.append(type(x))
+                    append(type(x))
         except Exception:
             return None
         return tuple(parts)
@@ -336,9 +404,10 @@ class FusionExecutorCache:
         facts = tuple(
             InputFacts(tuple(x.shape), tuple(x.stride()), _alignment(x.data_ptr()))
             if isinstance(x, torch.Tensor) else None for x in inputs)
-        info = RuntimeInfo(clone_bindings, facts_per_input(clone, facts), target.props)
+        options = opts.current()
+        info = RuntimeInfo(clone_bindings, facts_per_input(clone, facts), target.props, options)
         sched = choice.scheduler
-        forced = opts.current().heuristic
+        forced = options.heuristic
         if forced is not None:
             expected = type(sched.compute_heuristics(clone, info))
             if not isinstance(forced, expected):
@@ -355,54 +424,99 @@ class FusionExecutorCache:
                 n *= max(s, 1)
             if n >= 2 ** 31 - 1:
                 index_type = "int64"
-        fk = self._kernel_for(sched, params, index_type, clone, mapping, compile_now=not target.interpret)
+        cache_facts = (signature_class(inputs), target.props)
+        fk = self._kernel_for(sched, params, index_type, clone, mapping,
+                              compile_now=not target.interpret, cache_facts=cache_facts)
         self._check_vector_widths(fk, inputs)
         self._check_bulk_rows(fk, inputs)
         if target.interpret:
             return _InterpretPlan(self.fusion, fk, RunInfo(
                 "kernels", (fk.scheduler,), 1, choice.reason, (fk.params,), (fk.name,),
-                clusters=(tuple(fk.kernel.launch.cluster) if fk.kernel.launch.cluster else None,),
-                backend="interpreter"))
+                clusters=(fk.launch.cluster,), backend="interpreter"))
         device = target.device
-        fit = self._resident_blocks(fk, bindings, device)
-        # Blocks launched per blockIdx.x: the blocks of a cluster along y (norm backward).
-        launched, _ = fk.launch_dims(fk.bind(bindings))
-        per_x = launched[1] * launched[2]
-        if fit is not None and getattr(params, "grid", None) and params.grid * per_x > fit:
-            # A grid-synchronizing kernel must have all its blocks resident; the compiled
-            # kernel's real occupancy (its registers, and how whole clusters fit the GPCs)
-            # allows fewer: reschedule with that many.
-            import dataclasses as _dc
-            clone, mapping = scheduling_clone(self.fusion)
-            params = _dc.replace(params, grid=max(1, fit // per_x))
-            fk = self._kernel_for(sched, params, index_type, clone, mapping)
+        fk = self._fit_cooperative_grid(fk, inputs, sched, index_type, device, cache_facts)
         return self._plan_for(fk, inputs, bindings, out_sizes, device, choice)
 
-    def _kernel_for(self, sched, params, index_type, clone, mapping, compile_now=True):
+    def _kernel_for(self, sched, params, index_type, clone, mapping, compile_now=True,
+                    cache_facts=None):
+        """The kernel for this heuristic: from memory (an equal heuristic of another shape),
+        from the disk cache (keyed before scheduling: a hit schedules, lowers and prints
+        nothing), or built from `clone` (scheduled, lowered, printed, compiled) and stored.
+        `cache_facts`, (signature class, device properties), completes the disk key; without
+        it (or for the interpreter, which runs the kernel IR) the disk is not used."""
         kkey = (sched.NAME, params, index_type, compile_now)
-        reuse = opts.current().is_enabled("kernel_reuse") is not False
+        options = opts.current()
+        reuse = options.is_enabled("kernel_reuse") is not False
         fk = self._kernels.get(kkey) if reuse else None
+        if fk is not None:
+            self._kernels.move_to_end(kkey)
+            return fk
+        from . import kernel_cache
+        from .fusion_kernel import build_kernel, from_cache_entry
+        disk_key = None
+        if compile_now and cache_facts is not None and kernel_cache.disk_cache_enabled():
+            disk_key = kernel_cache.plan_key(
+                plan_key_fields(clone, sched.NAME, params, index_type, options, *cache_facts))
+            # A dump of a build stage asks to see the kernel built: no disk look-up then.
+            shown = any(options.dumps(stage) for stage in _BUILD_STAGES)
+            entry = kernel_cache.load_plan(disk_key) if reuse and not shown else None
+            if entry is not None and entry.scheduler == sched.NAME:
+                fk = from_cache_entry(entry, params)
         if fk is None:
-            from .fusion_kernel import build_kernel
             name = f"{self.name}_{sched.NAME}_{self._kernel_count}"
             self._kernel_count += 1
             fk = build_kernel(clone, sched, params, index_type, name, clone_of=mapping,
                               compile_now=compile_now)
-            self._kernels[kkey] = fk
+            if disk_key is not None:
+                fk.cache_key = disk_key
+                kernel_cache.store_plan(disk_key, fk.module, fk.launch, sched.NAME, index_type)
+        self._kernels[kkey] = fk
+        while len(self._kernels) > self.MAX_KERNELS:
+            self._kernels.popitem(last=False)
         return fk
 
+    def _fit_cooperative_grid(self, fk, inputs, sched, index_type, device, cache_facts):
+        """Fit a grid-synchronizing (cooperative) kernel's grid to the blocks that can be
+        resident at once; other kernels pass through.
+
+        The one step of planning that needs the compiled kernel: how many blocks fit is a
+        property of the loaded cubin (the registers ptxas gave it, and how whole clusters fit
+        the GPCs), which no heuristic can know before compiling. When the heuristic's grid is
+        larger, the kernel is rescheduled with the grid that fits, and stored on disk under the
+        first kernel's key too (with that grid): a later process loads the fitted kernel
+        directly, and this step then only confirms that it fits."""
+        fit = self._resident_blocks(fk, inputs, device)
+        if fit is None:
+            return fk
+        # Blocks launched per blockIdx.x: the blocks of a cluster along y (norm backward).
+        launched, _ = fk.launch.launch_dims(inputs)
+        per_x = launched[1] * launched[2]
+        grid = getattr(fk.params, "grid", None)
+        if not grid or grid * per_x <= fit:
+            return fk
+        clone, mapping = scheduling_clone(self.fusion)
+        params = dataclasses.replace(fk.params, grid=max(1, fit // per_x))
+        fitted = self._kernel_for(sched, params, index_type, clone, mapping,
+                                  cache_facts=cache_facts)
+        if fk.cache_key is not None:
+            from .kernel_cache import store_plan
+            store_plan(fk.cache_key, fitted.module, fitted.launch, sched.NAME, index_type,
+                       fitted_grid=params.grid)
+        return fitted
+
     @staticmethod
-    def _resident_blocks(fk, bindings, device):
+    def _resident_blocks(fk, inputs, device):
         """For a grid-synchronizing (cooperative) kernel, the blocks that fit on the GPU at once
         (its real occupancy times the SMs; with clusters, the clusters that fit at once times
         their size, since a GPC takes whole clusters only); None for other kernels."""
-        if not fk.kernel.launch.cooperative:
+        launch = fk.launch
+        if not launch.cooperative:
             return None
         from .device import get_device_properties
         from .launch import cluster_occupancy, occupancy
-        _, block = fk.launch_dims(fk.bind(bindings))
-        smem = int(fk.kernel.launch.shared_mem_dynamic or 0)
-        cluster = fk.kernel.launch.cluster
+        _, block = launch.launch_dims(inputs)
+        smem = launch.shared_mem_bytes
+        cluster = launch.cluster
         size = cluster[0] * cluster[1] * cluster[2] if cluster else 1
         if size > 1:
             return cluster_occupancy(fk.loaded(device.index or 0), block, smem, cluster) * size
@@ -417,17 +531,9 @@ class FusionExecutorCache:
         choose widths that hold; a reused kernel or a forced heuristic is checked here, before
         any launch, instead of reading out of bounds or the wrong elements."""
         from ..schedule.schedulers.base import InputFacts, input_vector_problems
-        for p in fk.kernel.params:
-            if p.source[0] != "input":
-                continue
-            width = fk.kernel.vector_widths.get(p.buffer.name, 1)
-            if width == 1:
-                continue
-            k = p.source[1]
+        for k, width, dim in fk.launch.vector_reads:
             x, v = inputs[k], self.fusion.inputs[k]
             facts = InputFacts(tuple(x.shape), tuple(x.stride()), _alignment(x.data_ptr()))
-            read = fk.kernel.fusion.inputs[k].domain
-            dim = None if read.contiguous_dim is None else read.logical.index(read.contiguous_dim)
             bad = input_vector_problems(v, facts, width, dim)
             if bad:
                 raise ValueError(
@@ -439,12 +545,10 @@ class FusionExecutorCache:
         through a tensor map, must keep the copy's rules (16-byte aligned rows, contiguous):
         checked before launch, since a reused kernel may meet other strides than the heuristic
         saw."""
+        from ..kir.nodes import RowBoxMap
         from ..schedule.tma_rules import check_bulk_rows
         from .tensor_map import row_box_problems
-        for p in fk.kernel.params:
-            if p.source[0] != "input" or p.buffer.name not in fk.kernel.bulk_sources:
-                continue
-            k = p.source[1]
+        for k in fk.launch.bulk_inputs:
             x = inputs[k]
             bad = check_bulk_rows(list(x.shape), list(x.stride()), _alignment(x.data_ptr()),
                                   x.element_size())
@@ -452,7 +556,10 @@ class FusionExecutorCache:
                 raise ValueError(f"{self.name}: input {k} (T{self.fusion.inputs[k].name}) cannot "
                                  f"be copied row by row with TMA as heuristic {fk.params!r} "
                                  "asks: " + "; ".join(bad))
-        for row_map in fk.kernel.tensor_maps.values():
+        for src in fk.launch.param_sources:
+            if src[0] != "tmap":
+                continue
+            row_map = RowBoxMap(*src[1:])
             bad = row_box_problems(inputs[row_map.input], row_map)
             if bad:
                 raise ValueError(f"{self.name}: input {row_map.input} "
@@ -461,10 +568,14 @@ class FusionExecutorCache:
                                  "asks: " + "; ".join(bad))
 
     def _plan_for(self, fk, inputs, bindings, out_sizes, device, choice):
-        cb = fk.bind(bindings)
-        grid, block = fk.launch_dims(cb)
-        if fk.kernel.launch.cooperative:
-            fit = self._resident_blocks(fk, bindings, device)
+        """The launch of `fk` for this signature, from its launch description alone (the same
+        for a kernel built here and one loaded from disk)."""
+        from ..kir.launch import evaluate as launch_value
+        from ..kir.nodes import RowBoxMap
+        launch = fk.launch
+        grid, block = launch.launch_dims(inputs)
+        if launch.cooperative:
+            fit = self._resident_blocks(fk, inputs, device)
             blocks = grid[0] * grid[1] * grid[2]
             if blocks > fit:
                 raise RuntimeError(
@@ -474,69 +585,56 @@ class FusionExecutorCache:
         from ..ir.dtype import to_torch
         out_specs = [(tuple(sz), tuple(output_strides(o, sz)), to_torch(o.dtype))
                      for o, sz in zip(self.fusion.outputs, out_sizes)]
-        values, ptr_slots, scalar_slots, tmap_slots = [], [], [], []
-        intermediates = {b.name for b, kind in fk.kernel.workspaces if kind == "intermediate"}
+        values, ptr_slots, scalar_slots, tmap_slots, workspaces = [], [], [], [], []
         workspace_bytes = 0
-        for pos, p in enumerate(fk.kernel.params):
-            src = p.source
-            if src[0] in ("input", "output"):
-                ptr_slots.append((pos, src[0], src[1]))
+        for pos, src in enumerate(launch.param_sources):
+            tag = src[0]
+            if tag in ("input", "output"):
+                ptr_slots.append((pos, tag, src[1]))
                 values.append(0)
-            elif src[0] == "stride":
+            elif tag == "stride":
                 _, role, k, d = src
                 if role == "input":
                     values.append(int(inputs[k].stride(d)))
                 else:
                     values.append(int(out_specs[k][1][d]))
-            elif src[0] == "extent":
-                values.append(int(S.evaluate(src[1], dict(cb))))
-            elif src[0] == "scalar":
+            elif tag == "value":
+                values.append(int(launch_value(src[1], inputs)))
+            elif tag == "scalar":
                 scalar_slots.append((pos, src[1]))
                 values.append(0)
-            elif src[0] == "workspace":
-                buf = self._workspace(fk, p, cb, grid, block, device)
+            elif tag == "workspace":
+                buf = self._workspace(fk, src[1], inputs, grid, block, device)
+                workspaces.append(buf)
                 values.append(buf.data_ptr())
-                if p.name in intermediates:
+                if launch.workspaces[src[1]][0] == "intermediate":
                     workspace_bytes += 2 * buf.numel() * buf.element_size()
-            elif src[0] == "tmap":
-                tmap_slots.append((pos, src[1]))
+            elif tag == "tmap":
+                tmap_slots.append((pos, RowBoxMap(*src[1:])))
                 values.append(bytes(128))
             else:
                 raise RuntimeError(f"unknown parameter source {src}")
-        cluster = fk.kernel.launch.cluster
         info = RunInfo("kernels", (fk.scheduler,), 1, choice.reason, (fk.params,), (fk.name,),
-                       workspace_bytes, (tuple(cluster) if cluster else None,), backend="cuda")
+                       workspace_bytes, (launch.cluster,), backend="cuda")
         return _KernelPlan(fk, device, grid, block, values, ptr_slots, scalar_slots, out_specs,
                            info, poison=bool(opts.current().is_enabled("poison_outputs")),
-                           tmap_slots=tmap_slots)
+                           tmap_slots=tmap_slots, workspaces=workspaces)
 
-    def _workspace(self, fk, param, clone_bindings, grid, block, device):
-        """Global scratch of a kernel for one launch shape, kept for the plan's lifetime.
+    @staticmethod
+    def _workspace(fk, w, inputs, grid, block, device):
+        """Global scratch `w` of a kernel for one launch shape, owned by the plan.
 
         Grid-reduction data: one slot per thread and grouped value of every block. Semaphores:
         one counter per block, zeroed here once; kernels leave them at zero when they finish.
         """
         import torch
 
-        from ..ir.dtype import to_torch
-        from ..kir import nodes as K
-        kind = dict((b.name, k) for b, k in fk.kernel.workspaces)[param.name]
-        blocks = grid[0] * grid[1] * grid[2]
-        if kind == "intermediate":
-            n = max(1, int(S.evaluate(fk.workspace_size_scalar(param.name), dict(clone_bindings))))
-            buf = torch.empty(n, dtype=to_torch(param.buffer.dtype), device=device)
-            self._scratch.append(buf)
-            return buf
+        from ..ir.dtype import DataType, to_torch
+        kind, dtype, _ = fk.launch.workspaces[w]
+        n = fk.launch.workspace_elements(w, inputs, grid, block)
         if kind == "semaphore":
-            sem = torch.zeros(blocks, dtype=torch.int32, device=device)
-            self._scratch.append(sem)
-            return sem
-        count = max((s.values[0].vector for s in K.walk(fk.kernel.body)
-                     if isinstance(s, K.GridReduce) and s.workspace.name == param.name), default=1)
-        n = blocks * block[0] * block[1] * block[2] * count
-        buf = torch.empty(n, dtype=to_torch(param.buffer.dtype), device=device)
-        self._scratch.append(buf)
-        return buf
+            return torch.zeros(n, dtype=torch.int32, device=device)
+        return torch.empty(n, dtype=to_torch(DataType[dtype]), device=device)
 
     # Introspection -----------------------------------------------------------------------------
     def kernels(self) -> list:

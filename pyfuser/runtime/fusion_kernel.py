@@ -1,9 +1,12 @@
 """A compiled kernel for a scheduled fusion, and what it needs at launch.
 
-Everything decided at compile time lives here: the kernel's parameters and where each value
-comes from, the launch dimensions as expressions of the symbolic extents, and the text of every
+Everything decided at compile time lives here: the launch description lowering stated
+(kir/launch.py: parameters and where each value comes from, grid, block, workspaces, shared
+memory, cooperative, cluster, as expressions over the call's inputs), and the text of every
 stage (fusion IR, scheduled IR, heuristics, kernel IR, CUDA, ptxas) so `explain`, dumps and
-tests can show them.
+tests can show them. A kernel loaded from the disk cache (`from_cache_entry`) has the
+launch description, the cubin and the CUDA text, but no fusion or kernel IR: the executor
+launches from the description alone.
 """
 from __future__ import annotations
 
@@ -16,7 +19,6 @@ from ..kir.printer import kernel_str
 from ..lower import lower
 
 ARCH = "sm_90a"
-_PARAM_KIND = {"ptr": "ptr", "int64": "i64", "float": "f32", "double": "f64", "bool": "i32"}
 
 
 @dataclasses.dataclass(eq=False)
@@ -25,14 +27,18 @@ class FusionKernel:
     scheduler: str
     params: object                 # the heuristic dataclass
     index_type: str
-    fusion: object                 # the scheduled clone
-    kernel: object                 # kir Kernel
+    fusion: object                 # the scheduled clone (None when loaded from disk)
+    kernel: object                 # kir Kernel (None when loaded from disk)
     source: str
+    launch: object = None          # kir.launch.LaunchDescription
     module: object = None          # CompiledModule (None until compiled)
     compile_source: str = ""       # "memory" | "disk" | "compiled"
     stages: dict = dataclasses.field(default_factory=dict)
     clone_of: dict = dataclasses.field(default_factory=dict)   # id(original Val) -> clone Val
     _loaded: dict = dataclasses.field(default_factory=dict)
+    # The key of the kernel cache (runtime/kernel_cache.plan_key) this kernel was built or
+    # loaded under, computed before scheduling; None when it is not stored on disk.
+    cache_key: str | None = None
 
     def bind(self, bindings: dict) -> dict:
         """The original fusion's extent bindings as bindings of this kernel's clone."""
@@ -40,13 +46,7 @@ class FusionKernel:
 
     @property
     def param_kinds(self) -> list[str]:
-        out = []
-        for p in self.kernel.params:
-            if p.kind == "index":
-                out.append("i32" if self.index_type == "int" else "i64")
-            else:
-                out.append(_PARAM_KIND.get(p.kind, p.kind))
-        return out
+        return list(self.launch.param_kinds)
 
     def loaded(self, device_index: int):
         k = self._loaded.get(device_index)
@@ -54,18 +54,6 @@ class FusionKernel:
             from .launch import load
             k = self._loaded[device_index] = load(self.module, device_index)
         return k
-
-    def workspace_size_scalar(self, name: str):
-        """Elements of a global intermediate, as an expression of the clone's extents."""
-        from ..ir import scalar as S
-        for b, kind in self.kernel.workspaces:
-            if b.name == name and b.tv is not None:
-                n = S.as_scalar(1)
-                for i in b.tv.domain.logical_no_reductions:
-                    if not i.is_broadcast:
-                        n = S.mul(n, i.extent)
-                return n
-        raise KeyError(name)
 
     def launch_dims(self, bindings: dict) -> tuple[tuple, tuple]:
         """(grid, block) for the clone's extents bound in `bindings` (clone Scalar -> int)."""
@@ -86,11 +74,11 @@ def build_kernel(fusion, scheduler, params, index_type: str, name: str,
     # Dumped before lowering: a schedule that fails to lower is the one worth reading.
     for stage, text in (("scheduled_ir", scheduled), ("transforms", transforms)):
         opts.dump(stage, name, text)
-    kernel = lower(fusion, name, index_type=index_type)
-    kernel.streaming_loads = bool(opts.current().is_enabled("streaming_loads"))
+    kernel = lower(fusion, name, index_type=index_type,
+                   streaming_loads=bool(opts.current().is_enabled("streaming_loads")))
     source = generate_cuda(kernel)
     fk = FusionKernel(name, scheduler.NAME, params, index_type, fusion, kernel, source,
-                      clone_of=clone_of or {})
+                      launch=kernel.launch_description, clone_of=clone_of or {})
     fk.stages = {
         "fusion_ir": before, "scheduled_ir": scheduled, "transforms": transforms,
         "heuristics": params.describe() if hasattr(params, "describe") else repr(params),
@@ -108,4 +96,19 @@ def compile_kernel(fk: FusionKernel) -> FusionKernel:
     fk.module, fk.compile_source = get_or_compile(fk.source, fk.name, arch=ARCH)
     fk.stages["ptxas"] = fk.module.ptxas.summary() + "\n" + "\n".join(fk.module.ptxas.warnings)
     opts.dump("ptxas", fk.name, fk.stages["ptxas"])
+    return fk
+
+
+def from_cache_entry(entry, params) -> FusionKernel:
+    """A kernel loaded from the disk cache (kernel_cache.PlanEntry): its heuristic is `params`
+    as computed for this call, with the grid the stored kernel was fitted to (the executor's
+    fit step, `_fit_cooperative_grid`, may have lowered it before the kernel was stored)."""
+    if entry.fitted_grid is not None:
+        params = dataclasses.replace(params, grid=entry.fitted_grid)
+    fk = FusionKernel(entry.module.kernel_name, entry.scheduler, params, entry.index_type,
+                      None, None, entry.module.source, launch=entry.launch, module=entry.module,
+                      compile_source="disk", cache_key=entry.key)
+    fk.stages = {"heuristics": params.describe() if hasattr(params, "describe") else repr(params),
+                 "cuda": fk.source,
+                 "ptxas": fk.module.ptxas.summary() + "\n" + "\n".join(fk.module.ptxas.warnings)}
     return fk

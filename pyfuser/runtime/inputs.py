@@ -188,7 +188,8 @@ def heuristic_info(fusion, inputs, device_props, alignment: int = 16):
     cb = {mapping[id(k)]: v for k, v in bindings.items() if id(k) in mapping}
     facts = tuple(InputFacts(tuple(x.shape), tuple(x.stride()), alignment)
                   if isinstance(x, torch.Tensor) else None for x in inputs)
-    return clone, RuntimeInfo(cb, facts_per_input(clone, facts), device_props)
+    from .. import options
+    return clone, RuntimeInfo(cb, facts_per_input(clone, facts), device_props, options.current())
 
 
 def _extent_sources(fusion) -> dict:

@@ -4,6 +4,22 @@ Why on disk: NVRTC + ptxas take tens to hundreds of milliseconds per kernel, and
 a training job recompiles the same kernels in every process. Why the key holds the NVRTC version,
 arch, options and pyfuser version: any of them changes the cubin or its report.
 
+Two kinds of entry, one file format:
+
+* by CUDA text (`get_or_compile`): a cubin for a source. Reached only after scheduling,
+  lowering and printing; it saves NVRTC when two schedules print the same source.
+* by plan key (`plan_key`, `load_plan`, `store_plan`): computed by the executor *before*
+  scheduling, from the fusion's canonical serialization (ir/fingerprint.py), the signature
+  class of the call, the scheduler and its heuristic, the index type, the options, the
+  device-table entry, the NVRTC version and a hash of pyfuser's own source files
+  (`source_hash`: a changed checkout never loads a stale kernel). The entry holds the cubin and
+  the kernel's launch description (kir/launch.py), so a hit launches with no scheduling,
+  lowering or CUDA printing.
+
+Bounds: the in-memory dict keeps the MEMORY_ENTRIES modules used last; the directory keeps
+at most PYFUSER_CACHE_MAX_MB (default 2048 MB): after each write, the files used least
+recently (a hit refreshes a file's modification time) are removed until it fits.
+
 A disk entry is one file: a header, JSON metadata (names, options, NVRTC log, source), the
 cubin, and a SHA-256 of everything before it. A file that is truncated, corrupt, from another
 format version, or holds a different source (a hash collision, however unlikely) is a miss and
@@ -14,6 +30,7 @@ see either the old file or the complete new one.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -21,6 +38,7 @@ import struct
 import tempfile
 import threading
 import warnings
+from collections import OrderedDict
 from pathlib import Path
 
 from .nvrtc import CompiledModule, compile_to_cubin, nvrtc_version, parse_ptxas_log
@@ -32,6 +50,11 @@ __all__ = [
     "get_or_compile",
     "clear_memory_cache",
     "entry_path",
+    "plan_key",
+    "load_plan",
+    "store_plan",
+    "source_hash",
+    "PlanEntry",
 ]
 
 _MAGIC = b"PYFUSER-KERNEL\x00\x01"
@@ -39,7 +62,9 @@ _FORMAT_VERSION = 1
 _HEADER = struct.Struct("<16sQQ")  # magic, metadata length, cubin length
 _DIGEST_BYTES = 32
 
-_memory: dict[str, CompiledModule] = {}
+# Compiled modules by key, the most recently used last.
+MEMORY_ENTRIES = 256
+_memory: OrderedDict[str, CompiledModule] = OrderedDict()
 _memory_lock = threading.Lock()
 
 
@@ -87,8 +112,9 @@ def entry_path(key: str) -> Path:
 # ---------------------------------------------------------------------------------------------
 
 
-def _serialize(module: CompiledModule) -> bytes:
+def _serialize(module: CompiledModule, plan: dict | None = None) -> bytes:
     meta = {
+        "plan": plan,
         "kernel_name": module.kernel_name,
         "entry_name": module.entry_name,
         "nvrtc_version": list(module.nvrtc_version),
@@ -104,6 +130,11 @@ def _serialize(module: CompiledModule) -> bytes:
 
 def _deserialize(data: bytes) -> CompiledModule | None:
     """The module stored in ``data``, or None if the bytes are not one intact entry."""
+    found = _deserialize_with_meta(data)
+    return None if found is None else found[0]
+
+
+def _deserialize_with_meta(data: bytes) -> tuple[CompiledModule, dict] | None:
     if len(data) < _HEADER.size + _DIGEST_BYTES:
         return None
     body, digest = data[:-_DIGEST_BYTES], data[-_DIGEST_BYTES:]
@@ -124,7 +155,7 @@ def _deserialize(data: bytes) -> CompiledModule | None:
         log=meta["log"],
         source=meta["source"],
         entry_name=meta["entry_name"],
-    )
+    ), meta
 
 
 # ---------------------------------------------------------------------------------------------
@@ -143,18 +174,58 @@ def _read_entry(path: Path, source: str, kernel_name: str) -> CompiledModule | N
         return None
     if module is None or module.source != source or module.kernel_name != kernel_name:
         return None
+    _touch(path)
     return module
 
 
-def _write_entry(path: Path, module: CompiledModule) -> None:
+def _touch(path: Path) -> None:
+    """Mark an entry used now: eviction removes the entries used least recently."""
+    try:
+        os.utime(path)
+    except OSError:
+        pass
+
+
+def _max_bytes() -> int:
+    from .. import options
+    return int(options.setting("cache_max_bytes"))
+
+
+def _evict(limit: int) -> None:
+    """Remove the entries used least recently until the directory holds at most `limit` bytes
+    of entries (concurrent writers may remove the same file: never an error)."""
+    root = cache_dir() / "kernels"
+    entries = []
+    try:
+        for path in root.glob("*/*.pfk"):
+            try:
+                st = path.stat()
+            except OSError:
+                continue
+            entries.append((st.st_mtime_ns, st.st_size, path))
+    except OSError:
+        return
+    total = sum(size for _, size, _ in entries)
+    for _, size, path in sorted(entries, key=lambda e: e[0]):
+        if total <= limit:
+            break
+        try:
+            path.unlink()
+        except OSError:
+            pass
+        total -= size
+
+
+def _write_entry(path: Path, module: CompiledModule, plan: dict | None = None) -> None:
     tmp_name = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp_name = tempfile.mkstemp(prefix=".tmp-", suffix=".pfk", dir=path.parent)
         with os.fdopen(fd, "wb") as handle:
-            handle.write(_serialize(module))
+            handle.write(_serialize(module, plan))
         os.replace(tmp_name, path)
         tmp_name = None
+        _evict(_max_bytes())
     except OSError as error:
         warnings.warn(f"pyfuser: could not write kernel cache entry {path}: {error}", stacklevel=3)
     finally:
@@ -175,6 +246,15 @@ def clear_memory_cache() -> None:
         _memory.clear()
 
 
+def _remember(key: str, module: CompiledModule) -> CompiledModule:
+    with _memory_lock:
+        module = _memory.setdefault(key, module)
+        _memory.move_to_end(key)
+        while len(_memory) > MEMORY_ENTRIES:
+            _memory.popitem(last=False)
+    return module
+
+
 def get_or_compile(
     source: str,
     kernel_name: str,
@@ -187,6 +267,8 @@ def get_or_compile(
     key = cache_key(source, kernel_name, arch=arch, options=options)
     with _memory_lock:
         module = _memory.get(key)
+        if module is not None:
+            _memory.move_to_end(key)
     if module is not None:
         return module, "memory"
     use_disk = disk_cache_enabled()
@@ -198,6 +280,85 @@ def get_or_compile(
         kind = "compiled"
         if use_disk:
             _write_entry(path, module)
-    with _memory_lock:
-        module = _memory.setdefault(key, module)
-    return module, kind
+    return _remember(key, module), kind
+
+
+# ---------------------------------------------------------------------------------------------
+# Entries keyed before scheduling
+# ---------------------------------------------------------------------------------------------
+
+_source_hash: str | None = None
+
+
+def source_hash() -> str:
+    """SHA-256 of pyfuser's own source files (Python and the CUDA device library), computed
+    once per process: any change to the checkout changes every plan key."""
+    global _source_hash
+    if _source_hash is None:
+        root = Path(__file__).resolve().parents[1]
+        h = hashlib.sha256()
+        for path in sorted(p for p in root.rglob("*") if p.suffix in (".py", ".cuh", ".h")):
+            h.update(path.relative_to(root).as_posix().encode() + b"\0")
+            h.update(path.read_bytes() + b"\0")
+        _source_hash = h.hexdigest()
+    return _source_hash
+
+
+def plan_key(fields: dict) -> str:
+    """The key of a kernel for `fields` (what the executor knows before scheduling: the fusion's
+    canonical text, the signature class, scheduler, heuristic, index type, options, device
+    entry), with the format version, the NVRTC version and pyfuser's source hash added."""
+    whole = dict(fields, format=_FORMAT_VERSION, nvrtc=list(nvrtc_version()),
+                 pyfuser_source=source_hash(), kind="plan")
+    return hashlib.sha256(json.dumps(whole, sort_keys=True, default=repr).encode()).hexdigest()
+
+
+@dataclasses.dataclass(frozen=True)
+class PlanEntry:
+    """A kernel stored under a plan key: everything a launch needs besides the call's inputs."""
+
+    key: str
+    module: CompiledModule
+    launch: object                 # kir.launch.LaunchDescription
+    scheduler: str
+    index_type: str
+    fitted_grid: int | None        # the grid the executor's fit step lowered the heuristic's to
+
+
+def load_plan(key: str) -> PlanEntry | None:
+    """The entry stored under `key`, or None (disk cache off, missing, damaged, or another
+    key's file); never raises."""
+    from ..kir.launch import LaunchDescription
+    if not disk_cache_enabled():
+        return None
+    path = entry_path(key)
+    try:
+        found = _deserialize_with_meta(path.read_bytes())
+    except (OSError, ValueError, KeyError, TypeError, struct.error, UnicodeDecodeError):
+        return None
+    if found is None:
+        return None
+    module, meta = found
+    plan = meta.get("plan")
+    try:
+        if not plan or plan["key"] != key:
+            return None
+        entry = PlanEntry(key, module, LaunchDescription.from_json(plan["launch"]),
+                          plan["scheduler"], plan["index_type"], plan["fitted_grid"])
+    except (KeyError, TypeError, ValueError):
+        return None
+    _touch(path)
+    _remember(cache_key(module.source, module.kernel_name, arch=module.arch,
+                        options=module.options), module)
+    return entry
+
+
+def store_plan(key: str, module: CompiledModule, launch, scheduler: str, index_type: str,
+               fitted_grid: int | None = None) -> None:
+    """Store a compiled kernel and its launch description under `key` (atomic; a failed write
+    warns and is otherwise ignored)."""
+    if not disk_cache_enabled():
+        return
+    plan = {"key": key, "launch": launch.to_json(), "scheduler": scheduler,
+            "index_type": index_type, "fitted_grid": fitted_grid}
+    _write_entry(entry_path(key), module, plan)

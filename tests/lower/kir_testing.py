@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import torch
 
+from pyfuser import options
 from pyfuser.ir.tensor import TensorView
 from pyfuser.kir import nodes as K
 from pyfuser.kir.printer import kernel_str
@@ -180,7 +181,7 @@ class Setup:
             for x, a in zip(inputs, aligns))
         self.device = get_device_properties(device)
         self.info = RuntimeInfo(self.bindings, facts_per_input(self.fusion, self.facts),
-                                self.device)
+                                self.device, options.current())
 
 
 def empty_inputs(name: str, M: int, N: int, dtype="bf16") -> list:
@@ -230,7 +231,7 @@ def forced_inner_persistent(fd, inputs, feature: str, **changes):
     ws_inner_persistent) forced on, then `changes` applied (stages without prefetch gets
     prefetch = stages - 1). Fails if the forced variant was not possible."""
     import dataclasses
-    from pyfuser import options
+
     from pyfuser.schedule.schedulers import inner_persistent as ip
     with options.override(enable=[feature]):
         st = setup(fd, inputs)

@@ -28,8 +28,12 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.fixture(autouse=True)
 def isolated_cache(tmp_path, monkeypatch):
+    from pyfuser import options as opts
     monkeypatch.setenv("PYFUSER_CACHE_DIR", str(tmp_path / "cache"))
-    return tmp_path / "cache"
+    opts.reload_environment()      # per-call options start from the environment read here
+    yield tmp_path / "cache"
+    monkeypatch.undo()
+    opts.reload_environment()
 
 
 # CPU inputs --------------------------------------------------------------------------------------

@@ -152,8 +152,8 @@ def _compile(name, M, N, **enable):
     pytest.importorskip("cuda.bindings.nvrtc")
     from pyfuser.runtime.fusion_kernel import build_kernel
     fd = catalogue.define(name)
-    st = setup(fd, empty_inputs(name, M, N))
-    with options.override(**enable):
+    with options.override(**enable):       # the heuristic reads them from st.info
+        st = setup(fd, empty_inputs(name, M, N))
         p = io.compute_heuristics(st.fusion, st.info)
     fk = build_kernel(st.fusion, io, p, "int", f"{name}_{N}")
     return p, fk

@@ -31,6 +31,14 @@ class RuntimeInfo:
     bindings: dict                 # symbolic extent Scalar -> int
     inputs: tuple                  # InputFacts or None (scalars), per fusion input
     device: object                 # DeviceProperties
+    # The pyfuser.options.Options of the call (the features a heuristic may be forced into or
+    # out of); None: the defaults. Heuristics read options here, never through
+    # options.current(): they are pure functions of the fusion and this record.
+    options: object = None
+
+    def feature(self, name: str):
+        """Forced on: True; forced off: False; else None (the heuristic decides)."""
+        return None if self.options is None else self.options.is_enabled(name)
 
     def extent(self, s) -> int:
         return int(S.evaluate(s, dict(self.bindings)))

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import dataclasses
 
-from ... import options
 from ...kir.registers import default_register_split
 from ...ir.id_graph import IdGraph
 from ...ir.iter_domain import ParallelType as PT
@@ -395,7 +394,7 @@ def choose_variant(fusion, info: RuntimeInfo, p: InnerOuterParams) -> InnerOuter
     """Multi-wave or warp-specialized. PYFUSER_ENABLE / DISABLE=ws_normalization (or a per-call
     option) forces the choice; a forced warp-specialized choice that is not possible says why
     and runs multi-wave. Otherwise WS_AUTO (measured on the H100) decides."""
-    forced = options.current().is_enabled("ws_normalization")
+    forced = info.feature("ws_normalization")
     n = p.row_extents[0]
     if forced is not False:
         ws, problems = warp_specialized_params(fusion, info, p)

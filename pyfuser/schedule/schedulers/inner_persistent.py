@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import dataclasses
 
-from ... import options
 from ...ir.exprs import LoadKind
 from ...ir.id_graph import IdGraph
 from ...ir.iter_domain import ParallelType as PT
@@ -276,13 +275,13 @@ def choose_variant(fusion, info: RuntimeInfo, p: InnerPersistentParams, n: int, 
     registers, so one runs only when PYFUSER_ENABLE=ws_inner_persistent or
     tma_inner_persistent (or a per-call option) asks for it and its rules hold; a forced choice
     that cannot run says why and keeps the register kernel."""
-    if options.current().is_enabled("ws_inner_persistent"):
+    if info.feature("ws_inner_persistent"):
         ws, problems = warp_specialized_variant(fusion, info, p, n, m, rpos)
         if ws is not None:
             return ws
         p = dataclasses.replace(p, reason="warp-specialized TMA forced on but not possible: "
                                 + "; ".join(problems))
-    forced = options.current().is_enabled("tma_inner_persistent")
+    forced = info.feature("tma_inner_persistent")
     if not forced:
         if p.reason:
             return dataclasses.replace(p, reason=p.reason + "; register rows instead")
@@ -291,7 +290,7 @@ def choose_variant(fusion, info: RuntimeInfo, p: InnerPersistentParams, n: int, 
                "for rows that fit registers: pipelined by 2-5%, warp-specialized by 1.5-27% "
                "(PYFUSER_ENABLE=tma_inner_persistent or ws_inner_persistent forces one)")
         return dataclasses.replace(p, reason=why)
-    tensor_map = bool(options.current().is_enabled("tma_tensor_map"))
+    tensor_map = bool(info.feature("tma_tensor_map"))
     rows, problems = _tma_rows(fusion, info, rpos, tensor_map)
     if problems and len(rpos) == 1:
         # A row the bulk copy cannot take may still be copied with cp.async, per thread.
@@ -417,7 +416,7 @@ def warp_specialized_variant(fusion, info: RuntimeInfo, p: InnerPersistentParams
     Compute threads are whole warp groups: WS_COMPUTE_THREADS by row bytes when a row takes
     at most 128 threads, else the row's threads; the producer rows along threadIdx.y are one
     warp group, or one row of threads when a row takes more than 128."""
-    tensor_map = bool(options.current().is_enabled("tma_tensor_map"))
+    tensor_map = bool(info.feature("tma_tensor_map"))
     rows, problems = _tma_rows(fusion, info, rpos, tensor_map)
     if not rows:
         problems = problems or ["no row input"]

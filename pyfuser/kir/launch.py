@@ -1,0 +1,107 @@
+"""A kernel's launch as plain data over the call's inputs: what the executor needs to launch a
+compiled kernel, with no fusion, schedule or kernel IR at hand.
+
+Lowering states it (`lower/launch.py`, `Kernel.launch_description`); codegen only prints; the
+executor evaluates it for each new input signature; the kernel cache stores it beside the
+cubin (JSON), so a kernel loaded from disk launches for any shape of its signature class
+without scheduling, lowering or printing CUDA.
+
+Expressions (grid, block, extent parameters, workspace sizes) are nested tuples:
+
+    7                         a constant
+    ("extent", k, d)          the size of dim d of input k (an expanded dim: its expanded size)
+    ("scalar", k)             the value of scalar input k
+    (op, a, b)                op one of add, sub, mul, div, ceilDiv, mod, max, min
+    ("unbound", "i3")         a runtime extent no input gives (evaluating it is an error)
+
+Parameter sources, one per kernel parameter:
+
+    ("input", k) / ("output", k)          the pointer of input / output k
+    ("stride", "input"|"output", k, d)    a stride, in elements
+    ("value", expr)                       an extent (index type)
+    ("scalar", k)                         scalar input k
+    ("workspace", w)                      the pointer of workspaces[w]
+    ("tmap", k, row_elements, inner, box_rows)   a tensor map over input k's rows (RowBoxMap)
+
+Workspaces: (kind, DataType name, elements). `elements` is an expression for "intermediate"
+(the global tensor's elements); for "grid_reduce_data" it is the values per thread (the buffer
+holds that many per thread of every block) and for "semaphore" it is 1 (one per block).
+"""
+from __future__ import annotations
+
+import dataclasses
+
+_OPS = {
+    "add": lambda a, b: a + b,
+    "sub": lambda a, b: a - b,
+    "mul": lambda a, b: a * b,
+    "div": lambda a, b: a // b,
+    "mod": lambda a, b: a % b,
+    "ceilDiv": lambda a, b: -(-a // b),
+    "max": max,
+    "min": min,
+}
+
+
+class UnboundExtent(KeyError):
+    """A launch expression names a runtime extent that no input of the call gives."""
+
+
+def evaluate(expr, inputs):
+    """The value of a launch expression for the call's `inputs` (tensors and scalars)."""
+    if not isinstance(expr, tuple):
+        return expr
+    tag = expr[0]
+    if tag == "extent":
+        return inputs[expr[1]].shape[expr[2]]
+    if tag == "scalar":
+        return inputs[expr[1]]
+    if tag == "unbound":
+        raise UnboundExtent(f"no input gives the runtime extent {expr[1]}")
+    return _OPS[tag](evaluate(expr[1], inputs), evaluate(expr[2], inputs))
+
+
+def _tuples(x):
+    """JSON lists back to the tuples the description holds."""
+    if isinstance(x, list):
+        return tuple(_tuples(v) for v in x)
+    return x
+
+
+@dataclasses.dataclass(frozen=True)
+class LaunchDescription:
+    param_kinds: tuple            # packing kind per parameter: ptr, i32, i64, f32, f64, tmap
+    param_sources: tuple          # per parameter, a source (module docstring)
+    grid: tuple                   # three expressions
+    block: tuple                  # three expressions
+    shared_mem_bytes: int         # dynamic shared memory
+    cooperative: bool             # a grid sync: every block resident (cuLaunchKernelEx)
+    cluster: tuple | None         # thread-block cluster dims, or None
+    workspaces: tuple = ()        # (kind, DataType name, elements)
+    # Runtime rules the kernel relies on, checked before a launch (a kernel reused across
+    # shapes, or a forced heuristic, may meet inputs its heuristic did not see):
+    vector_reads: tuple = ()      # (input k, width, logical dim read along or None)
+    bulk_inputs: tuple = ()       # inputs copied row by row with cp.async.bulk
+
+    def launch_dims(self, inputs) -> tuple[tuple, tuple]:
+        """(grid, block) of a launch with these inputs; each dim at least 1."""
+        grid = tuple(max(1, int(evaluate(g, inputs))) for g in self.grid)
+        block = tuple(max(1, int(evaluate(b, inputs))) for b in self.block)
+        return grid, block
+
+    def workspace_elements(self, w: int, inputs, grid, block) -> int:
+        kind, _, elements = self.workspaces[w]
+        blocks = grid[0] * grid[1] * grid[2]
+        if kind == "intermediate":
+            return max(1, int(evaluate(elements, inputs)))
+        if kind == "semaphore":
+            return blocks
+        return blocks * block[0] * block[1] * block[2] * elements
+
+    def to_json(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict) -> "LaunchDescription":
+        fields = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: _tuples(v) for k, v in data.items() if k in fields})

@@ -1,0 +1,367 @@
+"""Caches keyed before scheduling, and launches declared by lowering, on the CPU.
+
+The executor's CUDA path runs here up to the launch: NVRTC compiles, and a fake loaded kernel
+records each launch instead of calling the driver. A "new process" is a fresh
+FusionExecutorCache over a fresh definition with the in-memory module cache emptied."""
+import dataclasses
+import json
+import os
+
+import pytest
+import torch
+
+from pyfuser import FusionDefinition, catalogue
+from pyfuser import options as opts
+from pyfuser.ir import scalar as S
+from pyfuser.kir.launch import LaunchDescription
+from pyfuser.runtime import device as device_mod
+from pyfuser.runtime import fusion_kernel, kernel_cache
+from pyfuser.runtime.executor import FusionExecutorCache, _Target
+from pyfuser.runtime.inputs import check_inputs
+from pyfuser.schedule.schedulers import registry
+from pyfuser.schedule.schedulers.base import RuntimeInfo
+from pyfuser.schedule.schedulers.reduction import ReductionParams
+
+pytest.importorskip("cuda.bindings.nvrtc")
+
+H100 = device_mod.DEVICE_TABLE["h100"]
+
+
+@pytest.fixture(autouse=True)
+def isolated_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("PYFUSER_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("PYFUSER_DISABLE_DISK_CACHE", raising=False)
+    monkeypatch.delenv("PYFUSER_CACHE_MAX_MB", raising=False)
+    opts.reload_environment()         # per-call options start from the environment read here
+    kernel_cache.clear_memory_cache()
+    yield tmp_path / "cache"
+    kernel_cache.clear_memory_cache()
+    monkeypatch.undo()
+    opts.reload_environment()
+
+
+class FakeLoaded:
+    """Stands in for launch.LoadedKernel: records launches."""
+
+    def __init__(self):
+        self.launches = []
+
+    def check_layout(self, layout):
+        pass
+
+    def launch(self, grid, block, params, **kw):
+        self.launches.append((grid, block, params, kw))
+
+
+@pytest.fixture
+def fake_gpu(monkeypatch):
+    loaded = {}
+    monkeypatch.setattr(fusion_kernel.FusionKernel, "loaded",
+                        lambda self, index: loaded.setdefault(id(self), FakeLoaded()))
+    monkeypatch.setattr(device_mod, "get_device_properties", lambda *_: H100)
+    return loaded
+
+
+def plan(fd, inputs, options=None):
+    """The executor's plan for `inputs` as on an H100, built up to the launch."""
+    if fd._executor is None:
+        fd._executor = FusionExecutorCache(fd.fusion, name=fd.name)
+    bindings = check_inputs(fd.fusion, inputs)
+    target = _Target(H100, torch.device("cpu"))
+    with opts.override(dict({"disable": ["reference_fallback"]}, **(options or {}))):
+        return fd._executor._guarded_kernel_plan(inputs, bindings, registry.choose(fd.fusion),
+                                                 target, opts.current())
+
+
+def new_process():
+    """What a new process has: no compiled modules in memory (and fresh executors)."""
+    kernel_cache.clear_memory_cache()
+
+
+class Builds:
+    """Counts kernels built (scheduled, lowered, printed, compiled)."""
+
+    def __init__(self, monkeypatch):
+        self.count = 0
+        real = fusion_kernel.build_kernel
+
+        def counting(*a, **kw):
+            self.count += 1
+            return real(*a, **kw)
+        monkeypatch.setattr(fusion_kernel, "build_kernel", counting)
+
+
+def _forbid_building(monkeypatch):
+    def forbidden(*a, **kw):
+        raise AssertionError("scheduled, lowered or printed on a disk hit")
+    monkeypatch.setattr(fusion_kernel, "build_kernel", forbidden)
+    monkeypatch.setattr(fusion_kernel, "lower", forbidden)
+    monkeypatch.setattr(fusion_kernel, "generate_cuda", forbidden)
+    for sched in registry.SCHEDULERS:
+        monkeypatch.setattr(sched, "schedule", forbidden)
+
+
+def _static_values(p):
+    """A plan's parameter values without the pointers (which differ per allocation)."""
+    return [v for v, src in zip(p.values, p.fk.launch.param_sources)
+            if src[0] not in ("input", "output", "workspace")]
+
+
+# The disk cache, keyed before scheduling --------------------------------------------------------
+@pytest.mark.parametrize("name, dtype", [("rmsnorm_fwd", "bf16"), ("silu_mul", "fp32")])
+def test_a_new_process_launches_from_disk_without_scheduling(monkeypatch, fake_gpu, name, dtype):
+    first = catalogue.define(name, dtype)
+    inputs = catalogue.make_inputs(name, 64, 1024, dtype, seed=0)
+    built = plan(first, inputs)
+    assert built.fk.compile_source == "compiled" and built.fk.cache_key is not None
+    new_process()
+    _forbid_building(monkeypatch)
+    again = catalogue.define(name, dtype)               # an equal definition, defined again
+    loaded = plan(again, inputs)
+    fk = loaded.fk
+    assert fk.compile_source == "disk" and fk.kernel is None and fk.fusion is None
+    assert fk.module.cubin == built.fk.module.cubin and fk.params == built.fk.params
+    assert (loaded.grid, loaded.block) == (built.grid, built.block)
+    assert _static_values(loaded) == _static_values(built)
+    assert loaded.run_info.heuristics == built.run_info.heuristics
+    outs = loaded.run(inputs)
+    (grid, block, packed, kw) = fake_gpu[id(fk)].launches[-1]
+    assert (grid, block) == (built.grid, built.block) and len(packed) == loaded.layout.size
+    assert [tuple(o.shape) for o in outs] == [tuple(o.shape) for o in built.run(inputs)]
+    # Another shape of the same signature class: launched from the same stored kernel.
+    other = catalogue.make_inputs(name, 96, 1024, dtype, seed=0)
+    assert plan(catalogue.define(name, dtype), other).fk.module.cubin == fk.module.cubin
+
+
+def _misses(monkeypatch, fd_a, ins_a, fd_b, ins_b, options_b=None) -> bool:
+    builds = Builds(monkeypatch)
+    plan(fd_a, ins_a)
+    new_process()
+    before = builds.count
+    plan(fd_b, ins_b, options_b)
+    return builds.count > before
+
+
+def test_an_equal_signature_and_fusion_hits(monkeypatch, fake_gpu):
+    ins = catalogue.make_inputs("silu_mul", 32, 512, "bf16", seed=0)
+    same = [x.clone() for x in ins]
+    assert not _misses(monkeypatch, catalogue.define("silu_mul", "bf16"), ins,
+                       catalogue.define("silu_mul", "bf16"), same)
+
+
+def test_a_changed_option_misses(monkeypatch, fake_gpu):
+    ins = catalogue.make_inputs("silu_mul", 32, 512, "bf16", seed=0)
+    assert _misses(monkeypatch, catalogue.define("silu_mul", "bf16"), ins,
+                   catalogue.define("silu_mul", "bf16"), ins, {"enable": ["streaming_loads"]})
+
+
+def test_a_changed_dtype_misses(monkeypatch, fake_gpu):
+    assert _misses(monkeypatch, catalogue.define("silu_mul", "bf16"),
+                   catalogue.make_inputs("silu_mul", 32, 512, "bf16", seed=0),
+                   catalogue.define("silu_mul", "fp16"),
+                   catalogue.make_inputs("silu_mul", 32, 512, "fp16", seed=0))
+
+
+def test_a_changed_alignment_misses(monkeypatch, fake_gpu):
+    ins = catalogue.make_inputs("silu_mul", 32, 512, "bf16", seed=0)
+    shifted = []
+    for x in ins:
+        base = torch.empty(x.numel() + 1, dtype=x.dtype)
+        shifted.append(base[1:].view(x.shape))           # 2 bytes off 16
+    assert _misses(monkeypatch, catalogue.define("silu_mul", "bf16"), ins,
+                   catalogue.define("silu_mul", "bf16"), shifted)
+
+
+def test_a_changed_fusion_misses(monkeypatch, fake_gpu):
+    def define(op):
+        with FusionDefinition() as fd:
+            x = fd.define_tensor([-1, -1])
+            fd.add_output(getattr(fd.ops, op)(x))
+        return fd
+    x = [torch.randn(8, 256)]
+    assert not _misses(monkeypatch, define("exp"), x, define("exp"), x)
+    assert _misses(monkeypatch, define("exp"), x, define("neg"), x)
+
+    def define_constant(c):
+        with FusionDefinition() as fd:
+            x = fd.define_tensor([-1, -1])
+            fd.add_output(fd.ops.mul(x, fd.define_scalar(c)))
+        return fd
+    assert _misses(monkeypatch, define_constant(2.0), x, define_constant(3.0), x)
+
+
+def test_a_changed_pyfuser_source_misses(monkeypatch, fake_gpu):
+    ins = catalogue.make_inputs("silu_mul", 32, 512, "bf16", seed=0)
+    builds = Builds(monkeypatch)
+    plan(catalogue.define("silu_mul", "bf16"), ins)
+    new_process()
+    monkeypatch.setattr(kernel_cache, "_source_hash", "a different checkout")
+    plan(catalogue.define("silu_mul", "bf16"), ins)
+    assert builds.count == 2
+
+
+def test_a_dump_of_a_build_stage_builds_instead_of_loading(monkeypatch, fake_gpu, capsys):
+    ins = catalogue.make_inputs("silu_mul", 32, 512, "bf16", seed=0)
+    builds = Builds(monkeypatch)
+    plan(catalogue.define("silu_mul", "bf16"), ins)
+    new_process()
+    plan(catalogue.define("silu_mul", "bf16"), ins, {"dump": ["cuda"]})
+    assert builds.count == 2 and "===== cuda: silu_mul_pointwise_0" in capsys.readouterr().err
+
+
+def test_the_source_hash_covers_pyfuser_files(monkeypatch, tmp_path):
+    monkeypatch.setattr(kernel_cache, "_source_hash", None)
+    h = kernel_cache.source_hash()
+    assert len(h) == 64 and kernel_cache.source_hash() is h
+
+
+def test_a_damaged_or_foreign_plan_entry_is_a_miss(monkeypatch, fake_gpu):
+    ins = catalogue.make_inputs("silu_mul", 32, 512, "bf16", seed=0)
+    fk = plan(catalogue.define("silu_mul", "bf16"), ins).fk
+    path = kernel_cache.entry_path(fk.cache_key)
+    assert kernel_cache.load_plan(fk.cache_key) is not None
+    assert kernel_cache.load_plan("0" * 64) is None
+    path.write_bytes(path.read_bytes()[:-5])
+    assert kernel_cache.load_plan(fk.cache_key) is None
+
+
+def test_disk_cache_off_stores_nothing(monkeypatch, fake_gpu, isolated_cache):
+    monkeypatch.setenv("PYFUSER_DISABLE_DISK_CACHE", "1")
+    opts.reload_environment()
+    fk = plan(catalogue.define("silu_mul", "bf16"),
+              catalogue.make_inputs("silu_mul", 32, 512, "bf16", seed=0)).fk
+    assert fk.cache_key is None and not list(isolated_cache.rglob("*.pfk"))
+
+
+def test_a_fitted_cooperative_kernel_is_stored_under_the_first_key(monkeypatch, fake_gpu):
+    """Norm backward: the grid sync needs every block resident; the executor fits the grid to
+    the compiled kernel's occupancy and stores the fitted kernel under the key the heuristic's
+    grid gave, so a new process loads it and launches without rescheduling."""
+    from pyfuser.runtime import launch as launch_mod
+    monkeypatch.setattr(launch_mod, "occupancy", lambda kernel, threads, smem: 1)
+    fd = catalogue.define("rmsnorm_bwd", "fp32")
+    ins = catalogue.make_inputs("rmsnorm_bwd", 4096, 1024, "fp32", seed=0)
+    builds = Builds(monkeypatch)
+    first = plan(fd, ins)
+    assert builds.count == 2 and first.fk.params.grid == H100.sm_count
+    new_process()
+    _forbid_building(monkeypatch)
+    again = plan(catalogue.define("rmsnorm_bwd", "fp32"), ins)
+    assert again.fk.compile_source == "disk" and again.fk.params == first.fk.params
+    assert again.grid == first.grid and _static_values(again) == _static_values(first)
+    assert [b.numel() for b in again.workspaces] == [b.numel() for b in first.workspaces]
+
+
+# Launch description --------------------------------------------------------------------------
+def _old_launch(fk, inputs):
+    """Grid, block and extent parameters as the executor computed them from the kernel IR and
+    the fusion before launches were declared by lowering."""
+    cb = fk.bind(check_inputs(fk.fusion_of_definition, inputs))
+    grid, block = fk.launch_dims(cb)
+    extents = [int(S.evaluate(p.source[1], dict(cb)))
+               for p in fk.kernel.params if p.source[0] == "extent"]
+    return grid, block, extents
+
+
+@pytest.mark.parametrize("name, dtype, options, shapes", [
+    ("rmsnorm_fwd", "bf16", {}, [(64, 1024), (100, 1024), (1, 1024)]),
+    ("silu_mul", "fp32", {}, [(64, 1024), (7, 1024), (3, 2048)]),
+    ("row_sum", "fp32", {"heuristic": ReductionParams(True, 4, 64, 2, 2, (0,), 2)},
+     [(64, 1024), (33, 4000), (5, 100)]),
+])
+def test_the_launch_description_reproduces_the_launch(fake_gpu, name, dtype, options, shapes):
+    fd = catalogue.define(name, dtype)
+    kernels = set()
+    for M, N in shapes:
+        ins = catalogue.make_inputs(name, M, N, dtype, seed=0)
+        p = plan(fd, ins, options)
+        fk = p.fk
+        kernels.add(id(fk))
+        desc = LaunchDescription.from_json(json.loads(json.dumps(fk.launch.to_json())))
+        assert desc == fk.launch
+        fk.fusion_of_definition = fd.fusion
+        grid, block, extents = _old_launch(fk, ins)
+        assert desc.launch_dims(ins) == (grid, block) == (p.grid, p.block)
+        values = [p.values[pos] for pos, s in enumerate(desc.param_sources) if s[0] == "value"]
+        assert values == extents
+        for pos, src in enumerate(desc.param_sources):
+            if src[0] == "stride" and src[1] == "input":
+                assert p.values[pos] == ins[src[2]].stride(src[3])
+        for (kind, _, _), buf in zip(desc.workspaces, p.workspaces):
+            blocks = grid[0] * grid[1] * grid[2]
+            if kind == "semaphore":
+                assert buf.numel() == blocks and not buf.any()
+            elif kind == "grid_reduce_data":
+                assert buf.numel() % (blocks * block[0] * block[1] * block[2]) == 0
+    assert len(kernels) < len(shapes), "some shapes share a kernel"
+    if name == "row_sum":
+        assert {s[0] for s in desc.workspaces} == {"grid_reduce_data", "semaphore"}
+
+
+# Heuristics read options through their inputs -------------------------------------------------
+def test_heuristics_read_options_from_runtime_info():
+    from pyfuser.runtime.inputs import heuristic_info
+    from pyfuser.schedule.schedulers import inner_persistent as ip
+    fd = catalogue.define("rmsnorm_fwd", "bf16")
+    ins = catalogue.make_inputs("rmsnorm_fwd", 64, 1024, "bf16", seed=0)
+    clone, info = heuristic_info(fd.fusion, ins, H100)
+    plain = ip.compute_heuristics(clone, dataclasses.replace(info, options=None))
+    forced = ip.compute_heuristics(clone, dataclasses.replace(
+        info, options=opts.Options(enable=frozenset({"ws_inner_persistent"}))))
+    assert not plain.warp_specialized and forced.warp_specialized
+    # The options in force around the call do not reach a heuristic given its own.
+    with opts.override(enable=["ws_inner_persistent"]):
+        assert not ip.compute_heuristics(clone, dataclasses.replace(info, options=None)) \
+            .warp_specialized
+    assert isinstance(info, RuntimeInfo)
+
+
+# Bounds ---------------------------------------------------------------------------------------
+def test_plans_are_bounded_least_recently_used_first(monkeypatch):
+    monkeypatch.setattr(FusionExecutorCache, "MAX_PLANS", 2)
+    fd = catalogue.define("silu_mul", "fp32")
+    shapes = [catalogue.make_inputs("silu_mul", m, 16, "fp32", seed=0) for m in (1, 2, 3)]
+    fd.execute(shapes[0])
+    fd.execute(shapes[1])
+    first = next(iter(fd._executor._plans.values()))
+    fd.execute(shapes[0])                       # used again: now the most recent
+    fd.execute(shapes[2])                       # evicts shapes[1]'s plan
+    plans = fd._executor._plans
+    assert len(plans) == 2 and first in plans.values()
+    assert [k[4][1] for k in plans] == [torch.Size([1, 16]), torch.Size([3, 16])]
+
+
+def test_kernels_are_bounded(monkeypatch):
+    monkeypatch.setattr(FusionExecutorCache, "MAX_KERNELS", 1)
+    fd = catalogue.define("silu_mul", "fp32")
+    for N in (1024, 1023):                       # vector 4 and vector 1: two heuristics
+        ins = catalogue.make_inputs("silu_mul", 4, N, "fp32", seed=0)
+        outs = fd.execute(ins, options={"enable": ["interpret"]})
+        assert fd.last_run.backend == "interpreter"
+        torch.testing.assert_close(
+            outs[0], catalogue.get("silu_mul").torch_reference(ins, 1e-6)[0])
+    (fk,) = fd._executor.kernels()
+    assert fk.params.vector == 1
+
+
+def test_the_disk_cache_is_bounded_oldest_first(monkeypatch, isolated_cache):
+    from pyfuser.runtime.nvrtc import CompiledModule
+    module = kernel_cache.get_or_compile(
+        'extern "C" __global__ void k(float* x) { x[threadIdx.x] = 1.f; }', "k")[0]
+    assert isinstance(module, CompiledModule)
+    desc = LaunchDescription(("ptr",), (("input", 0),), (1, 1, 1), (32, 1, 1), 0, False, None)
+    keys = [f"{i:02d}" + "a" * 62 for i in range(3)]
+    kernel_cache.store_plan(keys[0], module, desc, "pointwise", "int")
+    size = kernel_cache.entry_path(keys[0]).stat().st_size     # every plan entry: this size
+    # Room for what is there (the compiled module's own entry, keys[0]) and 2.5 entries more.
+    limit = sum(p.stat().st_size for p in isolated_cache.rglob("*.pfk")) + 2.5 * size
+    monkeypatch.setenv("PYFUSER_CACHE_MAX_MB", str(limit / (1 << 20)))
+    for t, key in enumerate(keys):
+        kernel_cache.store_plan(key, module, desc, "pointwise", "int")
+        os.utime(kernel_cache.entry_path(key), ns=(t * 10**9, t * 10**9))
+    assert kernel_cache.load_plan(keys[0]) is not None      # used: now the most recent
+    kernel_cache.store_plan("99" + "b" * 62, module, desc, "pointwise", "int")
+    alive = {k for k in keys + ["99" + "b" * 62] if kernel_cache.entry_path(k).exists()}
+    assert keys[1] not in alive and keys[0] in alive and "99" + "b" * 62 in alive
+    total = sum(p.stat().st_size for p in isolated_cache.rglob("*.pfk"))
+    assert total <= limit
