@@ -17,6 +17,7 @@ from ..ir.exprs import (BinaryOp, BinaryOpType, BroadcastOp, ExpandOp, FullOp, L
 from ..ir.iter_domain import Split, id_exprs_between
 from ..ir.scalar import Scalar, ScalarOp
 from ..ir.tensor import TensorView
+from . import library
 
 
 def _gelu_tanh(x):
@@ -186,6 +187,9 @@ class ReferenceEvaluator:
         elif isinstance(e, FullOp):
             sizes = [self._extent(i.user_extent) for i in out.domain.logical]
             r = torch.full(sizes, ins[0], dtype=od, device=self.device)
+        elif type(e) in library.IMPLEMENTATIONS:
+            # What the plans' library segments run (float64 operands with promote_to_double).
+            r = library.run_library_op(e, ins)[0]
         else:
             raise NotImplementedError(f"reference evaluator: no rule for {type(e).__name__}")
         if isinstance(r, torch.Tensor) and r.dtype != od:

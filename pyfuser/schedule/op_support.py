@@ -12,12 +12,15 @@ warning). The segmenter, the tests and the fuzzer read these lists instead of ke
 """
 from __future__ import annotations
 
-from ..ir.exprs import (BinaryOp, BroadcastOp, ExpandOp, FullOp, LoadStoreOp, ReductionOp,
-                        ReshapeOp, SqueezeOp, UnaryOp, WhereOp)
+from ..ir.exprs import (BinaryOp, BroadcastOp, ExpandOp, FullOp, LinearOp, LoadStoreOp, MatmulOp,
+                        ReductionOp, ReshapeOp, SqueezeOp, UnaryOp, WhereOp)
+from ..ir.scalar import ScalarOp
 
+# ScalarOp: integer extent math (the element count of a mean over an expanded dim), which
+# kernels take as parameters.
 KERNEL_OPS: tuple = (UnaryOp, BinaryOp, WhereOp, LoadStoreOp, BroadcastOp, ExpandOp, SqueezeOp,
-                     ReshapeOp, ReductionOp, FullOp)
-LIBRARY_OPS: tuple = ()
+                     ReshapeOp, ReductionOp, FullOp, ScalarOp)
+LIBRARY_OPS: tuple = (MatmulOp, LinearOp)
 
 
 def segment_kind(expr) -> str:
