@@ -33,6 +33,9 @@ def run_and_check(fd, inputs, *, scheduler: str | tuple | None = None, kernels: 
     if options:
         for k, v in options.items():
             opts[k] = list(opts.get(k, [])) + list(v) if k in ("enable", "disable", "dump") else v
+    aliases = fd.fusion.output_aliases
+    # In-place outputs overwrite inputs: the reference reads the inputs as they were.
+    before = [x.clone() if k in aliases.values() else x for k, x in enumerate(inputs)]
     outs = fd.execute(inputs, options=opts)
     run = fd.last_run
     if kernels:
@@ -41,8 +44,16 @@ def run_and_check(fd, inputs, *, scheduler: str | tuple | None = None, kernels: 
         if scheduler is not None:
             want = (scheduler,) if isinstance(scheduler, str) else tuple(scheduler)
             assert run.schedulers == want, f"expected schedulers {want}, ran {run.schedulers}"
-    bindings = check_inputs(fd.fusion, inputs)
-    refs = evaluate(fd.fusion, list(inputs), promote_to_double=True, extent_bindings=bindings)
+    bindings = check_inputs(fd.fusion, before)
+    every = evaluate(fd.fusion, before, promote_to_double=True, extent_bindings=bindings,
+                     all_outputs=True)
+    refs = [r for k, r in enumerate(every) if k not in fd.fusion.hidden_outputs]
+    assert len(outs) == len(refs), f"{len(outs)} outputs returned, {len(refs)} expected"
+    for k, i in aliases.items():
+        tol = TOLERANCE[from_torch(inputs[i].dtype)]
+        err = rel_error(inputs[i], every[k])
+        assert err <= tol, (f"input {i} updated in place by output {k}: relative error "
+                            f"{err:.3e} > {tol:.0e}; ran {run}")
     for k, (o, r) in enumerate(zip(outs, refs)):
         tol = TOLERANCE[from_torch(o.dtype)]
         err = rel_error(o, r)

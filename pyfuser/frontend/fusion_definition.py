@@ -128,14 +128,27 @@ class FusionDefinition:
             value = int(value)
         return Scalar(dt, value)
 
-    def add_output(self, t) -> None:
+    def add_output(self, t, alias_input=None) -> None:
+        """Make `t` an output. With `alias_input` (an input tensor of this fusion), `t` is an
+        in-place update, as nvFuser's add_output(output, alias_input): each execute writes it
+        into that input's storage (running statistics, optimizer states), and execute does not
+        return it, unless `t` is also added as a plain output (before or after). It must have
+        the input's dtype and shape, and one input receives one output."""
         self._require_defining("add_output")
         if not isinstance(t, TensorView):
             raise FusionDefinitionError(f"add_output: outputs must be tensors, got {type(t).__name__}")
         if t.fusion is not self.fusion:
             raise FusionDefinitionError(f"add_output: T{t.name} belongs to another fusion")
         try:
-            self.fusion.add_output(t)
+            if alias_input is None:
+                self.fusion.add_output(t)
+                return
+            if isinstance(alias_input, TensorView) and alias_input.fusion is not self.fusion:
+                raise ValueError(f"alias_input T{alias_input.name} belongs to another fusion")
+            if t in self.fusion.inputs:
+                # An input written into another input's storage: the kernel writes a copy.
+                t = arith.set_op(t)
+            self.fusion.alias_output_to_input(t, alias_input)
         except (ValueError, TypeError) as e:
             raise FusionDefinitionError(f"add_output: {e}") from None
 

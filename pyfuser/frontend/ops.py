@@ -283,6 +283,83 @@ class Ops:
             raise FusionDefinitionError(f"permute: {list(dims)} is not a permutation of 0..{n - 1}")
         return arith.permute(x, dims)
 
+    def stride_order(self, x, stride_order):
+        """A copy of x laid out in memory by `stride_order` (nvFuser's spelling, as in
+        define_tensor): stride_order[k] is the stride rank of dim k, rank-1 outermost and 0
+        innermost. [3, 0, 2, 1] of an NCHW tensor is channels-last (C innermost). The copy is
+        dense in that order; as a fusion output it is allocated and written so (its allocation
+        domain). An empty order is a plain copy."""
+        x = self._tensor("stride_order", 0, x)
+        order = list(stride_order)
+        out = arith.set_op(x)
+        if not order:
+            return out
+        n = len(out.domain.logical)
+        if len(order) != n:
+            raise FusionDefinitionError(f"stride_order: {len(order)} entries for {_kind(x)} of "
+                                        f"rank {n}; give one stride rank per dim")
+        if sorted(order) != list(range(n)):
+            raise FusionDefinitionError(f"stride_order: {order} is not a permutation of "
+                                        f"0..{n - 1}")
+        ids = out.domain.logical
+        by_rank = sorted(range(n), key=lambda k: -order[k])
+        if by_rank != list(range(n)):
+            out.domain.allocation = [ids[k] for k in by_rank]
+            out.domain.contiguity = [None if i.is_broadcast else True
+                                     for i in out.domain.allocation]
+        return out
+
+    # Library ops -------------------------------------------------------------------------------
+    _LIBRARY_DTYPES = (DataType.Float, DataType.Half, DataType.BFloat16)
+
+    def _library_operands(self, op: str, names: list[str], operands: list, ranks: list):
+        """The tensor operands of a library op: one floating dtype among them (bf16, fp16 or
+        fp32; the result has it) and ranks in `ranks[k]` (a range of allowed ranks)."""
+        tvs = [self._tensor(op, k, x) for k, x in enumerate(operands)]
+        for k, (name, x, allowed) in enumerate(zip(names, tvs, ranks)):
+            if x.dtype not in self._LIBRARY_DTYPES:
+                raise FusionDefinitionError(
+                    f"{op}: {name} ({_kind(x)}) is {x.dtype.short_name}; {op} takes bf16, fp16 "
+                    "or fp32 tensors (cast it first)")
+            r = len(x.domain.logical_no_reductions)
+            if r not in allowed:
+                want = (f"{allowed.start}" if len(allowed) == 1
+                        else f"at least {allowed.start}" if allowed.stop > 64
+                        else f"{allowed.start} to {allowed.stop - 1}")
+                raise FusionDefinitionError(f"{op}: {name} ({_kind(x)}) has rank {r}; {op} "
+                                            f"needs rank {want} there")
+        first = tvs[0]
+        for name, x in zip(names[1:], tvs[1:]):
+            if x.dtype != first.dtype:
+                raise FusionDefinitionError(
+                    f"{op}: {names[0]} ({_kind(first)}) is {first.dtype.short_name} but {name} "
+                    f"({_kind(x)}) is {x.dtype.short_name}; cast them to one dtype")
+        return tvs
+
+    def matmul(self, a, b):
+        """torch.matmul(a, b): a [..., M, K] or [K], b [..., K, N] or [K], batch dims broadcast;
+        bf16, fp16 or fp32 operands of one dtype, the result in that dtype, accumulated in
+        fp32. Runs as a library segment (cuBLAS through torch), not in a generated kernel."""
+        any_rank = range(1, 1 << 16)
+        a, b = self._library_operands("matmul", ["operand 0", "operand 1"], [a, b],
+                                      [any_rank, any_rank])
+        return self._wrap("matmul", lambda: arith.matmul(a, b))
+
+    def linear(self, x, w, bias=None):
+        """torch.nn.functional.linear(x, w, bias): x [..., K], w [N, K], bias [N] or None; one
+        dtype (bf16, fp16 or fp32), the result [..., N] in it, accumulated in fp32. Runs as a
+        library segment (cuBLAS through torch), not in a generated kernel."""
+        names, operands = ["input", "weight"], [x, w]
+        ranks = [range(1, 1 << 16), range(2, 3)]
+        if bias is not None:
+            names.append("bias")
+            operands.append(bias)
+            ranks.append(range(1, 2))
+        tvs = self._library_operands("linear", names, operands, ranks)
+        x, w = tvs[0], tvs[1]
+        b = tvs[2] if bias is not None else None
+        return self._wrap("linear", lambda: arith.linear(x, w, b))
+
     # Reductions --------------------------------------------------------------------------------
     def _dims(self, name, x, dims):
         n = len(x.domain.logical_no_reductions)

@@ -8,9 +8,9 @@ from __future__ import annotations
 from . import scalar as S
 from .base import current_fusion, next_name
 from .dtype import DataType
-from .exprs import (BinaryOp, BinaryOpType, BroadcastOp, ExpandOp, FullOp, LoadKind, LoadStoreOp,
-                    ReductionOp, ReductionOpType, ReshapeOp, SqueezeOp, UnaryOp, UnaryOpType,
-                    WhereOp)
+from .exprs import (BinaryOp, BinaryOpType, BroadcastOp, ExpandOp, FullOp, LinearOp, LoadKind,
+                    LoadStoreOp, MatmulOp, ReductionOp, ReductionOpType, ReshapeOp, SqueezeOp,
+                    UnaryOp, UnaryOpType, WhereOp)
 from .iter_domain import IterDomain, IterType, merge_ids, split_id
 from .tensor import MemoryType, TensorDomain, TensorView
 
@@ -284,4 +284,79 @@ def reshape(x: TensorView, new_sizes: list) -> TensorView:
             fusion.extent_equalities.append((total, whole, "reshape element count"))
     out = TensorView(TensorDomain(logical, root=root), x.dtype)
     ReshapeOp(out, x)
+    return out
+
+
+def _require_same_size(x: IterDomain, y: IterDomain, what: str) -> None:
+    """Two dims an op needs of one size (a contraction's K): a static mismatch is an error now,
+    a symbolic one a runtime check (Fusion.extent_equalities)."""
+    ex, ey = x.user_extent, y.user_extent
+    a, b = ex.value, ey.value
+    if a is not None and b is not None and a != b:
+        raise ShapeError(f"{what}: sizes {a} and {b} differ")
+    fusion = current_fusion()
+    if fusion is not None and not S.same_value(ex, ey):
+        fusion.extent_equalities.append((ex, ey, what))
+
+
+def _library_output_id(ids: list[IterDomain], what: str, dim: int) -> IterDomain:
+    """An output dim of a library op (matmul, linear), from the operand dims it iterates. The
+    library writes a dense result: a dim that is an expanded broadcast in every operand (stride
+    0) is a dim of that many elements in the output, not a stride-0 one."""
+    i = _unify_extents(ids, what, dim)
+    if i.is_broadcast and i.expanded_extent is not None:
+        return IterDomain(i.expanded_extent, IterType.Iteration)
+    return i
+
+
+def matmul(a: TensorView, b: TensorView) -> TensorView:
+    """a @ b with torch.matmul's shape rules (the frontend checks dtypes and ranks >= 1)."""
+    da, db = a.domain.logical_no_reductions, b.domain.logical_no_reductions
+    kb = len(db) - 2 if len(db) > 1 else 0
+    _require_same_size(da[-1], db[kb], f"matmul: K (dim {len(da) - 1} of T{a.name}, dim {kb} "
+                                       f"of T{b.name})")
+    a_batch, b_batch = len(da) - 2, len(db) - 2          # negative: no batch dims
+    nb = max(a_batch, b_batch, 0)
+    out_ids: list = []
+    map_a: list = []
+    map_b: list = []
+    for j in range(nb):
+        ja, jb = j - (nb - a_batch), j - (nb - b_batch)
+        ids = []
+        if ja >= 0:
+            ids.append(da[ja])
+            map_a.append((ja, j))
+        if jb >= 0:
+            ids.append(db[jb])
+            map_b.append((jb, j))
+        out_ids.append(_library_output_id(ids, "matmul batch", j))
+    if len(da) > 1:
+        map_a.append((len(da) - 2, len(out_ids)))
+        out_ids.append(_library_output_id([da[-2]], "matmul M", len(out_ids)))
+    if len(db) > 1:
+        map_b.append((len(db) - 1, len(out_ids)))
+        out_ids.append(_library_output_id([db[-1]], "matmul N", len(out_ids)))
+    out = new_tensor(out_ids, a.dtype)
+    MatmulOp(out, a, b, (map_a, map_b))
+    return out
+
+
+def linear(x: TensorView, w: TensorView, bias: TensorView | None) -> TensorView:
+    """x @ w^T (+ bias) with torch.nn.functional.linear's shape rules: x [..., K], w [N, K],
+    bias [N] (the frontend checks dtypes and ranks)."""
+    dx, dw = x.domain.logical_no_reductions, w.domain.logical_no_reductions
+    _require_same_size(dx[-1], dw[1], f"linear: K (dim {len(dx) - 1} of T{x.name}, dim 1 of "
+                                      f"T{w.name})")
+    out_ids = [_library_output_id([i], "linear", k) for k, i in enumerate(dx[:-1])]
+    map_x = [(k, k) for k in range(len(dx) - 1)]
+    n = len(out_ids)
+    n_ids = [dw[0]]
+    map_bias = []
+    if bias is not None:
+        n_ids.append(bias.domain.logical_no_reductions[0])
+        map_bias.append((0, n))
+    out_ids.append(_library_output_id(n_ids, "linear N", n))
+    out = new_tensor(out_ids, x.dtype)
+    dim_map = [map_x, [(0, n)]] + ([map_bias] if bias is not None else [])
+    LinearOp(out, x, w, bias, dim_map)
     return out

@@ -190,3 +190,33 @@ class FullOp(Expr):
 
     def __init__(self, out: Val, fill_value: Val):
         super().__init__([fill_value], [out])
+
+
+class MatmulOp(Expr):
+    """out = a @ b with torch.matmul's shape rules: a [..., M, K] or [K], b [..., K, N] or [K],
+    batch dims broadcast against each other; out [batch..., M, N] without the dims a 1-D
+    operand lacks. The sum over K is inside the op (out has no reduction ID) and accumulates in
+    float32; out has the operands' dtype. A library op (schedule/op_support.py): it runs
+    through runtime/library.py, never in a generated kernel.
+
+    `dim_map[k]`: (operand k's logical dim, out's logical dim) for each out dim operand k
+    iterates (batch dims, a's M, b's N). K maps to no out dim; the ID graph pairs only these,
+    so a pointwise epilogue reading `out` lines up with the operands' M, N and batch dims."""
+
+    def __init__(self, out: Val, a: Val, b: Val, dim_map):
+        self.dim_map = tuple(tuple(pairs) for pairs in dim_map)
+        super().__init__([a, b], [out])
+
+
+class LinearOp(Expr):
+    """out = x @ w^T (+ bias) as torch.nn.functional.linear: x [..., K], w [N, K], bias [N]
+    (optional); out [..., N] in the operands' dtype, float32 accumulation, K summed inside the
+    op. A library op, like MatmulOp; `dim_map` as there (x's leading dims, w's N, bias's N)."""
+
+    def __init__(self, out: Val, x: Val, w: Val, bias: Val | None, dim_map):
+        self.dim_map = tuple(tuple(pairs) for pairs in dim_map)
+        super().__init__([x, w] + ([bias] if bias is not None else []), [out])
+
+    @property
+    def bias(self):
+        return self.inputs[2] if len(self.inputs) > 2 else None

@@ -4,7 +4,7 @@ from __future__ import annotations
 import copy
 
 from .base import Expr, Val, pop_fusion, push_fusion
-from .scalar import Scalar
+from .scalar import Scalar, same_value
 from .tensor import MemoryType, TensorView
 
 
@@ -25,6 +25,12 @@ class Fusion:
         # runtime tensor of another input -> that input's position. The caller passes only the
         # others; kernels take an alias's pointer and strides from the input it aliases.
         self.input_aliases: dict[int, int] = {}
+        # In-place outputs (fd.add_output(t, alias_input=x), nvFuser's spelling): output
+        # position -> position of the input whose storage receives the output after each run
+        # (running statistics, optimizer states). Such an output is hidden (not returned by
+        # execute) unless it is also added as a plain output, as in nvFuser.
+        self.output_aliases: dict[int, int] = {}
+        self.hidden_outputs: set[int] = set()
 
     def next_name(self, kind: str) -> int:
         n = self._counters.get(kind, 0)
@@ -60,11 +66,86 @@ class Fusion:
         if v in self.inputs:
             raise ValueError(f"T{v.name} is a fusion input; an input cannot also be an output "
                              "(the fusion would have nothing to compute)")
+        if v in self.outputs and self.outputs.index(v) in self.hidden_outputs:
+            # An in-place output also added as a plain one is returned too (nvFuser), at the
+            # position of this call among the returned outputs.
+            k = self.outputs.index(v)
+            self._move_output_last(k)
+            self.hidden_outputs.discard(len(self.outputs) - 1)
+            return v
         if v in self.outputs:
             raise ValueError(f"T{v.name} is already an output")
         v.memory_type = MemoryType.Global
         self.outputs.append(v)
         return v
+
+    def _move_output_last(self, k: int) -> None:
+        last = len(self.outputs) - 1
+
+        def moved(j):
+            return last if j == k else (j - 1 if j > k else j)
+        self.outputs.append(self.outputs.pop(k))
+        self.output_aliases = {moved(o): i for o, i in self.output_aliases.items()}
+        self.hidden_outputs = {moved(o) for o in self.hidden_outputs}
+
+    def alias_output_to_input(self, out: TensorView, inp: TensorView) -> None:
+        """Make `out` an in-place output: each run writes it into the storage of input `inp`.
+        It is hidden (not returned) unless it is already a plain output. Raises ValueError for
+        an alias the storage cannot take: another dtype or shape, an input with expanded
+        (stride-0) dims, an input another output already writes, an output written twice."""
+        if not isinstance(inp, TensorView) or inp not in self.inputs:
+            what = f"T{inp.name}" if isinstance(inp, TensorView) else type(inp).__name__
+            raise ValueError(f"alias_input {what} is not a tensor input of this fusion; an "
+                             "output can only be written into an input's storage")
+        if not isinstance(out, TensorView):
+            raise TypeError("fusion outputs must be tensors")
+        if out in self.inputs:
+            raise ValueError(f"T{out.name} is a fusion input; write a copy (fd.ops.set) of it")
+        k_in = self.inputs.index(inp)
+        if k_in in self.output_aliases.values():
+            other = next(o for o, i in self.output_aliases.items() if i == k_in)
+            raise ValueError(f"input T{inp.name} already receives output "
+                             f"T{self.outputs[other].name}; two outputs cannot be written into "
+                             "one input")
+        if out in self.outputs and self.outputs.index(out) in self.output_aliases:
+            i = self.output_aliases[self.outputs.index(out)]
+            raise ValueError(f"T{out.name} is already written into input "
+                             f"T{self.inputs[i].name}")
+        if out.dtype != inp.dtype:
+            raise ValueError(f"T{out.name} is {out.dtype.short_name} but input T{inp.name} is "
+                             f"{inp.dtype.short_name}; an in-place output has its input's dtype "
+                             "(cast it first)")
+        o_ids, i_ids = out.domain.logical_no_reductions, inp.domain.logical_no_reductions
+        if len(o_ids) != len(i_ids):
+            raise ValueError(f"T{out.name} has rank {len(o_ids)} but input T{inp.name} has rank "
+                             f"{len(i_ids)}; an in-place output has its input's shape")
+        equal = []
+        for d, (o, i) in enumerate(zip(o_ids, i_ids)):
+            if i.is_broadcast and i.expanded_extent is not None:
+                raise ValueError(f"input T{inp.name} dim {d} is expanded (stride 0: its "
+                                 "elements share one memory location); it cannot receive an "
+                                 "in-place output")
+            if o.is_broadcast != i.is_broadcast:
+                kind = {True: "a broadcast (size 1)", False: "not a broadcast"}
+                raise ValueError(f"dim {d} of T{out.name} is {kind[o.is_broadcast]} but dim {d} "
+                                 f"of input T{inp.name} is {kind[i.is_broadcast]}; an in-place "
+                                 "output has its input's shape")
+            eo, ei = o.user_extent, i.user_extent
+            if eo.value is not None and ei.value is not None and eo.value != ei.value:
+                raise ValueError(f"dim {d} of T{out.name} has size {eo.value} but input "
+                                 f"T{inp.name} has {ei.value}; an in-place output has its "
+                                 "input's shape")
+            if not same_value(eo, ei):
+                equal.append((eo, ei, f"in-place output T{out.name} dim {d} into input "
+                                      f"T{inp.name}"))
+        if out in self.outputs:
+            k_out = self.outputs.index(out)
+        else:
+            self.add_output(out)
+            k_out = len(self.outputs) - 1
+            self.hidden_outputs.add(k_out)
+        self.output_aliases[k_out] = k_in
+        self.extent_equalities.extend(equal)
 
     def replace_output(self, old: TensorView, new: TensorView) -> None:
         self.outputs[self.outputs.index(old)] = new

@@ -3,7 +3,8 @@
 These rules define which IDs describe the same iteration:
 1. producer/consumer pairs: a consumer's root ID k maps to its producer's logical ID k (reduction
    IDs of the producer skipped; new broadcast dims of a BroadcastOp and squeezed dims of a
-   SqueezeOp have no partner);
+   SqueezeOp have no partner); a library op (matmul, linear) lists its pairs in `dim_map`
+   (batch, M and N dims; the contracted K has no partner);
 2. replayed transforms: two Splits with mapped inputs and equal factor and kind map their outputs;
    two Merges with mapped inputs map their outputs;
 3. broadcast forwarding: merge(b, i) with b a (non-expanded) broadcast of extent 1 iterates exactly
@@ -66,6 +67,12 @@ def producer_consumer_pairs(expr: Expr, producer: TensorView,
     """(producer logical ID, consumer root ID) pairs of one expression."""
     p_ids = producer.domain.logical_no_reductions
     c_ids = consumer.domain.maybe_root
+    dim_map = getattr(expr, "dim_map", None)
+    if dim_map is not None:
+        # A library op (matmul, linear) states which operand dims its output iterates; the
+        # contracted K has no partner. An operand given twice (x @ x) pairs through each use.
+        return [(p_ids[pd], c_ids[cd]) for k, operand in enumerate(expr.inputs)
+                if operand is producer for pd, cd in dim_map[k]]
     if isinstance(expr, BroadcastOp):
         c_ids = [c for c, new in zip(c_ids, expr.is_broadcast_dim) if not new]
     elif isinstance(expr, SqueezeOp):

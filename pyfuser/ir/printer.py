@@ -2,8 +2,8 @@
 from __future__ import annotations
 
 from . import scalar as S
-from .exprs import (BinaryOp, BroadcastOp, ExpandOp, FullOp, LoadStoreOp, ReductionOp, ReshapeOp,
-                    SqueezeOp, UnaryOp, UnaryOpType, WhereOp)
+from .exprs import (BinaryOp, BroadcastOp, ExpandOp, FullOp, LinearOp, LoadStoreOp, MatmulOp,
+                    ReductionOp, ReshapeOp, SqueezeOp, UnaryOp, UnaryOpType, WhereOp)
 from .iter_domain import id_exprs_between, id_str
 from .scalar import Scalar
 from .tensor import TensorView
@@ -61,6 +61,12 @@ def expr_str(e) -> str:
     if isinstance(e, ReductionOp):
         return (f"{out}\n   = reduction( {val_str(e.inputs[0])}, op = {e.op.value}, "
                 f"initial value = {S.scalar_str(e.init)} );")
+    if isinstance(e, MatmulOp):
+        a, b = (val_str(i) for i in e.inputs)
+        return f"{out}\n   = matmul( {a},\n        {b} );"
+    if isinstance(e, LinearOp):
+        args = ",\n        ".join(val_str(i) for i in e.inputs)
+        return f"{out}\n   = linear( {args} );"
     if isinstance(e, FullOp):
         return f"{out}\n   = full( {val_str(e.inputs[0])} );"
     return f"{out}\n   = {type(e).__name__}( {', '.join(val_str(i) for i in e.inputs)} );"

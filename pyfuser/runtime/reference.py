@@ -17,6 +17,7 @@ from ..ir.exprs import (BinaryOp, BinaryOpType, BroadcastOp, ExpandOp, FullOp, L
 from ..ir.iter_domain import Split, id_exprs_between
 from ..ir.scalar import Scalar, ScalarOp
 from ..ir.tensor import TensorView
+from . import library
 
 
 def _gelu_tanh(x):
@@ -108,7 +109,17 @@ class ReferenceEvaluator:
         self.bindings = bindings
         for e in self.fusion.exprs():
             self._eval(e, env)
-        return [env[o] for o in self.fusion.outputs]
+        return [self._laid_out(o, env[o]) for o in self.fusion.outputs]
+
+    def _laid_out(self, o: TensorView, r):
+        """An output in the memory order its allocation domain asks (fd.ops.stride_order), as
+        the executor allocates it."""
+        if o.domain.allocation is None or not isinstance(r, torch.Tensor):
+            return r
+        from .inputs import output_strides
+        sizes = list(r.shape)
+        out = torch.empty_strided(sizes, output_strides(o, sizes), dtype=r.dtype, device=r.device)
+        return out.copy_(r)
 
     def _value(self, v, env):
         if isinstance(v, TensorView):
@@ -186,6 +197,9 @@ class ReferenceEvaluator:
         elif isinstance(e, FullOp):
             sizes = [self._extent(i.user_extent) for i in out.domain.logical]
             r = torch.full(sizes, ins[0], dtype=od, device=self.device)
+        elif type(e) in library.IMPLEMENTATIONS:
+            # What the plans' library segments run (float64 operands with promote_to_double).
+            r = library.run_library_op(e, ins)[0]
         else:
             raise NotImplementedError(f"reference evaluator: no rule for {type(e).__name__}")
         if isinstance(r, torch.Tensor) and r.dtype != od:
@@ -286,8 +300,17 @@ class ReferenceEvaluator:
 
 
 def evaluate(fusion, inputs: list, promote_to_double: bool = False,
-             extent_bindings: dict | None = None) -> list[torch.Tensor]:
-    """Outputs of `fusion` on `inputs`, computed with torch (float64 if asked)."""
-    return ReferenceEvaluator(fusion, promote_to_double).run(inputs, extent_bindings)
+             extent_bindings: dict | None = None, *, all_outputs: bool = False) -> list[torch.Tensor]:
+    """Outputs of `fusion` on `inputs`, computed with torch (float64 if asked).
+
+    As execute does, in-place outputs (fd.add_output(t, alias_input=x)) are written into their
+    inputs and only the returned outputs are returned. With `all_outputs`, nothing is written:
+    every entry of fusion.outputs is returned, in-place ones included (what plans compute, and
+    what tests compare the updated inputs with)."""
+    outs = ReferenceEvaluator(fusion, promote_to_double).run(inputs, extent_bindings)
+    if all_outputs or not fusion.output_aliases:
+        return outs
+    from .output_aliases import write_aliased_outputs
+    return write_aliased_outputs(fusion, inputs, outs)
 
 

@@ -12,15 +12,15 @@ warning). The segmenter, the tests and the fuzzer read these lists instead of ke
 """
 from __future__ import annotations
 
-from ..ir.exprs import (BinaryOp, BroadcastOp, ExpandOp, FullOp, LoadStoreOp, ReductionOp,
-                        ReshapeOp, SqueezeOp, UnaryOp, WhereOp)
+from ..ir.exprs import (BinaryOp, BroadcastOp, ExpandOp, FullOp, LinearOp, LoadStoreOp, MatmulOp,
+                        ReductionOp, ReshapeOp, SqueezeOp, UnaryOp, WhereOp)
 from ..ir.scalar import ScalarOp
 
-# ScalarOp: arithmetic on scalars (a mean's 1/N, a variance's correction), which kernels
-# compute from their scalar parameters.
+# ScalarOp: arithmetic on scalars (a mean's 1/N, a variance's correction, the element count
+# of a mean over an expanded dim), which kernels compute from their scalar parameters.
 KERNEL_OPS: tuple = (UnaryOp, BinaryOp, WhereOp, LoadStoreOp, BroadcastOp, ExpandOp, SqueezeOp,
                      ReshapeOp, ReductionOp, FullOp, ScalarOp)
-LIBRARY_OPS: tuple = ()
+LIBRARY_OPS: tuple = (MatmulOp, LinearOp)
 
 
 def segment_kind(expr) -> str:

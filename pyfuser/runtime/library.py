@@ -1,0 +1,96 @@
+"""Library segments: fusion ops run by a library call instead of a generated kernel.
+
+A plan runs each op of schedule/op_support.LIBRARY_OPS as a segment of its own through
+`run_library_op`: torch on the inputs' device and current stream (cuBLAS on a CUDA device, so
+on the plan's stream; torch's CPU kernels on CPU tensors, which the interpreter plans use). This
+is not a fallback: it is how pyfuser runs matmul and linear until it has a matmul scheduler.
+The reference evaluator runs these ops through the same table, so the oracle and the plans
+agree on shape rules (in float64 with promote_to_double).
+
+Accumulation: bf16 and fp16 operands accumulate in fp32. torch lets cuBLAS reduce split-K
+partials in 16 bits by default (torch.backends.cuda.matmul.allow_{fp16,bf16}_reduced_precision
+_reduction); a library segment turns that off for its call and restores it after (a host cost
+of a few attribute writes). fp32 operands follow torch's TF32 setting (off by default: full fp32
+products), the user's choice as in eager torch.
+
+`IMPLEMENTATIONS` maps each library expression type to its implementation; tests check that it
+covers op_support.LIBRARY_OPS exactly.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from typing import Callable
+
+import torch
+
+from ..ir.exprs import LinearOp, MatmulOp
+
+
+@dataclasses.dataclass(frozen=True)
+class LibraryImpl:
+    name: str                    # the fusion op, as the frontend spells it
+    call: str                    # the torch function that runs it
+    run: Callable                # (expr, input tensors) -> output tensors
+
+
+@contextlib.contextmanager
+def _fp32_accumulation(device: torch.device):
+    """cuBLAS reductions of 16-bit operands in fp32 for the duration of one call."""
+    if device.type != "cuda":
+        yield
+        return
+    m = torch.backends.cuda.matmul
+    saved = (m.allow_fp16_reduced_precision_reduction, m.allow_bf16_reduced_precision_reduction)
+    m.allow_fp16_reduced_precision_reduction = False
+    m.allow_bf16_reduced_precision_reduction = False
+    try:
+        yield
+    finally:
+        (m.allow_fp16_reduced_precision_reduction,
+         m.allow_bf16_reduced_precision_reduction) = saved
+
+
+def _matmul(expr, inputs):
+    a, b = inputs
+    with _fp32_accumulation(a.device):
+        return [torch.matmul(a, b)]
+
+
+def _linear(expr, inputs):
+    x, w = inputs[0], inputs[1]
+    bias = inputs[2] if len(inputs) > 2 else None
+    with _fp32_accumulation(x.device):
+        return [torch.nn.functional.linear(x, w, bias)]
+
+
+IMPLEMENTATIONS: dict = {
+    MatmulOp: LibraryImpl("matmul", "torch.matmul", _matmul),
+    LinearOp: LibraryImpl("linear", "torch.nn.functional.linear", _linear),
+}
+
+
+def implementation(expr) -> LibraryImpl:
+    impl = IMPLEMENTATIONS.get(type(expr))
+    if impl is None:
+        raise TypeError(f"{type(expr).__name__} is not a library op (runtime/library.py runs "
+                        f"{', '.join(t.__name__ for t in IMPLEMENTATIONS)})")
+    return impl
+
+
+def run_library_op(expr, inputs: list) -> list:
+    """The outputs of library expression `expr` on `inputs` (torch tensors, one per expr input,
+    in order), computed by torch on their device and current stream, in their dtype."""
+    impl = implementation(expr)
+    if len(inputs) != len(expr.inputs):
+        raise ValueError(f"{impl.name}: {len(inputs)} tensors for {len(expr.inputs)} operands")
+    return impl.run(expr, list(inputs))
+
+
+def describe(expr) -> str:
+    """One line for RunInfo and explain: which op, on which tensors, run by what."""
+    impl = implementation(expr)
+    operands = ", ".join(f"T{v.name}" for v in expr.inputs)
+    out = expr.outputs[0]
+    return (f"{impl.name}: T{out.name} = {impl.name}({operands}) by {impl.call} "
+            f"(cuBLAS on a CUDA device), {out.dtype.short_name}, fp32 accumulation")

@@ -1,0 +1,37 @@
+"""In-place outputs (fd.add_output(t, alias_input=x)): writing them into their inputs' storage.
+
+Every plan (kernels, interpreter, reference, and the segments of a plan) computes all of the
+fusion's outputs into tensors of their own; then `write_aliased_outputs` copies each in-place
+output into its input and drops the hidden ones from what execute returns. Copying after the
+whole plan has run is always correct: no read of the input can come after its write. It costs
+one more read and write of each in-place output (an AdamW step updating p, m and v: three
+extra copies over the step's own traffic).
+
+A kernel could store into the input directly where that is safe: the output has the input's
+shape, strides and dtype, and the input's elements are read only by the thread that writes the
+same element, before it writes it (a pointwise kernel reading p[i] and writing p'[i] in one
+thread). A read of the input by any other thread or element (a broadcast, a reduction, a
+reshape or permute of it, a persistent row read again after the write, a second kernel of the
+plan) would see the new value. The executor does not do that yet.
+"""
+from __future__ import annotations
+
+import torch
+
+
+def _shares_storage(a, b) -> bool:
+    return (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.device == b.device
+            and a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr())
+
+
+def write_aliased_outputs(fusion, inputs, outputs: list) -> list:
+    """Copy each in-place output of `fusion` into its input (`outputs`: one tensor per
+    fusion.outputs entry, as plans compute them) and return the outputs execute returns."""
+    targets = [inputs[i] for i in fusion.output_aliases.values()]
+    # An output that is a view of an input about to be overwritten (the reference evaluator
+    # returns an input's set as the input itself) keeps the values it was computed with.
+    outputs = [o.clone() if any(_shares_storage(o, t) for t in targets) else o for o in outputs]
+    with torch.no_grad():
+        for o, i in fusion.output_aliases.items():
+            inputs[i].copy_(outputs[o])
+    return [x for k, x in enumerate(outputs) if k not in fusion.hidden_outputs]
