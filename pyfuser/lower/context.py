@@ -25,7 +25,7 @@ import dataclasses
 from ..ir import scalar as S
 from ..ir.dtype import DataType
 from ..ir.id_graph import IdGraph, match_loops, reshape_cycle, self_mapping
-from ..ir.iter_domain import IterDomain, ParallelType, Split, split_id
+from ..ir.iter_domain import IterDomain, ParallelType, Split, ancestors, split_id
 from ..ir.tensor import MemoryType, TensorView
 from ..kir import nodes as K
 
@@ -309,7 +309,35 @@ class LoweringContext:
 
     def _match(self, i: IterDomain, ref: TensorView, start: int):
         """(what ref's loop stands for, its position) of the first loop of ref from `start` on
-        that maps to i, or None."""
+        that maps to i, or None. Failing that, an ID of ref that ref splits further into its
+        loops from `start` on (a cache of w [1, C, 1, N] vectorized 8 wide inside the loops of
+        an output [B, C, 1, N] that splits the same 8 into 2 x 4): i stands for that ID, with
+        `start` still pointing at the loops made from it. Without it, i would index only its
+        own tensor's IDs, which reach the row's dims only where they are ref's (exact) dims,
+        not where the tensor broadcasts one ref iterates."""
+        found = self._match_loop(i, ref, start)
+        if found is not None:
+            return found
+        return self._match_split_id(i, ref, start)
+
+    def _match_split_id(self, i: IterDomain, ref: TensorView, start: int):
+        if i.is_broadcast or start >= len(ref.domain.loop):
+            return None
+        loops = ref.domain.loop
+        for graph in (self.exact, self.permissive):
+            for r in ref.domain.all_ids():
+                if r in loops or r.is_broadcast or not graph.mapped(i, r):
+                    continue
+                if r.extent.value is not None and i.extent.value is not None \
+                        and r.extent.value != i.extent.value:
+                    continue
+                # Only an ID split into loops from `start` on, and into no earlier loop.
+                made = [x for x, lp in enumerate(loops) if r in ancestors(lp, [r])]
+                if made and min(made) >= start:
+                    return r, start - 1
+        return None
+
+    def _match_loop(self, i: IterDomain, ref: TensorView, start: int):
         for x in range(start, len(ref.domain.loop)):
             r = ref.domain.loop[x]
             if r.is_broadcast and not i.is_broadcast:

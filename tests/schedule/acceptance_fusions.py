@@ -357,6 +357,24 @@ def rows_scaled_by_one_row(dt, M, N, device="cpu", seed=0):
     return fd, [x, w.to(torch.bfloat16)]
 
 
+def rows_times_a_weight_over_a_size_1_dim(dt, B, C, N, device="cpu", seed=0):
+    """v = (x - w) * x, v * max(v, [2, 3]) for x [B, C, 1, N] and a bf16 w [1, C, 1, N] whose
+    size-1 dims are broadcasts (GPU fuzz case 20261126:61): the row is x's dims 2 and 3 merged,
+    w's cache merges a broadcast with N instead. The cache's vector loop (8 bf16) found no loop
+    of the float output (which splits the same 8 into 2 x 4) to stand for, and its index could
+    not reach N ("cannot index T#'s axis from its loops"); it now stands for the output's ID
+    of 8 that those two loops come from (lower/context.py _match)."""
+    x, w = _randn([(B, C, 1, N), (1, C, 1, N)], dt, device, seed)
+    with FusionDefinition("rows_times_a_weight_over_a_size_1_dim") as fd:
+        tx = fd.define_tensor([-1, -1, -1, -1], dtype=DT[dt])
+        tw = fd.define_tensor([1, -1, 1, -1], dtype=DataType.BFloat16)
+        # A float output of 16-bit inputs: its loop splits the inputs' 8-wide vectors 2 x 4.
+        xf = _f32(fd, tx, dt)
+        v = fd.ops.mul(fd.ops.sub(xf, fd.ops.cast(tw, F32)), xf)
+        fd.add_output(fd.ops.mul(v, fd.ops.max(v, [2, 3], keepdim=True)))
+    return fd, [x, w.to(torch.bfloat16)]
+
+
 def var_of_all_dims_with_an_expanded_one(dt, A, B, C, device="cpu", seed=0):
     """var over every dim of x [A, B(expanded), C], keepdim (case 20261123:1085): the frontend
     keeps B through the reductions of A and C (their only kept dim), then squeezes it to rank
@@ -431,6 +449,10 @@ RUN = {
                                      [(6, 512), (3, 75)], [(6, 512), (2048, 4096)]),
     "rows_scaled_by_one_row": (rows_scaled_by_one_row, "inner_persistent",
                                [(127, 193), (9, 256)], [(127, 193), (4096, 1024)]),
+    "rows_times_a_weight_over_a_size_1_dim": (rows_times_a_weight_over_a_size_1_dim,
+                                              "inner_persistent",
+                                              [(2, 3, 40), (3, 5, 1320)],
+                                              [(16, 12, 1320), (64, 32, 4096)]),
     "var_of_all_dims_with_an_expanded_one": (var_of_all_dims_with_an_expanded_one,
                                              "inner_persistent",
                                              [(8, 9, 303), (3, 5, 64)], [(8, 9, 303),
