@@ -30,7 +30,7 @@ import warnings
 from .. import options as opts
 from ..ir import scalar as S
 from ..schedule.roles import scheduling_clone
-from ..schedule.schedulers import registry
+from ..schedule.segmenter import segment
 from ..schedule.schedulers.base import InputFacts, RuntimeInfo, SchedulerError, facts_per_input
 from .inputs import InputError, check_inputs, empty_reductions, not_a_list, output_strides
 from .reference import evaluate
@@ -62,6 +62,10 @@ class RunInfo:
     # error, "Type: message", and its traceback. The fuzzer counts these as failures.
     internal_error: str = ""
     traceback: str = dataclasses.field(default="", repr=False, compare=False)
+    # A segmented fusion's plan (runtime/plan.py): one plan.SegmentRun per segment (its kind,
+    # scheduler or library op, why, and a kernel segment's own RunInfo); empty when the whole
+    # fusion ran as one kernel or through the reference evaluator alone.
+    segments: tuple = ()
 
 
 def _alignment(ptr: int) -> int:
@@ -200,13 +204,17 @@ class _InterpretPlan:
 
 
 class FusionExecutorCache:
-    def __init__(self, fusion, name: str = "fusion"):
+    def __init__(self, fusion, name: str = "fusion", segmented=None):
         self.fusion = fusion
         self.name = name
         self.last_run: RunInfo | None = None
         self._plans: dict = {}
         self._kernels: dict = {}
-        self._choice = None
+        # schedule/segmenter.SegmentedFusion, once per fusion (given for a segment's own
+        # executor: its sub-fusion is scheduled whole); with several segments, one executor
+        # per kernel segment (runtime/plan.py).
+        self._segmented = segmented
+        self._segment_executors: list = []
         self._kernel_count = 0
         self._scratch: list = []
 
@@ -226,8 +234,9 @@ class FusionExecutorCache:
             plan = self._make_plan(inputs, options)
             if key is not None:
                 self._plans[key] = plan
-        self.last_run = plan.run_info
-        return plan.run(inputs)
+        outputs = plan.run(inputs)
+        self.last_run = plan.run_info     # a segmented plan's is complete after its first run
+        return outputs
 
     # Keys --------------------------------------------------------------------------------------
     def _key(self, inputs, options):
@@ -288,11 +297,19 @@ class FusionExecutorCache:
             # guarded (they read past the inputs' ends).
             return self._fallback("outputs with no elements beside outputs with elements; "
                                   "kernels do not take this mix yet")
-        if self._choice is None:
-            self._choice = registry.choose(self.fusion)
-        choice = self._choice
-        if choice.scheduler is None:
-            return self._fallback(choice.reason)
+        if self._segmented is None:
+            self._segmented = segment(self.fusion)
+        segmented = self._segmented
+        opts.dump("segments", self.name, str(segmented))
+        if len(segmented.segments) > 1:
+            from .plan import SegmentedPlan, segment_executors
+            if not self._segment_executors:
+                self._segment_executors = segment_executors(segmented, self.name)
+            return SegmentedPlan(self.fusion, segmented, self._segment_executors, bindings,
+                                 self.name)
+        choice = segmented.segments[0].choice
+        if choice is None:
+            return self._fallback(segmented.why)
         return self._guarded_kernel_plan(inputs, bindings, choice, target, options)
 
     def _guarded_kernel_plan(self, inputs, bindings, choice, target, options):
@@ -540,4 +557,8 @@ class FusionExecutorCache:
 
     # Introspection -----------------------------------------------------------------------------
     def kernels(self) -> list:
-        return list(self._kernels.values())
+        out = list(self._kernels.values())
+        for ex in self._segment_executors:
+            if ex is not None:
+                out += ex.kernels()
+        return out
