@@ -18,7 +18,7 @@ from ..ir.exprs import (BinaryOp, BroadcastOp, ExpandOp, FullOp, LoadStoreOp, Re
                         ReshapeOp, SegmentSetOp, SqueezeOp, UnaryOp, WhereOp)
 
 KERNEL_OPS: tuple = (UnaryOp, BinaryOp, WhereOp, LoadStoreOp, BroadcastOp, ExpandOp, SqueezeOp,
-                     ReshapeOp, ReductionOp, FullOp)
+                     ReshapeOp, ReductionOp, FullOp, SegmentSetOp)
 LIBRARY_OPS: tuple = ()
 BOUNDARY_OPS: tuple = (SegmentSetOp,)
 # Ops that only move or fill data (no arithmetic worth a launch): the segmenter keeps them out
