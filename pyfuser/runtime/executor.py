@@ -5,11 +5,13 @@ each input's dtype, sizes, strides, pointer alignment and device, then output al
 pointer patching and one launch. Validation is folded into the key: a signature is only
 cached after check_inputs accepted it, so a wrong input never matches.
 
-Slow path (a new signature): check_inputs, pick the scheduler (once per fusion), compute its
-heuristic, and reuse a compiled kernel whose heuristic is equal (kernels are shared across shapes)
-or schedule a clone of the fusion, lower, generate CUDA and compile it.
-Fusions no scheduler takes, and inputs not on a CUDA device, run through the reference evaluator
-(with a warning for the former); RunInfo says what ran. Degenerate sizes launch no kernel: when
+Slow path (a new signature): check_inputs, segment the fusion (once per fusion:
+schedule/segmenter.py), and for a fusion one scheduler takes whole compute its heuristic, and
+reuse a compiled kernel whose heuristic is equal (kernels are shared across shapes) or schedule a
+clone of the fusion, lower, generate CUDA and compile it. A fusion of several segments runs as a
+plan of them (runtime/plan.py: an executor like this one per kernel segment, the reference
+evaluator for reference segments). Inputs not on a CUDA device run through the reference
+evaluator; RunInfo says what ran. Degenerate sizes launch no kernel: when
 every output is empty, only the outputs are allocated; when a reduction over a dim of size 0
 reaches an output, the reference evaluator computes the outputs (from the reductions' start
 values). With `interpret` enabled, CPU inputs run

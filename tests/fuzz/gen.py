@@ -1343,6 +1343,9 @@ def pat_segmented(b: Builder) -> None:
         outs += [y, col]
         if r.random() < 0.4 and col.rank == 2:
             outs.append(b.call("mul", y, col))          # the rows use the column result again
+        if r.random() < 0.3 and col.rank == 2 and b.sizes[m_axis] > 1:
+            # The column result expanded over the rows (an output of stride 0 along them).
+            outs.append(b.call("expand", col, [b.sizes[m_axis], -1], _axes=[m_axis, None]))
     elif form == "reduction_of_reduction":
         axes = [b.axis() for _ in range(3)]
         b.fit(axes)
@@ -1381,9 +1384,9 @@ def pat_segmented(b: Builder) -> None:
             pool.append(b.tensor(_random_dims(b, axes), _input_dtype(b)))
         made = b.pointwise_dag(pool, r.randint(1, 4))
         cut = b.call("segment_set", (made or pool)[-1])
-        if r.random() < 0.5:
-            outs.append(cut)
         rest = b.pointwise_dag(pool + [cut], r.randint(1, 3))
+        if r.random() < 0.5 or not any(cut.name in op["args"] for op in b.ops):
+            outs.append(cut)                    # a segment_set nothing reads would be dead
         if rest and not rest[-1].is_scalar and rest[-1].rank >= 1 and r.random() < 0.4:
             red = b.reduce_step(rest[-1])
             rest += list(red) if isinstance(red, tuple) else [red]
