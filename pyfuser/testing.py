@@ -23,9 +23,11 @@ def rel_error(out, ref) -> float:
 
 
 def run_and_check(fd, inputs, *, scheduler: str | tuple | None = None, kernels: int = 1,
-                  options: dict | None = None):
+                  options: dict | None = None, segments: tuple | None = None):
     """Execute with poisoned outputs, compare every output with the float64 reference evaluator,
-    and check what ran (scheduler names, number of kernels, no reference fallback)."""
+    and check what ran (scheduler names, number of kernels, no reference fallback; with
+    `segments`, the (kind, name) of each segment of the plan: ("kernel", "pointwise"),
+    ("reference", "reference"), ...)."""
     from .runtime.inputs import check_inputs
     from .runtime.reference import evaluate
 
@@ -44,6 +46,9 @@ def run_and_check(fd, inputs, *, scheduler: str | tuple | None = None, kernels: 
         if scheduler is not None:
             want = (scheduler,) if isinstance(scheduler, str) else tuple(scheduler)
             assert run.schedulers == want, f"expected schedulers {want}, ran {run.schedulers}"
+    if segments is not None:
+        ran = tuple((s.kind, s.name) for s in run.segments)
+        assert ran == tuple(segments), f"expected segments {tuple(segments)}, ran {ran}"
     bindings = check_inputs(fd.fusion, before)
     every = evaluate(fd.fusion, before, promote_to_double=True, extent_bindings=bindings,
                      all_outputs=True)

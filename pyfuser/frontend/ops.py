@@ -165,6 +165,12 @@ class Ops:
         x = self._tensor("set", 0, x)
         return arith.set_op(x)
 
+    def segment_set(self, x):
+        """A copy of `x` that ends a segment: the plan computes `x` in one segment and its
+        consumers in others (nvFuser's segment_set)."""
+        x = self._tensor("segment_set", 0, x)
+        return arith.segment_set(x)
+
     # Binary ------------------------------------------------------------------------------------
     def _binary(self, name, op, a, b, out_dtype=None):
         a, b = self._operand(name, 0, a), self._operand(name, 1, b)

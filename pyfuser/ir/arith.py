@@ -9,8 +9,8 @@ from . import scalar as S
 from .base import current_fusion, next_name
 from .dtype import DataType
 from .exprs import (BinaryOp, BinaryOpType, BroadcastOp, ExpandOp, FullOp, LinearOp, LoadKind,
-                    LoadStoreOp, MatmulOp, ReductionOp, ReductionOpType, ReshapeOp, SqueezeOp,
-                    UnaryOp, UnaryOpType, WhereOp)
+                    LoadStoreOp, MatmulOp, ReductionOp, ReductionOpType, ReshapeOp, SegmentSetOp,
+                    SqueezeOp, UnaryOp, UnaryOpType, WhereOp)
 from .iter_domain import IterDomain, IterType, merge_ids, split_id
 from .tensor import MemoryType, TensorDomain, TensorView
 
@@ -133,6 +133,12 @@ def where(cond, a, b, dtype: DataType):
 def set_op(x: TensorView, load_kind: LoadKind = LoadKind.Set, dtype: DataType | None = None) -> TensorView:
     out = pointwise_output("set", [x], dtype or x.dtype)
     LoadStoreOp(out, x, load_kind)
+    return out
+
+
+def segment_set(x: TensorView) -> TensorView:
+    out = pointwise_output("segment_set", [x], x.dtype)
+    SegmentSetOp(out, x)
     return out
 
 

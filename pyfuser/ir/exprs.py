@@ -135,6 +135,12 @@ class LoadStoreOp(Expr):
         return self.inputs[0]
 
 
+class SegmentSetOp(LoadStoreOp):
+    """out = in (fd.ops.segment_set, nvFuser's name): a copy whose output is a segment boundary.
+    The segmenter never merges the producer's segment with a consumer across it; everything
+    else (schedulers, lowering, the reference evaluator) sees the plain copy it is."""
+
+
 class BroadcastOp(Expr):
     """Insert broadcast IDs: `is_broadcast_dim[k]` says whether output logical dim k is new."""
 

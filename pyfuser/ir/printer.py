@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from . import scalar as S
 from .exprs import (BinaryOp, BroadcastOp, ExpandOp, FullOp, LinearOp, LoadStoreOp, MatmulOp,
-                    ReductionOp, ReshapeOp, SqueezeOp, UnaryOp, UnaryOpType, WhereOp)
+                    ReductionOp, ReshapeOp, SegmentSetOp, SqueezeOp, UnaryOp, UnaryOpType, WhereOp)
 from .iter_domain import id_exprs_between, id_str
 from .scalar import Scalar
 from .tensor import TensorView
@@ -46,7 +46,8 @@ def expr_str(e) -> str:
         return f"{out}\n   = where( {a},\n        {b},\n        {c} );"
     if isinstance(e, LoadStoreOp):
         kind = "" if e.load_kind.value == "set" else f", load = {e.load_kind.value}"
-        return f"{out}\n   = set( {val_str(e.inputs[0])}{kind} );"
+        op = "segment_set" if isinstance(e, SegmentSetOp) else "set"
+        return f"{out}\n   = {op}( {val_str(e.inputs[0])}{kind} );"
     if isinstance(e, BroadcastOp):
         flags = "".join("b" if f else "." for f in e.is_broadcast_dim)
         return f"{out}\n   = broadcast( {val_str(e.inputs[0])}, flags = {flags} );"

@@ -5,11 +5,13 @@ each input's dtype, sizes, strides, pointer alignment and device, then output al
 pointer patching and one launch. Validation is folded into the key: a signature is only
 cached after check_inputs accepted it, so a wrong input never matches.
 
-Slow path (a new signature): check_inputs, pick the scheduler (once per fusion), compute its
-heuristic, and reuse a compiled kernel whose heuristic is equal (kernels are shared across shapes)
-or schedule a clone of the fusion, lower, generate CUDA and compile it.
-Fusions no scheduler takes, and inputs not on a CUDA device, run through the reference evaluator
-(with a warning for the former); RunInfo says what ran. Degenerate sizes launch no kernel: when
+Slow path (a new signature): check_inputs, segment the fusion (once per fusion:
+schedule/segmenter.py), and for a fusion one scheduler takes whole compute its heuristic, and
+reuse a compiled kernel whose heuristic is equal (kernels are shared across shapes) or schedule a
+clone of the fusion, lower, generate CUDA and compile it. A fusion of several segments runs as a
+plan of them (runtime/plan.py: an executor like this one per kernel segment, the reference
+evaluator for reference segments). Inputs not on a CUDA device run through the reference
+evaluator; RunInfo says what ran. Degenerate sizes launch no kernel: when
 every output is empty, only the outputs are allocated; when a reduction over a dim of size 0
 reaches an output, the reference evaluator computes the outputs (from the reductions' start
 values). With `interpret` enabled, CPU inputs run
@@ -31,7 +33,7 @@ from collections import OrderedDict
 from .. import options as opts
 from ..ir import scalar as S
 from ..schedule.roles import scheduling_clone
-from ..schedule.schedulers import registry
+from ..schedule.segmenter import segment
 from ..schedule.schedulers.base import InputFacts, RuntimeInfo, SchedulerError, facts_per_input
 from .inputs import InputError, check_inputs, empty_reductions, not_a_list, output_strides
 from .output_aliases import write_aliased_outputs
@@ -64,6 +66,10 @@ class RunInfo:
     # error, "Type: message", and its traceback. The fuzzer counts these as failures.
     internal_error: str = ""
     traceback: str = dataclasses.field(default="", repr=False, compare=False)
+    # A segmented fusion's plan (runtime/plan.py): one plan.SegmentRun per segment (its kind,
+    # scheduler or library op, why, and a kernel segment's own RunInfo); empty when the whole
+    # fusion ran as one kernel or through the reference evaluator alone.
+    segments: tuple = ()
 
 
 def _alignment(ptr: int) -> int:
@@ -264,13 +270,17 @@ class FusionExecutorCache:
     MAX_PLANS = 64
     MAX_KERNELS = 32
 
-    def __init__(self, fusion, name: str = "fusion"):
+    def __init__(self, fusion, name: str = "fusion", segmented=None):
         self.fusion = fusion
         self.name = name
         self.last_run: RunInfo | None = None
         self._plans: OrderedDict = OrderedDict()
         self._kernels: OrderedDict = OrderedDict()
-        self._choice = None
+        # schedule/segmenter.SegmentedFusion, once per fusion (given for a segment's own
+        # executor: its sub-fusion is scheduled whole); with several segments, one executor
+        # per kernel segment (runtime/plan.py).
+        self._segmented = segmented
+        self._segment_executors: list = []
         self._kernel_count = 0
 
     # Public ------------------------------------------------------------------------------------
@@ -294,8 +304,8 @@ class FusionExecutorCache:
                     plans.popitem(last=False)
         else:
             plans.move_to_end(key)
-        self.last_run = plan.run_info
         outputs = plan.run(inputs)
+        self.last_run = plan.run_info     # a segmented plan's is complete after its first run
         if self.fusion.output_aliases:      # in-place outputs: plans compute every output
             return write_aliased_outputs(self.fusion, inputs, outputs)
         return outputs
@@ -360,11 +370,19 @@ class FusionExecutorCache:
             # guarded (they read past the inputs' ends).
             return self._fallback("outputs with no elements beside outputs with elements; "
                                   "kernels do not take this mix yet")
-        if self._choice is None:
-            self._choice = registry.choose(self.fusion)
-        choice = self._choice
-        if choice.scheduler is None:
-            return self._fallback(choice.reason)
+        if self._segmented is None:
+            self._segmented = segment(self.fusion)
+        segmented = self._segmented
+        opts.dump("segments", self.name, str(segmented))
+        if len(segmented.segments) > 1:
+            from .plan import SegmentedPlan, segment_executors
+            if not self._segment_executors:
+                self._segment_executors = segment_executors(segmented, self.name)
+            return SegmentedPlan(self.fusion, segmented, self._segment_executors, bindings,
+                                 self.name)
+        choice = segmented.segments[0].choice
+        if choice is None:
+            return self._fallback(segmented.why)
         return self._guarded_kernel_plan(inputs, bindings, choice, target, options)
 
     def _guarded_kernel_plan(self, inputs, bindings, choice, target, options):
@@ -642,4 +660,8 @@ class FusionExecutorCache:
 
     # Introspection -----------------------------------------------------------------------------
     def kernels(self) -> list:
-        return list(self._kernels.values())
+        out = list(self._kernels.values())
+        for ex in self._segment_executors:
+            if ex is not None:
+                out += ex.kernels()
+        return out

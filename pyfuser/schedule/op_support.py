@@ -9,18 +9,24 @@ warning). The segmenter, the tests and the fuzzer read these lists instead of ke
   until pyfuser's matmul scheduler exists). Each has a runtime implementation in
   runtime/library.py.
 - Anything else runs in a reference segment.
+- BOUNDARY_OPS: kernel ops whose output the segmenter never merges across (fd.ops.segment_set):
+  the op runs in its producer's segment, and the consumers of its output in others.
 """
 from __future__ import annotations
 
 from ..ir.exprs import (BinaryOp, BroadcastOp, ExpandOp, FullOp, LinearOp, LoadStoreOp, MatmulOp,
-                        ReductionOp, ReshapeOp, SqueezeOp, UnaryOp, WhereOp)
+                        ReductionOp, ReshapeOp, SegmentSetOp, SqueezeOp, UnaryOp, WhereOp)
 from ..ir.scalar import ScalarOp
 
 # ScalarOp: arithmetic on scalars (a mean's 1/N, a variance's correction, the element count
 # of a mean over an expanded dim), which kernels compute from their scalar parameters.
 KERNEL_OPS: tuple = (UnaryOp, BinaryOp, WhereOp, LoadStoreOp, BroadcastOp, ExpandOp, SqueezeOp,
-                     ReshapeOp, ReductionOp, FullOp, ScalarOp)
+                     ReshapeOp, ReductionOp, FullOp, ScalarOp, SegmentSetOp)
 LIBRARY_OPS: tuple = (MatmulOp, LinearOp)
+BOUNDARY_OPS: tuple = (SegmentSetOp,)
+# Ops that only move or fill data (no arithmetic worth a launch): the segmenter keeps them out
+# of segments of their own wherever a neighbour takes them.
+CHEAP_OPS: tuple = (BroadcastOp, ExpandOp, ReshapeOp, SqueezeOp, FullOp, LoadStoreOp)
 
 
 def segment_kind(expr) -> str:
@@ -30,3 +36,13 @@ def segment_kind(expr) -> str:
     if isinstance(expr, KERNEL_OPS):
         return "kernel"
     return "reference"
+
+
+def is_cheap(expr) -> bool:
+    """Whether `expr` only moves, fills or casts data (see CHEAP_OPS)."""
+    from ..ir.exprs import UnaryOpType
+    if isinstance(expr, BOUNDARY_OPS):
+        return False
+    if isinstance(expr, UnaryOp):
+        return expr.op in (UnaryOpType.Cast, UnaryOpType.Set)
+    return isinstance(expr, CHEAP_OPS)

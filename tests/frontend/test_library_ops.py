@@ -102,10 +102,11 @@ def test_symbolic_sizes_take_the_call_shapes():
         _check_against_float64(out, torch.matmul(x.double(), y.double()), torch.float32)
 
 
-def test_linear_bias_gelu_epilogue_runs_through_the_reference_with_a_warning():
-    """Until the segmenter runs library segments, the registry refuses a fusion with a matmul
-    (op_support lists it as a library op) and the executor falls back to the reference, with a
-    FallbackWarning, and computes the right values."""
+def test_linear_bias_gelu_is_a_library_segment_and_an_epilogue_kernel():
+    """The registry refuses a fusion with a linear (op_support lists it as a library op); the
+    segmenter makes the linear a library segment of its own and the bias-free GELU epilogue a
+    pointwise kernel, run on the interpreter: no warning, the right values."""
+    import warnings
     with FusionDefinition("linear_gelu") as fd:
         x = fd.define_tensor([-1, -1], dtype=DataType.BFloat16)
         w = fd.define_tensor([-1, -1], dtype=DataType.BFloat16)
@@ -115,9 +116,14 @@ def test_linear_bias_gelu_epilogue_runs_through_the_reference_with_a_warning():
         fd.add_output(fd.ops.cast(g, DataType.BFloat16))
     ins = [_rand((33, 24), torch.bfloat16, 8), _rand((19, 24), torch.bfloat16, 9),
            _rand((19,), torch.bfloat16, 10)]
-    with pytest.warns(FallbackWarning, match=r"LinearOp \(schedule/op_support.py\)"):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FallbackWarning)
         (out,) = fd.execute(ins, options={"enable": ["interpret"]})
-    assert fd.last_run.kind == "reference" and not fd.last_run.internal_error
+    run = fd.last_run
+    assert run.kind == "kernels" and not run.internal_error
+    assert [(s.kind, s.name) for s in run.segments] == [("library", "linear"),
+                                                        ("kernel", "pointwise")]
+    assert run.backend == "interpreter"
     want = torch.nn.functional.gelu(
         torch.nn.functional.linear(*(t.double() for t in ins)), approximate="tanh")
     _check_against_float64(out, want, torch.bfloat16)

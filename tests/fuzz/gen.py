@@ -66,7 +66,8 @@ LOGICAL = ("logical_and", "logical_or")
 SHAPE_OPS = ("broadcast", "broadcast_in_dim", "expand", "squeeze", "reshape", "permute")
 REDUCTIONS = ("sum", "max", "min", "mean", "var", "var_mean")
 # Every frontend op the generator emits (the coverage test checks each appears).
-ALL_OPS = (FLOAT_UNARY + SAME_UNARY + ("gelu", "logical_not", "cast", "set") + ARITH_BINARY
+ALL_OPS = (FLOAT_UNARY + SAME_UNARY + ("gelu", "logical_not", "cast", "set", "segment_set")
+           + ARITH_BINARY
            + COMPARE + LOGICAL + ("where",) + SHAPE_OPS + REDUCTIONS
            + ("full", "zeros", "ones", "define_scalar"))
 
@@ -486,7 +487,7 @@ class Builder:
             return Val(name, x.dims, x.dtype, lo, hi, x.exact)
         if op == "logical_not":
             return Val(name, x.dims, BOOL, 0.0, 1.0, x.exact)
-        if op == "set":
+        if op in ("set", "segment_set"):
             return Val(name, x.dims, x.dtype, x.lo, x.hi, x.exact)
         if op == "cast":
             dt = kw["dtype"]
@@ -1314,6 +1315,86 @@ def pat_random(b: Builder) -> None:
     b.finish_outputs(made or pool, 1, 3)
 
 
+def pat_segmented(b: Builder) -> None:
+    """Fusions that no one kernel takes, so that the plan runs several segments: a row
+    normalization whose result is also reduced over columns (sometimes used again by the rows),
+    a reduction feeding a reduction over other dims, an unrelated second part over tensors of
+    other sizes, or a pointwise DAG cut by segment_set."""
+    r = b.rng
+    form = r.choice(("norm_columns", "reduction_of_reduction", "unrelated", "segment_set"))
+    outs = []
+    if form == "norm_columns":
+        m_axis, n_axis = b.axis(), b.axis()
+        b.fit([m_axis, n_axis], protect=[n_axis])
+        dt = b.pick_float_dtype(allow_f64=False)
+        x = b.as_float(b.tensor([Dim(m_axis, "full"), Dim(n_axis, "full")], dt), F32)
+        xf = b.call("cast", x, dtype=F32) if x.dtype != F32 else x
+        if r.random() < 0.5:
+            mx = b.call("max", xf, [1], keepdim=True)
+            e = b.call("exp", b.call("sub", xf, mx))
+            y = b.call("div", e, b.call("sum", e, [1], keepdim=True))
+        else:
+            ms = b.call("mean", b.call("mul", xf, xf), [1], keepdim=True)
+            y = b.call("mul", xf, b.call("rsqrt", b.call("add", ms, 0.5)))
+        if r.random() < 0.3:
+            y = b.call("segment_set", y)
+        col = b.reduce_step(y, [0], op=r.choice(("sum", "max", "mean")),
+                            keepdim=r.random() < 0.5)
+        outs += [y, col]
+        if r.random() < 0.4 and col.rank == 2:
+            outs.append(b.call("mul", y, col))          # the rows use the column result again
+        if r.random() < 0.3 and col.rank == 2 and b.sizes[m_axis] > 1:
+            # The column result expanded over the rows (an output of stride 0 along them).
+            outs.append(b.call("expand", col, [b.sizes[m_axis], -1], _axes=[m_axis, None]))
+    elif form == "reduction_of_reduction":
+        axes = [b.axis() for _ in range(3)]
+        b.fit(axes)
+        x = b.tensor([Dim(a, "full") for a in axes], _input_dtype(b, float_only=True))
+        first = r.choice(([2], [1, 2], [0]))
+        s1 = b.reduce_step(x, first, keepdim=False)
+        s1 = s1[r.randrange(2)] if isinstance(s1, tuple) else s1
+        if r.random() < 0.3:
+            s1 = b.call("segment_set", s1)
+        outs.append(s1)
+        if s1.rank >= 1:
+            second = [0] if s1.rank == 1 or r.random() < 0.5 else [s1.rank - 1]
+            s2 = b.reduce_step(s1, second)
+            outs += list(s2) if isinstance(s2, tuple) else [s2]
+    elif form == "unrelated":
+        for _ in range(2):
+            rank = r.choice((1, 2, 2, 3))
+            axes = [b.axis() for _ in range(rank)]
+            b.fit(axes)
+            x = b.tensor([Dim(a, "full") for a in axes], _input_dtype(b))
+            pool = [x]
+            made = b.pointwise_dag(pool, r.randint(0, 2))
+            src = made[-1] if made and not made[-1].is_scalar and made[-1].rank == rank else x
+            if r.random() < 0.6:
+                dims = [rank - 1] if rank == 1 or r.random() < 0.6 else [0]
+                red = b.reduce_step(src, dims)
+                outs += list(red) if isinstance(red, tuple) else [red]
+            else:
+                outs.append(made[-1] if made else b.call("neg", x))
+    else:
+        rank = r.choice((1, 2, 2, 3))
+        axes = [b.axis() for _ in range(rank)]
+        b.fit(axes)
+        pool = [b.tensor([Dim(a, "full") for a in axes], _input_dtype(b))]
+        if r.random() < 0.5:
+            pool.append(b.tensor(_random_dims(b, axes), _input_dtype(b)))
+        made = b.pointwise_dag(pool, r.randint(1, 4))
+        cut = b.call("segment_set", (made or pool)[-1])
+        rest = b.pointwise_dag(pool + [cut], r.randint(1, 3))
+        if r.random() < 0.5 or not any(cut.name in op["args"] for op in b.ops):
+            outs.append(cut)                    # a segment_set nothing reads would be dead
+        if rest and not rest[-1].is_scalar and rest[-1].rank >= 1 and r.random() < 0.4:
+            red = b.reduce_step(rest[-1])
+            rest += list(red) if isinstance(red, tuple) else [red]
+        outs += rest or [b.call("neg", cut)]
+    for v in outs:
+        b.output(v)
+
+
 # name -> (weight, builder)
 PATTERNS = {
     "pointwise": (24, pat_pointwise),
@@ -1324,6 +1405,7 @@ PATTERNS = {
     "normalization": (20, pat_normalization),
     "norm_backward": (10, pat_norm_backward),
     "random": (10, pat_random),
+    "segmented": (8, pat_segmented),
 }
 
 DEFAULT_MAX_ELEMENTS = 64 * 1024

@@ -20,11 +20,15 @@ _DT = {torch.float32: DataType.Float, torch.bfloat16: DataType.BFloat16,
 
 
 def _run(fd, ins):
-    # A fusion with a library op runs as a plan of segments once the segmenter has landed,
-    # through the reference (with a FallbackWarning) before: either way the values must hold.
+    """A plan with a library segment (cuBLAS) and the epilogue's kernel, if any: no fallback."""
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore", FallbackWarning)
-        return run_and_check(fd, ins, kernels=0)
+        warnings.simplefilter("error", FallbackWarning)
+        outs = run_and_check(fd, ins, kernels=0)
+    run = fd.last_run
+    assert run.kind == "kernels" and run.backend in ("cuda", ""), run
+    kinds = [s.kind for s in run.segments]
+    assert kinds[0] == "library" and set(kinds) <= {"library", "kernel"}, run.segments
+    return outs
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

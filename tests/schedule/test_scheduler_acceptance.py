@@ -4,9 +4,8 @@ Each fusion of acceptance_fusions.py was accepted by a scheduler whose schedule(
 (an internal error, or an illegal access on the interpreter). What is checked:
 - the fusions that now run as one kernel (RUN): through the executor on the kernel-IR
   interpreter, every output against the float64 reference, with the scheduler named;
-- the fusions no scheduler can run (REFUSED): the scheduler that took them refuses, with its
-  reason, and the executor runs the reference evaluator with a FallbackWarning (right values,
-  no internal error);
+- the fusions no scheduler can run whole (REFUSED): the scheduler that took them refuses, with
+  its reason, and the executor runs the segmenter's plan (right values, no internal error);
 - the mechanisms fixed underneath: recompute_for's copy of a permute keeps its dim order,
   propagation reaches a tensor through the dims that iterate, and through a recomputed copy's
   original, the persistent projection stops at a reduction result whose only other dims are
@@ -55,17 +54,24 @@ def test_runs_as_one_kernel_and_matches_float64(name, dt, shape):
 
 # Fusions no scheduler runs --------------------------------------------------------------------
 @pytest.mark.parametrize("name", REFUSED)
-def test_refused_with_a_reason_and_run_by_the_reference(name):
+def test_refused_whole_with_a_reason_and_run_as_segments(name):
+    """No scheduler takes the whole fusion: the one that took it refuses with its reason, and
+    the segmenter's plan runs it (kernels, with a FallbackWarning for each reference segment),
+    with the right values and no internal error."""
     build, took_it, words, shape = REFUSED[name]
     fd, inputs = build("fp32", *shape)
     ok, why = registry.by_name(took_it).can_schedule(fd.fusion)
     assert not ok and words in why, why
     choice = registry.choose(fd.fusion)
     assert choice.scheduler is None, choice.reason
-    with pytest.warns(FallbackWarning, match="no scheduler takes the whole fusion"):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
         outs = fd.execute(inputs, options=INTERPRET)
     run = fd.last_run
-    assert run.kind == "reference" and not run.internal_error, run
+    assert len(run.segments) > 1 and not run.internal_error, run
+    refs = [s for s in run.segments if s.kind == "reference"]
+    assert run.kind == ("reference" if refs else "kernels"), run
+    assert len([w for w in caught if issubclass(w.category, FallbackWarning)]) == len(refs)
     for o, r in zip(outs, reference(fd, inputs)):
         assert o.shape == r.shape
         assert rel_error(o, r) <= TOLERANCE[DataType.Float]

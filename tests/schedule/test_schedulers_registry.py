@@ -1,5 +1,7 @@
 """The registry: which scheduler takes each catalogue fusion, in which order they are tried, and
 why none does (the reference fallback)."""
+import warnings
+
 import pytest
 import torch
 
@@ -83,16 +85,20 @@ def test_a_reshape_mapped_onto_its_own_source_dim_is_refused_with_the_reason():
     assert registry.choose(ok.fusion).scheduler is pointwise
 
 
-def test_a_reshape_mapped_onto_its_own_source_dim_runs_the_reference_with_a_warning():
+def test_a_reshape_mapped_onto_its_own_source_dim_runs_as_two_segments():
     """The fuzz case 20261124:2807 used to end in 'cannot index T22's axis iS48{i0} from its
-    loops' (an internal error): now the fusion is refused before scheduling, and the reference
-    evaluator gives the right values."""
+    loops' (an internal error): the whole fusion is refused before scheduling, and the
+    segmenter puts the reshape and the op that ties its dims apart in separate kernels."""
     fd = _reshaped_beside_itself()
     t0 = torch.rand(8)[7:].as_strided((1, 1, 1), (1, 1, 1))
     t1 = torch.randn(1, 1, 1)
-    with pytest.warns(FallbackWarning, match="one of the dims it is made from"):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FallbackWarning)
         outs = fd.execute([t0, t1], options={"enable": ["interpret"]})
-    assert fd.last_run.kind == "reference" and not fd.last_run.internal_error
+    run = fd.last_run
+    assert run.kind == "kernels" and not run.internal_error
+    assert [(s.kind, s.name) for s in run.segments] == [("kernel", "pointwise")] * 2
+    assert "one of the dims it is made from" in run.reason
     assert torch.equal(outs[0], (t0 == 0.5) | (t1.reshape(1) >= 0.5))
     assert torch.equal(outs[1], torch.where(t1 > 0.5, torch.erf(t1),
                                             torch.where(t1 < 0.5, t0, -0.5)))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from ...ir.tensor import TensorView
 from .. import roles
 from ..op_support import segment_kind
 from . import inner_outer_persistent, inner_persistent, pointwise, reduction
@@ -39,7 +40,10 @@ def choose(fusion) -> Choice:
         if why is not None:
             return Choice(None, f"{why}, and no copy separates the roles (the second role's "
                                 "computation holds a reduction or another op that is not copied)")
-    other = sorted({type(e).__name__ for e in fusion.exprs() if segment_kind(e) != "kernel"})
+    # Scalar arithmetic (a mean's divisor from extents: ScalarOp) is part of whatever segment
+    # reads it; only tensor expressions decide the segment kind.
+    other = sorted({type(e).__name__ for e in fusion.exprs() if segment_kind(e) != "kernel"
+                    and any(isinstance(o, TensorView) for o in e.outputs)})
     if other:
         return Choice(None, f"ops no scheduler generates kernels for: {', '.join(other)} "
                             "(schedule/op_support.py)")

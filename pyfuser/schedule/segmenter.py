@@ -1,0 +1,421 @@
+"""The segmenter: a fusion no scheduler takes whole becomes segments that some scheduler takes.
+
+As nvFuser's: when a scheduler takes the whole fusion, it is one segment. Otherwise every tensor
+expression starts as a group of its own, and neighbouring groups (a producer and a consumer)
+merge while a scheduler accepts the merged group as a fusion (registry.choose, which also
+separates roles and refuses reshape cycles). Merges that keep the most bytes out of global
+memory go first: the bytes of the tensors between the two groups, their dtype's size times the
+extents that are known (1024 for each symbolic one, so that a dim counts for more than a
+dtype's size). A merge is illegal when the two groups are also connected through a third one
+(the merged group would both feed and read it), and across the output of a BOUNDARY_OPS op
+(fd.ops.segment_set).
+
+What is left:
+- groups of library ops (op_support.LIBRARY_OPS) are segments of their own;
+- a group no scheduler takes even alone runs in a reference segment, merged with its reference
+  neighbours; a group of cheap ops only (broadcast, reshape, casts, ...) that no kernel
+  neighbour took joins a reference neighbour rather than launching a kernel of its own.
+
+Each segment gets a sub-fusion (`Segment.fusion`), a new Fusion of its expressions whose inputs
+are the tensors it reads (the original inputs keep their layout; an intermediate is a new input
+of the same dtype and dims, dense in its producer's allocation order, as the plan allocates it)
+and whose outputs are the tensors it writes that other segments or the caller read. Extents the
+sub-fusion needs but no input tensor of it binds (the size of a reduced dim in a mean's divisor,
+the sizes a reshaped intermediate is made of) become integer scalar inputs: the plan passes
+their values.
+
+Scheduling decisions here read no shapes: registry.choose is a function of the fusion.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from ..ir import scalar as S
+from ..ir.fusion import Fusion
+from ..ir.scalar import Scalar
+from ..ir.tensor import MemoryType, TensorDomain, TensorView
+from .op_support import BOUNDARY_OPS, is_cheap, segment_kind
+from .schedulers import registry
+
+# Stand-in for a symbolic extent when ranking merges by the bytes they save.
+_UNKNOWN_EXTENT = 1024
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Segment:
+    """One segment of a SegmentedFusion. `exprs`, `inputs` and `outputs` are Vals of the
+    original fusion: `inputs` are the tensors and scalar inputs it reads, then the extents the
+    sub-fusion takes as scalar inputs (`extent_inputs` of them); `outputs` the tensors it
+    writes for later segments or the caller. `fusion` is the sub-fusion (the original fusion
+    itself for a whole-fusion segment), with inputs and outputs in the same order."""
+
+    kind: str                     # "kernel", "library" or "reference"
+    exprs: tuple
+    inputs: tuple
+    outputs: tuple
+    fusion: Fusion
+    scheduler: object | None      # the scheduler module of a kernel segment
+    why: str                      # one line: why this scheduler, or why the reference
+    choice: object | None = None  # registry.Choice of a kernel segment
+    extent_inputs: int = 0
+
+    @property
+    def name(self) -> str:
+        """The scheduler's name, the library op's, or "reference"."""
+        if self.kind == "kernel":
+            return self.scheduler.NAME
+        if self.kind == "library":
+            # The frontend's spelling: LinearOp -> "linear", as fd.ops.linear.
+            return type(self.exprs[0]).__name__.removesuffix("Op").lower()
+        return "reference"
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class SegmentedFusion:
+    fusion: Fusion
+    segments: tuple
+    why: str                      # why one segment, or why the fusion was segmented
+
+    def __str__(self) -> str:
+        lines = [f"{len(self.segments)} segment{'s' if len(self.segments) != 1 else ''}: "
+                 f"{self.why}"]
+        for k, s in enumerate(self.segments):
+            ins = ", ".join(_val_name(v) for v in s.inputs)
+            outs = ", ".join(f"T{v.name}" for v in s.outputs)
+            ops = ", ".join(_expr_name(e) for e in s.exprs)
+            what = s.kind if s.name == s.kind else f"{s.kind} {s.name}"
+            lines.append(f"  segment {k}: {what} ({ins}) -> ({outs}) [{ops}]: {s.why}")
+        return "\n".join(lines)
+
+
+def _val_name(v) -> str:
+    if isinstance(v, TensorView):
+        return f"T{v.name}"
+    return v.symbol or S.scalar_str(v)
+
+
+def _expr_name(e) -> str:
+    op = getattr(e, "op", None)
+    base = type(e).__name__
+    return f"{base}.{op.value}" if op is not None and hasattr(op, "value") else base
+
+
+def _tensor_exprs(fusion) -> list:
+    return [e for e in fusion.exprs() if any(isinstance(o, TensorView) for o in e.outputs)]
+
+
+def segment(fusion) -> SegmentedFusion:
+    """The segments of `fusion` in topological order (see the module docstring)."""
+    exprs = _tensor_exprs(fusion)
+    boundaries = [e for e in exprs if isinstance(e, BOUNDARY_OPS)]
+    if not boundaries:
+        choice = registry.choose(fusion)
+        if choice.scheduler is not None:
+            return SegmentedFusion(fusion, (_whole(fusion, exprs, "kernel", choice),),
+                                   choice.reason)
+        why = choice.reason
+    else:
+        why = "segment_set ends a segment at " + ", ".join(
+            f"T{e.outputs[0].name}" for e in boundaries)
+    groups = _Grouping(fusion, exprs)
+    groups.merge_kernels()
+    groups.settle_leftovers()
+    segs = groups.segments()
+    if len(segs) == 1 and segs[0].kind == "reference":
+        return SegmentedFusion(fusion, (_whole(fusion, exprs, "reference", None, why),), why)
+    return SegmentedFusion(fusion, tuple(segs), why)
+
+
+def _whole(fusion, exprs, kind, choice, why: str = "") -> Segment:
+    return Segment(kind, tuple(exprs), tuple(fusion.inputs), tuple(fusion.outputs), fusion,
+                   choice.scheduler if choice else None, choice.reason if choice else why, choice)
+
+
+# Grouping ---------------------------------------------------------------------------------------
+class _Grouping:
+    def __init__(self, fusion, exprs):
+        self.fusion = fusion
+        self.exprs = exprs
+        self.index = {e: k for k, e in enumerate(exprs)}
+        self.producer = {}          # tensor -> index of the expr that defines it
+        for k, e in enumerate(exprs):
+            for o in e.outputs:
+                if isinstance(o, TensorView):
+                    self.producer[o] = k
+        self.outputs = set(fusion.outputs)
+        # group id -> sorted expr indices; group id -> kind
+        self.members: dict[int, list[int]] = {k: [k] for k in range(len(exprs))}
+        self.kind: dict[int, str] = {k: segment_kind(e) for k, e in enumerate(exprs)}
+        self.group_of = list(range(len(exprs)))
+        self._choices: dict = {}    # frozenset of expr indices -> registry.Choice
+
+    # The group DAG -------------------------------------------------------------------------
+    def edges(self) -> dict:
+        """(producer group, consumer group) -> the tensors between them."""
+        out: dict = {}
+        for k, e in enumerate(self.exprs):
+            for i in e.inputs:
+                p = self.producer.get(i)
+                if p is None:
+                    continue
+                a, b = self.group_of[p], self.group_of[k]
+                if a != b:
+                    ts = out.setdefault((a, b), [])
+                    if i not in ts:
+                        ts.append(i)
+        return out
+
+    def _reaches(self, start: int, goal: int, edges, skip_direct: bool) -> bool:
+        succ: dict = {}
+        for a, b in edges:
+            succ.setdefault(a, []).append(b)
+        todo = [b for b in succ.get(start, []) if not (skip_direct and b == goal)]
+        seen = set()
+        while todo:
+            g = todo.pop()
+            if g == goal:
+                return True
+            if g in seen:
+                continue
+            seen.add(g)
+            todo.extend(succ.get(g, []))
+        return False
+
+    def _legal(self, a: int, b: int, edges) -> bool:
+        """Merging a and b (a feeds b) closes no cycle through a third group, and crosses no
+        segment boundary."""
+        for pair in ((a, b), (b, a)):
+            for t in edges.get(pair, ()):
+                if isinstance(t.definition, BOUNDARY_OPS):
+                    return False
+        return not self._reaches(a, b, edges, skip_direct=True) and \
+            not self._reaches(b, a, edges, skip_direct=True)
+
+    def _merge(self, a: int, b: int, kind: str) -> None:
+        keep, gone = min(a, b), max(a, b)
+        self.members[keep] = sorted(self.members[keep] + self.members.pop(gone))
+        self.kind.pop(gone)
+        self.kind[keep] = kind
+        for k in self.members[keep]:
+            self.group_of[k] = keep
+
+    def choice(self, members) -> object:
+        key = frozenset(members)
+        c = self._choices.get(key)
+        if c is None:
+            sub = _sub_fusion(self.fusion, [self.exprs[k] for k in sorted(members)],
+                              self._outputs_of(key))
+            c = registry.choose(sub.fusion)
+            self._choices[key] = c
+        return c
+
+    def _outputs_of(self, members) -> list:
+        """Tensors the exprs `members` write that the caller or other exprs read."""
+        out = []
+        for k in sorted(members):
+            for o in self.exprs[k].outputs:
+                if not isinstance(o, TensorView) or o in out:
+                    continue
+                if o in self.outputs or any(self.index.get(u) is not None
+                                            and self.index[u] not in members
+                                            for u in o.uses):
+                    out.append(o)
+        return out
+
+    # Merging -------------------------------------------------------------------------------
+    def merge_kernels(self) -> None:
+        """Greedy: the legal merge of two kernel groups that saves the most bytes and that a
+        scheduler accepts, until none is left."""
+        while True:
+            edges = self.edges()
+            cands = []
+            for (a, b), ts in edges.items():
+                if self.kind[a] == "kernel" and self.kind[b] == "kernel":
+                    saved = sum(_bytes(t) for t in ts)
+                    cands.append((-saved, min(self.members[a]), min(self.members[b]), a, b))
+            cands.sort()
+            merged = False
+            for *_, a, b in cands:
+                if not self._legal(a, b, edges):
+                    continue
+                if self.choice(self.members[a] + self.members[b]).scheduler is None:
+                    continue
+                self._merge(a, b, "kernel")
+                merged = True
+                break
+            if not merged:
+                return
+
+    def settle_leftovers(self) -> None:
+        """Kernel groups no scheduler takes become reference groups; cheap-op groups join a
+        reference neighbour; reference neighbours merge."""
+        for g in list(self.members):
+            if self.kind[g] == "kernel" and self.choice(self.members[g]).scheduler is None:
+                self.kind[g] = "reference"
+        while True:
+            edges = self.edges()
+            merged = False
+            for (a, b) in sorted(edges):
+                ka, kb = self.kind[a], self.kind[b]
+                if "reference" not in (ka, kb) or "library" in (ka, kb):
+                    continue
+                other = b if ka == "reference" else a
+                if self.kind[other] == "kernel" and not all(
+                        is_cheap(self.exprs[k]) for k in self.members[other]):
+                    continue
+                if not self._legal(a, b, edges):
+                    continue
+                self._merge(a, b, "reference")
+                merged = True
+                break
+            if not merged:
+                return
+
+    # Segments ------------------------------------------------------------------------------
+    def segments(self) -> list:
+        edges = self.edges()
+        preds: dict = {g: set() for g in self.members}
+        for a, b in edges:
+            preds[b].add(a)
+        order, done = [], set()
+        while len(order) < len(self.members):
+            ready = sorted((g for g in self.members if g not in done and preds[g] <= done),
+                           key=lambda g: self.members[g][0])
+            g = ready[0]
+            order.append(g)
+            done.add(g)
+        out = []
+        for g in order:
+            members = self.members[g]
+            exprs = [self.exprs[k] for k in members]
+            sub = _sub_fusion(self.fusion, exprs, self._outputs_of(frozenset(members)))
+            kind = self.kind[g]
+            if kind == "kernel":
+                c = self.choice(members)
+                out.append(dataclasses.replace(sub, kind="kernel", scheduler=c.scheduler,
+                                               why=c.reason, choice=c))
+            elif kind == "library":
+                out.append(dataclasses.replace(sub, kind="library",
+                                               why="a library call (op_support.LIBRARY_OPS)"))
+            else:
+                c = self.choice(members)
+                out.append(dataclasses.replace(sub, kind="reference", why=c.reason))
+        return out
+
+
+def _bytes(t: TensorView) -> int:
+    n = t.dtype.size
+    for i in t.domain.logical_no_reductions:
+        if i.is_broadcast:
+            continue
+        n *= i.extent.value if i.extent.value is not None else _UNKNOWN_EXTENT
+    return n
+
+
+# Sub-fusions ------------------------------------------------------------------------------------
+def _sub_fusion(fusion, exprs: list, outputs: list) -> Segment:
+    """A Segment (kind "kernel", no scheduler yet) whose fusion is a new Fusion computing
+    `outputs` from what `exprs` read (see the module docstring)."""
+    inside = set(exprs)
+    inputs: list = []
+    for v in fusion.inputs:         # the fusion's own inputs first, in its order
+        if any(v in e.inputs for e in exprs):
+            inputs.append(v)
+    for e in exprs:
+        for i in e.inputs:
+            if isinstance(i, TensorView):
+                if (i.definition not in inside) and i not in inputs:
+                    inputs.append(i)
+            elif isinstance(i, Scalar):
+                for leaf in S.symbolic_inputs(i):
+                    if leaf in fusion.inputs and leaf not in inputs:
+                        inputs.append(leaf)
+    new, mapping = fusion.clone()
+    back = {id(v): k for k, v in mapping.items()}       # id(clone Val) -> id(original Val)
+    new_exprs = {mapping[id(e.outputs[0])].definition for e in exprs}
+    sub_inputs = []
+    for v in inputs:
+        nv = mapping[id(v)]
+        if isinstance(v, TensorView) and v.definition is not None:
+            fresh = _boundary_input(new, nv)
+            for use in list(nv.uses):
+                if use in new_exprs:
+                    use.replace_input(nv, fresh)
+            nv = fresh
+        sub_inputs.append(nv)
+    for tv in [mapping[id(t)] for t in fusion.tensors()]:
+        d = tv.definition
+        if d is not None and d not in new_exprs:
+            d.detach()
+    new.inputs = []
+    new.outputs = []
+    new.input_aliases = {}
+    for nv in sub_inputs:
+        new.add_input(nv)
+    for o in outputs:
+        new.add_output(mapping[id(o)])
+    # Extents no input tensor binds: integer scalar inputs, valued by the plan.
+    bound = set()
+    for v in new.inputs:
+        if isinstance(v, TensorView):
+            for i in v.domain.logical:
+                for s in (i.extent, i.expanded_extent):
+                    if isinstance(s, Scalar) and s.value is None and s.definition is None:
+                        bound.add(s)
+        else:
+            bound.add(v)
+    needed: list = []
+
+    def need(x):
+        for leaf in S.symbolic_inputs(x):
+            if leaf not in bound and leaf not in needed:
+                needed.append(leaf)
+    for e in new.exprs():
+        for i in e.inputs:
+            if isinstance(i, Scalar):
+                need(i)
+    for tv in new.tensors():
+        for i in tv.domain.all_ids():
+            need(i.extent)
+            if i.expanded_extent is not None:
+                need(i.expanded_extent)
+    extra = []
+    if needed:
+        originals = {id(x): x for x in _scalars_of(fusion)}
+        for x in needed:
+            new.add_input(x)
+            extra.append(originals[back[id(x)]])
+    known = bound | set(needed)
+    new.extent_equalities = [
+        (a, b, where) for a, b, where in new.extent_equalities
+        if all(x in known for x in S.symbolic_inputs(a) + S.symbolic_inputs(b))]
+    return Segment("kernel", tuple(exprs), tuple(inputs) + tuple(extra), tuple(outputs), new,
+                   None, "", None, len(extra))
+
+
+def _scalars_of(fusion) -> list:
+    """The symbolic scalars `fusion`'s tensors and expressions depend on."""
+    out = []
+    for tv in fusion.tensors():
+        for i in tv.domain.all_ids():
+            out += S.symbolic_inputs(i.extent)
+            if i.expanded_extent is not None:
+                out += S.symbolic_inputs(i.expanded_extent)
+    for e in fusion.exprs():
+        for i in e.inputs:
+            if isinstance(i, Scalar):
+                out += S.symbolic_inputs(i)
+    return out
+
+
+def _boundary_input(new: Fusion, tv: TensorView) -> TensorView:
+    """A new input of `new` standing for intermediate `tv`: its dims (without reduction IDs)
+    with the same extents, dense in tv's allocation order, as the plan allocates it."""
+    ids = {i: i.clone(fusion=new) for i in tv.domain.logical_no_reductions}
+    logical = [ids[i] for i in tv.domain.logical_no_reductions]
+    alloc = [ids[i] for i in tv.domain.maybe_allocation if i in ids]
+    allocation = alloc if alloc != logical else None
+    contiguity = [None if i.is_broadcast else True for i in alloc]
+    with new:
+        return TensorView(TensorDomain(logical, allocation=allocation, contiguity=contiguity),
+                          tv.dtype, MemoryType.Global)

@@ -1,0 +1,272 @@
+"""Segmentation decisions on a table of fusions, and their plans run on the kernel-IR
+interpreter against float64 (issue 15, "A plan of kernels")."""
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+
+from pyfuser.frontend.fusion_definition import FusionDefinition
+from pyfuser.ir.dtype import DataType
+from pyfuser.runtime.executor import FallbackWarning
+from pyfuser.runtime.reference import evaluate
+from pyfuser.schedule.op_support import is_cheap
+from pyfuser.schedule.segmenter import segment
+from pyfuser.testing import run_and_check
+
+INTERPRET = {"enable": ["interpret"]}
+
+
+def adamw_two_params(fd):
+    """AdamW over two parameters of unrelated sizes: pointwise refuses the whole fusion."""
+    for _ in range(2):
+        p, g, m = (fd.define_tensor([-1, -1]) for _ in range(3))
+        m2 = fd.ops.add(fd.ops.mul(m, 0.9), fd.ops.mul(g, 0.1))
+        fd.add_output(m2)
+        fd.add_output(fd.ops.sub(p, fd.ops.mul(m2, 1e-3)))
+
+
+def adamw_inputs():
+    return [torch.randn(33, 20) for _ in range(3)] + [torch.randn(7, 130) for _ in range(3)]
+
+
+def _softmax(fd, x):
+    mx = fd.ops.max(x, [1], keepdim=True)
+    e = fd.ops.exp(fd.ops.sub(x, mx))
+    return fd.ops.div(e, fd.ops.sum(e, [1], keepdim=True))
+
+
+def softmax_column_sum(fd):
+    """A softmax whose result is also summed over columns: one cooperative inner-outer kernel
+    takes it whole today."""
+    x = fd.define_tensor([-1, -1])
+    y = _softmax(fd, x)
+    fd.add_output(y)
+    fd.add_output(fd.ops.sum(y, [0]))
+
+
+def softmax_then_column_sum(fd):
+    """The same with segment_set on the softmax: a persistent kernel, then a reduction that
+    reads its result back."""
+    x = fd.define_tensor([-1, -1])
+    y = fd.ops.segment_set(_softmax(fd, x))
+    fd.add_output(y)
+    fd.add_output(fd.ops.sum(y, [0]))
+
+
+def layernorm_and_unrelated_sum(fd):
+    x = fd.define_tensor([-1, -1])
+    var, mean = fd.ops.var_mean(x, [1], correction=0, keepdim=True)
+    fd.add_output(fd.ops.mul(fd.ops.sub(x, mean), fd.ops.rsqrt(fd.ops.add(var, 1e-5))))
+    z = fd.define_tensor([-1, -1])
+    fd.add_output(fd.ops.sum(fd.ops.exp(z), [1]))
+
+
+def segment_set_copy(fd):
+    """segment_set splits a fusion one pointwise kernel would take."""
+    x = fd.define_tensor([-1, -1])
+    y = fd.ops.segment_set(fd.ops.exp(x))
+    fd.add_output(fd.ops.mul(y, 2.0))
+
+
+def full_sum_between_kernels(fd):
+    """A full reduction (no scheduler takes it yet) between two pointwise parts: it runs as a
+    reference segment, and the pointwise parts may not merge around it (a cycle)."""
+    x = fd.define_tensor([-1, -1])
+    y = fd.ops.relu(x)
+    fd.add_output(y)
+    fd.add_output(fd.ops.div(y, fd.ops.add(fd.ops.sum(y), 1.0)))
+
+
+def inner_then_outer_reduction(fd):
+    """A reduction result feeding a reduction over another dim (the reduction scheduler takes
+    one kind at a time)."""
+    x = fd.define_tensor([-1, -1, -1])
+    s = fd.ops.sum(x, [2])
+    fd.add_output(fd.ops.max(s, [0]))
+
+
+def outer_product_of_row_sums(fd):
+    """a[i] * a[j] of a reduction result a: the roles cannot be separated in one kernel (a copy
+    would recompute the reduction), but can once a is an input of its own segment."""
+    x = fd.define_tensor([-1, -1])
+    a = fd.ops.sum(x, [1])
+    fd.add_output(fd.ops.mul(fd.ops.broadcast(a, [True, False]), fd.ops.broadcast(a, [False, True])))
+
+
+def mean_then_full_sum(fd):
+    """The second segment reads a mean, whose divisor (the reduced extent) the first segment
+    applies; no tensor of the second segment binds that extent."""
+    x = fd.define_tensor([-1, -1])
+    fd.add_output(fd.ops.sum(fd.ops.mean(x, [1]), [0]))
+
+
+def flatten_through_segment_set(fd):
+    """An intermediate of a reshaped extent (i0 * i1): its segment takes i0 and i1 as scalar
+    inputs."""
+    x = fd.define_tensor([-1, -1])
+    z = fd.ops.segment_set(fd.ops.reshape(fd.ops.exp(x), [-1]))
+    fd.add_output(fd.ops.mul(z, 2.0))
+
+
+K, R = "kernel", "reference"
+# name -> (definition, inputs, [(kind, name)], substring of SegmentedFusion.why)
+TABLE = {
+    "adamw_two_params": (adamw_two_params, adamw_inputs,
+                         [(K, "pointwise"), (K, "pointwise")], "unrelated shapes"),
+    "softmax_column_sum": (softmax_column_sum, lambda: [torch.randn(12, 40)],
+                           [(K, "inner_outer_persistent")], "column reductions"),
+    "softmax_then_column_sum": (softmax_then_column_sum, lambda: [torch.randn(12, 40)],
+                                [(K, "inner_persistent"), (K, "reduction")], "segment_set"),
+    "layernorm_and_unrelated_sum": (layernorm_and_unrelated_sum,
+                                    lambda: [torch.randn(9, 70), torch.randn(5, 33)],
+                                    [(K, "inner_persistent"), (K, "reduction")],
+                                    "no scheduler takes the whole fusion"),
+    "segment_set_copy": (segment_set_copy, lambda: [torch.randn(6, 37)],
+                         [(K, "pointwise"), (K, "pointwise")], "segment_set ends a segment"),
+    "full_sum_between_kernels": (full_sum_between_kernels, lambda: [torch.randn(8, 33)],
+                                 [(K, "pointwise"), (R, "reference"), (K, "pointwise")],
+                                 "full reduction"),
+    "inner_then_outer_reduction": (inner_then_outer_reduction, lambda: [torch.randn(5, 6, 70)],
+                                   [(K, "reduction"), (K, "reduction")],
+                                   "reductions over different dims"),
+    "outer_product_of_row_sums": (outer_product_of_row_sums, lambda: [torch.randn(20, 9)],
+                                  [(K, "reduction"), (K, "pointwise")], "roles"),
+    "mean_then_full_sum": (mean_then_full_sum, lambda: [torch.randn(8, 33)],
+                           [(K, "reduction"), (R, "reference")], "reductions over different dims"),
+    "flatten_through_segment_set": (flatten_through_segment_set, lambda: [torch.randn(8, 33)],
+                                    [(K, "pointwise"), (K, "pointwise")], "segment_set"),
+}
+
+
+def _define(fn):
+    with FusionDefinition() as fd:
+        fn(fd)
+    return fd
+
+
+@pytest.mark.parametrize("name", list(TABLE))
+def test_segmentation(name):
+    fn, _, want, why = TABLE[name]
+    fd = _define(fn)
+    seg = segment(fd.fusion)
+    assert [(s.kind, s.name) for s in seg.segments] == want, str(seg)
+    assert why in seg.why, str(seg)
+    if len(want) == 1:
+        # A fusion one scheduler takes stays whole: the fusion itself, no sub-fusion.
+        assert seg.segments[0].fusion is fd.fusion
+        return
+    covered = [e for s in seg.segments for e in s.exprs]
+    assert sorted(map(id, covered)) == sorted(
+        id(e) for e in fd.fusion.exprs() if any(hasattr(o, "domain") for o in e.outputs))
+    for s in seg.segments:
+        assert s.why
+        assert not all(is_cheap(e) for e in s.exprs), f"a segment of cheap ops only:\n{seg}"
+        assert len(s.fusion.inputs) == len(s.inputs)
+        assert len(s.fusion.outputs) == len(s.outputs)
+    produced = set()
+    for s in seg.segments:          # topological: a segment reads what earlier ones wrote
+        for v in s.inputs[:len(s.inputs) - s.extent_inputs]:
+            assert v in fd.fusion.inputs or v in produced
+        produced |= set(s.outputs)
+    assert set(fd.fusion.outputs) <= produced
+
+
+@pytest.mark.parametrize("name", list(TABLE))
+def test_plan_on_interpreter(name):
+    fn, inputs, want, _ = TABLE[name]
+    fd = _define(fn)
+    refs = [k for k, _ in want].count(R)
+    kernels = 0 if refs else len(want)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        run_and_check(fd, inputs(), kernels=kernels, options=INTERPRET,
+                      segments=tuple(want) if len(want) > 1 else ())
+    run = fd.last_run
+    fallbacks = [w for w in caught if issubclass(w.category, FallbackWarning)]
+    assert len(fallbacks) == refs, [str(w.message) for w in fallbacks]
+    assert run.backend == "interpreter"
+    assert not run.internal_error
+    if len(want) > 1:
+        assert run.kind == ("reference" if refs else "kernels")
+        kernel_segs = [s for s in run.segments if s.kind == "kernel"]
+        assert run.num_kernels == len(kernel_segs)
+        assert run.schedulers == tuple(s.name for s in kernel_segs)
+        assert run.kernel_names == tuple(s.run_info.kernel_names[0] for s in kernel_segs)
+        assert {k.name for k in fd.kernels(last_run=True)} == set(run.kernel_names)
+        # The intermediates between segments count as global traffic (none between AdamW's
+        # independent updates).
+        written = {o for s in segment(fd.fusion).segments for o in s.outputs}
+        shared = any(v in written for s in segment(fd.fusion).segments for v in s.inputs)
+        assert (run.workspace_bytes > 0) == shared
+
+
+def test_reference_segment_warning_names_the_segment():
+    fd = _define(full_sum_between_kernels)
+    with pytest.warns(FallbackWarning, match=r"segment 1 \(ReductionOp\).*full reduction"):
+        fd.execute([torch.randn(4, 5)], options=INTERPRET)
+    assert fd.last_run.kind == "reference"
+    assert "segment 1 (reference)" in fd.last_run.reason
+    with pytest.raises(RuntimeError, match="segment 1.*fallback is disabled"):
+        _define(full_sum_between_kernels).execute(
+            [torch.randn(4, 5)], options={"enable": ["interpret"], "disable": ["reference_fallback"]})
+
+
+def test_plan_is_cached_per_signature():
+    fd = _define(adamw_two_params)
+    x = adamw_inputs()
+    fd.execute(x, options=INTERPRET)
+    first = fd.last_run
+    ex = fd._executor
+    assert len(ex._plans) == 1
+    fd.execute(x, options=INTERPRET)
+    assert fd.last_run is first and len(ex._plans) == 1
+    sub = [e for e in ex._segment_executors if e is not None]
+    assert len(sub) == 2 and all(len(e._plans) == 1 for e in sub)
+    y = [torch.randn(3, 4) for _ in range(3)] + [torch.randn(5, 6) for _ in range(3)]
+    run_and_check(fd, y, kernels=2, options=INTERPRET)
+    assert len(ex._plans) == 2
+    # The intermediates are not kept by the plan between calls.
+    plan = next(iter(ex._plans.values()))
+    assert not any(hasattr(v, "shape") for v in plan.values)
+
+
+def test_one_segment_fusion_keeps_the_single_kernel_plan():
+    from pyfuser.runtime.executor import _InterpretPlan
+    fd = _define(softmax_column_sum)
+    run_and_check(fd, [torch.randn(8, 16)], kernels=1, options=INTERPRET)
+    assert fd.last_run.segments == ()
+    assert isinstance(next(iter(fd._executor._plans.values())), _InterpretPlan)
+    assert fd._executor._segment_executors == []
+
+
+def test_segment_set_is_identity_for_the_reference_evaluator():
+    fd = _define(segment_set_copy)
+    x = torch.randn(3, 4, dtype=torch.float32)
+    (out,) = evaluate(fd.fusion, [x])
+    torch.testing.assert_close(out, torch.exp(x) * 2)
+    assert "segment_set(" in repr(fd.fusion)
+
+
+def test_dump_segments(capsys):
+    fd = _define(layernorm_and_unrelated_sum)
+    fd.execute([torch.randn(4, 8), torch.randn(3, 5)],
+               options={"enable": ["interpret"], "dump": ["segments"]})
+    err = capsys.readouterr().err
+    assert "===== segments: fusion =====" in err
+    assert "2 segments: no scheduler takes the whole fusion" in err
+    assert "segment 0: kernel inner_persistent" in err
+    assert "segment 1: kernel reduction" in err
+
+
+def test_reduction_result_of_bfloat16_feeds_a_second_segment():
+    """An intermediate of a 16-bit dtype keeps its dtype between segments."""
+    def fn(fd):
+        x = fd.define_tensor([-1, -1, -1], dtype=DataType.BFloat16)
+        s = fd.ops.cast(fd.ops.sum(fd.ops.cast(x, DataType.Float), [2]), DataType.BFloat16)
+        fd.add_output(s)
+        fd.add_output(fd.ops.max(s, [0]))
+    fd = _define(fn)
+    run_and_check(fd, [torch.randn(3, 5, 40, dtype=torch.bfloat16)], kernels=2,
+                  options=INTERPRET, segments=((K, "reduction"), (K, "reduction")))
