@@ -374,7 +374,7 @@ class FusionExecutorCache:
             self._segmented = segment(self.fusion)
         segmented = self._segmented
         opts.dump("segments", self.name, str(segmented))
-        if len(segmented.segments) > 1:
+        if len(segmented.segments) > 1 or segmented.segments[0].kind == "library":
             from .plan import SegmentedPlan, segment_executors
             if not self._segment_executors:
                 self._segment_executors = segment_executors(segmented, self.name)

@@ -247,3 +247,17 @@ def test_no_warning_on_the_reference_path_for_cpu_inputs():
         warnings.simplefilter("error")
         fd.execute([a, b])
     assert fd.last_run.kind == "reference"
+
+
+def test_a_fusion_of_one_library_op_is_a_plan_of_one_library_segment():
+    """matmul alone: no kernel, no fallback; the plan's one segment is the library call."""
+    import warnings
+    a, b = _rand((5, 7), torch.float32, 0), _rand((7, 3), torch.float32, 1)
+    fd = _matmul_fd(a, b)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FallbackWarning)
+        (out,) = fd.execute([a, b], options={"enable": ["interpret"]})
+    run = fd.last_run
+    assert run.kind == "kernels" and run.num_kernels == 0
+    assert [(s.kind, s.name) for s in run.segments] == [("library", "matmul")]
+    _check_against_float64(out, a.double() @ b.double(), torch.float32)
