@@ -12,6 +12,8 @@ A buffer holds the tensor's allocation domain (its loop IDs right of the compute
 minus reduction IDs, minus thread and block IDs for registers (each thread owns its registers)
 and block IDs for shared memory. Each allocated ID takes the extent of the loop it runs in (its
 promoted extent), so a broadcast materialized across a loop gets the loop's size.
+A rank-0 register computed inside loops that run once and read after them (context.hoisted) is
+allocated at the top of the kernel.
 Global intermediates (tensors a schedule places in global memory between loop nests) become
 dense workspaces the executor allocates, passed as parameters.
 Limitation: register buffers need a constant size.
@@ -101,6 +103,8 @@ def allocate(kernel: K.Kernel) -> K.Kernel:
             continue
         nest = ctx.nest(tv)
         depth = len(nest) - (len(tv.domain.loop) - tv.compute_at_pos)
+        if tv in ctx.hoisted:
+            depth = 0
         body = kernel.body if depth == 0 else scopes[id(nest[depth - 1])].body
         body.insert(0, K.Allocate(buf))
     del fusion

@@ -96,6 +96,9 @@ class LoweringContext:
         self._merged: dict[int, Loop] = {}
         # (ID, factor, kind) -> the outputs of that split of the ID, replayed for promotion.
         self._replays: dict = {}
+        # Register tensors without loops computed inside loops whose values are read after
+        # them: allocated at the top of the kernel (_sink_loopless).
+        self.hoisted: set = set()
         self._build_nests()
         self._canonicalize()
         self._promote_after_merges()
@@ -286,14 +289,37 @@ class LoweringContext:
                         near.append(n)
             if not near:
                 continue
-            shared = []
-            for loops in zip(*(self.nests[t] for t in near)):
-                lp = loops[0]
-                if any(x is not lp for x in loops) or not lp.promoted.is_broadcast:
-                    break
-                shared.append(lp)
+            # Where the group's producers run (and the consumers inside their loops, which
+            # need the group's values there); consumers outside those loops come after them
+            # (the mean output of a var_mean over an expanded dim: its one-iteration loops of
+            # its own follow the block loop where the sum, the squeeze and the variance run),
+            # reading group values allocated at the top of the kernel.
+            producers = [n for n in near if any(n in self.fusion.producers(t) for t in group)]
+            anchor = producers or near
+            shared = self._shared_broadcast_loops(anchor)
+            inside = [n for n in near if n not in anchor and (
+                not shared or (self.nests[n][:1] == shared[:1]))]
+            shared = self._shared_broadcast_loops(anchor + inside)
+            outside = [n for n in near if n not in anchor and n not in inside]
+            if outside and shared:
+                for t in group:
+                    if any(t in self.fusion.producers(n) for n in outside):
+                        self.hoisted.add(t)
+            elif outside:
+                shared = self._shared_broadcast_loops(near)
             for t in group:
                 self.nests[t] = list(shared)
+
+    def _shared_broadcast_loops(self, tensors) -> list:
+        """The loops, outermost first, that every one of `tensors` runs in, as far as they are
+        promoted to broadcasts (they run once)."""
+        shared = []
+        for loops in zip(*(self.nests[t] for t in tensors)):
+            lp = loops[0]
+            if any(x is not lp for x in loops) or not lp.promoted.is_broadcast:
+                break
+            shared.append(lp)
+        return shared
 
     def _promote(self, i: IterDomain, ref: TensorView | None, start: int):
         if ref is None:

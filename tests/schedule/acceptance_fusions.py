@@ -375,6 +375,25 @@ def rows_times_a_weight_over_a_size_1_dim(dt, B, C, N, device="cpu", seed=0):
     return fd, [x, w.to(torch.bfloat16)]
 
 
+def var_mean_of_all_dims_of_an_expanded_input(dt, E, N, device="cpu", seed=0):
+    """var_mean over both dims of x [E(expanded), N], squeezed to rank 0 (CI sample case
+    20261123:286): the sum, its squeeze and the variance run in the block loop of the expanded
+    row dim, while the mean output's chain has one-iteration loops of its own after it. The
+    rank-0 chain between them was placed at the top of the kernel, before the loop that
+    computes its input and after the one that reads it (a cycle); it now runs inside that loop,
+    allocated at the top so the mean's chain reads it after (lower/context.py)."""
+    (x,) = _randn([(1, N)], dt, device, seed)
+    with FusionDefinition("var_mean_of_all_dims_of_an_expanded_input") as fd:
+        tx = fd.define_tensor([-1, -1], contiguity=[None, True], dtype=DT[dt],
+                              expanded=[True, False])
+        xf = _f32(fd, tx, dt)
+        var, mean = fd.ops.var_mean(fd.ops.mul(fd.ops.mul(fd.ops.exp(xf), xf), 0.25), [0, 1],
+                                    keepdim=False, correction=0)
+        _out(fd, mean, dt)
+        _out(fd, var, dt)
+    return fd, [x.expand(E, N)]
+
+
 def var_of_all_dims_with_an_expanded_one(dt, A, B, C, device="cpu", seed=0):
     """var over every dim of x [A, B(expanded), C], keepdim (case 20261123:1085): the frontend
     keeps B through the reductions of A and C (their only kept dim), then squeezes it to rank
@@ -453,6 +472,10 @@ RUN = {
                                               "inner_persistent",
                                               [(2, 3, 40), (3, 5, 1320)],
                                               [(16, 12, 1320), (64, 32, 4096)]),
+    "var_mean_of_all_dims_of_an_expanded_input": (var_mean_of_all_dims_of_an_expanded_input,
+                                                  "inner_persistent",
+                                                  [(5, 5209), (3, 64)],
+                                                  [(5, 5209), (16, 8192)]),
     "var_of_all_dims_with_an_expanded_one": (var_of_all_dims_with_an_expanded_one,
                                              "inner_persistent",
                                              [(8, 9, 303), (3, 5, 64)], [(8, 9, 303),
