@@ -25,7 +25,7 @@ from pyfuser.ir.dtype import from_torch
 from pyfuser.runtime.inputs import check_inputs, output_strides
 from pyfuser.runtime.reference import evaluate
 from pyfuser.schedule.schedulers import registry
-from pyfuser.testing import TOLERANCE, rel_error
+from pyfuser.testing import TOLERANCE, rel_error, run_and_check
 
 
 def check(fd, inputs):
@@ -62,11 +62,11 @@ def test_fuzz_7_664_expanded_input_is_inlined_into_its_broadcast():
     assert params.vector == 2
 
 
-def test_dims_that_meet_only_through_a_broadcast_are_refused():
+def test_dims_that_meet_only_through_a_broadcast_are_two_pointwise_segments():
     """Fuzz case 20261123:629, shrunk: t0 [M, N] * t1 [1, 1] and logical_and(t1, zeros [1, K])
     as outputs: N and K meet only through t1's broadcast, so they may differ; one pointwise
-    kernel cannot loop over both (a reference fallback with the reason, not an internal
-    error)."""
+    kernel cannot loop over both (the registry refuses it with the reason), and the segmenter
+    runs each output's pointwise segment (a reference fallback before)."""
     with FusionDefinition() as fd:
         t0 = fd.define_tensor([-1, -1], dtype=DataType.Float)
         t1 = fd.define_tensor([1, 1], dtype=DataType.Double)
@@ -75,7 +75,5 @@ def test_dims_that_meet_only_through_a_broadcast_are_refused():
     ok, why = registry.choose(fd.fusion).scheduler, registry.choose(fd.fusion).reason
     assert ok is None and "output 0 does not iterate the elements of output 1" in why
     x, s = torch.randn(1, 37), torch.randn(1, 1, dtype=torch.float64)
-    with pytest.warns(Warning):
-        outs = fd.execute([x, s], options={"enable": ["interpret"]})
-    assert fd.last_run.kind == "reference" and not fd.last_run.internal_error
-    assert torch.equal(outs[0], torch.logical_and(s, torch.zeros(1, 37)))
+    run_and_check(fd, [x, s], kernels=2, options={"enable": ["interpret"]},
+                  segments=(("kernel", "pointwise"), ("kernel", "pointwise")))

@@ -6,6 +6,7 @@ The first tests are the failures users met (an H100 and the interpreter); the pa
 below look for the same class of bug in every scheduler: mixed dtypes, size-1 and expanded
 innermost dims, permuted and sliced inputs, odd innermost sizes."""
 
+import warnings
 import pytest
 import torch
 
@@ -13,11 +14,10 @@ from kir_testing import interpret_against_float64, ops, schedule_and_lower, setu
 from pyfuser import DataType, FusionDefinition, catalogue
 from pyfuser.ir import ParallelType as PT
 from pyfuser.runtime.executor import FallbackWarning
-from pyfuser.runtime.inputs import check_inputs, output_strides
-from pyfuser.runtime.reference import evaluate
+from pyfuser.runtime.inputs import output_strides
 from pyfuser.schedule.schedulers import inner_outer_persistent, inner_persistent, pointwise
 from pyfuser.schedule.schedulers import reduction
-from pyfuser.testing import TOLERANCE, rel_error
+from pyfuser.testing import run_and_check
 from pyfuser.ir.dtype import from_torch
 
 BF16, F32 = DataType.BFloat16, DataType.Float
@@ -215,24 +215,21 @@ def adamw(shapes):
 
 
 @pytest.mark.parametrize("shapes", [[(1000,), (185,)], [(1000,), (37, 5)], [(10, 100), (37, 5)]])
-def test_adamw_over_parameters_of_different_sizes_falls_back_with_a_reason(shapes):
+def test_adamw_over_parameters_of_different_sizes_is_one_pointwise_segment_each(shapes):
     """One pointwise loop nest cannot iterate outputs of unrelated shapes (it used to fail with
-    `a vectorized axis needs a constant extent`): the fusion runs through the reference
-    evaluator, and the warning says why."""
+    `a vectorized axis needs a constant extent`, then ran the reference evaluator): pointwise
+    refuses the whole fusion with the reason, and the segmenter gives each parameter's update
+    a pointwise kernel of its own."""
     fd, inputs = adamw(shapes)
     ok, why = pointwise.can_schedule(fd.fusion)
     assert not ok
     if len(shapes[0]) == len(shapes[1]):
         assert why.startswith("output 4 does not iterate the elements of output 0")
         assert "outputs of unrelated shapes" in why
-    with pytest.warns(FallbackWarning, match="no scheduler takes the whole fusion"):
-        outs = fd.execute(inputs, options={"enable": ["interpret"]})
-    assert fd.last_run.kind == "reference" and why in fd.last_run.reason
-    assert not fd.last_run.internal_error
-    refs = evaluate(fd.fusion, inputs, promote_to_double=True,
-                    extent_bindings=check_inputs(fd.fusion, inputs))
-    for o, r in zip(outs, refs):
-        assert rel_error(o, r) <= TOLERANCE[F32]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FallbackWarning)
+        run_and_check(fd, inputs, kernels=2, options={"enable": ["interpret"]},
+                      segments=(("kernel", "pointwise"), ("kernel", "pointwise")))
 
 
 def test_adamw_of_one_parameter_is_one_pointwise_kernel():

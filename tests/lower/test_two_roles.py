@@ -10,6 +10,7 @@ was silently wrong. schedule/roles.py gives the second role a copy of its comput
 from an alias input of the same runtime tensor. The fusions are those of two_role_fusions.py,
 which the GPU tests also run.
 """
+import warnings
 import pytest
 import torch
 
@@ -22,7 +23,7 @@ from pyfuser.runtime.inputs import check_inputs, output_strides
 from pyfuser.runtime.reference import evaluate
 from pyfuser.schedule.roles import fusion_self_mapping, scheduling_clone, separate_roles
 from pyfuser.schedule.schedulers import pointwise, registry
-from pyfuser.testing import TOLERANCE, rel_error
+from pyfuser.testing import TOLERANCE, rel_error, run_and_check
 from two_role_fusions import FUSIONS
 
 POINTWISE = ["squeezed_minus_column", "squeezed_equals_column",
@@ -139,10 +140,11 @@ def test_fusions_without_two_roles_are_left_alone():
     assert repr(clone) == repr(fd.fusion)
 
 
-def test_roles_that_need_a_copy_of_a_reduction_run_on_the_reference():
+def test_roles_that_need_a_copy_of_a_reduction_are_a_reduction_then_a_pointwise_kernel():
     """m = max(x, 1); m[:, None] - m[None, :]: the second role would recompute the reduction.
-    No scheduler takes it (the reason names the two roles); the reference evaluator computes
-    it, with no internal error."""
+    No scheduler takes it whole (the reason names the two roles); the segmenter runs the
+    reduction, then the pointwise outer difference reading m twice (the reference evaluator
+    ran it before)."""
     with FusionDefinition() as fd:
         x = fd.define_tensor([-1, -1], dtype=DataType.Float)
         m = fd.ops.max(x, [1])
@@ -151,9 +153,10 @@ def test_roles_that_need_a_copy_of_a_reduction_run_on_the_reference():
     choice = registry.choose(fd.fusion)
     assert choice.scheduler is None and "two roles" in choice.reason, choice.reason
     x = torch.randn(9, 20)
-    with pytest.warns(FallbackWarning, match="two roles"):
-        (o,) = fd.execute([x], options={"enable": ["interpret"]})
-    assert fd.last_run.kind == "reference" and not fd.last_run.internal_error, fd.last_run
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FallbackWarning)
+        (o,) = run_and_check(fd, [x], kernels=2, options={"enable": ["interpret"]},
+                             segments=(("kernel", "reduction"), ("kernel", "pointwise")))
     m = x.max(1).values
     assert torch.equal(o, m[:, None] - m[None, :])
 
