@@ -1315,6 +1315,11 @@ def pat_random(b: Builder) -> None:
     b.finish_outputs(made or pool, 1, 3)
 
 
+def _negated(b: Builder, v):
+    """-v, or not v for a bool (neg is not defined for bools: fuzz 20261127:798)."""
+    return b.call("logical_not", v) if v.dtype == BOOL else b.call("neg", v)
+
+
 def pat_segmented(b: Builder) -> None:
     """Fusions that no one kernel takes, so that the plan runs several segments: a row
     normalization whose result is also reduced over columns (sometimes used again by the rows),
@@ -1374,7 +1379,7 @@ def pat_segmented(b: Builder) -> None:
                 red = b.reduce_step(src, dims)
                 outs += list(red) if isinstance(red, tuple) else [red]
             else:
-                outs.append(made[-1] if made else b.call("neg", x))
+                outs.append(made[-1] if made else _negated(b, x))
     else:
         rank = r.choice((1, 2, 2, 3))
         axes = [b.axis() for _ in range(rank)]
@@ -1390,7 +1395,7 @@ def pat_segmented(b: Builder) -> None:
         if rest and not rest[-1].is_scalar and rest[-1].rank >= 1 and r.random() < 0.4:
             red = b.reduce_step(rest[-1])
             rest += list(red) if isinstance(red, tuple) else [red]
-        outs += rest or [b.call("neg", cut)]
+        outs += rest or [_negated(b, cut)]
     for v in outs:
         b.output(v)
 
