@@ -327,7 +327,14 @@ class TensorView(Val):
                           default=len(stored))
             return (pos, k)
 
-        return [i for _, i in sorted(enumerate(loop_right), key=key)]
+        ordered = [i for _, i in sorted(enumerate(loop_right), key=key)]
+        # A vector access reads or writes consecutive elements: a vectorized ID is innermost,
+        # whatever the stored order says (a merge of an input's outermost and innermost dims,
+        # vectorized, sorted at the outer one's place put the lanes 4 registers apart: fuzz
+        # 20261127:878, a misaligned vector write that left half the output unwritten).
+        vector = [i for i in ordered if i.parallel_type in (ParallelType.Vectorize,
+                                                            ParallelType.Bulk)]
+        return [i for i in ordered if i not in vector] + vector
 
     @property
     def allocation_contiguity(self) -> list:

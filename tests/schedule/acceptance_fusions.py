@@ -394,6 +394,21 @@ def var_mean_of_all_dims_of_an_expanded_input(dt, E, N, device="cpu", seed=0):
     return fd, [x.expand(E, N)]
 
 
+def outer_sum_of_an_input_with_its_middle_dim_outermost(dt, A, B, C, device="cpu", seed=0):
+    """sum over dim 0 of x [A, B, C] laid out with dim 1 outermost and dim 2 innermost (fuzz
+    20261127:878): the kept dims B and C merge into one vectorized loop, and the register
+    cache of x sorted that merge at B's place, outside the unrolled reduction steps, so the two
+    lanes of a vector were 4 registers apart: a misaligned vector write, half the output
+    unwritten on the GPU. A vectorized ID is now innermost in a register buffer
+    (TensorView.allocation_domain)."""
+    (x,) = _randn([(B, A, C)], dt, device, seed)
+    x = x.permute(1, 0, 2)
+    with FusionDefinition("outer_sum_of_an_input_with_its_middle_dim_outermost") as fd:
+        tx = fd.from_pytorch(x)
+        fd.add_output(fd.ops.sum(_f32(fd, tx, dt), [0]))
+    return fd, [x]
+
+
 def var_of_all_dims_with_an_expanded_one(dt, A, B, C, device="cpu", seed=0):
     """var over every dim of x [A, B(expanded), C], keepdim (case 20261123:1085): the frontend
     keeps B through the reductions of A and C (their only kept dim), then squeezes it to rank
@@ -476,6 +491,9 @@ RUN = {
                                                   "inner_persistent",
                                                   [(5, 5209), (3, 64)],
                                                   [(5, 5209), (16, 8192)]),
+    "outer_sum_of_an_input_with_its_middle_dim_outermost": (
+        outer_sum_of_an_input_with_its_middle_dim_outermost, "reduction",
+        [(131, 16, 70), (9, 5, 34)], [(131, 16, 70), (1024, 64, 258)]),
     "var_of_all_dims_with_an_expanded_one": (var_of_all_dims_with_an_expanded_one,
                                              "inner_persistent",
                                              [(8, 9, 303), (3, 5, 64)], [(8, 9, 303),
