@@ -154,12 +154,13 @@ def max_inline_position(tv: TensorView, graph: IdGraph | None = None) -> tuple[i
             return k, (f"axis {k} is inside {sb} loop(s) of consumer T{b.name} over dims "
                        f"T{tv.name} lacks, and inside {sa} of consumer T{a.name}: consumers at "
                        "different depths")
-        if len(owners) > 1 and not i.parallel_type.is_thread_or_block:
+        if len(owners) > 1:
             # Computed inside two consumers' own loops, tv makes lowering merge them into one.
             # When one loop's tensor needs the other's through tensors computed outside both
             # (the vector staging of a [1, M, N] output y that mul(x, sigmoid(y)) reads, x
             # inlined into both), the merged loop would need its own result: keep this loop
-            # tv's own.
+            # tv's own. Thread and block loops too: lowering orders them as scopes, as it does
+            # serial loops (an all-broadcast softmax-like chain of x [1, 1]: fuzz 20261127:1975).
             pair = _dependent_owners(fusion, owners)
             if pair is not None:
                 return k, (f"axis {k} would merge the own loops of T{pair[0].name} and "

@@ -230,3 +230,22 @@ def test_broadcast_chain_beside_its_rank_2_source_in_a_transposed_layout_runs_as
         warnings.simplefilter("error")
         run_and_check(fd, [torch.randn(2104, 4).t()], scheduler="pointwise",
                       options={"enable": ["interpret"]})
+
+
+def test_a_chain_of_broadcast_reductions_of_one_element_runs_as_one_kernel():
+    """Fuzz 20261127:1975: x [1, 1] (both dims broadcast), its max and sum over dim 1 (squeezes
+    of one element) and x - max read again at the end. x - max was inlined, in the thread and
+    block loops, into the own loops of exp(x - max) (whose squeeze the sum reads) and of the
+    output (which reads that sum): lowering merged the two and found a cycle. The limit now
+    holds in thread and block loops too."""
+    x = torch.randn(1, 1).to(torch.float16)
+    with FusionDefinition() as fd:
+        t0 = fd.from_pytorch(x)
+        v0 = fd.ops.cast(t0, dtype=DataType.Float)
+        v2 = fd.ops.sub(v0, fd.ops.max(v0, [1], keepdim=True))
+        v4 = fd.ops.sum(fd.ops.exp(v2), [1], keepdim=True)
+        v9 = fd.ops.log(fd.ops.add(fd.ops.sigmoid(fd.ops.tanh(fd.ops.mul(v4, 2.0 ** -12))), 0.5))
+        fd.add_output(fd.ops.cast(fd.ops.sub(v2, v9), dtype=DataType.Half))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        run_and_check(fd, [x], scheduler="pointwise", options={"enable": ["interpret"]})
