@@ -375,6 +375,14 @@ class FusionExecutorCache:
         segmented = self._segmented
         opts.dump("segments", self.name, str(segmented))
         if len(segmented.segments) > 1 or segmented.segments[0].kind == "library":
+            if options.heuristic is not None:
+                from ..options import OptionError
+                kinds = ", ".join(s.name for s in segmented.segments)
+                raise OptionError(
+                    f"{self.name}: a forced heuristic ({type(options.heuristic).__name__}) "
+                    f"applies to a fusion that is one kernel; this one is a plan of "
+                    f"{len(segmented.segments)} segments ({kinds}): force heuristics per "
+                    "segment by splitting the fusion, or drop the option")
             from .plan import SegmentedPlan, segment_executors
             if not self._segment_executors:
                 self._segment_executors = segment_executors(segmented, self.name)

@@ -270,3 +270,14 @@ def test_reduction_result_of_bfloat16_feeds_a_second_segment():
     fd = _define(fn)
     run_and_check(fd, [torch.randn(3, 5, 40, dtype=torch.bfloat16)], kernels=2,
                   options=INTERPRET, segments=((K, "reduction"), (K, "reduction")))
+
+
+def test_a_forced_heuristic_on_a_plan_of_segments_is_a_clear_error():
+    """A forced heuristic names one scheduler's parameters; a plan of several segments has a
+    scheduler each. It used to reach every segment and fail with a TypeError in the one of
+    another scheduler."""
+    from pyfuser.options import OptionError
+    from pyfuser.schedule.schedulers.pointwise import PointwiseParams
+    fd = _define(adamw_two_params)
+    with pytest.raises(OptionError, match="a plan of 2 segments"):
+        fd.execute(adamw_inputs(), options={**INTERPRET, "heuristic": PointwiseParams()})
