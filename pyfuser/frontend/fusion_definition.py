@@ -170,6 +170,17 @@ class FusionDefinition:
         self.last_run = self._executor.last_run
         return outputs
 
+    def explain(self, inputs, *, device="h100", compile: bool = False):
+        """The plan execute() would make for `inputs` on `device` (a device-table entry: "h100",
+        "h200"), without a GPU: its segments, each kernel's heuristic and launch, and with
+        `compile` the ptxas report. Inputs may be `meta` tensors. `print()` the result; see
+        runtime/explain.py."""
+        from ..runtime.explain import explain_fusion
+
+        if not self._finalized:
+            raise FusionDefinitionError("explain: finish the definition (leave the `with` block) first")
+        return explain_fusion(self.fusion, inputs, device=device, compile=compile, name=self.name)
+
     def kernels(self, last_run: bool = False) -> list:
         """The kernels execute() built so far (runtime.fusion_kernel.FusionKernel: `.name`,
         `.source`, `.stages`, `.module` once compiled), oldest first; with `last_run`, only
