@@ -1,7 +1,8 @@
 """`python -m pyfuser explain NAME`: what pyfuser does with a catalogue fusion, stage by stage.
 
-Runs without a GPU: the heuristics read the device table (--device), inputs are described as
-dense and 16-byte aligned, and --compile runs NVRTC for sm_90a to show the ptxas report.
+Runs without a GPU: the plan (segments, heuristics, launches) is pyfuser.explain_fusion's, which
+reads the device table (--device) and describes inputs as 16-byte aligned; --compile runs NVRTC
+for sm_90a to show the ptxas report.
 """
 from __future__ import annotations
 
@@ -27,39 +28,20 @@ def explain(args) -> int:
 
 
 def _explain_kernels(fd, inputs, args) -> None:
-    from .runtime.device import get_device_properties
-    from .runtime.executor import index_type_for
-    from .runtime.fusion_kernel import build_kernel
-    from .runtime.inputs import heuristic_info
-    from .schedule.schedulers import registry
+    from .runtime.explain import explain_fusion
 
-    choice = registry.choose(fd.fusion)
-    print("\n## Scheduler")
-    for name, why in choice.rejected:
-        print(f"  not {name}: {why}")
-    if choice.scheduler is None:
-        print(f"  none: {choice.reason}")
-        print("  execute() runs this fusion through the reference evaluator (with a warning)")
-        return
-    print(f"  {choice.scheduler.NAME}: {choice.reason}")
-    clone, info = heuristic_info(fd.fusion, inputs, get_device_properties(args.device))
-    cb = info.bindings
-    params = choice.scheduler.compute_heuristics(clone, info)
-    print("\n## Heuristics")
-    print(f"  {params.describe()}")
-    print(f"  {params!r}")
-    fk = build_kernel(clone, choice.scheduler, params, index_type_for(inputs),
-                      f"{args.name}_{choice.scheduler.NAME}", compile_now=args.compile)
-    grid, block = fk.launch_dims(cb)
-    print(f"\n## Launch\n  grid {grid}, block {block}")
-    print("\n## Kernel IR")
-    print(fk.stages["kernel_ir"])
-    print("\n## CUDA (kernel only; the device library is pasted in front)")
-    src = fk.source
-    print(src[src.index("typedef"):])
-    if args.compile:
-        print("## NVRTC / ptxas (sm_90a)")
-        print("  " + fk.stages["ptxas"].replace("\n", "\n  "))
+    plan = explain_fusion(fd.fusion, inputs, device=args.device, compile=args.compile,
+                          name=args.name)
+    print("\n## Plan (segments; the heuristics read the device table)")
+    print(plan)
+    for k in plan.kernels:
+        print(f"\n## Heuristic of {k.name} ({k.scheduler})")
+        print(f"  {k.params!r}")
+        print(f"\n## Kernel IR of {k.name}")
+        print(k.kernel.stages["kernel_ir"])
+        print(f"\n## CUDA of {k.name} (kernel only; the device library is pasted in front)")
+        src = k.kernel.source
+        print(src[src.index("typedef"):])
 
 
 def _run_reference(fd, inputs) -> None:

@@ -140,7 +140,9 @@ def explain_fusion(fusion, inputs, device: str | DeviceProperties = "h100",
             from .library import describe
             entry["library_call"] = "; ".join(describe(e) for e in seg.exprs)
         elif seg.kind == "kernel":
+            # The name execute() gives the segment executor's first kernel.
             kname = f"{name}_s{k}" if several else name
+            kname = f"{kname}_{seg.scheduler.NAME}_0"
             try:
                 entry["kernel"] = _kernel(seg, ins, outs, props, compile, kname)
             except _Refused as e:

@@ -1,0 +1,134 @@
+"""fd.explain / pyfuser.explain_fusion: the plan execute() would make, without a GPU.
+
+The heuristics and kernels it reports are checked against what execute() runs (through the
+interpreter, scheduled for the same device-table entry), so the explanation cannot drift from
+the executor."""
+import re
+
+import pytest
+import torch
+
+import pyfuser
+from pyfuser import DataType, FusionDefinition, InputError, catalogue
+from pyfuser.runtime.executor import FallbackWarning
+from tests.runtime.test_segmented_plans import adamw_inputs, adamw_two_params
+
+ON_H100 = {"enable": ["interpret"], "device": "h100"}
+
+
+def _define(body):
+    fd = FusionDefinition()
+    with fd:
+        body(fd)
+    return fd
+
+
+def _meta(inputs):
+    return [torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device="meta")
+            if isinstance(x, torch.Tensor) else x for x in inputs]
+
+
+def _check_against_execute(fd, plan, inputs):
+    fd.execute(inputs, options=ON_H100)
+    run = fd.last_run
+    assert run.kind == "kernels"
+    assert run.kernel_names == tuple(k.name for k in plan.kernels)
+    assert run.heuristics == tuple(k.params for k in plan.kernels)
+
+
+def test_rmsnorm_is_one_inner_persistent_kernel():
+    fd = catalogue.define("rmsnorm_fwd", "bf16")
+    inputs = catalogue.make_inputs("rmsnorm_fwd", 64, 256, "bf16", seed=0)
+    plan = fd.explain(_meta(inputs), device="h100")
+    assert isinstance(plan, pyfuser.Explanation)
+    assert [(s.kind, s.name) for s in plan.segments] == [("kernel", "inner_persistent")]
+    seg = plan.segments[0]
+    assert [name for name, _ in seg.rejected] == ["inner_outer_persistent"]
+    k = seg.kernel
+    assert k.ptxas is None and k.index_type == "int"
+    assert k.heuristic == k.params.describe()
+    assert seg.inputs == ("T0 [64, 256] bfloat16", "T1 [256] bfloat16")
+    text = str(plan)
+    assert text.startswith("rmsnorm_fwd on NVIDIA H100 80GB HBM3 (sm_90a): 1 segment:")
+    assert "segment 0: kernel inner_persistent" in text
+    assert f"launch: grid {k.grid}, block {k.block}" in text
+    # The same plan as for CPU tensors, and as execute() makes.
+    assert pyfuser.explain_fusion(fd.fusion, inputs).kernels[0].params == k.params
+    _check_against_execute(fd, plan, inputs)
+
+
+def test_device_table_entry_changes_the_heuristic_input():
+    fd = catalogue.define("rmsnorm_fwd", "bf16")
+    inputs = _meta(catalogue.make_inputs("rmsnorm_fwd", 64, 256, "bf16", seed=0))
+    assert fd.explain(inputs, device="h200").device.name != fd.explain(inputs).device.name
+    with pytest.raises(KeyError, match="unknown device 'b200'"):
+        fd.explain(inputs, device="b200")
+
+
+def test_adamw_two_params_is_two_pointwise_segments():
+    fd = _define(adamw_two_params)
+    inputs = adamw_inputs()
+    plan = fd.explain(_meta(inputs))
+    assert [(s.kind, s.name) for s in plan.segments] == [("kernel", "pointwise")] * 2
+    assert plan.segments[0].inputs[0].endswith("[33, 20] float32")
+    assert plan.segments[1].inputs[0].endswith("[7, 130] float32")
+    assert [k.name for k in plan.kernels] == ["fusion_s0_pointwise_0", "fusion_s1_pointwise_0"]
+    assert "unrelated shapes" in plan.segmentation
+    _check_against_execute(fd, plan, inputs)
+
+
+def _linear_gelu(fd):
+    x = fd.define_tensor([-1, -1], dtype=DataType.BFloat16)
+    w = fd.define_tensor([-1, -1], dtype=DataType.BFloat16)
+    fd.add_output(fd.ops.gelu(fd.ops.linear(x, w)))
+
+
+def test_linear_gelu_is_a_library_segment_then_a_kernel_with_ptxas():
+    fd = _define(_linear_gelu)
+    inputs = [torch.empty(64, 128, dtype=torch.bfloat16, device="meta"),
+              torch.empty(256, 128, dtype=torch.bfloat16, device="meta")]
+    plan = fd.explain(inputs, compile=True)
+    assert [(s.kind, s.name) for s in plan.segments] == [("library", "linear"),
+                                                         ("kernel", "pointwise")]
+    lib, gelu = plan.segments
+    assert lib.kernel is None and "torch.nn.functional.linear" in lib.library_call
+    # The tensor between the segments, as the plan allocates it.
+    assert lib.outputs == gelu.inputs
+    assert re.fullmatch(r"T\d+ \[64, 256\] bfloat16", gelu.inputs[0])
+    assert re.search(r"\d+ registers, .* spill stores", gelu.kernel.ptxas)
+    assert re.search(r"ptxas: fusion_s1_pointwise_0: \d+ registers", str(plan))
+
+
+def _full_sum(fd):
+    x = fd.define_tensor([-1, -1])
+    fd.add_output(fd.ops.sum(x, [0, 1]))
+
+
+def test_full_sum_is_a_reference_segment_that_every_scheduler_rejected():
+    fd = _define(_full_sum)
+    plan = fd.explain([torch.empty(8, 33, device="meta")])
+    (seg,) = plan.segments
+    assert (seg.kind, seg.kernel) == ("reference", None)
+    assert [name for name, _ in seg.rejected] == [
+        "inner_outer_persistent", "inner_persistent", "reduction", "pointwise"]
+    assert seg.outputs[0].endswith("[] float32")
+    assert "execute() runs this segment with the reference evaluator" in str(plan)
+    with pytest.warns(FallbackWarning):
+        fd.execute([torch.randn(8, 33)], options=ON_H100)
+    assert fd.last_run.kind == "reference"
+
+
+def test_dump_segments_prints_the_explanations_segmentation(capsys):
+    fd = _define(adamw_two_params)
+    inputs = adamw_inputs()
+    fd.execute(inputs, options={**ON_H100, "dump": ["segments"]})
+    assert fd.explain(_meta(inputs)).segmentation in capsys.readouterr().err
+
+
+def test_wrong_inputs_and_unfinished_definitions_are_user_errors():
+    fd = _define(adamw_two_params)
+    with pytest.raises(InputError, match="dtype"):
+        fd.explain([torch.empty(33, 20, dtype=torch.float16, device="meta")] * 6)
+    unfinished = FusionDefinition()
+    with pytest.raises(pyfuser.FusionDefinitionError, match="explain: finish"):
+        unfinished.explain([])
