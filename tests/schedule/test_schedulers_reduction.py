@@ -236,3 +236,34 @@ def test_accepts_plain_row_and_column_sums():
     assert reduction.can_schedule(catalogue.define("col_sum").fusion) == (
         True, "outer reduction, results not broadcast back")
     assert reduction.can_schedule(catalogue.define("silu_mul").fusion) == (False, "no reductions")
+
+
+def test_a_reduction_whose_kept_dims_are_all_broadcasts_is_a_full_reduction():
+    """max over dim 0 of a softmax over the size-1 dim of x [M, 1] (fuzz 20261124:688, GPU
+    20261129:1040): the kept dim is a broadcast, so one element is left, as in a full
+    reduction. Scheduled as an outer reduction it failed to lower ("a register buffer of
+    runtime size"); the reduction scheduler now refuses it as the full reduction it is, and the
+    plan computes it on the reference evaluator, with the right values."""
+    import warnings
+
+    from pyfuser.ir.dtype import DataType
+    from pyfuser.runtime.executor import FallbackWarning
+    from pyfuser.testing import TOLERANCE, rel_error
+    x = torch.randn(2, 1)
+    with FusionDefinition() as fd:
+        t0 = fd.from_pytorch(x)
+        v1 = fd.ops.sub(t0, fd.ops.max(t0, [1], keepdim=True))
+        v2 = fd.ops.exp(v1)
+        v4 = fd.ops.div(v2, fd.ops.sum(v2, [1], keepdim=True))
+        fd.add_output(v4)
+        fd.add_output(fd.ops.max(v4, [0], keepdim=False))
+    reds = [e.outputs[0] for e in fd.fusion.exprs() if type(e).__name__ == "ReductionOp"]
+    assert reds
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FallbackWarning)
+        outs = fd.execute([x], options={"enable": ["interpret"]})
+    assert not fd.last_run.internal_error, fd.last_run
+    assert "a full reduction" in fd.last_run.reason
+    want = torch.softmax(x.double(), 1)
+    assert rel_error(outs[0], want) <= TOLERANCE[DataType.Float]
+    assert rel_error(outs[1], want.max(0).values) <= TOLERANCE[DataType.Float]

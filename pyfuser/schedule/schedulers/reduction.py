@@ -121,7 +121,12 @@ def can_schedule(fusion) -> tuple[bool, str]:
     inner, rpos = _layout(ref)
     if inner is None:
         return False, "reduced dims interleave with kept dims in memory order"
-    if len(rpos) == len(ref.domain.maybe_root):
+    kept = [i for i in ref.domain.maybe_root if not i.is_reduction]
+    if all(i.is_broadcast and i.expanded_extent is None for i in kept):
+        # Kept dims that are all broadcasts ([M, 1] -> [1, 1]) keep one element: a full
+        # reduction too. Scheduled as one, the broadcast dims' block and thread loops came
+        # first, and a squeeze of them upstream (a softmax over the size-1 dim) could not be
+        # inlined: a register buffer of runtime size (fuzz 20261124:688, GPU 20261129:1040).
         return False, "a full reduction (no kept dims) is not supported yet"
     graph = IdGraph(fusion)
     reduced = [i for i in ref.domain.maybe_root if i.is_reduction and not i.is_broadcast]
