@@ -33,8 +33,8 @@ import copy
 from ..ir.base import Expr
 from ..ir.exprs import (BinaryOp, BroadcastOp, ExpandOp, FullOp, LoadStoreOp, ReshapeOp,
                         SqueezeOp, UnaryOp, WhereOp)
-from ..ir.id_graph import (IdGraph, is_exact_pair, producer_consumer_pairs, reshape_cycle,
-                           self_mapping, tensor_uses)
+from ..ir.id_graph import (IdGraph, is_exact_pair, producer_consumer_pairs, self_mapping,
+                           tensor_uses)
 from ..ir.iter_domain import Split, id_exprs_between, merge_ids, split_id
 from ..ir.tensor import MemoryType, TensorDomain, TensorView
 
@@ -233,9 +233,3 @@ def fusion_self_mapping(fusion) -> str | None:
     """Why `fusion` cannot be scheduled as one loop nest per output (two dims of one tensor in
     one exact group), or None."""
     return self_mapping(IdGraph(fusion), fusion.tensors())
-
-
-def fusion_reshape_cycle(fusion) -> str | None:
-    """Why no loop nest can index `fusion` (a reshaped dim mapped onto a dim it is made from:
-    id_graph.reshape_cycle), or None."""
-    return reshape_cycle(IdGraph(fusion), fusion.tensors())

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 
 from ...ir.tensor import TensorView
+from ...ir.id_graph import IdGraph, reshape_cycle, self_mapping
 from .. import roles
 from ..op_support import segment_kind
 from . import inner_outer_persistent, inner_persistent, pointwise, reduction
@@ -34,9 +35,12 @@ def register(module, first: bool = True) -> None:
 def choose(fusion) -> Choice:
     """The first scheduler that takes `fusion` once its roles are separated (what the executor
     schedules: roles.scheduling_clone)."""
-    if roles.fusion_self_mapping(fusion) is not None:
+    # One exact ID graph for both checks (the segmenter asks this for every candidate group).
+    graph = IdGraph(fusion)
+    if self_mapping(graph, fusion.tensors()) is not None:
         fusion, _ = roles.scheduling_clone(fusion)
-        why = roles.fusion_self_mapping(fusion)
+        graph = IdGraph(fusion)
+        why = self_mapping(graph, fusion.tensors())
         if why is not None:
             return Choice(None, f"{why}, and no copy separates the roles (the second role's "
                                 "computation holds a reduction or another op that is not copied)")
@@ -47,7 +51,7 @@ def choose(fusion) -> Choice:
     if other:
         return Choice(None, f"ops no scheduler generates kernels for: {', '.join(other)} "
                             "(schedule/op_support.py)")
-    why = roles.fusion_reshape_cycle(fusion)
+    why = reshape_cycle(graph, fusion.tensors())
     if why is not None:
         return Choice(None, why)
     rejected = []
