@@ -66,6 +66,9 @@ class CudaPrinter:
         self.indent = 1
         self.ws_types: set = set()        # C types of block-reduction workspaces used
         self.cluster_types: set = set()   # C types of cluster-reduction slots used
+        # Tensors with a recomputed copy in this kernel (schedule/recompute.py).
+        self._recompute_originals = {t.recompute_of for t in kernel.fusion.tensors()
+                                     if t.recompute_of is not None}
 
     # Expressions ---------------------------------------------------------------------------
     def expr(self, e) -> str:
@@ -241,6 +244,9 @@ class CudaPrinter:
         if isinstance(e, BinaryOp):
             ct = binary_ctype(e)
             a, b = (self.value(x, ct) for x in s.ins)
+            if (e.op == BinaryOpType.Mul and ct in ("float", "double")
+                    and self._computed_twice(e.outputs[0])):
+                return f"{self.expr(out)} = pf::cast<{oct_}>(pf::mul_rn({a}, {b}));"
             return f"{self.expr(out)} = pf::cast<{oct_}>({BINARY[e.op].format(a=a, b=b)});"
         if isinstance(e, WhereOp):
             ct = _compute_ctype(odt)
@@ -255,6 +261,11 @@ class CudaPrinter:
         if isinstance(e, FullOp):
             return f"{self.expr(out)} = {self.value(s.ins[0], oct_)};"
         raise NotImplementedError(f"codegen: no rule for {type(e).__name__}")
+
+    def _computed_twice(self, tv) -> bool:
+        """Whether the kernel computes tv's value in two places: tv is a recomputed copy
+        (schedule/recompute.py) or the original of one."""
+        return tv.recompute_of is not None or tv in self._recompute_originals
 
     def vector_copy(self, s: K.TensorOp) -> str:
         out, src = s.out, s.ins[0]

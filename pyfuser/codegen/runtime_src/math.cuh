@@ -98,6 +98,22 @@ __device__ __forceinline__ float round(float x) { return rintf(x); }
 __device__ __forceinline__ double round(double x) { return ::rint(x); }
 
 // --- max / min ------------------------------------------------------------------------------
+// A product rounded on its own (mul.rn: the explicit rounding keeps ptxas from contracting it
+// into an FMA with the add or subtract that reads it). Printed for a product the kernel computes
+// twice (a recomputed copy and its original, schedule/recompute.py): contracted into different
+// consumers, the two copies would differ by the product's rounding error, and var of a
+// one-element row, (x - mean)^2 / 0, would give inf where torch gives NaN.
+__device__ __forceinline__ float mul_rn(float a, float b) {
+  float r;
+  asm("mul.rn.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+  return r;
+}
+__device__ __forceinline__ double mul_rn(double a, double b) {
+  double r;
+  asm("mul.rn.f64 %0, %1, %2;" : "=d"(r) : "d"(a), "d"(b));
+  return r;
+}
+
 // maximum/minimum propagate NaN like torch.maximum/torch.max: a NaN in either operand gives NaN.
 // max.NaN.f32 is one instruction on sm_80+; there is no f64 form, so double uses comparisons.
 __device__ __forceinline__ float maximum(float a, float b) {
