@@ -87,6 +87,20 @@ def _loop_owners(fusion, tv: TensorView, pos: int, graph: IdGraph) -> set:
     return out
 
 
+def _owner_depths(fusion, tv: TensorView, pos: int, graph: IdGraph) -> set:
+    """The positions, in their owners' loop domains, of the loops that tv's loop `pos` is
+    (see _loop_owners): `pos` itself when the loop is tv's own, else where the consumers
+    computing tv inside their loops have them."""
+    if pos >= tv.compute_at_pos:
+        return {pos}
+    out = set()
+    for c in fusion.consumers(tv):
+        m = match_loops(tv, c, pos + 1, graph)
+        if m is not None:
+            out |= _owner_depths(fusion, c, m[-1], graph)
+    return out
+
+
 def _dependent_owners(fusion, owners: set):
     """A pair (a, b) of the owners where b needs a's result through a tensor computed in a loop
     of its own (neither one of the owners' nor inlined into one), or None. Tensors without
@@ -144,13 +158,17 @@ def max_inline_position(tv: TensorView, graph: IdGraph | None = None) -> tuple[i
             ci = c.domain.loop[pos[-1]]
             if ci.parallel_type in _UNINLINABLE:
                 return k, f"axis {k} maps to a {ci.parallel_type.short} axis of consumer T{c.name}"
-            skips[c] = pos[-1] - k
+            # Depth in the loops that are really there: a consumer itself computed inside its
+            # consumer's loops (ge(w) inside the rows that broadcast it) has its loop at that
+            # consumer's depth, not at its own.
+            for d in _owner_depths(fusion, c, pos[-1], graph):
+                skips[(c, d)] = d - k
             owners |= _loop_owners(fusion, c, pos[-1], graph)
         if len(set(skips.values())) > 1:
             # A consumer computes tv inside loops over dims tv lacks (the rows around a weight
             # broadcast to [M, N]) that another consumer does not have (the weight's own output
             # w * 2 [N]): tv cannot be computed in one place inside both.
-            (a, sa), (b, sb) = sorted(skips.items(), key=lambda x: x[1])[::len(skips) - 1]
+            ((a, _), sa), ((b, _), sb) = sorted(skips.items(), key=lambda x: x[1])[::len(skips) - 1]
             return k, (f"axis {k} is inside {sb} loop(s) of consumer T{b.name} over dims "
                        f"T{tv.name} lacks, and inside {sa} of consumer T{a.name}: consumers at "
                        "different depths")

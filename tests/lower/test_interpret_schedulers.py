@@ -234,3 +234,35 @@ def test_interpreter_catches_an_out_of_bounds_write():
     store.predicate = K.Const(True, "bool")        # drop the bound check
     with pytest.raises(InterpreterError, match=r"elements \[21, 22\) outside \[0, 21\) of T"):
         interpret(k, st.bindings, inputs)
+
+
+def _weight_of_part_of_a_merged_row(x, w):
+    """x [M, K, N] reduced over [K, N] (one merged row) beside w [N] used before and after
+    the reduction (fuzz 20261130:4029)."""
+    from pyfuser import DataType
+    with FusionDefinition() as fd:
+        t0 = fd.define_tensor(shape=[-1, -1, -1], contiguity=[True, True, True],
+                              dtype=DataType.Half)
+        a = fd.define_tensor(shape=[-1], contiguity=[True], dtype=DataType.Half)
+        v4 = fd.ops.where(fd.ops.ge(a, 0.5), t0, a)
+        v8 = fd.ops.tanh(fd.ops.mul(fd.ops.sum(v4, [1, 2], keepdim=True), 6.103515625e-05))
+        fd.add_output(fd.ops.mul(v4, v8))
+        fd.add_output(fd.ops.abs(t0))
+    return fd
+
+
+@pytest.mark.parametrize("K,N", [(4093, 1), (3, 128), (5, 96)])
+def test_a_weight_of_part_of_a_merged_row_is_read_where_each_thread_uses_it(K, N):
+    """The weight's own split of [N] is not the merged row's split of [K, N]: kept resident
+    across the rows (keep_weights) or across the reduction (used on both sides), each thread
+    read, at its place in the row, a register slot another thread loaded for another element
+    ("accumulates a value computed from unwritten registers"). inner_persistent now reloads it
+    for the uses after the reduction and keeps only weights that span the whole row; inlining
+    counts a consumer's depth where its loops really are (ge(w) inside the rows that
+    broadcast it)."""
+    from pyfuser.testing import run_and_check
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(7, K, N, generator=g).half()
+    w = torch.randn(N, generator=g).half()
+    fd = _weight_of_part_of_a_merged_row(x, w)
+    run_and_check(fd, [x, w], scheduler="inner_persistent", options={"enable": ["interpret"]})

@@ -25,23 +25,6 @@ def _strict(fd, inputs):
     assert not fd.last_run.internal_error, fd.last_run.internal_error
 
 
-@pytest.mark.xfail(strict=True, reason="inner_persistent: accumulates a value computed from "
-                   "unwritten registers (fuzz 20261130:4029); not fixed")
-def test_row_sum_of_a_where_with_a_one_element_input_broadcast_along_a_size_1_dim():
-    g = torch.Generator().manual_seed(0)
-    x = torch.randn(7, 4093, 1, generator=g).half()
-    t1 = torch.randn(1, generator=g).half()
-    with FusionDefinition() as fd:
-        t0 = fd.define_tensor(shape=[-1, -1, -1], contiguity=[True, True, True],
-                              dtype=DataType.Half)
-        a = fd.define_tensor(shape=[-1], contiguity=[True], dtype=DataType.Half)
-        v4 = fd.ops.where(fd.ops.ge(a, 0.5), t0, a)
-        v8 = fd.ops.tanh(fd.ops.mul(fd.ops.sum(v4, [1, 2], keepdim=True), 6.103515625e-05))
-        fd.add_output(fd.ops.mul(v4, v8))
-        fd.add_output(fd.ops.abs(t0))
-    _strict(fd, [x, t1])
-
-
 @pytest.mark.xfail(strict=True, reason="inner_persistent segment: 'max() arg is an empty "
                    "sequence' (fuzz 20261130:3973); not fixed")
 def test_var_of_a_constant_beside_sums_of_a_permuted_input():

@@ -574,6 +574,41 @@ def _project_to_inputs(fusion, caches: set, reds, allow_expensive: bool = False)
         recompute_for(t, outside, stop)
 
 
+def _holds_part_of_the_row(t: TensorView, graph: IdGraph, row_ids: list) -> bool:
+    """t has some of the row's dims but not all (w [N] beside rows [K, N] merged into one):
+    its own split of the row is not the row's split."""
+    ids = [i for i in t.domain.logical_no_reductions if not i.is_broadcast]
+    covered = [x for x in row_ids if any(graph.mapped(i, x) for i in ids)]
+    return 0 < len(covered) < len(row_ids)
+
+
+def _reload_partial_rows(fusion, reds, row_ids: list) -> None:
+    """Give the uses after a reduction their own copy of each tensor that holds part of a
+    merged row and is used on both sides of it (a weight w [N] of rows [K, N]).
+
+    Before: T1 = cache(w [N]); T2 = sum(x [M, K, N] * T1); T5 = T2 * T1    T1 resident
+    After:  T1 = cache(w);     T2 = sum(x * T1);           T1' = cache(w); T5 = T2 * T1'
+
+    A resident tensor is laid out by its own split of the dims it has, which the merged row's
+    loops map to only across the broadcast of the dims it lacks: each thread would read, at
+    its place in the row, a slot another thread loaded for another element (fuzz
+    20261130:4029). Reloaded at each use (from L1/L2), the copies are inlined into the row's
+    loops and indexed from them."""
+    row_ids = [i for i in row_ids if not i.is_broadcast]
+    if len(row_ids) < 2:
+        return
+    done = set()
+    while True:
+        graph = IdGraph(fusion)     # rebuilt: clones carry IDs the last graph did not know
+        pending = [(t, out) for t, out in _persistent_uses(fusion, reds)
+                   if t not in done and _holds_part_of_the_row(t, graph, row_ids)]
+        if not pending:
+            return
+        t, outside = pending[0]
+        done.add(t)
+        recompute_for(t, outside, set(reds))
+
+
 def schedule(fusion, p: InnerPersistentParams) -> None:
     red = reduction_tensors(fusion)[0]
     orient_vector_inputs(fusion, p.vector_inputs, red.domain.maybe_root[_layout(red)[1][-1]])
@@ -597,6 +632,7 @@ def schedule(fusion, p: InnerPersistentParams) -> None:
     ref = reference_reduction(reds)
     reds = [ref] + [r for r in reds if r is not ref]      # rfs[0] is the reference's
     _, rpos = _layout(ref)
+    _reload_partial_rows(fusion, reds, [ref.domain.maybe_root[k] for k in rpos])
     if p.row_extents:
         fusion.static_extents = {ref.domain.maybe_root[k].extent: v
                                  for k, v in zip(rpos, p.row_extents)
@@ -661,6 +697,12 @@ def schedule(fusion, p: InnerPersistentParams) -> None:
     # across rows; when a row already fills the registers, it is reloaded per row (from L2).
     # A one-row input [1, N] broadcast over the rows has a row dim (a broadcast, mapped to the
     # rows): it is inlined like the rows.
+    # A weight is kept only if it spans the whole (merged) row: its split is then the row's
+    # split, element for element. A weight of part of a merged row (x [M, K, N] reduced over
+    # [K, N] times w [N]) has a split of its own that the row's loops map to only across the
+    # broadcast of K: each thread would read, at its position in the row, a register slot that
+    # another thread loaded for another element (fuzz 20261130:4029). It is loaded where used.
+    exact = IdGraph(fusion)
     row_axis = rfs[0].domain.loop[0]
     keep_weights = p.keep_weights
     for cache in caches.values():
@@ -670,7 +712,7 @@ def schedule(fusion, p: InnerPersistentParams) -> None:
         if cache.domain.loop[pos].is_broadcast:
             continue        # a per-row scalar ([M, 1]): inlined, not a row of copies
         has_row = any(graph.mapped(i, row_axis) for i in cache.domain.loop)
-        if has_row or keep_weights:
+        if has_row or (keep_weights and exact.mapped(cache.domain.loop[pos], batch_axis)):
             inline_at(cache, pos)
     launch = fusion.launch_hints
     if c:
