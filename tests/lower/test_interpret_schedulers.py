@@ -1,15 +1,19 @@
 """Scheduler kernels run by the kernel-IR interpreter on the CPU: the schedulers' choices, the
 whole lowering and the index math against the reference evaluator, with every access checked
 in bounds and every vector access aligned (what would be an illegal address on the GPU)."""
+import warnings
+
 import pytest
 import torch
 
 from kir_testing import (InterpreterError, empty_inputs, eval_expr, interpret, ops, reference,
                          schedule_and_lower, setup)
-from pyfuser import FusionDefinition, catalogue
+from pyfuser import DataType, FusionDefinition, catalogue
 from pyfuser.kir import nodes as K
+from pyfuser.runtime.executor import FallbackWarning
 from pyfuser.schedule.schedulers import reduction, registry
 from pyfuser.schedule.schedulers.reduction import ReductionParams
+from pyfuser.testing import run_and_check
 
 SCHEDULED = [n for n in catalogue.names()
              if registry.choose(catalogue.define(n, "fp32").fusion).scheduler is not None]
@@ -239,7 +243,6 @@ def test_interpreter_catches_an_out_of_bounds_write():
 def _weight_of_part_of_a_merged_row(x, w):
     """x [M, K, N] reduced over [K, N] (one merged row) beside w [N] used before and after
     the reduction (fuzz 20261130:4029)."""
-    from pyfuser import DataType
     with FusionDefinition() as fd:
         t0 = fd.define_tensor(shape=[-1, -1, -1], contiguity=[True, True, True],
                               dtype=DataType.Half)
@@ -260,9 +263,45 @@ def test_a_weight_of_part_of_a_merged_row_is_read_where_each_thread_uses_it(K, N
     for the uses after the reduction and keeps only weights that span the whole row; inlining
     counts a consumer's depth where its loops really are (ge(w) inside the rows that
     broadcast it)."""
-    from pyfuser.testing import run_and_check
     g = torch.Generator().manual_seed(0)
     x = torch.randn(7, K, N, generator=g).half()
     w = torch.randn(N, generator=g).half()
     fd = _weight_of_part_of_a_merged_row(x, w)
     run_and_check(fd, [x, w], scheduler="inner_persistent", options={"enable": ["interpret"]})
+
+
+def test_var_of_a_constant_beside_sums_of_a_permuted_input():
+    """A plan whose inner_persistent segment has no tensor input (var of a fill): its
+    heuristic sized the row by the widest tensor input, of none ("max() arg is an empty
+    sequence", fuzz 20261130:3973); a row of fills is recomputed in the 4-byte compute type."""
+    g = torch.Generator().manual_seed(0)
+    x = (torch.rand(55510, generator=g) * 1.5 + 0.5).half().as_strided(
+        (2, 61, 35, 13), (61, 1, 122, 4270))
+    with FusionDefinition() as fd:
+        t0 = fd.define_tensor(shape=[-1, -1, -1, -1], contiguity=[True, True, True, True],
+                              dtype=DataType.Half, stride_order=[1, 0, 2, 3])
+        v0 = fd.ops.lt(t0, 0.5)
+        v1 = fd.ops.where(v0, t0, -1.0)
+        v4 = fd.ops.permute(fd.ops.cast(v1, dtype=DataType.BFloat16), [0, 1, 3, 2])
+        v9 = fd.ops.le(fd.ops.full([2, 61, 13, 35], 1.0, dtype=DataType.Float), 0.5)
+        v12 = fd.ops.sum(fd.ops.where(v9, v4, 2.0), [2])
+        v16 = fd.ops.logical_not(fd.ops.le(fd.ops.full([2, 61, 35], 1.0, dtype=DataType.Float),
+                                           0.5))
+        v18 = fd.ops.var(fd.ops.cast(v16, dtype=DataType.BFloat16), [2], keepdim=True,
+                         correction=1)
+        fd.add_output(fd.ops.pow(v16, 3))
+        fd.add_output(v18)
+        fd.add_output(v12)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FallbackWarning)
+        run_and_check(fd, [x], kernels=0, options={"enable": ["interpret"]})
+    assert not fd.last_run.internal_error, fd.last_run.internal_error
+    assert ("kernel", "inner_persistent") in [(s.kind, s.name) for s in fd.last_run.segments]
+
+
+def test_a_normalization_of_fills_alone_runs_as_one_kernel():
+    """No tensor input at all: x = full([5, 35]) normalized over its rows."""
+    with FusionDefinition() as fd:
+        x = fd.ops.full([5, 35], 1.5, dtype=DataType.Float)
+        fd.add_output(fd.ops.sub(x, fd.ops.mean(x, [1], keepdim=True)))
+    run_and_check(fd, [], scheduler="inner_persistent", options={"enable": ["interpret"]})

@@ -172,7 +172,7 @@ def compute_heuristics(fusion, info: RuntimeInfo) -> InnerPersistentParams:
     n, m = reduced_and_kept(red, rpos, info)
     p = register_params(fusion, info, rpos, n, m, row_vector_width(fusion, n, rpos))
     if p.cluster > 1:
-        widest = max(i.dtype.size for i in fusion.inputs if isinstance(i, TensorView))
+        widest = row_element_bytes(fusion)
         return dataclasses.replace(p, reason=(
             f"a row of {n} x {widest} bytes is split over a cluster of {p.cluster} blocks "
             f"({n // p.cluster} elements each in registers; rows above "
@@ -188,6 +188,13 @@ def row_vector_width(fusion, n: int, rpos) -> int:
     return vector_width(fusion, n, red.domain.maybe_root[rpos[-1]])
 
 
+def row_element_bytes(fusion) -> int:
+    """Bytes a row element holds in registers: the widest tensor input's (the caches stay
+    resident). A fusion without tensor inputs (a segment of fills: full, zeros) recomputes
+    its row in the 4-byte compute type."""
+    return max((i.dtype.size for i in fusion.inputs if isinstance(i, TensorView)), default=4)
+
+
 def register_params(fusion, info: RuntimeInfo, rpos, n: int, m: int,
                     vector: int) -> InnerPersistentParams:
     """The register-row parameters for rows of n elements read with `vector`-wide accesses
@@ -196,7 +203,7 @@ def register_params(fusion, info: RuntimeInfo, rpos, n: int, m: int,
     vec_inputs = vector_inputs(fusion, info, vector, red.domain.maybe_root[rpos[-1]])
     if not vec_inputs:
         vector = 1
-    widest = max(i.dtype.size for i in fusion.inputs if isinstance(i, TensorView))
+    widest = row_element_bytes(fusion)
     cluster = cluster_size(n, vector, widest, info.device.max_cluster_size, len(rpos))
     batch, bdimx = persistent_batch(max(1, -(-n // (vector * cluster))))
     bdimy = 1
@@ -204,8 +211,7 @@ def register_params(fusion, info: RuntimeInfo, rpos, n: int, m: int,
         bdimy *= 2
     threads = -(-bdimx // 32) * 32 * bdimy
     cap = min(255, 65536 // threads)
-    row_regs = batch * vector * max(i.dtype.size for i in fusion.inputs
-                                    if isinstance(i, TensorView)) // 4
+    row_regs = batch * vector * widest // 4
     if row_regs > 0.6 * cap:
         raise SchedulerError(
             f"inner persistent: a row of {n} elements needs {row_regs} registers per thread of "
