@@ -101,20 +101,21 @@ def _owner_depths(fusion, tv: TensorView, pos: int, graph: IdGraph) -> set:
     return out
 
 
-def _dependent_owners(fusion, owners: set):
-    """A pair (a, b) of the owners where b needs a's result through a tensor computed in a loop
-    of its own (neither one of the owners' nor inlined into one), or None. Tensors without
-    loops (rank 0) are placed inside the merged loop by lowering (context._sink_loopless), and
-    fully inlined tensors are computed in their consumers' loops: paths through those alone
-    keep one loop."""
+def _dependent_owners(fusion, owners: set, loop_id, graph: IdGraph):
+    """A pair (a, b) of the owners where b needs a's result through a tensor computed outside
+    the merged loop (the loop of `loop_id`), or None. Outside: in a loop of its own (neither
+    one of the owners' nor inlined into one), or inlined into a consumer's loops above the
+    merged one (a squeeze of the merged loop's dim, fuzz 20261124:3145). Tensors without loops
+    (rank 0) are placed inside the merged loop by lowering (context._sink_loopless): paths
+    through those and through tensors inlined inside the loop keep one loop."""
     for a in owners:
         for b in owners:
-            if b is not a and _needs_through_own_loops(fusion, a, b, owners):
+            if b is not a and _needs_through_own_loops(fusion, a, b, owners, loop_id, graph):
                 return a, b
     return None
 
 
-def _needs_through_own_loops(fusion, a, b, owners) -> bool:
+def _needs_through_own_loops(fusion, a, b, owners, loop_id, graph: IdGraph) -> bool:
     upstream_of_b = _upstream(fusion, b)
     stack, seen = list(fusion.consumers(a)), set()
     while stack:
@@ -124,6 +125,8 @@ def _needs_through_own_loops(fusion, a, b, owners) -> bool:
         seen.add(x)
         loops = len(x.domain.loop)
         if loops and x.compute_at_pos < loops:
+            return True
+        if loops and not any(graph.mapped(i, loop_id) for i in x.domain.loop):
             return True
         stack.extend(fusion.consumers(x))
     return False
@@ -179,7 +182,7 @@ def max_inline_position(tv: TensorView, graph: IdGraph | None = None) -> tuple[i
             # inlined into both), the merged loop would need its own result: keep this loop
             # tv's own. Thread and block loops too: lowering orders them as scopes, as it does
             # serial loops (an all-broadcast softmax-like chain of x [1, 1]: fuzz 20261127:1975).
-            pair = _dependent_owners(fusion, owners)
+            pair = _dependent_owners(fusion, owners, i, graph)
             if pair is not None:
                 return k, (f"axis {k} would merge the own loops of T{pair[0].name} and "
                            f"T{pair[1].name}, and T{pair[1].name} needs T{pair[0].name}'s "

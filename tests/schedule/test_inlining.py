@@ -249,3 +249,23 @@ def test_a_chain_of_broadcast_reductions_of_one_element_runs_as_one_kernel():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         run_and_check(fd, [x], scheduler="pointwise", options={"enable": ["interpret"]})
+
+
+def test_a_squeeze_of_the_merged_loop_dim_keeps_the_loops_apart():
+    """Fuzz 20261124:3145: m = max(x, [0], keepdim) [1, N]; s = silu(m); t = s * 0.25 summed
+    over the size-1 dim 0 (a squeeze) and broadcast back; maximum(s, that). s was inlined into
+    the own loops of t and of the maximum over the kept size-1 dim; lowering merged them, but
+    the squeeze between them has no such dim: it runs above the merged loop, which then needed
+    its own result (a cycle between loops). A path through a tensor without the merged
+    loop's dim now limits the inlining."""
+    x = (torch.rand(256, 44) < 0.5).t()
+    with FusionDefinition() as fd:
+        t0 = fd.from_pytorch(x)
+        v0 = fd.ops.cast(t0, dtype=DataType.Float)
+        v4 = fd.ops.exp2(fd.ops.pow(fd.ops.add(v0, 1.0), 3))
+        v7 = fd.ops.silu(fd.ops.max(v4, [0], keepdim=True))
+        v11 = fd.ops.sum(fd.ops.mul(v7, 0.25), [0], keepdim=True)
+        fd.add_output(fd.ops.maximum(v7, v11))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        run_and_check(fd, [x], scheduler="reduction", options={"enable": ["interpret"]})
