@@ -575,6 +575,9 @@ class FusionExecutorCache:
         through a tensor map, must keep the copy's rules (16-byte aligned rows, contiguous):
         checked before launch, since a reused kernel may meet other strides than the heuristic
         saw."""
+        launch = fk.launch
+        if not launch.bulk_inputs and not any(src[0] == "tmap" for src in launch.param_sources):
+            return          # nothing to check: spare a new process importing the TMA rules
         from ..kir.nodes import RowBoxMap
         from ..schedule.tma_rules import check_bulk_rows
         from .tensor_map import row_box_problems
