@@ -604,7 +604,6 @@ class FusionExecutorCache:
         """The launch of `fk` for this signature, from its launch description alone (the same
         for a kernel built here and one loaded from disk)."""
         from ..kir.launch import evaluate as launch_value
-        from ..kir.nodes import RowBoxMap
         launch = fk.launch
         grid, block = launch.launch_dims(inputs)
         if launch.cooperative:
@@ -643,6 +642,7 @@ class FusionExecutorCache:
                 if launch.workspaces[src[1]][0] == "intermediate":
                     workspace_bytes += 2 * buf.numel() * buf.element_size()
             elif tag == "tmap":
+                from ..kir.nodes import RowBoxMap
                 tmap_slots.append((pos, RowBoxMap(*src[1:])))
                 values.append(bytes(128))
             else:

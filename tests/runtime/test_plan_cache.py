@@ -312,13 +312,14 @@ fd = catalogue.define("rmsnorm_fwd", "bf16")
 fd.execute(catalogue.make_inputs("rmsnorm_fwd", 64, 1024, "bf16", seed=0))
 print([k.compile_source for k in fd.kernels()])
 print(sorted(m for m in sys.modules if m.startswith(("pyfuser.lower", "pyfuser.codegen",
-                                                      "cuda.bindings.nvrtc"))))
+                                                      "pyfuser.kir.nodes", "cuda.bindings.nvrtc"))))
 """
 
 
 def test_a_disk_hit_in_a_new_process_imports_no_lowering_and_loads_no_nvrtc(isolated_cache):
-    """A process whose kernels all come from the disk cache neither imports lowering and code
-    generation nor loads NVRTC (the first process fills the cache, the second hits it)."""
+    """A process whose kernels all come from the disk cache neither imports lowering, code
+    generation and the kernel IR nor loads NVRTC (the first process fills the cache, the
+    second hits it)."""
     import subprocess
     import sys
     env = dict(os.environ, PYFUSER_CACHE_DIR=str(isolated_cache),
