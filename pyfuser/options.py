@@ -140,25 +140,37 @@ def _parse_megabytes(value: str) -> int:
     return int(mb * (1 << 20))
 
 
-_state = threading.local()
+class _ThreadState(threading.local):
+    """Each thread's stack of override()s. A subclass whose __init__ makes the stack, so that
+    reading it never misses an attribute: current() runs on every execute, and an
+    AttributeError raised and caught inside getattr costs more than the rest of it."""
+
+    def __init__(self):
+        self.stack: list = []
+
+
+_state = _ThreadState()
 _env_options: Options | None = None
 
 
 def current() -> Options:
     """The options in force: environment, then every active override() on this thread."""
-    global _env_options
-    stack = getattr(_state, "stack", None)
+    stack = _state.stack
     if stack:
         return stack[-1]
-    if _env_options is None:
-        _env_options = from_environment()
+    return _env_options or _read_environment()
+
+
+def _read_environment() -> Options:
+    global _env_options
+    _env_options = from_environment()
     return _env_options
 
 
 def setting(name: str):
     """One setting as it stands now: a per-call override if one is active, else the environment
     read at this moment (for knobs such as the cache directory that tests redirect at run time)."""
-    stack = getattr(_state, "stack", None)
+    stack = _state.stack
     if stack:
         return getattr(stack[-1], name)
     return getattr(from_environment(), name)
@@ -178,8 +190,6 @@ def override(options: Options | dict | None = None, **changes):
         new = options
     else:
         new = base.merged(**(options or {}), **changes)
-    if not hasattr(_state, "stack"):
-        _state.stack = []
     _state.stack.append(new)
     try:
         yield new

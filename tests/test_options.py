@@ -175,3 +175,21 @@ def test_dump_to_stderr(capsys):
     err = capsys.readouterr().err
     assert "===== heuristics: softmax =====\nthreads=128" in err
     assert "not asked for" not in err
+
+
+def test_an_override_holds_on_its_own_thread_only():
+    import threading
+    seen = {}
+
+    def other():
+        seen["inside"] = opts.current().enable
+        with opts.override(enable=["streaming_loads"]):
+            seen["own"] = opts.current().enable
+
+    with opts.override(enable=["kernel_reuse"]):
+        thread = threading.Thread(target=other)
+        thread.start()
+        thread.join()
+        assert opts.current().enable == frozenset({"kernel_reuse"})
+    assert seen["inside"] == opts.current().enable
+    assert "kernel_reuse" not in seen["inside"] and "streaming_loads" in seen["own"]

@@ -1,22 +1,44 @@
-"""Host cost of a cached one-kernel call, on the CPU: `fd.execute` down to the launch, with the
-launch replaced by a no-op (no GPU needed), in microseconds per call with a breakdown.
+"""Host cost of pyfuser's calls on the CPU, with the launch replaced by a no-op (no GPU needed).
 
     PYTHONPATH=. python tools/host_path.py [--name rmsnorm_fwd] [--dtype bf16] [--shape 8x1024]
+    PYTHONPATH=. python tools/host_path.py --new-process [--runs 5] [--profile] [--importtime]
 
-The plan is built as on an H100 (NVRTC compiles the kernel; the device table stands in for
-the live device) and the inputs are CPU tensors, so output allocation costs what torch's CPU
-allocator costs (the GPU's caching allocator differs: the lead measures the real call on the
-H100). Parts are timed separately and do not add up exactly to the whole.
+Default: a cached one-kernel call, `fd.execute` down to the launch (launch.LoadedKernel.launch
+runs, with the driver's cuLaunchKernel a Python no-op), in microseconds per call with a
+breakdown. The plan is built as on an H100 (NVRTC compiles the kernel; the device table
+stands in for the live device) and the inputs are CPU tensors, so output allocation costs what
+torch's CPU allocator costs (the GPU's caching allocator differs: the lead measures the real
+call on the H100 with tools/host_timing_gpu.py). Parts are timed separately and do not add up
+exactly to the whole.
+
+--new-process: the first execute of a fusion the disk cache holds, in fresh interpreters. One
+child fills a temporary disk cache (PYFUSER_CACHE_DIR) and a temporary bytecode cache
+(PYTHONPYCACHEPREFIX, with PYTHONDONTWRITEBYTECODE dropped: an installed package has its
+bytecode; a checkout without a writable __pycache__ would recompile every module in every
+process), then `--runs` children each time
+`import pyfuser` (torch already imported, as in a process that has initialised CUDA), the
+definition, and the first execute, which must hit the disk cache. In the children the inputs
+are CPU tensors that the executor takes for CUDA ones, the device table's H100 stands in for
+the live device and loading the module (cuModuleLoadData) and the launch are no-ops: what is
+timed is everything up to the driver. `--profile` adds cProfile's top functions of the first
+execute; `--importtime` the modules imported in each phase (python -X importtime).
 """
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
 import time
 
 
-def _per_call_us(fn, n: int) -> float:
+def _per_call_us(fn, n: int, repeats: int = 15) -> float:
+    """The best of `repeats` loops of `n` calls (the CPU is shared: the best is the least
+    disturbed)."""
     best = float("inf")
-    for _ in range(5):
+    for _ in range(repeats):
         t = time.perf_counter()
         for _ in range(n):
             fn()
@@ -24,13 +46,179 @@ def _per_call_us(fn, n: int) -> float:
     return best * 1e6
 
 
+# ---------------------------------------------------------------------------------------------
+# A new process's first call
+# ---------------------------------------------------------------------------------------------
+
+
+def _stub_gpu():
+    """Make CPU tensors take the CUDA path down to the driver: the executor sees `is_cuda`, the
+    device table's H100 stands in for the live device, loading a cubin and launching are no-ops."""
+    import torch
+
+    from pyfuser.runtime import device as device_mod
+    from pyfuser.runtime import launch as launch_mod
+
+    class NoLaunch:
+        def check_layout(self, layout):
+            pass
+
+        def launch(self, grid, block, params, **kw):
+            pass
+
+    h100 = device_mod.DEVICE_TABLE["h100"]
+    device_mod.get_device_properties = lambda *_: h100
+    launch_mod.load = lambda module, device_index=None: NoLaunch()
+    torch.Tensor.is_cuda = property(lambda self: True)
+
+
+def _child(args) -> dict:
+    """One fresh process: the phases of its first call, in milliseconds (printed as JSON)."""
+    import torch  # noqa: F401  (a process that runs kernels has torch imported already)
+
+    def mark(phase):
+        if args.importtime:
+            print(f"@@phase {phase}", file=sys.stderr, flush=True)
+
+    M, N = (int(v) for v in args.shape.split("x"))
+    times = {}
+    mark("import pyfuser")
+    t0 = time.perf_counter()
+    import pyfuser  # noqa: F401
+    from pyfuser import catalogue
+    t1 = time.perf_counter()
+    mark("stubs")
+    _stub_gpu()
+    inputs = catalogue.make_inputs(args.name, M, N, args.dtype, seed=0)
+    t2 = time.perf_counter()
+    mark("define")
+    fd = catalogue.define(args.name, args.dtype)
+    t3 = time.perf_counter()
+    mark("first execute")
+    profile = None
+    if args.profile and not args.fill:
+        import cProfile
+        profile = cProfile.Profile()
+        profile.enable()
+    fd.execute(inputs)
+    if profile is not None:
+        profile.disable()
+    t4 = time.perf_counter()
+    mark("end")
+    times = {"import pyfuser": (t1 - t0) * 1e3, "stubs, inputs": (t2 - t1) * 1e3,
+             "define": (t3 - t2) * 1e3, "first execute": (t4 - t3) * 1e3}
+    sources = sorted({k.compile_source for k in fd.kernels()})
+    out = {"ms": times, "run": fd.last_run.kind, "kernels_from": sources}
+    if profile is not None:
+        import io
+        import pstats
+        text = io.StringIO()
+        pstats.Stats(profile, stream=text).sort_stats("cumulative").print_stats(args.top)
+        out["profile"] = text.getvalue()
+    return out
+
+
+def _import_phases(stderr: str) -> dict:
+    """Per phase, (total self ms, [(self ms, module)]) of what `-X importtime` reports."""
+    phases, phase = {}, None
+    for line in stderr.splitlines():
+        if line.startswith("@@phase "):
+            phase = line[8:]
+            phases.setdefault(phase, [])
+        elif line.startswith("import time:") and phase is not None and "|" in line:
+            fields = line[12:].split("|")
+            try:
+                self_us = int(fields[0])
+            except ValueError:
+                continue
+            phases[phase].append((self_us / 1e3, fields[2].strip()))
+    return {k: (sum(t for t, _ in v), sorted(v, reverse=True)) for k, v in phases.items()}
+
+
+def new_process(args) -> int:
+    with tempfile.TemporaryDirectory(prefix="pyfuser-host-") as tmp:
+        env = dict(os.environ, PYFUSER_CACHE_DIR=os.path.join(tmp, "kernels"),
+                   PYTHONPYCACHEPREFIX=os.path.join(tmp, "pycache"))
+        env.pop("PYTHONDONTWRITEBYTECODE", None)    # the first child writes the bytecode
+        base = [sys.executable, os.path.abspath(__file__), "--child", "--name", args.name,
+                "--dtype", args.dtype, "--shape", args.shape, "--top", str(args.top)]
+
+        def run(extra, python_flags=()):
+            cmd = [sys.executable, *python_flags] + base[1:] + extra
+            done = subprocess.run(cmd, env=env, capture_output=True, text=True)
+            if done.returncode:
+                raise SystemExit(f"child failed:\n{done.stderr[-4000:]}")
+            return json.loads(done.stdout.splitlines()[-1]), done.stderr
+
+        fill, _ = run(["--fill"])
+        print(f"{args.name} {args.dtype} {args.shape}: cache filled by a first process "
+              f"(kernels {fill['kernels_from']}, first execute {fill['ms']['first execute']:.1f} "
+              "ms), bytecode warm")
+        hits = []
+        for i in range(args.runs):
+            flags = ("-X", "importtime") if args.importtime and i == 0 else ()
+            extra = (["--profile"] if args.profile and i == 0 else []) + (
+                ["--importtime"] if flags else [])
+            hit, err = run(extra, flags)
+            if hit["kernels_from"] != ["disk"] or hit["run"] != "kernels":
+                raise SystemExit(f"the new process did not load its kernel from the disk cache: "
+                                 f"{hit}")
+            hits.append(hit)
+            if flags:
+                for phase, (total, mods) in _import_phases(err).items():
+                    if phase == "end" or not mods:
+                        continue
+                    top = ", ".join(f"{m} {t:.1f}" for t, m in mods[:args.top // 2])
+                    print(f"  imports during {phase}: {len(mods)} modules, {total:.1f} ms "
+                          f"(self time; largest: {top})")
+            if "profile" in hit:
+                print(hit["profile"])
+        print("new process, ms (best / median of %d):" % len(hits))
+        for phase in hits[0]["ms"]:
+            vals = sorted(h["ms"][phase] for h in hits)
+            print(f"  {phase:18s} {vals[0]:8.1f} {vals[len(vals) // 2]:8.1f}")
+        totals = sorted(h["ms"]["define"] + h["ms"]["first execute"] for h in hits)
+        print(f"  {'define + execute':18s} {totals[0]:8.1f} {totals[len(totals) // 2]:8.1f}")
+    return 0
+
+
+def _driverless_kernel(launch_mod, fk):
+    """A launch.LoadedKernel whose driver calls are Python no-ops: the launch's own Python
+    (stream, staging, checks) is timed, the driver's cuLaunchKernel is not."""
+    from pyfuser.runtime.launch import ParamLayout, packing_offsets
+    import threading
+    k = launch_mod.LoadedKernel.__new__(launch_mod.LoadedKernel)
+    k.module, k.device_index, k.context, k.cu_module, k.function = fk.module, 0, None, None, None
+    sizes = ParamLayout(fk.param_kinds).sizes
+    k.param_offsets, k.param_sizes = (), sizes
+    k.pack_offsets, k.param_size = packing_offsets(sizes)
+    k.dynamic_smem_limit = 48 * 1024
+    k.non_portable_clusters = False
+    k._configs, k._tls = {}, threading.local()
+    k._launch_kernel = k._launch_kernel_ex = lambda *a: (0,)
+    return k
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--name", default="rmsnorm_fwd")
     ap.add_argument("--dtype", default="bf16")
     ap.add_argument("--shape", default="8x1024")
-    ap.add_argument("-n", type=int, default=20000, help="calls per timing")
+    ap.add_argument("-n", type=int, default=5000, help="calls per timing loop")
+    ap.add_argument("--new-process", action="store_true",
+                    help="time the first execute of a disk-cached fusion in fresh processes")
+    ap.add_argument("--runs", type=int, default=5, help="fresh processes (--new-process)")
+    ap.add_argument("--profile", action="store_true", help="cProfile of the first execute")
+    ap.add_argument("--importtime", action="store_true", help="imports of each phase")
+    ap.add_argument("--top", type=int, default=30, help="rows of --profile and --importtime")
+    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--fill", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.child:
+        print(json.dumps(_child(args)))
+        return 0
+    if args.new_process:
+        return new_process(args)
     M, N = (int(v) for v in args.shape.split("x"))
 
     import torch
@@ -43,15 +231,12 @@ def main(argv=None) -> int:
     from pyfuser.runtime.inputs import check_inputs
     from pyfuser.schedule.schedulers import registry
 
-    class NoLaunch:
-        def check_layout(self, layout):
-            pass
-
-        def launch(self, grid, block, params, **kw):
-            pass
-
-    no_launch = NoLaunch()
-    fusion_kernel.FusionKernel.loaded = lambda self, index: no_launch
+    from pyfuser.runtime import launch as launch_mod
+    launch_mod._stream_getter = lambda index: 0
+    loaded_kernels = {}
+    fusion_kernel.FusionKernel.loaded = (
+        lambda self, index: loaded_kernels.get(id(self)) or loaded_kernels.setdefault(
+            id(self), _driverless_kernel(launch_mod, self)))
     h100 = device_mod.DEVICE_TABLE["h100"]
     device_mod.get_device_properties = lambda *_: h100
 
@@ -73,6 +258,7 @@ def main(argv=None) -> int:
     key = ex._key(inputs, options)
     outs = [torch.empty_strided(sz, st, dtype=dt) for sz, st, dt in plan.out_specs]
     vals = list(plan.values)
+    packed = plan.layout.pack(vals)
     rows = [
         ("fd.execute(inputs)", lambda: fd.execute(inputs)),
         ("  FusionExecutorCache.run", lambda: ex.run(inputs)),
@@ -85,10 +271,13 @@ def main(argv=None) -> int:
         ("        data_ptr per pointer", lambda: [(inputs[k] if r == "input" else outs[k])
                                                   .data_ptr() for _, r, k in plan.ptr_slots]),
         ("        pack parameters", lambda: plan.layout.pack(vals)),
+        ("        LoadedKernel.launch", lambda: plan.loaded.launch(
+            plan.grid, plan.block, packed, shared_mem=plan.smem, cooperative=plan.cooperative,
+            cluster=plan.cluster)),
         ("    options.current()", opts.current),
     ]
     print(f"{args.name} {args.dtype} {M}x{N}: {len(plan.layout.kinds)} parameters, "
-          f"{len(plan.out_specs)} output(s), launch replaced by a no-op")
+          f"{len(plan.out_specs)} output(s), the driver's launch call replaced by a no-op")
     for label, fn in rows:
         print(f"{label:32s} {_per_call_us(fn, n):7.2f} us")
     return 0

@@ -155,8 +155,14 @@ class FusionDefinition:
     # Execution --------------------------------------------------------------------------------
     def execute(self, inputs, *, options=None, device=None):
         """Run the fusion on `inputs` and return its outputs (a list of tensors)."""
-        from ..runtime.executor import FusionExecutorCache
+        executor = self._executor
+        if executor is None:        # the first call (the executor is made once finalized)
+            executor = self._first_executor()
+        outputs = executor.run(inputs, options)
+        self.last_run = executor.last_run
+        return outputs
 
+    def _first_executor(self):
         if not self._finalized:
             if self._failed:
                 raise FusionDefinitionError(
@@ -164,11 +170,9 @@ class FusionDefinition:
                     "`with fd:` block (which starts from an empty fusion) or a new "
                     "FusionDefinition")
             raise FusionDefinitionError("execute: finish the definition (leave the `with` block) first")
-        if self._executor is None:
-            self._executor = FusionExecutorCache(self.fusion, name=self.name)
-        outputs = self._executor.run(inputs, options=options)
-        self.last_run = self._executor.last_run
-        return outputs
+        from ..runtime.executor import FusionExecutorCache
+        self._executor = FusionExecutorCache(self.fusion, name=self.name)
+        return self._executor
 
     def explain(self, inputs, *, device="h100", compile: bool = False):
         """The plan execute() would make for `inputs` on `device` (a device-table entry: "h100",

@@ -575,6 +575,9 @@ class FusionExecutorCache:
         through a tensor map, must keep the copy's rules (16-byte aligned rows, contiguous):
         checked before launch, since a reused kernel may meet other strides than the heuristic
         saw."""
+        launch = fk.launch
+        if not launch.bulk_inputs and not any(src[0] == "tmap" for src in launch.param_sources):
+            return          # nothing to check: spare a new process importing the TMA rules
         from ..kir.nodes import RowBoxMap
         from ..schedule.tma_rules import check_bulk_rows
         from .tensor_map import row_box_problems
@@ -601,7 +604,6 @@ class FusionExecutorCache:
         """The launch of `fk` for this signature, from its launch description alone (the same
         for a kernel built here and one loaded from disk)."""
         from ..kir.launch import evaluate as launch_value
-        from ..kir.nodes import RowBoxMap
         launch = fk.launch
         grid, block = launch.launch_dims(inputs)
         if launch.cooperative:
@@ -640,6 +642,7 @@ class FusionExecutorCache:
                 if launch.workspaces[src[1]][0] == "intermediate":
                     workspace_bytes += 2 * buf.numel() * buf.element_size()
             elif tag == "tmap":
+                from ..kir.nodes import RowBoxMap
                 tmap_slots.append((pos, RowBoxMap(*src[1:])))
                 values.append(bytes(128))
             else:

@@ -13,10 +13,7 @@ from __future__ import annotations
 import dataclasses
 
 from .. import options as opts
-from ..codegen.cuda import generate_cuda
 from ..ir import scalar as S
-from ..kir.printer import kernel_str
-from ..lower import lower
 
 ARCH = "sm_90a"
 
@@ -67,6 +64,11 @@ def build_kernel(fusion, scheduler, params, index_type: str, name: str,
                  compile_now: bool = True, clone_of: dict | None = None) -> FusionKernel:
     """Schedule `fusion` (a clone, mutated), lower it, print CUDA and compile it. `clone_of`
     maps the original fusion's Vals (by id) to this clone's, to bind runtime extents."""
+    # Imported here: a kernel loaded from the disk cache needs no lowering or printing, and a
+    # new process whose kernels all come from disk should not pay for importing them.
+    from ..codegen.cuda import generate_cuda
+    from ..kir.printer import kernel_str
+    from ..lower import lower
     before = repr(fusion)
     scheduler.schedule(fusion, params)
     scheduled = repr(fusion)

@@ -1,8 +1,9 @@
 """Two-level cache of compiled kernels: a dict in this process, and files on disk.
 
 Why on disk: NVRTC + ptxas take tens to hundreds of milliseconds per kernel, and a test suite or
-a training job recompiles the same kernels in every process. Why the key holds the NVRTC version,
-arch, options and pyfuser version: any of them changes the cubin or its report.
+a training job recompiles the same kernels in every process. Why the key holds NVRTC (the
+identity of its library file, or its version: `nvrtc_fingerprint`), arch, options and pyfuser
+version: any of them changes the cubin or its report.
 
 Two kinds of entry, one file format:
 
@@ -11,8 +12,9 @@ Two kinds of entry, one file format:
 * by plan key (`plan_key`, `load_plan`, `store_plan`): computed by the executor *before*
   scheduling, from the fusion's canonical serialization (ir/fingerprint.py), the signature
   class of the call, the scheduler and its heuristic, the index type, the options, the
-  device-table entry, the NVRTC version and a hash of pyfuser's own source files
-  (`source_hash`: a changed checkout never loads a stale kernel). The entry holds the cubin and
+  device-table entry, NVRTC (`nvrtc_fingerprint`) and a hash of pyfuser's own source files
+  (`source_hash`: a changed checkout never loads a stale kernel; a stat-keyed memo of the
+  files' digests beside the cache spares reading them in each process). The entry holds the cubin and
   the kernel's launch description (kir/launch.py), so a hit launches with no scheduling,
   lowering or CUDA printing.
 
@@ -35,13 +37,18 @@ import hashlib
 import json
 import os
 import struct
-import tempfile
 import threading
 import warnings
 from collections import OrderedDict
 from pathlib import Path
 
-from .nvrtc import CompiledModule, compile_to_cubin, nvrtc_version, parse_ptxas_log
+from .nvrtc import (
+    CompiledModule,
+    compile_to_cubin,
+    nvrtc_library_identity,
+    nvrtc_version,
+    parse_ptxas_log,
+)
 
 __all__ = [
     "cache_dir",
@@ -54,6 +61,7 @@ __all__ = [
     "load_plan",
     "store_plan",
     "source_hash",
+    "nvrtc_fingerprint",
     "PlanEntry",
 ]
 
@@ -90,12 +98,22 @@ def _pyfuser_version() -> str:
     return str(getattr(pyfuser, "__version__", "0"))
 
 
+def nvrtc_fingerprint() -> list:
+    """What the keys hold about NVRTC: the identity of the library file it is loaded from
+    (nvrtc.nvrtc_library_identity: found without loading it, so a process whose kernels all
+    come from disk never loads NVRTC), or its version where only loading it tells which file."""
+    identity = nvrtc_library_identity()
+    if identity is not None:
+        return ["file", *identity]
+    return ["version", *nvrtc_version()]
+
+
 def cache_key(source: str, kernel_name: str, *, arch: str, options: tuple[str, ...]) -> str:
     fields = [
         _FORMAT_VERSION,
         source,
         kernel_name,
-        list(nvrtc_version()),
+        nvrtc_fingerprint(),
         list(options),
         arch,
         _pyfuser_version(),
@@ -217,6 +235,7 @@ def _evict(limit: int) -> None:
 
 
 def _write_entry(path: Path, module: CompiledModule, plan: dict | None = None) -> None:
+    import tempfile
     tmp_name = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -288,6 +307,8 @@ def get_or_compile(
 # ---------------------------------------------------------------------------------------------
 
 _source_hash: str | None = None
+_SOURCE_SUFFIXES = (".py", ".cuh", ".h")
+_SOURCE_MEMO = "source-digests.json"
 
 
 def source_hash() -> str:
@@ -295,20 +316,96 @@ def source_hash() -> str:
     once per process: any change to the checkout changes every plan key."""
     global _source_hash
     if _source_hash is None:
-        root = Path(__file__).resolve().parents[1]
-        h = hashlib.sha256()
-        for path in sorted(p for p in root.rglob("*") if p.suffix in (".py", ".cuh", ".h")):
-            h.update(path.relative_to(root).as_posix().encode() + b"\0")
-            h.update(path.read_bytes() + b"\0")
-        _source_hash = h.hexdigest()
+        _source_hash = tree_digest(Path(__file__).resolve().parents[1],
+                                   cache_dir() / _SOURCE_MEMO)
     return _source_hash
+
+
+def _source_files(root: str, rel: str = "") -> list[tuple[str, str]]:
+    """(relative path, absolute path) of the source files under `root`, in a fixed order."""
+    out = []
+    try:
+        entries = sorted(os.scandir(os.path.join(root, rel) if rel else root),
+                         key=lambda e: e.name)
+    except OSError:
+        return out
+    for entry in entries:
+        name = f"{rel}/{entry.name}" if rel else entry.name
+        if entry.is_dir(follow_symlinks=False):
+            if entry.name != "__pycache__":
+                out += _source_files(root, name)
+        elif entry.name.endswith(_SOURCE_SUFFIXES):
+            out.append((name, entry.path))
+    return out
+
+
+def tree_digest(root: Path, memo_path: Path | None = None) -> str:
+    """SHA-256 over the source files under `root` (their relative paths and contents).
+
+    Why a memo: reading and hashing every file costs milliseconds in each new process (tens on
+    a slow file system) though the files rarely change. `memo_path` (beside the disk cache)
+    keeps each file's digest with its size, inode, modification and change times in ns; a file
+    whose stat matches is not read again. Writing a file changes its change time (which no
+    user call sets), so an edited file is always read and hashed. The memo is best effort:
+    unreadable or unwritable, every file is hashed."""
+    root_key = str(root)
+    memo: dict = {}
+    if memo_path is not None:
+        try:
+            memo = json.loads(memo_path.read_text())
+            if not isinstance(memo, dict):
+                memo = {}
+        except (OSError, ValueError):
+            memo = {}
+    known = memo.get(root_key)
+    known = known if isinstance(known, dict) else {}
+    digests, changed = {}, False
+    for rel, path in _source_files(root_key):
+        try:
+            st = os.stat(path)
+        except OSError:
+            continue
+        stamp = [st.st_size, st.st_ino, st.st_mtime_ns, st.st_ctime_ns]
+        entry = known.get(rel)
+        if isinstance(entry, list) and len(entry) == 2 and entry[0] == stamp:
+            digests[rel] = entry
+            continue
+        try:
+            data = Path(path).read_bytes()
+        except OSError:
+            continue
+        digests[rel] = [stamp, hashlib.sha256(data).hexdigest()]
+        changed = True
+    if memo_path is not None and (changed or len(digests) != len(known)):
+        memo[root_key] = digests
+        _write_memo(memo_path, memo)
+    h = hashlib.sha256()
+    for rel in sorted(digests):
+        h.update(rel.encode() + b"\0" + digests[rel][1].encode() + b"\0")
+    return h.hexdigest()
+
+
+def _write_memo(path: Path, memo: dict) -> None:
+    import tempfile
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".json", dir=path.parent)
+        with os.fdopen(fd, "w") as handle:
+            json.dump(memo, handle)
+        os.replace(tmp, path)
+    except OSError:
+        try:
+            os.unlink(tmp)
+        except (OSError, UnboundLocalError):
+            pass
 
 
 def plan_key(fields: dict) -> str:
     """The key of a kernel for `fields` (what the executor knows before scheduling: the fusion's
     canonical text, the signature class, scheduler, heuristic, index type, options, device
-    entry), with the format version, the NVRTC version and pyfuser's source hash added."""
-    whole = dict(fields, format=_FORMAT_VERSION, nvrtc=list(nvrtc_version()),
+    entry), with the format version, NVRTC (its library file or version) and pyfuser's source
+    hash added."""
+    whole = dict(fields, format=_FORMAT_VERSION, nvrtc=nvrtc_fingerprint(),
                  pyfuser_source=source_hash(), kind="plan")
     return hashlib.sha256(json.dumps(whole, sort_keys=True, default=repr).encode()).hexdigest()
 

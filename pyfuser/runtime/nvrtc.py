@@ -23,6 +23,7 @@ __all__ = [
     "check_syntax",
     "compile_to_cubin",
     "nvrtc_version",
+    "nvrtc_library_identity",
     "parse_ptxas_log",
     "base_options",
 ]
@@ -208,6 +209,45 @@ def nvrtc_version() -> tuple[int, int]:
     err, major, minor = _nvrtc().nvrtcVersion()
     _check(err, "nvrtcVersion")
     return (int(major), int(minor))
+
+
+@functools.lru_cache(maxsize=1)
+def nvrtc_library_identity() -> tuple[str, int, int, int] | None:
+    """The NVRTC library file ``cuda.bindings`` loads, found as it finds it but without loading
+    it: (path, size, inode, modification time in ns), or None where only loading tells.
+
+    Why: loading NVRTC to ask its version costs milliseconds, and a process whose kernels all
+    come from the disk cache never compiles; a different NVRTC is a different file (another
+    path, or the same path rewritten), so the file's identity keys the cache as well as its
+    version. ``cuda.bindings`` loads NVRTC through cuda.pathfinder, whose order is: a library
+    already loaded in the process, else one in an NVIDIA wheel or the conda environment, else
+    the system loader's search. The first two are file look-ups, repeated here with
+    cuda.pathfinder's own steps; the third resolves only by loading, so it answers None (the
+    caller then asks the version), as does any failure of these look-ups (they use
+    cuda.pathfinder's internals)."""
+    import os
+    try:
+        from cuda.pathfinder._dynamic_libs.lib_descriptor import LIB_DESCRIPTORS
+        from cuda.pathfinder._dynamic_libs.platform_loader import LOADER
+        from cuda.pathfinder._dynamic_libs.search_steps import (
+            EARLY_FIND_STEPS,
+            SearchContext,
+            run_find_steps,
+        )
+        desc = LIB_DESCRIPTORS["nvrtc"]
+        loaded = LOADER.check_if_already_loaded_from_elsewhere(desc)
+        if loaded is not None:
+            path = loaded.abs_path
+        else:
+            found = run_find_steps(SearchContext(desc), EARLY_FIND_STEPS)
+            if found is None:
+                return None
+            path = found.abs_path
+        path = os.path.realpath(path)
+        st = os.stat(path)
+    except Exception:   # noqa: BLE001  (internals of another package: ask the version instead)
+        return None
+    return (path, st.st_size, st.st_ino, st.st_mtime_ns)
 
 
 def base_options(arch: str) -> tuple[str, ...]:

@@ -8,7 +8,6 @@ loads when one fails, and the executor can check a reused kernel's inputs before
 """
 from __future__ import annotations
 
-from ..kir.nodes import RowBoxMap
 
 # Shared with the tensor-map rules of runtime/tensor_map.py.
 GLOBAL_ALIGN = 16               # bytes: global addresses and strides of TMA copies
@@ -86,6 +85,9 @@ def check_row_box(sizes, strides, alignment: int, dtype_bytes: int) -> list[str]
             problems.append(f"{rows} rows exceed a tensor-map coordinate (int32)")
     if alignment % GLOBAL_ALIGN:
         problems.append(f"its data pointer is {alignment}-byte aligned, not {GLOBAL_ALIGN}")
+    # Imported here: the kernel-IR nodes are not needed to choose a schedule, only to check one
+    # that copies by tensor maps (an `import pyfuser` need not define them).
+    from ..kir.nodes import RowBoxMap
     if RowBoxMap.inner_for(n, dtype_bytes) is None:
         problems.append(f"a row of {n} x {dtype_bytes} bytes does not split into at most 256 box "
                         "pieces of at most 256 elements and a multiple of 16 bytes")

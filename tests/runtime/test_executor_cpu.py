@@ -91,8 +91,10 @@ class _Launchless:
         monkeypatch.setattr(FusionExecutorCache, "_plan_for",
                             lambda self, fk, inputs, bindings, out_sizes, dev, choice: fk)
         # Lower with the kernel-IR verifier after every pass.
-        from pyfuser.lower import lower
-        monkeypatch.setattr(fusion_kernel, "lower",
+        # (build_kernel imports `lower` from pyfuser.lower when it runs.)
+        import pyfuser.lower
+        lower = pyfuser.lower.lower
+        monkeypatch.setattr(pyfuser.lower, "lower",
                             lambda *a, **kw: lower(*a, **dict(kw, verify_each=True)))
 
     @staticmethod

@@ -94,9 +94,11 @@ class Builds:
 def _forbid_building(monkeypatch):
     def forbidden(*a, **kw):
         raise AssertionError("scheduled, lowered or printed on a disk hit")
+    import pyfuser.codegen.cuda
+    import pyfuser.lower
     monkeypatch.setattr(fusion_kernel, "build_kernel", forbidden)
-    monkeypatch.setattr(fusion_kernel, "lower", forbidden)
-    monkeypatch.setattr(fusion_kernel, "generate_cuda", forbidden)
+    monkeypatch.setattr(pyfuser.lower, "lower", forbidden)
+    monkeypatch.setattr(pyfuser.codegen.cuda, "generate_cuda", forbidden)
     for sched in registry.SCHEDULERS:
         monkeypatch.setattr(sched, "schedule", forbidden)
 
@@ -213,6 +215,123 @@ def test_the_source_hash_covers_pyfuser_files(monkeypatch, tmp_path):
     monkeypatch.setattr(kernel_cache, "_source_hash", None)
     h = kernel_cache.source_hash()
     assert len(h) == 64 and kernel_cache.source_hash() is h
+    # The memoized digest of the checkout is the digest of its files read afresh.
+    assert h == kernel_cache.tree_digest(kernel_cache.Path(kernel_cache.__file__).parents[1])
+
+
+def _tree(root):
+    (root / "sub").mkdir(parents=True)
+    (root / "a.py").write_text("x = 1\n")
+    (root / "sub" / "b.cuh").write_text("int f();\n")
+    (root / "notes.txt").write_text("not source\n")
+    return root
+
+
+def test_a_changed_source_file_changes_the_tree_digest_through_the_memo(tmp_path):
+    root, memo = _tree(tmp_path / "src"), tmp_path / "cache" / "memo.json"
+    first = kernel_cache.tree_digest(root, memo)
+    assert memo.exists() and first == kernel_cache.tree_digest(root)
+    assert kernel_cache.tree_digest(root, memo) == first
+    (root / "notes.txt").write_text("changed, but not source\n")
+    assert kernel_cache.tree_digest(root, memo) == first
+    # Same size, modification time put back: the change time still tells the file was written.
+    st = os.stat(root / "a.py")
+    (root / "a.py").write_text("x = 2\n")
+    os.utime(root / "a.py", ns=(st.st_atime_ns, st.st_mtime_ns))
+    second = kernel_cache.tree_digest(root, memo)
+    assert second != first and second == kernel_cache.tree_digest(root)
+    (root / "sub" / "c.h").write_text("")
+    assert kernel_cache.tree_digest(root, memo) not in (first, second)
+    (root / "sub" / "c.h").unlink()
+    assert kernel_cache.tree_digest(root, memo) == second
+
+
+def test_an_unchanged_file_is_not_read_again(tmp_path, monkeypatch):
+    root, memo = _tree(tmp_path / "src"), tmp_path / "memo.json"
+    first = kernel_cache.tree_digest(root, memo)
+    reads = []
+    real = kernel_cache.Path.read_bytes
+    monkeypatch.setattr(kernel_cache.Path, "read_bytes",
+                        lambda self: reads.append(self.name) or real(self))
+    assert kernel_cache.tree_digest(root, memo) == first and reads == []
+    (root / "a.py").write_text("x = 3\n")
+    kernel_cache.tree_digest(root, memo)
+    assert reads == ["a.py"]
+
+
+def test_a_damaged_source_memo_is_ignored(tmp_path):
+    root, memo = _tree(tmp_path / "src"), tmp_path / "memo.json"
+    first = kernel_cache.tree_digest(root)
+    for text in ("{not json", "[1, 2]", json.dumps({str(root): {"a.py": "x"}})):
+        memo.write_text(text)
+        assert kernel_cache.tree_digest(root, memo) == first
+
+
+def test_the_nvrtc_library_is_identified_without_loading_it():
+    """The file the key names is the one cuda.bindings loads (checked after loading it)."""
+    from cuda.bindings import nvrtc as bindings_nvrtc
+    from cuda.pathfinder import load_nvidia_dynamic_lib
+
+    from pyfuser.runtime import nvrtc
+    identity = nvrtc.nvrtc_library_identity()
+    assert identity is not None, "NVRTC from a wheel here: found without loading it"
+    bindings_nvrtc.nvrtcVersion()
+    loaded = os.path.realpath(load_nvidia_dynamic_lib("nvrtc").abs_path)
+    assert identity[0] == loaded and identity[1] == os.stat(loaded).st_size
+    assert kernel_cache.nvrtc_fingerprint() == ["file", *identity]
+
+
+def test_a_different_nvrtc_misses(monkeypatch):
+    from pyfuser.runtime import nvrtc
+    fields = {"fusion": "T0", "signature": ()}
+    here = kernel_cache.plan_key(fields)
+    path, size, ino, mtime = nvrtc.nvrtc_library_identity()
+    for other in [("/elsewhere/libnvrtc.so.13", size, ino, mtime), (path, size + 1, ino, mtime),
+                  (path, size, ino, mtime + 1)]:
+        monkeypatch.setattr(kernel_cache, "nvrtc_library_identity", lambda: other)
+        assert kernel_cache.plan_key(fields) != here
+    # Where the file cannot be told without loading NVRTC, its version keys the cache.
+    monkeypatch.setattr(kernel_cache, "nvrtc_library_identity", lambda: None)
+    by_version = kernel_cache.plan_key(fields)
+    assert by_version != here
+    monkeypatch.setattr(kernel_cache, "nvrtc_version", lambda: (99, 0))
+    assert kernel_cache.plan_key(fields) != by_version
+
+
+_DISK_HIT = """
+import sys, torch
+from pyfuser import catalogue
+from pyfuser.runtime import device, launch
+class NoLaunch:
+    def check_layout(self, layout): pass
+    def launch(self, *a, **kw): pass
+device.get_device_properties = lambda *_: device.DEVICE_TABLE["h100"]
+launch.load = lambda module, device_index=None: NoLaunch()
+torch.Tensor.is_cuda = property(lambda self: True)
+fd = catalogue.define("rmsnorm_fwd", "bf16")
+fd.execute(catalogue.make_inputs("rmsnorm_fwd", 64, 1024, "bf16", seed=0))
+print([k.compile_source for k in fd.kernels()])
+print(sorted(m for m in sys.modules if m.startswith(("pyfuser.lower", "pyfuser.codegen",
+                                                      "pyfuser.kir.nodes", "cuda.bindings.nvrtc"))))
+"""
+
+
+def test_a_disk_hit_in_a_new_process_imports_no_lowering_and_loads_no_nvrtc(isolated_cache):
+    """A process whose kernels all come from the disk cache neither imports lowering, code
+    generation and the kernel IR nor loads NVRTC (the first process fills the cache, the
+    second hits it)."""
+    import subprocess
+    import sys
+    env = dict(os.environ, PYFUSER_CACHE_DIR=str(isolated_cache),
+               PYTHONPATH=os.pathsep.join(sys.path))
+    runs = []
+    for _ in range(2):
+        done = subprocess.run([sys.executable, "-c", _DISK_HIT], env=env, capture_output=True,
+                              text=True, timeout=300)
+        assert done.returncode == 0, done.stderr
+        runs.append(done.stdout.splitlines()[-2:])
+    assert runs[0][0] == "['compiled']" and "pyfuser.lower" in runs[0][1]
+    assert runs[1] == ["['disk']", "[]"]
 
 
 def test_a_damaged_or_foreign_plan_entry_is_a_miss(monkeypatch, fake_gpu):
