@@ -5,7 +5,8 @@ dtypes FUSIONS.md gives, and explained for the H100 from `meta` tensors (nothing
 Its plan must have no reference segment, except the kinds whose scheduler the issue on
 reduction patterns (16) adds: full reductions, outer-dim normalizations, transposes. For those,
 `explain` must name why the reference runs them. Kinds whose ops do not exist yet are listed in
-OPS_MISSING with the ops they wait for, not left out.
+OPS_MISSING with the ops they wait for, not left out. The plans of several segments also run on
+the kernel-IR interpreter at small shapes, against float64.
 """
 from __future__ import annotations
 
@@ -146,8 +147,8 @@ def batchnorm_fwd_nhwc(fd):
     _batchnorm_fwd(fd, channels_last=True)
 
 
-def groupnorm_fwd(fd):
-    N, C, H, W, G = 8, 320, 64, 64, 32
+def groupnorm_fwd(fd, N=8, C=320, H=64, W=64, G=32):
+    # Static shapes, as FUSIONS.md says (smaller ones for the interpreter below).
     x = fd.define_tensor([N, C, H, W], dtype=BF16)
     w, b = (fd.define_tensor([C], dtype=F32) for _ in range(2))
     xg = fd.ops.reshape(_f(fd, x), [N, G, C // G * H * W])
@@ -486,3 +487,54 @@ def test_explain_allocates_nothing():
     (seg,) = plan.segments
     assert seg.inputs == ("T0 [4, 32, 2048, 2048] bfloat16", "T1 [4, 1, 2048, 2048] bfloat16")
     assert seg.outputs[0].endswith("[4, 32, 2048, 2048] bfloat16")
+
+
+# Plans with several segments, on the interpreter against float64 at small shapes: what explain
+# describes is what runs (the segmenter reads no shapes, so the segments are the same).
+def _r(*shape, dtype=torch.bfloat16, gen):
+    return torch.randn(*shape, generator=gen).to(dtype)
+
+
+def _bn_inputs(gen, channels_last=False):
+    x = _r(4, 8, 5, 6, gen=gen)
+    x = x.to(memory_format=torch.channels_last) if channels_last else x
+    return [x] + [_r(8, dtype=torch.float32, gen=gen) for _ in range(3)] + [
+        torch.rand(8, generator=gen) + 0.5]
+
+
+def _adam_inputs(gen):
+    return _ADAM_SCALARS + [
+        t for n in (40, 3, 70) for t in [_r(n, dtype=torch.float32, gen=gen) for _ in range(3)]
+        + [torch.rand(n, generator=gen)]]
+
+
+SMALL_INPUTS = {
+    "adamw_multi_tensor": _adam_inputs,
+    "batchnorm_fwd_nchw": _bn_inputs,
+    "batchnorm_fwd_nhwc": lambda gen: _bn_inputs(gen, channels_last=True),
+    "groupnorm_fwd": lambda gen: [_r(2, 64, 4, 4, gen=gen), _r(64, dtype=torch.float32, gen=gen),
+                                  _r(64, dtype=torch.float32, gen=gen)],
+    "softmax_dim0": lambda gen: [_r(24, 40, gen=gen)],
+    "mean_all": lambda gen: [_r(24, 40, gen=gen), _r(24, 40, gen=gen)],
+    "linear_bias_gelu": lambda gen: [_r(16, 32, gen=gen), _r(24, 32, gen=gen), _r(24, gen=gen)],
+    "attn_scores_qkT": lambda gen: [_r(2, 3, 16, 8, gen=gen), _r(2, 3, 16, 8, gen=gen)],
+}
+
+
+def test_small_inputs_cover_every_plan_of_several_segments():
+    assert sorted(SMALL_INPUTS) == sorted(n for n, k in KINDS.items() if len(k.segments) > 1)
+
+
+@pytest.mark.filterwarnings("ignore::pyfuser.runtime.executor.FallbackWarning")
+@pytest.mark.parametrize("name", sorted(SMALL_INPUTS))
+def test_plan_of_several_segments_runs_on_the_interpreter(name):
+    from pyfuser.testing import run_and_check
+
+    with FusionDefinition(name) as fd:
+        if name == "groupnorm_fwd":
+            groupnorm_fwd(fd, N=2, C=64, H=4, W=4)
+        else:
+            KINDS[name].build(fd)
+    inputs = SMALL_INPUTS[name](torch.Generator().manual_seed(0))
+    run_and_check(fd, inputs, kernels=0, segments=KINDS[name].segments,
+                  options={"enable": ["interpret"], "device": "h100"})
