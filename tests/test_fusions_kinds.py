@@ -14,7 +14,7 @@ import dataclasses
 import math
 import pathlib
 import re
-from typing import Callable
+from collections.abc import Callable
 
 import pytest
 import torch
@@ -325,14 +325,14 @@ IP, IOP, RED, PW = (("kernel", n) for n in ("inner_persistent", "inner_outer_per
                                             "reduction", "pointwise"))
 REF = ("reference", "reference")
 
-_X_W = lambda: [_meta([8192, 4096]), _meta([4096], torch.float32)]  # noqa: E731
 _CHW = [32, 256, 56, 56]
 _CHANNELS_LAST = (256 * 56 * 56, 1, 56 * 256, 256)
 _SCORES = [4, 32, 2048, 2048]
 _ADAM_MULTI_SIZES = (4096 * 4096, 4096, 14336 * 4096)
 
 KINDS: dict[str, Kind] = {
-    "rmsnorm_fwd": Kind(rmsnorm_fwd, _X_W, (IP,)),
+    "rmsnorm_fwd": Kind(rmsnorm_fwd, lambda: [_meta([8192, 4096]), _meta([4096], torch.float32)],
+                        (IP,)),
     "rmsnorm_bwd": Kind(rmsnorm_bwd, lambda: [
         _meta([8192, 4096]), _meta([8192, 4096]), _meta([4096], torch.float32),
         _meta([8192, 1], torch.float32)], (IOP,)),
@@ -392,8 +392,8 @@ OPS_MISSING: dict[str, tuple] = {
     "bias_dropout_residual": (("rand", "uniform"),
                               "ops missing: RNG (the dropout mask), issue 17/18"),
     "rope": (("slice", "cat"), "ops missing: slice and cat (rotate_half), issue 17/18"),
-    "fp8_quant": (("Float8_e4m3fn",), "ops missing: the fp8 e4m3 dtype and its cast (the amax is "
-                  "also a full reduction, issue 16), issue 17/18"),
+    "fp8_quant": (("Float8_e4m3fn",), ("ops missing: the fp8 e4m3 dtype and its cast (the amax "
+                                       "is also a full reduction, issue 16), issue 17/18")),
     "argmax_rows": (("argmax",), "ops missing: argmax, issue 17/18"),
     "cumsum": (("cumsum",), "ops missing: cumsum (a scan), issue 17/18"),
     "embedding": (("embedding", "index_select", "take_along_axis", "gather"),
@@ -444,7 +444,7 @@ def test_every_kind_is_defined_or_waits_for_named_ops():
     assert sorted(set(KINDS) | set(OPS_MISSING)) == sorted(FUSION_KINDS)
     assert set(REDUCTION_PATTERNS) <= set(KINDS)
     if FUSIONS_MD.exists():
-        listed = re.findall(r"^- \*\*(\w+)\*\*:", FUSIONS_MD.read_text(), re.M)
+        listed = re.findall(r"^- \*\*(\w+)\*\*:", FUSIONS_MD.read_text(), re.MULTILINE)
         assert tuple(listed) == FUSION_KINDS
 
 
