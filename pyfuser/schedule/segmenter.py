@@ -350,6 +350,10 @@ def _sub_fusion(fusion, exprs: list, outputs: list) -> Segment:
     new.inputs = []
     new.outputs = []
     new.input_aliases = {}
+    # The whole fusion's in-place outputs are the plan's to write, after its segments: a
+    # segment's outputs are all plain (positions in the whole fusion mean nothing here).
+    new.output_aliases = {}
+    new.hidden_outputs = set()
     for nv in sub_inputs:
         new.add_input(nv)
     for o in outputs:

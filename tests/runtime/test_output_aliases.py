@@ -214,3 +214,36 @@ def test_symbolic_size_mismatch_is_an_input_error():
         fd.add_output(fd.ops.add(y, 1.0), alias_input=x)
     with pytest.raises(InputError, match="in-place output"):
         fd.execute([torch.zeros(4), torch.zeros(5)])
+
+
+def _alias_beside_a_full_sum(fd):
+    """An in-place update (a column sum into `acc`) beside a full sum: a reduction kernel, a
+    pointwise one and a reference segment."""
+    x = fd.define_tensor([-1, -1])
+    acc = fd.define_tensor([-1])
+    col = fd.ops.sum(x, [0])
+    fd.add_output(fd.ops.add(fd.ops.mul(acc, 0.9), col), alias_input=acc)
+    fd.add_output(fd.ops.sum(fd.ops.mul(col, col), [0]))
+
+
+@pytest.mark.filterwarnings("ignore::pyfuser.runtime.executor.FallbackWarning")
+def test_an_in_place_output_of_a_segmented_plan():
+    """The plan writes the in-place output after its segments; the segments' sub-fusions had
+    kept the whole fusion's output_aliases, so the reference segment wrote its result into
+    input 1 of its own inputs (it has one: an IndexError)."""
+    from pyfuser.schedule.segmenter import segment
+
+    with FusionDefinition() as fd:
+        _alias_beside_a_full_sum(fd)
+    segs = segment(fd.fusion).segments
+    assert [s.kind for s in segs] == ["kernel", "kernel", "reference"]
+    assert all(not s.fusion.output_aliases and not s.fusion.hidden_outputs for s in segs)
+    gen = torch.Generator().manual_seed(2)
+    x, acc = torch.randn(9, 20, generator=gen), torch.randn(20, generator=gen)
+    want_acc = acc.double() * 0.9 + x.double().sum(0)
+    (total,) = run_and_check(fd, [x, acc], kernels=0, options=INTERPRET,
+                             segments=(("kernel", "reduction"), ("kernel", "pointwise"),
+                                       ("reference", "reference")))
+    torch.testing.assert_close(acc.double(), want_acc, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(total.double(), (x.double().sum(0) ** 2).sum(), rtol=1e-5,
+                               atol=1e-4)

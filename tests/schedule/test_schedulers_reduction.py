@@ -157,7 +157,17 @@ def test_refuses_interleaved_dims():
         x = fd.define_tensor([-1, -1, -1])
         fd.add_output(fd.ops.sum(x, [0, 2]))
     assert reduction.can_schedule(fd.fusion) == (
-        False, "reduced dims interleave with kept dims in memory order")
+        False, "reduced dims interleave with kept dims in logical order")
+
+
+def test_interleaved_refusal_names_the_logical_order_not_memory():
+    """A channels-last sum over N, H, W keeps C innermost in memory; the scheduler refuses
+    it for the logical NCHW order, and its reason (which explain shows) must say so."""
+    with FusionDefinition() as fd:
+        x = fd.define_tensor([-1, -1, -1, -1], stride_order=[3, 0, 2, 1])
+        fd.add_output(fd.ops.sum(x, [0, 2, 3]))
+    ok, why = reduction.can_schedule(fd.fusion)
+    assert not ok and why.endswith("in logical order") and "memory" not in why
 
 
 @pytest.mark.parametrize("shape,dims", [([-1, -1], [0, 1]), ([-1], [0])])

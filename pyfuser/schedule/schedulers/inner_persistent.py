@@ -147,7 +147,7 @@ def can_schedule(fusion) -> tuple[bool, str]:
             return False, "reductions over different dims (row and column: inner-outer)"
     inner, _ = _layout(ref)
     if not inner:
-        return False, "the reduced dims are not innermost in memory"
+        return False, "the reduced dims are not innermost in logical order"
     rank = len(ref.domain.maybe_root)
     if sum(pattern) == rank:
         # The rows are the kept dims: a full reduction ([M, N] -> []) has none to spread

@@ -71,7 +71,9 @@ def broadcast_back(fusion, red: TensorView, graph=None) -> bool:
 
 
 def _layout(red: TensorView):
-    """(inner, reduced logical positions): which end of the memory order the reduction is at."""
+    """(inner, reduced logical positions): which end of the logical order the reduction is at.
+    The schedule iterates the logical order; an input's stride order (channels-last) is not
+    read here, so an NHWC input's sum over N, H, W interleaves with C all the same."""
     root = red.domain.maybe_root
     rpos = [k for k, i in enumerate(root) if i.is_reduction and not (i.extent.value == 1)]
     ipos = [k for k, i in enumerate(root) if not i.is_reduction and not i.is_broadcast]
@@ -120,7 +122,7 @@ def can_schedule(fusion) -> tuple[bool, str]:
         return False, f"{len(reds)} reductions in one fusion are not supported yet"
     inner, rpos = _layout(ref)
     if inner is None:
-        return False, "reduced dims interleave with kept dims in memory order"
+        return False, "reduced dims interleave with kept dims in logical order"
     kept = [i for i in ref.domain.maybe_root if not i.is_reduction]
     if all(i.is_broadcast and i.expanded_extent is None for i in kept):
         # Kept dims that are all broadcasts ([M, 1] -> [1, 1]) keep one element: a full

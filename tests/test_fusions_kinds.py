@@ -1,0 +1,540 @@
+"""The 38 fusion kinds of ../shared/FUSIONS.md through `explain`, on the CPU (issue 15's bar).
+
+Every kind whose ops pyfuser has is defined here as users would write it, at the shapes and
+dtypes FUSIONS.md gives, and explained for the H100 from `meta` tensors (nothing is allocated).
+Its plan must have no reference segment, except the kinds whose scheduler the issue on
+reduction patterns (16) adds: full reductions, outer-dim normalizations, transposes. For those,
+`explain` must name why the reference runs them. Kinds whose ops do not exist yet are listed in
+OPS_MISSING with the ops they wait for, not left out. The plans of several segments also run on
+the kernel-IR interpreter at small shapes, against float64.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import pathlib
+import re
+from collections.abc import Callable
+
+import pytest
+import torch
+
+from pyfuser import DataType, FusionDefinition
+
+BF16, F32, BOOL = DataType.BFloat16, DataType.Float, DataType.Bool
+EPS = 1e-6
+
+
+def _meta(shape, dtype=torch.bfloat16, stride=None):
+    if stride is None:
+        return torch.empty(shape, dtype=dtype, device="meta")
+    return torch.empty_strided(shape, stride, dtype=dtype, device="meta")
+
+
+def _f(fd, t):
+    return fd.ops.cast(t, F32)
+
+
+def _bf(fd, t):
+    return fd.ops.cast(t, BF16)
+
+
+# Normalizations ---------------------------------------------------------------------------------
+def rmsnorm_fwd(fd):
+    x = fd.define_tensor([-1, -1], dtype=BF16)
+    w = fd.define_tensor([-1], dtype=F32)
+    xf = _f(fd, x)
+    rstd = fd.ops.rsqrt(fd.ops.add(fd.ops.mean(fd.ops.mul(xf, xf), [1], keepdim=True), EPS))
+    fd.add_output(_bf(fd, fd.ops.mul(fd.ops.mul(xf, rstd), w)))
+    fd.add_output(rstd)
+
+
+def rmsnorm_bwd(fd):
+    x, dy = (fd.define_tensor([-1, -1], dtype=BF16) for _ in range(2))
+    w = fd.define_tensor([-1], dtype=F32)
+    rstd = fd.define_tensor([-1, 1], dtype=F32)
+    xhat = fd.ops.mul(_f(fd, x), rstd)
+    dyf = _f(fd, dy)
+    g = fd.ops.mul(dyf, w)
+    c = fd.ops.mean(fd.ops.mul(g, xhat), [1], keepdim=True)
+    fd.add_output(_bf(fd, fd.ops.mul(fd.ops.sub(g, fd.ops.mul(xhat, c)), rstd)))
+    fd.add_output(fd.ops.sum(fd.ops.mul(dyf, xhat), [0]))
+
+
+def layernorm_fwd(fd):
+    x = fd.define_tensor([-1, -1], dtype=BF16)
+    w, b = (fd.define_tensor([-1], dtype=F32) for _ in range(2))
+    xf = _f(fd, x)
+    var, mean = fd.ops.var_mean(xf, [1], correction=0, keepdim=True)
+    rstd = fd.ops.rsqrt(fd.ops.add(var, EPS))
+    y = fd.ops.add(fd.ops.mul(fd.ops.mul(fd.ops.sub(xf, mean), rstd), w), b)
+    fd.add_output(_bf(fd, y))
+    fd.add_output(mean)
+    fd.add_output(rstd)
+
+
+def layernorm_bwd(fd):
+    x, dy = (fd.define_tensor([-1, -1], dtype=BF16) for _ in range(2))
+    w = fd.define_tensor([-1], dtype=F32)
+    mean, rstd = (fd.define_tensor([-1, 1], dtype=F32) for _ in range(2))
+    xhat = fd.ops.mul(fd.ops.sub(_f(fd, x), mean), rstd)
+    dyf = _f(fd, dy)
+    g = fd.ops.mul(dyf, w)
+    c1 = fd.ops.mean(g, [1], keepdim=True)
+    c2 = fd.ops.mean(fd.ops.mul(g, xhat), [1], keepdim=True)
+    dx = fd.ops.mul(fd.ops.sub(fd.ops.sub(g, c1), fd.ops.mul(xhat, c2)), rstd)
+    fd.add_output(_bf(fd, dx))
+    fd.add_output(fd.ops.sum(fd.ops.mul(dyf, xhat), [0]))
+    fd.add_output(fd.ops.sum(dyf, [0]))
+
+
+def add_rmsnorm(fd):
+    x, res = (fd.define_tensor([-1, -1], dtype=BF16) for _ in range(2))
+    w = fd.define_tensor([-1], dtype=F32)
+    h = _bf(fd, fd.ops.add(x, res))
+    hf = _f(fd, h)
+    rstd = fd.ops.rsqrt(fd.ops.add(fd.ops.mean(fd.ops.mul(hf, hf), [1], keepdim=True), EPS))
+    fd.add_output(_bf(fd, fd.ops.mul(fd.ops.mul(hf, rstd), w)))
+    fd.add_output(h)
+
+
+def var_mean(fd):
+    x = fd.define_tensor([-1, -1], dtype=BF16)
+    var, mean = fd.ops.var_mean(_f(fd, x), [1], correction=1)
+    fd.add_output(var)
+    fd.add_output(mean)
+
+
+def l2_normalize(fd):
+    x = fd.define_tensor([-1, -1], dtype=BF16)
+    xf = _f(fd, x)
+    norm = fd.ops.sqrt(fd.ops.sum(fd.ops.mul(xf, xf), [1], keepdim=True))
+    fd.add_output(_bf(fd, fd.ops.div(xf, fd.ops.maximum(norm, 1e-12))))
+
+
+def _batchnorm_fwd(fd, channels_last: bool):
+    order = [3, 0, 2, 1] if channels_last else None
+    x = fd.define_tensor([-1, -1, -1, -1], dtype=BF16, stride_order=order)
+    w, b, running_mean, running_var = (fd.define_tensor([-1], dtype=F32) for _ in range(4))
+    xf = _f(fd, x)
+    var, mean = fd.ops.var_mean(xf, [0, 2, 3], correction=0)
+    rstd = fd.ops.rsqrt(fd.ops.add(var, 1e-5))
+
+    def per_channel(t):
+        return fd.ops.broadcast(t, [True, False, True, True])
+
+    xhat = fd.ops.mul(fd.ops.sub(xf, per_channel(mean)), per_channel(rstd))
+    y = _bf(fd, fd.ops.add(fd.ops.mul(xhat, per_channel(w)), per_channel(b)))
+    fd.add_output(fd.ops.stride_order(y, order) if channels_last else y)
+    # Running statistics, updated in place with momentum 0.1; the running variance is the
+    # unbiased one (n / (n - 1)), as torch's BatchNorm.
+    n = x.domain.logical[0].extent
+    count = fd.ops.mul(fd.ops.mul(n, x.domain.logical[2].extent), x.domain.logical[3].extent)
+    unbiased = fd.ops.div(fd.ops.mul(var, count), fd.ops.sub(count, 1))
+    fd.add_output(fd.ops.add(fd.ops.mul(running_mean, 0.9), fd.ops.mul(mean, 0.1)),
+                  alias_input=running_mean)
+    fd.add_output(fd.ops.add(fd.ops.mul(running_var, 0.9), fd.ops.mul(unbiased, 0.1)),
+                  alias_input=running_var)
+    fd.add_output(mean)
+    fd.add_output(rstd)
+
+
+def batchnorm_fwd_nchw(fd):
+    _batchnorm_fwd(fd, channels_last=False)
+
+
+def batchnorm_fwd_nhwc(fd):
+    _batchnorm_fwd(fd, channels_last=True)
+
+
+def groupnorm_fwd(fd, N=8, C=320, H=64, W=64, G=32):
+    # Static shapes, as FUSIONS.md says (smaller ones for the interpreter below).
+    x = fd.define_tensor([N, C, H, W], dtype=BF16)
+    w, b = (fd.define_tensor([C], dtype=F32) for _ in range(2))
+    xg = fd.ops.reshape(_f(fd, x), [N, G, C // G * H * W])
+    var, mean = fd.ops.var_mean(xg, [2], correction=0, keepdim=True)
+    rstd = fd.ops.rsqrt(fd.ops.add(var, 1e-5))
+    xhat = fd.ops.reshape(fd.ops.mul(fd.ops.sub(xg, mean), rstd), [N, C, H, W])
+
+    def per_channel(t):
+        return fd.ops.broadcast(t, [True, False, True, True])
+
+    y = fd.ops.add(fd.ops.mul(xhat, per_channel(w)), per_channel(b))
+    fd.add_output(_bf(fd, y))
+    fd.add_output(fd.ops.squeeze(mean, [2]))
+    fd.add_output(fd.ops.squeeze(rstd, [2]))
+
+
+# Softmax ----------------------------------------------------------------------------------------
+def _softmax_last(fd, z):
+    m = fd.ops.max(z, [-1], keepdim=True)
+    e = fd.ops.exp(fd.ops.sub(z, m))
+    return fd.ops.div(e, fd.ops.sum(e, [-1], keepdim=True))
+
+
+def softmax_scale_mask(fd):
+    x = fd.define_tensor([-1, -1, -1, -1], dtype=BF16)
+    mask = fd.define_tensor([-1, 1, -1, -1], dtype=BF16)
+    z = fd.ops.add(fd.ops.mul(_f(fd, x), 1 / math.sqrt(128)), _f(fd, mask))
+    fd.add_output(_bf(fd, _softmax_last(fd, z)))
+
+
+def softmax_causal(fd):
+    # The tril mask as an input (iota, which would build it in the kernel, does not exist yet).
+    x = fd.define_tensor([-1, -1, -1, -1], dtype=BF16)
+    mask = fd.define_tensor([1, 1, -1, -1], dtype=BOOL)
+    z = fd.ops.where(mask, fd.ops.mul(_f(fd, x), 1 / math.sqrt(128)), float("-inf"))
+    fd.add_output(_bf(fd, _softmax_last(fd, z)))
+
+
+def softmax_dim0(fd):
+    x = fd.define_tensor([-1, -1], dtype=BF16)
+    xf = _f(fd, x)
+    m = fd.ops.max(xf, [0], keepdim=True)
+    e = fd.ops.exp(fd.ops.sub(xf, m))
+    fd.add_output(_bf(fd, fd.ops.div(e, fd.ops.sum(e, [0], keepdim=True))))
+
+
+def mean_all(fd):
+    p, t = (fd.define_tensor([-1, -1], dtype=BF16) for _ in range(2))
+    d = fd.ops.sub(_f(fd, p), _f(fd, t))
+    fd.add_output(_bf(fd, fd.ops.mean(fd.ops.mul(d, d))))
+
+
+# Activations and element-wise -----------------------------------------------------------------
+def swiglu_fwd(fd):
+    gate, up = (fd.define_tensor([-1, -1], dtype=BF16) for _ in range(2))
+    fd.add_output(_bf(fd, fd.ops.mul(fd.ops.silu(_f(fd, gate)), _f(fd, up))))
+
+
+def swiglu_bwd(fd):
+    dy, gate, up = (fd.define_tensor([-1, -1], dtype=BF16) for _ in range(3))
+    dyf, g, u = _f(fd, dy), _f(fd, gate), _f(fd, up)
+    sig = fd.ops.sigmoid(g)
+    silu = fd.ops.mul(g, sig)
+    # d silu(g) / dg = sig * (1 + g * (1 - sig))
+    dsilu = fd.ops.mul(sig, fd.ops.add(fd.ops.mul(g, fd.ops.sub(1.0, sig)), 1.0))
+    fd.add_output(_bf(fd, fd.ops.mul(fd.ops.mul(dyf, u), dsilu)))
+    fd.add_output(_bf(fd, fd.ops.mul(dyf, silu)))
+
+
+def gelu_tanh_fwd(fd):
+    x = fd.define_tensor([-1, -1], dtype=BF16)
+    fd.add_output(_bf(fd, fd.ops.gelu(_f(fd, x), approximate="tanh")))
+
+
+def gelu_tanh_bwd(fd):
+    dy, x = (fd.define_tensor([-1, -1], dtype=BF16) for _ in range(2))
+    xf = _f(fd, x)
+    k, c = math.sqrt(2 / math.pi), 0.044715
+    x2 = fd.ops.mul(xf, xf)
+    t = fd.ops.tanh(fd.ops.mul(fd.ops.mul(xf, fd.ops.add(fd.ops.mul(x2, c), 1.0)), k))
+    left = fd.ops.mul(fd.ops.add(t, 1.0), 0.5)
+    dinner = fd.ops.mul(fd.ops.add(fd.ops.mul(x2, 3 * c), 1.0), k)
+    right = fd.ops.mul(fd.ops.mul(fd.ops.mul(xf, 0.5), fd.ops.sub(1.0, fd.ops.mul(t, t))), dinner)
+    fd.add_output(_bf(fd, fd.ops.mul(_f(fd, dy), fd.ops.add(left, right))))
+
+
+def clamp(fd):
+    x = fd.define_tensor([-1, -1], dtype=BF16)
+    lo, hi = (fd.define_scalar(dtype=DataType.Double) for _ in range(2))
+    fd.add_output(fd.ops.minimum(fd.ops.maximum(x, lo), hi))
+
+
+def threshold_bwd(fd):
+    x, dy = (fd.define_tensor([-1, -1], dtype=BF16) for _ in range(2))
+    fd.add_output(fd.ops.where(fd.ops.gt(x, 0.0), dy, 0.0))
+
+
+def masked_fill_where(fd):
+    mask = fd.define_tensor([-1, -1, 1], dtype=BOOL)
+    x = fd.define_tensor([-1, -1, -1], dtype=BF16)
+    fd.add_output(fd.ops.where(mask, x, 0.0))
+
+
+def nchw_channel_bcast(fd):
+    x = fd.define_tensor([-1, -1, -1, -1], dtype=BF16)
+    scale, shift = (fd.define_tensor([-1], dtype=F32) for _ in range(2))
+
+    def per_channel(t):
+        return fd.ops.broadcast(t, [True, False, True, True])
+
+    y = fd.ops.add(fd.ops.mul(_f(fd, x), per_channel(scale)), per_channel(shift))
+    fd.add_output(_bf(fd, fd.ops.relu(y)))
+
+
+def _adamw(fd, n_params: int):
+    lr, beta1, beta2, eps, wd, bc1, bc2 = (fd.define_scalar(dtype=DataType.Double)
+                                           for _ in range(7))
+    for _ in range(n_params):
+        p, g, m, v = (fd.define_tensor([-1], dtype=F32) for _ in range(4))
+        m2 = fd.ops.add(fd.ops.mul(m, beta1), fd.ops.mul(g, fd.ops.sub(1.0, beta1)))
+        v2 = fd.ops.add(fd.ops.mul(v, beta2), fd.ops.mul(fd.ops.mul(g, g), fd.ops.sub(1.0, beta2)))
+        denom = fd.ops.add(fd.ops.sqrt(fd.ops.div(v2, bc2)), eps)
+        step = fd.ops.mul(fd.ops.div(fd.ops.div(m2, bc1), denom), lr)
+        decayed = fd.ops.mul(p, fd.ops.sub(1.0, fd.ops.mul(lr, wd)))
+        fd.add_output(fd.ops.sub(decayed, step))
+        fd.add_output(m2)
+        fd.add_output(v2)
+
+
+def adamw_step(fd):
+    _adamw(fd, 1)
+
+
+def adamw_multi_tensor(fd):
+    _adamw(fd, 3)
+
+
+_ADAM_SCALARS = [1e-3, 0.9, 0.999, 1e-8, 0.01, 0.1, 0.001]
+
+
+# Library ops and their epilogues ----------------------------------------------------------------
+def linear_bias_gelu(fd):
+    x, w = (fd.define_tensor([-1, -1], dtype=BF16) for _ in range(2))
+    b = fd.define_tensor([-1], dtype=BF16)
+    fd.add_output(fd.ops.gelu(fd.ops.linear(x, w, b), approximate="tanh"))
+
+
+def attn_scores_qkT(fd):
+    q, k = (fd.define_tensor([-1, -1, -1, -1], dtype=BF16) for _ in range(2))
+    scores = fd.ops.matmul(q, fd.ops.permute(k, [0, 1, 3, 2]))
+    fd.add_output(fd.ops.mul(scores, 1 / math.sqrt(128)))
+
+
+# Permutes ---------------------------------------------------------------------------------------
+def permute_bshd_bhsd(fd):
+    x = fd.define_tensor([-1, -1, -1, -1], dtype=BF16)
+    fd.add_output(fd.ops.mul(fd.ops.permute(x, [0, 2, 1, 3]), 1 / math.sqrt(128)))
+
+
+def permute_nchw_nhwc(fd):
+    x = fd.define_tensor([-1, -1, -1, -1], dtype=BF16)
+    fd.add_output(fd.ops.permute(x, [0, 2, 3, 1]))
+
+
+# The table --------------------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class Kind:
+    build: Callable
+    inputs: Callable           # () -> the FUSIONS.md inputs, as meta tensors and scalars
+    segments: tuple            # the plan's expected (kind, name) per segment
+
+
+IP, IOP, RED, PW = (("kernel", n) for n in ("inner_persistent", "inner_outer_persistent",
+                                            "reduction", "pointwise"))
+REF = ("reference", "reference")
+
+_CHW = [32, 256, 56, 56]
+_CHANNELS_LAST = (256 * 56 * 56, 1, 56 * 256, 256)
+_SCORES = [4, 32, 2048, 2048]
+_ADAM_MULTI_SIZES = (4096 * 4096, 4096, 14336 * 4096)
+
+KINDS: dict[str, Kind] = {
+    "rmsnorm_fwd": Kind(rmsnorm_fwd, lambda: [_meta([8192, 4096]), _meta([4096], torch.float32)],
+                        (IP,)),
+    "rmsnorm_bwd": Kind(rmsnorm_bwd, lambda: [
+        _meta([8192, 4096]), _meta([8192, 4096]), _meta([4096], torch.float32),
+        _meta([8192, 1], torch.float32)], (IOP,)),
+    "layernorm_fwd": Kind(layernorm_fwd, lambda: [
+        _meta([8192, 4096]), _meta([4096], torch.float32), _meta([4096], torch.float32)], (IP,)),
+    "layernorm_bwd": Kind(layernorm_bwd, lambda: [
+        _meta([8192, 4096]), _meta([8192, 4096]), _meta([4096], torch.float32),
+        _meta([8192, 1], torch.float32), _meta([8192, 1], torch.float32)], (IOP,)),
+    "softmax_scale_mask": Kind(softmax_scale_mask, lambda: [
+        _meta(_SCORES), _meta([4, 1, 2048, 2048])], (IP,)),
+    "softmax_causal": Kind(softmax_causal, lambda: [
+        _meta(_SCORES), _meta([1, 1, 2048, 2048], torch.bool)], (IP,)),
+    "swiglu_fwd": Kind(swiglu_fwd, lambda: [_meta([8192, 14336])] * 2, (PW,)),
+    "swiglu_bwd": Kind(swiglu_bwd, lambda: [_meta([8192, 14336])] * 3, (PW,)),
+    "gelu_tanh_fwd": Kind(gelu_tanh_fwd, lambda: [_meta([8192, 16384])], (PW,)),
+    "gelu_tanh_bwd": Kind(gelu_tanh_bwd, lambda: [_meta([8192, 16384])] * 2, (PW,)),
+    "adamw_step": Kind(adamw_step, lambda: _ADAM_SCALARS + [
+        _meta([58_720_256], torch.float32)] * 4, (PW,)),
+    "adamw_multi_tensor": Kind(adamw_multi_tensor, lambda: _ADAM_SCALARS + [
+        _meta([n], torch.float32) for n in _ADAM_MULTI_SIZES for _ in range(4)], (PW,) * 3),
+    "batchnorm_fwd_nchw": Kind(batchnorm_fwd_nchw, lambda: [_meta(_CHW)] + [
+        _meta([256], torch.float32)] * 4, (REF, PW, PW, REF, PW, PW)),
+    "batchnorm_fwd_nhwc": Kind(batchnorm_fwd_nhwc, lambda: [_meta(_CHW, stride=_CHANNELS_LAST)]
+                               + [_meta([256], torch.float32)] * 4, (REF, PW, PW, REF, PW, PW)),
+    "groupnorm_fwd": Kind(groupnorm_fwd, lambda: [
+        _meta([8, 320, 64, 64]), _meta([320], torch.float32), _meta([320], torch.float32)],
+        (PW, IP, PW)),
+    "softmax_dim0": Kind(softmax_dim0, lambda: [_meta([2048, 8192])], (PW, RED, PW, RED, PW)),
+    "mean_all": Kind(mean_all, lambda: [_meta([8192, 4096])] * 2, (PW, REF)),
+    "var_mean": Kind(var_mean, lambda: [_meta([8192, 4096])], (IP,)),
+    "add_rmsnorm": Kind(add_rmsnorm, lambda: [
+        _meta([8192, 4096]), _meta([8192, 4096]), _meta([4096], torch.float32)], (IP,)),
+    "linear_bias_gelu": Kind(linear_bias_gelu, lambda: [
+        _meta([8192, 4096]), _meta([16384, 4096]), _meta([16384])],
+        (("library", "linear"), PW)),
+    "attn_scores_qkT": Kind(attn_scores_qkT, lambda: [_meta([4, 32, 2048, 128])] * 2,
+                            (PW, ("library", "matmul"), PW)),
+    "l2_normalize": Kind(l2_normalize, lambda: [_meta([8192, 1024])], (IP,)),
+    "clamp": Kind(clamp, lambda: [_meta([8192, 14336]), -1.0, 1.0], (PW,)),
+    "threshold_bwd": Kind(threshold_bwd, lambda: [_meta([8192, 14336])] * 2, (PW,)),
+    "masked_fill_where": Kind(masked_fill_where, lambda: [
+        _meta([4, 2048, 1], torch.bool), _meta([4, 2048, 4096])], (PW,)),
+    "nchw_channel_bcast": Kind(nchw_channel_bcast, lambda: [
+        _meta(_CHW), _meta([256], torch.float32), _meta([256], torch.float32)], (PW,)),
+    "permute_bshd_bhsd": Kind(permute_bshd_bhsd, lambda: [_meta([4, 2048, 32, 128])], (PW,)),
+    "permute_nchw_nhwc": Kind(permute_nchw_nhwc, lambda: [_meta(_CHW)], (PW,)),
+}
+
+# Kinds that wait for ops pyfuser does not have yet (the ops issues, 17/18): the fd.ops names
+# (or DataType members) they need, each checked absent below, and the line the docs table shows.
+OPS_MISSING: dict[str, tuple] = {
+    "cross_entropy_fwd": (("take_along_axis", "gather"),
+                          "ops missing: gather (loss = lse - x[target]), issue 17/18"),
+    "cross_entropy_bwd": (("iota", "take_along_axis", "gather"),
+                          "ops missing: iota or gather (onehot(target)), issue 17/18"),
+    "swiglu_fwd_chunked": (("slice",), "ops missing: slice (gu[:, :I], gu[:, I:]), issue 17/18"),
+    "bias_dropout_residual": (("rand", "uniform"),
+                              "ops missing: RNG (the dropout mask), issue 17/18"),
+    "rope": (("slice", "cat"), "ops missing: slice and cat (rotate_half), issue 17/18"),
+    "fp8_quant": (("Float8_e4m3fn",), ("ops missing: the fp8 e4m3 dtype and its cast (the amax "
+                                       "is also a full reduction, issue 16), issue 17/18")),
+    "argmax_rows": (("argmax",), "ops missing: argmax, issue 17/18"),
+    "cumsum": (("cumsum",), "ops missing: cumsum (a scan), issue 17/18"),
+    "embedding": (("embedding", "index_select", "take_along_axis", "gather"),
+                  "ops missing: gather / index_select (embedding), issue 17/18"),
+    "topk": (("topk",), "ops missing: topk, issue 17/18"),
+}
+
+# Kinds whose scheduler the issue on reduction patterns (16) adds. Their plan has reference
+# segments, and each reference segment's reason (`why`, also the segmentation's text) must
+# name this refusal of the reduction scheduler.
+REDUCTION_PATTERNS: dict[str, str] = {
+    "mean_all": "a full reduction (no kept dims) is not supported yet",
+    # Sums over N, H, W keeping C, NCHW: C sits between reduced dims.
+    "batchnorm_fwd_nchw": "reduced dims interleave with kept dims in logical order",
+    # Channels-last, but the reduction scheduler orders dims by the logical NCHW, so C sits
+    # between reduced dims here too; an outer-dim normalization either way.
+    "batchnorm_fwd_nhwc": "reduced dims interleave with kept dims in logical order",
+}
+
+# The 38 kinds of ../shared/FUSIONS.md, in its order.
+FUSION_KINDS = (
+    "rmsnorm_fwd", "rmsnorm_bwd", "layernorm_fwd", "layernorm_bwd", "softmax_scale_mask",
+    "softmax_causal", "cross_entropy_fwd", "cross_entropy_bwd", "swiglu_fwd",
+    "swiglu_fwd_chunked", "swiglu_bwd", "gelu_tanh_fwd", "gelu_tanh_bwd",
+    "bias_dropout_residual", "rope", "adamw_step", "adamw_multi_tensor", "fp8_quant",
+    "batchnorm_fwd_nchw", "batchnorm_fwd_nhwc", "groupnorm_fwd", "softmax_dim0", "mean_all",
+    "argmax_rows", "cumsum", "embedding", "topk", "var_mean", "add_rmsnorm",
+    "linear_bias_gelu", "attn_scores_qkT", "l2_normalize", "clamp", "threshold_bwd",
+    "masked_fill_where", "nchw_channel_bcast", "permute_bshd_bhsd", "permute_nchw_nhwc",
+)
+FUSIONS_MD = pathlib.Path(__file__).resolve().parents[2] / "shared" / "FUSIONS.md"
+
+
+def define(name: str) -> FusionDefinition:
+    with FusionDefinition(name) as fd:
+        KINDS[name].build(fd)
+    return fd
+
+
+def explain(name: str):
+    return define(name).explain(KINDS[name].inputs(), device="h100")
+
+
+# Tests ------------------------------------------------------------------------------------------
+def test_every_kind_is_defined_or_waits_for_named_ops():
+    assert len(FUSION_KINDS) == 38 and len(set(FUSION_KINDS)) == 38
+    assert set(KINDS).isdisjoint(OPS_MISSING)
+    assert sorted(set(KINDS) | set(OPS_MISSING)) == sorted(FUSION_KINDS)
+    assert set(REDUCTION_PATTERNS) <= set(KINDS)
+    if FUSIONS_MD.exists():
+        listed = re.findall(r"^- \*\*(\w+)\*\*:", FUSIONS_MD.read_text(), re.MULTILINE)
+        assert tuple(listed) == FUSION_KINDS
+
+
+@pytest.mark.parametrize("name", sorted(OPS_MISSING))
+def test_missing_ops_are_still_missing(name):
+    """When an op lands, its kind moves to KINDS: this fails until the table says so."""
+    ops, _ = OPS_MISSING[name]
+    fd = FusionDefinition()
+    present = [op for op in ops if hasattr(fd.ops, op) or hasattr(DataType, op)]
+    assert not present, f"{name}: {present} exist now; define {name} in KINDS"
+
+
+@pytest.mark.parametrize("name", sorted(KINDS))
+def test_kind_gets_a_plan_from_explain(name):
+    plan = explain(name)
+    assert tuple((s.kind, s.name) for s in plan.segments) == KINDS[name].segments
+    for s in plan.segments:
+        # A kernel segment whose heuristic refuses the call runs on the reference too.
+        assert not s.refused, f"segment {s.index}: {s.refused}"
+        assert (s.kernel is not None) == (s.kind == "kernel")
+    refs = [s for s in plan.segments if s.kind == "reference"]
+    if name not in REDUCTION_PATTERNS:
+        assert not refs
+        return
+    assert refs, f"{name} needs no reduction pattern now; remove it from REDUCTION_PATTERNS"
+    why = REDUCTION_PATTERNS[name]
+    for s in refs:
+        # explain names the refusal: in the segment's reason, among the schedulers that
+        # rejected it (the reduction scheduler's own line), and in the printed plan.
+        assert f"reduction: {why}" in s.why
+        assert ("reduction", why) in s.rejected
+        assert f"segment {s.index}: reference" in str(plan)
+        assert "execute() runs this segment with the reference evaluator" in str(plan)
+
+
+def test_explain_allocates_nothing():
+    """Every tensor of the plans is a meta tensor: no FUSIONS.md shape is allocated."""
+    plan = explain("softmax_scale_mask")
+    assert all(x.is_meta for x in KINDS["softmax_scale_mask"].inputs())
+    (seg,) = plan.segments
+    assert seg.inputs == ("T0 [4, 32, 2048, 2048] bfloat16", "T1 [4, 1, 2048, 2048] bfloat16")
+    assert seg.outputs[0].endswith("[4, 32, 2048, 2048] bfloat16")
+
+
+# Plans with several segments, on the interpreter against float64 at small shapes: what explain
+# describes is what runs (the segmenter reads no shapes, so the segments are the same).
+def _r(*shape, dtype=torch.bfloat16, gen):
+    return torch.randn(*shape, generator=gen).to(dtype)
+
+
+def _bn_inputs(gen, channels_last=False):
+    x = _r(4, 8, 5, 6, gen=gen)
+    x = x.to(memory_format=torch.channels_last) if channels_last else x
+    return [x] + [_r(8, dtype=torch.float32, gen=gen) for _ in range(3)] + [
+        torch.rand(8, generator=gen) + 0.5]
+
+
+def _adam_inputs(gen):
+    return _ADAM_SCALARS + [
+        t for n in (40, 3, 70) for t in [_r(n, dtype=torch.float32, gen=gen) for _ in range(3)]
+        + [torch.rand(n, generator=gen)]]
+
+
+SMALL_INPUTS = {
+    "adamw_multi_tensor": _adam_inputs,
+    "batchnorm_fwd_nchw": _bn_inputs,
+    "batchnorm_fwd_nhwc": lambda gen: _bn_inputs(gen, channels_last=True),
+    "groupnorm_fwd": lambda gen: [_r(2, 64, 4, 4, gen=gen), _r(64, dtype=torch.float32, gen=gen),
+                                  _r(64, dtype=torch.float32, gen=gen)],
+    "softmax_dim0": lambda gen: [_r(24, 40, gen=gen)],
+    "mean_all": lambda gen: [_r(24, 40, gen=gen), _r(24, 40, gen=gen)],
+    "linear_bias_gelu": lambda gen: [_r(16, 32, gen=gen), _r(24, 32, gen=gen), _r(24, gen=gen)],
+    "attn_scores_qkT": lambda gen: [_r(2, 3, 16, 8, gen=gen), _r(2, 3, 16, 8, gen=gen)],
+}
+
+
+def test_small_inputs_cover_every_plan_of_several_segments():
+    assert sorted(SMALL_INPUTS) == sorted(n for n, k in KINDS.items() if len(k.segments) > 1)
+
+
+@pytest.mark.filterwarnings("ignore::pyfuser.runtime.executor.FallbackWarning")
+@pytest.mark.parametrize("name", sorted(SMALL_INPUTS))
+def test_plan_of_several_segments_runs_on_the_interpreter(name):
+    from pyfuser.testing import run_and_check
+
+    with FusionDefinition(name) as fd:
+        if name == "groupnorm_fwd":
+            groupnorm_fwd(fd, N=2, C=64, H=4, W=4)
+        else:
+            KINDS[name].build(fd)
+    inputs = SMALL_INPUTS[name](torch.Generator().manual_seed(0))
+    run_and_check(fd, inputs, kernels=0, segments=KINDS[name].segments,
+                  options={"enable": ["interpret"], "device": "h100"})
