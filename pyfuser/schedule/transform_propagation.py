@@ -179,8 +179,15 @@ def propagate_transforms(reference: TensorView, tensors=None) -> list[TensorView
             # and a path that keeps it but loses a row dim schedules the row wrongly (an [N]
             # output of x + sum(broadcast(x, [False, True]), [0]) reached through the sum,
             # whose kept size-1 dim it broadcasts to, took that dim's loops for its N).
-            score = (sum(1 for i in ids if not i.is_broadcast), len(ids))
-            heapq.heappush(heap, ((-score[0], -score[1]), next(counter), tv, nb, mapping,
+            # Before that, the reference dims carried by IDs of tv that iterate: a broadcast
+            # ID of tv carries a reference dim only as a forwarded stand-in, and its loops are
+            # that broadcast's (t * w for w [1]: reached from w's broadcast, t's dim of 100
+            # took w's split of one element into 1 x 4 x 128 x 2 loops, fuzz 20261201:2331).
+            solid = frozenset().union(*(info[tv][t] for t in mapping
+                                        if not t.is_broadcast and info[tv].get(t)))
+            score = (sum(1 for i in solid if not i.is_broadcast),
+                     sum(1 for i in ids if not i.is_broadcast), len(ids))
+            heapq.heappush(heap, (tuple(-x for x in score), next(counter), tv, nb, mapping,
                                   start))
 
     push(reference)

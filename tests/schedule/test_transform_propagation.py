@@ -188,3 +188,31 @@ def test_a_reshape_reached_from_its_producer_keeps_its_loops_derived_from_its_lo
     for t in reshapes + [out]:
         assert all(ancestors(i, t.domain.logical) for i in t.domain.loop), t
         assert [S.const_value(i.extent) for i in t.domain.loop][1:] == [2, 4, 32]
+
+
+def test_a_tensor_is_reached_through_the_producer_whose_dims_iterate():
+    """Fuzz 20261201:2331: y = sqrt(|where(x > 0.5, t, 2)| + 2) * t for x [M, 100] and a
+    one-element t [1], both reshaped to [M * 100] outputs. The product ties on the reference's
+    one (merged) dim through its two producers; reached through t's broadcast, its dim of 100
+    took that broadcast's split of one element (1 x 4 x 128 x 2 loops) and its M stayed a
+    loop of its own: "needs a register buffer of runtime size". Now reached through x's
+    side."""
+    import warnings
+
+    import torch
+
+    from pyfuser import DataType, FusionDefinition
+    from pyfuser.testing import run_and_check
+
+    x = torch.randn(509, 100).bfloat16()
+    t = torch.tensor([3])
+    with FusionDefinition() as fd:
+        t0 = fd.define_tensor(shape=[-1, 100], contiguity=[True, True], dtype=DataType.BFloat16)
+        t1 = fd.from_pytorch(t)
+        v2 = fd.ops.where(fd.ops.gt(t0, 0.5), t1, 2)
+        v8 = fd.ops.mul(fd.ops.sqrt(fd.ops.add(fd.ops.abs(v2), 2)), t1)
+        fd.add_output(fd.ops.reshape(v2, [50900]))
+        fd.add_output(fd.ops.reshape(v8, [50900]))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        run_and_check(fd, [x, t], scheduler="pointwise", options={"enable": ["interpret"]})
