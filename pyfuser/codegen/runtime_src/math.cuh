@@ -98,21 +98,14 @@ __device__ __forceinline__ float round(float x) { return rintf(x); }
 __device__ __forceinline__ double round(double x) { return ::rint(x); }
 
 // --- max / min ------------------------------------------------------------------------------
-// A product rounded on its own (mul.rn: the explicit rounding keeps ptxas from contracting it
-// into an FMA with the add or subtract that reads it). Printed for a product the kernel computes
+// A product rounded on its own: __fmul_rn is never merged into a multiply-add with the add or
+// subtract that reads it (an inline-asm mul.rn did the same, but made ptxas spill 8 bytes in a
+// norm backward kernel). Printed for a product the kernel computes
 // twice (a recomputed copy and its original, schedule/recompute.py): contracted into different
 // consumers, the two copies would differ by the product's rounding error, and var of a
 // one-element row, (x - mean)^2 / 0, would give inf where torch gives NaN.
-__device__ __forceinline__ float mul_rn(float a, float b) {
-  float r;
-  asm("mul.rn.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
-  return r;
-}
-__device__ __forceinline__ double mul_rn(double a, double b) {
-  double r;
-  asm("mul.rn.f64 %0, %1, %2;" : "=d"(r) : "d"(a), "d"(b));
-  return r;
-}
+__device__ __forceinline__ float mul_rn(float a, float b) { return __fmul_rn(a, b); }
+__device__ __forceinline__ double mul_rn(double a, double b) { return __dmul_rn(a, b); }
 
 // maximum/minimum propagate NaN like torch.maximum/torch.max: a NaN in either operand gives NaN.
 // max.NaN.f32 is one instruction on sm_80+; there is no f64 form, so double uses comparisons.
