@@ -305,3 +305,23 @@ def test_a_normalization_of_fills_alone_runs_as_one_kernel():
         x = fd.ops.full([5, 35], 1.5, dtype=DataType.Float)
         fd.add_output(fd.ops.sub(x, fd.ops.mean(x, [1], keepdim=True)))
     run_and_check(fd, [], scheduler="inner_persistent", options={"enable": ["interpret"]})
+
+
+def test_a_row_cache_of_part_of_a_merged_row_is_not_kept_resident():
+    """Fuzz 20261203:613: var_mean over all dims of cast(!b * a) for b [M (expanded), K, 1, N]
+    and a [3, 1]: the row merges [K, 3, N], b's cache holds [K, N] of it. Kept resident with its
+    own split like a row cache, lowering could not index it from the row's loops ("cannot index
+    T23's axis iS64{i5}"). Caches of part of a merged row are now loaded where used."""
+    g = torch.Generator().manual_seed(0)
+    a = torch.randint(0, 4, (3, 1), dtype=torch.int32, generator=g)
+    b = torch.randn(251 * 32, generator=g).half().as_strided((2, 251, 1, 32), (0, 32, 7, 1))
+    with FusionDefinition() as fd:
+        ta = fd.from_pytorch(a, static_sizes=True)
+        tb = fd.define_tensor(shape=[-1, -1, 1, -1], contiguity=[None, True, None, True],
+                              dtype=DataType.Half, expanded=[True, False, False, False])
+        v = fd.ops.cast(fd.ops.mul(fd.ops.logical_not(tb), ta), dtype=DataType.Float)
+        var, mean = fd.ops.var_mean(v, [0, 1, 2, 3], correction=1)
+        fd.add_output(mean)
+        fd.add_output(var)
+    run_and_check(fd, [a, b], kernels=2, options={"enable": ["interpret"]},
+                  segments=(("kernel", "pointwise"), ("kernel", "inner_persistent")))

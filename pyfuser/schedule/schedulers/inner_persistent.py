@@ -703,11 +703,13 @@ def schedule(fusion, p: InnerPersistentParams) -> None:
     # across rows; when a row already fills the registers, it is reloaded per row (from L2).
     # A one-row input [1, N] broadcast over the rows has a row dim (a broadcast, mapped to the
     # rows): it is inlined like the rows.
-    # A weight is kept only if it spans the whole (merged) row: its split is then the row's
-    # split, element for element. A weight of part of a merged row (x [M, K, N] reduced over
-    # [K, N] times w [N]) has a split of its own that the row's loops map to only across the
-    # broadcast of K: each thread would read, at its position in the row, a register slot that
-    # another thread loaded for another element (fuzz 20261130:4029). It is loaded where used.
+    # A cache is kept (a weight across rows, a row across its reduction) only if it spans the
+    # whole (merged) row: its split is then the row's split, element for element. A cache of
+    # part of a merged row (x [M, K, N] reduced over [K, N] times w [N], or times r [M, 1, N])
+    # has a split of its own that the row's loops map to only across the broadcast of K: each
+    # thread would read, at its position in the row, a register slot that another thread
+    # loaded for another element (fuzz 20261130:4029), or lowering cannot index it from the
+    # row's loops (20261203:613). It is loaded where used.
     exact = IdGraph(fusion)
     row_axis = rfs[0].domain.loop[0]
     keep_weights = p.keep_weights
@@ -718,7 +720,7 @@ def schedule(fusion, p: InnerPersistentParams) -> None:
         if cache.domain.loop[pos].is_broadcast:
             continue        # a per-row scalar ([M, 1]): inlined, not a row of copies
         has_row = any(graph.mapped(i, row_axis) for i in cache.domain.loop)
-        if has_row or (keep_weights and exact.mapped(cache.domain.loop[pos], batch_axis)):
+        if (has_row or keep_weights) and exact.mapped(cache.domain.loop[pos], batch_axis):
             inline_at(cache, pos)
     launch = fusion.launch_hints
     if c:
