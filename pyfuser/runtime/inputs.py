@@ -353,3 +353,26 @@ def output_strides(v: TensorView, sizes: list[int]) -> list[int]:
         acc *= max(sizes[d], 1)
     return strides
 
+
+def laid_out(fusion, outs) -> list:
+    """`outs` (the fusion's outputs as the reference evaluator or a library call returned
+    them, in whatever layout torch's ops gave) dense in each output's allocation order, as a
+    kernel writes them (output_strides): what the reader of a plan's intermediate declares,
+    and what a user gets from a kernel. Outputs already laid out so are returned as they are."""
+    laid = []
+    for o, r in zip(fusion.outputs, outs):
+        assert isinstance(o, TensorView)
+        sizes = list(r.shape)
+        strides = output_strides(o, sizes)
+        if list(r.stride()) != strides or r.dtype != to_torch(o.dtype):
+            # An expanded dim (stride 0) holds one element for all its positions.
+            stored = [1 if st == 0 else sz for sz, st in zip(sizes, strides)]
+            dense = torch.empty_strided(stored, strides, dtype=to_torch(o.dtype), device=r.device)
+            src = r
+            for d, (sz, st) in enumerate(zip(sizes, strides)):
+                if st == 0 and sz > 1:
+                    src = src.narrow(d, 0, 1)
+            dense.copy_(src)
+            r = dense.expand(sizes) if stored != sizes else dense
+        laid.append(r)
+    return laid

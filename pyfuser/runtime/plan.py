@@ -19,10 +19,9 @@ import dataclasses
 import warnings
 
 from .. import options as opts
-from ..ir.dtype import to_torch
 from ..ir.tensor import TensorView
 from .executor import FallbackWarning, FusionExecutorCache, RunInfo
-from .inputs import check_inputs, output_strides
+from .inputs import check_inputs, laid_out
 from .reference import evaluate
 
 
@@ -176,7 +175,7 @@ def _run_library(seg, ins) -> list:
             continue          # extent arithmetic: the library call takes shapes from tensors
         for o, r in zip(e.outputs, run_library_op(e, [env[id(i)] for i in e.inputs])):
             env[id(o)] = r
-    return _laid_out(fusion, [env[id(o)] for o in fusion.outputs])
+    return laid_out(fusion, [env[id(o)] for o in fusion.outputs])
 
 
 def _run_reference(seg, ins) -> list:
@@ -184,25 +183,4 @@ def _run_reference(seg, ins) -> list:
     (dense in allocation order), since later segments' sub-fusions declare them so."""
     fusion = seg.fusion
     bindings = check_inputs(fusion, ins)
-    return _laid_out(fusion, evaluate(fusion, list(ins), extent_bindings=bindings))
-
-
-def _laid_out(fusion, outs) -> list:
-    import torch
-    laid = []
-    for o, r in zip(fusion.outputs, outs):
-        assert isinstance(o, TensorView)
-        sizes = list(r.shape)
-        strides = output_strides(o, sizes)
-        if list(r.stride()) != strides or r.dtype != to_torch(o.dtype):
-            # An expanded dim (stride 0) holds one element for all its positions.
-            stored = [1 if st == 0 else sz for sz, st in zip(sizes, strides)]
-            dense = torch.empty_strided(stored, strides, dtype=to_torch(o.dtype), device=r.device)
-            src = r
-            for d, (sz, st) in enumerate(zip(sizes, strides)):
-                if st == 0 and sz > 1:
-                    src = src.narrow(d, 0, 1)
-            dense.copy_(src)
-            r = dense.expand(sizes) if stored != sizes else dense
-        laid.append(r)
-    return laid
+    return laid_out(fusion, evaluate(fusion, list(ins), extent_bindings=bindings))

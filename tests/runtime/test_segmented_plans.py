@@ -281,3 +281,40 @@ def test_a_forced_heuristic_on_a_plan_of_segments_is_a_clear_error():
     fd = _define(adamw_two_params)
     with pytest.raises(OptionError, match="a plan of 2 segments"):
         fd.execute(adamw_inputs(), options={**INTERPRET, "heuristic": PointwiseParams()})
+
+
+def test_reference_outputs_are_laid_out_as_a_kernel_writes_them():
+    """The reference evaluator returns whatever layout torch's ops give (here the input's
+    permuted one); a fallback's outputs are now dense in allocation order, as a kernel's."""
+    from pyfuser.runtime.inputs import output_strides
+
+    x = torch.rand(5, 4, 3).bfloat16().as_strided((5, 4, 3), (12, 1, 4))
+    with FusionDefinition() as fd:
+        t0 = fd.from_pytorch(x)
+        fd.add_output(fd.ops.cast(fd.ops.broadcast(t0, [False, False, True, False]),
+                                  dtype=DataType.Bool))
+    out, = fd.execute([x])
+    assert fd.last_run.kind == "reference"
+    assert list(out.stride()) == output_strides(fd.fusion.outputs[0], list(out.shape))
+    torch.testing.assert_close(out, (x != 0).unsqueeze(2))
+
+
+def test_a_kernel_segment_that_falls_back_hands_on_its_outputs_as_declared():
+    """Fuzz 20261202:28: segment 0, a kernel segment whose heuristic refused the call (a row of
+    252588 elements does not fit registers), ran the reference evaluator and returned its
+    intermediate in the input's permuted layout; segment 1 declares it dense in allocation
+    order and raised an InputError out of fd.execute."""
+    x = (torch.rand(1015770) + 0.5).bfloat16().as_strided((679, 4, 93), (1496, 3, 16))
+    with FusionDefinition() as fd:
+        t0 = fd.from_pytorch(x)
+        v1 = fd.ops.cast(fd.ops.broadcast(t0, [False, False, True, False]), dtype=DataType.Bool)
+        v2 = fd.ops.sum(v1, [-4, -3, -1], keepdim=True)
+        v9 = fd.ops.div(v1, fd.ops.add(fd.ops.sigmoid(fd.ops.cast(v2, dtype=DataType.Float)),
+                                       0.5))
+        _, mean = fd.ops.var_mean(fd.ops.max(v9, [1]), [0, 1], keepdim=False, correction=0)
+        fd.add_output(mean)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FallbackWarning)
+        run_and_check(fd, [x], kernels=0, options={"enable": ["interpret"]})
+    assert not fd.last_run.internal_error
+    assert len(fd.last_run.segments) > 1
