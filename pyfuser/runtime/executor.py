@@ -35,8 +35,7 @@ from ..ir import scalar as S
 from ..schedule.roles import scheduling_clone
 from ..schedule.segmenter import segment
 from ..schedule.schedulers.base import InputFacts, RuntimeInfo, SchedulerError, facts_per_input
-from .inputs import (InputError, check_inputs, empty_reductions, laid_out, not_a_list,
-                     output_strides)
+from .inputs import InputError, check_inputs, empty_reductions, not_a_list, output_strides
 from .output_aliases import write_aliased_outputs
 from .reference import evaluate
 
@@ -218,10 +217,7 @@ class _ReferencePlan:
 
     def run(self, inputs):
         bindings = check_inputs(self.fusion, inputs)
-        # Laid out as a kernel would write them: a later segment of a plan declares its inputs
-        # so (fuzz 20261202:28, an InputError out of a plan whose kernel segment fell back).
-        return laid_out(self.fusion, evaluate(self.fusion, list(inputs), extent_bindings=bindings,
-                                              all_outputs=True))
+        return evaluate(self.fusion, list(inputs), extent_bindings=bindings, all_outputs=True)
 
 
 @dataclasses.dataclass(frozen=True)

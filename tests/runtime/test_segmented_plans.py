@@ -283,22 +283,6 @@ def test_a_forced_heuristic_on_a_plan_of_segments_is_a_clear_error():
         fd.execute(adamw_inputs(), options={**INTERPRET, "heuristic": PointwiseParams()})
 
 
-def test_reference_outputs_are_laid_out_as_a_kernel_writes_them():
-    """The reference evaluator returns whatever layout torch's ops give (here the input's
-    permuted one); a fallback's outputs are now dense in allocation order, as a kernel's."""
-    from pyfuser.runtime.inputs import output_strides
-
-    x = torch.rand(5, 4, 3).bfloat16().as_strided((5, 4, 3), (12, 1, 4))
-    with FusionDefinition() as fd:
-        t0 = fd.from_pytorch(x)
-        fd.add_output(fd.ops.cast(fd.ops.broadcast(t0, [False, False, True, False]),
-                                  dtype=DataType.Bool))
-    out, = fd.execute([x])
-    assert fd.last_run.kind == "reference"
-    assert list(out.stride()) == output_strides(fd.fusion.outputs[0], list(out.shape))
-    torch.testing.assert_close(out, (x != 0).unsqueeze(2))
-
-
 def test_a_kernel_segment_that_falls_back_hands_on_its_outputs_as_declared():
     """Fuzz 20261202:28: segment 0, a kernel segment whose heuristic refused the call (a row of
     252588 elements does not fit registers), ran the reference evaluator and returned its
