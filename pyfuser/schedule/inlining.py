@@ -13,7 +13,7 @@ from __future__ import annotations
 from ..ir.exprs import ReductionOp
 from ..ir.id_graph import IdGraph, match_loops
 from ..ir.iter_domain import ParallelType, ancestors
-from ..ir.tensor import ScheduleError, TensorView
+from ..ir.tensor import MemoryType, ScheduleError, TensorView
 
 _UNINLINABLE = (ParallelType.Vectorize, ParallelType.Bulk)
 
@@ -73,32 +73,43 @@ def _persistent_limits(fusion, tv: TensorView, graph: IdGraph) -> set:
     return blocked
 
 
-def _loop_owners(fusion, tv: TensorView, pos: int, graph: IdGraph) -> set:
-    """The tensors whose own loop tv's loop `pos` is: tv itself at or past its compute-at
-    position, else (inside a consumer's loop) the owners of the consumers' matching loops,
-    which lowering merges into one."""
+def _owner_loops(fusion, tv: TensorView, pos: int, graph: IdGraph) -> set:
+    """(owner, position) of the loops that tv's loop `pos` is: tv's own loop `pos` at or past
+    its compute-at position, else (inside a consumer's loop) the owners' loops of the
+    consumers' matching loops, which lowering merges into one."""
     if pos >= tv.compute_at_pos:
-        return {tv}
+        return {(tv, pos)}
     out = set()
     for c in fusion.consumers(tv):
         m = match_loops(tv, c, pos + 1, graph)
         if m is not None:
-            out |= _loop_owners(fusion, c, m[-1], graph)
+            out |= _owner_loops(fusion, c, m[-1], graph)
     return out
 
 
-def _owner_depths(fusion, tv: TensorView, pos: int, graph: IdGraph) -> set:
-    """The positions, in their owners' loop domains, of the loops that tv's loop `pos` is
-    (see _loop_owners): `pos` itself when the loop is tv's own, else where the consumers
-    computing tv inside their loops have them."""
-    if pos >= tv.compute_at_pos:
-        return {pos}
-    out = set()
-    for c in fusion.consumers(tv):
-        m = match_loops(tv, c, pos + 1, graph)
-        if m is not None:
-            out |= _owner_depths(fusion, c, m[-1], graph)
-    return out
+def _materialized_broadcast(owner_loops: set):
+    """(owner, the owner whose loop it joins) where merging the loops would make a register or
+    shared tensor hold its broadcast dim across another owner's loop over an iteration dim
+    of a runtime extent, or None. An own loop is allocated (allocation.py): once merged, the
+    broadcast takes the loop's extent, a register buffer of runtime size, computed in every
+    iteration of a loop that may run zero times in a block (rows split over the blocks) while
+    its consumers outside the loop read it: a weight [1, 1] cast once and read both by the
+    rows of a norm backward and by its column sum (a squeeze), fuzz 20261203:3622. Kept in
+    loops of its own, it is computed once before them."""
+    iterating = [(o, p) for o, p in owner_loops if not o.domain.loop[p].is_broadcast]
+    for o, p in owner_loops:
+        i = o.domain.loop[p]
+        if not i.is_broadcast or i.expanded_extent is not None:
+            continue
+        pt = i.parallel_type
+        if o.memory_type == MemoryType.Global or pt == ParallelType.GridStride or (
+                o.memory_type == MemoryType.Local and pt.is_thread_or_block) or (
+                o.memory_type == MemoryType.Shared and pt.is_block_dim):
+            continue
+        for a, q in iterating:
+            if a.domain.loop[q].extent.value is None:
+                return o, a
+    return None
 
 
 def _dependent_owners(fusion, owners: set, loop_id, graph: IdGraph):
@@ -153,7 +164,7 @@ def max_inline_position(tv: TensorView, graph: IdGraph | None = None) -> tuple[i
         if i in blocked:
             return k, (f"axis {k} maps to a reduction whose result T{tv.name}'s other consumers "
                        f"need; T{tv.name} stays resident across it")
-        skips, owners = {}, set()
+        skips, owner_loops = {}, set()
         for c in consumers:
             pos = match_loops(tv, c, k + 1, graph)
             if pos is None:
@@ -164,9 +175,11 @@ def max_inline_position(tv: TensorView, graph: IdGraph | None = None) -> tuple[i
             # Depth in the loops that are really there: a consumer itself computed inside its
             # consumer's loops (ge(w) inside the rows that broadcast it) has its loop at that
             # consumer's depth, not at its own.
-            for d in _owner_depths(fusion, c, pos[-1], graph):
+            loops = _owner_loops(fusion, c, pos[-1], graph)
+            for d in {d for _, d in loops}:
                 skips[(c, d)] = d - k
-            owners |= _loop_owners(fusion, c, pos[-1], graph)
+            owner_loops |= loops
+        owners = {o for o, _ in owner_loops}
         if len(set(skips.values())) > 1:
             # A consumer computes tv inside loops over dims tv lacks (the rows around a weight
             # broadcast to [M, N]) that another consumer does not have (the weight's own output
@@ -187,6 +200,12 @@ def max_inline_position(tv: TensorView, graph: IdGraph | None = None) -> tuple[i
                 return k, (f"axis {k} would merge the own loops of T{pair[0].name} and "
                            f"T{pair[1].name}, and T{pair[1].name} needs T{pair[0].name}'s "
                            "result")
+            pair = _materialized_broadcast(owner_loops)
+            if pair is not None:
+                return k, (f"axis {k} would merge an own broadcast loop of T{pair[0].name} "
+                           f"({pair[0].memory_type.name.lower()}) into T{pair[1].name}'s loop "
+                           f"over a runtime extent: T{pair[0].name} would be computed and held "
+                           "in every iteration")
     return n, "fully inlined"
 
 

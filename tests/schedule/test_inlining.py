@@ -269,3 +269,28 @@ def test_a_squeeze_of_the_merged_loop_dim_keeps_the_loops_apart():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         run_and_check(fd, [x], scheduler="reduction", options={"enable": ["interpret"]})
+
+
+@pytest.mark.parametrize("rows, cols", [(1, 1), (5, 3)])
+def test_a_weight_of_one_element_read_by_the_rows_and_its_column_sum_stays_in_its_own_loops(
+        rows, cols):
+    """Fuzz 20261203:3622: w [1, 1] (both dims broadcast) cast once, read by the rows of a
+    norm-backward-like fusion (w * x, its row mean broadcast back, its column sum) and by its
+    own column sum (a squeeze, outside the row loops). w's cache was inlined into both casts,
+    which merged the own broadcast loops of the cast the squeeze reads (not inlinable into
+    the rows) into the persistent row loop: lowering wanted a register buffer of runtime size
+    ceilDiv(i0, G), and the cast would have run only in blocks that have rows. The cache now
+    stays out of the row loop; the cast is computed once, before it."""
+    x = torch.randn(rows, cols).to(torch.bfloat16)
+    w = torch.randn(1, 1).to(torch.bfloat16)
+    with FusionDefinition() as fd:
+        t0 = fd.define_tensor(shape=[-1, -1], contiguity=[True, True], dtype=DataType.BFloat16)
+        t1 = fd.from_pytorch(w)
+        v0 = fd.ops.cast(t0, dtype=DataType.Float)
+        v1 = fd.ops.cast(t1, dtype=DataType.Float)
+        v2 = fd.ops.mul(v1, v0)
+        fd.add_output(fd.ops.sub(v2, fd.ops.mean(v2, [1], keepdim=True)))
+        fd.add_output(fd.ops.sum(v2, [0]))
+        fd.add_output(fd.ops.sum(v1, [0]))
+    run_and_check(fd, [x, w], scheduler="inner_outer_persistent",
+                  options={"enable": ["interpret"]})
