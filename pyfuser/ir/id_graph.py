@@ -206,6 +206,15 @@ class IdGraph:
     def mapped(self, a: IterDomain, b: IterDomain) -> bool:
         return self.sets.same(a, b)
 
+    def self_merges(self) -> list[Merge]:
+        """Merges of two IDs this graph maps to each other (neither a broadcast): an output
+        [1, M, 1, M'] whose M' = reshape(t0 [M, 1]) is exactly M, merged into one flat loop,
+        merges M with itself. Indices are derived per ID group (lower/indexing.py), which
+        cannot tell the two apart: the backward step gives both the outer index."""
+        return [e for e in self.id_exprs if isinstance(e, Merge)
+                and not e.outer.is_broadcast and not e.inner.is_broadcast
+                and self.sets.same(e.outer, e.inner)]
+
     def group(self, i: IterDomain):
         return self.sets.find(i)
 

@@ -60,6 +60,22 @@ class FusionKernel:
         return grid, block
 
 
+def _refuse_self_merges(fusion, scheduler_name: str) -> None:
+    """A schedule whose loops merge two IDs that iterate the same values cannot be indexed
+    (IdGraph.self_merges): refused as the heuristic's, so the executor runs the reference
+    with that reason instead of a kernel that writes some elements many times and others
+    never (fuzz 20261204:2816)."""
+    from ..ir.id_graph import IdGraph
+    from ..schedule.schedulers.base import SchedulerError
+    merges = IdGraph(fusion).self_merges()
+    if merges:
+        m = merges[0]
+        raise SchedulerError(
+            f"{scheduler_name}: its loops merge {m.outer!r} with {m.inner!r}, two dims that "
+            "iterate the same values (a tensor with two dims mapped to each other, such as "
+            "[M, 1] broadcast beside its own reshape to [M]); indexing cannot tell them apart")
+
+
 def build_kernel(fusion, scheduler, params, index_type: str, name: str,
                  compile_now: bool = True, clone_of: dict | None = None) -> FusionKernel:
     """Schedule `fusion` (a clone, mutated), lower it, print CUDA and compile it. `clone_of`
@@ -71,6 +87,7 @@ def build_kernel(fusion, scheduler, params, index_type: str, name: str,
     from ..lower import lower
     before = repr(fusion)
     scheduler.schedule(fusion, params)
+    _refuse_self_merges(fusion, scheduler.NAME)
     scheduled = repr(fusion)
     transforms = fusion.print_transforms()
     # Dumped before lowering: a schedule that fails to lower is the one worth reading.

@@ -358,3 +358,32 @@ def test_forced_vectors_along_the_dim_the_kernel_reads_are_checked():
     row = torch.randn(16, 1).t()                 # [1, 16] of stride (1, 1): read along dim 1
     (o,) = fd.execute([row], options={"enable": ["interpret"], "heuristic": forced})
     assert fd.last_run.kind == "kernels" and torch.allclose(o, row.exp())
+
+
+def test_a_schedule_that_merges_a_dim_with_its_own_twin_is_refused_not_run_wrong():
+    """Fuzz 20261204:2816: out = broadcast_in_dim(t3 [M, 1], [1, M, 1, 1]) + reshape(v, [-1])
+    with v = where(t0 < 0.5, t0, t3), so out's last dim (a reshape of [M, 1]) iterates exactly
+    its dims 1-2. The pointwise schedule merged them into one flat loop; indices per ID group
+    gave both the outer index, and the kernel wrote 251 elements 251 times each and left the
+    rest unwritten. The schedule is now refused with that reason (the reference runs it)."""
+    from pyfuser import DataType
+    from pyfuser.runtime.executor import FallbackWarning
+    from pyfuser.testing import run_and_check
+
+    g = torch.Generator().manual_seed(0)
+    t0_in = torch.randn(251, 1, generator=g).bfloat16()
+    t3_in = torch.rand(251, 1, generator=g, dtype=torch.float64) + 0.5
+    with FusionDefinition() as fd:
+        t0 = fd.define_tensor(shape=[-1, -1], contiguity=[True, True], dtype=DataType.BFloat16)
+        t3 = fd.define_tensor(shape=[-1, -1], contiguity=[True, True], dtype=DataType.Double)
+        v3 = fd.ops.where(fd.ops.lt(t0, 0.5), t0, t3)
+        v6 = fd.ops.broadcast_in_dim(t3, [1, -1, -1, 1], [1, 2])
+        fd.add_output(fd.ops.add(v6, fd.ops.reshape(v3, [-1])))
+        fd.add_output(v6)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        run_and_check(fd, [t0_in, t3_in], kernels=0, options={"enable": ["interpret"]})
+    run = fd.last_run
+    assert run.kind == "reference" and not run.internal_error, run
+    assert "iterate the same values" in run.reason, run.reason
+    assert any(issubclass(w.category, FallbackWarning) for w in seen)
