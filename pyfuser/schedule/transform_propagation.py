@@ -70,6 +70,15 @@ def replay(src: TensorView, dst: TensorView, src_to_dst: dict, src_start: str) -
     # leave them nothing to replay).
     own = ({} if src_start == "root" or dst.domain.root is None else
            {_transform_key(x): x for x in id_exprs_between(dst_start, dst.domain.logical)})
+    dst.domain.loop = _replay_leaves(src, m, leaves, src_start, own)
+
+
+def _replay_leaves(src: TensorView, m: dict, leaves: list, src_start: str, own: dict) -> list:
+    """The leaves `leaves` become when src's transforms are replayed on the IDs `m` maps src's
+    IDs to (m is extended in place), ordered as src's loop, unmapped ones last. `own`: dst's
+    own root -> logical transforms by _transform_key, reused instead of made again."""
+    start = src.domain.logical if src_start == "logical" else src.domain.maybe_root
+    leaves = list(leaves)
     for e in id_exprs_between(start, src.domain.loop):
         if isinstance(e, Split):
             d_in = m.get(e.in_id)
@@ -100,7 +109,7 @@ def replay(src: TensorView, dst: TensorView, src_to_dst: dict, src_start: str) -
         if d is not None and d in leaves and d not in ordered:
             ordered.append(d)
     ordered += [x for x in leaves if x not in ordered]
-    dst.domain.loop = ordered
+    return ordered
 
 
 def forwarded_roots(tv: TensorView) -> dict:
@@ -202,7 +211,63 @@ def propagate_transforms(reference: TensorView, tensors=None) -> list[TensorView
         replay(src, dst, mapping, start)
         order.append(dst)
         push(dst)
+    _complete_from_other_neighbours(fusion, order, info, allowed, all_tensors)
     return order
+
+
+def _complete_from_other_neighbours(fusion, order, info, allowed, all_tensors) -> None:
+    """Give the dims a tensor's tree path did not carry the transforms of another neighbour
+    that carries them.
+
+    The spanning tree reaches each tensor from one neighbour; a tensor whose dims come from
+    different producers, none carrying all of them (an outer product w[1, N] * s[M, 1] of a
+    row statistic s and a column vector w, fed to a column reduction), gets only its path's
+    dims transformed and keeps the others whole. Its loop then matches no neighbour on those
+    dims: the other producer, split and bound to threadIdx.x along N, cannot be inlined, and
+    the consumer reads its registers along a serial N loop, other threads' values (fuzz
+    20261205:1742). Such a dim (not a broadcast, carrying no reference ID, still a leaf of the
+    loop) replays, in place, the transforms of the reference IDs a visited neighbour carries
+    on the ID mapped to it; repeated until nothing changes, so that the tensors reached
+    through the completed one (the column reduction) are completed too.
+    """
+    changed = True
+    while changed:
+        changed = False
+        for dst in order[1:]:
+            if dst.compute_at_pos or dst.max_producer_pos:
+                continue
+            for lid in list(dst.domain.loop):
+                if lid.is_broadcast or info[dst].get(lid):
+                    continue
+                if lid not in dst.domain.maybe_root and lid not in dst.domain.logical:
+                    continue
+                for src, mapping, start in _sources_of(fusion, dst, order, allowed, all_tensors):
+                    x = next((s for s, d in mapping.items() if d is lid), None)
+                    carried = info[src].get(x) if x is not None else None
+                    if not carried or all(i.is_broadcast for i in carried):
+                        continue
+                    new = _replay_leaves(src, {x: lid}, [lid], start, {})
+                    if new == [lid]:
+                        continue
+                    k = dst.domain.loop.index(lid)
+                    dst.domain.loop = dst.domain.loop[:k] + new + dst.domain.loop[k + 1:]
+                    info[dst] = dict(info[dst])
+                    info[dst][lid] = frozenset(carried)
+                    changed = True
+                    break
+
+
+def _sources_of(fusion, dst, order, allowed, all_tensors):
+    """(visited neighbour, its id map to dst's IDs, its start side) per edge reaching dst."""
+    visited = set(order)
+    out = []
+    for nb, _, _ in _neighbours(fusion, dst, all_tensors):
+        if nb not in visited or (allowed is not None and nb not in allowed):
+            continue
+        for t, mapping, start in _neighbours(fusion, nb, all_tensors):
+            if t is dst:
+                out.append((nb, mapping, start))
+    return out
 
 
 def parallelize_like(reference: TensorView, tensors=None, parallel_types=None) -> None:

@@ -216,3 +216,31 @@ def test_a_tensor_is_reached_through_the_producer_whose_dims_iterate():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         run_and_check(fd, [x, t], scheduler="pointwise", options={"enable": ["interpret"]})
+
+
+def test_an_outer_product_gets_the_dims_of_both_producers():
+    """Fuzz 20261205:1742: min(w[N] * |max(w * x, dim 1)|[M, 1], dim 0) under inner-outer
+    persistent. The product [M, N] of a row statistic [M, 1] and the column vector w [1, N]
+    has no neighbour carrying both reference dims: reached through the statistic, its N stayed
+    one serial loop while w's broadcast, split along N and bound to threadIdx.x, was computed
+    before the rows' loop; the product read w's registers along N, other threads' values
+    ("T17 reads T16's registers along iTIDx (TIDx) in none of its TIDx loops"). Now its N takes
+    the reference's transforms through w's side too."""
+    import warnings
+
+    import torch
+
+    from pyfuser import DataType, FusionDefinition
+    from pyfuser.testing import run_and_check
+
+    x = torch.randn(509, 239)
+    w = torch.rand(239) + 0.5
+    with FusionDefinition() as fd:
+        t0 = fd.define_tensor(shape=[-1, -1], contiguity=[True, True], dtype=DataType.Float)
+        t1 = fd.define_tensor(shape=[-1], contiguity=[True], dtype=DataType.Float)
+        stat = fd.ops.abs(fd.ops.max(fd.ops.mul(t1, t0), [-1], keepdim=True))
+        fd.add_output(fd.ops.min(fd.ops.mul(t1, stat), [0]))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        run_and_check(fd, [x, w], scheduler="inner_outer_persistent",
+                      options={"enable": ["interpret"]})
