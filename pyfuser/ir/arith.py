@@ -265,8 +265,16 @@ def reshape(x: TensorView, new_sizes: list) -> TensorView:
     if -1 in sizes:
         neg = sizes.index(-1)
     else:
-        neg = 0
-    # Inner splits peel the dims right of the -1 (or of dim 0), outer splits those left of it.
+        # The dim the splits leave over gets a derived extent (ceilDiv of the element count by
+        # the other sizes), equal to its size only by the run-time element count check. A
+        # static 1 there would be an iteration dim of symbolic extent, which broadcasts
+        # nowhere (a reshape to [1, 4, 128] ANDed with a [1, 4, 1, 128]: fuzz 20261204:4628).
+        # So the leftover is the first dim not statically 1: every size-1 dim is then a split
+        # of factor 1, of static extent 1 in each replay of the transforms, and a broadcast.
+        neg = next((k for k, s in enumerate(sizes)
+                    if S.as_scalar(s, DataType.Int).value != 1), 0)
+    # Inner splits peel the dims right of the -1 (or of the leftover dim), outer splits those left
+    # of it.
     logical: list = [None] * len(sizes)
     cur = flat
     for k in range(len(sizes) - 1, neg, -1):

@@ -75,3 +75,24 @@ def test_a_minus_one_reshape_that_does_not_hold_the_elements_is_an_input_error()
     with pytest.raises(InputError, match=r"reshape element count: .* = 670 .* = 672 .*: the new "
                                          r"shape does not hold the input's elements"):
         check_inputs(fd.fusion, [torch.randn(5, 134)])
+
+
+@pytest.mark.parametrize("new", [[1, 4, 8], [1, 1, 4, 8], [4, 1, 8]])
+def test_a_static_size_one_dim_of_a_reshape_broadcasts(new):
+    """Without a -1, a leading size-1 dim was the one the splits left over, of extent
+    ceilDiv(ceilDiv(N, 8), 4): an iteration dim that broadcast nowhere, so the reshape against
+    a [1, 4, 1, 8] (where torch broadcasts it) was an InputError (fuzz 20261204:4628). Every
+    size-1 dim of the new shape is a broadcast of static extent 1, and the fusion runs."""
+    from pyfuser.testing import run_and_check
+    with FusionDefinition() as fd:
+        x = fd.define_tensor([-1, -1], dtype=DataType.Float)
+        v = fd.ops.reshape(x, new)
+        w = fd.ops.broadcast_in_dim(v, [*new[:-1], 1, 8], [*range(len(new) - 1), len(new)])
+        fd.add_output(fd.ops.add(v, w))
+    reshaped = next(e for e in fd.fusion.exprs() if type(e).__name__ == "ReshapeOp").outputs[0]
+    for size, i in zip(new, reshaped.domain.logical):
+        assert i.is_broadcast == (size == 1)
+        assert i.extent.value == 1 or size != 1
+    x = torch.randn(4, 8, dtype=torch.float64).float()
+    (out,) = run_and_check(fd, [x], options={"enable": ["interpret"]})
+    assert out.shape == torch.broadcast_shapes(tuple(new), (*new[:-1], 1, 8))
