@@ -227,13 +227,8 @@ def test_a_product_computed_twice_is_rounded_on_its_own_in_both_copies():
     pf::mul_rn in both copies, so neither is contracted into an FMA with its consumer: the two
     then agree bit for bit, and var of a one-element row is 0 / 0 = NaN (fuzz 20261127:735,
     wrong on the H100 only). Products computed once stay plain, free to contract."""
-    with FusionDefinition() as fd:
-        t0 = fd.define_tensor(shape=[-1, -1], contiguity=[True, True], dtype=DataType.Half)
-        t2 = fd.define_tensor(shape=[1, -1], contiguity=[None, True], dtype=DataType.Float)
-        v2 = fd.ops.mul(fd.ops.relu(t0), t2)
-        fd.add_output(fd.ops.mean(t0, [0]))
-        fd.add_output(fd.ops.var(v2, [1], correction=1))
-    inputs = [torch.empty(256, 1, dtype=torch.half), torch.empty(1, 1)]
+    from statistic_fusions import var_of_a_recomputed_product
+    fd, inputs = var_of_a_recomputed_product(256)
     *_, src = build(fd, inputs)
     text = _kernel_text(src)
     products = re.findall(r"= pf::cast<float>\((pf::mul_rn\(|\(pf::cast<float>\(T\d+\[\w+\]\) \*)",

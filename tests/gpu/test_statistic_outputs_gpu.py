@@ -77,16 +77,7 @@ def test_var_of_one_element_rows_of_a_recomputed_product_is_nan(rows):
     The kernel computes the product twice (for the sum and for x - mean); were either copy
     contracted into an FMA with its consumer, x - mean would be the product's rounding error
     and the row +-inf (fuzz 20261127:735). Both copies are printed as pf::mul_rn."""
-    from pyfuser import DataType, FusionDefinition
-
-    g = torch.Generator().manual_seed(0)
-    x = torch.randn(256 * rows, 1, generator=g).half().cuda()
-    w = torch.randn(1, 1, generator=g).cuda()
-    with FusionDefinition() as fd:
-        t0 = fd.define_tensor(shape=[-1, -1], contiguity=[True, True], dtype=DataType.Half)
-        t2 = fd.define_tensor(shape=[1, -1], contiguity=[None, True], dtype=DataType.Float)
-        v2 = fd.ops.mul(fd.ops.relu(t0), t2)
-        fd.add_output(fd.ops.mean(t0, [0]))
-        fd.add_output(fd.ops.var(v2, [1], correction=1))
-    _, var = run_and_check(fd, [x, w], kernels=1)
+    from statistic_fusions import var_of_a_recomputed_product
+    fd, inputs = var_of_a_recomputed_product(256 * rows, device="cuda")
+    _, var = run_and_check(fd, inputs, kernels=1)
     assert var.isnan().all(), var[~var.isnan()][:8]

@@ -141,3 +141,18 @@ def norm_backward(name, dt, keepdim, M, N, device="cpu", seed=0):
             fd.add_output(fd.ops.cast(fd.ops.sum(dyf, [0]), DT[dt]))
     inputs = [x, dy, w] + ([mean] if layer else []) + [rstd]
     return fd, [t.to(device) for t in inputs]
+
+
+def var_of_a_recomputed_product(rows: int, device="cpu"):
+    """var(relu(x) * w, [1], correction=1) over rows of one element (0 / 0: NaN, as torch
+    gives it) beside mean(x, [0]): the kernel computes relu(x) * w twice, for the sum and for
+    x - mean (fuzz 20261127:735). Returns (fd, [x [rows, 1] fp16, w [1, 1] fp32])."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(rows, 1, generator=g).half().to(device)
+    w = torch.randn(1, 1, generator=g).to(device)
+    with FusionDefinition() as fd:
+        t0 = fd.define_tensor(shape=[-1, -1], contiguity=[True, True], dtype=DataType.Half)
+        t2 = fd.define_tensor(shape=[1, -1], contiguity=[None, True], dtype=DataType.Float)
+        fd.add_output(fd.ops.mean(t0, [0]))
+        fd.add_output(fd.ops.var(fd.ops.mul(fd.ops.relu(t0), t2), [1], correction=1))
+    return fd, [x, w]

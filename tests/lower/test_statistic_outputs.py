@@ -205,15 +205,9 @@ def test_norm_backward_with_statistic_inputs(name, keepdim, dt, M, N):
 def test_var_of_one_element_rows_is_nan_on_the_interpreter():
     """0 / 0 per row, as torch gives it; run_and_check compares the NaN positions (the GPU
     twin checks the kernel does not contract the recomputed product, fuzz 20261127:735)."""
-    from pyfuser import DataType, FusionDefinition
+    from statistic_fusions import var_of_a_recomputed_product
     from pyfuser.testing import run_and_check
 
-    g = torch.Generator().manual_seed(0)
-    x = torch.randn(64, 1, generator=g).half()
-    w = torch.randn(1, 1, generator=g)
-    with FusionDefinition() as fd:
-        t0 = fd.define_tensor(shape=[-1, -1], contiguity=[True, True], dtype=DataType.Half)
-        t2 = fd.define_tensor(shape=[1, -1], contiguity=[None, True], dtype=DataType.Float)
-        fd.add_output(fd.ops.var(fd.ops.mul(fd.ops.relu(t0), t2), [1], correction=1))
-    var, = run_and_check(fd, [x, w], options={"enable": ["interpret"]})
+    fd, inputs = var_of_a_recomputed_product(64)
+    _, var = run_and_check(fd, inputs, options={"enable": ["interpret"]})
     assert var.isnan().all()
