@@ -9,6 +9,5 @@ from .runtime.inputs import InputError
 
 __version__ = "0.1.0"
 
-__all__ = ["DataType", "Explanation", "FusionDefinition", "FusionDefinitionError", "InputError", "ParallelType",
-           "explain_fusion",
-           "__version__"]
+__all__ = ["DataType", "Explanation", "FusionDefinition", "FusionDefinitionError", "InputError",
+           "ParallelType", "explain_fusion", "__version__"]

@@ -234,25 +234,32 @@ def _evict(limit: int) -> None:
         total -= size
 
 
-def _write_entry(path: Path, module: CompiledModule, plan: dict | None = None) -> None:
+def _atomic_write(path: Path, data: bytes, suffix: str) -> None:
+    """Write `data` to `path` through a temporary file in its folder and a rename, so that a
+    reader sees the old file or the whole new one (raises OSError)."""
     import tempfile
     tmp_name = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp_name = tempfile.mkstemp(prefix=".tmp-", suffix=".pfk", dir=path.parent)
+        fd, tmp_name = tempfile.mkstemp(prefix=".tmp-", suffix=suffix, dir=path.parent)
         with os.fdopen(fd, "wb") as handle:
-            handle.write(_serialize(module, plan))
+            handle.write(data)
         os.replace(tmp_name, path)
         tmp_name = None
-        _evict(_max_bytes())
-    except OSError as error:
-        warnings.warn(f"pyfuser: could not write kernel cache entry {path}: {error}", stacklevel=3)
     finally:
         if tmp_name is not None:
             try:
                 os.unlink(tmp_name)
             except OSError:
                 pass
+
+
+def _write_entry(path: Path, module: CompiledModule, plan: dict | None = None) -> None:
+    try:
+        _atomic_write(path, _serialize(module, plan), ".pfk")
+        _evict(_max_bytes())
+    except OSError as error:
+        warnings.warn(f"pyfuser: could not write kernel cache entry {path}: {error}", stacklevel=3)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -386,18 +393,10 @@ def tree_digest(root: Path, memo_path: Path | None = None) -> str:
 
 
 def _write_memo(path: Path, memo: dict) -> None:
-    import tempfile
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".json", dir=path.parent)
-        with os.fdopen(fd, "w") as handle:
-            json.dump(memo, handle)
-        os.replace(tmp, path)
+        _atomic_write(path, json.dumps(memo).encode(), ".json")
     except OSError:
-        try:
-            os.unlink(tmp)
-        except (OSError, UnboundLocalError):
-            pass
+        pass        # best effort: the next process hashes the files again
 
 
 def plan_key(fields: dict) -> str:

@@ -230,6 +230,7 @@ def _complete_from_other_neighbours(fusion, order, info, allowed, all_tensors) -
     on the ID mapped to it; repeated until nothing changes, so that the tensors reached
     through the completed one (the column reduction) are completed too.
     """
+    visited = set(order)
     changed = True
     while changed:
         changed = False
@@ -241,7 +242,7 @@ def _complete_from_other_neighbours(fusion, order, info, allowed, all_tensors) -
                     continue
                 if lid not in dst.domain.maybe_root and lid not in dst.domain.logical:
                     continue
-                for src, mapping, start in _sources_of(fusion, dst, order, allowed, all_tensors):
+                for src, mapping, start in _sources_of(fusion, dst, visited, allowed, all_tensors):
                     x = next((s for s, d in mapping.items() if d is lid), None)
                     carried = info[src].get(x) if x is not None else None
                     if not carried or all(i.is_broadcast for i in carried):
@@ -257,9 +258,8 @@ def _complete_from_other_neighbours(fusion, order, info, allowed, all_tensors) -
                     break
 
 
-def _sources_of(fusion, dst, order, allowed, all_tensors):
+def _sources_of(fusion, dst, visited: set, allowed, all_tensors):
     """(visited neighbour, its id map to dst's IDs, its start side) per edge reaching dst."""
-    visited = set(order)
     out = []
     for nb, _, _ in _neighbours(fusion, dst, all_tensors):
         if nb not in visited or (allowed is not None and nb not in allowed):
