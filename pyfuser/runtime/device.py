@@ -5,14 +5,17 @@ whether a row fits in shared memory) must be testable on a machine without a GPU
 the same answer for the same device model. The live query exists so that the executor can pick
 the entry for the GPU it actually runs on, and so that tests can check the table against it.
 
-This module also holds the two driver helpers the rest of the runtime shares: calling a
-``cuda.bindings.driver`` function with its error checked, and naming a CUresult.
+The live query goes through cuda_driver.py (the driver API through ctypes), as do the device
+helpers (cuInit once, a device handle) that launch.py and tensor_map.py share.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
+
+from . import cuda_driver
+from .cuda_driver import DriverError
 
 __all__ = [
     "DeviceProperties",
@@ -22,9 +25,6 @@ __all__ = [
     "get_device_properties",
     "cuda_available",
     "supported_arch",
-    "driver",
-    "check",
-    "result_name",
 ]
 
 PORTABLE_CLUSTER_SIZE = 8
@@ -105,52 +105,24 @@ def supported_arch(props: DeviceProperties) -> bool:
 
 
 # ---------------------------------------------------------------------------------------------
-# Driver helpers shared by launch.py and tensor_map.py
+# Driver helpers shared by launch.py and tensor_map.py (the calls are in cuda_driver.py)
 # ---------------------------------------------------------------------------------------------
-
-
-class DriverError(RuntimeError):
-    """A CUDA driver call failed; the message names the call and the CUresult."""
-
-
-def driver():
-    from cuda.bindings import driver as cu
-
-    return cu
-
-
-def result_name(result) -> str:
-    name = getattr(result, "name", None)
-    return name if name else f"CUresult({int(result)})"
-
-
-def check(returned, what: str, error: type[DriverError] = DriverError):
-    """Unpack a cuda.bindings return tuple, raising ``error`` unless it starts with success.
-
-    Returns the single value after the status, a tuple for several, or None for none.
-    """
-    status, values = returned[0], returned[1:]
-    if status != driver().CUresult.CUDA_SUCCESS:
-        raise error(f"{what} failed with {result_name(status)}")
-    if not values:
-        return None
-    return values[0] if len(values) == 1 else values
 
 
 @functools.lru_cache(maxsize=1)
 def init_driver() -> None:
-    check(driver().cuInit(0), "cuInit")
+    cuda_driver.call("cuInit", 0)
 
 
-def cu_device(index: int):
+def cu_device(index: int) -> int:
     init_driver()
-    return check(driver().cuDeviceGet(index), f"cuDeviceGet({index})")
+    return cuda_driver.out_int("cuDeviceGet", index, what=f"cuDeviceGet({index})")
 
 
-def _attribute(device, name: str) -> int:
-    cu = driver()
-    attribute = getattr(cu.CUdevice_attribute, name)
-    return int(check(cu.cuDeviceGetAttribute(attribute, device), f"cuDeviceGetAttribute({name})"))
+def _attribute(device: int, name: str) -> int:
+    """Device attribute CU_DEVICE_ATTRIBUTE_<name>."""
+    return cuda_driver.out_int("cuDeviceGetAttribute", cuda_driver.DEVICE_ATTRIBUTE[name], device,
+                               what=f"cuDeviceGetAttribute({name})")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -171,9 +143,9 @@ def _bandwidth_gbps(device) -> float | None:
 
     CUDA 13 deprecates the memory-clock attribute, so a failure here is not an error."""
     try:
-        clock_khz = _attribute(device, "CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE")
-        bus_bits = _attribute(device, "CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH")
-    except (DriverError, AttributeError):
+        clock_khz = _attribute(device, "MEMORY_CLOCK_RATE")
+        bus_bits = _attribute(device, "GLOBAL_MEMORY_BUS_WIDTH")
+    except DriverError:
         return None
     if clock_khz <= 0 or bus_bits <= 0:
         return None
@@ -191,24 +163,16 @@ def query_device(index: int = 0) -> DeviceProperties:
         sm_count=props.multi_processor_count,
         major=props.major,
         minor=props.minor,
-        max_threads_per_block=_attribute(device, "CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK"),
-        max_shared_memory_per_block_optin=_attribute(
-            device, "CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN"
-        ),
-        shared_memory_per_sm=_attribute(
-            device, "CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR"
-        ),
-        registers_per_sm=_attribute(
-            device, "CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_MULTIPROCESSOR"
-        ),
-        registers_per_block=_attribute(device, "CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_BLOCK"),
-        l2_bytes=_attribute(device, "CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE"),
+        max_threads_per_block=_attribute(device, "MAX_THREADS_PER_BLOCK"),
+        max_shared_memory_per_block_optin=_attribute(device, "MAX_SHARED_MEMORY_PER_BLOCK_OPTIN"),
+        shared_memory_per_sm=_attribute(device, "MAX_SHARED_MEMORY_PER_MULTIPROCESSOR"),
+        registers_per_sm=_attribute(device, "MAX_REGISTERS_PER_MULTIPROCESSOR"),
+        registers_per_block=_attribute(device, "MAX_REGISTERS_PER_BLOCK"),
+        l2_bytes=_attribute(device, "L2_CACHE_SIZE"),
         max_cluster_size=PORTABLE_CLUSTER_SIZE,
         memory_bandwidth_gbps=_bandwidth_gbps(device),
-        max_threads_per_sm=_attribute(
-            device, "CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR"
-        ),
-        warp_size=_attribute(device, "CU_DEVICE_ATTRIBUTE_WARP_SIZE"),
+        max_threads_per_sm=_attribute(device, "MAX_THREADS_PER_MULTIPROCESSOR"),
+        warp_size=_attribute(device, "WARP_SIZE"),
     )
 
 

@@ -45,7 +45,9 @@ from pathlib import Path
 from .nvrtc import (
     CompiledModule,
     compile_to_cubin,
+    file_identity,
     nvrtc_library_identity,
+    nvrtc_search_context,
     nvrtc_version,
     parse_ptxas_log,
 )
@@ -98,14 +100,61 @@ def _pyfuser_version() -> str:
     return str(getattr(pyfuser, "__version__", "0"))
 
 
+_NVRTC_MEMO = "nvrtc-library.json"
+_NVRTC_MEMO_ENTRIES = 8
+_nvrtc_identities: dict = {}     # memo path (None: disk cache off) -> identity, per process
+
+
 def nvrtc_fingerprint() -> list:
     """What the keys hold about NVRTC: the identity of the library file it is loaded from
     (nvrtc.nvrtc_library_identity: found without loading it, so a process whose kernels all
     come from disk never loads NVRTC), or its version where only loading it tells which file."""
-    identity = nvrtc_library_identity()
+    identity = remembered_nvrtc_identity()
     if identity is not None:
         return ["file", *identity]
     return ["version", *nvrtc_version()]
+
+
+def remembered_nvrtc_identity():
+    """nvrtc_library_identity(), once per process and through a memo beside the disk cache
+    (`_NVRTC_MEMO`): the file found for each search context (nvrtc.nvrtc_search_context) seen
+    before. A remembered file whose identity is unchanged answers without the search (whose
+    import of cuda.pathfinder costs a new process 25-65 ms, H100 machine); a new context, or a
+    rewritten or removed file, searches again. Best effort: an unreadable memo searches."""
+    memo_path = cache_dir() / _NVRTC_MEMO if disk_cache_enabled() else None
+    key = None if memo_path is None else str(memo_path)
+    if key not in _nvrtc_identities:
+        _nvrtc_identities[key] = _nvrtc_identity_through(memo_path)
+    return _nvrtc_identities[key]
+
+
+def _nvrtc_identity_through(memo_path):
+    context = nvrtc_search_context()
+    entries = []
+    if memo_path is not None:
+        try:
+            entries = json.loads(memo_path.read_text())
+        except (OSError, ValueError):
+            entries = []
+        entries = [e for e in entries if isinstance(e, dict)] if isinstance(entries, list) else []
+        for entry in entries:
+            if entry.get("context") == context:
+                try:
+                    identity = file_identity(entry["identity"][0])
+                except (OSError, TypeError, IndexError, KeyError):
+                    break
+                if list(identity) == entry["identity"]:
+                    return identity
+                break
+    identity = nvrtc_library_identity()
+    if identity is not None and memo_path is not None:
+        entries = [{"context": context, "identity": list(identity)}] + [
+            e for e in entries if e.get("context") != context]
+        try:
+            _atomic_write(memo_path, json.dumps(entries[:_NVRTC_MEMO_ENTRIES]).encode(), ".json")
+        except OSError:
+            pass        # best effort: the next process searches again
+    return identity
 
 
 def cache_key(source: str, kernel_name: str, *, arch: str, options: tuple[str, ...]) -> str:

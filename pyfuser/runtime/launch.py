@@ -14,8 +14,9 @@ Why this shape:
   64 (on sm_100 and sm_120 the bank starts at 0x380 and the offset is 64). A buffer in
   ``extra`` would have to follow those offsets exactly; pointers need only the sizes.
   (2) Cooperative launches accept only ``kernelParams``. One path serves every launch.
-* The staging buffer is per thread because cuda.bindings releases the GIL during the driver
-  call, and per kernel so its pointer array never changes.
+* The driver is called through ctypes (cuda_driver.py: cuda.bindings costs milliseconds to
+  import and microseconds per launch). The staging buffer is per thread because ctypes releases
+  the GIL during the driver call, and per kernel so its pointer array never changes.
 * Plain launches use ``cuLaunchKernel``. Cluster and cooperative launches need
   ``cuLaunchKernelEx``; its ``CUlaunchConfig`` costs microseconds to build, so configs are
   cached per (grid, block, shared memory, cluster, cooperative, stream) and never mutated.
@@ -25,7 +26,7 @@ Why this shape:
   it pushed, so loading never changes the caller's current context. A launch that fails
   because another context is current is retried once with ours pushed.
 
-``cuda.bindings`` and ``torch`` are imported lazily.
+``torch`` is imported lazily; libcuda.so.1 is loaded at the first driver call.
 """
 
 from __future__ import annotations
@@ -35,7 +36,9 @@ import ctypes
 import struct
 import threading
 
-from .device import DriverError, check, cu_device, driver, result_name
+from . import cuda_driver as cu
+from .cuda_driver import DriverError, result_name
+from .device import cu_device
 from .nvrtc import CompiledModule
 
 __all__ = [
@@ -50,6 +53,7 @@ __all__ = [
 ]
 
 DEFAULT_DYNAMIC_SMEM_LIMIT = 48 * 1024
+CUDA_ERROR_INVALID_VALUE = 1
 PORTABLE_CLUSTER_SIZE = 8
 
 
@@ -148,7 +152,7 @@ class ParamLayout:
 # Contexts and streams
 # ---------------------------------------------------------------------------------------------
 
-_contexts: dict[int, object] = {}
+_contexts: dict[int, int] = {}
 _contexts_lock = threading.Lock()
 
 
@@ -157,11 +161,8 @@ def primary_context(device_index: int):
     with _contexts_lock:
         context = _contexts.get(device_index)
         if context is None:
-            cu = driver()
             device = cu_device(device_index)
-            context = check(
-                cu.cuDevicePrimaryCtxRetain(device), "cuDevicePrimaryCtxRetain", LaunchError
-            )
+            context = cu.out_handle("cuDevicePrimaryCtxRetain", device, error=LaunchError)
             _contexts[device_index] = context
         return context
 
@@ -169,16 +170,15 @@ def primary_context(device_index: int):
 @contextlib.contextmanager
 def context_pushed(context):
     """Make ``context`` current for the block and restore the caller's afterwards."""
-    cu = driver()
-    current = check(cu.cuCtxGetCurrent(), "cuCtxGetCurrent", LaunchError)
-    if int(current) == int(context):
+    current = cu.out_handle("cuCtxGetCurrent", error=LaunchError)
+    if current == context:
         yield
         return
-    check(cu.cuCtxPushCurrent(context), "cuCtxPushCurrent", LaunchError)
+    cu.call("cuCtxPushCurrent", context, error=LaunchError)
     try:
         yield
     finally:
-        check(cu.cuCtxPopCurrent(), "cuCtxPopCurrent", LaunchError)
+        cu.out_handle("cuCtxPopCurrent", error=LaunchError)
 
 
 def _first_stream_getter(device_index: int) -> int:
@@ -215,15 +215,18 @@ def _default_device_index() -> int:
 
 
 class _Staging:
-    """A parameter buffer and the fixed array of pointers into it that the driver reads."""
+    """A parameter buffer, the fixed array of pointers into it that the driver reads (as the
+    c_void_p the untyped launch takes), and the last stream launched on, as a c_void_p."""
 
-    __slots__ = ("buffer", "pointers", "address")
+    __slots__ = ("buffer", "pointers", "address", "kernel_params", "stream", "stream_pointer")
 
     def __init__(self, offsets: tuple[int, ...], size: int):
         self.buffer = (ctypes.c_char * max(size, 1))()
         base = ctypes.addressof(self.buffer)
         self.pointers = (ctypes.c_void_p * max(len(offsets), 1))(*(base + o for o in offsets))
         self.address = ctypes.addressof(self.pointers) if offsets else 0
+        self.kernel_params = ctypes.c_void_p(self.address or None)
+        self.stream, self.stream_pointer = 0, ctypes.c_void_p()
 
 
 def _dim3(value) -> tuple[int, int, int]:
@@ -255,7 +258,8 @@ _HINTS = {
 class LoadedKernel:
     """A kernel resident on one device, ready to launch."""
 
-    def __init__(self, module: CompiledModule, device_index: int, context, cu_module, function):
+    def __init__(self, module: CompiledModule, device_index: int, context: int, cu_module: int,
+                 function: int):
         self.module = module
         self.device_index = device_index
         self.context = context
@@ -269,9 +273,9 @@ class LoadedKernel:
         self.non_portable_clusters = False
         self._configs: dict[tuple, object] = {}
         self._tls = threading.local()
-        cu = driver()
-        self._launch_kernel = cu.cuLaunchKernel
-        self._launch_kernel_ex = cu.cuLaunchKernelEx
+        self._function_pointer = ctypes.c_void_p(function)
+        self._launch_kernel = cu.launch_kernel()
+        self._launch_kernel_ex = cu.function("cuLaunchKernelEx")
 
     @property
     def name(self) -> str:
@@ -312,21 +316,25 @@ class LoadedKernel:
         if len(params_buffer) != self.param_size:
             self._wrong_size(params_buffer)
         staging.buffer.raw = params_buffer
-        args = staging.address
         if cluster is None and not cooperative:
             try:
                 gx, gy, gz = grid
                 bx, by, bz = block
             except (TypeError, ValueError):
                 (gx, gy, gz), (bx, by, bz) = _dim3(grid), _dim3(block)
+            if stream_handle != staging.stream:
+                staging.stream, staging.stream_pointer = stream_handle, ctypes.c_void_p(
+                    stream_handle or None)
             status = self._launch_kernel(
-                self.function, gx, gy, gz, bx, by, bz, shared_mem, stream_handle, args, 0
-            )[0]
+                self._function_pointer, gx, gy, gz, bx, by, bz, shared_mem,
+                staging.stream_pointer, staging.kernel_params, None
+            )
         else:
             config = self._config(grid, block, shared_mem, cluster, cooperative, stream_handle)
-            status = self._launch_kernel_ex(config, self.function, args, 0)[0]
+            status = self._launch_kernel_ex(ctypes.byref(config), self.function,
+                                            staging.address, None)
         if status:
-            self._recover(status, grid, block, args, shared_mem, cluster, cooperative,
+            self._recover(status, grid, block, staging, shared_mem, cluster, cooperative,
                           stream_handle)
 
     def _new_staging(self) -> _Staging:
@@ -346,14 +354,9 @@ class LoadedKernel:
         self.dynamic_smem_limit = shared_mem
 
     def _set_attribute(self, name: str, value: int) -> None:
-        cu = driver()
-        attribute = getattr(cu.CUfunction_attribute, f"CU_FUNC_ATTRIBUTE_{name}")
         with context_pushed(self.context):
-            check(
-                cu.cuFuncSetAttribute(self.function, attribute, value),
-                f"{self.name}: cuFuncSetAttribute({name}={value})",
-                LaunchError,
-            )
+            cu.call("cuFuncSetAttribute", self.function, cu.FUNCTION_ATTRIBUTE[name], value,
+                    what=f"{self.name}: cuFuncSetAttribute({name}={value})", error=LaunchError)
 
     def _config(self, grid, block, shared_mem, cluster, cooperative, stream_handle):
         key = (grid, block, shared_mem, cluster, cooperative, stream_handle)
@@ -371,58 +374,44 @@ class LoadedKernel:
         return config
 
     def _new_config(self, grid, block, shared_mem, cluster, cooperative, stream_handle):
-        cu = driver()
         grid, block = _dim3(grid), _dim3(block)
-        config = cu.CUlaunchConfig()
-        config.gridDimX, config.gridDimY, config.gridDimZ = grid
-        config.blockDimX, config.blockDimY, config.blockDimZ = block
-        config.sharedMemBytes = shared_mem
-        config.hStream = cu.CUstream(stream_handle)
         attributes = []
         if cluster is not None:
             attributes.append(self._cluster_attribute(grid, _dim3(cluster)))
         if cooperative:
-            attribute = cu.CUlaunchAttribute()
-            attribute.id = cu.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_COOPERATIVE
-            attribute.value.cooperative = 1
-            attributes.append(attribute)
-        config.attrs = attributes
-        config.numAttrs = len(attributes)
-        return config
+            attributes.append(cu.cooperative_attribute())
+        return cu.launch_config(grid, block, shared_mem, stream_handle, attributes)
 
     def _cluster_attribute(self, grid, cluster):
-        cu = driver()
         if any(g % c for g, c in zip(grid, cluster)):
             raise LaunchError(f"{self.name}: cluster {cluster} does not divide grid {grid}")
         if cluster[0] * cluster[1] * cluster[2] > PORTABLE_CLUSTER_SIZE:
             if not self.non_portable_clusters:
                 self._set_attribute("NON_PORTABLE_CLUSTER_SIZE_ALLOWED", 1)
                 self.non_portable_clusters = True
-        attribute = cu.CUlaunchAttribute()
-        attribute.id = cu.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
-        dims = attribute.value.clusterDim
-        dims.x, dims.y, dims.z = cluster
-        return attribute
+        return cu.cluster_attribute(cluster)
 
-    def _recover(self, status, grid, block, args, shared_mem, cluster, cooperative, stream):
+    def _recover(self, status, grid, block, staging, shared_mem, cluster, cooperative, stream):
         """Retry once with our context current if another was; otherwise explain the error."""
-        cu = driver()
-        current = check(cu.cuCtxGetCurrent(), "cuCtxGetCurrent", LaunchError)
-        if result_name(status) in _CONTEXT_ERRORS and int(current) != int(self.context):
+        current = cu.out_handle("cuCtxGetCurrent", error=LaunchError)
+        if result_name(status) in _CONTEXT_ERRORS and current != self.context:
             with context_pushed(self.context):
-                status = self._issue(grid, block, args, shared_mem, cluster, cooperative, stream)
+                status = self._issue(grid, block, staging, shared_mem, cluster, cooperative,
+                                     stream)
             if not status:
                 return
         raise LaunchError(self._describe(status, grid, block, shared_mem, cluster, cooperative))
 
-    def _issue(self, grid, block, args, shared_mem, cluster, cooperative, stream):
+    def _issue(self, grid, block, staging, shared_mem, cluster, cooperative, stream):
         if cluster is None and not cooperative:
             (gx, gy, gz), (bx, by, bz) = _dim3(grid), _dim3(block)
             return self._launch_kernel(
-                self.function, gx, gy, gz, bx, by, bz, shared_mem, stream, args, 0
-            )[0]
+                self._function_pointer, gx, gy, gz, bx, by, bz, shared_mem,
+                ctypes.c_void_p(stream or None), staging.kernel_params, None
+            )
         config = self._config(grid, block, shared_mem, cluster, cooperative, stream)
-        return self._launch_kernel_ex(config, self.function, args, 0)[0]
+        return self._launch_kernel_ex(ctypes.byref(config), self.function, staging.address,
+                                      None)
 
     def _describe(self, status, grid, block, shared_mem, cluster, cooperative) -> str:
         name = result_name(status)
@@ -441,24 +430,22 @@ class LoadedKernel:
 
 def _param_info(function) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """(offsets, sizes) of every parameter, as recorded in the cubin (driver 12.4+)."""
-    cu = driver()
+    get = cu.function("cuFuncGetParamInfo")
     offsets, sizes = [], []
+    offset, size = ctypes.c_size_t(), ctypes.c_size_t()
     while True:
-        returned = cu.cuFuncGetParamInfo(function, len(offsets))
-        if returned[0] != cu.CUresult.CUDA_SUCCESS:
-            if returned[0] == cu.CUresult.CUDA_ERROR_INVALID_VALUE:
+        status = get(function, len(offsets), ctypes.byref(offset), ctypes.byref(size))
+        if status != cu.CUDA_SUCCESS:
+            if status == CUDA_ERROR_INVALID_VALUE:       # past the last parameter
                 return tuple(offsets), tuple(sizes)
-            raise LaunchError(f"cuFuncGetParamInfo failed with {result_name(returned[0])}")
-        offsets.append(int(returned[1]))
-        sizes.append(int(returned[2]))
+            raise LaunchError(f"cuFuncGetParamInfo failed with {result_name(status)}")
+        offsets.append(offset.value)
+        sizes.append(size.value)
 
 
 def _int_attribute(function, name: str) -> int:
-    cu = driver()
-    attribute = getattr(cu.CUfunction_attribute, f"CU_FUNC_ATTRIBUTE_{name}")
-    value = check(cu.cuFuncGetAttribute(attribute, function), f"cuFuncGetAttribute({name})",
-                  LaunchError)
-    return int(value)
+    return cu.out_int("cuFuncGetAttribute", cu.FUNCTION_ATTRIBUTE[name], function,
+                      what=f"cuFuncGetAttribute({name})", error=LaunchError)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -484,19 +471,15 @@ def load(module: CompiledModule, device_index: int | None = None) -> LoadedKerne
 
 
 def _load(module: CompiledModule, device_index: int) -> LoadedKernel:
-    cu = driver()
     context = primary_context(device_index)
     with context_pushed(context):
-        cu_module = check(
-            cu.cuModuleLoadData(module.cubin),
-            f"cuModuleLoadData({module.symbol}, {module.arch} cubin, device {device_index})",
-            LaunchError,
+        cu_module = cu.out_handle(
+            "cuModuleLoadData", module.cubin,
+            what=f"cuModuleLoadData({module.symbol}, {module.arch} cubin, device {device_index})",
+            error=LaunchError,
         )
-        function = check(
-            cu.cuModuleGetFunction(cu_module, module.symbol.encode()),
-            f"cuModuleGetFunction({module.symbol})",
-            LaunchError,
-        )
+        function = cu.out_handle("cuModuleGetFunction", cu_module, module.symbol.encode(),
+                                 what=f"cuModuleGetFunction({module.symbol})", error=LaunchError)
         return LoadedKernel(module, device_index, context, cu_module, function)
 
 
@@ -505,16 +488,11 @@ def occupancy(kernel: LoadedKernel, block_threads: int, shared_mem: int = 0) -> 
     this times the SM count."""
     if shared_mem > kernel.dynamic_smem_limit:
         kernel._raise_smem_limit(shared_mem)
-    cu = driver()
     with context_pushed(kernel.context):
-        blocks = check(
-            cu.cuOccupancyMaxActiveBlocksPerMultiprocessor(
-                kernel.function, block_threads, shared_mem
-            ),
-            f"{kernel.name}: cuOccupancyMaxActiveBlocksPerMultiprocessor",
-            LaunchError,
-        )
-    return int(blocks)
+        return cu.out_int("cuOccupancyMaxActiveBlocksPerMultiprocessor", kernel.function,
+                          block_threads, shared_mem,
+                          what=f"{kernel.name}: cuOccupancyMaxActiveBlocksPerMultiprocessor",
+                          error=LaunchError)
 
 
 def cluster_occupancy(kernel: LoadedKernel, block, shared_mem: int, cluster) -> int:
@@ -523,21 +501,11 @@ def cluster_occupancy(kernel: LoadedKernel, block, shared_mem: int, cluster) -> 
     cooperative grid of clusters may not exceed it times the cluster size."""
     if shared_mem > kernel.dynamic_smem_limit:
         kernel._raise_smem_limit(shared_mem)
-    cu = driver()
     cluster = _dim3(cluster)
-    config = cu.CUlaunchConfig()
     # One cluster's worth of grid: the query needs a grid the cluster divides, nothing more.
-    config.gridDimX, config.gridDimY, config.gridDimZ = cluster
-    config.blockDimX, config.blockDimY, config.blockDimZ = _dim3(block)
-    config.sharedMemBytes = shared_mem
-    config.hStream = cu.CUstream(0)
-    attributes = [kernel._cluster_attribute(cluster, cluster)]
-    config.attrs = attributes
-    config.numAttrs = len(attributes)
+    config = cu.launch_config(cluster, _dim3(block), shared_mem, 0,
+                              [kernel._cluster_attribute(cluster, cluster)])
     with context_pushed(kernel.context):
-        clusters = check(
-            cu.cuOccupancyMaxActiveClusters(kernel.function, config),
-            f"{kernel.name}: cuOccupancyMaxActiveClusters(cluster={cluster})",
-            LaunchError,
-        )
-    return int(clusters)
+        return cu.out_int("cuOccupancyMaxActiveClusters", kernel.function, ctypes.byref(config),
+                          what=f"{kernel.name}: cuOccupancyMaxActiveClusters(cluster={cluster})",
+                          error=LaunchError)

@@ -24,6 +24,8 @@ __all__ = [
     "compile_to_cubin",
     "nvrtc_version",
     "nvrtc_library_identity",
+    "nvrtc_search_context",
+    "file_identity",
     "parse_ptxas_log",
     "base_options",
 ]
@@ -211,6 +213,36 @@ def nvrtc_version() -> tuple[int, int]:
     return (int(major), int(minor))
 
 
+def nvrtc_search_context() -> list:
+    """What decides which NVRTC file `nvrtc_library_identity` finds, as cuda.pathfinder's early
+    steps search: the interpreter, its site-packages folders (site.getsitepackages() and the
+    user's) with each one's modification time (installing or removing a package changes it),
+    and the environment variables those steps read. JSON-able: the disk cache remembers the
+    file found per context (kernel_cache.nvrtc_fingerprint)."""
+    import os
+    import site
+    import sys
+    folders = list(site.getsitepackages()) if hasattr(site, "getsitepackages") else []
+    if site.ENABLE_USER_SITE:
+        folders.append(site.getusersitepackages())
+    stamped = []
+    for folder in folders:
+        try:
+            stamped.append([folder, os.stat(folder).st_mtime_ns])
+        except OSError:
+            stamped.append([folder, None])
+    environment = [os.environ.get(name) for name in ("CUDA_PATH", "CUDA_HOME", "CONDA_PREFIX")]
+    return [sys.executable, stamped, environment]
+
+
+def file_identity(path: str) -> tuple[str, int, int, int]:
+    """(real path, size, inode, modification time in ns) of a file; OSError if it is gone."""
+    import os
+    path = os.path.realpath(path)
+    st = os.stat(path)
+    return (path, st.st_size, st.st_ino, st.st_mtime_ns)
+
+
 @functools.lru_cache(maxsize=1)
 def nvrtc_library_identity() -> tuple[str, int, int, int] | None:
     """The NVRTC library file ``cuda.bindings`` loads, found as it finds it but without loading
@@ -224,8 +256,12 @@ def nvrtc_library_identity() -> tuple[str, int, int, int] | None:
     the system loader's search. The first two are file look-ups, repeated here with
     cuda.pathfinder's own steps; the third resolves only by loading, so it answers None (the
     caller then asks the version), as does any failure of these look-ups (they use
-    cuda.pathfinder's internals)."""
-    import os
+    cuda.pathfinder's internals). Importing cuda.pathfinder costs a new process 25-65 ms (H100
+    machine): kernel_cache.nvrtc_fingerprint remembers the answer on disk."""
+    return _find_nvrtc_file()
+
+
+def _find_nvrtc_file() -> tuple[str, int, int, int] | None:
     try:
         from cuda.pathfinder._dynamic_libs.lib_descriptor import LIB_DESCRIPTORS
         from cuda.pathfinder._dynamic_libs.platform_loader import LOADER
@@ -243,11 +279,12 @@ def nvrtc_library_identity() -> tuple[str, int, int, int] | None:
             if found is None:
                 return None
             path = found.abs_path
-        path = os.path.realpath(path)
-        st = os.stat(path)
     except Exception:   # noqa: BLE001  (internals of another package: ask the version instead)
         return None
-    return (path, st.st_size, st.st_ino, st.st_mtime_ns)
+    try:
+        return file_identity(path)
+    except OSError:
+        return None
 
 
 def base_options(arch: str) -> tuple[str, ...]:

@@ -16,7 +16,9 @@ import ctypes
 
 from ..kir.nodes import TENSOR_MAP_SMEM_ALIGN
 from ..schedule.tma_rules import GLOBAL_ALIGN, MAX_GLOBAL_STRIDE, check_row_box, merged_rows
-from .device import DriverError, check, driver, init_driver
+from . import cuda_driver as cu
+from .cuda_driver import DriverError, result_name
+from .device import init_driver
 
 __all__ = [
     "TensorMapError",
@@ -219,30 +221,22 @@ def _dtype_info(dtype) -> tuple[str, int]:
     return _DTYPE_BY_NAME[name]
 
 
-def _enum(enum_type, prefix: str, suffix: str):
-    return getattr(enum_type, f"{prefix}{suffix}")
+def _swizzle_enum(swizzle_bytes: int) -> int:
+    return cu.TENSOR_MAP_SWIZZLE[{0: "NONE", 32: "32B", 64: "64B", 128: "128B"}[swizzle_bytes]]
 
 
-def _swizzle_enum(swizzle_bytes: int):
-    cu = driver()
-    suffix = {0: "NONE", 32: "32B", 64: "64B", 128: "128B"}[swizzle_bytes]
-    return _enum(cu.CUtensorMapSwizzle, "CU_TENSOR_MAP_SWIZZLE_", suffix)
-
-
-def _l2_enum(l2_promotion: int):
-    cu = driver()
+def _l2_enum(l2_promotion: int) -> int:
     suffixes = {0: "NONE", 64: "L2_64B", 128: "L2_128B", 256: "L2_256B"}
     if l2_promotion not in suffixes:
         raise TensorMapError(f"l2_promotion must be one of {sorted(suffixes)} bytes")
-    return _enum(cu.CUtensorMapL2promotion, "CU_TENSOR_MAP_L2_PROMOTION_", suffixes[l2_promotion])
+    return cu.TENSOR_MAP_L2_PROMOTION[suffixes[l2_promotion]]
 
 
-def _oob_enum(oob_fill: str, kind: str):
-    cu = driver()
+def _oob_enum(oob_fill: str, kind: str) -> int:
     if oob_fill == "zero":
-        return cu.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE
+        return cu.TENSOR_MAP_FLOAT_OOB_FILL["NONE"]
     if oob_fill == "nan" and kind in _FLOAT_KINDS:
-        return cu.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NAN_REQUEST_ZERO_FMA
+        return cu.TENSOR_MAP_FLOAT_OOB_FILL["NAN_REQUEST_ZERO_FMA"]
     raise TensorMapError(f"oob_fill must be 'zero', or 'nan' for a float type; got {oob_fill!r}")
 
 
@@ -255,32 +249,14 @@ def _require_driver() -> None:
         ) from error
 
 
-# The driver's entry point, called through ctypes. Why not cuda.bindings' wrapper: it encodes
-# into a CUtensorMap embedded in a Python object, which CPython aligns to 16 bytes only, while
-# the driver requires a 64-byte-aligned descriptor (see NVIDIA/cuda-python PR 1692).
-_encode_function = None
-
-
+# The driver's entry point through ctypes (cuda_driver.py). Why not cuda.bindings' wrapper: it
+# encodes into a CUtensorMap embedded in a Python object, which CPython aligns to 16 bytes only,
+# while the driver requires a 64-byte-aligned descriptor (see NVIDIA/cuda-python PR 1692).
 def _encode_entry_point():
-    global _encode_function
-    if _encode_function is None:
-        cu = driver()
-        flags = cu.CUdriverProcAddress_flags.CU_GET_PROC_ADDRESS_DEFAULT
-        address, _ = check(
-            cu.cuGetProcAddress(b"cuTensorMapEncodeTiled", 12000, flags),
-            "cuGetProcAddress(cuTensorMapEncodeTiled)",
-            TensorMapError,
-        )
-        u32, u64p, u32p, ptr = (
-            ctypes.c_uint32, ctypes.POINTER(ctypes.c_uint64), ctypes.POINTER(ctypes.c_uint32),
-            ctypes.c_void_p,
-        )
-        prototype = ctypes.CFUNCTYPE(
-            ctypes.c_int, ptr, ctypes.c_int, u32, ptr, u64p, u64p, u32p, u32p,
-            ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int,
-        )
-        _encode_function = prototype(address)
-    return _encode_function
+    try:
+        return cu.function("cuTensorMapEncodeTiled")
+    except DriverError as error:
+        raise TensorMapError(str(error)) from error
 
 
 def _aligned_map_buffer():
@@ -293,13 +269,6 @@ def _aligned_map_buffer():
 
 def _array(ctype, values):
     return (ctype * max(len(values), 1))(*values)
-
-
-def _result_name(code: int) -> str:
-    try:
-        return driver().CUresult(code).name
-    except ValueError:
-        return f"CUresult({code})"
 
 
 def encode_tiled(
@@ -331,13 +300,12 @@ def encode_tiled(
         raise TensorMapError("cannot build a TMA tensor map: " + "; ".join(problems))
     outer, _ = _outer_strides(dtype_bytes, len(dims), list(global_strides_bytes))
     _require_driver()
-    cu = driver()
     enums = (
-        int(_enum(cu.CUtensorMapDataType, "CU_TENSOR_MAP_DATA_TYPE_", kind)),
-        int(cu.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE),
-        int(_swizzle_enum(swizzle)),
-        int(_l2_enum(l2_promotion)),
-        int(_oob_enum(oob_fill, kind)),
+        cu.TENSOR_MAP_DATA_TYPE[kind],
+        cu.TENSOR_MAP_INTERLEAVE_NONE,
+        _swizzle_enum(swizzle),
+        _l2_enum(l2_promotion),
+        _oob_enum(oob_fill, kind),
     )
     return _encode(enums, int(data_ptr), dims, outer, [int(b) for b in box_dims], estrides)
 
@@ -353,7 +321,7 @@ def _encode(enums, data_ptr, dims, outer, box, estrides) -> bytes:
     )
     if code != 0:
         raise TensorMapError(
-            f"cuTensorMapEncodeTiled failed with {_result_name(code)} (dims {dims}, strides "
+            f"cuTensorMapEncodeTiled failed with {result_name(code)} (dims {dims}, strides "
             f"{outer}, box {box}, address {data_ptr:#x})"
         )
     data = ctypes.string_at(address, TENSOR_MAP_BYTES)

@@ -1,5 +1,5 @@
 """Checks of pyfuser.runtime against fake_libcuda.c, run in a subprocess by
-test_launch_fake_driver.py (the fake must be found as libcuda.so.1 before cuda.bindings loads).
+test_launch_fake_driver.py (the fake must be found as libcuda.so.1 before pyfuser loads the driver).
 
 Each check is a function named check_*; the script prints one JSON object mapping each check's
 name to "ok" or the failure, plus the measured per-call costs under "timings_ns".
@@ -30,7 +30,8 @@ _skip_package_inits()
 
 from pyfuser.runtime import launch as L  # noqa: E402
 from pyfuser.runtime import tensor_map as T  # noqa: E402
-from pyfuser.runtime.device import _bandwidth_gbps, cu_device, driver  # noqa: E402
+from pyfuser.runtime import cuda_driver  # noqa: E402
+from pyfuser.runtime.device import _bandwidth_gbps, cu_device  # noqa: E402
 from pyfuser.runtime.nvrtc import compile_to_cubin  # noqa: E402
 
 from cubin_params import kernel_params  # noqa: E402
@@ -104,7 +105,7 @@ def _driver_side(values) -> bytes:
 
 
 def _current_context() -> int:
-    return int(driver().cuCtxGetCurrent()[1])
+    return cuda_driver.out_handle("cuCtxGetCurrent")
 
 
 def _params(size: int) -> bytes:
@@ -278,17 +279,14 @@ def check_tensor_map_encoding():
     data = T.encode_tiled(0x10000, "float32", (64, 32), (4, 256), (32, 8), swizzle=128,
                           l2_promotion=256, oob_fill="nan")
     words = list(memoryview(data).cast("Q"))
-    cu = driver()
     assert len(data) == 128
-    assert words[0] == int(cu.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_FLOAT32)
+    assert words[0] == 7  # CU_TENSOR_MAP_DATA_TYPE_FLOAT32
     assert words[1] == 2 and words[2] == 0x10000
     assert words[3:5] == [64, 32] and words[8] == 256
     assert list(data[104:108]) == [32, 0, 8, 0] and list(data[112:114]) == [1, 1]
-    expected = (
-        int(cu.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B) << 8
-        | int(cu.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B) << 16
-        | int(cu.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NAN_REQUEST_ZERO_FMA) << 24
-    )
+    # CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+    # CU_TENSOR_MAP_FLOAT_OOB_FILL_NAN_REQUEST_ZERO_FMA (cuda.h)
+    expected = 3 << 8 | 3 << 16 | 1 << 24
     assert words[15] == expected, hex(words[15])
     message = _raises(T.TensorMapError, T.encode_tiled, 0x10008, "float32", (64,), (4,), (32,))
     assert "16-byte aligned" in message
@@ -306,8 +304,9 @@ def timings() -> dict[str, float]:
     k = kernel()
     FAKE.fake_reset()
     packed = LAYOUT.pack(VALUES)
-    args = k._tls.staging.address
-    env = dict(k=k, LAYOUT=LAYOUT, VALUES=VALUES, packed=packed, STREAM=STREAM, args=args)
+    staging = k._tls.staging
+    env = dict(k=k, LAYOUT=LAYOUT, VALUES=VALUES, packed=packed, STREAM=STREAM,
+               params=staging.kernel_params, stream=ctypes.c_void_p(STREAM))
     statements = {
         "pack": "LAYOUT.pack(VALUES)",
         "launch": "k.launch((3, 1, 1), (128, 1, 1), packed, stream_handle=STREAM)",
@@ -315,8 +314,8 @@ def timings() -> dict[str, float]:
         "stream_handle=STREAM)",
         "cluster_launch": "k.launch((4, 1, 1), (128, 1, 1), packed, cluster=(2, 1, 1), "
         "stream_handle=STREAM)",
-        "driver_binding_only": "k._launch_kernel(k.function, 3, 1, 1, 128, 1, 1, 0, STREAM, "
-        "args, 0)",
+        "driver_call_only": "k._launch_kernel(k._function_pointer, 3, 1, 1, 128, 1, 1, 0, stream, "
+        "params, None)",
     }
     number = 20000
     result = {}

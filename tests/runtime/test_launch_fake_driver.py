@@ -1,7 +1,7 @@
 """The launch path against a recording stand-in for libcuda.so.1 (no GPU needed).
 
 fake_libcuda.c is built with the C compiler, and fake_driver_checks.py runs in a subprocess whose
-LD_LIBRARY_PATH finds the fake first, so cuda.bindings binds to it. What this proves: the bytes
+LD_LIBRARY_PATH finds the fake first, so pyfuser's driver calls (cuda_driver.py) bind to it. What this proves: the bytes
 the driver would copy for each parameter (at the cubin's own offsets), grid/block/stream/shared
 memory, launch attributes for clusters and cooperative launches, function attributes set once,
 context handling, error messages, and the arguments of cuTensorMapEncodeTiled. What it cannot
@@ -27,7 +27,7 @@ pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="EL
 
 @pytest.fixture(scope="module")
 def fake_driver_results(tmp_path_factory):
-    pytest.importorskip("cuda.bindings.driver")
+    pytest.importorskip("cuda.bindings.nvrtc")       # the checks compile their kernels
     compiler = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
     if compiler is None:
         pytest.skip("no C compiler to build the fake driver")

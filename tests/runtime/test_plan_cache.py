@@ -288,18 +288,69 @@ def test_a_different_nvrtc_misses(monkeypatch):
     path, size, ino, mtime = nvrtc.nvrtc_library_identity()
     for other in [("/elsewhere/libnvrtc.so.13", size, ino, mtime), (path, size + 1, ino, mtime),
                   (path, size, ino, mtime + 1)]:
-        monkeypatch.setattr(kernel_cache, "nvrtc_library_identity", lambda: other)
+        monkeypatch.setattr(kernel_cache, "remembered_nvrtc_identity", lambda: other)
         assert kernel_cache.plan_key(fields) != here
     # Where the file cannot be told without loading NVRTC, its version keys the cache.
-    monkeypatch.setattr(kernel_cache, "nvrtc_library_identity", lambda: None)
+    monkeypatch.setattr(kernel_cache, "remembered_nvrtc_identity", lambda: None)
     by_version = kernel_cache.plan_key(fields)
     assert by_version != here
     monkeypatch.setattr(kernel_cache, "nvrtc_version", lambda: (99, 0))
     assert kernel_cache.plan_key(fields) != by_version
 
 
+def _fresh_nvrtc_lookup(monkeypatch, calls):
+    """Forget this process's answer and count the searches nvrtc_library_identity makes."""
+    from pyfuser.runtime import nvrtc
+    monkeypatch.setattr(kernel_cache, "_nvrtc_identities", {})
+    real = nvrtc.nvrtc_library_identity
+
+    def counted():
+        calls.append(1)
+        return real()
+    monkeypatch.setattr(kernel_cache, "nvrtc_library_identity", counted)
+
+
+def test_the_nvrtc_file_is_remembered_beside_the_disk_cache(monkeypatch, isolated_cache):
+    """A new process (here: a forgotten in-process answer) with the same search context takes
+    the file from the memo without searching (importing cuda.pathfinder costs 25-65 ms)."""
+    from pyfuser.runtime import nvrtc
+    calls = []
+    _fresh_nvrtc_lookup(monkeypatch, calls)
+    first = kernel_cache.nvrtc_fingerprint()
+    assert calls == [1] and first[0] == "file"
+    assert (isolated_cache / "nvrtc-library.json").is_file()
+    assert kernel_cache.nvrtc_fingerprint() == first and calls == [1]   # in-process answer
+    _fresh_nvrtc_lookup(monkeypatch, calls := [])
+    assert kernel_cache.nvrtc_fingerprint() == first and calls == []    # from the memo
+    # Another search context (a package installed, another interpreter): search again.
+    context = nvrtc.nvrtc_search_context()
+    other = [context[0] + "-other", *context[1:]]
+    monkeypatch.setattr(kernel_cache, "nvrtc_search_context", lambda: other)
+    _fresh_nvrtc_lookup(monkeypatch, calls := [])
+    assert kernel_cache.nvrtc_fingerprint() == first and calls == [1]
+    entries = json.loads((isolated_cache / "nvrtc-library.json").read_text())
+    assert [e["context"] for e in entries] == [other, context]
+
+
+def test_a_rewritten_nvrtc_file_or_a_damaged_memo_searches_again(monkeypatch, isolated_cache):
+    calls = []
+    _fresh_nvrtc_lookup(monkeypatch, calls)
+    first = kernel_cache.nvrtc_fingerprint()
+    memo = isolated_cache / "nvrtc-library.json"
+    entries = json.loads(memo.read_text())
+    entries[0]["identity"][3] += 1               # the file's modification time changed
+    memo.write_text(json.dumps(entries))
+    _fresh_nvrtc_lookup(monkeypatch, calls := [])
+    assert kernel_cache.nvrtc_fingerprint() == first and calls == [1]
+    for text in ("{not json", "[1, 2]", json.dumps([{"context": "x"}])):
+        memo.write_text(text)
+        _fresh_nvrtc_lookup(monkeypatch, calls := [])
+        assert kernel_cache.nvrtc_fingerprint() == first and calls == [1]
+
+
 _DISK_HIT = """
 import sys, torch
+with_torch = set(sys.modules)      # torch 2.13's torch.cuda imports cuda.bindings itself
 from pyfuser import catalogue
 from pyfuser.runtime import device, launch
 class NoLaunch:
@@ -311,14 +362,16 @@ torch.Tensor.is_cuda = property(lambda self: True)
 fd = catalogue.define("rmsnorm_fwd", "bf16")
 fd.execute(catalogue.make_inputs("rmsnorm_fwd", 64, 1024, "bf16", seed=0))
 print([k.compile_source for k in fd.kernels()])
-print(sorted(m for m in sys.modules if m.startswith(("pyfuser.lower", "pyfuser.codegen",
-                                                      "pyfuser.kir.nodes", "cuda.bindings.nvrtc"))))
+print(sorted(m for m in set(sys.modules) - with_torch
+             if m.startswith(("pyfuser.lower", "pyfuser.codegen", "pyfuser.kir.nodes",
+                              "cuda.bindings", "cuda.pathfinder"))))
 """
 
 
 def test_a_disk_hit_in_a_new_process_imports_no_lowering_and_loads_no_nvrtc(isolated_cache):
     """A process whose kernels all come from the disk cache neither imports lowering, code
-    generation and the kernel IR nor loads NVRTC (the first process fills the cache, the
+    generation and the kernel IR nor loads NVRTC, nor imports cuda.bindings or cuda.pathfinder
+    (the NVRTC file is remembered beside the cache; the first process fills the cache, the
     second hits it)."""
     import subprocess
     import sys

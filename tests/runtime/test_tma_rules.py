@@ -123,11 +123,10 @@ def test_encode_rejects_bad_requests_before_touching_the_driver():
 
 @pytest.mark.skipif(cuda_available(), reason="checks the error raised without a GPU driver")
 def test_encode_without_driver_says_so():
+    from pyfuser.runtime import cuda_driver
     try:
-        from cuda.bindings import driver
-
-        driver.cuInit(0)
-    except Exception:
+        cuda_driver.call("cuInit", 0)
+    except cuda_driver.DriverError:
         pass
     else:
         pytest.skip("a CUDA driver library is present")
