@@ -21,8 +21,13 @@ import warnings
 from .. import options as opts
 from ..ir.tensor import TensorView
 from .executor import FallbackWarning, FusionExecutorCache, RunInfo
-from .inputs import check_inputs, laid_out
+from .inputs import InputError, check_inputs, laid_out
 from .reference import evaluate
+
+
+class SegmentPlanError(RuntimeError):
+    """A segment of a plan refused what another segment wrote: a pyfuser bug (an InputError
+    escaping here would blame the user's inputs, which were checked before the plan)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -96,10 +101,18 @@ class SegmentedPlan:
         vals[:self.n_inputs] = inputs
         first = self.run_info is None
         moved = 0
-        for seg, executor, args, outs, free in self.steps:
+        for k, (seg, executor, args, outs, free) in enumerate(self.steps):
             ins = [vals[s] for s in args]
             if executor is not None:
-                results = executor.run(ins)
+                try:
+                    results = executor.run(ins)
+                except InputError as error:
+                    # The executor checked the user's inputs before this plan was made (its
+                    # key fixes their dtypes, shapes and strides): a segment refusing the
+                    # values the plan hands it is pyfuser's bug, not the user's.
+                    raise SegmentPlanError(
+                        f"{self.name}: segment {k} ({seg.why}) refused the tensors the plan "
+                        f"handed it: {error}") from error
                 if executor.last_run.kind == "reference":
                     # A kernel segment whose heuristic refused this call ran the reference
                     # evaluator, which returns torch's layouts: the segments reading its outputs

@@ -302,3 +302,22 @@ def test_a_kernel_segment_that_falls_back_hands_on_its_outputs_as_declared():
         run_and_check(fd, [x], kernels=0, options={"enable": ["interpret"]})
     assert not fd.last_run.internal_error
     assert len(fd.last_run.segments) > 1
+
+
+def test_a_segment_refusing_what_the_plan_hands_it_is_an_internal_error(monkeypatch):
+    """The user's inputs are checked before a plan is made, so an InputError out of a segment
+    is pyfuser's bug: it must not reach the user (or the fuzzer) as a complaint about their
+    inputs."""
+    from pyfuser.runtime import plan as plan_mod
+    from pyfuser.runtime.inputs import InputError
+    fd = _define(adamw_two_params)
+    x = adamw_inputs()
+    fd.execute(x, options=INTERPRET)
+    sub = next(e for e in fd._executor._segment_executors if e is not None)
+
+    def refuse(inputs, options=None):
+        raise InputError("input 0: expected 2 dims")
+    monkeypatch.setattr(sub, "run", refuse)
+    with pytest.raises(plan_mod.SegmentPlanError, match="refused the tensors the plan") as info:
+        fd.execute(x, options=INTERPRET)
+    assert not isinstance(info.value, InputError)
