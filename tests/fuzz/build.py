@@ -89,6 +89,7 @@ def definition_source(spec: dict) -> str:
             args.append(f"expanded={d['expanded']!r}")
         body.append(f"{inp['name']} = fd.define_tensor({', '.join(args)})")
     body += [op_source(op) for op in spec["ops"]]
+    body += [f"fd.add_output({o}, alias_input={i})" for o, i in spec.get("aliases", {}).items()]
     body += [f"fd.add_output({o})" for o in spec["outputs"]]
     return f"with FusionDefinition({name!r}) as fd:\n" + textwrap.indent("\n".join(body), "    ")
 
@@ -124,7 +125,9 @@ def check(fd, outputs, refs, tolerances):
     for k, (o, r, (dtype, tol, elem_tol)) in enumerate(zip(outputs, refs, tolerances)):
         problems = []
         want = output_strides(fd.fusion.outputs[k], list(r.shape))
-        if o.shape == r.shape and any(s != w for s, w, n in zip(o.stride(), want, r.shape) if n > 1):
+        in_input = k in fd.fusion.hidden_outputs
+        if not in_input and o.shape == r.shape and any(
+                s != w for s, w, n in zip(o.stride(), want, r.shape) if n > 1):
             problems.append(f"strides {tuple(o.stride())}, expected {tuple(want)}")
         o = o.cpu()
         r = r.cpu()
@@ -180,14 +183,19 @@ def repro_script(spec: dict, backend: str = "interpret", tolerances=None,
                          "for fk in fd.kernels(last_run=True):   # NVRTC must accept the CUDA too\n"
                          "    compile_kernel(fk)\n")
     tail = f'''
+originals = [x.clone() if hasattr(x, "clone") else x for x in inputs]
 outputs = fd.execute(inputs, options={options!r})
 print(fd.last_run)
 {compile_lines}
 from pyfuser.runtime.inputs import check_inputs  # noqa: E402
 from pyfuser.runtime.reference import evaluate  # noqa: E402
 
-refs = evaluate(fd.fusion, inputs, promote_to_double=True,
-                extent_bindings=check_inputs(fd.fusion, inputs))
+# In-place outputs execute does not return are judged in the inputs they were written into.
+returned = iter(outputs)
+outputs = [inputs[fd.fusion.output_aliases[k]] if k in fd.fusion.hidden_outputs
+           else next(returned) for k in range(len(fd.fusion.outputs))]
+refs = evaluate(fd.fusion, originals, promote_to_double=True,
+                extent_bindings=check_inputs(fd.fusion, originals), all_outputs=True)
 {tol_line}if TOLERANCES is not None:
     raise SystemExit(0 if check(fd, outputs, refs, TOLERANCES) else 1)
 '''

@@ -293,9 +293,11 @@ def expectations(fd, inputs) -> list[dict]:
     """Per output: the float64 reference and its tolerances (with what they were made of)."""
     cpu_inputs = [x.cpu() if isinstance(x, torch.Tensor) else x for x in inputs]
     bindings = check_inputs(fd.fusion, cpu_inputs)
-    refs = evaluate(fd.fusion, cpu_inputs, promote_to_double=True, extent_bindings=bindings)
+    # Every entry of fusion.outputs, in-place ones included (nothing written into the inputs).
+    refs = evaluate(fd.fusion, cpu_inputs, promote_to_double=True, extent_bindings=bindings,
+                    all_outputs=True)
     try:
-        natives = evaluate(fd.fusion, cpu_inputs, extent_bindings=bindings)
+        natives = evaluate(fd.fusion, cpu_inputs, extent_bindings=bindings, all_outputs=True)
     except Exception:                     # a torch op without this dtype on the CPU: no term
         natives = [None] * len(refs)
     serials = [None] * len(refs)
@@ -315,8 +317,18 @@ def expectations(fd, inputs) -> list[dict]:
     return out
 
 
+def all_outputs(fd, inputs, returned) -> list:
+    """One tensor per entry of fd.fusion.outputs after execute: the returned outputs, and for an
+    in-place output that execute does not return, the input it was written into."""
+    fusion = fd.fusion
+    returned = iter(returned)
+    return [inputs[fusion.output_aliases[k]] if k in fusion.hidden_outputs else next(returned)
+            for k in range(len(fusion.outputs))]
+
+
 def judge(fd, outs, expect) -> tuple[str, list, str]:
-    """(category among right / wrong / ill_conditioned, per-output details, message)."""
+    """(category among right / wrong / ill_conditioned, per-output details, message). `outs`:
+    one tensor per entry of fd.fusion.outputs (all_outputs)."""
     details, problems, ill = [], [], False
     for k, (o, e) in enumerate(zip(outs, expect)):
         v = fd.fusion.outputs[k]
@@ -329,7 +341,9 @@ def judge(fd, outs, expect) -> tuple[str, list, str]:
             bad.append(f"shape {tuple(o.shape)}, expected {tuple(r.shape)}")
         else:
             want = output_strides(v, list(r.shape))
-            if any(s != w for s, w, n in zip(o.stride(), want, r.shape) if n > 1):
+            in_input = k in fd.fusion.hidden_outputs      # the input's storage and strides
+            if not in_input and any(s != w for s, w, n in zip(o.stride(), want, r.shape)
+                                    if n > 1):
                 bad.append(f"strides {tuple(o.stride())}, expected {tuple(want)}")
             if e["tol"] is None:
                 diff = int((o.detach().cpu().double() != r.double()).sum()) if r.numel() else 0
@@ -489,8 +503,11 @@ def run_case(spec: dict, backend: str = "interpret", compile: bool = False) -> C
                          traceback.format_exc())
         run = fd.last_run
         res.run = repr(run)
-        # The reference runs on CPU copies made like the inputs (same values and layouts).
-        cpu_inputs = inputs if backend != "gpu" else materialize(spec, "cpu")[1]
+        # The reference runs on CPU copies made like the inputs (same values and layouts),
+        # made again where execute wrote in-place outputs into the inputs.
+        outs = all_outputs(fd, inputs, outs)
+        fresh = backend == "gpu" or bool(fd.fusion.output_aliases)
+        cpu_inputs = materialize(spec, "cpu")[1] if fresh else inputs
         try:
             expect = expectations(fd, cpu_inputs)
         except Exception as e:            # noqa: BLE001 - the oracle itself failed: a pyfuser bug

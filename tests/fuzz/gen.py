@@ -69,7 +69,7 @@ REDUCTIONS = ("sum", "max", "min", "mean", "var", "var_mean")
 ALL_OPS = (FLOAT_UNARY + SAME_UNARY + ("gelu", "logical_not", "cast", "set", "segment_set")
            + ARITH_BINARY
            + COMPARE + LOGICAL + ("where",) + SHAPE_OPS + REDUCTIONS
-           + ("full", "zeros", "ones", "define_scalar"))
+           + ("full", "zeros", "ones", "define_scalar", "linear", "stride_order"))
 
 
 class GenError(Exception):
@@ -172,8 +172,9 @@ class Builder:
         self.ops: list[dict] = []
         self.vals: dict[str, Val] = {}
         self.outputs: list[str] = []
+        self.aliases: dict[str, str] = {}     # in-place output -> input (output_in_place)
         self.tags = {"ops": set(), "dtypes": set(), "ranks": set(), "layouts": set(),
-                     "sizes": set(), "scalars": set()}
+                     "sizes": set(), "scalars": set(), "outputs": set()}
         self._count = 0
 
     # Names ------------------------------------------------------------------------------------
@@ -574,6 +575,16 @@ class Builder:
                          for s, a in zip(shape, axes))
             v = float(value.lo if isinstance(value, Val) else value)
             return Val(name, dims, dt, v, v, not isinstance(value, Val) or value.exact)
+        if op == "stride_order":
+            # A copy laid out in memory by the order (fd.ops.stride_order): same values.
+            return Val(name, x.dims, x.dtype, x.lo, x.hi, x.exact)
+        if op == "linear":
+            # x [M, K] @ w[N, K]^T (+ bias [N]): a library segment (cuBLAS through torch).
+            w = args[1]
+            bias = args[2] if len(args) > 2 else kw.get("bias")
+            k = self.size_of(x.dims[-1])
+            bound = k * x.bound * w.bound + (bias.bound if isinstance(bias, Val) else 0.0)
+            return Val(name, x.dims[:-1] + (w.dims[0],), x.dtype, -bound, bound, False)
         raise GenError(f"no inference rule for {op}")
 
     def _infer_reduction(self, op, name, x, args, kw):
@@ -1004,11 +1015,28 @@ class Builder:
                     raise GenError("no output candidate")
                 self.output(self.call("set", base))
 
+    def output_in_place(self, v: Val, target: Val) -> bool:
+        """fd.add_output(v, alias_input=target): v written into input `target`'s storage
+        (execute does not return it). v must have target's dims and dtype, and one input
+        receives one output."""
+        inputs = {i["name"]: i for i in self.inputs}
+        if (target.name not in inputs or inputs[target.name]["kind"] == "scalar"
+                or target.name in self.aliases.values() or v.is_scalar
+                or v.dims != target.dims or v.dtype != target.dtype or v.name in self.aliases
+                or v.name in self.outputs or v.name in inputs):
+            return False
+        self.aliases[v.name] = target.name
+        self.tags["outputs"].add("in_place")
+        return True
+
     def spec(self, seed: int, index: int, pattern: str) -> dict:
         tags = {k: sorted(map(str, v)) for k, v in self.tags.items()}
-        return {"id": case_id(seed, index), "seed": seed, "index": index, "pattern": pattern,
-                "max_elements": self.max_elements, "inputs": self.inputs, "ops": self.ops,
-                "outputs": self.outputs, "tags": tags}
+        out = {"id": case_id(seed, index), "seed": seed, "index": index, "pattern": pattern,
+               "max_elements": self.max_elements, "inputs": self.inputs, "ops": self.ops,
+               "outputs": self.outputs, "tags": tags}
+        if self.aliases:
+            out["aliases"] = dict(self.aliases)   # output name -> the input it is written into
+        return out
 
 
 # Patterns ---------------------------------------------------------------------------------------
@@ -1400,6 +1428,77 @@ def pat_segmented(b: Builder) -> None:
         b.output(v)
 
 
+def pat_outputs_and_library(b: Builder) -> None:
+    """What the plan does besides generated kernels: a linear layer (a library segment, cuBLAS
+    through torch) with a pointwise epilogue and sometimes a reduction after it; in-place
+    outputs (fd.add_output(t, alias_input=x): an optimizer-style update written into its
+    input, beside other outputs); outputs laid out by fd.ops.stride_order."""
+    r = b.rng
+    form = r.choice(("linear", "linear", "in_place", "stride_order"))
+    outs = []
+    if form == "linear":
+        m_axis, n_axis, k_axis = b.axis(), b.axis(), b.axis()
+        b.fit([m_axis, n_axis, k_axis], protect=[k_axis])
+        dt = b.pick_float_dtype(allow_f64=False)
+        x = b.tensor([Dim(m_axis, "full"), Dim(k_axis, "full")], dt)
+        w = b.tensor([Dim(n_axis, "full"), Dim(k_axis, "full")], dt)
+        args = [x, w]
+        if r.random() < 0.5:
+            args.append(b.tensor([Dim(n_axis, "full")], dt))
+        y = b.bounded(b.call("linear", *args))
+        # The epilogue reads y (a dead linear would leave the plan without its library segment).
+        last = b.unary_step(y) if r.random() < 0.7 else y
+        if r.random() < 0.5:
+            other = b.tensor(_random_dims(b, [m_axis, n_axis]), _input_dtype(b))
+            last = b.binary_step(last, other)
+        outs.append(last)
+        if r.random() < 0.4:
+            red = b.reduce_step(last, [r.choice((0, 1))])
+            outs += list(red) if isinstance(red, tuple) else [red]
+    elif form == "in_place":
+        rank = r.choice((1, 2, 2, 3))
+        axes = [b.axis() for _ in range(rank)]
+        b.fit(axes)
+        dims = [Dim(a, "full") for a in axes]
+        dt = b.pick_float_dtype(allow_f64=False)
+        p = b.tensor(dims, dt)
+        g = b.tensor(_random_dims(b, axes), b.pick_float_dtype(allow_f64=False))
+        made = b.pointwise_dag([p, g], r.randint(1, 3))
+        step = next((v for v in made[::-1] if not v.is_scalar and v.rank == rank
+                     and b.compatible(p, v)), g)
+        step = b.bounded(step)
+        update = b.call("sub", b.as_float(p, F32), b.call("mul", b.as_float(step, F32), 0.125))
+        new_p = b.call("cast", update, dtype=dt) if update.dtype != dt else update
+        if new_p.dims != p.dims:
+            new_p = b.call("add", new_p, b.call("mul", b.as_float(p, dt), 0.0))
+        if r.random() < 0.5:
+            outs.append(made[-1] if made and not made[-1].is_scalar else update)
+        if r.random() < 0.3:
+            red = b.reduce_step(b.as_float(update, F32))
+            outs += list(red) if isinstance(red, tuple) else [red]
+        if not b.output_in_place(new_p, p):
+            outs.append(new_p)
+        elif r.random() < 0.2:
+            outs.append(new_p)        # also returned: nvFuser's in-place output added twice
+    else:
+        rank = r.choice((2, 3, 3, 4))
+        axes = [b.axis() for _ in range(rank)]
+        b.fit(axes)
+        pool = [b.tensor([Dim(a, "full") for a in axes], _input_dtype(b))]
+        made = b.pointwise_dag(pool, r.randint(1, 3))
+        src = next((v for v in made[::-1] if not v.is_scalar and v.rank == rank), pool[0])
+        order = list(range(rank))
+        r.shuffle(order)
+        outs.append(b.call("stride_order", src, order))
+        b.tags["layouts"].add("out_stride_order")
+        if r.random() < 0.3:
+            outs.append(_negated(b, pool[0]))
+    for v in outs:
+        b.output(v)
+    if not b.outputs and not b.aliases:
+        b.finish_outputs(list(b.vals.values()))
+
+
 # name -> (weight, builder)
 PATTERNS = {
     "pointwise": (24, pat_pointwise),
@@ -1411,6 +1510,7 @@ PATTERNS = {
     "norm_backward": (10, pat_norm_backward),
     "random": (10, pat_random),
     "segmented": (8, pat_segmented),
+    "outputs_and_library": (5, pat_outputs_and_library),
 }
 
 DEFAULT_MAX_ELEMENTS = 64 * 1024
@@ -1448,7 +1548,7 @@ def generate(seed: int, index: int, max_elements: int = DEFAULT_MAX_ELEMENTS,
         pattern = rng.choices(names, [PATTERNS[n][0] for n in names])[0]
     b = Builder(rng, max_elements)
     PATTERNS[pattern][1](b)
-    if not b.outputs:
+    if not b.outputs and not b.aliases:
         raise GenError(f"case {seed}:{index} ({pattern}) has no outputs")
     spec = b.spec(seed, index, pattern)
     spec["options"] = random_options(rng, pattern)

@@ -87,7 +87,8 @@ def test_inputs_match_their_definitions(corpus):
 
 
 def test_coverage_of_ops_dtypes_ranks_layouts_and_sizes(corpus):
-    seen = {k: set() for k in ("ops", "dtypes", "ranks", "layouts", "sizes", "scalars", "options")}
+    seen = {k: set() for k in ("ops", "dtypes", "ranks", "layouts", "sizes", "scalars", "options",
+                               "outputs")}
     patterns = set()
     for s, *_ in corpus:
         patterns.add(s["pattern"])
@@ -102,6 +103,8 @@ def test_coverage_of_ops_dtypes_ranks_layouts_and_sizes(corpus):
     assert {"runtime", "constant"} <= seen["scalars"]
     assert {"tma_inner_persistent", "ws_inner_persistent", "tma_tensor_map", "ws_normalization",
             "no_ws_normalization", "streaming_loads"} <= seen["options"]
+    assert {"in_place"} <= seen["outputs"]
+    assert "out_stride_order" in seen["layouts"]
     assert patterns == set(gen.PATTERNS)
 
 
@@ -250,3 +253,32 @@ def test_the_runner_resumes_after_a_worker_dies(tmp_path):
                for r in (results[0], results[2]))
     assert (out / "summary.txt").exists() and (out / "failures.md").exists()
     assert (out / "repro" / "1_1.py").exists()
+
+
+def _in_place_case():
+    for k in range(200):
+        s = gen.generate(5, k, pattern="outputs_and_library")
+        if s.get("aliases") and not s["outputs"]:
+            return s
+    raise AssertionError("no case with in-place outputs alone")
+
+
+def test_an_in_place_output_is_judged_in_the_input_it_was_written_into(monkeypatch):
+    """The checker compares the inputs an in-place output was written into with the float64
+    reference computed from the inputs as they were: a plan that skipped the write is wrong."""
+    from pyfuser.runtime import executor
+    s = _in_place_case()
+    assert check.run_case(s, "interpret").category == "right"
+    monkeypatch.setattr(executor, "write_aliased_outputs",
+                        lambda fusion, inputs, outputs: [x for k, x in enumerate(outputs)
+                                                         if k not in fusion.hidden_outputs])
+    result = check.run_case(s, "interpret")
+    assert result.category == "wrong", (result.category, result.message)
+
+
+def test_a_linear_layer_runs_as_a_library_segment_of_the_plan():
+    specs = (gen.generate(5, k, pattern="outputs_and_library") for k in range(200))
+    s = next(s for s in specs if any(op["op"] == "linear" for op in s["ops"]))
+    result = check.run_case(s, "interpret")
+    assert result.category == "right", result.message
+    assert "SegmentRun(kind='library', name='linear'" in result.run
