@@ -102,6 +102,31 @@ def test_full_sum_is_one_reduction_kernel(shape):
     assert fd.last_run.heuristics[0].full
 
 
+def test_full_sum_of_8192x4096_bf16_is_a_grid_reduction():
+    """Issue 16's bar shape: one full-reduction kernel over the grid (no fallback), against
+    float64 with the output poisoned."""
+    with FusionDefinition("full_sum_bf16") as fd:
+        x = fd.define_tensor([-1, -1], dtype=DataType.BFloat16)
+        fd.add_output(fd.ops.sum(fd.ops.cast(x, DataType.Float), [0, 1]))
+    x = torch.randn(8192, 4096, device="cuda").bfloat16()
+    run_and_check(fd, [x], scheduler="reduction")
+    p = fd.last_run.heuristics[0]
+    assert p.full and p.grid_split > 1 and p.vector == 8
+    # Deterministic: the last block combines the partials in block order.
+    (a,) = fd.execute([x])
+    (b,) = fd.execute([x])
+    assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("name,shape", [("mse_mean", (8192, 4096)), ("amax_scale", (8192, 8192))])
+def test_issue16_full_reduction_bars_run_as_kernels(name, shape):
+    fd = catalogue.define(name, "bf16")
+    ins = catalogue.make_inputs(name, *shape, "bf16", device="cuda", seed=0)
+    segs = (("kernel", "reduction"), ("kernel", "pointwise")) if name == "amax_scale" else ()
+    run_and_check(fd, ins, kernels=len(segs) or 1, segments=segs,
+                  scheduler="reduction" if not segs else None)
+
+
 def test_row_and_column_sums_are_a_plan_of_two_reduction_kernels():
     """No scheduler takes a row sum and a column sum of one input whole: the segmenter runs
     each as a reduction kernel (this fusion fell back to the reference before)."""
