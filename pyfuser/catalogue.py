@@ -23,7 +23,9 @@ class Entry:
     make_inputs: Callable      # (M, N, torch_dtype, device, generator) -> list
     torch_reference: Callable  # (inputs, eps) -> list of outputs
     min_bytes: Callable        # (M, N, elem_bytes) -> int
-    kind: str                  # pointwise | reduction | inner_persistent | inner_outer_persistent
+    # The scheduler that takes the whole fusion (pointwise | reduction | inner_persistent |
+    # inner_outer_persistent), or "plan": segmented into kernels of several schedulers.
+    kind: str
 
 
 def _rand(shape, dtype, device, gen, scale=1.0):
@@ -57,6 +59,25 @@ def _row_sum(fd, dt, eps):
 def _col_sum(fd, dt, eps):
     x = fd.define_tensor([-1, -1], dtype=dt)
     fd.add_output(fd.ops.cast(fd.ops.sum(_f(fd, x), [0]), dt))
+
+
+def _mse_mean(fd, dt, eps):
+    p = fd.define_tensor([-1, -1], dtype=dt)
+    t = fd.define_tensor([-1, -1], dtype=dt)
+    d = fd.ops.sub(_f(fd, p), _f(fd, t))
+    fd.add_output(fd.ops.cast(fd.ops.mean(fd.ops.mul(d, d)), dt))
+
+
+# The largest finite float8 e4m3 value: x * (448 / amax) fills the fp8 range (the cast itself
+# waits for the fp8 dtype).
+FP8_E4M3_MAX = 448.0
+
+
+def _amax_scale(fd, dt, eps):
+    x = fd.define_tensor([-1, -1], dtype=dt)
+    xf = _f(fd, x)
+    amax = fd.ops.max(fd.ops.abs(xf))
+    fd.add_output(fd.ops.cast(fd.ops.mul(xf, fd.ops.div(FP8_E4M3_MAX, amax)), dt))
 
 
 def _softmax_parts(fd, dt):
@@ -202,6 +223,15 @@ def _t_col_sum(i, eps):
     return [i[0].float().sum(0).to(i[0].dtype)]
 
 
+def _t_mse_mean(i, eps):
+    return [((i[0].float() - i[1].float()) ** 2).mean().to(i[0].dtype)]
+
+
+def _t_amax_scale(i, eps):
+    x = i[0].float()
+    return [(x * (FP8_E4M3_MAX / x.abs().amax())).to(i[0].dtype)]
+
+
 def _t_softmax(i, eps):
     return [i[0].float().softmax(-1).to(i[0].dtype)]
 
@@ -264,6 +294,11 @@ ENTRIES: dict[str, Entry] = {e.name: e for e in [
           lambda M, N, e: M * N * e + M * e, "reduction"),
     Entry("col_sum", "sum over dim 0", _col_sum, _in_x, _t_col_sum,
           lambda M, N, e: M * N * e + N * e, "reduction"),
+    Entry("mse_mean", "mean((p - t)^2) over all elements (a full reduction)", _mse_mean, _in_x_y,
+          _t_mse_mean, lambda M, N, e: 2 * M * N * e + e, "reduction"),
+    Entry("amax_scale", "x * (448 / amax(|x|)), amax over all elements: a full reduction, then "
+          "a pointwise kernel", _amax_scale, _in_x, _t_amax_scale,
+          lambda M, N, e: 2 * M * N * e, "plan"),
     Entry("softmax", "softmax over dim 1", _softmax, _in_x, _t_softmax,
           lambda M, N, e: 2 * M * N * e, "inner_persistent"),
     Entry("log_softmax", "log_softmax over dim 1", _log_softmax, _in_x, _t_log_softmax,

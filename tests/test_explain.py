@@ -104,7 +104,21 @@ def _full_sum(fd):
     fd.add_output(fd.ops.sum(x, [0, 1]))
 
 
-def test_full_sum_is_a_reference_segment_that_every_scheduler_rejected():
+def test_full_sum_is_a_reduction_kernel():
+    fd = _define(_full_sum)
+    plan = fd.explain([torch.empty(8, 33, device="meta")])
+    (seg,) = plan.segments
+    assert (seg.kind, seg.name) == ("kernel", "reduction") and seg.kernel is not None
+    assert "reduction (full)" in str(plan)
+
+
+def test_full_sum_is_a_reference_segment_that_every_scheduler_rejected(monkeypatch):
+    """With the reduction scheduler refusing full reductions (as before it had a schedule for
+    them), no scheduler takes the sum: a reference segment, its rejections listed."""
+    from pyfuser.schedule.schedulers import reduction
+    takes = reduction.can_schedule
+    monkeypatch.setattr(reduction, "can_schedule", lambda f: (False, "refused by this test")
+                        if takes(f)[1].startswith("full") else takes(f))
     fd = _define(_full_sum)
     plan = fd.explain([torch.empty(8, 33, device="meta")])
     (seg,) = plan.segments

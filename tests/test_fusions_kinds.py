@@ -354,14 +354,16 @@ KINDS: dict[str, Kind] = {
     "adamw_multi_tensor": Kind(adamw_multi_tensor, lambda: _ADAM_SCALARS + [
         _meta([n], torch.float32) for n in _ADAM_MULTI_SIZES for _ in range(4)], (PW,) * 3),
     "batchnorm_fwd_nchw": Kind(batchnorm_fwd_nchw, lambda: [_meta(_CHW)] + [
-        _meta([256], torch.float32)] * 4, (REF, PW, PW, REF, PW, PW)),
+        _meta([256], torch.float32)] * 4, (PW, RED, RED, PW, PW, PW)),
     "batchnorm_fwd_nhwc": Kind(batchnorm_fwd_nhwc, lambda: [_meta(_CHW, stride=_CHANNELS_LAST)]
-                               + [_meta([256], torch.float32)] * 4, (REF, PW, PW, REF, PW, PW)),
+                               + [_meta([256], torch.float32)] * 4, (PW, RED, RED, PW, PW, PW)),
     "groupnorm_fwd": Kind(groupnorm_fwd, lambda: [
         _meta([8, 320, 64, 64]), _meta([320], torch.float32), _meta([320], torch.float32)],
         (PW, IP, PW)),
     "softmax_dim0": Kind(softmax_dim0, lambda: [_meta([2048, 8192])], (PW, RED, PW, RED, PW)),
-    "mean_all": Kind(mean_all, lambda: [_meta([8192, 4096])] * 2, (PW, REF)),
+    # One full-reduction kernel: (p - t)^2 its prologue, the division by the count and the
+    # cast its rank-0 epilogue.
+    "mean_all": Kind(mean_all, lambda: [_meta([8192, 4096])] * 2, (RED,)),
     "var_mean": Kind(var_mean, lambda: [_meta([8192, 4096])], (IP,)),
     "add_rmsnorm": Kind(add_rmsnorm, lambda: [
         _meta([8192, 4096]), _meta([8192, 4096]), _meta([4096], torch.float32)], (IP,)),
@@ -404,14 +406,10 @@ OPS_MISSING: dict[str, tuple] = {
 # Kinds whose scheduler the issue on reduction patterns (16) adds. Their plan has reference
 # segments, and each reference segment's reason (`why`, also the segmentation's text) must
 # name this refusal of the reduction scheduler.
-REDUCTION_PATTERNS: dict[str, str] = {
-    "mean_all": "a full reduction (no kept dims) is not supported yet",
-    # Sums over N, H, W keeping C, NCHW: C sits between reduced dims.
-    "batchnorm_fwd_nchw": "reduced dims interleave with kept dims in logical order",
-    # Channels-last, but the reduction scheduler orders dims by the logical NCHW, so C sits
-    # between reduced dims here too; an outer-dim normalization either way.
-    "batchnorm_fwd_nhwc": "reduced dims interleave with kept dims in logical order",
-}
+# None left: mean_all is a full-reduction kernel, and BatchNorm's sums over N, H, W are
+# reduction kernels scheduled from the memory order (an inner reduction of the merged N*H*W in
+# NCHW, an outer one keeping C in channels-last), with pointwise kernels around them.
+REDUCTION_PATTERNS: dict[str, str] = {}
 
 # The 38 kinds of ../shared/FUSIONS.md, in its order.
 FUSION_KINDS = (
@@ -515,7 +513,6 @@ SMALL_INPUTS = {
     "groupnorm_fwd": lambda gen: [_r(2, 64, 4, 4, gen=gen), _r(64, dtype=torch.float32, gen=gen),
                                   _r(64, dtype=torch.float32, gen=gen)],
     "softmax_dim0": lambda gen: [_r(24, 40, gen=gen)],
-    "mean_all": lambda gen: [_r(24, 40, gen=gen), _r(24, 40, gen=gen)],
     "linear_bias_gelu": lambda gen: [_r(16, 32, gen=gen), _r(24, 32, gen=gen), _r(24, gen=gen)],
     "attn_scores_qkT": lambda gen: [_r(2, 3, 16, 8, gen=gen), _r(2, 3, 16, 8, gen=gen)],
 }

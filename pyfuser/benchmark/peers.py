@@ -42,6 +42,12 @@ def _eager(name, ins, eps):
         return lambda: ins[0].sum(1)
     if name == "col_sum":
         return lambda: ins[0].sum(0)
+    if name == "mse_mean":
+        p, t = ins
+        return lambda: F.mse_loss(p, t)
+    if name == "amax_scale":
+        x = ins[0]
+        return lambda: x * (448.0 / x.abs().amax())
     if name == "softmax":
         return lambda: torch.softmax(ins[0], -1)
     if name == "log_softmax":

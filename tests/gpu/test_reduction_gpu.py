@@ -73,15 +73,19 @@ def test_keepdim_and_mean():
 
 
 def _full_sum():
-    # A sum to one value: no scheduler takes it yet (full reductions come with the issue on
-    # reduction patterns), alone or as a segment.
     with FusionDefinition("full_sum") as fd:
         x = fd.define_tensor([-1, -1], dtype=DataType.Float)
         fd.add_output(fd.ops.sum(x, [0, 1]))
     return fd
 
 
-def test_fusion_without_scheduler_warns_and_falls_back():
+def test_fusion_without_scheduler_warns_and_falls_back(monkeypatch):
+    # Every scheduler takes a full sum now: the reduction scheduler is made to refuse it, as it
+    # did before it had a schedule for full reductions, so that no scheduler takes it.
+    from pyfuser.schedule.schedulers import reduction
+    takes = reduction.can_schedule
+    monkeypatch.setattr(reduction, "can_schedule", lambda f: (False, "refused by this test")
+                        if takes(f)[1].startswith("full") else takes(f))
     fd = _full_sum()
     x = torch.randn(64, 256, device="cuda")
     with pytest.warns(FallbackWarning):
@@ -89,6 +93,38 @@ def test_fusion_without_scheduler_warns_and_falls_back():
     assert fd.last_run.kind == "reference" and fd.last_run.num_kernels == 0
     assert "no scheduler" in fd.last_run.reason
     assert torch.allclose(out, x.sum(), rtol=1e-5, atol=1e-3)
+
+
+@pytest.mark.parametrize("shape", [(64, 256), (7, 1), (1000, 4099)])
+def test_full_sum_is_one_reduction_kernel(shape):
+    fd = _full_sum()
+    run_and_check(fd, [torch.randn(*shape, device="cuda")], scheduler="reduction")
+    assert fd.last_run.heuristics[0].full
+
+
+def test_full_sum_of_8192x4096_bf16_is_a_grid_reduction():
+    """Issue 16's bar shape: one full-reduction kernel over the grid (no fallback), against
+    float64 with the output poisoned."""
+    with FusionDefinition("full_sum_bf16") as fd:
+        x = fd.define_tensor([-1, -1], dtype=DataType.BFloat16)
+        fd.add_output(fd.ops.sum(fd.ops.cast(x, DataType.Float), [0, 1]))
+    x = torch.randn(8192, 4096, device="cuda").bfloat16()
+    run_and_check(fd, [x], scheduler="reduction")
+    p = fd.last_run.heuristics[0]
+    assert p.full and p.grid_split > 1 and p.vector == 8
+    # Deterministic: the last block combines the partials in block order.
+    (a,) = fd.execute([x])
+    (b,) = fd.execute([x])
+    assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("name,shape", [("mse_mean", (8192, 4096)), ("amax_scale", (8192, 8192))])
+def test_issue16_full_reduction_bars_run_as_kernels(name, shape):
+    fd = catalogue.define(name, "bf16")
+    ins = catalogue.make_inputs(name, *shape, "bf16", device="cuda", seed=0)
+    segs = (("kernel", "reduction"), ("kernel", "pointwise")) if name == "amax_scale" else ()
+    run_and_check(fd, ins, kernels=len(segs) or 1, segments=segs,
+                  scheduler="reduction" if not segs else None)
 
 
 def test_row_and_column_sums_are_a_plan_of_two_reduction_kernels():

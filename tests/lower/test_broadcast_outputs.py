@@ -21,12 +21,11 @@ from kir_testing import (forced_inner_persistent, interpret, interpret_against_f
                          schedule_and_lower)
 from pyfuser import FusionDefinition
 from pyfuser.ir.dtype import from_torch
-from pyfuser.runtime.executor import FallbackWarning
 from pyfuser.runtime.inputs import check_inputs, output_strides
 from pyfuser.runtime.reference import evaluate
 from pyfuser.schedule.schedulers import inner_persistent as ip
 from pyfuser.schedule.schedulers import pointwise
-from pyfuser.testing import TOLERANCE, rel_error
+from pyfuser.testing import TOLERANCE, rel_error, run_and_check
 
 
 def check(fd, inputs, scheduler_name):
@@ -160,25 +159,35 @@ def _full_reduction(kind):
     return fd, [x]
 
 
-@pytest.mark.parametrize("kind", ["broadcast_back_and_scalar", "broadcast_back",
-                                  "scalar_and_its_double", "two_scalars"])
-def test_full_reductions_fall_back_with_a_reason(kind):
+# kind -> the plan: (segment kind, name) of each segment, () for one kernel.
+FULL_REDUCTION_PLANS = {
+    # x * sum(x): the sum is broadcast back over x, so two kernels; the sum as an output is
+    # written by the reduction kernel.
+    "broadcast_back_and_scalar": (("kernel", "reduction"), ("kernel", "pointwise")),
+    "broadcast_back": (("kernel", "reduction"), ("kernel", "pointwise")),
+    # sum(x) and sum(x) * 2: a rank-0 epilogue of the reduction kernel.
+    "scalar_and_its_double": (),
+    # sum(x) and max(x): the reduction scheduler takes one reduction per kernel.
+    "two_scalars": (("kernel", "reduction"), ("kernel", "reduction")),
+}
+
+
+@pytest.mark.parametrize("kind", list(FULL_REDUCTION_PLANS))
+def test_full_reductions_beside_other_outputs(kind):
     """Rank-0 outputs of full reductions beside other outputs: x * sum(x), with or without the
     sum as an output, was taken by the inner persistent scheduler and failed with an internal
-    error (`reduction: no kept dims`); it now refuses it. No scheduler takes full reductions
-    yet: each runs through the reference evaluator, with the reason."""
+    error (`reduction: no kept dims`); it refuses it (a full reduction has no rows), and the
+    reduction scheduler takes the full sums: generated kernels only, each output within
+    tolerance, no internal error."""
     fd, inputs = _full_reduction(kind)
     if kind.startswith("broadcast_back"):
         ok, why = ip.can_schedule(fd.fusion)
         assert not ok and why == "a full reduction (no kept dims) is not supported yet"
-    with pytest.warns(FallbackWarning, match="no scheduler takes the whole fusion"):
-        outs = fd.execute(inputs, options={"enable": ["interpret"]})
-    assert fd.last_run.kind == "reference" and "not supported yet" in fd.last_run.reason
+    plan = FULL_REDUCTION_PLANS[kind]
+    run_and_check(fd, inputs, kernels=max(1, len(plan)), segments=plan,
+                  scheduler="reduction" if not plan else None,
+                  options={"enable": ["interpret"]})
     assert not fd.last_run.internal_error
-    refs = evaluate(fd.fusion, inputs, promote_to_double=True,
-                    extent_bindings=check_inputs(fd.fusion, inputs))
-    for o, r in zip(outs, refs):
-        assert rel_error(o, r) <= TOLERANCE[from_torch(o.dtype)]
 
 
 @pytest.mark.parametrize("name", ["full_first", "layernorm_weight_out", "expanded_column",

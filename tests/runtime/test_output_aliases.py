@@ -227,23 +227,32 @@ def _alias_beside_a_full_sum(fd):
 
 
 @pytest.mark.filterwarnings("ignore::pyfuser.runtime.executor.FallbackWarning")
-def test_an_in_place_output_of_a_segmented_plan():
+@pytest.mark.parametrize("full_sum", ["kernel", "reference"])
+def test_an_in_place_output_of_a_segmented_plan(full_sum, monkeypatch):
     """The plan writes the in-place output after its segments; the segments' sub-fusions had
     kept the whole fusion's output_aliases, so the reference segment wrote its result into
-    input 1 of its own inputs (it has one: an IndexError)."""
+    input 1 of its own inputs (it has one: an IndexError). The full sum is a reduction kernel
+    now; with the reduction scheduler made to refuse full reductions (as before it had a
+    schedule for them), it is the reference segment of that regression."""
+    from pyfuser.schedule.schedulers import reduction
     from pyfuser.schedule.segmenter import segment
 
+    if full_sum == "reference":
+        takes = reduction.can_schedule
+        monkeypatch.setattr(reduction, "can_schedule", lambda f: (False, "refused by this test")
+                            if takes(f)[1].startswith("full") else takes(f))
     with FusionDefinition() as fd:
         _alias_beside_a_full_sum(fd)
     segs = segment(fd.fusion).segments
-    assert [s.kind for s in segs] == ["kernel", "kernel", "reference"]
+    last = ("kernel", "reduction") if full_sum == "kernel" else ("reference", "reference")
+    assert [s.kind for s in segs] == ["kernel", "kernel", last[0]]
     assert all(not s.fusion.output_aliases and not s.fusion.hidden_outputs for s in segs)
     gen = torch.Generator().manual_seed(2)
     x, acc = torch.randn(9, 20, generator=gen), torch.randn(20, generator=gen)
     want_acc = acc.double() * 0.9 + x.double().sum(0)
-    (total,) = run_and_check(fd, [x, acc], kernels=0, options=INTERPRET,
-                             segments=(("kernel", "reduction"), ("kernel", "pointwise"),
-                                       ("reference", "reference")))
+    (total,) = run_and_check(fd, [x, acc], kernels=3 if full_sum == "kernel" else 0,
+                             options=INTERPRET,
+                             segments=(("kernel", "reduction"), ("kernel", "pointwise"), last))
     torch.testing.assert_close(acc.double(), want_acc, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(total.double(), (x.double().sum(0) ** 2).sum(), rtol=1e-5,
                                atol=1e-4)

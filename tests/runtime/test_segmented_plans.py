@@ -71,8 +71,8 @@ def segment_set_copy(fd):
 
 
 def full_sum_between_kernels(fd):
-    """A full reduction (no scheduler takes it yet) between two pointwise parts: it runs as a
-    reference segment, and the pointwise parts may not merge around it (a cycle)."""
+    """A full reduction between two pointwise parts: the reduction kernel takes the relu before
+    it (and writes y), the division by the sum, broadcast back over y, is a pointwise kernel."""
     x = fd.define_tensor([-1, -1])
     y = fd.ops.relu(x)
     fd.add_output(y)
@@ -126,15 +126,15 @@ TABLE = {
     "segment_set_copy": (segment_set_copy, lambda: [torch.randn(6, 37)],
                          [(K, "pointwise"), (K, "pointwise")], "segment_set ends a segment"),
     "full_sum_between_kernels": (full_sum_between_kernels, lambda: [torch.randn(8, 33)],
-                                 [(K, "pointwise"), (R, "reference"), (K, "pointwise")],
-                                 "full reduction"),
+                                 [(K, "reduction"), (K, "pointwise")],
+                                 "is broadcast back to the reduced shape"),
     "inner_then_outer_reduction": (inner_then_outer_reduction, lambda: [torch.randn(5, 6, 70)],
                                    [(K, "reduction"), (K, "reduction")],
                                    "reductions over different dims"),
     "outer_product_of_row_sums": (outer_product_of_row_sums, lambda: [torch.randn(20, 9)],
                                   [(K, "reduction"), (K, "pointwise")], "roles"),
     "mean_then_full_sum": (mean_then_full_sum, lambda: [torch.randn(8, 33)],
-                           [(K, "reduction"), (R, "reference")], "reductions over different dims"),
+                           [(K, "reduction"), (K, "reduction")], "reductions over different dims"),
     "flatten_through_segment_set": (flatten_through_segment_set, lambda: [torch.randn(8, 33)],
                                     [(K, "pointwise"), (K, "pointwise")], "segment_set"),
 }
@@ -202,8 +202,24 @@ def test_plan_on_interpreter(name):
         assert (run.workspace_bytes > 0) == shared
 
 
-def test_reference_segment_warning_names_the_segment():
+def refuse_full_reductions(monkeypatch):
+    """Every scheduler takes every single op now; to test reference segments, the reduction
+    scheduler is made to refuse full reductions as it did before it had a schedule for them."""
+    from pyfuser.schedule.schedulers import reduction
+    takes = reduction.can_schedule
+
+    def refusing(fusion):
+        ok, why = takes(fusion)
+        return (False, "a full reduction (refused by this test)") if why.startswith("full") \
+            else (ok, why)
+    monkeypatch.setattr(reduction, "can_schedule", refusing)
+
+
+def test_reference_segment_warning_names_the_segment(monkeypatch):
+    refuse_full_reductions(monkeypatch)
     fd = _define(full_sum_between_kernels)
+    assert [(s.kind, s.name) for s in segment(fd.fusion).segments] == [
+        (K, "pointwise"), (R, "reference"), (K, "pointwise")]
     with pytest.warns(FallbackWarning, match=r"segment 1 \(ReductionOp\).*full reduction"):
         fd.execute([torch.randn(4, 5)], options=INTERPRET)
     assert fd.last_run.kind == "reference"

@@ -152,33 +152,46 @@ def test_refuses_reductions_over_different_dims():
     assert reduction.can_schedule(fd.fusion) == (False, "reductions over different dims")
 
 
-def test_refuses_interleaved_dims():
+def test_interleaved_dims_are_scheduled_from_memory_order():
+    """A sum over dims (0, 2) of a row-major [A, B, C] keeps B between reduced dims: C is
+    innermost in memory, so it is an inner reduction of the merged A*C (no refusal)."""
     with FusionDefinition() as fd:
         x = fd.define_tensor([-1, -1, -1])
         fd.add_output(fd.ops.sum(x, [0, 2]))
-    assert reduction.can_schedule(fd.fusion) == (
-        False, "reduced dims interleave with kept dims in logical order")
+    assert reduction.can_schedule(fd.fusion) == (True, "inner reduction, results not broadcast back")
+    lay = reduction.layout(reduction.reduction_tensors(fd.fusion)[0])
+    assert lay.inner and not lay.full and lay.reduced == (0, 2) and lay.kept == (1,)
 
 
-def test_interleaved_refusal_names_the_logical_order_not_memory():
-    """A channels-last sum over N, H, W keeps C innermost in memory; the scheduler refuses
-    it for the logical NCHW order, and its reason (which explain shows) must say so."""
+def test_channels_last_sum_over_n_h_w_is_an_outer_reduction():
+    """A channels-last [N, C, H, W] has C innermost in memory: its sum over N, H, W is a column
+    sum in memory (outer), whatever the logical NCHW order says; the reduced dims merge in
+    memory order N, H, W."""
     with FusionDefinition() as fd:
         x = fd.define_tensor([-1, -1, -1, -1], stride_order=[3, 0, 2, 1])
         fd.add_output(fd.ops.sum(x, [0, 2, 3]))
-    ok, why = reduction.can_schedule(fd.fusion)
-    assert not ok and why.endswith("in logical order") and "memory" not in why
+    assert reduction.can_schedule(fd.fusion) == (True, "outer reduction, results not broadcast back")
+    lay = reduction.layout(reduction.reduction_tensors(fd.fusion)[0])
+    assert not lay.inner and lay.reduced == (0, 2, 3) and lay.kept == (1,)
 
 
-@pytest.mark.parametrize("shape,dims", [([-1, -1], [0, 1]), ([-1], [0])])
-def test_refuses_full_reductions(shape, dims):
-    """schedule() cannot merge zero kept dims: the scheduler must say no up front, or execute
-    would fail instead of falling back."""
+def test_a_column_major_column_sum_is_an_inner_reduction():
+    """x [M, N] stored column-major: its sum over dim 0 reads contiguous memory (inner), its
+    sum over dim 1 strides (outer)."""
+    for dim, inner in ((0, True), (1, False)):
+        with FusionDefinition() as fd:
+            x = fd.define_tensor([-1, -1], stride_order=[0, 1])
+            fd.add_output(fd.ops.sum(x, [dim]))
+        lay = reduction.layout(reduction.reduction_tensors(fd.fusion)[0])
+        assert lay.inner == inner, dim
+
+
+@pytest.mark.parametrize("shape,dims", [([-1, -1], [0, 1]), ([-1], [0]), ([-1, -1, -1], [0, 1, 2])])
+def test_accepts_full_reductions(shape, dims):
     with FusionDefinition() as fd:
         x = fd.define_tensor(shape)
         fd.add_output(fd.ops.sum(x, dims))
-    assert reduction.can_schedule(fd.fusion) == (
-        False, "a full reduction (no kept dims) is not supported yet")
+    assert reduction.can_schedule(fd.fusion) == (True, "full reduction, results not broadcast back")
 
 
 def test_refuses_several_reductions():
@@ -252,13 +265,11 @@ def test_a_reduction_whose_kept_dims_are_all_broadcasts_is_a_full_reduction():
     """max over dim 0 of a softmax over the size-1 dim of x [M, 1] (fuzz 20261124:688, GPU
     20261129:1040): the kept dim is a broadcast, so one element is left, as in a full
     reduction. Scheduled as an outer reduction it failed to lower ("a register buffer of
-    runtime size"); the reduction scheduler now refuses it as the full reduction it is, and the
-    plan computes it on the reference evaluator, with the right values."""
-    import warnings
-
-    from pyfuser.ir.dtype import DataType
-    from pyfuser.runtime.executor import FallbackWarning
-    from pyfuser.testing import TOLERANCE, rel_error
+    runtime size": the broadcast dim's block and thread loops came first, and the squeeze of it
+    upstream could not be inlined). Scheduled as a full reduction the broadcast is merged into
+    the reduced dim, which a merge with a broadcast forwards, so the squeezed tensors share the
+    same loops: one kernel, right values."""
+    from pyfuser.testing import run_and_check
     x = torch.randn(2, 1)
     with FusionDefinition() as fd:
         t0 = fd.from_pytorch(x)
@@ -267,13 +278,8 @@ def test_a_reduction_whose_kept_dims_are_all_broadcasts_is_a_full_reduction():
         v4 = fd.ops.div(v2, fd.ops.sum(v2, [1], keepdim=True))
         fd.add_output(v4)
         fd.add_output(fd.ops.max(v4, [0], keepdim=False))
-    reds = [e.outputs[0] for e in fd.fusion.exprs() if type(e).__name__ == "ReductionOp"]
-    assert reds
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", FallbackWarning)
-        outs = fd.execute([x], options={"enable": ["interpret"]})
-    assert not fd.last_run.internal_error, fd.last_run
-    assert "a full reduction" in fd.last_run.reason
-    want = torch.softmax(x.double(), 1)
-    assert rel_error(outs[0], want) <= TOLERANCE[DataType.Float]
-    assert rel_error(outs[1], want.max(0).values) <= TOLERANCE[DataType.Float]
+    assert reduction.can_schedule(fd.fusion) == (True, "full reduction, results not broadcast back")
+    for m in (2, 7, 1000):
+        run_and_check(fd, [torch.randn(m, 1)], scheduler="reduction",
+                      options={"enable": ["interpret"]})
+        assert fd.last_run.heuristics[0].full

@@ -16,7 +16,25 @@ Outer reduction (the reduced dims are outermost), e.g. column sums of [M, N]:
 When rows are few and long (inner) or columns few (outer), each reduction is also split over
 `grid_split` blocks along blockIdx.y: every block reduces its share, writes partials to a
 workspace, and the last block to finish sums them in block order (deterministic).
-Limitation: reductions of mixed inner and outer dims are refused.
+
+Full reduction (no kept dim iterates: [M, N] -> [], or [M, 1] -> [1]), e.g. sum(x * x):
+
+    for blockIdx.y (G blocks): for r in serial: for u in U: for threadIdx.x:
+      partial += x[((((by * S + r) * U + u) * Bx + tidx) * V + 0..V)]   <- pointwise prologue
+    sum = block_allreduce_x(partial); partials[by] = sum; the last block sums partials[0..G)
+
+The same grid reduction as the grid-split inner reduction, with one row: the reduced dims
+merged into one, split into 16-byte vectors, threads, unrolled loads and G blocks.
+
+Dims are ordered by memory, not by their logical order: the reference input's allocation order
+(`memory_order`: the input iterating the most dims of the reduction) decides which dims are
+innermost, so a sum over dims (0, 2) of [A, B, C] is an inner reduction of the merged A*C
+keeping B, and a sum over N, H, W of a channels-last [N, C, H, W] is an outer reduction keeping
+C. The reduced dims are merged into one and the kept dims into one, each in memory order (the
+merge of dims that are not adjacent is indexed by division and remainder); the vector width
+divides the extent of the innermost dim alone, so every vector lies within it. Outputs keep
+their own layout: each is indexed through the ID graph, and stores along a dim that is not its
+stride-1 dim are element-wise (`vectorize`).
 """
 from __future__ import annotations
 
@@ -42,9 +60,10 @@ class ReductionParams:
     unroll: int              # independent vector loads per thread per serial step
     vector_inputs: tuple = ()
     grid_split: int = 1      # blocks sharing one reduction (blockIdx.y), combined by the last
+    full: bool = False       # no kept dim iterates: one value, the grid split over blockIdx.y
 
     def describe(self) -> str:
-        kind = "inner" if self.inner else "outer"
+        kind = "full" if self.full else ("inner" if self.inner else "outer")
         split = f", split over {self.grid_split} blocks" if self.grid_split > 1 else ""
         return (f"reduction ({kind}): block {self.bdimx}x{self.bdimy}, vector {self.vector}, "
                 f"unroll {self.unroll}{split}, vector loads for inputs {list(self.vector_inputs)}")
@@ -71,9 +90,9 @@ def broadcast_back(fusion, red: TensorView, graph=None) -> bool:
 
 
 def _layout(red: TensorView):
-    """(inner, reduced logical positions): which end of the logical order the reduction is at.
-    The schedule iterates the logical order; an input's stride order (channels-last) is not
-    read here, so an NHWC input's sum over N, H, W interleaves with C all the same."""
+    """(inner, reduced logical positions): which end of the logical order the reduction is at
+    (None: the reduced dims interleave with the kept ones). The inner persistent scheduler's
+    view, which iterates the logical order; this scheduler reads the memory order (`layout`)."""
     root = red.domain.maybe_root
     rpos = [k for k, i in enumerate(root) if i.is_reduction and not (i.extent.value == 1)]
     ipos = [k for k, i in enumerate(root) if not i.is_reduction and not i.is_broadcast]
@@ -84,6 +103,56 @@ def _layout(red: TensorView):
     if max(rpos) < min(ipos):
         return False, rpos
     return None, rpos
+
+
+def memory_order(red: TensorView, graph=None) -> list[int]:
+    """Positions of the reduction's root dims, outermost in memory first: the allocation order
+    of the fusion input that iterates the most of them (exact ID graph), a channels-last input
+    putting C innermost. Dims that input lacks (a broadcast's new dims, broadcasts) keep their
+    logical place; the dims it has fill the other places in its allocation order. With no such
+    input (every input lacks the dims), the logical order."""
+    graph = graph or IdGraph(red.fusion)
+    root = red.domain.maybe_root
+    best: list[int] = []
+    for v in red.fusion.inputs:
+        if not isinstance(v, TensorView):
+            continue
+        pos: list[int] = []
+        for i in v.domain.maybe_allocation:
+            if i.is_broadcast or i.is_reduction:
+                continue
+            k = next((k for k, r in enumerate(root) if k not in pos and not r.is_broadcast
+                      and graph.mapped(i, r)), None)
+            if k is not None:
+                pos.append(k)
+        if len(pos) > len(best):
+            best = pos
+    mapped = set(best)
+    fill = iter(best)
+    return [next(fill) if k in mapped else k for k in range(len(root))]
+
+
+@dataclasses.dataclass(frozen=True)
+class Layout:
+    """How reduction `red` is scheduled, from the memory order of its dims (memory_order)."""
+    inner: bool             # the innermost dim in memory (not a broadcast nor of extent 1) is reduced
+    full: bool              # no kept dim iterates (all kept dims are broadcasts)
+    reduced: tuple          # root positions of the reduced dims, in memory order
+    kept: tuple             # root positions of the kept dims, in memory order (broadcasts first)
+
+
+def layout(red: TensorView, graph=None) -> Layout:
+    root = red.domain.maybe_root
+    order = memory_order(red, graph)
+    reduced = tuple(k for k in order if root[k].is_reduction)
+    # Kept broadcasts first: they iterate nothing, so where they go in the merge is free, and
+    # outermost they never stand between the vector lanes and the dim those step through.
+    kept = tuple([k for k in order if not root[k].is_reduction and root[k].is_broadcast]
+                 + [k for k in order if not root[k].is_reduction and not root[k].is_broadcast])
+    full = all(root[k].is_broadcast and root[k].expanded_extent is None for k in kept)
+    live = [k for k in order if not root[k].is_broadcast and root[k].extent.value != 1]
+    inner = full or not live or root[live[-1]].is_reduction
+    return Layout(inner, full, reduced, kept)
 
 
 def is_over_reduced_tensor_dims(tv: TensorView, red: TensorView, graph=None) -> bool:
@@ -120,17 +189,8 @@ def can_schedule(fusion) -> tuple[bool, str]:
     if len(reds) > 1:
         # schedule() rfactors only the first; the others would need registers of runtime size.
         return False, f"{len(reds)} reductions in one fusion are not supported yet"
-    inner, rpos = _layout(ref)
-    if inner is None:
-        return False, "reduced dims interleave with kept dims in logical order"
-    kept = [i for i in ref.domain.maybe_root if not i.is_reduction]
-    if all(i.is_broadcast and i.expanded_extent is None for i in kept):
-        # Kept dims that are all broadcasts ([M, 1] -> [1, 1]) keep one element: a full
-        # reduction too. Scheduled as one, the broadcast dims' block and thread loops came
-        # first, and a squeeze of them upstream (a softmax over the size-1 dim) could not be
-        # inlined: a register buffer of runtime size (fuzz 20261124:688, GPU 20261129:1040).
-        return False, "a full reduction (no kept dims) is not supported yet"
     graph = IdGraph(fusion)
+    lay = layout(ref, graph)
     reduced = [i for i in ref.domain.maybe_root if i.is_reduction and not i.is_broadcast]
     for k, o in enumerate(fusion.outputs):
         if not is_over_reduced_tensor_dims(o, ref, graph):
@@ -148,20 +208,23 @@ def can_schedule(fusion) -> tuple[bool, str]:
     for v in fusion.inputs:
         if isinstance(v, TensorView) and len(v.domain.logical) != len(ref.domain.maybe_root):
             return False, "an input of another rank than the reduction's input"
-    return True, ("inner" if inner else "outer") + " reduction, results not broadcast back"
+    kind = "full" if lay.full else ("inner" if lay.inner else "outer")
+    return True, f"{kind} reduction, results not broadcast back"
 
 
 def compute_heuristics(fusion, info: RuntimeInfo) -> ReductionParams:
     red = reduction_tensors(fusion)[0]
-    inner, rpos = _layout(red)
-    red_n, iter_n = reduced_and_kept(red, rpos, info)
-    vec_id = vector_dim(red, rpos, inner)
+    lay = layout(red)
+    red_n, iter_n = reduced_and_kept(red, lay.reduced, info)
+    vec_id = vector_dim(red, lay)
     vector = vector_width(fusion, info.extent(vec_id.extent), vec_id) if vec_id is not None else 1
     vec_inputs = vector_inputs(fusion, info, vector, vec_id) if vec_id is not None else ()
     if not vec_inputs:
         vector = 1
     sms = info.device.sm_count
-    if inner:
+    if lay.full:
+        return _full_heuristics(red_n, vector, vec_inputs, sms)
+    if lay.inner:
         vecs = max(1, red_n // vector)
         bdimx = 32
         while bdimx < 512 and vecs >= bdimx * 2 * 4:
@@ -190,13 +253,36 @@ def compute_heuristics(fusion, info: RuntimeInfo) -> ReductionParams:
     return ReductionParams(False, vector, bdimx, bdimy, unroll, vec_inputs, split)
 
 
-def vector_dim(red: TensorView, rpos, inner: bool):
+# Blocks of a full reduction per SM: two blocks of 512 threads, each with `unroll` 16-byte
+# loads in flight per thread, keep 64 KB of loads in flight per SM; more blocks only lengthen
+# the last block's serial pass over the partials (one per block).
+FULL_BLOCKS_PER_SM = 2
+# Serial steps each block keeps at least (a step: bdimx * unroll vectors), so that the cost of
+# a block (its block reduction, its partial's store and atomic) is spread over enough loads.
+FULL_MIN_STEPS = 4
+
+
+def _full_heuristics(red_n: int, vector: int, vec_inputs: tuple, sms: int) -> ReductionParams:
+    """One value from red_n elements: a block of up to 512 threads along x, 4 unrolled vector
+    loads each, and as many blocks along y (at most FULL_BLOCKS_PER_SM per SM) as leave each
+    FULL_MIN_STEPS serial steps."""
+    vecs = max(1, -(-red_n // vector))
+    bdimx = 32
+    while bdimx < 512 and vecs >= bdimx * 2 * 4:
+        bdimx *= 2
+    unroll = 4 if vecs >= bdimx * 4 else (2 if vecs >= bdimx * 2 else 1)
+    per_step = bdimx * unroll
+    split = max(1, min(FULL_BLOCKS_PER_SM * sms, vecs // (per_step * FULL_MIN_STEPS)))
+    return ReductionParams(True, vector, bdimx, 1, unroll, vec_inputs, split, full=True)
+
+
+def vector_dim(red: TensorView, lay: Layout):
     """The root ID of reduction `red` whose split the vector lanes step through: the innermost
-    reduced dim of an inner reduction, the innermost kept one (not a broadcast) of an outer
-    one, since schedule() merges each group and splits the vector off the merge. None when
-    there is no such dim."""
+    dim in memory of the reduced ones (inner and full reductions) or of the kept ones (outer),
+    not a broadcast, since schedule() merges each group in memory order and splits the vector
+    off the merge. None when there is no such dim."""
     root = red.domain.maybe_root
-    pos = [k for k in (rpos if inner else range(len(root))) if (k in rpos) == inner]
+    pos = lay.reduced if lay.inner else lay.kept
     return next((root[k] for k in reversed(pos) if not root[k].is_broadcast), None)
 
 
@@ -207,27 +293,39 @@ def _pow2_floor(x: int) -> int:
     return v
 
 
-def _merge_dims(red: TensorView, rpos: list[int]) -> tuple[int, int]:
-    """Merge the reduction's kept dims into one and its reduced dims into one.
+def _merge_dims(red: TensorView, rpos: list[int], keep: list[int] | None = None) -> tuple[int, int]:
+    """Merge the reduction's kept dims into one and its reduced dims into one, each group in the
+    order given (`keep`: by default the dims not in `rpos`, in logical order).
     Returns the loop positions (iteration, reduction) after merging."""
     n = len(red.domain.loop)
-    keep = [k for k in range(n) if k not in rpos]
-    order = keep + rpos
+    if keep is None:
+        keep = [k for k in range(n) if k not in rpos]
+    order = list(keep) + list(rpos)
     red.reorder({old: new for new, old in enumerate(order)})
     nk, nr = len(keep), len(rpos)
     for _ in range(nk - 1):
         red.merge(0, 1)
     if nk == 0:
-        raise SchedulerError("reduction: no kept dims (a full reduction); not supported yet")
+        raise SchedulerError("reduction: no kept dims (a full reduction); merge_all instead")
     for _ in range(nr - 1):
         red.merge(1, 2)
     return 0, 1
 
 
+def _merge_all(red: TensorView, lay: Layout) -> None:
+    """A full reduction's dims into one reduction axis: its kept broadcasts (iterating nothing)
+    outermost, then the reduced dims in memory order. A merge with a broadcast forwards the
+    other ID, so tensors without those broadcast dims (a squeeze upstream) get the same loops."""
+    order = list(lay.kept) + list(lay.reduced)
+    red.reorder({old: new for new, old in enumerate(order)})
+    for _ in range(len(order) - 1):
+        red.merge(0, 1)
+
+
 def schedule(fusion, p: ReductionParams) -> None:
     red = reduction_tensors(fusion)[0]
-    inner, rpos = _layout(red)
-    orient_vector_inputs(fusion, p.vector_inputs, vector_dim(red, rpos, inner))
+    lay = layout(red)
+    orient_vector_inputs(fusion, p.vector_inputs, vector_dim(red, lay))
     caches = {k: cache_after(v) for k, v in enumerate(fusion.inputs)
               if isinstance(v, TensorView) and fusion.uses_of(v)}
     for o in list(fusion.outputs):
@@ -235,10 +333,22 @@ def schedule(fusion, p: ReductionParams) -> None:
             cache_before(o)
     reds = reduction_tensors(fusion)
     red = reds[0]
-    _, rpos = _layout(red)
-    _merge_dims(red, rpos)
     g = p.grid_split
-    if p.inner:
+    if p.full:
+        # [R] -> [G, R/(G*V*Bx*U), U, Bx, V]; blockIdx.y takes G (the grid-split inner
+        # reduction's loops with no row loops): split into vectors first, so that each block's
+        # share starts at a multiple of V.
+        _merge_all(red, lay)
+        red.split(0, p.vector)
+        red.split(0, g, inner_split=False)
+        red.split(1, p.bdimx).split(1, p.unroll)
+        red.parallelize(3, PT.TIDx)
+        if g > 1:
+            red.parallelize(0, PT.BIDy)
+        rf = rfactor(red, [1, 2, 4])
+        unroll_axis = 2
+    elif p.inner:
+        _merge_dims(red, list(lay.reduced), list(lay.kept))
         # [I, R] -> [I/By, By, G, R/(G*V*Bx*U), U, Bx, V]; blockIdx.y takes G. The row is
         # split into vectors before it is shared among the G blocks, so that each block's share
         # starts at a multiple of V (a share of ceilDiv(R, G) elements may not).
@@ -250,7 +360,9 @@ def schedule(fusion, p: ReductionParams) -> None:
         if g > 1:
             red.parallelize(2, PT.BIDy)
         rf = rfactor(red, [3, 4, 6])
+        unroll_axis = 4
     else:
+        _merge_dims(red, list(lay.reduced), list(lay.kept))
         # [I, R] -> [I/(V*Bx), Bx, V] x [G, R/(G*By*U), U, By], ordered
         # [I/(V*Bx), G, R/(G*By*U), U, By, Bx, V]; blockIdx.y takes G
         red.split(0, p.vector).split(0, p.bdimx)
@@ -261,6 +373,7 @@ def schedule(fusion, p: ReductionParams) -> None:
         if g > 1:
             red.parallelize(1, PT.BIDy)
         rf = rfactor(red, [2, 3])
+        unroll_axis = 3
     propagate_transforms(rf)
     parallelize_like(rf, parallel_types={PT.BIDx, PT.BIDy, PT.TIDx, PT.TIDy})
     if p.vector > 1:
@@ -273,7 +386,6 @@ def schedule(fusion, p: ReductionParams) -> None:
     # The input caches hold all `unroll` vectors of a serial step: their loads are issued
     # back to back before any of them is used (inlined deeper, each load would wait for the
     # math on the previous one, one load in flight per thread; seen in the SASS).
-    unroll_axis = 4 if p.inner else 3
     for cache in caches.values():
         if cache.compute_at_pos > unroll_axis:
             inline_at(cache, unroll_axis)
