@@ -152,7 +152,8 @@ class SegmentedPlan:
                 f"segment {k} ({e.name}) ran the reference evaluator: "
                 f"{e.run_info.reason if e.run_info is not None else e.why}" for k, e in fallbacks)
         else:
-            reason = f"{len(entries)} segments: {self.segmented.why}"
+            count = len(entries)
+            reason = f"{count} segment{'s' if count != 1 else ''}: {self.segmented.why}"
         backends = {i.backend for i in infos if i.backend}
         return RunInfo(
             kind, sum((i.schedulers for i in infos), ()), sum(i.num_kernels for i in infos),
