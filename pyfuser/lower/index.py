@@ -434,12 +434,15 @@ def _broadcast_iterations(ctx, tv: TensorView, nest) -> list:
     x[:, None] * y[None, :], whose y dim is the output's dim 1 while its dim 1 is new, must
     still be written at row 0 only)."""
     logical = tv.domain.logical_no_reductions
-    if not any(i.is_broadcast for i in logical):
+    # The dims tv iterates, under any of its names (a reshape's root dims are its producer's).
+    own = {ctx.exact.group(i) for i in tv.domain.all_ids() if not i.is_broadcast}
+    if not any(i.is_broadcast for i in logical) and all(
+            ctx.exact.group(c) in own for lp in nest for c in _iterated_roots(lp.promoted)
+            if not c.is_reduction):
         return []
     if ctx.broadcast_partners is None:
         ctx.broadcast_partners = IdGraph(ctx.fusion, permissive=True, tensors=ctx.tensors,
                                          transforms=False)
-    own = {ctx.exact.group(i) for i in tv.domain.logical if not i.is_broadcast}
     out, seen = [], set()
     for b in logical:
         if not b.is_broadcast:
