@@ -354,14 +354,14 @@ KINDS: dict[str, Kind] = {
     "adamw_multi_tensor": Kind(adamw_multi_tensor, lambda: _ADAM_SCALARS + [
         _meta([n], torch.float32) for n in _ADAM_MULTI_SIZES for _ in range(4)], (PW,) * 3),
     "batchnorm_fwd_nchw": Kind(batchnorm_fwd_nchw, lambda: [_meta(_CHW)] + [
-        _meta([256], torch.float32)] * 4, (REF, PW, PW, REF, PW, PW)),
+        _meta([256], torch.float32)] * 4, (REF, PW, REF, PW)),
     "batchnorm_fwd_nhwc": Kind(batchnorm_fwd_nhwc, lambda: [_meta(_CHW, stride=_CHANNELS_LAST)]
-                               + [_meta([256], torch.float32)] * 4, (REF, PW, PW, REF, PW, PW)),
+                               + [_meta([256], torch.float32)] * 4, (REF, PW, REF, PW)),
     "groupnorm_fwd": Kind(groupnorm_fwd, lambda: [
         _meta([8, 320, 64, 64]), _meta([320], torch.float32), _meta([320], torch.float32)],
         (PW, IP, PW)),
     "softmax_dim0": Kind(softmax_dim0, lambda: [_meta([2048, 8192])], (PW, RED, PW, RED, PW)),
-    "mean_all": Kind(mean_all, lambda: [_meta([8192, 4096])] * 2, (PW, REF)),
+    "mean_all": Kind(mean_all, lambda: [_meta([8192, 4096])] * 2, (PW, REF, PW)),
     "var_mean": Kind(var_mean, lambda: [_meta([8192, 4096])], (IP,)),
     "add_rmsnorm": Kind(add_rmsnorm, lambda: [
         _meta([8192, 4096]), _meta([8192, 4096]), _meta([4096], torch.float32)], (IP,)),
