@@ -15,9 +15,8 @@ evaluator; RunInfo says what ran. Degenerate sizes: when every output is empty, 
 outputs are allocated (no launch); when some are, or a sum over a dim of size 0 reaches an
 output, the kernels of the fusion specialized to what has elements run (runtime/empty_dims.py:
 empty outputs allocated, sums of no elements filled with 0). With `interpret` enabled, CPU
-inputs run
-the generated kernels on the kernel-IR interpreter instead (scheduled for a device-table entry,
-PYFUSER_DEVICE, by default the H100 with 4 SMs).
+inputs run the generated kernels on the kernel-IR interpreter instead (scheduled for a
+device-table entry, PYFUSER_DEVICE, by default the H100 with 4 SMs).
 
 No internal error reaches the caller: a scheduling, lowering, code generation or compilation
 failure on a fusion a scheduler accepted is a pyfuser bug, so the fusion runs through the
