@@ -20,7 +20,8 @@ So do loops the written tensor has a broadcast axis in while they iterate (a row
 writes it, once per row. Where one loop mixes a tensor's broadcast dims with its own (an [M, 1]
 output in the flat loop over the [M, N] output it broadcasts to), a global write is guarded to
 index 0 of the iterations those dims stand for: `flat % N == 0`. Expanded dims (stride 0) are
-broadcasts in memory and guarded alike.
+broadcasts in memory and guarded alike, and so are the dims a tensor of a lower rank lacks (an
+[N] or 0-dim output in the flat loop over [M, N]: written by row 0, by the first iteration).
 A register buffer is read only by loops bound like the ones that wrote it (the same thread owns
 it); a schedule that reads another thread's registers is refused.
 """
@@ -432,14 +433,19 @@ def _broadcast_iterations(ctx, tv: TensorView, nest) -> list:
     partners through producer/consumer pairs), and the dims the loops around tv's write
     iterate (a broadcast dim may line up with none of them: y[:, None] beside
     x[:, None] * y[None, :], whose y dim is the output's dim 1 while its dim 1 is new, must
-    still be written at row 0 only)."""
+    still be written at row 0 only). A tensor without broadcast dims is guarded only where
+    the loops iterate dims it lacks (an [N] or 0-dim output of a lower rank in the flat loop
+    over [M, N])."""
     logical = tv.domain.logical_no_reductions
-    if not any(i.is_broadcast for i in logical):
+    # The dims tv iterates, under any of its names (a reshape's root dims are its producer's).
+    own = {ctx.exact.group(i) for i in tv.domain.all_ids() if not i.is_broadcast}
+    if not any(i.is_broadcast for i in logical) and all(
+            ctx.exact.group(c) in own for lp in nest for c in _iterated_roots(lp.promoted)
+            if not c.is_reduction):
         return []
     if ctx.broadcast_partners is None:
         ctx.broadcast_partners = IdGraph(ctx.fusion, permissive=True, tensors=ctx.tensors,
                                          transforms=False)
-    own = {ctx.exact.group(i) for i in tv.domain.logical if not i.is_broadcast}
     out, seen = [], set()
     for b in logical:
         if not b.is_broadcast:

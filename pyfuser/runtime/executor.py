@@ -11,12 +11,12 @@ reuse a compiled kernel whose heuristic is equal (kernels are shared across shap
 clone of the fusion, lower, generate CUDA and compile it. A fusion of several segments runs as a
 plan of them (runtime/plan.py: an executor like this one per kernel segment, the reference
 evaluator for reference segments). Inputs not on a CUDA device run through the reference
-evaluator; RunInfo says what ran. Degenerate sizes launch no kernel: when
-every output is empty, only the outputs are allocated; when a reduction over a dim of size 0
-reaches an output, the reference evaluator computes the outputs (from the reductions' start
-values). With `interpret` enabled, CPU inputs run
-the generated kernels on the kernel-IR interpreter instead (scheduled for a device-table entry,
-PYFUSER_DEVICE, by default the H100 with 4 SMs).
+evaluator; RunInfo says what ran. Degenerate sizes: when every output is empty, only the
+outputs are allocated (no launch); when some are, or a sum over a dim of size 0 reaches an
+output, the kernels of the fusion specialized to what has elements run (runtime/empty_dims.py:
+empty outputs allocated, sums of no elements filled with 0). With `interpret` enabled, CPU
+inputs run the generated kernels on the kernel-IR interpreter instead (scheduled for a
+device-table entry, PYFUSER_DEVICE, by default the H100 with 4 SMs).
 
 No internal error reaches the caller: a scheduling, lowering, code generation or compilation
 failure on a fusion a scheduler accepted is a pyfuser bug, so the fusion runs through the
@@ -35,7 +35,8 @@ from ..ir import scalar as S
 from ..schedule.roles import scheduling_clone
 from ..schedule.segmenter import segment
 from ..schedule.schedulers.base import InputFacts, RuntimeInfo, SchedulerError, facts_per_input
-from .inputs import InputError, check_inputs, empty_reductions, not_a_list, output_strides
+from .empty_dims import SpecializedPlan, empty_dims, specialize
+from .inputs import InputError, check_inputs, not_a_list, output_strides
 from .output_aliases import write_aliased_outputs
 from .reference import evaluate
 
@@ -282,6 +283,8 @@ class FusionExecutorCache:
         self._segmented = segmented
         self._segment_executors: list = []
         self._kernel_count = 0
+        # runtime/empty_dims.EmptyDims -> the executor of the fusion specialized to them.
+        self._specialized: dict = {}
 
     # Public ------------------------------------------------------------------------------------
     def run(self, inputs, options=None):
@@ -357,19 +360,15 @@ class FusionExecutorCache:
             return _EmptyPlan(self.fusion, out_sizes, target, RunInfo(
                 "kernels", (), 0, "every output is empty: nothing to launch",
                 backend="interpreter" if target.interpret else "cuda"))
-        if 0 in bindings.values() and empty_reductions(self.fusion, bindings):
-            # Sums of no elements: the outputs are functions of the reductions' start values,
-            # cheap to compute; a kernel would have loops of no iterations (and persistent ones
-            # a row length of 0 that their constant splits cannot express).
-            return self._fallback("a reduction over a dim of size 0 (nothing to reduce) reaches an "
-                                  "output; kernels do not take empty reductions yet")
-        if any(any(s == 0 for s in sz) for sz in out_sizes):
-            # Some outputs are empty, others not: a kernel's grid follows the dims of size 0
-            # (an empty row dim gives no blocks) while the other outputs need threads; the
-            # launch clamps the grid to one block, whose loops over the empty dims are not
-            # guarded (they read past the inputs' ends).
-            return self._fallback("outputs with no elements beside outputs with elements; "
-                                  "kernels do not take this mix yet")
+        empty = empty_dims(self.fusion, bindings, out_sizes)
+        if empty:
+            # Empty outputs beside others, or sums of no elements reaching an output: kernels of
+            # the fusion specialized to what has elements (runtime/empty_dims.py).
+            spec = self._specialized.get(empty)
+            if spec is None:
+                spec = self._specialized[empty] = FusionExecutorCache(
+                    specialize(self.fusion, empty), name=f"{self.name}_nonempty")
+            return SpecializedPlan(self.fusion, empty, spec, out_sizes, target.device)
         if self._segmented is None:
             self._segmented = segment(self.fusion)
         segmented = self._segmented
@@ -672,7 +671,7 @@ class FusionExecutorCache:
     # Introspection -----------------------------------------------------------------------------
     def kernels(self) -> list:
         out = list(self._kernels.values())
-        for ex in self._segment_executors:
+        for ex in [*self._segment_executors, *self._specialized.values()]:
             if ex is not None:
                 out += ex.kernels()
         return out

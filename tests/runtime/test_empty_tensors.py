@@ -18,27 +18,28 @@ def isolated_cache(tmp_path, monkeypatch):
     monkeypatch.setenv("PYFUSER_CACHE_DIR", str(tmp_path / "cache"))
 
 
-EMPTY_REDUCTION = "a reduction over a dim of size 0 (nothing to reduce)"
+# RunInfo.reason of a run of the fusion specialized to its empty dims (runtime/empty_dims.py).
+EMPTY_SUM = "over a dim of size 0: a fill of 0 (torch's sum of no elements)"
+EMPTY_OUTPUTS = "no elements: allocated, not computed"
 
 
-def _run(fd, inputs, path, kind=None):
-    """Run on `path`; kind "reference" where a reduction of nothing makes the executor compute
-    the outputs with the reference evaluator instead of kernels."""
+def _run(fd, inputs, path, specialized=None):
+    """Run on `path`; `specialized`: what RunInfo.reason must say the kernels' fusion was
+    specialized for (a sum of nothing filled with 0, empty outputs left out of it)."""
     from pyfuser.runtime.executor import FallbackWarning
     with warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always")
         outs = fd.execute(inputs, options=PATHS[path])
     fallbacks = [str(w.message) for w in seen if issubclass(w.category, FallbackWarning)]
-    # A reduction of nothing falls back with a warning that says so; nothing else warns.
-    assert len(fallbacks) == (kind == "reference" and path != "reference"), fallbacks
+    assert not fallbacks, fallbacks
     info = fd.last_run
     if path == "reference":
         assert info.kind == "reference" and "not on a CUDA device" in info.reason, info
-    elif kind == "reference":
-        assert info.kind == "reference" and info.reason.startswith(EMPTY_REDUCTION), info
     else:
         assert info.kind == "kernels" and info.backend == "interpreter", info
         assert not info.internal_error
+        if specialized is not None:
+            assert specialized in info.reason and info.num_kernels >= 1, info
     return outs
 
 
@@ -123,13 +124,13 @@ def test_a_non_empty_tensor_is_still_checked():
 @pytest.mark.parametrize("shape, dims", [((4, 0), [1]), ((0, 4), [0]), ((2, 0, 3), [1]),
                                          ((2, 0, 3), [0, 1]), ((2, 3, 0), [2])])
 def test_sum_over_an_empty_dim_is_zero(shape, dims, path):
-    """No kernel: the executor sees the reduction of nothing and computes the zeros with the
-    reference evaluator (for CUDA tensors too)."""
+    """The executor sees the reduction of nothing and runs the fusion with a fill of 0 in its
+    place: a kernel writes the zeros (for CUDA tensors too)."""
     with FusionDefinition() as fd:
         x = fd.define_tensor([-1] * len(shape))
         fd.add_output(fd.ops.sum(x, dims))
     t = torch.randn(shape)
-    (out,) = _run(fd, [t], path, kind="reference")
+    (out,) = _run(fd, [t], path, specialized=EMPTY_SUM)
     _same(out, t.sum(dims), path)
     assert out.numel() and not out.any()
 
@@ -144,7 +145,7 @@ def test_mean_and_var_over_an_empty_dim_are_nan(op, path):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")         # torch warns about var's degrees of freedom
         want = getattr(t, op)(1)
-    (out,) = _run(fd, [t], path, kind="reference")
+    (out,) = _run(fd, [t], path, specialized=EMPTY_SUM)
     _same(out, want, path)
 
 
@@ -187,7 +188,7 @@ def test_max_over_an_empty_dim_through_an_empty_intermediate_is_not_refused():
         m = fd.ops.max(x, [1], keepdim=True)
         fd.add_output(fd.ops.sum(fd.ops.sub(x, m), [1]))
     for path in PATHS:
-        (out,) = _run(fd, [torch.randn(4, 0)], path, kind="reference")
+        (out,) = _run(fd, [torch.randn(4, 0)], path, specialized=EMPTY_SUM)
         _same(out, torch.zeros(4), path)
 
 
@@ -199,7 +200,7 @@ def test_norm_backward_of_no_rows(name, path):
     fd = catalogue.define(name, "fp32")
     small = catalogue.make_inputs(name, 3, 5, "fp32", seed=0)
     inputs = [torch.randn([{3: 0, 5: 24}.get(d, d) for d in t.shape]) for t in small]
-    outs = _run(fd, inputs, path, kind="reference")
+    outs = _run(fd, inputs, path, specialized=EMPTY_SUM)
     want = catalogue.get(name).torch_reference(inputs, 1e-6)
     assert any(o.numel() == 0 for o in outs) and any(o.numel() for o in outs)
     for o, w in zip(outs, want):
@@ -222,18 +223,15 @@ def test_all_outputs_empty_launch_nothing(path):
 def test_empty_outputs_beside_outputs_with_elements(path):
     """Case 20261123:89: the row means of [1, 0, 2048] (no rows) beside a [1, 1, 1] constant.
     The reduction kernel's grid follows the 0 rows, clamped to one block for the constant,
-    whose unguarded row loop read past the input: the reference computes such a mix."""
-    from pyfuser.runtime.executor import FallbackWarning
+    whose unguarded row loop read past the input: the empty mean is left out of the kernels'
+    fusion (allocated, not computed), and a pointwise kernel writes the constant."""
     with FusionDefinition() as fd:
         x = fd.define_tensor([1, -1, -1], dtype=DataType.Int32)
         fd.add_output(fd.ops.relu(fd.ops.mean(fd.ops.cast(x, DataType.Float), [2], keepdim=True)))
         fd.add_output(fd.ops.gt(fd.ops.full([1, 1, 1], -1.0, dtype=DataType.Half), 3.0))
     inputs = [torch.zeros(1, 0, 2048, dtype=torch.int32)]
-    with warnings.catch_warnings(record=True) as seen:
-        warnings.simplefilter("always")
-        mean, flag = fd.execute(inputs, options=PATHS[path])
+    mean, flag = _run(fd, inputs, path)
     assert mean.shape == (1, 0, 1) and flag.shape == (1, 1, 1) and not bool(flag)
     if path == "interpret":
-        assert fd.last_run.kind == "reference" and not fd.last_run.internal_error
-        assert "outputs with no elements beside outputs with elements" in fd.last_run.reason
-        assert any(issubclass(w.category, FallbackWarning) for w in seen)
+        assert fd.last_run.schedulers == ("pointwise",)
+        assert fd.last_run.reason.startswith("output 0 has no elements: allocated, not computed")

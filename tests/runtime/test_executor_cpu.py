@@ -298,14 +298,15 @@ def test_a_gpu_with_a_device_table_entry_goes_on_to_schedule(monkeypatch):
             fd.execute([t.as_subclass(_CudaLooking) for t in inputs])
 
 
-def test_0_dim_fusion_falls_back_instead_of_failing_to_schedule():
+def test_0_dim_fusion_is_a_one_thread_pointwise_kernel():
     with FusionDefinition() as fd:
         x = fd.define_tensor([])
         fd.add_output(fd.ops.neg(x))
     choice = registry.choose(fd.fusion)
-    assert choice.scheduler is None and "pointwise: 0-dim outputs" in choice.reason
-    (o,) = fd.execute([torch.tensor(2.0)])
-    assert o.item() == -2.0 and fd.last_run.kind == "reference"
+    assert choice.scheduler is not None and choice.scheduler.NAME == "pointwise"
+    (o,) = fd.execute([torch.tensor(2.0)], options={"enable": ["interpret"]})
+    assert o.item() == -2.0 and fd.last_run.kind == "kernels"
+    assert fd.last_run.heuristics[0].threads == 1
 
 
 # explain --compile ---------------------------------------------------------------------------------

@@ -447,6 +447,12 @@ def var_mean_of_one_element(dt, device="cpu", seed=0):
 
 
 RUN = {
+    # The pointwise scheduler refused these until lowering placed a rank-0 chain in the
+    # one-iteration loops around it (fuzz 20261303:184, a sum of x [1]: a squeeze read back).
+    "var_mean_of_one_element": (lambda dt, *shape: var_mean_of_one_element(dt), "pointwise",
+                                [()], [()]),
+    "var_mean_of_one_int_element_read_twice": (
+        lambda dt, *shape: var_mean_of_one_int_element_read_twice(dt), "pointwise", [()], [()]),
     "permuted_max_sub": (permuted_max_sub, "inner_persistent",
                          [(96, 475), (7, 33)], [(96, 475), (4096, 1024), (1000, 3)]),
     "permuted_softmax": (permuted_softmax, "inner_persistent",
@@ -519,12 +525,6 @@ REFUSED = {
     "column_max_beside_the_rows": (
         column_max_beside_the_rows, "reduction",
         "iterates both the reduced and the kept dims", (487, 60)),
-    "var_mean_of_one_element": (
-        lambda dt, *shape: var_mean_of_one_element(dt), "pointwise",
-        "a squeeze to rank 0 read back", ()),
-    "var_mean_of_one_int_element_read_twice": (
-        lambda dt, *shape: var_mean_of_one_int_element_read_twice(dt), "pointwise",
-        "a squeeze to rank 0 read back", ()),
     "softmax_and_flattened_rows": (
         softmax_and_flattened_rows, "inner_persistent",
         "iterates dims other than the rows'", (5, 41)),

@@ -229,8 +229,8 @@ def test_a_rank_0_register_tensor_is_computed_in_the_one_iteration_loop_it_sits_
     from pyfuser.ir.exprs import SqueezeOp
     from acceptance_fusions import var_mean_of_one_element
     from pyfuser.schedule.schedulers import pointwise
-    # The registry refuses this fusion (the variant of case 1:875 still fails to lower); the
-    # placement is checked on the pointwise schedule forced.
+    # The placement is checked on the pointwise schedule (test_runs_as_one_kernel_and_matches_
+    # float64 runs it, and the variant of case 1:875).
     fd, inputs = var_mean_of_one_element("fp32")
     st, _, _, kernel = schedule_and_lower(fd, inputs, device="h100-4sm", scheduler=pointwise)
     # The squeeze of (x - mean)^2 (that of x's cache, the mean, comes after the cache's own

@@ -246,6 +246,8 @@ def vectorize(tv: TensorView, pos: int, width: int | None = None, along=None,
     merge, so its own history says the split steps through M while its lanes run along N, one
     element of its own for all of them."""
     from ...ir.iter_domain import ParallelType as PT
+    if not tv.domain.loop:
+        return 1        # a 0-dim tensor (a scalar output beside the reference): one element
     pos = pos + tv.ndim if pos < 0 else pos
     i = tv.axis(pos)
     ext = i.const_extent

@@ -12,16 +12,24 @@ layout differs from the output's are read with their own strides (correct, not c
 element-wise: a vector lane steps through the output's stride-1 dim, which is not theirs (an
 NCHW input of an NHWC output). Each tensor's access width comes from its own dtype (base.vectorize).
 Every output must iterate the reference's elements (or broadcast them): one loop nest cannot
-cover outputs of unrelated shapes. The reference is the output that iterates the most dims; an
-[M, 1] or [1, N] output beside an [M, N] one runs in its flat loop, each element written by one
-iteration (the lowering guards the write to column 0, row 0), element-wise where its lanes
-would step along a dim it broadcasts.
+cover outputs of unrelated shapes (the segmenter makes them kernels of their own). The reference
+is the output that iterates the most dims; an [M, 1] or [1, N] output beside an [M, N] one runs
+in its flat loop, each element written by one iteration (the lowering guards the write to column
+0, row 0), element-wise where its lanes would step along a dim it broadcasts. So does an output
+of a lower rank whose dims are the reference's ([N] or a 0-dim scalar beside [M, N], as
+nvFuser's pointwise scheduler takes the largest output as its reference): the dims it lacks
+are guarded like broadcast ones, so one launch reads the shared inputs once, where two
+kernels would read them twice and launch twice.
+
+A fusion of 0-dim outputs only (scalars as tensors) is one thread: no loop, no split, a
+block of one thread in a grid of one block:
+
+    T3[0] = exp(T0[0]) + T1[0]
 """
 from __future__ import annotations
 
 import dataclasses
 
-from ...ir.exprs import SqueezeOp
 from ...ir.id_graph import IdGraph
 from ...ir.iter_domain import ParallelType as PT
 from ...ir.tensor import TensorView
@@ -52,19 +60,6 @@ def can_schedule(fusion) -> tuple[bool, str]:
     if not any(isinstance(o, TensorView) for o in fusion.outputs):
         return False, "no tensor outputs"
     ref = _reference(fusion)
-    for o in fusion.outputs:
-        if len(o.domain.logical_no_reductions) != len(ref.domain.logical_no_reductions):
-            return False, "outputs of different ranks"
-    if not ref.domain.logical_no_reductions:
-        return False, "0-dim outputs (schedule() needs an axis to split)"
-    if any(isinstance(e, SqueezeOp) and not e.outputs[0].domain.logical
-           and fusion.consumers(e.outputs[0]) for e in fusion.exprs()):
-        # A reduction of single elements (var_mean of x [1], which the frontend writes as
-        # squeezes) feeds a rank-0 chain back into tensors with dims; where those sit in
-        # one-iteration loops that lowering does not merge (x read again beside the chain,
-        # fuzz 1:875), no order computes the chain between them.
-        return False, ("a squeeze to rank 0 read back by tensors with dims (a reduction of "
-                       "single elements); its one-iteration loops are not merged yet")
     apart = _outside_reference(fusion, ref)
     if apart is not None:
         k, d = apart
@@ -115,6 +110,8 @@ def _outside_reference(fusion, ref) -> tuple[int, int] | None:
 def compute_heuristics(fusion, info: RuntimeInfo) -> PointwiseParams:
     ref = _reference(fusion)
     logical = ref.domain.logical_no_reductions
+    if not logical:
+        return PointwiseParams(threads=1, note="0-dim outputs: one thread")
     numel = 1
     for i in logical:
         numel *= info.extent(i.user_extent if i.is_broadcast else i.extent)
@@ -166,6 +163,10 @@ def schedule(fusion, params: PointwiseParams) -> None:
     for o in outputs:
         cache_before(o)
     ref = _reference(fusion)
+    if not ref.domain.logical_no_reductions:
+        # 0-dim outputs only: nothing to split or bind to threads; the launch is one thread.
+        inline_most(fusion=fusion)
+        return
     _flatten_in_memory_order(ref)
     ref.split(0, params.vector)
     ref.split(0, params.threads)
