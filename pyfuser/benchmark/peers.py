@@ -44,6 +44,8 @@ def _eager(name, ins, eps):
         return lambda: ins[0].sum(0)
     if name == "softmax":
         return lambda: torch.softmax(ins[0], -1)
+    if name == "softmax_dim0":
+        return lambda: torch.softmax(ins[0], 0)
     if name == "log_softmax":
         return lambda: torch.log_softmax(ins[0], -1)
     if name == "rmsnorm_fwd":

@@ -203,10 +203,10 @@ def plan(r: int, cols: int, vector: int, elem: int, vec_inputs: tuple, reduced_e
     """The block for R reduced rows of `cols` columns read `vector` wide, `elem` bytes per
     element held: P, the fewest rows per thread (a power of two) that fit By = ceilDiv(R, P)
     in MAX_THREADS, raised while a thread holds under 4 vectors and By stays over 128 (loads in
-    flight); then Bx threads along the columns while the block has at most MAX_THREADS, and
-    more rows per thread (fewer threads along them) until a block reads MIN_ROW_BYTES of each
-    row, when the columns and the registers allow. Raises SchedulerError when the reduced
-    extent does not fit."""
+    flight); then Bx threads along the columns while the block has at most MAX_THREADS and the
+    grid keeps a column tile per SM, and more rows per thread (fewer threads along them) until
+    a block reads MIN_ROW_BYTES of each row, when the columns, the SMs and the registers
+    allow. Raises SchedulerError when the reduced extent does not fit."""
     most = max_batch(vector, elem)
     batch = 1
     while -(-r // batch) > MAX_THREADS:
@@ -220,15 +220,23 @@ def plan(r: int, cols: int, vector: int, elem: int, vec_inputs: tuple, reduced_e
         batch *= 2
     vecs = -(-cols // vector)
 
+    def wider(bdimx, bdimy):
+        # Twice the columns per block, if the columns, the block size and the SMs allow it:
+        # the column tiles stay at least one per SM, unless the block is under 4 warps.
+        return (bdimx * 2 <= _pow2_floor(vecs) and 2 * bdimx * bdimy <= MAX_THREADS
+                and (-(-vecs // (2 * bdimx)) >= device.sm_count or bdimx * bdimy < 128))
+
     def widest_block(batch):
         bdimy = -(-r // batch)
         bdimx = 1
-        while bdimx * 2 <= _pow2_floor(vecs) and 2 * bdimx * bdimy <= MAX_THREADS:
+        while wider(bdimx, bdimy):
             bdimx *= 2
         return bdimx, bdimy
     bdimx, bdimy = widest_block(batch)
-    while (bdimx * vector * elem < MIN_ROW_BYTES and bdimx * 2 <= _pow2_floor(vecs)
-           and batch * 2 <= most):
+    # Fewer threads along the rows (more rows each) for more along the columns, until a block
+    # reads MIN_ROW_BYTES of each row, within the registers.
+    while (bdimx * vector * elem < MIN_ROW_BYTES and batch * 2 <= most
+           and wider(bdimx, -(-r // (batch * 2)))):
         batch *= 2
         bdimx, bdimy = widest_block(batch)
     tiles = -(-vecs // bdimx)
