@@ -24,10 +24,13 @@ buffers are projected to the (16-bit) inputs unless that recomputes a transcende
 grouped block all-reductions of the outer reduction scheduler (lower/reductions.py groups the
 V columns of a thread in one). Weights over the columns ([C]) are loaded once per block.
 
-Limits: the reduced extent must fit one block's registers (P x V elements of at most
-PERSISTENT_REGISTERS registers per thread, By <= 1024 threads); longer columns are refused
-with the reason (a grid-persistent or two-kernel plan is later work). Reductions over dims
-that interleave with kept dims in memory, and reductions over different dims, are refused.
+Limits: the reduced extent must fit one block's registers: By <= MAX_THREADS (512) threads of
+P x V elements each (at most 64, and PERSISTENT_REGISTERS registers); narrower vectors are
+tried before giving up (8192 bf16 rows take 8-byte ones), and longer columns are refused with
+the reason (shared-memory persistence, a grid-persistent or a two-kernel plan is later work).
+One block per SM at 128 registers: loads of the next tile do not overlap the reductions of
+this one. Reductions over dims that interleave with kept dims in memory, and reductions over
+different dims, are refused.
 """
 from __future__ import annotations
 
@@ -47,11 +50,12 @@ from .reduction import _pow2_floor, broadcast_back, is_over_reduced_tensor_dims
 
 NAME = "outer_persistent"
 
-# Registers of persistent data one thread may hold (P x V elements of the widest input): half
-# of the 128 a 512-thread block allows each thread, leaving the rest to the math. A 1024-thread
-# block holds as much (32 of 64 registers) but spilled: the grouped accumulators of the
-# reductions and the index math did not fit the other 32 (ptxas, softmax over dim 0 of
-# [2048, 8192] bf16: 148 bytes of spill stores).
+# Persistent data per thread: P x V elements, at most MAX_ELEMENTS_PER_THREAD (64, as the inner
+# persistent scheduler) and PERSISTENT_REGISTERS registers, half of the 128 a 512-thread block
+# allows each thread. Measured with ptxas on softmax over dim 0 of [2048, 8192] bf16: 64
+# elements in 512 threads, 128 registers, no spill; 128 elements (16 x 8) spilled 124 bytes,
+# and 64 elements in a 1024-thread block (64 registers) spilled 148 bytes: the grouped
+# accumulators of the reductions and the index math need the other half.
 PERSISTENT_REGISTERS = 64
 MAX_THREADS = 512
 # Bytes of one row a block reads at least (when the columns allow): two 32-byte sectors.
