@@ -173,15 +173,35 @@ def test_heuristic_reads_the_device_table():
 
 
 @pytest.mark.parametrize("R,dt", [(65536, "bf16"), (65536, "fp32")])
-def test_columns_that_do_not_fit_registers_are_refused_with_the_reason(R, dt):
-    with pytest.raises(SchedulerError, match=rf"outer persistent: {R} reduced rows need .* "
-                                             "grid-persistent plan \\(not yet\\)"):
-        _heuristic(softmax(dt), [(R, 8)], dt)
-    # The executor runs it on the reference, saying why.
-    fd = softmax(dt)
-    with pytest.warns(FallbackWarning, match="grid-persistent plan"):
-        fd.execute([torch.randn(R, 8).to(TORCH[dt])], options=INTERPRET)
-    assert fd.last_run.kind == "reference" and fd.last_run.internal_error == ""
+def test_columns_that_do_not_fit_registers_take_the_looped_variant(R, dt):
+    p = _heuristic(softmax(dt), [(R, 8)], dt)
+    assert p.persistent_batch == 0 and p.reduced_extents == ()
+    assert (p.vector, p.bdimx * p.bdimy) == (8 if dt == "bf16" else 4, op.MAX_THREADS)
+    assert re.match(rf"looped: {R} reduced rows need .* fit registers", p.reason), p.reason
+    assert "(looped)" in p.describe()
+
+
+@pytest.mark.parametrize("name", list(FUSIONS))
+@pytest.mark.parametrize("dt", ["fp32", "bf16"])
+def test_interpreted_looped_kernels_match_float64(name, dt, monkeypatch):
+    # 16 threads per block: 3000 and 2049 rows do not fit registers, so the looped variant
+    # runs at sizes the interpreter takes.
+    monkeypatch.setattr(op, "MAX_THREADS", 16)
+    for shape in [(3000, 5), (2049, 40)]:
+        fd = FUSIONS[name](dt)
+        run_and_check(fd, _inputs(name, dt, *shape), scheduler="outer_persistent",
+                      options=INTERPRET)
+        (p,) = fd.last_run.heuristics
+        assert p.persistent_batch == 0 and p.bdimx * p.bdimy == 16
+
+
+def test_looped_softmax_over_dim_0_compiles_without_spills():
+    fd = softmax("fp32")
+    _, _, p, kernel = schedule_and_lower(fd, [torch.empty(65536, 64)], scheduler=op)
+    assert p.persistent_batch == 0
+    src = generate_cuda(kernel)
+    assert len(re.findall(r"pf::block_allreduce_y_group<4>", src)) == 2
+    compile_clean(src)
 
 
 # Kernels on the interpreter against float64 ------------------------------------------------------

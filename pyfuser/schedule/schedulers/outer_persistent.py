@@ -26,8 +26,11 @@ V columns of a thread in one). Weights over the columns ([C]) are loaded once pe
 
 Limits: the reduced extent must fit one block's registers: By <= MAX_THREADS (512) threads of
 P x V elements each (at most 64, and PERSISTENT_REGISTERS registers); narrower vectors are
-tried before giving up (8192 bf16 rows take 8-byte ones), and longer columns are refused with
-the reason (shared-memory persistence, a grid-persistent or a two-kernel plan is later work).
+tried first (8192 bf16 rows take 8-byte ones). Longer columns take the looped variant
+(P = 0): the same block, a serial loop over ceilDiv(R, By) rows per thread, and every pass
+(each reduction, then the outputs) reads the inputs again from global memory (L2), as a
+non-persistent reduction does: correct for any extent, three reads for softmax instead of
+one (shared-memory persistence, a grid-persistent or a two-kernel plan is later work).
 One block per SM at 128 registers: loads of the next tile do not overlap the reductions of
 this one. Reductions over dims that interleave with kept dims in memory, and reductions over
 different dims, are refused.
@@ -44,8 +47,9 @@ from .. import (cache_after, cache_before, inline_at, inline_most, parallelize_l
                 propagate_transforms, rfactor)
 from .base import (RuntimeInfo, SchedulerError, orient_vector_inputs, reduction_tensors,
                    reference_reduction, vector_inputs, vector_width, vectorize_along)
-from .inner_persistent import (MAX_ELEMENTS_PER_THREAD, _project_to_inputs, row_element_bytes,
-                               same_row_dims)
+from ..recompute import recompute_for
+from .inner_persistent import (MAX_ELEMENTS_PER_THREAD, _persistent_uses, _project_to_inputs,
+                               row_element_bytes, same_row_dims)
 from .reduction import _pow2_floor, broadcast_back, is_over_reduced_tensor_dims
 
 NAME = "outer_persistent"
@@ -67,7 +71,7 @@ class OuterPersistentParams:
     vector: int                  # V: columns per thread, one 16-byte access per row
     bdimx: int                   # Bx: threads along the columns
     bdimy: int                   # By = ceilDiv(R, P): threads along the reduced rows
-    persistent_batch: int        # P: rows per thread, held in registers (constant)
+    persistent_batch: int        # P: rows per thread, held in registers (constant); 0: looped
     vector_inputs: tuple = ()
     project_to_inputs: bool = True
     # The reduced extents the kernel is specialized on (constants: splits divide, predicates
@@ -76,6 +80,11 @@ class OuterPersistentParams:
     reason: str = dataclasses.field(default="", compare=False)
 
     def describe(self) -> str:
+        if self.persistent_batch == 0:
+            return (f"outer persistent (looped): block {self.bdimx}x{self.bdimy}, "
+                    f"{self.bdimx * self.vector} columns per block, each pass over the rows "
+                    f"reads the inputs again, vector loads for inputs {list(self.vector_inputs)}"
+                    + (f"\n  why: {self.reason}" if self.reason else ""))
         text = (f"outer persistent: block {self.bdimx}x{self.bdimy}, {self.bdimx * self.vector} "
                 f"columns per block, {self.persistent_batch} x {self.vector} elements per thread "
                 f"in registers, vector loads for inputs {list(self.vector_inputs)}"
@@ -191,8 +200,24 @@ def compute_heuristics(fusion, info: RuntimeInfo) -> OuterPersistentParams:
         except SchedulerError as e:
             problem = problem or e
         if v == 1:
-            raise problem
+            break
         vector = v // 2
+    vec_inputs = vector_inputs(fusion, info, widest, vec_id) if widest > 1 else ()
+    return looped_plan(r, cols, widest if vec_inputs else 1, elem, vec_inputs, str(problem))
+
+
+def looped_plan(r: int, cols: int, vector: int, elem: int, vec_inputs: tuple,
+                why: str) -> OuterPersistentParams:
+    """Columns too long for registers: P = 0, a serial loop over ceilDiv(R, By) rows per
+    thread, every pass over the rows (each reduction, the output) reads the inputs again."""
+    vecs = -(-cols // vector)
+    bdimx = 1
+    while bdimx * vector * elem < MIN_ROW_BYTES and bdimx * 2 <= _pow2_floor(vecs):
+        bdimx *= 2
+    bdimy = MAX_THREADS // bdimx
+    return OuterPersistentParams(vector, bdimx, bdimy, 0, vec_inputs, reason=(
+        f"looped: {why.removeprefix('outer persistent: ')}; instead each pass over the "
+        f"{r} rows (every reduction, then the outputs) reads the inputs again"))
 
 
 def max_batch(vector: int, elem: int) -> int:
@@ -261,6 +286,29 @@ def _merge_in_order(red: TensorView, kpos: list, rpos: list) -> None:
         red.merge(1, 2)
 
 
+def _recompute_every_pass(fusion, reds) -> None:
+    """Looped variant: give every use after a reduction its own copy of each tensor used on
+    both sides of one (back to the input caches, which are loaded again), so nothing over the
+    reduced dims stays resident; tensors without the reduced dims (a column's statistic, its
+    broadcast) are one value per column and stay."""
+    def per_column(t, graph, to, red_ids):
+        return not any((to if i.is_broadcast else graph).mapped(i, x)
+                       for i in t.domain.logical_no_reductions for x in red_ids)
+    done = set()
+    while True:
+        graph = IdGraph(fusion)     # rebuilt: clones carry IDs the last graph did not know
+        to = IdGraph(fusion, permissive=True, transforms=False)
+        red_ids = [i for r in reds for i in r.domain.maybe_root if i.is_reduction]
+        pending = [(t, out) for t, out in _persistent_uses(fusion, reds)
+                   if t not in done and not per_column(t, graph, to, red_ids)]
+        if not pending:
+            return
+        t, outside = pending[0]
+        done.add(t)
+        stop = {u for u in fusion.tensors() if u.is_input() or per_column(u, graph, to, red_ids)}
+        recompute_for(t, outside, stop)
+
+
 def schedule(fusion, p: OuterPersistentParams) -> None:
     red = reference_reduction(reduction_tensors(fusion))
     _, rpos, kpos = outer_layout(fusion, red)
@@ -273,7 +321,10 @@ def schedule(fusion, p: OuterPersistentParams) -> None:
     for o in outputs:
         cache_before(o)
     reds = reduction_tensors(fusion)
-    if p.project_to_inputs:
+    looped = p.persistent_batch == 0
+    if looped:
+        _recompute_every_pass(fusion, reds)
+    elif p.project_to_inputs:
         long_cols = p.persistent_batch * p.vector * 2 > PERSISTENT_REGISTERS
         _project_to_inputs(fusion, set(caches.values()), reds, allow_expensive=long_cols)
     ref = reference_reduction(reds)
@@ -286,7 +337,10 @@ def schedule(fusion, p: OuterPersistentParams) -> None:
     _merge_in_order(ref, kpos, rpos)
     # [I, R] -> [I/(V*Bx), Bx, V, P, ceilDiv(R, P)] -> [I/(V*Bx), P, By, Bx, V]
     ref.split(0, p.vector).split(0, p.bdimx)
-    ref.split(3, p.persistent_batch, inner_split=False)
+    if looped:
+        ref.split(3, p.bdimy)
+    else:
+        ref.split(3, p.persistent_batch, inner_split=False)
     ref.reorder([0, 3, 4, 1, 2])
     ref.parallelize(0, PT.BIDx).parallelize(2, PT.TIDy).parallelize(3, PT.TIDx)
     propagate_transforms(ref)
@@ -300,6 +354,9 @@ def schedule(fusion, p: OuterPersistentParams) -> None:
         for o in outputs:
             vectorize_along(o, vec_axis, vec_graph, p.vector)
     inline_most(fusion=fusion)
+    if looped:
+        fusion.launch_hints["max_threads"] = p.bdimx * p.bdimy
+        return
     # Each input cache over the reduced dims holds the thread's P x V elements, all loaded
     # before the first reduction uses them; a weight over the columns is loaded once per block.
     graph = IdGraph(fusion, permissive=True)
