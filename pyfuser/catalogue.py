@@ -24,7 +24,8 @@ class Entry:
     torch_reference: Callable  # (inputs, eps) -> list of outputs
     min_bytes: Callable        # (M, N, elem_bytes) -> int
     # The scheduler that takes the whole fusion (pointwise | reduction | inner_persistent |
-    # inner_outer_persistent), or "plan": segmented into kernels of several schedulers.
+    # outer_persistent | inner_outer_persistent), or "plan": segmented into kernels of several
+    # schedulers.
     kind: str
 
 
@@ -80,13 +81,13 @@ def _amax_scale(fd, dt, eps):
     fd.add_output(fd.ops.cast(fd.ops.mul(xf, fd.ops.div(FP8_E4M3_MAX, amax)), dt))
 
 
-def _softmax_parts(fd, dt):
+def _softmax_parts(fd, dt, dim=1):
     x = fd.define_tensor([-1, -1], dtype=dt)
     xf = _f(fd, x)
-    m = fd.ops.max(xf, [1], keepdim=True)
+    m = fd.ops.max(xf, [dim], keepdim=True)
     z = fd.ops.sub(xf, m)
     e = fd.ops.exp(z)
-    s = fd.ops.sum(e, [1], keepdim=True)
+    s = fd.ops.sum(e, [dim], keepdim=True)
     return z, e, s
 
 
@@ -94,6 +95,12 @@ def _softmax(fd, dt, eps):
     # One reciprocal per row and a multiply per element, as fast softmax kernels do; within
     # an ulp of e / s.
     _, e, s = _softmax_parts(fd, dt)
+    fd.add_output(fd.ops.cast(fd.ops.mul(e, fd.ops.reciprocal(s)), dt))
+
+
+def _softmax_dim0(fd, dt, eps):
+    # Over the rows: each column is normalized, the reduced dim outermost in memory.
+    _, e, s = _softmax_parts(fd, dt, dim=0)
     fd.add_output(fd.ops.cast(fd.ops.mul(e, fd.ops.reciprocal(s)), dt))
 
 
@@ -236,6 +243,10 @@ def _t_softmax(i, eps):
     return [i[0].float().softmax(-1).to(i[0].dtype)]
 
 
+def _t_softmax_dim0(i, eps):
+    return [i[0].float().softmax(0).to(i[0].dtype)]
+
+
 def _t_log_softmax(i, eps):
     return [i[0].float().log_softmax(-1).to(i[0].dtype)]
 
@@ -301,6 +312,8 @@ ENTRIES: dict[str, Entry] = {e.name: e for e in [
           lambda M, N, e: 2 * M * N * e, "plan"),
     Entry("softmax", "softmax over dim 1", _softmax, _in_x, _t_softmax,
           lambda M, N, e: 2 * M * N * e, "inner_persistent"),
+    Entry("softmax_dim0", "softmax over dim 0", _softmax_dim0, _in_x, _t_softmax_dim0,
+          lambda M, N, e: 2 * M * N * e, "outer_persistent"),
     Entry("log_softmax", "log_softmax over dim 1", _log_softmax, _in_x, _t_log_softmax,
           lambda M, N, e: 2 * M * N * e, "inner_persistent"),
     Entry("rmsnorm_fwd", "RMSNorm forward: x * rsqrt(mean(x^2) + eps) * w", _rmsnorm_fwd,

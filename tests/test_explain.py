@@ -43,7 +43,7 @@ def test_rmsnorm_is_one_inner_persistent_kernel():
     assert isinstance(plan, pyfuser.Explanation)
     assert [(s.kind, s.name) for s in plan.segments] == [("kernel", "inner_persistent")]
     seg = plan.segments[0]
-    assert [name for name, _ in seg.rejected] == ["inner_outer_persistent"]
+    assert [name for name, _ in seg.rejected] == ["inner_outer_persistent", "outer_persistent"]
     k = seg.kernel
     assert k.ptxas is None and k.index_type == "int"
     assert k.heuristic == k.params.describe()
@@ -124,7 +124,8 @@ def test_full_sum_is_a_reference_segment_that_every_scheduler_rejected(monkeypat
     (seg,) = plan.segments
     assert (seg.kind, seg.kernel) == ("reference", None)
     assert [name for name, _ in seg.rejected] == [
-        "inner_outer_persistent", "inner_persistent", "reduction", "pointwise"]
+        "inner_outer_persistent", "outer_persistent", "inner_persistent", "reduction",
+        "pointwise"]
     assert seg.outputs[0].endswith("[] float32")
     assert "execute() runs this segment with the reference evaluator" in str(plan)
     with pytest.warns(FallbackWarning):

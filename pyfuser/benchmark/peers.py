@@ -50,6 +50,8 @@ def _eager(name, ins, eps):
         return lambda: x * (448.0 / x.abs().amax())
     if name == "softmax":
         return lambda: torch.softmax(ins[0], -1)
+    if name == "softmax_dim0":
+        return lambda: torch.softmax(ins[0], 0)
     if name == "log_softmax":
         return lambda: torch.log_softmax(ins[0], -1)
     if name == "rmsnorm_fwd":

@@ -165,6 +165,7 @@ GENERIC_REFUSALS = (
     "no reductions", "the fusion has reductions",
     "needs both row and column reductions of the same rows",
     "no reduction result is broadcast back over the row (a plain reduction)",
+    "no reduction result is broadcast back over the reduced dims",
     "is broadcast back to the reduced shape (a normalization)",
     "reductions that are neither row nor column reductions of a 2D domain",
 )

@@ -1205,27 +1205,36 @@ def pat_reduction(b: Builder) -> None:
 
 def pat_normalization(b: Builder) -> None:
     """Row statistics broadcast back over the row: softmax, log-softmax, RMSNorm, LayerNorm
-    (returning mean and rstd [M, 1]), or random ones, reduced over the innermost 1-2 dims (and
-    sometimes over outer dims)."""
+    (returning mean and rstd [M, 1]), or random ones, reduced over the innermost 1-2 dims, or
+    over the outermost 1-2 (softmax over dim 0, a BatchNorm-like normalization over all dims
+    but the channels, with weights over the kept dims). The input's random allocation order
+    decides which of them are outermost in memory."""
     r = b.rng
     rank = r.choices([1, 2, 3, 4], [5, 60, 25, 10])[0]
     axes = [b.axis() for _ in range(rank)]
     nred = 1 if rank == 1 or r.random() < 0.75 else 2
-    red_axes = axes[-nred:]
+    outer = rank >= 2 and r.random() < 0.3
+    if outer:
+        nred = 1 if rank == 2 or r.random() < 0.6 else 2
+        red = list(range(nred))
+    else:
+        red = list(range(rank - nred, rank))
+    red_axes = [axes[k] for k in red]
     if r.random() < 0.4:
         b.sizes[red_axes[-1]] = b.pick_size("long")
     b.fit(axes, protect=red_axes)
     dt = b.pick_float_dtype()
     x = b.tensor([Dim(a, "full") for a in axes], dt)
     xf = b.call("cast", x, dtype=F32) if dt != F32 and r.random() < 0.85 else x
-    red = list(range(rank - nred, rank))
-    if r.random() < 0.1 and rank >= 2:
-        red = [0]                          # an outer normalization (not innermost)
     kind = r.choice(("softmax", "log_softmax", "rmsnorm", "layernorm", "center", "scale",
                      "random"))
-    # Weights over the reduced dims, broadcast over the dims right of them.
-    w_dims = [Dim(axes[k], "full") if k in red else Dim(None, "bcast")
-              for k in range(red[0], rank)]
+    if outer and r.random() < 0.6:
+        # Weights over the kept dims (BatchNorm's per-channel scale and shift).
+        w_dims = [Dim(axes[k], "full") for k in range(red[-1] + 1, rank)]
+    else:
+        # Weights over the reduced dims, broadcast over the dims right of them.
+        w_dims = [Dim(axes[k], "full") if k in red else Dim(None, "bcast")
+                  for k in range(red[0], rank)]
     outs = []
     if kind in ("softmax", "log_softmax"):
         m = b.call("max", xf, red, keepdim=True)

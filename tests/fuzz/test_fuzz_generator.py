@@ -113,7 +113,8 @@ def test_every_scheduler_is_chosen(corpus):
     for _, fd, _, _ in corpus:
         c = registry.choose(fd.fusion)
         chosen.add(c.scheduler.NAME if c.scheduler else None)
-    assert {"pointwise", "reduction", "inner_persistent", "inner_outer_persistent", None} <= chosen
+    assert {"pointwise", "reduction", "inner_persistent", "outer_persistent",
+            "inner_outer_persistent", None} <= chosen
 
 
 def test_reductions_cover_every_kind_of_dims(corpus):

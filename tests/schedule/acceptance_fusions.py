@@ -35,8 +35,9 @@ def _out(fd, y, dt):
 
 # P2: normalizations over a fusion-internal permute ----------------------------------------------
 # x [M, N] is contiguous; the fusion normalizes permute(x) [N, M] over its last dim, M, which is
-# x's outer dim: the rows are read across x's layout. recompute_for's copy of the permute used
-# to lose its root -> logical order (a transpose of the data).
+# x's outer dim in memory: the outer persistent scheduler takes it (columns of x on chip).
+# recompute_for's copy of the permute used to lose its root -> logical order (a transpose of
+# the data).
 def permuted_max_sub(dt, M, N, device="cpu", seed=0):
     """permute(x) - max(permute(x), 1) (illegal access: unwritten registers accumulated)."""
     with FusionDefinition("permuted_max_sub") as fd:
@@ -453,11 +454,11 @@ RUN = {
                                 [()], [()]),
     "var_mean_of_one_int_element_read_twice": (
         lambda dt, *shape: var_mean_of_one_int_element_read_twice(dt), "pointwise", [()], [()]),
-    "permuted_max_sub": (permuted_max_sub, "inner_persistent",
+    "permuted_max_sub": (permuted_max_sub, "outer_persistent",
                          [(96, 475), (7, 33)], [(96, 475), (4096, 1024), (1000, 3)]),
-    "permuted_softmax": (permuted_softmax, "inner_persistent",
+    "permuted_softmax": (permuted_softmax, "outer_persistent",
                          [(96, 475), (5, 64)], [(96, 475), (4096, 1024), (1000, 3)]),
-    "permuted_layernorm": (permuted_layernorm, "inner_persistent",
+    "permuted_layernorm": (permuted_layernorm, "outer_persistent",
                            [(96, 475), (5, 64)], [(96, 475), (4096, 1024), (1000, 3)]),
     "permuted_3d_softmax": (permuted_3d_softmax, "inner_persistent",
                             [(6, 7, 33)], [(6, 7, 33), (64, 32, 1024)]),

@@ -12,7 +12,7 @@ from ...ir.tensor import TensorView
 from ...ir.id_graph import IdGraph, reshape_cycle, self_mapping
 from .. import roles
 from ..op_support import segment_kind
-from . import inner_outer_persistent, inner_persistent, pointwise, reduction
+from . import inner_outer_persistent, inner_persistent, outer_persistent, pointwise, reduction
 
 
 @dataclasses.dataclass(frozen=True)
@@ -22,7 +22,7 @@ class Choice:
     rejected: tuple = ()         # (name, reason) of the schedulers tried before
 
 
-SCHEDULERS = [inner_outer_persistent, inner_persistent, reduction, pointwise]
+SCHEDULERS = [inner_outer_persistent, outer_persistent, inner_persistent, reduction, pointwise]
 
 
 def register(module, first: bool = True) -> None:

@@ -1,0 +1,313 @@
+"""The outer persistent scheduler: normalizations over the dims outermost in memory (softmax,
+log_softmax and a normalization over dim 0, softmax over dim 1 of a column-major input).
+Which fusions it takes and why not, its heuristic against the H100 entry of the device table,
+its kernels on the interpreter against float64, and the NVRTC compile of the bench shape."""
+import re
+import sys
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lower"))
+from kir_testing import compile_clean, schedule_and_lower, setup  # noqa: E402
+
+from pyfuser import DataType, FusionDefinition, catalogue  # noqa: E402
+from pyfuser.codegen.cuda import generate_cuda  # noqa: E402
+from pyfuser.runtime.device import get_device_properties  # noqa: E402
+from pyfuser.runtime.executor import FallbackWarning  # noqa: E402
+from pyfuser.schedule.schedulers import outer_persistent as op  # noqa: E402
+from pyfuser.schedule.schedulers import registry  # noqa: E402
+from pyfuser.schedule.schedulers.base import SchedulerError  # noqa: E402
+from pyfuser.testing import run_and_check  # noqa: E402
+
+DT = {"fp32": DataType.Float, "bf16": DataType.BFloat16, "fp16": DataType.Half}
+TORCH = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+INTERPRET = {"enable": ["interpret"]}
+
+
+def _in(fd, dt, shape=(-1, -1), stride_order=None):
+    x = fd.define_tensor(list(shape), dtype=DT[dt], stride_order=stride_order)
+    return x, fd.ops.cast(x, DataType.Float)
+
+
+def softmax(dt, dim=0, stride_order=None, log=False):
+    with FusionDefinition() as fd:
+        _, xf = _in(fd, dt, stride_order=stride_order)
+        z = fd.ops.sub(xf, fd.ops.max(xf, [dim], keepdim=True))
+        e = fd.ops.exp(z)
+        s = fd.ops.sum(e, [dim], keepdim=True)
+        y = fd.ops.sub(z, fd.ops.log(s)) if log else fd.ops.div(e, s)
+        fd.add_output(fd.ops.cast(y, DT[dt]))
+    return fd
+
+
+def normalization(dt, eps=1e-5):
+    """(x - mean(x, 0)) * rsqrt(var(x, 0) + eps) * w + b, w and b over the columns."""
+    with FusionDefinition() as fd:
+        _, xf = _in(fd, dt)
+        w = fd.define_tensor([-1], dtype=DT[dt])
+        b = fd.define_tensor([-1], dtype=DT[dt])
+        var, mean = fd.ops.var_mean(xf, [0], correction=0, keepdim=True)
+        y = fd.ops.mul(fd.ops.sub(xf, mean), fd.ops.rsqrt(fd.ops.add(var, eps)))
+        y = fd.ops.add(fd.ops.mul(y, fd.ops.cast(w, DataType.Float)),
+                       fd.ops.cast(b, DataType.Float))
+        fd.add_output(fd.ops.cast(y, DT[dt]))
+    return fd
+
+
+def _inputs(name, dt, R, C, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    x = (torch.randn(R, C, generator=g) * 3).to(TORCH[dt])
+    if name == "normalization":
+        return [x, torch.randn(C, generator=g).to(TORCH[dt]),
+                torch.randn(C, generator=g).to(TORCH[dt])]
+    return [x]
+
+
+FUSIONS = {"softmax": lambda dt: softmax(dt), "log_softmax": lambda dt: softmax(dt, log=True),
+           "normalization": normalization}
+
+
+# Which fusions it takes -------------------------------------------------------------------------
+@pytest.mark.parametrize("name", list(FUSIONS))
+def test_normalizations_over_dim_0_go_to_the_outer_persistent_scheduler(name):
+    fusion = FUSIONS[name]("bf16").fusion
+    choice = registry.choose(fusion)
+    assert choice.scheduler is op, choice.reason
+    assert choice.reason.startswith("reductions over the outermost dims broadcast back")
+    # Before it existed, they fell back: the schedulers tried first refuse them, and the plain
+    # reduction scheduler refuses a result broadcast back.
+    assert [n for n, _ in choice.rejected] == ["inner_outer_persistent"]
+    ok, why = registry.by_name("inner_persistent").can_schedule(fusion)
+    assert not ok and "not innermost" in why
+    ok, why = registry.by_name("reduction").can_schedule(fusion)
+    assert not ok and "broadcast back" in why
+
+
+def test_the_catalogue_softmax_over_dim_0_is_an_outer_persistent_fusion():
+    entry = catalogue.get("softmax_dim0")
+    assert entry.kind == "outer_persistent"
+    assert registry.choose(catalogue.define("softmax_dim0").fusion).scheduler is op
+
+
+def test_softmax_over_the_inner_dim_of_a_row_major_input_stays_inner_persistent():
+    fusion = softmax("bf16", dim=1).fusion
+    assert op.can_schedule(fusion) == (False, "the reduced dims are not outermost in memory")
+    assert registry.choose(fusion).scheduler.NAME == "inner_persistent"
+
+
+def test_the_order_in_memory_decides_not_the_logical_order():
+    # stride_order [0, 1]: dim 1 outermost in memory (a column-major [R, C]). Softmax over dim
+    # 1 reduces the dim outermost in memory: the outer persistent scheduler takes it, and the
+    # one over dim 0 (innermost in memory) is left to the others.
+    over_1 = softmax("bf16", dim=1, stride_order=[0, 1]).fusion
+    assert op.outer_layout(over_1, op.reference_reduction(op.reduction_tensors(over_1)))[0]
+    assert registry.choose(over_1).scheduler is op
+    over_0 = softmax("bf16", dim=0, stride_order=[0, 1]).fusion
+    assert op.can_schedule(over_0) == (False, "the reduced dims are not outermost in memory")
+
+
+def test_refusals_give_their_reason():
+    with FusionDefinition() as fd:              # a column sum: nothing broadcast back
+        _, xf = _in(fd, "fp32")
+        fd.add_output(fd.ops.sum(xf, [0]))
+    assert op.can_schedule(fd.fusion) == (
+        False, "no reduction result is broadcast back over the reduced dims")
+    with FusionDefinition() as fd:              # reduced dim between kept dims in memory
+        _, xf = _in(fd, "fp32", (-1, -1, -1))
+        fd.add_output(fd.ops.sub(xf, fd.ops.max(xf, [1], keepdim=True)))
+    assert op.can_schedule(fd.fusion) == (
+        False, "the reduced dims interleave with the kept dims in memory")
+    with FusionDefinition() as fd:              # a row and a column statistic
+        _, xf = _in(fd, "fp32")
+        y = fd.ops.sub(xf, fd.ops.max(xf, [0], keepdim=True))
+        fd.add_output(fd.ops.sub(y, fd.ops.sum(y, [1], keepdim=True)))
+    assert op.can_schedule(fd.fusion) == (False, "reductions over different dims")
+    with FusionDefinition() as fd:              # everything reduced
+        _, xf = _in(fd, "fp32")
+        fd.add_output(fd.ops.sub(xf, fd.ops.sum(xf, [0, 1], keepdim=True)))
+    assert op.can_schedule(fd.fusion) == (False, "a full reduction (no kept dims) is not "
+                                                 "supported yet")
+
+
+# Heuristics against the H100 ----------------------------------------------------------------------
+def _heuristic(fd, shapes, dt, device="h100"):
+    ins = [torch.empty(s, dtype=TORCH[dt]) for s in shapes]
+    st = setup(fd, ins, device=device, alignment=16)
+    return op.compute_heuristics(st.fusion, st.info)
+
+
+@pytest.mark.parametrize("R,C,dt,want", [
+    # (vector, bdimx, bdimy, P): 16-byte vectors, P x V <= 64 elements per thread of 512.
+    (2048, 8192, "bf16", (8, 2, 256, 8)),
+    (2048, 8192, "fp32", (4, 4, 128, 16)),
+    # 4 rows per thread: 8 would leave 128 column tiles for 132 SMs.
+    (1024, 4096, "bf16", (8, 2, 256, 4)),
+    (128, 4096, "bf16", (8, 2, 128, 1)),
+    # 8192 rows of bf16 do not fit 8-wide vectors (P = 16 > 8): 8-byte ones, P = 16.
+    (8192, 4096, "bf16", (4, 1, 512, 16)),
+    # 32768 fp32 rows: element-wise, P = 64.
+    (32768, 8, "fp32", (1, 1, 512, 64)),
+    (7, 5, "fp32", (1, 4, 7, 1)),
+    (1000, 3, "bf16", (1, 2, 125, 8)),
+])
+def test_heuristic_on_the_h100(R, C, dt, want):
+    p = _heuristic(softmax(dt), [(R, C)], dt)
+    assert (p.vector, p.bdimx, p.bdimy, p.persistent_batch) == want, p
+    assert p.reduced_extents == (R,)
+    assert p.bdimx * p.bdimy <= op.MAX_THREADS
+    assert p.bdimy * p.persistent_batch >= R > (p.bdimy - 1) * p.persistent_batch
+    assert p.persistent_batch * p.vector <= op.MAX_ELEMENTS_PER_THREAD
+    assert p.vector_inputs == ((0,) if p.vector > 1 else ())
+    assert hash(p) == hash(_heuristic(softmax(dt), [(R, C)], dt))
+    assert "132 SMs" in p.reason
+
+
+def test_heuristic_reads_the_device_table():
+    h100 = _heuristic(softmax("bf16"), [(2048, 8192)], "bf16", "h100")
+    small = _heuristic(softmax("bf16"), [(2048, 8192)], "bf16", "h100-4sm")
+    assert h100 == small and "4 SMs" in small.reason and "132 SMs" in h100.reason
+    assert get_device_properties("h100").sm_count == 132
+
+
+@pytest.mark.parametrize("R,dt", [(65536, "bf16"), (65536, "fp32")])
+def test_columns_that_do_not_fit_registers_take_the_looped_variant(R, dt):
+    p = _heuristic(softmax(dt), [(R, 8)], dt)
+    assert p.persistent_batch == 0 and p.reduced_extents == ()
+    assert (p.vector, p.bdimx * p.bdimy) == (8 if dt == "bf16" else 4, op.MAX_THREADS)
+    assert re.match(rf"looped: {R} reduced rows need .* fit registers", p.reason), p.reason
+    assert "(looped)" in p.describe()
+
+
+@pytest.mark.parametrize("name", list(FUSIONS))
+@pytest.mark.parametrize("dt", ["fp32", "bf16"])
+def test_interpreted_looped_kernels_match_float64(name, dt, monkeypatch):
+    # 16 threads per block: 3000 and 2049 rows do not fit registers, so the looped variant
+    # runs at sizes the interpreter takes.
+    monkeypatch.setattr(op, "MAX_THREADS", 16)
+    for shape in [(3000, 5), (2049, 40)]:
+        fd = FUSIONS[name](dt)
+        run_and_check(fd, _inputs(name, dt, *shape), scheduler="outer_persistent",
+                      options=INTERPRET)
+        (p,) = fd.last_run.heuristics
+        assert p.persistent_batch == 0 and p.bdimx * p.bdimy == 16
+
+
+def test_looped_softmax_over_dim_0_compiles_without_spills():
+    fd = softmax("fp32")
+    _, _, p, kernel = schedule_and_lower(fd, [torch.empty(65536, 64)], scheduler=op)
+    assert p.persistent_batch == 0
+    src = generate_cuda(kernel)
+    assert len(re.findall(r"pf::block_allreduce_y_group<4>", src)) == 2
+    compile_clean(src)
+
+
+# Kernels on the interpreter against float64 ------------------------------------------------------
+@pytest.mark.parametrize("name", list(FUSIONS))
+@pytest.mark.parametrize("dt", ["fp32", "bf16", "fp16"])
+@pytest.mark.parametrize("shape", [(7, 5), (33, 17), (1000, 3), (1, 9)])
+def test_interpreted_kernels_match_float64(name, dt, shape):
+    fd = FUSIONS[name](dt)
+    run_and_check(fd, _inputs(name, dt, *shape), scheduler="outer_persistent", options=INTERPRET)
+
+
+@pytest.mark.parametrize("name", list(FUSIONS))
+def test_interpreted_vectorized_kernels_match_float64(name):
+    # 96 rows x 40 columns of bf16: 8-wide vectors, P = 1, 5 column vectors over 4 threads
+    # along x (one block holds a partial tile).
+    fd = FUSIONS[name]("bf16")
+    inputs = _inputs(name, "bf16", 96, 40)
+    run_and_check(fd, inputs, scheduler="outer_persistent", options=INTERPRET)
+    (p,) = fd.last_run.heuristics
+    assert p.vector == 8 and p.vector_inputs == ((0, 1, 2) if name == "normalization" else (0,))
+
+
+def test_interpreted_softmax_over_dim_1_of_a_column_major_input():
+    fd = softmax("bf16", dim=1, stride_order=[0, 1])
+    x = torch.randn(40, 300).to(torch.bfloat16).t().contiguous().t()     # [40, 300], col-major
+    run_and_check(fd, [x], scheduler="outer_persistent", options=INTERPRET)
+    (p,) = fd.last_run.heuristics
+    # Vectors along dim 0, the input's stride-1 dim; 300 reduced rows.
+    assert p.vector == 8 and p.reduced_extents == (300,)
+
+
+def test_interpreted_reduction_over_the_two_outer_dims():
+    # x [A, B, C] normalized over A and B (BatchNorm's statistics of a channels-last tensor,
+    # flattened): the reduced dims merge into one of A * B rows.
+    with FusionDefinition() as fd:
+        _, xf = _in(fd, "fp32", (-1, -1, -1))
+        var, mean = fd.ops.var_mean(xf, [0, 1], correction=0, keepdim=True)
+        fd.add_output(fd.ops.mul(fd.ops.sub(xf, mean), fd.ops.rsqrt(fd.ops.add(var, 1e-5))))
+    run_and_check(fd, [torch.randn(5, 13, 12)], scheduler="outer_persistent", options=INTERPRET)
+    assert fd.last_run.heuristics[0].reduced_extents == (5, 13)
+
+
+def test_interpreted_kernel_with_a_per_column_statistic_output():
+    # softmax over dim 0 returning the column maxima [1, C] too.
+    with FusionDefinition() as fd:
+        _, xf = _in(fd, "fp32")
+        m = fd.ops.max(xf, [0], keepdim=True)
+        e = fd.ops.exp(fd.ops.sub(xf, m))
+        fd.add_output(fd.ops.div(e, fd.ops.sum(e, [0], keepdim=True)))
+        fd.add_output(m)
+    run_and_check(fd, [torch.randn(37, 21)], scheduler="outer_persistent", options=INTERPRET)
+
+
+def test_the_segmenter_gives_the_softmax_over_dim_0_to_the_outer_persistent_scheduler():
+    # softmax over dim 0, then a row sum of it: two segments, the first one ours.
+    with FusionDefinition() as fd:
+        _, xf = _in(fd, "fp32")
+        e = fd.ops.exp(fd.ops.sub(xf, fd.ops.max(xf, [0], keepdim=True)))
+        y = fd.ops.div(e, fd.ops.sum(e, [0], keepdim=True))
+        fd.add_output(fd.ops.sum(y, [1]))
+    inputs = [torch.randn(29, 19)]
+    run_and_check(fd, inputs, kernels=0, options=INTERPRET,
+                  segments=(("kernel", "outer_persistent"), ("kernel", "reduction")))
+    text = str(fd.explain(inputs, device="h100"))
+    assert "outer_persistent" in text and "outer persistent: block" in text
+
+
+def test_explain_shows_the_outer_persistent_plan():
+    fd = catalogue.define("softmax_dim0")
+    text = str(fd.explain([torch.empty(2048, 8192, dtype=torch.bfloat16, device="meta")],
+                          device="h100"))
+    assert "outer_persistent" in text
+    assert "outer persistent: block 2x256, 16 columns per block, 8 x 8 elements" in text
+
+
+# NVRTC --------------------------------------------------------------------------------------------
+def test_softmax_over_dim_0_of_2048x8192_bf16_compiles_without_spills():
+    fd = catalogue.define("softmax_dim0", "bf16")
+    x = torch.empty(2048, 8192, dtype=torch.bfloat16)
+    st, sch, p, kernel = schedule_and_lower(fd, [x])
+    assert sch is op and (p.vector, p.bdimx, p.bdimy, p.persistent_batch) == (8, 2, 256, 8)
+    src = generate_cuda(kernel)
+    text = src[src.index("typedef"):]
+    assert '__launch_bounds__(512) ' in text
+    # The column reductions are grouped block all-reductions along threadIdx.y, one per
+    # reduction; every load and store is one 16-byte vector.
+    assert len(re.findall(r"pf::block_allreduce_y_group<8>", text)) == 2
+    assert "block_allreduce_x" not in text
+    assert len(re.findall(r"load_global_vec<[^>]*>\(\*reinterpret_cast<pf::Array<pf::bf16, 8>",
+                          text)) == 1
+    assert len(re.findall(r"store_global_vec\(", text)) == 1
+    rep = compile_clean(src)
+    assert rep.registers <= 128, rep.summary()
+
+
+def test_normalization_over_dim_0_compiles_without_spills():
+    fd = normalization("bf16")
+    ins = [torch.empty(2048, 8192, dtype=torch.bfloat16)] + [torch.empty(8192, dtype=torch.bfloat16)] * 2
+    _, _, p, kernel = schedule_and_lower(fd, ins, scheduler=op)
+    assert p.vector_inputs == (0, 1, 2)
+    compile_clean(generate_cuda(kernel))
+
+
+def test_no_fallback_warning_on_the_interpreter():
+    fd = softmax("fp16")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FallbackWarning)
+        fd.execute([torch.randn(65, 33).half()], options=INTERPRET)
+    assert fd.last_run.schedulers == ("outer_persistent",)
