@@ -138,7 +138,9 @@ def test_row_and_column_sums_are_a_plan_of_two_reduction_kernels():
     run_and_check(fd, [x], kernels=2, segments=(("kernel", "reduction"), ("kernel", "reduction")))
 
 
-def test_fallback_can_be_disabled():
+def test_fallback_can_be_disabled(monkeypatch):
+    from pyfuser.schedule.schedulers import reduction     # no scheduler takes it (as above)
+    monkeypatch.setattr(reduction, "can_schedule", lambda f: (False, "refused by this test"))
     fd = _full_sum()
     with pytest.raises(RuntimeError, match="reference fallback is disabled"):
         fd.execute([torch.randn(8, 64, device="cuda")], options={"disable": ["reference_fallback"]})
