@@ -1,7 +1,11 @@
 """Measure alternative heuristics of one catalogue case on the GPU (forced per call).
 
     python tools/sweep.py row_sum 16384 8192 "ReductionParams(True, 8, 256, 1, 4, (0,))" ...
+    python tools/sweep.py softmax_dim0 2048 8192 "bdimx=4, bdimy=128, persistent_batch=16"
+
+An argument of `field=value` pairs is the default heuristic with those fields replaced.
 """
+import dataclasses
 import sys
 
 import torch
@@ -9,6 +13,7 @@ import torch
 from pyfuser import catalogue
 from pyfuser.benchmark.harness import _bench
 from pyfuser.schedule.schedulers.pointwise import PointwiseParams  # noqa: F401 - for eval
+from pyfuser.schedule.schedulers.outer_persistent import OuterPersistentParams  # noqa: F401
 from pyfuser.schedule.schedulers.reduction import ReductionParams  # noqa: F401 - for eval
 
 
@@ -19,7 +24,13 @@ def main():
     sets = [catalogue.make_inputs(name, M, N, device="cuda") for _ in range(4)]
     fd.execute(sets[0])
     print(f"{name} {M}x{N} default {fd.last_run.heuristics[0]!r}")
-    cands = [None] + [eval(s) for s in sys.argv[4:] if s != "streaming"]
+    default = fd.last_run.heuristics[0]
+
+    def candidate(text):
+        if "(" not in text and "=" in text:       # fields of the default replaced
+            return eval(f"dataclasses.replace(default, {text})")
+        return eval(text)
+    cands = [None] + [candidate(s) for s in sys.argv[4:] if s != "streaming"]
     streaming = "streaming" in sys.argv[4:]
     for h in cands:
         opt = {"heuristic": h} if h is not None else {}

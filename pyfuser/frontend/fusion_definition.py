@@ -154,11 +154,13 @@ class FusionDefinition:
 
     # Execution --------------------------------------------------------------------------------
     def execute(self, inputs, *, options=None, device=None):
-        """Run the fusion on `inputs` and return its outputs (a list of tensors)."""
+        """Run the fusion on `inputs` and return its outputs (a list of tensors). `device`: where
+        a fusion without tensor inputs runs (a CUDA device index, "cuda:1" or a torch.device;
+        default the current CUDA device); with tensor inputs it must be theirs."""
         executor = self._executor
         if executor is None:        # the first call (the executor is made once finalized)
             executor = self._first_executor()
-        outputs = executor.run(inputs, options)
+        outputs = executor.run(inputs, options, device)
         self.last_run = executor.last_run
         return outputs
 

@@ -136,7 +136,7 @@ class SpecializedPlan:
         return dataclasses.replace(info, reason=f"{self.what.describe()}; {info.reason}")
 
     def run(self, inputs):
-        computed = iter(self.executor.run(list(inputs)))
+        computed = iter(self.executor.run(list(inputs), device=self.device))
         empty = self._torch.empty_strided
         out = []
         for k in range(self.n_outputs):

@@ -139,6 +139,38 @@ def plan_key_fields(fusion, scheduler: str, params, index_type: str, options, si
             "device": repr(device), "arch": ARCH}
 
 
+def _requested_device(name: str, device, tensors, options):
+    """The CUDA torch.device a call runs on, or None (CPU tensors: the reference evaluator, or
+    the interpreter). Tensor inputs decide; `device` (execute's) must agree with them. A fusion
+    without tensor inputs (factories, scalars, a segment of a plan fed only by fills) runs on
+    `device`, by default the current CUDA device, as torch's factories do with device="cuda"."""
+    import torch
+    wanted = None
+    if device is not None:
+        try:
+            wanted = (torch.device("cuda", device) if isinstance(device, int)
+                      else torch.device(device))
+        except (RuntimeError, TypeError) as error:
+            raise InputError(f"{name}: execute(device={device!r}): {error}") from None
+        if wanted.type == "cuda" and wanted.index is None:
+            wanted = torch.device("cuda", torch.cuda.current_device())
+    if tensors:
+        if not all(t.is_cuda for t in tensors):
+            if wanted is not None and wanted.type == "cuda":
+                raise InputError(f"{name}: execute(device={device!r}), but inputs are not on "
+                                 "a CUDA device")
+            return None
+        on = tensors[0].device
+        if wanted is not None and wanted != on:
+            raise InputError(f"{name}: execute(device={device!r}), but the inputs are on {on}")
+        return on
+    if options.is_enabled("interpret"):
+        return None
+    if wanted is not None:
+        return wanted if wanted.type == "cuda" else None
+    return torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else None
+
+
 class _KernelPlan:
     """Everything one input signature needs at launch, computed once: the cached path only
     allocates outputs, patches pointers and scalars into `values`, packs and launches."""
@@ -287,20 +319,23 @@ class FusionExecutorCache:
         self._specialized: dict = {}
 
     # Public ------------------------------------------------------------------------------------
-    def run(self, inputs, options=None):
+    def run(self, inputs, options=None, device=None):
+        """`device`: where a fusion without tensor inputs runs and puts its outputs (a CUDA
+        device index, "cuda:1" or a torch.device; default: the current CUDA device); with
+        tensor inputs it must be theirs."""
         if options is not None:
             with opts.override(options):
-                return self._run(inputs, opts.current())
-        return self._run(inputs, opts.current())
+                return self._run(inputs, opts.current(), device)
+        return self._run(inputs, opts.current(), device)
 
-    def _run(self, inputs, options):
+    def _run(self, inputs, options, device=None):
         if not isinstance(inputs, (list, tuple)):      # before _key iterates them
             raise not_a_list(self.fusion, inputs)
-        key = self._key(inputs, options)
+        key = self._key(inputs, options, device)
         plans = self._plans
         plan = plans.get(key)
         if plan is None:
-            plan = self._make_plan(inputs, options)
+            plan = self._make_plan(inputs, options, device)
             if key is not None:
                 plans[key] = plan
                 if len(plans) > self.MAX_PLANS:
@@ -314,9 +349,9 @@ class FusionExecutorCache:
         return outputs
 
     # Keys --------------------------------------------------------------------------------------
-    def _key(self, inputs, options):
+    def _key(self, inputs, options, device=None):
         tensor = _torch_tensor or _bind_torch_tensor()
-        parts = [options.enable, options.disable, options.heuristic, options.device]
+        parts = [options.enable, options.disable, options.heuristic, options.device, device]
         append = parts.append
         try:
             for x in inputs:
@@ -329,12 +364,13 @@ class FusionExecutorCache:
         return tuple(parts)
 
     # Plans -------------------------------------------------------------------------------------
-    def _make_plan(self, inputs, options):
+    def _make_plan(self, inputs, options, device=None):
         import torch
         from .device import INTERPRET_DEVICE, get_device_properties, supported_arch
         bindings = check_inputs(self.fusion, inputs)
         opts.dump("fusion_ir", self.name, repr(self.fusion))
         tensors = [x for x in inputs if isinstance(x, torch.Tensor)]
+        cuda_device = _requested_device(self.name, device, tensors, options)
         if options.is_enabled("interpret"):
             on = sorted({str(t.device) for t in tensors if t.device.type != "cpu"})
             if on:
@@ -343,12 +379,12 @@ class FusionExecutorCache:
                                  "or drop `interpret` to run on the GPU")
             target = _Target(get_device_properties(options.device or INTERPRET_DEVICE),
                              torch.device("cpu"), interpret=True)
-        elif not (tensors and all(t.is_cuda for t in tensors)):
+        elif cuda_device is None:
             return _ReferencePlan(self.fusion, RunInfo(
                 "reference", (), 0, "inputs are not on a CUDA device (PYFUSER_ENABLE=interpret "
                 "runs the generated kernels on CPU tensors)"))
         else:
-            device = tensors[0].device
+            device = cuda_device
             props = get_device_properties(device.index or 0)
             if not supported_arch(props):
                 return self._fallback(f"no kernels for {props.name} (sm_{props.major}"
@@ -386,7 +422,7 @@ class FusionExecutorCache:
             if not self._segment_executors:
                 self._segment_executors = segment_executors(segmented, self.name)
             return SegmentedPlan(self.fusion, segmented, self._segment_executors, bindings,
-                                 self.name)
+                                 self.name, device=target.device)
         choice = segmented.segments[0].choice
         if choice is None:
             return self._fallback(segmented.why)

@@ -60,8 +60,11 @@ class SegmentedPlan:
     Slots: the fusion's inputs first, then each tensor a segment writes, then the extents
     sub-fusions take as scalar inputs (constant for a signature, filled in here)."""
 
-    def __init__(self, fusion, segmented, executors, bindings, name: str):
+    def __init__(self, fusion, segmented, executors, bindings, name: str, device=None):
         self.name = name
+        # Where the segments run: passed to each segment's executor, since a segment fed only by
+        # fills or scalars has no tensor input to tell it.
+        self.device = device
         self.segmented = segmented
         self.executors = executors
         slot = {id(v): k for k, v in enumerate(fusion.inputs)}
@@ -105,7 +108,7 @@ class SegmentedPlan:
             ins = [vals[s] for s in args]
             if executor is not None:
                 try:
-                    results = executor.run(ins)
+                    results = executor.run(ins, device=self.device)
                 except InputError as error:
                     # The executor checked the user's inputs before this plan was made (its
                     # key fixes their dtypes, shapes and strides): a segment refusing the

@@ -388,3 +388,29 @@ def test_a_schedule_that_merges_a_dim_with_its_own_twin_is_refused_not_run_wrong
     assert run.kind == "reference" and not run.internal_error, run
     assert "iterate the same values" in run.reason, run.reason
     assert any(issubclass(w.category, FallbackWarning) for w in seen)
+
+
+def test_the_device_of_a_call_comes_from_its_tensors_or_from_execute(monkeypatch):
+    """A fusion without tensor inputs (a segment of a plan fed only by fills, factories) runs on
+    execute's `device`, by default the current CUDA device: on the GPU machine such a segment ran
+    the reference evaluator, its inputs "not on a CUDA device"."""
+    import torch
+
+    from pyfuser import options as opts
+    from pyfuser.runtime.executor import _requested_device
+    from pyfuser.runtime.inputs import InputError
+    current = opts.current()
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 3)
+    assert _requested_device("f", None, [], current) == torch.device("cuda", 3)
+    assert _requested_device("f", 1, [], current) == torch.device("cuda", 1)
+    assert _requested_device("f", "cuda", [], current) == torch.device("cuda", 3)
+    assert _requested_device("f", "cpu", [], current) is None
+    cpu = [torch.zeros(2)]
+    assert _requested_device("f", None, cpu, current) is None      # the reference evaluator
+    with pytest.raises(InputError, match="not on a CUDA device"):
+        _requested_device("f", 0, cpu, current)
+    with pytest.raises(InputError, match="execute\\(device='nonsense'\\)"):
+        _requested_device("f", "nonsense", [], current)
+    with opts.override({"enable": ["interpret"]}):
+        assert _requested_device("f", None, [], opts.current()) is None

@@ -331,7 +331,7 @@ def test_a_segment_refusing_what_the_plan_hands_it_is_an_internal_error(monkeypa
     fd.execute(x, options=INTERPRET)
     sub = next(e for e in fd._executor._segment_executors if e is not None)
 
-    def refuse(inputs, options=None):
+    def refuse(inputs, options=None, device=None):
         raise InputError("input 0: expected 2 dims")
     monkeypatch.setattr(sub, "run", refuse)
     with pytest.raises(plan_mod.SegmentPlanError, match="refused the tensors the plan") as info:
