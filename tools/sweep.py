@@ -28,7 +28,7 @@ def main():
 
     def candidate(text):
         if "(" not in text and "=" in text:       # fields of the default replaced
-            return eval(f"dataclasses.replace(default, {text})")
+            return eval(f"dataclasses.replace(default, {text})", globals(), {"default": default})
         return eval(text)
     cands = [None] + [candidate(s) for s in sys.argv[4:] if s != "streaming"]
     streaming = "streaming" in sys.argv[4:]

@@ -629,7 +629,9 @@ X_SHAPES = [
     # fallbacks: segmented shuffles (Dx | 32) and the shared-memory tree (anything else)
     (8, 4, 1), (16, 8, 2), (1, 32, 1), (4, 3, 1), (100, 2, 1), (17, 3, 2), (48, 2, 1), (24, 5, 1),
 ]
-Y_SHAPES = [(32, 8, 1), (16, 16, 2), (128, 4, 1), (7, 5, 3), (1, 64, 1), (256, 4, 1), (96, 1, 2)]
+Y_SHAPES = [(32, 8, 1), (16, 16, 2), (128, 4, 1), (7, 5, 3), (1, 64, 1), (256, 4, 1), (96, 1, 2),
+            # columns over 8 rows (kSerialFoldRows) fold as a tree: powers of two and not
+            (2, 256, 1), (4, 12, 3), (3, 100, 1), (1, 1024, 1), (16, 9, 1)]
 OPS = {0: "sum", 1: "max", 2: "min"}
 
 

@@ -241,10 +241,16 @@ __device__ __forceinline__ T block_allreduce_x(T v, T* smem, Op op, Sync sync = 
 }
 
 // --- block level, across threadIdx.y (column reductions) ------------------------------------
-// Each thread stores its values, one barrier, then each thread folds its column's Dy values in
-// increasing y (identical order, identical results), then a barrier so smem may be reused.
-// With a NamedBarrier the column is the group's R = n/Dx rows (R <= Dy, R dividing Dy).
-// smem: block_allreduce_y_smem_elems(N, Dx, rows) elements of T.
+// Each thread stores its values and a barrier follows. Columns of at most
+// 8 rows (kSerialFoldRows): each thread folds its column's values in increasing y. Taller columns:
+// a fixed tree in shared memory (at step s, row y < s folds in row y + s; one barrier a step),
+// then every thread reads the column's result. Why the tree: a serial fold reads all Dy values
+// in every thread, Dy x Dy reads a column; an outer persistent softmax over 2048 rows with
+// Dy = 256 ran at 294 GB/s on the H100, 10% of copy (bench/results/2026-11-24-h100-outer-y-
+// reduce.txt). Either way the order is fixed: identical results on every run. A last barrier
+// lets smem be reused. With a NamedBarrier the column is the group's R = n/Dx rows (R <= Dy,
+// R dividing Dy). smem: block_allreduce_y_smem_elems(N, Dx, rows) elements of T.
+
 template <int N, typename T, typename Op, typename Sync = CtaBarrier>
 __device__ __forceinline__ void block_allreduce_y_group(T (&v)[N], T* smem, Op op,
                                                         Sync sync = Sync()) {
@@ -257,12 +263,31 @@ __device__ __forceinline__ void block_allreduce_y_group(T (&v)[N], T* smem, Op o
 #pragma unroll
   for (int i = 0; i < N; ++i) smem[(i * rows + row) * dx + threadIdx.x] = v[i];
   sync.sync();
+  constexpr unsigned kSerialFoldRows = 8;
+  if (ny <= kSerialFoldRows) {
 #pragma unroll
-  for (int i = 0; i < N; ++i) {
-    const T* c = smem + (i * rows + col_base) * dx + threadIdx.x;
-    T acc = c[0];
-    for (unsigned j = 1; j < ny; ++j) acc = op(acc, c[j * dx]);
-    v[i] = acc;
+    for (int i = 0; i < N; ++i) {
+      const T* c = smem + (i * rows + col_base) * dx + threadIdx.x;
+      T acc = c[0];
+      for (unsigned j = 1; j < ny; ++j) acc = op(acc, c[j * dx]);
+      v[i] = acc;
+    }
+  } else {
+    const unsigned y = row - col_base;
+    unsigned step = 1;
+    while (step * 2 < ny) step *= 2;        // the largest power of two below ny
+    for (; step > 0; step /= 2) {
+      if (y < step && y + step < ny) {
+#pragma unroll
+        for (int i = 0; i < N; ++i) {
+          T* c = smem + (i * rows + row) * dx + threadIdx.x;
+          c[0] = op(c[0], c[step * dx]);
+        }
+      }
+      sync.sync();
+    }
+#pragma unroll
+    for (int i = 0; i < N; ++i) v[i] = smem[(i * rows + col_base) * dx + threadIdx.x];
   }
   sync.sync();
 }

@@ -64,6 +64,10 @@ PERSISTENT_REGISTERS = 64
 MAX_THREADS = 512
 # Bytes of one row a block reads at least (when the columns allow): two 32-byte sectors.
 MIN_ROW_BYTES = 64
+# The most threads along the rows a block should fold a column's values over (see
+# compute_heuristics).
+MAX_FOLD_ROWS = 128
+SECTOR_BYTES = 32       # DRAM and L2 move 32-byte sectors
 
 
 @dataclasses.dataclass(frozen=True)
@@ -191,17 +195,28 @@ def compute_heuristics(fusion, info: RuntimeInfo) -> OuterPersistentParams:
     reduced_extents = tuple(info.extent(root[k].extent) for k in rpos)
     # The widest vectors whose P x V elements per thread hold the reduced extent: narrower
     # accesses (more rows per thread) before no kernel at all.
-    vector, problem = widest, None
+    # Narrower vectors also while the block holds its columns with more than MAX_FOLD_ROWS
+    # threads along the rows: each column reduction folds By values (a tree of log2(By) barrier
+    # steps). Measured on the H100, softmax over dim 0 of [2048, 8192] bf16: V=8 (By=256) 960
+    # GB/s, V=4 (By=128) 1093, V=2 (By=64) 1093, V=1 (By=32) 1049; torch.compile 973.
+    vector, problem, fallback = widest, None, None
     while True:
         vec_inputs = vector_inputs(fusion, info, vector, vec_id) if vector > 1 else ()
         v = vector if vec_inputs else 1
         try:
-            return plan(r, cols, v, elem, vec_inputs, reduced_extents, info.device)
+            found = plan(r, cols, v, elem, vec_inputs, reduced_extents, info.device)
+            if fallback is not None and found.bdimx * v * elem < SECTOR_BYTES:
+                break       # narrower still: a block would read under a 32-byte sector a row
+            if found.bdimy <= MAX_FOLD_ROWS or v == 1:
+                return found
+            fallback = fallback or found
         except SchedulerError as e:
             problem = problem or e
         if v == 1:
             break
         vector = v // 2
+    if fallback is not None:
+        return fallback
     vec_inputs = vector_inputs(fusion, info, widest, vec_id) if widest > 1 else ()
     return looped_plan(r, cols, widest if vec_inputs else 1, elem, vec_inputs, str(problem))
 
