@@ -12,22 +12,16 @@ from __future__ import annotations
 import argparse
 import ctypes
 import json
+import os
 import subprocess
 import sys
-import time
 
 
 def per_call_us(fn, n: int = 5000) -> float:
-    import torch
-    best = float("inf")
-    for _ in range(5):
-        torch.cuda.synchronize()
-        t = time.perf_counter()
-        for _ in range(n):
-            fn()
-        torch.cuda.synchronize()
-        best = min(best, (time.perf_counter() - t) / n)
-    return best * 1e6
+    """Host microseconds per call (host_timing_gpu's loop: best of 5, synchronized per loop)."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from host_timing_gpu import _per_call_us
+    return _per_call_us(fn, n)
 
 
 def cached_parts(name: str, M: int, N: int) -> None:
