@@ -354,13 +354,14 @@ KINDS: dict[str, Kind] = {
     "adamw_multi_tensor": Kind(adamw_multi_tensor, lambda: _ADAM_SCALARS + [
         _meta([n], torch.float32) for n in _ADAM_MULTI_SIZES for _ in range(4)], (PW,) * 3),
     "batchnorm_fwd_nchw": Kind(batchnorm_fwd_nchw, lambda: [_meta(_CHW)] + [
-        _meta([256], torch.float32)] * 4, (PW, RED, RED, PW, PW, PW)),
+        _meta([256], torch.float32)] * 4, (RED, RED, PW, PW, PW)),
     "batchnorm_fwd_nhwc": Kind(batchnorm_fwd_nhwc, lambda: [_meta(_CHW, stride=_CHANNELS_LAST)]
-                               + [_meta([256], torch.float32)] * 4, (PW, RED, RED, PW, PW, PW)),
+                               + [_meta([256], torch.float32)] * 4, (RED, RED, PW, PW, PW)),
     "groupnorm_fwd": Kind(groupnorm_fwd, lambda: [
         _meta([8, 320, 64, 64]), _meta([320], torch.float32), _meta([320], torch.float32)],
         (PW, IP, PW)),
-    "softmax_dim0": Kind(softmax_dim0, lambda: [_meta([2048, 8192])], (PW, RED, PW, RED, PW)),
+    # x's cast to fp32 is forwarded (segmenter.py): each segment reads x in bf16.
+    "softmax_dim0": Kind(softmax_dim0, lambda: [_meta([2048, 8192])], (RED, PW, RED, PW)),
     # One full-reduction kernel: (p - t)^2 its prologue, the division by the count and the
     # cast its rank-0 epilogue.
     "mean_all": Kind(mean_all, lambda: [_meta([8192, 4096])] * 2, (RED,)),
