@@ -354,7 +354,7 @@ KINDS: dict[str, Kind] = {
     "adamw_multi_tensor": Kind(adamw_multi_tensor, lambda: _ADAM_SCALARS + [
         _meta([n], torch.float32) for n in _ADAM_MULTI_SIZES for _ in range(4)], (PW,) * 3),
     "batchnorm_fwd_nchw": Kind(batchnorm_fwd_nchw, lambda: [_meta(_CHW)] + [
-        _meta([256], torch.float32)] * 4, (PW, RED, RED, PW, PW, PW)),
+        _meta([256], torch.float32)] * 4, (RED, RED, PW, PW, PW)),
     "batchnorm_fwd_nhwc": Kind(batchnorm_fwd_nhwc, lambda: [_meta(_CHW, stride=_CHANNELS_LAST)]
                                + [_meta([256], torch.float32)] * 4, (OP,)),
     "groupnorm_fwd": Kind(groupnorm_fwd, lambda: [

@@ -439,16 +439,38 @@ class CudaPrinter:
         self.line("}")
         self.line("__syncthreads();")
         self.line("pf_grid_last = pf_is_last;")
-        self.line(f"if (pf_grid_last && {writer}) {{")
-        self.line("  __threadfence();")
-        self.line(f"  for (int pf_k = 0; pf_k < {count}; ++pf_k) {{")
-        self.line(f"    {t} pf_a = reinterpret_cast<volatile {t}*>({ws})[(pf_kept * pf_nslots + pf_slot) * {count} + pf_k];")
-        self.line("    for (index_t pf_r = 1; pf_r < pf_nred; ++pf_r) {")
-        self.line(f"      const {t} pf_b = reinterpret_cast<volatile {t}*>({ws})[((pf_r * pf_nkept + pf_kept) * pf_nslots + pf_slot) * {count} + pf_k];")
-        self.line(f"      pf_a = {op.format(a='pf_a', b='pf_b')};")
-        self.line("    }")
-        self.line(f"    {acc.buffer.name}[{base} + pf_k] = pf_a;")
+        # The last block combines the partials with all its threads: the threads of one slot
+        # (equal kept thread coords) split the partials by a fixed stride, each combining its
+        # own in block order, then a block all-reduce over the reduced thread dims (the same
+        # fixed tree as the block step before it). The order is a function of the launch only:
+        # the result is the same bits at every run, and every thread of the block holds it.
+        red_t_dims = sorted(red_t)
+        rlin = linear(red_t_dims, tid, tdim)
+        nrt = "*".join(f"(index_t){tdim[d]}" for d in red_t_dims) or "1"
+        vol = f"reinterpret_cast<volatile {t}*>({ws})"
+        self.line("if (pf_grid_last) {")
+        self.indent += 1
+        self.line("__threadfence();")
+        self.line(f"const index_t pf_rt = {rlin}, pf_nrt = {nrt};")
+        self.line(f"for (int pf_k = 0; pf_k < {count}; ++pf_k) {{")
+        self.line(f"  {t} pf_a = pf::identity<{REDUCE_OP[s.op][:-2]}, {t}>();")
+        self.line("  for (index_t pf_r = pf_rt; pf_r < pf_nred; pf_r += pf_nrt) {")
+        self.line(f"    const {t} pf_b = {vol}[((pf_r * pf_nkept + pf_kept) * pf_nslots + pf_slot) * {count} + pf_k];")
+        self.line(f"    pf_a = {op.format(a='pf_a', b='pf_b')};")
         self.line("  }")
+        self.line(f"  {acc.buffer.name}[{base} + pf_k] = pf_a;")
+        self.line("}")
+        if red_t_dims:
+            smem = f"pf_red_ws_{t.replace(' ', '_')}"
+            self.ws_types.add(t)
+            for dim in red_t_dims:
+                if count == 1:
+                    self.line(f"{acc.buffer.name}[{base}] = pf::block_allreduce_{dim}("
+                              f"{acc.buffer.name}[{base}], {smem}, {REDUCE_OP[s.op]});")
+                else:
+                    self.line(f"pf::block_allreduce_{dim}_group<{count}>(*reinterpret_cast<{t}(*)"
+                              f"[{count}]>(&{acc.buffer.name}[{base}]), {smem}, {REDUCE_OP[s.op]});")
+        self.indent -= 1
         self.line("}")
         self.indent -= 1
         self.line("}")

@@ -61,6 +61,10 @@ def launch_config(kernel: K.Kernel) -> K.Kernel:
         if isinstance(s, K.BlockReduce):
             count = s.values[0].vector if s.values else 1
             ws = max(ws, reduction_workspace_elems(s.dims, count, block))
+        elif isinstance(s, K.GridReduce) and getattr(s, "thread_dims", ()):
+            # The last block's combine ends with a block all-reduce over the reduced thread dims.
+            count = s.values[0].vector if s.values else 1
+            ws = max(ws, reduction_workspace_elems(s.thread_dims, count, block))
     kernel.reduction_workspace = ws
     static_block = [b if isinstance(b, int) else b.value for b in block]
     max_threads = None

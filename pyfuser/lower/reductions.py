@@ -9,8 +9,10 @@ After:
                                                     reduction axis is bound to threads
 Every thread holds the result afterwards (an all-reduce), so consumers read T3 in any thread.
 Reduction axes bound to blocks need a grid reduction: each block writes its partials to a global
-workspace, the last block to arrive (an atomic counter per tile) sums them in block order, so the
-result is deterministic, and only that block writes the outputs computed from it (an output
+workspace, the last block to arrive (an atomic counter per tile) combines them with all its
+threads (each thread a fixed strided share in block order, then a block all-reduce in its fixed
+tree order: codegen/cuda.py), so the result is deterministic, and every thread of that block
+holds it; only that block writes the outputs computed from it (an output
 beside it, such as the column the rows are scaled by, is written by block 0: lower/index.py).
 Values of iteration axes inside the reduction loops are reduced together (grouped). The loops a
 reduction reduces are those of its own reduction axes (a loop merged with a sibling tensor's,

@@ -1460,32 +1460,46 @@ class Interpreter:
         nred = 1
         for d in red_b:
             nred *= self.grid["xyz".index(d)]
-        gkey = key[w] * nred + red_index[w]
-        for ti in s.values:
-            lanes = max(ti.vector, 1)
-            vals, poison = self._read(wctx, ti, lanes)
-            # Each group reduced in the order of its blocks: sort by (group, block).
-            order = np.argsort(gkey, kind="stable")
-            v = vals[order]
-            v = _as_number(v) if s.op == "sum" else v
-            sk = key[w][order]
-            starts = np.flatnonzero(np.r_[True, sk[1:] != sk[:-1]])
-            res = _REDUCEAT[s.op](v, starts, axis=0)
-            pres = None
-            if poison is not None:
-                pres = np.logical_or.reduceat(poison[order], starts, axis=0)
-            ends = np.r_[starts[1:], len(order)] - 1
-            last = order[ends]                  # the group's last block gets the result
-            lctx = wctx.take(last)
-            m, addr = self._locate(lctx, ti, "grid reduction of", lanes)
-            if lanes > 1:
-                addr = addr[:, None] + _lanes(lanes)
-            self._store(m, addr, res, pres)
-        # pf_grid_last: this block is the last of its kept coordinates' blocks.
+        nrt = 1                 # threads sharing one slot: the reduced thread dims
+        for d in red_t:
+            nrt *= self.block["xyz".index(d)]
         nkept = int(kept_block.max()) + 1 if ctx.n else 0
         top = np.full(nkept, -1, dtype=np.int64)
         np.maximum.at(top, kept_block[w], red_index[w])
-        self._set_kernel_var(ctx, "pf_grid_last", red_index == top[kept_block])
+        is_last = red_index == top[kept_block]
+        # The partials of one slot (kept block and thread coords) as a [slots, nred] table.
+        order = np.argsort(key[w] * nred + red_index[w], kind="stable")
+        slot_keys = key[w][order][::nred]
+        if len(order) != len(slot_keys) * nred:
+            raise InterpreterError(f"grid reduction: {len(order)} partials for "
+                                   f"{len(slot_keys)} slots of {nred} blocks")
+        lctx = ctx.subset(is_last)
+        slot_of = np.searchsorted(slot_keys, key[is_last])
+        op = _REDUCE[s.op]
+        for ti in s.values:
+            lanes = max(ti.vector, 1)
+            vals, poison = self._read(wctx, ti, lanes)
+            v = vals[order]
+            v = (_as_number(v) if s.op == "sum" else v).reshape(
+                (len(slot_keys), nred) + v.shape[1:])
+            # As the last block's threads combine them (codegen/cuda.py _GridReduce): thread j
+            # of a slot the partials j, j + nrt, ... in block order, then the threads' values
+            # in thread order (the interpreter's block reduction).
+            res = None
+            for j in range(min(nrt, nred)):
+                part = v[:, j]
+                for r in range(j + nrt, nred, nrt):
+                    part = op(part, v[:, r])
+                res = part if res is None else op(res, part)
+            pres = None
+            if poison is not None:
+                pres = poison[order].reshape((len(slot_keys), nred) + poison.shape[1:]).any(axis=1)
+            m, addr = self._locate(lctx, ti, "grid reduction of", lanes)
+            if lanes > 1:
+                addr = addr[:, None] + _lanes(lanes)
+            self._store(m, addr, res[slot_of], None if pres is None else pres[slot_of])
+        # pf_grid_last: this block is the last of its kept coordinates' blocks.
+        self._set_kernel_var(ctx, "pf_grid_last", is_last)
 
     def _set_kernel_var(self, ctx: _Ctx, name: str, values) -> None:
         """Set a kernel-scope variable (declared at the top of the kernel) for ctx's threads:

@@ -11,11 +11,16 @@ warning). The segmenter, the tests and the fuzzer read these lists instead of ke
 - Anything else runs in a reference segment.
 - BOUNDARY_OPS: kernel ops whose output the segmenter never merges across (fd.ops.segment_set):
   the op runs in its producer's segment, and the consumers of its output in others.
+- FORWARDED_UNARY_OPS: unary ops cheap enough to recompute (no MUFU work, one instruction or
+  two) that the segmenter forwards when they start at a fusion input: each segment reading
+  their result recomputes it from the input rather than one segment writing it to global
+  memory for the others (see segmenter.py).
 """
 from __future__ import annotations
 
 from ..ir.exprs import (BinaryOp, BroadcastOp, ExpandOp, FullOp, LinearOp, LoadStoreOp, MatmulOp,
-                        ReductionOp, ReshapeOp, SegmentSetOp, SqueezeOp, UnaryOp, WhereOp)
+                        ReductionOp, ReshapeOp, SegmentSetOp, SqueezeOp, UnaryOp, UnaryOpType,
+                        WhereOp)
 from ..ir.scalar import ScalarOp
 
 # ScalarOp: arithmetic on scalars (a mean's 1/N, a variance's correction, the element count
@@ -27,6 +32,16 @@ BOUNDARY_OPS: tuple = (SegmentSetOp,)
 # Ops that only move or fill data (no arithmetic worth a launch): the segmenter keeps them out
 # of segments of their own wherever a neighbour takes them.
 CHEAP_OPS: tuple = (BroadcastOp, ExpandOp, ReshapeOp, SqueezeOp, FullOp, LoadStoreOp)
+
+
+FORWARDED_UNARY_OPS: tuple = (UnaryOpType.Cast, UnaryOpType.Set, UnaryOpType.Neg,
+                               UnaryOpType.Abs, UnaryOpType.Relu, UnaryOpType.Not)
+
+
+def is_forwardable(expr) -> bool:
+    """Whether `expr` is a unary op a segment may recompute from its input instead of reading
+    its result from another segment (FORWARDED_UNARY_OPS)."""
+    return isinstance(expr, UnaryOp) and expr.op in FORWARDED_UNARY_OPS
 
 
 def segment_kind(expr) -> str:

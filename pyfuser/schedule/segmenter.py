@@ -16,6 +16,16 @@ What is left:
   neighbours; a group of cheap ops only (broadcast, reshape, casts, ...) that no kernel
   neighbour took joins a reference neighbour rather than launching a kernel of its own.
 
+Input forwarding (as nvFuser's): a chain of cheap unary ops (op_support.FORWARDED_UNARY_OPS:
+casts, neg, abs, ...) starting at a fusion input, through forwarded ops only, is in no group. Every segment that reads a
+tensor of the chain recomputes the chain from the input, instead of one segment writing it to
+global memory and the others reading it back: amax(|x|) then x * (448 / amax) of a bf16 x
+reads x twice in bf16 rather than writing and reading an fp32 copy of it. A group is judged
+(registry.choose) with the chains it reads prepended, so the scheduler chosen for a segment
+accepts it with them. Not forwarded: an op whose result is a fusion output, or is read by a
+library op (the library call cannot recompute it); its producers in the chain still are. A
+forwarded op is the one op that may sit in several segments (`SegmentedFusion.forwarded`).
+
 Each segment gets a sub-fusion (`Segment.fusion`), a new Fusion of its expressions whose inputs
 are the tensors it reads (the original inputs keep their layout; an intermediate is a new input
 of the same dtype and dims, dense in its producer's allocation order, as the plan allocates it)
@@ -34,7 +44,7 @@ from ..ir import scalar as S
 from ..ir.fusion import Fusion
 from ..ir.scalar import Scalar
 from ..ir.tensor import MemoryType, TensorDomain, TensorView
-from .op_support import BOUNDARY_OPS, is_cheap, segment_kind
+from .op_support import BOUNDARY_OPS, LIBRARY_OPS, is_cheap, is_forwardable, segment_kind
 from .schedulers import registry
 
 # Stand-in for a symbolic extent when ranking merges by the bytes they save.
@@ -75,6 +85,8 @@ class SegmentedFusion:
     fusion: Fusion
     segments: tuple
     why: str                      # why one segment, or why the fusion was segmented
+    # The forwarded ops (see the module docstring): recomputed by each segment reading them.
+    forwarded: tuple = ()
 
     def __str__(self) -> str:
         lines = [f"{len(self.segments)} segment{'s' if len(self.segments) != 1 else ''}: "
@@ -85,6 +97,9 @@ class SegmentedFusion:
             ops = ", ".join(_expr_name(e) for e in s.exprs)
             what = s.kind if s.name == s.kind else f"{s.kind} {s.name}"
             lines.append(f"  segment {k}: {what} ({ins}) -> ({outs}) [{ops}]: {s.why}")
+        if self.forwarded:
+            lines.append("  forwarded (recomputed by each segment reading them): " + ", ".join(
+                f"T{e.outputs[0].name} = {_expr_name(e)}" for e in self.forwarded))
         return "\n".join(lines)
 
 
@@ -123,7 +138,31 @@ def segment(fusion) -> SegmentedFusion:
     segs = groups.segments()
     if len(segs) == 1 and segs[0].kind == "reference":
         return SegmentedFusion(fusion, (_whole(fusion, exprs, "reference", None, why),), why)
-    return SegmentedFusion(fusion, tuple(segs), why)
+    forwarded = tuple(e for e in exprs if any(e in s.exprs for s in segs)
+                      and groups.index[e] in groups.forwarded)
+    return SegmentedFusion(fusion, tuple(segs), why, forwarded)
+
+
+def _forwarded(fusion, exprs) -> set:
+    """Indices in `exprs` of the forwarded ops (see the module docstring)."""
+    reads = {}
+    for k, e in enumerate(exprs):
+        for i in e.inputs:
+            reads.setdefault(i, []).append(e)
+    starts = {v for v in fusion.inputs if isinstance(v, TensorView)}
+    out = set()
+    for k, e in enumerate(exprs):          # topological: a chain's producers come first
+        if not is_forwardable(e) or not any(i in starts for i in e.inputs):
+            continue
+        o = e.outputs[0]
+        if o in fusion.outputs or any(isinstance(u, LIBRARY_OPS) for u in reads.get(o, ())):
+            continue
+        # Its consumers may be forwarded too; not those of an op some segment writes (they
+        # would read it before the segment writing it ran: forwarded ops are in no group, so
+        # the order of segments knows nothing of what they read).
+        starts.add(o)
+        out.add(k)
+    return out
 
 
 def _whole(fusion, exprs, kind, choice, why: str = "") -> Segment:
@@ -143,10 +182,16 @@ class _Grouping:
                 if isinstance(o, TensorView):
                     self.producer[o] = k
         self.outputs = set(fusion.outputs)
+        # Forwarded ops are in no group: the groups reading them take copies (`with_forwarded`).
+        self.forwarded = _forwarded(fusion, exprs)
+        for k in self.forwarded:
+            for o in exprs[k].outputs:
+                self.producer.pop(o, None)
+        grouped = [k for k in range(len(exprs)) if k not in self.forwarded]
         # group id -> sorted expr indices; group id -> kind
-        self.members: dict[int, list[int]] = {k: [k] for k in range(len(exprs))}
-        self.kind: dict[int, str] = {k: segment_kind(e) for k, e in enumerate(exprs)}
-        self.group_of = list(range(len(exprs)))
+        self.members: dict[int, list[int]] = {k: [k] for k in grouped}
+        self.kind: dict[int, str] = {k: segment_kind(exprs[k]) for k in grouped}
+        self.group_of = [k if k not in self.forwarded else None for k in range(len(exprs))]
         self._choices: dict = {}    # frozenset of expr indices -> registry.Choice
 
     # The group DAG -------------------------------------------------------------------------
@@ -154,6 +199,8 @@ class _Grouping:
         """(producer group, consumer group) -> the tensors between them."""
         out: dict = {}
         for k, e in enumerate(self.exprs):
+            if k in self.forwarded:
+                continue
             for i in e.inputs:
                 p = self.producer.get(i)
                 if p is None:
@@ -199,11 +246,25 @@ class _Grouping:
         for k in self.members[keep]:
             self.group_of[k] = keep
 
+    def with_forwarded(self, members) -> list:
+        """`members` and the forwarded ops they read, directly or through one another, sorted
+        (so in topological order)."""
+        out = set(members)
+        todo = list(members)
+        while todo:
+            for i in self.exprs[todo.pop()].inputs:
+                d = i.definition if isinstance(i, TensorView) else None
+                k = self.index.get(d) if d is not None else None
+                if k is not None and k in self.forwarded and k not in out:
+                    out.add(k)
+                    todo.append(k)
+        return sorted(out)
+
     def choice(self, members) -> object:
         key = frozenset(members)
         c = self._choices.get(key)
         if c is None:
-            sub = _sub_fusion(self.fusion, [self.exprs[k] for k in sorted(members)],
+            sub = _sub_fusion(self.fusion, [self.exprs[k] for k in self.with_forwarded(members)],
                               self._outputs_of(key))
             c = registry.choose(sub.fusion)
             self._choices[key] = c
@@ -287,7 +348,7 @@ class _Grouping:
         out = []
         for g in order:
             members = self.members[g]
-            exprs = [self.exprs[k] for k in members]
+            exprs = [self.exprs[k] for k in self.with_forwarded(members)]
             sub = _sub_fusion(self.fusion, exprs, self._outputs_of(frozenset(members)))
             kind = self.kind[g]
             if kind == "kernel":

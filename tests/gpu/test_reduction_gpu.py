@@ -144,3 +144,25 @@ def test_fallback_can_be_disabled(monkeypatch):
     fd = _full_sum()
     with pytest.raises(RuntimeError, match="reference fallback is disabled"):
         fd.execute([torch.randn(8, 64, device="cuda")], options={"disable": ["reference_fallback"]})
+
+
+def test_grid_reduce_combine_order_and_determinism():
+    """The last block's combine (tests/schedule/test_grid_reduce_combine.py): fp32 partials 1e8
+    at block 0, 1 at block 1 and -1e8 at block 32 of 40 (blocks of 32 threads) sum to 1 (thread
+    0 combines blocks 0 and 32, thread 1 block 1; in block order, 0); a 264-block split of 2^25
+    elements gives the same bits in every run."""
+    from pyfuser.schedule.schedulers.reduction import ReductionParams
+    with FusionDefinition() as fd:
+        fd.add_output(fd.ops.sum(fd.define_tensor([-1]), [0]))
+    g, bdimx = 40, 32
+    x = torch.zeros(g * bdimx, device="cuda")
+    x[0], x[32], x[32 * 32] = 1e8, 1.0, -1e8
+    p = ReductionParams(True, 1, bdimx, 1, 1, (), g, full=True)
+    outs = [fd.execute([x], options={"heuristic": p})[0] for _ in range(3)]
+    assert fd.last_run.kind == "kernels"
+    assert all(o.item() == 1.0 for o in outs)
+    y = torch.randn(8192 * 4096, device="cuda")
+    p = ReductionParams(True, 4, 512, 1, 4, (0,), 264, full=True)
+    runs = [fd.execute([y], options={"heuristic": p})[0] for _ in range(5)]
+    assert fd.last_run.heuristics[0] == p
+    assert all(torch.equal(r, runs[0]) for r in runs)

@@ -110,6 +110,26 @@ def flatten_through_segment_set(fd):
     fd.add_output(fd.ops.mul(z, 2.0))
 
 
+def amax_scale(fd):
+    """The catalogue's amax_scale: amax(|x|) over all of x, then x * (448 / amax). x's cast to
+    fp32 is forwarded: both kernels read x in bf16, none writes an fp32 copy of it."""
+    x = fd.define_tensor([-1, -1], dtype=DataType.BFloat16)
+    xf = fd.ops.cast(x, DataType.Float)
+    amax = fd.ops.max(fd.ops.abs(xf))
+    fd.add_output(fd.ops.cast(fd.ops.mul(xf, fd.ops.div(448.0, amax)), DataType.BFloat16))
+
+
+def forwarded_chain_of_several_ops(fd):
+    """A chain cast -> neg -> abs from an input, its tensors read by both segments at several
+    depths: each segment recomputes as much of the chain as it reads."""
+    x = fd.define_tensor([-1, -1], dtype=DataType.Half)
+    xf = fd.ops.cast(x, DataType.Float)
+    n = fd.ops.neg(xf)
+    a = fd.ops.abs(n)
+    t = fd.ops.sum(a)
+    fd.add_output(fd.ops.add(fd.ops.mul(n, fd.ops.broadcast(t, [True, True])), xf))
+
+
 K, R = "kernel", "reference"
 # name -> (definition, inputs, [(kind, name)], substring of SegmentedFusion.why)
 TABLE = {
@@ -137,6 +157,12 @@ TABLE = {
                            [(K, "reduction"), (K, "reduction")], "reductions over different dims"),
     "flatten_through_segment_set": (flatten_through_segment_set, lambda: [torch.randn(8, 33)],
                                     [(K, "pointwise"), (K, "pointwise")], "segment_set"),
+    "amax_scale": (amax_scale, lambda: [torch.randn(37, 203).bfloat16()],
+                   [(K, "reduction"), (K, "pointwise")], "is broadcast back to the reduced shape"),
+    "forwarded_chain_of_several_ops": (forwarded_chain_of_several_ops,
+                                       lambda: [torch.randn(13, 71).half()],
+                                       [(K, "reduction"), (K, "pointwise")],
+                                       "is broadcast back to the reduced shape"),
 }
 
 
@@ -157,9 +183,15 @@ def test_segmentation(name):
         # A fusion one scheduler takes stays whole: the fusion itself, no sub-fusion.
         assert seg.segments[0].fusion is fd.fusion
         return
-    covered = [e for s in seg.segments for e in s.exprs]
+    # Each op is in exactly one segment, but for forwarded ops (casts and the like of fusion
+    # inputs), recomputed by every segment that reads them.
+    covered = [e for s in seg.segments for e in s.exprs if e not in seg.forwarded]
     assert sorted(map(id, covered)) == sorted(
-        id(e) for e in fd.fusion.exprs() if any(hasattr(o, "domain") for o in e.outputs))
+        id(e) for e in fd.fusion.exprs() if any(hasattr(o, "domain") for o in e.outputs)
+        and e not in seg.forwarded)
+    for e in seg.forwarded:
+        readers = [s for s in seg.segments if e in s.exprs]
+        assert readers and all(e.outputs[0] not in s.outputs for s in readers), str(seg)
     for s in seg.segments:
         assert s.why
         assert not all(is_cheap(e) for e in s.exprs), f"a segment of cheap ops only:\n{seg}"
@@ -337,3 +369,69 @@ def test_a_segment_refusing_what_the_plan_hands_it_is_an_internal_error(monkeypa
     with pytest.raises(plan_mod.SegmentPlanError, match="refused the tensors the plan") as info:
         fd.execute(x, options=INTERPRET)
     assert not isinstance(info.value, InputError)
+
+
+def test_amax_scale_forwards_the_cast_of_x():
+    """Issue 16's amax then scale: the segments read x in bf16 and hand on the 0-dim amax
+    only. Without forwarding the reduction kernel wrote x's fp32 cast for the pointwise kernel
+    to read: 12 bytes an element moved instead of 6."""
+    fd = _define(amax_scale)
+    seg = segment(fd.fusion)
+    assert [_name(e) for e in seg.forwarded] == ["cast", "abs"], str(seg)
+    cast = seg.forwarded[0]
+    assert all(cast in s.exprs for s in seg.segments), str(seg)
+    x = fd.fusion.inputs[0]
+    assert all(s.inputs[0] is x for s in seg.segments), str(seg)
+    (amax,) = seg.segments[0].outputs
+    assert all(i.is_broadcast for i in amax.domain.logical_no_reductions), str(seg)
+    for shape in [(37, 203), (1, 1), (129, 7)]:
+        run_and_check(fd, [torch.randn(*shape).bfloat16()], kernels=2, options=INTERPRET,
+                      segments=((K, "reduction"), (K, "pointwise")))
+        assert not fd.last_run.internal_error
+    # Each plan (one per signature) hands on one fp32 amax: written by the reduction kernel and
+    # read by the pointwise kernel.
+    plans = list(fd._executor._plans.values())
+    assert len(plans) == 3 and all(p.intermediate_bytes == 2 * 4 for p in plans)
+    assert "forwarded" in str(seg) and "cast" in str(seg)
+
+
+def _name(e):
+    return e.op.value
+
+
+def test_forwarding_stops_at_fusion_outputs_and_library_reads():
+    """A forwarded op is recomputed, never written: one whose result is a fusion output, or
+    is read by a library call, is an op of one segment (writing its result) as before."""
+    def cast_is_an_output(fd):
+        x = fd.define_tensor([-1, -1], dtype=DataType.BFloat16)
+        xf = fd.ops.cast(x, DataType.Float)
+        fd.add_output(xf)
+        fd.add_output(fd.ops.mul(xf, fd.ops.div(1.0, fd.ops.max(fd.ops.abs(xf)))))
+
+    def cast_read_by_linear(fd):
+        x = fd.define_tensor([-1, -1], dtype=DataType.BFloat16)
+        w = fd.define_tensor([-1, -1])
+        xf = fd.ops.cast(x, DataType.Float)
+        fd.add_output(fd.ops.linear(fd.ops.neg(xf), w))
+        fd.add_output(fd.ops.sum(xf, [1]))
+
+    fd = _define(cast_is_an_output)
+    seg = segment(fd.fusion)
+    assert seg.forwarded == () and len(seg.segments) == 2, str(seg)
+    run_and_check(fd, [torch.randn(9, 17).bfloat16()], kernels=2, options=INTERPRET,
+                  segments=((K, "reduction"), (K, "pointwise")))
+
+    fd = _define(cast_read_by_linear)
+    seg = segment(fd.fusion)
+    # The cast is forwarded, the neg the linear reads is not (a segment writes it).
+    assert [_name(e) for e in seg.forwarded] == ["cast"], str(seg)
+    linear = next(s for s in seg.segments if s.kind == "library")
+    (neg,) = [v for v in linear.inputs if v not in fd.fusion.inputs]
+    assert neg.definition.op.value == "neg"
+    assert any(neg in s.outputs for s in seg.segments if s.kind == "kernel"), str(seg)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FallbackWarning)
+        run_and_check(fd, [torch.randn(6, 10).bfloat16(), torch.randn(5, 10)], kernels=0,
+                      options=INTERPRET)
+    assert not fd.last_run.internal_error
+    assert all(s.kind != "reference" for s in fd.last_run.segments), fd.last_run

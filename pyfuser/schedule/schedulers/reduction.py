@@ -15,13 +15,15 @@ Outer reduction (the reduced dims are outermost), e.g. column sums of [M, N]:
 
 When rows are few and long (inner) or columns few (outer), each reduction is also split over
 `grid_split` blocks along blockIdx.y: every block reduces its share, writes partials to a
-workspace, and the last block to finish sums them in block order (deterministic).
+workspace, and the last block to finish combines them with all its threads (each a fixed
+strided share of the partials, then a block all-reduce: deterministic; codegen/cuda.py).
 
 Full reduction (no kept dim iterates: [M, N] -> [], or [M, 1] -> [1]), e.g. sum(x * x):
 
     for blockIdx.y (G blocks): for r in serial: for u in U: for threadIdx.x:
       partial += x[((((by * S + r) * U + u) * Bx + tidx) * V + 0..V)]   <- pointwise prologue
-    sum = block_allreduce_x(partial); partials[by] = sum; the last block sums partials[0..G)
+    sum = block_allreduce_x(partial); partials[by] = sum; the last block:
+      mine = partials[tidx], partials[tidx + Bx], ...; sum = block_allreduce_x(mine)
 
 The same grid reduction as the grid-split inner reduction, with one row: the reduced dims
 merged into one, split into 16-byte vectors, threads, unrolled loads and G blocks.
@@ -255,7 +257,7 @@ def compute_heuristics(fusion, info: RuntimeInfo) -> ReductionParams:
 
 # Blocks of a full reduction per SM: two blocks of 512 threads, each with `unroll` 16-byte
 # loads in flight per thread, keep 64 KB of loads in flight per SM; more blocks only lengthen
-# the last block's serial pass over the partials (one per block).
+# the last block's pass over the partials (one per block, G / Bx of them per thread).
 FULL_BLOCKS_PER_SM = 2
 # Serial steps each block keeps at least (a step: bdimx * unroll vectors), so that the cost of
 # a block (its block reduction, its partial's store and atomic) is spread over enough loads.
