@@ -450,10 +450,11 @@ def var_mean_of_one_element(dt, device="cpu", seed=0):
 RUN = {
     # The pointwise scheduler refused these until lowering placed a rank-0 chain in the
     # one-iteration loops around it (fuzz 20261303:184, a sum of x [1]: a squeeze read back).
-    "var_mean_of_one_element": (lambda dt, *shape: var_mean_of_one_element(dt), "pointwise",
-                                [()], [()]),
+    "var_mean_of_one_element": (lambda dt, *shape, **kw: var_mean_of_one_element(dt, **kw),
+                                "pointwise", [()], [()]),
     "var_mean_of_one_int_element_read_twice": (
-        lambda dt, *shape: var_mean_of_one_int_element_read_twice(dt), "pointwise", [()], [()]),
+        lambda dt, *shape, **kw: var_mean_of_one_int_element_read_twice(dt, **kw), "pointwise",
+        [()], [()]),
     "permuted_max_sub": (permuted_max_sub, "outer_persistent",
                          [(96, 475), (7, 33)], [(96, 475), (4096, 1024), (1000, 3)]),
     "permuted_softmax": (permuted_softmax, "outer_persistent",
