@@ -44,6 +44,19 @@ class RuntimeInfo:
         return int(S.evaluate(s, dict(self.bindings)))
 
 
+def cache_inputs_and_outputs(fusion) -> tuple[dict, list]:
+    """The staging the flat schedulers start from: a register cache after each input the fusion
+    reads (keyed by input position) and one before each computed output. Returns (caches, the
+    computed outputs)."""
+    from .. import cache_after, cache_before
+    caches = {k: cache_after(v) for k, v in enumerate(fusion.inputs)
+              if isinstance(v, TensorView) and fusion.uses_of(v)}
+    outputs = [o for o in fusion.outputs if o.definition is not None]
+    for o in outputs:
+        cache_before(o)
+    return caches, outputs
+
+
 def facts_per_input(fusion, facts: tuple) -> tuple:
     """RuntimeInfo.inputs for `fusion` from the facts of the runtime inputs (one per input of
     the definition): an alias input (schedule/roles.py) has those of the input it aliases."""

@@ -43,10 +43,11 @@ import math
 from ...ir.id_graph import IdGraph
 from ...ir.iter_domain import ParallelType as PT
 from ...ir.tensor import TensorView
-from .. import (cache_after, cache_before, inline_at, inline_most, parallelize_like,
+from .. import (inline_at, inline_most, parallelize_like,
                 propagate_transforms, rfactor)
-from .base import (RuntimeInfo, SchedulerError, orient_vector_inputs, reduction_tensors,
-                   reference_reduction, vector_inputs, vector_width, vectorize_along)
+from .base import (RuntimeInfo, SchedulerError, cache_inputs_and_outputs, orient_vector_inputs,
+                   reduction_tensors, reference_reduction, vector_inputs, vector_width,
+                   vectorize_along)
 from ..recompute import recompute_for
 from .inner_persistent import (MAX_ELEMENTS_PER_THREAD, _persistent_uses, _project_to_inputs,
                                row_element_bytes, same_row_dims)
@@ -330,11 +331,7 @@ def schedule(fusion, p: OuterPersistentParams) -> None:
     root = red.domain.maybe_root
     vec_id = next((root[k] for k in reversed(kpos) if not root[k].is_broadcast), None)
     orient_vector_inputs(fusion, p.vector_inputs, vec_id)
-    caches = {k: cache_after(v) for k, v in enumerate(fusion.inputs)
-              if isinstance(v, TensorView) and fusion.uses_of(v)}
-    outputs = [o for o in fusion.outputs if o.definition is not None]
-    for o in outputs:
-        cache_before(o)
+    caches, outputs = cache_inputs_and_outputs(fusion)
     reds = reduction_tensors(fusion)
     looped = p.persistent_batch == 0
     if looped:

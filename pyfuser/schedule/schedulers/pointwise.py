@@ -33,9 +33,10 @@ import dataclasses
 from ...ir.id_graph import IdGraph
 from ...ir.iter_domain import ParallelType as PT
 from ...ir.tensor import TensorView
-from .. import cache_after, cache_before, inline_most, parallelize_like, propagate_transforms
-from .base import (RuntimeInfo, SchedulerError, mapped_dim, orient_vector_inputs, pow2_divisor,
-                   reduction_tensors, vector_inputs, vectorize)
+from .. import inline_most, parallelize_like, propagate_transforms
+from .base import (RuntimeInfo, SchedulerError, cache_inputs_and_outputs, mapped_dim,
+                   orient_vector_inputs, pow2_divisor, reduction_tensors, vector_inputs,
+                   vectorize)
 
 NAME = "pointwise"
 
@@ -157,11 +158,7 @@ def _has_broadcast_input(fusion, ref) -> bool:
 
 def schedule(fusion, params: PointwiseParams) -> None:
     orient_vector_inputs(fusion, params.vector_inputs, _inner_dim(_reference(fusion)))
-    caches = {k: cache_after(v) for k, v in enumerate(fusion.inputs)
-              if isinstance(v, TensorView) and fusion.uses_of(v)}
-    outputs = [o for o in fusion.outputs if o.definition is not None]
-    for o in outputs:
-        cache_before(o)
+    caches, outputs = cache_inputs_and_outputs(fusion)
     ref = _reference(fusion)
     if not ref.domain.logical_no_reductions:
         # 0-dim outputs only: nothing to split or bind to threads; the launch is one thread.

@@ -45,10 +45,10 @@ import dataclasses
 from ...ir.id_graph import IdGraph
 from ...ir.iter_domain import ParallelType as PT
 from ...ir.tensor import TensorView
-from .. import (cache_after, cache_before, inline_at, inline_most, parallelize_like,
+from .. import (inline_at, inline_most, parallelize_like,
                 propagate_transforms, rfactor)
-from .base import (RuntimeInfo, SchedulerError, orient_vector_inputs, reduced_and_kept,
-                   reduction_tensors, vector_inputs, vector_width, vectorize)
+from .base import (RuntimeInfo, SchedulerError, cache_inputs_and_outputs, orient_vector_inputs,
+                   reduced_and_kept, reduction_tensors, vector_inputs, vector_width, vectorize)
 
 NAME = "reduction"
 
@@ -328,11 +328,7 @@ def schedule(fusion, p: ReductionParams) -> None:
     red = reduction_tensors(fusion)[0]
     lay = layout(red)
     orient_vector_inputs(fusion, p.vector_inputs, vector_dim(red, lay))
-    caches = {k: cache_after(v) for k, v in enumerate(fusion.inputs)
-              if isinstance(v, TensorView) and fusion.uses_of(v)}
-    for o in list(fusion.outputs):
-        if o.definition is not None:
-            cache_before(o)
+    caches, _ = cache_inputs_and_outputs(fusion)
     reds = reduction_tensors(fusion)
     red = reds[0]
     g = p.grid_split
