@@ -10,7 +10,8 @@ After:  an Allocate for every register and shared-memory tensor, at the top of t
 
 A buffer holds the tensor's allocation domain (its loop IDs right of the compute-at position)
 minus reduction IDs, minus thread and block IDs for registers (each thread owns its registers)
-and block IDs for shared memory. Each allocated ID takes the extent of the loop it runs in (its
+and block IDs for shared memory (whose rows may be padded: schedule.pad_shared_rows; the
+padding follows each row, ctx.row_pad gives the offset its layout). Each allocated ID takes the extent of the loop it runs in (its
 promoted extent), so a broadcast materialized across a loop gets the loop's size.
 A rank-0 register computed inside loops that run once and read after them (context.hoisted) is
 allocated at the top of the kernel.
@@ -75,6 +76,7 @@ def _global_intermediate(kernel: K.Kernel, tv: TensorView) -> None:
 def allocate(kernel: K.Kernel) -> K.Kernel:
     ctx = kernel.ctx
     ctx.alloc_ids = {}
+    ctx.row_pad = {}
     scopes = {id(s.loop): s for s in K.walk(kernel.body) if isinstance(s, K.ForLoop)}
     fusion = kernel.fusion
     for tv in ctx.tensors:
@@ -89,6 +91,20 @@ def allocate(kernel: K.Kernel) -> K.Kernel:
         size = K.Const(1)
         for _, ext, _ in ids:
             size = K.mul(size, ext)
+        if tv.memory_type == MemoryType.Shared and tv.row_padding is not None:
+            row_id, pad = tv.row_padding
+            at = next((k for k, (i, _, _) in enumerate(ids) if i is row_id), None)
+            if at is None:
+                raise LoweringError(f"T{tv.name}'s padded row starts at an ID its shared buffer "
+                                    "is not allocated over")
+            ctx.row_pad[tv] = (at, pad)
+            outer, row = K.Const(1), K.Const(1)
+            for k, (_, ext, _) in enumerate(ids):
+                if k < at:
+                    outer = K.mul(outer, ext)
+                else:
+                    row = K.mul(row, ext)
+            size = K.mul(outer, K.add(row, K.Const(pad)))
         memory = "local" if tv.memory_type == MemoryType.Local else "shared"
         if memory == "local" and not isinstance(size, K.Const):
             raise LoweringError(

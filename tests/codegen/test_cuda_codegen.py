@@ -168,7 +168,8 @@ def test_pointwise_layouts_compile_clean(layout, dtype):
     y = torch.empty(x.shape[0] if layout != "row_broadcast" else 1027, x.shape[1],
                     dtype=TORCH[dtype])
     fd = _from([x, y], lambda fd, a, b: fd.ops.mul(fd.ops.sigmoid(a), b))
-    st, sch, params, kernel, src = build(fd, [x, y])
+    # The pointwise scheduler's kernels (the transpose scheduler takes "transposed" by default).
+    st, sch, params, kernel, src = build(fd, [x, y], scheduler=registry.by_name("pointwise"))
     assert sch.NAME == "pointwise"
     _check_source(kernel, params, src)
     compile_checked(src, "k")

@@ -40,7 +40,8 @@ import dataclasses
 from ...ir.id_graph import IdGraph
 from ...ir.iter_domain import ParallelType as PT
 from ...ir.tensor import MemoryType, TensorView
-from .. import cache_after, cache_before, inline_most, parallelize_like, propagate_transforms
+from .. import (cache_after, cache_before, inline_most, pad_shared_rows, parallelize_like,
+               propagate_transforms)
 from . import pointwise
 from .base import (RuntimeInfo, SchedulerError, access_width, input_vector_width, pow2_divisor,
                    reduction_tensors, vector_inputs, vectorize)
@@ -215,6 +216,9 @@ def compute_heuristics(fusion, info: RuntimeInfo) -> TransposeParams:
 def schedule(fusion, p: TransposeParams) -> None:
     tiles = {k: cache_after(fusion.inputs[k], memory_type=MemoryType.Shared)
              for k in p.tiled_inputs}
+    # V-wide loads go to registers first: the padded tile rows (T + 1 elements) do not keep
+    # V-element vectors aligned, so the tile is written element by element.
+    staged = [cache_after(fusion.inputs[k]) for k in tiles] if p.vector_loads else []
     caches = {k: cache_after(v) for k, v in enumerate(fusion.inputs)
               if isinstance(v, TensorView) and fusion.uses_of(v) and k not in tiles}
     outputs = [o for o in fusion.outputs if o.definition is not None]
@@ -242,7 +246,7 @@ def schedule(fusion, p: TransposeParams) -> None:
     if len(ref.domain.loop) != 3:
         raise SchedulerError("transpose: the tile did not leave [grid, Ta, Tb]")
     propagate_transforms(ref)
-    tile_tvs = list(tiles.values())
+    tile_tvs = list(tiles.values()) + staged
     # Group 2: [G, Ta, Tb] -> [G, Ta/R, R (TIDy), Tb/V (TIDx), V]
     ref.split(2, p.vector)
     ref.split(1, p.rows)
@@ -259,11 +263,14 @@ def schedule(fusion, p: TransposeParams) -> None:
         t.split(2, p.vector)
         t.split(1, p.rows)
         t.parallelize(0, PT.BIDx).parallelize(2, PT.TIDy).parallelize(3, PT.TIDx)
+    for t in tiles.values():
+        # Row [Ta/V, V] of T elements, then one spare: a column's elements (b = r, r + 1, ...)
+        # are one bank apart, so the transposed reads of a warp's lanes do not conflict.
+        pad_shared_rows(t, t.domain.loop[3], 1)
     graph = IdGraph(fusion)
     if p.vector > 1:
-        if p.vector_loads:
-            for t in tile_tvs:
-                vectorize(t, -1, p.vector)
+        for t in staged:
+            vectorize(t, -1, p.vector)
         if p.vector_stores:
             b_inner = b_ids[-1]
             for t in [caches[k] for k in p.vector_inputs] + outputs:
