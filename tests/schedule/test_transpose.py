@@ -256,3 +256,18 @@ def test_transposed_plus_on_the_gpu(dt, shape):
     x = torch.randn(N, M, device="cuda").to(TORCH[dt]).t()
     y = torch.randn(M, N, device="cuda").to(TORCH[dt])
     run_and_check(transposed_plus(dt), [x, y], scheduler="transpose")
+
+
+def test_pad_shared_rows_is_for_shared_buffers():
+    from pyfuser.ir.tensor import MemoryType, ScheduleError
+    from pyfuser.schedule import cache_after, pad_shared_rows
+    fd = nchw_to_nhwc("fp32")
+    f = fd.fusion
+    local = cache_after(f.inputs[0])
+    with pytest.raises(ScheduleError, match="only shared-memory buffers are padded"):
+        pad_shared_rows(local, local.domain.loop[0], 1)
+    shared = cache_after(local, memory_type=MemoryType.Shared)
+    with pytest.raises(ScheduleError, match="none of its loop IDs"):
+        pad_shared_rows(shared, local.domain.loop[0], 1)
+    assert pad_shared_rows(shared, shared.domain.loop[3], 1).row_padding == (
+        shared.domain.loop[3], 1)
