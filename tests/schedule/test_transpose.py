@@ -108,8 +108,9 @@ def test_heuristic_of_the_bar_shapes():
     assert (p.tile, p.vector, p.rows) == (32, 4, 32)
     x = torch.empty(32, 256, 56, 56, dtype=torch.bfloat16)
     p = _params(scale_shift_relu_channels_last("bf16"), [x, torch.empty(256), torch.empty(256)])
-    # fp32 scale/shift: the widest tensor makes V = 4, the tile 32 x 32.
-    assert (p.tile, p.vector, p.tiled_inputs) == (32, 4, (0,))
+    # The fp32 scale and shift are read along C with two 4-wide loads per 8 elements; the
+    # bf16 image and output decide V.
+    assert (p.tile, p.vector, p.tiled_inputs, p.vector_inputs) == (64, 8, (0,), (1, 2))
 
 
 def test_heuristic_of_odd_sizes_reads_element_wise():

@@ -187,9 +187,10 @@ def compute_heuristics(fusion, info: RuntimeInfo) -> TransposeParams:
     a_inner, b_inner = logical[lay.a_dims[-1]], logical[lay.b_dims[-1]]
     a_ext, b_ext = _run_extent(ref, lay.a_dims, info), _run_extent(ref, lay.b_dims, info)
     # One V for both sides (threadIdx.x is T / V for the loads and the stores): 16-byte
-    # accesses of the widest tensor of either side, dividing both runs.
-    widest = max([t.dtype.size for t in fusion.inputs + fusion.outputs
-                  if isinstance(t, TensorView)] + [1])
+    # accesses of the widest tiled input or output, dividing both runs. Other inputs take
+    # their own width (fp32 per-channel scales of a bf16 image: two 4-wide loads per 8).
+    widest = max([t.dtype.size for t in fusion.outputs if isinstance(t, TensorView)]
+                 + [fusion.inputs[k].dtype.size for k in lay.tiled_inputs] + [1])
     vector = pow2_divisor(a_ext, max(1, 16 // widest))
     vector = pow2_divisor(b_ext, vector)
     # Loads: the tiled inputs' layout in this call must allow V-wide vectors along a.
