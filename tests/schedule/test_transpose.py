@@ -114,8 +114,17 @@ def test_heuristic_of_the_bar_shapes():
 
 
 def test_heuristic_of_odd_sizes_reads_element_wise():
+    p = _params(nchw_to_nhwc("bf16"), [torch.empty(2, 17, 33, 17, dtype=torch.bfloat16)])
+    assert (p.tile, p.vector, p.rows, p.vector_loads, p.flat) == (32, 1, 8, False, None)
+
+
+def test_heuristic_of_a_thin_tile_dim_is_the_flat_loop():
+    # 3 channels: a 32 x 32 tile would hold 3 x 32 elements; the pointwise flat loop instead.
     p = _params(nchw_to_nhwc("bf16"), [torch.empty(2, 3, 33, 17, dtype=torch.bfloat16)])
-    assert (p.tile, p.vector, p.rows, p.vector_loads) == (32, 1, 8, False)
+    assert p.flat is not None and type(p.flat).__name__ == "PointwiseParams"
+    assert "tile dims of 561 x 3 elements" in p.describe()
+    p = _params(transposed_plus("fp32"), [torch.empty(3, 1000).t(), torch.empty(1000, 3)])
+    assert p.flat is not None
     # A misaligned view: vectors would fit the sizes but not the pointer.
     x = torch.empty(2 * 64 * 8 * 8 + 1)[1:].view(2, 64, 8, 8)
     p = _params(nchw_to_nhwc("fp32"), [x])
@@ -129,17 +138,20 @@ def _randn(shape, dt, seed=0):
 
 
 @pytest.mark.parametrize("dt", ["fp32", "bf16", "fp16"])
-@pytest.mark.parametrize("shape", [(2, 3, 33, 17), (2, 40, 8, 8), (1, 70, 9, 13)])
+@pytest.mark.parametrize("shape", [(2, 3, 33, 17), (2, 17, 33, 17), (2, 40, 8, 8),
+                                   (1, 70, 9, 13)])
 def test_nchw_to_nhwc_on_the_interpreter(dt, shape):
     fd = nchw_to_nhwc(dt)
     x = _randn(shape, dt)
     (out,) = run_and_check(fd, [x], scheduler="transpose", options=INTERPRET)
     assert out.is_contiguous(memory_format=torch.channels_last) and torch.equal(out, x)
     assert fd.last_run.segments == ()
+    (p,) = fd.last_run.heuristics
+    assert (p.flat is None) == (shape[1] >= tp.MIN_TILE_EXTENT)
 
 
 @pytest.mark.parametrize("dt", ["fp32", "bf16"])
-@pytest.mark.parametrize("shape", [(2, 3, 33, 17), (2, 64, 8, 8)])
+@pytest.mark.parametrize("shape", [(2, 3, 33, 17), (2, 19, 5, 7), (2, 64, 8, 8)])
 def test_scale_shift_relu_written_channels_last(dt, shape):
     fd = scale_shift_relu_channels_last(dt)
     inputs = [_randn(shape, dt), _randn(shape[1], "fp32", 1), _randn(shape[1], "fp32", 2)]
@@ -155,6 +167,8 @@ def test_transposed_plus_row_major(dt, shape):
     x, y = _randn((N, M), dt).t(), _randn((M, N), dt, 1)
     (out,) = run_and_check(fd, [x, y], scheduler="transpose", options=INTERPRET)
     assert out.stride() == (N, 1)
+    (p,) = fd.last_run.heuristics
+    assert (p.flat is None) == (min(M, N) >= tp.MIN_TILE_EXTENT)
 
 
 def test_catalogue_entries_run_as_transposes():

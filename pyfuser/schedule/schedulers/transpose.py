@@ -29,7 +29,8 @@ lanes of a warp fall in distinct banks (row r and row r + 1 are one bank apart).
 Limits: one a per fusion (the innermost dim of the first group-1 input); an input whose
 innermost dim is neither a nor b is read directly, strided (correct, not coalesced); outputs
 whose innermost dim is not b are written directly, strided; tiles are T x T, so a dim shorter
-than T leaves threads idle (predicated), which costs speed on thin tensors, never correctness.
+than T leaves threads idle (predicated); below 16 elements (a [1000, 3] transpose) the call gets
+the pointwise scheduler's flat loop instead (TransposeParams.flat).
 nvFuser's transpose scheduler groups tensors the same way (by their innermost dim, with the
 reference tensors of both groups) and tiles the two inner dims in shared memory.
 """
@@ -49,7 +50,8 @@ from .base import (RuntimeInfo, SchedulerError, access_width, input_vector_width
 NAME = "transpose"
 
 # Tile dims shorter than this gain little from a shared-memory tile (fewer than half a warp
-# along the dim): known extents below it go to the pointwise scheduler.
+# along the dim): known extents below it go to the pointwise scheduler, and a call whose
+# extents are below it gets the pointwise scheduler's flat loop (TransposeParams.flat).
 MIN_TILE_EXTENT = 16
 
 
@@ -64,9 +66,14 @@ class TransposeParams:
     vector_loads: bool = False  # the tiled inputs take V-wide loads (their layout allows)
     vector_stores: bool = False # group-2 outputs take V-wide stores along b
     vector_inputs: tuple = ()   # other input positions read with V-wide loads along b
+    # In a call where a tile dim is shorter than MIN_TILE_EXTENT, the pointwise scheduler's
+    # heuristic: one flat loop (a tile would leave most of its threads idle), else None.
+    flat: object = None
     note: str = ""
 
     def describe(self) -> str:
+        if self.flat is not None:
+            return f"transpose ({self.note}): {self.flat.describe()}"
         return (f"transpose: tile {self.tile}x{self.tile}, vector {self.vector}, block "
                 f"{self.tile // self.vector}x{self.rows}, a = dims {list(self.a_dims)}, b = dims "
                 f"{list(self.b_dims)}, shared-memory tiles for inputs {list(self.tiled_inputs)}"
@@ -186,6 +193,13 @@ def compute_heuristics(fusion, info: RuntimeInfo) -> TransposeParams:
     logical = ref.domain.logical_no_reductions
     a_inner, b_inner = logical[lay.a_dims[-1]], logical[lay.b_dims[-1]]
     a_ext, b_ext = _run_extent(ref, lay.a_dims, info), _run_extent(ref, lay.b_dims, info)
+    if min(a_ext, b_ext) < MIN_TILE_EXTENT:
+        # A [1000, 3] transpose in 32 x 32 tiles would run ten times the threads it has
+        # elements; the flat loop reads 3-element runs, which a tile would not improve.
+        return TransposeParams(a_dims=lay.a_dims, b_dims=lay.b_dims,
+                               flat=pointwise.compute_heuristics(fusion, info),
+                               note=f"tile dims of {a_ext} x {b_ext} elements, one under "
+                                    f"{MIN_TILE_EXTENT}: one flat loop")
     # One V for both sides (threadIdx.x is T / V for the loads and the stores): 16-byte
     # accesses of the widest tiled input or output, dividing both runs. Other inputs take
     # their own width (fp32 per-channel scales of a bf16 image: two 4-wide loads per 8).
@@ -215,6 +229,9 @@ def compute_heuristics(fusion, info: RuntimeInfo) -> TransposeParams:
 
 
 def schedule(fusion, p: TransposeParams) -> None:
+    if p.flat is not None:
+        pointwise.schedule(fusion, p.flat)
+        return
     tiles = {k: cache_after(fusion.inputs[k], memory_type=MemoryType.Shared)
              for k in p.tiled_inputs}
     # V-wide loads go to registers first: the padded tile rows (T + 1 elements) do not keep
