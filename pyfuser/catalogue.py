@@ -26,8 +26,8 @@ class Entry:
     torch_reference: Callable  # (inputs, eps) -> list of outputs
     min_bytes: Callable        # (M, N, elem_bytes) -> int
     # The scheduler that takes the whole fusion (pointwise | transpose | reduction |
-    # inner_persistent | outer_persistent | inner_outer_persistent), or "plan": segmented into kernels of several
-    # schedulers.
+    # inner_persistent | outer_persistent | inner_outer_persistent), or "plan": segmented into
+    # kernels of several schedulers.
     kind: str
 
 

@@ -10,13 +10,15 @@ After:  an Allocate for every register and shared-memory tensor, at the top of t
 
 A buffer holds the tensor's allocation domain (its loop IDs right of the compute-at position)
 minus reduction IDs, minus thread and block IDs for registers (each thread owns its registers)
-and block IDs for shared memory (whose rows may be padded: schedule.pad_shared_rows; the
-padding follows each row, ctx.row_pad gives the offset its layout). Each allocated ID takes the extent of the loop it runs in (its
+and block IDs for shared memory. Each allocated ID takes the extent of the loop it runs in (its
 promoted extent), so a broadcast materialized across a loop gets the loop's size.
 A rank-0 register computed inside loops that run once and read after them (context.hoisted) is
 allocated at the top of the kernel.
 Global intermediates (tensors a schedule places in global memory between loop nests) become
 dense workspaces the executor allocates, passed as parameters.
+A shared buffer's rows may be followed by spare elements (schedule.pad_shared_rows, for
+bank-conflict-free column reads): its size counts them, and ctx.row_pad tells index.py's
+buffer_offset where a row starts.
 Limitation: register buffers need a constant size.
 """
 from __future__ import annotations

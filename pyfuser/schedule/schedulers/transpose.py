@@ -44,8 +44,9 @@ from ...ir.tensor import MemoryType, TensorView
 from .. import (cache_after, cache_before, inline_most, pad_shared_rows, parallelize_like,
                propagate_transforms)
 from . import pointwise
-from .base import (RuntimeInfo, SchedulerError, access_width, input_vector_width, pow2_divisor,
-                   reduction_tensors, vector_inputs, vectorize)
+from .base import (RuntimeInfo, SchedulerError, access_width, input_vector_width,
+                   orient_vector_inputs, pow2_divisor, reduction_tensors, vector_inputs,
+                   vectorize)
 
 NAME = "transpose"
 
@@ -232,6 +233,9 @@ def schedule(fusion, p: TransposeParams) -> None:
     if p.flat is not None:
         pointwise.schedule(fusion, p.flat)
         return
+    first_ref = pointwise._reference(fusion)
+    orient_vector_inputs(fusion, p.vector_inputs,
+                         first_ref.domain.logical_no_reductions[p.b_dims[-1]])
     tiles = {k: cache_after(fusion.inputs[k], memory_type=MemoryType.Shared)
              for k in p.tiled_inputs}
     # V-wide loads go to registers first: the padded tile rows (T + 1 elements) do not keep
