@@ -196,9 +196,9 @@ def _scale_shift_relu_cl(fd, dt, eps):
 # Inputs ---------------------------------------------------------------------------------------
 # The image fusions take (M, N) = (pixels B * H * W, channels C): an NCHW image
 # [M / 3136, N, 56, 56] when 56 * 56 divides M (the issue's [32, 256, 56, 56] is (100352, 256)),
-# else [1, N, M, 1].
+# else [1, N, 1, M].
 def _image_shape(M, N):
-    return (M // 3136, N, 56, 56) if M % 3136 == 0 else (1, N, M, 1)
+    return (M // 3136, N, 56, 56) if M % 3136 == 0 else (1, N, 1, M)
 
 
 def _in_image(M, N, dt, dev, g):

@@ -181,8 +181,8 @@ def test_catalogue_entries_run_as_transposes():
         want = catalogue.get(name).torch_reference(inputs, 1e-6)
         torch.testing.assert_close(outs[0].float(), want[0].float(), rtol=1e-2, atol=1e-2)
         assert outs[0].stride() == want[0].stride()
-    # M not a multiple of 56 * 56: [1, N, M, 1].
-    assert catalogue.make_inputs("nchw_to_nhwc", 7, 5, "fp32", seed=0)[0].shape == (1, 5, 7, 1)
+    # M not a multiple of 56 * 56: [1, N, 1, M].
+    assert catalogue.make_inputs("nchw_to_nhwc", 7, 5, "fp32", seed=0)[0].shape == (1, 5, 1, 7)
 
 
 # Shared-memory banks ------------------------------------------------------------------------------
