@@ -15,6 +15,7 @@ from kir_testing import compile_clean, loop_points, ops, schedule_and_lower, set
 
 from pyfuser import DataType, FusionDefinition, catalogue  # noqa: E402
 from pyfuser.codegen.cuda import generate_cuda  # noqa: E402
+from pyfuser.ir.iter_domain import ParallelType as PT  # noqa: E402
 from pyfuser.kir import nodes as K  # noqa: E402
 from pyfuser.runtime.interpreter import eval_expr  # noqa: E402
 from pyfuser.schedule.schedulers import registry  # noqa: E402
@@ -286,3 +287,26 @@ def test_pad_shared_rows_is_for_shared_buffers():
         pad_shared_rows(shared, local.domain.loop[0], 1)
     assert pad_shared_rows(shared, shared.domain.loop[3], 1).row_padding == (
         shared.domain.loop[3], 1)
+
+
+def test_outputs_only_a_tile_leads_to_are_written_by_every_thread():
+    """Fuzz 20261123:1352: a cast of the tiled input as a second output, beside a rank-3
+    reference. Propagation from the reference stopped at the tile: the cast kept a serial
+    [grid, 32, 32] loop run by thread 0 alone (correct, 1024 times slower, 255 registers and a
+    3 KB stack in ptxas)."""
+    from kir_testing import enclosing, op_writing
+    with FusionDefinition() as fd:
+        x = fd.define_tensor([-1, -1], dtype=DataType.Float, stride_order=[0, 1])
+        fd.add_output(fd.ops.cast(x, DataType.BFloat16))
+        fd.add_output(fd.ops.broadcast_in_dim(fd.ops.neg(x), [-1, 1, -1], [0, 2]))
+        fd.add_output(fd.ops.logical_not(fd.ops.ge(x, 0.5)))
+    x = _randn((65, 31), "fp32").t()
+    run_and_check(fd, [x], scheduler="transpose", options=INTERPRET)
+    assert fd.last_run.heuristics[0].flat is None
+    st, _, p, k = schedule_and_lower(fd, [x])
+    for j in range(3):
+        buf = next(q.buffer for q in k.params if q.source == ("output", j))
+        op = op_writing(k, buf.name)
+        bound = {s.loop.parallel for s in enclosing(k, op) if isinstance(s, K.ForLoop)}
+        assert {PT.TIDx, PT.TIDy} <= bound, (j, bound)
+    compile_clean(generate_cuda(k))

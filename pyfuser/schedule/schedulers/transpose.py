@@ -274,7 +274,8 @@ def schedule(fusion, p: TransposeParams) -> None:
     ref.split(1, p.rows)
     ref.parallelize(0, PT.BIDx).parallelize(2, PT.TIDy).parallelize(3, PT.TIDx)
     rest = [t for t in fusion.tensors() if t not in tile_tvs and not t.is_input()]
-    propagate_transforms(ref, tensors=rest)
+    reached = set(propagate_transforms(ref, tensors=rest))
+    _reach_past_tiles(fusion, ref, tiles.values(), rest, reached)
     parallelize_like(ref, tensors=rest, parallel_types={PT.BIDx, PT.TIDx, PT.TIDy})
     # Group 1: [G, Ta, Tb] -> [G, Tb, Ta] -> [G, Tb/R, R (TIDy), Ta/V (TIDx), V]
     for t in tile_tvs:
@@ -298,3 +299,27 @@ def schedule(fusion, p: TransposeParams) -> None:
             for t in [caches[k] for k in p.vector_inputs] + outputs:
                 vectorize(t, -1, p.vector, along=b_inner, graph=graph)
     inline_most(fusion=fusion)
+
+
+def _reach_past_tiles(fusion, ref, tile_tvs, rest, reached: set) -> None:
+    """Give group 2's loops to the tensors that only a tile leads to (a cast of the tiled input
+    written as a second output, fuzz 20261123:1352): propagation from the reference stops at
+    the tiles, whose loops are group 1's. Each such consumer of a tile replays the reference's
+    transforms directly (its dims map to the reference's), and passes them on to what only it
+    reaches. Left alone, their loops stayed [grid, Ta, Tb], serial, run by one thread."""
+    from ..transform_propagation import replay
+    graph = IdGraph(fusion)
+    ref_root = ref.domain.maybe_root
+    for tile in tile_tvs:
+        for c in fusion.consumers(tile):
+            if c in reached or c not in rest:
+                continue
+            mapping = {}
+            for i in ref_root:
+                j = next((x for x in c.domain.maybe_root if graph.mapped(i, x)), None)
+                if j is not None:
+                    mapping[i] = j
+            replay(ref, c, mapping, "twin")
+            reached.add(c)
+            todo = [t for t in rest if t not in reached]
+            reached |= set(propagate_transforms(c, tensors=todo))
