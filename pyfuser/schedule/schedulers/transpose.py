@@ -22,9 +22,10 @@ the grid:
                                           (V-wide vector stores along b)
 
 One block is one tile: there is no loop over tiles, so the tile buffer is never overwritten
-while another warp still reads it. The tile rows hold T + 1 elements when written element-wise
-(a register stage between the vector load and the shared store), so the column reads by the
-lanes of a warp fall in distinct banks (row r and row r + 1 are one bank apart).
+while another warp still reads it. The tile rows hold T + 1 elements (schedule.pad_shared_rows),
+so the column reads by the lanes of a warp fall in distinct banks (row r and row r + 1 are one
+bank apart); a padded row does not keep V-element vectors aligned, so the V-wide loads go to
+registers and the tile is written from there element by element.
 
 Limits: one a per fusion (the innermost dim of the first group-1 input); an input whose
 innermost dim is neither a nor b is read directly, strided (correct, not coalesced); outputs
