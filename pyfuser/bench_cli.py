@@ -10,6 +10,8 @@ DEFAULT_SHAPES = {
     "mse_mean": [(8192, 4096)], "amax_scale": [(8192, 8192)],   # issue 16's bars
     "softmax": [(16384, 1024), (16384, 4096), (4096, 65536)],
     "softmax_dim0": [(2048, 8192)],
+    # (pixels, channels): [32, 256, 56, 56] NCHW (catalogue._image_shape)
+    "nchw_to_nhwc": [(100352, 256)], "scale_shift_relu_cl": [(100352, 256)],
     "log_softmax": [(16384, 1024), (16384, 4096), (4096, 65536)],
     "rmsnorm_fwd": [(16384, 1024), (16384, 4096), (16384, 16384), (4096, 65536), (2048, 131072)],
     "add_rmsnorm_fwd": [(16384, 4096)],

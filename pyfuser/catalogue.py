@@ -13,6 +13,8 @@ from .frontend import FusionDefinition
 from .ir.dtype import DataType, parse_dtype, to_torch
 
 F32 = DataType.Float
+# fd.ops.stride_order's ranks for an NCHW tensor laid out NHWC (C innermost).
+CHANNELS_LAST = [3, 0, 2, 1]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -23,9 +25,9 @@ class Entry:
     make_inputs: Callable      # (M, N, torch_dtype, device, generator) -> list
     torch_reference: Callable  # (inputs, eps) -> list of outputs
     min_bytes: Callable        # (M, N, elem_bytes) -> int
-    # The scheduler that takes the whole fusion (pointwise | reduction | inner_persistent |
-    # outer_persistent | inner_outer_persistent), or "plan": segmented into kernels of several
-    # schedulers.
+    # The scheduler that takes the whole fusion (pointwise | transpose | reduction |
+    # inner_persistent | outer_persistent | inner_outer_persistent), or "plan": segmented into
+    # kernels of several schedulers.
     kind: str
 
 
@@ -176,7 +178,39 @@ def _layernorm_bwd(fd, dt, eps):
     fd.add_output(fd.ops.cast(db, dt))
 
 
+def _nchw_to_nhwc(fd, dt, eps):
+    x = fd.define_tensor([-1, -1, -1, -1], dtype=dt)
+    fd.add_output(fd.ops.stride_order(x, CHANNELS_LAST))
+
+
+def _scale_shift_relu_cl(fd, dt, eps):
+    x = fd.define_tensor([-1, -1, -1, -1], dtype=dt)
+    scale = fd.define_tensor([-1], dtype=F32)
+    shift = fd.define_tensor([-1], dtype=F32)
+    per_channel = [True, False, True, True]
+    y = fd.ops.add(fd.ops.mul(_f(fd, x), fd.ops.broadcast(scale, per_channel)),
+                   fd.ops.broadcast(shift, per_channel))
+    fd.add_output(fd.ops.stride_order(fd.ops.cast(fd.ops.relu(y), dt), CHANNELS_LAST))
+
+
 # Inputs ---------------------------------------------------------------------------------------
+# The image fusions take (M, N) = (pixels B * H * W, channels C): an NCHW image
+# [M / 3136, N, 56, 56] when 56 * 56 divides M (the issue's [32, 256, 56, 56] is (100352, 256)),
+# else [1, N, 1, M].
+def _image_shape(M, N):
+    return (M // 3136, N, 56, 56) if M % 3136 == 0 else (1, N, 1, M)
+
+
+def _in_image(M, N, dt, dev, g):
+    return [_rand(_image_shape(M, N), dt, dev, g)]
+
+
+def _in_image_scale_shift(M, N, dt, dev, g):
+    import torch
+    return [_rand(_image_shape(M, N), dt, dev, g), _rand((N,), torch.float32, dev, g),
+            _rand((N,), torch.float32, dev, g)]
+
+
 def _in_x(M, N, dt, dev, g):
     return [_rand((M, N), dt, dev, g)]
 
@@ -287,6 +321,18 @@ def _t_ln_bwd(i, eps):
     return [dx.to(x.dtype), (dy.float() * xhat).sum(0).to(w.dtype), dy.float().sum(0).to(w.dtype)]
 
 
+def _t_nchw_to_nhwc(i, eps):
+    import torch
+    return [i[0].contiguous(memory_format=torch.channels_last)]
+
+
+def _t_scale_shift_relu_cl(i, eps):
+    import torch
+    x, scale, shift = i
+    y = (x.float() * scale[None, :, None, None] + shift[None, :, None, None]).relu()
+    return [y.to(x.dtype).contiguous(memory_format=torch.channels_last)]
+
+
 # Fewest bytes (ANCHORS.md) ------------------------------------------------------------------------
 def _b_fwd(M, N, e):
     return 2 * M * N * e + N * e
@@ -328,6 +374,12 @@ ENTRIES: dict[str, Entry] = {e.name: e for e in [
     Entry("layernorm_bwd", "LayerNorm backward: dx, dw, db from x, dy, w, mean, rstd",
           _layernorm_bwd, _in_ln_bwd, _t_ln_bwd, lambda M, N, e: _b_bwd(M, N, e) + 4 * M,
           "inner_outer_persistent"),
+    Entry("nchw_to_nhwc", "NCHW -> NHWC copy of an image [M / 3136, N, 56, 56] (channels-last "
+          "output)", _nchw_to_nhwc, _in_image, _t_nchw_to_nhwc, lambda M, N, e: 2 * M * N * e,
+          "transpose"),
+    Entry("scale_shift_relu_cl", "relu(x * scale[C] + shift[C]) of an NCHW image, written "
+          "channels-last (fp32 scale and shift)", _scale_shift_relu_cl, _in_image_scale_shift,
+          _t_scale_shift_relu_cl, lambda M, N, e: 2 * M * N * e + 8 * N, "transpose"),
 ]}
 
 

@@ -321,8 +321,9 @@ class Kind:
     segments: tuple            # the plan's expected (kind, name) per segment
 
 
-IP, IOP, RED, PW, OP = (("kernel", n) for n in ("inner_persistent", "inner_outer_persistent",
-                                                "reduction", "pointwise", "outer_persistent"))
+IP, IOP, RED, PW, OP, TR = (("kernel", n) for n in (
+    "inner_persistent", "inner_outer_persistent", "reduction", "pointwise", "outer_persistent",
+    "transpose"))
 REF = ("reference", "reference")
 
 _CHW = [32, 256, 56, 56]
@@ -371,7 +372,7 @@ KINDS: dict[str, Kind] = {
         _meta([8192, 4096]), _meta([16384, 4096]), _meta([16384])],
         (("library", "linear"), PW)),
     "attn_scores_qkT": Kind(attn_scores_qkT, lambda: [_meta([4, 32, 2048, 128])] * 2,
-                            (PW, ("library", "matmul"), PW)),
+                            (TR, ("library", "matmul"), PW)),
     "l2_normalize": Kind(l2_normalize, lambda: [_meta([8192, 1024])], (IP,)),
     "clamp": Kind(clamp, lambda: [_meta([8192, 14336]), -1.0, 1.0], (PW,)),
     "threshold_bwd": Kind(threshold_bwd, lambda: [_meta([8192, 14336])] * 2, (PW,)),
@@ -380,7 +381,7 @@ KINDS: dict[str, Kind] = {
     "nchw_channel_bcast": Kind(nchw_channel_bcast, lambda: [
         _meta(_CHW), _meta([256], torch.float32), _meta([256], torch.float32)], (PW,)),
     "permute_bshd_bhsd": Kind(permute_bshd_bhsd, lambda: [_meta([4, 2048, 32, 128])], (PW,)),
-    "permute_nchw_nhwc": Kind(permute_nchw_nhwc, lambda: [_meta(_CHW)], (PW,)),
+    "permute_nchw_nhwc": Kind(permute_nchw_nhwc, lambda: [_meta(_CHW)], (TR,)),
 }
 
 # Kinds that wait for ops pyfuser does not have yet (the ops issues, 17/18): the fd.ops names

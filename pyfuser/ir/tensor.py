@@ -157,6 +157,9 @@ class TensorView(Val):
         self.circular_buffer_options: CircularBufferOptions | None = None
         # The tensor this one is a recomputed copy of (schedule/recompute.py), or None.
         self.recompute_of: TensorView | None = None
+        # (first ID of a row, elements) for a shared buffer whose rows are padded
+        # (schedule.pad_shared_rows), or None.
+        self.row_padding: tuple | None = None
 
     # Views of the domain ----------------------------------------------------------------------
     @property

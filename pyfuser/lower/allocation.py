@@ -16,6 +16,9 @@ A rank-0 register computed inside loops that run once and read after them (conte
 allocated at the top of the kernel.
 Global intermediates (tensors a schedule places in global memory between loop nests) become
 dense workspaces the executor allocates, passed as parameters.
+A shared buffer's rows may be followed by spare elements (schedule.pad_shared_rows, for
+bank-conflict-free column reads): its size counts them, and ctx.row_pad tells index.py's
+buffer_offset where a row starts.
 Limitation: register buffers need a constant size.
 """
 from __future__ import annotations
@@ -75,6 +78,7 @@ def _global_intermediate(kernel: K.Kernel, tv: TensorView) -> None:
 def allocate(kernel: K.Kernel) -> K.Kernel:
     ctx = kernel.ctx
     ctx.alloc_ids = {}
+    ctx.row_pad = {}
     scopes = {id(s.loop): s for s in K.walk(kernel.body) if isinstance(s, K.ForLoop)}
     fusion = kernel.fusion
     for tv in ctx.tensors:
@@ -89,6 +93,20 @@ def allocate(kernel: K.Kernel) -> K.Kernel:
         size = K.Const(1)
         for _, ext, _ in ids:
             size = K.mul(size, ext)
+        if tv.memory_type == MemoryType.Shared and tv.row_padding is not None:
+            row_id, pad = tv.row_padding
+            at = next((k for k, (i, _, _) in enumerate(ids) if i is row_id), None)
+            if at is None:
+                raise LoweringError(f"T{tv.name}'s padded row starts at an ID its shared buffer "
+                                    "is not allocated over")
+            ctx.row_pad[tv] = (at, pad)
+            outer, row = K.Const(1), K.Const(1)
+            for k, (_, ext, _) in enumerate(ids):
+                if k < at:
+                    outer = K.mul(outer, ext)
+                else:
+                    row = K.mul(row, ext)
+            size = K.mul(outer, K.add(row, K.Const(pad)))
         memory = "local" if tv.memory_type == MemoryType.Local else "shared"
         if memory == "local" and not isinstance(size, K.Const):
             raise LoweringError(

@@ -108,6 +108,7 @@ class LoweringContext:
         self.buffers: dict = {}          # params, allocate: TensorView -> kir Buffer
         self.strides: dict = {}          # params, allocate: global TensorView -> stride exprs
         self.alloc_ids: dict = {}        # allocate: TensorView -> (ID, extent, Loop) per dim
+        self.row_pad: dict = {}          # allocate: TensorView -> (first row dim, padding)
         self.reduction_sites: list = []  # lower_reductions: (TensorView, [Block/GridReduce])
         self.grid_reduced: dict = {}     # lower_reductions: TensorView -> its grid-reduced dims
         self.index_graph = None          # index_and_predicate: IndexGraph over the exact graph

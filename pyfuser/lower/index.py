@@ -90,13 +90,24 @@ def global_offset(ctx, tv: TensorView, known: dict) -> K.KExpr:
 
 
 def buffer_offset(ctx, tv: TensorView, index_of_id) -> K.KExpr:
-    """Row-major offset into a register/shared buffer; `index_of_id(ID, Loop)` -> KExpr."""
-    offset: K.KExpr = K.Const(0)
-    for i, ext, lp in ctx.alloc_ids[tv]:
-        if isinstance(ext, K.Const) and ext.value == 1:
-            continue    # one element (e.g. a broadcast not materialized across a loop): index 0
-        offset = K.add(K.mul(offset, ext), index_of_id(i, lp))
-    return offset
+    """Row-major offset into a register/shared buffer; `index_of_id(ID, Loop)` -> KExpr. A
+    buffer with padded rows (ctx.row_pad) steps its outer dims by a row plus the padding."""
+    ids = ctx.alloc_ids[tv]
+    at, pad = ctx.row_pad.get(tv, (0, 0))
+
+    def horner(part):
+        offset: K.KExpr = K.Const(0)
+        for i, ext, lp in part:
+            if isinstance(ext, K.Const) and ext.value == 1:
+                continue    # one element (a broadcast not materialized across a loop): index 0
+            offset = K.add(K.mul(offset, ext), index_of_id(i, lp))
+        return offset
+    if not pad:
+        return horner(ids)
+    row = K.Const(1)
+    for _, ext, _ in ids[at:]:
+        row = K.mul(row, ext)
+    return K.add(K.mul(horner(ids[:at]), K.add(row, K.Const(pad))), horner(ids[at:]))
 
 
 def _writer_index(i, lp):

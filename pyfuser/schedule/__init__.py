@@ -3,7 +3,7 @@
 Loop transforms (split, merge, reorder, parallelize) are TensorView methods; the primitives here
 restructure the fusion around a tensor.
 """
-from .allocation import set_allocation_domain
+from .allocation import pad_shared_rows, set_allocation_domain
 from .cache import cache_after, cache_before, set_memory_type
 from .circular_buffer import check_register_counts, circular_buffer
 from .inlining import inline_at, inline_most, max_inline_position
@@ -12,6 +12,6 @@ from .transform_propagation import parallelize_like, propagate_transforms, repla
 
 __all__ = [
     "cache_after", "cache_before", "check_register_counts", "circular_buffer", "inline_at",
-    "inline_most", "max_inline_position", "parallelize_like", "propagate_transforms", "replay",
+    "inline_most", "max_inline_position", "pad_shared_rows", "parallelize_like", "propagate_transforms", "replay",
     "rfactor", "set_allocation_domain", "set_memory_type",
 ]

@@ -17,6 +17,7 @@ from pyfuser import DataType, FusionDefinition, catalogue  # noqa: E402
 from pyfuser.codegen.cuda import generate_cuda  # noqa: E402
 from pyfuser.kir import nodes as K  # noqa: E402
 from pyfuser.schedule.schedulers import registry  # noqa: E402
+from pyfuser.schedule.schedulers.base import access_width  # noqa: E402
 
 pytest.importorskip("cuda.bindings.nvrtc")
 from pyfuser.runtime.nvrtc import compile_to_cubin  # noqa: E402
@@ -67,8 +68,13 @@ def _check_source(kernel, params, src):
         assert 'extern "C" __global__ void k(' in text
     vec_loads = re.findall(r"pf::load_global_vec<[^>]*>\(\*reinterpret_cast<pf::Array<[^,]+, (\d+)>",
                            text)
-    if params.vector > 1 and params.vector_inputs:
-        assert vec_loads and set(vec_loads) == {str(params.vector)}
+    # Each vector input at its own access width (an fp32 scale beside bf16 data: 4 of 8);
+    # the transpose scheduler's tiled inputs too when it loads them with vectors.
+    read = list(params.vector_inputs) + list(
+        getattr(params, "tiled_inputs", ()) if getattr(params, "vector_loads", False) else ())
+    if params.vector > 1 and read:
+        widths = {str(access_width(kernel.fusion.inputs[k].dtype, params.vector)) for k in read}
+        assert vec_loads and set(vec_loads) == widths
     else:
         assert not vec_loads
     for p in kernel.params:
@@ -168,7 +174,8 @@ def test_pointwise_layouts_compile_clean(layout, dtype):
     y = torch.empty(x.shape[0] if layout != "row_broadcast" else 1027, x.shape[1],
                     dtype=TORCH[dtype])
     fd = _from([x, y], lambda fd, a, b: fd.ops.mul(fd.ops.sigmoid(a), b))
-    st, sch, params, kernel, src = build(fd, [x, y])
+    # The pointwise scheduler's kernels (the transpose scheduler takes "transposed" by default).
+    st, sch, params, kernel, src = build(fd, [x, y], scheduler=registry.by_name("pointwise"))
     assert sch.NAME == "pointwise"
     _check_source(kernel, params, src)
     compile_checked(src, "k")

@@ -174,7 +174,8 @@ FUSIONS = {
     "outer_product": (outer_product, "pointwise"),
     "outer_product_of_exp": (outer_product_of_exp, "pointwise"),
     "bias_along_both_dims": (bias_along_both_dims, "pointwise"),
-    "plus_transpose": (plus_transpose, "pointwise"),
+    # exp(x) + exp(x).T reads x along both dims: the copy read transposed takes the tiles.
+    "plus_transpose": (plus_transpose, "transpose"),
     "softmax_of_row_and_column_bias": (softmax_of_row_and_column_bias, "inner_persistent"),
     "layernorm_weight_as_row_and_column": (layernorm_weight_as_row_and_column,
                                            "inner_persistent"),

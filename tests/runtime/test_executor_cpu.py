@@ -341,7 +341,7 @@ def test_interpret_schedules_for_the_device_asked_for():
     assert len(fd._executor._plans) == 2
 
 
-def test_forced_vectors_along_the_dim_the_kernel_reads_are_checked():
+def test_forced_vectors_along_the_dim_the_kernel_reads_are_checked(monkeypatch):
     """An input defined with dim 0 innermost (stride_order [0, 1]) that a forced heuristic reads
     with vectors along dim 1 (the output's inner dim): the schedule moves dim 0 outward in its
     allocation (base.orient_vector_inputs, for the [1, N] view of an [N, 1] tensor). On an
@@ -351,6 +351,11 @@ def test_forced_vectors_along_the_dim_the_kernel_reads_are_checked():
     with FusionDefinition() as fd:
         x = fd.define_tensor([-1, -1], stride_order=[0, 1])
         fd.add_output(fd.ops.exp(x))
+    from pyfuser.schedule.schedulers import registry
+    # The pointwise heuristic's checks: without the transpose scheduler, which takes this
+    # fusion (x runs along dim 0 in its definition, the output along dim 1).
+    monkeypatch.setattr(registry, "SCHEDULERS",
+                        [s for s in registry.SCHEDULERS if s.NAME != "transpose"])
     x = torch.randn(16, 8).t()
     forced = PointwiseParams(vector=4, vector_inputs=(0,))
     with pytest.raises(ValueError, match=r"input 0 \(T0\) cannot be read with 4-wide vectors "

@@ -16,7 +16,7 @@ def test_registry_choice_for_every_catalogue_fusion(name):
     entry = catalogue.get(name)
     choice = registry.choose(catalogue.define(name).fusion)
     tried = [n for n, _ in choice.rejected]
-    if entry.kind in ("pointwise", "reduction"):
+    if entry.kind in ("pointwise", "reduction", "transpose"):
         assert choice.scheduler is not None and choice.scheduler.NAME == entry.kind, choice.reason
     elif choice.scheduler is not None:
         # A normalization goes to its own (persistent) scheduler, never to the plain ones.
@@ -29,7 +29,7 @@ def test_registry_choice_for_every_catalogue_fusion(name):
     # Schedulers are tried in registry order, and the plain ones refuse normalizations.
     order = [s.NAME for s in registry.SCHEDULERS]
     assert tried == order[:len(tried)]
-    if entry.kind not in ("pointwise", "reduction"):
+    if entry.kind not in ("pointwise", "reduction", "transpose"):
         assert not reduction.can_schedule(catalogue.define(name).fusion)[0]
         assert not pointwise.can_schedule(catalogue.define(name).fusion)[0]
 

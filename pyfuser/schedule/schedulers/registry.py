@@ -12,7 +12,8 @@ from ...ir.tensor import TensorView
 from ...ir.id_graph import IdGraph, reshape_cycle, self_mapping
 from .. import roles
 from ..op_support import segment_kind
-from . import inner_outer_persistent, inner_persistent, outer_persistent, pointwise, reduction
+from . import (inner_outer_persistent, inner_persistent, outer_persistent, pointwise, reduction,
+               transpose)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -22,7 +23,8 @@ class Choice:
     rejected: tuple = ()         # (name, reason) of the schedulers tried before
 
 
-SCHEDULERS = [inner_outer_persistent, outer_persistent, inner_persistent, reduction, pointwise]
+SCHEDULERS = [inner_outer_persistent, outer_persistent, inner_persistent, reduction, transpose,
+              pointwise]
 
 
 def register(module, first: bool = True) -> None:
