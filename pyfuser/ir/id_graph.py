@@ -211,9 +211,32 @@ class IdGraph:
         [1, M, 1, M'] whose M' = reshape(t0 [M, 1]) is exactly M, merged into one flat loop,
         merges M with itself. Indices are derived per ID group (lower/indexing.py), which
         cannot tell the two apart: the backward step gives both the outer index."""
+        memo: dict = {}
         return [e for e in self.id_exprs if isinstance(e, Merge)
                 and not e.outer.is_broadcast and not e.inner.is_broadcast
-                and self.sets.same(e.outer, e.inner)]
+                and (self.sets.same(e.outer, e.inner)
+                     or self._merged_from(e.outer, memo) & self._merged_from(e.inner, memo))]
+
+    def _merged_from(self, i: IterDomain, memo: dict) -> frozenset:
+        """Groups of the dims ID i is merged from, through any ID it maps to (itself where none
+        of them is a merge). Why: x [9, 8] reshaped to [72] beside y [9, 1] makes outputs
+        [9, 72] whose flat merge joins the 9 with a 72 that is merge(9, 8): the same values
+        twice, one step removed (fuzz 20261123:983: one row of 9 written)."""
+        g = self.sets.find(i)
+        key = id(g)
+        if key in memo:
+            return memo[key]
+        memo[key] = frozenset([key])          # a cycle through the graph ends here
+        merges = [m.definition for m in self.sets.members(i) if isinstance(m.definition, Merge)]
+        if not merges:
+            return memo[key]
+        out = set()
+        for e in merges:
+            for x in (e.outer, e.inner):
+                if not x.is_broadcast:
+                    out |= self._merged_from(x, memo)
+        memo[key] = frozenset(out)
+        return memo[key]
 
     def group(self, i: IterDomain):
         return self.sets.find(i)

@@ -395,6 +395,33 @@ def test_a_schedule_that_merges_a_dim_with_its_own_twin_is_refused_not_run_wrong
     assert any(issubclass(w.category, FallbackWarning) for w in seen)
 
 
+def test_a_merge_of_a_dim_with_a_merge_it_is_part_of_is_refused_not_run_wrong():
+    """Fuzz 20261123:983: r = reshape(where(y != 0.5, x, y), [72]) for x [9, 8] and y [9, 1];
+    the outputs r / (y * y + 0.5) and (y != 0.5) & (r != 0.5) are [9, 72], and their flat loop
+    merges the 9 with the 72, itself merge(9, 8): the same values twice, one merge removed.
+    The kernel wrote one row of 9 of the second output; the schedule is now refused."""
+    from pyfuser import DataType
+    from pyfuser.runtime.executor import FallbackWarning
+    from pyfuser.testing import run_and_check
+
+    g = torch.Generator().manual_seed(0)
+    x_in = torch.randint(0, 8, (9, 8), generator=g, dtype=torch.int32)
+    y_in = torch.randn(9, 1, generator=g).bfloat16()
+    with FusionDefinition() as fd:
+        y = fd.define_tensor(shape=[-1, 1], contiguity=[True, None], dtype=DataType.BFloat16)
+        x = fd.define_tensor(shape=[-1, -1], contiguity=[True, True], dtype=DataType.Int32)
+        r = fd.ops.reshape(fd.ops.where(fd.ops.ne(y, 0.5), x, y), [72])
+        fd.add_output(fd.ops.div(r, fd.ops.add(fd.ops.mul(y, y), 0.5)))
+        fd.add_output(fd.ops.logical_and(fd.ops.ne(y, 0.5), fd.ops.ne(r, 0.5)))
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        run_and_check(fd, [y_in, x_in], kernels=0, options={"enable": ["interpret"]})
+    run = fd.last_run
+    assert run.kind == "reference" and not run.internal_error, run
+    assert "iterate the same values" in run.reason, run.reason
+    assert any(issubclass(w.category, FallbackWarning) for w in seen)
+
+
 def test_the_device_of_a_call_comes_from_its_tensors_or_from_execute(monkeypatch):
     """A fusion without tensor inputs (a segment of a plan fed only by fills, factories) runs on
     execute's `device`, by default the current CUDA device: on the GPU machine such a segment ran
