@@ -36,13 +36,34 @@ def test_vector_width_follows_the_alignment_every_row_start_has(name, N, vector)
 
 
 @pytest.mark.parametrize("name", ["rmsnorm_bwd", "layernorm_bwd"])
-@pytest.mark.parametrize("N,tile", [(5121, 8), (4097, 8), (1001, 2), (2049, 4)])
+@pytest.mark.parametrize("N,tile", [(5121, 4), (4097, 4), (1001, 2), (2049, 4)])
 def test_phase2_tiles_of_odd_rows_are_wide(name, N, tile):
-    # 264 blocks: tiles of 8 columns while ceilDiv(N, 8) >= 264, the last one predicated.
+    # 264 blocks: tiles of up to 4 columns while ceilDiv(N, tile) >= 264, the last one
+    # predicated; 8 when they divide the row.
     p = _params(name, 4096, N, "fp16")
     assert (p.vector, p.grid, p.col_vector) == (1, 264, tile)
     assert io.phase2_columns(N, 264) == tile
     assert io.phase2_columns(N, 264, whole_tiles=True) == 1
+    assert io.phase2_columns(5122, 264) == 4 and io.phase2_columns(4104, 264) == 8
+
+
+@pytest.mark.parametrize("name,dtype,M,N", [("layernorm_bwd", "fp16", 4096, 5121),
+                                            ("rmsnorm_bwd", "bf16", 4096, 4097),
+                                            ("rmsnorm_bwd", "bf16", 7, 4097),
+                                            ("rmsnorm_fwd", "bf16", 16384, 4097),
+                                            ("layernorm_fwd", "fp16", 4096, 5121)])
+def test_bar_shapes_compile_without_spills(name, dtype, M, N):
+    pytest.importorskip("cuda.bindings.nvrtc")
+    from kir_testing import schedule_and_lower
+    from pyfuser.codegen.cuda import generate_cuda
+    from pyfuser.runtime.nvrtc import compile_to_cubin
+    fd = catalogue.define(name, dtype)
+    _, sch, p, kernel = schedule_and_lower(fd, empty_inputs(name, M, N, dtype))
+    assert sch.NAME == catalogue.get(name).kind and p.vector == 1
+    rep = compile_to_cubin(generate_cuda(kernel), "k", arch="sm_90a").ptxas
+    assert (rep.spill_store_bytes, rep.spill_load_bytes, rep.stack_frame_bytes) == (0, 0, 0), \
+        rep.summary()
+    assert rep.warnings == ()
 
 
 @pytest.mark.parametrize("name,scheduler", [("rmsnorm_fwd", "inner_persistent"),
@@ -59,3 +80,24 @@ def test_odd_rows_on_the_interpreter(name, scheduler, N):
     assert params.vector == 1 and params.vector_inputs == ()
     if scheduler == "inner_outer_persistent":
         assert params.col_vector == io.phase2_columns(N, params.grid, params.bdimx)
+
+
+@pytest.mark.parametrize("N", [5121, 5122])
+def test_row_loads_are_in_flight_before_the_first_row_reduction(N):
+    # build_loops puts the register loads of fusion inputs first among the ready loop groups:
+    # dy and x, read with 2-byte loads at N = 5121, are loaded together (one memory latency
+    # per row) instead of x after the block all-reduce of dy * w. (Register rows: rows of a
+    # multiple of 16 bytes go through TMA stages, loaded by the copies.)
+    from kir_testing import schedule_and_lower
+    from pyfuser.ir.exprs import LoadStoreOp
+    from pyfuser.kir import nodes as K
+    fd = catalogue.define("layernorm_bwd", "fp16")
+    st, _, p, kernel = schedule_and_lower(fd, empty_inputs("layernorm_bwd", 4096, N, "fp16"),
+                                          scheduler=io)
+    x, dy = kernel.fusion.inputs[0], kernel.fusion.inputs[1]
+    order = list(K.walk(kernel.body))
+    first_reduce = next(k for k, s in enumerate(order) if isinstance(s, K.BlockReduce))
+    loads = {t.name: [k for k, s in enumerate(order) if isinstance(s, K.TensorOp)
+                      and isinstance(s.expr, LoadStoreOp) and s.expr.inputs[0] is t]
+             for t in (x, dy)}
+    assert all(ks and max(ks) < first_reduce for ks in loads.values()), (loads, first_reduce)
