@@ -191,6 +191,7 @@ def test_phase2_tiles_spread_over_the_blocks():
     # Tiles need not divide an odd row (the last one is predicated); a cluster slice's must.
     assert io.phase2_columns(1027, 264) == 2
     assert io.phase2_columns(1027, 264, whole_tiles=True) == 1
+    assert io.phase2_columns(1026, 8) == 2 and io.phase2_columns(1028, 8) == 4
 
 
 @pytest.mark.parametrize("M", [1, 3, 100])

@@ -36,30 +36,34 @@ def test_vector_width_follows_the_alignment_every_row_start_has(name, N, vector)
 
 
 @pytest.mark.parametrize("name", ["rmsnorm_bwd", "layernorm_bwd"])
-@pytest.mark.parametrize("N,tile", [(5121, 4), (4097, 4), (1001, 2), (2049, 4)])
+@pytest.mark.parametrize("N,tile", [(5121, 2), (4097, 2), (1001, 2), (2049, 2)])
 def test_phase2_tiles_of_odd_rows_are_wide(name, N, tile):
-    # 264 blocks: tiles of up to 4 columns while ceilDiv(N, tile) >= 264, the last one
-    # predicated; 8 when they divide the row.
+    # 264 blocks: tiles of 2 columns, the last one predicated (one column per tile before);
+    # wider tiles only where they divide the row.
     p = _params(name, 4096, N, "fp16")
     assert (p.vector, p.grid, p.col_vector) == (1, 264, tile)
     assert io.phase2_columns(N, 264) == tile
     assert io.phase2_columns(N, 264, whole_tiles=True) == 1
-    assert io.phase2_columns(5122, 264) == 4 and io.phase2_columns(4104, 264) == 8
+    assert io.phase2_columns(5122, 264) == 2 and io.phase2_columns(4104, 264) == 8
+    assert io.phase2_columns(2670, 8) == 2 and io.phase2_columns(4100, 264) == 4
 
 
-@pytest.mark.parametrize("name,dtype,M,N", [("layernorm_bwd", "fp16", 4096, 5121),
-                                            ("rmsnorm_bwd", "bf16", 4096, 4097),
-                                            ("rmsnorm_bwd", "bf16", 7, 4097),
-                                            ("rmsnorm_fwd", "bf16", 16384, 4097),
-                                            ("layernorm_fwd", "fp16", 4096, 5121)])
-def test_bar_shapes_compile_without_spills(name, dtype, M, N):
+@pytest.mark.parametrize("name,dtype,M,N,vector", [("layernorm_bwd", "fp16", 4096, 5121, 1),
+                                                   ("rmsnorm_bwd", "bf16", 4096, 4097, 1),
+                                                   ("rmsnorm_bwd", "bf16", 7, 4097, 1),
+                                                   ("rmsnorm_bwd", "fp32", 6, 2670, 2),
+                                                   ("layernorm_bwd", "fp32", 6, 2670, 2),
+                                                   ("rmsnorm_fwd", "bf16", 16384, 4097, 1),
+                                                   ("layernorm_fwd", "fp16", 4096, 5121, 1)])
+def test_bar_shapes_compile_without_spills(name, dtype, M, N, vector):
+    # The bar shapes, and rows of 2670 (2 mod 4: 4-byte accesses of 16-bit rows, tiles of 2).
     pytest.importorskip("cuda.bindings.nvrtc")
     from kir_testing import schedule_and_lower
     from pyfuser.codegen.cuda import generate_cuda
     from pyfuser.runtime.nvrtc import compile_to_cubin
     fd = catalogue.define(name, dtype)
     _, sch, p, kernel = schedule_and_lower(fd, empty_inputs(name, M, N, dtype))
-    assert sch.NAME == catalogue.get(name).kind and p.vector == 1
+    assert sch.NAME == catalogue.get(name).kind and p.vector == vector
     rep = compile_to_cubin(generate_cuda(kernel), "k", arch="sm_90a").ptxas
     assert (rep.spill_store_bytes, rep.spill_load_bytes, rep.stack_frame_bytes) == (0, 0, 0), \
         rep.summary()

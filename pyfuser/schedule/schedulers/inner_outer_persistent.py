@@ -353,13 +353,15 @@ def phase2_columns(n: int, grid: int, threads: int = 128, whole_tiles: bool = Fa
     The tiles need not divide the row: the last tile of an odd row (N = 5121) is predicated
     column by column. One column per tile there read 4 bytes of every 32-byte sector of the
     [G, N] float workspace (its rows are N floats apart) and took N grid-stride steps of a
-    block all-reduce each (5121 against 1281 with tiles of 4). Tiles of 8 that do not divide
-    the row are not taken: rmsnorm backward at N = 4097 compiled to 24 B of stack and 32 B of
-    spill stores with them (ptxas report), none with tiles of 4. `whole_tiles`: the tiles must
+    block all-reduce each (5121 against 2561 with tiles of 2). Wider tiles that do not divide
+    the row are not taken: with them ptxas put the tile's sums on the stack (rmsnorm backward
+    at N = 4097 with tiles of 8, and a fuzz case, 20261123:60, at N = 2670 with tiles of 4: 24 B
+    of stack, 32 B of spill stores), none with tiles of 2. `whole_tiles`: the tiles must
     divide n (a cluster's column slice: its last tile's predicate would be on the whole row,
     not on the slice)."""
-    c, limit = 1, (8 if threads < 512 and n % 8 == 0 else 4)
-    while c < limit and -(-n // (2 * c)) >= grid and (not whole_tiles or n % (2 * c) == 0):
+    c, limit = 1, (8 if threads < 512 else 4)
+    while c < limit and -(-n // (2 * c)) >= grid and (n % (2 * c) == 0
+                                                        or (not whole_tiles and c == 1)):
         c *= 2
     return c
 
