@@ -13,12 +13,19 @@ After:  kernel.body holds ForLoops with one TensorOp per fusion expression:
 
 Expressions that share loops are emitted inside one ForLoop: at each depth the expressions are
 grouped by the loop they run in next, and the groups are ordered by their data dependencies.
+Among the groups whose inputs are ready, those that only copy fusion inputs from global memory
+into registers go first: the loads of every row input of a persistent row are then in flight
+together, instead of one input's load waiting behind the reduction over another (layernorm
+backward loaded dy, reduced it through a block all-reduce, and only then loaded x: two memory
+latencies per row where one suffices; with 2-byte loads of odd rows, the only ones such rows
+allow, the latency is all there is to hide).
 Limitation: a schedule that needs one loop twice (a cycle between two groups) is refused.
 """
 from __future__ import annotations
 
+from ..ir.exprs import LoadKind, LoadStoreOp
 from ..ir.iter_domain import ParallelType
-from ..ir.tensor import TensorView
+from ..ir.tensor import MemoryType, TensorView
 from ..kir import nodes as K
 from .context import LoweringError
 from .indexing import scalar_to_kexpr
@@ -76,7 +83,8 @@ def _unit_exprs(u) -> list:
 
 
 def _order_units(units: list) -> list:
-    """Topological order of units by data dependency; ties keep fusion order."""
+    """Topological order of units by data dependency: of the ready ones, register loads of
+    fusion inputs first (_loads_inputs), then fusion order."""
     produced_by: dict = {}
     for k, u in enumerate(units):
         for e in _unit_exprs(u):
@@ -91,6 +99,7 @@ def _order_units(units: list) -> list:
                 if j is not None and j != k:
                     d.add(j)
         deps.append(d)
+    loads = [all(_loads_input(e) for e in _unit_exprs(u)) for u in units]
     first = [min(it[0] for it in ([u[1]] if u[0] == "expr" else u[2])) for u in units]
     done: list = []
     placed: set = set()
@@ -100,10 +109,21 @@ def _order_units(units: list) -> list:
             names = [repr(units[k][1]) for k in range(len(units)) if k not in placed]
             raise LoweringError(f"cyclic dependency between loops {names}: the schedule inlines "
                                 "tensors into loops that need each other's results")
-        k = min(ready, key=lambda x: first[x])
+        k = min(ready, key=lambda x: (not loads[x], first[x]))
         placed.add(k)
         done.append(units[k])
     return done
+
+
+def _loads_input(e) -> bool:
+    """A plain copy of a fusion input from global memory into registers. Only fusion inputs:
+    a global intermediate (a grid reduction's workspace) is read after a grid barrier that
+    the data dependencies alone do not show."""
+    if not isinstance(e, LoadStoreOp) or e.load_kind != LoadKind.Set:
+        return False
+    src, out = e.inputs[0], e.outputs[0]
+    return (isinstance(src, TensorView) and src.is_input() and src.memory_type == MemoryType.Global
+            and isinstance(out, TensorView) and out.memory_type == MemoryType.Local)
 
 
 def loop_var(lp, ctx) -> K.KExpr:

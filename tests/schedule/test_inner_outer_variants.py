@@ -188,7 +188,10 @@ def test_phase2_tiles_spread_over_the_blocks():
     assert p.col_vector == 8
     assert io.phase2_columns(1024, 264) == 2 and io.phase2_columns(16384, 132) == 8
     assert io.phase2_columns(16384, 132, threads=512) == 4
-    assert io.phase2_columns(1027, 264) == 1
+    # Tiles need not divide an odd row (the last one is predicated); a cluster slice's must.
+    assert io.phase2_columns(1027, 264) == 2
+    assert io.phase2_columns(1027, 264, whole_tiles=True) == 1
+    assert io.phase2_columns(1026, 8) == 2 and io.phase2_columns(1028, 8) == 4
 
 
 @pytest.mark.parametrize("M", [1, 3, 100])

@@ -339,17 +339,29 @@ def multi_wave_params(fusion, info: RuntimeInfo) -> InnerOuterParams:
     else:
         reason = f"a row of {n} elements fits one block: {why}"
     return InnerOuterParams(vector, batch, bdimx, grid, vec_inputs, (n,),
-                            col_vector=phase2_columns(n // cluster, grid, bdimx),
+                            col_vector=phase2_columns(n // cluster, grid, bdimx,
+                                                      whole_tiles=cluster > 1),
                             partials_in_shared=partials_in_shared, cluster=cluster,
                             reason=reason)
 
 
-def phase2_columns(n: int, grid: int, threads: int = 128) -> int:
+def phase2_columns(n: int, grid: int, threads: int = 128, whole_tiles: bool = False) -> int:
     """Columns per phase-2 tile: a power of two (one grouped block all-reduce of that many
     sums) that still leaves at least one tile per block; at most 8, and 4 for blocks of 512
-    threads or more (128 registers each: 8 sums spilled layernorm fp32 65536, ptxas report)."""
+    threads or more (128 registers each: 8 sums spilled layernorm fp32 65536, ptxas report).
+
+    The tiles need not divide the row: the last tile of an odd row (N = 5121) is predicated
+    column by column. One column per tile there read 4 bytes of every 32-byte sector of the
+    [G, N] float workspace (its rows are N floats apart) and took N grid-stride steps of a
+    block all-reduce each (5121 against 2561 with tiles of 2). Wider tiles that do not divide
+    the row are not taken: with them ptxas put the tile's sums on the stack (rmsnorm backward
+    at N = 4097 with tiles of 8, and a fuzz case, 20261123:60, at N = 2670 with tiles of 4: 24 B
+    of stack, 32 B of spill stores), none with tiles of 2. `whole_tiles`: the tiles must
+    divide n (a cluster's column slice: its last tile's predicate would be on the whole row,
+    not on the slice)."""
     c, limit = 1, (8 if threads < 512 else 4)
-    while c < limit and n % (2 * c) == 0 and n // (2 * c) >= grid:
+    while c < limit and -(-n // (2 * c)) >= grid and (n % (2 * c) == 0
+                                                        or (not whole_tiles and c == 1)):
         c *= 2
     return c
 

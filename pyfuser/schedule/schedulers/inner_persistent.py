@@ -12,6 +12,12 @@ Each row is loaded once into registers and reused after every reduction over it:
 The row is split as P (a constant: registers need one) x threadIdx.x (ceilDiv(N / V, P)) x V.
 Persistent buffers are projected to the inputs: a float tensor used before and after a
 reduction is recomputed from the (bf16) input cache, which halves the registers a row needs.
+
+Limit: V is the widest access every row start allows. A dense row of 16-bit elements whose
+length N is odd starts at an odd element offset every other row, so V = 1 (2-byte loads,
+coalesced across threadIdx.x); N = 2 mod 4 gives V = 2. Vector loads of the aligned body of
+such rows need a per-row shift of the split, which is not built (docs/performance.md, "Rows of
+odd length").
 """
 from __future__ import annotations
 

@@ -1,0 +1,107 @@
+"""Rows whose length is not a multiple of the 16-byte vector (CPU): the widths the row schedulers
+choose from the row start's alignment (docs/performance.md, "Rows of odd length"), the phase-2
+column tiles of the norm backward that need not divide the row, each kernel interpreted against
+float64 at small M, and the bar shapes compiled for sm_90a with a clean ptxas report."""
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lower"))
+from kir_testing import empty_inputs, setup  # noqa: E402
+from pyfuser import catalogue  # noqa: E402
+from pyfuser.schedule.schedulers import inner_outer_persistent as io  # noqa: E402
+from pyfuser.schedule.schedulers import inner_persistent as ip  # noqa: E402
+from pyfuser.testing import run_and_check  # noqa: E402
+
+ODD = [1, 7, 1001, 4097, 5121]
+
+
+def _params(name, M, N, dtype="bf16"):
+    fd = catalogue.define(name, dtype)
+    st = setup(fd, empty_inputs(name, M, N, dtype))
+    mod = io if catalogue.get(name).kind == "inner_outer_persistent" else ip
+    return mod.compute_heuristics(st.fusion, st.info)
+
+
+@pytest.mark.parametrize("name", ["rmsnorm_fwd", "layernorm_bwd"])
+@pytest.mark.parametrize("N,vector", [(5121, 1), (4097, 1), (5122, 2), (4098, 2), (4100, 4),
+                                      (5128, 8)])
+def test_vector_width_follows_the_alignment_every_row_start_has(name, N, vector):
+    # A dense [M, N] 16-bit row starts at byte 2 r N: every row is 2^k-aligned only when N is a
+    # multiple of 2^(k-1); an odd N leaves every other row 2-byte aligned.
+    p = _params(name, 4096, N, "fp16")
+    assert p.vector == vector
+    assert (p.vector_inputs != ()) == (vector > 1)
+
+
+@pytest.mark.parametrize("name", ["rmsnorm_bwd", "layernorm_bwd"])
+@pytest.mark.parametrize("N,tile", [(5121, 2), (4097, 2), (1001, 2), (2049, 2)])
+def test_phase2_tiles_of_odd_rows_are_wide(name, N, tile):
+    # 264 blocks: tiles of 2 columns, the last one predicated (one column per tile before);
+    # wider tiles only where they divide the row.
+    p = _params(name, 4096, N, "fp16")
+    assert (p.vector, p.grid, p.col_vector) == (1, 264, tile)
+    assert io.phase2_columns(N, 264) == tile
+    assert io.phase2_columns(N, 264, whole_tiles=True) == 1
+    assert io.phase2_columns(5122, 264) == 2 and io.phase2_columns(4104, 264) == 8
+    assert io.phase2_columns(2670, 8) == 2 and io.phase2_columns(4100, 264) == 4
+
+
+@pytest.mark.parametrize("name,dtype,M,N,vector", [("layernorm_bwd", "fp16", 4096, 5121, 1),
+                                                   ("rmsnorm_bwd", "bf16", 4096, 4097, 1),
+                                                   ("rmsnorm_bwd", "bf16", 7, 4097, 1),
+                                                   ("rmsnorm_bwd", "fp32", 6, 2670, 2),
+                                                   ("layernorm_bwd", "fp32", 6, 2670, 2),
+                                                   ("rmsnorm_fwd", "bf16", 16384, 4097, 1),
+                                                   ("layernorm_fwd", "fp16", 4096, 5121, 1)])
+def test_bar_shapes_compile_without_spills(name, dtype, M, N, vector):
+    # The bar shapes, and rows of 2670 (2 mod 4: 4-byte accesses of 16-bit rows, tiles of 2).
+    pytest.importorskip("cuda.bindings.nvrtc")
+    from kir_testing import schedule_and_lower
+    from pyfuser.codegen.cuda import generate_cuda
+    from pyfuser.runtime.nvrtc import compile_to_cubin
+    fd = catalogue.define(name, dtype)
+    _, sch, p, kernel = schedule_and_lower(fd, empty_inputs(name, M, N, dtype))
+    assert sch.NAME == catalogue.get(name).kind and p.vector == vector
+    rep = compile_to_cubin(generate_cuda(kernel), "k", arch="sm_90a").ptxas
+    assert (rep.spill_store_bytes, rep.spill_load_bytes, rep.stack_frame_bytes) == (0, 0, 0), \
+        rep.summary()
+    assert rep.warnings == ()
+
+
+@pytest.mark.parametrize("name,scheduler", [("rmsnorm_fwd", "inner_persistent"),
+                                            ("layernorm_fwd", "inner_persistent"),
+                                            ("rmsnorm_bwd", "inner_outer_persistent"),
+                                            ("layernorm_bwd", "inner_outer_persistent")])
+@pytest.mark.parametrize("N", ODD)
+def test_odd_rows_on_the_interpreter(name, scheduler, N):
+    M = 3 if N > 1000 else 5
+    fd = catalogue.define(name, "fp16")
+    inputs = catalogue.make_inputs(name, M, N, "fp16", seed=N)
+    run_and_check(fd, inputs, scheduler=scheduler, options={"enable": ["interpret"]})
+    params = fd.last_run.heuristics[0]
+    assert params.vector == 1 and params.vector_inputs == ()
+    if scheduler == "inner_outer_persistent":
+        assert params.col_vector == io.phase2_columns(N, params.grid, params.bdimx)
+
+
+@pytest.mark.parametrize("N", [5121, 5122])
+def test_row_loads_are_in_flight_before_the_first_row_reduction(N):
+    # build_loops puts the register loads of fusion inputs first among the ready loop groups:
+    # dy and x, read with 2-byte loads at N = 5121, are loaded together (one memory latency
+    # per row) instead of x after the block all-reduce of dy * w. (Register rows: rows of a
+    # multiple of 16 bytes go through TMA stages, loaded by the copies.)
+    from kir_testing import schedule_and_lower
+    from pyfuser.ir.exprs import LoadStoreOp
+    from pyfuser.kir import nodes as K
+    fd = catalogue.define("layernorm_bwd", "fp16")
+    st, _, p, kernel = schedule_and_lower(fd, empty_inputs("layernorm_bwd", 4096, N, "fp16"),
+                                          scheduler=io)
+    x, dy = kernel.fusion.inputs[0], kernel.fusion.inputs[1]
+    order = list(K.walk(kernel.body))
+    first_reduce = next(k for k, s in enumerate(order) if isinstance(s, K.BlockReduce))
+    loads = {t.name: [k for k, s in enumerate(order) if isinstance(s, K.TensorOp)
+                      and isinstance(s.expr, LoadStoreOp) and s.expr.inputs[0] is t]
+             for t in (x, dy)}
+    assert all(ks and max(ks) < first_reduce for ks in loads.values()), (loads, first_reduce)
