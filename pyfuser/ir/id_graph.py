@@ -222,6 +222,8 @@ class IdGraph:
         of them is a merge). Why: x [9, 8] reshaped to [72] beside y [9, 1] makes outputs
         [9, 72] whose flat merge joins the 9 with a 72 that is merge(9, 8): the same values
         twice, one step removed (fuzz 20261123:983: one row of 9 written)."""
+        if i.extent.value == 1:
+            return frozenset()          # one value: merging it with anything is unambiguous
         g = self.sets.find(i)
         key = id(g)
         if key in memo:
