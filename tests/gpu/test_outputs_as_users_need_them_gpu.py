@@ -35,5 +35,5 @@ def test_channels_last_output_gpu(dtype):
         y = fd.ops.relu(fd.ops.cast(x, DataType.Float))
         fd.add_output(fd.ops.stride_order(fd.ops.cast(y, dtype), [3, 0, 2, 1]))
     xs = torch.randn(8, 64, 33, 57, device="cuda", dtype=tdt)
-    (out,) = run_and_check(fd, [xs], scheduler="pointwise")
+    (out,) = run_and_check(fd, [xs], scheduler="transpose")
     assert out.is_contiguous(memory_format=torch.channels_last)
