@@ -125,7 +125,7 @@ def test_full_sum_is_a_reference_segment_that_every_scheduler_rejected(monkeypat
     assert (seg.kind, seg.kernel) == ("reference", None)
     assert [name for name, _ in seg.rejected] == [
         "inner_outer_persistent", "outer_persistent", "inner_persistent", "reduction",
-        "pointwise"]
+        "transpose", "pointwise"]
     assert seg.outputs[0].endswith("[] float32")
     assert "execute() runs this segment with the reference evaluator" in str(plan)
     with pytest.warns(FallbackWarning):

@@ -153,7 +153,8 @@ def test_nchw_to_nhwc_reads_the_input_element_wise(via_set, shape):
     """The input was read with vectors along the output's innermost dim (C), which is not the
     input's stride-1 dim (W): misaligned accesses, 85% wrong elements on the GPU."""
     x = torch.randn(*shape).to(torch.bfloat16)
-    sch, params, k, widths = check(_permute(x, [0, 2, 3, 1], via_set), [x])
+    # The pointwise scheduler's reads (the transpose scheduler takes this fusion by default).
+    sch, params, k, widths = check(_permute(x, [0, 2, 3, 1], via_set), [x], scheduler=pointwise)
     assert widths[("input", 0)] == 1 and params.vector_inputs == ()
     assert widths[("output", 0)] == params.vector == (8 if shape[1] % 8 == 0 else
                                                       shape[1] & -shape[1])
@@ -164,7 +165,7 @@ def test_channels_last_input_to_a_contiguous_output(shape):
     x = torch.randn(*shape).to(torch.bfloat16).contiguous(memory_format=torch.channels_last)
     with FusionDefinition() as fd:
         fd.add_output(fd.ops.set(fd.from_pytorch(x)))
-    _, params, k, widths = check(fd, [x])
+    _, params, k, widths = check(fd, [x], scheduler=pointwise)     # transpose's by default
     assert widths[("input", 0)] == 1
     assert widths[("output", 0)] == params.vector == (8 if shape[3] % 8 == 0 else 1)
     # Permuted to NHWC, its memory order, the output's stride-1 dim is the input's (C).
@@ -321,7 +322,8 @@ def test_pointwise_input_layouts(layout, N):
     with FusionDefinition() as fd:
         a, b = fd.from_pytorch(x), fd.from_pytorch(y)
         fd.add_output(fd.ops.mul(fd.ops.sigmoid(a), b))
-    _, params, k, widths = check(fd, [x, y])
+    # The pointwise scheduler's reads ("transposed" is the transpose scheduler's by default).
+    _, params, k, widths = check(fd, [x, y], scheduler=pointwise)
     assert widths[("output", 0)] == params.vector == (4 if N % 4 == 0 else 1)
     readable = layout == "bias" or (layout == "sliced_aligned" and N % 4 == 0)
     assert widths[("input", 0)] == (params.vector if readable else 1)

@@ -500,7 +500,8 @@ def test_plans_are_bounded_least_recently_used_first(monkeypatch):
     fd.execute(shapes[2])                       # evicts shapes[1]'s plan
     plans = fd._executor._plans
     assert len(plans) == 2 and first in plans.values()
-    assert [k[4][1] for k in plans] == [torch.Size([1, 16]), torch.Size([3, 16])]
+    # A key: options (4 parts), execute's device, then per input (dtype, shape, ...).
+    assert [k[5][1] for k in plans] == [torch.Size([1, 16]), torch.Size([3, 16])]
 
 
 def test_kernels_are_bounded(monkeypatch):
