@@ -295,16 +295,21 @@ class CudaPrinter:
         acc = s.values[0]
         count = acc.vector
         t = ctype(s.dtype)
+        sync = "" if s.barrier is None else f", pf::NamedBarrier{{{s.barrier[0]}, {s.barrier[1]}}}"
+        self._block_allreduce(self.expr(acc), count, t, s.op, s.dims, sync)
+
+    def _block_allreduce(self, value: str, count: int, t: str, op: str, dims, sync: str = ""):
+        """Block all-reduce of `count` values of type `t` starting at lvalue `value` over the
+        thread dims `dims` (the device library's, in its shared-memory workspace of type t)."""
         ws = f"pf_red_ws_{t.replace(' ', '_')}"
         self.ws_types.add(t)
-        sync = "" if s.barrier is None else f", pf::NamedBarrier{{{s.barrier[0]}, {s.barrier[1]}}}"
-        for dim in s.dims:
+        for dim in dims:
             if count == 1:
-                self.line(f"{self.expr(acc)} = pf::block_allreduce_{dim}({self.expr(acc)}, {ws}, "
-                          f"{REDUCE_OP[s.op]}{sync});")
+                self.line(f"{value} = pf::block_allreduce_{dim}({value}, {ws}, "
+                          f"{REDUCE_OP[op]}{sync});")
             else:
-                self.line(f"pf::block_allreduce_{dim}_group<{count}>(*reinterpret_cast<{t}(*)[{count}]>"
-                          f"(&{self.expr(acc)}), {ws}, {REDUCE_OP[s.op]}{sync});")
+                self.line(f"pf::block_allreduce_{dim}_group<{count}>(*reinterpret_cast<{t}(*)"
+                          f"[{count}]>(&{value}), {ws}, {REDUCE_OP[op]}{sync});")
 
     # Asynchronous copies and mbarriers --------------------------------------------------------
     def bar(self, ref: K.MBarrierRef) -> str:
@@ -398,7 +403,7 @@ class CudaPrinter:
         acc = s.values[0]
         count = acc.vector
         t = ctype(s.dtype)
-        red_t = set(getattr(s, "thread_dims", ()))
+        red_t = set(s.thread_dims)
         keep_t = [d for d in "xyz" if d not in red_t]
         red_b = set(s.dims)
         keep_b = [d for d in "xyz" if d not in red_b]
@@ -460,16 +465,7 @@ class CudaPrinter:
         self.line("  }")
         self.line(f"  {acc.buffer.name}[{base} + pf_k] = pf_a;")
         self.line("}")
-        if red_t_dims:
-            smem = f"pf_red_ws_{t.replace(' ', '_')}"
-            self.ws_types.add(t)
-            for dim in red_t_dims:
-                if count == 1:
-                    self.line(f"{acc.buffer.name}[{base}] = pf::block_allreduce_{dim}("
-                              f"{acc.buffer.name}[{base}], {smem}, {REDUCE_OP[s.op]});")
-                else:
-                    self.line(f"pf::block_allreduce_{dim}_group<{count}>(*reinterpret_cast<{t}(*)"
-                              f"[{count}]>(&{acc.buffer.name}[{base}]), {smem}, {REDUCE_OP[s.op]});")
+        self._block_allreduce(f"{acc.buffer.name}[{base}]", count, t, s.op, red_t_dims)
         self.indent -= 1
         self.line("}")
         self.indent -= 1

@@ -344,6 +344,9 @@ class GridReduce(Stmt):
     workspace: Buffer
     sync_buffer: Buffer
     smem_workspace: Buffer
+    # The thread dims the block step before it reduced: the last block's combine ends with a
+    # block all-reduce over them (codegen), whose shared memory launch_config sizes.
+    thread_dims: tuple = ()
 
 
 @dataclasses.dataclass(eq=False)

@@ -403,7 +403,7 @@ class _Verifier:
     def _GridReduce(self, s: K.GridReduce, scope):
         if not s.dims or any(d not in "xyz" for d in s.dims):
             self.fail(f"grid reduction dims {s.dims!r}", s)
-        self._reduce_common(s, scope, set(getattr(s, "thread_dims", ())), set(s.dims))
+        self._reduce_common(s, scope, set(s.thread_dims), set(s.dims))
         for b in (s.workspace, s.sync_buffer):
             if b is None or id(b) not in self.param_buffers:
                 self.fail(f"grid reduction buffer {getattr(b, 'name', b)} is not a kernel "

@@ -65,8 +65,7 @@ def _grid_reduce(kernel, op, tv, dims, thread_dims) -> K.GridReduce:
     for b, kind in ((ws, "grid_reduce_data"), (sem, "semaphore")):
         kernel.params.append(K.Param(b.name, "ptr", ("workspace", b.name), b))
         kernel.workspaces.append((b, kind))
-    node = K.GridReduce([], op.expr.op.value, tv.dtype, dims, ws, sem, None)
-    node.thread_dims = thread_dims
+    node = K.GridReduce([], op.expr.op.value, tv.dtype, dims, ws, sem, None, thread_dims)
     kernel.ctx.grid_reduced.setdefault(tv, set()).update(dims)
     return node
 

@@ -127,13 +127,19 @@ class SpecializedPlan:
         self.n_outputs = len(fusion.outputs)
         self.device = device
         self._torch = torch
+        self._info_of = self._info = None
 
     @property
     def run_info(self):
+        # Read after every call: the inner executor's RunInfo, with what was specialized
+        # prefixed, is made once per RunInfo it returns, not per call.
         info = self.executor.last_run
         if info is None:
             return None
-        return dataclasses.replace(info, reason=f"{self.what.describe()}; {info.reason}")
+        if self._info_of is not info:
+            self._info_of = info
+            self._info = dataclasses.replace(info, reason=f"{self.what.describe()}; {info.reason}")
+        return self._info
 
     def run(self, inputs):
         computed = iter(self.executor.run(list(inputs), device=self.device))

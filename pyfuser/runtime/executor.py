@@ -152,6 +152,8 @@ def _requested_device(name: str, device, tensors, options):
                       else torch.device(device))
         except (RuntimeError, TypeError) as error:
             raise InputError(f"{name}: execute(device={device!r}): {error}") from None
+        if wanted.type == "cuda" and not torch.cuda.is_available():
+            raise InputError(f"{name}: execute(device={device!r}), but CUDA is not available")
         if wanted.type == "cuda" and wanted.index is None:
             wanted = torch.device("cuda", torch.cuda.current_device())
     if tensors:

@@ -1437,7 +1437,7 @@ class Interpreter:
 
     def _GridReduce(self, s: K.GridReduce, ctx: _Ctx):
         self._check_whole_grid(s, ctx)
-        red_t = set(getattr(s, "thread_dims", ()))
+        red_t = set(s.thread_dims)
         red_b = set(s.dims)
         writer = np.ones(ctx.n, dtype=bool)
         for d in red_t:

@@ -446,3 +446,6 @@ def test_the_device_of_a_call_comes_from_its_tensors_or_from_execute(monkeypatch
         _requested_device("f", "nonsense", [], current)
     with opts.override({"enable": ["interpret"]}):
         assert _requested_device("f", None, [], opts.current()) is None
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(InputError, match="CUDA is not available"):
+        _requested_device("f", "cuda", [], current)
