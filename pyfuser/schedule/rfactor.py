@@ -46,8 +46,12 @@ def rfactor(tv: TensorView, axes: list[int]) -> TensorView:
     old = tv.domain
     root = old.maybe_root
     all_exprs = id_exprs_between(root, old.loop)
-    red_exprs = [e for e in all_exprs if any(i.is_reduction for i in e.inputs)]
-    iter_exprs = [e for e in all_exprs if e not in red_exprs]
+    # The exprs on the paths to the reduction leaves, replayed into the partial tensor's
+    # logical domain: besides those that take a reduction ID, a merge of two broadcasts that a
+    # full reduction then merges into its reduced dim ([1, 1, N] averaged over N).
+    red_exprs = id_exprs_between(root, [i for i in old.loop if i.is_reduction])
+    on_red_path = set(red_exprs)
+    iter_exprs = [e for e in all_exprs if e not in on_red_path]
     fusion = tv.fusion
     with fusion:
         # The partial tensor: same root, the reduction transforms become its logical domain.

@@ -104,6 +104,35 @@ def test_kept_broadcasts_leave_a_full_reduction():
     run_and_check(fd, [torch.randn(1000, 1)], scheduler="reduction", options=INTERPRET)
 
 
+def test_rfactor_replays_the_merge_of_kept_broadcasts_into_a_full_reduction():
+    """[1, 1, N] averaged over N (fuzz 20261310:2218): the two kept broadcasts are merged
+    together, then into the reduced dim; rfactor replayed only the merges that take a
+    reduction ID, so the second found its broadcast input missing (KeyError)."""
+    with FusionDefinition() as fd:
+        x = fd.define_tensor([1, 1, -1])
+        fd.add_output(fd.ops.mean(x, [2]))
+    assert reduction.layout(reduction.reduction_tensors(fd.fusion)[0]).full
+    run_and_check(fd, [torch.rand(1, 1, 256) + 0.5], scheduler="reduction", options=INTERPRET)
+    assert fd.last_run.heuristics[0].full
+
+
+@pytest.mark.parametrize("drop", ["squeeze", "reshape"])
+def test_a_squeezed_row_beside_row_sums_is_its_own_segment(drop):
+    """sum(x + a, 1) beside a * 2 squeezed from [1, N] to [N] (fuzz 20261310:1533): the output
+    over the reduced dim alone lacks the kept dim's loops, so the reduction kernel leaves it
+    to a pointwise segment."""
+    x, a = torch.randn(37, 300), torch.randn(1, 300)
+    with FusionDefinition() as fd:
+        tx, ta = fd.from_pytorch(x), fd.from_pytorch(a)
+        fd.add_output(fd.ops.sum(fd.ops.add(tx, ta), [1]))
+        m = fd.ops.mul(ta, 2.0)
+        fd.add_output(fd.ops.squeeze(m, [0]) if drop == "squeeze" else fd.ops.reshape(m, [300]))
+    ok, why = reduction.can_schedule(fd.fusion)
+    assert not ok and "lacks the kept ones" in why
+    run_and_check(fd, [x, a], kernels=2, options=INTERPRET,
+                  segments=(("kernel", "reduction"), ("kernel", "pointwise")))
+
+
 def amax_scale_fusion():
     fd = catalogue.define("amax_scale", "bf16")
     return fd

@@ -207,6 +207,14 @@ def can_schedule(fusion) -> tuple[bool, str]:
             # unaligned offsets: fuzz 20261123:226).
             return False, (f"output {k} iterates both the reduced and the kept dims (the "
                            "reduction's input itself, beside the reduction)")
+        if (dims and all(any(graph.mapped(i, r) for r in reduced) for i in dims)
+                and len(o.domain.logical_no_reductions) < len(ref.domain.maybe_root)):
+            # Over reduced dims only, it is written under guards on the loops of the kept
+            # dims, which it must hold as broadcasts: squeezed away (a [1, N] row squeezed to
+            # [N]), its loop nest lacks them and its producers cannot be inlined into it
+            # (buffers of runtime size; fuzz 20261310:1533).
+            return False, (f"output {k} iterates only reduced dims and lacks the kept ones (a "
+                           "squeeze or reshape of a broadcast row, beside the reduction)")
     for v in fusion.inputs:
         if isinstance(v, TensorView) and len(v.domain.logical) != len(ref.domain.maybe_root):
             return False, "an input of another rank than the reduction's input"
