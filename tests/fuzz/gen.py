@@ -1437,6 +1437,24 @@ def pat_segmented(b: Builder) -> None:
         b.output(v)
 
 
+def _reads(b: Builder, v: Val, source: Val) -> bool:
+    """Whether v is source or computed from it, through the ops built so far."""
+    made = {}
+    for op in b.ops:
+        for out in op["out"] if isinstance(op["out"], list) else [op["out"]]:
+            made[out] = op
+    todo, seen = [v.name], set()
+    while todo:
+        n = todo.pop()
+        if n == source.name:
+            return True
+        if n in seen or n not in made:
+            continue
+        seen.add(n)
+        todo += [a for a in made[n]["args"] if isinstance(a, str)]
+    return False
+
+
 def pat_outputs_and_library(b: Builder) -> None:
     """What the plan does besides generated kernels: a linear layer (a library segment, cuBLAS
     through torch) with a pointwise epilogue and sometimes a reduction after it; in-place
@@ -1460,9 +1478,15 @@ def pat_outputs_and_library(b: Builder) -> None:
         if r.random() < 0.5:
             other = b.tensor(_random_dims(b, [m_axis, n_axis]), _input_dtype(b))
             last = b.binary_step(last, other)
+        if not _reads(b, last, y):
+            # A compare or logical step on a float operand reads an exact stand-in for it
+            # (unary_step, binary_step), which would leave the linear dead: output it too.
+            outs.append(y)
         outs.append(last)
-        if r.random() < 0.4:
-            red = b.reduce_step(last, [r.choice((0, 1))])
+        # The epilogue may have changed the rank (a binary step with a broadcast operand of
+        # higher rank: fuzz 20261327:801 reduced dim 1 of what was no longer [M, N]).
+        if r.random() < 0.4 and not last.is_scalar and last.rank >= 1:
+            red = b.reduce_step(last, [r.randrange(last.rank)])
             outs += list(red) if isinstance(red, tuple) else [red]
     elif form == "in_place":
         rank = r.choice((1, 2, 2, 3))

@@ -283,3 +283,31 @@ def test_a_linear_layer_runs_as_a_library_segment_of_the_plan():
     result = check.run_case(s, "interpret")
     assert result.category == "right", result.message
     assert "SegmentRun(kind='library', name='linear'" in result.run
+
+
+def _live(spec) -> set:
+    """Names the spec's outputs read, directly or through other ops."""
+    made = {}
+    for op in spec["ops"]:
+        for out in op["out"] if isinstance(op["out"], list) else [op["out"]]:
+            made[out] = op     # ops of several results (var_mean) name a list
+    live, todo = set(), list(spec["outputs"])
+    while todo:
+        v = todo.pop()
+        if v in live:
+            continue
+        live.add(v)
+        if v in made:
+            todo += [a for a in made[v]["args"] if isinstance(a, str)]
+    return live
+
+
+def test_the_library_pattern_generates_and_keeps_its_linear_live():
+    """fuzz 20261327:801: a compare epilogue replaced the linear's result by an exact stand-in,
+    then the reduction step took dim 1 of a tensor of rank 1 (the generator raised)."""
+    assert "v0" in _live(gen.generate(20261327, 801))
+    for k in range(300):
+        s = gen.generate(7, k, pattern="outputs_and_library")
+        for op in s["ops"]:
+            if op["op"] == "linear":
+                assert op["out"] in _live(s), s["id"]

@@ -246,6 +246,24 @@ def test_interpreted_reduction_over_the_two_outer_dims():
     assert fd.last_run.heuristics[0].reduced_extents == (5, 13)
 
 
+def test_an_output_over_one_of_two_reduced_dims_is_another_segment():
+    """x [A, B, C] normalized over A and B, beside an output of a [1, B, 1] input alone (fuzz
+    20261327:2369): that output's loop along threadIdx.y runs over B, not the merged A * B
+    rows, so the kernel left elements of it unwritten. The outer persistent scheduler leaves
+    it to another segment."""
+    with FusionDefinition() as fd:
+        _, xf = _in(fd, "fp32", (-1, -1, -1))
+        y = fd.define_tensor([1, -1, 1], dtype=DataType.Float)
+        var, mean = fd.ops.var_mean(fd.ops.mul(xf, y), [0, 1], correction=0, keepdim=True)
+        fd.add_output(fd.ops.mul(fd.ops.sub(xf, mean), fd.ops.rsqrt(fd.ops.add(var, 1e-5))))
+        fd.add_output(fd.ops.exp(y))
+    ok, why = op.can_schedule(fd.fusion)
+    assert not ok and "iterates some of the reduced dims" in why
+    run_and_check(fd, [torch.randn(5, 13, 12), torch.randn(1, 13, 1)], kernels=2,
+                  options=INTERPRET, segments=(("kernel", "outer_persistent"),
+                                               ("kernel", "pointwise")))
+
+
 def test_interpreted_kernel_with_a_per_column_statistic_output():
     # softmax over dim 0 returning the column maxima [1, C] too.
     with FusionDefinition() as fd:
