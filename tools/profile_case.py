@@ -15,3 +15,10 @@ for _ in range(5):
     fd.execute(inputs, options={"enable": features} if features else None)
 torch.cuda.synchronize()
 print(name, shape, fd.last_run.schedulers, fd.last_run.heuristics[0].describe(), flush=True)
+# With PROFILE_CUBIN_DIR set, the cubins of the kernels that ran (for cuobjdump -sass).
+import os  # noqa: E402
+if os.environ.get("PROFILE_CUBIN_DIR"):
+    os.makedirs(os.environ["PROFILE_CUBIN_DIR"], exist_ok=True)
+    for k in fd.kernels(last_run=True):
+        with open(os.path.join(os.environ["PROFILE_CUBIN_DIR"], k.name + ".cubin"), "wb") as f:
+            f.write(k.module.cubin)

@@ -15,6 +15,7 @@ from pyfuser.benchmark.harness import _bench
 from pyfuser.schedule.schedulers.pointwise import PointwiseParams  # noqa: F401 - for eval
 from pyfuser.schedule.schedulers.outer_persistent import OuterPersistentParams  # noqa: F401
 from pyfuser.schedule.schedulers.reduction import ReductionParams  # noqa: F401 - for eval
+from pyfuser.schedule.schedulers.transpose import TransposeParams  # noqa: F401 - for eval
 
 
 def main():

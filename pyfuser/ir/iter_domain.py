@@ -131,12 +131,17 @@ def id_str(i: IterDomain) -> str:
 
 
 class Split(Expr):
-    """in -> (outer, inner). Inner split: inner has extent `factor`; outer split: outer does."""
+    """in -> (outer, inner). Inner split: inner has extent `factor`; outer split: outer does.
+
+    `divisible`: the scheduler guarantees the factor divides the extent in every call that runs
+    the kernel (its heuristic, part of the kernel's key, was chosen so: tiles of a transpose
+    whose dims are multiples of the tile), so the split has no padding iterations to guard."""
 
     def __init__(self, in_id: IterDomain, outer: IterDomain, inner: IterDomain, factor: S.Scalar,
-                 inner_split: bool):
+                 inner_split: bool, divisible: bool = False):
         self.factor = factor
         self.inner_split = inner_split
+        self.divisible = divisible
         super().__init__([in_id], [outer, inner])
 
     @property
@@ -155,7 +160,7 @@ class Split(Expr):
     def is_divisible(self) -> bool:
         """True when the factor is known to divide the extent (no padding iterations)."""
         e, f = self.in_id.extent.value, self.factor.value
-        if f == 1:
+        if f == 1 or self.divisible:
             return True
         return e is not None and f is not None and e % f == 0
 
@@ -187,7 +192,8 @@ class Merge(Expr):
         return f"Merge: {id_str(self.outer)} and {id_str(self.inner)} -> {id_str(self.out)}"
 
 
-def split_id(in_id: IterDomain, factor, inner_split: bool = True) -> tuple[IterDomain, IterDomain]:
+def split_id(in_id: IterDomain, factor, inner_split: bool = True,
+             divisible: bool = False) -> tuple[IterDomain, IterDomain]:
     factor = S.as_scalar(factor, DataType.Int)
     if factor.value is not None and factor.value <= 0:
         raise ValueError(f"split factor must be positive, got {factor.value}")
@@ -200,8 +206,14 @@ def split_id(in_id: IterDomain, factor, inner_split: bool = True) -> tuple[IterD
     outer = IterDomain(outer_ext, in_id.iter_type, expanded_extent=expanded_outer, fusion=in_id.fusion)
     inner = IterDomain(inner_ext, in_id.iter_type, expanded_extent=expanded_inner, fusion=in_id.fusion)
     outer.is_rfactor_product = inner.is_rfactor_product = in_id.is_rfactor_product
-    Split(in_id, outer, inner, factor, inner_split)
+    Split(in_id, outer, inner, factor, inner_split, divisible)
     return outer, inner
+
+
+def replayed_divisible(split: "Split", onto: IterDomain) -> bool:
+    """Whether a replay of `split` onto `onto` keeps its `divisible` guarantee: only onto an ID
+    of the same extent (a broadcast forwarded through a merge has another)."""
+    return split.divisible and S.scalar_str(onto.extent) == S.scalar_str(split.in_id.extent)
 
 
 def merged_iter_type(a: IterDomain, b: IterDomain) -> IterType:

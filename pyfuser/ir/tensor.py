@@ -201,12 +201,14 @@ class TensorView(Val):
                 f"where a producer is inlined; transforming it would detach that producer")
 
     # Loop transforms --------------------------------------------------------------------------
-    def split(self, axis: int, factor, inner_split: bool = True) -> "TensorView":
+    def split(self, axis: int, factor, inner_split: bool = True,
+              divisible: bool = False) -> "TensorView":
         """Split loop axis `axis` by `factor`.
 
         Inner split (default): `for i in range(N)` becomes
         `for io in range(ceilDiv(N, f)): for ii in range(f): i = io * f + ii` (predicated when f
-        does not divide N). Outer split: the outer loop gets extent `f` instead.
+        does not divide N). Outer split: the outer loop gets extent `f` instead. `divisible`:
+        the caller guarantees f divides N in every call that runs the kernel (no guard).
         """
         pos = self._pos(axis, "split")
         self._check_transformable(pos, "split")
@@ -218,7 +220,7 @@ class TensorView(Val):
         if fv is not None and (not isinstance(fv, int) or fv <= 0):
             raise ScheduleError(f"split on T{self.name}: axis {pos}: factor must be a positive "
                                 f"integer, got {factor!r}")
-        outer, inner = split_id(i, factor, inner_split)
+        outer, inner = split_id(i, factor, inner_split, divisible)
         self.domain.loop[pos:pos + 1] = [outer, inner]
         return self
 

@@ -25,7 +25,8 @@ import dataclasses
 from ..ir import scalar as S
 from ..ir.dtype import DataType
 from ..ir.id_graph import IdGraph, match_loops, reshape_cycle, self_mapping
-from ..ir.iter_domain import IterDomain, ParallelType, Split, ancestors, split_id
+from ..ir.iter_domain import (IterDomain, ParallelType, Split, ancestors, replayed_divisible,
+                              split_id)
 from ..ir.tensor import MemoryType, TensorView
 from ..kir import nodes as K
 
@@ -408,7 +409,8 @@ class LoweringContext:
         key = (base, S.scalar_str(split.factor), split.inner_split)
         got = self._replays.get(key)
         if got is None:
-            got = split_id(base, split.factor, split.inner_split)
+            got = split_id(base, split.factor, split.inner_split,
+                           replayed_divisible(split, base))
             for g in (self.exact, self.permissive):
                 for new in got:
                     g.sets.add(new)

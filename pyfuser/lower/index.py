@@ -10,6 +10,10 @@ indexed by the loops it is allocated over: its writer uses its own loop variable
 the variable of its loop that maps to the same ID, so both see the same element. A buffer split
 further than its reader's loops (the cache of an int64 input read in two 2-wide vectors inside a
 loop of 4) is indexed forward through that split from the reader's loop.
+Dims the loops index through one merge of them cost no division: a run of dims contiguous in
+memory (H and W of an NCHW input, every dim of a dense tensor in a flat loop) is addressed by the
+merged index times the stride of its innermost dim, and guarded by `merged < extent product`
+(IndexGraph.merged_runs, _contiguous_runs), not by `merged / W < H`.
 Predicates: an ID whose index may exceed its extent (a split that does not divide) gets
 `index < extent` on the consumer's root and logical IDs (reads of global producers map to those);
 writes to global or shared memory by threads that do not index the tensor get
@@ -34,6 +38,7 @@ from ..ir.tensor import MemoryType, TensorView
 from ..kir import nodes as K
 from .context import LoweringError
 from .indexing import IndexGraph, Known, scalar_to_kexpr
+from .params import tensor_contiguity
 from .ranges import simplify_predicate
 
 _THREAD_SPECIAL = {
@@ -78,8 +83,12 @@ def start_values(nest) -> dict:
 def global_offset(ctx, tv: TensorView, known: dict) -> K.KExpr:
     ig = ctx.index_graph
     offset: K.KExpr = K.Const(0)
+    in_runs: set = set()
+    for k, stride, dims in _contiguous_runs(ctx, tv, known):
+        offset = K.add(offset, K.mul(k.value, stride))
+        in_runs |= dims
     for i, stride in zip(tv.domain.logical_no_reductions, ctx.strides[tv]):
-        if i.is_broadcast or (isinstance(stride, K.Const) and stride.value == 0):
+        if i.is_broadcast or (isinstance(stride, K.Const) and stride.value == 0) or i in in_runs:
             continue
         k = ig.index_of(known, i)
         if k is None:
@@ -87,6 +96,48 @@ def global_offset(ctx, tv: TensorView, known: dict) -> K.KExpr:
                                 f"{i!r} (the schedule loses that axis)")
         offset = K.add(offset, K.mul(k.value, stride))
     return offset
+
+
+def _contiguous_runs(ctx, tv: TensorView, known: dict) -> list:
+    """[(Known, stride, dims)] for runs of adjacent dims of tv's allocation, contiguous with
+    each other, that the loops index through one merge of them: a run's offset is the merged
+    index times the stride of its innermost dim (hw * s_w, not hw / W * s_h + hw % W * s_w: no
+    division). An output the executor allocates is dense, so any such run qualifies. An input's
+    run must end at its unit-stride innermost dim: there the contiguity check of inputs makes
+    each dim's stride the product of the extents inside it, whatever stride torch gave a dim of
+    size 1 (its index is 0, and so is its part of the merged index); elsewhere a size-1 dim's
+    stride says nothing."""
+    ig = ctx.index_graph
+    logical = tv.domain.logical_no_reductions
+    strides = ctx.strides.get(tv)
+    alloc = [(i, c) for i, c in zip(tv.domain.maybe_allocation, tensor_contiguity(tv) or ())
+             if not i.is_reduction and not i.is_broadcast and i in logical]
+    if strides is None or len(alloc) < 2:
+        return []
+    fusion = tv.fusion
+    dense = (tv.is_output() and tv.definition is not None and not tv.is_input()
+             and fusion.outputs.index(tv) not in fusion.output_aliases)
+    runs = []
+    j = len(alloc) - 1
+    while j > 0:
+        inner = alloc[j][0]
+        stride = strides[logical.index(inner)]
+        if not dense and not (j == len(alloc) - 1 and isinstance(stride, K.Const)
+                              and stride.value == 1):
+            break
+        group, dims = ig.g.group(inner), [inner]
+        k = j - 1
+        while k >= 0 and alloc[k][1]:
+            out = ig.known_merge(ig.g.group(alloc[k][0]), group, known)
+            if out is None:
+                break
+            group = out
+            dims.append(alloc[k][0])
+            k -= 1
+        if len(dims) > 1:
+            runs.append((known[group], stride, set(dims)))
+        j = k
+    return runs
 
 
 def buffer_offset(ctx, tv: TensorView, index_of_id) -> K.KExpr:
@@ -254,12 +305,21 @@ def _index_op(op: K.TensorOp, ctx) -> None:
         if shared:
             touches_memory = True
             shared_dims = [a for v in shared for a in _allocated_ancestors(ctx, v)]
-    for i in (list(tv.domain.maybe_root) + list(tv.domain.logical)) if touches_memory else []:
-        if i.is_broadcast or i in seen:
-            continue
-        if shared_dims is not None and not any(ctx.exact.mapped(i, a) for a in shared_dims):
+    ig = ctx.index_graph
+    dims = [i for i in (list(tv.domain.maybe_root) + list(tv.domain.logical)) if touches_memory
+            and not i.is_broadcast
+            and (shared_dims is None or any(ctx.exact.mapped(i, a) for a in shared_dims))]
+    # Dims the loops index through a merge are guarded as one (hw < H * W, not hw / W < H).
+    merged, merged_dims = ig.merged_runs({ig.g.group(i) for i in dims}, known)
+    for g, k in merged.items():
+        if k.may_overflow:
+            conds.append(K.lt(k.value, ig.extent(g)))
+    for i in dims:
+        if i in seen:
             continue
         seen.add(i)
+        if ig.g.group(i) in merged_dims:
+            continue
         k = ctx.index_graph.index_of(known, i)
         if k is None:
             raise LoweringError(f"cannot index T{tv.name}'s axis {i!r} from its loops")

@@ -177,3 +177,35 @@ class IndexGraph:
 
     def index_of(self, known: dict, i: IterDomain) -> Known | None:
         return known.get(self.g.group(i))
+
+    def known_merge(self, outer, inner, known: dict):
+        """The group of a merge of groups (outer, inner) whose index `known` holds, or None."""
+        for ge in self.exprs:
+            if ge.kind == "merge" and ge.inputs == (outer, inner) and ge.outputs[0] in known:
+                return ge.outputs[0]
+        return None
+
+    def merged_runs(self, groups, known: dict) -> tuple[dict, set]:
+        """Merges that combine `groups` (a tensor's dims) into fewer indices: {merged group:
+        Known} for the largest merges known, and the set of groups they stand for. A merge is
+        taken only where its inner input's index cannot pass its extent, so that the merged
+        index is below the merged extent exactly when both inputs are below theirs (a [.., H, W]
+        tensor in a loop over H * W is guarded by hw < H * W, not by hw / W < H: no division)."""
+        avail = set(groups)
+        made: dict = {}
+        used: set = set()
+        progress = True
+        while progress:
+            progress = False
+            for ge in self.exprs:
+                if ge.kind != "merge" or ge.outputs[0] in avail or ge.outputs[0] not in known:
+                    continue
+                o, i = ge.inputs
+                if o in avail and i in avail and o not in used and i not in used \
+                        and i in known and not known[i].may_overflow:
+                    avail.add(ge.outputs[0])
+                    made[ge.outputs[0]] = known[ge.outputs[0]]
+                    used |= {o, i}
+                    progress = True
+        top = {g: k for g, k in made.items() if g not in used}
+        return top, used

@@ -41,7 +41,7 @@ def kernel_params(kernel: K.Kernel) -> K.Kernel:
         strides = []
         logical = tv.domain.logical_no_reductions
         alloc = [i for i in tv.domain.maybe_allocation if not i.is_reduction]
-        contig = [c for i, c in zip(tv.domain.maybe_allocation, _contiguity(tv)) if not i.is_reduction]
+        contig = [c for i, c in zip(tv.domain.maybe_allocation, tensor_contiguity(tv)) if not i.is_reduction]
         inner_unit = None
         for i, c in reversed(list(zip(alloc, contig))):
             if i.is_broadcast:
@@ -109,7 +109,9 @@ def kernel_params(kernel: K.Kernel) -> K.Kernel:
     return kernel
 
 
-def _contiguity(tv: TensorView) -> list:
+def tensor_contiguity(tv: TensorView) -> list:
+    """The contiguity of a global tensor's allocation as the kernel sees it: its definition's,
+    or dense for an output the executor allocates."""
     if tv.is_output() and tv.definition is not None and not tv.is_input():
         # Outputs are allocated dense by the executor.
         return [None if i.is_broadcast else True for i in tv.domain.maybe_allocation]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from ..ir.exprs import ReductionOp
 from ..ir.iter_domain import (IterDomain, IterType, Merge, Split, ancestors, id_exprs_between,
-                              merge_ids, split_id)
+                              merge_ids, replayed_divisible, split_id)
 from ..ir.tensor import MemoryType, ScheduleError, TensorDomain, TensorView
 
 
@@ -18,7 +18,8 @@ def _replay_onto(exprs, mapping: dict) -> None:
     """Replay Split/Merge exprs onto mapped IDs, extending `mapping` (old ID -> new ID)."""
     for e in exprs:
         if isinstance(e, Split):
-            o, i = split_id(mapping[e.in_id], e.factor, e.inner_split)
+            o, i = split_id(mapping[e.in_id], e.factor, e.inner_split,
+                            replayed_divisible(e, mapping[e.in_id]))
             mapping[e.outer], mapping[e.inner] = o, i
         elif isinstance(e, Merge):
             mapping[e.out] = merge_ids(mapping[e.outer], mapping[e.inner])

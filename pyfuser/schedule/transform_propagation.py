@@ -15,7 +15,7 @@ import itertools
 from ..ir import scalar as S
 from ..ir.id_graph import IdGraph, producer_consumer_pairs
 from ..ir.iter_domain import (Merge, Split, ancestors, id_exprs_between, merge_ids,
-                              merged_iter_type, split_id)
+                              merged_iter_type, replayed_divisible, split_id)
 from ..ir.tensor import ParallelType, TensorView
 
 
@@ -85,7 +85,8 @@ def _replay_leaves(src: TensorView, m: dict, leaves: list, src_start: str, own: 
             if d_in is None or d_in not in leaves:
                 continue
             same = own.get(("split", d_in, S.scalar_str(e.factor), e.inner_split))
-            o, i = same.outputs if same is not None else split_id(d_in, e.factor, e.inner_split)
+            o, i = same.outputs if same is not None else split_id(
+                d_in, e.factor, e.inner_split, replayed_divisible(e, d_in))
             k = leaves.index(d_in)
             leaves[k:k + 1] = [o, i]
             m[e.outer], m[e.inner] = o, i

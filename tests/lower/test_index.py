@@ -78,9 +78,13 @@ def test_5x7_split_by_4_with_broadcast_bias(row_stride):
     assert K.is_true(bc.predicate)
 
 
-def test_5x7_symbolic_sizes_index_through_runtime_extents():
+@pytest.mark.parametrize("contiguous", [False, True])
+def test_5x7_symbolic_sizes_index_through_runtime_extents(contiguous):
+    """The flat loop over x [M, N] + b [N]. x with rows N + 2 apart is addressed row by row
+    (flat / N, flat % N); x contiguous is addressed by the flat index itself (no division)."""
+    pitch = 0 if contiguous else 2
     with FusionDefinition() as fd:
-        x = fd.define_tensor([-1, -1])
+        x = fd.define_tensor([-1, -1], contiguity=[contiguous, True])
         b = fd.define_tensor([-1])
         fd.add_output(fd.ops.add(x, b))
     f, _ = fd.fusion.clone()
@@ -97,7 +101,7 @@ def test_5x7_symbolic_sizes_index_through_runtime_extents():
     # The bias extent i2 equals i1 (checked at every call): the index math uses one of them.
     assert len(expr_vars(bc.ins[0].index) & {"i1", "i2"}) == 1
     for M, N in [(5, 7), (3, 4), (1, 1), (2, 9)]:
-        env0 = {"i0": M, "i1": N, "i2": N, "T0_s0": N + 2, "T3_s0": N}
+        env0 = {"i0": M, "i1": N, "i2": N, "T0_s0": N + pitch, "T3_s0": N}
         written = Counter()
         for env in loop_points(k, op, env0):
             flat = env["j0"] * 4 + env["threadIdx.x"]
@@ -105,11 +109,15 @@ def test_5x7_symbolic_sizes_index_through_runtime_extents():
             if eval_expr(op.predicate, env):
                 r, c = divmod(flat, N)
                 assert eval_expr(op.out.index, env) == r * N + c
-                assert eval_expr(op.ins[0].index, env) == r * (N + 2) + c
+                assert eval_expr(op.ins[0].index, env) == r * (N + pitch) + c
                 written[(r, c)] += 1
             else:
                 assert flat >= M * N
         assert written == {(r, c): 1 for r in range(M) for c in range(N)}
+    # A dense tensor in the flat loop: no division in its index or its guard.
+    assert ("/" in repr(op.ins[0].index)) != contiguous
+    assert ("/" in repr(op.out.index)) is False
+    assert "/" not in repr(op.predicate)
 
 
 @pytest.mark.parametrize("n", [10, 8])
@@ -288,3 +296,37 @@ def test_half_input_cast_chain():
     inline_most(fusion=f)
     (o,), _, _ = _run(fd, f, mapping, [x])
     torch.testing.assert_close(o, torch.exp(x.float()).half())
+
+
+@pytest.mark.parametrize("divisible", [False, True])
+def test_a_split_the_scheduler_declares_divisible_is_not_guarded(divisible):
+    """x [N] + 1 split by 4 on a symbolic N: guarded by `index < N` unless the split is declared
+    divisible (Split.divisible: the heuristic that chose the factor for this kernel guarantees
+    it), which transform propagation carries to the tensors of the same extent."""
+    with FusionDefinition() as fd:
+        x = fd.define_tensor([-1])
+        fd.add_output(fd.ops.add(x, 1.0))
+    f, _ = fd.fusion.clone()
+    out = f.outputs[0]
+    out.split(0, 4, divisible=divisible).parallelize(1, PT.TIDx)
+    propagate_transforms(out)
+    parallelize_like(out)
+    inline_most(fusion=f)
+    k = lower_upto(f, "index_and_predicate")
+    for s in K.walk(k.body):
+        if isinstance(s, K.TensorOp):
+            assert K.is_true(s.predicate) == divisible, s.predicate
+
+
+def test_a_divisible_split_replayed_onto_another_extent_is_guarded():
+    from pyfuser.ir.iter_domain import replayed_divisible
+    with FusionDefinition() as fd:
+        x, y = fd.define_tensor([-1]), fd.define_tensor([-1])
+        fd.add_output(fd.ops.neg(x))
+        fd.add_output(fd.ops.neg(y))
+    f, _ = fd.fusion.clone()
+    a, b = (t.domain.logical[0] for t in f.inputs)
+    f.inputs[0].split(0, 4, divisible=True)
+    split = f.inputs[0].domain.loop[0].definition
+    assert split.is_divisible and replayed_divisible(split, a.clone())
+    assert not replayed_divisible(split, b)       # x's N is not y's

@@ -133,6 +133,22 @@ def test_a_squeezed_row_beside_row_sums_is_its_own_segment(drop):
                   segments=(("kernel", "reduction"), ("kernel", "pointwise")))
 
 
+def test_an_output_over_part_of_the_reduced_dims_is_its_own_segment():
+    """mean over [C, H, W] beside a [1, C, H, 1] input's compare (fuzz 20261328:431): the
+    output's loop forwards its broadcast W, so its share of the grid-split reduced loop had
+    another extent and blocks wrote each other's elements. The reduction scheduler leaves it
+    to a pointwise segment."""
+    x, a = torch.randn(2, 8, 247, 22), torch.randn(1, 8, 247, 1)
+    with FusionDefinition() as fd:
+        tx, ta = fd.define_tensor([-1, -1, -1, -1]), fd.from_pytorch(a)
+        fd.add_output(fd.ops.sum(fd.ops.where(fd.ops.gt(ta, 0.5), ta, tx), [1, 2, 3]))
+        fd.add_output(fd.ops.ge(ta, -0.75))
+    ok, why = reduction.can_schedule(fd.fusion)
+    assert not ok and "iterates some of the reduced dims" in why
+    run_and_check(fd, [x, a], kernels=2, options=INTERPRET,
+                  segments=(("kernel", "reduction"), ("kernel", "pointwise")))
+
+
 def amax_scale_fusion():
     fd = catalogue.define("amax_scale", "bf16")
     return fd

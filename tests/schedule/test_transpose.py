@@ -3,6 +3,7 @@ in memory, through padded shared-memory tiles. Which fusions it takes and why no
 heuristic against the H100 entry of the device table, its kernels on the interpreter against
 float64 on odd sizes, the bank pattern of its tile accesses, and the NVRTC compile of the bar
 shape."""
+import re
 import sys
 from collections import defaultdict
 from pathlib import Path
@@ -105,8 +106,13 @@ def test_heuristic_of_the_bar_shapes():
     # H and W lie next to each other in both layouts: one tile dim of 3136, C the other.
     assert (p.a_dims, p.b_dims, p.tiled_inputs) == ((2, 3), (1,), (0,))
     assert (p.tile, p.vector, p.rows, p.vector_loads, p.vector_stores) == (64, 8, 32, True, True)
+    # 3136 = 49 x 64 and 256 = 4 x 64: every tile is whole, so no access is guarded.
+    assert p.full_tiles and "full tiles" in p.describe()
     p = _params(nchw_to_nhwc("fp32"), [torch.empty(32, 256, 56, 56)])
-    assert (p.tile, p.vector, p.rows) == (32, 4, 32)
+    assert (p.tile, p.vector, p.rows, p.full_tiles) == (32, 4, 32, True)
+    # 28 x 28 = 784 is not a multiple of 64: guarded tiles.
+    p = _params(nchw_to_nhwc("bf16"), [torch.empty(32, 256, 28, 28, dtype=torch.bfloat16)])
+    assert (p.tile, p.full_tiles) == (64, False)
     x = torch.empty(32, 256, 56, 56, dtype=torch.bfloat16)
     p = _params(scale_shift_relu_channels_last("bf16"), [x, torch.empty(256), torch.empty(256)])
     # The fp32 scale and shift are read along C with two 4-wide loads per 8 elements; the
@@ -140,7 +146,7 @@ def _randn(shape, dt, seed=0):
 
 @pytest.mark.parametrize("dt", ["fp32", "bf16", "fp16"])
 @pytest.mark.parametrize("shape", [(2, 3, 33, 17), (2, 17, 33, 17), (2, 40, 8, 8),
-                                   (1, 70, 9, 13)])
+                                   (1, 70, 9, 13), (2, 64, 8, 8)])
 def test_nchw_to_nhwc_on_the_interpreter(dt, shape):
     fd = nchw_to_nhwc(dt)
     x = _randn(shape, dt)
@@ -244,6 +250,11 @@ def test_bar_kernels_compile_clean(name, dt):
     assert sch is tp and p.vector_loads and p.vector_stores
     src = generate_cuda(k)
     assert "__syncthreads();" in src
+    # Whole tiles (p.full_tiles) and H, W addressed as one run of H * W: no guard, and no
+    # division by an extent (hw / W, hw % W) but those that split blockIdx.x into tiles.
+    body = src[src.index("__global__"):]
+    assert p.full_tiles and "if (" not in body
+    assert not re.search(r"[/%] i\d", body), body
     rep = compile_clean(src)
     assert rep.registers <= 64, rep.summary()
 

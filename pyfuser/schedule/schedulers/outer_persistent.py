@@ -51,7 +51,8 @@ from .base import (RuntimeInfo, SchedulerError, cache_inputs_and_outputs, orient
 from ..recompute import recompute_for
 from .inner_persistent import (MAX_ELEMENTS_PER_THREAD, _persistent_uses, _project_to_inputs,
                                row_element_bytes, same_row_dims)
-from .reduction import _pow2_floor, broadcast_back, is_over_reduced_tensor_dims
+from .reduction import (_pow2_floor, broadcast_back, is_over_reduced_tensor_dims,
+                        iterates_part_of_reduced_dims)
 
 NAME = "outer_persistent"
 
@@ -171,20 +172,13 @@ def can_schedule(fusion) -> tuple[bool, str]:
     for v in fusion.inputs:
         if isinstance(v, TensorView) and len(v.domain.logical) not in (rank, rank - nred):
             return False, f"input T{v.name} has a rank the column schedule does not cover"
-    reduced = [i for i in root if i.is_reduction and not i.is_broadcast]
     for k, o in enumerate(fusion.outputs):
         # A block holds its columns: an output over other dims (a reshape) needs elements of
         # other blocks' columns.
         if not is_over_reduced_tensor_dims(o, ref, graph):
             return False, (f"output {k} iterates dims other than the reduction's (such as a "
                            "reshape of the input): its elements are not within one column tile")
-        dims = [i for i in o.domain.logical_no_reductions if not i.is_broadcast]
-        hit = [r for r in reduced if any(graph.mapped(i, r) for i in dims)]
-        if hit and len(hit) < len(reduced):
-            # The reduced dims are one merged loop along threadIdx.y; an output that iterates
-            # some of them and broadcasts the others ([1, N, 1] beside sums over [M, N]) has a
-            # loop of another extent there, which the kernel's rows do not cover (fuzz
-            # 20261327:2369: its elements were never written).
+        if iterates_part_of_reduced_dims(o, ref, graph):
             return False, (f"output {k} iterates some of the reduced dims and broadcasts the "
                            "others: the merged row loop does not cover it")
     return True, ("reductions over the outermost dims broadcast back over them: keep the "

@@ -178,6 +178,18 @@ def is_over_reduced_tensor_dims(tv: TensorView, red: TensorView, graph=None) -> 
     return True
 
 
+def iterates_part_of_reduced_dims(tv: TensorView, red: TensorView, graph) -> bool:
+    """True if tv iterates some of reduction `red`'s reduced dims (exact graph) and broadcasts
+    the others. The schedules merge the reduced dims into one loop and split it; tv's loop,
+    a merge that forwards its broadcasts, has another extent, so the splits of it that depend
+    on the extent (shares of blocks along blockIdx.y, rows along threadIdx.y) do not line up
+    with the kernel's: elements written twice or never (fuzz 20261327:2369, 20261328:431)."""
+    reduced = [i for i in red.domain.maybe_root if i.is_reduction and not i.is_broadcast]
+    dims = [i for i in tv.domain.logical_no_reductions if not i.is_broadcast]
+    hit = [r for r in reduced if any(graph.mapped(i, r) for i in dims)]
+    return 0 < len(hit) < len(reduced)
+
+
 def can_schedule(fusion) -> tuple[bool, str]:
     reds = reduction_tensors(fusion)
     if not reds:
@@ -207,6 +219,9 @@ def can_schedule(fusion) -> tuple[bool, str]:
             # unaligned offsets: fuzz 20261123:226).
             return False, (f"output {k} iterates both the reduced and the kept dims (the "
                            "reduction's input itself, beside the reduction)")
+        if iterates_part_of_reduced_dims(o, ref, graph):
+            return False, (f"output {k} iterates some of the reduced dims and broadcasts the "
+                           "others: its loop does not line up with the reduction's")
         if (dims and all(any(graph.mapped(i, r) for r in reduced) for i in dims)
                 and len(o.domain.logical_no_reductions) < len(ref.domain.maybe_root)):
             # Over reduced dims only, it is written under guards on the loops of the kept

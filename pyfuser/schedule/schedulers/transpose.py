@@ -68,6 +68,11 @@ class TransposeParams:
     vector_loads: bool = False  # the tiled inputs take V-wide loads (their layout allows)
     vector_stores: bool = False # group-2 outputs take V-wide stores along b
     vector_inputs: tuple = ()   # other input positions read with V-wide loads along b
+    # T divides both tile dims in this call (56 x 56 x 256 channels in 64 x 64 tiles): the tile
+    # splits are divisible, so no access is guarded (a call with partial tiles gets other
+    # params, so another kernel).
+    full_tiles: bool = False
+    row_pad: int = 1            # spare elements after each tile row (bank-conflict-free columns)
     # In a call where a tile dim is shorter than MIN_TILE_EXTENT, the pointwise scheduler's
     # heuristic: one flat loop (a tile would leave most of its threads idle), else None.
     flat: object = None
@@ -79,6 +84,7 @@ class TransposeParams:
         return (f"transpose: tile {self.tile}x{self.tile}, vector {self.vector}, block "
                 f"{self.tile // self.vector}x{self.rows}, a = dims {list(self.a_dims)}, b = dims "
                 f"{list(self.b_dims)}, shared-memory tiles for inputs {list(self.tiled_inputs)}"
+                + (", full tiles (no guards)" if self.full_tiles else "")
                 + (f" ({self.note})" if self.note else ""))
 
 
@@ -227,7 +233,8 @@ def compute_heuristics(fusion, info: RuntimeInfo) -> TransposeParams:
     return TransposeParams(tile=tile, vector=vector, rows=rows, a_dims=lay.a_dims,
                            b_dims=lay.b_dims, tiled_inputs=lay.tiled_inputs,
                            vector_loads=vector_loads, vector_stores=vector_stores,
-                           vector_inputs=vec_inputs)
+                           vector_inputs=vec_inputs,
+                           full_tiles=a_ext % tile == 0 and b_ext % tile == 0)
 
 
 def schedule(fusion, p: TransposeParams) -> None:
@@ -261,8 +268,8 @@ def schedule(fusion, p: TransposeParams) -> None:
         ref.merge(n_o, n_o + 1)
     for _ in range(len(b_ids) - 1):
         ref.merge(n_o + 1, n_o + 2)
-    ref.split(n_o + 1, p.tile)        # [others, a, b/T, T]
-    ref.split(n_o, p.tile)            # [others, a/T, T, b/T, T]
+    ref.split(n_o + 1, p.tile, divisible=p.full_tiles)        # [others, a, b/T, T]
+    ref.split(n_o, p.tile, divisible=p.full_tiles)            # [others, a/T, T, b/T, T]
     ref.reorder({n_o + 1: n_o + 2, n_o + 2: n_o + 1})   # [others, a/T, b/T, Ta, Tb]
     while len(ref.domain.loop) > 3:
         ref.merge(0, 1)
@@ -290,7 +297,7 @@ def schedule(fusion, p: TransposeParams) -> None:
     for t in tiles.values():
         # Row [Ta/V, V] of T elements, then one spare: a column's elements (b = r, r + 1, ...)
         # are one bank apart, so the transposed reads of a warp's lanes do not conflict.
-        pad_shared_rows(t, t.domain.loop[3], 1)
+        pad_shared_rows(t, t.domain.loop[3], p.row_pad)
     graph = IdGraph(fusion)
     if p.vector > 1:
         for t in staged:
