@@ -259,9 +259,32 @@ def test_an_output_over_one_of_two_reduced_dims_is_another_segment():
         fd.add_output(fd.ops.exp(y))
     ok, why = op.can_schedule(fd.fusion)
     assert not ok and "iterates some of the reduced dims" in why
-    run_and_check(fd, [torch.randn(5, 13, 12), torch.randn(1, 13, 1)], kernels=2,
-                  options=INTERPRET, segments=(("kernel", "outer_persistent"),
-                                               ("kernel", "pointwise")))
+    fused = FusionDefinition()
+    with fused:                 # the same without y: taken whole
+        _, xf = _in(fused, "fp32", (-1, -1, -1))
+        var, mean = fused.ops.var_mean(xf, [0, 1], correction=0, keepdim=True)
+        fused.add_output(fused.ops.sub(xf, mean))
+    assert op.can_schedule(fused.fusion)[0]
+    run_and_check(fd, [torch.randn(5, 13, 12), torch.randn(1, 13, 1)], kernels=None,
+                  options=INTERPRET)
+    assert {s.kind for s in fd.last_run.segments} == {"kernel"}
+    assert "outer_persistent" in fd.last_run.schedulers
+
+
+def test_an_input_over_one_of_two_reduced_dims_is_refused():
+    """var over dims 0 and 1 of min(x [3, 13, N], w [1, 13, 1]) (fuzz 20261330:1384): w's
+    cache, held for the column, was laid out over its own row loop (13, not 3 x 13), and the
+    rows read registers never written. The plan takes it in other kernels, right."""
+    with FusionDefinition() as fd:
+        _, xf = _in(fd, "fp32", (-1, -1, -1))
+        w = fd.define_tensor([1, -1, 1], dtype=DataType.Float)
+        fd.add_output(fd.ops.var(fd.ops.minimum(xf, w), [0, 1], correction=1))
+    ok, why = op.can_schedule(fd.fusion)
+    assert not ok and "iterates some of the reduced dims" in why
+    run_and_check(fd, [torch.randn(3, 13, 1024), torch.randn(1, 13, 1)], kernels=None,
+                  options=INTERPRET)
+    # min(x, w) in a pointwise kernel, the variance of its result in the column schedule.
+    assert fd.last_run.schedulers == ("pointwise", "outer_persistent")
 
 
 def test_interpreted_kernel_with_a_per_column_statistic_output():

@@ -172,6 +172,12 @@ def can_schedule(fusion) -> tuple[bool, str]:
     for v in fusion.inputs:
         if isinstance(v, TensorView) and len(v.domain.logical) not in (rank, rank - nred):
             return False, f"input T{v.name} has a rank the column schedule does not cover"
+        if isinstance(v, TensorView) and iterates_part_of_reduced_dims(v, ref, graph):
+            # Its cache, held for the whole column, is laid out over its own loop of the rows
+            # (a forwarded merge of another extent): registers the rows read were never
+            # written (fuzz 20261330:1384, x [3, 13, N] and w [1, 13, 1] over dims 0 and 1).
+            return False, (f"input T{v.name} iterates some of the reduced dims and broadcasts "
+                           "the others: the merged row loop does not cover it")
     for k, o in enumerate(fusion.outputs):
         # A block holds its columns: an output over other dims (a reshape) needs elements of
         # other blocks' columns.
