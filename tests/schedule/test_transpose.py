@@ -321,3 +321,25 @@ def test_outputs_only_a_tile_leads_to_are_written_by_every_thread():
         bound = {s.loop.parallel for s in enclosing(k, op) if isinstance(s, K.ForLoop)}
         assert {PT.TIDx, PT.TIDy} <= bound, (j, bound)
     compile_clean(generate_cuda(k))
+
+
+def test_an_output_reached_through_a_broadcast_row_gets_the_tile_loops():
+    """Fuzz 20261331:1387 (wrong on the H100): x [8, 9, N] laid out N-outermost, b [N]; the
+    outputs lt(x, b) + b and x + b. Propagation reached x + b from b's cache, which has only N:
+    x's two other dims stayed whole serial loops, and each thread read tile elements that other
+    blocks had loaded. It now replays the reference's tiles like any tile consumer."""
+    from kir_testing import enclosing, op_writing
+    with FusionDefinition() as fd:
+        x = fd.define_tensor([-1, -1, -1], dtype=DataType.Float, stride_order=[1, 0, 2])
+        b = fd.define_tensor([-1], dtype=DataType.Half)
+        fd.add_output(fd.ops.add(fd.ops.lt(x, b), b))
+        fd.add_output(fd.ops.add(x, b))
+    x = _randn((746, 8, 9), "fp32").permute(1, 2, 0)
+    inputs = [x, _randn(746, "fp16", 1)]
+    run_and_check(fd, inputs, scheduler="transpose", options=INTERPRET)
+    st, _, p, k = schedule_and_lower(fd, inputs)
+    for j in range(2):
+        buf = next(q.buffer for q in k.params if q.source == ("output", j))
+        bound = {s.loop.parallel for s in enclosing(k, op_writing(k, buf.name))
+                 if isinstance(s, K.ForLoop)}
+        assert {PT.TIDx, PT.TIDy} <= bound, (j, bound)

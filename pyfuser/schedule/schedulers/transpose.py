@@ -314,20 +314,31 @@ def _reach_past_tiles(fusion, ref, tile_tvs, rest, reached: set) -> None:
     written as a second output, fuzz 20261123:1352): propagation from the reference stops at
     the tiles, whose loops are group 1's. Each such consumer of a tile replays the reference's
     transforms directly (its dims map to the reference's), and passes them on to what only it
-    reaches. Left alone, their loops stayed [grid, Ta, Tb], serial, run by one thread."""
+    reaches. Left alone, their loops stayed [grid, Ta, Tb], serial, run by one thread.
+    So do the tensors reached through one of fewer dims (x + b[N] as a second output, reached
+    from b's cache, fuzz 20261331:1387): the dims b lacks stayed whole serial loops, and the
+    threads read tile elements no one loaded."""
     from ..transform_propagation import replay
     graph = IdGraph(fusion)
     ref_root = ref.domain.maybe_root
+
+    def ref_dims(t):
+        out = {}
+        for i in ref_root:
+            j = next((x for x in t.domain.maybe_root if graph.mapped(i, x)), None)
+            if j is not None:
+                out[i] = j
+        return out
+
+    def whole(t):
+        """A dim of the reference's that t's loop still holds untransformed."""
+        return any(j in t.domain.loop and not j.is_broadcast for j in ref_dims(t).values())
+
     for tile in tile_tvs:
         for c in fusion.consumers(tile):
-            if c in reached or c not in rest:
+            if c not in rest or (c in reached and not whole(c)):
                 continue
-            mapping = {}
-            for i in ref_root:
-                j = next((x for x in c.domain.maybe_root if graph.mapped(i, x)), None)
-                if j is not None:
-                    mapping[i] = j
-            replay(ref, c, mapping, "twin")
+            replay(ref, c, ref_dims(c), "twin")
             reached.add(c)
-            todo = [t for t in rest if t not in reached]
+            todo = [t for t in rest if t is not c and (t not in reached or whole(t))]
             reached |= set(propagate_transforms(c, tensors=todo))
