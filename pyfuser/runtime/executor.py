@@ -316,6 +316,9 @@ class FusionExecutorCache:
         # per kernel segment (runtime/plan.py).
         self._segmented = segmented
         self._segment_executors: list = []
+        # Schedulers whose heuristic refused a call's shapes (name -> why, as a frozenset of
+        # items) -> [the fusion segmented without them, its segment executors].
+        self._resegmented: dict = {}
         self._kernel_count = 0
         # runtime/empty_dims.EmptyDims -> the executor of the fusion specialized to them.
         self._specialized: dict = {}
@@ -438,7 +441,8 @@ class FusionExecutorCache:
         try:
             return self._kernel_plan(inputs, bindings, choice, target)
         except SchedulerError as e:             # the heuristic refuses these inputs
-            return self._fallback(str(e))
+            return self._plan_without({choice.scheduler.NAME: str(e)}, inputs, bindings,
+                                      target)
         except InputError:
             raise
         except Exception as e:                  # a pyfuser bug: never the user's problem
@@ -448,6 +452,34 @@ class FusionExecutorCache:
             return self._fallback(f"internal error in the {choice.scheduler.NAME} scheduler's "
                                   f"kernel ({what})", internal_error=what,
                                   tb=traceback.format_exc())
+
+    def _plan_without(self, exclude: dict, inputs, bindings, target):
+        """The plan of the fusion segmented again without the schedulers in `exclude` (name ->
+        why), whose heuristic refused the shapes of this call (the outer persistent one where
+        the column tiles would leave most SMs idle): another scheduler, or a plan of several
+        kernels; the reference only where nothing else takes it. Plans are cached per call
+        shape, so other shapes still get the refused scheduler."""
+        from .plan import SegmentedPlan, segment_executors
+        key = frozenset(exclude.items())
+        entry = self._resegmented.get(key)
+        if entry is None:
+            entry = self._resegmented[key] = [segment(self.fusion, exclude), []]
+        segmented, executors = entry
+        opts.dump("segments", self.name, str(segmented))
+        if len(segmented.segments) > 1 or segmented.segments[0].kind == "library":
+            if not executors:
+                executors.extend(segment_executors(segmented, self.name))
+            return SegmentedPlan(self.fusion, segmented, executors, bindings, self.name,
+                                 device=target.device)
+        choice = segmented.segments[0].choice
+        refused = "; ".join(f"{n}: {w}" for n, w in exclude.items())
+        if choice is None:
+            return self._fallback(f"{refused}; {segmented.why}")
+        try:
+            return self._kernel_plan(inputs, bindings, choice, target)
+        except SchedulerError as e:
+            return self._plan_without({**exclude, choice.scheduler.NAME: str(e)}, inputs,
+                                      bindings, target)
 
     def _fallback(self, reason: str, internal_error: str = "", tb: str = ""):
         """The reference plan, with a FallbackWarning (or an error where fallbacks are off)."""
@@ -709,7 +741,8 @@ class FusionExecutorCache:
     # Introspection -----------------------------------------------------------------------------
     def kernels(self) -> list:
         out = list(self._kernels.values())
-        for ex in [*self._segment_executors, *self._specialized.values()]:
+        again = [ex for _, executors in self._resegmented.values() for ex in executors]
+        for ex in [*self._segment_executors, *again, *self._specialized.values()]:
             if ex is not None:
                 out += ex.kernels()
         return out

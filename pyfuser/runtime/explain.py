@@ -54,8 +54,11 @@ class SegmentExplanation:
     inputs: tuple             # one line per input: "T3 [64, 256] bfloat16" or "i5 = 7"
     outputs: tuple            # "T7 [64, 256] float"
     kernel: KernelExplanation | None = None
-    refused: str = ""         # why the heuristic refused these inputs (execute() falls back)
+    refused: str = ""         # why the heuristic refused these inputs
     library_call: str = ""    # a library segment's op and what runs it
+    # Where the heuristic refused: the plan of the segment without that scheduler, which
+    # execute() runs instead (an Explanation).
+    again: object = None
 
     def __str__(self) -> str:
         what = self.kind if self.name == self.kind else f"{self.kind} {self.name}"
@@ -67,8 +70,9 @@ class SegmentExplanation:
         if self.library_call:
             lines.append(f"  call: {self.library_call}")
         if self.refused:
-            lines.append(f"  heuristic refuses these inputs: {self.refused}; execute() runs "
-                         "this segment with the reference evaluator")
+            lines.append(f"  heuristic refuses these inputs: {self.refused}; execute() plans "
+                         f"this segment again without the {self.name} scheduler:")
+            lines.append("    " + str(self.again).replace("\n", "\n    "))
         k = self.kernel
         if k is not None:
             lines.append(f"  kernel {k.name}, {k.index_type} indexing")
@@ -106,15 +110,18 @@ class Explanation:
 
 
 def explain_fusion(fusion, inputs, device: str | DeviceProperties = "h100",
-                   compile: bool = False, name: str = "fusion") -> Explanation:
+                   compile: bool = False, name: str = "fusion",
+                   exclude: dict | None = None) -> Explanation:
     """The plan execute() would make for `inputs` on `device` (a device-table name such as
-    "h100" or "h200", or DeviceProperties), computed without a GPU; see the module docstring."""
+    "h100" or "h200", or DeviceProperties), computed without a GPU; see the module docstring.
+    `exclude`: schedulers whose heuristic refused these inputs (name -> why), as execute()
+    segments a fusion again without them."""
     from ..schedule.schedulers import registry
     from ..schedule.segmenter import segment
 
     props = device if isinstance(device, DeviceProperties) else get_device_properties(device)
     bindings = check_inputs(fusion, inputs)
-    segmented = segment(fusion)
+    segmented = segment(fusion, exclude)
     values = {id(v): _as_meta(x) for v, x in zip(fusion.inputs, inputs)}
     several = len(segmented.segments) > 1
     out = []
@@ -147,6 +154,9 @@ def explain_fusion(fusion, inputs, device: str | DeviceProperties = "h100",
                 entry["kernel"] = _kernel(seg, ins, outs, props, compile, kname)
             except _Refused as e:
                 entry["refused"] = str(e)
+                entry["again"] = explain_fusion(
+                    seg.fusion, ins, props, compile, f"{name}_s{k}" if several else name,
+                    {**(exclude or {}), seg.scheduler.NAME: str(e)})
         out.append(SegmentExplanation(**entry))
     return Explanation(name, props, segmented, tuple(out))
 

@@ -119,12 +119,13 @@ def _tensor_exprs(fusion) -> list:
     return [e for e in fusion.exprs() if any(isinstance(o, TensorView) for o in e.outputs)]
 
 
-def segment(fusion) -> SegmentedFusion:
-    """The segments of `fusion` in topological order (see the module docstring)."""
+def segment(fusion, exclude: dict | None = None) -> SegmentedFusion:
+    """The segments of `fusion` in topological order (see the module docstring). `exclude`:
+    schedulers not to ask (name -> why: their heuristic refused a call's shapes)."""
     exprs = _tensor_exprs(fusion)
     boundaries = [e for e in exprs if isinstance(e, BOUNDARY_OPS)]
     if not boundaries:
-        choice = registry.choose(fusion)
+        choice = registry.choose(fusion, exclude)
         if choice.scheduler is not None:
             return SegmentedFusion(fusion, (_whole(fusion, exprs, "kernel", choice),),
                                    choice.reason)
@@ -132,7 +133,7 @@ def segment(fusion) -> SegmentedFusion:
     else:
         why = "segment_set ends a segment at " + ", ".join(
             f"T{e.outputs[0].name}" for e in boundaries)
-    groups = _Grouping(fusion, exprs)
+    groups = _Grouping(fusion, exprs, exclude)
     groups.merge_kernels()
     groups.settle_leftovers()
     segs = groups.segments()
@@ -172,9 +173,10 @@ def _whole(fusion, exprs, kind, choice, why: str = "") -> Segment:
 
 # Grouping ---------------------------------------------------------------------------------------
 class _Grouping:
-    def __init__(self, fusion, exprs):
+    def __init__(self, fusion, exprs, exclude: dict | None = None):
         self.fusion = fusion
         self.exprs = exprs
+        self.exclude = exclude
         self.index = {e: k for k, e in enumerate(exprs)}
         self.producer = {}          # tensor -> index of the expr that defines it
         for k, e in enumerate(exprs):
@@ -266,7 +268,7 @@ class _Grouping:
         if c is None:
             sub = _sub_fusion(self.fusion, [self.exprs[k] for k in self.with_forwarded(members)],
                               self._outputs_of(key))
-            c = registry.choose(sub.fusion)
+            c = registry.choose(sub.fusion, self.exclude)
             self._choices[key] = c
         return c
 

@@ -193,20 +193,23 @@ def test_forced_vectors_for_a_size_1_input_read_it_element_wise():
     assert fk.kernel.vector_widths == {"T0": 4, "T2": 4}
 
 
-def test_heuristic_failure_falls_back_with_a_warning(monkeypatch):
-    """A softmax row too long for registers: the persistent heuristic refuses it at run time;
-    the call runs through the reference evaluator with a FallbackWarning, or fails when the
-    fallback is disabled."""
+def test_a_heuristic_refusal_plans_the_fusion_without_that_scheduler(monkeypatch):
+    """A softmax row too long for registers: the persistent heuristic refuses it at run time,
+    and the call is segmented again without that scheduler (kernels, no warning), not run by
+    the reference evaluator."""
+    import warnings
     drive = _Launchless(monkeypatch)
     fd = catalogue.define("softmax", "fp32")
     if registry.choose(fd.fusion).scheduler is None:
         pytest.skip("no scheduler takes softmax")
     x = [torch.empty(2, 1 << 20)]
-    with pytest.warns(FallbackWarning, match="registers"):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FallbackWarning)
         plan = drive.plan(fd, x)
-    assert plan.run_info.kind == "reference" and "registers" in plan.run_info.reason
-    with pytest.raises(Exception, match="registers"):
-        drive.plan(fd, x, {"disable": "reference_fallback"})
+    seg = plan.segmented
+    assert len(seg.segments) > 1 and {s.kind for s in seg.segments} == {"kernel"}
+    assert "inner_persistent" not in {s.name for s in seg.segments}
+    assert "registers" in seg.why
 
 
 def test_cooperative_cluster_grid_is_sized_by_the_clusters_that_fit(monkeypatch):

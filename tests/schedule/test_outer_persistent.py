@@ -176,7 +176,7 @@ def test_heuristic_reads_the_device_table():
 
 @pytest.mark.parametrize("R,dt", [(65536, "bf16"), (65536, "fp32")])
 def test_columns_that_do_not_fit_registers_take_the_looped_variant(R, dt):
-    p = _heuristic(softmax(dt), [(R, 8)], dt)
+    p = _heuristic(softmax(dt), [(R, 8192)], dt)
     assert p.persistent_batch == 0 and p.reduced_extents == ()
     assert (p.vector, p.bdimx * p.bdimy) == (8 if dt == "bf16" else 4, op.MAX_THREADS)
     assert re.match(rf"looped: {R} reduced rows need .* fit registers", p.reason), p.reason
@@ -187,8 +187,9 @@ def test_columns_that_do_not_fit_registers_take_the_looped_variant(R, dt):
 @pytest.mark.parametrize("dt", ["fp32", "bf16"])
 def test_interpreted_looped_kernels_match_float64(name, dt, monkeypatch):
     # 16 threads per block: 3000 and 2049 rows do not fit registers, so the looped variant
-    # runs at sizes the interpreter takes.
+    # runs at sizes the interpreter takes (with the few column tiles it is refused for).
     monkeypatch.setattr(op, "MAX_THREADS", 16)
+    monkeypatch.setattr(op, "MIN_LOOPED_SM_FRACTION", 0)
     for shape in [(3000, 5), (2049, 40)]:
         fd = FUSIONS[name](dt)
         run_and_check(fd, _inputs(name, dt, *shape), scheduler="outer_persistent",
@@ -197,7 +198,39 @@ def test_interpreted_looped_kernels_match_float64(name, dt, monkeypatch):
         assert p.persistent_batch == 0 and p.bdimx * p.bdimy == 16
 
 
-def test_looped_softmax_over_dim_0_compiles_without_spills():
+@pytest.mark.parametrize("C", [8, 2048])
+def test_looped_columns_that_leave_most_sms_idle_are_refused(C):
+    """65536 rows of 8 (or 2048) bf16 columns looped in 1 (64) column tiles: at most half of
+    the H100's 132 SMs would work; the heuristic refuses, and execute() plans the fusion
+    without this scheduler (test_executor_cpu)."""
+    with pytest.raises(SchedulerError, match=r"grid-persistent plan"):
+        _heuristic(softmax("bf16"), [(65536, C)], "bf16")
+
+
+def test_a_refused_batchnorm_of_a_channels_last_image_is_planned_without_it():
+    """BatchNorm statistics of a channels-last [32, 256, 56, 56]: 100352 rows of 256 columns
+    (the looped variant would use 16 SMs, 30 GB/s measured on the H200). explain shows the plan
+    execute() makes instead: reductions and pointwise kernels, no reference segment."""
+    x = torch.empty(32, 256, 56, 56, dtype=torch.bfloat16).contiguous(
+        memory_format=torch.channels_last)
+    with FusionDefinition() as fd:
+        t = fd.from_pytorch(x)
+        var, mean = fd.ops.var_mean(fd.ops.cast(t, DataType.Float), [0, 2, 3], correction=0,
+                                    keepdim=True)
+        fd.add_output(fd.ops.cast(fd.ops.mul(fd.ops.sub(fd.ops.cast(t, DataType.Float), mean),
+                                             fd.ops.rsqrt(fd.ops.add(var, 1e-5))),
+                                  DataType.BFloat16))
+    assert op.can_schedule(fd.fusion)[0]
+    plan = fd.explain([x.to("meta")], device="h100")
+    (seg,) = plan.segments
+    assert seg.name == "outer_persistent" and "grid-persistent" in seg.refused
+    again = [(s.kind, s.name) for s in seg.again.segments]
+    assert ("kernel", "outer_persistent") not in again and ("reference", "reference") not in again
+    assert "plans this segment again without the outer_persistent scheduler" in str(plan)
+
+
+def test_looped_softmax_over_dim_0_compiles_without_spills(monkeypatch):
+    monkeypatch.setattr(op, "MIN_LOOPED_SM_FRACTION", 0)     # 4 column tiles: refused
     fd = softmax("fp32")
     _, _, p, kernel = schedule_and_lower(fd, [torch.empty(65536, 64)], scheduler=op)
     assert p.persistent_batch == 0

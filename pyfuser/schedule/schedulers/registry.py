@@ -34,9 +34,10 @@ def register(module, first: bool = True) -> None:
     SCHEDULERS.insert(0 if first else len(SCHEDULERS), module)
 
 
-def choose(fusion) -> Choice:
+def choose(fusion, exclude: dict | None = None) -> Choice:
     """The first scheduler that takes `fusion` once its roles are separated (what the executor
-    schedules: roles.scheduling_clone)."""
+    schedules: roles.scheduling_clone). `exclude`: scheduler name -> why it is not asked (its
+    heuristic refused the shapes of a call: the executor segments again without it)."""
     # One exact ID graph for both checks (the segmenter asks this for every candidate group).
     graph = IdGraph(fusion)
     if self_mapping(graph, fusion.tensors()) is not None:
@@ -58,6 +59,9 @@ def choose(fusion) -> Choice:
         return Choice(None, why)
     rejected = []
     for s in SCHEDULERS:
+        if exclude and s.NAME in exclude:
+            rejected.append((s.NAME, exclude[s.NAME]))
+            continue
         ok, why = s.can_schedule(fusion)
         if ok:
             return Choice(s, why, tuple(rejected))
