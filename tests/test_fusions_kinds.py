@@ -461,8 +461,13 @@ def test_kind_gets_a_plan_from_explain(name):
     plan = explain(name)
     assert tuple((s.kind, s.name) for s in plan.segments) == KINDS[name].segments
     for s in plan.segments:
-        # A kernel segment whose heuristic refuses the call runs on the reference too.
-        assert not s.refused, f"segment {s.index}: {s.refused}"
+        if s.refused:
+            # Its heuristic refuses these shapes (BatchNorm of a channels-last image: the column
+            # tiles would leave most SMs idle): execute() plans the segment again without that
+            # scheduler, in kernels.
+            again = [(x.kind, x.name) for x in s.again.segments]
+            assert again and all(k == "kernel" and n != s.name for k, n in again), again
+            continue
         assert (s.kernel is not None) == (s.kind == "kernel")
     refs = [s for s in plan.segments if s.kind == "reference"]
     if name not in REDUCTION_PATTERNS:
