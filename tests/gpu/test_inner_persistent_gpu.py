@@ -53,14 +53,20 @@ def test_row_size_that_forbids_vectors():
     assert fd.last_run.heuristics[0].vector == 1
 
 
-def test_rows_too_long_for_registers_fall_back_with_warning():
+def test_rows_too_long_for_registers_are_planned_without_the_persistent_scheduler():
     """131080 elements: too long for one block, and not divisible into a cluster's whole
-    vectors."""
+    vectors. The heuristic refuses, and the call is segmented again without the inner
+    persistent scheduler: kernels, right values, no FallbackWarning."""
+    import warnings
     from pyfuser.runtime.executor import FallbackWarning
     fd = catalogue.define("rmsnorm_fwd")
-    with pytest.warns(FallbackWarning, match="shared memory or a cluster"):
-        fd.execute(catalogue.make_inputs("rmsnorm_fwd", 2, 131080, device="cuda"))
-    assert fd.last_run.kind == "reference"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FallbackWarning)
+        run_and_check(fd, catalogue.make_inputs("rmsnorm_fwd", 2, 131080, device="cuda"),
+                      kernels=None)
+    run = fd.last_run
+    assert run.kind == "kernels" and "inner_persistent" not in run.schedulers, run
+    assert "shared memory or a cluster" in run.reason
 
 
 @pytest.mark.parametrize("name", FORWARD)

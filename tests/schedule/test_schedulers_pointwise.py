@@ -172,3 +172,21 @@ def test_scheduled_loops(unroll):
         assert kinds == [PT.BIDx, PT.Unroll, PT.TIDx, PT.Vectorize]
     assert [i.const_extent for i in out.domain.loop][1:] == ([128, 8] if unroll == 1 else
                                                               [unroll, 128, 8])
+
+
+def test_a_reduction_over_an_expanded_dim_broadcast_back_is_another_segment():
+    """min over an expanded [N] (a squeeze standing for the reduction: its one element) used
+    through a broadcast beside that same [N] (fuzz 20261334:1080): in one flat loop the squeeze
+    reads the loop's own tensors and the loop reads its result, a cycle of loops the lowering
+    refused (the reference ran). The pointwise scheduler leaves the squeeze to its own segment."""
+    from pyfuser.schedule.schedulers import pointwise
+    from pyfuser.testing import run_and_check
+    x = torch.randn(1).to(torch.bfloat16).expand(513)
+    with FusionDefinition() as fd:
+        t = fd.define_tensor([-1], contiguity=[None], dtype=DataType.BFloat16, expanded=[True])
+        f = fd.ops.cast(t, DataType.Float)
+        fd.add_output(fd.ops.where(fd.ops.ne(t, 0.5), f, fd.ops.min(f, keepdim=True)))
+    ok, why = pointwise.can_schedule(fd.fusion)
+    assert not ok and "broadcast back" in why
+    run_and_check(fd, [x], kernels=None, options={"enable": ["interpret"]})
+    assert fd.last_run.kind == "kernels" and set(fd.last_run.schedulers) == {"pointwise"}

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from ...ir.exprs import BroadcastOp, SqueezeOp
 from ...ir.id_graph import IdGraph
 from ...ir.iter_domain import ParallelType as PT
 from ...ir.tensor import TensorView
@@ -60,6 +61,11 @@ def can_schedule(fusion) -> tuple[bool, str]:
         return False, "the fusion has reductions"
     if not any(isinstance(o, TensorView) for o in fusion.outputs):
         return False, "no tensor outputs"
+    back = _reduced_squeeze_broadcast_back(fusion)
+    if back is not None:
+        return False, (f"T{back.name} reduces an expanded dim (a squeeze standing for that "
+                       "reduction) and is broadcast back: the flat loop would need it before "
+                       "computing it")
     ref = _reference(fusion)
     apart = _outside_reference(fusion, ref)
     if apart is not None:
@@ -70,6 +76,27 @@ def can_schedule(fusion) -> tuple[bool, str]:
                        "shapes, such as the updates of two parameters of different sizes); one "
                        "pointwise kernel loops over one output's shape")
     return True, "no reductions: one flat loop over the output"
+
+
+def _reduced_squeeze_broadcast_back(fusion) -> TensorView | None:
+    """The output of a squeeze that stands for a reduction over expanded dims (min over an
+    expanded [N]: its one element), when a broadcast reads it downstream: its input lies in the
+    flat loop (the expanded dim maps to the loop's), and the loop would read the broadcast
+    before the squeeze is computed (a cycle of loops; fuzz 20261334:1080). None otherwise."""
+    for e in fusion.exprs():
+        if not isinstance(e, SqueezeOp) or e.reduction is None:
+            continue
+        todo, seen = [e.outputs[0]], set()
+        while todo:
+            v = todo.pop()
+            if v in seen or not isinstance(v, TensorView):
+                continue
+            seen.add(v)
+            for use in fusion.uses_of(v):
+                if isinstance(use, BroadcastOp):
+                    return e.outputs[0]
+                todo += use.outputs
+    return None
 
 
 def _reference(fusion) -> TensorView:
