@@ -316,9 +316,9 @@ class FusionExecutorCache:
         # per kernel segment (runtime/plan.py).
         self._segmented = segmented
         self._segment_executors: list = []
-        # Schedulers whose heuristic refused a call's shapes (name -> why, as a frozenset of
-        # items) -> [the fusion segmented without them, its segment executors].
-        self._resegmented: dict = {}
+        # The names of schedulers whose heuristic refused a call's shapes -> [the fusion
+        # segmented without them, its segment executors] (LRU, MAX_PLANS).
+        self._resegmented: OrderedDict = OrderedDict()
         self._kernel_count = 0
         # runtime/empty_dims.EmptyDims -> the executor of the fusion specialized to them.
         self._specialized: dict = {}
@@ -433,16 +433,17 @@ class FusionExecutorCache:
             return self._fallback(segmented.why)
         return self._guarded_kernel_plan(inputs, bindings, choice, target, options)
 
-    def _guarded_kernel_plan(self, inputs, bindings, choice, target, options):
-        """The kernel plan, or the reference plan with a FallbackWarning when the heuristic
-        refuses these inputs or building the kernel fails (a pyfuser bug, reported as one)."""
+    def _guarded_kernel_plan(self, inputs, bindings, choice, target, options, exclude=None):
+        """The kernel plan; where the heuristic refuses these inputs, the plan without that
+        scheduler (_plan_without); the reference plan with a FallbackWarning when building the
+        kernel fails (a pyfuser bug, reported as one). `exclude`: schedulers refused already."""
         if options.heuristic is not None:       # the caller forced a schedule: its errors are theirs
             return self._kernel_plan(inputs, bindings, choice, target)
         try:
             return self._kernel_plan(inputs, bindings, choice, target)
         except SchedulerError as e:             # the heuristic refuses these inputs
-            return self._plan_without({choice.scheduler.NAME: str(e)}, inputs, bindings,
-                                      target)
+            refused = {**(exclude or {}), choice.scheduler.NAME: str(e)}
+            return self._plan_without(refused, inputs, bindings, target, options)
         except InputError:
             raise
         except Exception as e:                  # a pyfuser bug: never the user's problem
@@ -453,17 +454,23 @@ class FusionExecutorCache:
                                   f"kernel ({what})", internal_error=what,
                                   tb=traceback.format_exc())
 
-    def _plan_without(self, exclude: dict, inputs, bindings, target):
+    def _plan_without(self, exclude: dict, inputs, bindings, target, options):
         """The plan of the fusion segmented again without the schedulers in `exclude` (name ->
         why), whose heuristic refused the shapes of this call (the outer persistent one where
         the column tiles would leave most SMs idle): another scheduler, or a plan of several
         kernels; the reference only where nothing else takes it. Plans are cached per call
         shape, so other shapes still get the refused scheduler."""
         from .plan import SegmentedPlan, segment_executors
-        key = frozenset(exclude.items())
+        key = frozenset(exclude)
         entry = self._resegmented.get(key)
         if entry is None:
+            # The segmentation reads no shapes: one per set of refused schedulers (its reasons
+            # are those of the first call refused).
             entry = self._resegmented[key] = [segment(self.fusion, exclude), []]
+            if len(self._resegmented) > self.MAX_PLANS:
+                self._resegmented.popitem(last=False)
+        else:
+            self._resegmented.move_to_end(key)
         segmented, executors = entry
         opts.dump("segments", self.name, str(segmented))
         if len(segmented.segments) > 1 or segmented.segments[0].kind == "library":
@@ -472,14 +479,10 @@ class FusionExecutorCache:
             return SegmentedPlan(self.fusion, segmented, executors, bindings, self.name,
                                  device=target.device)
         choice = segmented.segments[0].choice
-        refused = "; ".join(f"{n}: {w}" for n, w in exclude.items())
         if choice is None:
+            refused = "; ".join(f"{n}: {w}" for n, w in exclude.items())
             return self._fallback(f"{refused}; {segmented.why}")
-        try:
-            return self._kernel_plan(inputs, bindings, choice, target)
-        except SchedulerError as e:
-            return self._plan_without({**exclude, choice.scheduler.NAME: str(e)}, inputs,
-                                      bindings, target)
+        return self._guarded_kernel_plan(inputs, bindings, choice, target, options, exclude)
 
     def _fallback(self, reason: str, internal_error: str = "", tb: str = ""):
         """The reference plan, with a FallbackWarning (or an error where fallbacks are off)."""
