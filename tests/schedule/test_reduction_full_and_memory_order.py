@@ -277,23 +277,3 @@ def test_full_reduction_compiles_clean_for_sm90a():
     rep = mod.ptxas
     assert (rep.spill_store_bytes, rep.spill_load_bytes, rep.stack_frame_bytes) == (0, 0, 0), \
         rep.summary()
-
-
-def test_the_row_schedule_refuses_a_tensor_over_part_of_the_row():
-    """var over dims 1 and 2 of x * w, with w [M, N, K] expanded along K (stride 0), and an
-    output over w's dims (fuzz 20261336:1025): w's cache had a row loop of N (the expanded K
-    forwarded by the merge), not N * K, and the row buffers of x could not be indexed from it.
-    The inner persistent scheduler refuses it; the plan runs it in other kernels."""
-    from pyfuser.schedule.schedulers import inner_persistent
-    x = torch.randn(30, 21, 97)
-    w = torch.randn(30, 21, 1).expand(30, 21, 97)
-    with FusionDefinition() as fd:
-        tx, tw = fd.from_pytorch(x), fd.from_pytorch(w)
-        v = fd.ops.var(fd.ops.mul(tx, tw), [1, 2], keepdim=True, correction=0)
-        fd.add_output(fd.ops.div(fd.ops.mul(tx, tw), fd.ops.add(v, 0.5)))
-        fd.add_output(fd.ops.where(fd.ops.le(tw, 0.5), tw, v))
-    ok, why = inner_persistent.can_schedule(fd.fusion)
-    assert not ok and "iterates some of the reduced dims" in why
-    run_and_check(fd, [x, w], kernels=None, options=INTERPRET)
-    # x * w in a pointwise kernel, its variance in the row schedule, the outputs after.
-    assert fd.last_run.kind == "kernels" and len(fd.last_run.schedulers) > 1

@@ -36,7 +36,7 @@ from .base import (RuntimeInfo, SchedulerError, access_width, orient_vector_inpu
                    reduced_and_kept, reduction_tensors, reference_reduction, vector_inputs,
                    vector_width, vectorize, vectorize_along)
 from .reduction import (_layout, _merge_dims, _pow2_floor, broadcast_back,
-                        is_over_reduced_tensor_dims, iterates_part_of_reduced_dims)
+                        is_over_reduced_tensor_dims)
 
 NAME = "inner_persistent"
 
@@ -169,13 +169,6 @@ def can_schedule(fusion) -> tuple[bool, str]:
         if not is_over_reduced_tensor_dims(o, ref, graph):
             return False, (f"output {k} iterates dims other than the rows' (such as a reshape "
                            "of the input): its elements are not within one row")
-    for v in [*fusion.inputs, *fusion.outputs]:
-        if isinstance(v, TensorView) and iterates_part_of_reduced_dims(v, ref, graph):
-            # The row is one merged loop along threadIdx.x; a tensor over some of its dims,
-            # broadcasting the others, has a loop of another extent there, and the row's
-            # buffers were indexed from it (fuzz 20261336:1025: "cannot index" an input).
-            return False, (f"T{v.name} iterates some of the reduced dims and broadcasts the "
-                           "others: the merged row loop does not cover it")
     return True, "row reductions broadcast back over the row: keep the row on chip"
 
 
