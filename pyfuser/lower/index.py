@@ -38,7 +38,7 @@ from ..ir.tensor import MemoryType, TensorView
 from ..kir import nodes as K
 from .context import LoweringError
 from .indexing import IndexGraph, Known, scalar_to_kexpr
-from .params import tensor_contiguity
+from .params import executor_allocated, tensor_contiguity
 from .ranges import simplify_predicate
 
 _THREAD_SPECIAL = {
@@ -114,9 +114,7 @@ def _contiguous_runs(ctx, tv: TensorView, known: dict) -> list:
              if not i.is_reduction and not i.is_broadcast and i in logical]
     if strides is None or len(alloc) < 2:
         return []
-    fusion = tv.fusion
-    dense = (tv.is_output() and tv.definition is not None and not tv.is_input()
-             and fusion.outputs.index(tv) not in fusion.output_aliases)
+    dense = executor_allocated(tv)
     runs = []
     j = len(alloc) - 1
     while j > 0:
@@ -320,7 +318,7 @@ def _index_op(op: K.TensorOp, ctx) -> None:
         seen.add(i)
         if ig.g.group(i) in merged_dims:
             continue
-        k = ctx.index_graph.index_of(known, i)
+        k = ig.index_of(known, i)
         if k is None:
             raise LoweringError(f"cannot index T{tv.name}'s axis {i!r} from its loops")
         if k.may_overflow:

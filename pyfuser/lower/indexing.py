@@ -81,6 +81,11 @@ class IndexGraph:
                 continue
             seen.add(key)
             self.exprs.append(GroupExpr("split" if isinstance(e, Split) else "merge", ins, outs, e))
+        # (outer group, inner group) -> the groups of their merges, in topological order.
+        self.merges: dict = {}
+        for ge in self.exprs:
+            if ge.kind == "merge":
+                self.merges.setdefault(ge.inputs, []).append(ge.outputs[0])
 
     def extent(self, group) -> K.KExpr:
         members = self.g.sets.members(group)
@@ -180,10 +185,7 @@ class IndexGraph:
 
     def known_merge(self, outer, inner, known: dict):
         """The group of a merge of groups (outer, inner) whose index `known` holds, or None."""
-        for ge in self.exprs:
-            if ge.kind == "merge" and ge.inputs == (outer, inner) and ge.outputs[0] in known:
-                return ge.outputs[0]
-        return None
+        return next((o for o in self.merges.get((outer, inner), ()) if o in known), None)
 
     def merged_runs(self, groups, known: dict) -> tuple[dict, set]:
         """Merges that combine `groups` (a tensor's dims) into fewer indices: {merged group:
@@ -197,14 +199,14 @@ class IndexGraph:
         progress = True
         while progress:
             progress = False
-            for ge in self.exprs:
-                if ge.kind != "merge" or ge.outputs[0] in avail or ge.outputs[0] not in known:
+            for (o, i), outs in self.merges.items():
+                if o not in avail or i not in avail or o in used or i in used \
+                        or i not in known or known[i].may_overflow:
                     continue
-                o, i = ge.inputs
-                if o in avail and i in avail and o not in used and i not in used \
-                        and i in known and not known[i].may_overflow:
-                    avail.add(ge.outputs[0])
-                    made[ge.outputs[0]] = known[ge.outputs[0]]
+                out = next((x for x in outs if x in known and x not in avail), None)
+                if out is not None:
+                    avail.add(out)
+                    made[out] = known[out]
                     used |= {o, i}
                     progress = True
         top = {g: k for g, k in made.items() if g not in used}

@@ -109,11 +109,16 @@ def kernel_params(kernel: K.Kernel) -> K.Kernel:
     return kernel
 
 
+def executor_allocated(tv: TensorView) -> bool:
+    """An output the executor allocates dense in its allocation order (runtime/inputs.py
+    output_strides; an in-place output too: it is copied into its input after the kernel)."""
+    return tv.is_output() and tv.definition is not None and not tv.is_input()
+
+
 def tensor_contiguity(tv: TensorView) -> list:
     """The contiguity of a global tensor's allocation as the kernel sees it: its definition's,
     or dense for an output the executor allocates."""
-    if tv.is_output() and tv.definition is not None and not tv.is_input():
-        # Outputs are allocated dense by the executor.
+    if executor_allocated(tv):
         return [None if i.is_broadcast else True for i in tv.domain.maybe_allocation]
     return tv.domain.contiguity
 

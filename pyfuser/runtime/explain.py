@@ -154,9 +154,12 @@ def explain_fusion(fusion, inputs, device: str | DeviceProperties = "h100",
                 entry["kernel"] = _kernel(seg, ins, outs, props, compile, kname)
             except _Refused as e:
                 entry["refused"] = str(e)
+                # As execute(): the whole fusion's re-plan keeps the schedulers refused before
+                # it; a segment's executor starts from its own refusal.
+                again = {seg.scheduler.NAME: str(e)}
                 entry["again"] = explain_fusion(
                     seg.fusion, ins, props, compile, f"{name}_s{k}" if several else name,
-                    {**(exclude or {}), seg.scheduler.NAME: str(e)})
+                    again if several else {**(exclude or {}), **again})
         out.append(SegmentExplanation(**entry))
     return Explanation(name, props, segmented, tuple(out))
 

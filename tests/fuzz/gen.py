@@ -1437,22 +1437,26 @@ def pat_segmented(b: Builder) -> None:
         b.output(v)
 
 
-def _reads(b: Builder, v: Val, source: Val) -> bool:
-    """Whether v is source or computed from it, through the ops built so far."""
+def live_names(ops: list, roots) -> set:
+    """The names `roots` are computed from through `ops` (spec op dicts), roots included."""
     made = {}
-    for op in b.ops:
+    for op in ops:
         for out in op["out"] if isinstance(op["out"], list) else [op["out"]]:
-            made[out] = op
-    todo, seen = [v.name], set()
+            made[out] = op     # ops of several results (var_mean) name a list
+    live, todo = set(), list(roots)
     while todo:
         n = todo.pop()
-        if n == source.name:
-            return True
-        if n in seen or n not in made:
+        if n in live:
             continue
-        seen.add(n)
-        todo += [a for a in made[n]["args"] if isinstance(a, str)]
-    return False
+        live.add(n)
+        if n in made:
+            todo += [a for a in made[n]["args"] if isinstance(a, str)]
+    return live
+
+
+def _reads(b: Builder, v: Val, source: Val) -> bool:
+    """Whether v is source or computed from it, through the ops built so far."""
+    return source.name in live_names(b.ops, [v.name])
 
 
 def pat_outputs_and_library(b: Builder) -> None:

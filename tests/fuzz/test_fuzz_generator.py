@@ -287,19 +287,7 @@ def test_a_linear_layer_runs_as_a_library_segment_of_the_plan():
 
 def _live(spec) -> set:
     """Names the spec's outputs read, directly or through other ops."""
-    made = {}
-    for op in spec["ops"]:
-        for out in op["out"] if isinstance(op["out"], list) else [op["out"]]:
-            made[out] = op     # ops of several results (var_mean) name a list
-    live, todo = set(), list(spec["outputs"])
-    while todo:
-        v = todo.pop()
-        if v in live:
-            continue
-        live.add(v)
-        if v in made:
-            todo += [a for a in made[v]["args"] if isinstance(a, str)]
-    return live
+    return gen.live_names(spec["ops"], spec["outputs"])
 
 
 def test_the_library_pattern_generates_and_keeps_its_linear_live():
