@@ -209,16 +209,7 @@ class LoweringContext:
 
     def _iterated_dims(self, i: IterDomain) -> frozenset:
         """The exact groups of the iteration (not broadcast) dims that ID i's history covers."""
-        out, todo = set(), [i]
-        while todo:
-            x = todo.pop()
-            d = x.definition
-            if d is None:
-                if not x.is_broadcast:
-                    out.add(self.exact.group(x))
-            else:
-                todo.extend(d.inputs)
-        return frozenset(out)
+        return frozenset(self.exact.group(x) for x in _history_roots(i) if not x.is_broadcast)
 
     def _canonicalize(self) -> None:
         for tv, nest in self.nests.items():
@@ -354,7 +345,8 @@ class LoweringContext:
         loops = ref.domain.loop
         for graph in (self.exact, self.permissive):
             for r in ref.domain.all_ids():
-                if r in loops or r.is_broadcast or not graph.mapped(i, r):
+                if r in loops or r.is_broadcast or not graph.mapped(i, r) \
+                        or not self._covers(ref, r, i):
                     continue
                 if r.extent.value is not None and i.extent.value is not None \
                         and r.extent.value != i.extent.value:
@@ -365,6 +357,41 @@ class LoweringContext:
                     return r, start - 1
         return None
 
+    def _covers(self, ref: TensorView, r: IterDomain, i: IterDomain) -> bool:
+        """Whether ID r of ref, mapped to i, iterates every dim i iterates. A permissive mapping
+        alone does not say so: an output [M, R, B] with B a broadcast (of extent 1, or
+        expanded: one element in memory) iterates R only in its flat row loop merge(R, B), and
+        the permissive graph maps that loop, and R itself, to the merge(R, E) of a full
+        [M, R, E] beside it, whose row loop promoted to either would run R times, not R * E
+        (fuzz 20261336:1025). So r does not cover i where a dim i iterates is neither one r
+        iterates nor more than a broadcast in ref."""
+        if self.exact.mapped(i, r):
+            return True
+        r_iterated = {self.exact.group(x) for x in self._source_dims(r) if not x.is_broadcast}
+        broadcasts = [b for b in ref.domain.logical if b.is_broadcast]
+        return not any(not j.is_broadcast and self.exact.group(j) not in r_iterated
+                       and any(self.permissive.mapped(b, j) for b in broadcasts)
+                       for j in self._source_dims(i))
+
+    def _source_dims(self, i: IterDomain) -> list[IterDomain]:
+        """The dims ID i is split or merged from, followed through the IDs the exact graph
+        maps them to: the root of a reduction's second stage is its first stage's split of the
+        row, and stands for the row's dims."""
+        out, seen, todo = [], set(), [i]
+        while todo:
+            x = todo.pop()
+            g = id(self.exact.group(x))
+            if g in seen:
+                continue
+            seen.add(g)
+            d = x.definition or next((m.definition for m in self.exact.members(x)
+                                      if m.definition is not None), None)
+            if d is None:
+                out.append(x)
+            else:
+                todo.extend(d.inputs)
+        return out
+
     def _match_loop(self, i: IterDomain, ref: TensorView, start: int):
         for x in range(start, len(ref.domain.loop)):
             r = ref.domain.loop[x]
@@ -374,6 +401,8 @@ class LoweringContext:
                 if r.extent.value is not None and i.extent.value is not None and not i.is_broadcast:
                     if r.extent.value != i.extent.value:
                         continue
+                if not self._covers(ref, r, i):
+                    continue
                 # What ref's loop there stands for (it may be promoted further itself).
                 lp = self.loop_of.get((ref, x))
                 return (lp.promoted if lp is not None else r), x
@@ -450,3 +479,15 @@ class LoweringContext:
             if lp.parallel.is_thread_or_block:
                 out.setdefault(lp.parallel, []).append(lp.extent)
         return out
+
+
+def _history_roots(i: IterDomain) -> list[IterDomain]:
+    """The IDs without a definition that ID i is split or merged from."""
+    out, todo = [], [i]
+    while todo:
+        x = todo.pop()
+        if x.definition is None:
+            out.append(x)
+        else:
+            todo.extend(x.definition.inputs)
+    return out

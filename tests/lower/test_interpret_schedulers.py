@@ -308,6 +308,26 @@ def test_a_normalization_of_fills_alone_runs_as_one_kernel():
     run_and_check(fd, [], scheduler="inner_persistent", options={"enable": ["interpret"]})
 
 
+@pytest.mark.parametrize("expanded", [True, False])
+def test_a_row_beside_an_output_broadcast_along_part_of_it_keeps_its_own_loops(expanded):
+    """Fuzz 20261336:1025: var over the row [R, E] of x * w, w [M, R, 1] (expanded to E or
+    not), and an output w + var, shaped like w. That output's row loop merges R with its
+    broadcast dim and iterates R only; the persistent row buffers, sharing its block loop, had
+    their row loops promoted to it through the permissive map (R times, not R * E: "cannot
+    index T12's axis iS38{i2}"). They keep their own loops now."""
+    x = torch.randn(5, 21, 97)
+    w = torch.randn(5, 21, 1)
+    if expanded:
+        w = w.expand(5, 21, 97)
+    with FusionDefinition() as fd:
+        tx = fd.define_tensor([-1, -1, -1], dtype=DataType.Float)
+        tw = fd.from_pytorch(w)
+        v = fd.ops.var(fd.ops.mul(tx, tw), [1, 2], keepdim=True, correction=0)
+        fd.add_output(fd.ops.add(tw, v))
+    run_and_check(fd, [x, w], kernels=1, scheduler="inner_persistent",
+                  options={"enable": ["interpret"]})
+
+
 def test_a_row_cache_of_part_of_a_merged_row_is_not_kept_resident():
     """Fuzz 20261203:613: var_mean over all dims of cast(!b * a) for b [M (expanded), K, 1, N]
     and a [3, 1]: the row merges [K, 3, N], b's cache holds [K, N] of it. Kept resident with its
