@@ -12,7 +12,7 @@ import numpy as np
 from ..ir import scalar as S
 from ..ir.dtype import DataType, compute_type
 from ..ir.exprs import (BinaryOp, BinaryOpType, LoadStoreOp, ReductionOp, UnaryOp, UnaryOpType,
-                        WhereOp, BroadcastOp, ExpandOp, SqueezeOp, ReshapeOp, FullOp)
+                        WhereOp, BroadcastOp, ExpandOp, SqueezeOp, ReshapeOp, FullOp, IotaOp)
 from ..ir.scalar import ScalarOp
 from ..kir import nodes as K
 from .device_library import device_library_source
@@ -260,6 +260,11 @@ class CudaPrinter:
             return f"{self.expr(out)} = pf::cast<{oct_}>({self.value(src, _compute_ctype(odt))});"
         if isinstance(e, FullOp):
             return f"{self.expr(out)} = {self.value(s.ins[0], oct_)};"
+        if isinstance(e, IotaOp):
+            ct = _compute_ctype(odt)
+            start, step = (self.value(x, ct) for x in s.ins[:2])
+            index = f"static_cast<{ct}>({self.expr(s.ins[2])})"
+            return f"{self.expr(out)} = pf::cast<{oct_}>({start} + {index} * {step});"
         raise NotImplementedError(f"codegen: no rule for {type(e).__name__}")
 
     def _computed_twice(self, tv) -> bool:

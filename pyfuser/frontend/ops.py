@@ -545,6 +545,57 @@ class Ops:
                 raise FusionDefinitionError(f"full: size {s!r} of dim {k} must be a positive int")
         return arith.full(list(shape), fill_value, dt)
 
+    def iota(self, length, start=None, step=None, dtype=DataType.Int):
+        """The 1-D tensor start, start + step, ... of `length` values (torch.arange(length) *
+        step + start): its values come from the index, no memory is read."""
+        self._fd._require_defining("ops.iota")
+        dt = parse_dtype(dtype)
+        if dt.is_boolean:
+            raise FusionDefinitionError("iota: dtype must be an integer or floating type, got bool")
+        v = S.const_value(length)
+        if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
+            raise FusionDefinitionError(f"iota: length {length!r} must be a positive int")
+        if v is None and not (isinstance(length, Scalar) and length.dtype.is_integral):
+            raise FusionDefinitionError(f"iota: length {_kind(length)} must be an int scalar")
+        ends = []
+        for name, x, default in (("start", start, 0), ("step", step, 1)):
+            x = default if x is None else self._operand("iota", name, x)
+            if isinstance(x, TensorView) or (isinstance(x, Scalar) and x.dtype.is_boolean):
+                raise FusionDefinitionError(f"iota: {name} must be a number, got {_kind(x)}")
+            if isinstance(x, Scalar) and x.dtype.is_floating and dt.is_integral:
+                raise FusionDefinitionError(f"iota: {name} {_kind(x)} is floating but dtype is "
+                                            f"{dt.short_name}")
+            if isinstance(x, Scalar) and x.dtype != dt:
+                x = (Scalar(dt, float(x.value) if dt.is_floating else x.value)
+                     if x.value is not None else self.cast(x, dt))
+            ends.append(x)
+        return arith.iota(length, ends[0], ends[1], dt)
+
+    def triu(self, x, diagonal: int = 0):
+        """x with the elements below the `diagonal`-th diagonal of its last two dims set to 0
+        (torch.triu): keeps x[..., i, j] where j - i >= diagonal. The mask is built from iota
+        in the kernel."""
+        return self._triangle("triu", x, diagonal)
+
+    def tril(self, x, diagonal: int = 0):
+        """x with the elements above the `diagonal`-th diagonal of its last two dims set to 0
+        (torch.tril): keeps x[..., i, j] where j - i <= diagonal."""
+        return self._triangle("tril", x, diagonal)
+
+    def _triangle(self, op: str, x, diagonal):
+        x = self._tensor(op, 0, x)
+        dims = x.domain.logical_no_reductions
+        if len(dims) < 2:
+            raise FusionDefinitionError(f"{op}: {_kind(x)} has rank {len(dims)}; it needs 2 dims "
+                                        "or more")
+        if not isinstance(diagonal, int) or isinstance(diagonal, bool):
+            raise FusionDefinitionError(f"{op}: diagonal must be an int, got {diagonal!r}")
+        rows, cols = (self.iota(i.user_extent, dtype=DataType.Int) for i in dims[-2:])
+        offset = self.sub(self.broadcast(cols, [True, False]), self.broadcast(rows, [False, True]))
+        keep = self.ge(offset, diagonal) if op == "triu" else self.le(offset, diagonal)
+        zero = Scalar(x.dtype, False if x.dtype.is_boolean else 0)
+        return self.where(keep, x, zero)
+
     def zeros(self, shape, dtype=DataType.Float):
         return self.full(shape, 0, dtype)
 

@@ -1,9 +1,9 @@
 """Fusion IR: data types, scalars, IterDomains, TensorViews, expressions, Fusion."""
 from .base import Expr, Val
 from .dtype import DataType, promote, result_type
-from .exprs import (BinaryOp, BinaryOpType, BroadcastOp, ExpandOp, FullOp, LoadKind, LoadStoreOp,
-                    ReductionOp, ReductionOpType, ReshapeOp, SqueezeOp, UnaryOp, UnaryOpType,
-                    WhereOp)
+from .exprs import (BinaryOp, BinaryOpType, BroadcastOp, ExpandOp, FullOp, IotaOp, LoadKind,
+                    LoadStoreOp, ReductionOp, ReductionOpType, ReshapeOp, SqueezeOp, UnaryOp,
+                    UnaryOpType, WhereOp)
 from .fusion import Fusion
 from .iter_domain import IterDomain, IterType, Merge, ParallelType, Split
 from .scalar import Scalar
@@ -13,7 +13,7 @@ from .tensor import (CircularBufferOptions, CpAsyncPipelined, MemoryType, Pipeli
 __all__ = [
     "BinaryOp", "BinaryOpType", "BroadcastOp", "CircularBufferOptions", "CpAsyncPipelined",
     "DataType", "ExpandOp",
-    "Expr", "FullOp", "Fusion", "IterDomain", "IterType", "LoadKind", "LoadStoreOp", "MemoryType",
+    "Expr", "FullOp", "Fusion", "IotaOp", "IterDomain", "IterType", "LoadKind", "LoadStoreOp", "MemoryType",
     "Merge", "ParallelType", "PipelinedBuffer", "ReductionOp", "ReductionOpType", "ReshapeOp",
     "Scalar", "ScheduleError", "Split", "SqueezeOp", "TensorDomain", "TensorView", "UnaryOp",
     "UnaryOpType", "Val", "WarpSpecialized", "WhereOp", "promote", "result_type",

@@ -8,9 +8,9 @@ from __future__ import annotations
 from . import scalar as S
 from .base import current_fusion, next_name
 from .dtype import DataType
-from .exprs import (BinaryOp, BinaryOpType, BroadcastOp, ExpandOp, FullOp, LinearOp, LoadKind,
-                    LoadStoreOp, MatmulOp, ReductionOp, ReductionOpType, ReshapeOp, SegmentSetOp,
-                    SqueezeOp, UnaryOp, UnaryOpType, WhereOp)
+from .exprs import (BinaryOp, BinaryOpType, BroadcastOp, ExpandOp, FullOp, IotaOp, LinearOp,
+                    LoadKind, LoadStoreOp, MatmulOp, ReductionOp, ReductionOpType, ReshapeOp,
+                    SegmentSetOp, SqueezeOp, UnaryOp, UnaryOpType, WhereOp)
 from .iter_domain import IterDomain, IterType, merge_ids, split_id
 from .tensor import MemoryType, TensorDomain, TensorView
 
@@ -232,6 +232,13 @@ def full(sizes: list, value, dtype: DataType) -> TensorView:
         ids.append(IterDomain(1, IterType.Broadcast) if sv.value == 1 else IterDomain(sv))
     out = new_tensor(ids, dtype)
     FullOp(out, S.as_scalar(value, dtype) if not isinstance(value, S.Scalar) else value)
+    return out
+
+
+def iota(length, start, step, dtype: DataType) -> TensorView:
+    n = S.as_scalar(length, DataType.Int)
+    out = new_tensor([IterDomain(1, IterType.Broadcast) if n.value == 1 else IterDomain(n)], dtype)
+    IotaOp(out, *(v if isinstance(v, S.Scalar) else S.as_scalar(v, dtype) for v in (start, step)))
     return out
 
 

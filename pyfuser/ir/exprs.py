@@ -198,6 +198,15 @@ class FullOp(Expr):
         super().__init__([fill_value], [out])
 
 
+class IotaOp(Expr):
+    """out[k] = start + k * step for k < out's length (iota, arange): a 1-D tensor whose values
+    come from its own index. start and step are scalars of out's dtype; a broadcast out (length
+    1) holds start."""
+
+    def __init__(self, out: Val, start: Val, step: Val):
+        super().__init__([start, step], [out])
+
+
 class MatmulOp(Expr):
     """out = a @ b with torch.matmul's shape rules: a [..., M, K] or [K], b [..., K, N] or [K],
     batch dims broadcast against each other; out [batch..., M, N] without the dims a 1-D

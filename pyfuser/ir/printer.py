@@ -2,8 +2,9 @@
 from __future__ import annotations
 
 from . import scalar as S
-from .exprs import (BinaryOp, BroadcastOp, ExpandOp, FullOp, LinearOp, LoadStoreOp, MatmulOp,
-                    ReductionOp, ReshapeOp, SegmentSetOp, SqueezeOp, UnaryOp, UnaryOpType, WhereOp)
+from .exprs import (BinaryOp, BroadcastOp, ExpandOp, FullOp, IotaOp, LinearOp, LoadStoreOp,
+                    MatmulOp, ReductionOp, ReshapeOp, SegmentSetOp, SqueezeOp, UnaryOp, UnaryOpType,
+                    WhereOp)
 from .iter_domain import id_exprs_between, id_str
 from .scalar import Scalar
 from .tensor import TensorView
@@ -70,6 +71,9 @@ def expr_str(e) -> str:
         return f"{out}\n   = linear( {args} );"
     if isinstance(e, FullOp):
         return f"{out}\n   = full( {val_str(e.inputs[0])} );"
+    if isinstance(e, IotaOp):
+        start, step = (val_str(i) for i in e.inputs)
+        return f"{out}\n   = iota( start = {start}, step = {step} );"
     return f"{out}\n   = {type(e).__name__}( {', '.join(val_str(i) for i in e.inputs)} );"
 
 

@@ -31,6 +31,7 @@ it); a schedule that reads another thread's registers is refused.
 """
 from __future__ import annotations
 
+from ..ir.exprs import IotaOp
 from ..ir.id_graph import IdGraph
 from ..ir.iter_domain import ParallelType
 from ..ir.scalar import Scalar
@@ -344,6 +345,20 @@ def _index_op(op: K.TensorOp, ctx) -> None:
     op.predicate = simplify_predicate(K.all_of(_dedupe(conds)), _loop_ranges(ctx, nest))
     op.out = access(ctx, tv, nest, known, tv, is_write=True)
     op.ins = [_operand(ctx, v, nest, known, tv) for v in op.ins]
+    if isinstance(op.expr, IotaOp):
+        op.ins.append(_iota_index(ig, known, tv))
+
+
+def _iota_index(ig: IndexGraph, known, tv: TensorView) -> K.KExpr:
+    """The index of an iota's one dim in the loops around it: the operand its values are made
+    from (codegen and the interpreter take start + index * step). A broadcast iota holds start."""
+    i = tv.domain.logical[0]
+    if i.is_broadcast:
+        return K.Const(0)
+    k = ig.index_of(known, i)
+    if k is None:
+        raise LoweringError(f"cannot index iota T{tv.name}'s axis {i!r} from its loops")
+    return k.value
 
 
 def _is_inner_of_split(i) -> bool:

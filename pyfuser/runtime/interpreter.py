@@ -87,8 +87,8 @@ import torch
 
 from ..ir import scalar as S
 from ..ir.dtype import DataType, compute_type, to_torch
-from ..ir.exprs import (BinaryOp, BinaryOpType, BroadcastOp, ExpandOp, FullOp, LoadStoreOp,
-                        ReshapeOp, SqueezeOp, UnaryOp, UnaryOpType, WhereOp)
+from ..ir.exprs import (BinaryOp, BinaryOpType, BroadcastOp, ExpandOp, FullOp, IotaOp,
+                        LoadStoreOp, ReshapeOp, SqueezeOp, UnaryOp, UnaryOpType, WhereOp)
 from ..ir.tensor import TensorView
 from ..kir import nodes as K
 
@@ -1238,6 +1238,9 @@ class Interpreter:
             vals, poison = self._read(ctx, s.ins[0], s.vector)
             self._write(ctx, s.out, vals, poison, s.vector, exact=self._exact_copy(s))
             return
+        if isinstance(e, IotaOp):
+            self._write(ctx, s.out, self._iota(ctx, s), None)
+            return
         ins = [self._read(ctx, x) for x in s.ins]
         if s.accumulate:
             acc, acc_poison = self._read(ctx, s.out)
@@ -1253,6 +1256,15 @@ class Interpreter:
                 poison = _or_masks(poison, p)
             value = self._compute(e, [v for v, _ in ins])
         self._write(ctx, s.out, value, poison, exact=self._exact_copy(s))
+
+    def _iota(self, ctx: _Ctx, s: K.TensorOp):
+        """start + index * step for every thread (ins: start, step, the index expression), in
+        float64 or int64, then rounded to the compute type the generated code uses."""
+        dt = s.expr.outputs[0].dtype
+        wide = np.float64 if dt.is_floating else np.int64
+        start, step = (wide(self._scalar(x.scalar)) for x in s.ins[:2])
+        index = np.asarray(ctx.ev(s.ins[2]), dtype=wide)
+        return _converted(compute_type(dt), index * step + start)
 
     @staticmethod
     def _exact_copy(s: K.TensorOp) -> bool:

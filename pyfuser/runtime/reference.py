@@ -11,9 +11,9 @@ import torch
 
 from ..ir import scalar as S
 from ..ir.dtype import DataType, to_torch
-from ..ir.exprs import (BinaryOp, BinaryOpType, BroadcastOp, ExpandOp, FullOp, LoadStoreOp,
-                        ReductionOp, ReductionOpType, ReshapeOp, SqueezeOp, UnaryOp, UnaryOpType,
-                        WhereOp)
+from ..ir.exprs import (BinaryOp, BinaryOpType, BroadcastOp, ExpandOp, FullOp, IotaOp,
+                        LoadStoreOp, ReductionOp, ReductionOpType, ReshapeOp, SqueezeOp, UnaryOp,
+                        UnaryOpType, WhereOp)
 from ..ir.iter_domain import Split, id_exprs_between
 from ..ir.scalar import Scalar, ScalarOp
 from ..ir.tensor import TensorView
@@ -197,6 +197,10 @@ class ReferenceEvaluator:
         elif isinstance(e, FullOp):
             sizes = [self._extent(i.user_extent) for i in out.domain.logical]
             r = torch.full(sizes, ins[0], dtype=od, device=self.device)
+        elif isinstance(e, IotaOp):
+            n = self._extent(out.domain.logical[0].user_extent)
+            wide = torch.float64 if out.dtype.is_floating else torch.int64
+            r = torch.arange(n, dtype=wide, device=self.device) * ins[1] + ins[0]
         elif type(e) in library.IMPLEMENTATIONS:
             # What the plans' library segments run (float64 operands with promote_to_double).
             r = library.run_library_op(e, ins)[0]

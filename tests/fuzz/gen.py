@@ -69,7 +69,7 @@ REDUCTIONS = ("sum", "max", "min", "mean", "var", "var_mean")
 ALL_OPS = (FLOAT_UNARY + SAME_UNARY + ("gelu", "logical_not", "cast", "set", "segment_set")
            + ARITH_BINARY
            + COMPARE + LOGICAL + ("where",) + SHAPE_OPS + REDUCTIONS
-           + ("full", "zeros", "ones", "define_scalar", "linear", "stride_order"))
+           + ("full", "zeros", "ones", "iota", "define_scalar", "linear", "stride_order"))
 
 
 class GenError(Exception):
@@ -575,6 +575,13 @@ class Builder:
                          for s, a in zip(shape, axes))
             v = float(value.lo if isinstance(value, Val) else value)
             return Val(name, dims, dt, v, v, not isinstance(value, Val) or value.exact)
+        if op == "iota":
+            # start + k * step for k < length: exact small integers or multiples of 0.5.
+            n, start, step = args
+            axis = kw.pop("_axis")
+            ends = (start, start + (n - 1) * step)
+            return Val(name, (Dim(None, "bcast") if n == 1 else Dim(axis, "full"),),
+                       kw["dtype"], float(min(ends)), float(max(ends)), True)
         if op == "stride_order":
             # A copy laid out in memory by the order (fd.ops.stride_order): same values.
             return Val(name, x.dims, x.dtype, x.lo, x.hi, x.exact)
@@ -849,6 +856,8 @@ class Builder:
         dims = like.dims or ()
         shape = [self.size_of(d) or 1 for d in dims]
         axes = [d.axis if self.size_of(d) > 1 else None for d in dims]
+        if dims and r.random() < 0.25:
+            return self.iota_step(like)
         op = r.choice(("full", "zeros", "ones"))
         dt = r.choice((F32, BF16, F16, I32, I64))
         if op == "full":
@@ -860,6 +869,22 @@ class Builder:
                 dt = F32
             return self.call("full", shape, value, dtype=dt, _axes=axes)
         return self.call(op, shape, dtype=dt, _axes=axes)
+
+    def iota_step(self, like: Val) -> Val:
+        """fd.ops.iota along one dim of `like`, broadcast to its rank: values that differ along
+        that dim, made from the kernel's index."""
+        r = self.rng
+        k = r.randrange(like.rank)
+        n = self.size_of(like.dims[k]) or 1
+        dt = r.choice((I64, I32, F32))
+        start, step = r.choice((0, 3, -5)), r.choice((1, 2, -1))
+        if dt.is_floating:
+            start, step = start / 2, step / 2
+        v = self.call("iota", n, start, step, dtype=dt,
+                      _axis=like.dims[k].axis if n > 1 else None)
+        if like.rank == 1:
+            return v
+        return self.call("broadcast", v, [j != k for j in range(like.rank)])
 
     def shape_step(self, x: Val) -> Val | None:
         """A random shape op on x that keeps it combinable with values over the same axes, or
@@ -1236,6 +1261,8 @@ def pat_normalization(b: Builder) -> None:
         w_dims = [Dim(axes[k], "full") if k in red else Dim(None, "bcast")
                   for k in range(red[0], rank)]
     outs = []
+    if kind in ("softmax", "log_softmax") and not outer and rank >= 2 and r.random() < 0.5:
+        xf = _causal_masked(b, xf, axes)
     if kind in ("softmax", "log_softmax"):
         m = b.call("max", xf, red, keepdim=True)
         z = b.call("sub", xf, m)
@@ -1288,6 +1315,20 @@ def pat_normalization(b: Builder) -> None:
         outs[0] = b.call("cast", b.bounded(main, MAX_F16 / 2) if dt == F16 else main, dtype=dt)
     for v in outs:
         b.output(v)
+
+
+def _causal_masked(b: Builder, x: Val, axes: list) -> Val:
+    """x [..., M, N] with the elements above the diagonal (column > row) set to -60, the mask
+    made from two iotas (an attention's causal mask); column 0 stays, so no row is all
+    masked."""
+    rank = len(axes)
+    dt = b.rng.choice((I64, I32))
+    index = []
+    for k in (rank - 2, rank - 1):
+        n = b.size_of(x.dims[k]) or 1
+        v = b.call("iota", n, 0, 1, dtype=dt, _axis=axes[k] if n > 1 else None)
+        index.append(b.call("broadcast", v, [j != k for j in range(rank)]))
+    return b.call("where", b.call("le", index[1], index[0]), x, -60.0)
 
 
 def pat_norm_backward(b: Builder) -> None:
