@@ -1,0 +1,104 @@
+"""The bars of the issue on slicing, concatenation and indexing ops that pyfuser can run today,
+same run as eager and torch.compile (GPU machine), or their plans on the CPU:
+
+    PYTHONPATH=. python tools/bench_issue17.py            # GPU: times and GB/s
+    PYTHONPATH=. python tools/bench_issue17.py --explain  # CPU: each fusion's plan (H100 table)
+
+The causal softmax of bf16 scores [4, 32, 2048, 2048] with the mask built in the kernel from two
+iotas (column <= row), and torch.tril of the same tensor. GB/s count the input read and the
+output written once (the floor); times are medians of triton's do_bench
+(pyfuser.benchmark.harness._bench), which clears the L2 before each run. Each peer's result is
+compared with pyfuser's before it is timed.
+"""
+from __future__ import annotations
+
+import sys
+
+import torch
+
+from pyfuser import DataType, FusionDefinition
+
+BF16, F32, I32 = DataType.BFloat16, DataType.Float, DataType.Int32
+SHAPE = (4, 32, 2048, 2048)
+
+
+def _scores(device):
+    if device == "meta":
+        return torch.empty(SHAPE, device=device, dtype=torch.bfloat16)
+    g = torch.Generator(device=device).manual_seed(0)
+    return torch.randn(SHAPE, device=device, dtype=torch.bfloat16, generator=g)
+
+
+def causal_softmax(device):
+    x = _scores(device)
+    with FusionDefinition("causal_softmax") as fd:
+        tx = fd.define_tensor([-1, -1, -1, -1], dtype=BF16)
+        xf = fd.ops.cast(tx, F32)
+        rows, cols = (fd.ops.iota(i.extent, dtype=I32) for i in tx.domain.logical[2:])
+        keep = fd.ops.le(fd.ops.broadcast(cols, [True, False]),
+                         fd.ops.broadcast(rows, [False, True]))
+        xm = fd.ops.where(keep, xf, float("-inf"))
+        e = fd.ops.exp(fd.ops.sub(xm, fd.ops.max(xm, [3], keepdim=True)))
+        fd.add_output(fd.ops.cast(fd.ops.div(e, fd.ops.sum(e, [3], keepdim=True)), BF16))
+
+    def eager():
+        r = torch.arange(x.shape[-1], device=x.device)
+        masked = x.masked_fill(r[None, :] > r[:, None], float("-inf"))
+        return torch.softmax(masked.float(), -1).to(torch.bfloat16)
+    return fd, [x], eager, 2 * x.numel() * x.element_size()
+
+
+def tril(device):
+    x = _scores(device)
+    with FusionDefinition("tril") as fd:
+        fd.add_output(fd.ops.tril(fd.define_tensor([-1, -1, -1, -1], dtype=BF16)))
+
+    def eager():
+        return torch.tril(x)
+    return fd, [x], eager, 2 * x.numel() * x.element_size()
+
+
+CASES = {
+    "causal softmax [4,32,2048,2048] bf16": causal_softmax,
+    "tril [4,32,2048,2048] bf16": tril,
+}
+
+
+def explain() -> int:
+    for name, make in CASES.items():
+        fd, inputs, _, _ = make("meta")
+        print(f"== {name}\n{fd.explain(inputs, device='h100')}\n")
+    return 0
+
+
+def bench() -> int:
+    from pyfuser.benchmark.harness import _bench
+    print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}")
+    print("case | pyfuser GB/s | eager GB/s | compile GB/s | best peer | ratio | plan")
+    print("--- | --- | --- | --- | --- | --- | ---")
+    for name, make in CASES.items():
+        fd, inputs, eager, nbytes = make("cuda")
+        compiled = torch.compile(eager, dynamic=False)
+        ours = fd.execute(inputs)[0]
+        run = fd.last_run
+        peers = {"eager": eager, "compile": compiled}
+        t = {"pyfuser": _bench(lambda: fd.execute(inputs))}
+        for peer, fn in peers.items():
+            try:
+                diff = (fn().float() - ours.float()).abs().max().item()
+                if diff > 1e-2:
+                    print(f"# {name}: {peer} differs from pyfuser by {diff:.3g}")
+                t[peer] = _bench(fn)
+            except Exception as e:     # noqa: BLE001 - a peer that fails is reported, not fatal
+                print(f"# {name}: {peer} failed: {type(e).__name__}: {e}"[:300])
+        gbs = {k: nbytes / v / 1e6 for k, v in t.items()}
+        best = max(v for k, v in gbs.items() if k != "pyfuser")
+        plan = ", ".join(f"{s.kind}:{s.name}" for s in run.segments) or ",".join(run.schedulers)
+        print(f"{name} | {gbs['pyfuser']:.0f} | {gbs.get('eager', float('nan')):.0f} | "
+              f"{gbs.get('compile', float('nan')):.0f} | {best:.0f} | {gbs['pyfuser'] / best:.2f}"
+              f" | {run.kind}: {plan}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(explain() if "--explain" in sys.argv else bench())
