@@ -14,7 +14,7 @@ names the op, the operand and what is wrong.
 from __future__ import annotations
 
 from ..ir import arith
-from ..ir.base import current_fusion, pop_fusion, push_fusion
+from ..ir.base import current_fusion, frontend_ops, pop_fusion, push_fusion
 from ..ir.dtype import DataType, default_scalar_type, from_torch, parse_dtype
 from ..ir.fusion import Fusion
 from ..ir.scalar import Scalar
@@ -28,6 +28,7 @@ class FusionDefinition:
         self.name = name or "fusion"
         self.fusion = Fusion()
         self.ops = Ops(self)
+        frontend_ops[self.fusion] = self.ops     # what operators on its tensors call (a + b)
         self._defining = False
         self._finalized = False
         # Why the last `with fd:` failed ("Type: message"), until the next one starts over.
@@ -49,6 +50,7 @@ class FusionDefinition:
             # execute, dead ops scheduled). Tensors kept from it belong to the old fusion, and
             # ops refuse them.
             self.fusion = Fusion()
+            frontend_ops[self.fusion] = self.ops
             self._failed = ""
         self._defining = True
         push_fusion(self.fusion)

@@ -3,9 +3,16 @@ from __future__ import annotations
 
 import itertools
 import threading
+import weakref
 
 _local = threading.local()
 _fallback_counters: dict[str, itertools.count] = {}
+
+
+# Fusion -> the frontend's ops object that operators on its tensors call (a + b, -a, a < b),
+# registered by the frontend (ir imports nothing above it). Weak: a fusion's clones (deep copies
+# for scheduling) and dropped fusions carry none.
+frontend_ops: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def current_fusion():

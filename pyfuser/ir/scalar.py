@@ -36,24 +36,29 @@ class Scalar(Val):
     def __repr__(self) -> str:
         return scalar_str(self)
 
-    # Integer arithmetic used by domain math; operands may be Scalars or ints.
+    # Integer arithmetic used by domain math; operands may be Scalars or ints. With a tensor
+    # (a scalar of a FusionDefinition times a tensor) the tensor's operator takes it.
     def __add__(self, o):
-        return add(self, o)
+        return add(self, o) if _is_number(o) else NotImplemented
 
     def __radd__(self, o):
-        return add(o, self)
+        return add(o, self) if _is_number(o) else NotImplemented
 
     def __sub__(self, o):
-        return sub(self, o)
+        return sub(self, o) if _is_number(o) else NotImplemented
 
     def __rsub__(self, o):
-        return sub(o, self)
+        return sub(o, self) if _is_number(o) else NotImplemented
 
     def __mul__(self, o):
-        return mul(self, o)
+        return mul(self, o) if _is_number(o) else NotImplemented
 
     def __rmul__(self, o):
-        return mul(o, self)
+        return mul(o, self) if _is_number(o) else NotImplemented
+
+
+def _is_number(x) -> bool:
+    return isinstance(x, (Scalar, int, float))
 
 
 class ScalarOp(Expr):

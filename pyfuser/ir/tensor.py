@@ -17,7 +17,7 @@ import dataclasses
 import enum
 
 from . import scalar as S
-from .base import Val
+from .base import Val, frontend_ops
 from .dtype import DataType
 from .iter_domain import (IterDomain, Merge, ParallelType, Split, ancestors, id_exprs_between,
                           id_str, merge_ids, merged_iter_type, split_id)
@@ -181,6 +181,39 @@ class TensorView(Val):
     def __repr__(self) -> str:
         from .printer import tv_str
         return tv_str(self)
+
+    # Operators, as nvFuser's frontend has them: `a + b`, `2 * a`, `-a`, `a < b`, `a & b`, ...
+    # They call the op of the FusionDefinition that owns the fusion (its `frontend_ops`), with
+    # that op's type promotion and checks. `==` and `!=` stay identity (tensors are dict keys
+    # throughout the compiler): fd.ops.eq and fd.ops.ne compare values.
+    def _op(self, name: str, *args):
+        ops = frontend_ops.get(self.fusion) if self.fusion is not None else None
+        if ops is None:
+            raise TypeError(f"T{self.name} {name}: operators on tensors need a FusionDefinition "
+                            "being defined (with FusionDefinition() as fd: ...)")
+        return getattr(ops, name)(*args)
+
+    def __add__(self, o): return self._op("add", self, o)
+    def __radd__(self, o): return self._op("add", o, self)
+    def __sub__(self, o): return self._op("sub", self, o)
+    def __rsub__(self, o): return self._op("sub", o, self)
+    def __mul__(self, o): return self._op("mul", self, o)
+    def __rmul__(self, o): return self._op("mul", o, self)
+    def __truediv__(self, o): return self._op("div", self, o)
+    def __rtruediv__(self, o): return self._op("div", o, self)
+    def __pow__(self, o): return self._op("pow", self, o)
+    def __rpow__(self, o): return self._op("pow", o, self)
+    def __neg__(self): return self._op("neg", self)
+    def __abs__(self): return self._op("abs", self)
+    def __invert__(self): return self._op("logical_not", self)
+    def __and__(self, o): return self._op("logical_and", self, o)
+    def __rand__(self, o): return self._op("logical_and", o, self)
+    def __or__(self, o): return self._op("logical_or", self, o)
+    def __ror__(self, o): return self._op("logical_or", o, self)
+    def __lt__(self, o): return self._op("lt", self, o)
+    def __le__(self, o): return self._op("le", self, o)
+    def __gt__(self, o): return self._op("gt", self, o)
+    def __ge__(self, o): return self._op("ge", self, o)
 
     def _pos(self, axis: int, what: str, allow_end: bool = False) -> int:
         n = len(self.domain.loop) + (1 if allow_end else 0)
