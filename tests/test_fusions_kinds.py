@@ -180,11 +180,45 @@ def softmax_scale_mask(fd):
 
 
 def softmax_causal(fd):
-    # The tril mask as an input (iota, which would build it in the kernel, does not exist yet).
+    # The tril mask built in the kernel from two iotas (column <= row).
     x = fd.define_tensor([-1, -1, -1, -1], dtype=BF16)
-    mask = fd.define_tensor([1, 1, -1, -1], dtype=BOOL)
+    rows, cols = (fd.ops.iota(i.extent, dtype=DataType.Int32) for i in x.domain.logical[2:])
+    mask = fd.ops.broadcast(cols, [True, False]) <= fd.ops.broadcast(rows, [False, True])
     z = fd.ops.where(mask, fd.ops.mul(_f(fd, x), 1 / math.sqrt(128)), float("-inf"))
     fd.add_output(_bf(fd, _softmax_last(fd, z)))
+
+
+def cross_entropy_bwd(fd):
+    # dx = (softmax(x) - onehot(target)) * dloss, the softmax from the forward's lse and the
+    # one-hot from an iota over the vocabulary.
+    x = fd.define_tensor([-1, -1], dtype=BF16)
+    target = fd.define_tensor([-1], dtype=DataType.Int)
+    lse = fd.define_tensor([-1], dtype=F32)
+    dloss = fd.define_scalar(dtype=DataType.Double)
+    vocab = fd.ops.iota(x.domain.logical[1].extent, dtype=DataType.Int)
+    onehot = fd.ops.cast(fd.ops.eq(fd.ops.broadcast(vocab, [True, False]),
+                                   fd.ops.broadcast(target, [False, True])), F32)
+    p = fd.ops.exp(_f(fd, x) - fd.ops.broadcast(lse, [False, True]))
+    fd.add_output(_bf(fd, (p - onehot) * dloss))
+
+
+def swiglu_fwd_chunked(fd):
+    gu = fd.define_tensor([8192, 28672], dtype=BF16)
+    gate, up = fd.ops.chunk(gu, 2, 1)
+    fd.add_output(_bf(fd, fd.ops.silu(_f(fd, gate)) * _f(fd, up)))
+
+
+def rope(fd):
+    # rotate_half(q) = cat(-q[..., 64:], q[..., :64]) through slice and cat.
+    q = fd.define_tensor([4, 2048, 32, 128], dtype=BF16)
+    cos, sin = (fd.define_tensor([2048, 128], dtype=F32) for _ in range(2))
+    x1 = fd.ops.slice(q, [0, 0, 0, 0], [4, 2048, 32, 64])
+    x2 = fd.ops.slice(q, [0, 0, 0, 64], [4, 2048, 32, 128])
+    rot = fd.ops.cat([-x2, x1], -1)
+    per_position = [True, False, True, False]
+    y = _f(fd, q) * fd.ops.broadcast(cos, per_position) \
+        + _f(fd, rot) * fd.ops.broadcast(sin, per_position)
+    fd.add_output(_bf(fd, y))
 
 
 def softmax_dim0(fd):
@@ -344,8 +378,13 @@ KINDS: dict[str, Kind] = {
         _meta([8192, 1], torch.float32), _meta([8192, 1], torch.float32)], (IOP,)),
     "softmax_scale_mask": Kind(softmax_scale_mask, lambda: [
         _meta(_SCORES), _meta([4, 1, 2048, 2048])], (IP,)),
-    "softmax_causal": Kind(softmax_causal, lambda: [
-        _meta(_SCORES), _meta([1, 1, 2048, 2048], torch.bool)], (IP,)),
+    "softmax_causal": Kind(softmax_causal, lambda: [_meta(_SCORES)], (IP,)),
+    "cross_entropy_bwd": Kind(cross_entropy_bwd, lambda: [
+        _meta([8192, 128256]), _meta([8192], torch.int64), _meta([8192], torch.float32),
+        1.0 / 8192], (PW,)),
+    "swiglu_fwd_chunked": Kind(swiglu_fwd_chunked, lambda: [_meta([8192, 28672])], (PW,)),
+    "rope": Kind(rope, lambda: [_meta([4, 2048, 32, 128]), _meta([2048, 128], torch.float32),
+                                _meta([2048, 128], torch.float32)], (PW,)),
     "swiglu_fwd": Kind(swiglu_fwd, lambda: [_meta([8192, 14336])] * 2, (PW,)),
     "swiglu_bwd": Kind(swiglu_bwd, lambda: [_meta([8192, 14336])] * 3, (PW,)),
     "gelu_tanh_fwd": Kind(gelu_tanh_fwd, lambda: [_meta([8192, 16384])], (PW,)),
@@ -389,12 +428,8 @@ KINDS: dict[str, Kind] = {
 OPS_MISSING: dict[str, tuple] = {
     "cross_entropy_fwd": (("take_along_axis", "gather"),
                           "ops missing: gather (loss = lse - x[target]), issue 17/18"),
-    "cross_entropy_bwd": (("iota", "take_along_axis", "gather"),
-                          "ops missing: iota or gather (onehot(target)), issue 17/18"),
-    "swiglu_fwd_chunked": (("slice",), "ops missing: slice (gu[:, :I], gu[:, I:]), issue 17/18"),
     "bias_dropout_residual": (("rand", "uniform"),
                               "ops missing: RNG (the dropout mask), issue 17/18"),
-    "rope": (("slice", "cat"), "ops missing: slice and cat (rotate_half), issue 17/18"),
     "fp8_quant": (("Float8_e4m3fn",), ("ops missing: the fp8 e4m3 dtype and its cast (the amax "
                                        "is also a full reduction, issue 16), issue 17/18")),
     "argmax_rows": (("argmax",), "ops missing: argmax, issue 17/18"),

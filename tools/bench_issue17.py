@@ -5,7 +5,8 @@ same run as eager and torch.compile (GPU machine), or their plans on the CPU:
     PYTHONPATH=. python tools/bench_issue17.py --explain  # CPU: each fusion's plan (H100 table)
 
 The causal softmax of bf16 scores [4, 32, 2048, 2048] with the mask built in the kernel from two
-iotas (column <= row), and torch.tril of the same tensor. GB/s count the input read and the
+iotas (column <= row), and torch.tril of the same tensor; RoPE through slice and cat, and a
+chunked SwiGLU through chunk (slices). GB/s count the input read and the
 output written once (the floor); times are medians of triton's do_bench
 (pyfuser.benchmark.harness._bench), which clears the L2 before each run. Each peer's result is
 compared with pyfuser's before it is timed.
@@ -58,9 +59,60 @@ def tril(device):
     return fd, [x], eager, 2 * x.numel() * x.element_size()
 
 
+def rope(device):
+    """q * cos + rotate_half(q) * sin over q [4, 2048, 32, 128] bf16, cos and sin [2048, 128] fp32:
+    rotate_half through slice and cat (one kernel: both halves are offsets into q)."""
+    shape, half = (4, 2048, 32, 128), 64
+    if device == "meta":
+        q = torch.empty(shape, device=device, dtype=torch.bfloat16)
+        cos = sin = torch.empty(2048, 128, device=device)
+    else:
+        g = torch.Generator(device=device).manual_seed(0)
+        q = torch.randn(shape, device=device, dtype=torch.bfloat16, generator=g)
+        cos = torch.randn(2048, 128, device=device, generator=g)
+        sin = torch.randn(2048, 128, device=device, generator=g)
+    with FusionDefinition("rope") as fd:
+        tq = fd.from_pytorch(q, static_sizes=True)
+        tc, ts = fd.from_pytorch(cos, static_sizes=True), fd.from_pytorch(sin, static_sizes=True)
+        x1 = fd.ops.slice(tq, [0, 0, 0, 0], [4, 2048, 32, half])
+        x2 = fd.ops.slice(tq, [0, 0, 0, half], [4, 2048, 32, 128])
+        rot = fd.ops.cat([-x2, x1], -1)
+        per_position = [True, False, True, False]
+        c = fd.ops.broadcast(tc, per_position)
+        s = fd.ops.broadcast(ts, per_position)
+        y = fd.ops.cast(tq, F32) * c + fd.ops.cast(rot, F32) * s
+        fd.add_output(fd.ops.cast(y, BF16))
+
+    def eager():
+        rot = torch.cat([-q[..., half:], q[..., :half]], -1)
+        c, s = cos[None, :, None, :], sin[None, :, None, :]
+        return (q.float() * c + rot.float() * s).to(torch.bfloat16)
+    return fd, [q, cos, sin], eager, 2 * q.numel() * q.element_size()
+
+
+def swiglu(device):
+    """silu(a) * b of the two halves of x [8192, 28672] bf16 (a chunked gate and up
+    projection), through chunk (slices)."""
+    shape = (8192, 28672)
+    x = (torch.empty(shape, device=device, dtype=torch.bfloat16) if device == "meta" else
+         torch.randn(shape, device=device, dtype=torch.bfloat16,
+                     generator=torch.Generator(device=device).manual_seed(0)))
+    with FusionDefinition("swiglu") as fd:
+        tx = fd.from_pytorch(x, static_sizes=True)
+        a, b = fd.ops.chunk(tx, 2, -1)
+        fd.add_output(fd.ops.cast(fd.ops.silu(fd.ops.cast(a, F32)) * fd.ops.cast(b, F32), BF16))
+
+    def eager():
+        a, b = x.chunk(2, -1)
+        return (torch.nn.functional.silu(a.float()) * b.float()).to(torch.bfloat16)
+    return fd, [x], eager, x.numel() * x.element_size() * 3 // 2
+
+
 CASES = {
     "causal softmax [4,32,2048,2048] bf16": causal_softmax,
     "tril [4,32,2048,2048] bf16": tril,
+    "rope q [4,2048,32,128] bf16": rope,
+    "swiglu chunked [8192,28672] bf16": swiglu,
 }
 
 

@@ -12,7 +12,8 @@ import numpy as np
 from ..ir import scalar as S
 from ..ir.dtype import DataType, compute_type
 from ..ir.exprs import (BinaryOp, BinaryOpType, LoadStoreOp, ReductionOp, UnaryOp, UnaryOpType,
-                        WhereOp, BroadcastOp, ExpandOp, SqueezeOp, ReshapeOp, FullOp, IotaOp)
+                        WhereOp, WindowOp, BroadcastOp, ExpandOp, SqueezeOp, ReshapeOp, FullOp,
+                        IotaOp)
 from ..ir.scalar import ScalarOp
 from ..kir import nodes as K
 from .device_library import device_library_source
@@ -260,6 +261,14 @@ class CudaPrinter:
             return f"{self.expr(out)} = pf::cast<{oct_}>({self.value(src, _compute_ctype(odt))});"
         if isinstance(e, FullOp):
             return f"{self.expr(out)} = {self.value(s.ins[0], oct_)};"
+        if isinstance(e, WindowOp):
+            src, cond, fill = s.ins
+            read = (f"{self.expr(src)}" if src.buffer.dtype == odt
+                    else f"pf::cast<{oct_}>({self.expr(src)})")
+            if K.is_true(cond):
+                return f"{self.expr(out)} = {read};"
+            return (f"{self.expr(out)} = ({self.expr(cond)}) ? {read} : "
+                    f"{self.value(fill, oct_)};")
         if isinstance(e, IotaOp):
             ct = _compute_ctype(odt)
             start, step = (self.value(x, ct) for x in s.ins[:2])

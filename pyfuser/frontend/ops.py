@@ -5,7 +5,7 @@ from ..ir import arith
 from ..ir import scalar as S
 from ..ir.dtype import DataType, default_scalar_type, parse_dtype, result_type
 from ..ir.exprs import BinaryOpType as B
-from ..ir.exprs import ReductionOpType, UnaryOpType as U
+from ..ir.exprs import DimWindow, ReductionOpType, UnaryOpType as U
 from ..ir.scalar import Scalar
 from ..ir.tensor import TensorView
 
@@ -544,6 +544,161 @@ class Ops:
             if v is not None and (not isinstance(v, int) or v < 1):
                 raise FusionDefinitionError(f"full: size {s!r} of dim {k} must be a positive int")
         return arith.full(list(shape), fill_value, dt)
+
+    # Slicing and concatenation (windows of their sources: frontend/resize.py) ----------------
+    def slice(self, x, start_indices, end_indices, strides=None):
+        """x[start:end:stride] along every dim (nvFuser's signature; lists of one entry per dim,
+        ints or int scalars). Indices follow Python: negative ones count from the end, and
+        both are clamped to the dim, so an empty range gives a dim of size 0."""
+        from .resize import window
+        x = self._tensor("slice", 0, x)
+        dims = x.domain.logical_no_reductions
+        strides = [1] * len(dims) if strides is None else list(strides)
+        for what, v in (("start_indices", start_indices), ("end_indices", end_indices),
+                        ("strides", strides)):
+            if len(v) != len(dims):
+                raise FusionDefinitionError(f"slice: {len(v)} {what} for {_kind(x)} of rank "
+                                            f"{len(dims)}")
+        windows, extents = [], []
+        for k, (i, s, e, step) in enumerate(zip(dims, start_indices, end_indices, strides)):
+            if not isinstance(step, int) or isinstance(step, bool) or step < 1:
+                raise FusionDefinitionError(f"slice: stride {step!r} of dim {k} must be an int "
+                                            ">= 1")
+            n = i.user_extent
+            s, e = (self._slice_index("slice", k, v, n) for v in (s, e))
+            if S.const_value(s) == 0 and S.same_value(e, n) and step == 1:
+                windows.append(None)
+                extents.append(n)
+                continue
+            windows.append(DimWindow(s, step))
+            extents.append(S.smax(0, S.ceil_div(S.sub(e, s), step)))
+        if all(w is None for w in windows):
+            return self.set(x)
+        return window(self, x, windows, extents, 0)
+
+    def _slice_index(self, op: str, k: int, v, n):
+        """A Python-style index into a dim of extent n, normalized: n + v where v < 0, then
+        clamped to [0, n]."""
+        if isinstance(v, Scalar):
+            if not v.dtype.is_integral:
+                raise FusionDefinitionError(f"{op}: index {_kind(v)} of dim {k} must be an int")
+            if v.value is None:
+                return v if v is n else S.smax(0, S.smin(v, n))    # taken as >= 0
+            v = v.value
+        if not isinstance(v, int) or isinstance(v, bool):
+            raise FusionDefinitionError(f"{op}: index {v!r} of dim {k} must be an int")
+        nv = S.const_value(n)
+        if nv is not None:
+            return max(0, min(v + nv if v < 0 else v, nv))
+        if v == 0:
+            return 0
+        # Extents are >= 0: a non-negative index needs no max, a negative one no min.
+        return S.smin(v, n) if v > 0 else S.smax(0, S.add(n, v))
+
+    def pad(self, x, pad_widths, value=None):
+        """x padded with `value` (0 by default), torch.nn.functional.pad's order: pad_widths =
+        [left, right] of the last dim, then of the one before it, ... Negative widths crop."""
+        from .resize import window
+        x = self._tensor("pad", 0, x)
+        dims = x.domain.logical_no_reductions
+        widths = list(pad_widths)
+        if len(widths) % 2 or len(widths) // 2 > len(dims):
+            raise FusionDefinitionError(f"pad: {len(widths)} pad widths for {_kind(x)} of rank "
+                                        f"{len(dims)}; give pairs, at most one per dim")
+        for w in widths:
+            if not isinstance(w, int) or isinstance(w, bool):
+                raise FusionDefinitionError(f"pad: width {w!r} must be an int")
+        if value is None:
+            value = False if x.dtype.is_boolean else 0
+        value = self._operand("pad", 2, value)
+        if isinstance(value, TensorView):
+            raise FusionDefinitionError("pad: value must be a number or a scalar")
+        windows, extents = [None] * len(dims), [i.user_extent for i in dims]
+        for p in range(len(widths) // 2):
+            k = len(dims) - 1 - p
+            left, right = widths[2 * p], widths[2 * p + 1]
+            n = dims[k].user_extent
+            extent = S.add(n, left + right)
+            if S.const_value(extent) is not None and S.const_value(extent) < 0:
+                raise FusionDefinitionError(f"pad: widths {left}, {right} leave dim {k} of size "
+                                            f"{S.const_value(n)} with a negative size")
+            if left == 0 and right == 0:
+                continue
+            guards = ((-left, 1, 0, n),) if left > 0 or right > 0 else ()
+            windows[k] = DimWindow(-left, 1, guards)
+            extents[k] = extent
+        if all(w is None for w in windows):
+            return self.set(x)
+        if isinstance(value, Scalar) and value.dtype != x.dtype:
+            value = (Scalar(x.dtype, value.value) if value.value is not None
+                     else self.cast(value, x.dtype))
+        elif not isinstance(value, Scalar):
+            value = Scalar(x.dtype, value)
+        return window(self, x, windows, extents, value)
+
+    def cat(self, tensors, dim: int):
+        """torch.cat: the tensors one after another along `dim`, every other dim equal. Each is
+        read through a window over the whole result (a pad), and an iota along `dim` picks
+        whose part each element is."""
+        from .resize import _add, _int_or_scalar, _mul, window
+        xs = [self._tensor("cat", k, t) for k, t in enumerate(tensors)]
+        if not xs:
+            raise FusionDefinitionError("cat: no tensors")
+        rank = len(xs[0].domain.logical_no_reductions)
+        if any(len(t.domain.logical_no_reductions) != rank for t in xs):
+            raise FusionDefinitionError("cat: tensors of different ranks "
+                                        f"{[len(t.domain.logical_no_reductions) for t in xs]}")
+        if not isinstance(dim, int) or not -rank <= dim < rank:
+            raise FusionDefinitionError(f"cat: dim {dim!r} out of range for rank {rank}")
+        dim %= rank
+        dt = self._promoted("cat", xs)
+        xs = [self.cast(t, dt) if t.dtype != dt else t for t in xs]
+        if len(xs) == 1:
+            return self.set(xs[0])
+        sizes = [_int_or_scalar(t.domain.logical_no_reductions[dim].user_extent) for t in xs]
+        total = 0
+        for n in sizes:
+            total = _add(total, n)
+        out, start = None, 0
+        fill = False if dt.is_boolean else 0
+        for t, n in zip(xs, sizes):
+            extents = [i.user_extent for i in t.domain.logical_no_reductions]
+            extents[dim] = total
+            windows = [None] * rank
+            windows[dim] = DimWindow(_mul(start, -1), 1, ((_mul(start, -1), 1, 0, n),))
+            piece = window(self, t, windows, extents, fill)
+            if out is None:
+                out = piece
+            else:
+                j = self.iota(total, dtype=DataType.Int)
+                if rank > 1:
+                    j = self.broadcast(j, [m != dim for m in range(rank)])
+                out = self.where(self.lt(j, start), out, piece)
+            start = _add(start, n)
+        return out
+
+    def chunk(self, x, chunks: int, dim: int = 0):
+        """torch.chunk: `chunks` slices of x along `dim`, each of ceil(n / chunks) elements but
+        the last (a static extent only)."""
+        x = self._tensor("chunk", 0, x)
+        dims = x.domain.logical_no_reductions
+        if not isinstance(dim, int) or not -len(dims) <= dim < len(dims):
+            raise FusionDefinitionError(f"chunk: dim {dim!r} out of range for rank {len(dims)}")
+        dim %= len(dims)
+        n = S.const_value(dims[dim].user_extent)
+        if n is None:
+            raise FusionDefinitionError("chunk: the dim must have a static size "
+                                        "(from_pytorch(t, static_sizes=True), or slice)")
+        if not isinstance(chunks, int) or chunks < 1:
+            raise FusionDefinitionError(f"chunk: chunks {chunks!r} must be an int >= 1")
+        size = -(-n // chunks)
+        out = []
+        for s in range(0, n, size):
+            starts = [0] * len(dims)
+            ends = [i.user_extent for i in dims]
+            starts[dim], ends[dim] = s, min(s + size, n)
+            out.append(self.slice(x, starts, ends))
+        return out
 
     def iota(self, length, start=None, step=None, dtype=DataType.Int):
         """The 1-D tensor start, start + step, ... of `length` values (torch.arange(length) *

@@ -3,7 +3,7 @@ from .base import Expr, Val
 from .dtype import DataType, promote, result_type
 from .exprs import (BinaryOp, BinaryOpType, BroadcastOp, ExpandOp, FullOp, IotaOp, LoadKind,
                     LoadStoreOp, ReductionOp, ReductionOpType, ReshapeOp, SqueezeOp, UnaryOp,
-                    UnaryOpType, WhereOp)
+                    UnaryOpType, WhereOp, WindowOp)
 from .fusion import Fusion
 from .iter_domain import IterDomain, IterType, Merge, ParallelType, Split
 from .scalar import Scalar
@@ -16,5 +16,5 @@ __all__ = [
     "Expr", "FullOp", "Fusion", "IotaOp", "IterDomain", "IterType", "LoadKind", "LoadStoreOp", "MemoryType",
     "Merge", "ParallelType", "PipelinedBuffer", "ReductionOp", "ReductionOpType", "ReshapeOp",
     "Scalar", "ScheduleError", "Split", "SqueezeOp", "TensorDomain", "TensorView", "UnaryOp",
-    "UnaryOpType", "Val", "WarpSpecialized", "WhereOp", "promote", "result_type",
+    "UnaryOpType", "Val", "WarpSpecialized", "WhereOp", "WindowOp", "promote", "result_type",
 ]

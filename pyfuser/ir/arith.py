@@ -10,7 +10,7 @@ from .base import current_fusion, next_name
 from .dtype import DataType
 from .exprs import (BinaryOp, BinaryOpType, BroadcastOp, ExpandOp, FullOp, IotaOp, LinearOp,
                     LoadKind, LoadStoreOp, MatmulOp, ReductionOp, ReductionOpType, ReshapeOp,
-                    SegmentSetOp, SqueezeOp, UnaryOp, UnaryOpType, WhereOp)
+                    SegmentSetOp, SqueezeOp, UnaryOp, UnaryOpType, WhereOp, WindowOp)
 from .iter_domain import IterDomain, IterType, merge_ids, split_id
 from .tensor import MemoryType, TensorDomain, TensorView
 
@@ -239,6 +239,20 @@ def iota(length, start, step, dtype: DataType) -> TensorView:
     n = S.as_scalar(length, DataType.Int)
     out = new_tensor([IterDomain(1, IterType.Broadcast) if n.value == 1 else IterDomain(n)], dtype)
     IotaOp(out, *(v if isinstance(v, S.Scalar) else S.as_scalar(v, dtype) for v in (start, step)))
+    return out
+
+
+def window(src: TensorView, windows: list, extents: list, fill) -> TensorView:
+    """WindowOp: out dim k has extents[k] where windows[k] is a DimWindow, else src's dim k."""
+    ids = []
+    for i, w, n in zip(src.domain.logical_no_reductions, windows, extents):
+        if w is None:
+            ids.append(i.clone())
+        else:
+            n = S.as_scalar(n, DataType.Int)
+            ids.append(IterDomain(1, IterType.Broadcast) if n.value == 1 else IterDomain(n))
+    out = new_tensor(ids, src.dtype)
+    WindowOp(out, src, windows, fill if isinstance(fill, S.Scalar) else S.as_scalar(fill, src.dtype))
     return out
 
 

@@ -1,6 +1,7 @@
 """Tensor expressions of the fusion IR."""
 from __future__ import annotations
 
+import dataclasses
 import enum
 
 from .base import Expr, Val
@@ -205,6 +206,40 @@ class IotaOp(Expr):
 
     def __init__(self, out: Val, start: Val, step: Val):
         super().__init__([start, step], [out])
+
+
+@dataclasses.dataclass(frozen=True)
+class DimWindow:
+    """What one dim of a WindowOp reads: out index j reads src index offset + j * step where
+    every guard (a, b, lo, hi) holds, lo <= a + b * j < hi, and the op's fill elsewhere (a pad's
+    value). offset, a, lo, hi: ints or integer Scalars; step, b: ints (step >= 1)."""
+
+    offset: object = 0
+    step: int = 1
+    guards: tuple = ()
+
+
+class WindowOp(Expr):
+    """out = a window of src: slice, pad and their compositions (fd.ops.slice, pad, cat, chunk).
+    `windows[k]` (a DimWindow, or None: out's index) says where out's dim k reads src's dim k.
+
+    src is read from global memory where the kernel runs: a fusion input, or a segment input
+    (registry refuses a group that computes it, so the segmenter cuts there). A slice of an input
+    is thus an offset into it, not a copy. out's IDs have no partners in src (`dim_map`): the ID
+    graph, scheduling and indexing reach src only through this op's windows (lower/index.py)."""
+
+    def __init__(self, out: Val, src: Val, windows, fill: Val):
+        self.windows = tuple(windows)
+        self.dim_map = ((),)
+        super().__init__([src, fill], [out])
+
+    @property
+    def src(self):
+        return self.inputs[0]
+
+    @property
+    def fill(self):
+        return self.inputs[1]
 
 
 class MatmulOp(Expr):

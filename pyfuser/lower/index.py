@@ -31,7 +31,7 @@ it); a schedule that reads another thread's registers is refused.
 """
 from __future__ import annotations
 
-from ..ir.exprs import IotaOp
+from ..ir.exprs import IotaOp, WindowOp
 from ..ir.id_graph import IdGraph
 from ..ir.iter_domain import ParallelType
 from ..ir.scalar import Scalar
@@ -344,9 +344,45 @@ def _index_op(op: K.TensorOp, ctx) -> None:
             conds += _broadcast_write_guards(ctx, tv, nest, redundant)
     op.predicate = simplify_predicate(K.all_of(_dedupe(conds)), _loop_ranges(ctx, nest))
     op.out = access(ctx, tv, nest, known, tv, is_write=True)
+    if isinstance(op.expr, WindowOp):
+        op.ins = _window_read(ctx, op.expr, ig, known)
+        return
     op.ins = [_operand(ctx, v, nest, known, tv) for v in op.ins]
     if isinstance(op.expr, IotaOp):
         op.ins.append(_iota_index(ig, known, tv))
+
+
+def _window_read(ctx, e: WindowOp, ig: IndexGraph, known) -> list:
+    """[the read of e's source, the condition under which it is read, the fill]: each dim of
+    the source at its window's index of out's index along it (out's own IDs: the source's have
+    no partners), the guards of every window as the condition (codegen and the interpreter
+    take the fill where it fails)."""
+    src, out = e.src, e.outputs[0]
+    if src.memory_type != MemoryType.Global:
+        raise LoweringError(f"T{out.name} is a window of T{src.name}, which this kernel "
+                            "computes: a window reads global memory (the segmenter ends a "
+                            "segment at it)")
+    offset: K.KExpr = K.Const(0)
+    conds = []
+    for i, w, stride in zip(out.domain.logical, e.windows, ctx.strides[src]):
+        if i.is_broadcast:
+            j: K.KExpr = K.Const(0)
+        else:
+            k = ig.index_of(known, i)
+            if k is None:
+                raise LoweringError(f"cannot index window T{out.name}'s axis {i!r} from its "
+                                    "loops")
+            j = k.value
+        if w is not None:
+            for a, b, lo, hi in w.guards:
+                v = K.add(scalar_to_kexpr(a, ctx.names), K.mul(j, K.Const(b)))
+                conds.append(K.lt(K.add(scalar_to_kexpr(lo, ctx.names), K.Const(-1)), v))
+                conds.append(K.lt(v, scalar_to_kexpr(hi, ctx.names)))
+            j = K.add(scalar_to_kexpr(w.offset, ctx.names), K.mul(j, K.Const(w.step)))
+        if not (isinstance(stride, K.Const) and stride.value == 0):
+            offset = K.add(offset, K.mul(j, stride))
+    return [K.TensorIndex(ctx.buffers[src], offset), K.all_of(conds),
+            K.ScalarValue(e.fill, out.dtype)]
 
 
 def _iota_index(ig: IndexGraph, known, tv: TensorView) -> K.KExpr:

@@ -88,7 +88,8 @@ import torch
 from ..ir import scalar as S
 from ..ir.dtype import DataType, compute_type, to_torch
 from ..ir.exprs import (BinaryOp, BinaryOpType, BroadcastOp, ExpandOp, FullOp, IotaOp,
-                        LoadStoreOp, ReshapeOp, SqueezeOp, UnaryOp, UnaryOpType, WhereOp)
+                        LoadStoreOp, ReshapeOp, SqueezeOp, UnaryOp, UnaryOpType, WhereOp,
+                        WindowOp)
 from ..ir.tensor import TensorView
 from ..kir import nodes as K
 
@@ -1241,6 +1242,9 @@ class Interpreter:
         if isinstance(e, IotaOp):
             self._write(ctx, s.out, self._iota(ctx, s), None)
             return
+        if isinstance(e, WindowOp):
+            self._window(ctx, s)
+            return
         ins = [self._read(ctx, x) for x in s.ins]
         if s.accumulate:
             acc, acc_poison = self._read(ctx, s.out)
@@ -1256,6 +1260,27 @@ class Interpreter:
                 poison = _or_masks(poison, p)
             value = self._compute(e, [v for v, _ in ins])
         self._write(ctx, s.out, value, poison, exact=self._exact_copy(s))
+
+    def _window(self, ctx: _Ctx, s: K.TensorOp) -> None:
+        """A window's read where its condition holds, its fill where not (no read there: the
+        index may be outside the source)."""
+        src, cond, fill = s.ins
+        ok = ctx.ev(cond)
+        fill = self._scalar(fill.scalar)
+        if type(ok) is not _ND:
+            if ok:
+                vals, poison = self._read(ctx, src)
+                self._write(ctx, s.out, vals, poison, exact=src.buffer.dtype == s.out.buffer.dtype)
+            else:
+                self._write(ctx, s.out, np.full(ctx.n, fill), None)
+            return
+        if ok.any():
+            inside = ctx.subset(ok)
+            vals, poison = self._read(inside, src)
+            self._write(inside, s.out, vals, poison,
+                        exact=src.buffer.dtype == s.out.buffer.dtype)
+        if not ok.all():
+            self._write(ctx.subset(~ok), s.out, np.full(int((~ok).sum()), fill), None)
 
     def _iota(self, ctx: _Ctx, s: K.TensorOp):
         """start + index * step for every thread (ins: start, step, the index expression), in

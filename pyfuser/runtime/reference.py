@@ -13,7 +13,7 @@ from ..ir import scalar as S
 from ..ir.dtype import DataType, to_torch
 from ..ir.exprs import (BinaryOp, BinaryOpType, BroadcastOp, ExpandOp, FullOp, IotaOp,
                         LoadStoreOp, ReductionOp, ReductionOpType, ReshapeOp, SqueezeOp, UnaryOp,
-                        UnaryOpType, WhereOp)
+                        UnaryOpType, WhereOp, WindowOp)
 from ..ir.iter_domain import Split, id_exprs_between
 from ..ir.scalar import Scalar, ScalarOp
 from ..ir.tensor import TensorView
@@ -135,6 +135,28 @@ class ReferenceEvaluator:
             return env[v]
         return v
 
+    def _window(self, e: WindowOp, src, fill):
+        """Each out element gathered from src at its window's index, `fill` where a guard fails
+        (the index is clamped there, its value unused)."""
+        out = e.outputs[0]
+        shape = [self._extent(i.user_extent) for i in out.domain.logical]
+        rank = len(shape)
+        index, valid = [], torch.ones(shape, dtype=torch.bool, device=self.device)
+        for k, (w, n) in enumerate(zip(e.windows, shape)):
+            j = torch.arange(n, device=self.device)
+            if w is not None:
+                for a, b, lo, hi in w.guards:
+                    v = self._extent(a) + b * j
+                    ok = (v >= self._extent(lo)) & (v < self._extent(hi))
+                    valid &= ok.view([1] * k + [n] + [1] * (rank - k - 1))
+                j = self._extent(w.offset) + w.step * j
+            j = j.clamp(0, max(src.shape[k] - 1, 0))
+            index.append(j.view([1] * k + [n] + [1] * (rank - k - 1)))
+        if src.numel() == 0:
+            return torch.full(shape, fill, dtype=src.dtype, device=self.device)
+        return torch.where(valid, src[tuple(index)], torch.tensor(fill, dtype=src.dtype,
+                                                                  device=self.device))
+
     def _extent(self, s) -> int:
         return int(S.evaluate(s, self.bindings))
 
@@ -197,6 +219,8 @@ class ReferenceEvaluator:
         elif isinstance(e, FullOp):
             sizes = [self._extent(i.user_extent) for i in out.domain.logical]
             r = torch.full(sizes, ins[0], dtype=od, device=self.device)
+        elif isinstance(e, WindowOp):
+            r = self._window(e, ins[0], ins[1])
         elif isinstance(e, IotaOp):
             n = self._extent(out.domain.logical[0].user_extent)
             wide = torch.float64 if out.dtype.is_floating else torch.int64

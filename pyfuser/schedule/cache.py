@@ -2,8 +2,14 @@
 from __future__ import annotations
 
 from ..ir.arith import set_op
-from ..ir.exprs import LoadKind, LoadStoreOp
+from ..ir.exprs import LoadKind, LoadStoreOp, WindowOp
 from ..ir.tensor import MemoryType, ScheduleError, TensorDomain, TensorView
+
+
+def cached_uses(tv: TensorView) -> list:
+    """The uses of tv that a cache after it serves: all but windows (WindowOp), which read
+    their source in global memory at their own offsets."""
+    return [e for e in tv.fusion.uses_of(tv) if not isinstance(e, WindowOp)]
 
 
 def cache_after(tv: TensorView, load_kind: LoadKind = LoadKind.Set,
@@ -17,7 +23,7 @@ def cache_after(tv: TensorView, load_kind: LoadKind = LoadKind.Set,
     (TensorView.allocation_domain).
     """
     fusion = tv.fusion
-    uses = fusion.uses_of(tv)
+    uses = cached_uses(tv)
     if not uses:
         raise ScheduleError(f"cache_after on T{tv.name}: it has no uses to redirect")
     if load_kind.is_async and not tv.memory_type == MemoryType.Global:

@@ -20,18 +20,19 @@ from __future__ import annotations
 
 from ..ir.exprs import (BinaryOp, BroadcastOp, ExpandOp, FullOp, IotaOp, LinearOp, LoadStoreOp,
                         MatmulOp, ReductionOp, ReshapeOp, SegmentSetOp, SqueezeOp, UnaryOp,
-                        UnaryOpType, WhereOp)
+                        UnaryOpType, WhereOp, WindowOp)
 from ..ir.scalar import ScalarOp
 
 # ScalarOp: arithmetic on scalars (a mean's 1/N, a variance's correction, the element count
 # of a mean over an expanded dim), which kernels compute from their scalar parameters.
 KERNEL_OPS: tuple = (UnaryOp, BinaryOp, WhereOp, LoadStoreOp, BroadcastOp, ExpandOp, SqueezeOp,
-                     ReshapeOp, ReductionOp, FullOp, IotaOp, ScalarOp, SegmentSetOp)
+                     ReshapeOp, ReductionOp, FullOp, IotaOp, WindowOp, ScalarOp, SegmentSetOp)
 LIBRARY_OPS: tuple = (MatmulOp, LinearOp)
 BOUNDARY_OPS: tuple = (SegmentSetOp,)
 # Ops that only move or fill data (no arithmetic worth a launch): the segmenter keeps them out
 # of segments of their own wherever a neighbour takes them.
-CHEAP_OPS: tuple = (BroadcastOp, ExpandOp, ReshapeOp, SqueezeOp, FullOp, IotaOp, LoadStoreOp)
+CHEAP_OPS: tuple = (BroadcastOp, ExpandOp, ReshapeOp, SqueezeOp, FullOp, IotaOp, WindowOp,
+                    LoadStoreOp)
 
 
 FORWARDED_UNARY_OPS: tuple = (UnaryOpType.Cast, UnaryOpType.Set, UnaryOpType.Neg,

@@ -12,6 +12,7 @@ import dataclasses
 from ...ir import scalar as S
 from ...ir.exprs import ReductionOp
 from ...ir.iter_domain import IterDomain
+from ..cache import cached_uses
 from ...ir.tensor import TensorView
 
 
@@ -50,7 +51,7 @@ def cache_inputs_and_outputs(fusion) -> tuple[dict, list]:
     computed outputs)."""
     from .. import cache_after, cache_before
     caches = {k: cache_after(v) for k, v in enumerate(fusion.inputs)
-              if isinstance(v, TensorView) and fusion.uses_of(v)}
+              if isinstance(v, TensorView) and cached_uses(v)}
     outputs = [o for o in fusion.outputs if o.definition is not None]
     for o in outputs:
         cache_before(o)
@@ -219,7 +220,7 @@ def vector_inputs(fusion, info: RuntimeInfo, vector: int, ref_id) -> tuple:
     graph = IdGraph(fusion)
     out = []
     for k, v in enumerate(fusion.inputs):
-        if not (isinstance(v, TensorView) and fusion.uses_of(v)):
+        if not (isinstance(v, TensorView) and cached_uses(v)):
             continue
         w = input_vector_width(v, info.inputs[k], mapped_dim(v, ref_id, graph), vector)
         if w > 1 and w == access_width(v.dtype, vector):

@@ -27,6 +27,7 @@ from ...kir.registers import default_register_split
 from ...ir.id_graph import IdGraph
 from ...ir.iter_domain import ParallelType as PT
 from ...ir.exprs import LoadKind
+from ..cache import cached_uses
 from ...ir.tensor import MemoryType, TensorView, WarpSpecialized
 from .. import (cache_after, cache_before, circular_buffer, inline_at, inline_most,
                 parallelize_like, propagate_transforms, rfactor, set_allocation_domain,
@@ -105,7 +106,7 @@ WS_BASE_REGISTERS = 40
 
 def _row_inputs(fusion) -> tuple:
     return tuple(k for k, v in enumerate(fusion.inputs)
-                 if isinstance(v, TensorView) and fusion.uses_of(v)
+                 if isinstance(v, TensorView) and cached_uses(v)
                  and sum(1 for i in v.domain.logical if not i.is_broadcast) == 2)
 
 
@@ -466,7 +467,7 @@ def schedule(fusion, p: InnerOuterParams) -> None:
     orient_vector_inputs(fusion, p.vector_inputs, _kinds(fusion)[0][0].domain.maybe_root[1])
     staged = {k: cache_after(fusion.inputs[k], LoadKind.TmaBulk) for k in p.tma_inputs}
     caches = {k: cache_after(staged.get(k, v)) for k, v in enumerate(fusion.inputs)
-              if isinstance(v, TensorView) and fusion.uses_of(v)}
+              if isinstance(v, TensorView) and cached_uses(v)}
     outputs = [o for o in fusion.outputs if o.definition is not None]
     for o in outputs:
         cache_before(o)

@@ -26,6 +26,7 @@ import dataclasses
 from ...ir.exprs import LoadKind
 from ...ir.id_graph import IdGraph
 from ...ir.iter_domain import ParallelType as PT
+from ..cache import cached_uses
 from ...ir.tensor import CpAsyncPipelined, TensorView, WarpSpecialized
 from .. import (cache_after, cache_before, circular_buffer, inline_at, inline_most,
                 parallelize_like, propagate_transforms, rfactor)
@@ -476,7 +477,7 @@ def _row_inputs(fusion) -> tuple:
     such as a norm backward's rstd [M, 1] has no row to copy) that the fusion reads."""
     rank = len(reference_reduction(reduction_tensors(fusion)).domain.maybe_root)
     return tuple(k for k, v in enumerate(fusion.inputs)
-                 if isinstance(v, TensorView) and fusion.uses_of(v)
+                 if isinstance(v, TensorView) and cached_uses(v)
                  and len(v.domain.logical) == rank
                  and not any(i.is_broadcast for i in v.domain.logical))
 
@@ -632,7 +633,7 @@ def schedule(fusion, p: InnerPersistentParams) -> None:
     copied = {k: cache_after(fusion.inputs[k], LoadKind.CpAsync) for k in p.cp_async_inputs}
     slots = {**staged, **copied}
     caches = {k: cache_after(slots.get(k, v)) for k, v in enumerate(fusion.inputs)
-              if isinstance(v, TensorView) and fusion.uses_of(v)}
+              if isinstance(v, TensorView) and cached_uses(v)}
     outputs = [o for o in fusion.outputs if o.definition is not None]
     for o in outputs:
         cache_before(o)

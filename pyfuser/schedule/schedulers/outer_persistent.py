@@ -42,6 +42,7 @@ import math
 
 from ...ir.id_graph import IdGraph
 from ...ir.iter_domain import ParallelType as PT
+from ..cache import cached_uses
 from ...ir.tensor import TensorView
 from .. import (inline_at, inline_most, parallelize_like,
                 propagate_transforms, rfactor)
@@ -108,7 +109,7 @@ def memory_order(fusion, red: TensorView, graph=None) -> list[int]:
     want = [k for k, i in enumerate(root) if not i.is_broadcast]
     best = None
     for v in fusion.inputs:
-        if not isinstance(v, TensorView) or not fusion.uses_of(v):
+        if not isinstance(v, TensorView) or not cached_uses(v):
             continue
         alloc = [i for i in v.domain.maybe_allocation if not i.is_broadcast]
         where = {}

@@ -33,6 +33,7 @@ import dataclasses
 from ...ir.exprs import BroadcastOp, SqueezeOp
 from ...ir.id_graph import IdGraph
 from ...ir.iter_domain import ParallelType as PT
+from ..cache import cached_uses
 from ...ir.tensor import TensorView
 from .. import inline_most, parallelize_like, propagate_transforms
 from .base import (RuntimeInfo, SchedulerError, cache_inputs_and_outputs, mapped_dim,
@@ -177,7 +178,7 @@ def compute_heuristics(fusion, info: RuntimeInfo) -> PointwiseParams:
 def _has_broadcast_input(fusion, ref) -> bool:
     n = len(ref.domain.logical_no_reductions)
     for v in fusion.inputs:
-        if isinstance(v, TensorView) and fusion.uses_of(v):
+        if isinstance(v, TensorView) and cached_uses(v):
             if len(v.domain.logical) < n or any(i.is_broadcast for i in v.domain.logical):
                 return True
     return False

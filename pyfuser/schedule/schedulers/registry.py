@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from ...ir.exprs import WindowOp
 from ...ir.tensor import TensorView
 from ...ir.id_graph import IdGraph, reshape_cycle, self_mapping
 from .. import roles
@@ -54,7 +55,7 @@ def choose(fusion, exclude: dict | None = None) -> Choice:
     if other:
         return Choice(None, f"ops no scheduler generates kernels for: {', '.join(other)} "
                             "(schedule/op_support.py)")
-    why = reshape_cycle(graph, fusion.tensors())
+    why = reshape_cycle(graph, fusion.tensors()) or _window_of_computed(fusion)
     if why is not None:
         return Choice(None, why)
     rejected = []
@@ -68,6 +69,17 @@ def choose(fusion, exclude: dict | None = None) -> Choice:
         rejected.append((s.NAME, why))
     reasons = "; ".join(f"{n}: {w}" for n, w in rejected)
     return Choice(None, f"no scheduler takes the whole fusion ({reasons})", tuple(rejected))
+
+
+def _window_of_computed(fusion) -> str | None:
+    """Why no kernel takes a window (slice, pad) of a tensor it computes, or None: a window
+    reads its source in global memory at its own offsets, so the segmenter ends a segment at
+    the source."""
+    for e in fusion.exprs():
+        if isinstance(e, WindowOp) and e.src.definition is not None:
+            return (f"T{e.outputs[0].name} is a window (slice or pad) of T{e.src.name}, which "
+                    "the fusion computes; a window reads its source from global memory")
+    return None
 
 
 def by_name(name: str):

@@ -41,6 +41,7 @@ import dataclasses
 
 from ...ir.id_graph import IdGraph
 from ...ir.iter_domain import ParallelType as PT
+from ..cache import cached_uses
 from ...ir.tensor import MemoryType, TensorView
 from .. import (cache_after, cache_before, inline_most, pad_shared_rows, parallelize_like,
                propagate_transforms)
@@ -132,7 +133,7 @@ def _layout(fusion) -> tuple[_Layout | None, str]:
     a, first = None, None
     tiled = []
     for k, v in enumerate(fusion.inputs):
-        if not isinstance(v, TensorView) or not fusion.uses_of(v):
+        if not isinstance(v, TensorView) or not cached_uses(v):
             continue
         order = _alloc_dims(v, ref, graph)
         if not order or b not in order:
@@ -250,7 +251,7 @@ def schedule(fusion, p: TransposeParams) -> None:
     # V-element vectors aligned, so the tile is written element by element.
     staged = [cache_after(fusion.inputs[k]) for k in tiles] if p.vector_loads else []
     caches = {k: cache_after(v) for k, v in enumerate(fusion.inputs)
-              if isinstance(v, TensorView) and fusion.uses_of(v) and k not in tiles}
+              if isinstance(v, TensorView) and cached_uses(v) and k not in tiles}
     outputs = [o for o in fusion.outputs if o.definition is not None]
     for o in outputs:
         cache_before(o)

@@ -1,0 +1,152 @@
+"""slice, pad, cat and chunk as windows (ir.exprs.WindowOp) of the tensors they read.
+
+A window reads its source from global memory (a fusion input, or what an earlier segment wrote),
+so building one does three things before it makes a WindowOp:
+- a window of a window reads the first one's source through both (one WindowOp: a pad of a
+  slice of an input is one offset read with a guard);
+- a window of an element-wise op (unary, binary, where) is the op of its operands' windows: a
+  slice of `x * w` reads x and w at the slice's offset, and `cat([-x2, x1])` of RoPE reads q
+  twice, each read an offset into q, in one kernel;
+- where that stops (a reduction, a reshape, an expanded dim the window moves along), the
+  WindowOp reads the tensor as it is, and the segmenter ends a segment at it.
+Guards (a pad's out-of-range part) read `fill` in the window; a window pushed through an op
+applies the op to the guarded reads and then selects the pad value with an iota mask, since
+op(fill) need not be the pad value.
+"""
+from __future__ import annotations
+
+from ..ir import arith
+from ..ir import scalar as S
+from ..ir.dtype import DataType
+from ..ir.exprs import BinaryOp, DimWindow, UnaryOp, WhereOp, WindowOp
+from ..ir.scalar import Scalar
+from ..ir.tensor import TensorView
+
+_ELEMENTWISE = (UnaryOp, BinaryOp, WhereOp)
+
+
+def _int_or_scalar(x):
+    """A constant Scalar as its int, else x."""
+    v = S.const_value(x)
+    return v if isinstance(v, int) else x
+
+
+def _add(a, b):
+    if isinstance(a, int) and isinstance(b, int):
+        return a + b
+    return S.add(a, b)
+
+
+def _mul(a, b):
+    if isinstance(a, int) and isinstance(b, int):
+        return a * b
+    return S.mul(a, b)
+
+
+def compose(outer: DimWindow | None, inner: DimWindow | None) -> DimWindow | None:
+    """The window that reads `inner`'s source where `outer` reads inner's result: outer's j
+    reads inner's j' = o2 + s2 * j, which reads the source at o1 + s1 * j'. inner's guards on
+    j' become guards on j; outer's guards stay."""
+    if outer is None:
+        return inner
+    if inner is None:
+        return outer
+    guards = tuple((_add(a, _mul(b, outer.offset)), b * outer.step, lo, hi)
+                   for a, b, lo, hi in inner.guards)
+    return DimWindow(_add(inner.offset, _mul(inner.step, outer.offset)),
+                     inner.step * outer.step, outer.guards + guards)
+
+
+def window(ops, x: TensorView, windows: list, extents: list, fill) -> TensorView:
+    """x read through `windows` (a DimWindow or None per logical dim), with `extents` for the
+    windowed dims and `fill` where a guard fails (a Python number or a Scalar of x's dtype)."""
+    guarded = any(w is not None and w.guards for w in windows)
+    d = x.definition
+    if isinstance(d, WindowOp) and (not guarded or not any(
+            w is not None and w.guards for w in d.windows) or _same_fill(d.fill, fill)):
+        # One read of the first window's source: both windows' guards, the fill of whichever
+        # fails (the same value where both can).
+        inner_fill = d.fill if any(w is not None and w.guards for w in d.windows) else fill
+        return window(ops, d.src, [compose(o, i) for o, i in zip(windows, d.windows)],
+                      [n if w is not None else i.user_extent
+                       for w, n, i in zip(windows, extents, x.domain.logical_no_reductions)],
+                      inner_fill)
+    if isinstance(d, _ELEMENTWISE) and x.definition.outputs[0] is x and _pushable(x, windows):
+        operands = [_operand_window(ops, v, windows, extents) for v in d.inputs]
+        y = _redo(d, operands)
+        return _select_fill(ops, y, windows, extents, fill) if guarded else y
+    return arith.window(x, windows, extents, fill)
+
+
+def _pushable(x: TensorView, windows) -> bool:
+    """Whether each tensor operand of x's op either has the windowed dims (as iterations) or
+    broadcasts them without an expanded extent (a broadcast stays one: every out index reads
+    its one element)."""
+    for v in x.definition.inputs:
+        if not isinstance(v, TensorView):
+            continue
+        dims = v.domain.logical_no_reductions
+        if len(dims) != len(windows):
+            return False
+        for i, w in zip(dims, windows):
+            if w is not None and i.is_broadcast and i.expanded_extent is not None:
+                return False
+    return True
+
+
+def _operand_window(ops, v, windows, extents):
+    """An operand of a pushed window: read through the windows of the dims it iterates; the
+    dims it broadcasts stay broadcasts (their one element serves every index)."""
+    if not isinstance(v, TensorView):
+        return v
+    dims = v.domain.logical_no_reductions
+    ws = [None if i.is_broadcast else w for i, w in zip(dims, windows)]
+    if all(w is None for w in ws):
+        return v
+    return window(ops, v, ws, [n if w is not None else i.user_extent
+                               for w, n, i in zip(ws, extents, dims)], _any_fill(v))
+
+
+def _any_fill(v: TensorView):
+    """The value a pushed window's guarded reads take: any value of v's dtype (the mask after
+    the op replaces what it becomes)."""
+    return False if v.dtype.is_boolean else 0
+
+
+def _same_fill(a, b) -> bool:
+    va = S.const_value(a)
+    return va is not None and va == S.const_value(b)
+
+
+def _redo(d, operands) -> TensorView:
+    """d's op on new operands, with d's output dtype."""
+    out = d.outputs[0]
+    if isinstance(d, UnaryOp):
+        return arith.unary(d.op, operands[0], out.dtype)
+    if isinstance(d, BinaryOp):
+        return arith.binary(d.op, operands[0], operands[1], out.dtype)
+    return arith.where(operands[0], operands[1], operands[2], out.dtype)
+
+
+def guard_mask(ops, windows, extents, rank: int):
+    """The bool tensor (broadcast over unguarded dims) that holds where every guard holds."""
+    mask = None
+    for k, (w, n) in enumerate(zip(windows, extents)):
+        if w is None or not w.guards:
+            continue
+        j = ops.iota(n, dtype=DataType.Int)
+        if rank > 1:
+            j = ops.broadcast(j, [m != k for m in range(rank)])
+        for a, b, lo, hi in w.guards:
+            v = j if b == 1 else ops.mul(j, b)
+            if S.const_value(a) != 0:
+                v = ops.add(v, a)
+            inside = ops.logical_and(ops.ge(v, lo), ops.lt(v, hi))
+            mask = inside if mask is None else ops.logical_and(mask, inside)
+    return mask
+
+
+def _select_fill(ops, y: TensorView, windows, extents, fill) -> TensorView:
+    mask = guard_mask(ops, windows, extents, len(windows))
+    return ops.where(mask, y, fill if isinstance(fill, (TensorView, Scalar)) else
+                     Scalar(y.dtype, fill if not y.dtype.is_floating else float(fill)))
