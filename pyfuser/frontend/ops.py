@@ -548,8 +548,9 @@ class Ops:
     # Slicing and concatenation (windows of their sources: frontend/resize.py) ----------------
     def slice(self, x, start_indices, end_indices, strides=None):
         """x[start:end:stride] along every dim (nvFuser's signature; lists of one entry per dim,
-        ints or int scalars). Indices follow Python: negative ones count from the end, and
-        both are clamped to the dim, so an empty range gives a dim of size 0."""
+        ints or int scalars). Indices follow Python: negative ones count from the end, both
+        are clamped to the dim (an empty range gives a dim of size 0), and None is the dim's
+        start or end."""
         from .resize import window
         x = self._tensor("slice", 0, x)
         dims = x.domain.logical_no_reductions
@@ -565,7 +566,8 @@ class Ops:
                 raise FusionDefinitionError(f"slice: stride {step!r} of dim {k} must be an int "
                                             ">= 1")
             n = i.user_extent
-            s, e = (self._slice_index("slice", k, v, n) for v in (s, e))
+            s = 0 if s is None else self._slice_index("slice", k, s, n)
+            e = n if e is None else self._slice_index("slice", k, e, n)
             if S.const_value(s) == 0 and S.same_value(e, n) and step == 1:
                 windows.append(None)
                 extents.append(n)

@@ -62,15 +62,17 @@ def window(ops, x: TensorView, windows: list, extents: list, fill) -> TensorView
     windowed dims and `fill` where a guard fails (a Python number or a Scalar of x's dtype)."""
     guarded = any(w is not None and w.guards for w in windows)
     d = x.definition
-    if isinstance(d, WindowOp) and (not guarded or not any(
-            w is not None and w.guards for w in d.windows) or _same_fill(d.fill, fill)):
-        # One read of the first window's source: both windows' guards, the fill of whichever
-        # fails (the same value where both can).
-        inner_fill = d.fill if any(w is not None and w.guards for w in d.windows) else fill
-        return window(ops, d.src, [compose(o, i) for o, i in zip(windows, d.windows)],
-                      [n if w is not None else i.user_extent
-                       for w, n, i in zip(windows, extents, x.domain.logical_no_reductions)],
-                      inner_fill)
+    if isinstance(d, WindowOp):
+        # One read of the first window's source through both windows. Where both have guards
+        # with different fills (a cat of a padded tensor), the read takes the inner fill and a
+        # mask of the outer guards selects the outer one.
+        inner_guarded = any(w is not None and w.guards for w in d.windows)
+        outer_fill_apart = guarded and inner_guarded and not _same_fill(d.fill, fill)
+        outer = [None if w is None else DimWindow(w.offset, w.step) if outer_fill_apart else w
+                 for w in windows]
+        y = window(ops, d.src, [compose(o, i) for o, i in zip(outer, d.windows)],
+                   extents, d.fill if inner_guarded else fill)
+        return _select_fill(ops, y, windows, extents, fill) if outer_fill_apart else y
     if isinstance(d, _ELEMENTWISE) and x.definition.outputs[0] is x and _pushable(x, windows):
         operands = [_operand_window(ops, v, windows, extents) for v in d.inputs]
         y = _redo(d, operands)

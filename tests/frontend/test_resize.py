@@ -138,6 +138,18 @@ def test_pad_of_a_pad_and_slice_of_a_pad_are_one_window():
     run_and_check(fd, [x], scheduler="pointwise", options=INTERPRET)
 
 
+def test_cat_of_a_padded_tensor_is_one_kernel():
+    """The pad's fill (-3) and the cat's (0) differ: one read of a through both windows with
+    the pad's fill, and a mask selecting the cat's around it."""
+    a, b = torch.randn(17, 3), torch.randn(17, 10)
+    with FusionDefinition() as fd:
+        ta, tb = fd.define_tensor([-1, -1], dtype=F32), fd.define_tensor([-1, -1], dtype=F32)
+        fd.add_output(fd.ops.cat([fd.ops.pad(ta, [2, 5], -3.0), fd.ops.exp(tb)], 1))
+    run_and_check(fd, [a, b], scheduler="pointwise", options=INTERPRET)
+    torch.testing.assert_close(fd.execute([a, b], options=INTERPRET)[0],
+                               torch.cat([F.pad(a, [2, 5], value=-3.0), b.exp()], 1))
+
+
 def test_bf16_cat_promotes_and_bool_pad_fills_false():
     a, b = torch.randn(3, 5).bfloat16(), torch.randn(3, 4)
     with FusionDefinition() as fd:

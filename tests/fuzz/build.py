@@ -47,6 +47,8 @@ def op_source(op: dict) -> str:
     kwargs = [_kwarg(k, v) for k, v in op["kwargs"].items()]
     if op["op"] == "define_scalar":
         return f"{lhs} = fd.define_scalar({', '.join(args + kwargs)})"
+    if op["op"] == "cat":       # the generator records the tensors as separate arguments
+        args = [f"[{', '.join(args[:-1])}]", args[-1]]
     return f"{lhs} = fd.ops.{op['op']}({', '.join(args + kwargs)})"
 
 

@@ -64,11 +64,12 @@ ARITH_BINARY = ("add", "sub", "mul", "pow", "maximum", "minimum", "div")
 COMPARE = ("eq", "ne", "lt", "le", "gt", "ge")
 LOGICAL = ("logical_and", "logical_or")
 SHAPE_OPS = ("broadcast", "broadcast_in_dim", "expand", "squeeze", "reshape", "permute")
+RESIZE_OPS = ("slice", "pad", "cat")
 REDUCTIONS = ("sum", "max", "min", "mean", "var", "var_mean")
 # Every frontend op the generator emits (the coverage test checks each appears).
 ALL_OPS = (FLOAT_UNARY + SAME_UNARY + ("gelu", "logical_not", "cast", "set", "segment_set")
            + ARITH_BINARY
-           + COMPARE + LOGICAL + ("where",) + SHAPE_OPS + REDUCTIONS
+           + COMPARE + LOGICAL + ("where",) + SHAPE_OPS + RESIZE_OPS + REDUCTIONS
            + ("full", "zeros", "ones", "iota", "define_scalar", "linear", "stride_order"))
 
 
@@ -575,6 +576,18 @@ class Builder:
                          for s, a in zip(shape, axes))
             v = float(value.lo if isinstance(value, Val) else value)
             return Val(name, dims, dt, v, v, not isinstance(value, Val) or value.exact)
+        if op in RESIZE_OPS:
+            k, axis = kw.pop("_k"), kw.pop("_axis")
+            srcs = args[:-1] if op == "cat" else [x]
+            src = srcs[0]
+            dims = src.dims[:k] + (Dim(axis, "full"),) + src.dims[k + 1:]
+            lo, hi = min(v.lo for v in srcs), max(v.hi for v in srcs)
+            dt = result_type([v.dtype for v in srcs], []) if op == "cat" else src.dtype
+            exact = all(v.exact for v in srcs)
+            if op == "pad":
+                v = float(args[2])
+                lo, hi = min(lo, v), max(hi, v)
+            return Val(name, dims, dt, lo, hi, exact)
         if op == "iota":
             # start + k * step for k < length: exact small integers or multiples of 0.5.
             n, start, step = args
@@ -842,8 +855,10 @@ class Builder:
                     y = self.binary_step(x, r.choice(partners))
                 else:
                     y = self.binary_step(x, self.random_scalar_operand(x))
-            elif roll < 0.93:
+            elif roll < 0.9:
                 y = self.shape_step(x) or self.unary_step(x)
+            elif roll < 0.95:
+                y = self.resize_step(x) or self.unary_step(x)
             else:
                 y = self.binary_step(x, self.creation_step(x))
             pool.append(y)
@@ -885,6 +900,52 @@ class Builder:
         if like.rank == 1:
             return v
         return self.call("broadcast", v, [j != k for j in range(like.rank)])
+
+    def resize_step(self, x: Val) -> Val | None:
+        """A slice, pad or cat of x along one of its full dims (a new axis of the result's
+        size), or None when x has none of size 2 or more."""
+        r = self.rng
+        if x.is_scalar:
+            return None
+        ks = [k for k, d in enumerate(x.dims) if d.kind == "full" and self.size_of(d) >= 2]
+        if not ks:
+            return None
+        k = r.choice(ks)
+        n = self.size_of(x.dims[k])
+        total = math.prod(self.size_of(d) for d in x.dims)
+        op = r.choice(("slice", "slice", "pad", "cat"))
+        left, right = r.choice(((1, 0), (0, 2), (3, 1), (2, 2)))
+        grown = {"cat": 2 * n, "pad": n + left + right}.get(op, n)
+        if total // n * grown > self.max_elements:
+            op = "slice"
+        if op == "slice":
+            step = r.choice((1, 1, 2, 3))
+            start = r.randrange(0, n - 1)
+            end = r.randrange(start + 1, n + 1)
+            if len(range(start, end, step)) < 2:
+                start, end, step = 0, n, 1 if n < 4 else 2
+            m = len(range(start, end, step))
+            starts, ends, steps = [None] * x.rank, [None] * x.rank, [1] * x.rank
+            # Python indices: negative ones count from the end, ends past it clamp.
+            starts[k] = start - n if r.random() < 0.3 else start
+            ends[k] = end + r.choice((0, 0, 5)) if end == n else (end - n if r.random() < 0.3
+                                                                  else end)
+            steps[k] = step
+            return self.call("slice", x, starts, ends, steps, _k=k, _axis=self.axis(m))
+        if op == "pad":
+            widths = [0] * (2 * (x.rank - k))
+            widths[-2:] = [left, right]
+            value = r.choice((0.0, 1.5, -2.0)) if x.dtype.is_floating else (
+                r.choice((False, True)) if x.dtype == BOOL else r.choice((0, 3)))
+            return self.call("pad", x, widths, value, _k=k, _axis=self.axis(n + left + right))
+        y = self.unary_step(x)
+        if y.dims != x.dims:
+            return None
+        # The tensors as separate arguments (build.py prints them as cat's list), so that
+        # every reader of a case finds the names it uses among the arguments.
+        parts = (x, y) if r.random() < 0.5 else (y, x)
+        return self.call("cat", *parts, k - x.rank if r.random() < 0.5 else k, _k=k,
+                         _axis=self.axis(2 * n))
 
     def shape_step(self, x: Val) -> Val | None:
         """A random shape op on x that keeps it combinable with values over the same axes, or
