@@ -285,6 +285,13 @@ class CudaPrinter:
         out, src = s.out, s.ins[0]
         t, v = ctype(out.buffer.dtype), s.vector
         arr = f"pf::Array<{t}, {v}>"
+        if isinstance(s.expr, WindowOp) and len(s.ins) > 1 and not K.is_true(s.ins[1]):
+            # A vector of a window: all lanes read, or all take the fill (whole-vector guards).
+            read = self.vector_copy(K.TensorOp(s.expr, out, [src], vector=v))
+            fill = self.value(s.ins[2], t)
+            return (f"if ({self.expr(s.ins[1])}) {{ {read} }} else {{ "
+                    f"for (int pf_l = 0; pf_l < {v}; ++pf_l) "
+                    f"(&{self.expr(out)})[pf_l] = {fill}; }}")
         dst_mem, src_mem = out.buffer.memory, src.buffer.memory
         if dst_mem == "local" and src_mem == "global":
             hint = "pf::LoadHint::Default"

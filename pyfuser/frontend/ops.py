@@ -642,7 +642,7 @@ class Ops:
         """torch.cat: the tensors one after another along `dim`, every other dim equal. Each is
         read through a window over the whole result (a pad), and an iota along `dim` picks
         whose part each element is."""
-        from .resize import _add, _int_or_scalar, _mul, window
+        from .resize import _add, _int_or_scalar, _mul, index_dtype, window
         xs = [self._tensor("cat", k, t) for k, t in enumerate(tensors)]
         if not xs:
             raise FusionDefinitionError("cat: no tensors")
@@ -668,11 +668,13 @@ class Ops:
             extents[dim] = total
             windows = [None] * rank
             windows[dim] = DimWindow(_mul(start, -1), 1, ((_mul(start, -1), 1, 0, n),))
-            piece = window(self, t, windows, extents, fill)
+            # The where chain below takes each piece only inside its own part: what a piece
+            # holds outside it (a pushed window's op of the fill) is never read.
+            piece = window(self, t, windows, extents, fill, exact_fill=False)
             if out is None:
                 out = piece
             else:
-                j = self.iota(total, dtype=DataType.Int)
+                j = self.iota(total, dtype=index_dtype(total, start))
                 if rank > 1:
                     j = self.broadcast(j, [m != dim for m in range(rank)])
                 out = self.where(self.lt(j, start), out, piece)
@@ -747,7 +749,10 @@ class Ops:
                                         "or more")
         if not isinstance(diagonal, int) or isinstance(diagonal, bool):
             raise FusionDefinitionError(f"{op}: diagonal must be an int, got {diagonal!r}")
-        rows, cols = (self.iota(i.user_extent, dtype=DataType.Int) for i in dims[-2:])
+        from .resize import index_dtype
+        n_rows, n_cols = (i.user_extent for i in dims[-2:])
+        dt = index_dtype(n_rows, n_cols, diagonal)
+        rows, cols = (self.iota(n, dtype=dt) for n in (n_rows, n_cols))
         offset = self.sub(self.broadcast(cols, [True, False]), self.broadcast(rows, [False, True]))
         keep = self.ge(offset, diagonal) if op == "triu" else self.le(offset, diagonal)
         zero = Scalar(x.dtype, False if x.dtype.is_boolean else 0)

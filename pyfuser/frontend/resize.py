@@ -57,9 +57,12 @@ def compose(outer: DimWindow | None, inner: DimWindow | None) -> DimWindow | Non
                      inner.step * outer.step, outer.guards + guards)
 
 
-def window(ops, x: TensorView, windows: list, extents: list, fill) -> TensorView:
+def window(ops, x: TensorView, windows: list, extents: list, fill,
+           exact_fill: bool = True) -> TensorView:
     """x read through `windows` (a DimWindow or None per logical dim), with `extents` for the
-    windowed dims and `fill` where a guard fails (a Python number or a Scalar of x's dtype)."""
+    windowed dims and `fill` where a guard fails (a Python number or a Scalar of x's dtype).
+    `exact_fill=False`: any value may stand where a guard fails (an operand of a window pushed
+    through an op, whose result the mask after the op replaces there)."""
     guarded = any(w is not None and w.guards for w in windows)
     d = x.definition
     if isinstance(d, WindowOp):
@@ -72,11 +75,12 @@ def window(ops, x: TensorView, windows: list, extents: list, fill) -> TensorView
                  for w in windows]
         y = window(ops, d.src, [compose(o, i) for o, i in zip(outer, d.windows)],
                    extents, d.fill if inner_guarded else fill)
-        return _select_fill(ops, y, windows, extents, fill) if outer_fill_apart else y
+        return _select_fill(ops, y, windows, extents, fill) if outer_fill_apart and exact_fill \
+            else y
     if isinstance(d, _ELEMENTWISE) and x.definition.outputs[0] is x and _pushable(x, windows):
         operands = [_operand_window(ops, v, windows, extents) for v in d.inputs]
         y = _redo(d, operands)
-        return _select_fill(ops, y, windows, extents, fill) if guarded else y
+        return _select_fill(ops, y, windows, extents, fill) if guarded and exact_fill else y
     return arith.window(x, windows, extents, fill)
 
 
@@ -106,7 +110,8 @@ def _operand_window(ops, v, windows, extents):
     if all(w is None for w in ws):
         return v
     return window(ops, v, ws, [n if w is not None else i.user_extent
-                               for w, n, i in zip(ws, extents, dims)], _any_fill(v))
+                               for w, n, i in zip(ws, extents, dims)], _any_fill(v),
+                  exact_fill=False)
 
 
 def _any_fill(v: TensorView):
@@ -130,13 +135,23 @@ def _redo(d, operands) -> TensorView:
     return arith.where(operands[0], operands[1], operands[2], out.dtype)
 
 
+def index_dtype(*values) -> DataType:
+    """Int32 for an iota (and the comparisons on it) when every value it meets is a constant
+    that fits with room to spare, else Int: 32-bit integer math per element costs half of
+    64-bit on the GPU."""
+    consts = [S.const_value(v) for v in values]
+    if all(isinstance(c, int) and abs(c) < 2 ** 30 for c in consts):
+        return DataType.Int32
+    return DataType.Int
+
+
 def guard_mask(ops, windows, extents, rank: int):
     """The bool tensor (broadcast over unguarded dims) that holds where every guard holds."""
     mask = None
     for k, (w, n) in enumerate(zip(windows, extents)):
         if w is None or not w.guards:
             continue
-        j = ops.iota(n, dtype=DataType.Int)
+        j = ops.iota(n, dtype=index_dtype(n, *(x for g in w.guards for x in g)))
         if rank > 1:
             j = ops.broadcast(j, [m != k for m in range(rank)])
         for a, b, lo, hi in w.guards:

@@ -19,7 +19,7 @@ divisibility, stride and alignment the executor checks before each launch.
 """
 from __future__ import annotations
 
-from ..ir.exprs import LoadStoreOp
+from ..ir.exprs import LoadStoreOp, WindowOp
 from ..ir.tensor import MemoryType, TensorView
 from ..kir import nodes as K
 from .context import LoweringError
@@ -66,7 +66,9 @@ def _vectorize(loop: K.ForLoop, kernel) -> list:
         _check_lanes_contiguous(op, loop, kernel)
         op.vector = width
         op.out = _vec_access(substitute(op.out, first_lane), width, kernel)
-        op.ins = [_vec_access(substitute(i, first_lane), width, kernel) for i in op.ins]
+        op.ins = [_vec_access(substitute(i, first_lane), width, kernel)
+                  if isinstance(i, K.TensorIndex) else substitute(i, first_lane)
+                  for i in op.ins]
         op.predicate = substitute(op.predicate, first_lane)
         out.append(op)
     return out
@@ -107,6 +109,9 @@ def _check_lanes_contiguous(op: K.TensorOp, loop: K.ForLoop, kernel) -> None:
     if lid is None:
         return
     exact = kernel.ctx.exact
+    if isinstance(op.expr, WindowOp):
+        _check_window_lanes(op.expr, lid, loop, exact)
+        return
     for tv in [op.expr.outputs[0], *op.expr.inputs]:
         if not isinstance(tv, TensorView) or tv.memory_type != MemoryType.Global:
             continue
@@ -118,6 +123,20 @@ def _check_lanes_contiguous(op: K.TensorOp, loop: K.ForLoop, kernel) -> None:
                 f"{stepped if stepped is not None else 'no single dim'}, not its stride-1 dim "
                 f"{inner if inner is not None else '(none: every dim is a broadcast)'}; "
                 "its lanes would not be one contiguous run of memory")
+
+
+def _check_window_lanes(e: WindowOp, lid, loop: K.ForLoop, exact) -> None:
+    """A window's lanes step through its out's dim d; they read one run of its source when d
+    is the source's stride-1 dim, read at step 1 (the scheduler checked the offset and guards
+    are whole vectors: base.vector_windows)."""
+    out, src = e.outputs[0], e.src
+    stepped = _dim_stepped_by(lid, out, exact)
+    logical = out.domain.logical_no_reductions
+    d = next((k for k, i in enumerate(logical) if i is stepped), None)
+    if d is None or src.domain.logical_no_reductions[d] is not src.domain.contiguous_dim \
+            or (e.windows[d] is not None and e.windows[d].step != 1):
+        raise LoweringError(f"a {loop.stop!r}-wide vector read of window T{out.name} does not "
+                            f"step through T{src.name}'s stride-1 dim one element at a time")
 
 
 def _dim_stepped_by(lid, tv: TensorView, exact):
@@ -139,6 +158,8 @@ def _dim_stepped_by(lid, tv: TensorView, exact):
 
 
 def _is_copy(op: K.TensorOp) -> bool:
+    if isinstance(op.expr, WindowOp):
+        return True             # a read of its source (of out's dtype), or its fill
     if not isinstance(op.expr, LoadStoreOp):
         return False
     src = op.expr.inputs[0]

@@ -1233,6 +1233,9 @@ class Interpreter:
         elif not pred:
             return
         e = s.expr
+        if s.vector > 1 and isinstance(e, WindowOp):
+            self._window(ctx, s, s.vector)
+            return
         if s.vector > 1:
             if not isinstance(e, LoadStoreOp):
                 raise InterpreterError(f"vector op {type(e).__name__} is not a copy")
@@ -1261,26 +1264,22 @@ class Interpreter:
             value = self._compute(e, [v for v, _ in ins])
         self._write(ctx, s.out, value, poison, exact=self._exact_copy(s))
 
-    def _window(self, ctx: _Ctx, s: K.TensorOp) -> None:
-        """A window's read where its condition holds, its fill where not (no read there: the
-        index may be outside the source)."""
+    def _window(self, ctx: _Ctx, s: K.TensorOp, lanes: int = 1) -> None:
+        """A window's read (of `lanes` elements) where its condition holds, its fill where not
+        (no read there: the index may be outside the source)."""
         src, cond, fill = s.ins
         ok = ctx.ev(cond)
-        fill = self._scalar(fill.scalar)
         if type(ok) is not _ND:
-            if ok:
-                vals, poison = self._read(ctx, src)
-                self._write(ctx, s.out, vals, poison, exact=src.buffer.dtype == s.out.buffer.dtype)
-            else:
-                self._write(ctx, s.out, np.full(ctx.n, fill), None)
-            return
+            ok = np.full(ctx.n, bool(ok))
+        fill = self._scalar(fill.scalar)
         if ok.any():
             inside = ctx.subset(ok)
-            vals, poison = self._read(inside, src)
-            self._write(inside, s.out, vals, poison,
-                        exact=src.buffer.dtype == s.out.buffer.dtype)
+            vals, poison = self._read(inside, src, lanes)
+            self._write(inside, s.out, vals, poison, lanes, exact=True)
         if not ok.all():
-            self._write(ctx.subset(~ok), s.out, np.full(int((~ok).sum()), fill), None)
+            n = int((~ok).sum())
+            self._write(ctx.subset(~ok), s.out,
+                        np.full(n if lanes == 1 else (n, lanes), fill), None, lanes)
 
     def _iota(self, ctx: _Ctx, s: K.TensorOp):
         """start + index * step for every thread (ins: start, step, the index expression), in

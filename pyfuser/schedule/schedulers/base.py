@@ -228,6 +228,48 @@ def vector_inputs(fusion, info: RuntimeInfo, vector: int, ref_id) -> tuple:
     return tuple(out)
 
 
+def vector_windows(fusion, info: RuntimeInfo, vector: int, ref_id) -> tuple:
+    """Positions, among the fusion's WindowOps in expression order, of the windows of inputs
+    read with vector loads in a loop over the reference's logical ID `ref_id` vectorized by
+    `vector`: the window's dim along ref_id reads the input's stride-1 dim whole vectors at a
+    time (step 1, an offset and guard bounds that are multiples of the width, so each vector
+    is one run of the input, all read or all filled) and the input's layout allows the width
+    (input_vector_width)."""
+    from ...ir.exprs import WindowOp
+    from ...ir.id_graph import IdGraph
+    if vector <= 1:
+        return ()
+    graph = IdGraph(fusion)
+    windows = [e for e in fusion.exprs() if isinstance(e, WindowOp)]
+    out = []
+    for n, e in enumerate(windows):
+        src, tv = e.src, e.outputs[0]
+        if src not in fusion.inputs:
+            continue
+        d = mapped_dim(tv, ref_id, graph)
+        w = access_width(src.dtype, vector)
+        if d is None or w <= 1 or not _window_whole_vectors(e.windows[d], w):
+            continue
+        facts = info.inputs[fusion.inputs.index(src)]
+        if input_vector_width(src, facts, d, vector) == w:
+            out.append(n)
+    return tuple(out)
+
+
+def _window_whole_vectors(w, width: int) -> bool:
+    if w is None:
+        return True
+    if w.step != 1 or not isinstance(S.const_value(w.offset), int) \
+            or S.const_value(w.offset) % width:
+        return False
+    for a, b, lo, hi in w.guards:
+        a, lo, hi = (S.const_value(x) for x in (a, lo, hi))
+        if b != 1 or not all(isinstance(x, int) for x in (a, lo, hi)) \
+                or (lo - a) % width or (hi - a) % width:
+            return False
+    return True
+
+
 def vector_width(fusion, inner_extent: int, ref_id) -> int:
     """The scheduled width of a loop over the reference's logical ID `ref_id` of
     `inner_extent` elements: 16-byte accesses of the widest input that iterates that dim

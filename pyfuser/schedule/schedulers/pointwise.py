@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from ...ir.exprs import BroadcastOp, SqueezeOp
+from ...ir.exprs import BroadcastOp, SqueezeOp, WindowOp
 from ...ir.id_graph import IdGraph
 from ...ir.iter_domain import ParallelType as PT
 from ..cache import cached_uses
@@ -38,7 +38,7 @@ from ...ir.tensor import TensorView
 from .. import inline_most, parallelize_like, propagate_transforms
 from .base import (RuntimeInfo, SchedulerError, cache_inputs_and_outputs, mapped_dim,
                    orient_vector_inputs, pow2_divisor, reduction_tensors, vector_inputs,
-                   vectorize)
+                   vector_windows, vectorize)
 
 NAME = "pointwise"
 
@@ -49,11 +49,16 @@ class PointwiseParams:
     threads: int = 128       # threads per block (TIDx)
     unroll: int = 1          # vectors per thread, strided by threads * vector
     vector_inputs: tuple = ()  # fusion input positions read with vector loads
+    # Windows (slices, pads) of inputs read with vector loads: positions among the fusion's
+    # WindowOps in expression order (base.vector_windows).
+    vector_windows: tuple = ()
     note: str = ""
 
     def describe(self) -> str:
+        windows = (f", vector loads for windows {list(self.vector_windows)}"
+                   if self.vector_windows else "")
         return (f"pointwise: {self.threads} threads, vector {self.vector}, unroll {self.unroll}, "
-                f"vector loads for inputs {list(self.vector_inputs)}"
+                f"vector loads for inputs {list(self.vector_inputs)}{windows}"
                 + (f" ({self.note})" if self.note else ""))
 
 
@@ -158,6 +163,7 @@ def compute_heuristics(fusion, info: RuntimeInfo) -> PointwiseParams:
                      and inner is not None and mapped_dim(t, inner, graph) is not None] + [1])
     vector = pow2_divisor(inner_ext, max(1, 16 // max_bytes))
     vec_inputs = vector_inputs(fusion, info, vector, inner) if inner is not None else ()
+    vec_windows = vector_windows(fusion, info, vector, inner) if inner is not None else ()
     # Measured on the H100 (bench/results/2026-11-22-h100-sweeps.md), 256 MB bf16 cases:
     # - no broadcast input (silu_mul): one vector per thread in large blocks is best
     #   (512 threads x 1: 3017 GB/s; 128 x 4: 2925);
@@ -172,7 +178,8 @@ def compute_heuristics(fusion, info: RuntimeInfo) -> PointwiseParams:
         threads, unroll = 128, 1
         while threads < 512 and numel >= threads * 2 * vector * sms * 16:
             threads *= 2
-    return PointwiseParams(vector=vector, threads=threads, unroll=unroll, vector_inputs=vec_inputs)
+    return PointwiseParams(vector=vector, threads=threads, unroll=unroll, vector_inputs=vec_inputs,
+                           vector_windows=vec_windows)
 
 
 def _has_broadcast_input(fusion, ref) -> bool:
@@ -205,7 +212,9 @@ def schedule(fusion, params: PointwiseParams) -> None:
     if params.vector > 1:
         inner = _inner_dim(ref)
         graph = IdGraph(fusion)
-        for tv in [caches[k] for k in params.vector_inputs] + outputs:
+        windows = [e.outputs[0] for e in fusion.exprs() if isinstance(e, WindowOp)]
+        for tv in ([caches[k] for k in params.vector_inputs]
+                   + [windows[n] for n in params.vector_windows] + outputs):
             vectorize(tv, -1, params.vector, along=inner, graph=graph)
     inline_most(fusion=fusion)
 
