@@ -96,6 +96,34 @@ def test_rope_rotate_half_is_one_kernel():
     run_and_check(fd, [q, cos, sin], scheduler="pointwise", options=INTERPRET)
 
 
+def test_rope_reads_its_windows_with_vector_loads():
+    """Both halves of q are read 8 bf16 at a time: the cat's parts start at multiples of 8."""
+    q = torch.empty(4, 2048, 32, 128, dtype=torch.bfloat16, device="meta")
+    cs = torch.empty(2048, 128, device="meta")
+    with FusionDefinition() as fd:
+        tq = fd.from_pytorch(q, static_sizes=True)
+        fd.add_output(fd.ops.cast(_rope(fd, tq, fd.from_pytorch(cs), fd.from_pytorch(cs)), BF16))
+    seg, = fd.explain([q, cs, cs], device="h100").segments
+    params = seg.kernel.params
+    assert params.vector == 8 and params.vector_windows == (0, 1), params
+
+
+@pytest.mark.parametrize("widths", [(8, 16), (12, 20)])
+def test_vector_reads_of_a_cat_on_the_interpreter(widths):
+    """Cats 24 and 32 wide, both in loops vectorized by 8: parts 8 and 16 wide are read whole
+    vectors at a time (guards at multiples of 8); parts 12 and 20 wide element by element."""
+    a = torch.randn(37, widths[0]).bfloat16()
+    b = torch.randn(37, widths[1]).bfloat16()
+    with FusionDefinition() as fd:
+        ta, tb = fd.from_pytorch(a, static_sizes=True), fd.from_pytorch(b, static_sizes=True)
+        fd.add_output(fd.ops.cat([ta, -tb], 1))
+    run_and_check(fd, [a, b], scheduler="pointwise", options=INTERPRET)
+    params = fd.last_run.heuristics[0]
+    assert params.vector == 8
+    assert params.vector_windows == ((0, 1) if widths[0] % 8 == 0 else ()), params
+    assert torch.equal(fd.execute([a, b], options=INTERPRET)[0], torch.cat([a, -b], 1))
+
+
 def test_chunked_swiglu_is_one_kernel():
     x = torch.randn(7, 2 * 37)
     with FusionDefinition() as fd:
