@@ -87,7 +87,7 @@ class CudaPrinter:
             if e.op == "ceilDiv":
                 return f"pf::ceil_div({a}, {b})"
             if e.op in ("min", "max"):
-                return f"{e.op}({a}, {b})"
+                return f"pf::i{e.op}({a}, {b})"
             return f"({a} {e.op} {b})"
         if isinstance(e, K.Not):
             return f"(!{self.expr(e.a)})"
@@ -108,8 +108,8 @@ class CudaPrinter:
         if isinstance(d, ScalarOp):
             a = self.scalar(d.inputs[0], "index_t")
             b = self.scalar(d.inputs[1], "index_t")
-            text = {"ceilDiv": f"pf::ceil_div({a}, {b})", "max": f"max({a}, {b})",
-                    "min": f"min({a}, {b})"}.get(d.op, f"({a} {ScalarOp.SYMBOLS.get(d.op, d.op)} {b})")
+            text = {"ceilDiv": f"pf::ceil_div({a}, {b})", "max": f"pf::imax({a}, {b})",
+                    "min": f"pf::imin({a}, {b})"}.get(d.op, f"({a} {ScalarOp.SYMBOLS.get(d.op, d.op)} {b})")
             return convert(text, want)
         # An op's value is converted to the scalar's own type first, as a tensor op's value is
         # stored to its buffer: a cast to int64 truncates, a cast to bf16 rounds, even where the

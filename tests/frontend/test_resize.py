@@ -124,6 +124,24 @@ def test_vector_reads_of_a_cat_on_the_interpreter(widths):
     assert torch.equal(fd.execute([a, b], options=INTERPRET)[0], torch.cat([a, -b], 1))
 
 
+def test_clamped_extents_of_a_symbolic_slice_compile():
+    """The extent of x[..., 92:-13] with x's sizes symbolic is max(0, max(0, n - 13) -
+    min(92, n)): printed with CUDA's max/min (an int literal and an int64 extent), NVRTC found
+    the calls ambiguous (GPU fuzz 20261345:729 and :515). Every kernel of the plan compiles."""
+    x = torch.empty_strided((512, 1, 128), (128, 128, 1), dtype=torch.bfloat16, device="meta")
+    with FusionDefinition() as fd:
+        t0 = fd.from_pytorch(x)
+        v = fd.ops.segment_set(fd.ops.slice(fd.ops.sigmoid(t0), [None, None, 92],
+                                            [None, None, -13]))
+        fd.add_output(v)
+        fd.add_output(fd.ops.max(v, [-3, -2, -1]))
+    plan = fd.explain([x], device="h100", compile=True)
+    assert [(s.kind, s.name) for s in plan.segments] == [
+        ("kernel", "pointwise"), ("kernel", "pointwise"), ("kernel", "reduction")]
+    for seg in plan.segments:
+        assert "registers" in seg.kernel.ptxas, seg
+
+
 def test_chunked_swiglu_is_one_kernel():
     x = torch.randn(7, 2 * 37)
     with FusionDefinition() as fd:

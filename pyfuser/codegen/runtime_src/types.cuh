@@ -138,6 +138,16 @@ template <typename A, typename B>
 __host__ __device__ __forceinline__ constexpr auto round_up(A a, B b) -> decltype(a + b) {
   return ceil_div(a, b) * b;
 }
+// max and min of two integers of mixed types (a slice's clamped extent: max(0, n - 13) with n
+// an int64 parameter), in their common type; CUDA's overloads of max/min are ambiguous there.
+template <typename A, typename B>
+__host__ __device__ __forceinline__ constexpr auto imax(A a, B b) -> decltype(a + b) {
+  return a > b ? a : b;
+}
+template <typename A, typename B>
+__host__ __device__ __forceinline__ constexpr auto imin(A a, B b) -> decltype(a + b) {
+  return a < b ? a : b;
+}
 
 // ---------------------------------------------------------------------------------------------
 // Numeric limits without <limits>. lowest/highest are the finite extremes (as std::numeric_limits);
