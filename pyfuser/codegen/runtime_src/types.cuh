@@ -140,12 +140,14 @@ __host__ __device__ __forceinline__ constexpr auto round_up(A a, B b) -> decltyp
 }
 // max and min of two integers of mixed types (a slice's clamped extent: max(0, n - 13) with n
 // an int64 parameter), in their common type; CUDA's overloads of max/min are ambiguous there.
+// Not constexpr, as CUDA's max is not: a divisor max(1 - 1, 0) (the variance of a one-element
+// row, 0 / 0 = NaN as in torch) is then no constant zero the front end warns about.
 template <typename A, typename B>
-__host__ __device__ __forceinline__ constexpr auto imax(A a, B b) -> decltype(a + b) {
+__host__ __device__ __forceinline__ auto imax(A a, B b) -> decltype(a + b) {
   return a > b ? a : b;
 }
 template <typename A, typename B>
-__host__ __device__ __forceinline__ constexpr auto imin(A a, B b) -> decltype(a + b) {
+__host__ __device__ __forceinline__ auto imin(A a, B b) -> decltype(a + b) {
   return a < b ? a : b;
 }
 
