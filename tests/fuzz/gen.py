@@ -912,7 +912,8 @@ class Builder:
             return None
         k = r.choice(ks)
         n = self.size_of(x.dims[k])
-        total = math.prod(self.size_of(d) for d in x.dims)
+        # (A size-0 dim counts as 1: values made to broadcast with x take size 1 there.)
+        total = math.prod(max(self.size_of(d), 1) for d in x.dims)
         op = r.choice(("slice", "slice", "pad", "cat"))
         left, right = r.choice(((1, 0), (0, 2), (3, 1), (2, 2)))
         grown = {"cat": 2 * n, "pad": n + left + right}.get(op, n)

@@ -84,25 +84,6 @@ def reference_reduction(reds: list[TensorView]) -> TensorView:
     return min(reds, key=broadcast_kept)
 
 
-def kept_dim_broadcast_along_reduced(fusion, reds) -> TensorView | None:
-    """A reduction of `reds` one of whose kept dims, a broadcast, is broadcast somewhere in the
-    fusion along a dim the reduction reduces, or None. The mean [1] of a one-row x [1, N] where
-    it meets [1, N] again right-aligned (torch's broadcasting): its row dim lies along the
-    columns. Scheduled on the reduction's pattern, that dim takes the row's splits and thread
-    bindings, and the row's own loops disagree with them (fuzz 20261345:1173: "T8 axis 4 is
-    TIDy but the loop it shares with T42 is S"). The segmenter leaves the broadcast to another
-    kernel."""
-    from ...ir.id_graph import IdGraph
-    pairs = IdGraph(fusion, permissive=True, transforms=False)
-    for r in reds:
-        root = r.domain.maybe_root
-        kept = [i for i in root if not i.is_reduction and i.is_broadcast]
-        reduced = [i for i in root if i.is_reduction]
-        if any(pairs.mapped(k, x) for k in kept for x in reduced):
-            return r
-    return None
-
-
 def iterates_rows(tv: TensorView, ref: TensorView, exact_graph) -> bool:
     """Whether tv has one of the rows the reduction `ref` keeps, as the rows of a persistent
     schedule iterate them (the exact ID graph: a broadcast dim is not the dim it is broadcast

@@ -33,8 +33,7 @@ from .. import (cache_after, cache_before, circular_buffer, inline_at, inline_mo
                 parallelize_like, propagate_transforms, rfactor, set_allocation_domain,
                 set_memory_type)
 from ..tma_rules import MAX_TX_BYTES
-from .base import (RuntimeInfo, SchedulerError, iterates_rows,
-                   kept_dim_broadcast_along_reduced, orient_vector_inputs,
+from .base import (RuntimeInfo, SchedulerError, iterates_rows, orient_vector_inputs,
                    reduction_tensors, reference_reduction, vector_inputs, vector_width,
                    vectorize_along)
 from .inner_persistent import _project_to_inputs, persistent_batch
@@ -250,12 +249,6 @@ def can_schedule(fusion) -> tuple[bool, str]:
         return False, cols
     if not rows or not cols:
         return False, "needs both row and column reductions of the same rows"
-    reds = reduction_tensors(fusion)
-    crossed = kept_dim_broadcast_along_reduced(fusion, reds)
-    if crossed is not None:
-        return False, (f"a kept dim of T{crossed.name} is broadcast along a dim it reduces "
-                       "(a one-row statistic right-aligned against the rows)")
-
     if not any(broadcast_back(fusion, r, graph) for r in rows):
         return False, "no row reduction is broadcast back over the row"
     why = _phase2_problem(fusion, cols, graph)

@@ -34,8 +34,7 @@ from ..inlining import _upstream
 from ..recompute import recompute_for
 from ..tma_rules import MAX_TX_BYTES, check_bulk_rows, check_row_box
 from .base import (RuntimeInfo, SchedulerError, access_width, orient_vector_inputs,
-                   kept_dim_broadcast_along_reduced, reduced_and_kept, reduction_tensors,
-                   reference_reduction, vector_inputs,
+                   reduced_and_kept, reduction_tensors, reference_reduction, vector_inputs,
                    vector_width, vectorize, vectorize_along)
 from .reduction import (_layout, _merge_dims, _pow2_floor, broadcast_back,
                         is_over_reduced_tensor_dims)
@@ -148,10 +147,6 @@ def can_schedule(fusion) -> tuple[bool, str]:
     graph = IdGraph(fusion)
     if not any(broadcast_back(fusion, r, graph) for r in reds):
         return False, "no reduction result is broadcast back over the row (a plain reduction)"
-    crossed = kept_dim_broadcast_along_reduced(fusion, reds)
-    if crossed is not None:
-        return False, (f"a kept dim of T{crossed.name} is broadcast along a dim it reduces "
-                       "(a one-row statistic right-aligned against the rows)")
     ref = reference_reduction(reds)
     pattern = [i.is_reduction for i in ref.domain.maybe_root]
     for r in reds:

@@ -46,8 +46,7 @@ from ..cache import cached_uses
 from ...ir.tensor import TensorView
 from .. import (inline_at, inline_most, parallelize_like,
                 propagate_transforms, rfactor)
-from .base import (RuntimeInfo, SchedulerError, cache_inputs_and_outputs,
-                   kept_dim_broadcast_along_reduced, orient_vector_inputs,
+from .base import (RuntimeInfo, SchedulerError, cache_inputs_and_outputs, orient_vector_inputs,
                    reduction_tensors, reference_reduction, vector_inputs, vector_width,
                    vectorize_along)
 from ..recompute import recompute_for
@@ -157,10 +156,6 @@ def can_schedule(fusion) -> tuple[bool, str]:
     graph = IdGraph(fusion)
     if not any(broadcast_back(fusion, r, graph) for r in reds):
         return False, "no reduction result is broadcast back over the reduced dims"
-    crossed = kept_dim_broadcast_along_reduced(fusion, reds)
-    if crossed is not None:
-        return False, (f"a kept dim of T{crossed.name} is broadcast along a dim it reduces "
-                       "(a one-row statistic right-aligned against the rows)")
     ref = reference_reduction(reds)
     for r in reds:
         if not same_row_dims(r, ref, graph):

@@ -47,9 +47,8 @@ from ...ir.iter_domain import ParallelType as PT
 from ...ir.tensor import TensorView
 from .. import (inline_at, inline_most, parallelize_like,
                 propagate_transforms, rfactor)
-from .base import (RuntimeInfo, SchedulerError, cache_inputs_and_outputs,
-                   kept_dim_broadcast_along_reduced, orient_vector_inputs, reduced_and_kept,
-                   reduction_tensors, vector_inputs, vector_width, vectorize)
+from .base import (RuntimeInfo, SchedulerError, cache_inputs_and_outputs, orient_vector_inputs,
+                   reduced_and_kept, reduction_tensors, vector_inputs, vector_width, vectorize)
 
 NAME = "reduction"
 
@@ -195,10 +194,6 @@ def can_schedule(fusion) -> tuple[bool, str]:
     reds = reduction_tensors(fusion)
     if not reds:
         return False, "no reductions"
-    crossed = kept_dim_broadcast_along_reduced(fusion, reds)
-    if crossed is not None:
-        return False, (f"a kept dim of T{crossed.name} is broadcast along a dim it reduces "
-                       "(a one-row statistic right-aligned against the rows)")
     ref = reds[0]
     for r in reds:
         if [i.is_reduction for i in r.domain.maybe_root] != [i.is_reduction for i in ref.domain.maybe_root]:
