@@ -448,6 +448,12 @@ class LoweringContext:
         return got
 
     def _check_parallel(self, tv: TensorView, j: int, lp: Loop) -> None:
+        """tv's axis j, inside the shared loop lp, must be bound as lp is. A broadcast axis is
+        exempt: it iterates one element, held by every thread, whatever binding the
+        propagation gave it (a row statistic [1] right-aligned against the columns it reduced,
+        inside their serial loop; fuzz 20261348:1459), as _check_same_threads exempts it."""
+        if tv.domain.loop[j].is_broadcast:
+            return
         mine = tv.domain.loop[j].parallel_type
         theirs = lp.parallel
         if mine != theirs and mine != ParallelType.Serial and not (

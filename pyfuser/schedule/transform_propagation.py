@@ -279,16 +279,29 @@ def parallelize_like(reference: TensorView, tensors=None, parallel_types=None) -
     """
     fusion = reference.fusion
     graph = IdGraph(fusion, permissive=True)
+    exact = IdGraph(fusion)
     tensors = fusion.tensors() if tensors is None else tensors
     for tv in tensors:
         if tv is reference:
             continue
-        for i in tv.domain.loop:
-            for r in reference.domain.loop:
-                if r.parallel_type == ParallelType.Serial:
-                    continue
-                if parallel_types is not None and r.parallel_type not in parallel_types:
-                    continue
-                if graph.mapped(i, r):
-                    i.parallel_type = r.parallel_type
-                    break
+        loop = reference.domain.loop
+        for pos, i in enumerate(tv.domain.loop):
+            # Of the reference's loops the permissive map reaches from i, the one at i's own
+            # position where there are several (the loops are replayed from the reference's),
+            # else the one that iterates exactly what i does, else the first parallel one.
+            # Through broadcasts the map can reach two: a one-row statistic broadcast along
+            # the columns it reduced maps the rows' split to the columns' split (fuzz
+            # 20261345:1173 bound the columns' split to TIDy; its loop in the reduction is
+            # serial).
+            reached = [r for r in loop if graph.mapped(i, r)]
+            if len(reached) > 1 and pos < len(loop) and loop[pos] in reached:
+                r = loop[pos]
+            else:
+                r = next((r for r in reached if exact.mapped(i, r)), None) or next(
+                    (r for r in reached if r.parallel_type != ParallelType.Serial
+                     and (parallel_types is None or r.parallel_type in parallel_types)), None)
+            if r is None or r.parallel_type == ParallelType.Serial:
+                continue
+            if parallel_types is not None and r.parallel_type not in parallel_types:
+                continue
+            i.parallel_type = r.parallel_type

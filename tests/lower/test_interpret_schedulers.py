@@ -328,6 +328,42 @@ def test_a_row_beside_an_output_broadcast_along_part_of_it_keeps_its_own_loops(e
                   options={"enable": ["interpret"]})
 
 
+def test_a_row_sum_right_aligned_against_the_row_it_sums():
+    """Fuzz 20261348:1459: where(x == 0.5, sum(broadcast(x) [1, N], [1]), -1) for x [N]: the
+    sum [1] (its kept dim a broadcast) meets x right-aligned, along the N it reduced, inside the
+    output's serial loops; propagation had bound that broadcast axis to TIDy ("T4 axis 2 is
+    TIDy but the loop it shares with T6 is S"). A broadcast axis takes the loop it shares."""
+    x = torch.randn(7).half().as_strided((4,), (2,))
+    with FusionDefinition() as fd:
+        t0 = fd.define_tensor(shape=[-1], contiguity=[False], dtype=DataType.Half)
+        v1 = fd.ops.sum(fd.ops.broadcast(t0, [True, False]), [1])
+        fd.add_output(fd.ops.where(fd.ops.eq(t0, 0.5), v1, -1.0))
+    run_and_check(fd, [x], kernels=1, scheduler="inner_persistent",
+                  options={"enable": ["interpret"]})
+
+
+def test_a_one_row_statistic_broadcast_along_the_columns_it_reduced():
+    """Fuzz 20261345:1173: the mean [1] of a one-row t2 [1, N] (its row dim a broadcast) meets
+    [1, N] again right-aligned, so its row dim lies along the columns it reduced, and the
+    permissive map reaches both the rows' split and the columns' split from a column axis;
+    parallelize_like bound the columns' split of the cast of t2 to TIDy, serial in the
+    reduction ("T8 axis 4 is TIDy but the loop it shares with T42 is S"). It now takes the
+    reference loop at its own position."""
+    g = torch.Generator().manual_seed(0)
+    t0, t2 = (torch.randn(1, 595, generator=g).bfloat16() for _ in range(2))
+    t1 = torch.randint(-3, 2, (1, 595), generator=g, dtype=torch.int32)
+    with FusionDefinition() as fd:
+        x0 = fd.from_pytorch(t0, static_sizes=True)
+        x1, x2 = fd.from_pytorch(t1), fd.from_pytorch(t2)
+        v1 = fd.ops.where(fd.ops.ne(x0, 0.5), x2, x1)
+        _, mean = fd.ops.var_mean(x2, [1], keepdim=False, correction=1)
+        fd.add_output(fd.ops.where(fd.ops.gt(v1, 0.5), mean, fd.ops.sum(mean, [-1], keepdim=True)))
+        fd.add_output(fd.ops.div(x2, fd.ops.add(fd.ops.abs(mean), 0.5)))
+        fd.add_output(fd.ops.tanh(x1))
+    run_and_check(fd, [t0, t1, t2], kernels=1, scheduler="inner_persistent",
+                  options={"enable": ["interpret"]})
+
+
 def test_a_row_cache_of_part_of_a_merged_row_is_not_kept_resident():
     """Fuzz 20261203:613: var_mean over all dims of cast(!b * a) for b [M (expanded), K, 1, N]
     and a [3, 1]: the row merges [K, 3, N], b's cache holds [K, N] of it. Kept resident with its
