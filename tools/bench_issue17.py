@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import sys
 
+import bench_cases
 import torch
 
 from pyfuser import DataType, FusionDefinition
@@ -116,41 +117,6 @@ CASES = {
 }
 
 
-def explain() -> int:
-    for name, make in CASES.items():
-        fd, inputs, _, _ = make("meta")
-        print(f"== {name}\n{fd.explain(inputs, device='h100')}\n")
-    return 0
-
-
-def bench() -> int:
-    from pyfuser.benchmark.harness import _bench
-    print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}")
-    print("case | pyfuser GB/s | eager GB/s | compile GB/s | best peer | ratio | plan")
-    print("--- | --- | --- | --- | --- | --- | ---")
-    for name, make in CASES.items():
-        fd, inputs, eager, nbytes = make("cuda")
-        compiled = torch.compile(eager, dynamic=False)
-        ours = fd.execute(inputs)[0]
-        run = fd.last_run
-        peers = {"eager": eager, "compile": compiled}
-        t = {"pyfuser": _bench(lambda: fd.execute(inputs))}
-        for peer, fn in peers.items():
-            try:
-                diff = (fn().float() - ours.float()).abs().max().item()
-                if diff > 1e-2:
-                    print(f"# {name}: {peer} differs from pyfuser by {diff:.3g}")
-                t[peer] = _bench(fn)
-            except Exception as e:     # noqa: BLE001 - a peer that fails is reported, not fatal
-                print(f"# {name}: {peer} failed: {type(e).__name__}: {e}"[:300])
-        gbs = {k: nbytes / v / 1e6 for k, v in t.items()}
-        best = max(v for k, v in gbs.items() if k != "pyfuser")
-        plan = ", ".join(f"{s.kind}:{s.name}" for s in run.segments) or ",".join(run.schedulers)
-        print(f"{name} | {gbs['pyfuser']:.0f} | {gbs.get('eager', float('nan')):.0f} | "
-              f"{gbs.get('compile', float('nan')):.0f} | {best:.0f} | {gbs['pyfuser'] / best:.2f}"
-              f" | {run.kind}: {plan}", flush=True)
-    return 0
-
-
 if __name__ == "__main__":
-    raise SystemExit(explain() if "--explain" in sys.argv else bench())
+    raise SystemExit(bench_cases.explain(CASES) if "--explain" in sys.argv
+                     else bench_cases.bench(CASES))
