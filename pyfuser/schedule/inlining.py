@@ -57,20 +57,43 @@ def _persistent_limits(fusion, tv: TensorView, graph: IdGraph) -> set:
             continue
         feeds = _upstream(fusion, r) | {r}
         after_r = _downstream(fusion, r)
+        red_ids = [i for i in r.domain.all_ids() if i.is_reduction]
         inside = [c for c in consumers if c in feeds]
         # A consumer outside R's inputs forces tv to stay resident only if it, or what it
-        # feeds, uses R's result: the dx chain of a norm backward runs beside the column
-        # partials' accumulation over rows without needing it.
-        outside = [c for c in consumers if c not in feeds and (
-            c in after_r or any(d in after_r for d in _downstream(fusion, c)))]
+        # feeds before a reduction over R's dims, uses R's result: the dx chain of a norm
+        # backward runs beside the column partials' accumulation over rows without needing
+        # it, and a second column sum beside R meets R's result only once both are complete
+        # (fuzz 20261350:740: tv held across every row, a buffer of runtime size).
+        outside = [c for c in consumers if c not in feeds
+                   and _meets_before_reducing(fusion, c, after_r, red_ids, graph)]
         if not inside or not outside:
             continue
-        red_ids = [i for i in r.domain.all_ids() if i.is_reduction]
         for i in tv.domain.loop:
             if any(graph.mapped(i, x) for x in red_ids) or any(
                     graph.mapped(a, x) for a in ancestors(i, tv.domain.maybe_root) for x in red_ids):
                 blocked.add(i)
     return blocked
+
+
+def _meets_before_reducing(fusion, c: TensorView, after_r: set, red_ids: list,
+                           graph: IdGraph) -> bool:
+    """Whether c, or a tensor c feeds with no reduction over any of `red_ids` on the way (c
+    itself included), is in after_r (uses the reduction's result)."""
+    seen, todo = set(), [c]
+    while todo:
+        t = todo.pop()
+        if t in seen:
+            continue
+        seen.add(t)
+        if t in after_r:
+            return True
+        d = t.definition
+        if isinstance(d, ReductionOp) and any(
+                i.is_reduction and graph.mapped(i, x) for i in t.domain.all_ids()
+                for x in red_ids):
+            continue
+        todo.extend(u for u in fusion.consumers(t) if isinstance(u, TensorView))
+    return False
 
 
 def _owner_loops(fusion, tv: TensorView, pos: int, graph: IdGraph) -> set:

@@ -364,6 +364,27 @@ def test_a_one_row_statistic_broadcast_along_the_columns_it_reduced():
                   options={"enable": ["interpret"]})
 
 
+def test_two_column_sums_that_meet_after_both_leave_the_input_cache_inlined():
+    """Fuzz 20261350:740: fp64 x [153, 2], a column sum of x itself and a column mean of
+    gelu(x) that meet (a maximum) only once both are complete, beside a row sum. The inliner
+    counted gelu(x) as a consumer needing the first sum's result per row and held x's cache
+    resident across every row: a register buffer of runtime size ("T20 needs a register
+    buffer of runtime size"). A consumer meets a reduction's result only before reducing over
+    the same dims."""
+    x = torch.randn(153, 2, dtype=torch.float64)
+    with FusionDefinition() as fd:
+        t0 = fd.define_tensor(shape=[-1, -1], contiguity=[True, True], dtype=DataType.Double)
+        v0 = fd.ops.gelu(t0, approximate="tanh")
+        v9 = fd.ops.pow(fd.ops.add(fd.ops.mul(fd.ops.sigmoid(fd.ops.mul(
+            fd.ops.sum(t0, [-2]), 0.0009765625)), 1.0), 0.5), 0.5)
+        v2 = fd.ops.logical_not(t0)
+        fd.add_output(fd.ops.add(v2, fd.ops.sum(v2, [1], keepdim=True)))
+        fd.add_output(fd.ops.maximum(v9, fd.ops.mean(v0, [0], keepdim=True)))
+        fd.add_output(v0)
+    run_and_check(fd, [x], kernels=1, scheduler="inner_outer_persistent",
+                  options={"enable": ["interpret"]})
+
+
 def test_a_row_cache_of_part_of_a_merged_row_is_not_kept_resident():
     """Fuzz 20261203:613: var_mean over all dims of cast(!b * a) for b [M (expanded), K, 1, N]
     and a [3, 1]: the row merges [K, 3, N], b's cache holds [K, N] of it. Kept resident with its
