@@ -262,12 +262,11 @@ class CudaPrinter:
         if isinstance(e, FullOp):
             return f"{self.expr(out)} = {self.value(s.ins[0], oct_)};"
         if isinstance(e, WindowOp):
+            # A window's out has its source's dtype (arith.window): a plain read.
             src, cond, fill = s.ins
-            read = (f"{self.expr(src)}" if src.buffer.dtype == odt
-                    else f"pf::cast<{oct_}>({self.expr(src)})")
             if K.is_true(cond):
-                return f"{self.expr(out)} = {read};"
-            return (f"{self.expr(out)} = ({self.expr(cond)}) ? {read} : "
+                return f"{self.expr(out)} = {self.expr(src)};"
+            return (f"{self.expr(out)} = ({self.expr(cond)}) ? {self.expr(src)} : "
                     f"{self.value(fill, oct_)};")
         if isinstance(e, IotaOp):
             ct = _compute_ctype(odt)
@@ -282,16 +281,20 @@ class CudaPrinter:
         return tv.recompute_of is not None or tv in self._recompute_originals
 
     def vector_copy(self, s: K.TensorOp) -> str:
-        out, src = s.out, s.ins[0]
-        t, v = ctype(out.buffer.dtype), s.vector
-        arr = f"pf::Array<{t}, {v}>"
-        if isinstance(s.expr, WindowOp) and len(s.ins) > 1 and not K.is_true(s.ins[1]):
+        out, src, v = s.out, s.ins[0], s.vector
+        move = self.vector_move(out, src, v)
+        if isinstance(s.expr, WindowOp) and not K.is_true(s.ins[1]):
             # A vector of a window: all lanes read, or all take the fill (whole-vector guards).
-            read = self.vector_copy(K.TensorOp(s.expr, out, [src], vector=v))
-            fill = self.value(s.ins[2], t)
-            return (f"if ({self.expr(s.ins[1])}) {{ {read} }} else {{ "
+            fill = self.value(s.ins[2], ctype(out.buffer.dtype))
+            return (f"if ({self.expr(s.ins[1])}) {{ {move} }} else {{ "
                     f"for (int pf_l = 0; pf_l < {v}; ++pf_l) "
                     f"(&{self.expr(out)})[pf_l] = {fill}; }}")
+        return move
+
+    def vector_move(self, out: K.TensorIndex, src: K.TensorIndex, v: int) -> str:
+        """One v-wide copy from src to out, by the memories they are in."""
+        t = ctype(out.buffer.dtype)
+        arr = f"pf::Array<{t}, {v}>"
         dst_mem, src_mem = out.buffer.memory, src.buffer.memory
         if dst_mem == "local" and src_mem == "global":
             hint = "pf::LoadHint::Default"

@@ -8,6 +8,7 @@ from ..ir.exprs import BinaryOpType as B
 from ..ir.exprs import DimWindow, ReductionOpType, UnaryOpType as U
 from ..ir.scalar import Scalar
 from ..ir.tensor import TensorView
+from . import resize
 
 
 class FusionDefinitionError(ValueError):
@@ -551,7 +552,6 @@ class Ops:
         ints or int scalars). Indices follow Python: negative ones count from the end, both
         are clamped to the dim (an empty range gives a dim of size 0), and None is the dim's
         start or end."""
-        from .resize import window
         x = self._tensor("slice", 0, x)
         dims = x.domain.logical_no_reductions
         strides = [1] * len(dims) if strides is None else list(strides)
@@ -576,7 +576,7 @@ class Ops:
             extents.append(S.smax(0, S.ceil_div(S.sub(e, s), step)))
         if all(w is None for w in windows):
             return self.set(x)
-        return window(self, x, windows, extents, 0)
+        return resize.window(self, x, windows, extents, 0)
 
     def _slice_index(self, op: str, k: int, v, n):
         """A Python-style index into a dim of extent n, normalized: n + v where v < 0, then
@@ -600,7 +600,6 @@ class Ops:
     def pad(self, x, pad_widths, value=None):
         """x padded with `value` (0 by default), torch.nn.functional.pad's order: pad_widths =
         [left, right] of the last dim, then of the one before it, ... Negative widths crop."""
-        from .resize import window
         x = self._tensor("pad", 0, x)
         dims = x.domain.logical_no_reductions
         widths = list(pad_widths)
@@ -610,9 +609,7 @@ class Ops:
         for w in widths:
             if not isinstance(w, int) or isinstance(w, bool):
                 raise FusionDefinitionError(f"pad: width {w!r} must be an int")
-        if value is None:
-            value = False if x.dtype.is_boolean else 0
-        value = self._operand("pad", 2, value)
+        value = self._operand("pad", 2, resize.zero_of(x.dtype) if value is None else value)
         if isinstance(value, TensorView):
             raise FusionDefinitionError("pad: value must be a number or a scalar")
         windows, extents = [None] * len(dims), [i.user_extent for i in dims]
@@ -631,18 +628,19 @@ class Ops:
             extents[k] = extent
         if all(w is None for w in windows):
             return self.set(x)
-        if isinstance(value, Scalar) and value.dtype != x.dtype:
-            value = (Scalar(x.dtype, value.value) if value.value is not None
-                     else self.cast(value, x.dtype))
-        elif not isinstance(value, Scalar):
-            value = Scalar(x.dtype, value)
-        return window(self, x, windows, extents, value)
+        return resize.window(self, x, windows, extents, self._scalar_of(value, x.dtype))
+
+    def _scalar_of(self, x: Scalar, dt: DataType) -> Scalar:
+        """Scalar x as one of dtype dt: a constant converted here, a symbolic one cast."""
+        if x.dtype == dt:
+            return x
+        if x.value is None:
+            return self.cast(x, dt)
+        return Scalar(dt, float(x.value) if dt.is_floating else x.value)
 
     def cat(self, tensors, dim: int):
-        """torch.cat: the tensors one after another along `dim`, every other dim equal. Each is
-        read through a window over the whole result (a pad), and an iota along `dim` picks
-        whose part each element is."""
-        from .resize import _add, _int_or_scalar, _mul, index_dtype, window
+        """torch.cat: the tensors one after another along `dim`, every other dim equal
+        (frontend/resize.concat)."""
         xs = [self._tensor("cat", k, t) for k, t in enumerate(tensors)]
         if not xs:
             raise FusionDefinitionError("cat: no tensors")
@@ -657,29 +655,7 @@ class Ops:
         xs = [self.cast(t, dt) if t.dtype != dt else t for t in xs]
         if len(xs) == 1:
             return self.set(xs[0])
-        sizes = [_int_or_scalar(t.domain.logical_no_reductions[dim].user_extent) for t in xs]
-        total = 0
-        for n in sizes:
-            total = _add(total, n)
-        out, start = None, 0
-        fill = False if dt.is_boolean else 0
-        for t, n in zip(xs, sizes):
-            extents = [i.user_extent for i in t.domain.logical_no_reductions]
-            extents[dim] = total
-            windows = [None] * rank
-            windows[dim] = DimWindow(_mul(start, -1), 1, ((_mul(start, -1), 1, 0, n),))
-            # The where chain below takes each piece only inside its own part: what a piece
-            # holds outside it (a pushed window's op of the fill) is never read.
-            piece = window(self, t, windows, extents, fill, exact_fill=False)
-            if out is None:
-                out = piece
-            else:
-                j = self.iota(total, dtype=index_dtype(total, start))
-                if rank > 1:
-                    j = self.broadcast(j, [m != dim for m in range(rank)])
-                out = self.where(self.lt(j, start), out, piece)
-            start = _add(start, n)
-        return out
+        return resize.concat(self, xs, dim)
 
     def chunk(self, x, chunks: int, dim: int = 0):
         """torch.chunk: `chunks` slices of x along `dim`, each of ceil(n / chunks) elements but
@@ -724,10 +700,7 @@ class Ops:
             if isinstance(x, Scalar) and x.dtype.is_floating and dt.is_integral:
                 raise FusionDefinitionError(f"iota: {name} {_kind(x)} is floating but dtype is "
                                             f"{dt.short_name}")
-            if isinstance(x, Scalar) and x.dtype != dt:
-                x = (Scalar(dt, float(x.value) if dt.is_floating else x.value)
-                     if x.value is not None else self.cast(x, dt))
-            ends.append(x)
+            ends.append(self._scalar_of(x, dt) if isinstance(x, Scalar) else x)
         return arith.iota(length, ends[0], ends[1], dt)
 
     def triu(self, x, diagonal: int = 0):
@@ -749,14 +722,12 @@ class Ops:
                                         "or more")
         if not isinstance(diagonal, int) or isinstance(diagonal, bool):
             raise FusionDefinitionError(f"{op}: diagonal must be an int, got {diagonal!r}")
-        from .resize import index_dtype
         n_rows, n_cols = (i.user_extent for i in dims[-2:])
-        dt = index_dtype(n_rows, n_cols, diagonal)
+        dt = resize.index_dtype(n_rows, n_cols, diagonal)
         rows, cols = (self.iota(n, dtype=dt) for n in (n_rows, n_cols))
         offset = self.sub(self.broadcast(cols, [True, False]), self.broadcast(rows, [False, True]))
         keep = self.ge(offset, diagonal) if op == "triu" else self.le(offset, diagonal)
-        zero = Scalar(x.dtype, False if x.dtype.is_boolean else 0)
-        return self.where(keep, x, zero)
+        return self.where(keep, x, Scalar(x.dtype, resize.zero_of(x.dtype)))
 
     def zeros(self, shape, dtype=DataType.Float):
         return self.full(shape, 0, dtype)

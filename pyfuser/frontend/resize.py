@@ -77,7 +77,7 @@ def window(ops, x: TensorView, windows: list, extents: list, fill,
                    extents, d.fill if inner_guarded else fill)
         return _select_fill(ops, y, windows, extents, fill) if outer_fill_apart and exact_fill \
             else y
-    if isinstance(d, _ELEMENTWISE) and x.definition.outputs[0] is x and _pushable(x, windows):
+    if isinstance(d, _ELEMENTWISE) and _pushable(x, windows):
         operands = [_operand_window(ops, v, windows, extents) for v in d.inputs]
         y = _redo(d, operands)
         return _select_fill(ops, y, windows, extents, fill) if guarded and exact_fill else y
@@ -110,14 +110,15 @@ def _operand_window(ops, v, windows, extents):
     if all(w is None for w in ws):
         return v
     return window(ops, v, ws, [n if w is not None else i.user_extent
-                               for w, n, i in zip(ws, extents, dims)], _any_fill(v),
+                               for w, n, i in zip(ws, extents, dims)], zero_of(v.dtype),
                   exact_fill=False)
 
 
-def _any_fill(v: TensorView):
-    """The value a pushed window's guarded reads take: any value of v's dtype (the mask after
-    the op replaces what it becomes)."""
-    return False if v.dtype.is_boolean else 0
+def zero_of(dtype: DataType):
+    """The zero of a dtype as a Python value: a pad's default value, the fill of a cat's parts
+    and of a pushed window's operands (any value serves there: the mask after the op replaces
+    what it becomes)."""
+    return False if dtype.is_boolean else 0
 
 
 def _same_fill(a, b) -> bool:
@@ -145,15 +146,46 @@ def index_dtype(*values) -> DataType:
     return DataType.Int
 
 
+def dim_index(ops, n, dim: int, rank: int, dtype: DataType) -> TensorView:
+    """The index along `dim` (of extent n) of a rank-`rank` tensor: an iota broadcast over the
+    other dims."""
+    j = ops.iota(n, dtype=dtype)
+    return ops.broadcast(j, [m != dim for m in range(rank)]) if rank > 1 else j
+
+
+def concat(ops, xs: list, dim: int) -> TensorView:
+    """torch.cat of tensors of one rank and dtype along `dim`: each is read through a window
+    over the whole result (a pad), and an iota along `dim` picks whose part each element is.
+    The where chain takes each part only inside its own range, so what a part holds outside it
+    (a pushed window's op of the fill) is never read: its windows need no mask."""
+    rank = len(xs[0].domain.logical_no_reductions)
+    sizes = [_int_or_scalar(t.domain.logical_no_reductions[dim].user_extent) for t in xs]
+    total = 0
+    for n in sizes:
+        total = _add(total, n)
+    out, start = None, 0
+    for t, n in zip(xs, sizes):
+        extents = [i.user_extent for i in t.domain.logical_no_reductions]
+        extents[dim] = total
+        windows = [None] * rank
+        windows[dim] = DimWindow(_mul(start, -1), 1, ((_mul(start, -1), 1, 0, n),))
+        part = window(ops, t, windows, extents, zero_of(t.dtype), exact_fill=False)
+        if out is None:
+            out = part
+        else:
+            j = dim_index(ops, total, dim, rank, index_dtype(total, start))
+            out = ops.where(ops.lt(j, start), out, part)
+        start = _add(start, n)
+    return out
+
+
 def guard_mask(ops, windows, extents, rank: int):
     """The bool tensor (broadcast over unguarded dims) that holds where every guard holds."""
     mask = None
     for k, (w, n) in enumerate(zip(windows, extents)):
         if w is None or not w.guards:
             continue
-        j = ops.iota(n, dtype=index_dtype(n, *(x for g in w.guards for x in g)))
-        if rank > 1:
-            j = ops.broadcast(j, [m != k for m in range(rank)])
+        j = dim_index(ops, n, k, rank, index_dtype(n, *(x for g in w.guards for x in g)))
         for a, b, lo, hi in w.guards:
             v = j if b == 1 else ops.mul(j, b)
             if S.const_value(a) != 0:

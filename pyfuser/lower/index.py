@@ -349,7 +349,8 @@ def _index_op(op: K.TensorOp, ctx) -> None:
         return
     op.ins = [_operand(ctx, v, nest, known, tv) for v in op.ins]
     if isinstance(op.expr, IotaOp):
-        op.ins.append(_iota_index(ig, known, tv))
+        # The iota's values: start + index * step (codegen, the interpreter).
+        op.ins.append(_logical_index(ig, known, tv, tv.domain.logical[0]))
 
 
 def _window_read(ctx, e: WindowOp, ig: IndexGraph, known) -> list:
@@ -365,14 +366,7 @@ def _window_read(ctx, e: WindowOp, ig: IndexGraph, known) -> list:
     offset: K.KExpr = K.Const(0)
     conds = []
     for i, w, stride in zip(out.domain.logical, e.windows, ctx.strides[src]):
-        if i.is_broadcast:
-            j: K.KExpr = K.Const(0)
-        else:
-            k = ig.index_of(known, i)
-            if k is None:
-                raise LoweringError(f"cannot index window T{out.name}'s axis {i!r} from its "
-                                    "loops")
-            j = k.value
+        j = _logical_index(ig, known, out, i)
         if w is not None:
             for a, b, lo, hi in w.guards:
                 v = K.add(scalar_to_kexpr(a, ctx.names), K.mul(j, K.Const(b)))
@@ -385,15 +379,14 @@ def _window_read(ctx, e: WindowOp, ig: IndexGraph, known) -> list:
             K.ScalarValue(e.fill, out.dtype)]
 
 
-def _iota_index(ig: IndexGraph, known, tv: TensorView) -> K.KExpr:
-    """The index of an iota's one dim in the loops around it: the operand its values are made
-    from (codegen and the interpreter take start + index * step). A broadcast iota holds start."""
-    i = tv.domain.logical[0]
+def _logical_index(ig: IndexGraph, known, tv: TensorView, i) -> K.KExpr:
+    """The index of tv's logical ID i in the loops around tv's op (0 for a broadcast): what an
+    iota's values and a window's reads are made from."""
     if i.is_broadcast:
         return K.Const(0)
     k = ig.index_of(known, i)
     if k is None:
-        raise LoweringError(f"cannot index iota T{tv.name}'s axis {i!r} from its loops")
+        raise LoweringError(f"cannot index T{tv.name}'s axis {i!r} from its loops")
     return k.value
 
 

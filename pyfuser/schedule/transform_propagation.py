@@ -281,10 +281,10 @@ def parallelize_like(reference: TensorView, tensors=None, parallel_types=None) -
     graph = IdGraph(fusion, permissive=True)
     exact = IdGraph(fusion)
     tensors = fusion.tensors() if tensors is None else tensors
+    loop = reference.domain.loop
     for tv in tensors:
         if tv is reference:
             continue
-        loop = reference.domain.loop
         for pos, i in enumerate(tv.domain.loop):
             # Of the reference's loops the permissive map reaches from i, the one at i's own
             # position where there are several (the loops are replayed from the reference's),
