@@ -456,7 +456,16 @@ def _thread_predicates(ctx, tv: TensorView, nest, redundant: list) -> list:
                 # whose broadcast axis took threadIdx.x): every thread computes the value in
                 # its own registers, since every thread reads it.
                 continue
-            mine = repr(scalar_to_kexpr(lp.extent, ctx.names))
+            extent = scalar_to_kexpr(lp.extent, ctx.names)
+            if (pt.is_block_dim and tv.memory_type != MemoryType.Local
+                    and isinstance(extent, K.Const) and extent.value == 1
+                    and _after_grid_reduction(ctx, tv, pt.value[-1])):
+                # One block's loop over the dim a grid reduction spans (the [1, 1] epilogue of
+                # a full sum split over blockIdx.y, log(sum) + max): the block that finished
+                # the grid reduction holds the result, whichever index it has along the dim.
+                conds.append(K.Var("pf_grid_last", "bool"))
+                continue
+            mine = repr(extent)
             if any(repr(scalar_to_kexpr(e, ctx.names)) != mine for e in extents):
                 conds.append(K.lt(K.Special(special), scalar_to_kexpr(lp.extent, ctx.names)))
         elif tv.memory_type != MemoryType.Local:

@@ -192,6 +192,22 @@ def test_full_reductions_beside_other_outputs(kind):
     assert not fd.last_run.internal_error
 
 
+def test_the_epilogue_of_a_grid_split_full_sum_is_written_by_the_last_block():
+    """sum(exp(x - m)) over all of x, split over blocks along blockIdx.y, and its [1, 1]
+    epilogue log(sum) + m: the epilogue's one-block loop over blockIdx.y was guarded by
+    `blockIdx.y < 1`, so block 0 wrote its partial sum, not the block that finished the grid
+    reduction (fuzz 20261372:414: a softmax over the whole tensor off by half)."""
+    x, m = torch.randn(215, 198), torch.randn(1, 1)
+    with FusionDefinition() as fd:
+        tx, tm = fd.from_pytorch(x), fd.from_pytorch(m)
+        s = fd.ops.sum(fd.ops.exp(fd.ops.sub(tx, tm)), [0, 1], keepdim=True)
+        fd.add_output(s)
+        fd.add_output(fd.ops.add(fd.ops.log(s), tm))
+    run_and_check(fd, [x, m], scheduler="reduction", options={"enable": ["interpret"]})
+    params = fd.last_run.heuristics[0]
+    assert params.full and params.grid_split > 1, params
+
+
 @pytest.mark.parametrize("name", ["full_first", "layernorm_weight_out", "expanded_column",
                                   "scaled_softmax_scale_out"])
 def test_executor_runs_the_kernels(name):
