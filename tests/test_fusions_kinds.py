@@ -188,6 +188,24 @@ def softmax_causal(fd):
     fd.add_output(_bf(fd, _softmax_last(fd, z)))
 
 
+def cross_entropy_fwd(fd):
+    # loss = lse - x[target]: the target's logit read by take_along_axis in the row kernel.
+    x = fd.define_tensor([-1, -1], dtype=BF16)
+    target = fd.define_tensor([-1], dtype=DataType.Int)
+    xf = _f(fd, x)
+    m = fd.ops.max(xf, [1], keepdim=True)
+    lse = fd.ops.log(fd.ops.sum(fd.ops.exp(xf - m), [1], keepdim=True)) + m
+    picked = fd.ops.take_along_axis(xf, fd.ops.broadcast(target, [False, True]), 1)
+    fd.add_output(fd.ops.squeeze(lse - picked, [1]))
+    fd.add_output(fd.ops.squeeze(lse, [1]))
+
+
+def embedding(fd):
+    table = fd.define_tensor([-1, -1], dtype=BF16)
+    ids = fd.define_tensor([-1], dtype=DataType.Int)
+    fd.add_output(fd.ops.embedding(ids, table))
+
+
 def cross_entropy_bwd(fd):
     # dx = (softmax(x) - onehot(target)) * dloss, the softmax from the forward's lse and the
     # one-hot from an iota over the vocabulary.
@@ -379,6 +397,10 @@ KINDS: dict[str, Kind] = {
     "softmax_scale_mask": Kind(softmax_scale_mask, lambda: [
         _meta(_SCORES), _meta([4, 1, 2048, 2048])], (IP,)),
     "softmax_causal": Kind(softmax_causal, lambda: [_meta(_SCORES)], (IP,)),
+    "cross_entropy_fwd": Kind(cross_entropy_fwd, lambda: [
+        _meta([8192, 128256]), _meta([8192], torch.int64)], (IP,)),
+    "embedding": Kind(embedding, lambda: [_meta([128256, 4096]), _meta([8192], torch.int64)],
+                      (PW,)),
     "cross_entropy_bwd": Kind(cross_entropy_bwd, lambda: [
         _meta([8192, 128256]), _meta([8192], torch.int64), _meta([8192], torch.float32),
         1.0 / 8192], (PW,)),
@@ -426,16 +448,12 @@ KINDS: dict[str, Kind] = {
 # Kinds that wait for ops pyfuser does not have yet (the ops issues, 17/18): the fd.ops names
 # (or DataType members) they need, each checked absent below, and the line the docs table shows.
 OPS_MISSING: dict[str, tuple] = {
-    "cross_entropy_fwd": (("take_along_axis", "gather"),
-                          "ops missing: gather (loss = lse - x[target]), issue 17/18"),
     "bias_dropout_residual": (("rand", "uniform"),
                               "ops missing: RNG (the dropout mask), issue 17/18"),
     "fp8_quant": (("Float8_e4m3fn",), ("ops missing: the fp8 e4m3 dtype and its cast (the amax "
                                        "is also a full reduction, issue 16), issue 17/18")),
     "argmax_rows": (("argmax",), "ops missing: argmax, issue 17/18"),
     "cumsum": (("cumsum",), "ops missing: cumsum (a scan), issue 17/18"),
-    "embedding": (("embedding", "index_select", "take_along_axis", "gather"),
-                  "ops missing: gather / index_select (embedding), issue 17/18"),
     "topk": (("topk",), "ops missing: topk, issue 17/18"),
 }
 

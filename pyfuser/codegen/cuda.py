@@ -13,7 +13,7 @@ from ..ir import scalar as S
 from ..ir.dtype import DataType, compute_type
 from ..ir.exprs import (BinaryOp, BinaryOpType, LoadStoreOp, ReductionOp, UnaryOp, UnaryOpType,
                         WhereOp, WindowOp, BroadcastOp, ExpandOp, SqueezeOp, ReshapeOp, FullOp,
-                        IotaOp)
+                        GatherOp, IotaOp)
 from ..ir.scalar import ScalarOp
 from ..kir import nodes as K
 from .device_library import device_library_source
@@ -268,12 +268,27 @@ class CudaPrinter:
                 return f"{self.expr(out)} = {self.expr(src)};"
             return (f"{self.expr(out)} = ({self.expr(cond)}) ? {self.expr(src)} : "
                     f"{self.value(fill, oct_)};")
+        if isinstance(e, GatherOp):
+            return self.gather_text(s)
         if isinstance(e, IotaOp):
             ct = _compute_ctype(odt)
             start, step = (self.value(x, ct) for x in s.ins[:2])
             index = f"static_cast<{ct}>({self.expr(s.ins[2])})"
             return f"{self.expr(out)} = pf::cast<{oct_}>({start} + {index} * {step});"
         raise NotImplementedError(f"codegen: no rule for {type(e).__name__}")
+
+    def gather_text(self, s: K.TensorOp) -> str:
+        """A gather's read (lower/index._gather_read): the index checked against its dim, the
+        source read at it where it is in range, 0 and a report (pf::report_index_error) where
+        not. A gather's out has its source's dtype (arith.gather): a plain read."""
+        src, index, stride, extent, record, check = s.ins
+        at = K.TensorIndex(src.buffer, K.add(src.index, K.mul(K.Var("pf_gi"), stride)))
+        zero = f"pf::cast<{ctype(s.out.buffer.dtype)}>(0)"
+        return (f"{{ const long long pf_gi = static_cast<long long>({self.expr(index)}); "
+                f"if (pf_gi >= 0 && pf_gi < static_cast<long long>({self.expr(extent)})) "
+                f"{self.expr(s.out)} = {self.expr(at)}; "
+                f"else {{ {self.expr(s.out)} = {zero}; "
+                f"pf::report_index_error(&{self.expr(record)}, {self.expr(check)}, pf_gi); }} }}")
 
     def _computed_twice(self, tv) -> bool:
         """Whether the kernel computes tv's value in two places: tv is a recomputed copy

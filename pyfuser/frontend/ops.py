@@ -8,7 +8,7 @@ from ..ir.exprs import BinaryOpType as B
 from ..ir.exprs import DimWindow, ReductionOpType, UnaryOpType as U
 from ..ir.scalar import Scalar
 from ..ir.tensor import TensorView
-from . import resize
+from . import indexing, resize
 
 
 class FusionDefinitionError(ValueError):
@@ -679,6 +679,67 @@ class Ops:
             starts[dim], ends[dim] = s, min(s + size, n)
             out.append(self.slice(x, starts, ends))
         return out
+
+    # Indexing (GatherOp: src read at an index tensor's values) -------------------------------
+    def take_along_axis(self, x, index, dim: int):
+        """x's elements at `index` along `dim` (torch.take_along_dim, nvFuser's
+        take_along_axis): index has x's rank; along the other dims its sizes equal x's, or are
+        broadcast (1) and take x's. out[..., j, ...] = x[..., index[..., j, ...], ...]."""
+        x, index, dim = self._indexing_operands("take_along_axis", x, index, dim, same_rank=True)
+        rank = len(x.domain.logical_no_reductions)
+        return self._gather("take_along_axis", x, index, dim, range(rank), broadcast=True)
+
+    def gather(self, x, index, dim: int):
+        """torch.gather: out has index's shape; out[..., j, ...] = x[..., index[..., j, ...],
+        ...]; along the other dims the index's sizes are at most x's."""
+        x, index, dim = self._indexing_operands("gather", x, index, dim, same_rank=True)
+        rank = len(x.domain.logical_no_reductions)
+        return self._gather("gather", x, index, dim, range(rank), broadcast=False)
+
+    def index_select(self, x, index, dim: int):
+        """torch.index_select: the slices of x at the 1-D `index`'s values along `dim`; out is x
+        with dim's size len(index)."""
+        x, index, dim = self._indexing_operands("index_select", x, index, dim, same_rank=False)
+        if len(index.domain.logical_no_reductions) != 1:
+            raise FusionDefinitionError("index_select: index must be 1-D, got rank "
+                                        f"{len(index.domain.logical_no_reductions)}")
+        rank = len(x.domain.logical_no_reductions)
+        flags = [k != dim for k in range(rank)]
+        index = self._wrap("index_select", lambda: arith.broadcast(index, flags))
+        return self._gather("index_select", x, index, dim, range(rank), broadcast=True)
+
+    def embedding(self, input, weight):
+        """torch.nn.functional.embedding(input, weight): the rows of the 2-D `weight` at the
+        integer ids `input`; out is input's shape + [weight's row size]."""
+        weight, ids, _ = self._indexing_operands("embedding", weight, input, 0, same_rank=False,
+                                                 positions=(1, 0))
+        if len(weight.domain.logical_no_reductions) != 2:
+            raise FusionDefinitionError("embedding: weight must be 2-D [rows, size], got rank "
+                                        f"{len(weight.domain.logical_no_reductions)}")
+        rank = len(ids.domain.logical_no_reductions)
+        ids = self._wrap("embedding", lambda: arith.broadcast(ids, [False] * rank + [True]))
+        return self._gather("embedding", weight, ids, 0, (None, rank), broadcast=True)
+
+    def _indexing_operands(self, op: str, x, index, dim, same_rank: bool, positions=(0, 1)):
+        x, index = self._tensor(op, positions[0], x), self._tensor(op, positions[1], index)
+        if not index.dtype.is_integral or index.dtype.is_boolean:
+            raise FusionDefinitionError(f"{op}: index must be an integer tensor, got "
+                                        f"{_kind(index)}")
+        rank = len(x.domain.logical_no_reductions)
+        if not isinstance(dim, int) or isinstance(dim, bool) or not -rank <= dim < rank:
+            raise FusionDefinitionError(f"{op}: dim {dim!r} out of range for rank {rank}")
+        irank = len(index.domain.logical_no_reductions)
+        if same_rank and irank != rank:
+            raise FusionDefinitionError(f"{op}: index of rank {irank} for an input of rank "
+                                        f"{rank}; they must have one rank")
+        if x.domain.logical_no_reductions[dim % rank].is_broadcast:
+            raise FusionDefinitionError(f"{op}: dim {dim % rank} of the input is a broadcast "
+                                        "(size 1); index a dim of the input's own size")
+        return x, index, dim % rank
+
+    def _gather(self, op: str, x, index, dim: int, out_dims, broadcast: bool):
+        src_dims = [None if d == dim else k for d, k in enumerate(out_dims)]
+        return self._wrap(op, lambda: indexing.gather(x, index, dim, src_dims, broadcast, op))
 
     def iota(self, length, start=None, step=None, dtype=DataType.Int):
         """The 1-D tensor start, start + step, ... of `length` values (torch.arange(length) *

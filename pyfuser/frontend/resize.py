@@ -79,7 +79,7 @@ def window(ops, x: TensorView, windows: list, extents: list, fill,
             else y
     if isinstance(d, _ELEMENTWISE) and _pushable(x, windows):
         operands = [_operand_window(ops, v, windows, extents) for v in d.inputs]
-        y = _redo(d, operands)
+        y = redo(d, operands)
         return _select_fill(ops, y, windows, extents, fill) if guarded and exact_fill else y
     return arith.window(x, windows, extents, fill)
 
@@ -126,7 +126,7 @@ def _same_fill(a, b) -> bool:
     return va is not None and va == S.const_value(b)
 
 
-def _redo(d, operands) -> TensorView:
+def redo(d, operands) -> TensorView:
     """d's op on new operands, with d's output dtype."""
     out = d.outputs[0]
     if isinstance(d, UnaryOp):

@@ -1,7 +1,8 @@
 """Fusion IR: data types, scalars, IterDomains, TensorViews, expressions, Fusion."""
 from .base import Expr, Val
 from .dtype import DataType, promote, result_type
-from .exprs import (BinaryOp, BinaryOpType, BroadcastOp, ExpandOp, FullOp, IotaOp, LoadKind,
+from .exprs import (BinaryOp, BinaryOpType, BroadcastOp, ExpandOp, FullOp, GatherOp, IotaOp,
+                    LoadKind,
                     LoadStoreOp, ReductionOp, ReductionOpType, ReshapeOp, SqueezeOp, UnaryOp,
                     UnaryOpType, WhereOp, WindowOp)
 from .fusion import Fusion
@@ -13,7 +14,7 @@ from .tensor import (CircularBufferOptions, CpAsyncPipelined, MemoryType, Pipeli
 __all__ = [
     "BinaryOp", "BinaryOpType", "BroadcastOp", "CircularBufferOptions", "CpAsyncPipelined",
     "DataType", "ExpandOp",
-    "Expr", "FullOp", "Fusion", "IotaOp", "IterDomain", "IterType", "LoadKind", "LoadStoreOp", "MemoryType",
+    "Expr", "FullOp", "Fusion", "GatherOp", "IotaOp", "IterDomain", "IterType", "LoadKind", "LoadStoreOp", "MemoryType",
     "Merge", "ParallelType", "PipelinedBuffer", "ReductionOp", "ReductionOpType", "ReshapeOp",
     "Scalar", "ScheduleError", "Split", "SqueezeOp", "TensorDomain", "TensorView", "UnaryOp",
     "UnaryOpType", "Val", "WarpSpecialized", "WhereOp", "WindowOp", "promote", "result_type",

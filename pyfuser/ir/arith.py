@@ -8,7 +8,8 @@ from __future__ import annotations
 from . import scalar as S
 from .base import current_fusion, next_name
 from .dtype import DataType
-from .exprs import (BinaryOp, BinaryOpType, BroadcastOp, ExpandOp, FullOp, IotaOp, LinearOp,
+from .exprs import (BinaryOp, BinaryOpType, BroadcastOp, ExpandOp, FullOp, GatherOp, IotaOp,
+                    LinearOp,
                     LoadKind, LoadStoreOp, MatmulOp, ReductionOp, ReductionOpType, ReshapeOp,
                     SegmentSetOp, SqueezeOp, UnaryOp, UnaryOpType, WhereOp, WindowOp)
 from .iter_domain import IterDomain, IterType, merge_ids, split_id
@@ -253,6 +254,43 @@ def window(src: TensorView, windows: list, extents: list, fill) -> TensorView:
             ids.append(IterDomain(1, IterType.Broadcast) if n.value == 1 else IterDomain(n))
     out = new_tensor(ids, src.dtype)
     WindowOp(out, src, windows, fill if isinstance(fill, S.Scalar) else S.as_scalar(fill, src.dtype))
+    return out
+
+
+def gather(what: str, src: TensorView, index: TensorView, dim: int, src_dims,
+           broadcast: bool) -> TensorView:
+    """GatherOp: out has index's rank; out dim k is index's dim k, except that with `broadcast`
+    (take_along_axis, index_select) a broadcast dim of the index takes src's dim along it.
+    Where index and src both iterate a dim out reads src at, the sizes must agree: equal with
+    `broadcast`, index's at most src's without it (torch.gather); checked on every call where
+    they are symbolic."""
+    s_ids, i_ids = src.domain.logical_no_reductions, index.domain.logical_no_reductions
+    fusion = current_fusion()
+    ids = [i.clone() for i in i_ids]
+    for d, k in enumerate(src_dims):
+        if k is None:
+            continue
+        si, ii = s_ids[d], i_ids[k]
+        if ii.is_broadcast:
+            if broadcast:
+                ids[k] = si.clone()
+            continue
+        if si.is_broadcast and broadcast:
+            continue        # src broadcast along it: every index reads its one element
+        a, b = ii.user_extent, si.user_extent
+        av, bv = S.const_value(a), S.const_value(b)
+        if av is not None and bv is not None and (av != bv if broadcast else av > bv):
+            rule = "equal" if broadcast else "at most"
+            raise ShapeError(f"{what}: the index's dim {k} has size {av}, the input's dim {d} "
+                             f"{bv}; they must be {rule}")
+        if fusion is not None and not S.same_value(a, b):
+            where = f"{what}: the index's dim {k} and the input's dim {d}"
+            if broadcast:
+                fusion.extent_equalities.append((a, b, where))
+            else:
+                fusion.extent_limits.append((a, b, where))
+    out = new_tensor(ids, src.dtype)
+    GatherOp(out, src, index, dim, src_dims, what)
     return out
 
 

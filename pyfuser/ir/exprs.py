@@ -242,6 +242,38 @@ class WindowOp(Expr):
         return self.inputs[1]
 
 
+class GatherOp(Expr):
+    """out = elements of src picked by an index tensor (take_along_axis, gather, index_select,
+    embedding): src's dim `dim` is read at the value of `index` (an integer tensor of out's
+    rank, broadcast where the op repeats it), every other src dim d at out's index along dim
+    `src_dims[d]` (`src_dims[dim]` is None). take_along_axis(x, i, 1) on x [M, V], i [M, 1]:
+    out [M, 1], src_dims (0, None); embedding(ids [B, S], w [V, D]): index ids as [B, S, 1],
+    out [B, S, D], src_dims (None, 2).
+
+    An index outside [0, src's extent along dim) is an error the kernel reports (its read is
+    skipped and out takes 0 there); the runtime raises IndexOutOfRange after the launch.
+
+    src is read from global memory where the kernel runs, as a WindowOp's (registry refuses a
+    group that computes it); the index is an ordinary operand, its dims paired with out's
+    (`dim_map`), so out lines up with the tensor the index came from."""
+
+    def __init__(self, out: Val, src: Val, index: Val, dim: int, src_dims, what: str = "gather"):
+        self.what = what            # the frontend op, for error messages
+        self.dim = dim
+        self.src_dims = tuple(src_dims)
+        rank = len(out.domain.logical)
+        self.dim_map = ((), tuple((k, k) for k in range(rank)))
+        super().__init__([src, index], [out])
+
+    @property
+    def src(self):
+        return self.inputs[0]
+
+    @property
+    def index(self):
+        return self.inputs[1]
+
+
 class MatmulOp(Expr):
     """out = a @ b with torch.matmul's shape rules: a [..., M, K] or [K], b [..., K, N] or [K],
     batch dims broadcast against each other; out [batch..., M, N] without the dims a 1-D

@@ -16,6 +16,8 @@ class Fusion:
         # Pairs of extents that ops assumed equal (e.g. x[i0] + y[i3] needs i0 == i3); runtime
         # input validation checks them.
         self.extent_equalities: list[tuple[Scalar, Scalar, str]] = []
+        # Pairs (a, b, where) of extents an op needs a <= b (torch.gather's index sizes).
+        self.extent_limits: list[tuple[Scalar, Scalar, str]] = []
         # Set by a scheduler for lowering (pyfuser/lower/params.py and launch.py):
         # extents the kernel is specialized on (Scalar -> int; part of the heuristic), and
         # launch settings the schedule fixed (grid_x, max_threads, min_blocks, cooperative, ...).

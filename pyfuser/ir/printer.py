@@ -2,9 +2,9 @@
 from __future__ import annotations
 
 from . import scalar as S
-from .exprs import (BinaryOp, BroadcastOp, ExpandOp, FullOp, IotaOp, LinearOp, LoadStoreOp,
-                    MatmulOp, ReductionOp, ReshapeOp, SegmentSetOp, SqueezeOp, UnaryOp, UnaryOpType,
-                    WhereOp)
+from .exprs import (BinaryOp, BroadcastOp, ExpandOp, FullOp, GatherOp, IotaOp, LinearOp,
+                    LoadStoreOp, MatmulOp, ReductionOp, ReshapeOp, SegmentSetOp, SqueezeOp,
+                    UnaryOp, UnaryOpType, WhereOp)
 from .iter_domain import id_exprs_between, id_str
 from .scalar import Scalar
 from .tensor import TensorView
@@ -74,6 +74,11 @@ def expr_str(e) -> str:
     if isinstance(e, IotaOp):
         start, step = (val_str(i) for i in e.inputs)
         return f"{out}\n   = iota( start = {start}, step = {step} );"
+    if isinstance(e, GatherOp):
+        # src_dims: the out dim each src dim is read at ("i": the index's value).
+        at = ", ".join("i" if k is None else str(k) for k in e.src_dims)
+        return (f"{out}\n   = {e.what}( {val_str(e.src)},\n        {val_str(e.index)}, "
+                f"dim = {e.dim}, src at [{at}] );")
     return f"{out}\n   = {type(e).__name__}( {', '.join(val_str(i) for i in e.inputs)} );"
 
 

@@ -25,7 +25,8 @@ Parameter sources, one per kernel parameter:
 
 Workspaces: (kind, DataType name, elements). `elements` is an expression for "intermediate"
 (the global tensor's elements); for "grid_reduce_data" it is the values per thread (the buffer
-holds that many per thread of every block) and for "semaphore" it is 1 (one per block).
+holds that many per thread of every block), for "semaphore" it is 1 (one per block) and for
+"index_error" the record's 2 elements (zeroed once; the executor reads it after each launch).
 """
 from __future__ import annotations
 
@@ -41,6 +42,11 @@ _OPS = {
     "max": max,
     "min": min,
 }
+
+
+# An "index_error" workspace: [check number + 1 (0 while no check failed), the first index found
+# out of range] (runtime/index_check.py).
+INDEX_ERROR_ELEMENTS = 2
 
 
 class UnboundExtent(KeyError):
@@ -82,6 +88,9 @@ class LaunchDescription:
     # shapes, or a forced heuristic, may meet inputs its heuristic did not see):
     vector_reads: tuple = ()      # (input k, width, logical dim read along or None)
     bulk_inputs: tuple = ()       # inputs copied row by row with cp.async.bulk
+    # (op name, dim, extent expression) of each index check, by check number: what an
+    # "index_error" workspace's record names (runtime/index_check.py).
+    index_checks: tuple = ()
 
     def launch_dims(self, inputs) -> tuple[tuple, tuple]:
         """(grid, block) of a launch with these inputs; each dim at least 1."""
@@ -96,6 +105,8 @@ class LaunchDescription:
             return max(1, int(evaluate(elements, inputs)))
         if kind == "semaphore":
             return blocks
+        if kind == "index_error":
+            return elements
         return blocks * block[0] * block[1] * block[2] * elements
 
     def to_json(self) -> dict:

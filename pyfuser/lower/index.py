@@ -31,7 +31,7 @@ it); a schedule that reads another thread's registers is refused.
 """
 from __future__ import annotations
 
-from ..ir.exprs import IotaOp, WindowOp
+from ..ir.exprs import GatherOp, IotaOp, WindowOp
 from ..ir.id_graph import IdGraph
 from ..ir.iter_domain import ParallelType
 from ..ir.scalar import Scalar
@@ -53,6 +53,7 @@ def index_and_predicate(kernel: K.Kernel) -> K.Kernel:
     ctx = kernel.ctx
     ctx.index_graph = IndexGraph(ctx.exact, ctx.names)
     ctx.kernel_parallel = _kernel_parallel_types(ctx)
+    ctx.index_checks, ctx.index_error = [], None
     for s in K.walk(kernel.body):
         if isinstance(s, K.TensorOp):
             _index_op(s, ctx)
@@ -60,6 +61,11 @@ def index_and_predicate(kernel: K.Kernel) -> K.Kernel:
             s.value = K.ScalarValue(s.value, s.tv.dtype)
         elif isinstance(s, (K.BlockReduce, K.GridReduce, K.ClusterReduce)):
             _index_reduce(s, ctx)
+    if ctx.index_error is not None:
+        # The record of the first index a gather found out of range (runtime/index_check.py).
+        buf = ctx.index_error
+        kernel.params.append(K.Param(buf.name, "ptr", ("workspace", buf.name), buf))
+        kernel.workspaces.append((buf, "index_error"))
     return kernel
 
 
@@ -347,6 +353,9 @@ def _index_op(op: K.TensorOp, ctx) -> None:
     if isinstance(op.expr, WindowOp):
         op.ins = _window_read(ctx, op.expr, ig, known)
         return
+    if isinstance(op.expr, GatherOp):
+        op.ins = _gather_read(ctx, op.expr, ig, known, nest)
+        return
     op.ins = [_operand(ctx, v, nest, known, tv) for v in op.ins]
     if isinstance(op.expr, IotaOp):
         # The iota's values: start + index * step (codegen, the interpreter).
@@ -359,10 +368,7 @@ def _window_read(ctx, e: WindowOp, ig: IndexGraph, known) -> list:
     no partners), the guards of every window as the condition (codegen and the interpreter
     take the fill where it fails)."""
     src, out = e.src, e.outputs[0]
-    if src.memory_type != MemoryType.Global:
-        raise LoweringError(f"T{out.name} is a window of T{src.name}, which this kernel "
-                            "computes: a window reads global memory (the segmenter ends a "
-                            "segment at it)")
+    _check_source_in_global(src, out, "window")
     offset: K.KExpr = K.Const(0)
     conds = []
     for i, w, stride in zip(out.domain.logical, e.windows, ctx.strides[src]):
@@ -377,6 +383,41 @@ def _window_read(ctx, e: WindowOp, ig: IndexGraph, known) -> list:
             offset = K.add(offset, K.mul(j, stride))
     return [K.TensorIndex(ctx.buffers[src], offset), K.all_of(conds),
             K.ScalarValue(e.fill, out.dtype)]
+
+
+def _check_source_in_global(src: TensorView, out: TensorView, what: str) -> None:
+    """A window or a gather reads its source in global memory at its own offsets."""
+    if src.memory_type != MemoryType.Global:
+        raise LoweringError(f"T{out.name} is a {what} of T{src.name}, which this kernel "
+                            f"computes: a {what} reads global memory (the segmenter ends a "
+                            "segment at it)")
+
+
+def _gather_read(ctx, e: GatherOp, ig: IndexGraph, known, nest) -> list:
+    """[the read of e's source without its gathered dim, the index operand, the gathered dim's
+    stride and extent, the index error record, the check's number]: codegen and the
+    interpreter add index * stride to the read where 0 <= index < extent, and record the index
+    in the error workspace (lower/launch.py declares it; runtime/index_check.py) where not.
+    Every other dim of the source is read at out's index along the dim it maps to (0 where the
+    source broadcasts)."""
+    src, out = e.src, e.outputs[0]
+    _check_source_in_global(src, out, e.what)
+    offset: K.KExpr = K.Const(0)
+    strides = ctx.strides[src]
+    for d, k in enumerate(e.src_dims):
+        if k is None or (isinstance(strides[d], K.Const) and strides[d].value == 0):
+            continue
+        offset = K.add(offset, K.mul(_logical_index(ig, known, out, out.domain.logical[k]),
+                                     strides[d]))
+    dim_id = src.domain.logical_no_reductions[e.dim]
+    if getattr(ctx, "index_error", None) is None:
+        from ..ir.dtype import DataType
+        ctx.index_error = K.Buffer("pf_index_error", DataType.Int64, "global")
+    check = len(ctx.index_checks)
+    ctx.index_checks.append((e.what, e.dim, dim_id.extent))
+    return [K.TensorIndex(ctx.buffers[src], offset), _operand(ctx, e.index, nest, known, out),
+            strides[e.dim], scalar_to_kexpr(dim_id.extent, ctx.names),
+            K.TensorIndex(ctx.index_error, K.Const(0)), K.Const(check)]
 
 
 def _logical_index(ig: IndexGraph, known, tv: TensorView, i) -> K.KExpr:

@@ -22,7 +22,7 @@ from __future__ import annotations
 from ..ir import scalar as S
 from ..ir.tensor import TensorView
 from ..kir import nodes as K
-from ..kir.launch import LaunchDescription
+from ..kir.launch import INDEX_ERROR_ELEMENTS, LaunchDescription
 from .indexing import scalar_to_kexpr
 
 _ORDER = {"x": 0, "y": 1, "z": 2}
@@ -149,6 +149,8 @@ def describe_launch(kernel: K.Kernel) -> LaunchDescription:
             elements = expr(n)
         elif kind == "semaphore":
             elements = 1
+        elif kind == "index_error":
+            elements = INDEX_ERROR_ELEMENTS
         else:
             elements = max((s.values[0].vector for s in K.walk(kernel.body)
                             if isinstance(s, K.GridReduce) and s.workspace.name == b.name),
@@ -188,7 +190,9 @@ def describe_launch(kernel: K.Kernel) -> LaunchDescription:
         grid=tuple(expr(g) for g in launch.grid), block=tuple(expr(b) for b in launch.block),
         shared_mem_bytes=int(launch.shared_mem_dynamic), cooperative=bool(launch.cooperative),
         cluster=tuple(launch.cluster) if launch.cluster else None,
-        workspaces=tuple(workspaces), vector_reads=tuple(vector_reads), bulk_inputs=tuple(bulk))
+        workspaces=tuple(workspaces), vector_reads=tuple(vector_reads), bulk_inputs=tuple(bulk),
+        index_checks=tuple((what, dim, expr(n)) for what, dim, n in
+                           getattr(kernel.ctx, "index_checks", ())))
 
 
 def reduction_workspace_elems(dims, count: int, block) -> int:

@@ -211,6 +211,10 @@ class _KernelPlan:
         self.cluster = fk.launch.cluster
         # Global scratch of the kernel for this launch shape: owned by the plan, released with it.
         self.workspaces = tuple(workspaces)
+        # The record of an index found out of range by a gather (runtime/index_check.py).
+        kinds = [w[0] for w in fk.launch.workspaces]
+        self.index_record = (self.workspaces[kinds.index("index_error")]
+                             if "index_error" in kinds else None)
 
     def run(self, inputs):
         dev, empty = self.device, self._empty
@@ -229,7 +233,20 @@ class _KernelPlan:
             vals[pos] = self._tensor_map(inputs[row_map.input], row_map)
         self._launch(self.grid, self.block, self.layout.pack(vals), shared_mem=self.smem,
                      cooperative=self.cooperative, cluster=self.cluster)
+        if self.index_record is not None:
+            self._check_indices(inputs)
         return outs
+
+    def _check_indices(self, inputs) -> None:
+        """Raise IndexOutOfRange if a gather of the launch found an index out of range: the
+        record is read back (this waits for the kernel) and zeroed for the next launch."""
+        from ..kir.launch import evaluate as launch_value
+        from .index_check import raise_if_failed
+        record = self.index_record.tolist()
+        if record[0]:
+            self.index_record.zero_()
+            launch = self.fk.launch
+            raise_if_failed(record, launch.index_checks, lambda n: launch_value(n, inputs))
 
 
     def _tensor_map(self, x, row_map) -> bytes:
@@ -739,6 +756,8 @@ class FusionExecutorCache:
         n = fk.launch.workspace_elements(w, inputs, grid, block)
         if kind == "semaphore":
             return torch.zeros(n, dtype=torch.int32, device=device)
+        if kind == "index_error":       # zero while no index check failed (index_check.py)
+            return torch.zeros(n, dtype=torch.int64, device=device)
         return torch.empty(n, dtype=to_torch(DataType[dtype]), device=device)
 
     # Introspection -----------------------------------------------------------------------------

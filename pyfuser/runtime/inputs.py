@@ -72,6 +72,12 @@ def check_inputs(fusion, inputs) -> dict:
         va, vb = S.evaluate(a, bindings), S.evaluate(b, bindings)
         if va != vb:
             raise InputError(_mismatch(fusion, where, a, va, b, vb, bindings))
+    for a, b, where in fusion.extent_limits:
+        va, vb = S.evaluate(a, bindings), S.evaluate(b, bindings)
+        if va > vb:
+            raise InputError(f"sizes do not fit at {where}: {va} > {vb} (as torch.gather, the "
+                             "index may not be larger than the input along a dim it does not "
+                             "index)")
     if 0 in bindings.values():
         _check_empty_reductions(fusion, bindings)
     return bindings

@@ -88,10 +88,12 @@ import torch
 from ..ir import scalar as S
 from ..ir.dtype import DataType, compute_type, to_torch
 from ..ir.exprs import (BinaryOp, BinaryOpType, BroadcastOp, ExpandOp, FullOp, IotaOp,
-                        LoadStoreOp, ReshapeOp, SqueezeOp, UnaryOp, UnaryOpType, WhereOp,
-                        WindowOp)
+                        GatherOp, LoadStoreOp, ReshapeOp, SqueezeOp, UnaryOp, UnaryOpType,
+                        WhereOp, WindowOp)
 from ..ir.tensor import TensorView
 from ..kir import nodes as K
+from ..kir.launch import INDEX_ERROR_ELEMENTS
+from .index_check import raise_if_failed
 
 _ND = np.ndarray
 
@@ -911,6 +913,7 @@ class Interpreter:
         self._roles = None
         self.cp_kernel = any(isinstance(x, K.CpAsyncCopy) for x in K.walk(k.body))
         self._cp_batches: list = []
+        self._index_record = None
 
         grid = [max(1, int(S.evaluate(g, dict(self.bindings)))) for g in k.launch.grid]
         block = [max(1, int(S.evaluate(b, dict(self.bindings)))) for b in k.launch.block]
@@ -967,6 +970,10 @@ class Interpreter:
                 if kind == "intermediate":      # a global tensor between loop nests
                     size = int(eval_expr(p.buffer.size, dict(env0, **{
                         e.name: v for e, v in self._extent_vars().items()})))
+                if kind == "index_error":       # zeroed by the executor (index_check.py)
+                    self._index_record = self._new_mem(p.buffer, "global",
+                                                       INDEX_ERROR_ELEMENTS, written=True)
+                    continue
                 m = self._new_mem(p.buffer, "global", size, written=False)
                 m.counts = np.zeros(size, dtype=np.int32)
             else:
@@ -997,6 +1004,10 @@ class Interpreter:
             if len(b["tids"]):
                 raise InterpreterError(f"the kernel ends with cp.async copies never waited for "
                                        f"(thread {self._where_tid(int(b['tids'][0]))})")
+        if self._index_record is not None:
+            # As the executor after a launch: an index a gather found out of range raises.
+            raise_if_failed(self._index_record.vals, k.ctx.index_checks,
+                            lambda n: S.evaluate(n, dict(self.bindings)))
         if self.check_output_writes:
             for j in range(len(fusion.outputs)):
                 self._check_written_once(j, *out_mem[j][:3])
@@ -1248,6 +1259,9 @@ class Interpreter:
         if isinstance(e, WindowOp):
             self._window(ctx, s)
             return
+        if isinstance(e, GatherOp):
+            self._gather(ctx, s)
+            return
         ins = [self._read(ctx, x) for x in s.ins]
         if s.accumulate:
             acc, acc_poison = self._read(ctx, s.out)
@@ -1280,6 +1294,37 @@ class Interpreter:
             n = int((~ok).sum())
             self._write(ctx.subset(~ok), s.out,
                         np.full(n if lanes == 1 else (n, lanes), fill), None, lanes)
+
+    def _gather(self, ctx: _Ctx, s: K.TensorOp) -> None:
+        """A gather's read (lower/index._gather_read) as the generated code does it: the source
+        at index * stride where 0 <= index < extent; 0 and a report in the index record where
+        not (the first failing thread, in launch order, claims it)."""
+        src, index, stride, extent, record, check = s.ins
+        idx, poison = self._read(ctx, index)
+        if poison is not None and poison.any():
+            i = int(np.argmax(poison))
+            raise InterpreterError(f"{s.out!r}: the index {index!r} is read from unwritten "
+                                   f"registers at {self._where(ctx, i)}")
+        idx = ctx.arr(idx).astype(np.int64)
+        ok = (idx >= 0) & (idx < int(ctx.ev(extent)))
+        if ok.any():
+            inside = ctx.subset(ok)
+            inside.env["pf_gi"] = idx[ok]
+            at = K.TensorIndex(src.buffer, K.add(src.index, K.mul(K.Var("pf_gi"), stride)))
+            vals, poison = self._read(inside, at)
+            self._write(inside, s.out, vals, poison, exact=True)
+        if not ok.all():
+            bad = ~ok
+            self._write(ctx.subset(bad), s.out, np.zeros(int(bad.sum())), None)
+            rec = self._mems_record(record)
+            if rec[0] == 0:
+                rec[0], rec[1] = int(ctx.ev(check)) + 1, int(idx[bad][0])
+
+    def _mems_record(self, record: K.TensorIndex) -> np.ndarray:
+        m = self.mems.get(id(record.buffer))
+        if m is None:
+            raise InterpreterError(f"{record!r}: no index record among the kernel's workspaces")
+        return m.vals
 
     def _iota(self, ctx: _Ctx, s: K.TensorOp):
         """start + index * step for every thread (ins: start, step, the index expression), in

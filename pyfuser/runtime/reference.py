@@ -13,7 +13,7 @@ from ..ir import scalar as S
 from ..ir.dtype import DataType, to_torch
 from ..ir.exprs import (BinaryOp, BinaryOpType, BroadcastOp, ExpandOp, FullOp, IotaOp,
                         LoadStoreOp, ReductionOp, ReductionOpType, ReshapeOp, SqueezeOp, UnaryOp,
-                        UnaryOpType, WhereOp, WindowOp)
+                        UnaryOpType, WhereOp, WindowOp, GatherOp)
 from ..ir.iter_domain import Split, id_exprs_between
 from ..ir.scalar import Scalar, ScalarOp
 from ..ir.tensor import TensorView
@@ -157,6 +157,34 @@ class ReferenceEvaluator:
         return torch.where(valid, src[tuple(index)], torch.tensor(fill, dtype=src.dtype,
                                                                   device=self.device))
 
+    def _gather(self, e: GatherOp, src, index):
+        """src at index's values along e.dim, at out's own index along the other dims (a dim
+        src broadcasts reads its one element); IndexOutOfRange for a value outside the dim."""
+        import torch
+
+        from .index_check import IndexOutOfRange, index_error_message
+        out = e.outputs[0]
+        shape = [self._extent(i.user_extent) for i in out.domain.logical]
+        rank = len(shape)
+        idx = index.to(torch.int64).expand(shape)
+        n = src.shape[e.dim]
+        bad = (idx < 0) | (idx >= n)
+        if bad.any():
+            value = int(idx[bad].flatten()[0])
+            raise IndexOutOfRange(index_error_message(e.what, e.dim, value, n))
+        where = []
+        for d, k in enumerate(e.src_dims):
+            if k is None:
+                where.append(idx)
+            elif src.shape[d] == 1:
+                where.append(torch.zeros([1] * rank, dtype=torch.int64, device=self.device))
+            else:
+                j = torch.arange(shape[k], device=self.device)
+                where.append(j.view([1] * k + [shape[k]] + [1] * (rank - k - 1)))
+        if 0 in shape:
+            return torch.empty(shape, dtype=src.dtype, device=self.device)
+        return src[tuple(where)].expand(shape)
+
     def _extent(self, s) -> int:
         return int(S.evaluate(s, self.bindings))
 
@@ -221,6 +249,8 @@ class ReferenceEvaluator:
             r = torch.full(sizes, ins[0], dtype=od, device=self.device)
         elif isinstance(e, WindowOp):
             r = self._window(e, ins[0], ins[1])
+        elif isinstance(e, GatherOp):
+            r = self._gather(e, ins[0], ins[1])
         elif isinstance(e, IotaOp):
             n = self._extent(out.domain.logical[0].user_extent)
             wide = torch.float64 if out.dtype.is_floating else torch.int64

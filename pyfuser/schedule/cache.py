@@ -2,14 +2,16 @@
 from __future__ import annotations
 
 from ..ir.arith import set_op
-from ..ir.exprs import LoadKind, LoadStoreOp, WindowOp
+from ..ir.exprs import GatherOp, LoadKind, LoadStoreOp, WindowOp
 from ..ir.tensor import MemoryType, ScheduleError, TensorDomain, TensorView
 
 
 def cached_uses(tv: TensorView) -> list:
-    """The uses of tv that a cache after it serves: all but windows (WindowOp), which read
-    their source in global memory at their own offsets."""
-    return [e for e in tv.fusion.uses_of(tv) if not isinstance(e, WindowOp)]
+    """The uses of tv that a cache after it serves: all but windows (WindowOp) and gathers
+    (GatherOp) of tv, which read their source in global memory at their own offsets (a
+    gather's index is an ordinary operand)."""
+    return [e for e in tv.fusion.uses_of(tv)
+            if not (isinstance(e, (WindowOp, GatherOp)) and e.inputs[0] is tv)]
 
 
 def cache_after(tv: TensorView, load_kind: LoadKind = LoadKind.Set,

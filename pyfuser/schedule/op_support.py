@@ -18,7 +18,8 @@ warning). The segmenter, the tests and the fuzzer read these lists instead of ke
 """
 from __future__ import annotations
 
-from ..ir.exprs import (BinaryOp, BroadcastOp, ExpandOp, FullOp, IotaOp, LinearOp, LoadStoreOp,
+from ..ir.exprs import (BinaryOp, BroadcastOp, ExpandOp, FullOp, GatherOp, IotaOp, LinearOp,
+                        LoadStoreOp,
                         MatmulOp, ReductionOp, ReshapeOp, SegmentSetOp, SqueezeOp, UnaryOp,
                         UnaryOpType, WhereOp, WindowOp)
 from ..ir.scalar import ScalarOp
@@ -26,7 +27,8 @@ from ..ir.scalar import ScalarOp
 # ScalarOp: arithmetic on scalars (a mean's 1/N, a variance's correction, the element count
 # of a mean over an expanded dim), which kernels compute from their scalar parameters.
 KERNEL_OPS: tuple = (UnaryOp, BinaryOp, WhereOp, LoadStoreOp, BroadcastOp, ExpandOp, SqueezeOp,
-                     ReshapeOp, ReductionOp, FullOp, IotaOp, WindowOp, ScalarOp, SegmentSetOp)
+                     ReshapeOp, ReductionOp, FullOp, IotaOp, WindowOp, GatherOp, ScalarOp,
+                     SegmentSetOp)
 LIBRARY_OPS: tuple = (MatmulOp, LinearOp)
 BOUNDARY_OPS: tuple = (SegmentSetOp,)
 # Ops that only move or fill data (no arithmetic worth a launch): the segmenter keeps them out

@@ -453,9 +453,10 @@ def _sub_fusion(fusion, exprs: list, outputs: list) -> Segment:
             new.add_input(x)
             extra.append(originals[back[id(x)]])
     known = bound | set(needed)
-    new.extent_equalities = [
-        (a, b, where) for a, b, where in new.extent_equalities
+    new.extent_equalities, new.extent_limits = ([
+        (a, b, where) for a, b, where in pairs
         if all(x in known for x in S.symbolic_inputs(a) + S.symbolic_inputs(b))]
+        for pairs in (new.extent_equalities, new.extent_limits))
     return Segment("kernel", tuple(exprs), tuple(inputs) + tuple(extra), tuple(outputs), new,
                    None, "", None, len(extra))
 

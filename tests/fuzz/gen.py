@@ -65,11 +65,12 @@ COMPARE = ("eq", "ne", "lt", "le", "gt", "ge")
 LOGICAL = ("logical_and", "logical_or")
 SHAPE_OPS = ("broadcast", "broadcast_in_dim", "expand", "squeeze", "reshape", "permute")
 RESIZE_OPS = ("slice", "pad", "cat")
+GATHER_OPS = ("take_along_axis", "gather", "index_select", "embedding")
 REDUCTIONS = ("sum", "max", "min", "mean", "var", "var_mean")
 # Every frontend op the generator emits (the coverage test checks each appears).
 ALL_OPS = (FLOAT_UNARY + SAME_UNARY + ("gelu", "logical_not", "cast", "set", "segment_set")
            + ARITH_BINARY
-           + COMPARE + LOGICAL + ("where",) + SHAPE_OPS + RESIZE_OPS + REDUCTIONS
+           + COMPARE + LOGICAL + ("where",) + SHAPE_OPS + RESIZE_OPS + GATHER_OPS + REDUCTIONS
            + ("full", "zeros", "ones", "iota", "define_scalar", "linear", "stride_order"))
 
 
@@ -588,6 +589,10 @@ class Builder:
                 v = float(args[2])
                 lo, hi = min(lo, v), max(hi, v)
             return Val(name, dims, dt, lo, hi, exact)
+        if op in GATHER_OPS:
+            # Elements of the source at in-range indices: its values, its interval.
+            src = args[1] if op == "embedding" else x
+            return Val(name, kw.pop("_dims"), src.dtype, src.lo, src.hi, src.exact)
         if op == "iota":
             # start + k * step for k < length: exact small integers or multiples of 0.5.
             n, start, step = args
@@ -857,8 +862,10 @@ class Builder:
                     y = self.binary_step(x, self.random_scalar_operand(x))
             elif roll < 0.9:
                 y = self.shape_step(x) or self.unary_step(x)
-            elif roll < 0.95:
+            elif roll < 0.925:
                 y = self.resize_step(x) or self.unary_step(x)
+            elif roll < 0.95:
+                y = self.gather_step(x) or self.unary_step(x)
             else:
                 y = self.binary_step(x, self.creation_step(x))
             pool.append(y)
@@ -947,6 +954,44 @@ class Builder:
         parts = (x, y) if r.random() < 0.5 else (y, x)
         return self.call("cat", *parts, k - x.rank if r.random() < 0.5 else k, _k=k,
                          _axis=self.axis(2 * n))
+
+    def gather_step(self, x: Val) -> Val | None:
+        """A take_along_axis, gather, index_select or embedding of x along one of its full dims
+        at the values of a new integer index input, all in range (an index out of range is an
+        error, tested apart); None when x has no full dim of size 1 or more."""
+        r = self.rng
+        if x.is_scalar:
+            return None
+        ks = [k for k, d in enumerate(x.dims) if d.kind == "full" and self.size_of(d) >= 1]
+        if not ks:
+            return None
+        k = r.choice(ks)
+        n = self.size_of(x.dims[k])
+        dt = r.choice((I64, I64, I32))
+        dist = {"dist": "int", "lo": 0, "hi": n - 1}
+        rest = math.prod(max(self.size_of(d), 1) for j, d in enumerate(x.dims) if j != k)
+        m = self.axis(min(self.pick_size(), max(1, self.max_elements // rest)))
+        ops = ["take_along_axis", "gather", "index_select"]
+        if x.rank == 2 and k == 0:
+            ops.append("embedding")
+        op = r.choice(ops)
+        dim = k - x.rank if r.random() < 0.3 else k
+        if op == "embedding":
+            idx = self.tensor([Dim(m, "full")], dt, dist=dist)
+            return self.call("embedding", idx, x, _dims=(Dim(m, "full"), x.dims[1]))
+        out = x.dims[:k] + (Dim(m, "full"),) + x.dims[k + 1:]
+        if op == "index_select":
+            idx = self.tensor([Dim(m, "full")], dt, dist=dist)
+            return self.call("index_select", x, idx, dim, _dims=out)
+        # take_along_axis: the index may broadcast (size 1) along x's other dims, which take
+        # x's size; gather's index has x's sizes there (at most x's, as torch.gather).
+        idims = [Dim(m, "full") if j == k else
+                 Dim(None, "bcast") if op == "take_along_axis" and r.random() < 0.3 else d
+                 for j, d in enumerate(x.dims)]
+        idx = self.tensor(idims, dt, dist=dist)
+        if op == "gather":
+            out = tuple(idims)
+        return self.call(op, x, idx, dim, _dims=out)
 
     def shape_step(self, x: Val) -> Val | None:
         """A random shape op on x that keeps it combinable with values over the same axes, or
@@ -1311,7 +1356,18 @@ def pat_normalization(b: Builder) -> None:
         b.sizes[red_axes[-1]] = b.pick_size("long")
     b.fit(axes, protect=red_axes)
     dt = b.pick_float_dtype()
-    x = b.tensor([Dim(a, "full") for a in axes], dt)
+    if rank == 2 and not outer and r.random() < 0.12:
+        # The rows of an embedding table at random ids (a token embedding and its norm).
+        rows = b.axis(cls=r.choice(("small", "odd", "pow2")))
+        b.fit([rows, axes[1]], protect=[axes[1]])
+        ids = b.tensor([Dim(axes[0], "full")], r.choice((I64, I32)),
+                       dist={"dist": "int", "lo": 0, "hi": max(b.sizes[rows], 1) - 1})
+        if b.sizes[rows] == 0:
+            b.sizes[rows] = 1
+        table = b.tensor([Dim(rows, "full"), Dim(axes[1], "full")], dt)
+        x = b.call("embedding", ids, table, _dims=(Dim(axes[0], "full"), Dim(axes[1], "full")))
+    else:
+        x = b.tensor([Dim(a, "full") for a in axes], dt)
     xf = b.call("cast", x, dtype=F32) if dt != F32 and r.random() < 0.85 else x
     kind = r.choice(("softmax", "log_softmax", "rmsnorm", "layernorm", "center", "scale",
                      "random"))
@@ -1336,6 +1392,16 @@ def pat_normalization(b: Builder) -> None:
         else:
             y = b.call("sub", z, b.call("log", b.positive(s, 1.0)))
         outs.append(y)
+        if rank == 2 and not outer and b.size_of(Dim(axes[1], "full")) >= 1 \
+                and r.random() < 0.3:
+            # Cross-entropy's loss: log-sum-exp minus the target's logit (take_along_axis).
+            n = b.sizes[axes[1]]
+            t = b.tensor([Dim(axes[0], "full"), Dim(None, "bcast")], I64,
+                         dist={"dist": "int", "lo": 0, "hi": n - 1})
+            picked = b.call("take_along_axis", xf, t, 1,
+                            _dims=(Dim(axes[0], "full"), Dim(None, "bcast")))
+            lse = b.call("add", b.call("log", b.positive(s, 1.0)), m)
+            outs.append(b.call("sub", lse, picked))
     elif kind == "rmsnorm":
         ms = b.call("mean", b.call("mul", xf, xf), red, keepdim=True)
         rstd = b.call("rsqrt", b.call("add", ms, r.choice((1e-5, 1e-6, 0.5))))

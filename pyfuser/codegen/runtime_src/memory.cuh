@@ -227,4 +227,18 @@ __device__ __forceinline__ void cp_async_wait_group() {
   asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
 }
 
+// An index check that failed (take_along_axis, gather, index_select, embedding): the first
+// thread to fail claims the record [check + 1, value] (0 while none failed) with one 64-bit
+// compare-and-swap and stores the index it saw; the executor reads the record after the launch
+// and raises (runtime/index_check.py). Any thread, any number of times.
+__device__ __forceinline__ void report_index_error(long long* record, int check, long long value) {
+  unsigned long long old;
+  const unsigned long long mine = static_cast<unsigned long long>(check) + 1ull;
+  asm volatile("atom.global.cas.b64 %0, [%1], %2, %3;"
+               : "=l"(old)
+               : "l"(record), "l"(0ull), "l"(mine)
+               : "memory");
+  if (old == 0ull) record[1] = value;
+}
+
 }  // namespace pf

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from ...ir.exprs import WindowOp
+from ...ir.exprs import GatherOp, WindowOp
 from ...ir.tensor import TensorView
 from ...ir.id_graph import IdGraph, reshape_cycle, self_mapping
 from .. import roles
@@ -55,7 +55,7 @@ def choose(fusion, exclude: dict | None = None) -> Choice:
     if other:
         return Choice(None, f"ops no scheduler generates kernels for: {', '.join(other)} "
                             "(schedule/op_support.py)")
-    why = reshape_cycle(graph, fusion.tensors()) or _window_of_computed(fusion)
+    why = reshape_cycle(graph, fusion.tensors()) or _read_in_global_but_computed(fusion)
     if why is not None:
         return Choice(None, why)
     rejected = []
@@ -71,14 +71,17 @@ def choose(fusion, exclude: dict | None = None) -> Choice:
     return Choice(None, f"no scheduler takes the whole fusion ({reasons})", tuple(rejected))
 
 
-def _window_of_computed(fusion) -> str | None:
-    """Why no kernel takes a window (slice, pad) of a tensor it computes, or None: a window
-    reads its source in global memory at its own offsets, so the segmenter ends a segment at
-    the source."""
+def _read_in_global_but_computed(fusion) -> str | None:
+    """Why no kernel takes a window (slice, pad) or a gather (take_along_axis, index_select,
+    ...) of a tensor it computes, or None: both read their source in global memory at their
+    own offsets, so the segmenter ends a segment at the source."""
     for e in fusion.exprs():
         if isinstance(e, WindowOp) and e.src.definition is not None:
             return (f"T{e.outputs[0].name} is a window (slice or pad) of T{e.src.name}, which "
                     "the fusion computes; a window reads its source from global memory")
+        if isinstance(e, GatherOp) and e.src.definition is not None:
+            return (f"T{e.outputs[0].name} is a {e.what} of T{e.src.name}, which the fusion "
+                    "computes; a gather reads its source from global memory")
     return None
 
 

@@ -1,0 +1,250 @@
+"""take_along_axis, gather, index_select and embedding: gathers of the tensors they read
+(frontend/indexing.py, ir.exprs.GatherOp). The reference evaluator against torch; generated
+kernels on the interpreter against the float64 reference on odd sizes, int32 and int64 indices,
+broadcast and computed indices, strided sources and empty indices; an index out of range is
+IndexOutOfRange from the checked kernel (and the next call with good indices runs); what the
+plans are (cross-entropy's loss and gradient in one normalization kernel, an embedding and its
+normalization in one, a segment ending at a gather of a computed tensor); definition errors;
+the kernels compile with NVRTC at the sizes of the issue's bars."""
+import re
+
+import pytest
+import torch
+
+from pyfuser import DataType, FusionDefinition
+from pyfuser.frontend.ops import FusionDefinitionError
+from pyfuser.ir.exprs import GatherOp
+from pyfuser.runtime.index_check import IndexOutOfRange
+from pyfuser.runtime.inputs import InputError
+from pyfuser.runtime.reference import evaluate
+from pyfuser.testing import run_and_check
+
+INTERPRET = {"enable": ["interpret"]}
+F32, BF16 = DataType.Float, DataType.BFloat16
+
+
+def _gathers(fd) -> list:
+    return [e for e in fd.fusion.exprs() if isinstance(e, GatherOp)]
+
+
+def _fusion(build, inputs):
+    with FusionDefinition() as fd:
+        build(fd, *[fd.from_pytorch(t) for t in inputs])
+    return fd
+
+
+X = torch.randn(37, 53)
+
+# name -> (build, inputs, what torch computes)
+CASES = {
+    "index_select_dim0": (lambda fd, x, i: fd.add_output(fd.ops.index_select(x, i, 0)),
+                          [X, torch.randint(0, 37, (11,))],
+                          lambda x, i: torch.index_select(x, 0, i)),
+    "index_select_dim1_int32": (lambda fd, x, i: fd.add_output(fd.ops.index_select(x, i, -1)),
+                                [X, torch.randint(0, 53, (19,), dtype=torch.int32)],
+                                lambda x, i: torch.index_select(x, 1, i)),
+    "take_along_axis_rows": (lambda fd, x, i: fd.add_output(fd.ops.take_along_axis(x, i, 1)),
+                             [X, torch.randint(0, 53, (37, 80))],
+                             lambda x, i: torch.take_along_dim(x, i, 1)),
+    "take_along_axis_broadcast_index": (
+        lambda fd, x, i: fd.add_output(fd.ops.take_along_axis(x, i, 0)),
+        [X, torch.randint(0, 37, (5, 1))], lambda x, i: torch.take_along_dim(x, i, 0)),
+    "gather_smaller_index": (lambda fd, x, i: fd.add_output(fd.ops.gather(x, i, 1)),
+                             [X, torch.randint(0, 53, (20, 7))],
+                             lambda x, i: torch.gather(x, 1, i)),
+    "gather_dim0": (lambda fd, x, i: fd.add_output(fd.ops.gather(x, i, 0)),
+                    [X, torch.randint(0, 37, (50, 53))], lambda x, i: torch.gather(x, 0, i)),
+    "embedding_2d_ids": (lambda fd, i, w: fd.add_output(fd.ops.embedding(i, w)),
+                         [torch.randint(0, 100, (3, 5)), torch.randn(100, 24).bfloat16()],
+                         torch.nn.functional.embedding),
+    "strided_source": (lambda fd, x, i: fd.add_output(fd.ops.index_select(x, i, 1)),
+                       [torch.randn(53, 37).t(), torch.randint(0, 53, (19,))],
+                       lambda x, i: torch.index_select(x, 1, i)),
+}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_reference_matches_torch(name):
+    build, inputs, want = CASES[name]
+    fd = _fusion(build, inputs)
+    assert len(_gathers(fd)) == 1
+    assert torch.equal(evaluate(fd.fusion, inputs)[0], want(*inputs))
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_one_pointwise_kernel_on_the_interpreter(name):
+    """Each op alone is one pointwise kernel whose values equal torch's exactly (a gather
+    copies)."""
+    build, inputs, want = CASES[name]
+    fd = _fusion(build, inputs)
+    run_and_check(fd, inputs, scheduler="pointwise", options=INTERPRET)
+    assert torch.equal(fd.execute(inputs, options=INTERPRET)[0], want(*inputs))
+
+
+@pytest.mark.parametrize("bad", [-1, 37, 1000])
+def test_an_index_out_of_range_raises_and_the_next_call_runs(bad):
+    """The checked kernel skips the read and reports the index; the executor raises
+    IndexOutOfRange naming the op, the value and the size, as the reference does; a call with
+    good indices afterwards gets the right result."""
+    ids = torch.randint(0, 37, (11,))
+    fd = _fusion(CASES["index_select_dim0"][0], [X, ids])
+    wrong = ids.clone()
+    wrong[7] = bad
+    message = (f"index_select: index {bad} is out of range for dim 0 of size 37 "
+               r"\(valid indices are 0 to 36\)")
+    with pytest.raises(IndexOutOfRange, match=message):
+        evaluate(fd.fusion, [X, wrong])
+    with pytest.raises(IndexOutOfRange, match=message):
+        fd.execute([X, wrong], options=INTERPRET)
+    assert torch.equal(fd.execute([X, ids], options=INTERPRET)[0], X[ids])
+    assert fd.last_run.kind == "kernels"
+    with pytest.raises(IndexError):      # IndexOutOfRange is an IndexError, as torch raises
+        fd.execute([X, wrong], options=INTERPRET)
+
+
+def test_the_kernel_reports_out_of_range_indices():
+    """The generated code checks the index against the dim it indexes and reports it; the
+    index-error record is a workspace of the launch, named with the op for the message."""
+    ids = torch.randint(0, 100, (3, 5))
+    fd = _fusion(CASES["embedding_2d_ids"][0], [ids, torch.randn(100, 24)])
+    seg, = fd.explain([ids, torch.randn(100, 24)], device="h100").segments
+    cuda = seg.kernel.kernel.source
+    assert re.search(r"pf_gi >= 0 && pf_gi < static_cast<long long>\(\w+\)", cuda), cuda
+    assert "pf::report_index_error(&pf_index_error[0], 0, pf_gi)" in cuda
+    launch = seg.kernel.kernel.launch
+    assert [w[0] for w in launch.workspaces] == ["index_error"]
+    assert launch.index_checks[0][:2] == ("embedding", 0)
+
+
+def test_an_index_computed_in_the_kernel():
+    """The index may be computed in the kernel (ids - 1): an ordinary operand."""
+    x, ids = X, torch.randint(1, 54, (19,))
+    with FusionDefinition() as fd:
+        tx, ti = fd.from_pytorch(x), fd.from_pytorch(ids)
+        fd.add_output(fd.ops.index_select(tx, fd.ops.sub(ti, 1), 1))
+    run_and_check(fd, [x, ids], scheduler="pointwise", options=INTERPRET)
+
+
+def test_an_empty_index_gives_an_empty_output():
+    ids = torch.zeros(0, dtype=torch.int64)
+    fd = _fusion(CASES["index_select_dim0"][0], [X, ids])
+    out, = fd.execute([X, ids], options=INTERPRET)
+    assert out.shape == (0, 53)
+
+
+def _cross_entropy(fd, x, t, m, v, cast_first: bool, grad: bool):
+    """Cross-entropy of bf16 logits with int64 targets: the loss (logsumexp minus the target's
+    logit through take_along_axis) and, with `grad`, dlogits = (softmax - one_hot) / M with
+    the one-hot from an iota."""
+    xf = fd.ops.cast(x, F32)
+    mx = fd.ops.max(xf, [1], keepdim=True)
+    e = fd.ops.exp(fd.ops.sub(xf, mx))
+    s = fd.ops.sum(e, [1], keepdim=True)
+    lse = fd.ops.add(fd.ops.log(s), mx)
+    t2 = fd.ops.broadcast_in_dim(t, [m, 1], [0])
+    picked = (fd.ops.take_along_axis(xf, t2, 1) if cast_first
+              else fd.ops.cast(fd.ops.take_along_axis(x, t2, 1), F32))
+    fd.add_output(fd.ops.squeeze(fd.ops.sub(lse, picked), [1]))
+    if grad:
+        one_hot = fd.ops.eq(fd.ops.broadcast_in_dim(fd.ops.iota(v), [m, v], [1]), t2)
+        g = fd.ops.sub(fd.ops.div(e, s), fd.ops.cast(one_hot, F32))
+        fd.add_output(fd.ops.cast(fd.ops.mul(g, 1.0 / m), BF16))
+
+
+@pytest.mark.parametrize("cast_first", [False, True])
+@pytest.mark.parametrize("grad", [False, True])
+def test_cross_entropy_is_one_normalization_kernel(cast_first, grad):
+    """The target's logit is read by a gather inside the row kernel; a gather of the float
+    cast of the logits reads the logits and casts (frontend/indexing.py), so it does not end a
+    segment at the cast."""
+    m, v = 37, 1001
+    x, t = torch.randn(m, v).bfloat16(), torch.randint(0, v, (m,))
+    with FusionDefinition() as fd:
+        _cross_entropy(fd, fd.from_pytorch(x), fd.from_pytorch(t), m, v, cast_first, grad)
+    assert all(g.src is fd.fusion.inputs[0] for g in _gathers(fd))
+    run_and_check(fd, [x, t], scheduler="inner_persistent", options=INTERPRET)
+    loss = torch.nn.functional.cross_entropy(x.float(), t, reduction="none")
+    torch.testing.assert_close(fd.execute([x, t], options=INTERPRET)[0], loss)
+
+
+def test_embedding_and_its_layer_norm_are_one_kernel():
+    """The normalization reads the gathered rows: the inner persistent scheduler recomputes
+    the gather from the weight where it projects its buffer to the inputs."""
+    ids, w = torch.randint(0, 100, (33,)), torch.randn(100, 72).bfloat16()
+    with FusionDefinition() as fd:
+        ti, tw = fd.from_pytorch(ids), fd.from_pytorch(w)
+        rows = fd.ops.cast(fd.ops.embedding(ti, tw), F32)
+        var, mean = fd.ops.var_mean(rows, [1], correction=0, keepdim=True)
+        y = fd.ops.mul(fd.ops.sub(rows, mean), fd.ops.rsqrt(fd.ops.add(var, 1e-5)))
+        fd.add_output(fd.ops.cast(y, BF16))
+    run_and_check(fd, [ids, w], scheduler="inner_persistent", options=INTERPRET)
+
+
+def test_a_gather_of_a_computed_tensor_ends_a_segment():
+    """take_along_axis(softmax(x), t): the gather reads the softmax from global memory, so the
+    plan is the softmax kernel, then the gather's: generated kernels only."""
+    x, t = X, torch.randint(0, 53, (37, 1))
+    with FusionDefinition() as fd:
+        tx, tt = fd.from_pytorch(x), fd.from_pytorch(t)
+        e = fd.ops.exp(tx)
+        fd.add_output(fd.ops.take_along_axis(fd.ops.div(e, fd.ops.sum(e, [1], keepdim=True)),
+                                             tt, 1))
+    run_and_check(fd, [x, t], kernels=2, options=INTERPRET,
+                  segments=(("kernel", "inner_persistent"), ("kernel", "pointwise")))
+
+
+def test_take_along_axis_checks_sizes_at_run_time():
+    """take_along_axis needs the index's other dims equal to the input's (or broadcast); gather
+    needs them at most the input's: symbolic sizes are checked on every call."""
+    with FusionDefinition() as fd:
+        x, i = fd.define_tensor([-1, -1]), fd.define_tensor([-1, -1], dtype=DataType.Int)
+        fd.add_output(fd.ops.take_along_axis(x, i, 1))
+    with pytest.raises(InputError, match="take_along_axis: the index's dim 0"):
+        fd.execute([torch.randn(4, 5), torch.zeros(3, 2, dtype=torch.int64)])
+    with FusionDefinition() as fd:
+        x, i = fd.define_tensor([-1, -1]), fd.define_tensor([-1, -1], dtype=DataType.Int)
+        fd.add_output(fd.ops.gather(x, i, 1))
+    with pytest.raises(InputError, match=r"sizes do not fit at gather: .* 5 > 4"):
+        fd.execute([torch.randn(4, 5), torch.zeros(5, 2, dtype=torch.int64)])
+    out, = fd.execute([torch.randn(4, 5), torch.zeros(3, 2, dtype=torch.int64)],
+                      options=INTERPRET)
+    assert out.shape == (3, 2)
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda fd, x, i: fd.ops.index_select(x, fd.ops.cast(i, F32), 0),
+     "index must be an integer tensor"),
+    (lambda fd, x, i: fd.ops.index_select(x, fd.ops.broadcast(i, [False, True]), 0),
+     "index must be 1-D"),
+    (lambda fd, x, i: fd.ops.take_along_axis(x, i, 0), "index of rank 1 for an input of rank 2"),
+    (lambda fd, x, i: fd.ops.index_select(x, i, 2), "dim 2 out of range for rank 2"),
+    (lambda fd, x, i: fd.ops.index_select(fd.ops.sum(x), i, 0), "dim 0 out of range for rank 0"),
+    (lambda fd, x, i: fd.ops.embedding(i, fd.ops.sum(x, [0])), "weight must be 2-D"),
+    (lambda fd, x, i: fd.ops.gather(x, fd.ops.broadcast(i, [False, True]), 1),
+     "the index's dim 0 has size 9, the input's dim 0 3; they must be at most"),
+])
+def test_indexing_definition_errors(call, message):
+    with pytest.raises(FusionDefinitionError, match=message):
+        with FusionDefinition() as fd:
+            call(fd, fd.define_tensor([3, 7], dtype=F32),
+                 fd.define_tensor([9], dtype=DataType.Int))
+
+
+def test_kernels_at_the_bar_sizes_compile():
+    """Embedding of 8192 ids in [128256, 4096] and cross-entropy of [8192, 128256] bf16
+    logits: NVRTC compiles each kernel for sm_90a without spills."""
+    ids = torch.empty(8192, dtype=torch.int64, device="meta")
+    w = torch.empty(128256, 4096, dtype=torch.bfloat16, device="meta")
+    fd = _fusion(lambda fd, i, w: fd.add_output(fd.ops.embedding(i, w)), [ids, w])
+    plans = [fd.explain([ids, w], device="h100", compile=True)]
+    m, v = 8192, 128256
+    x = torch.empty(m, v, dtype=torch.bfloat16, device="meta")
+    t = torch.empty(m, dtype=torch.int64, device="meta")
+    with FusionDefinition() as fd:
+        _cross_entropy(fd, fd.from_pytorch(x), fd.from_pytorch(t), m, v, False, True)
+    plans.append(fd.explain([x, t], device="h100", compile=True))
+    for plan in plans:
+        assert all(s.kind == "kernel" for s in plan.segments), plan
+        for seg in plan.segments:
+            assert re.search(r"registers, .*0 B spill stores, 0 B spill loads",
+                             seg.kernel.ptxas), seg.kernel.ptxas
