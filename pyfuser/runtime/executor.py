@@ -181,7 +181,7 @@ class _KernelPlan:
     TENSOR_MAP_CACHE = 16
 
     def __init__(self, fk, device, grid, block, values, ptr_slots, scalar_slots, out_specs,
-                 run_info, poison: bool, tmap_slots=(), workspaces=()):
+                 run_info, poison: bool, tmap_slots=(), workspaces=(), index_record=None):
         import torch
 
         from .launch import ParamLayout
@@ -212,9 +212,7 @@ class _KernelPlan:
         # Global scratch of the kernel for this launch shape: owned by the plan, released with it.
         self.workspaces = tuple(workspaces)
         # The record of an index found out of range by a gather (runtime/index_check.py).
-        kinds = [w[0] for w in fk.launch.workspaces]
-        self.index_record = (self.workspaces[kinds.index("index_error")]
-                             if "index_error" in kinds else None)
+        self.index_record = index_record
 
     def run(self, inputs):
         dev, empty = self.device, self._empty
@@ -707,7 +705,7 @@ class FusionExecutorCache:
         out_specs = [(tuple(sz), tuple(output_strides(o, sz)), to_torch(o.dtype))
                      for o, sz in zip(self.fusion.outputs, out_sizes)]
         values, ptr_slots, scalar_slots, tmap_slots, workspaces = [], [], [], [], []
-        workspace_bytes = 0
+        workspace_bytes, index_record = 0, None
         for pos, src in enumerate(launch.param_sources):
             tag = src[0]
             if tag in ("input", "output"):
@@ -727,6 +725,8 @@ class FusionExecutorCache:
             elif tag == "workspace":
                 buf = self._workspace(fk, src[1], inputs, grid, block, device)
                 workspaces.append(buf)
+                if launch.workspaces[src[1]][0] == "index_error":
+                    index_record = buf
                 values.append(buf.data_ptr())
                 if launch.workspaces[src[1]][0] == "intermediate":
                     workspace_bytes += 2 * buf.numel() * buf.element_size()
@@ -740,7 +740,8 @@ class FusionExecutorCache:
                        workspace_bytes, (launch.cluster,), backend="cuda")
         return _KernelPlan(fk, device, grid, block, values, ptr_slots, scalar_slots, out_specs,
                            info, poison=bool(opts.current().is_enabled("poison_outputs")),
-                           tmap_slots=tmap_slots, workspaces=workspaces)
+                           tmap_slots=tmap_slots, workspaces=workspaces,
+                           index_record=index_record)
 
     @staticmethod
     def _workspace(fk, w, inputs, grid, block, device):

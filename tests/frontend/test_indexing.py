@@ -248,3 +248,24 @@ def test_kernels_at_the_bar_sizes_compile():
         for seg in plan.segments:
             assert re.search(r"registers, .*0 B spill stores, 0 B spill loads",
                              seg.kernel.ptxas), seg.kernel.ptxas
+
+
+def test_the_executor_reads_the_record_after_a_launch():
+    """The GPU plan's check (runtime/executor._KernelPlan._check_indices) on a record as a
+    kernel leaves it: raises with the size the launch description gives for these inputs,
+    zeroes the record for the next launch; a zero record passes."""
+    import json
+    from types import SimpleNamespace
+
+    from pyfuser.kir.launch import LaunchDescription
+    from pyfuser.runtime.executor import _KernelPlan
+    launch = LaunchDescription((), (), (1, 1, 1), (1, 1, 1), 0, False, None,
+                               index_checks=(("take_along_axis", 1, ("extent", 0, 1)),))
+    # As the disk cache stores it (JSON) and loads it back.
+    assert LaunchDescription.from_json(json.loads(json.dumps(launch.to_json()))) == launch
+    plan = SimpleNamespace(index_record=torch.tensor([1, -4]), fk=SimpleNamespace(launch=launch))
+    with pytest.raises(IndexOutOfRange, match="take_along_axis: index -4 is out of range for "
+                                              "dim 1 of size 53"):
+        _KernelPlan._check_indices(plan, [X])
+    assert plan.index_record.tolist() == [0, 0]
+    _KernelPlan._check_indices(plan, [X])
