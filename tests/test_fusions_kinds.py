@@ -200,6 +200,11 @@ def cross_entropy_fwd(fd):
     fd.add_output(fd.ops.squeeze(lse, [1]))
 
 
+def argmax_rows(fd):
+    x = fd.define_tensor([-1, -1], dtype=BF16)
+    fd.add_output(fd.ops.argmax(x, 1))
+
+
 def embedding(fd):
     table = fd.define_tensor([-1, -1], dtype=BF16)
     ids = fd.define_tensor([-1], dtype=DataType.Int)
@@ -399,6 +404,7 @@ KINDS: dict[str, Kind] = {
     "softmax_causal": Kind(softmax_causal, lambda: [_meta(_SCORES)], (IP,)),
     "cross_entropy_fwd": Kind(cross_entropy_fwd, lambda: [
         _meta([8192, 128256]), _meta([8192], torch.int64)], (IP,)),
+    "argmax_rows": Kind(argmax_rows, lambda: [_meta([8192, 128256])], (IP,)),
     "embedding": Kind(embedding, lambda: [_meta([128256, 4096]), _meta([8192], torch.int64)],
                       (PW,)),
     "cross_entropy_bwd": Kind(cross_entropy_bwd, lambda: [
@@ -452,7 +458,6 @@ OPS_MISSING: dict[str, tuple] = {
                               "ops missing: RNG (the dropout mask), issue 17/18"),
     "fp8_quant": (("Float8_e4m3fn",), ("ops missing: the fp8 e4m3 dtype and its cast (the amax "
                                        "is also a full reduction, issue 16), issue 17/18")),
-    "argmax_rows": (("argmax",), "ops missing: argmax, issue 17/18"),
     "cumsum": (("cumsum",), "ops missing: cumsum (a scan), issue 17/18"),
     "topk": (("topk",), "ops missing: topk, issue 17/18"),
 }

@@ -468,6 +468,45 @@ class Ops:
     def min(self, x, dims=None, keepdim: bool = False):
         return self._reduce("min", ReductionOpType.Min, x, dims, keepdim, None)
 
+    # Index reductions -----------------------------------------------------------------------
+    def argmax(self, x, dim=None, keepdim: bool = False):
+        """torch.argmax: the index (int64) of the first largest element along `dim`, or of the
+        flattened tensor when dim is None; a NaN counts as the largest (the first NaN's
+        index), as in torch. Built as the max, then the least index where x is the max or NaN:
+        the row kernel of a normalization."""
+        return self._arg_extreme("argmax", ReductionOpType.Max, x, dim, keepdim)
+
+    def argmin(self, x, dim=None, keepdim: bool = False):
+        """torch.argmin: as argmax, of the first smallest element."""
+        return self._arg_extreme("argmin", ReductionOpType.Min, x, dim, keepdim)
+
+    def _arg_extreme(self, name, op, x, dim, keepdim):
+        x = self._tensor(name, 0, x)
+        if x.dtype.is_boolean:
+            raise FusionDefinitionError(f"{name}: bool tensors have no {name}; cast first")
+        rank = len(x.domain.logical_no_reductions)
+        if dim is None:
+            # Of the flattened tensor; keepdim keeps every dim as size 1 (torch's shape).
+            if rank == 0:
+                index = arith.full([], 0, DataType.Int)
+            else:
+                flat = x if rank == 1 else self.reshape(x, [-1])
+                index = self._arg_extreme(name, op, flat, 0, False)
+            return arith.broadcast(index, [True] * rank) if keepdim and rank else index
+        if not isinstance(dim, int) or isinstance(dim, bool):
+            raise FusionDefinitionError(f"{name}: dim must be an int or None, got {dim!r}")
+        d, = self._dims(name, x, dim)
+        best = self._reduce(name, op, x, [d], True, None)
+        hit = self.eq(x, best)
+        if x.dtype.is_floating:
+            # max and min propagate NaN: where there is one, `best` is NaN and x != x marks it.
+            hit = self.logical_or(hit, self.ne(x, x))
+        n = x.domain.logical_no_reductions[d].user_extent
+        index = resize.dim_index(self, n, d, rank, DataType.Int)
+        # Elsewhere the dim's size, past every index (an extent is an int64 scalar).
+        return self._reduce(name, ReductionOpType.Min, self.where(hit, index, n), [d],
+                            keepdim, None)
+
     def _count(self, x, dims):
         src = x.domain.logical_no_reductions
         return S.product(src[d].user_extent for d in dims)

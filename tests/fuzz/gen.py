@@ -66,7 +66,7 @@ LOGICAL = ("logical_and", "logical_or")
 SHAPE_OPS = ("broadcast", "broadcast_in_dim", "expand", "squeeze", "reshape", "permute")
 RESIZE_OPS = ("slice", "pad", "cat")
 GATHER_OPS = ("take_along_axis", "gather", "index_select", "embedding")
-REDUCTIONS = ("sum", "max", "min", "mean", "var", "var_mean")
+REDUCTIONS = ("sum", "max", "min", "mean", "var", "var_mean", "argmax", "argmin")
 # Every frontend op the generator emits (the coverage test checks each appears).
 ALL_OPS = (FLOAT_UNARY + SAME_UNARY + ("gelu", "logical_not", "cast", "set", "segment_set")
            + ARITH_BINARY
@@ -615,6 +615,13 @@ class Builder:
     def _infer_reduction(self, op, name, x, args, kw):
         dims_arg = args[1] if len(args) > 1 else None
         keepdim = kw.get("keepdim", False)
+        if op in ("argmax", "argmin"):
+            # One dim, or the flattened tensor (None): an int64 index into it.
+            red = list(range(x.rank)) if dims_arg is None else [dims_arg % x.rank]
+            count = math.prod(self.size_of(x.dims[k]) for k in red)
+            out_dims = (tuple(Dim(None, "bcast") if k in red else d for k, d in enumerate(x.dims))
+                        if keepdim else tuple(d for k, d in enumerate(x.dims) if k not in red))
+            return Val(name, out_dims, I64, 0.0, float(max(count - 1, 0)), True)
         red = list(range(x.rank)) if dims_arg is None else sorted(d % x.rank for d in dims_arg)
         count = math.prod(self.size_of(x.dims[k]) for k in red)
         if keepdim:
@@ -1084,6 +1091,17 @@ class Builder:
         if keepdim is None:
             keepdim = r.random() < 0.5
         empty = any(self.size_of(x.dims[k]) == 0 for k in dims)
+        if op is None and x.exact and x.dtype != BOOL and not empty and r.random() < 0.12:
+            # An index reduction of exact values (an input, its casts): the kernel's values
+            # equal the reference's, so ties break alike (computed floats may round apart).
+            op = r.choice(("argmax", "argmin"))
+            dim = None if len(dims) == x.rank and (x.rank == 1 or r.random() < 0.5) else \
+                r.choice(dims)
+            if dim is not None and r.random() < 0.3:
+                dim -= x.rank
+            kw = {"keepdim": keepdim} if keepdim or r.random() < 0.5 else {}
+            return self.call(op, x, dim, **kw) if dim is not None or r.random() < 0.5 \
+                else self.call(op, x, **kw)
         if op is None:
             choices = ["sum", "max", "min", "mean", "var", "var_mean"]
             weights = [35, 12, 8, 20, 10, 15]
