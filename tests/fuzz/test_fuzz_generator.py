@@ -124,6 +124,8 @@ def test_reductions_cover_every_kind_of_dims(corpus):
         for op in s["ops"]:
             if op["op"] in gen.REDUCTIONS:
                 dims = op["args"][1] if len(op["args"]) > 1 else None
+                if isinstance(dims, int):       # argmax, argmin: one dim
+                    dims = [dims]
                 kinds.add("all" if dims is None else ("several" if len(dims) > 1 else "one"))
                 kinds.add("keepdim" if op["kwargs"].get("keepdim") else "squeeze")
                 if dims and any(d < 0 for d in dims):
