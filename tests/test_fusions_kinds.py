@@ -205,6 +205,17 @@ def argmax_rows(fd):
     fd.add_output(fd.ops.argmax(x, 1))
 
 
+def bias_dropout_residual(fd):
+    # residual + dropout(x + bias, p=0.1), the mask an output; the seed and offset drawn from
+    # torch's generator on each execute.
+    x, residual = (fd.define_tensor([-1, -1], dtype=BF16) for _ in range(2))
+    bias = fd.define_tensor([-1], dtype=BF16)
+    h = _f(fd, x) + fd.ops.broadcast(_f(fd, bias), [True, False])
+    keep = fd.ops.lt(fd.ops.rand_like(h), 0.9)
+    fd.add_output(_bf(fd, fd.ops.where(keep, h * (1 / 0.9), 0.0) + _f(fd, residual)))
+    fd.add_output(keep)
+
+
 def embedding(fd):
     table = fd.define_tensor([-1, -1], dtype=BF16)
     ids = fd.define_tensor([-1], dtype=DataType.Int)
@@ -405,6 +416,8 @@ KINDS: dict[str, Kind] = {
     "cross_entropy_fwd": Kind(cross_entropy_fwd, lambda: [
         _meta([8192, 128256]), _meta([8192], torch.int64)], (IP,)),
     "argmax_rows": Kind(argmax_rows, lambda: [_meta([8192, 128256])], (IP,)),
+    "bias_dropout_residual": Kind(bias_dropout_residual, lambda: [
+        _meta([8192, 4096]), _meta([8192, 4096]), _meta([4096])], (PW,)),
     "embedding": Kind(embedding, lambda: [_meta([128256, 4096]), _meta([8192], torch.int64)],
                       (PW,)),
     "cross_entropy_bwd": Kind(cross_entropy_bwd, lambda: [
@@ -454,8 +467,6 @@ KINDS: dict[str, Kind] = {
 # Kinds that wait for ops pyfuser does not have yet (the ops issues, 17/18): the fd.ops names
 # (or DataType members) they need, each checked absent below, and the line the docs table shows.
 OPS_MISSING: dict[str, tuple] = {
-    "bias_dropout_residual": (("rand", "uniform"),
-                              "ops missing: RNG (the dropout mask), issue 17/18"),
     "fp8_quant": (("Float8_e4m3fn",), ("ops missing: the fp8 e4m3 dtype and its cast (the amax "
                                        "is also a full reduction, issue 16), issue 17/18")),
     "cumsum": (("cumsum",), "ops missing: cumsum (a scan), issue 17/18"),

@@ -13,7 +13,7 @@ from ..ir import scalar as S
 from ..ir.dtype import DataType, compute_type
 from ..ir.exprs import (BinaryOp, BinaryOpType, LoadStoreOp, ReductionOp, UnaryOp, UnaryOpType,
                         WhereOp, WindowOp, BroadcastOp, ExpandOp, SqueezeOp, ReshapeOp, FullOp,
-                        GatherOp, IotaOp)
+                        GatherOp, IotaOp, RandOp, UNIFORM_BITS)
 from ..ir.scalar import ScalarOp
 from ..kir import nodes as K
 from .device_library import device_library_source
@@ -270,6 +270,13 @@ class CudaPrinter:
                     f"{self.value(fill, oct_)};")
         if isinstance(e, GatherOp):
             return self.gather_text(s)
+        if isinstance(e, RandOp):
+            seed, offset, a, b = (self.value(x, t) for x, t in zip(
+                s.ins[:4], ("long long", "long long", "double", "double")))
+            draw = (f"pf::philox_uniform<{UNIFORM_BITS[odt.value[0]]}>" if e.dist == "uniform"
+                    else "pf::philox_normal")
+            return (f"{self.expr(out)} = pf::cast<{oct_}>({draw}(static_cast<long long>("
+                    f"{self.expr(s.ins[4])}), {seed}, {offset} + {e.stream}, {a}, {b}));")
         if isinstance(e, IotaOp):
             ct = _compute_ctype(odt)
             start, step = (self.value(x, ct) for x in s.ins[:2])

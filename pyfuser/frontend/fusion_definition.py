@@ -36,6 +36,9 @@ class FusionDefinition:
         self._executor = None
         # What the last execute() ran: see pyfuser.runtime.executor.RunInfo.
         self.last_run = None
+        # (seed, offset) the last execute() drew for random ops defined without rng_seed
+        # (rerun them with those, or evaluate the fusion on `complete_inputs`).
+        self.last_rng_state = None
 
     # Context ----------------------------------------------------------------------------------
     def __enter__(self):
@@ -130,6 +133,40 @@ class FusionDefinition:
             value = int(value)
         return Scalar(dt, value)
 
+    def _implicit_rng_state(self) -> tuple:
+        """The seed and offset scalars of random ops defined without rng_seed: fusion inputs
+        the caller does not pass; execute() draws them from torch's generator (Fusion.
+        implicit_rng holds their input positions)."""
+        if self.fusion.implicit_rng is None:
+            seed = self.define_scalar(dtype=DataType.Int)
+            offset = self.define_scalar(dtype=DataType.Int)
+            self.fusion.implicit_rng = (self.fusion.inputs.index(seed),
+                                        self.fusion.inputs.index(offset))
+        k_seed, k_offset = self.fusion.implicit_rng
+        return self.fusion.inputs[k_seed], self.fusion.inputs[k_offset]
+
+    def complete_inputs(self, inputs, rng_state=None, device=None) -> list:
+        """The fusion's inputs: `inputs` as the caller passes them, with the seed and offset of
+        implicit random ops inserted (`rng_state`, or drawn from torch's generator: the CUDA
+        generator of the inputs' device, advanced past the fusion's random streams as torch
+        advances it, or the CPU generator)."""
+        rng = self.fusion.implicit_rng
+        if rng is None:
+            return inputs
+        if not isinstance(inputs, (list, tuple)):
+            return inputs               # execute's own check names the mistake
+        want = len(self.fusion.inputs) - len(rng)
+        if len(inputs) != want:
+            from ..runtime.inputs import InputError
+            raise InputError(f"the fusion takes {want} inputs, got {len(inputs)} (its random "
+                             "ops' seed and offset are drawn by execute, not passed)")
+        if rng_state is None:
+            rng_state = _draw_rng_state(self.fusion, inputs, device)
+        self.last_rng_state = tuple(rng_state)
+        user = iter(inputs)
+        return [rng_state[rng.index(k)] if k in rng else next(user)
+                for k in range(len(self.fusion.inputs))]
+
     def add_output(self, t, alias_input=None) -> None:
         """Make `t` an output. With `alias_input` (an input tensor of this fusion), `t` is an
         in-place update, as nvFuser's add_output(output, alias_input): each execute writes it
@@ -162,7 +199,7 @@ class FusionDefinition:
         executor = self._executor
         if executor is None:        # the first call (the executor is made once finalized)
             executor = self._first_executor()
-        outputs = executor.run(inputs, options, device)
+        outputs = executor.run(self.complete_inputs(inputs, device=device), options, device)
         self.last_run = executor.last_run
         return outputs
 
@@ -187,6 +224,8 @@ class FusionDefinition:
 
         if not self._finalized:
             raise FusionDefinitionError("explain: finish the definition (leave the `with` block) first")
+        if self.fusion.implicit_rng is not None:
+            inputs = self.complete_inputs(inputs, rng_state=(0, 0))
         return explain_fusion(self.fusion, inputs, device=device, compile=compile, name=self.name)
 
     def kernels(self, last_run: bool = False) -> list:
@@ -212,3 +251,24 @@ class FusionDefinition:
 def clone_fusion(fusion: Fusion) -> Fusion:
     return fusion.clone()[0]
 
+
+def _draw_rng_state(fusion, inputs, device=None) -> tuple:
+    """(seed, offset) for one execute of a fusion with implicit random ops: from the CUDA
+    generator of the inputs' device (its seed, and its Philox offset, which this advances by
+    the fusion's random streams rounded up to 4, as torch's kernels advance it), or, on the
+    CPU, a seed drawn from the CPU generator (torch.manual_seed makes it repeat) and offset 0."""
+    import torch
+
+    from ..ir.exprs import RandOp
+    tensors = [x.device for x in inputs if isinstance(x, torch.Tensor)]
+    if tensors:
+        device = tensors[0]
+    elif device is not None:
+        device = torch.device(device) if not isinstance(device, int) else torch.device("cuda", device)
+    if device is not None and device.type == "cuda":
+        gen = torch.cuda.default_generators[device.index or 0]
+        streams = sum(1 for e in fusion.exprs() if isinstance(e, RandOp))
+        offset = gen.get_offset()
+        gen.set_offset(offset + 4 * -(-streams // 4))
+        return gen.initial_seed(), offset
+    return int(torch.randint(0, 2 ** 62, (1,)).item()), 0

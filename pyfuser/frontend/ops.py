@@ -719,6 +719,63 @@ class Ops:
             out.append(self.slice(x, starts, ends))
         return out
 
+    # Random numbers (RandOp; runtime/philox.py defines the stream) -------------------------
+    def uniform(self, minval, maxval, shape, rng_seed=None, rng_offset=None,
+                dtype=DataType.Float):
+        """Random numbers in [minval, maxval) of `shape` (nvFuser's signature), from the
+        Philox stream of `rng_seed` and `rng_offset` (int scalars, fusion inputs or constants;
+        None: both drawn from torch's generator on each execute)."""
+        return self._random("uniform", minval, maxval, shape, rng_seed, rng_offset, dtype)
+
+    def normal(self, mean, std, shape, rng_seed=None, rng_offset=None, dtype=DataType.Float):
+        """Normally distributed random numbers of `shape` (Box-Muller on the Philox stream)."""
+        return self._random("normal", mean, std, shape, rng_seed, rng_offset, dtype)
+
+    def rand_like(self, x, rng_seed=None, rng_offset=None):
+        """torch.rand_like: uniform in [0, 1), x's shape and (floating) dtype."""
+        x = self._tensor("rand_like", 0, x)
+        return self._random("rand_like", 0.0, 1.0, self._shape_of(x), rng_seed, rng_offset,
+                            x.dtype)
+
+    def randn_like(self, x, rng_seed=None, rng_offset=None):
+        """torch.randn_like: standard normal, x's shape and (floating) dtype."""
+        x = self._tensor("randn_like", 0, x)
+        return self._random("randn_like", 0.0, 1.0, self._shape_of(x), rng_seed, rng_offset,
+                            x.dtype)
+
+    @staticmethod
+    def _shape_of(x) -> list:
+        return [1 if i.is_broadcast and i.expanded_extent is None else i.user_extent
+                for i in x.domain.logical_no_reductions]
+
+    def _random(self, op: str, a, b, shape, seed, offset, dtype):
+        self._fd._require_defining(f"ops.{op}")
+        dt = parse_dtype(dtype)
+        if not dt.is_floating:
+            raise FusionDefinitionError(f"{op}: dtype must be floating, got {dt.short_name}")
+        for k, s in enumerate(shape):
+            v = S.const_value(s)
+            if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
+                raise FusionDefinitionError(f"{op}: size {s!r} of dim {k} must be a positive int")
+        params = []
+        for name, v in (("the first parameter", a), ("the second parameter", b)):
+            v = self._operand(op, name, v)
+            if isinstance(v, TensorView) or (isinstance(v, Scalar) and v.dtype.is_boolean):
+                raise FusionDefinitionError(f"{op}: {name} must be a number, got {_kind(v)}")
+            params.append(self._scalar_of(v, DataType.Double) if isinstance(v, Scalar)
+                          else float(v))
+        if (seed is None) != (offset is None):
+            raise FusionDefinitionError(f"{op}: give both rng_seed and rng_offset, or neither")
+        if seed is None:
+            seed, offset = self._fd._implicit_rng_state()
+        for name, v in (("rng_seed", seed), ("rng_offset", offset)):
+            if isinstance(v, bool) or not (isinstance(v, int) or (
+                    isinstance(v, Scalar) and v.dtype.is_integral and not v.dtype.is_boolean)):
+                raise FusionDefinitionError(f"{op}: {name} must be an int scalar, got "
+                                            f"{_kind(v) if isinstance(v, Scalar) else repr(v)}")
+        dist = "normal" if op in ("normal", "randn_like") else "uniform"
+        return arith.rand(list(shape), dist, params[0], params[1], seed, offset, dt)
+
     # Indexing (GatherOp: src read at an index tensor's values) -------------------------------
     def take_along_axis(self, x, index, dim: int):
         """x's elements at `index` along `dim` (torch.take_along_dim, nvFuser's

@@ -9,7 +9,7 @@ from . import scalar as S
 from .base import current_fusion, next_name
 from .dtype import DataType
 from .exprs import (BinaryOp, BinaryOpType, BroadcastOp, ExpandOp, FullOp, GatherOp, IotaOp,
-                    LinearOp,
+                    LinearOp, RandOp,
                     LoadKind, LoadStoreOp, MatmulOp, ReductionOp, ReductionOpType, ReshapeOp,
                     SegmentSetOp, SqueezeOp, UnaryOp, UnaryOpType, WhereOp, WindowOp)
 from .iter_domain import IterDomain, IterType, merge_ids, split_id
@@ -233,6 +233,21 @@ def full(sizes: list, value, dtype: DataType) -> TensorView:
         ids.append(IterDomain(1, IterType.Broadcast) if sv.value == 1 else IterDomain(sv))
     out = new_tensor(ids, dtype)
     FullOp(out, S.as_scalar(value, dtype) if not isinstance(value, S.Scalar) else value)
+    return out
+
+
+def rand(sizes: list, dist: str, a, b, seed, offset, dtype: DataType) -> TensorView:
+    """RandOp of shape `sizes` (ints or int scalars; 1 is a broadcast dim), the fusion's next
+    random stream."""
+    ids = []
+    for s in sizes:
+        sv = S.as_scalar(s, DataType.Int)
+        ids.append(IterDomain(1, IterType.Broadcast) if sv.value == 1 else IterDomain(sv))
+    out = new_tensor(ids, dtype)
+    stream = next_name("random stream")
+    RandOp(out, S.as_scalar(seed, DataType.Int), S.as_scalar(offset, DataType.Int),
+           *(v if isinstance(v, S.Scalar) else S.as_scalar(v, DataType.Double) for v in (a, b)),
+           dist, stream)
     return out
 
 

@@ -208,6 +208,24 @@ class IotaOp(Expr):
         super().__init__([start, step], [out])
 
 
+# Random bits of a uniform draw, by output dtype name: its significand (torch draws so), so u is
+# exact in the dtype and below 1 (runtime/philox.py).
+UNIFORM_BITS = {"float32": 24, "float64": 24, "float16": 11, "bfloat16": 8}
+
+
+class RandOp(Expr):
+    """out = random numbers drawn from the element's row-major index in out, a seed and an
+    offset (runtime/philox.py defines the stream): `dist` "uniform" (in [a, b)) or "normal"
+    (mean a, standard deviation b). `stream` tells the random ops of one fusion apart: op k
+    draws at offset + k. seed and offset are int64 scalars (fusion inputs, or constants)."""
+
+    def __init__(self, out: Val, seed: Val, offset: Val, a: Val, b: Val, dist: str,
+                 stream: int):
+        self.dist = dist
+        self.stream = stream
+        super().__init__([seed, offset, a, b], [out])
+
+
 @dataclasses.dataclass(frozen=True)
 class DimWindow:
     """What one dim of a WindowOp reads: out index j reads src index offset + j * step where

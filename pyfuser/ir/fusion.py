@@ -18,6 +18,9 @@ class Fusion:
         self.extent_equalities: list[tuple[Scalar, Scalar, str]] = []
         # Pairs (a, b, where) of extents an op needs a <= b (torch.gather's index sizes).
         self.extent_limits: list[tuple[Scalar, Scalar, str]] = []
+        # Input positions of the seed and offset scalars of random ops defined without them,
+        # which FusionDefinition.execute draws from torch's generator (None: no such op).
+        self.implicit_rng: tuple | None = None
         # Set by a scheduler for lowering (pyfuser/lower/params.py and launch.py):
         # extents the kernel is specialized on (Scalar -> int; part of the heuristic), and
         # launch settings the schedule fixed (grid_x, max_threads, min_blocks, cooperative, ...).

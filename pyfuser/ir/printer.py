@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from . import scalar as S
 from .exprs import (BinaryOp, BroadcastOp, ExpandOp, FullOp, GatherOp, IotaOp, LinearOp,
-                    LoadStoreOp, MatmulOp, ReductionOp, ReshapeOp, SegmentSetOp, SqueezeOp,
-                    UnaryOp, UnaryOpType, WhereOp)
+                    LoadStoreOp, MatmulOp, RandOp, ReductionOp, ReshapeOp, SegmentSetOp,
+                    SqueezeOp, UnaryOp, UnaryOpType, WhereOp)
 from .iter_domain import id_exprs_between, id_str
 from .scalar import Scalar
 from .tensor import TensorView
@@ -74,6 +74,11 @@ def expr_str(e) -> str:
     if isinstance(e, IotaOp):
         start, step = (val_str(i) for i in e.inputs)
         return f"{out}\n   = iota( start = {start}, step = {step} );"
+    if isinstance(e, RandOp):
+        seed, offset, a, b = (val_str(i) for i in e.inputs)
+        params = f"low = {a}, high = {b}" if e.dist == "uniform" else f"mean = {a}, std = {b}"
+        return (f"{out}\n   = {e.dist}( {params}, seed = {seed}, offset = {offset}, "
+                f"stream = {e.stream} );")
     if isinstance(e, GatherOp):
         # src_dims: the out dim each src dim is read at ("i": the index's value).
         at = ", ".join("i" if k is None else str(k) for k in e.src_dims)

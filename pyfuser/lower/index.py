@@ -31,7 +31,7 @@ it); a schedule that reads another thread's registers is refused.
 """
 from __future__ import annotations
 
-from ..ir.exprs import GatherOp, IotaOp, WindowOp
+from ..ir.exprs import GatherOp, IotaOp, RandOp, WindowOp
 from ..ir.id_graph import IdGraph
 from ..ir.iter_domain import ParallelType
 from ..ir.scalar import Scalar
@@ -360,6 +360,13 @@ def _index_op(op: K.TensorOp, ctx) -> None:
     if isinstance(op.expr, IotaOp):
         # The iota's values: start + index * step (codegen, the interpreter).
         op.ins.append(_logical_index(ig, known, tv, tv.domain.logical[0]))
+    if isinstance(op.expr, RandOp):
+        # The element's row-major index in out: its place in the op's random stream.
+        linear: K.KExpr = K.Const(0)
+        for i in tv.domain.logical:
+            linear = K.add(K.mul(linear, scalar_to_kexpr(i.extent, ctx.names)),
+                           _logical_index(ig, known, tv, i))
+        op.ins.append(linear)
 
 
 def _window_read(ctx, e: WindowOp, ig: IndexGraph, known) -> list:

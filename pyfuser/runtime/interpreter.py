@@ -88,8 +88,8 @@ import torch
 from ..ir import scalar as S
 from ..ir.dtype import DataType, compute_type, to_torch
 from ..ir.exprs import (BinaryOp, BinaryOpType, BroadcastOp, ExpandOp, FullOp, IotaOp,
-                        GatherOp, LoadStoreOp, ReshapeOp, SqueezeOp, UnaryOp, UnaryOpType,
-                        WhereOp, WindowOp)
+                        GatherOp, LoadStoreOp, RandOp, ReshapeOp, SqueezeOp, UnaryOp,
+                        UnaryOpType, WhereOp, WindowOp)
 from ..ir.tensor import TensorView
 from ..kir import nodes as K
 from ..kir.launch import INDEX_ERROR_ELEMENTS
@@ -1262,6 +1262,9 @@ class Interpreter:
         if isinstance(e, GatherOp):
             self._gather(ctx, s)
             return
+        if isinstance(e, RandOp):
+            self._write(ctx, s.out, self._random(ctx, s), None)
+            return
         ins = [self._read(ctx, x) for x in s.ins]
         if s.accumulate:
             acc, acc_poison = self._read(ctx, s.out)
@@ -1319,6 +1322,18 @@ class Interpreter:
             rec = self._mems_record(record)
             if rec[0] == 0:
                 rec[0], rec[1] = int(ctx.ev(check)) + 1, int(idx[bad][0])
+
+    def _random(self, ctx: _Ctx, s: K.TensorOp):
+        """The op's stream (runtime/philox.py) at each thread's row-major index (ins: seed,
+        offset, the two parameters, the index expression), rounded to out's dtype."""
+        from .philox import draw
+        e = s.expr
+        seed, offset, a, b = (self._scalar(x.scalar) for x in s.ins[:4])
+        index = np.asarray(ctx.arr(ctx.ev(s.ins[4])), dtype=np.int64)
+        dt = e.outputs[0].dtype
+        values = draw(e.dist, dt.value[0], index, int(seed), int(offset) + e.stream, float(a),
+                      float(b))
+        return _round_array(dt, values)
 
     def _mems_record(self, record: K.TensorIndex) -> np.ndarray:
         m = self.mems.get(id(record.buffer))

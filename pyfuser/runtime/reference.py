@@ -7,13 +7,15 @@ expression; each value is a torch tensor shaped like its logical domain without 
 from __future__ import annotations
 
 
+import math
+
 import torch
 
 from ..ir import scalar as S
 from ..ir.dtype import DataType, to_torch
 from ..ir.exprs import (BinaryOp, BinaryOpType, BroadcastOp, ExpandOp, FullOp, IotaOp,
                         LoadStoreOp, ReductionOp, ReductionOpType, ReshapeOp, SqueezeOp, UnaryOp,
-                        UnaryOpType, WhereOp, WindowOp, GatherOp)
+                        UnaryOpType, WhereOp, WindowOp, GatherOp, RandOp)
 from ..ir.iter_domain import Split, id_exprs_between
 from ..ir.scalar import Scalar, ScalarOp
 from ..ir.tensor import TensorView
@@ -157,6 +159,21 @@ class ReferenceEvaluator:
         return torch.where(valid, src[tuple(index)], torch.tensor(fill, dtype=src.dtype,
                                                                   device=self.device))
 
+    def _random(self, e: RandOp, seed, offset, a, b):
+        """The op's stream (runtime/philox.py) at every row-major index of out, computed in
+        float32 and rounded to out's dtype as the kernels do, whatever precision the evaluator
+        runs in: random numbers are data, like an input's."""
+        import torch
+
+        from ..ir.dtype import to_torch
+        from .philox import draw
+        out = e.outputs[0]
+        shape = [self._extent(i.user_extent) for i in out.domain.logical]
+        index = torch.arange(math.prod(shape), dtype=torch.int64).numpy()
+        values = draw(e.dist, out.dtype.value[0], index, int(seed), int(offset) + e.stream,
+                      float(a), float(b))
+        return torch.from_numpy(values).reshape(shape).to(to_torch(out.dtype)).to(self.device)
+
     def _gather(self, e: GatherOp, src, index):
         """src at index's values along e.dim, at out's own index along the other dims (a dim
         src broadcasts reads its one element); IndexOutOfRange for a value outside the dim."""
@@ -251,6 +268,8 @@ class ReferenceEvaluator:
             r = self._window(e, ins[0], ins[1])
         elif isinstance(e, GatherOp):
             r = self._gather(e, ins[0], ins[1])
+        elif isinstance(e, RandOp):
+            r = self._random(e, *ins)
         elif isinstance(e, IotaOp):
             n = self._extent(out.domain.logical[0].user_extent)
             wide = torch.float64 if out.dtype.is_floating else torch.int64

@@ -19,7 +19,7 @@ warning). The segmenter, the tests and the fuzzer read these lists instead of ke
 from __future__ import annotations
 
 from ..ir.exprs import (BinaryOp, BroadcastOp, ExpandOp, FullOp, GatherOp, IotaOp, LinearOp,
-                        LoadStoreOp,
+                        LoadStoreOp, RandOp,
                         MatmulOp, ReductionOp, ReshapeOp, SegmentSetOp, SqueezeOp, UnaryOp,
                         UnaryOpType, WhereOp, WindowOp)
 from ..ir.scalar import ScalarOp
@@ -27,7 +27,7 @@ from ..ir.scalar import ScalarOp
 # ScalarOp: arithmetic on scalars (a mean's 1/N, a variance's correction, the element count
 # of a mean over an expanded dim), which kernels compute from their scalar parameters.
 KERNEL_OPS: tuple = (UnaryOp, BinaryOp, WhereOp, LoadStoreOp, BroadcastOp, ExpandOp, SqueezeOp,
-                     ReshapeOp, ReductionOp, FullOp, IotaOp, WindowOp, GatherOp, ScalarOp,
+                     ReshapeOp, ReductionOp, FullOp, IotaOp, RandOp, WindowOp, GatherOp, ScalarOp,
                      SegmentSetOp)
 LIBRARY_OPS: tuple = (MatmulOp, LinearOp)
 BOUNDARY_OPS: tuple = (SegmentSetOp,)

@@ -17,12 +17,12 @@ from __future__ import annotations
 
 from ..ir.base import Expr
 from ..ir.exprs import (BinaryOp, BroadcastOp, ExpandOp, FullOp, GatherOp, IotaOp,
-                        LoadStoreOp, ReshapeOp, SqueezeOp, UnaryOp, WhereOp, WindowOp)
+                        LoadStoreOp, RandOp, ReshapeOp, SqueezeOp, UnaryOp, WhereOp, WindowOp)
 from ..ir.iter_domain import Merge, Split, id_exprs_between, merge_ids, split_id
 from ..ir.tensor import MemoryType, ScheduleError, TensorDomain, TensorView
 
 _CLONABLE = (UnaryOp, BinaryOp, WhereOp, LoadStoreOp, BroadcastOp, ExpandOp, SqueezeOp,
-             ReshapeOp, FullOp, IotaOp, WindowOp, GatherOp)
+             ReshapeOp, FullOp, IotaOp, RandOp, WindowOp, GatherOp)
 
 
 def _clone_domain(dom: TensorDomain) -> TensorDomain:

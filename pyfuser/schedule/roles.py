@@ -32,7 +32,7 @@ import copy
 
 from ..ir.base import Expr
 from ..ir.exprs import (BinaryOp, BroadcastOp, ExpandOp, FullOp, GatherOp, IotaOp,
-                        LoadStoreOp, ReshapeOp, SqueezeOp, UnaryOp, WhereOp, WindowOp)
+                        LoadStoreOp, RandOp, ReshapeOp, SqueezeOp, UnaryOp, WhereOp, WindowOp)
 from ..ir.id_graph import (IdGraph, is_exact_pair, producer_consumer_pairs, self_mapping,
                            tensor_uses)
 from ..ir.iter_domain import Split, id_exprs_between, merge_ids, split_id
@@ -40,7 +40,7 @@ from ..ir.tensor import MemoryType, TensorDomain, TensorView
 
 # Element-wise and data-movement ops: a copy computes the same values (from alias inputs).
 _COPYABLE = (UnaryOp, BinaryOp, WhereOp, LoadStoreOp, BroadcastOp, ExpandOp, SqueezeOp,
-             ReshapeOp, FullOp, IotaOp, WindowOp, GatherOp)
+             ReshapeOp, FullOp, IotaOp, RandOp, WindowOp, GatherOp)
 
 __all__ = ["scheduling_clone", "separate_roles", "self_mapping"]
 

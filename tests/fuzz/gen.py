@@ -71,7 +71,8 @@ REDUCTIONS = ("sum", "max", "min", "mean", "var", "var_mean", "argmax", "argmin"
 ALL_OPS = (FLOAT_UNARY + SAME_UNARY + ("gelu", "logical_not", "cast", "set", "segment_set")
            + ARITH_BINARY
            + COMPARE + LOGICAL + ("where",) + SHAPE_OPS + RESIZE_OPS + GATHER_OPS + REDUCTIONS
-           + ("full", "zeros", "ones", "iota", "define_scalar", "linear", "stride_order"))
+           + ("full", "zeros", "ones", "iota", "define_scalar", "linear", "stride_order",
+              "uniform"))
 
 
 class GenError(Exception):
@@ -566,6 +567,11 @@ class Builder:
             return Val(name, dims, x.dtype, x.lo, x.hi, x.exact)
         if op in REDUCTIONS:
             return self._infer_reduction(op, name, x, args, kw)
+        if op == "uniform":
+            axes = kw.pop("_axes")
+            dims = tuple(Dim(None, "bcast") if s == 1 else Dim(a, "full")
+                         for s, a in zip(args[2], axes))
+            return Val(name, dims, kw["dtype"], float(args[0]), float(args[1]), True)
         if op in ("full", "zeros", "ones"):
             shape = args[0]
             axes = kw.pop("_axes")
@@ -887,6 +893,13 @@ class Builder:
         axes = [d.axis if self.size_of(d) > 1 else None for d in dims]
         if dims and r.random() < 0.25:
             return self.iota_step(like)
+        if r.random() < 0.3:
+            # Uniform random numbers from a constant seed and offset: the same bits on every
+            # path (normal draws are left out: their logf and cosf round apart).
+            low, high = r.choice(((0.0, 1.0), (-2.0, 3.0)))
+            return self.call("uniform", low, high, shape, rng_seed=r.randrange(2 ** 40),
+                             rng_offset=r.randrange(100), dtype=r.choice((F32, BF16)),
+                             _axes=axes)
         op = r.choice(("full", "zeros", "ones"))
         dt = r.choice((F32, BF16, F16, I32, I64))
         if op == "full":

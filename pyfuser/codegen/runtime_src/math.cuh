@@ -185,4 +185,66 @@ __device__ __forceinline__ float fast_tanh(float x) {
   return r;
 }
 
+// --- random numbers: Philox4x32-10 -----------------------------------------------------------
+// The stream runtime/philox.py defines, bit for bit: the block of element `index` is
+// index / 4 (uniform) or index / 2 (normal), counted with the 64-bit offset, keyed by the
+// 64-bit seed. 64-bit products give the mulhi/mullo pairs (one IMAD.WIDE each).
+struct PhiloxBlock {
+  unsigned w[4];
+};
+
+__device__ __forceinline__ PhiloxBlock philox(unsigned long long block, unsigned long long offset,
+                                              unsigned long long seed) {
+  unsigned c0 = static_cast<unsigned>(block), c1 = static_cast<unsigned>(block >> 32);
+  unsigned c2 = static_cast<unsigned>(offset), c3 = static_cast<unsigned>(offset >> 32);
+  unsigned k0 = static_cast<unsigned>(seed), k1 = static_cast<unsigned>(seed >> 32);
+#pragma unroll
+  for (int r = 0; r < 10; ++r) {
+    const unsigned long long p0 = 0xD2511F53ull * c0, p1 = 0xCD9E8D57ull * c2;
+    const unsigned n0 = static_cast<unsigned>(p1 >> 32) ^ c1 ^ k0;
+    const unsigned n2 = static_cast<unsigned>(p0 >> 32) ^ c3 ^ k1;
+    c1 = static_cast<unsigned>(p1);
+    c3 = static_cast<unsigned>(p0);
+    c0 = n0;
+    c2 = n2;
+    if (r < 9) {
+      k0 += 0x9E3779B9u;
+      k1 += 0xBB67AE85u;
+    }
+  }
+  return {{c0, c1, c2, c3}};
+}
+
+// u in [0, 1) from a word's top Bits bits (the output dtype's significand: exact in it).
+template <int Bits>
+__device__ __forceinline__ float philox_unit(unsigned word) {
+  return static_cast<float>(word >> (32 - Bits)) * (1.0f / static_cast<float>(1u << Bits));
+}
+
+// low + u * (high - low), each operation rounded on its own (no multiply-add): the bits of
+// runtime/philox.uniform.
+template <int Bits>
+__device__ __forceinline__ float philox_uniform(long long index, long long seed, long long offset,
+                                                double low, double high) {
+  const PhiloxBlock b = philox(static_cast<unsigned long long>(index) >> 2,
+                               static_cast<unsigned long long>(offset),
+                               static_cast<unsigned long long>(seed));
+  const float u = philox_unit<Bits>(b.w[index & 3]);
+  return __fadd_rn(__fmul_rn(u, static_cast<float>(high - low)), static_cast<float>(low));
+}
+
+// mean + std * sqrt(-2 log u1) * cos(2 pi u2) (Box-Muller) from the element's two words: as
+// runtime/philox.normal up to the rounding of logf, sqrtf and cosf.
+__device__ __forceinline__ float philox_normal(long long index, long long seed, long long offset,
+                                               double mean, double std) {
+  const PhiloxBlock b = philox(static_cast<unsigned long long>(index) >> 1,
+                               static_cast<unsigned long long>(offset),
+                               static_cast<unsigned long long>(seed));
+  const int first = 2 * static_cast<int>(index & 1);
+  const float u1 = __fmul_rn(static_cast<float>(b.w[first] >> 8) + 1.0f, 5.9604644775390625e-08f);
+  const float u2 = philox_unit<24>(b.w[first + 1]);
+  const float z = __fmul_rn(sqrtf(__fmul_rn(-2.0f, logf(u1))), cosf(__fmul_rn(6.2831855f, u2)));
+  return __fadd_rn(__fmul_rn(z, static_cast<float>(std)), static_cast<float>(mean));
+}
+
 }  // namespace pf
