@@ -216,6 +216,14 @@ def bias_dropout_residual(fd):
     fd.add_output(keep)
 
 
+def topk(fd):
+    # The 50 largest logits of each row and their indices: a library segment (torch.topk).
+    x = fd.define_tensor([-1, -1], dtype=BF16)
+    values, indices = fd.ops.topk(x, 50, -1)
+    fd.add_output(values)
+    fd.add_output(indices)
+
+
 def embedding(fd):
     table = fd.define_tensor([-1, -1], dtype=BF16)
     ids = fd.define_tensor([-1], dtype=DataType.Int)
@@ -418,6 +426,7 @@ KINDS: dict[str, Kind] = {
     "argmax_rows": Kind(argmax_rows, lambda: [_meta([8192, 128256])], (IP,)),
     "bias_dropout_residual": Kind(bias_dropout_residual, lambda: [
         _meta([8192, 4096]), _meta([8192, 4096]), _meta([4096])], (PW,)),
+    "topk": Kind(topk, lambda: [_meta([64, 128256])], (("library", "topk"),)),
     "embedding": Kind(embedding, lambda: [_meta([128256, 4096]), _meta([8192], torch.int64)],
                       (PW,)),
     "cross_entropy_bwd": Kind(cross_entropy_bwd, lambda: [
@@ -470,7 +479,6 @@ OPS_MISSING: dict[str, tuple] = {
     "fp8_quant": (("Float8_e4m3fn",), ("ops missing: the fp8 e4m3 dtype and its cast (the amax "
                                        "is also a full reduction, issue 16), issue 17/18")),
     "cumsum": (("cumsum",), "ops missing: cumsum (a scan), issue 17/18"),
-    "topk": (("topk",), "ops missing: topk, issue 17/18"),
 }
 
 # Kinds whose scheduler the issue on reduction patterns (16) adds. Their plan has reference

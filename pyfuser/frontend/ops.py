@@ -468,6 +468,28 @@ class Ops:
     def min(self, x, dims=None, keepdim: bool = False):
         return self._reduce("min", ReductionOpType.Min, x, dims, keepdim, None)
 
+    def topk(self, x, k, dim: int = -1, largest: bool = True, sorted: bool = True):
+        """torch.topk: (values, indices) of the k largest (smallest with largest=False)
+        elements of x along `dim`, indices int64. A library op: torch.topk runs it (a segment
+        of its own in the plan)."""
+        x = self._tensor("topk", 0, x)
+        rank = len(x.domain.logical_no_reductions)
+        if not isinstance(dim, int) or isinstance(dim, bool) or not -rank <= dim < rank:
+            raise FusionDefinitionError(f"topk: dim {dim!r} out of range for rank {rank}")
+        dim %= rank
+        if x.dtype.is_boolean:
+            raise FusionDefinitionError("topk: bool tensors have no order; cast first")
+        kv = S.const_value(k)
+        if isinstance(k, Scalar) and kv is None:
+            if not k.dtype.is_integral or k.dtype.is_boolean:
+                raise FusionDefinitionError(f"topk: k must be an int, got {_kind(k)}")
+        elif not isinstance(kv, int) or isinstance(kv, bool) or kv < 1:
+            raise FusionDefinitionError(f"topk: k {k!r} must be a positive int")
+        n = S.const_value(x.domain.logical_no_reductions[dim].user_extent)
+        if kv is not None and n is not None and kv > n:
+            raise FusionDefinitionError(f"topk: k {kv} is more than dim {dim}'s {n} elements")
+        return arith.topk(x, k, dim, bool(largest), bool(sorted))
+
     # Index reductions -----------------------------------------------------------------------
     def argmax(self, x, dim=None, keepdim: bool = False):
         """torch.argmax: the index (int64) of the first largest element along `dim`, or of the

@@ -9,7 +9,7 @@ from . import scalar as S
 from .base import current_fusion, next_name
 from .dtype import DataType
 from .exprs import (BinaryOp, BinaryOpType, BroadcastOp, ExpandOp, FullOp, GatherOp, IotaOp,
-                    LinearOp, RandOp,
+                    LinearOp, RandOp, TopKOp,
                     LoadKind, LoadStoreOp, MatmulOp, ReductionOp, ReductionOpType, ReshapeOp,
                     SegmentSetOp, SqueezeOp, UnaryOp, UnaryOpType, WhereOp, WindowOp)
 from .iter_domain import IterDomain, IterType, merge_ids, split_id
@@ -270,6 +270,19 @@ def window(src: TensorView, windows: list, extents: list, fill) -> TensorView:
     out = new_tensor(ids, src.dtype)
     WindowOp(out, src, windows, fill if isinstance(fill, S.Scalar) else S.as_scalar(fill, src.dtype))
     return out
+
+
+def topk(x: TensorView, k, dim: int, largest: bool, sorted: bool) -> tuple:
+    """TopKOp: (values, indices), x's dims with k along `dim` (an int or an int scalar)."""
+    kk = S.as_scalar(k, DataType.Int)
+    ids = [[IterDomain(kk) if d == dim else i.clone()
+            for d, i in enumerate(x.domain.logical_no_reductions)] for _ in range(2)]
+    for out in ids:
+        if kk.value == 1:
+            out[dim] = IterDomain(1, IterType.Broadcast)
+    values, indices = new_tensor(ids[0], x.dtype), new_tensor(ids[1], DataType.Int)
+    TopKOp(values, indices, x, kk, dim, largest, sorted)
+    return values, indices
 
 
 def gather(what: str, src: TensorView, index: TensorView, dim: int, src_dims,

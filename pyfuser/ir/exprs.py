@@ -308,6 +308,23 @@ class MatmulOp(Expr):
         super().__init__([a, b], [out])
 
 
+class TopKOp(Expr):
+    """values, indices = the k largest (or smallest) elements of x along `dim` and their int64
+    indices, as torch.topk: both x's shape with k along dim. A library op
+    (schedule/op_support.py) run by torch.topk (runtime/library.py). `dim_map` pairs x's other
+    dims with both outputs' (the ID graph's producer/consumer pairs); k, an int scalar, has
+    none."""
+
+    def __init__(self, values: Val, indices: Val, x: Val, k: Val, dim: int, largest: bool,
+                 sorted: bool):
+        self.dim, self.largest, self.sorted = dim, largest, sorted
+        # A constant k is the op's; a runtime one (an int scalar input) its second operand.
+        self.k = k.value
+        rank = len(values.domain.logical)
+        self.dim_map = (tuple((d, d) for d in range(rank) if d != dim), ())
+        super().__init__([x] if k.value is not None else [x, k], [values, indices])
+
+
 class LinearOp(Expr):
     """out = x @ w^T (+ bias) as torch.nn.functional.linear: x [..., K], w [N, K], bias [N]
     (optional); out [..., N] in the operands' dtype, float32 accumulation, K summed inside the

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from . import scalar as S
 from .exprs import (BinaryOp, BroadcastOp, ExpandOp, FullOp, GatherOp, IotaOp, LinearOp,
-                    LoadStoreOp, MatmulOp, RandOp, ReductionOp, ReshapeOp, SegmentSetOp,
+                    LoadStoreOp, MatmulOp, RandOp, TopKOp, ReductionOp, ReshapeOp, SegmentSetOp,
                     SqueezeOp, UnaryOp, UnaryOpType, WhereOp)
 from .iter_domain import id_exprs_between, id_str
 from .scalar import Scalar
@@ -74,6 +74,11 @@ def expr_str(e) -> str:
     if isinstance(e, IotaOp):
         start, step = (val_str(i) for i in e.inputs)
         return f"{out}\n   = iota( start = {start}, step = {step} );"
+    if isinstance(e, TopKOp):
+        which = "largest" if e.largest else "smallest"
+        k = e.k if e.k is not None else val_str(e.inputs[1])
+        return (f"{out},\n     {val_str(e.outputs[1])}\n   = topk( {val_str(e.inputs[0])}, "
+                f"k = {k}, dim = {e.dim}, {which} );")
     if isinstance(e, RandOp):
         seed, offset, a, b = (val_str(i) for i in e.inputs)
         params = f"low = {a}, high = {b}" if e.dist == "uniform" else f"mean = {a}, std = {b}"

@@ -24,7 +24,7 @@ from typing import Callable
 
 import torch
 
-from ..ir.exprs import LinearOp, MatmulOp
+from ..ir.exprs import LinearOp, MatmulOp, TopKOp
 
 
 @dataclasses.dataclass(frozen=True)
@@ -32,6 +32,9 @@ class LibraryImpl:
     name: str                    # the fusion op, as the frontend spells it
     call: str                    # the torch function that runs it
     run: Callable                # (expr, input tensors) -> output tensors
+    # For describe(): what runs it on a GPU, and what follows the dtype.
+    runs_as: str = " (cuBLAS on a CUDA device)"
+    numerics: str = ", fp32 accumulation"
 
 
 @contextlib.contextmanager
@@ -64,9 +67,17 @@ def _linear(expr, inputs):
         return [torch.nn.functional.linear(x, w, bias)]
 
 
+def _topk(expr, inputs):
+    x, k = inputs[0], (inputs[1] if len(inputs) > 1 else expr.k)
+    values, indices = torch.topk(x, int(k), expr.dim, largest=expr.largest, sorted=expr.sorted)
+    return [values, indices]
+
+
 IMPLEMENTATIONS: dict = {
     MatmulOp: LibraryImpl("matmul", "torch.matmul", _matmul),
     LinearOp: LibraryImpl("linear", "torch.nn.functional.linear", _linear),
+    TopKOp: LibraryImpl("topk", "torch.topk", _topk, runs_as="",
+                        numerics=" values and int64 indices"),
 }
 
 
@@ -92,5 +103,6 @@ def describe(expr) -> str:
     impl = implementation(expr)
     operands = ", ".join(f"T{v.name}" for v in expr.inputs)
     out = expr.outputs[0]
-    return (f"{impl.name}: T{out.name} = {impl.name}({operands}) by {impl.call} "
-            f"(cuBLAS on a CUDA device), {out.dtype.short_name}, fp32 accumulation")
+    outs = ", ".join(f"T{o.name}" for o in expr.outputs)
+    return (f"{impl.name}: {outs} = {impl.name}({operands}) by {impl.call}{impl.runs_as}, "
+            f"{out.dtype.short_name}{impl.numerics}")

@@ -276,7 +276,9 @@ class ReferenceEvaluator:
             r = torch.arange(n, dtype=wide, device=self.device) * ins[1] + ins[0]
         elif type(e) in library.IMPLEMENTATIONS:
             # What the plans' library segments run (float64 operands with promote_to_double).
-            r = library.run_library_op(e, ins)[0]
+            r, *more = library.run_library_op(e, ins)
+            for o, v in zip(e.outputs[1:], more):      # topk's indices
+                env[o] = v
         else:
             raise NotImplementedError(f"reference evaluator: no rule for {type(e).__name__}")
         if isinstance(r, torch.Tensor) and r.dtype != od:
