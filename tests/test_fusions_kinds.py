@@ -216,6 +216,12 @@ def bias_dropout_residual(fd):
     fd.add_output(keep)
 
 
+def cumsum(fd):
+    # Running sums of the sorted probabilities (top-p sampling): a library segment.
+    x = fd.define_tensor([-1, -1], dtype=F32)
+    fd.add_output(fd.ops.cumsum(x, 1))
+
+
 def topk(fd):
     # The 50 largest logits of each row and their indices: a library segment (torch.topk).
     x = fd.define_tensor([-1, -1], dtype=BF16)
@@ -426,6 +432,8 @@ KINDS: dict[str, Kind] = {
     "argmax_rows": Kind(argmax_rows, lambda: [_meta([8192, 128256])], (IP,)),
     "bias_dropout_residual": Kind(bias_dropout_residual, lambda: [
         _meta([8192, 4096]), _meta([8192, 4096]), _meta([4096])], (PW,)),
+    "cumsum": Kind(cumsum, lambda: [_meta([64, 128256], torch.float32)],
+                   (("library", "scan"),)),
     "topk": Kind(topk, lambda: [_meta([64, 128256])], (("library", "topk"),)),
     "embedding": Kind(embedding, lambda: [_meta([128256, 4096]), _meta([8192], torch.int64)],
                       (PW,)),
@@ -478,7 +486,6 @@ KINDS: dict[str, Kind] = {
 OPS_MISSING: dict[str, tuple] = {
     "fp8_quant": (("Float8_e4m3fn",), ("ops missing: the fp8 e4m3 dtype and its cast (the amax "
                                        "is also a full reduction, issue 16), issue 17/18")),
-    "cumsum": (("cumsum",), "ops missing: cumsum (a scan), issue 17/18"),
 }
 
 # Kinds whose scheduler the issue on reduction patterns (16) adds. Their plan has reference

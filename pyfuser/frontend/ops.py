@@ -468,6 +468,26 @@ class Ops:
     def min(self, x, dims=None, keepdim: bool = False):
         return self._reduce("min", ReductionOpType.Min, x, dims, keepdim, None)
 
+    def cumsum(self, x, dim: int, dtype=None):
+        """torch.cumsum: running sums along `dim` (int64 for integer and bool inputs unless
+        `dtype` says). A library op: torch.cumsum runs it (no scan kernel yet)."""
+        return self._scan("cumsum", "sum", x, dim, dtype)
+
+    def cumprod(self, x, dim: int, dtype=None):
+        """torch.cumprod: running products along `dim`, as cumsum."""
+        return self._scan("cumprod", "prod", x, dim, dtype)
+
+    def _scan(self, name: str, op: str, x, dim, dtype):
+        x = self._tensor(name, 0, x)
+        rank = len(x.domain.logical_no_reductions)
+        if not isinstance(dim, int) or isinstance(dim, bool) or not -max(rank, 1) <= dim < max(rank, 1):
+            raise FusionDefinitionError(f"{name}: dim {dim!r} out of range for rank {rank}")
+        dt = parse_dtype(dtype) if dtype is not None else (
+            x.dtype if x.dtype.is_floating else DataType.Int)
+        if dt != x.dtype:
+            x = self.cast(x, dt)
+        return arith.scan(x, dim % rank if rank else 0, op, dt)
+
     def topk(self, x, k, dim: int = -1, largest: bool = True, sorted: bool = True):
         """torch.topk: (values, indices) of the k largest (smallest with largest=False)
         elements of x along `dim`, indices int64. A library op: torch.topk runs it (a segment

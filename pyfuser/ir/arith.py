@@ -9,7 +9,7 @@ from . import scalar as S
 from .base import current_fusion, next_name
 from .dtype import DataType
 from .exprs import (BinaryOp, BinaryOpType, BroadcastOp, ExpandOp, FullOp, GatherOp, IotaOp,
-                    LinearOp, RandOp, TopKOp,
+                    LinearOp, RandOp, ScanOp, TopKOp,
                     LoadKind, LoadStoreOp, MatmulOp, ReductionOp, ReductionOpType, ReshapeOp,
                     SegmentSetOp, SqueezeOp, UnaryOp, UnaryOpType, WhereOp, WindowOp)
 from .iter_domain import IterDomain, IterType, merge_ids, split_id
@@ -269,6 +269,13 @@ def window(src: TensorView, windows: list, extents: list, fill) -> TensorView:
             ids.append(IterDomain(1, IterType.Broadcast) if n.value == 1 else IterDomain(n))
     out = new_tensor(ids, src.dtype)
     WindowOp(out, src, windows, fill if isinstance(fill, S.Scalar) else S.as_scalar(fill, src.dtype))
+    return out
+
+
+def scan(x: TensorView, dim: int, op: str, dtype: DataType) -> TensorView:
+    """ScanOp: x's dims (cloned), `dtype`."""
+    out = new_tensor([i.clone() for i in x.domain.logical_no_reductions], dtype)
+    ScanOp(out, x, dim, op)
     return out
 
 

@@ -325,6 +325,18 @@ class TopKOp(Expr):
         super().__init__([x] if k.value is not None else [x, k], [values, indices])
 
 
+class ScanOp(Expr):
+    """out = the inclusive scan of x along `dim` (torch.cumsum with op "sum", torch.cumprod
+    with "prod"), x's shape, in `out`'s dtype (torch's: int64 for integer and bool inputs). A
+    library op (runtime/library.py runs torch's) until a block-scan kernel exists; `dim_map`
+    pairs every dim of x with out's."""
+
+    def __init__(self, out: Val, x: Val, dim: int, op: str):
+        self.dim, self.op = dim, op
+        self.dim_map = (tuple((d, d) for d in range(len(out.domain.logical))),)
+        super().__init__([x], [out])
+
+
 class LinearOp(Expr):
     """out = x @ w^T (+ bias) as torch.nn.functional.linear: x [..., K], w [N, K], bias [N]
     (optional); out [..., N] in the operands' dtype, float32 accumulation, K summed inside the

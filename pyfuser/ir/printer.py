@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from . import scalar as S
 from .exprs import (BinaryOp, BroadcastOp, ExpandOp, FullOp, GatherOp, IotaOp, LinearOp,
-                    LoadStoreOp, MatmulOp, RandOp, TopKOp, ReductionOp, ReshapeOp, SegmentSetOp,
+                    LoadStoreOp, MatmulOp, RandOp, ScanOp, TopKOp, ReductionOp, ReshapeOp, SegmentSetOp,
                     SqueezeOp, UnaryOp, UnaryOpType, WhereOp)
 from .iter_domain import id_exprs_between, id_str
 from .scalar import Scalar
@@ -74,6 +74,8 @@ def expr_str(e) -> str:
     if isinstance(e, IotaOp):
         start, step = (val_str(i) for i in e.inputs)
         return f"{out}\n   = iota( start = {start}, step = {step} );"
+    if isinstance(e, ScanOp):
+        return f"{out}\n   = scan( {val_str(e.inputs[0])}, op = {e.op}, dim = {e.dim} );"
     if isinstance(e, TopKOp):
         which = "largest" if e.largest else "smallest"
         k = e.k if e.k is not None else val_str(e.inputs[1])

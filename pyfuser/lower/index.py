@@ -31,6 +31,7 @@ it); a schedule that reads another thread's registers is refused.
 """
 from __future__ import annotations
 
+from ..ir.dtype import DataType
 from ..ir.exprs import GatherOp, IotaOp, RandOp, WindowOp
 from ..ir.id_graph import IdGraph
 from ..ir.iter_domain import ParallelType
@@ -417,8 +418,7 @@ def _gather_read(ctx, e: GatherOp, ig: IndexGraph, known, nest) -> list:
         offset = K.add(offset, K.mul(_logical_index(ig, known, out, out.domain.logical[k]),
                                      strides[d]))
     dim_id = src.domain.logical_no_reductions[e.dim]
-    if getattr(ctx, "index_error", None) is None:
-        from ..ir.dtype import DataType
+    if ctx.index_error is None:
         ctx.index_error = K.Buffer("pf_index_error", DataType.Int64, "global")
     check = len(ctx.index_checks)
     ctx.index_checks.append((e.what, e.dim, dim_id.extent))

@@ -24,7 +24,7 @@ from typing import Callable
 
 import torch
 
-from ..ir.exprs import LinearOp, MatmulOp, TopKOp
+from ..ir.exprs import LinearOp, MatmulOp, ScanOp, TopKOp
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,11 +73,21 @@ def _topk(expr, inputs):
     return [values, indices]
 
 
+def _scan(expr, inputs):
+    x, = inputs
+    scan = torch.cumsum if expr.op == "sum" else torch.cumprod
+    if x.dim() == 0:
+        return [x.clone()]
+    return [scan(x, expr.dim)]
+
+
 IMPLEMENTATIONS: dict = {
     MatmulOp: LibraryImpl("matmul", "torch.matmul", _matmul),
     LinearOp: LibraryImpl("linear", "torch.nn.functional.linear", _linear),
     TopKOp: LibraryImpl("topk", "torch.topk", _topk, runs_as="",
                         numerics=" values and int64 indices"),
+    ScanOp: LibraryImpl("scan", "torch.cumsum or torch.cumprod", _scan, runs_as="",
+                        numerics=""),
 }
 
 

@@ -19,8 +19,8 @@ warning). The segmenter, the tests and the fuzzer read these lists instead of ke
 from __future__ import annotations
 
 from ..ir.exprs import (BinaryOp, BroadcastOp, ExpandOp, FullOp, GatherOp, IotaOp, LinearOp,
-                        LoadStoreOp, MatmulOp, RandOp, ReductionOp, ReshapeOp, SegmentSetOp,
-                        SqueezeOp, TopKOp, UnaryOp, UnaryOpType, WhereOp, WindowOp)
+                        LoadStoreOp, MatmulOp, RandOp, ReductionOp, ReshapeOp, ScanOp,
+                        SegmentSetOp, SqueezeOp, TopKOp, UnaryOp, UnaryOpType, WhereOp, WindowOp)
 from ..ir.scalar import ScalarOp
 
 # ScalarOp: arithmetic on scalars (a mean's 1/N, a variance's correction, the element count
@@ -28,7 +28,7 @@ from ..ir.scalar import ScalarOp
 KERNEL_OPS: tuple = (UnaryOp, BinaryOp, WhereOp, LoadStoreOp, BroadcastOp, ExpandOp, SqueezeOp,
                      ReshapeOp, ReductionOp, FullOp, IotaOp, RandOp, WindowOp, GatherOp, ScalarOp,
                      SegmentSetOp)
-LIBRARY_OPS: tuple = (MatmulOp, LinearOp, TopKOp)
+LIBRARY_OPS: tuple = (MatmulOp, LinearOp, TopKOp, ScanOp)
 BOUNDARY_OPS: tuple = (SegmentSetOp,)
 # Ops that only move or fill data (no arithmetic worth a launch): the segmenter keeps them out
 # of segments of their own wherever a neighbour takes them.

@@ -1,0 +1,47 @@
+"""cumsum and cumprod (fd.ops.cumsum / cumprod, ir.exprs.ScanOp): library ops run by torch
+(no block-scan kernel yet), a segment of their own between kernels; torch's dtypes (int64 for
+integer and bool inputs); the reference against torch; definition errors."""
+import pytest
+import torch
+
+from pyfuser import DataType, FusionDefinition
+from pyfuser.frontend.ops import FusionDefinitionError
+from pyfuser.runtime.reference import evaluate
+from pyfuser.testing import run_and_check
+
+INTERPRET = {"enable": ["interpret"]}
+
+
+@pytest.mark.parametrize("name, dim, dtype", [("cumsum", 1, torch.float32),
+                                              ("cumsum", 0, torch.int32),
+                                              ("cumprod", -1, torch.bfloat16),
+                                              ("cumsum", -1, torch.bool)])
+def test_matches_torch(name, dim, dtype):
+    x = (torch.rand(37, 53) * 2).to(dtype) if dtype != torch.bool else torch.rand(37, 53) > 0.5
+    with FusionDefinition() as fd:
+        fd.add_output(getattr(fd.ops, name)(fd.from_pytorch(x), dim))
+    want = getattr(torch, name)(x, dim)
+    got = evaluate(fd.fusion, [x])[0]
+    assert got.dtype == want.dtype
+    torch.testing.assert_close(got, want)
+    run_and_check(fd, [x], kernels=0, options=INTERPRET,
+                  segments=(("library", "scan"),) if dtype in (torch.float32, torch.bfloat16)
+                  else (("kernel", "pointwise"), ("library", "scan")))
+
+
+def test_top_p_mask_around_a_library_cumsum():
+    """softmax, cumsum of the probabilities, then the mask: kernels around the library scan."""
+    x = torch.randn(8, 1000)
+    with FusionDefinition() as fd:
+        tx = fd.from_pytorch(x)
+        e = fd.ops.exp(fd.ops.sub(tx, fd.ops.max(tx, [1], keepdim=True)))
+        p = fd.ops.div(e, fd.ops.sum(e, [1], keepdim=True))
+        fd.add_output(fd.ops.lt(fd.ops.cumsum(p, 1), 0.9))
+    run_and_check(fd, [x], kernels=0, options=INTERPRET, segments=(
+        ("kernel", "inner_persistent"), ("library", "scan"), ("kernel", "pointwise")))
+
+
+def test_definition_errors():
+    with pytest.raises(FusionDefinitionError, match="dim 2 out of range for rank 2"):
+        with FusionDefinition() as fd:
+            fd.ops.cumsum(fd.define_tensor([3, 7]), 2)
