@@ -870,9 +870,6 @@ class Ops:
         if same_rank and irank != rank:
             raise FusionDefinitionError(f"{op}: index of rank {irank} for an input of rank "
                                         f"{rank}; they must have one rank")
-        if x.domain.logical_no_reductions[dim % rank].is_broadcast:
-            raise FusionDefinitionError(f"{op}: dim {dim % rank} of the input is a broadcast "
-                                        "(size 1); index a dim of the input's own size")
         return x, index, dim % rank
 
     def _gather(self, op: str, x, index, dim: int, out_dims, broadcast: bool):

@@ -116,6 +116,17 @@ def test_the_kernel_reports_out_of_range_indices():
     assert launch.index_checks[0][:2] == ("embedding", 0)
 
 
+def test_a_size_1_dim_is_indexed_at_0():
+    """x [5, 1] (its size-1 dim a broadcast) gathered along it, as torch allows: index 0 reads
+    the one element, index 1 is out of range."""
+    x, i = torch.randn(5, 1), torch.zeros(5, 3, dtype=torch.int64)
+    fd = _fusion(lambda fd, a, b: fd.add_output(fd.ops.take_along_axis(a, b, 1)), [x, i])
+    run_and_check(fd, [x, i], scheduler="pointwise", options=INTERPRET)
+    assert torch.equal(fd.execute([x, i], options=INTERPRET)[0], torch.take_along_dim(x, i, 1))
+    with pytest.raises(IndexOutOfRange, match="index 1 is out of range for dim 1 of size 1"):
+        fd.execute([x, i + 1], options=INTERPRET)
+
+
 def test_an_index_computed_in_the_kernel():
     """The index may be computed in the kernel (ids - 1): an ordinary operand."""
     x, ids = X, torch.randint(1, 54, (19,))

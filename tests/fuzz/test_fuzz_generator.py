@@ -301,3 +301,20 @@ def test_the_library_pattern_generates_and_keeps_its_linear_live():
         for op in s["ops"]:
             if op["op"] == "linear":
                 assert op["out"] in _live(s), s["id"]
+
+
+def test_a_value_rounded_by_promotion_is_not_exact():
+    """A count up to 2039 (int64) meeting a bf16 tensor is promoted to bf16, which rounds it
+    in the kernel and not in the float64 reference: its comparisons are not exact (fuzz
+    20261375:869 judged a bool output of such a compare exactly); small counts stay exact."""
+    import random
+    b = gen.Builder(random.Random(0), 65536)
+    a = b.axis(17)
+    count = b._add(gen.Val("c", (gen.Dim(a, "full"),), DataType.Int, 0.0, 2039.0, True))
+    small = b._add(gen.Val("s", (gen.Dim(a, "full"),), DataType.Int, 0.0, 100.0, True))
+    u = b.call("uniform", 0.0, 1.0, [17], rng_seed=1, rng_offset=2, dtype=DataType.BFloat16,
+               _axes=[a])
+    assert u.exact
+    assert not b.call("where", b.call("ne", count, 0), count, u).exact
+    assert not b.call("le", count, u).exact
+    assert b.call("le", small, u).exact
