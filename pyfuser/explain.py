@@ -51,6 +51,7 @@ def _run_reference(fd, inputs) -> None:
     from .runtime.reference import evaluate
 
     t0 = time.perf_counter()
+    inputs = fd.complete_inputs(inputs, rng_state=fd.last_rng_state or (0, 0), record=False)
     bindings = check_inputs(fd.fusion, inputs)
     outs = evaluate(fd.fusion, inputs, extent_bindings=bindings)
     dt = time.perf_counter() - t0

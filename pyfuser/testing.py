@@ -58,6 +58,8 @@ def run_and_check(fd, inputs, *, scheduler: str | tuple | None = None, kernels: 
     if segments is not None:
         ran = tuple((s.kind, s.name) for s in run.segments)
         assert ran == tuple(segments), f"expected segments {tuple(segments)}, ran {ran}"
+    # Random ops without a seed: the reference draws with the seed and offset execute drew.
+    before = fd.complete_inputs(before, rng_state=fd.last_rng_state, record=False)
     bindings = check_inputs(fd.fusion, before)
     every = evaluate(fd.fusion, before, promote_to_double=True, extent_bindings=bindings,
                      all_outputs=True)

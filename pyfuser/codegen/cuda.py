@@ -273,10 +273,11 @@ class CudaPrinter:
         if isinstance(e, RandOp):
             seed, offset, a, b = (self.value(x, t) for x, t in zip(
                 s.ins[:4], ("long long", "long long", "double", "double")))
-            draw = (f"pf::philox_uniform<{UNIFORM_BITS[odt.value[0]]}>" if e.dist == "uniform"
-                    else "pf::philox_normal")
+            draw = (f"pf::philox_uniform<{oct_}, {UNIFORM_BITS[odt.value[0]]}>"
+                    if e.dist == "uniform" else "pf::philox_normal")
+            # The stream's counter: offset / 4 (torch's steps of 4 draws) + the op's stream.
             return (f"{self.expr(out)} = pf::cast<{oct_}>({draw}(static_cast<long long>("
-                    f"{self.expr(s.ins[4])}), {seed}, {offset} + {e.stream}, {a}, {b}));")
+                    f"{self.expr(s.ins[4])}), {seed}, ({offset} >> 2) + {e.stream}, {a}, {b}));")
         if isinstance(e, IotaOp):
             ct = _compute_ctype(odt)
             start, step = (self.value(x, ct) for x in s.ins[:2])

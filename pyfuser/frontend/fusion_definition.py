@@ -145,7 +145,7 @@ class FusionDefinition:
         k_seed, k_offset = self.fusion.implicit_rng
         return self.fusion.inputs[k_seed], self.fusion.inputs[k_offset]
 
-    def complete_inputs(self, inputs, rng_state=None, device=None) -> list:
+    def complete_inputs(self, inputs, rng_state=None, device=None, record: bool = True) -> list:
         """The fusion's inputs: `inputs` as the caller passes them, with the seed and offset of
         implicit random ops inserted (`rng_state`, or drawn from torch's generator: the CUDA
         generator of the inputs' device, advanced past the fusion's random streams as torch
@@ -162,7 +162,8 @@ class FusionDefinition:
                              "ops' seed and offset are drawn by execute, not passed)")
         if rng_state is None:
             rng_state = _draw_rng_state(self.fusion, inputs, device)
-        self.last_rng_state = tuple(rng_state)
+        if record:
+            self.last_rng_state = tuple(rng_state)
         user = iter(inputs)
         return [rng_state[rng.index(k)] if k in rng else next(user)
                 for k in range(len(self.fusion.inputs))]
@@ -225,7 +226,7 @@ class FusionDefinition:
         if not self._finalized:
             raise FusionDefinitionError("explain: finish the definition (leave the `with` block) first")
         if self.fusion.implicit_rng is not None:
-            inputs = self.complete_inputs(inputs, rng_state=(0, 0))
+            inputs = self.complete_inputs(inputs, rng_state=(0, 0), record=False)
         return explain_fusion(self.fusion, inputs, device=device, compile=compile, name=self.name)
 
     def kernels(self, last_run: bool = False) -> list:
@@ -269,6 +270,8 @@ def _draw_rng_state(fusion, inputs, device=None) -> tuple:
         gen = torch.cuda.default_generators[device.index or 0]
         streams = sum(1 for e in fusion.exprs() if isinstance(e, RandOp))
         offset = gen.get_offset()
-        gen.set_offset(offset + 4 * -(-streams // 4))
-        return gen.initial_seed(), offset
+        gen.set_offset(offset + 4 * streams)
+        # The seed is a uint64; an int64 scalar input holds the same 64 bits.
+        seed = gen.initial_seed()
+        return (seed - 2 ** 64 if seed >= 2 ** 63 else seed), offset
     return int(torch.randint(0, 2 ** 62, (1,)).item()), 0

@@ -294,25 +294,30 @@ def topk(x: TensorView, k, dim: int, largest: bool, sorted: bool) -> tuple:
 
 def gather(what: str, src: TensorView, index: TensorView, dim: int, src_dims,
            broadcast: bool) -> TensorView:
-    """GatherOp: out has index's rank; out dim k is index's dim k, except that with `broadcast`
-    (take_along_axis, index_select) a broadcast dim of the index takes src's dim along it.
-    Where index and src both iterate a dim out reads src at, the sizes must agree: equal with
-    `broadcast`, index's at most src's without it (torch.gather); checked on every call where
-    they are symbolic."""
+    """GatherOp: out has index's rank; out dim k is index's dim k (an expanded one: its
+    expanded size, iterated), except that with `broadcast` (take_along_axis, index_select) a
+    broadcast dim of the index takes src's dim along it. Where index and src both iterate a dim
+    out reads src at, the sizes must agree: equal with `broadcast`, index's at most src's
+    without it (torch.gather); checked on every call where they are symbolic. The src dims out
+    iterates with the same extent are paired with out's in the ID graph (GatherOp.dim_map)."""
     s_ids, i_ids = src.domain.logical_no_reductions, index.domain.logical_no_reductions
     fusion = current_fusion()
-    ids = [i.clone() for i in i_ids]
+    ids = [IterDomain(i.expanded_extent) if i.expanded_extent is not None else i.clone()
+           for i in i_ids]
+    pairs = []
     for d, k in enumerate(src_dims):
         if k is None:
             continue
         si, ii = s_ids[d], i_ids[k]
-        if ii.is_broadcast:
+        if ii.is_broadcast and ii.expanded_extent is None:
             if broadcast:
                 ids[k] = si.clone()
+                if not si.is_broadcast:
+                    pairs.append((d, k))
             continue
-        if si.is_broadcast and broadcast:
-            continue        # src broadcast along it: every index reads its one element
-        a, b = ii.user_extent, si.user_extent
+        if si.is_broadcast and si.expanded_extent is None and broadcast:
+            continue        # src of size 1 along it: every index reads its one element
+        a, b = ids[k].extent, si.user_extent
         av, bv = S.const_value(a), S.const_value(b)
         if av is not None and bv is not None and (av != bv if broadcast else av > bv):
             rule = "equal" if broadcast else "at most"
@@ -324,8 +329,10 @@ def gather(what: str, src: TensorView, index: TensorView, dim: int, src_dims,
                 fusion.extent_equalities.append((a, b, where))
             else:
                 fusion.extent_limits.append((a, b, where))
+        if not si.is_broadcast and (broadcast or S.same_value(a, b)):
+            pairs.append((d, k))
     out = new_tensor(ids, src.dtype)
-    GatherOp(out, src, index, dim, src_dims, what)
+    GatherOp(out, src, index, dim, src_dims, what, pairs)
     return out
 
 

@@ -273,14 +273,19 @@ class GatherOp(Expr):
 
     src is read from global memory where the kernel runs, as a WindowOp's (registry refuses a
     group that computes it); the index is an ordinary operand, its dims paired with out's
-    (`dim_map`), so out lines up with the tensor the index came from."""
+    (`dim_map`), so out lines up with the tensor the index came from, and so are the src dims
+    out iterates whole (never the gathered one)."""
 
-    def __init__(self, out: Val, src: Val, index: Val, dim: int, src_dims, what: str = "gather"):
+    def __init__(self, out: Val, src: Val, index: Val, dim: int, src_dims, what: str = "gather",
+                 src_pairs=()):
         self.what = what            # the frontend op, for error messages
         self.dim = dim
         self.src_dims = tuple(src_dims)
         rank = len(out.domain.logical)
-        self.dim_map = ((), tuple((k, k) for k in range(rank)))
+        # The index's dims pair with out's; so do the src dims out iterates with their extent
+        # (`src_pairs`: (src dim, out dim)), so that a recomputed gather and what it feeds line
+        # up with the original along them (an embedding's row under its normalization).
+        self.dim_map = (tuple(src_pairs), tuple((k, k) for k in range(rank)))
         super().__init__([src, index], [out])
 
     @property

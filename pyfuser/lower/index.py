@@ -421,9 +421,11 @@ def _gather_read(ctx, e: GatherOp, ig: IndexGraph, known, nest) -> list:
     if ctx.index_error is None:
         ctx.index_error = K.Buffer("pf_index_error", DataType.Int64, "global")
     check = len(ctx.index_checks)
-    ctx.index_checks.append((e.what, e.dim, dim_id.extent))
+    # An expanded dim (stride 0) holds its expanded size of positions, all one element.
+    size = dim_id.user_extent
+    ctx.index_checks.append((e.what, e.dim, size))
     return [K.TensorIndex(ctx.buffers[src], offset), _operand(ctx, e.index, nest, known, out),
-            strides[e.dim], scalar_to_kexpr(dim_id.extent, ctx.names),
+            strides[e.dim], scalar_to_kexpr(size, ctx.names),
             K.TensorIndex(ctx.index_error, K.Const(0)), K.Const(check)]
 
 

@@ -1331,7 +1331,7 @@ class Interpreter:
         seed, offset, a, b = (self._scalar(x.scalar) for x in s.ins[:4])
         index = np.asarray(ctx.arr(ctx.ev(s.ins[4])), dtype=np.int64)
         dt = e.outputs[0].dtype
-        values = draw(e.dist, dt.value[0], index, int(seed), int(offset) + e.stream, float(a),
+        values = draw(e.dist, dt.value[0], index, int(seed), int(offset), e.stream, float(a),
                       float(b))
         return _round_array(dt, values)
 

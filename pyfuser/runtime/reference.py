@@ -170,7 +170,7 @@ class ReferenceEvaluator:
         out = e.outputs[0]
         shape = [self._extent(i.user_extent) for i in out.domain.logical]
         index = torch.arange(math.prod(shape), dtype=torch.int64).numpy()
-        values = draw(e.dist, out.dtype.value[0], index, int(seed), int(offset) + e.stream,
+        values = draw(e.dist, out.dtype.value[0], index, int(seed), int(offset), e.stream,
                       float(a), float(b))
         return torch.from_numpy(values).reshape(shape).to(to_torch(out.dtype)).to(self.device)
 

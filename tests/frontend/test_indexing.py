@@ -280,3 +280,40 @@ def test_the_executor_reads_the_record_after_a_launch():
         _KernelPlan._check_indices(plan, [X])
     assert plan.index_record.tolist() == [0, 0]
     _KernelPlan._check_indices(plan, [X])
+
+
+def test_an_expanded_index_or_source_dim():
+    """An expanded index dim (stride 0) is iterated to its expanded size: gather reads every
+    row, not row 0 for all; take_along_axis of a [1, 7] input at a [6, 3] expanded index is
+    [6, 3]. An expanded source dim indexed holds its expanded size of positions."""
+    x = torch.randn(6, 7)
+    i = torch.tensor([[1, 4, 2]]).expand(6, 3)
+    fd = _fusion(lambda fd, a, b: fd.add_output(fd.ops.gather(a, b, 1)), [x, i])
+    run_and_check(fd, [x, i], scheduler="pointwise", options=INTERPRET)
+    assert torch.equal(fd.execute([x, i], options=INTERPRET)[0], torch.gather(x, 1, i))
+    x1 = torch.randn(1, 7)
+    fd = _fusion(lambda fd, a, b: fd.add_output(fd.ops.take_along_axis(a, b, 1)), [x1, i])
+    out, = fd.execute([x1, i], options=INTERPRET)
+    assert torch.equal(out, torch.take_along_dim(x1, i, 1))
+    xe = torch.randn(6, 1).expand(6, 7)
+    j = torch.randint(0, 7, (6, 3))
+    fd = _fusion(lambda fd, a, b: fd.add_output(fd.ops.gather(a, b, 1)), [xe, j])
+    run_and_check(fd, [xe, j], scheduler="pointwise", options=INTERPRET)
+    assert torch.equal(fd.execute([xe, j], options=INTERPRET)[0], torch.gather(xe, 1, j))
+
+
+def test_an_embedding_under_its_norm_stays_parallel():
+    """The gather's source dims are paired with the output's (GatherOp.dim_map): the
+    normalization's recomputed gather lines up with the rows, so its kernel has no serial
+    per-thread loop over the row and no stack (it had a 256-element local array and 1 KB of
+    stack, every thread gathering the whole row)."""
+    ids = torch.empty(8192, dtype=torch.int64, device="meta")
+    w = torch.empty(50257, 1024, dtype=torch.bfloat16, device="meta")
+    with FusionDefinition() as fd:
+        rows = fd.ops.cast(fd.ops.embedding(fd.from_pytorch(ids), fd.from_pytorch(w)), F32)
+        var, mean = fd.ops.var_mean(rows, [1], correction=0, keepdim=True)
+        y = fd.ops.mul(fd.ops.sub(rows, mean), fd.ops.rsqrt(fd.ops.add(var, 1e-5)))
+        fd.add_output(fd.ops.cast(y, BF16))
+    seg, = fd.explain([ids, w], device="h100", compile=True).segments
+    assert seg.name == "inner_persistent"
+    assert re.search(r" 0 B stack, 0 B spill stores", seg.kernel.ptxas), seg.kernel.ptxas

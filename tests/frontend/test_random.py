@@ -78,9 +78,11 @@ def test_seeds_offsets_and_ops_draw_apart():
     x = torch.zeros(37, 53)
     base = evaluate(fd.fusion, [5, 0, x])[0]
     assert torch.equal(base, evaluate(fd.fusion, [5, 0, x])[0])
-    for seed, offset in ((6, 0), (5, 1), (5 + 2 ** 32, 0), (5, 2 ** 32)):
+    for seed, offset in ((6, 0), (5, 4), (5 + 2 ** 32, 0), (5, 2 ** 34)):
         other = evaluate(fd.fusion, [seed, offset, x])[0]
         assert (other != base).float().mean() > 0.99, (seed, offset)
+    # As torch's, an offset counts draws in steps of 4: offsets 0 to 3 draw alike.
+    assert torch.equal(evaluate(fd.fusion, [5, 3, x])[0], base)
     # Two random ops of one fusion are two streams (op k draws at offset + k).
     fd2 = _seeded(lambda fd, s, o: [fd.add_output(fd.ops.uniform(0, 1, [1000], rng_seed=s,
                                                                   rng_offset=o))
@@ -179,3 +181,29 @@ def test_the_kernels_compile():
     for seg in plan.segments:
         assert "pf::philox_" in seg.kernel.kernel.source
         assert re.search(r"0 B spill stores, 0 B spill loads", seg.kernel.ptxas), seg.kernel.ptxas
+
+
+def test_uniform_draws_stay_below_high():
+    """A value that rounds to `high` in the output dtype is `low` (as torch folds it): bf16
+    uniform(1, 2) rounds 1 + u near 2 up to 2.0 about once in 256 draws; a float64 draw maps u
+    in double, so it never falls below `low`."""
+    index = np.arange(2 ** 18)
+    v = philox.uniform(index, 9, 0, 1.0, 2.0, "bfloat16")
+    assert v.max() < 2.0 and v.min() >= 1.0
+    d = philox.uniform(index, 9, 0, 0.7, 0.8, "float64")
+    assert d.dtype == np.float64 and d.min() >= 0.7 and d.max() < 0.8
+    fd = _seeded(lambda fd, s, o: fd.add_output(fd.ops.uniform(1.0, 2.0, [4096], rng_seed=s,
+                                                              rng_offset=o, dtype=BF16)))
+    out, = fd.execute([9, 0], options=INTERPRET)
+    assert out.max() < 2.0 and torch.equal(out, evaluate(fd.fusion, [9, 0])[0])
+
+
+def test_explain_keeps_the_last_drawn_state_and_run_and_check_uses_it():
+    with FusionDefinition() as fd:
+        x = fd.define_tensor([-1])
+        fd.add_output(fd.ops.add(fd.ops.rand_like(x), x))
+    x = torch.randn(1000)
+    run_and_check(fd, [x], scheduler="pointwise", options=INTERPRET)
+    state = fd.last_rng_state
+    fd.explain([x])
+    assert fd.last_rng_state == state

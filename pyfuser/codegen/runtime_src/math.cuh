@@ -186,17 +186,17 @@ __device__ __forceinline__ float fast_tanh(float x) {
 }
 
 // --- random numbers: Philox4x32-10 -----------------------------------------------------------
-// The stream runtime/philox.py defines, bit for bit: the block of element `index` is
-// index / 4 (uniform) or index / 2 (normal), counted with the 64-bit offset, keyed by the
-// 64-bit seed. 64-bit products give the mulhi/mullo pairs (one IMAD.WIDE each).
+// The stream runtime/philox.py defines, bit for bit, in torch's counter layout: counter =
+// (`counter` = offset / 4 + the op's stream, the element's block), key = the 64-bit seed.
+// 64-bit products give the mulhi/mullo pairs (one IMAD.WIDE each).
 struct PhiloxBlock {
   unsigned w[4];
 };
 
-__device__ __forceinline__ PhiloxBlock philox(unsigned long long block, unsigned long long offset,
+__device__ __forceinline__ PhiloxBlock philox(unsigned long long counter, unsigned long long block,
                                               unsigned long long seed) {
-  unsigned c0 = static_cast<unsigned>(block), c1 = static_cast<unsigned>(block >> 32);
-  unsigned c2 = static_cast<unsigned>(offset), c3 = static_cast<unsigned>(offset >> 32);
+  unsigned c0 = static_cast<unsigned>(counter), c1 = static_cast<unsigned>(counter >> 32);
+  unsigned c2 = static_cast<unsigned>(block), c3 = static_cast<unsigned>(block >> 32);
   unsigned k0 = static_cast<unsigned>(seed), k1 = static_cast<unsigned>(seed >> 32);
 #pragma unroll
   for (int r = 0; r < 10; ++r) {
@@ -221,24 +221,46 @@ __device__ __forceinline__ float philox_unit(unsigned word) {
   return static_cast<float>(word >> (32 - Bits)) * (1.0f / static_cast<float>(1u << Bits));
 }
 
-// low + u * (high - low), each operation rounded on its own (no multiply-add): the bits of
-// runtime/philox.uniform.
+// The element's uniform draw before rounding to the output type: low + u * (high - low) in
+// float, each operation rounded on its own (no multiply-add). T's uniform() rounds it to T
+// and folds a value equal to high to low, as runtime/philox.uniform does.
 template <int Bits>
-__device__ __forceinline__ float philox_uniform(long long index, long long seed, long long offset,
-                                                double low, double high) {
-  const PhiloxBlock b = philox(static_cast<unsigned long long>(index) >> 2,
-                               static_cast<unsigned long long>(offset),
+__device__ __forceinline__ float philox_uniform_f32(long long index, long long seed,
+                                                    long long counter, double low, double high) {
+  const PhiloxBlock b = philox(static_cast<unsigned long long>(counter),
+                               static_cast<unsigned long long>(index) >> 2,
                                static_cast<unsigned long long>(seed));
   const float u = philox_unit<Bits>(b.w[index & 3]);
   return __fadd_rn(__fmul_rn(u, static_cast<float>(high - low)), static_cast<float>(low));
 }
 
+template <typename T, int Bits>
+__device__ __forceinline__ T philox_uniform(long long index, long long seed, long long counter,
+                                            double low, double high) {
+  const T v = cast<T>(philox_uniform_f32<Bits>(index, seed, counter, low, high));
+  return cast<float>(v) == cast<float>(cast<T>(static_cast<float>(high)))
+             ? cast<T>(static_cast<float>(low)) : v;
+}
+
+// float64: the same 24 random bits, the affine map in double.
+template <>
+__device__ __forceinline__ double philox_uniform<double, 24>(long long index, long long seed,
+                                                             long long counter, double low,
+                                                             double high) {
+  const PhiloxBlock b = philox(static_cast<unsigned long long>(counter),
+                               static_cast<unsigned long long>(index) >> 2,
+                               static_cast<unsigned long long>(seed));
+  const double u = static_cast<double>(philox_unit<24>(b.w[index & 3]));
+  const double v = __dadd_rn(__dmul_rn(u, high - low), low);
+  return v == high ? low : v;
+}
+
 // mean + std * sqrt(-2 log u1) * cos(2 pi u2) (Box-Muller) from the element's two words: as
 // runtime/philox.normal up to the rounding of logf, sqrtf and cosf.
-__device__ __forceinline__ float philox_normal(long long index, long long seed, long long offset,
+__device__ __forceinline__ float philox_normal(long long index, long long seed, long long counter,
                                                double mean, double std) {
-  const PhiloxBlock b = philox(static_cast<unsigned long long>(index) >> 1,
-                               static_cast<unsigned long long>(offset),
+  const PhiloxBlock b = philox(static_cast<unsigned long long>(counter),
+                               static_cast<unsigned long long>(index) >> 1,
                                static_cast<unsigned long long>(seed));
   const int first = 2 * static_cast<int>(index & 1);
   const float u1 = __fmul_rn(static_cast<float>(b.w[first] >> 8) + 1.0f, 5.9604644775390625e-08f);
