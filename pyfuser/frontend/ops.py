@@ -280,7 +280,21 @@ class Ops:
 
     def reshape(self, x, shape):
         x = self._tensor("reshape", 0, x)
-        return self._wrap("reshape", lambda: arith.reshape(x, list(shape)))
+        sizes = list(shape)
+        dims = x.domain.logical_no_reductions
+        if (sizes and all(S.const_value(s) == 1 for s in sizes)
+                and any(not i.is_broadcast and S.const_value(i.extent) is None for i in dims)):
+            # To all ones from symbolic sizes (one element at run time): as torch, a tensor of
+            # size-1 dims that broadcast. A reshape would keep the symbolic extent in one dim,
+            # which broadcasts nowhere; its element is the window [0, 1) of every dim instead
+            # (the run-time element count is checked to be 1).
+            total = S.product(i.user_extent for i in dims)
+            windows = [None if i.is_broadcast else DimWindow(0, 1) for i in dims]
+            one = resize.window(self, x, windows, [1] * len(dims), resize.zero_of(x.dtype))
+            self._fd.fusion.extent_equalities.append((total, S.as_scalar(1, DataType.Int),
+                                                      "reshape element count"))
+            x = one
+        return self._wrap("reshape", lambda: arith.reshape(x, sizes))
 
     def permute(self, x, dims):
         x = self._tensor("permute", 0, x)

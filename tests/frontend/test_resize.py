@@ -12,6 +12,7 @@ import torch.nn.functional as F
 from pyfuser import DataType, FusionDefinition
 from pyfuser.frontend.ops import FusionDefinitionError
 from pyfuser.ir.exprs import WindowOp
+from pyfuser.runtime.inputs import InputError
 from pyfuser.runtime.reference import evaluate
 from pyfuser.testing import run_and_check
 
@@ -229,3 +230,21 @@ def test_resize_definition_errors(call, message):
     with pytest.raises(FusionDefinitionError, match=message):
         with FusionDefinition() as fd:
             call(fd, fd.define_tensor([3, 7], dtype=F32))
+
+
+def test_reshape_of_symbolic_sizes_to_all_ones_broadcasts():
+    """reshape(x [N], [1]) with N symbolic (1 at run time) is a size-1 dim that broadcasts, as
+    in torch: it is the window [0, 1) of x, the element count checked to be 1. It kept the
+    symbolic extent N, which then did not broadcast against [241] (fuzz 20261372:409,
+    20261374:96: a run-time InputError)."""
+    x, y = torch.randn(1), torch.randn(241)
+    with FusionDefinition() as fd:
+        t0, t1 = fd.define_tensor([-1]), fd.define_tensor([-1])
+        fd.add_output(fd.ops.add(fd.ops.reshape(fd.ops.sigmoid(t0), [1]), t1))
+    run_and_check(fd, [x, y], scheduler="pointwise", options=INTERPRET)
+    with pytest.raises(InputError, match="reshape element count"):
+        fd.execute([torch.randn(2), y], options=INTERPRET)
+    x2 = torch.randn(1, 1)
+    with FusionDefinition() as fd:
+        fd.add_output(fd.ops.reshape(fd.define_tensor([-1, -1]), [1, 1, 1]))
+    assert torch.equal(fd.execute([x2], options=INTERPRET)[0], x2.reshape(1, 1, 1))
