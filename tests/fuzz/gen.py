@@ -933,17 +933,25 @@ class Builder:
             return v
         return self.call("broadcast", v, [j != k for j in range(like.rank)])
 
-    def resize_step(self, x: Val) -> Val | None:
-        """A slice, pad or cat of x along one of its full dims (a new axis of the result's
-        size), or None when x has none of size 2 or more."""
-        r = self.rng
+    def full_dim(self, x: Val) -> tuple | None:
+        """(position, size) of a random full dim of x of size 2 or more, or None (a size-1 axis
+        may be defined as a broadcast, and a resize or gather of it says little)."""
         if x.is_scalar:
             return None
         ks = [k for k, d in enumerate(x.dims) if d.kind == "full" and self.size_of(d) >= 2]
         if not ks:
             return None
-        k = r.choice(ks)
-        n = self.size_of(x.dims[k])
+        k = self.rng.choice(ks)
+        return k, self.size_of(x.dims[k])
+
+    def resize_step(self, x: Val) -> Val | None:
+        """A slice, pad or cat of x along one of its full dims (a new axis of the result's
+        size), or None when x has none of size 2 or more."""
+        r = self.rng
+        picked = self.full_dim(x)
+        if picked is None:
+            return None
+        k, n = picked
         # (A size-0 dim counts as 1: values made to broadcast with x take size 1 there.)
         total = math.prod(max(self.size_of(d), 1) for d in x.dims)
         op = r.choice(("slice", "slice", "pad", "cat"))
@@ -985,14 +993,10 @@ class Builder:
         at the values of a new integer index input, all in range (an index out of range is an
         error, tested apart); None when x has no full dim of size 2 or more."""
         r = self.rng
-        if x.is_scalar:
+        picked = self.full_dim(x)
+        if picked is None:
             return None
-        # (A size-1 axis may be defined as a broadcast, which indexing refuses.)
-        ks = [k for k, d in enumerate(x.dims) if d.kind == "full" and self.size_of(d) >= 2]
-        if not ks:
-            return None
-        k = r.choice(ks)
-        n = self.size_of(x.dims[k])
+        k, n = picked
         dt = r.choice((I64, I64, I32))
         dist = {"dist": "int", "lo": 0, "hi": n - 1}
         rest = math.prod(max(self.size_of(d), 1) for j, d in enumerate(x.dims) if j != k)
