@@ -320,11 +320,27 @@ class LoweringContext:
         match = self._match(i, ref, start)
         if match is not None:
             promoted, x = match
+            if (i.is_broadcast and i.expanded_extent is None
+                    and not self._static(promoted.extent)):
+                # A broadcast of the tensor's own (all its dims broadcast along the loop) holds
+                # one value in every iteration: stood for a loop of runtime extent, it would
+                # need a register buffer of that size (a set of a [1] input computed outside a
+                # reduction's loops and read inside them: fuzz 20261376:923). Its loop runs once.
+                return i, x + 1
             return promoted, x + 1
         replayed = self._promote_split(i, ref, start)
         if replayed is not None:
             return replayed
         return i, start
+
+    def _static(self, extent) -> bool:
+        """Whether an extent is known when the kernel is built (a constant, or made of the
+        extents the kernel is specialized on)."""
+        try:
+            S.evaluate(extent, dict(self.fusion.static_extents))
+        except Exception:
+            return False
+        return True
 
     def _match(self, i: IterDomain, ref: TensorView, start: int):
         """(what ref's loop stands for, its position) of the first loop of ref from `start` on

@@ -19,7 +19,7 @@ import torch
 from broadcast_output_fusions import FUSIONS, layernorm_weight_out
 from kir_testing import (forced_inner_persistent, interpret, interpret_against_float64,
                          schedule_and_lower)
-from pyfuser import FusionDefinition
+from pyfuser import DataType, FusionDefinition
 from pyfuser.ir.dtype import from_torch
 from pyfuser.runtime.inputs import check_inputs, output_strides
 from pyfuser.runtime.reference import evaluate
@@ -223,3 +223,23 @@ def test_executor_runs_the_kernels(name):
                     extent_bindings=check_inputs(fd.fusion, inputs))
     for o, r in zip(outs, refs):
         assert rel_error(o, r) <= TOLERANCE[from_torch(o.dtype)]
+
+
+def test_a_broadcast_read_inside_a_reduction_and_used_after_it():
+    """v = set(t0) of a [1] input, read inside a full sum's loops (where(x > 0.5, v, 0.75)) and
+    by a mean after them: v's own loops were promoted to the sum's loop of runtime extent
+    ceilDiv(N, 32), a register buffer of runtime size, and lowering refused the kernel (fuzz
+    20261376:923, run by the reference with a FallbackWarning). A broadcast's own loop of
+    runtime extent runs once: one kernel, no internal error."""
+    t0 = torch.rand(1).bfloat16() + 0.5
+    t1 = torch.randn(34).bfloat16().as_strided((17,), (2,), 0)
+    with FusionDefinition() as fd:
+        a = fd.from_pytorch(t0)
+        b = fd.define_tensor(shape=[-1], contiguity=[False], dtype=DataType.BFloat16)
+        v = fd.ops.set(a)
+        x = fd.ops.cast(fd.ops.logical_not(b), DataType.Half)
+        fd.add_output(fd.ops.sum(fd.ops.where(fd.ops.gt(x, 0.5), v, 0.75), [0], keepdim=True))
+        fd.add_output(fd.ops.mul(fd.ops.erf(b), 0.5))
+        fd.add_output(fd.ops.mean(v, [0], keepdim=True))
+    run_and_check(fd, [t0, t1], scheduler="reduction", options={"enable": ["interpret"]})
+    assert not fd.last_run.internal_error

@@ -67,7 +67,9 @@ def _reshaped_beside_itself():
         v5 = fd.ops.mean(t1, [-3, -1])
         fd.ops.var_mean(v5, [0], keepdim=True, correction=1)
         v12 = fd.ops.where(fd.ops.gt(t1, 0.5), fd.ops.erf(t1), v3)
-        v15 = fd.ops.logical_or(fd.ops.eq(t0, 0.5), fd.ops.ge(fd.ops.reshape(t1, [1]), 0.5))
+        # (The fuzz case reshaped to [1]; a reshape to all ones is now a window of the one
+        # element, which ties nothing: the flattening [-1] keeps the tie.)
+        v15 = fd.ops.logical_or(fd.ops.eq(t0, 0.5), fd.ops.ge(fd.ops.reshape(t1, [-1]), 0.5))
         fd.add_output(v15)
         fd.add_output(v12)
     return fd
