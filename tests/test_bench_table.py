@@ -42,3 +42,22 @@ def test_time_forced_heuristic_checks_before_timing(monkeypatch):
         monkeypatch.setattr(ref, "evaluate", lambda *a, **k: [2 * x for x in real(*a, **k)])
         line = harness.time_forced_heuristic(fd, sets, None, "v", 1_000_000)
     assert line.startswith("v: WRONG rel err") and len(timed) == 1
+
+
+def test_the_issue_bench_scripts_plan_every_case_without_the_reference():
+    """tools/bench_issue17.py and bench_issue18.py --explain (CPU, meta tensors): each runs,
+    and no case of theirs plans a reference segment, so the GPU run times kernels and library
+    calls only."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[1]
+    env = dict(os.environ, PYTHONPATH=str(root) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    for script in ("bench_issue17.py", "bench_issue18.py"):
+        r = subprocess.run([sys.executable, str(root / "tools" / script), "--explain"],
+                           capture_output=True, text=True, env=env, cwd=root / "tools",
+                           timeout=600)
+        assert r.returncode == 0, r.stderr[-2000:]
+        assert r.stdout.count("== ") >= 4 and "segment 0: kernel" in r.stdout
+        assert ": reference" not in r.stdout, r.stdout

@@ -5,8 +5,9 @@ same run as eager and torch.compile (GPU machine), or their plans on the CPU:
     PYTHONPATH=. python tools/bench_issue17.py --explain  # CPU: each fusion's plan (H100 table)
 
 The causal softmax of bf16 scores [4, 32, 2048, 2048] with the mask built in the kernel from two
-iotas (column <= row), and torch.tril of the same tensor; RoPE through slice and cat, and a
-chunked SwiGLU through chunk (slices). GB/s count the input read and the
+iotas (column <= row), and torch.tril of the same tensor; RoPE through slice and cat, a
+chunked SwiGLU through chunk (slices); an embedding lookup and cross-entropy's loss and
+dlogits (take_along_axis, an iota one-hot). GB/s count the input read and the
 output written once (the floor); times are medians of triton's do_bench
 (pyfuser.benchmark.harness._bench), which clears the L2 before each run. Each peer's result is
 compared with pyfuser's before it is timed.
@@ -109,11 +110,68 @@ def swiglu(device):
     return fd, [x], eager, x.numel() * x.element_size() * 3 // 2
 
 
+def embedding(device):
+    """Rows of a [128256, 4096] bf16 table at 8192 int64 ids (the bar): the floor is the rows
+    read and written once."""
+    if device == "meta":
+        ids = torch.empty(8192, device=device, dtype=torch.int64)
+        table = torch.empty(128256, 4096, device=device, dtype=torch.bfloat16)
+    else:
+        g = torch.Generator(device=device).manual_seed(0)
+        ids = torch.randint(0, 128256, (8192,), device=device, generator=g)
+        table = torch.randn(128256, 4096, device=device, dtype=torch.bfloat16, generator=g)
+    with FusionDefinition("embedding") as fd:
+        fd.add_output(fd.ops.embedding(fd.from_pytorch(ids), fd.from_pytorch(table)))
+
+    def eager():
+        return torch.nn.functional.embedding(ids, table)
+    return fd, [ids, table], eager, 2 * 8192 * 4096 * 2 + ids.numel() * 8
+
+
+def cross_entropy(device):
+    """The loss and dlogits of bf16 logits [8192, 128256] with int64 targets, for a gradient
+    scale of 1/8192 (Liger's fused protocol: dlogits written in the forward), through
+    logsumexp, take_along_axis and an iota one-hot. The floor: logits read once, dlogits
+    written once. (Liger's fused cross-entropy is the bar's other peer: run it apart, with
+    the peer wheels.)"""
+    m, v = 8192, 128256
+    if device == "meta":
+        x = torch.empty(m, v, device=device, dtype=torch.bfloat16)
+        t = torch.empty(m, device=device, dtype=torch.int64)
+    else:
+        g = torch.Generator(device=device).manual_seed(0)
+        x = torch.randn(m, v, device=device, dtype=torch.bfloat16, generator=g)
+        t = torch.randint(0, v, (m,), device=device, generator=g)
+    with FusionDefinition("cross_entropy") as fd:
+        tx, tt = fd.from_pytorch(x), fd.from_pytorch(t)
+        xf = fd.ops.cast(tx, F32)
+        mx = fd.ops.max(xf, [1], keepdim=True)
+        e = fd.ops.exp(fd.ops.sub(xf, mx))
+        s = fd.ops.sum(e, [1], keepdim=True)
+        t2 = fd.ops.broadcast(tt, [False, True])
+        picked = fd.ops.take_along_axis(xf, t2, 1)
+        fd.add_output(fd.ops.squeeze(fd.ops.sub(fd.ops.add(fd.ops.log(s), mx), picked), [1]))
+        one_hot = fd.ops.eq(fd.ops.broadcast(fd.ops.iota(v), [True, False]), t2)
+        grad = fd.ops.sub(fd.ops.div(e, s), fd.ops.cast(one_hot, F32))
+        fd.add_output(fd.ops.cast(fd.ops.mul(grad, 1.0 / m), BF16))
+
+    def eager():
+        xf = x.float()
+        lse = torch.logsumexp(xf, 1)
+        loss = lse - xf.gather(1, t[:, None])[:, 0]
+        grad = torch.softmax(xf, 1)
+        grad[torch.arange(m, device=x.device), t] -= 1
+        return loss, (grad / m).to(torch.bfloat16)
+    return fd, [x, t], eager, 2 * x.numel() * x.element_size()
+
+
 CASES = {
     "causal softmax [4,32,2048,2048] bf16": causal_softmax,
     "tril [4,32,2048,2048] bf16": tril,
     "rope q [4,2048,32,128] bf16": rope,
     "swiglu chunked [8192,28672] bf16": swiglu,
+    "embedding 8192 ids in [128256,4096] bf16": embedding,
+    "cross-entropy loss+dlogits [8192,128256] bf16": cross_entropy,
 }
 
 

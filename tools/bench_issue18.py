@@ -1,0 +1,93 @@
+"""The bars of the issue on random numbers, fp8, index reductions and scans that pyfuser can run
+today, same run as eager and torch.compile (GPU machine), or their plans on the CPU:
+
+    PYTHONPATH=. python tools/bench_issue18.py            # GPU: times and GB/s
+    PYTHONPATH=. python tools/bench_issue18.py --explain  # CPU: each fusion's plan (H100 table)
+
+residual + dropout(x + bias, p=0.1) on [8192, 4096] bf16 with the mask written (the seed and
+offset drawn from torch's CUDA generator on each call: the values differ from eager's by design,
+the harness's difference note says so); argmax over rows of [8192, 128256] bf16; cumsum over
+rows of [64, 128256] fp32 and top-k (k=50) of [64, 128256] bf16, both library segments (torch)
+today. GB/s count the inputs read and the outputs written once (the floor); see
+tools/bench_cases.py for the timing.
+"""
+from __future__ import annotations
+
+import sys
+
+import bench_cases
+import torch
+
+from pyfuser import DataType, FusionDefinition
+
+BF16, F32 = DataType.BFloat16, DataType.Float
+
+
+def _randn(shape, device, dtype=torch.bfloat16, seed=0):
+    if device == "meta":
+        return torch.empty(shape, device=device, dtype=dtype)
+    g = torch.Generator(device=device).manual_seed(seed)
+    return torch.randn(shape, device=device, dtype=dtype, generator=g)
+
+
+def dropout(device):
+    x, residual = _randn((8192, 4096), device), _randn((8192, 4096), device, seed=1)
+    bias = _randn((4096,), device, seed=2)
+    with FusionDefinition("bias_dropout_residual") as fd:
+        tx, tr, tb = (fd.from_pytorch(t) for t in (x, residual, bias))
+        h = fd.ops.cast(tx, F32) + fd.ops.broadcast(fd.ops.cast(tb, F32), [True, False])
+        keep = fd.ops.lt(fd.ops.rand_like(h), 0.9)
+        y = fd.ops.where(keep, h * (1 / 0.9), 0.0) + fd.ops.cast(tr, F32)
+        fd.add_output(fd.ops.cast(y, BF16))
+        fd.add_output(keep)
+
+    def eager():
+        h = x.float() + bias.float()
+        keep = torch.rand_like(h) < 0.9
+        return (torch.where(keep, h / 0.9, 0.0) + residual.float()).to(torch.bfloat16), keep
+    return fd, [x, residual, bias], eager, 3 * x.numel() * 2 + x.numel()
+
+
+def argmax_rows(device):
+    x = _randn((8192, 128256), device)
+    with FusionDefinition("argmax_rows") as fd:
+        fd.add_output(fd.ops.argmax(fd.from_pytorch(x), 1))
+
+    def eager():
+        return torch.argmax(x, 1)
+    return fd, [x], eager, x.numel() * 2 + 8192 * 8
+
+
+def cumsum_rows(device):
+    x = _randn((64, 128256), device, dtype=torch.float32)
+    with FusionDefinition("cumsum") as fd:
+        fd.add_output(fd.ops.cumsum(fd.from_pytorch(x), 1))
+
+    def eager():
+        return torch.cumsum(x, 1)
+    return fd, [x], eager, 2 * x.numel() * 4
+
+
+def topk_rows(device):
+    x = _randn((64, 128256), device)
+    with FusionDefinition("topk") as fd:
+        values, indices = fd.ops.topk(fd.from_pytorch(x), 50, 1)
+        fd.add_output(values)
+        fd.add_output(indices)
+
+    def eager():
+        return torch.topk(x, 50, 1)
+    return fd, [x], eager, x.numel() * 2 + 64 * 50 * 10
+
+
+CASES = {
+    "residual + dropout(x + bias) [8192,4096] bf16, mask out": dropout,
+    "argmax rows [8192,128256] bf16": argmax_rows,
+    "cumsum rows [64,128256] fp32 (library)": cumsum_rows,
+    "topk k=50 [64,128256] bf16 (library)": topk_rows,
+}
+
+
+if __name__ == "__main__":
+    raise SystemExit(bench_cases.explain(CASES) if "--explain" in sys.argv
+                     else bench_cases.bench(CASES))
