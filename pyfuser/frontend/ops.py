@@ -517,8 +517,8 @@ class Ops:
         if isinstance(k, Scalar) and kv is None:
             if not k.dtype.is_integral or k.dtype.is_boolean:
                 raise FusionDefinitionError(f"topk: k must be an int, got {_kind(k)}")
-        elif not isinstance(kv, int) or isinstance(kv, bool) or kv < 1:
-            raise FusionDefinitionError(f"topk: k {k!r} must be a positive int")
+        elif not isinstance(kv, int) or isinstance(kv, bool) or kv < 0:
+            raise FusionDefinitionError(f"topk: k {k!r} must be an int >= 0")
         n = S.const_value(x.domain.logical_no_reductions[dim].user_extent)
         if kv is not None and n is not None and kv > n:
             raise FusionDefinitionError(f"topk: k {kv} is more than dim {dim}'s {n} elements")

@@ -365,8 +365,8 @@ def _index_op(op: K.TensorOp, ctx) -> None:
         # The element's row-major index in out: its place in the op's random stream.
         linear: K.KExpr = K.Const(0)
         for i in tv.domain.logical:
-            linear = K.add(K.mul(linear, scalar_to_kexpr(i.extent, ctx.names)),
-                           _logical_index(ig, known, tv, i))
+            linear = _row_major_step(linear, scalar_to_kexpr(i.extent, ctx.names),
+                                     _logical_index(ig, known, tv, i))
         op.ins.append(linear)
 
 
@@ -391,6 +391,16 @@ def _window_read(ctx, e: WindowOp, ig: IndexGraph, known) -> list:
             offset = K.add(offset, K.mul(j, stride))
     return [K.TensorIndex(ctx.buffers[src], offset), K.all_of(conds),
             K.ScalarValue(e.fill, out.dtype)]
+
+
+def _row_major_step(outer: K.KExpr, extent: K.KExpr, j: K.KExpr) -> K.KExpr:
+    """outer * extent + j, with (a / n) * n + a % n folded to a: in a flat loop the dims'
+    indices are divisions and remainders of the flat index, which recombine to it (a random
+    op's row-major index then costs no division per element)."""
+    if (isinstance(outer, K.Bin) and outer.op == "/" and isinstance(j, K.Bin) and j.op == "%"
+            and repr(outer.a) == repr(j.a) and repr(outer.b) == repr(j.b) == repr(extent)):
+        return outer.a
+    return K.add(K.mul(outer, extent), j)
 
 
 def _check_source_in_global(src: TensorView, out: TensorView, what: str) -> None:

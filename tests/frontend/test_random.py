@@ -207,3 +207,19 @@ def test_explain_keeps_the_last_drawn_state_and_run_and_check_uses_it():
     state = fd.last_rng_state
     fd.explain([x])
     assert fd.last_rng_state == state
+
+
+def test_a_flat_loops_draw_index_has_no_division():
+    """In a flat loop over a dense [N, M, K] tensor the draw's row-major index is the flat index
+    itself: (f / K / M) * M + (f / K) % M, times K, plus f % K folds to f (no runtime divisions
+    per element); the interpreter's bits equal the reference's with it."""
+    fd = _seeded(lambda fd, s, o: fd.add_output(fd.ops.mul(fd.ops.rand_like(
+        fd.define_tensor([-1, -1, -1]), rng_seed=s, rng_offset=o), 2.0)))
+    x = torch.zeros(5, 7, 9)
+    seg, = fd.explain([1, 2, x]).segments
+    source = seg.kernel.kernel.source
+    call = source.split("pf::philox_uniform<float, 24>(")[1]
+    index = call.split(",")[0]          # the index, the first argument
+    assert "/" not in index and "%" not in index, index
+    out, = fd.execute([1, 2, x], options=INTERPRET)
+    assert torch.equal(out, evaluate(fd.fusion, [1, 2, x])[0])

@@ -57,7 +57,7 @@ def test_sampling_step_around_a_library_topk():
 
 
 @pytest.mark.parametrize("call, message", [
-    (lambda fd, x: fd.ops.topk(x, 0), "k 0 must be a positive int"),
+    (lambda fd, x: fd.ops.topk(x, -1), "k -1 must be an int >= 0"),
     (lambda fd, x: fd.ops.topk(x, 8), "k 8 is more than dim 1's 7 elements"),
     (lambda fd, x: fd.ops.topk(x, 2, 2), "dim 2 out of range"),
     (lambda fd, x: fd.ops.topk(fd.ops.gt(x, 0.0), 2), "bool tensors have no order"),
@@ -66,3 +66,14 @@ def test_definition_errors(call, message):
     with pytest.raises(FusionDefinitionError, match=message):
         with FusionDefinition() as fd:
             call(fd, fd.define_tensor([3, 7]))
+
+
+def test_k_0_gives_empty_values_and_indices():
+    """torch.topk(x, 0) is allowed: empty values and int64 indices of the right shape."""
+    x = torch.randn(3, 7)
+    with FusionDefinition() as fd:
+        values, indices = fd.ops.topk(fd.from_pytorch(x), 0, 1)
+        fd.add_output(values)
+        fd.add_output(indices)
+    v, i = fd.execute([x], options=INTERPRET)
+    assert v.shape == (3, 0) and i.shape == (3, 0) and i.dtype == torch.int64
