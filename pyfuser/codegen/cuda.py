@@ -290,13 +290,12 @@ class CudaPrinter:
         source read at it where it is in range, 0 and a report (pf::report_index_error) where
         not. A gather's out has its source's dtype (arith.gather): a plain read."""
         src, index, stride, extent, record, check = s.ins
-        at = K.TensorIndex(src.buffer, K.add(src.index, K.mul(K.Var("pf_gi"), stride)))
-        zero = f"pf::cast<{ctype(s.out.buffer.dtype)}>(0)"
-        return (f"{{ const long long pf_gi = static_cast<long long>({self.expr(index)}); "
-                f"if (pf_gi >= 0 && pf_gi < static_cast<long long>({self.expr(extent)})) "
-                f"{self.expr(s.out)} = {self.expr(at)}; "
+        i, zero = K.GATHER_INDEX, f"pf::cast<{ctype(s.out.buffer.dtype)}>(0)"
+        return (f"{{ const long long {i} = static_cast<long long>({self.expr(index)}); "
+                f"if ({i} >= 0 && {i} < static_cast<long long>({self.expr(extent)})) "
+                f"{self.expr(s.out)} = {self.expr(K.gathered_at(src, stride))}; "
                 f"else {{ {self.expr(s.out)} = {zero}; "
-                f"pf::report_index_error(&{self.expr(record)}, {self.expr(check)}, pf_gi); }} }}")
+                f"pf::report_index_error(&{self.expr(record)}, {self.expr(check)}, {i}); }} }}")
 
     def _computed_twice(self, tv) -> bool:
         """Whether the kernel computes tv's value in two places: tv is a recomputed copy

@@ -16,6 +16,7 @@ from __future__ import annotations
 from ..ir import arith
 from ..ir.base import current_fusion, frontend_ops, pop_fusion, push_fusion
 from ..ir.dtype import DataType, default_scalar_type, from_torch, parse_dtype
+from ..ir.exprs import RandOp
 from ..ir.fusion import Fusion
 from ..ir.scalar import Scalar
 from ..ir.tensor import TensorView
@@ -39,6 +40,7 @@ class FusionDefinition:
         # (seed, offset) the last execute() drew for random ops defined without rng_seed
         # (rerun them with those, or evaluate the fusion on `complete_inputs`).
         self.last_rng_state = None
+        self._rng_streams = None        # random ops of the fusion (complete_inputs)
 
     # Context ----------------------------------------------------------------------------------
     def __enter__(self):
@@ -161,7 +163,9 @@ class FusionDefinition:
             raise InputError(f"the fusion takes {want} inputs, got {len(inputs)} (its random "
                              "ops' seed and offset are drawn by execute, not passed)")
         if rng_state is None:
-            rng_state = _draw_rng_state(self.fusion, inputs, device)
+            if self._rng_streams is None:       # counted once, not on every call
+                self._rng_streams = sum(1 for e in self.fusion.exprs() if isinstance(e, RandOp))
+            rng_state = _draw_rng_state(self._rng_streams, inputs, device)
         if record:
             self.last_rng_state = tuple(rng_state)
         user = iter(inputs)
@@ -253,14 +257,13 @@ def clone_fusion(fusion: Fusion) -> Fusion:
     return fusion.clone()[0]
 
 
-def _draw_rng_state(fusion, inputs, device=None) -> tuple:
-    """(seed, offset) for one execute of a fusion with implicit random ops: from the CUDA
-    generator of the inputs' device (its seed, and its Philox offset, which this advances by
-    the fusion's random streams rounded up to 4, as torch's kernels advance it), or, on the
-    CPU, a seed drawn from the CPU generator (torch.manual_seed makes it repeat) and offset 0."""
+def _draw_rng_state(streams: int, inputs, device=None) -> tuple:
+    """(seed, offset) for one execute of a fusion with `streams` implicit random ops: from the
+    CUDA generator of the inputs' device (its seed, and its Philox offset, which this advances
+    by 4 per stream, as torch's kernels advance it by 4 per draw per element), or, on the CPU, a
+    seed drawn from the CPU generator (torch.manual_seed makes it repeat) and offset 0."""
     import torch
 
-    from ..ir.exprs import RandOp
     tensors = [x.device for x in inputs if isinstance(x, torch.Tensor)]
     if tensors:
         device = tensors[0]
@@ -268,7 +271,6 @@ def _draw_rng_state(fusion, inputs, device=None) -> tuple:
         device = torch.device(device) if not isinstance(device, int) else torch.device("cuda", device)
     if device is not None and device.type == "cuda":
         gen = torch.cuda.default_generators[device.index or 0]
-        streams = sum(1 for e in fusion.exprs() if isinstance(e, RandOp))
         offset = gen.get_offset()
         gen.set_offset(offset + 4 * streams)
         # The seed is a uint64; an int64 scalar input holds the same 64 bits.

@@ -397,6 +397,21 @@ class Ops:
             out.append(dd)
         return sorted(out)
 
+    @staticmethod
+    def _one_dim(op: str, rank: int, dim) -> int:
+        """`dim` (an int, negative from the end) of a tensor of `rank` dims, as 0..rank-1."""
+        if not isinstance(dim, int) or isinstance(dim, bool) or not -rank <= dim < rank:
+            raise FusionDefinitionError(f"{op}: dim {dim!r} out of range for rank {rank}")
+        return dim % rank
+
+    @staticmethod
+    def _check_sizes(op: str, shape) -> None:
+        """A new tensor's sizes: positive ints or int scalars."""
+        for k, s in enumerate(shape):
+            v = S.const_value(s)
+            if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
+                raise FusionDefinitionError(f"{op}: size {s!r} of dim {k} must be a positive int")
+
     def _keep(self, out, dims, n):
         return arith.broadcast(out, [k in dims for k in range(n)])
 
@@ -494,23 +509,19 @@ class Ops:
     def _scan(self, name: str, op: str, x, dim, dtype):
         x = self._tensor(name, 0, x)
         rank = len(x.domain.logical_no_reductions)
-        if not isinstance(dim, int) or isinstance(dim, bool) or not -max(rank, 1) <= dim < max(rank, 1):
-            raise FusionDefinitionError(f"{name}: dim {dim!r} out of range for rank {rank}")
+        dim = self._one_dim(name, max(rank, 1), dim)   # rank 0 takes 0 or -1, as torch
         dt = parse_dtype(dtype) if dtype is not None else (
             x.dtype if x.dtype.is_floating else DataType.Int)
         if dt != x.dtype:
             x = self.cast(x, dt)
-        return arith.scan(x, dim % rank if rank else 0, op, dt)
+        return arith.scan(x, dim, op, dt)
 
     def topk(self, x, k, dim: int = -1, largest: bool = True, sorted: bool = True):
         """torch.topk: (values, indices) of the k largest (smallest with largest=False)
         elements of x along `dim`, indices int64. A library op: torch.topk runs it (a segment
         of its own in the plan)."""
         x = self._tensor("topk", 0, x)
-        rank = len(x.domain.logical_no_reductions)
-        if not isinstance(dim, int) or isinstance(dim, bool) or not -rank <= dim < rank:
-            raise FusionDefinitionError(f"topk: dim {dim!r} out of range for rank {rank}")
-        dim %= rank
+        dim = self._one_dim("topk", len(x.domain.logical_no_reductions), dim)
         if x.dtype.is_boolean:
             raise FusionDefinitionError("topk: bool tensors have no order; cast first")
         kv = S.const_value(k)
@@ -635,10 +646,7 @@ class Ops:
             fill_value.dtype if isinstance(fill_value, Scalar) else default_scalar_type(fill_value))
         if dt == DataType.Double and not isinstance(fill_value, Scalar) and dtype is None:
             dt = DataType.Float
-        for k, s in enumerate(shape):
-            v = S.const_value(s)
-            if v is not None and (not isinstance(v, int) or v < 1):
-                raise FusionDefinitionError(f"full: size {s!r} of dim {k} must be a positive int")
+        self._check_sizes("full", shape)
         return arith.full(list(shape), fill_value, dt)
 
     # Slicing and concatenation (windows of their sources: frontend/resize.py) ----------------
@@ -743,9 +751,7 @@ class Ops:
         if any(len(t.domain.logical_no_reductions) != rank for t in xs):
             raise FusionDefinitionError("cat: tensors of different ranks "
                                         f"{[len(t.domain.logical_no_reductions) for t in xs]}")
-        if not isinstance(dim, int) or not -rank <= dim < rank:
-            raise FusionDefinitionError(f"cat: dim {dim!r} out of range for rank {rank}")
-        dim %= rank
+        dim = self._one_dim("cat", rank, dim)
         dt = self._promoted("cat", xs)
         xs = [self.cast(t, dt) if t.dtype != dt else t for t in xs]
         if len(xs) == 1:
@@ -757,9 +763,7 @@ class Ops:
         the last (a static extent only)."""
         x = self._tensor("chunk", 0, x)
         dims = x.domain.logical_no_reductions
-        if not isinstance(dim, int) or not -len(dims) <= dim < len(dims):
-            raise FusionDefinitionError(f"chunk: dim {dim!r} out of range for rank {len(dims)}")
-        dim %= len(dims)
+        dim = self._one_dim("chunk", len(dims), dim)
         n = S.const_value(dims[dim].user_extent)
         if n is None:
             raise FusionDefinitionError("chunk: the dim must have a static size "
@@ -809,10 +813,7 @@ class Ops:
         dt = parse_dtype(dtype)
         if not dt.is_floating:
             raise FusionDefinitionError(f"{op}: dtype must be floating, got {dt.short_name}")
-        for k, s in enumerate(shape):
-            v = S.const_value(s)
-            if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
-                raise FusionDefinitionError(f"{op}: size {s!r} of dim {k} must be a positive int")
+        self._check_sizes(op, shape)
         params = []
         for name, v in (("the first parameter", a), ("the second parameter", b)):
             v = self._operand(op, name, v)
@@ -878,13 +879,12 @@ class Ops:
             raise FusionDefinitionError(f"{op}: index must be an integer tensor, got "
                                         f"{_kind(index)}")
         rank = len(x.domain.logical_no_reductions)
-        if not isinstance(dim, int) or isinstance(dim, bool) or not -rank <= dim < rank:
-            raise FusionDefinitionError(f"{op}: dim {dim!r} out of range for rank {rank}")
+        dim = self._one_dim(op, rank, dim)
         irank = len(index.domain.logical_no_reductions)
         if same_rank and irank != rank:
             raise FusionDefinitionError(f"{op}: index of rank {irank} for an input of rank "
                                         f"{rank}; they must have one rank")
-        return x, index, dim % rank
+        return x, index, dim
 
     def _gather(self, op: str, x, index, dim: int, out_dims, broadcast: bool):
         src_dims = [None if d == dim else k for d, k in enumerate(out_dims)]

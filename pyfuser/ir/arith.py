@@ -226,12 +226,17 @@ def reduction(op: ReductionOpType, x: TensorView, axes: list[int], dtype: DataTy
     return out
 
 
-def full(sizes: list, value, dtype: DataType) -> TensorView:
+def _shape_ids(sizes: list) -> list[IterDomain]:
+    """The IDs of a new tensor of `sizes` (ints or int scalars): a size of 1 is a broadcast."""
     ids = []
     for s in sizes:
         sv = S.as_scalar(s, DataType.Int)
         ids.append(IterDomain(1, IterType.Broadcast) if sv.value == 1 else IterDomain(sv))
-    out = new_tensor(ids, dtype)
+    return ids
+
+
+def full(sizes: list, value, dtype: DataType) -> TensorView:
+    out = new_tensor(_shape_ids(sizes), dtype)
     FullOp(out, S.as_scalar(value, dtype) if not isinstance(value, S.Scalar) else value)
     return out
 
@@ -239,11 +244,7 @@ def full(sizes: list, value, dtype: DataType) -> TensorView:
 def rand(sizes: list, dist: str, a, b, seed, offset, dtype: DataType) -> TensorView:
     """RandOp of shape `sizes` (ints or int scalars; 1 is a broadcast dim), the fusion's next
     random stream."""
-    ids = []
-    for s in sizes:
-        sv = S.as_scalar(s, DataType.Int)
-        ids.append(IterDomain(1, IterType.Broadcast) if sv.value == 1 else IterDomain(sv))
-    out = new_tensor(ids, dtype)
+    out = new_tensor(_shape_ids(sizes), dtype)
     stream = next_name("random stream")
     RandOp(out, S.as_scalar(seed, DataType.Int), S.as_scalar(offset, DataType.Int),
            *(v if isinstance(v, S.Scalar) else S.as_scalar(v, DataType.Double) for v in (a, b)),
@@ -282,12 +283,11 @@ def scan(x: TensorView, dim: int, op: str, dtype: DataType) -> TensorView:
 def topk(x: TensorView, k, dim: int, largest: bool, sorted: bool) -> tuple:
     """TopKOp: (values, indices), x's dims with k along `dim` (an int or an int scalar)."""
     kk = S.as_scalar(k, DataType.Int)
-    ids = [[IterDomain(kk) if d == dim else i.clone()
-            for d, i in enumerate(x.domain.logical_no_reductions)] for _ in range(2)]
-    for out in ids:
-        if kk.value == 1:
-            out[dim] = IterDomain(1, IterType.Broadcast)
-    values, indices = new_tensor(ids[0], x.dtype), new_tensor(ids[1], DataType.Int)
+
+    def ids():
+        return [_shape_ids([kk])[0] if d == dim else i.clone()
+                for d, i in enumerate(x.domain.logical_no_reductions)]
+    values, indices = new_tensor(ids(), x.dtype), new_tensor(ids(), DataType.Int)
     TopKOp(values, indices, x, kk, dim, largest, sorted)
     return values, indices
 

@@ -217,7 +217,8 @@ class RandOp(Expr):
     """out = random numbers drawn from the element's row-major index in out, a seed and an
     offset (runtime/philox.py defines the stream): `dist` "uniform" (in [a, b)) or "normal"
     (mean a, standard deviation b). `stream` tells the random ops of one fusion apart: op k
-    draws at offset + k. seed and offset are int64 scalars (fusion inputs, or constants)."""
+    draws at Philox counter offset / 4 + k. seed and offset are int64 scalars (fusion inputs,
+    or constants)."""
 
     def __init__(self, out: Val, seed: Val, offset: Val, a: Val, b: Val, dist: str,
                  stream: int):

@@ -239,6 +239,17 @@ class TensorIndex(KExpr):
         return f"{self.buffer.name}[{self.index!r}]{v}"
 
 
+# A gather's index value where codegen and the interpreter read its source (lower/index.py
+# _gather_read): the variable each defines around the read.
+GATHER_INDEX = "pf_gi"
+
+
+def gathered_at(src: "TensorIndex", stride: KExpr) -> "TensorIndex":
+    """A gather's read of its source: `src` (the source at out's index along its other dims)
+    plus the gathered index times the gathered dim's stride."""
+    return TensorIndex(src.buffer, add(src.index, mul(Var(GATHER_INDEX), stride)))
+
+
 @dataclasses.dataclass(eq=False)
 class ScalarValue(KExpr):
     """A fusion scalar (constant, runtime input or derived) used as an operand."""

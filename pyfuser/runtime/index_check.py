@@ -20,8 +20,6 @@ def index_error_message(what: str, dim: int, value: int, size: int) -> str:
             f"{what}: index {value} is out of range for dim {dim} of size 0 (it has no element)")
 
 
-
-
 def raise_if_failed(record, checks, size_of) -> None:
     """Raise IndexOutOfRange if `record` (the workspace's two values) names a failed check.
     `checks`: (op name, dim, extent) per check number; size_of(extent) its size in this call."""

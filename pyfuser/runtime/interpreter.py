@@ -1312,9 +1312,8 @@ class Interpreter:
         ok = (idx >= 0) & (idx < int(ctx.ev(extent)))
         if ok.any():
             inside = ctx.subset(ok)
-            inside.env["pf_gi"] = idx[ok]
-            at = K.TensorIndex(src.buffer, K.add(src.index, K.mul(K.Var("pf_gi"), stride)))
-            vals, poison = self._read(inside, at)
+            inside.env[K.GATHER_INDEX] = idx[ok]
+            vals, poison = self._read(inside, K.gathered_at(src, stride))
             self._write(inside, s.out, vals, poison, exact=True)
         if not ok.all():
             bad = ~ok

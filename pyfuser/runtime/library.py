@@ -76,8 +76,6 @@ def _topk(expr, inputs):
 def _scan(expr, inputs):
     x, = inputs
     scan = torch.cumsum if expr.op == "sum" else torch.cumprod
-    if x.dim() == 0:
-        return [x.clone()]
     return [scan(x, expr.dim)]
 
 

@@ -224,13 +224,18 @@ __device__ __forceinline__ float philox_unit(unsigned word) {
 // The element's uniform draw before rounding to the output type: low + u * (high - low) in
 // float, each operation rounded on its own (no multiply-add). T's uniform() rounds it to T
 // and folds a value equal to high to low, as runtime/philox.uniform does.
-template <int Bits>
-__device__ __forceinline__ float philox_uniform_f32(long long index, long long seed,
-                                                    long long counter, double low, double high) {
+// The element's 32-bit word of a uniform draw: word index % 4 of block index / 4.
+__device__ __forceinline__ unsigned philox_word(long long index, long long seed, long long counter) {
   const PhiloxBlock b = philox(static_cast<unsigned long long>(counter),
                                static_cast<unsigned long long>(index) >> 2,
                                static_cast<unsigned long long>(seed));
-  const float u = philox_unit<Bits>(b.w[index & 3]);
+  return b.w[index & 3];
+}
+
+template <int Bits>
+__device__ __forceinline__ float philox_uniform_f32(long long index, long long seed,
+                                                    long long counter, double low, double high) {
+  const float u = philox_unit<Bits>(philox_word(index, seed, counter));
   return __fadd_rn(__fmul_rn(u, static_cast<float>(high - low)), static_cast<float>(low));
 }
 
@@ -247,10 +252,7 @@ template <>
 __device__ __forceinline__ double philox_uniform<double, 24>(long long index, long long seed,
                                                              long long counter, double low,
                                                              double high) {
-  const PhiloxBlock b = philox(static_cast<unsigned long long>(counter),
-                               static_cast<unsigned long long>(index) >> 2,
-                               static_cast<unsigned long long>(seed));
-  const double u = static_cast<double>(philox_unit<24>(b.w[index & 3]));
+  const double u = static_cast<double>(philox_unit<24>(philox_word(index, seed, counter)));
   const double v = __dadd_rn(__dmul_rn(u, high - low), low);
   return v == high ? low : v;
 }
