@@ -178,6 +178,21 @@ def test_cross_entropy_is_one_normalization_kernel(cast_first, grad):
     torch.testing.assert_close(fd.execute([x, t], options=INTERPRET)[0], loss)
 
 
+@pytest.mark.parametrize("v", [32003, 128256])
+def test_cross_entropy_rows_are_sized_by_the_logits_not_the_targets(v):
+    """A row's register need counts the inputs along the row: the int64 targets [M] are one
+    value per row. Counted as 8-byte row elements, a row of 32003 bf16 logits needed 128
+    registers per thread and the fusion fell apart into 4 kernels (GPU run of e77178d)."""
+    m = 129
+    x = torch.empty(m, v, dtype=torch.bfloat16, device="meta")
+    t = torch.empty(m, dtype=torch.int64, device="meta")
+    with FusionDefinition() as fd:
+        _cross_entropy(fd, fd.from_pytorch(x), fd.from_pytorch(t), m, v, True, True)
+    plan = fd.explain([x, t], device="h100")
+    assert [(s.kind, s.name, s.refused) for s in plan.segments] == \
+        [("kernel", "inner_persistent", "")], plan
+
+
 def test_embedding_and_its_layer_norm_are_one_kernel():
     """The normalization reads the gathered rows: the inner persistent scheduler recomputes
     the gather from the weight where it projects its buffer to the inputs."""

@@ -71,4 +71,18 @@ def test_dropout_masks_of_forward_and_backward_are_equal():
     _, mask_b = bwd.execute([11, 22, dy])
     run_and_check(fwd, [11, 22, x], scheduler="pointwise")
     assert torch.equal(mask, mask_b)
-    assert abs(mask.float().mean().item() - 0.9) < 1e-3
+    # A bf16 draw is k / 256 for k uniform in [0, 256) (runtime/philox.py), so u < 0.9 keeps
+    # k <= 230: 231 / 256 = 0.9023, not 0.9 (torch's CUDA bf16 rand_like keeps the same share:
+    # float32 draws rounded to bf16, with 1.0 folded to 0). 5 standard deviations of 33.5M
+    # draws: 2.6e-4.
+    assert abs(mask.float().mean().item() - 231 / 256) < 2.6e-4
+
+
+def test_float32_draws_keep_the_share_asked_for():
+    """Dropout drawn in float32 (24-bit draws): u < 0.9 keeps 0.9 of the elements, within 5
+    standard deviations of 33.5M draws."""
+    with FusionDefinition() as fd:
+        t = fd.define_tensor([-1, -1], dtype=BF16)
+        fd.add_output(fd.ops.lt(fd.ops.rand_like(fd.ops.cast(t, DataType.Float)), 0.9))
+    keep, = fd.execute([torch.zeros(8192, 4096, device="cuda").bfloat16()])
+    assert abs(keep.float().mean().item() - 0.9) < 2.6e-4

@@ -196,10 +196,16 @@ def row_vector_width(fusion, n: int, rpos) -> int:
 
 
 def row_element_bytes(fusion) -> int:
-    """Bytes a row element holds in registers: the widest tensor input's (the caches stay
-    resident). A fusion without tensor inputs (a segment of fills: full, zeros) recomputes
-    its row in the 4-byte compute type."""
-    return max((i.dtype.size for i in fusion.inputs if isinstance(i, TensorView)), default=4)
+    """Bytes a row element holds in registers: the widest input's that lies along the reduced
+    dims (the caches stay resident). A per-row input (cross-entropy's int64 targets [M]) is one
+    value per row, not part of it. A fusion without such inputs (a segment of fills: full,
+    zeros) recomputes its row in the 4-byte compute type."""
+    red = reference_reduction(reduction_tensors(fusion))
+    graph = IdGraph(fusion)
+    red_ids = [i for i in red.domain.maybe_root if i.is_reduction and not i.is_broadcast]
+    along = [i for i in fusion.inputs if isinstance(i, TensorView) and any(
+        graph.mapped(d, r) for d in i.domain.logical if not d.is_broadcast for r in red_ids)]
+    return max((i.dtype.size for i in along), default=4)
 
 
 def register_params(fusion, info: RuntimeInfo, rpos, n: int, m: int,
