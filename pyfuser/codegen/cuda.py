@@ -227,7 +227,7 @@ class CudaPrinter:
         out = s.out
         odt = out.buffer.dtype
         if s.vector > 1:
-            return self.vector_copy(s)
+            return self.gather_text(s) if isinstance(e, GatherOp) else self.vector_copy(s)
         oct_ = ctype(odt)
         if isinstance(e, ReductionOp):
             ct = _compute_ctype(odt)
@@ -291,10 +291,16 @@ class CudaPrinter:
         not. A gather's out has its source's dtype (arith.gather): a plain read."""
         src, index, stride, extent, record, check = s.ins
         i, zero = K.GATHER_INDEX, f"pf::cast<{ctype(s.out.buffer.dtype)}>(0)"
+        if s.vector > 1:        # one index for all lanes, one vector read (lower/vectorize.py)
+            read = self.vector_move(s.out, K.gathered_at(src, stride), s.vector)
+            fill = (f"for (int pf_l = 0; pf_l < {s.vector}; ++pf_l) "
+                    f"(&{self.expr(s.out)})[pf_l] = {zero};")
+        else:
+            read = f"{self.expr(s.out)} = {self.expr(K.gathered_at(src, stride))};"
+            fill = f"{self.expr(s.out)} = {zero};"
         return (f"{{ const long long {i} = static_cast<long long>({self.expr(index)}); "
-                f"if ({i} >= 0 && {i} < static_cast<long long>({self.expr(extent)})) "
-                f"{self.expr(s.out)} = {self.expr(K.gathered_at(src, stride))}; "
-                f"else {{ {self.expr(s.out)} = {zero}; "
+                f"if ({i} >= 0 && {i} < static_cast<long long>({self.expr(extent)})) {{ {read} }} "
+                f"else {{ {fill} "
                 f"pf::report_index_error(&{self.expr(record)}, {self.expr(check)}, {i}); }} }}")
 
     def _computed_twice(self, tv) -> bool:

@@ -26,6 +26,11 @@ class Fusion:
         # launch settings the schedule fixed (grid_x, max_threads, min_blocks, cooperative, ...).
         self.static_extents: dict = {}
         self.launch_hints: dict = {}
+        # Extents the schedule needs to be multiples of a width (Scalar -> int): the extent a
+        # vectorized flat loop's lanes step through, so that the lanes of one vector never
+        # cross into the next row (lower/indexing.py folds the lane out of a row's division;
+        # the executor checks each before a launch).
+        self.extent_multiples: dict = {}
         # Alias inputs (schedule/roles.py): position of an input that is a second view of the
         # runtime tensor of another input -> that input's position. The caller passes only the
         # others; kernels take an alias's pointer and strides from the input it aliases.

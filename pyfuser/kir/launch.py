@@ -91,6 +91,9 @@ class LaunchDescription:
     # (op name, dim, extent expression) of each index check, by check number: what an
     # "index_error" workspace's record names (runtime/index_check.py).
     index_checks: tuple = ()
+    # (extent expression, m): extents the schedule needs to be multiples of m (a vectorized
+    # flat loop's rows hold whole vectors: fusion.extent_multiples).
+    extent_multiples: tuple = ()
 
     def launch_dims(self, inputs) -> tuple[tuple, tuple]:
         """(grid, block) of a launch with these inputs; each dim at least 1."""

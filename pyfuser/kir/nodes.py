@@ -246,8 +246,8 @@ GATHER_INDEX = "pf_gi"
 
 def gathered_at(src: "TensorIndex", stride: KExpr) -> "TensorIndex":
     """A gather's read of its source: `src` (the source at out's index along its other dims)
-    plus the gathered index times the gathered dim's stride."""
-    return TensorIndex(src.buffer, add(src.index, mul(Var(GATHER_INDEX), stride)))
+    plus the gathered index times the gathered dim's stride (as many elements as src reads)."""
+    return TensorIndex(src.buffer, add(src.index, mul(Var(GATHER_INDEX), stride)), src.vector)
 
 
 @dataclasses.dataclass(eq=False)

@@ -52,7 +52,10 @@ _THREAD_SPECIAL = {
 
 def index_and_predicate(kernel: K.Kernel) -> K.Kernel:
     ctx = kernel.ctx
-    ctx.index_graph = IndexGraph(ctx.exact, ctx.names)
+    # Constant-extent loops' variables (vector lanes among them) for the lane fold of merges.
+    lanes = {lp.var: c.value for lp in ctx.all_loops() if isinstance(lp.var, K.Var)
+             and isinstance(c := scalar_to_kexpr(lp.extent, ctx.names), K.Const)}
+    ctx.index_graph = IndexGraph(ctx.exact, ctx.names, ctx.extent_multiples, lanes)
     ctx.kernel_parallel = _kernel_parallel_types(ctx)
     ctx.index_checks, ctx.index_error = [], None
     for s in K.walk(kernel.body):

@@ -10,6 +10,17 @@ the loops around an expression), `IndexGraph.traverse` walks the exact ID graph:
 
 and records for each ID whether its index can exceed its extent (only a split that does not divide
 its input, or an index derived from one, can): those IDs get predicates.
+
+A vector lane is folded out of a merge's division: where out = a * V + lane (lane in [0, V), the
+variable of a loop of extent V) and E(inner) is a multiple of V (a constant, or an extent the
+schedule declared one: fusion.extent_multiples, checked before each launch), the lanes of one
+vector lie in one row of the merge, so
+
+    outer = (a * V) / E(inner),  inner = (a * V) % E(inner) + lane
+
+An operand broadcast along the row ([M, 1] beside [M, N], an embedding's ids) is then read at
+an index without the lane: once per vector, not once per element (lower/vectorize.py hoists
+such reads out of a vector loop).
 Merges with a broadcast of extent 1 are the same iteration as their other input (see
 pyfuser.ir.id_graph) and need no arithmetic.
 """
@@ -65,9 +76,14 @@ class Known:
 
 
 class IndexGraph:
-    def __init__(self, exact: IdGraph, names: dict):
+    def __init__(self, exact: IdGraph, names: dict, multiples: dict | None = None,
+                 lanes: dict | None = None):
         self.g = exact
         self.names = names
+        # Extent expression (as printed) -> a width it is a multiple of; loop variable -> its
+        # loop's constant extent (the lanes a merge's division may fold out).
+        self.multiples = multiples or {}
+        self.lanes = lanes or {}
         self.exprs: list[GroupExpr] = []
         seen = set()
         for e in exact.id_exprs:
@@ -163,8 +179,25 @@ class IndexGraph:
                 known.setdefault(ge.inputs[0], Known(K.Const(0), False))
                 known.setdefault(ge.inputs[1], Known(out.value, out.may_overflow))
             else:
-                known.setdefault(ge.inputs[0], Known(K.div(out.value, inner_ext), out.may_overflow))
-                known.setdefault(ge.inputs[1], Known(K.mod(out.value, inner_ext), False))
+                base, lane = self._lane_split(out.value, inner_ext)
+                known.setdefault(ge.inputs[0], Known(K.div(base, inner_ext), out.may_overflow))
+                known.setdefault(ge.inputs[1], Known(K.add(K.mod(base, inner_ext), lane), False))
+
+    def _lane_split(self, value: K.KExpr, extent: K.KExpr) -> tuple:
+        """(a * V, lane) where value = a * V + lane, lane the variable of a loop of extent V and
+        `extent` a multiple of V (the module docstring); else (value, 0)."""
+        if isinstance(value, K.Bin) and value.op == "+" and isinstance(value.a, K.Bin) \
+                and value.a.op == "*" and isinstance(value.a.b, K.Const):
+            width, lane = value.a.b.value, value.b
+            if self.lanes.get(lane) == width and width > 1 and self._multiple_of(extent, width):
+                return value.a, lane
+        return value, K.Const(0)
+
+    def _multiple_of(self, extent: K.KExpr, width: int) -> bool:
+        if isinstance(extent, K.Const):
+            return extent.value % width == 0
+        m = self.multiples.get(repr(extent))
+        return m is not None and m % width == 0
 
     def _forward(self, ge: GroupExpr, known: dict) -> None:
         if ge.kind == "split":

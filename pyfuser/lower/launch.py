@@ -192,7 +192,9 @@ def describe_launch(kernel: K.Kernel) -> LaunchDescription:
         cluster=tuple(launch.cluster) if launch.cluster else None,
         workspaces=tuple(workspaces), vector_reads=tuple(vector_reads), bulk_inputs=tuple(bulk),
         index_checks=tuple((what, dim, expr(n)) for what, dim, n in
-                           getattr(kernel.ctx, "index_checks", ())))
+                           getattr(kernel.ctx, "index_checks", ())),
+        extent_multiples=tuple((expr(s), m) for s, m in fusion.extent_multiples.items()
+                               if s.value is None))
 
 
 def reduction_workspace_elems(dims, count: int, block) -> int:

@@ -16,6 +16,8 @@ from __future__ import annotations
 from ..ir.scalar import Scalar
 from ..ir.tensor import TensorView
 from ..kir import nodes as K
+from .context import LoweringError
+from .indexing import scalar_to_kexpr
 
 
 def _kind_of(dtype) -> str:
@@ -105,6 +107,14 @@ def kernel_params(kernel: K.Kernel) -> K.Kernel:
                         if n is old:
                             ctx.names[s] = K.Const(int(value))
                     changed = True
+    # Extents the schedule needs to be multiples of a width (fusion.extent_multiples): the
+    # index math relies on them (lower/indexing.py), the executor checks the runtime ones.
+    ctx.extent_multiples = {}
+    for s, m in fusion.extent_multiples.items():
+        e = scalar_to_kexpr(s, ctx.names)
+        if isinstance(e, K.Const) and e.value % m:
+            raise LoweringError(f"the schedule needs extent {e.value} to be a multiple of {m}")
+        ctx.extent_multiples[repr(e)] = m
     kernel.params = params
     return kernel
 

@@ -3,9 +3,16 @@
 Before: for v in 0..4 (Vectorize): T1[v] = T0[base + v]
 After:  T1[0..4) = T0[base .. base + 4)     one 8- or 16-byte access (TensorIndex.vector = 4)
 
-A copy between memories (LoadStoreOp of one dtype) in a Vectorize loop becomes one vector access
-at the loop's first element; one-iteration loops between the two (a trailing broadcast dim) fold
-away. Any other op in a Vectorize loop runs in an unrolled loop over registers, and so does a
+A copy between memories (LoadStoreOp of one dtype), a window's or a gather's read in a Vectorize
+loop becomes one vector access at the loop's first element; one-iteration loops between the two
+(a trailing broadcast dim) fold away. An op whose indices and predicate do not depend on the lane
+(the read of an index or a per-row value broadcast along the vector: lower/indexing.py folds the
+lane out of its row's division) is the same for every lane and runs once, where it stood:
+
+Before: for v in 0..8 (Vectorize): T4[0] = T0[(a * 8) / n]; T5[v] = T1[(a * 8 + v) % n + T4[0] * s]
+After:  T4[0] = T0[(a * 8) / n]; T5[0..8) = T1[(a * 8) % n + T4[0] * s ..)
+
+Any other op in a Vectorize loop runs in an unrolled loop over registers, and so does a
 Vectorize loop of one iteration (a vectorized broadcast axis runs once). Serial loops of
 small constant extent, and Unroll loops, are unrolled so that register arrays they index stay in
 registers.
@@ -19,7 +26,7 @@ divisibility, stride and alignment the executor checks before each launch.
 """
 from __future__ import annotations
 
-from ..ir.exprs import LoadStoreOp, WindowOp
+from ..ir.exprs import GatherOp, LoadStoreOp, WindowOp
 from ..ir.tensor import MemoryType, TensorView
 from ..kir import nodes as K
 from .context import LoweringError
@@ -55,27 +62,66 @@ def _vectorize(loop: K.ForLoop, kernel) -> list:
     width = loop.stop.value
     first_lane = {loop.var: K.Const(0)}
     collapsed: list = []
-    ops = _ops_run_once_per_lane(loop.body, first_lane, collapsed)
-    if width == 1 or ops is None or not all(_is_copy(op) for op in ops):
+    allocs: list = []
+    ops = _ops_run_once_per_lane(loop.body, first_lane, collapsed, allocs)
+    per_lane = {id(op) for op in ops if not _same_for_every_lane(op, loop.var)} if ops else ()
+    if width == 1 or not per_lane or not all(_is_copy(op) and _scheduled_vector(op)
+                                             for op in ops if id(op) in per_lane):
         loop.unroll = True
         loop.parallel = "Serial"
         return [loop]
     kernel.replaced_loops.update(id(lp.loop) for lp in collapsed if lp.loop is not None)
-    out = []
+    out = list(allocs)      # the registers of what runs once per vector (a gather's index)
     for op in ops:
+        if id(op) not in per_lane:
+            # The same access for every lane (a row's index read once per vector): once.
+            op.out = substitute(op.out, first_lane)
+            op.ins = [substitute(i, first_lane) for i in op.ins]
+            op.predicate = substitute(op.predicate, first_lane)
+            out.append(op)
+            continue
         _check_lanes_contiguous(op, loop, kernel)
         op.vector = width
         op.out = _vec_access(substitute(op.out, first_lane), width, kernel)
+        # A gather's vector is its source read (ins[0]); its index and error record are one
+        # element for all lanes.
+        vector_ins = 1 if isinstance(op.expr, GatherOp) else len(op.ins)
         op.ins = [_vec_access(substitute(i, first_lane), width, kernel)
-                  if isinstance(i, K.TensorIndex) else substitute(i, first_lane)
-                  for i in op.ins]
+                  if isinstance(i, K.TensorIndex) and k < vector_ins
+                  else substitute(i, first_lane)
+                  for k, i in enumerate(op.ins)]
         op.predicate = substitute(op.predicate, first_lane)
         out.append(op)
     return out
 
 
-def _ops_run_once_per_lane(body: list, fixed: dict, collapsed: list) -> list | None:
-    """The TensorOps of a vector loop's body, or None if it holds anything else.
+def _scheduled_vector(op: K.TensorOp) -> bool:
+    """Whether op's out has the Vectorize axis (the schedule vectorized it), rather than being
+    computed inside another tensor's vector loop: a gather's index, which must then be the same
+    for every lane (schedule/inlining._same_in_every_lane); where the index math cannot show it
+    (lower/indexing.py found no multiple of the width), the loop is unrolled instead."""
+    from ..ir.iter_domain import ParallelType
+    return any(i.parallel_type == ParallelType.Vectorize for i in op.expr.outputs[0].domain.loop)
+
+
+def _same_for_every_lane(op: K.TensorOp, lane: K.Var) -> bool:
+    """Whether op's indices and predicate are free of the lane variable: its out is written at
+    one place with one value for all lanes. A gather is never (its read is the vector)."""
+    if isinstance(op.expr, (GatherOp, WindowOp)):
+        return False
+    return all(_lane_free(x, lane) for x in [op.out, op.predicate, *op.ins])
+
+
+def _lane_free(x, lane: K.Var) -> bool:
+    """Whether expression x is the same in every lane (compared as printed: kernel
+    expressions compare by identity)."""
+    return repr(substitute(x, {lane: K.Const(0)})) == repr(substitute(x, {lane: K.Const(1)}))
+
+
+def _ops_run_once_per_lane(body: list, fixed: dict, collapsed: list,
+                           allocs: list) -> list | None:
+    """The TensorOps of a vector loop's body, or None if it holds anything else; the register
+    allocations among them go to `allocs` (of what runs once per vector, one element each).
 
     Loops of one iteration are looked through (their variables are added to `fixed` at their
     start, the loops to `collapsed`): a tensor whose loop nest ends in a size-1 broadcast dim
@@ -86,12 +132,14 @@ def _ops_run_once_per_lane(body: list, fixed: dict, collapsed: list) -> list | N
     for s in body:
         if isinstance(s, K.TensorOp):
             ops.append(s)
+        elif isinstance(s, K.Allocate):
+            allocs.append(s)
         elif (isinstance(s, K.ForLoop) and s.parallel == "Serial"
               and isinstance(s.start, K.Const) and isinstance(s.stop, K.Const)
               and s.stop.value - s.start.value == 1):
             fixed[s.var] = s.start
             collapsed.append(s)
-            inner = _ops_run_once_per_lane(s.body, fixed, collapsed)
+            inner = _ops_run_once_per_lane(s.body, fixed, collapsed, allocs)
             if inner is None:
                 return None
             ops.extend(inner)
@@ -111,6 +159,9 @@ def _check_lanes_contiguous(op: K.TensorOp, loop: K.ForLoop, kernel) -> None:
     exact = kernel.ctx.exact
     if isinstance(op.expr, WindowOp):
         _check_window_lanes(op.expr, lid, loop, exact)
+        return
+    if isinstance(op.expr, GatherOp):
+        _check_gather_lanes(op, lid, loop, exact)
         return
     for tv in [op.expr.outputs[0], *op.expr.inputs]:
         if not isinstance(tv, TensorView) or tv.memory_type != MemoryType.Global:
@@ -139,6 +190,27 @@ def _check_window_lanes(e: WindowOp, lid, loop: K.ForLoop, exact) -> None:
                             f"step through T{src.name}'s stride-1 dim one element at a time")
 
 
+def _check_gather_lanes(op: K.TensorOp, lid, loop: K.ForLoop, exact) -> None:
+    """A gather's lanes step through its out's dim d; they read one run of its source when d
+    is a source dim other than the gathered one, the source's stride-1 dim, and the index is
+    the same for every lane (broadcast along d: the scheduler checked both, base.vector_gathers;
+    the source's size along d holds whole vectors, checked before the launch)."""
+    e = op.expr
+    out, src = e.outputs[0], e.src
+    stepped = _dim_stepped_by(lid, out, exact)
+    logical = out.domain.logical_no_reductions
+    d = next((k for k, i in enumerate(logical) if i is stepped), None)
+    s = next((k for k, o in enumerate(e.src_dims) if o is not None and o == d), None)
+    if d is None or s is None or s == e.dim \
+            or src.domain.logical_no_reductions[s] is not src.domain.contiguous_dim:
+        raise LoweringError(f"a {loop.stop!r}-wide vector read of gather T{out.name} does not "
+                            f"step through T{src.name}'s stride-1 dim")
+    index = op.ins[1]
+    if not _lane_free(index, loop.var):
+        raise LoweringError(f"a {loop.stop!r}-wide vector read of gather T{out.name} takes a "
+                            f"different index in each lane ({index!r})")
+
+
 def _dim_stepped_by(lid, tv: TensorView, exact):
     """The logical ID of `tv` that loop ID `lid` steps through element by element, or None."""
     from ..ir.iter_domain import Merge, Split
@@ -158,8 +230,8 @@ def _dim_stepped_by(lid, tv: TensorView, exact):
 
 
 def _is_copy(op: K.TensorOp) -> bool:
-    if isinstance(op.expr, WindowOp):
-        return True             # a read of its source (of out's dtype), or its fill
+    if isinstance(op.expr, (WindowOp, GatherOp)):
+        return True             # a read of its source (of out's dtype), or its fill (or 0)
     if not isinstance(op.expr, LoadStoreOp):
         return False
     src = op.expr.inputs[0]

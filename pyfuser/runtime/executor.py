@@ -545,6 +545,7 @@ class FusionExecutorCache:
         fk = self._kernel_for(sched, params, index_type, clone, mapping,
                               compile_now=not target.interpret, cache_facts=cache_facts)
         self._check_vector_widths(fk, inputs)
+        self._check_extent_multiples(fk, inputs)
         self._check_bulk_rows(fk, inputs)
         if target.interpret:
             return _InterpretPlan(self.fusion, fk, RunInfo(
@@ -656,6 +657,18 @@ class FusionExecutorCache:
                 raise ValueError(
                     f"{self.name}: input {k} (T{v.name}) cannot be read with {width}-wide vectors "
                     f"as heuristic {fk.params!r} asks: " + "; ".join(bad))
+
+    def _check_extent_multiples(self, fk, inputs) -> None:
+        """Extents the schedule needs to be multiples of its vector width (rows of whole
+        vectors: fusion.extent_multiples). An equal heuristic implies them; a forced one is
+        checked here, before any launch."""
+        from ..kir.launch import evaluate as launch_value
+        for extent, m in fk.launch.extent_multiples:
+            n = int(launch_value(extent, inputs))
+            if n % m:
+                raise ValueError(f"{self.name}: kernel {fk.name} (heuristic {fk.params!r}) needs "
+                                 f"an extent of {n} to be a multiple of {m}: the lanes of a "
+                                 "vector must lie in one row")
 
     def _check_bulk_rows(self, fk, inputs) -> None:
         """Inputs a kernel copies row by row with cp.async.bulk, or by boxes of whole rows

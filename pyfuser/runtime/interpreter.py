@@ -1247,6 +1247,9 @@ class Interpreter:
         if s.vector > 1 and isinstance(e, WindowOp):
             self._window(ctx, s, s.vector)
             return
+        if s.vector > 1 and isinstance(e, GatherOp):
+            self._gather(ctx, s, s.vector)
+            return
         if s.vector > 1:
             if not isinstance(e, LoadStoreOp):
                 raise InterpreterError(f"vector op {type(e).__name__} is not a copy")
@@ -1298,10 +1301,11 @@ class Interpreter:
             self._write(ctx.subset(~ok), s.out,
                         np.full(n if lanes == 1 else (n, lanes), fill), None, lanes)
 
-    def _gather(self, ctx: _Ctx, s: K.TensorOp) -> None:
+    def _gather(self, ctx: _Ctx, s: K.TensorOp, lanes: int = 1) -> None:
         """A gather's read (lower/index._gather_read) as the generated code does it: the source
-        at index * stride where 0 <= index < extent; 0 and a report in the index record where
-        not (the first failing thread, in launch order, claims it)."""
+        at index * stride where 0 <= index < extent (`lanes` elements from there); 0 and a
+        report in the index record where not (the first failing thread, in launch order,
+        claims it)."""
         src, index, stride, extent, record, check = s.ins
         idx, poison = self._read(ctx, index)
         if poison is not None and poison.any():
@@ -1313,11 +1317,13 @@ class Interpreter:
         if ok.any():
             inside = ctx.subset(ok)
             inside.env[K.GATHER_INDEX] = idx[ok]
-            vals, poison = self._read(inside, K.gathered_at(src, stride))
-            self._write(inside, s.out, vals, poison, exact=True)
+            vals, poison = self._read(inside, K.gathered_at(src, stride), lanes)
+            self._write(inside, s.out, vals, poison, lanes, exact=True)
         if not ok.all():
             bad = ~ok
-            self._write(ctx.subset(bad), s.out, np.zeros(int(bad.sum())), None)
+            n = int(bad.sum())
+            self._write(ctx.subset(bad), s.out,
+                        np.zeros(n if lanes == 1 else (n, lanes)), None, lanes)
             rec = self._mems_record(record)
             if rec[0] == 0:
                 rec[0], rec[1] = int(ctx.ev(check)) + 1, int(idx[bad][0])

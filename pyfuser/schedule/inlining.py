@@ -166,6 +166,22 @@ def _needs_through_own_loops(fusion, a, b, owners, loop_id, graph: IdGraph) -> b
     return False
 
 
+def _same_in_every_lane(tv: TensorView, c: TensorView, axis, graph: IdGraph) -> bool:
+    """Whether tv, an operand of gather c other than its source (the index, or what computes
+    it), holds one value for all lanes of c's Vectorize `axis`: tv lacks the dim the lanes
+    step through, or broadcasts it (an embedding's ids along the row). Computed inside the
+    vector loop, its ops then run once per vector (lower/vectorize.py), where a loop of its own
+    would hold an index per lane for the vector read to pick from."""
+    from ..ir.exprs import GatherOp
+    e = c.definition
+    if axis.parallel_type != ParallelType.Vectorize or not isinstance(e, GatherOp) \
+            or tv is e.src:
+        return False
+    stepped = c.domain.dim_stepped_by(axis)
+    return stepped is not None and not any(
+        graph.mapped(i, stepped) for i in tv.domain.logical if not i.is_broadcast)
+
+
 def max_inline_position(tv: TensorView, graph: IdGraph | None = None) -> tuple[int, str]:
     """The deepest legal compute-at position of tv, and why it stops there. Reads the
     consumers' compute-at positions: decide consumers first (inline_most does)."""
@@ -193,7 +209,7 @@ def max_inline_position(tv: TensorView, graph: IdGraph | None = None) -> tuple[i
             if pos is None:
                 return k, f"axis {k} maps to no loop of consumer T{c.name} in order"
             ci = c.domain.loop[pos[-1]]
-            if ci.parallel_type in _UNINLINABLE:
+            if ci.parallel_type in _UNINLINABLE and not _same_in_every_lane(tv, c, ci, graph):
                 return k, f"axis {k} maps to a {ci.parallel_type.short} axis of consumer T{c.name}"
             # Depth in the loops that are really there: a consumer itself computed inside its
             # consumer's loops (ge(w) inside the rows that broadcast it) has its loop at that

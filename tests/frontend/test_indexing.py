@@ -332,3 +332,49 @@ def test_an_embedding_under_its_norm_stays_parallel():
     seg, = fd.explain([ids, w], device="h100", compile=True).segments
     assert seg.name == "inner_persistent"
     assert re.search(r" 0 B stack, 0 B spill stores", seg.kernel.ptxas), seg.kernel.ptxas
+
+
+@pytest.mark.parametrize("dtype, cols, width", [(torch.bfloat16, 24, 8), (torch.float32, 56, 4)])
+def test_embedding_rows_are_read_with_vectors(dtype, cols, width):
+    """An embedding's index is one value along the row: each vector of the output is one
+    16-byte read of one table row (base.vector_gathers), its index read once per vector, not
+    once per lane (lower/indexing.py folds the lane out of the row division; lower/vectorize.py
+    runs the index read once). Out-of-range ids still raise."""
+    ids, w = torch.randint(0, 100, (13,)), torch.randn(100, cols).to(dtype)
+    fd = _fusion(CASES["embedding_2d_ids"][0], [ids, w])
+    seg, = fd.explain([ids, w], device="h100").segments
+    assert seg.kernel.params.vector_gathers == (0,)
+    cuda = seg.kernel.kernel.source
+    body = cuda[cuda.index("__global__"):]
+    assert re.search(rf"pf::load_global_vec<[^>]*>\(\*reinterpret_cast<pf::Array<[\w:]+, "
+                     rf"{width}>\*>\(&T\d+\[0\]\), &T1\[", body), body
+    assert f"j0 < {width}" not in body, body        # no loop over the lanes left
+    run_and_check(fd, [ids, w], scheduler="pointwise", options=INTERPRET)
+    assert torch.equal(fd.execute([ids, w], options=INTERPRET)[0], w[ids])
+    wrong = ids.clone()
+    wrong[5] = 100
+    with pytest.raises(IndexOutOfRange, match="embedding: index 100 is out of range"):
+        fd.execute([wrong, w], options=INTERPRET)
+
+
+def test_an_index_that_varies_along_the_row_is_read_per_element():
+    """take_along_axis over dim 0 with an index [5, 56]: each element of a row reads another
+    source row, so the gather is not read with vectors (the output's stores still are)."""
+    x, i = torch.randn(37, 56), torch.randint(0, 37, (5, 56))
+    fd = _fusion(CASES["take_along_axis_broadcast_index"][0], [x, i])
+    seg, = fd.explain([x, i], device="h100").segments
+    assert seg.kernel.params.vector == 4 and seg.kernel.params.vector_gathers == ()
+    run_and_check(fd, [x, i], scheduler="pointwise", options=INTERPRET)
+    assert torch.equal(fd.execute([x, i], options=INTERPRET)[0], torch.take_along_dim(x, i, 0))
+
+
+def test_a_row_extent_the_vectors_do_not_divide_is_refused():
+    """A kernel whose vectors rely on rows of whole vectors (fusion.extent_multiples), forced
+    onto rows of 12 elements with 8-wide vectors, is refused before the launch, not run with
+    vectors across two rows."""
+    from pyfuser.schedule.schedulers.pointwise import PointwiseParams
+    ids, w = torch.randint(0, 100, (13,)), torch.randn(100, 12).bfloat16()
+    fd = _fusion(CASES["embedding_2d_ids"][0], [ids, w])
+    forced = PointwiseParams(vector=8)
+    with pytest.raises(ValueError, match="needs an extent of 12 to be a multiple of 8"):
+        fd.execute([ids, w], options={"enable": ["interpret"], "heuristic": forced})

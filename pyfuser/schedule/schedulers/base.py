@@ -256,6 +256,36 @@ def vector_windows(fusion, info: RuntimeInfo, vector: int, ref_id) -> tuple:
     return tuple(out)
 
 
+def vector_gathers(fusion, info: RuntimeInfo, vector: int, ref_id) -> tuple:
+    """Positions, among the fusion's GatherOps in expression order, of the gathers whose source
+    is read with vector loads in a loop over the reference's logical ID `ref_id` vectorized by
+    `vector`: out's dim along ref_id reads a source dim other than the gathered one, of the
+    same extent (paired with it: GatherOp.dim_map), that dim is the source's stride-1 dim and
+    its layout allows the width (input_vector_width), and the index is one value along ref_id
+    (an embedding's ids, index_select's index: broadcast there), so a vector of out is one run
+    of one source row."""
+    from ...ir.exprs import GatherOp
+    from ...ir.id_graph import IdGraph
+    if vector <= 1:
+        return ()
+    graph = IdGraph(fusion)
+    gathers = [e for e in fusion.exprs() if isinstance(e, GatherOp)]
+    out = []
+    for n, e in enumerate(gathers):
+        src, tv = e.src, e.outputs[0]
+        if src not in fusion.inputs or mapped_dim(e.index, ref_id, graph) is not None:
+            continue
+        d = mapped_dim(tv, ref_id, graph)
+        s = next((a for a, b in e.dim_map[0] if b == d), None)
+        if d is None or s is None or s == e.dim:
+            continue
+        w = access_width(src.dtype, vector)
+        facts = info.inputs[fusion.inputs.index(src)]
+        if w > 1 and input_vector_width(src, facts, s, vector) == w:
+            out.append(n)
+    return tuple(out)
+
+
 def _window_whole_vectors(w, width: int) -> bool:
     if w is None:
         return True

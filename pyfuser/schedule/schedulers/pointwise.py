@@ -30,15 +30,15 @@ from __future__ import annotations
 
 import dataclasses
 
-from ...ir.exprs import BroadcastOp, SqueezeOp, WindowOp
+from ...ir.exprs import BroadcastOp, GatherOp, SqueezeOp, WindowOp
 from ...ir.id_graph import IdGraph
 from ...ir.iter_domain import ParallelType as PT
 from ..cache import cached_uses
 from ...ir.tensor import TensorView
 from .. import inline_most, parallelize_like, propagate_transforms
 from .base import (RuntimeInfo, SchedulerError, cache_inputs_and_outputs, mapped_dim,
-                   orient_vector_inputs, pow2_divisor, reduction_tensors, vector_inputs,
-                   vector_windows, vectorize)
+                   orient_vector_inputs, pow2_divisor, reduction_tensors, vector_gathers,
+                   vector_inputs, vector_windows, vectorize)
 
 NAME = "pointwise"
 
@@ -52,13 +52,18 @@ class PointwiseParams:
     # Windows (slices, pads) of inputs read with vector loads: positions among the fusion's
     # WindowOps in expression order (base.vector_windows).
     vector_windows: tuple = ()
+    # Gathers whose source rows are read with vector loads: positions among the fusion's
+    # GatherOps in expression order (base.vector_gathers).
+    vector_gathers: tuple = ()
     note: str = ""
 
     def describe(self) -> str:
         windows = (f", vector loads for windows {list(self.vector_windows)}"
                    if self.vector_windows else "")
+        gathers = (f", vector loads for gathers {list(self.vector_gathers)}"
+                   if self.vector_gathers else "")
         return (f"pointwise: {self.threads} threads, vector {self.vector}, unroll {self.unroll}, "
-                f"vector loads for inputs {list(self.vector_inputs)}{windows}"
+                f"vector loads for inputs {list(self.vector_inputs)}{windows}{gathers}"
                 + (f" ({self.note})" if self.note else ""))
 
 
@@ -164,6 +169,7 @@ def compute_heuristics(fusion, info: RuntimeInfo) -> PointwiseParams:
     vector = pow2_divisor(inner_ext, max(1, 16 // max_bytes))
     vec_inputs = vector_inputs(fusion, info, vector, inner) if inner is not None else ()
     vec_windows = vector_windows(fusion, info, vector, inner) if inner is not None else ()
+    vec_gathers = vector_gathers(fusion, info, vector, inner) if inner is not None else ()
     # Measured on the H100 (bench/results/2026-11-22-h100-sweeps.md), 256 MB bf16 cases:
     # - no broadcast input (silu_mul): one vector per thread in large blocks is best
     #   (512 threads x 1: 3017 GB/s; 128 x 4: 2925);
@@ -179,7 +185,7 @@ def compute_heuristics(fusion, info: RuntimeInfo) -> PointwiseParams:
         while threads < 512 and numel >= threads * 2 * vector * sms * 16:
             threads *= 2
     return PointwiseParams(vector=vector, threads=threads, unroll=unroll, vector_inputs=vec_inputs,
-                           vector_windows=vec_windows)
+                           vector_windows=vec_windows, vector_gathers=vec_gathers)
 
 
 def _has_broadcast_input(fusion, ref) -> bool:
@@ -213,9 +219,15 @@ def schedule(fusion, params: PointwiseParams) -> None:
         inner = _inner_dim(ref)
         graph = IdGraph(fusion)
         windows = [e.outputs[0] for e in fusion.exprs() if isinstance(e, WindowOp)]
+        gathers = [e.outputs[0] for e in fusion.exprs() if isinstance(e, GatherOp)]
         for tv in ([caches[k] for k in params.vector_inputs]
-                   + [windows[n] for n in params.vector_windows] + outputs):
+                   + [windows[n] for n in params.vector_windows]
+                   + [gathers[n] for n in params.vector_gathers] + outputs):
             vectorize(tv, -1, params.vector, along=inner, graph=graph)
+        # The heuristic's width divides the innermost extent (a kernel reused for another
+        # shape has an equal heuristic, so it does too; the executor checks it): the lanes of
+        # a vector lie in one row, and a row's index is read once per vector.
+        fusion.extent_multiples = {inner.extent: params.vector}
     inline_most(fusion=fusion)
 
 

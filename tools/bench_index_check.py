@@ -1,0 +1,41 @@
+"""What an indexing kernel's index check costs the caller (GPU machine):
+
+    PYTHONPATH=. python tools/bench_index_check.py
+
+The embedding bar (8192 ids in [128256, 4096] bf16) through fd.execute as it runs, and with
+the executor's read of the index-error record after the launch (runtime/executor.py
+_KernelPlan._check_indices, a wait for the kernel) skipped; eager and torch.compile in the same
+run. Times are medians of triton's do_bench (L2 cleared before each call).
+"""
+from __future__ import annotations
+
+import sys
+
+import bench_issue17
+import torch
+
+from pyfuser.benchmark.harness import _bench
+from pyfuser.runtime import executor
+
+
+def main() -> int:
+    fd, inputs, eager, nbytes = bench_issue17.embedding("cuda")
+    assert torch.equal(fd.execute(inputs)[0], eager())
+    t = {"pyfuser": _bench(lambda: fd.execute(inputs))}
+    check = executor._KernelPlan._check_indices
+    executor._KernelPlan._check_indices = lambda self, inputs: None
+    try:
+        t["pyfuser, record not read"] = _bench(lambda: fd.execute(inputs))
+    finally:
+        executor._KernelPlan._check_indices = check
+    t["eager"] = _bench(eager)
+    t["compile"] = _bench(torch.compile(eager, dynamic=False))
+    print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}")
+    print(f"embedding {fd.last_run.heuristics[0].describe()}")
+    for k, v in t.items():
+        print(f"{k}: {v * 1e3:.1f} us, {nbytes / v / 1e6:.0f} GB/s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
