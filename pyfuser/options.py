@@ -46,6 +46,9 @@ FEATURES = {
                       "elements",
     "interpret": "run the generated kernels on CPU tensors with the kernel-IR interpreter "
                  "(runtime/interpreter.py) instead of the reference evaluator",
+    "sync_index_checks": "wait for each kernel that checks indices (gathers) and raise an index "
+                         "out of range from the call that launched it, instead of reading the "
+                         "check asynchronously (runtime/index_check.py)",
 }
 
 

@@ -2,9 +2,9 @@
 
     PYTHONPATH=. python tools/bench_index_check.py
 
-The embedding bar (8192 ids in [128256, 4096] bf16) through fd.execute as it runs, and with
-the executor's read of the index-error record after the launch (runtime/executor.py
-_KernelPlan._check_indices, a wait for the kernel) skipped; eager and torch.compile in the same
+The embedding bar (8192 ids in [128256, 4096] bf16) through fd.execute as it runs (the index
+check read asynchronously, runtime/index_check.py), with sync_index_checks (a wait for the
+kernel after each launch), and with no check read at all; eager and torch.compile in the same
 run. Times are medians of triton's do_bench (L2 cleared before each call).
 """
 from __future__ import annotations
@@ -15,19 +15,21 @@ import bench_issue17
 import torch
 
 from pyfuser.benchmark.harness import _bench
-from pyfuser.runtime import executor
+from pyfuser.runtime import index_check
 
 
 def main() -> int:
     fd, inputs, eager, nbytes = bench_issue17.embedding("cuda")
     assert torch.equal(fd.execute(inputs)[0], eager())
-    t = {"pyfuser": _bench(lambda: fd.execute(inputs))}
-    check = executor._KernelPlan._check_indices
-    executor._KernelPlan._check_indices = lambda self, inputs: None
+    sync = {"enable": ["sync_index_checks"]}
+    t = {"pyfuser": _bench(lambda: fd.execute(inputs)),
+         "pyfuser, sync_index_checks": _bench(lambda: fd.execute(inputs, options=sync))}
+    after = index_check.DeferredIndexChecks.after_launch
+    index_check.DeferredIndexChecks.after_launch = lambda self: None
     try:
-        t["pyfuser, record not read"] = _bench(lambda: fd.execute(inputs))
+        t["pyfuser, no check read"] = _bench(lambda: fd.execute(inputs))
     finally:
-        executor._KernelPlan._check_indices = check
+        index_check.DeferredIndexChecks.after_launch = after
     t["eager"] = _bench(eager)
     t["compile"] = _bench(torch.compile(eager, dynamic=False))
     print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}")

@@ -35,6 +35,7 @@ from ..ir import scalar as S
 from ..schedule.roles import scheduling_clone
 from ..schedule.segmenter import segment
 from ..schedule.schedulers.base import InputFacts, RuntimeInfo, SchedulerError, facts_per_input
+from . import index_check
 from .empty_dims import SpecializedPlan, empty_dims, specialize
 from .inputs import InputError, check_inputs, not_a_list, output_strides
 from .output_aliases import write_aliased_outputs
@@ -181,7 +182,7 @@ class _KernelPlan:
     TENSOR_MAP_CACHE = 16
 
     def __init__(self, fk, device, grid, block, values, ptr_slots, scalar_slots, out_specs,
-                 run_info, poison: bool, tmap_slots=(), workspaces=(), index_record=None):
+                 run_info, poison: bool, tmap_slots=(), workspaces=(), index_checks=None):
         import torch
 
         from .launch import ParamLayout
@@ -211,8 +212,9 @@ class _KernelPlan:
         self.cluster = fk.launch.cluster
         # Global scratch of the kernel for this launch shape: owned by the plan, released with it.
         self.workspaces = tuple(workspaces)
-        # The record of an index found out of range by a gather (runtime/index_check.py).
-        self.index_record = index_record
+        # The record of an index found out of range by a gather, read back without waiting
+        # for the kernel (runtime/index_check.py).
+        self.index_checks = index_checks
 
     def run(self, inputs):
         dev, empty = self.device, self._empty
@@ -229,22 +231,14 @@ class _KernelPlan:
             vals[pos] = inputs[k]
         for pos, row_map in self.tmap_slots:
             vals[pos] = self._tensor_map(inputs[row_map.input], row_map)
+        checks = self.index_checks
+        if checks is not None:
+            checks.settle()         # an earlier launch's failure is raised before this one
         self._launch(self.grid, self.block, self.layout.pack(vals), shared_mem=self.smem,
                      cooperative=self.cooperative, cluster=self.cluster)
-        if self.index_record is not None:
-            self._check_indices(inputs)
+        if checks is not None:
+            checks.after_launch()
         return outs
-
-    def _check_indices(self, inputs) -> None:
-        """Raise IndexOutOfRange if a gather of the launch found an index out of range: the
-        record is read back (this waits for the kernel) and zeroed for the next launch."""
-        from ..kir.launch import evaluate as launch_value
-        from .index_check import raise_if_failed
-        record = self.index_record.tolist()
-        if record[0]:
-            self.index_record.zero_()
-            launch = self.fk.launch
-            raise_if_failed(record, launch.index_checks, lambda n: launch_value(n, inputs))
 
 
     def _tensor_map(self, x, row_map) -> bytes:
@@ -351,6 +345,8 @@ class FusionExecutorCache:
     def _run(self, inputs, options, device=None):
         if not isinstance(inputs, (list, tuple)):      # before _key iterates them
             raise not_a_list(self.fusion, inputs)
+        if index_check.UNREAD:
+            index_check.settle_all()   # an index error of an earlier call, raised at the next
         key = self._key(inputs, options, device)
         plans = self._plans
         plan = plans.get(key)
@@ -751,10 +747,17 @@ class FusionExecutorCache:
                 raise RuntimeError(f"unknown parameter source {src}")
         info = RunInfo("kernels", (fk.scheduler,), 1, choice.reason, (fk.params,), (fk.name,),
                        workspace_bytes, (launch.cluster,), backend="cuda")
+        checks = None
+        if index_record is not None:
+            from .index_check import DeferredIndexChecks
+            # The plan's inputs have fixed sizes: the checked dims' sizes are known now.
+            sizes = [int(launch_value(n, inputs)) for _, _, n in launch.index_checks]
+            checks = DeferredIndexChecks(
+                index_record, launch.index_checks, sizes, device,
+                wait_each=bool(opts.current().is_enabled("sync_index_checks")))
         return _KernelPlan(fk, device, grid, block, values, ptr_slots, scalar_slots, out_specs,
                            info, poison=bool(opts.current().is_enabled("poison_outputs")),
-                           tmap_slots=tmap_slots, workspaces=workspaces,
-                           index_record=index_record)
+                           tmap_slots=tmap_slots, workspaces=workspaces, index_checks=checks)
 
     @staticmethod
     def _workspace(fk, w, inputs, grid, block, device):

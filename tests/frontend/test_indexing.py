@@ -276,25 +276,45 @@ def test_kernels_at_the_bar_sizes_compile():
                              seg.kernel.ptxas), seg.kernel.ptxas
 
 
-def test_the_executor_reads_the_record_after_a_launch():
-    """The GPU plan's check (runtime/executor._KernelPlan._check_indices) on a record as a
-    kernel leaves it: raises with the size the launch description gives for these inputs,
-    zeroes the record for the next launch; a zero record passes."""
+class _Arrived:
+    """A CUDA event that has completed (or not yet, with done=False)."""
+
+    def __init__(self, done=True):
+        self.done = done
+
+    def query(self):
+        return self.done
+
+    def synchronize(self):
+        self.done = True
+
+
+def test_the_record_is_read_when_its_copy_has_arrived():
+    """The GPU plan's check (runtime/index_check.DeferredIndexChecks) on copies of a record as a
+    kernel leaves it: a copy not yet arrived is left alone, an arrived one raises with the
+    size the launch description gives for these inputs (saying it was found after its call),
+    zeroes the record and drops the later copies (the same failure); `wait` waits for them; a
+    zero record passes."""
     import json
-    from types import SimpleNamespace
 
     from pyfuser.kir.launch import LaunchDescription
-    from pyfuser.runtime.executor import _KernelPlan
+    from pyfuser.runtime.index_check import DeferredIndexChecks
     launch = LaunchDescription((), (), (1, 1, 1), (1, 1, 1), 0, False, None,
                                index_checks=(("take_along_axis", 1, ("extent", 0, 1)),))
     # As the disk cache stores it (JSON) and loads it back.
     assert LaunchDescription.from_json(json.loads(json.dumps(launch.to_json()))) == launch
-    plan = SimpleNamespace(index_record=torch.tensor([1, -4]), fk=SimpleNamespace(launch=launch))
+    record = torch.tensor([1, -4])
+    checks = DeferredIndexChecks(record, launch.index_checks, [53], "cpu")
+    checks.pending.extend([(_Arrived(False), record.clone()), (_Arrived(), record.clone())])
+    checks.settle()                         # the oldest copy has not arrived
+    assert len(checks.pending) == 2
     with pytest.raises(IndexOutOfRange, match="take_along_axis: index -4 is out of range for "
-                                              "dim 1 of size 53"):
-        _KernelPlan._check_indices(plan, [X])
-    assert plan.index_record.tolist() == [0, 0]
-    _KernelPlan._check_indices(plan, [X])
+                                              "dim 1 of size 53.*found after the call"):
+        checks.settle(wait=True)
+    assert record.tolist() == [0, 0] and not checks.pending
+    checks.pending.append((_Arrived(), torch.zeros(2, dtype=torch.int64)))
+    checks.settle()
+    assert not checks.pending
 
 
 def test_an_expanded_index_or_source_dim():

@@ -1,12 +1,12 @@
 """take_along_axis, gather, index_select and embedding on the GPU against float64, outputs
 poisoned: odd sizes, int32 and int64 indices, a transposed source; an index out of range raises
-IndexOutOfRange from the checked kernel, and the CUDA context lives on (the next call runs and
-is right); cross-entropy's loss and gradient as one normalization kernel; an embedding at a
+IndexOutOfRange from the checked kernel (at the next call, or from the call with
+sync_index_checks), and the CUDA context lives on (the next call runs and is right); cross-entropy's loss and gradient as one normalization kernel; an embedding at a
 large table."""
 import pytest
 import torch
 
-from pyfuser import DataType, FusionDefinition
+from pyfuser import DataType, FusionDefinition, check_index_errors
 from pyfuser.runtime.index_check import IndexOutOfRange
 from pyfuser.testing import run_and_check
 
@@ -50,6 +50,10 @@ def test_each_op_against_torch(index_dtype):
 
 
 def test_an_index_out_of_range_raises_and_the_context_lives_on():
+    """Checks are read asynchronously (runtime/index_check.py): the failing call returns, and
+    the next call of any fusion once the kernel is done, or check_index_errors, raises; the
+    record is reset and the context lives on (the call after is right). With
+    sync_index_checks the failing call itself raises."""
     w = torch.randn(1000, 64, device="cuda")
     ids = torch.randint(0, 1000, (4097,), device="cuda")
     fd = _fusion(lambda fd, i, t: fd.add_output(fd.ops.embedding(i, t)), [ids, w])
@@ -57,11 +61,19 @@ def test_an_index_out_of_range_raises_and_the_context_lives_on():
     for bad in (-3, 1000, 2 ** 40):
         wrong = ids.clone()
         wrong[4000] = bad
-        with pytest.raises(IndexOutOfRange,
-                           match=f"embedding: index {bad} is out of range for dim 0 of size 1000"):
-            fd.execute([wrong, w])
-        # The record was reset and the context is alive: the next call is right.
+        message = f"embedding: index {bad} is out of range for dim 0 of size 1000"
+        fd.execute([wrong, w])
+        torch.cuda.synchronize()
+        with pytest.raises(IndexOutOfRange, match=message + ".*found after the call"):
+            fd.execute([ids, w])
         assert torch.equal(fd.execute([ids, w])[0], w[ids])
+        fd.execute([wrong, w])
+        with pytest.raises(IndexOutOfRange, match=message):
+            check_index_errors()
+        with pytest.raises(IndexOutOfRange, match=message + r" \(valid indices are 0 to 999\)$"):
+            fd.execute([wrong, w], options={"enable": ["sync_index_checks"]})
+        assert torch.equal(fd.execute([ids, w])[0], w[ids])
+    check_index_errors()
     torch.cuda.synchronize()
 
 
