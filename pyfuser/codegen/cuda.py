@@ -289,7 +289,7 @@ class CudaPrinter:
         """A gather's read (lower/index._gather_read): the index checked against its dim, the
         source read at it where it is in range, 0 and a report (pf::report_index_error) where
         not. A gather's out has its source's dtype (arith.gather): a plain read."""
-        src, index, stride, extent, record, check = s.ins
+        src, index, stride, extent, record, report, check = s.ins
         i, zero = K.GATHER_INDEX, f"pf::cast<{ctype(s.out.buffer.dtype)}>(0)"
         if s.vector > 1:        # one index for all lanes, one vector read (lower/vectorize.py)
             read = self.vector_move(s.out, K.gathered_at(src, stride), s.vector)
@@ -301,7 +301,8 @@ class CudaPrinter:
         return (f"{{ const long long {i} = static_cast<long long>({self.expr(index)}); "
                 f"if ({i} >= 0 && {i} < static_cast<long long>({self.expr(extent)})) {{ {read} }} "
                 f"else {{ {fill} "
-                f"pf::report_index_error(&{self.expr(record)}, {self.expr(check)}, {i}); }} }}")
+                f"pf::report_index_error(&{self.expr(record)}, &{self.expr(report)}, "
+                f"{self.expr(check)}, {i}); }} }}")
 
     def _computed_twice(self, tv) -> bool:
         """Whether the kernel computes tv's value in two places: tv is a recomputed copy

@@ -25,8 +25,10 @@ Parameter sources, one per kernel parameter:
 
 Workspaces: (kind, DataType name, elements). `elements` is an expression for "intermediate"
 (the global tensor's elements); for "grid_reduce_data" it is the values per thread (the buffer
-holds that many per thread of every block), for "semaphore" it is 1 (one per block) and for
-"index_error" the record's 2 elements (zeroed once; the executor reads it after each launch).
+holds that many per thread of every block), for "semaphore" it is 1 (one per block), for
+"index_error" the record's 2 elements (in GPU memory, zeroed once) and for "index_report" its
+copy (2 elements in pinned host memory, which the kernel writes through unified addressing and
+the host reads without a copy: runtime/index_check.py).
 """
 from __future__ import annotations
 
@@ -108,7 +110,7 @@ class LaunchDescription:
             return max(1, int(evaluate(elements, inputs)))
         if kind == "semaphore":
             return blocks
-        if kind == "index_error":
+        if kind in ("index_error", "index_report"):
             return elements
         return blocks * block[0] * block[1] * block[2] * elements
 

@@ -57,7 +57,7 @@ def index_and_predicate(kernel: K.Kernel) -> K.Kernel:
              and isinstance(c := scalar_to_kexpr(lp.extent, ctx.names), K.Const)}
     ctx.index_graph = IndexGraph(ctx.exact, ctx.names, ctx.extent_multiples, lanes)
     ctx.kernel_parallel = _kernel_parallel_types(ctx)
-    ctx.index_checks, ctx.index_error = [], None
+    ctx.index_checks, ctx.index_error, ctx.index_report = [], None, None
     for s in K.walk(kernel.body):
         if isinstance(s, K.TensorOp):
             _index_op(s, ctx)
@@ -66,10 +66,11 @@ def index_and_predicate(kernel: K.Kernel) -> K.Kernel:
         elif isinstance(s, (K.BlockReduce, K.GridReduce, K.ClusterReduce)):
             _index_reduce(s, ctx)
     if ctx.index_error is not None:
-        # The record of the first index a gather found out of range (runtime/index_check.py).
-        buf = ctx.index_error
-        kernel.params.append(K.Param(buf.name, "ptr", ("workspace", buf.name), buf))
-        kernel.workspaces.append((buf, "index_error"))
+        # The record of the first index a gather found out of range, and its copy in host
+        # memory the host reads without waiting (runtime/index_check.py).
+        for buf, kind in ((ctx.index_error, "index_error"), (ctx.index_report, "index_report")):
+            kernel.params.append(K.Param(buf.name, "ptr", ("workspace", buf.name), buf))
+            kernel.workspaces.append((buf, kind))
     return kernel
 
 
@@ -416,9 +417,10 @@ def _check_source_in_global(src: TensorView, out: TensorView, what: str) -> None
 
 def _gather_read(ctx, e: GatherOp, ig: IndexGraph, known, nest) -> list:
     """[the read of e's source without its gathered dim, the index operand, the gathered dim's
-    stride and extent, the index error record, the check's number]: codegen and the
-    interpreter add index * stride to the read where 0 <= index < extent, and record the index
-    in the error workspace (lower/launch.py declares it; runtime/index_check.py) where not.
+    stride and extent, the index error record and its host copy, the check's number]: codegen
+    and the interpreter add index * stride to the read where 0 <= index < extent, and record
+    the index in the error workspaces (lower/launch.py declares them; runtime/index_check.py)
+    where not.
     Every other dim of the source is read at out's index along the dim it maps to (0 where the
     source broadcasts)."""
     src, out = e.src, e.outputs[0]
@@ -433,13 +435,15 @@ def _gather_read(ctx, e: GatherOp, ig: IndexGraph, known, nest) -> list:
     dim_id = src.domain.logical_no_reductions[e.dim]
     if ctx.index_error is None:
         ctx.index_error = K.Buffer("pf_index_error", DataType.Int64, "global")
+        ctx.index_report = K.Buffer("pf_index_report", DataType.Int64, "global")
     check = len(ctx.index_checks)
     # An expanded dim (stride 0) holds its expanded size of positions, all one element.
     size = dim_id.user_extent
     ctx.index_checks.append((e.what, e.dim, size))
     return [K.TensorIndex(ctx.buffers[src], offset), _operand(ctx, e.index, nest, known, out),
             strides[e.dim], scalar_to_kexpr(size, ctx.names),
-            K.TensorIndex(ctx.index_error, K.Const(0)), K.Const(check)]
+            K.TensorIndex(ctx.index_error, K.Const(0)), K.TensorIndex(ctx.index_report, K.Const(0)),
+            K.Const(check)]
 
 
 def _logical_index(ig: IndexGraph, known, tv: TensorView, i) -> K.KExpr:

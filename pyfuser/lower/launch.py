@@ -149,7 +149,7 @@ def describe_launch(kernel: K.Kernel) -> LaunchDescription:
             elements = expr(n)
         elif kind == "semaphore":
             elements = 1
-        elif kind == "index_error":
+        elif kind in ("index_error", "index_report"):
             elements = INDEX_ERROR_ELEMENTS
         else:
             elements = max((s.values[0].vector for s in K.walk(kernel.body)

@@ -345,7 +345,7 @@ class FusionExecutorCache:
     def _run(self, inputs, options, device=None):
         if not isinstance(inputs, (list, tuple)):      # before _key iterates them
             raise not_a_list(self.fusion, inputs)
-        if index_check.UNREAD:
+        if index_check.LIVE:
             index_check.settle_all()   # an index error of an earlier call, raised at the next
         key = self._key(inputs, options, device)
         plans = self._plans
@@ -714,7 +714,7 @@ class FusionExecutorCache:
         out_specs = [(tuple(sz), tuple(output_strides(o, sz)), to_torch(o.dtype))
                      for o, sz in zip(self.fusion.outputs, out_sizes)]
         values, ptr_slots, scalar_slots, tmap_slots, workspaces = [], [], [], [], []
-        workspace_bytes, index_record = 0, None
+        workspace_bytes, index_record, index_report = 0, None, None
         for pos, src in enumerate(launch.param_sources):
             tag = src[0]
             if tag in ("input", "output"):
@@ -736,6 +736,8 @@ class FusionExecutorCache:
                 workspaces.append(buf)
                 if launch.workspaces[src[1]][0] == "index_error":
                     index_record = buf
+                if launch.workspaces[src[1]][0] == "index_report":
+                    index_report = buf
                 values.append(buf.data_ptr())
                 if launch.workspaces[src[1]][0] == "intermediate":
                     workspace_bytes += 2 * buf.numel() * buf.element_size()
@@ -753,7 +755,7 @@ class FusionExecutorCache:
             # The plan's inputs have fixed sizes: the checked dims' sizes are known now.
             sizes = [int(launch_value(n, inputs)) for _, _, n in launch.index_checks]
             checks = DeferredIndexChecks(
-                index_record, launch.index_checks, sizes, device,
+                index_record, index_report, launch.index_checks, sizes, device,
                 wait_each=bool(opts.current().is_enabled("sync_index_checks")))
         return _KernelPlan(fk, device, grid, block, values, ptr_slots, scalar_slots, out_specs,
                            info, poison=bool(opts.current().is_enabled("poison_outputs")),
@@ -775,6 +777,8 @@ class FusionExecutorCache:
             return torch.zeros(n, dtype=torch.int32, device=device)
         if kind == "index_error":       # zero while no index check failed (index_check.py)
             return torch.zeros(n, dtype=torch.int64, device=device)
+        if kind == "index_report":      # the record's copy the host reads (index_check.py)
+            return torch.zeros(n, dtype=torch.int64, pin_memory=True)
         return torch.empty(n, dtype=to_torch(DataType[dtype]), device=device)
 
     # Introspection -----------------------------------------------------------------------------

@@ -7,19 +7,21 @@ executor reads the record and raises IndexOutOfRange, naming the op, the value a
 torch does for its own indexing ops: never a read out of bounds, never an error that kills the
 CUDA context (a device assert would).
 
-On the GPU the record is read without waiting for the kernel, as CUDA reports its own errors:
-each launch queues a copy of the record into pinned host memory behind the kernel
-(DeferredIndexChecks), and the copies are looked at when they have arrived: before the plan's
-next launch, at the start of any fusion's execute, by `pyfuser.check_index_errors()` (which
-waits for them), and at exit (a warning). A wait per call cost the embedding bar 24 us of 64
+On the GPU nothing waits for the kernel, as CUDA reports its own errors: the thread that
+claims the record also copies it into a second workspace in pinned host memory, which the
+kernel writes through unified addressing (`index_report`), and the host looks at that copy,
+a read of its own memory with no copy queued and no event, before the plan's next launch and
+at the start of any fusion's execute; `pyfuser.check_index_errors()` waits for the GPU first,
+and exit warns about an error nothing raised. A wait after each launch cost the embedding bar
+24 us of 64, and a copy of the record queued behind each launch 7 us
 (bench/results/2026-11-27/h200-index-check.txt). PYFUSER_ENABLE=sync_index_checks waits after
 each launch instead, so the failing call itself raises.
 """
 from __future__ import annotations
 
 import atexit
-import collections
 import sys
+import weakref
 
 
 class IndexOutOfRange(IndexError):
@@ -49,79 +51,64 @@ LATE = (" (found after the call that launched the kernel returned: index checks 
 
 class DeferredIndexChecks:
     """The index-error record of one launch plan (a fixed input signature, so the checked
-    sizes are fixed too) and the copies of it not looked at yet, oldest first."""
+    sizes are fixed too) and the copy of it the kernel writes into host memory."""
 
-    # Copies in flight before a launch waits for the oldest (a bound on pinned buffers).
-    OUTSTANDING = 8
-
-    def __init__(self, record, checks, sizes, device, wait_each: bool = False):
-        self.record = record                    # the workspace on the GPU, zero while clean
+    def __init__(self, record, report, checks, sizes, device, wait_each: bool = False):
+        self.record = record            # in GPU memory, zero while clean
+        self.report = report            # pinned host memory, the kernel's copy of the record
+        self.view = report.numpy()      # read with no torch call (the same memory)
         self.checks = tuple((what, dim, size) for (what, dim, _), size in zip(checks, sizes))
         self.device = device
         self.wait_each = wait_each
-        self.pending: collections.deque = collections.deque()    # (event, pinned copy)
-        self.spare: list = []
+        LIVE.add(self)
 
     def after_launch(self) -> None:
-        """Queue a copy of the record behind the kernel just launched (no wait); with
-        wait_each, wait for it and raise now."""
-        import torch
-        host = self.spare.pop() if self.spare else torch.empty(2, dtype=torch.int64,
-                                                                pin_memory=True)
-        host.copy_(self.record, non_blocking=True)
-        event = torch.cuda.Event()
-        event.record(torch.cuda.current_stream(self.device))
-        self.pending.append((event, host))
-        UNREAD.add(self)
+        """With wait_each, wait for the kernel just launched and raise from this call."""
         if self.wait_each:
-            self.settle(wait=True, late=False)
+            import torch
+            torch.cuda.current_stream(self.device).synchronize()
+            self.settle(late=False)
 
-    def settle(self, wait: bool = False, late: bool = True) -> None:
-        """Look at the copies that have arrived (all of them with `wait`, and the oldest when
-        too many are in flight); raise IndexOutOfRange for the first failed check, after
-        zeroing the record for the launches to come."""
-        while self.pending:
-            event, host = self.pending[0]
-            if not wait and len(self.pending) <= self.OUTSTANDING and not event.query():
-                return
-            event.synchronize()
-            self.pending.popleft()
-            self.spare.append(host)
-            record = host.tolist()
-            if record[0]:
-                # Later copies show this failure again (the kernel keeps the first one).
-                self.spare.extend(h for _, h in self.pending)
-                self.pending.clear()
-                UNREAD.discard(self)
-                self.record.zero_()
-                try:
-                    raise_if_failed(record, self.checks, int)
-                except IndexOutOfRange as e:
-                    if late:
-                        raise IndexOutOfRange(str(e) + LATE) from None
-                    raise
-        UNREAD.discard(self)
+    def settle(self, late: bool = True) -> None:
+        """Raise IndexOutOfRange if a kernel of this plan reported an index out of range (one
+        that has not finished yet is seen later), after clearing the record and the report for
+        the launches to come."""
+        if not self.view[0]:
+            return
+        record = [int(self.view[0]), int(self.view[1])]
+        self.view[:] = 0
+        self.record.zero_()     # ordered before the next launch; a kernel in flight keeps it
+        try:
+            raise_if_failed(record, self.checks, int)
+        except IndexOutOfRange as e:
+            if late:
+                raise IndexOutOfRange(str(e) + LATE) from None
+            raise
 
 
-# The plans with copies of their record not looked at yet.
-UNREAD: set = set()
+# The plans whose kernels check indices (a plan released with its executor leaves).
+LIVE: "weakref.WeakSet" = weakref.WeakSet()
 
 
-def settle_all(wait: bool = False) -> None:
-    """Look at every plan's arrived copies (all, with `wait`): raise the first failure."""
-    for checks in list(UNREAD):
-        checks.settle(wait=wait)
+def settle_all() -> None:
+    """Raise the first index error any plan's kernels reported so far."""
+    for checks in list(LIVE):
+        checks.settle()
 
 
 def check_index_errors() -> None:
-    """Wait for every launched kernel that checks indices and raise IndexOutOfRange if one
-    found an index out of range (pyfuser.check_index_errors)."""
-    settle_all(wait=True)
+    """Wait for the GPUs and raise IndexOutOfRange if a kernel found an index out of range
+    (pyfuser.check_index_errors)."""
+    if LIVE:
+        import torch
+        for d in {c.device for c in LIVE}:
+            torch.cuda.synchronize(d)
+    settle_all()
 
 
 def _warn_at_exit() -> None:
     try:
-        settle_all(wait=True)
+        check_index_errors()
     except IndexOutOfRange as e:
         print(f"pyfuser: an index check failed and was not raised before exit: {e}",
               file=sys.stderr)

@@ -974,6 +974,9 @@ class Interpreter:
                     self._index_record = self._new_mem(p.buffer, "global",
                                                        INDEX_ERROR_ELEMENTS, written=True)
                     continue
+                if kind == "index_report":      # the host's copy: the run raises instead
+                    self._new_mem(p.buffer, "global", INDEX_ERROR_ELEMENTS, written=True)
+                    continue
                 m = self._new_mem(p.buffer, "global", size, written=False)
                 m.counts = np.zeros(size, dtype=np.int32)
             else:
@@ -1306,7 +1309,7 @@ class Interpreter:
         at index * stride where 0 <= index < extent (`lanes` elements from there); 0 and a
         report in the index record where not (the first failing thread, in launch order,
         claims it)."""
-        src, index, stride, extent, record, check = s.ins
+        src, index, stride, extent, record, _, check = s.ins       # no host to report to
         idx, poison = self._read(ctx, index)
         if poison is not None and poison.any():
             i = int(np.argmax(poison))

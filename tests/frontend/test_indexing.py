@@ -110,9 +110,9 @@ def test_the_kernel_reports_out_of_range_indices():
     seg, = fd.explain([ids, torch.randn(100, 24)], device="h100").segments
     cuda = seg.kernel.kernel.source
     assert re.search(r"pf_gi >= 0 && pf_gi < static_cast<long long>\(\w+\)", cuda), cuda
-    assert "pf::report_index_error(&pf_index_error[0], 0, pf_gi)" in cuda
+    assert "pf::report_index_error(&pf_index_error[0], &pf_index_report[0], 0, pf_gi)" in cuda
     launch = seg.kernel.kernel.launch
-    assert [w[0] for w in launch.workspaces] == ["index_error"]
+    assert [w[0] for w in launch.workspaces] == ["index_error", "index_report"]
     assert launch.index_checks[0][:2] == ("embedding", 0)
 
 
@@ -276,25 +276,12 @@ def test_kernels_at_the_bar_sizes_compile():
                              seg.kernel.ptxas), seg.kernel.ptxas
 
 
-class _Arrived:
-    """A CUDA event that has completed (or not yet, with done=False)."""
-
-    def __init__(self, done=True):
-        self.done = done
-
-    def query(self):
-        return self.done
-
-    def synchronize(self):
-        self.done = True
-
-
-def test_the_record_is_read_when_its_copy_has_arrived():
-    """The GPU plan's check (runtime/index_check.DeferredIndexChecks) on copies of a record as a
-    kernel leaves it: a copy not yet arrived is left alone, an arrived one raises with the
-    size the launch description gives for these inputs (saying it was found after its call),
-    zeroes the record and drops the later copies (the same failure); `wait` waits for them; a
-    zero record passes."""
+def test_the_report_is_read_without_waiting():
+    """The GPU plan's check (runtime/index_check.DeferredIndexChecks) on a report as a kernel
+    leaves it in host memory: a zero report passes; a failed one raises with the size the
+    launch description gives for these inputs (saying it was found after its call, or not
+    with wait_each's own call), and clears the report and the record for the launches to
+    come."""
     import json
 
     from pyfuser.kir.launch import LaunchDescription
@@ -303,18 +290,18 @@ def test_the_record_is_read_when_its_copy_has_arrived():
                                index_checks=(("take_along_axis", 1, ("extent", 0, 1)),))
     # As the disk cache stores it (JSON) and loads it back.
     assert LaunchDescription.from_json(json.loads(json.dumps(launch.to_json()))) == launch
-    record = torch.tensor([1, -4])
-    checks = DeferredIndexChecks(record, launch.index_checks, [53], "cpu")
-    checks.pending.extend([(_Arrived(False), record.clone()), (_Arrived(), record.clone())])
-    checks.settle()                         # the oldest copy has not arrived
-    assert len(checks.pending) == 2
+    record, report = torch.tensor([1, -4]), torch.zeros(2, dtype=torch.int64)
+    checks = DeferredIndexChecks(record, report, launch.index_checks, [53], "cpu")
+    checks.settle()                         # the kernel has not reported (yet)
+    report[:] = record
     with pytest.raises(IndexOutOfRange, match="take_along_axis: index -4 is out of range for "
                                               "dim 1 of size 53.*found after the call"):
-        checks.settle(wait=True)
-    assert record.tolist() == [0, 0] and not checks.pending
-    checks.pending.append((_Arrived(), torch.zeros(2, dtype=torch.int64)))
+        checks.settle()
+    assert record.tolist() == [0, 0] and report.tolist() == [0, 0]
     checks.settle()
-    assert not checks.pending
+    report[:] = torch.tensor([1, 99])
+    with pytest.raises(IndexOutOfRange, match=r"index 99 .* \(valid indices are 0 to 52\)$"):
+        checks.settle(late=False)
 
 
 def test_an_expanded_index_or_source_dim():

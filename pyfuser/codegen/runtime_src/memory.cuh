@@ -228,17 +228,24 @@ __device__ __forceinline__ void cp_async_wait_group() {
 }
 
 // An index check that failed (take_along_axis, gather, index_select, embedding): the first
-// thread to fail claims the record [check + 1, value] (0 while none failed) with one 64-bit
-// compare-and-swap and stores the index it saw; the executor reads the record after the launch
-// and raises (runtime/index_check.py). Any thread, any number of times.
-__device__ __forceinline__ void report_index_error(long long* record, int check, long long value) {
+// thread to fail claims the record [check + 1, value] (0 while none failed, in GPU memory) with
+// one 64-bit compare-and-swap, stores the index it saw, and copies both into `report` (pinned
+// host memory, reached through unified addressing): the value first, then the check number
+// with a release at system scope, so the host, reading the number without waiting for the
+// kernel, sees the value with it (runtime/index_check.py). Any thread, any number of times.
+__device__ __forceinline__ void report_index_error(long long* record, long long* report, int check,
+                                                   long long value) {
   unsigned long long old;
   const unsigned long long mine = static_cast<unsigned long long>(check) + 1ull;
   asm volatile("atom.global.cas.b64 %0, [%1], %2, %3;"
                : "=l"(old)
                : "l"(record), "l"(0ull), "l"(mine)
                : "memory");
-  if (old == 0ull) record[1] = value;
+  if (old == 0ull) {
+    record[1] = value;
+    asm volatile("st.global.b64 [%0], %1;" ::"l"(report + 1), "l"(value) : "memory");
+    asm volatile("st.release.sys.global.b64 [%0], %1;" ::"l"(report), "l"(mine) : "memory");
+  }
 }
 
 }  // namespace pf
