@@ -371,6 +371,24 @@ def adamw_multi_tensor(fd):
 _ADAM_SCALARS = [1e-3, 0.9, 0.999, 1e-8, 0.01, 0.1, 0.001]
 
 
+# fp8 ------------------------------------------------------------------------------------------
+FP8_E4M3_MAX = 448.0
+
+
+def fp8_quant(fd):
+    """Current scaling: amax of the whole tensor, scale = 448 / amax, x * scale clamped to
+    +-448 and cast to e4m3fn (the clamp, which recipes write so that the cast saturates
+    whatever the cast's own rule, is a no-op here: |x * scale| <= 448); amax is an output, the
+    scaling factor of the next step."""
+    x = fd.define_tensor([-1, -1], dtype=BF16)
+    xf = _f(fd, x)
+    amax = fd.ops.max(fd.ops.abs(xf))
+    scaled = fd.ops.mul(xf, fd.ops.div(FP8_E4M3_MAX, amax))
+    clamped = fd.ops.minimum(fd.ops.maximum(scaled, -FP8_E4M3_MAX), FP8_E4M3_MAX)
+    fd.add_output(fd.ops.cast(clamped, DataType.Float8_e4m3fn))
+    fd.add_output(amax)
+
+
 # Library ops and their epilogues ----------------------------------------------------------------
 def linear_bias_gelu(fd):
     x, w = (fd.define_tensor([-1, -1], dtype=BF16) for _ in range(2))
@@ -451,6 +469,9 @@ KINDS: dict[str, Kind] = {
         _meta([58_720_256], torch.float32)] * 4, (PW,)),
     "adamw_multi_tensor": Kind(adamw_multi_tensor, lambda: _ADAM_SCALARS + [
         _meta([n], torch.float32) for n in _ADAM_MULTI_SIZES for _ in range(4)], (PW,) * 3),
+    # The amax, a full reduction, then a pointwise kernel that reads x again (the cast of x is
+    # forwarded: no float32 copy of x between them) with the amax broadcast.
+    "fp8_quant": Kind(fp8_quant, lambda: [_meta([8192, 4096])], (RED, PW)),
     "batchnorm_fwd_nchw": Kind(batchnorm_fwd_nchw, lambda: [_meta(_CHW)] + [
         _meta([256], torch.float32)] * 4, (RED, RED, PW, PW, PW)),
     "batchnorm_fwd_nhwc": Kind(batchnorm_fwd_nhwc, lambda: [_meta(_CHW, stride=_CHANNELS_LAST)]
@@ -483,10 +504,7 @@ KINDS: dict[str, Kind] = {
 
 # Kinds that wait for ops pyfuser does not have yet (the ops issues, 17/18): the fd.ops names
 # (or DataType members) they need, each checked absent below, and the line the docs table shows.
-OPS_MISSING: dict[str, tuple] = {
-    "fp8_quant": (("Float8_e4m3fn",), ("ops missing: the fp8 e4m3 dtype and its cast (the amax "
-                                       "is also a full reduction, issue 16), issue 17/18")),
-}
+OPS_MISSING: dict[str, tuple] = {}
 
 # Kinds whose scheduler the issue on reduction patterns (16) adds. Their plan has reference
 # segments, and each reference segment's reason (`why`, also the segmentation's text) must
@@ -590,6 +608,12 @@ def _bn_inputs(gen, channels_last=False):
         torch.rand(8, generator=gen) + 0.5]
 
 
+def _fp8_quant_inputs(gen):
+    # Some elements past 448 / amax * |x| are impossible; the clamp matters when amax is a
+    # runtime value the scale was not computed from (here it never clamps, as in the recipe).
+    return [_r(24, 40, gen=gen) * 3]
+
+
 def _adam_inputs(gen):
     return _ADAM_SCALARS + [
         t for n in (40, 3, 70) for t in [_r(n, dtype=torch.float32, gen=gen) for _ in range(3)]
@@ -603,6 +627,7 @@ SMALL_INPUTS = {
     "groupnorm_fwd": lambda gen: [_r(2, 64, 4, 4, gen=gen), _r(64, dtype=torch.float32, gen=gen),
                                   _r(64, dtype=torch.float32, gen=gen)],
     "softmax_dim0": lambda gen: [_r(24, 40, gen=gen)],
+    "fp8_quant": _fp8_quant_inputs,
     "linear_bias_gelu": lambda gen: [_r(16, 32, gen=gen), _r(24, 32, gen=gen), _r(24, gen=gen)],
     "attn_scores_qkT": lambda gen: [_r(2, 3, 16, 8, gen=gen), _r(2, 3, 16, 8, gen=gen)],
 }

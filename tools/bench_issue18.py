@@ -8,7 +8,8 @@ residual + dropout(x + bias, p=0.1) on [8192, 4096] bf16 with the mask written (
 offset drawn from torch's CUDA generator on each call: the values differ from eager's by design,
 the harness's difference note says so); argmax over rows of [8192, 128256] bf16; cumsum over
 rows of [64, 128256] fp32 and top-k (k=50) of [64, 128256] bf16, both library segments (torch)
-today. GB/s count the inputs read and the outputs written once (the floor); see
+today; fp8 e4m3 quantization of [8192, 8192] bf16 (amax of the whole tensor, scale = 448 / amax,
+x * scale clamped to +-448 and cast, as quantization recipes write it; amax out). GB/s count the inputs read and the outputs written once (the floor); see
 tools/bench_cases.py for the timing.
 """
 from __future__ import annotations
@@ -80,11 +81,34 @@ def topk_rows(device):
     return fd, [x], eager, x.numel() * 2 + 64 * 50 * 10
 
 
+E4M3_MAX = 448.0
+
+
+def fp8_quant(device):
+    x = _randn((8192, 8192), device)
+    with FusionDefinition("fp8_quant") as fd:
+        xf = fd.ops.cast(fd.from_pytorch(x), F32)
+        amax = fd.ops.max(fd.ops.abs(xf))
+        scaled = fd.ops.mul(xf, fd.ops.div(E4M3_MAX, amax))
+        clamped = fd.ops.minimum(fd.ops.maximum(scaled, -E4M3_MAX), E4M3_MAX)
+        fd.add_output(fd.ops.cast(clamped, DataType.Float8_e4m3fn))
+        fd.add_output(amax)
+
+    def eager():
+        xf = x.float()
+        amax = xf.abs().amax()
+        y = (xf * (E4M3_MAX / amax)).clamp(-E4M3_MAX, E4M3_MAX).to(torch.float8_e4m3fn)
+        return y, amax
+    # x read once and y written once (the floor; the plan reads x twice: amax, then the cast).
+    return fd, [x], eager, x.numel() * (2 + 1) + 4
+
+
 CASES = {
     "residual + dropout(x + bias) [8192,4096] bf16, mask out": dropout,
     "argmax rows [8192,128256] bf16": argmax_rows,
     "cumsum rows [64,128256] fp32 (library)": cumsum_rows,
     "topk k=50 [64,128256] bf16 (library)": topk_rows,
+    "fp8 e4m3 quantization [8192,8192] bf16, amax out": fp8_quant,
 }
 
 

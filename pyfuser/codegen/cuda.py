@@ -21,7 +21,8 @@ from .device_library import device_library_source
 CTYPE = {
     DataType.Bool: "bool", DataType.Int32: "int", DataType.Int: "long long",
     DataType.Half: "pf::half", DataType.BFloat16: "pf::bf16", DataType.Float: "float",
-    DataType.Double: "double",
+    DataType.Double: "double", DataType.Float8_e4m3fn: "pf::fp8e4m3",
+    DataType.Float8_e5m2: "pf::fp8e5m2",
 }
 # Bool scalars travel as 32-bit ints: the launcher packs no 1-byte parameters.
 PARAM_CTYPE = {"index": "index_t", "int64": "long long", "float": "float", "double": "double",
@@ -544,14 +545,15 @@ def binary_ctype(e: BinaryOp) -> str:
     return _compute_ctype(e.operand_dtype)
 
 
-# The 16-bit float types: structs without C++ conversions (types.cuh), reached with pf::cast.
-REDUCED_FLOAT_CTYPES = ("pf::half", "pf::bf16")
+# The 16- and 8-bit float types: structs without C++ conversions (types.cuh), reached with
+# pf::cast.
+REDUCED_FLOAT_CTYPES = ("pf::half", "pf::bf16", "pf::fp8e4m3", "pf::fp8e5m2")
 
 
 def convert(text: str, want: str, src: str | None = None) -> str:
     """The C expression `text` (of C type `src` where known) converted to C type `want`:
-    pf::cast into or out of a 16-bit float (it rounds through float to nearest even, as torch
-    converts; the structs have no C++ conversions), static_cast otherwise, nothing if `src` is
+    pf::cast into or out of a 16- or 8-bit float (it rounds through float to nearest even, as
+    torch converts; the structs have no C++ conversions), static_cast otherwise, nothing if `src` is
     `want`."""
     if src == want:
         return text

@@ -121,6 +121,9 @@ class FusionDefinition:
     def define_scalar(self, value=None, dtype=None) -> Scalar:
         """A constant scalar (value given) or a runtime scalar input (value None)."""
         self._require_defining("define_scalar")
+        if dtype is not None and parse_dtype(dtype).is_float8:
+            raise FusionDefinitionError(f"define_scalar: {parse_dtype(dtype).short_name} is a "
+                                        "tensor storage type; define the scalar in float32")
         if value is None:
             if dtype is None:
                 raise FusionDefinitionError("define_scalar: a runtime scalar needs a dtype")

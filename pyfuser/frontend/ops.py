@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from ..ir import arith
 from ..ir import scalar as S
-from ..ir.dtype import DataType, default_scalar_type, parse_dtype, result_type
+from ..ir.dtype import DataType, PromotionError, default_scalar_type, parse_dtype, result_type
 from ..ir.exprs import BinaryOpType as B
 from ..ir.exprs import DimWindow, ReductionOpType, UnaryOpType as U
 from ..ir.scalar import Scalar
@@ -64,7 +64,22 @@ class Ops:
     def _promoted(self, op: str, operands) -> DataType:
         tensors = [x.dtype for x in operands if isinstance(x, TensorView)]
         scalars = [x.dtype for x in operands if not isinstance(x, TensorView)]
-        return result_type(tensors, scalars)
+        try:
+            return result_type(tensors, scalars)
+        except PromotionError as e:
+            raise FusionDefinitionError(f"{op}: {e}") from None
+
+    @staticmethod
+    def _refuse_float8(op: str, operands) -> None:
+        """float8 tensors are storage (torch has no float8 arithmetic, and promotes float8
+        with no other type): an op that computes with one is a definition error that asks for
+        the cast, so the user chooses the precision. `operands`: (position, value) pairs."""
+        for k, x in operands:
+            if isinstance(x, (TensorView, Scalar)) and x.dtype.is_float8:
+                raise FusionDefinitionError(
+                    f"{op}: operand {k} ({_kind(x)}) is {x.dtype.short_name}, a storage type "
+                    f"with no arithmetic (as in torch); cast it first: fd.ops.cast(x, "
+                    f"DataType.Float)")
 
     def _align_ranks(self, op: str, operands):
         """Right-align tensor ranks as torch broadcasting does, inserting broadcast dims."""
@@ -112,6 +127,7 @@ class Ops:
     def _make_float_unary(self, name, op):
         def fn(x):
             x = self._operand(name, 0, x)
+            self._refuse_float8(name, [(0, x)])
             dt = x.dtype if x.dtype.is_floating else DataType.Float
             if isinstance(x, Scalar):
                 out = Scalar(dt)
@@ -125,6 +141,7 @@ class Ops:
 
     def _unary_same(self, name, op, x, allow_bool=False):
         x = self._tensor(name, 0, x)
+        self._refuse_float8(name, [(0, x)])
         if x.dtype.is_boolean and not allow_bool:
             raise FusionDefinitionError(f"{name}: operand 0 ({_kind(x)}) is bool; {name} is not "
                                         "defined for bool")
@@ -143,17 +160,22 @@ class Ops:
         if approximate not in ("none", "tanh"):
             raise FusionDefinitionError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
         x = self._tensor("gelu", 0, x)
+        self._refuse_float8("gelu", [(0, x)])
         dt = x.dtype if x.dtype.is_floating else DataType.Float
         return arith.unary(U.GeluTanh if approximate == "tanh" else U.GeluErf, x, dt)
 
     def logical_not(self, x):
         x = self._tensor("logical_not", 0, x)
+        self._refuse_float8("logical_not", [(0, x)])
         return arith.unary(U.Not, x, DataType.Bool)
 
     def cast(self, x, dtype):
         x = self._operand("cast", 0, x)
         dt = parse_dtype(dtype)
         if isinstance(x, Scalar):
+            if dt.is_float8:
+                raise FusionDefinitionError(f"cast: {_kind(x)} to {dt.short_name}: float8 is a "
+                                            "tensor storage type; a scalar stays in float32")
             from ..ir.exprs import UnaryOp
             out = Scalar(dt)
             UnaryOp(U.Cast, out, x)
@@ -175,6 +197,7 @@ class Ops:
     # Binary ------------------------------------------------------------------------------------
     def _binary(self, name, op, a, b, out_dtype=None):
         a, b = self._operand(name, 0, a), self._operand(name, 1, b)
+        self._refuse_float8(name, [(0, a), (1, b)])
         for k, x in enumerate((a, b)):
             if name == "sub" and x.dtype.is_boolean:
                 raise FusionDefinitionError(f"sub: operand {k} ({_kind(x)}) is bool; torch "
@@ -203,6 +226,7 @@ class Ops:
     def div(self, a, b):
         """True division: integer operands give float32, as torch.div."""
         a, b = self._operand("div", 0, a), self._operand("div", 1, b)
+        self._refuse_float8("div", [(0, a), (1, b)])
         dt = self._promoted("div", [a, b])
         if not dt.is_floating:
             dt = DataType.Float
@@ -223,6 +247,8 @@ class Ops:
             raise FusionDefinitionError(f"where: operand 0 ({_kind(cond)}) must be bool, got "
                                         f"{cond.dtype.short_name}")
         a, b = self._operand("where", 1, a), self._operand("where", 2, b)
+        # A selection, no arithmetic: float8 operands are taken (as torch.where takes them),
+        # a number converted to float8 as a cast converts it.
         dt = self._promoted("where", [a, b])
         cond, a, b = self._align_ranks("where", [cond, a, b])
         if not any(isinstance(x, TensorView) for x in (cond, a, b)):
@@ -417,6 +443,7 @@ class Ops:
 
     def _reduce(self, name, op, x, dims, keepdim, dtype):
         x = self._tensor(name, 0, x)
+        self._refuse_float8(name, [(0, x)])
         dims = self._dims(name, x, dims)
         n = len(x.domain.logical_no_reductions)
         if dtype is not None:
@@ -508,6 +535,7 @@ class Ops:
 
     def _scan(self, name: str, op: str, x, dim, dtype):
         x = self._tensor(name, 0, x)
+        self._refuse_float8(name, [(0, x)])
         rank = len(x.domain.logical_no_reductions)
         dim = self._one_dim(name, max(rank, 1), dim)   # rank 0 takes 0 or -1, as torch
         dt = parse_dtype(dtype) if dtype is not None else (
@@ -521,6 +549,7 @@ class Ops:
         elements of x along `dim`, indices int64. A library op: torch.topk runs it (a segment
         of its own in the plan)."""
         x = self._tensor("topk", 0, x)
+        self._refuse_float8("topk", [(0, x)])
         dim = self._one_dim("topk", len(x.domain.logical_no_reductions), dim)
         if x.dtype.is_boolean:
             raise FusionDefinitionError("topk: bool tensors have no order; cast first")
@@ -549,6 +578,7 @@ class Ops:
 
     def _arg_extreme(self, name, op, x, dim, keepdim):
         x = self._tensor(name, 0, x)
+        self._refuse_float8(name, [(0, x)])
         if x.dtype.is_boolean:
             raise FusionDefinitionError(f"{name}: bool tensors have no {name}; cast first")
         rank = len(x.domain.logical_no_reductions)
@@ -580,6 +610,7 @@ class Ops:
 
     def mean(self, x, dims=None, keepdim: bool = False):
         x = self._tensor("mean", 0, x)
+        self._refuse_float8("mean", [(0, x)])
         if not x.dtype.is_floating:
             raise FusionDefinitionError(f"mean: operand 0 ({_kind(x)}) is {x.dtype.short_name}; "
                                         "mean needs a floating tensor (cast it first)")
@@ -606,6 +637,7 @@ class Ops:
     def var_mean(self, x, dims=None, correction: int = 1, keepdim: bool = False):
         """(var, mean) with the two-pass formula sum((x - mean)^2) / max(N - correction, 0)."""
         x = self._tensor("var_mean", 0, x)
+        self._refuse_float8("var_mean", [(0, x)])
         if not x.dtype.is_floating:
             raise FusionDefinitionError(f"var_mean: operand 0 ({_kind(x)}) must be floating")
         dims = self._dims("var_mean", x, dims)
@@ -646,6 +678,11 @@ class Ops:
             fill_value.dtype if isinstance(fill_value, Scalar) else default_scalar_type(fill_value))
         if dt == DataType.Double and not isinstance(fill_value, Scalar) and dtype is None:
             dt = DataType.Float
+        if dt.is_float8:
+            # torch.full refuses a value float8 cannot hold; a cast of a float32 full says
+            # what happens to one (it saturates, or rounds).
+            raise FusionDefinitionError(f"full: dtype {dt.short_name} is a storage type; fill "
+                                        "in float32 and cast")
         self._check_sizes("full", shape)
         return arith.full(list(shape), fill_value, dt)
 
@@ -811,8 +848,9 @@ class Ops:
     def _random(self, op: str, a, b, shape, seed, offset, dtype):
         self._fd._require_defining(f"ops.{op}")
         dt = parse_dtype(dtype)
-        if not dt.is_floating:
-            raise FusionDefinitionError(f"{op}: dtype must be floating, got {dt.short_name}")
+        if not dt.is_floating or dt.is_float8:
+            raise FusionDefinitionError(f"{op}: dtype must be floating (bf16, fp16, fp32 or "
+                                        f"fp64), got {dt.short_name}")
         self._check_sizes(op, shape)
         params = []
         for name, v in (("the first parameter", a), ("the second parameter", b)):
@@ -895,8 +933,9 @@ class Ops:
         step + start): its values come from the index, no memory is read."""
         self._fd._require_defining("ops.iota")
         dt = parse_dtype(dtype)
-        if dt.is_boolean:
-            raise FusionDefinitionError("iota: dtype must be an integer or floating type, got bool")
+        if dt.is_boolean or dt.is_float8:
+            raise FusionDefinitionError(f"iota: dtype must be an integer or floating type (not "
+                                        f"float8), got {dt.short_name}")
         v = S.const_value(length)
         if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
             raise FusionDefinitionError(f"iota: length {length!r} must be a positive int")

@@ -1,4 +1,9 @@
-"""Data types of the fusion IR and torch's type-promotion rules restricted to them."""
+"""Data types of the fusion IR and torch's type-promotion rules restricted to them.
+
+The float8 types (e4m3fn, e5m2) are storage types, as in torch: tensors of them are read,
+written, moved and cast, and torch promotes them with no other type, so arithmetic on them is a
+definition error (frontend/ops.py) that asks for a cast first. Kernels widen them to float.
+"""
 from __future__ import annotations
 
 import enum
@@ -8,6 +13,9 @@ class DataType(enum.Enum):
     """Element types a fusion can hold. The value is (name, bytes, category, rank-in-category)."""
 
     Bool = ("bool", 1, 0, 0)
+    # Rank 0 among the floats: torch promotes a float8 type with no other type (promote()).
+    Float8_e4m3fn = ("float8_e4m3fn", 1, 2, 0)
+    Float8_e5m2 = ("float8_e5m2", 1, 2, 0)
     Int32 = ("int32", 4, 1, 1)
     Int = ("int64", 8, 1, 2)
     Half = ("float16", 2, 2, 1)
@@ -47,6 +55,11 @@ class DataType(enum.Enum):
         return self.value[2] == 0
 
     @property
+    def is_float8(self) -> bool:
+        """float8 e4m3fn and e5m2: storage only, computed in float32 inside kernels."""
+        return self in (DataType.Float8_e4m3fn, DataType.Float8_e5m2)
+
+    @property
     def is_reduced_float(self) -> bool:
         """16-bit floats: computed in float32 inside kernels."""
         return self in (DataType.Half, DataType.BFloat16)
@@ -61,10 +74,18 @@ class DataType(enum.Enum):
 _CATEGORY = {0: "bool", 1: "int", 2: "float"}
 
 
+class PromotionError(TypeError):
+    """Two types torch does not promote together (a float8 type and any other)."""
+
+
 def promote(a: DataType, b: DataType) -> DataType:
-    """torch.promote_types for the types above (bf16 with fp16 gives float32)."""
+    """torch.promote_types for the types above (bf16 with fp16 gives float32; a float8 type
+    promotes only with itself, as in torch)."""
     if a == b:
         return a
+    if a.is_float8 or b.is_float8:
+        raise PromotionError(f"torch does not promote {a.short_name} and {b.short_name} (no "
+                             "float8 type promotes with another type); cast explicitly")
     ca, cb = a.value[2], b.value[2]
     if ca != cb:
         return a if ca > cb else b
@@ -104,8 +125,9 @@ def result_type(tensor_types: list[DataType], scalar_types: list[DataType]) -> D
 
 
 def compute_type(dtype: DataType) -> DataType:
-    """The type arithmetic runs in: 16-bit floats compute in float32, as torch does."""
-    return DataType.Float if dtype.is_reduced_float else dtype
+    """The type arithmetic runs in: 16-bit floats compute in float32, as torch does; a float8
+    value is read as float32 too (a cast from it, or a copy)."""
+    return DataType.Float if dtype.is_reduced_float or dtype.is_float8 else dtype
 
 
 _TORCH_NAMES = {
@@ -116,6 +138,8 @@ _TORCH_NAMES = {
     DataType.BFloat16: "bfloat16",
     DataType.Float: "float32",
     DataType.Double: "float64",
+    DataType.Float8_e4m3fn: "float8_e4m3fn",
+    DataType.Float8_e5m2: "float8_e5m2",
 }
 
 
@@ -142,11 +166,14 @@ def parse_dtype(spec) -> DataType:
     if isinstance(spec, str):
         short = {"bf16": DataType.BFloat16, "fp16": DataType.Half, "f16": DataType.Half,
                  "fp32": DataType.Float, "f32": DataType.Float, "fp64": DataType.Double,
-                 "f64": DataType.Double}
+                 "f64": DataType.Double, "fp8_e4m3": DataType.Float8_e4m3fn,
+                 "e4m3": DataType.Float8_e4m3fn, "fp8_e5m2": DataType.Float8_e5m2,
+                 "e5m2": DataType.Float8_e5m2}
         if spec in short:
             return short[spec]
         for dt in DataType:
             if dt.short_name == spec:
                 return dt
-        raise ValueError(f"unknown dtype {spec!r}; use bf16, fp16, fp32, fp64 or a DataType")
+        raise ValueError(f"unknown dtype {spec!r}; use bf16, fp16, fp32, fp64, e4m3, e5m2 or "
+                         "a DataType")
     return from_torch(spec)

@@ -22,7 +22,8 @@ numpy over the thread set:
 - Memory: global buffers are flat arrays at the tensors' strides; shared buffers are one row per
   block; register buffers one row per thread. Floating values are held in float64 and rounded
   to the buffer's dtype on every write (float32, fp16, bf16 round to nearest even; fp16 and
-  bf16 through float32, as pf::cast converts); integer buffers hold exact int64 (a float
+  bf16 through float32, as pf::cast converts; float8 through float32 by torch's own conversion,
+  runtime/float8.py, which the device library's matches bit for bit); integer buffers hold exact int64 (a float
   stored to one truncates toward zero, NaN gives 0 and out-of-range values saturate, like
   cvt.rzi); bool buffers hold bools. Arithmetic is float64, so a value agrees with the GPU's
   up to its last bits before the rounding at its write; integer arithmetic is exact int64
@@ -93,6 +94,7 @@ from ..ir.exprs import (BinaryOp, BinaryOpType, BroadcastOp, ExpandOp, FullOp, I
 from ..ir.tensor import TensorView
 from ..kir import nodes as K
 from ..kir.launch import INDEX_ERROR_ELEMENTS
+from .float8 import to_float8
 from .index_check import raise_if_failed
 
 _ND = np.ndarray
@@ -280,6 +282,10 @@ def _round_array(dt: DataType, x):
         # Through float32, as pf::cast (and torch's c10::Half(float)) converts: a double is
         # rounded twice, an int64 first to float32.
         return x.astype(np.float32).astype(np.float16).astype(np.float64)
+    if dt.is_float8:
+        # numpy has no float8: torch's conversion (through float32 as well) is the definition.
+        f = torch.from_numpy(np.ascontiguousarray(x.astype(np.float32)))
+        return to_float8(f, dt).to(torch.float64).numpy().reshape(x.shape)
     if dt == DataType.Bool:
         return x != 0 if x.dtype != np.bool_ else x
     # Integers: an integer keeps its low bits (C's conversion to a narrower integer: int64 ->

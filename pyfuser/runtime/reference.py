@@ -12,7 +12,7 @@ import math
 import torch
 
 from ..ir import scalar as S
-from ..ir.dtype import DataType, to_torch
+from ..ir.dtype import DataType, from_torch, to_torch
 from ..ir.exprs import (BinaryOp, BinaryOpType, BroadcastOp, ExpandOp, FullOp, IotaOp,
                         LoadStoreOp, ReductionOp, ReductionOpType, ReshapeOp, SqueezeOp, UnaryOp,
                         UnaryOpType, WhereOp, WindowOp, GatherOp, RandOp)
@@ -20,6 +20,7 @@ from ..ir.iter_domain import Split, id_exprs_between
 from ..ir.scalar import Scalar, ScalarOp
 from ..ir.tensor import TensorView
 from . import library
+from .float8 import to_float8
 
 
 def _gelu_tanh(x):
@@ -154,10 +155,13 @@ class ReferenceEvaluator:
                 j = self._extent(w.offset) + w.step * j
             j = j.clamp(0, max(src.shape[k] - 1, 0))
             index.append(j.view([1] * k + [n] + [1] * (rank - k - 1)))
+        if src.dtype.is_floating_point and from_torch(src.dtype).is_float8:
+            # Converted as a cast converts (torch.tensor(500.0, dtype=float8) refuses it).
+            fill = to_float8(torch.tensor(float(fill)), from_torch(src.dtype))
+        fill = torch.as_tensor(fill, dtype=src.dtype).to(self.device)
         if src.numel() == 0:
-            return torch.full(shape, fill, dtype=src.dtype, device=self.device)
-        return torch.where(valid, src[tuple(index)], torch.tensor(fill, dtype=src.dtype,
-                                                                  device=self.device))
+            return fill.expand(shape).clone()
+        return torch.where(valid, src[tuple(index)], fill)
 
     def _random(self, e: RandOp, seed, offset, a, b):
         """The op's stream (runtime/philox.py) at every row-major index of out, computed in
@@ -281,7 +285,11 @@ class ReferenceEvaluator:
                 env[o] = v
         else:
             raise NotImplementedError(f"reference evaluator: no rule for {type(e).__name__}")
-        if isinstance(r, torch.Tensor) and r.dtype != od:
+        if isinstance(r, torch.Tensor) and out.dtype.is_float8 and (self.promote or r.dtype != od):
+            # A float8 value is rounded to float8 wherever it is made, in the float64 run too:
+            # its rounding (e4m3's saturation at 448) is the value, not an error to measure.
+            r = to_float8(r, out.dtype).to(od)
+        elif isinstance(r, torch.Tensor) and r.dtype != od:
             r = r.to(od)
         env[out] = r
 
@@ -295,6 +303,9 @@ class ReferenceEvaluator:
         def conv(x):
             if isinstance(x, torch.Tensor):
                 return x.to(od)
+            if od.is_floating_point and from_torch(od).is_float8:
+                # As a cast converts it (torch.tensor(500.0, dtype=float8) refuses it).
+                return to_float8(torch.tensor(float(x)), from_torch(od)).to(self.device)
             return torch.tensor(x, dtype=od, device=self.device)
         return conv(a), conv(b)
 

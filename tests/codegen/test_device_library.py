@@ -184,6 +184,14 @@ extern "C" __global__ void pf_types_math(float* f, double* d, int* i, long long*
   h[0] = b.bits + hf.bits + pf::cast<pf::bf16>(y).bits + pf::cast<pf::half>(y).bits +
          pf::cast<pf::bf16>(hf).bits + pf::cast<pf::half>(b).bits + pf::cast<pf::bf16>(b).bits +
          pf::cast<pf::half>(i[0]).bits + pf::bf16_from_bits(1).bits + pf::half_from_bits(2).bits;
+  pf::fp8e4m3 e4 = pf::float_to_fp8e4m3(x);
+  pf::fp8e5m2 e5 = pf::float_to_fp8e5m2(x);
+  h[2] = e4.bits + e5.bits + pf::cast<pf::fp8e4m3>(y).bits + pf::cast<pf::fp8e5m2>(b).bits +
+         pf::cast<pf::fp8e4m3>(e5).bits + pf::cast<pf::fp8e5m2>(l[0]).bits +
+         pf::cast<pf::fp8e4m3>(e4).bits + pf::fp8e4m3_from_bits(3).bits +
+         pf::fp8e5m2_from_bits(4).bits + pf::cast<pf::bf16>(e4).bits;
+  f[4] = pf::fp8e4m3_to_float(e4) + pf::fp8e5m2_to_float(e5) + pf::cast<float>(e4) +
+         float(pf::cast<int>(e5)) + float(pf::cast<double>(e4)) + pf::half_bits_to_float(h[3]);
   f[1] = pf::bf16_to_float(b) + pf::half_to_float(hf) + pf::cast<float>(b) + pf::cast<float>(y) +
          pf::bit_cast<float>(pf::pack_bf16x2(x, 2.f)) + pf::bit_cast<float>(pf::pack_half2(x, 2.f));
   d[1] = pf::cast<double>(hf) + pf_all_math(y, d[2]) + pf::infinity<double>() +
@@ -414,6 +422,22 @@ def test_conversions_use_the_hardware_rounding():
     )
     assert "cvt.rn.bf16.f32" in ptx
     assert "cvt.rn.f16.f32" in ptx
+    assert "cvt.f32.f16" in ptx
+
+
+def test_float8_conversions_use_the_hardware_rounding():
+    # cvt (sm_89+) rounds; the checks around it (NaN's sign, e5m2's inf from 61440) are plain
+    # integer selects.
+    ptx = _ptx_of(
+        'extern "C" __global__ void k(float* f, unsigned char* b) {'
+        " b[0] = pf::float_to_fp8e4m3(f[0]).bits; b[1] = pf::float_to_fp8e5m2(f[1]).bits;"
+        " f[2] = pf::fp8e4m3_to_float(pf::fp8e4m3_from_bits(b[2]));"
+        " f[3] = pf::fp8e5m2_to_float(pf::fp8e5m2_from_bits(b[3])); }",
+        ["types"],
+    )
+    assert "cvt.rn.satfinite.e4m3x2.f32" in ptx
+    assert "cvt.rn.satfinite.e5m2x2.f32" in ptx
+    assert "cvt.rn.f16x2.e4m3x2" in ptx
     assert "cvt.f32.f16" in ptx
 
 

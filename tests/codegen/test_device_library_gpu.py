@@ -193,6 +193,25 @@ extern "C" __global__ void pf_convert(const float* x, const double* xd, short* b
 }
 """
 
+# float -> e4m3fn / e5m2 (and through pf::cast from double), and each of the 256 bit patterns
+# of both back to float.
+FLOAT8_SRC = r"""
+extern "C" __global__ void pf_float8(const float* x, const double* xd, unsigned char* e4,
+                                     unsigned char* e5, unsigned char* e4d, unsigned char* e5d,
+                                     float* e4_back, float* e5_back, int n) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < 256) {
+    e4_back[i] = pf::fp8e4m3_to_float(pf::fp8e4m3_from_bits(i));
+    e5_back[i] = pf::cast<float>(pf::fp8e5m2_from_bits(i));
+  }
+  if (i >= n) return;
+  e4[i] = pf::float_to_fp8e4m3(x[i]).bits;
+  e5[i] = pf::cast<pf::fp8e5m2>(x[i]).bits;
+  e4d[i] = pf::cast<pf::fp8e4m3>(xd[i]).bits;
+  e5d[i] = pf::float_to_fp8e5m2(static_cast<float>(xd[i])).bits;
+}
+"""
+
 # (expression in the kernel over v = x[i], w = y[i]; torch reference taking (x, y))
 MATH_FUNCS = [
     ("pf::exp(v)", lambda x, y: torch.exp(x)),
@@ -527,6 +546,7 @@ extern "C" __global__ void pf_grid_sync(unsigned* counter, float* vals, float* o
 
 ALL_SOURCES = {
     "convert": CONVERT_SRC,
+    "float8": FLOAT8_SRC,
     "math": MATH_SRC,
     "reduce": REDUCE_SRC,
     "named": NAMED_SRC,
@@ -601,6 +621,42 @@ def test_bf16_half_round_trip_matches_torch():
     lo, hi = halves[0::2], halves[1::2]
     check_bits(lo, ref_bf, "pack lo")
     check_bits(hi, (-x).to(torch.bfloat16), "pack hi")
+
+
+@pytest.mark.gpu
+@requires_hopper
+def test_float8_conversions_match_torch_bit_for_bit():
+    """pf's float8 conversions against torch's (the CPU's c10 code, which the reference
+    evaluator and the interpreter follow: pyfuser/runtime/float8.py), every bit, NaN signs
+    included: cvt's .satfinite and NaN differ from torch, the library's checks restore it."""
+    torch.manual_seed(2)
+    bits = torch.randint(-(2**31), 2**31 - 1, (1 << 16,), dtype=torch.int64).to(torch.int32)
+    specials = [0.0, -0.0, math.inf, -math.inf, math.nan, -math.nan, 448.0, 464.0, 464.01,
+                479.99, 480.0, 57344.0, 61439.99, 61440.0, -61440.0, 65536.0, 2.0 ** -10,
+                3 * 2.0 ** -10, 2.0 ** -17, 3 * 2.0 ** -17, 1 + 2.0 ** -4, 1 + 3 * 2.0 ** -4,
+                1e-40, -1e-40]
+    x = torch.cat([torch.tensor(specials), bits.view(torch.float32), torch.randn(4096) * 300])
+    xd = torch.cat([torch.randn(x.numel() - 4, dtype=torch.float64) * 300,
+                    torch.tensor([448.00001, 61439.999999, 1e300, -math.nan], dtype=torch.float64)])
+    n = x.numel()
+    out = [torch.empty(n, dtype=torch.uint8, device="cuda") for _ in range(4)]
+    back = [torch.empty(256, dtype=torch.float32, device="cuda") for _ in range(2)]
+    fn = get_kernel(FLOAT8_SRC, "pf_float8")
+    xc, xdc = x.cuda(), xd.cuda()
+    launch(fn, (math.ceil(n / 256),), (256,),
+           [ptr(xc), ptr(xdc), *(ptr(t) for t in out), *(ptr(t) for t in back), i32(n)])
+    finish()
+    e4, e5 = torch.float8_e4m3fn, torch.float8_e5m2
+    wants = [x.to(e4), x.to(e5), xd.float().to(e4), xd.float().to(e5)]
+    for what, got, want in zip(("e4m3", "e5m2", "double e4m3", "double e5m2"), out, wants):
+        assert torch.equal(got.cpu(), want.view(torch.uint8)), what
+    patterns = torch.arange(256, dtype=torch.int32).to(torch.uint8)
+    for got, dt in zip(back, (e4, e5)):
+        want = patterns.view(dt).float()
+        nan = want.isnan()
+        got = got.cpu()
+        assert torch.equal(got[~nan], want[~nan]) and got[nan].isnan().all()
+        assert torch.equal(got[nan].signbit(), want[nan].signbit())     # a NaN's sign kept
 
 
 @pytest.mark.gpu

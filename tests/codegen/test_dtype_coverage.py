@@ -39,6 +39,9 @@ from pyfuser.schedule.schedulers import registry  # noqa: E402
 
 DTYPES = [DataType.Bool, DataType.Int32, DataType.Int, DataType.Half, DataType.BFloat16,
           DataType.Float, DataType.Double]
+# Storage types: no op but casts, copies and shape ops takes them (tests/codegen/
+# test_float8_codegen.py compiles those); here they are cast targets.
+FLOAT8 = [DataType.Float8_e4m3fn, DataType.Float8_e5m2]
 BINARY = ["add", "sub", "mul", "div", "pow", "maximum", "minimum", "eq", "ne", "lt", "le", "gt",
           "ge", "logical_and", "logical_or"]
 UNARY = ["exp", "exp2", "log", "sqrt", "rsqrt", "reciprocal", "tanh", "sigmoid", "erf", "silu",
@@ -163,7 +166,7 @@ def test_unary_ops_casts_and_scalar_expressions_compile_for_every_dtype():
     for dt in DTYPES:
         builders = [_op(name, A) for name in UNARY]
         builders += [_op("gelu", A, approximate=a) for a in ("none", "tanh")]
-        builders += [_op("cast", A, to) for to in DTYPES]
+        builders += [_op("cast", A, to) for to in DTYPES + FLOAT8]
         for k in range(len(SCALARS)):
             builders += _scalar_expressions(k)
         _kernels(sources, [dt], builders, g, SCALARS)
@@ -261,7 +264,7 @@ def test_casts_of_values_out_of_range_are_those_of_cuda():
     big, small = 2 ** 63 - 1, -2 ** 63
     want_int = [0, big, small, big, small, 3_000_000_000, -3_000_000_000, 2, -2, 70000, 1, big]
     for src in (x, i):
-        targets = [to for to in DTYPES if to_torch(to) != src.dtype]
+        targets = [to for to in DTYPES + FLOAT8 if to_torch(to) != src.dtype]
         with FusionDefinition() as fd:
             t = fd.from_pytorch(src)
             for to in targets:

@@ -25,6 +25,11 @@ well-conditioned:
   and bool outputs can be compared exactly (a float rounded differently could flip them).
 - Budget. Shape ops and broadcasts never make a tensor of more than max_elements elements
   (Builder.compatible, Builder.call check it), so a case's cost stays bounded.
+- float8. Some float inputs are stored as e4m3fn / e5m2 and cast at once to the float type
+  asked for, and some casts round through a float8 type (an output of the case half the time)
+  and widen again: float8 tensors take no arithmetic (a definition error), so no other op sees
+  one. These choices draw from a stream of their own (Builder.float8_rng), so a case without
+  float8 is the case it was before float8 existed.
 - Options. random_options() forces kernel variants that heuristics only pick when asked (TMA,
   cp.async, warp-specialized and tensor-map rows, the norm backward's variants, streaming
   loads); the spec's "options" go to fd.execute.
@@ -35,8 +40,11 @@ generate() is deterministic: random.Random seeded with the string "pyfuser-fuzz:
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import random
+
+import torch
 
 from pyfuser.ir.dtype import DataType, default_scalar_type, result_type
 
@@ -44,8 +52,15 @@ from .spec import DTYPE_NAMES, case_id
 
 BF16, F16, F32, F64 = DataType.BFloat16, DataType.Half, DataType.Float, DataType.Double
 I32, I64, BOOL = DataType.Int32, DataType.Int, DataType.Bool
+E4M3, E5M2 = DataType.Float8_e4m3fn, DataType.Float8_e5m2
 FLOATS = (BF16, F16, F32)
 INTS = (I32, I64)
+FLOAT8 = (E4M3, E5M2)
+# Shares of the float inputs stored as float8, and of the casts that round through float8.
+FLOAT8_INPUT_SHARE = 0.08
+FLOAT8_CAST_SHARE = 0.2
+# e5m2's largest finite value: past it a value rounds to inf (e4m3fn saturates at 448: kept).
+MAX_E5M2 = 57344.0
 
 PRIMES = (2, 3, 5, 7, 11, 13, 17, 31, 61, 127, 251, 509, 1021, 2039, 4093, 8191)
 # Values beyond this magnitude are scaled or squashed before further ops; float16 casts need
@@ -132,6 +147,13 @@ def _corners(fn, a, b) -> tuple[float, float]:
     return min(vals), max(vals)
 
 
+@functools.cache
+def float8_rounded(x: float, dtype: DataType) -> float:
+    """x converted to a float8 type as torch converts (e4m3fn saturates at +-448)."""
+    return torch.tensor(x, dtype=torch.float32).to(
+        torch.float8_e4m3fn if dtype == E4M3 else torch.float8_e5m2).item()
+
+
 def _safe(fn, x, default):
     try:
         return fn(x)
@@ -167,8 +189,10 @@ def _unary_interval(op, lo, hi):
 class Builder:
     """The state of one case being generated: axes, inputs, ops and the values they make."""
 
-    def __init__(self, rng: random.Random, max_elements: int):
+    def __init__(self, rng: random.Random, max_elements: int,
+                 float8_rng: random.Random | None = None):
         self.rng = rng
+        self.float8_rng = float8_rng      # the float8 choices' own stream (module docstring)
         self.max_elements = max_elements
         self.sizes: list[int] = []
         self.inputs: list[dict] = []
@@ -256,6 +280,11 @@ class Builder:
         """A fusion input over `dims` (Dim list). layout: None (random), "contiguous",
         "permuted", "strided", "offset" or "mixed"; how: None (random), "define_tensor",
         "from_pytorch"."""
+        if (dtype in FLOATS and self.float8_rng is not None
+                and self.float8_rng.random() < FLOAT8_INPUT_SHARE):
+            stored = self._float8_input(dims, dtype, dist, layout, how)
+            if stored is not None:
+                return stored
         r = self.rng
         dims = list(dims)
         n = len(dims)
@@ -346,6 +375,15 @@ class Builder:
         for s in sizes:
             tags["sizes"].add(self._size_class(s))
         return self._add(Val(name, tuple(dims), dtype, lo, hi, True))
+
+    def _float8_input(self, dims, dtype, dist, layout, how) -> Val | None:
+        """An input stored as float8 and cast to `dtype` at once; None where the values' bounds
+        are no float8 values (the rounded values would leave the interval)."""
+        dist = dist or self._default_dist(dtype)
+        f8 = self.float8_rng.choice(FLOAT8)
+        if any(float8_rounded(float(dist[k]), f8) != float(dist[k]) for k in ("lo", "hi")):
+            return None
+        return self.call("cast", self.tensor(dims, f8, dist, layout, how), dtype=dtype)
 
     @staticmethod
     def _natural_stride(k, order, strides, sizes) -> int:
@@ -661,6 +699,9 @@ class Builder:
     def _cast_interval(x: Val, dt: DataType):
         if dt == BOOL:
             return 0.0, 1.0
+        if dt.is_float8:
+            # Rounding is monotonic: the bounds' float8 values bound the values'.
+            return float8_rounded(x.lo, dt), float8_rounded(x.hi, dt)
         if not dt.is_floating and x.dtype.is_floating:
             return float(math.trunc(x.lo)), float(math.trunc(x.hi))
         return x.lo, x.hi
@@ -669,6 +710,9 @@ class Builder:
     def _cast_exact(x: Val, dt: DataType) -> bool:
         if not x.exact:
             return False
+        if dt.is_float8:
+            # The reference rounds a float8 value where it is made, as the kernel does.
+            return True
         if dt.is_floating and x.dtype.is_floating:
             # Widening keeps the value; narrowing rounds in the kernel, not in the reference.
             return dt.size > x.dtype.size or dt == x.dtype or (x.dtype in (BF16, F16) and dt == F32)
@@ -768,6 +812,11 @@ class Builder:
         return self.call(op, x)
 
     def random_cast(self, x: Val) -> Val:
+        if (x.dtype.is_floating and not x.is_scalar and self.float8_rng is not None
+                and self.float8_rng.random() < FLOAT8_CAST_SHARE):
+            widened = self.float8_round_trip(x)
+            if widened is not None:
+                return widened
         r = self.rng
         targets = [BF16, F16, F32, F64, I32, I64, BOOL]
         weights = [25, 15, 30, 3, 8, 8, 6]
@@ -784,6 +833,17 @@ class Builder:
             return self.call("cast", x, dtype=dt)
         return self.call("cast", x, dtype=F32 if x.dtype != F32 else BF16)
 
+    def float8_round_trip(self, x: Val) -> Val | None:
+        """x cast to a float8 type (an output half the time) and widened again, since float8
+        tensors take no other op; None where e5m2 would overflow to inf."""
+        f8 = self.float8_rng.choice(FLOAT8)
+        if f8 == E5M2 and x.bound >= MAX_E5M2:
+            f8 = E4M3                  # saturates at 448 instead
+        stored = self.call("cast", x, dtype=f8)
+        if self.float8_rng.random() < 0.5:
+            self.output(stored)
+        return self.call("cast", stored, dtype=self.float8_rng.choice((F32, BF16, F16)))
+
     def exact_bool(self, x: Val) -> Val:
         """A bool from x for logical ops: x itself if exact bool, else a comparison of an exact
         input with a constant."""
@@ -795,6 +855,7 @@ class Builder:
     def exact_source(self, dims) -> Val:
         """An exact value whose dims broadcast with `dims` (an input, else a full of zeros)."""
         cands = [v for v in self.vals.values() if v.exact and not v.is_scalar and v.dims is not None
+                 and not v.dtype.is_float8
                  and (dims is None or self.compatible_dims(v.dims, dims))]
         if cands:
             return self.rng.choice(cands)
@@ -1793,7 +1854,7 @@ def generate(seed: int, index: int, max_elements: int = DEFAULT_MAX_ELEMENTS,
     if pattern is None:
         names = list(PATTERNS)
         pattern = rng.choices(names, [PATTERNS[n][0] for n in names])[0]
-    b = Builder(rng, max_elements)
+    b = Builder(rng, max_elements, random.Random(f"pyfuser-fuzz-float8:{seed}:{index}"))
     PATTERNS[pattern][1](b)
     if not b.outputs and not b.aliases:
         raise GenError(f"case {seed}:{index} ({pattern}) has no outputs")

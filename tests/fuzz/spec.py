@@ -46,7 +46,8 @@ from pyfuser.ir.dtype import DataType
 DTYPES = {
     "bool": DataType.Bool, "int32": DataType.Int32, "int64": DataType.Int,
     "float16": DataType.Half, "bfloat16": DataType.BFloat16, "float32": DataType.Float,
-    "float64": DataType.Double,
+    "float64": DataType.Double, "float8_e4m3fn": DataType.Float8_e4m3fn,
+    "float8_e5m2": DataType.Float8_e5m2,
 }
 DTYPE_NAMES = {v: k for k, v in DTYPES.items()}
 # How a DataType is spelled in generated Python (the repro scripts).
@@ -54,6 +55,7 @@ DTYPE_SOURCE = {
     DataType.Bool: "DataType.Bool", DataType.Int32: "DataType.Int32", DataType.Int: "DataType.Int",
     DataType.Half: "DataType.Half", DataType.BFloat16: "DataType.BFloat16",
     DataType.Float: "DataType.Float", DataType.Double: "DataType.Double",
+    DataType.Float8_e4m3fn: "DataType.Float8_e4m3fn", DataType.Float8_e5m2: "DataType.Float8_e5m2",
 }
 
 

@@ -1,5 +1,5 @@
 // pyfuser device library: types.cuh
-// 16-bit float types, fixed-size register arrays, numeric limits, casts, integer helpers.
+// 16- and 8-bit float types, fixed-size register arrays, numeric limits, casts, integer helpers.
 // First in the concatenation order; depends on nothing. NVRTC compiles it without any CUDA header.
 
 namespace pf {
@@ -62,12 +62,90 @@ __device__ __forceinline__ unsigned pack_half2(float lo, float hi) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// float8 e4m3fn / e5m2 (sm_89+ cvt): one-byte aggregates, as bf16 / half. Every conversion equals
+// torch's (c10::Float8_e4m3fn(float), Float8_e5m2(float); pyfuser/runtime/float8.py states the
+// rules) bit for bit: cvt rounds to nearest even, and the checks around it are where torch and
+// cvt differ. Into float8, cvt exists only with .satfinite (magnitudes past the largest finite
+// value, infinity included, become it, as torch's e4m3fn does) and gives a NaN without its sign.
+// Each converter passes its one value as both halves of the x2 instruction, so no lane order is
+// assumed.
+// ---------------------------------------------------------------------------------------------
+struct alignas(1) fp8e4m3 {
+  unsigned char bits;
+};
+struct alignas(1) fp8e5m2 {
+  unsigned char bits;
+};
+
+__device__ __forceinline__ fp8e4m3 fp8e4m3_from_bits(unsigned b) {
+  fp8e4m3 r;
+  r.bits = static_cast<unsigned char>(b);
+  return r;
+}
+__device__ __forceinline__ fp8e5m2 fp8e5m2_from_bits(unsigned b) {
+  fp8e5m2 r;
+  r.bits = static_cast<unsigned char>(b);
+  return r;
+}
+
+namespace detail {
+// |f|'s bits, and f's sign as a float8's top bit.
+__device__ __forceinline__ unsigned float_magnitude_bits(float f) {
+  return __float_as_uint(f) & 0x7fffffffu;
+}
+__device__ __forceinline__ unsigned float8_sign(float f) { return (__float_as_uint(f) >> 24) & 0x80u; }
+constexpr unsigned kFloatInfBits = 0x7f800000u;   // magnitudes above it are NaN
+constexpr unsigned kFloat61440Bits = 0x47700000u; // e5m2's first magnitude that rounds to inf
+}  // namespace detail
+
+// float -> e4m3fn: past 448 (infinity included) +-448, as .satfinite gives; NaN keeps its sign
+// (0x7f / 0xff).
+__device__ __forceinline__ fp8e4m3 float_to_fp8e4m3(float f) {
+  unsigned short pair;
+  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %1;" : "=h"(pair) : "f"(f));
+  const unsigned nan = 0x7fu | detail::float8_sign(f);
+  return fp8e4m3_from_bits(detail::float_magnitude_bits(f) > detail::kFloatInfBits ? nan
+                                                                                   : pair & 0xffu);
+}
+// float -> e5m2: IEEE-like in torch: from 61440 up (the tie between 57344 and 65536 goes to the
+// even 65536) +-inf, where .satfinite gives +-57344; NaN keeps its sign.
+__device__ __forceinline__ fp8e5m2 float_to_fp8e5m2(float f) {
+  unsigned short pair;
+  asm("cvt.rn.satfinite.e5m2x2.f32 %0, %1, %1;" : "=h"(pair) : "f"(f));
+  const unsigned mag = detail::float_magnitude_bits(f), sign = detail::float8_sign(f);
+  return fp8e5m2_from_bits(mag > detail::kFloatInfBits         ? 0x7fu | sign
+                           : mag >= detail::kFloat61440Bits ? 0x7cu | sign
+                                                            : pair & 0xffu);
+}
+// float8 -> float: exact (every float8 value is a half, then a float); the sign ORed back in,
+// which a NaN would otherwise lose (torch keeps it) and which every other value already has.
+__device__ __forceinline__ float half_bits_to_float(unsigned short h) {
+  float f;
+  asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
+  return f;
+}
+__device__ __forceinline__ float fp8e4m3_to_float(fp8e4m3 v) {
+  unsigned halves;
+  const unsigned short pair = static_cast<unsigned short>(v.bits * 0x101u);
+  asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(halves) : "h"(pair));
+  const float f = half_bits_to_float(static_cast<unsigned short>(halves & 0xffffu));
+  return __uint_as_float(__float_as_uint(f) | (static_cast<unsigned>(v.bits & 0x80u) << 24));
+}
+// e5m2 is the upper byte of a half: no cvt needed to widen it.
+__device__ __forceinline__ float fp8e5m2_to_float(fp8e5m2 v) {
+  const float f = half_bits_to_float(static_cast<unsigned short>(v.bits << 8));
+  return __uint_as_float(__float_as_uint(f) | (static_cast<unsigned>(v.bits & 0x80u) << 24));
+}
+
+// ---------------------------------------------------------------------------------------------
 // cast<To>(from): the one conversion the code generator emits between any two scalar types.
-// Conversions into bf16/half go through float, as torch's c10::BFloat16/Half constructors do
-// (double -> bf16 is therefore double-rounded exactly like torch).
+// Conversions into bf16/half/float8 go through float, as torch's c10::BFloat16/Half/Float8_*
+// constructors do (double -> bf16 is therefore double-rounded exactly like torch).
 // ---------------------------------------------------------------------------------------------
 __device__ __forceinline__ float widen(bf16 v) { return bf16_to_float(v); }
 __device__ __forceinline__ float widen(half v) { return half_to_float(v); }
+__device__ __forceinline__ float widen(fp8e4m3 v) { return fp8e4m3_to_float(v); }
+__device__ __forceinline__ float widen(fp8e5m2 v) { return fp8e5m2_to_float(v); }
 template <typename T>
 __device__ __forceinline__ T widen(T v) {
   return v;
@@ -96,6 +174,22 @@ struct CastTo<half> {
     return float_to_half(static_cast<float>(widen(v)));
   }
   __device__ __forceinline__ static half apply(half v) { return v; }
+};
+template <>
+struct CastTo<fp8e4m3> {
+  template <typename From>
+  __device__ __forceinline__ static fp8e4m3 apply(From v) {
+    return float_to_fp8e4m3(static_cast<float>(widen(v)));
+  }
+  __device__ __forceinline__ static fp8e4m3 apply(fp8e4m3 v) { return v; }
+};
+template <>
+struct CastTo<fp8e5m2> {
+  template <typename From>
+  __device__ __forceinline__ static fp8e5m2 apply(From v) {
+    return float_to_fp8e5m2(static_cast<float>(widen(v)));
+  }
+  __device__ __forceinline__ static fp8e5m2 apply(fp8e5m2 v) { return v; }
 };
 }  // namespace detail
 
