@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # One catalogue fusion under Nsight Compute, with its CUDA, ptxas report and SASS, in one device
 # call. Usage on the device: bash tools/profile_gpu.sh NAME MxN [REGEX]; files in $OUT/prof-NAME.
+# A bench case: bash tools/profile_gpu.sh bench_issue18:dropout - pointwise
 set -u
 OUT=${OUT:-/tmp/out}
 name=$1 shape=$2 regex=${3:-$1}
-dir="$OUT/prof-$name"; mkdir -p "$dir"
+dir="$OUT/prof-${name//:/-}"; mkdir -p "$dir"
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 PYFUSER_CACHE_DIR=/tmp/pyfuser-prof-cache
 rm -rf "$PYFUSER_CACHE_DIR"
 PROFILE_CUBIN_DIR="$dir/cubin" PYFUSER_DUMP=cuda,ptxas,launch PYFUSER_DUMP_DIR="$dir/dump" python3 tools/profile_case.py "$name" "$shape" \
