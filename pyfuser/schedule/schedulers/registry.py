@@ -12,9 +12,9 @@ from ...ir.exprs import GatherOp, WindowOp
 from ...ir.tensor import TensorView
 from ...ir.id_graph import IdGraph, reshape_cycle, self_mapping
 from .. import roles
-from ..op_support import segment_kind
+from ..op_support import SCAN_OPS, segment_kind
 from . import (inner_outer_persistent, inner_persistent, outer_persistent, pointwise, reduction,
-               transpose)
+               scan, transpose)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -24,8 +24,9 @@ class Choice:
     rejected: tuple = ()         # (name, reason) of the schedulers tried before
 
 
-SCHEDULERS = [inner_outer_persistent, outer_persistent, inner_persistent, reduction, transpose,
-              pointwise]
+# `scan` first: it is the one scheduler that takes scans (TAKES_SCANS), and takes nothing else.
+SCHEDULERS = [scan, inner_outer_persistent, outer_persistent, inner_persistent, reduction,
+              transpose, pointwise]
 
 
 def register(module, first: bool = True) -> None:
@@ -59,10 +60,13 @@ def choose(fusion, exclude: dict | None = None) -> Choice:
     if why is not None:
         return Choice(None, why)
     rejected = []
+    scans = any(isinstance(e, SCAN_OPS) for e in fusion.exprs())
     for s in SCHEDULERS:
         if exclude and s.NAME in exclude:
             rejected.append((s.NAME, exclude[s.NAME]))
             continue
+        if scans and not getattr(s, "TAKES_SCANS", False):
+            continue        # says nothing: only the scan scheduler's reason is of interest
         ok, why = s.can_schedule(fusion)
         if ok:
             return Choice(s, why, tuple(rejected))
