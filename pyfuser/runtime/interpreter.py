@@ -37,7 +37,10 @@ numpy over the thread set:
   blockIdx-major, threadIdx.x-minor order) wins.
 - Block reductions all-reduce over the block's thread dims, grid reductions over blocks (the last
   block of each group gets the result and pf_grid_last), cluster reductions over the CTAs of a
-  cluster; a lockstep grid sync is a check only.
+  cluster; a lockstep grid sync is a check only. A scan's step and fixup (lower/scans.py) use
+  the thread's running value; a block scan is the exclusive scan of the running values in
+  threadIdx.x order within each row of the block (and across the CTAs of a cluster in rank
+  order), in float64 then rounded to the value's dtype.
 - Warp-specialized kernels (`IfThenElse.roles`): the producer and compute branches run as two
   cooperating groups (each in lockstep), taking turns: a group runs until an mbarrier wait it
   cannot pass, then hands over.
