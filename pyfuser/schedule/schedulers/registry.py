@@ -65,8 +65,11 @@ def choose(fusion, exclude: dict | None = None) -> Choice:
         if exclude and s.NAME in exclude:
             rejected.append((s.NAME, exclude[s.NAME]))
             continue
-        if scans and not getattr(s, "TAKES_SCANS", False):
-            continue        # says nothing: only the scan scheduler's reason is of interest
+        takes_scans = getattr(s, "TAKES_SCANS", False)
+        if scans and not takes_scans or not scans and getattr(s, "ONLY_SCANS", False):
+            # Not asked, and not listed: a scan's plan says why the scan scheduler refused,
+            # any other plan says nothing of it.
+            continue
         ok, why = s.can_schedule(fusion)
         if ok:
             return Choice(s, why, tuple(rejected))

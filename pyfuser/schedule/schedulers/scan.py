@@ -46,7 +46,8 @@ from .base import (RuntimeInfo, SchedulerError, cache_inputs_and_outputs, mapped
                    orient_vector_inputs, vector_inputs, vector_width, vectorize_along)
 
 NAME = "scan"
-TAKES_SCANS = True
+TAKES_SCANS = True      # the registry offers fusions with scans only to such schedulers,
+ONLY_SCANS = True       # and this one nothing else
 
 # Ops the scan kernel computes beside its scans.
 _ELEMENTWISE = (UnaryOp, BinaryOp, WhereOp, LoadStoreOp, BroadcastOp, ExpandOp, FullOp, ScalarOp)
