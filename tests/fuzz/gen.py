@@ -1760,6 +1760,10 @@ def pat_outputs_and_library(b: Builder) -> None:
         b.finish_outputs(list(b.vals.values()))
 
 
+# Running sums of fp16 stay below this (fp16's largest is 65504).
+FP16_SCAN_LIMIT = 30000.0
+
+
 def pat_scan(b: Builder) -> None:
     """cumsum or cumprod along a dim (mostly the innermost: the scan kernel; another dim: the
     library op), with element-wise ops before and after it (a top-p style mask of the running
@@ -1784,10 +1788,20 @@ def pat_scan(b: Builder) -> None:
         made = b.pointwise_dag(pool, r.randint(0, 3))
         src = next((v for v in made[::-1] if not v.is_scalar and v.rank == rank), x)
         src = b.bounded(src)
+        if r.random() < 0.3:
+            # A per-row weight expanded along the row (stride 0 along the scanned dim).
+            col = b.tensor(full[:-1] + [Dim(None, "bcast")], b.pick_float_dtype(allow_f64=False))
+            wide = b.call("expand", col, [-1] * (rank - 1) + [b.sizes[axes[-1]]],
+                          _axes=[None] * (rank - 1) + [axes[-1]])
+            if b.compatible(src, wide):
+                src = b.call("mul", b.as_float(src, F32), wide)
     dim = rank - 1 if r.random() < 0.8 else r.randrange(rank)
+    n = b.size_of(src.dims[dim])
+    if src.dtype == F16 and n * src.bound > FP16_SCAN_LIMIT:
+        src = b.call("cast", src, dtype=F32)      # running sums past fp16's range
     s = b.call(op, src, dim - rank if r.random() < 0.5 else dim)
     outs = [s]
-    if op == "cumsum" and r.random() < 0.2:
+    if op == "cumsum" and r.random() < 0.2 and (s.dtype != F16 or n * s.bound <= FP16_SCAN_LIMIT):
         outs.append(b.call("cumsum", s, dim))
     if r.random() < 0.6:
         outs += b.pointwise_dag([outs[-1]] + ([src] if r.random() < 0.3 else []),

@@ -24,9 +24,10 @@ class Choice:
     rejected: tuple = ()         # (name, reason) of the schedulers tried before
 
 
-# `scan` first: it is the one scheduler that takes scans (TAKES_SCANS), and takes nothing else.
-SCHEDULERS = [scan, inner_outer_persistent, outer_persistent, inner_persistent, reduction,
-              transpose, pointwise]
+# `scan` is the one scheduler that takes scans (TAKES_SCANS), and it takes nothing else
+# (ONLY_SCANS): a fusion meets either it or the others, so its place changes no choice.
+SCHEDULERS = [inner_outer_persistent, outer_persistent, inner_persistent, reduction, transpose,
+              pointwise, scan]
 
 
 def register(module, first: bool = True) -> None:
