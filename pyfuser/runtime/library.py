@@ -113,5 +113,9 @@ def describe(expr) -> str:
     operands = ", ".join(f"T{v.name}" for v in expr.inputs)
     out = expr.outputs[0]
     outs = ", ".join(f"T{o.name}" for o in expr.outputs)
-    return (f"{impl.name}: {outs} = {impl.name}({operands}) by {impl.call}{impl.runs_as}, "
+    op, call = impl.name, impl.call
+    if isinstance(expr, ScanOp):
+        op = "cumsum" if expr.op == "sum" else "cumprod"
+        call, operands = f"torch.{op}", f"{operands}, dim={expr.dim}"
+    return (f"{impl.name}: {outs} = {op}({operands}) by {call}{impl.runs_as}, "
             f"{out.dtype.short_name}{impl.numerics}")

@@ -137,6 +137,8 @@ def test_a_scan_along_a_dim_strided_in_memory_is_the_library_op():
     fd = _cumsum_fd(xt, 1)
     run_and_check(fd, [xt], kernels=0, options=INTERPRET, segments=(("library", "scan"),))
     assert "not laid out along the scanned dim" in fd.last_run.segments[0].why
+    plan = fd.explain([xt], device="h100")
+    assert "T1 = cumsum(T0, dim=1) by torch.cumsum" in str(plan), str(plan)
 
 
 def test_rows_longer_than_a_cluster_holds_are_the_library_op():

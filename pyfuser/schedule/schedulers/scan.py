@@ -173,7 +173,7 @@ def compute_heuristics(fusion, info: RuntimeInfo) -> ScanParams:
         cluster *= 2
     if -(-n // cluster) > capacity:
         raise SchedulerError(
-            f"scan: a row of {n} x {elem} bytes needs more than a cluster of {max_cluster} "
+            f"a row of {n} x {elem} bytes needs more than a cluster of {max_cluster} "
             f"blocks of {capacity} elements (a multi-kernel scan is not built); the library "
             "op runs it")
     why = [f"a row of {n} elements"]
@@ -190,7 +190,7 @@ def compute_heuristics(fusion, info: RuntimeInfo) -> ScanParams:
     vecs_per_block = -(-(-(-n // cluster)) // vector)
     block_elements = vecs_per_block * vector
     if cluster > 1 and -(-n // block_elements) != cluster:
-        raise SchedulerError(f"scan: {n} elements do not split over {cluster} blocks of "
+        raise SchedulerError(f"{n} elements do not split over {cluster} blocks of "
                              f"{block_elements}")
     p = max(1, per_thread_elems // vector)
     threads = min(MAX_THREADS, -(-vecs_per_block // p))
