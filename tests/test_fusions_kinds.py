@@ -217,7 +217,8 @@ def bias_dropout_residual(fd):
 
 
 def cumsum(fd):
-    # Running sums of the sorted probabilities (top-p sampling): a library segment.
+    # Running sums of the sorted probabilities (top-p sampling): a block-scan kernel, each row
+    # of 128256 split over a cluster of 8 blocks.
     x = fd.define_tensor([-1, -1], dtype=F32)
     fd.add_output(fd.ops.cumsum(x, 1))
 
@@ -451,7 +452,7 @@ KINDS: dict[str, Kind] = {
     "bias_dropout_residual": Kind(bias_dropout_residual, lambda: [
         _meta([8192, 4096]), _meta([8192, 4096]), _meta([4096])], (PW,)),
     "cumsum": Kind(cumsum, lambda: [_meta([64, 128256], torch.float32)],
-                   (("library", "scan"),)),
+                   (("kernel", "scan"),)),
     "topk": Kind(topk, lambda: [_meta([64, 128256])], (("library", "topk"),)),
     "embedding": Kind(embedding, lambda: [_meta([128256, 4096]), _meta([8192], torch.int64)],
                       (PW,)),

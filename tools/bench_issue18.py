@@ -7,9 +7,11 @@ today, same run as eager and torch.compile (GPU machine), or their plans on the 
 residual + dropout(x + bias, p=0.1) on [8192, 4096] bf16 with the mask written (the seed and
 offset drawn from torch's CUDA generator on each call: the values differ from eager's by design,
 the harness's difference note says so); argmax over rows of [8192, 128256] bf16; cumsum over
-rows of [64, 128256] fp32 and top-k (k=50) of [64, 128256] bf16, both library segments (torch)
-today; fp8 e4m3 quantization of [8192, 8192] bf16 (amax of the whole tensor, scale = 448 / amax,
-x * scale clamped to +-448 and cast, as quantization recipes write it; amax out). GB/s count the inputs read and the outputs written once (the floor); see
+rows of [64, 128256] fp32 (a block-scan kernel, each row over a cluster of 8 blocks) and top-k
+(k=50) of [64, 128256] bf16 (a library segment: torch); fp8 e4m3 quantization of [8192, 8192]
+bf16 (amax of the whole tensor, scale = 448 / amax, x * scale clamped to +-448 and cast, as
+quantization recipes write it; amax out). GB/s count the inputs read and the outputs written
+once (the floor); see
 tools/bench_cases.py for the timing.
 """
 from __future__ import annotations
@@ -106,7 +108,7 @@ def fp8_quant(device):
 CASES = {
     "residual + dropout(x + bias) [8192,4096] bf16, mask out": dropout,
     "argmax rows [8192,128256] bf16": argmax_rows,
-    "cumsum rows [64,128256] fp32 (library)": cumsum_rows,
+    "cumsum rows [64,128256] fp32 (scan kernel)": cumsum_rows,
     "topk k=50 [64,128256] bf16 (library)": topk_rows,
     "fp8 e4m3 quantization [8192,8192] bf16, amax out": fp8_quant,
 }

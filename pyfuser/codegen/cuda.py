@@ -11,7 +11,8 @@ import numpy as np
 
 from ..ir import scalar as S
 from ..ir.dtype import DataType, compute_type
-from ..ir.exprs import (BinaryOp, BinaryOpType, LoadStoreOp, ReductionOp, UnaryOp, UnaryOpType,
+from ..ir.exprs import (BinaryOp, BinaryOpType, LoadStoreOp, ReductionOp, ScanOp, UnaryOp,
+                        UnaryOpType,
                         WhereOp, WindowOp, BroadcastOp, ExpandOp, SqueezeOp, ReshapeOp, FullOp,
                         GatherOp, IotaOp, RandOp, UNIFORM_BITS)
 from ..ir.scalar import ScalarOp
@@ -49,7 +50,10 @@ BINARY = {
     BinaryOpType.Or: "({a} || {b})",
 }
 REDUCE = {"sum": "({a} + {b})", "max": "pf::maximum({a}, {b})", "min": "pf::minimum({a}, {b})"}
-REDUCE_OP = {"sum": "pf::OpSum()", "max": "pf::OpMax()", "min": "pf::OpMin()"}
+REDUCE_OP = {"sum": "pf::OpSum()", "max": "pf::OpMax()", "min": "pf::OpMin()",
+             "prod": "pf::OpProd()"}
+# A scan's combine (op(earlier, later)), as a C expression.
+SCAN = {"sum": "({a} + {b})", "prod": "({a} * {b})"}
 SPECIAL = {
     "threadIdx.x": "pf_tidx", "threadIdx.y": "pf_tidy", "threadIdx.z": "pf_tidz",
     "blockIdx.x": "pf_bidx", "blockIdx.y": "pf_bidy", "blockIdx.z": "pf_bidz",
@@ -230,6 +234,8 @@ class CudaPrinter:
         if s.vector > 1:
             return self.gather_text(s) if isinstance(e, GatherOp) else self.vector_copy(s)
         oct_ = ctype(odt)
+        if isinstance(e, ScanOp):
+            return self.scan_text(s)
         if isinstance(e, ReductionOp):
             ct = _compute_ctype(odt)
             acc = self.value(out, ct)
@@ -285,6 +291,47 @@ class CudaPrinter:
             index = f"static_cast<{ct}>({self.expr(s.ins[2])})"
             return f"{self.expr(out)} = pf::cast<{oct_}>({start} + {index} * {step});"
         raise NotImplementedError(f"codegen: no rule for {type(e).__name__}")
+
+    def scan_text(self, s: K.TensorOp) -> str:
+        """A scan step (`carry = op(carry, in); out = carry`) or, after the block scan, its fixup
+        (`out = op(carry, in)`, carry the exclusive prefix): lower/scans.py."""
+        if s.carry is None:
+            raise NotImplementedError("codegen: a scan left without its carry (lower_scans)")
+        t = ctype(s.carry.buffer.dtype)
+        ct = _compute_ctype(s.carry.buffer.dtype)
+        carry, val = self.expr(s.carry), self.value(s.ins[0], ct)
+        combined = SCAN[s.expr.op].format(a=self.value(s.carry, ct), b=val)
+        if s.scan_fixup:
+            return f"{self.expr(s.out)} = pf::cast<{ctype(s.out.buffer.dtype)}>({combined});"
+        return (f"{carry} = pf::cast<{t}>({combined}); "
+                f"{self.expr(s.out)} = {carry};")
+
+    def _BlockScan(self, s):
+        """Exclusive block scan of the carry (scan.cuh); with a cluster, the lower-ranked CTAs'
+        totals in front."""
+        bx = self.k.launch.block[0]
+        bx = bx if isinstance(bx, int) else bx.value
+        if bx is None or bx % 32:
+            raise ValueError(f"a block scan needs a static block x of whole warps, got {bx}")
+        t = ctype(s.dtype)
+        self.ws_types.add(t)
+        op = REDUCE_OP[s.op]
+        carry = self.expr(s.carry)
+        ws = f"pf_red_ws_{t.replace(' ', '_')}"
+        self.line("{")
+        self.line(f"  {t} pf_scan_total;")
+        self.line(f"  {carry} = pf::block_exclusive_scan_x({carry}, {ws}, {op}, pf_scan_total);")
+        if s.cluster is not None:
+            dim, size = s.cluster
+            if dim != "y":
+                raise NotImplementedError("codegen: a cluster scan along blockIdx.y only")
+            self.cluster_types.add(t)
+            self.line(f"  {carry} = {op}(pf::cluster_exclusive_scan_row<{size}>(pf_scan_total, "
+                      f"pf_cluster_slots_{t.replace(' ', '_')}, {self.rows()}, pf_cluster_phase, "
+                      f"{op}), {carry});")
+        else:
+            self.line("  (void)pf_scan_total;")
+        self.line("}")
 
     def gather_text(self, s: K.TensorOp) -> str:
         """A gather's read (lower/index._gather_read): the index checked against its dim, the

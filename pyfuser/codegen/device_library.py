@@ -28,6 +28,7 @@ PARTS: tuple[str, ...] = (
     "warp_group",
     "cluster",
     "cluster_reduce",
+    "scan",
     "grid_sync",
 )
 
@@ -42,6 +43,7 @@ DEPENDS: dict[str, tuple[str, ...]] = {
     "warp_group": (),
     "cluster": ("types",),
     "cluster_reduce": ("memory", "reduce", "cluster"),
+    "scan": ("types", "memory", "reduce", "cluster"),
     "grid_sync": (),
 }
 

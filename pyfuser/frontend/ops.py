@@ -526,7 +526,9 @@ class Ops:
 
     def cumsum(self, x, dim: int, dtype=None):
         """torch.cumsum: running sums along `dim` (int64 for integer and bool inputs unless
-        `dtype` says). A library op: torch.cumsum runs it (no scan kernel yet)."""
+        `dtype` says; 16-bit floats are summed in float32 and each result rounded, as torch
+        does). A block-scan kernel (the `scan` scheduler) with the element-wise ops around it,
+        or torch.cumsum as a library op where no kernel takes it."""
         return self._scan("cumsum", "sum", x, dim, dtype)
 
     def cumprod(self, x, dim: int, dtype=None):
@@ -540,8 +542,15 @@ class Ops:
         dim = self._one_dim(name, max(rank, 1), dim)   # rank 0 takes 0 or -1, as torch
         dt = parse_dtype(dtype) if dtype is not None else (
             x.dtype if x.dtype.is_floating else DataType.Int)
+        source = x
         if dt != x.dtype:
             x = self.cast(x, dt)
+        if rank == 0 or x.domain.logical_no_reductions[dim].is_broadcast:
+            # A scan over one element is that element (torch's dtype rules above still apply).
+            return self.set(x) if x is source else x
+        if dt.is_reduced_float:
+            # torch accumulates 16-bit scans in float32 and rounds each result once.
+            return self.cast(arith.scan(self.cast(x, DataType.Float), dim, op, DataType.Float), dt)
         return arith.scan(x, dim, op, dt)
 
     def topk(self, x, k, dim: int = -1, largest: bool = True, sorted: bool = True):

@@ -333,14 +333,32 @@ class TopKOp(Expr):
 
 class ScanOp(Expr):
     """out = the inclusive scan of x along `dim` (torch.cumsum with op "sum", torch.cumprod
-    with "prod"), x's shape, in `out`'s dtype (torch's: int64 for integer and bool inputs). A
-    library op (runtime/library.py runs torch's) until a block-scan kernel exists; `dim_map`
+    with "prod"), x's shape, in `out`'s dtype (torch's: int64 for integer and bool inputs; the
+    frontend scans 16-bit floats in float32). The `scan` scheduler generates a block-scan
+    kernel for it (lower/scans.py); where no kernel takes it, it runs as a library op
+    (runtime/library.py runs torch's; schedule/op_support.LIBRARY_FALLBACK_OPS). `dim_map`
     pairs every dim of x with out's."""
 
     def __init__(self, out: Val, x: Val, dim: int, op: str):
         self.dim, self.op = dim, op
         self.dim_map = (tuple((d, d) for d in range(len(out.domain.logical))),)
         super().__init__([x], [out])
+
+    @property
+    def identity(self) -> int:
+        """op's identity: the prefix of a row's first element."""
+        return 0 if self.op == "sum" else 1
+
+    def scanned_ids(self) -> list:
+        """The IDs of out's domain (root to loop) that iterate the scanned dim: its logical ID
+        and everything split or merged from it alone."""
+        from .iter_domain import ancestors
+        out = self.outputs[0]
+        scanned = out.domain.logical[self.dim]
+        roots = out.domain.logical
+        return [i for i in out.domain.all_ids()
+                if i is scanned or (i.definition is not None
+                                    and ancestors(i, roots) == [scanned])]
 
 
 class LinearOp(Expr):

@@ -319,6 +319,11 @@ class TensorOp(Stmt):
     else_value: Any = None
     vector: int = 1
     nest: list = dataclasses.field(default_factory=list)   # lowering Loops around it
+    # A scan (ScanOp, lower/scans.py): `carry` is the thread's running value (a register
+    # TensorIndex). The scan step is `carry = op(carry, in); out = carry`; the fixup after the
+    # block scan (`scan_fixup`) is `out = op(carry, in)`, carry then the exclusive prefix.
+    carry: Any = None
+    scan_fixup: bool = False
 
 
 @dataclasses.dataclass(eq=False)
@@ -374,6 +379,21 @@ class ClusterReduce(Stmt):
 
 
 @dataclasses.dataclass(eq=False)
+class BlockScan(Stmt):
+    """Exclusive scan of `carry` (a register TensorIndex: each thread's chunk total, in
+    threadIdx.x order within each row of the block) across threadIdx.x: afterwards each thread's
+    carry is op of the totals of the threads before it in its row (the identity for the first).
+    With `cluster` (the block dim and CTA count a thread-block cluster spans), the totals of the
+    row's CTAs of lower rank are combined in front, through distributed shared memory (every
+    CTA of the cluster must reach it). Uses the block-reduction shared workspace."""
+
+    carry: Any
+    op: str                        # sum | prod
+    dtype: DataType
+    cluster: Any = None            # (dim, size) or None
+
+
+@dataclasses.dataclass(eq=False)
 class BlockSync(Stmt):
     """__syncthreads(), or a named barrier among `count` threads."""
 
@@ -416,6 +436,9 @@ CB_MAIN_LOOP = "circular buffer main loop"
 CB_EPILOGUE = "circular buffer epilogue"
 WS_PRODUCER_LOOP = "warp-specialized producer loop"
 WS_COMPUTE_LOOP = "warp-specialized compute loop"
+# The loops lower/scans.py repeats after a block scan to add each thread's prefix to its chunk
+# (the verifier allows that repetition inside them).
+SCAN_FIXUP = "scan prefix fixup"
 
 
 @dataclasses.dataclass(eq=False)

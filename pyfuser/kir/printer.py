@@ -17,6 +17,9 @@ def _op(s: K.TensorOp) -> str:
     name = getattr(getattr(e, "op", None), "value", type(e).__name__)
     ins = ", ".join(repr(i) for i in s.ins)
     acc = " (accumulate)" if s.accumulate else ""
+    if s.carry is not None:
+        name = f"{e.op}_scan" + ("_fixup" if s.scan_fixup else "")
+        acc = f" (carry {s.carry!r})"
     vec = f" vector {s.vector}" if s.vector > 1 else ""
     return f"{s.out!r} = {name}({ins}){acc}{vec}"
 
@@ -50,6 +53,9 @@ def kernel_str(kernel: K.Kernel) -> str:
                 lines.append(f"{pad}{s.out.name}[*] = {s.value!r}")
             elif isinstance(s, K.BlockReduce):
                 lines.append(f"{pad}block_allreduce<{','.join(s.dims)}>({s.op}, {s.values})")
+            elif isinstance(s, K.BlockScan):
+                cl = f" cluster {s.cluster}" if s.cluster else ""
+                lines.append(f"{pad}block_exclusive_scan<x>({s.op}, {s.carry!r}){cl}")
             elif isinstance(s, K.GridReduce):
                 lines.append(f"{pad}grid_reduce<{','.join(s.dims)}>({s.op}, {s.values})")
             elif isinstance(s, K.BlockSync):

@@ -39,6 +39,7 @@ PASS_ORDER = (
     "build_loops",
     "allocate",
     "lower_reductions",
+    "lower_scans",
     "index_and_predicate",
     "vectorize_and_unroll",
     "circular_buffer_loops",
@@ -266,7 +267,9 @@ class _Verifier:
             self.fail(f"loop variable {s.var!r} is not a Var", s)
         for what, e in (("start", s.start), ("stop", s.stop), ("step", s.step)):
             self.check_expr(e, scope, s, f"the loop {what}")
-        if s.loop is not None and not self.in_epilogue(scope):
+        # A scan's fixup repeats the scan's loops (lower/scans.py).
+        repeat = K.SCAN_FIXUP in (s.label, *(f.label for f in scope.loops()))
+        if s.loop is not None and not self.in_epilogue(scope) and not repeat:
             if id(s.loop) in self.loops_seen:
                 self.fail(f"lowering loop {s.loop!r} is emitted twice", s)
             self.loops_seen[id(s.loop)] = s
@@ -394,6 +397,22 @@ class _Verifier:
         if not s.dims or any(d not in "xyz" for d in s.dims):
             self.fail(f"block reduction dims {s.dims!r}", s)
         self._reduce_common(s, scope, set(s.dims), set())
+
+    def _BlockScan(self, s: K.BlockScan, scope):
+        if s.op not in ("sum", "prod"):
+            self.fail(f"unknown scan op {s.op!r}", s)
+        for c in scope.ifs():
+            if not K.is_true(c.cond):
+                self.fail(f"BlockScan is inside the predicated branch `if {c.cond!r}`: threads "
+                          "that skip it would hang the others", s)
+        # Only threadIdx.x: a cluster's blockIdx.y loop is a scope every CTA enters.
+        for f in scope.loops():
+            if _THREAD_PT.get(f.parallel) == "x":
+                self.fail("BlockScan over threadIdx.x is inside a loop bound to threadIdx.x", s)
+        v = s.carry
+        if not isinstance(v, K.TensorIndex) or v.buffer.memory != "local":
+            self.fail(f"scanned value {v!r} is not a register TensorIndex", s)
+        self.check_buffer(v.buffer, scope, s, "the scanned value")
 
     def _ClusterReduce(self, s: K.ClusterReduce, scope):
         self._reduce_common(s, scope, set(), {s.dim})
@@ -532,3 +551,4 @@ def _is_cp_async_load(s: K.TensorOp) -> bool:
 def verify_kernel(kernel: K.Kernel, after: str) -> None:
     """Raise KernelIRError if `kernel`, as left by pass `after`, is malformed."""
     _Verifier(kernel, after).run()
+

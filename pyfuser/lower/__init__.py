@@ -17,6 +17,7 @@ from .launch import launch_config
 from .loops import build_loops
 from .params import kernel_params
 from .reductions import lower_reductions
+from .scans import lower_scans
 from .sync import insert_syncs
 from .vectorize import vectorize_and_unroll
 from .warp_specialize import warp_specialize
@@ -26,6 +27,7 @@ PIPELINE = [
     build_loops,            # one ForLoop per loop, TensorOps inside the loops they share
     allocate,               # register and shared buffers at the scope of their compute-at
     lower_reductions,       # accumulator init, block/grid reduction after the reduction loops
+    lower_scans,            # scans: running value, block scan of the chunk totals, prefix fixup
     index_and_predicate,    # operands become indexed accesses; bounds and thread predicates
     vectorize_and_unroll,   # vector loads/stores, unrolled register loops
     circular_buffer_loops,  # TMA loads: mbarriers, stages, prologue / main loop / epilogue

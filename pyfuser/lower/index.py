@@ -301,7 +301,9 @@ def _index_op(op: K.TensorOp, ctx) -> None:
     seen = set()
     # Register-to-register math needs no guard: an out-of-range iteration computes a value no
     # guarded write or accumulation ever uses. Memory accesses and accumulations are guarded.
-    touches_memory = (op.accumulate or tv.memory_type != MemoryType.Local or any(
+    # A scan step feeds the thread's running value: guarded like an accumulation.
+    scan_step = op.carry is not None and not op.scan_fixup
+    touches_memory = (op.accumulate or scan_step or tv.memory_type != MemoryType.Local or any(
         isinstance(v, TensorView) and v.memory_type == MemoryType.Global for v in op.ins))
     # A read of shared memory into registers is guarded only along the dims the shared buffer
     # holds: an index past them leaves the buffer (a register tile of 4 x 335 x 4 = 5360 over
@@ -477,6 +479,10 @@ def _loop_ranges(ctx, nest) -> dict:
             exts = {repr(scalar_to_kexpr(e, ctx.names)) for e in ctx.kernel_parallel[lp.parallel]}
             if len(exts) != 1:
                 continue
+            pinned = (ctx.fusion.launch_hints.get(f"block_{lp.parallel.value[-1]}")
+                      if lp.parallel.is_thread_dim else None)
+            if pinned is not None and pinned != ext.value:
+                continue        # a block sized by the schedule: blockDim is the hint
             ranges[_THREAD_SPECIAL[lp.parallel]] = (0, ext.value - 1)
         elif isinstance(lp.var, K.Var):
             ranges[lp.var] = (0, ext.value - 1)
@@ -533,7 +539,11 @@ def _thread_predicates(ctx, tv: TensorView, nest, redundant: list) -> list:
                 conds.append(K.Var("pf_grid_last", "bool"))
                 continue
             mine = repr(extent)
-            if any(repr(scalar_to_kexpr(e, ctx.names)) != mine for e in extents):
+            # A block the schedule sized itself (the scan's whole warps) may exceed every loop.
+            pinned = (ctx.fusion.launch_hints.get(f"block_{pt.value[-1]}")
+                      if pt.is_thread_dim else None)
+            if any(repr(scalar_to_kexpr(e, ctx.names)) != mine for e in extents) or (
+                    pinned is not None and mine != repr(K.Const(pinned))):
                 conds.append(K.lt(K.Special(special), scalar_to_kexpr(lp.extent, ctx.names)))
         elif tv.memory_type != MemoryType.Local:
             if pt.is_block_dim and _after_grid_reduction(ctx, tv, pt.value[-1]):

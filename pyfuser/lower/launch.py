@@ -61,6 +61,9 @@ def launch_config(kernel: K.Kernel) -> K.Kernel:
         if isinstance(s, K.BlockReduce):
             count = s.values[0].vector if s.values else 1
             ws = max(ws, reduction_workspace_elems(s.dims, count, block))
+        elif isinstance(s, K.BlockScan):
+            # One total per warp of each row: block_allreduce_x's formula for one value.
+            ws = max(ws, reduction_workspace_elems(("x",), 1, block))
         elif isinstance(s, K.GridReduce) and s.thread_dims:
             # The last block's combine ends with a block all-reduce over the reduced thread dims.
             count = s.values[0].vector if s.values else 1

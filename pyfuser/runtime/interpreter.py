@@ -38,7 +38,10 @@ numpy over the thread set:
   blockIdx-major, threadIdx.x-minor order) wins.
 - Block reductions all-reduce over the block's thread dims, grid reductions over blocks (the last
   block of each group gets the result and pf_grid_last), cluster reductions over the CTAs of a
-  cluster; a lockstep grid sync is a check only.
+  cluster; a lockstep grid sync is a check only. A scan's step and fixup (lower/scans.py) use
+  the thread's running value; a block scan is the exclusive scan of the running values in
+  threadIdx.x order within each row of the block (and across the CTAs of a cluster in rank
+  order), in float64 then rounded to the value's dtype.
 - Warp-specialized kernels (`IfThenElse.roles`): the producer and compute branches run as two
   cooperating groups (each in lockstep), taking turns: a group runs until an mbarrier wait it
   cannot pass, then hands over.
@@ -418,6 +421,11 @@ _BINARY = {
 # Accumulations and block / cluster / grid reductions (max / min propagate NaN: pf::OpMax).
 _REDUCE = {"sum": lambda a, b: np.add(_as_number(a), _as_number(b)), "max": np.maximum,
            "min": np.minimum}
+# A scan's combine, op(earlier, later) (lower/scans.py); cumulative forms for the block scan.
+_SCAN = {"sum": lambda a, b: np.add(_as_number(a), _as_number(b)),
+         "prod": lambda a, b: np.multiply(_as_number(a), _as_number(b))}
+_SCAN_IDENTITY = {"sum": 0, "prod": 1}
+_CUMULATIVE = {"sum": np.cumsum, "prod": np.cumprod}
 _REDUCEAT = {"sum": np.add.reduceat, "max": np.maximum.reduceat, "min": np.minimum.reduceat}
 
 
@@ -1277,6 +1285,9 @@ class Interpreter:
         if isinstance(e, RandOp):
             self._write(ctx, s.out, self._random(ctx, s), None)
             return
+        if s.carry is not None:
+            self._scan(ctx, s)
+            return
         ins = [self._read(ctx, x) for x in s.ins]
         if s.accumulate:
             acc, acc_poison = self._read(ctx, s.out)
@@ -1292,6 +1303,24 @@ class Interpreter:
                 poison = _or_masks(poison, p)
             value = self._compute(e, [v for v, _ in ins])
         self._write(ctx, s.out, value, poison, exact=self._exact_copy(s))
+
+    def _scan(self, ctx: _Ctx, s: K.TensorOp) -> None:
+        """A scan step (`carry = op(carry, in); out = carry`) or its fixup (`out = op(carry,
+        in)`): lower/scans.py. The carry is rounded to its dtype at each step, as on the GPU."""
+        combine = _SCAN[s.expr.op]
+        carry, carry_poison = self._read(ctx, s.carry)
+        val, poison = self._read(ctx, s.ins[0])
+        if s.scan_fixup:
+            self._write(ctx, s.out, combine(carry, val), _or_masks(carry_poison, poison))
+            return
+        bad = _or_masks(carry_poison, poison)
+        if bad is not None:
+            i = int(np.argmax(bad))
+            raise InterpreterError(f"scan carry {s.carry!r} takes a value computed from "
+                                   f"unwritten registers at {self._where(ctx, i)}")
+        self._write(ctx, s.carry, combine(carry, val), None)
+        carry, _ = self._read(ctx, s.carry)
+        self._write(ctx, s.out, np.array(carry, copy=True), None, exact=True)
 
     def _window(self, ctx: _Ctx, s: K.TensorOp, lanes: int = 1) -> None:
         """A window's read (of `lanes` elements) where its condition holds, its fill where not
@@ -1500,6 +1529,67 @@ class Interpreter:
             if lanes > 1:
                 addr = addr[:, None] + _lanes(lanes)
             self._store(m, addr, res[group], None if pres is None else pres[group])
+
+    def _BlockScan(self, s: K.BlockScan, ctx: _Ctx):
+        """block_exclusive_scan_x: each thread's carry becomes op of the carries of the threads
+        of its row (same block, y and z) with a lower threadIdx.x, in x order; with a cluster,
+        op of the row totals of the lower-ranked CTAs in front (cluster_exclusive_scan_row).
+        Every thread of the block (and of the cluster) must arrive."""
+        self._check_whole_blocks(s, ctx)
+        if self.block[0] % 32:
+            raise InterpreterError(f"block scan over a block x of {self.block[0]} threads (a "
+                                   "multiple of 32 is needed)")
+        vals, poison = self._read(ctx, s.carry)
+        if poison is not None and np.asarray(poison).any():
+            i = int(np.argmax(poison))
+            raise InterpreterError(f"block scan of {s.carry!r}, computed from unwritten "
+                                   f"registers at {self._where(ctx, i)}")
+        vals = np.array(vals, copy=True)
+        tx = self._thread_dim(ctx, "x")
+        key = ctx.blk.copy()
+        for d, ext in zip("yz", self.block[1:]):
+            key = key * ext + self._thread_dim(ctx, d)
+        rows, row = np.unique(key, return_inverse=True)
+        ident = _SCAN_IDENTITY[s.op]
+        table = np.full((len(rows), self.block[0]), ident, dtype=vals.dtype)
+        table[row, tx] = vals
+        cum = _CUMULATIVE[s.op](table, axis=1)
+        excl = np.empty_like(cum)
+        excl[:, 0] = ident
+        excl[:, 1:] = cum[:, :-1]
+        res = excl[row, tx]
+        if s.cluster is not None:
+            res = _SCAN[s.op](self._cluster_prefix(s, ctx, cum[row, -1]), res)
+        m, addr = self._locate(ctx, s.carry, "block scan of", 1)
+        self._store(m, addr, res, None)
+
+    def _cluster_prefix(self, s: K.BlockScan, ctx: _Ctx, totals):
+        """Per thread: op of its row's totals in the CTAs of its cluster of lower rank."""
+        dim, size = s.cluster
+        dims = self.k.launch.cluster
+        if dims is None or dims["xyz".index(dim)] != size or self.block[2] != 1:
+            raise InterpreterError(f"cluster scan over {size} CTAs along {dim} in a launch "
+                                   f"with cluster {dims} and block {self.block}")
+        per_cluster = dims[0] * dims[1] * dims[2]
+        bx, by, bz = (self._block_dim(ctx, d) for d in "xyz")
+        ncl = [-(-g // c) for g, c in zip(self.grid, dims)]
+        cluster = (bx // dims[0]) + ncl[0] * ((by // dims[1]) + ncl[1] * (bz // dims[2]))
+        rank = (bx % dims[0]) + dims[0] * ((by % dims[1]) + dims[1] * (bz % dims[2]))
+        reached = np.zeros((ncl[0] * ncl[1] * ncl[2], per_cluster), dtype=bool)
+        reached[cluster, rank] = True
+        counts = reached[np.unique(cluster)].sum(axis=1)
+        if (counts != per_cluster).any():
+            raise InterpreterError(f"cluster scan reached by {counts.min()} of {per_cluster} "
+                                   "CTAs of a cluster")
+        row = cluster * self.block[1] + self._thread_dim(ctx, "y")
+        ident = _SCAN_IDENTITY[s.op]
+        table = np.full((len(reached) * self.block[1], per_cluster), ident, dtype=totals.dtype)
+        table[row, rank] = totals
+        cum = _CUMULATIVE[s.op](table, axis=1)
+        excl = np.empty_like(cum)
+        excl[:, 0] = ident
+        excl[:, 1:] = cum[:, :-1]
+        return excl[row, rank]
 
     def _ClusterReduce(self, s: K.ClusterReduce, ctx: _Ctx):
         """cluster_allreduce_row: thread x == 0 of each row of every CTA of a cluster publishes

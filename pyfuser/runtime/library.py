@@ -1,6 +1,7 @@
 """Library segments: fusion ops run by a library call instead of a generated kernel.
 
-A plan runs each op of schedule/op_support.LIBRARY_OPS as a segment of its own through
+A plan runs each op of schedule/op_support.LIBRARY_OPS (and each op of LIBRARY_FALLBACK_OPS that
+no kernel took: a scan) as a segment of its own through
 `run_library_op`: torch on the inputs' device and current stream (cuBLAS on a CUDA device, so
 on the plan's stream; torch's CPU kernels on CPU tensors, which the interpreter plans use). This
 is not a fallback: it is how pyfuser runs matmul and linear until it has a matmul scheduler.
@@ -14,7 +15,7 @@ of a few attribute writes). fp32 operands follow torch's TF32 setting (off by de
 products), the user's choice as in eager torch.
 
 `IMPLEMENTATIONS` maps each library expression type to its implementation; tests check that it
-covers op_support.LIBRARY_OPS exactly.
+covers op_support.LIBRARY_OPS and LIBRARY_FALLBACK_OPS exactly.
 """
 from __future__ import annotations
 
@@ -112,5 +113,9 @@ def describe(expr) -> str:
     operands = ", ".join(f"T{v.name}" for v in expr.inputs)
     out = expr.outputs[0]
     outs = ", ".join(f"T{o.name}" for o in expr.outputs)
-    return (f"{impl.name}: {outs} = {impl.name}({operands}) by {impl.call}{impl.runs_as}, "
+    op, call = impl.name, impl.call
+    if isinstance(expr, ScanOp):
+        op = "cumsum" if expr.op == "sum" else "cumprod"
+        call, operands = f"torch.{op}", f"{operands}, dim={expr.dim}"
+    return (f"{impl.name}: {outs} = {op}({operands}) by {call}{impl.runs_as}, "
             f"{out.dtype.short_name}{impl.numerics}")

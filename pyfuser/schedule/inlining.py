@@ -10,7 +10,7 @@ allocated only for the loops right of k.
 """
 from __future__ import annotations
 
-from ..ir.exprs import ReductionOp
+from ..ir.exprs import ReductionOp, ScanOp
 from ..ir.id_graph import IdGraph, match_loops
 from ..ir.iter_domain import ParallelType, ancestors
 from ..ir.tensor import MemoryType, ScheduleError, TensorView
@@ -53,11 +53,20 @@ def _persistent_limits(fusion, tv: TensorView, graph: IdGraph) -> set:
     if len(consumers) < 2:
         return blocked
     for r in _downstream(fusion, tv):
-        if not isinstance(r.definition, ReductionOp):
+        if isinstance(r.definition, ScanOp):
+            # A scan's result is complete only after its block scan: like a reduction's, to
+            # the consumers beside it (x + cumsum(x) reads x after the scan). Its loops bound to
+            # blocks (a row split over a cluster) are scopes every consumer shares.
+            red_ids = [i for i in r.definition.scanned_ids()
+                       if not i.parallel_type.is_block_dim]
+            scan_loops = True
+        elif isinstance(r.definition, ReductionOp):
+            red_ids = [i for i in r.domain.all_ids() if i.is_reduction]
+            scan_loops = False
+        else:
             continue
         feeds = _upstream(fusion, r) | {r}
         after_r = _downstream(fusion, r)
-        red_ids = [i for i in r.domain.all_ids() if i.is_reduction]
         inside = [c for c in consumers if c in feeds]
         # A consumer outside R's inputs forces tv to stay resident only if it, or what it
         # feeds before a reduction over R's dims, uses R's result: the dx chain of a norm
@@ -69,7 +78,7 @@ def _persistent_limits(fusion, tv: TensorView, graph: IdGraph) -> set:
         if not inside or not outside:
             continue
         for i in tv.domain.loop:
-            if any(graph.mapped(i, x) for x in red_ids) or any(
+            if any(graph.mapped(i, x) for x in red_ids) or not scan_loops and any(
                     graph.mapped(a, x) for a in ancestors(i, tv.domain.maybe_root) for x in red_ids):
                 blocked.add(i)
     return blocked
@@ -193,11 +202,15 @@ def max_inline_position(tv: TensorView, graph: IdGraph | None = None) -> tuple[i
         return 0, "no consumer"
     graph = graph or IdGraph(fusion, permissive=True)
     blocked = _persistent_limits(fusion, tv, graph)
+    scanned = tv.definition.scanned_ids() if isinstance(tv.definition, ScanOp) else ()
     n = len(tv.domain.loop)
     for k in range(n):
         i = tv.domain.loop[k]
         if i.is_reduction:
             return k, f"axis {k} is a reduction: consumers need its result complete"
+        if i in scanned and not i.parallel_type.is_block_dim:
+            return k, (f"axis {k} runs along T{tv.name}'s scan: consumers need its result "
+                       "complete (the block scan and the prefix come after its loops)")
         if i.parallel_type in _UNINLINABLE:
             return k, f"axis {k} is {i.parallel_type.short}: it must stay an own loop of T{tv.name}"
         if i in blocked:

@@ -8,6 +8,10 @@ warning). The segmenter, the tests and the fuzzer read these lists instead of ke
 - LIBRARY_OPS: expression types run by a library call (matmul and linear through torch/cuBLAS
   until pyfuser's matmul scheduler exists). Each has a runtime implementation in
   runtime/library.py.
+- LIBRARY_FALLBACK_OPS: kernel ops that also have a library implementation: a scheduler that
+  takes them fuses them into a kernel (the `scan` scheduler: cumsum, cumprod); a group of one
+  such op that no scheduler takes (a scan along a dim strided in memory, rows longer than a
+  cluster holds) runs as a library segment, not in the reference.
 - Anything else runs in a reference segment.
 - BOUNDARY_OPS: kernel ops whose output the segmenter never merges across (fd.ops.segment_set):
   the op runs in its producer's segment, and the consumers of its output in others.
@@ -27,8 +31,11 @@ from ..ir.scalar import ScalarOp
 # of a mean over an expanded dim), which kernels compute from their scalar parameters.
 KERNEL_OPS: tuple = (UnaryOp, BinaryOp, WhereOp, LoadStoreOp, BroadcastOp, ExpandOp, SqueezeOp,
                      ReshapeOp, ReductionOp, FullOp, IotaOp, RandOp, WindowOp, GatherOp, ScalarOp,
-                     SegmentSetOp)
-LIBRARY_OPS: tuple = (MatmulOp, LinearOp, TopKOp, ScanOp)
+                     SegmentSetOp, ScanOp)
+LIBRARY_OPS: tuple = (MatmulOp, LinearOp, TopKOp)
+LIBRARY_FALLBACK_OPS: tuple = (ScanOp,)
+# Ops only schedulers that declare TAKES_SCANS are asked to take (schedulers/registry.py).
+SCAN_OPS: tuple = (ScanOp,)
 BOUNDARY_OPS: tuple = (SegmentSetOp,)
 # Ops that only move or fill data (no arithmetic worth a launch): the segmenter keeps them out
 # of segments of their own wherever a neighbour takes them.
@@ -53,6 +60,12 @@ def segment_kind(expr) -> str:
     if isinstance(expr, KERNEL_OPS):
         return "kernel"
     return "reference"
+
+
+def has_library_implementation(expr) -> bool:
+    """Whether runtime/library.py can run `expr` (a library op, or a kernel op that falls back
+    to one)."""
+    return isinstance(expr, LIBRARY_OPS + LIBRARY_FALLBACK_OPS)
 
 
 def is_cheap(expr) -> bool:

@@ -11,7 +11,9 @@ dtype's size). A merge is illegal when the two groups are also connected through
 (fd.ops.segment_set).
 
 What is left:
-- groups of library ops (op_support.LIBRARY_OPS) are segments of their own;
+- groups of library ops (op_support.LIBRARY_OPS) are segments of their own, and so is a
+  kernel op with a library implementation (op_support.LIBRARY_FALLBACK_OPS: a scan) that no
+  scheduler takes even alone (its segment says why no kernel took it);
 - a group no scheduler takes even alone runs in a reference segment, merged with its reference
   neighbours; a group of cheap ops only (broadcast, reshape, casts, ...) that no kernel
   neighbour took joins a reference neighbour rather than launching a kernel of its own.
@@ -44,7 +46,8 @@ from ..ir import scalar as S
 from ..ir.fusion import Fusion
 from ..ir.scalar import Scalar
 from ..ir.tensor import MemoryType, TensorDomain, TensorView
-from .op_support import BOUNDARY_OPS, LIBRARY_OPS, is_cheap, is_forwardable, segment_kind
+from .op_support import (BOUNDARY_OPS, LIBRARY_FALLBACK_OPS, has_library_implementation,
+                         is_cheap, is_forwardable, segment_kind)
 from .schedulers import registry
 
 # Stand-in for a symbolic extent when ranking merges by the bytes they save.
@@ -156,7 +159,7 @@ def _forwarded(fusion, exprs) -> set:
         if not is_forwardable(e) or not any(i in starts for i in e.inputs):
             continue
         o = e.outputs[0]
-        if o in fusion.outputs or any(isinstance(u, LIBRARY_OPS) for u in reads.get(o, ())):
+        if o in fusion.outputs or any(has_library_implementation(u) for u in reads.get(o, ())):
             continue
         # Its consumers may be forwarded too; not those of an op some segment writes (they
         # would read it before the segment writing it ran: forwarded ops are in no group, so
@@ -314,7 +317,10 @@ class _Grouping:
         reference neighbour; reference neighbours merge."""
         for g in list(self.members):
             if self.kind[g] == "kernel" and self.choice(self.members[g]).scheduler is None:
-                self.kind[g] = "reference"
+                alone = self.members[g]
+                self.kind[g] = ("library" if len(alone) == 1
+                                and isinstance(self.exprs[alone[0]], LIBRARY_FALLBACK_OPS)
+                                else "reference")
         while True:
             edges = self.edges()
             merged = False
@@ -357,6 +363,11 @@ class _Grouping:
                 c = self.choice(members)
                 out.append(dataclasses.replace(sub, kind="kernel", scheduler=c.scheduler,
                                                why=c.reason, choice=c))
+            elif kind == "library" and isinstance(exprs[-1], LIBRARY_FALLBACK_OPS):
+                why = self.choice(members).reason
+                out.append(dataclasses.replace(sub, kind="library", why=(
+                    "a library call, since no kernel takes it (op_support.LIBRARY_FALLBACK_OPS): "
+                    + why)))
             elif kind == "library":
                 out.append(dataclasses.replace(sub, kind="library",
                                                why="a library call (op_support.LIBRARY_OPS)"))

@@ -89,6 +89,7 @@ def test_parts_order_is_the_documented_one():
         "warp_group",
         "cluster",
         "cluster_reduce",
+        "scan",
         "grid_sync",
     )
     assert set(dl.DEPENDS) == set(PARTS)
@@ -521,3 +522,39 @@ def test_cp_async_forms():
                  'extern "C" __global__ void k() { pf::cp_async_wait_group<-1>(); }'):
         res = nvrtc_compile(device_library_source(["memory"]) + body)
         assert not res.ok and "static assert" in res.log, res.log
+
+
+SCAN_KERNEL = r"""
+template <typename T, typename Op>
+__device__ void pf_scan_one(T* out, Op op, unsigned& phase, T* ws, T* slots) {
+  T total;
+  T v = pf::block_exclusive_scan_x(out[threadIdx.x], ws, op, total);
+  v = op(pf::cluster_exclusive_scan_row<4>(total, slots, 1, phase, op), v);
+  out[threadIdx.x] = pf::warp_inclusive_scan(v, op) + pf::shfl_idx(v, 3) + pf::shfl_up(v, 1);
+}
+
+extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(256)
+pf_scan(float* f, double* d, int* i, long long* l) {
+  __shared__ float wf[8];
+  __shared__ double wd[8];
+  __shared__ int wi[8];
+  __shared__ long long wl[8];
+  __shared__ float sf[8];
+  __shared__ double sd[8];
+  __shared__ int si[8];
+  __shared__ long long sl[8];
+  unsigned phase = 0;
+  pf::cluster_sync();
+  pf_scan_one(f, pf::OpSum(), phase, wf, sf);
+  pf_scan_one(d, pf::OpProd(), phase, wd, sd);
+  pf_scan_one(i, pf::OpSum(), phase, wi, si);
+  pf_scan_one(l, pf::OpProd(), phase, wl, sl);
+}
+"""
+
+
+def test_scan_helpers_compile_for_every_scan_type():
+    """scan.cuh's block and cluster scans (4- and 8-byte, sum and product) assemble without
+    spills (the kernels' scans instantiate only some of these)."""
+    res = assert_compiles(device_library_source(["scan"]) + SCAN_KERNEL)
+    assert "Compiling entry function 'pf_scan'" in res.log

@@ -1,6 +1,6 @@
-"""cumsum and cumprod (fd.ops.cumsum / cumprod, ir.exprs.ScanOp): library ops run by torch
-(no block-scan kernel yet), a segment of their own between kernels; torch's dtypes (int64 for
-integer and bool inputs); the reference against torch; definition errors."""
+"""cumsum and cumprod (fd.ops.cumsum / cumprod, ir.exprs.ScanOp) at the frontend: torch's dtypes
+(int64 for integer and bool inputs, 16-bit floats summed in float32), the reference against
+torch, definition errors. The block-scan kernel is tested in tests/schedule/test_scan_kernel.py."""
 import pytest
 import torch
 
@@ -24,13 +24,18 @@ def test_matches_torch(name, dim, dtype):
     got = evaluate(fd.fusion, [x])[0]
     assert got.dtype == want.dtype
     torch.testing.assert_close(got, want)
-    run_and_check(fd, [x], kernels=0, options=INTERPRET,
-                  segments=(("library", "scan"),) if dtype in (torch.float32, torch.bfloat16)
-                  else (("kernel", "pointwise"), ("library", "scan")))
+    # The cast to int64 of an integer input and the scan: one scan kernel. dim 0 is not the
+    # innermost: the library op, after the cast's kernel.
+    if dim == 0:
+        run_and_check(fd, [x], kernels=0, options=INTERPRET,
+                      segments=(("kernel", "pointwise"), ("library", "scan")))
+    else:
+        run_and_check(fd, [x], scheduler="scan", options=INTERPRET)
 
 
-def test_top_p_mask_around_a_library_cumsum():
-    """softmax, cumsum of the probabilities, then the mask: kernels around the library scan."""
+def test_top_p_mask_after_a_softmax():
+    """softmax, cumsum of the probabilities, then the mask: the softmax kernel, then the scan
+    kernel with the mask fused (a reduction beside a scan is not one kernel yet)."""
     x = torch.randn(8, 1000)
     with FusionDefinition() as fd:
         tx = fd.from_pytorch(x)
@@ -38,7 +43,7 @@ def test_top_p_mask_around_a_library_cumsum():
         p = fd.ops.div(e, fd.ops.sum(e, [1], keepdim=True))
         fd.add_output(fd.ops.lt(fd.ops.cumsum(p, 1), 0.9))
     run_and_check(fd, [x], kernels=0, options=INTERPRET, segments=(
-        ("kernel", "inner_persistent"), ("library", "scan"), ("kernel", "pointwise")))
+        ("kernel", "inner_persistent"), ("kernel", "scan")))
 
 
 def test_definition_errors():

@@ -82,10 +82,12 @@ SHAPE_OPS = ("broadcast", "broadcast_in_dim", "expand", "squeeze", "reshape", "p
 RESIZE_OPS = ("slice", "pad", "cat")
 GATHER_OPS = ("take_along_axis", "gather", "index_select", "embedding")
 REDUCTIONS = ("sum", "max", "min", "mean", "var", "var_mean", "argmax", "argmin")
+SCANS = ("cumsum", "cumprod")
 # Every frontend op the generator emits (the coverage test checks each appears).
 ALL_OPS = (FLOAT_UNARY + SAME_UNARY + ("gelu", "logical_not", "cast", "set", "segment_set")
            + ARITH_BINARY
            + COMPARE + LOGICAL + ("where",) + SHAPE_OPS + RESIZE_OPS + GATHER_OPS + REDUCTIONS
+           + SCANS
            + ("full", "zeros", "ones", "iota", "define_scalar", "linear", "stride_order",
               "uniform"))
 
@@ -649,6 +651,18 @@ class Builder:
             ends = (start, start + (n - 1) * step)
             return Val(name, (Dim(None, "bcast") if n == 1 else Dim(axis, "full"),),
                        kw["dtype"], float(min(ends)), float(max(ends)), True)
+        if op in SCANS:
+            # torch's dtypes: int64 for integers and bools. Running sums of n elements stay
+            # within n times the input's interval; products within its bound to the n-th power.
+            dim = args[1] % x.rank
+            n = self.size_of(x.dims[dim])
+            dt = x.dtype if x.dtype.is_floating else I64
+            if op == "cumsum":
+                lo, hi = min(x.lo, n * x.lo), max(x.hi, n * x.hi)
+            else:
+                hi = min(max(1.0, x.bound) ** n, 1e30)
+                lo = 0.0 if x.lo >= 0 else -hi
+            return Val(name, x.dims, dt, lo, hi, x.exact and not dt.is_floating)
         if op == "stride_order":
             # A copy laid out in memory by the order (fd.ops.stride_order): same values.
             return Val(name, x.dims, x.dtype, x.lo, x.hi, x.exact)
@@ -1807,6 +1821,55 @@ def pat_outputs_and_library(b: Builder) -> None:
         b.finish_outputs(list(b.vals.values()))
 
 
+# Running sums of fp16 stay below this (fp16's largest is 65504).
+FP16_SCAN_LIMIT = 30000.0
+
+
+def pat_scan(b: Builder) -> None:
+    """cumsum or cumprod along a dim (mostly the innermost: the scan kernel; another dim: the
+    library op), with element-wise ops before and after it (a top-p style mask of the running
+    sums); sometimes a second scan of the first's result."""
+    r = b.rng
+    rank = r.choices([1, 2, 3], [20, 60, 20])[0]
+    axes = [b.axis() for _ in range(rank)]
+    if r.random() < 0.3:
+        b.sizes[axes[-1]] = b.pick_size("long")
+    b.fit(axes)
+    full = [Dim(a, "full") for a in axes]
+    op = r.choice(("cumsum", "cumsum", "cumsum", "cumprod"))
+    if op == "cumprod":
+        # Factors near 1, so that products over long rows neither overflow nor vanish.
+        src = b.tensor(full, b.pick_float_dtype(allow_f64=False),
+                       dist={"dist": "uniform", "lo": 0.97, "hi": 1.03})
+    else:
+        x = b.tensor(full, _input_dtype(b))
+        pool = [x]
+        if r.random() < 0.4:
+            pool.append(b.tensor(_random_dims(b, axes), _input_dtype(b)))
+        made = b.pointwise_dag(pool, r.randint(0, 3))
+        src = next((v for v in made[::-1] if not v.is_scalar and v.rank == rank), x)
+        src = b.bounded(src)
+        if r.random() < 0.3:
+            # A per-row weight expanded along the row (stride 0 along the scanned dim).
+            col = b.tensor(full[:-1] + [Dim(None, "bcast")], b.pick_float_dtype(allow_f64=False))
+            wide = b.call("expand", col, [-1] * (rank - 1) + [b.sizes[axes[-1]]],
+                          _axes=[None] * (rank - 1) + [axes[-1]])
+            if b.compatible(src, wide):
+                src = b.call("mul", b.as_float(src, F32), wide)
+    dim = rank - 1 if r.random() < 0.8 else r.randrange(rank)
+    n = b.size_of(src.dims[dim])
+    if src.dtype == F16 and n * src.bound > FP16_SCAN_LIMIT:
+        src = b.call("cast", src, dtype=F32)      # running sums past fp16's range
+    s = b.call(op, src, dim - rank if r.random() < 0.5 else dim)
+    outs = [s]
+    if op == "cumsum" and r.random() < 0.2 and (s.dtype != F16 or n * s.bound <= FP16_SCAN_LIMIT):
+        outs.append(b.call("cumsum", s, dim))
+    if r.random() < 0.6:
+        outs += b.pointwise_dag([outs[-1]] + ([src] if r.random() < 0.3 else []),
+                                r.randint(1, 3))
+    b.finish_outputs(outs, 1, 2)
+
+
 # name -> (weight, builder)
 PATTERNS = {
     "pointwise": (24, pat_pointwise),
@@ -1819,6 +1882,7 @@ PATTERNS = {
     "random": (10, pat_random),
     "segmented": (8, pat_segmented),
     "outputs_and_library": (5, pat_outputs_and_library),
+    "scan": (6, pat_scan),
 }
 
 DEFAULT_MAX_ELEMENTS = 64 * 1024

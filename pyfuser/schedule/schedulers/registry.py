@@ -12,9 +12,9 @@ from ...ir.exprs import GatherOp, WindowOp
 from ...ir.tensor import TensorView
 from ...ir.id_graph import IdGraph, reshape_cycle, self_mapping
 from .. import roles
-from ..op_support import segment_kind
+from ..op_support import SCAN_OPS, segment_kind
 from . import (inner_outer_persistent, inner_persistent, outer_persistent, pointwise, reduction,
-               transpose)
+               scan, transpose)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -24,8 +24,10 @@ class Choice:
     rejected: tuple = ()         # (name, reason) of the schedulers tried before
 
 
+# `scan` is the one scheduler that takes scans (TAKES_SCANS), and it takes nothing else
+# (ONLY_SCANS): a fusion meets either it or the others, so its place changes no choice.
 SCHEDULERS = [inner_outer_persistent, outer_persistent, inner_persistent, reduction, transpose,
-              pointwise]
+              pointwise, scan]
 
 
 def register(module, first: bool = True) -> None:
@@ -59,9 +61,15 @@ def choose(fusion, exclude: dict | None = None) -> Choice:
     if why is not None:
         return Choice(None, why)
     rejected = []
+    scans = any(isinstance(e, SCAN_OPS) for e in fusion.exprs())
     for s in SCHEDULERS:
         if exclude and s.NAME in exclude:
             rejected.append((s.NAME, exclude[s.NAME]))
+            continue
+        takes_scans = getattr(s, "TAKES_SCANS", False)
+        if scans and not takes_scans or not scans and getattr(s, "ONLY_SCANS", False):
+            # Not asked, and not listed: a scan's plan says why the scan scheduler refused,
+            # any other plan says nothing of it.
             continue
         ok, why = s.can_schedule(fusion)
         if ok:

@@ -1,0 +1,119 @@
+"""Pass `lower_scans`: a scan's running value, its block scan and the prefix fixup.
+
+Before: a scan is a TensorOp `T3 = scan(T2)` inside T3's own loops, the first bound to
+threadIdx.x (schedulers/scan.py: each thread owns a contiguous chunk of the row, its loops
+p, v iterate it in row order):
+
+    alloc local float T3[16]
+    for threadIdx.x: for p: for v:
+      T3[p, v] = sum_scan(T2[p, v])
+
+After:
+
+    alloc local float pf_scan0[1]
+    pf_scan0[*] = 0                              <- InitValue: the identity (1 for a product)
+    alloc local float T3[16]
+    for threadIdx.x: for p: for v:
+      T3[p, v] = sum_scan(T2[p, v]) (carry pf_scan0)   <- carry += T2[p, v]; T3[p, v] = carry
+    block_scan<x>(sum, pf_scan0[0])              <- BlockScan: carry becomes the exclusive prefix
+                                                    of the thread's chunk in its row (and, with
+                                                    a cluster along blockIdx.y, of its CTA)
+    for threadIdx.x: for p: for v:               <- the same loops again (label SCAN_FIXUP)
+      T3[p, v] = sum_scan_fixup(T3[p, v]) (carry pf_scan0)   <- T3 = carry + T3
+
+The scan step is guarded like an accumulation (index_and_predicate: elements past the row do
+not reach the carry); the fixup is register math, unguarded.
+
+Limits (a LoweringError, so the fusion falls back, never a wrong kernel): the scan's output is
+a register tensor whose own loops all iterate the scanned dim, the first bound to threadIdx.x
+and the rest serial (the scan scheduler's shape); a scanned dim bound to blockIdx.y must be
+spanned by the launch's cluster.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from ..ir import scalar as S
+from ..ir.exprs import ScanOp
+from ..ir.iter_domain import ParallelType
+from ..ir.tensor import MemoryType
+from ..kir import nodes as K
+from .context import LoweringError
+from .reductions import _block_extent
+
+
+def lower_scans(kernel: K.Kernel) -> K.Kernel:
+    sites = []
+    _find(kernel.body, [], sites)
+    for n, (op, parents) in enumerate(sites):
+        _lower_scan(kernel, op, parents, n)
+    return kernel
+
+
+def _find(body: list, parents: list, out: list) -> None:
+    for s in body:
+        if isinstance(s, K.ForLoop):
+            _find(s.body, parents + [s], out)
+        elif isinstance(s, K.TensorOp) and isinstance(s.expr, ScanOp):
+            out.append((s, parents))
+
+
+def _lower_scan(kernel, op: K.TensorOp, parents: list, n: int) -> None:
+    ctx = kernel.ctx
+    tv = op.out
+    expr: ScanOp = op.expr
+    if tv.memory_type != MemoryType.Local:
+        raise LoweringError(f"T{tv.name}: a scan's result is computed in registers (the scan "
+                            "scheduler caches an output scan's result)")
+    scanned = set(expr.scanned_ids())
+    own = [ctx.loop_of[(tv, j)] for j in range(tv.compute_at_pos, len(tv.domain.loop))]
+    if not own or own[0].parallel != ParallelType.TIDx:
+        raise LoweringError(f"T{tv.name}: a scan's own loops start with its threadIdx.x loop "
+                            f"(got {[lp.parallel.name for lp in own]})")
+    for j, lp in zip(range(tv.compute_at_pos, len(tv.domain.loop)), own):
+        if tv.domain.loop[j] not in scanned:
+            raise LoweringError(f"T{tv.name}: its own loop {j} does not iterate the scanned dim")
+        if j > tv.compute_at_pos and lp.parallel.is_thread_or_block:
+            raise LoweringError(f"T{tv.name}: its chunk loop {j} is bound to "
+                                f"{lp.parallel.name}; a thread's chunk is serial")
+    idx = next((k for k, f in enumerate(parents) if f.loop is own[0]), None)
+    if idx is None:
+        raise LoweringError(f"T{tv.name}: its threadIdx.x loop is not around its scan")
+    thread_loop = parents[idx]
+    scope = parents[idx - 1].body if idx > 0 else kernel.body
+    cluster = _cluster(kernel, tv, parents[:idx], scanned)
+    carry_buf = K.Buffer(f"pf_scan{n}", tv.dtype, "local", K.Const(1), None)
+    carry = K.TensorIndex(carry_buf, K.Const(0))
+    op.carry = carry
+    # The fixup: the loops from threadIdx.x down to the scan, holding only the fixup op.
+    fixup = dataclasses.replace(op, ins=[tv], scan_fixup=True)
+    for f in reversed(parents[idx:]):
+        fixup = dataclasses.replace(f, body=[fixup])
+    fixup.label = K.SCAN_FIXUP
+    pos = scope.index(thread_loop)
+    scope[pos:pos + 1] = [
+        K.Allocate(carry_buf),
+        K.InitValue(carry_buf, S.as_scalar(float(expr.identity) if tv.dtype.is_floating
+                                           else expr.identity, tv.dtype), tv),
+        thread_loop,
+        K.BlockScan(carry, expr.op, tv.dtype, cluster),
+        fixup,
+    ]
+
+
+def _cluster(kernel, tv, outer: list, scanned: set):
+    """(block dim, CTAs) of the cluster a scanned loop bound to a block dim spans, or None."""
+    ctx = kernel.ctx
+    dims = [f for f in outer if f.loop is not None and f.loop.parallel.is_block_dim
+            and any(ctx.exact.mapped(f.loop.id, i) for i in scanned)]
+    if not dims:
+        return None
+    if len(dims) > 1:
+        raise LoweringError(f"T{tv.name}: its scan spans several block dims")
+    dim = dims[0].loop.parallel.name[-1].lower()
+    hint = kernel.fusion.launch_hints.get("cluster")
+    size = hint["xyz".index(dim)] if hint else 1
+    if size < 2 or size != _block_extent(kernel, dim):
+        raise LoweringError(f"T{tv.name}: its scan over blockIdx.{dim} needs a cluster spanning "
+                            f"the whole dim (cluster {hint})")
+    return (dim, size)

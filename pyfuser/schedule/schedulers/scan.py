@@ -1,0 +1,251 @@
+"""Scan scheduler: cumsum and cumprod along rows (a block scan), with the pointwise ops around
+them in the same kernel.
+
+Each row is scanned by one block, or by a thread-block cluster of C blocks along blockIdx.y
+when it is longer than one block holds. Each thread owns a contiguous chunk of P x V elements
+of its block's share of the row (the "blocked" arrangement, so a thread's serial scan runs in
+row order):
+
+    for blockIdx.x: for threadIdx.y (rows of the block): [for blockIdx.y (cluster rank)]:
+      carry = identity
+      for threadIdx.x: for p, v:                  <- lower/scans.py: the thread's own scan
+        x = f(in[row, ((bidy * T + tidx) * P + p) * V + v])     (16-byte loads of V)
+        carry = carry + x;  s[p, v] = carry
+      carry = block_exclusive_scan_x(carry)       <- warp shuffles, shared memory across warps;
+                                                     with a cluster, + the totals of the
+                                                     lower-ranked CTAs (distributed smem)
+      for threadIdx.x: for p, v: s[p, v] = carry + s[p, v]
+      for threadIdx.x: for p, v: out[...] = g(s[p, v])          (16-byte stores of V)
+
+The row length is a compile-time constant (splits divide, predicates fold). Taken: fusions of
+element-wise ops (unary, binary, where, casts, broadcasts, fills) and scans, every scan along
+the same dim, which is the innermost logical dim and the stride-1 dim of every input and output
+that has it; every output iterates all the rows' dims. Refused (each with its reason; the scan
+then runs as a library op, op_support.LIBRARY_FALLBACK_OPS, and the ops around it in kernels of
+their own): reductions beside a scan (a top-p softmax is a persistent kernel, then this one), a
+scan along a dim strided in memory, rows longer than a cluster of the device's largest
+portable size holds (MAX_BLOCK_ELEMENTS per block), 0-dim scans.
+
+Memory access: a thread's chunk is contiguous, so a warp's 16-byte loads step by P x 16 bytes;
+the L1 cache serves the rest of each sector to the same thread's next loads (CUB's
+BLOCK_LOAD_DIRECT arrangement). A warp-striped load through shared memory (CUB's
+BLOCK_LOAD_WARP_TRANSPOSE) is not built.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from ...ir.exprs import (BinaryOp, BroadcastOp, ExpandOp, FullOp, LoadStoreOp, ScanOp,
+                         UnaryOp, WhereOp)
+from ...ir.id_graph import IdGraph
+from ...ir.iter_domain import ParallelType as PT
+from ...ir.scalar import ScalarOp
+from ...ir.tensor import TensorView
+from .. import inline_most, parallelize_like, propagate_transforms
+from .base import (RuntimeInfo, SchedulerError, cache_inputs_and_outputs, mapped_dim,
+                   orient_vector_inputs, vector_inputs, vector_width, vectorize_along)
+
+NAME = "scan"
+TAKES_SCANS = True      # the registry offers fusions with scans only to such schedulers,
+ONLY_SCANS = True       # and this one nothing else
+
+# Ops the scan kernel computes beside its scans.
+_ELEMENTWISE = (UnaryOp, BinaryOp, WhereOp, LoadStoreOp, BroadcastOp, ExpandOp, FullOp, ScalarOp)
+# Threads per block at most, and bytes of the row one thread holds (16 fp32 elements: 1024
+# threads x 16 registers of row data stay within the 64 registers a 1024-thread block allows).
+MAX_THREADS = 1024
+BYTES_PER_THREAD = 64
+MAX_BLOCK_ELEMENTS_FP32 = MAX_THREADS * BYTES_PER_THREAD // 4
+# A row is split over more blocks of a cluster (up to the device's largest) while the grid has
+# fewer blocks than SMs, down to this many elements per block.
+MIN_CLUSTER_SHARE = 2048
+
+
+@dataclasses.dataclass(frozen=True)
+class ScanParams:
+    vector: int                  # V: elements per access (16 bytes of the widest row input)
+    per_thread: int              # P: vectors per thread (its contiguous chunk is P x V)
+    bdimx: int                   # threads per row: ceilDiv(vectors, P) in whole warps
+    bdimy: int = 1               # rows per block
+    cluster: int = 1             # blocks per row (a thread-block cluster along blockIdx.y)
+    block_elements: int = 0      # elements of the row per block (the row when cluster is 1)
+    row_extent: int = 0          # the scanned extent the kernel is specialized on
+    vector_inputs: tuple = ()
+    reason: str = dataclasses.field(default="", compare=False)
+
+    def describe(self) -> str:
+        text = (f"scan: {self.bdimy} row(s) per block, {self.bdimx} threads per row, each a "
+                f"contiguous chunk of {self.per_thread} x {self.vector} elements in registers, "
+                f"vector loads for inputs {list(self.vector_inputs)}")
+        if self.cluster > 1:
+            text += (f"; each row of {self.row_extent} split over a cluster of {self.cluster} "
+                     f"blocks ({self.block_elements} elements each), the blocks' totals "
+                     "combined through distributed shared memory")
+        return text + (f"\n  why: {self.reason}" if self.reason else "")
+
+
+def _scans(fusion) -> list:
+    return [e for e in fusion.exprs() if isinstance(e, ScanOp)]
+
+
+def _reference(fusion) -> ScanOp:
+    return _scans(fusion)[0]
+
+
+def can_schedule(fusion) -> tuple[bool, str]:
+    scans = _scans(fusion)
+    if not scans:
+        return False, "no scans"
+    other = sorted({type(e).__name__ for e in fusion.exprs()
+                    if not isinstance(e, _ELEMENTWISE + (ScanOp,))})
+    if other:
+        return False, (f"ops beside the scan that the scan kernel does not compute: "
+                       f"{', '.join(other)} (element-wise ops only)")
+    ref = scans[0]
+    out = ref.outputs[0]
+    rank = len(out.domain.logical)
+    if rank == 0:
+        return False, "a 0-dim scan (the identity)"
+    if ref.dim != rank - 1:
+        return False, (f"a scan along dim {ref.dim} of {rank}: the kernel scans the innermost "
+                       "logical dim (a scan across rows needs a column scan, not built)")
+    graph = IdGraph(fusion)
+    scanned = out.domain.logical[ref.dim]
+    if scanned.is_broadcast:
+        return False, "the scanned dim has one element (the frontend makes that scan a copy)"
+    row_ids = [i for i in out.domain.logical if not i.is_broadcast]
+    for e in scans[1:]:
+        o = e.outputs[0]
+        if len(o.domain.logical) != rank or not graph.mapped(o.domain.logical[e.dim], scanned):
+            return False, "scans along different dims"
+    for k, o in enumerate(fusion.outputs):
+        if not isinstance(o, TensorView):
+            return False, f"output {k} is a scalar"
+        ids = [i for i in o.domain.logical if not i.is_broadcast]
+        if len(ids) != len(row_ids) or not all(any(graph.mapped(i, r) for r in row_ids)
+                                               for i in ids):
+            return False, (f"output {k} does not iterate every dim of the scanned rows (the "
+                           "kernel writes whole rows)")
+    for k, v in enumerate(list(fusion.inputs) + list(fusion.outputs)):
+        if not isinstance(v, TensorView):
+            continue
+        d = mapped_dim(v, scanned, graph)
+        if d is None:
+            continue
+        inner = v.domain.contiguous_dim
+        if inner is not v.domain.logical[d]:
+            what = (f"input {k}" if k < len(fusion.inputs)
+                    else f"output {k - len(fusion.inputs)}")
+            return False, (f"{what} is not laid out along the scanned dim (its stride-1 dim is "
+                           "another): a strided scan is left to the library op")
+    return True, "element-wise ops around scans along the innermost dim: a block scan per row"
+
+
+def _row_bytes(fusion, ref: ScanOp, graph) -> int:
+    """Bytes a row element takes in registers: the widest of the scans' dtypes and the row
+    inputs' (16-bit inputs are scanned in float32)."""
+    scanned = ref.outputs[0].domain.logical[ref.dim]
+    sizes = [e.outputs[0].dtype.size for e in _scans(fusion)]
+    sizes += [v.dtype.size for v in fusion.inputs if isinstance(v, TensorView)
+              and mapped_dim(v, scanned, graph) is not None]
+    return max(sizes)
+
+
+def compute_heuristics(fusion, info: RuntimeInfo) -> ScanParams:
+    ref = _reference(fusion)
+    out = ref.outputs[0]
+    graph = IdGraph(fusion)
+    scanned = out.domain.logical[ref.dim]
+    n = info.extent(scanned.extent)
+    m = 1
+    for i in out.domain.logical[:ref.dim]:
+        m *= info.extent(i.user_extent if i.is_broadcast else i.extent)
+    elem = _row_bytes(fusion, ref, graph)
+    vector = vector_width(fusion, max(n, 1), scanned)
+    vec_inputs = vector_inputs(fusion, info, vector, scanned)
+    if not vec_inputs:
+        vector = 1
+    per_thread_elems = max(1, BYTES_PER_THREAD // elem)
+    capacity = MAX_THREADS * per_thread_elems
+    max_cluster = info.device.max_cluster_size
+    cluster = 1
+    while -(-n // cluster) > capacity and cluster < max_cluster:
+        cluster *= 2
+    if -(-n // cluster) > capacity:
+        raise SchedulerError(
+            f"a row of {n} x {elem} bytes needs more than a cluster of {max_cluster} "
+            f"blocks of {capacity} elements (a multi-kernel scan is not built); the library "
+            "op runs it")
+    why = [f"a row of {n} elements"]
+    if cluster > 1:
+        why.append(f"more than one block holds ({capacity} elements of {elem} bytes: "
+                   f"{per_thread_elems} per thread of {MAX_THREADS})")
+    grown = cluster
+    while (m * cluster < info.device.sm_count and cluster < max_cluster
+           and -(-n // (cluster * 2)) >= MIN_CLUSTER_SHARE):
+        cluster *= 2
+    if cluster > grown:
+        why.append(f"{m} row(s) fill fewer than {info.device.sm_count} SMs, so each row is "
+                   f"split over {cluster} blocks")
+    vecs_per_block = -(-(-(-n // cluster)) // vector)
+    block_elements = vecs_per_block * vector
+    if cluster > 1 and -(-n // block_elements) != cluster:
+        raise SchedulerError(f"{n} elements do not split over {cluster} blocks of "
+                             f"{block_elements}")
+    p = max(1, per_thread_elems // vector)
+    threads = min(MAX_THREADS, -(-vecs_per_block // p))
+    p = -(-vecs_per_block // threads)
+    # The thread loop has ceilDiv(vectors, P) iterations; the block is that in whole warps (the
+    # block scan's shuffles take full warps; the extra threads scan nothing).
+    bdimx = -(-(-(-vecs_per_block // p)) // 32) * 32
+    bdimy = 1
+    if cluster == 1:
+        while bdimx * bdimy * 2 <= 256 and bdimy * 2 <= m:
+            bdimy *= 2
+    return ScanParams(vector=vector, per_thread=p, bdimx=bdimx, bdimy=bdimy, cluster=cluster,
+                      block_elements=block_elements, row_extent=n, vector_inputs=vec_inputs,
+                      reason=", ".join(why))
+
+
+def schedule(fusion, p: ScanParams) -> None:
+    ref = _reference(fusion)
+    scanned = ref.outputs[0].domain.logical[ref.dim]
+    orient_vector_inputs(fusion, p.vector_inputs, scanned)
+    caches, outputs = cache_inputs_and_outputs(fusion)
+    ref = _reference(fusion)              # cache_before moved an output scan's result
+    tv = ref.outputs[0]
+    if scanned.extent.value is None:
+        fusion.static_extents = {scanned.extent: p.row_extent}
+    # [rows..., N] -> [M, N] (rows merged; rank 1: [N])
+    while len(tv.domain.loop) > 2:
+        tv.merge(0, 1)
+    r = len(tv.domain.loop) - 1           # position of N: 0 or 1
+    c = 1 if p.cluster > 1 else 0
+    if c:
+        tv.split(r, p.block_elements)     # [.., C, B]
+    tv.split(r + c, p.vector)             # [.., C, B / V, V]
+    tv.split(r + c, p.per_thread)         # [.., C, T, P, V]: a thread's chunk is contiguous
+    if r:
+        tv.split(0, p.bdimy)              # [M / By, By, C, T, P, V]
+        tv.parallelize(0, PT.BIDx).parallelize(1, PT.TIDy)
+    pos = 2 if r else 0
+    if c:
+        tv.parallelize(pos, PT.BIDy)
+    tv.parallelize(pos + c, PT.TIDx)
+    propagate_transforms(tv)
+    parallelize_like(tv, parallel_types={PT.BIDx, PT.TIDy, PT.BIDy, PT.TIDx})
+    if p.vector > 1:
+        graph = IdGraph(fusion, permissive=True)
+        vec_axis = tv.domain.loop[-1]
+        for k in p.vector_inputs:
+            vectorize_along(caches[k], vec_axis, graph, p.vector)
+        for o in outputs:
+            vectorize_along(o, vec_axis, graph, p.vector)
+    # Each scan's result stops at its threadIdx.x loop (inlining.max_inline_position): its own
+    # loops are the thread's scan, followed by the block scan and the prefix (lower/scans.py).
+    inline_most(fusion=fusion)
+    launch = fusion.launch_hints
+    if c:
+        launch["cluster"] = (1, p.cluster, 1)
+    launch["block_x"] = p.bdimx
+    launch["max_threads"] = p.bdimx * p.bdimy

@@ -1,0 +1,91 @@
+"""cumsum and cumprod on the GPU: the block-scan kernel (schedulers/scan.py), rows in one block
+and rows over a thread-block cluster (the bar's [64, 128256] fp32), element-wise ops fused
+around the scan, int64 sums of integer inputs, and the library op where no kernel takes the
+scan. Outputs poisoned (run_and_check); floating results against float64 with a tolerance that
+grows with the row length; what ran is asserted (the scan scheduler, no fallback)."""
+import math
+
+import pytest
+import torch
+
+from pyfuser import FusionDefinition
+from pyfuser.testing import rel_error, run_and_check
+
+pytestmark = [pytest.mark.gpu,
+              pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
+
+
+def _tol(n: int) -> float:
+    # float32's bar (1e-4), growing with sqrt(n / 4096): running sums of n terms, in the block
+    # scan's order rather than torch's.
+    return 1e-4 * max(1.0, math.sqrt(n / 4096))
+
+
+def _scan_fd(x, op="cumsum", dim=-1):
+    with FusionDefinition() as fd:
+        fd.add_output(getattr(fd.ops, op)(fd.from_pytorch(x), dim))
+    return fd
+
+
+@pytest.mark.parametrize("m, n", [(64, 128256), (4, 1), (5, 7), (300, 33), (8, 1000),
+                                  (3, 4097), (16, 16384), (2, 20000), (1, 131072)])
+def test_cumsum_rows(m, n):
+    x = torch.randn(m, n, device="cuda")
+    fd = _scan_fd(x)
+    out, = run_and_check(fd, [x], scheduler="scan" if n > 1 else "pointwise")
+    assert rel_error(out, torch.cumsum(x.double(), 1)) <= _tol(n)
+    if n > 16384:
+        # Longer than one block holds: a cluster along blockIdx.y.
+        assert fd.last_run.clusters[0] is not None, fd.last_run
+
+
+def test_the_bar_shape_runs_on_a_cluster_of_8():
+    x = torch.randn(64, 128256, device="cuda")
+    fd = _scan_fd(x)
+    run_and_check(fd, [x], scheduler="scan")
+    (p,) = fd.last_run.heuristics
+    assert p.cluster == 8 and p.bdimx == 1024, p
+
+
+def test_cumprod_and_float64():
+    x = 1 + 0.01 * torch.randn(32, 5000, device="cuda")
+    run_and_check(_scan_fd(x, "cumprod"), [x], scheduler="scan")
+    y = torch.randn(8, 30000, device="cuda", dtype=torch.float64)
+    run_and_check(_scan_fd(y), [y], scheduler="scan")
+
+
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64, torch.bool])
+def test_integer_running_sums_are_int64_and_exact(dtype):
+    x = (torch.randint(-1000, 1000, (16, 50000), device="cuda").to(dtype) if dtype != torch.bool
+         else torch.rand(16, 50000, device="cuda") > 0.5)
+    fd = _scan_fd(x)
+    out, = run_and_check(fd, [x], scheduler="scan")
+    assert out.dtype == torch.int64 and torch.equal(out, torch.cumsum(x, 1))
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_16_bit_rows(dtype):
+    x = torch.randn(64, 32000, device="cuda").to(dtype)
+    out, = run_and_check(_scan_fd(x), [x], scheduler="scan")
+    assert out.dtype == dtype
+
+
+def test_top_p_mask_in_the_scan_kernel():
+    """softmax (inner persistent), then running sums, the mask and the masked probabilities in
+    one scan kernel."""
+    x = torch.randn(64, 128256, device="cuda")
+    with FusionDefinition() as fd:
+        tx = fd.from_pytorch(x)
+        e = fd.ops.exp(fd.ops.sub(tx, fd.ops.max(tx, [1], keepdim=True)))
+        p = fd.ops.div(e, fd.ops.sum(e, [1], keepdim=True))
+        keep = fd.ops.lt(fd.ops.sub(fd.ops.cumsum(p, 1), p), 0.9)
+        fd.add_output(fd.ops.where(keep, p, 0.0))
+    run_and_check(fd, [x], kernels=0, segments=(("kernel", "inner_persistent"),
+                                                ("kernel", "scan")))
+
+
+def test_a_strided_scan_is_the_library_op():
+    x = torch.randn(1000, 64, device="cuda")
+    fd = _scan_fd(x, dim=0)
+    run_and_check(fd, [x], kernels=0, segments=(("library", "scan"),))
+    assert "a scan along dim 0" in fd.last_run.segments[0].why

@@ -1,0 +1,206 @@
+"""The block-scan kernel (schedulers/scan.py, lower/scans.py, scan.cuh) on the kernel-IR
+interpreter against float64: odd row lengths, several rows, rows split over a cluster, the
+element-wise ops fused before and after, cumprod, int64 results of integer inputs; what is left
+to the library op and why; NVRTC compiles of the generated CUDA for sm_90a with the ptxas report
+checked; explain of the issue's bar shape. Each of these ran as a library op (torch) before the
+scan kernel existed."""
+import math
+
+import pytest
+import torch
+
+from pyfuser import DataType, FusionDefinition
+from pyfuser.ir.exprs import ScanOp
+from pyfuser.kir import nodes as K
+from pyfuser.testing import TOLERANCE, rel_error, run_and_check
+
+INTERPRET = {"enable": ["interpret"]}
+
+
+def scan_tolerance(dtype: torch.dtype, n: int) -> float:
+    """||out - ref|| / ||ref|| allowed for a scan of rows of n: the dtype's bar, growing with
+    sqrt(n / 4096) (float32 running sums of n terms round n times; the block scan's order is
+    not torch's)."""
+    tol = TOLERANCE[{torch.float32: DataType.Float, torch.bfloat16: DataType.BFloat16,
+                     torch.float16: DataType.Half, torch.float64: DataType.Double}[dtype]]
+    return tol * max(1.0, math.sqrt(n / 4096))
+
+
+def _cumsum_fd(x, dim=-1, op="cumsum"):
+    with FusionDefinition() as fd:
+        fd.add_output(getattr(fd.ops, op)(fd.from_pytorch(x), dim))
+    return fd
+
+
+@pytest.mark.parametrize("m, n", [(3, 2), (5, 7), (3, 33), (4, 1000), (2, 4097), (3, 20000),
+                                  (2, 50001)])
+def test_cumsum_rows_of_odd_lengths(m, n):
+    gen = torch.Generator().manual_seed(n)
+    x = torch.randn(m, n, generator=gen)
+    fd = _cumsum_fd(x)
+    out, = run_and_check(fd, [x], scheduler="scan", options=INTERPRET)
+    want = torch.cumsum(x.double(), 1)
+    assert rel_error(out, want) <= scan_tolerance(torch.float32, n)
+    p = fd.last_run.heuristics[0]
+    assert p.row_extent == n and p.bdimx % 32 == 0
+    # Rows longer than one block holds (16384 fp32) are split over a cluster (shorter ones
+    # too when the rows leave SMs idle: the interpreter's device has 4).
+    assert p.cluster > 1 or n <= 16384, p
+
+
+def test_one_row_of_one_dim_and_rows_of_three_dims():
+    x = torch.randn(5000)
+    run_and_check(_cumsum_fd(x), [x], scheduler="scan", options=INTERPRET)
+    y = torch.randn(2, 3, 77)
+    run_and_check(_cumsum_fd(y, 2), [y], scheduler="scan", options=INTERPRET)
+
+
+def test_cumprod():
+    gen = torch.Generator().manual_seed(0)
+    x = 1 + 0.05 * torch.randn(6, 999, generator=gen)
+    run_and_check(_cumsum_fd(x, op="cumprod"), [x], scheduler="scan", options=INTERPRET)
+
+
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64, torch.bool])
+def test_integer_inputs_give_int64_running_sums(dtype):
+    gen = torch.Generator().manual_seed(1)
+    x = (torch.randint(-50, 50, (4, 3001), generator=gen).to(dtype) if dtype != torch.bool
+         else torch.rand(4, 3001, generator=gen) > 0.5)
+    fd = _cumsum_fd(x)
+    out, = run_and_check(fd, [x], scheduler="scan", options=INTERPRET)
+    assert out.dtype == torch.int64
+    assert torch.equal(out, torch.cumsum(x, 1))
+
+
+def test_int64_sums_past_int32():
+    x = torch.full((2, 5000), 2 ** 31, dtype=torch.int64)
+    fd = _cumsum_fd(x)
+    out, = run_and_check(fd, [x], scheduler="scan", options=INTERPRET)
+    assert torch.equal(out, torch.cumsum(x, 1))
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_16_bit_scans_run_in_float32(dtype):
+    x = torch.randn(3, 2048).to(dtype)
+    fd = _cumsum_fd(x)
+    assert [e.outputs[0].dtype for e in fd.fusion.exprs() if isinstance(e, ScanOp)] == \
+        [DataType.Float]
+    out, = run_and_check(fd, [x], scheduler="scan", options=INTERPRET)
+    assert out.dtype == dtype
+
+
+def test_top_p_mask_fused_after_the_scan():
+    """probabilities (exp of a shift, normalized by a given sum) -> running sums -> the mask
+    and the masked probabilities: one scan kernel."""
+    x = torch.randn(16, 1000)
+    total = torch.exp(x - 1).sum(1, keepdim=True)
+    with FusionDefinition() as fd:
+        tx, ts = fd.from_pytorch(x), fd.from_pytorch(total)
+        p = fd.ops.div(fd.ops.exp(fd.ops.sub(tx, 1.0)), ts)
+        c = fd.ops.cumsum(p, 1)
+        keep = fd.ops.lt(fd.ops.sub(c, p), 0.9)
+        fd.add_output(keep)
+        fd.add_output(fd.ops.where(keep, p, 0.0))
+    run_and_check(fd, [x, total], scheduler="scan", options=INTERPRET)
+
+
+def test_input_read_on_both_sides_of_the_scan():
+    """x + cumsum(x): x stays in registers across the block scan (inlining's rule for scans,
+    as for reductions), the output reads it after the prefix."""
+    x = torch.randn(4, 3333)
+    with FusionDefinition() as fd:
+        tx = fd.from_pytorch(x)
+        fd.add_output(fd.ops.add(tx, fd.ops.cumsum(fd.ops.mul(tx, 2.0), 1)))
+    run_and_check(fd, [x], scheduler="scan", options=INTERPRET)
+
+
+def test_two_scans_chained_and_a_broadcast_input():
+    x = torch.randn(3, 513)
+    w = torch.randn(513)
+    with FusionDefinition() as fd:
+        tx, tw = fd.from_pytorch(x), fd.from_pytorch(w)
+        s = fd.ops.cumsum(fd.ops.mul(tx, fd.ops.broadcast(tw, [True, False])), 1)
+        fd.add_output(s)
+        fd.add_output(fd.ops.cumsum(s, 1))
+    run_and_check(fd, [x, w], scheduler="scan", options=INTERPRET)
+
+
+def test_a_scan_along_a_dim_strided_in_memory_is_the_library_op():
+    """dim 0 of [M, N] (a column scan is not built), and the innermost logical dim of a
+    transposed view: the scan runs as the library op, a segment of its own, and says why."""
+    x = torch.randn(37, 53)
+    fd = _cumsum_fd(x, 0)
+    run_and_check(fd, [x], kernels=0, options=INTERPRET, segments=(("library", "scan"),))
+    (seg,) = fd.last_run.segments
+    assert "a scan along dim 0 of 2" in seg.why, seg.why
+    xt = torch.randn(53, 37).t()
+    fd = _cumsum_fd(xt, 1)
+    run_and_check(fd, [xt], kernels=0, options=INTERPRET, segments=(("library", "scan"),))
+    assert "not laid out along the scanned dim" in fd.last_run.segments[0].why
+    plan = fd.explain([xt], device="h100")
+    assert "T1 = cumsum(T0, dim=1) by torch.cumsum" in str(plan), str(plan)
+
+
+def test_rows_longer_than_a_cluster_holds_are_the_library_op():
+    """A row over 8 blocks of 16384 fp32 (the H100 table's portable cluster): the heuristic
+    refuses the shape, the executor plans the scan as the library op, and says why."""
+    x = torch.randn(1, 140000)
+    fd = _cumsum_fd(x)
+    run_and_check(fd, [x], kernels=0, options=INTERPRET, segments=(("library", "scan"),))
+    assert "needs more than a cluster of 8" in fd.last_run.segments[0].why, fd.last_run
+
+
+def _lowered_kernel(fd, inputs):
+    plan = fd.explain(inputs, device="h100", compile=False)
+    (k,) = plan.kernels
+    return k.kernel.kernel
+
+
+def test_kernel_ir_holds_the_thread_scan_block_scan_and_fixup():
+    x = torch.empty(8, 1000, device="meta")
+    kernel = _lowered_kernel(_cumsum_fd(x), [x])
+    stmts = list(K.walk(kernel.body))
+    scans = [s for s in stmts if isinstance(s, K.BlockScan)]
+    assert len(scans) == 1 and scans[0].op == "sum" and scans[0].cluster is None
+    steps = [s for s in stmts if isinstance(s, K.TensorOp) and s.carry is not None]
+    assert [s.scan_fixup for s in steps] == [False, True]
+    assert any(isinstance(s, K.ForLoop) and s.label == K.SCAN_FIXUP for s in stmts)
+
+
+@pytest.mark.parametrize("shape, op, dtype", [
+    ((64, 128256), "cumsum", torch.float32),     # the bar: a cluster of 8 per row
+    ((4097, 7), "cumsum", torch.float32),
+    ((8, 4097), "cumprod", torch.float32),
+    ((8, 1000), "cumsum", torch.bfloat16),
+    ((8, 1000), "cumsum", torch.int32),           # int64 shuffles and sums
+    ((8, 30000), "cumprod", torch.float64),       # 8-byte cluster slots
+])
+def test_generated_cuda_compiles_for_sm90a(shape, op, dtype):
+    pytest.importorskip("cuda.bindings.nvrtc")
+    from pyfuser.codegen.cuda import generate_cuda
+    from pyfuser.runtime.nvrtc import compile_to_cubin
+    x = torch.empty(*shape, dtype=dtype, device="meta")
+    kernel = _lowered_kernel(_cumsum_fd(x, op=op), [x])
+    src = generate_cuda(kernel)
+    assert "pf::block_exclusive_scan_x(" in src
+    assert ("pf::cluster_exclusive_scan_row<" in src) == (kernel.launch.cluster is not None)
+    mod = compile_to_cubin(src, kernel.name, arch="sm_90a")
+    rep = mod.ptxas
+    assert rep.function == mod.entry_name
+    assert (rep.spill_store_bytes, rep.spill_load_bytes) == (0, 0), rep.summary()
+    assert rep.stack_frame_bytes == 0, rep.summary()
+    assert rep.warnings == (), rep.warnings
+    assert 0 < rep.registers <= 64, rep.summary()   # 1024-thread blocks: 64 registers at most
+
+
+def test_explain_of_the_bar_shape():
+    """cumsum over rows of [64, 128256] fp32 on the H100 table: one scan kernel, each row over
+    a cluster of 8 blocks of 1024 threads (16 elements each), grid (64, 8)."""
+    x = torch.empty(64, 128256, device="meta")
+    plan = _cumsum_fd(x).explain([x], device="h100", compile=False)
+    assert [(s.kind, s.name) for s in plan.segments] == [("kernel", "scan")]
+    (k,) = plan.kernels
+    p = k.kernel.params
+    assert (p.cluster, p.bdimx, p.per_thread * p.vector, p.vector) == (8, 1024, 16, 4), p
+    assert tuple(k.grid) == (64, 8, 1) and tuple(k.block) == (1024, 1, 1), (k.grid, k.block)
+    assert "cluster of 8 blocks" in str(plan)
