@@ -400,12 +400,18 @@ def _window_read(ctx, e: WindowOp, ig: IndexGraph, known) -> list:
 
 
 def _row_major_step(outer: K.KExpr, extent: K.KExpr, j: K.KExpr) -> K.KExpr:
-    """outer * extent + j, with (a / n) * n + a % n folded to a: in a flat loop the dims'
-    indices are divisions and remainders of the flat index, which recombine to it (a random
-    op's row-major index then costs no division per element)."""
+    """outer * extent + j, with (a / n) * n + a % n folded to a, and (a / n) * n + (a % n +
+    lane) to a + lane (a vector lane folded out of the row's division: lower/indexing.py): in a
+    flat loop the dims' indices are divisions and remainders of the flat index, which recombine
+    to it (a random op's row-major index then costs no division per element)."""
+    lane = None
+    if isinstance(j, K.Bin) and j.op == "+" and isinstance(j.a, K.Bin) and j.a.op == "%":
+        j, lane = j.a, j.b
     if (isinstance(outer, K.Bin) and outer.op == "/" and isinstance(j, K.Bin) and j.op == "%"
             and repr(outer.a) == repr(j.a) and repr(outer.b) == repr(j.b) == repr(extent)):
-        return outer.a
+        return outer.a if lane is None else K.add(outer.a, lane)
+    if lane is not None:
+        j = K.add(j, lane)
     return K.add(K.mul(outer, extent), j)
 
 

@@ -209,13 +209,15 @@ def test_explain_keeps_the_last_drawn_state_and_run_and_check_uses_it():
     assert fd.last_rng_state == state
 
 
-def test_a_flat_loops_draw_index_has_no_division():
+@pytest.mark.parametrize("shape", [(5, 7, 9), (5, 7, 16)])
+def test_a_flat_loops_draw_index_has_no_division(shape):
     """In a flat loop over a dense [N, M, K] tensor the draw's row-major index is the flat index
     itself: (f / K / M) * M + (f / K) % M, times K, plus f % K folds to f (no runtime divisions
-    per element); the interpreter's bits equal the reference's with it."""
+    per element), also where the vector lane is folded out of f % K (K = 16: 4-wide vectors);
+    the interpreter's bits equal the reference's with it."""
     fd = _seeded(lambda fd, s, o: fd.add_output(fd.ops.mul(fd.ops.rand_like(
         fd.define_tensor([-1, -1, -1]), rng_seed=s, rng_offset=o), 2.0)))
-    x = torch.zeros(5, 7, 9)
+    x = torch.zeros(*shape)
     seg, = fd.explain([1, 2, x]).segments
     source = seg.kernel.kernel.source
     call = source.split("pf::philox_uniform<float, 24>(")[1]
