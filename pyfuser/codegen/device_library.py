@@ -82,10 +82,24 @@ def device_library_source(parts: list[str] | None = None) -> str:
     include path. Cached.
     """
     if parts is None:
-        return _joined(PARTS)
+        return _with_torch_rules(_joined(PARTS))
     unknown = [p for p in parts if p not in PARTS]
     if unknown:
         raise ValueError(f"unknown device library part(s) {unknown}; known: {list(PARTS)}")
-    return _joined(_closure(list(parts)))
+    return _with_torch_rules(_joined(_closure(list(parts))))
+
+
+# types.cuh's constant for the e4m3fn overflow rule, as written there (torch 2.13's).
+_E4M3_RULE = "constexpr bool kE4m3OverflowIsNan = false;"
+
+
+def _with_torch_rules(text: str) -> str:
+    """The library with the e4m3fn overflow rule of the torch installed beside the kernels (it
+    changed in torch 2.13: NaN above 464 before, +-448 since); part of the kernel text, so of
+    its cache key."""
+    from ..ir.dtype import e4m3fn_overflow_is_nan
+    if e4m3fn_overflow_is_nan():
+        return text.replace(_E4M3_RULE, _E4M3_RULE.replace("false", "true"))
+    return text
 
 

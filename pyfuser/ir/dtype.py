@@ -6,6 +6,8 @@ definition error (frontend/ops.py) that asks for a cast first. Kernels widen the
 """
 from __future__ import annotations
 
+import functools
+
 import enum
 
 
@@ -177,3 +179,12 @@ def parse_dtype(spec) -> DataType:
         raise ValueError(f"unknown dtype {spec!r}; use bf16, fp16, fp32, fp64, e4m3, e5m2 or "
                          "a DataType")
     return from_torch(spec)
+
+
+@functools.cache
+def e4m3fn_overflow_is_nan() -> bool:
+    """Whether the installed torch turns a float past e4m3fn's range into NaN (releases before
+    2.13: a magnitude above 464, infinity included) rather than saturating it to +-448 (2.13).
+    Kernels convert as the torch they run beside does (codegen/device_library.py)."""
+    import torch
+    return torch.tensor([470.0]).to(torch.float8_e4m3fn).view(torch.uint8).item() == 0x7f

@@ -3,6 +3,7 @@ every dtype, one-byte data movement (16-element vectors, a transposed tile, wind
 where) and the quantization recipe's two kernels. The values are checked on the interpreter
 (tests/runtime/test_float8.py); what the printed CUDA adds is the device library's conversion,
 whose instructions are checked here and in test_device_library.py."""
+import math
 import sys
 from pathlib import Path
 
@@ -123,3 +124,27 @@ def test_quantization_kernels_compile():
     assert [s.name for s in plan.segments] == ["reduction", "pointwise"] and len(kernels) == 2
     assert all(s.kernel.ptxas for s in kernels)            # compiled for sm_90a
     assert "pf::cast<pf::fp8e4m3>(" in kernels[1].kernel.kernel.source
+
+
+@pytest.mark.parametrize("overflow_nan", [False, True])
+def test_the_e4m3fn_overflow_rule_follows_the_installed_torch(monkeypatch, overflow_nan):
+    """torch 2.13 saturates e4m3fn at +-448; earlier releases (2.11 on the GPU machine) give NaN
+    above 464: the device library takes the installed torch's rule as a constant written into it
+    (in the kernel text, so in its cache key), and compiles either way."""
+    import pyfuser.codegen.device_library as lib
+    from pyfuser.ir import dtype
+    monkeypatch.setattr(dtype, "e4m3fn_overflow_is_nan", lambda: overflow_nan)
+    rule = "constexpr bool kE4m3OverflowIsNan = true;"
+    assert (rule in lib.device_library_source(["types"])) == overflow_nan
+    x = _values(DataType.Float)
+    with FusionDefinition() as fd:
+        fd.add_output(fd.ops.cast(fd.from_pytorch(x), E4M3))
+    cuda, _ = _kernel(fd, [x], "k0")
+    assert (rule in cuda) == overflow_nan
+    _compile([cuda])
+
+
+def test_the_installed_torchs_rule_is_read_from_torch():
+    from pyfuser.ir.dtype import e4m3fn_overflow_is_nan
+    got = torch.tensor([470.0, math.inf]).to(torch.float8_e4m3fn).view(torch.uint8).tolist()
+    assert got == ([0x7f, 0x7f] if e4m3fn_overflow_is_nan() else [0x7e, 0x7e])

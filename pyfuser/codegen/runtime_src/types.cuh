@@ -95,17 +95,22 @@ __device__ __forceinline__ unsigned float_magnitude_bits(float f) {
 }
 __device__ __forceinline__ unsigned float8_sign(float f) { return (__float_as_uint(f) >> 24) & 0x80u; }
 constexpr unsigned kFloatInfBits = 0x7f800000u;   // magnitudes above it are NaN
+constexpr unsigned kFloat464Bits = 0x43e80000u;   // e4m3fn's tie between 448 and (NaN) 480
+constexpr bool kE4m3OverflowIsNan = false;        // the installed torch's rule: device_library.py
 constexpr unsigned kFloat61440Bits = 0x47700000u; // e5m2's first magnitude that rounds to inf
 }  // namespace detail
 
-// float -> e4m3fn: past 448 (infinity included) +-448, as .satfinite gives; NaN keeps its sign
-// (0x7f / 0xff).
+// float -> e4m3fn: past 448 (infinity included) +-448, as .satfinite gives and torch 2.13
+// converts; with kE4m3OverflowIsNan (which codegen/device_library.py writes true for a torch
+// before 2.13) a magnitude above 464 is NaN instead, as those releases convert. NaN keeps its
+// sign (0x7f / 0xff).
 __device__ __forceinline__ fp8e4m3 float_to_fp8e4m3(float f) {
   unsigned short pair;
   asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %1;" : "=h"(pair) : "f"(f));
   const unsigned nan = 0x7fu | detail::float8_sign(f);
-  return fp8e4m3_from_bits(detail::float_magnitude_bits(f) > detail::kFloatInfBits ? nan
-                                                                                   : pair & 0xffu);
+  const unsigned mag = detail::float_magnitude_bits(f);
+  const unsigned limit = detail::kE4m3OverflowIsNan ? detail::kFloat464Bits : detail::kFloatInfBits;
+  return fp8e4m3_from_bits(mag > limit ? nan : pair & 0xffu);
 }
 // float -> e5m2: IEEE-like in torch: from 61440 up (the tie between 57344 and 65536 goes to the
 // even 65536) +-inf, where .satfinite gives +-57344; NaN keeps its sign.
