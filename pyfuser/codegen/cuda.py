@@ -231,8 +231,12 @@ class CudaPrinter:
         e = s.expr
         out = s.out
         odt = out.buffer.dtype
+        if s.vector > 1 and isinstance(e, GatherOp):
+            return self.gather_text(s)
+        if s.vector > 1 and isinstance(e, RandOp):
+            return self.random_text(s)
         if s.vector > 1:
-            return self.gather_text(s) if isinstance(e, GatherOp) else self.vector_copy(s)
+            return self.vector_copy(s)
         oct_ = ctype(odt)
         if isinstance(e, ScanOp):
             return self.scan_text(s)
@@ -278,13 +282,7 @@ class CudaPrinter:
         if isinstance(e, GatherOp):
             return self.gather_text(s)
         if isinstance(e, RandOp):
-            seed, offset, a, b = (self.value(x, t) for x, t in zip(
-                s.ins[:4], ("long long", "long long", "double", "double")))
-            draw = (f"pf::philox_uniform<{oct_}, {UNIFORM_BITS[odt.value[0]]}>"
-                    if e.dist == "uniform" else "pf::philox_normal")
-            # The stream's counter: offset / 4 (torch's steps of 4 draws) + the op's stream.
-            return (f"{self.expr(out)} = pf::cast<{oct_}>({draw}(static_cast<long long>("
-                    f"{self.expr(s.ins[4])}), {seed}, ({offset} >> 2) + {e.stream}, {a}, {b}));")
+            return self.random_text(s)
         if isinstance(e, IotaOp):
             ct = _compute_ctype(odt)
             start, step = (self.value(x, ct) for x in s.ins[:2])
@@ -332,6 +330,26 @@ class CudaPrinter:
         else:
             self.line("  (void)pf_scan_total;")
         self.line("}")
+
+    def random_text(self, s: K.TensorOp) -> str:
+        """A random op's draw at its row-major index (ins: seed, offset, the two parameters,
+        the index); a vector of them (lower/vectorize.py: consecutive indices from a multiple
+        of 4) shares one Philox block per 4 uniform (2 normal) draws."""
+        e, out = s.expr, s.out
+        odt = out.buffer.dtype
+        oct_ = ctype(odt)
+        seed, offset, a, b = (self.value(x, t) for x, t in zip(
+            s.ins[:4], ("long long", "long long", "double", "double")))
+        index = f"static_cast<long long>({self.expr(s.ins[4])})"
+        # The stream's counter: offset / 4 (torch's steps of 4 draws) + the op's stream.
+        args = f"{seed}, ({offset} >> 2) + {e.stream}, {a}, {b}"
+        if s.vector > 1:
+            draw = (f"pf::philox_uniform_vec<{oct_}, {UNIFORM_BITS[odt.value[0]]}, {s.vector}>"
+                    if e.dist == "uniform" else f"pf::philox_normal_vec<{oct_}, {s.vector}>")
+            return f"{draw}(&{self.expr(out)}, {index}, {args});"
+        draw = (f"pf::philox_uniform<{oct_}, {UNIFORM_BITS[odt.value[0]]}>"
+                if e.dist == "uniform" else "pf::philox_normal")
+        return f"{self.expr(out)} = pf::cast<{oct_}>({draw}({index}, {args}));"
 
     def gather_text(self, s: K.TensorOp) -> str:
         """A gather's read (lower/index._gather_read): the index checked against its dim, the

@@ -26,7 +26,7 @@ divisibility, stride and alignment the executor checks before each launch.
 """
 from __future__ import annotations
 
-from ..ir.exprs import GatherOp, LoadStoreOp, WindowOp
+from ..ir.exprs import GatherOp, LoadStoreOp, RandOp, WindowOp
 from ..ir.tensor import MemoryType, TensorView
 from ..kir import nodes as K
 from .context import LoweringError
@@ -65,7 +65,7 @@ def _vectorize(loop: K.ForLoop, kernel) -> list:
     allocs: list = []
     ops = _ops_run_once_per_lane(loop.body, first_lane, collapsed, allocs)
     per_lane = {id(op) for op in ops if not _same_for_every_lane(op, loop.var)} if ops else ()
-    if width == 1 or not per_lane or not all(_is_copy(op) and _scheduled_vector(op)
+    if width == 1 or not per_lane or not all(_is_vector_op(op, loop) and _scheduled_vector(op)
                                              for op in ops if id(op) in per_lane):
         loop.unroll = True
         loop.parallel = "Serial"
@@ -84,8 +84,9 @@ def _vectorize(loop: K.ForLoop, kernel) -> list:
         op.vector = width
         op.out = _vec_access(substitute(op.out, first_lane), width, kernel)
         # A gather's vector is its source read (ins[0]); its index and error record are one
-        # element for all lanes.
-        vector_ins = 1 if isinstance(op.expr, GatherOp) else len(op.ins)
+        # element for all lanes. A random op's operands are scalars and its first index.
+        vector_ins = (1 if isinstance(op.expr, GatherOp) else 0 if isinstance(op.expr, RandOp)
+                      else len(op.ins))
         op.ins = [_vec_access(substitute(i, first_lane), width, kernel)
                   if isinstance(i, K.TensorIndex) and k < vector_ins
                   else substitute(i, first_lane)
@@ -107,7 +108,7 @@ def _scheduled_vector(op: K.TensorOp) -> bool:
 def _same_for_every_lane(op: K.TensorOp, lane: K.Var) -> bool:
     """Whether op's indices and predicate are free of the lane variable: its out is written at
     one place with one value for all lanes. A gather is never (its read is the vector)."""
-    if isinstance(op.expr, (GatherOp, WindowOp)):
+    if isinstance(op.expr, (GatherOp, WindowOp, RandOp)):
         return False
     return all(_lane_free(x, lane) for x in [op.out, op.predicate, *op.ins])
 
@@ -163,6 +164,8 @@ def _check_lanes_contiguous(op: K.TensorOp, loop: K.ForLoop, kernel) -> None:
     if isinstance(op.expr, GatherOp):
         _check_gather_lanes(op, lid, loop, exact)
         return
+    if isinstance(op.expr, RandOp):
+        return          # draws, not memory: _is_vector_op checked their indices
     for tv in [op.expr.outputs[0], *op.expr.inputs]:
         if not isinstance(tv, TensorView) or tv.memory_type != MemoryType.Global:
             continue
@@ -227,6 +230,39 @@ def _dim_stepped_by(lid, tv: TensorView, exact):
             x = d.outer if d.inner.is_broadcast else d.inner
         else:
             return None
+
+
+def _is_vector_op(op: K.TensorOp, loop: K.ForLoop) -> bool:
+    """A copy, or the draws of a random op at consecutive row-major indices from a multiple of
+    4 (index = first + lane, first provably a multiple of 4, the loop's width too): their
+    Philox blocks are whole (codegen's pf::philox_*_vec). Random draws at other indices (a row
+    of a broadcast tensor: f % n + lane) run lane by lane in the unrolled loop."""
+    if isinstance(op.expr, RandOp):
+        terms = _terms(op.ins[4])
+        lane = [t for t in terms if repr(t) == repr(loop.var)]
+        rest = [t for t in terms if repr(t) != repr(loop.var)]
+        return (loop.stop.value % 4 == 0 and len(lane) == 1
+                and all(_lane_free(t, loop.var) and _multiple_of(t, 4) for t in rest))
+    return _is_copy(op)
+
+
+def _terms(e) -> list:
+    """The terms of a sum (e itself if it is none)."""
+    if isinstance(e, K.Bin) and e.op == "+":
+        return _terms(e.a) + _terms(e.b)
+    return [e]
+
+
+def _multiple_of(e, m: int) -> bool:
+    """Whether expression e is a multiple of m whatever its variables hold (sums of such
+    terms, products with such a factor)."""
+    if isinstance(e, K.Const):
+        return e.value % m == 0
+    if isinstance(e, K.Bin) and e.op == "+":
+        return _multiple_of(e.a, m) and _multiple_of(e.b, m)
+    if isinstance(e, K.Bin) and e.op == "*":
+        return _multiple_of(e.a, m) or _multiple_of(e.b, m)
+    return False
 
 
 def _is_copy(op: K.TensorOp) -> bool:

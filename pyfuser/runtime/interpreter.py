@@ -1267,6 +1267,9 @@ class Interpreter:
         if s.vector > 1 and isinstance(e, GatherOp):
             self._gather(ctx, s, s.vector)
             return
+        if s.vector > 1 and isinstance(e, RandOp):
+            self._write(ctx, s.out, self._random(ctx, s, s.vector), None, s.vector)
+            return
         if s.vector > 1:
             if not isinstance(e, LoadStoreOp):
                 raise InterpreterError(f"vector op {type(e).__name__} is not a copy")
@@ -1366,13 +1369,16 @@ class Interpreter:
             if rec[0] == 0:
                 rec[0], rec[1] = int(ctx.ev(check)) + 1, int(idx[bad][0])
 
-    def _random(self, ctx: _Ctx, s: K.TensorOp):
+    def _random(self, ctx: _Ctx, s: K.TensorOp, lanes: int = 1):
         """The op's stream (runtime/philox.py) at each thread's row-major index (ins: seed,
-        offset, the two parameters, the index expression), rounded to out's dtype."""
+        offset, the two parameters, the index expression; with `lanes`, that many consecutive
+        indices from it), rounded to out's dtype."""
         from .philox import draw
         e = s.expr
         seed, offset, a, b = (self._scalar(x.scalar) for x in s.ins[:4])
         index = np.asarray(ctx.arr(ctx.ev(s.ins[4])), dtype=np.int64)
+        if lanes > 1:
+            index = index[:, None] + np.arange(lanes)
         dt = e.outputs[0].dtype
         values = draw(e.dist, dt.value[0], index, int(seed), int(offset), e.stream, float(a),
                       float(b))

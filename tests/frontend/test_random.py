@@ -213,15 +213,39 @@ def test_explain_keeps_the_last_drawn_state_and_run_and_check_uses_it():
 def test_a_flat_loops_draw_index_has_no_division(shape):
     """In a flat loop over a dense [N, M, K] tensor the draw's row-major index is the flat index
     itself: (f / K / M) * M + (f / K) % M, times K, plus f % K folds to f (no runtime divisions
-    per element), also where the vector lane is folded out of f % K (K = 16: 4-wide vectors);
-    the interpreter's bits equal the reference's with it."""
+    per element), also where the vector lane is folded out of f % K (K = 16: a vector of 4
+    draws from one Philox block); the interpreter's bits equal the reference's with it."""
     fd = _seeded(lambda fd, s, o: fd.add_output(fd.ops.mul(fd.ops.rand_like(
         fd.define_tensor([-1, -1, -1]), rng_seed=s, rng_offset=o), 2.0)))
     x = torch.zeros(*shape)
     seg, = fd.explain([1, 2, x]).segments
     source = seg.kernel.kernel.source
-    call = source.split("pf::philox_uniform<float, 24>(")[1]
-    index = call.split(",")[0]          # the index, the first argument
+    if "pf::philox_uniform_vec<" in source:     # a vector of draws: (out, first index, ...)
+        index = source.split("pf::philox_uniform_vec<float, 24, 4>(")[1].split(", ")[1]
+    else:
+        index = source.split("pf::philox_uniform<float, 24>(")[1].split(",")[0]
     assert "/" not in index and "%" not in index, index
     out, = fd.execute([1, 2, x], options=INTERPRET)
     assert torch.equal(out, evaluate(fd.fusion, [1, 2, x])[0])
+
+
+@pytest.mark.parametrize("dist", ["uniform", "normal"])
+def test_a_vector_of_draws_shares_philox_blocks(dist):
+    """Four consecutive uniform draws (two normal ones) come from one Philox block: a
+    vectorized flat loop draws them together (pf::philox_*_vec, one block per 4 or 2), from a
+    first index that is a multiple of 4; the bits equal the reference's (uniform) on the
+    interpreter."""
+    fd_op = "rand_like" if dist == "uniform" else "randn_like"
+    fd = _seeded(lambda fd, s, o: fd.add_output(getattr(fd.ops, fd_op)(
+        fd.define_tensor([-1, -1], dtype=DataType.BFloat16), rng_seed=s, rng_offset=o)))
+    x = torch.zeros(6, 24).bfloat16()
+    seg, = fd.explain([3, 8, x]).segments
+    source = seg.kernel.kernel.source
+    want = "pf::philox_uniform_vec<" if dist == "uniform" else "pf::philox_normal_vec<"
+    assert want in source, source
+    out, = fd.execute([3, 8, x], options=INTERPRET)
+    ref = evaluate(fd.fusion, [3, 8, x])[0]
+    if dist == "uniform":
+        assert torch.equal(out, ref)
+    else:
+        torch.testing.assert_close(out, ref)

@@ -221,9 +221,6 @@ __device__ __forceinline__ float philox_unit(unsigned word) {
   return static_cast<float>(word >> (32 - Bits)) * (1.0f / static_cast<float>(1u << Bits));
 }
 
-// The element's uniform draw before rounding to the output type: low + u * (high - low) in
-// float, each operation rounded on its own (no multiply-add). T's uniform() rounds it to T
-// and folds a value equal to high to low, as runtime/philox.uniform does.
 // The element's 32-bit word of a uniform draw: word index % 4 of block index / 4.
 __device__ __forceinline__ unsigned philox_word(long long index, long long seed, long long counter) {
   const PhiloxBlock b = philox(static_cast<unsigned long long>(counter),
@@ -232,43 +229,84 @@ __device__ __forceinline__ unsigned philox_word(long long index, long long seed,
   return b.w[index & 3];
 }
 
-template <int Bits>
-__device__ __forceinline__ float philox_uniform_f32(long long index, long long seed,
-                                                    long long counter, double low, double high) {
-  const float u = philox_unit<Bits>(philox_word(index, seed, counter));
-  return __fadd_rn(__fmul_rn(u, static_cast<float>(high - low)), static_cast<float>(low));
-}
+// A uniform draw from its word: low + u * (high - low) in float, each operation rounded on its
+// own (no multiply-add), rounded to T, and a value equal to high folded to low, as
+// runtime/philox.uniform does. float64: the same 24 random bits, the affine map in double.
+template <typename T, int Bits>
+struct UniformFromWord {
+  __device__ __forceinline__ static T apply(unsigned word, double low, double high) {
+    const float u = philox_unit<Bits>(word);
+    const T v = cast<T>(
+        __fadd_rn(__fmul_rn(u, static_cast<float>(high - low)), static_cast<float>(low)));
+    return cast<float>(v) == cast<float>(cast<T>(static_cast<float>(high)))
+               ? cast<T>(static_cast<float>(low)) : v;
+  }
+};
+template <>
+struct UniformFromWord<double, 24> {
+  __device__ __forceinline__ static double apply(unsigned word, double low, double high) {
+    const double u = static_cast<double>(philox_unit<24>(word));
+    const double v = __dadd_rn(__dmul_rn(u, high - low), low);
+    return v == high ? low : v;
+  }
+};
 
 template <typename T, int Bits>
 __device__ __forceinline__ T philox_uniform(long long index, long long seed, long long counter,
                                             double low, double high) {
-  const T v = cast<T>(philox_uniform_f32<Bits>(index, seed, counter, low, high));
-  return cast<float>(v) == cast<float>(cast<T>(static_cast<float>(high)))
-             ? cast<T>(static_cast<float>(low)) : v;
+  return UniformFromWord<T, Bits>::apply(philox_word(index, seed, counter), low, high);
 }
 
-// float64: the same 24 random bits, the affine map in double.
-template <>
-__device__ __forceinline__ double philox_uniform<double, 24>(long long index, long long seed,
-                                                             long long counter, double low,
-                                                             double high) {
-  const double u = static_cast<double>(philox_unit<24>(philox_word(index, seed, counter)));
-  const double v = __dadd_rn(__dmul_rn(u, high - low), low);
-  return v == high ? low : v;
+// The uniform draws of N consecutive elements from index0 (both multiples of 4, lower/
+// vectorize.py checks): one Philox block per 4 elements, where an element at a time computes
+// a block each (the same bits).
+template <typename T, int Bits, int N>
+__device__ __forceinline__ void philox_uniform_vec(T* out, long long index0, long long seed,
+                                                   long long counter, double low, double high) {
+  static_assert(N % 4 == 0, "pf::philox_uniform_vec: N must be a multiple of 4");
+#pragma unroll
+  for (int q = 0; q < N / 4; ++q) {
+    const PhiloxBlock b = philox(static_cast<unsigned long long>(counter),
+                                 (static_cast<unsigned long long>(index0) >> 2) + q,
+                                 static_cast<unsigned long long>(seed));
+#pragma unroll
+    for (int k = 0; k < 4; ++k) out[4 * q + k] = UniformFromWord<T, Bits>::apply(b.w[k], low, high);
+  }
 }
 
-// mean + std * sqrt(-2 log u1) * cos(2 pi u2) (Box-Muller) from the element's two words: as
+// mean + std * sqrt(-2 log u1) * cos(2 pi u2) (Box-Muller) from two words: as
 // runtime/philox.normal up to the rounding of logf, sqrtf and cosf.
+__device__ __forceinline__ float normal_from_words(unsigned w1, unsigned w2, double mean,
+                                                   double std) {
+  const float u1 = __fmul_rn(static_cast<float>(w1 >> 8) + 1.0f, 5.9604644775390625e-08f);
+  const float u2 = philox_unit<24>(w2);
+  const float z = __fmul_rn(sqrtf(__fmul_rn(-2.0f, logf(u1))), cosf(__fmul_rn(6.2831855f, u2)));
+  return __fadd_rn(__fmul_rn(z, static_cast<float>(std)), static_cast<float>(mean));
+}
+
+// The element's normal draw: words 2 * (index % 2) and the next of block index / 2.
 __device__ __forceinline__ float philox_normal(long long index, long long seed, long long counter,
                                                double mean, double std) {
   const PhiloxBlock b = philox(static_cast<unsigned long long>(counter),
                                static_cast<unsigned long long>(index) >> 1,
                                static_cast<unsigned long long>(seed));
   const int first = 2 * static_cast<int>(index & 1);
-  const float u1 = __fmul_rn(static_cast<float>(b.w[first] >> 8) + 1.0f, 5.9604644775390625e-08f);
-  const float u2 = philox_unit<24>(b.w[first + 1]);
-  const float z = __fmul_rn(sqrtf(__fmul_rn(-2.0f, logf(u1))), cosf(__fmul_rn(6.2831855f, u2)));
-  return __fadd_rn(__fmul_rn(z, static_cast<float>(std)), static_cast<float>(mean));
+  return normal_from_words(b.w[first], b.w[first + 1], mean, std);
+}
+
+// The normal draws of N consecutive elements from index0 (both multiples of 4): one block per 2.
+template <typename T, int N>
+__device__ __forceinline__ void philox_normal_vec(T* out, long long index0, long long seed,
+                                                  long long counter, double mean, double std) {
+  static_assert(N % 4 == 0, "pf::philox_normal_vec: N must be a multiple of 4");
+#pragma unroll
+  for (int q = 0; q < N / 2; ++q) {
+    const PhiloxBlock b = philox(static_cast<unsigned long long>(counter),
+                                 (static_cast<unsigned long long>(index0) >> 1) + q,
+                                 static_cast<unsigned long long>(seed));
+    out[2 * q] = cast<T>(normal_from_words(b.w[0], b.w[1], mean, std));
+    out[2 * q + 1] = cast<T>(normal_from_words(b.w[2], b.w[3], mean, std));
+  }
 }
 
 }  // namespace pf

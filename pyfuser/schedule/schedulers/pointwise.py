@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from ...ir.exprs import BroadcastOp, GatherOp, SqueezeOp, WindowOp
+from ...ir.exprs import BroadcastOp, GatherOp, RandOp, SqueezeOp, WindowOp
 from ...ir.id_graph import IdGraph
 from ...ir.iter_domain import ParallelType as PT
 from ..cache import cached_uses
@@ -220,9 +220,14 @@ def schedule(fusion, params: PointwiseParams) -> None:
         graph = IdGraph(fusion)
         windows = [e.outputs[0] for e in fusion.exprs() if isinstance(e, WindowOp)]
         gathers = [e.outputs[0] for e in fusion.exprs() if isinstance(e, GatherOp)]
+        # Random draws of 4 consecutive elements share a Philox block: a vector of draws
+        # computes one block per 4 (lower/vectorize.py; a draw at a time cost the dropout bar
+        # its bandwidth: 80% of the SMs' issue slots on the H200).
+        draws = ([e.outputs[0] for e in fusion.exprs() if isinstance(e, RandOp)]
+                 if params.vector % 4 == 0 else [])
         for tv in ([caches[k] for k in params.vector_inputs]
                    + [windows[n] for n in params.vector_windows]
-                   + [gathers[n] for n in params.vector_gathers] + outputs):
+                   + [gathers[n] for n in params.vector_gathers] + draws + outputs):
             vectorize(tv, -1, params.vector, along=inner, graph=graph)
         # The heuristic's width divides the innermost extent (a kernel reused for another
         # shape has an equal heuristic, so it does too; the executor checks it): the lanes of
