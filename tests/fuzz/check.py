@@ -69,7 +69,8 @@ from values kernels compute bit-for-bit). A floating output must satisfy both
   the bf16/fp16 bars and within the fp32 one, but it is what a bf16 output of a long
   reduction with cancellation (a mean subtracted, a variance) needs.
 - u_narrowest: the unit roundoff of the narrowest floating dtype among the tensors an output
-  is computed from (2^-24 for float32). A float64 output of a float32 intermediate cannot be
+  is computed from that the kernel rounds and the reference does not (2^-24 for float32; not
+  the inputs, exact in both, nor float8 tensors, which the reference rounds as torch does). A float64 output of a float32 intermediate cannot be
   closer to float64 than that intermediate's rounding, and e_native can be luckily small (one
   value broadcast, which torch's sigmoid rounds correctly and a kernel's 1 / (1 + expf(-x))
   one ulp off: fuzz 20261125:62). It only matters for float64 outputs: the other dtypes' bars
@@ -271,14 +272,19 @@ def _unit_roundoff(dtype) -> float:
 
 def _narrowest_float_upstream(fusion, out):
     """The floating dtype of fewest mantissa bits among `out` and the tensors it is computed
-    from; None when there is none."""
+    from that the kernel rounds and the float64 reference does not; None when there is none.
+    Inputs are exact in both (a bf16 or float8 input's values are the reference's), and a
+    float8 tensor computed in the fusion is rounded by the reference too (as torch converts):
+    neither loosens the bar."""
     seen, stack, best = set(), [out], None
     while stack:
         t = stack.pop()
         if t in seen:
             continue
         seen.add(t)
-        if t.dtype.is_floating and (best is None or _unit_roundoff(t.dtype) > _unit_roundoff(best)):
+        rounded = t.definition is not None and not t.dtype.is_float8
+        if rounded and t.dtype.is_floating and (
+                best is None or _unit_roundoff(t.dtype) > _unit_roundoff(best)):
             best = t.dtype
         stack.extend(fusion.producers(t))
     return best

@@ -318,3 +318,20 @@ def test_a_value_rounded_by_promotion_is_not_exact():
     assert not b.call("where", b.call("ne", count, 0), count, u).exact
     assert not b.call("le", count, u).exact
     assert b.call("le", small, u).exact
+
+
+def test_exact_inputs_do_not_loosen_the_bar():
+    """u_narrowest counts the tensors the kernel rounds and the float64 reference does not: a
+    float8 or bf16 input is exact in both, so a float32 output computed from it keeps
+    float32's roundoff (a float8 input loosened every output downstream to 0.25 before); a
+    bf16 tensor computed in the fusion still counts."""
+    from pyfuser import FusionDefinition
+    with FusionDefinition() as fd:
+        x8 = fd.define_tensor([-1], dtype=DataType.Float8_e4m3fn)
+        xb = fd.define_tensor([-1], dtype=DataType.BFloat16)
+        a = fd.ops.add(fd.ops.cast(x8, DataType.Float), fd.ops.cast(xb, DataType.Float))
+        fd.add_output(a)
+        fd.add_output(fd.ops.cast(fd.ops.cast(a, DataType.BFloat16), DataType.Float))
+    first, second = fd.fusion.outputs
+    assert check._narrowest_float_upstream(fd.fusion, first) == DataType.Float
+    assert check._narrowest_float_upstream(fd.fusion, second) == DataType.BFloat16
