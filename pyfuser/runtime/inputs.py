@@ -368,17 +368,23 @@ def laid_out(fusion, outs) -> list:
     laid = []
     for o, r in zip(fusion.outputs, outs):
         assert isinstance(o, TensorView)
-        sizes = list(r.shape)
-        strides = output_strides(o, sizes)
-        if list(r.stride()) != strides or r.dtype != to_torch(o.dtype):
-            # An expanded dim (stride 0) holds one element for all its positions.
-            stored = [1 if st == 0 else sz for sz, st in zip(sizes, strides)]
-            dense = torch.empty_strided(stored, strides, dtype=to_torch(o.dtype), device=r.device)
-            src = r
-            for d, (sz, st) in enumerate(zip(sizes, strides)):
-                if st == 0 and sz > 1:
-                    src = src.narrow(d, 0, 1)
-            dense.copy_(src)
-            r = dense.expand(sizes) if stored != sizes else dense
-        laid.append(r)
+        laid.append(lay_out(o, r, to_torch(o.dtype)))
     return laid
+
+
+def lay_out(o: TensorView, r, dtype):
+    """Output `o`'s value `r` as `dtype`, dense in o's allocation order (output_strides); `r`
+    itself where it already is."""
+    sizes = list(r.shape)
+    strides = output_strides(o, sizes)
+    if list(r.stride()) == strides and r.dtype == dtype:
+        return r
+    # An expanded dim (stride 0) holds one element for all its positions.
+    stored = [1 if st == 0 else sz for sz, st in zip(sizes, strides)]
+    dense = torch.empty_strided(stored, strides, dtype=dtype, device=r.device)
+    src = r
+    for d, (sz, st) in enumerate(zip(sizes, strides)):
+        if st == 0 and sz > 1:
+            src = src.narrow(d, 0, 1)
+    dense.copy_(src)
+    return dense.expand(sizes) if stored != sizes else dense

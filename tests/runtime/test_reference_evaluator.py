@@ -329,3 +329,19 @@ def test_catalogue_fusion_vs_its_torch_reference(name, shape, dtype):
         assert o64.dtype == torch.float64
         torch.testing.assert_close(o64, w.double(), rtol=3e-2 if dtype == "bf16" else 1e-4,
                                    atol=1e-1 if dtype == "bf16" else 1e-4)
+
+
+def test_an_ordered_output_with_an_expanded_dim():
+    """An output laid out by stride_order whose dim 0 is expanded (stride 0, one element for
+    all its positions, as the executor allocates it): the reference lays it out so too, where a
+    copy into the stride-0 tensor failed (fuzz 20261404:885)."""
+    from pyfuser import FusionDefinition
+    x = torch.randint(0, 4, (1, 4, 5, 8))
+    with FusionDefinition() as fd:
+        t = fd.from_pytorch(x)
+        both = fd.ops.logical_and(fd.ops.le(fd.ops.expand(t, [8, -1, -1, -1]), 0),
+                                  fd.ops.lt(t, 2))
+        fd.add_output(fd.ops.stride_order(both, [1, 0, 2, 3]))
+    out, = evaluate(fd.fusion, [x])
+    want = ((x <= 0) & (x < 2)).expand(8, -1, -1, -1)
+    assert torch.equal(out, want) and out.stride(0) == 0
