@@ -343,3 +343,19 @@ def test_an_output_reached_through_a_broadcast_row_gets_the_tile_loops():
         bound = {s.loop.parallel for s in enclosing(k, op_writing(k, buf.name))
                  if isinstance(s, K.ForLoop)}
         assert {PT.TIDx, PT.TIDy} <= bound, (j, bound)
+
+
+def test_a_broadcast_added_on_both_sides_of_the_permute_keeps_the_tile():
+    """x [63, 449] + b [1] before the permute and the permuted result + b after it: b's one
+    broadcast dim pairs with x's dim 1 in the first add and dim 0 in the second, so the
+    permissive ID graph maps the tile's two dims to each other and inlining put the tile inside
+    its readers' loops, where it had no row to pad (LoweringError, the reference ran it: fuzz
+    20261378:204 and 20261404:933). The tile keeps its own loops inside the grid loop."""
+    from pyfuser.testing import run_and_check
+    x, b = torch.randn(63, 449), torch.randn(1).half()
+    with FusionDefinition() as fd:
+        tx, tb = fd.from_pytorch(x, static_sizes=True), fd.from_pytorch(b)
+        y = fd.ops.mul(fd.ops.log(fd.ops.add(fd.ops.abs(tx), 0.5)),
+                       fd.ops.sqrt(fd.ops.add(fd.ops.abs(fd.ops.add(tx, tb)), 1.0)))
+        fd.add_output(fd.ops.add(fd.ops.permute(y, [1, 0]), tb))
+    run_and_check(fd, [x, b], scheduler="transpose", options={"enable": ["interpret"]})

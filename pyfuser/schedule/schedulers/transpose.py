@@ -43,8 +43,8 @@ from ...ir.id_graph import IdGraph
 from ...ir.iter_domain import ParallelType as PT
 from ..cache import cached_uses
 from ...ir.tensor import MemoryType, TensorView
-from .. import (cache_after, cache_before, inline_most, pad_shared_rows, parallelize_like,
-               propagate_transforms)
+from .. import (cache_after, cache_before, inline_at, inline_most, pad_shared_rows,
+                parallelize_like, propagate_transforms)
 from . import pointwise
 from .base import (RuntimeInfo, SchedulerError, access_width, input_vector_width,
                    orient_vector_inputs, pow2_divisor, reduction_tensors, vector_inputs,
@@ -308,6 +308,14 @@ def schedule(fusion, p: TransposeParams) -> None:
             for t in [caches[k] for k in p.vector_inputs] + outputs:
                 vectorize(t, -1, p.vector, along=b_inner, graph=graph)
     inline_most(fusion=fusion)
+    for t in tiles.values():
+        # A tile is written in group 1's loops and read in group 2's: it shares the grid loop
+        # only. The permissive ID graph can map the two groups' loops to each other (a [1]
+        # input added both before and after the permute maps the tile's two dims through its
+        # broadcast: fuzz 20261378:204, 20261404:933), and a tile inlined into its readers'
+        # loops holds no row to pad.
+        if t.compute_at_pos > 1:
+            inline_at(t, 1)
 
 
 def _reach_past_tiles(fusion, ref, tile_tvs, rest, reached: set) -> None:
