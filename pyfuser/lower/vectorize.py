@@ -195,9 +195,9 @@ def _check_window_lanes(e: WindowOp, lid, loop: K.ForLoop, exact) -> None:
 
 def _check_gather_lanes(op: K.TensorOp, lid, loop: K.ForLoop, exact) -> None:
     """A gather's lanes step through its out's dim d; they read one run of its source when d
-    is a source dim other than the gathered one, the source's stride-1 dim, and the index is
-    the same for every lane (broadcast along d: the scheduler checked both, base.vector_gathers;
-    the source's size along d holds whole vectors, checked before the launch)."""
+    is a source dim other than the gathered one and the source's stride-1 dim (the scheduler
+    checked, base.vector_gathers; the source's size along d holds whole vectors, checked before
+    the launch; _is_vector_op checked the index is the same for every lane)."""
     e = op.expr
     out, src = e.outputs[0], e.src
     stepped = _dim_stepped_by(lid, out, exact)
@@ -208,10 +208,6 @@ def _check_gather_lanes(op: K.TensorOp, lid, loop: K.ForLoop, exact) -> None:
             or src.domain.logical_no_reductions[s] is not src.domain.contiguous_dim:
         raise LoweringError(f"a {loop.stop!r}-wide vector read of gather T{out.name} does not "
                             f"step through T{src.name}'s stride-1 dim")
-    index = op.ins[1]
-    if not _lane_free(index, loop.var):
-        raise LoweringError(f"a {loop.stop!r}-wide vector read of gather T{out.name} takes a "
-                            f"different index in each lane ({index!r})")
 
 
 def _dim_stepped_by(lid, tv: TensorView, exact):
@@ -237,6 +233,9 @@ def _is_vector_op(op: K.TensorOp, loop: K.ForLoop) -> bool:
     4 (index = first + lane, first provably a multiple of 4, the loop's width too): their
     Philox blocks are whole (codegen's pf::philox_*_vec). Random draws at other indices (a row
     of a broadcast tensor: f % n + lane) run lane by lane in the unrolled loop."""
+    if isinstance(op.expr, GatherOp):
+        # One index for all lanes, or no vector read (the lanes read where they point).
+        return _lane_free(op.ins[1], loop.var)
     if isinstance(op.expr, RandOp):
         terms = _terms(op.ins[4])
         lane = [t for t in terms if repr(t) == repr(loop.var)]

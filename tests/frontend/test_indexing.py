@@ -385,3 +385,29 @@ def test_a_row_extent_the_vectors_do_not_divide_is_refused():
     forced = PointwiseParams(vector=8)
     with pytest.raises(ValueError, match="needs an extent of 12 to be a multiple of 8"):
         fd.execute([ids, w], options={"enable": ["interpret"], "heuristic": forced})
+
+
+def test_rows_of_a_wider_type_than_the_vector_takes_are_read_per_element():
+    """A float64 table under float32 outputs: the loop's vectors hold 4 lanes, one float64
+    access 2, so the gather is not read with vectors (its index would sit outside the inner
+    access's loop, one per lane: fuzz 20261405:251, a LoweringError and the reference ran)."""
+    ids, w = torch.randint(0, 7, (5,)), torch.randn(7, 48, dtype=torch.float64)
+    with FusionDefinition() as fd:
+        ti, tw = fd.from_pytorch(ids), fd.from_pytorch(w)
+        fd.add_output(fd.ops.cast(fd.ops.embedding(ti, tw), F32))
+    seg, = fd.explain([ids, w], device="h100").segments
+    assert seg.kernel.params.vector == 4 and seg.kernel.params.vector_gathers == ()
+    run_and_check(fd, [ids, w], scheduler="pointwise", options=INTERPRET)
+    assert torch.equal(fd.execute([ids, w], options=INTERPRET)[0], w[ids].float())
+
+
+def test_a_forced_vector_gather_with_an_index_per_lane_runs_lane_by_lane():
+    """A heuristic forcing vector reads onto a gather whose index varies along the row
+    (take_along_axis over dim 0): lowering sees one index per lane and leaves the loop
+    unrolled, each lane reading where it points, instead of one wrong vector."""
+    from pyfuser.schedule.schedulers.pointwise import PointwiseParams
+    x, i = torch.randn(37, 56), torch.randint(0, 37, (5, 56))
+    fd = _fusion(CASES["take_along_axis_broadcast_index"][0], [x, i])
+    forced = {"enable": ["interpret"], "heuristic": PointwiseParams(vector=4, vector_gathers=(0,))}
+    assert torch.equal(fd.execute([x, i], options=forced)[0], torch.take_along_dim(x, i, 0))
+    assert fd.last_run.kind == "kernels" and fd.last_run.backend == "interpreter"

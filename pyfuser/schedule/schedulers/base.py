@@ -279,9 +279,12 @@ def vector_gathers(fusion, info: RuntimeInfo, vector: int, ref_id) -> tuple:
         s = next((a for a, b in e.dim_map[0] if b == d), None)
         if d is None or s is None or s == e.dim:
             continue
+        # The whole vector in one access: a wider vector split into narrower accesses (a
+        # float64 table under float32 outputs: 4 lanes, 2 per access) would put the index
+        # outside the inner access's loop, one per lane (fuzz 20261405:251).
         w = access_width(src.dtype, vector)
         facts = info.inputs[fusion.inputs.index(src)]
-        if w > 1 and input_vector_width(src, facts, s, vector) == w:
+        if w == vector and input_vector_width(src, facts, s, vector) == w:
             out.append(n)
     return tuple(out)
 
