@@ -75,3 +75,26 @@ def test_definition_errors(call, message):
     with pytest.raises(FusionDefinitionError, match=message):
         with FusionDefinition() as fd:
             call(fd, fd.define_tensor([3, 7]))
+
+
+@pytest.mark.parametrize("cols, refused", [(128256, True), (32000, False)])
+def test_long_rows_of_an_argmax_are_read_twice_not_held_in_a_cluster(cols, refused):
+    """Rows split over a cluster of 4 or more blocks only to feed reductions (every output is
+    per row) are refused by the inner persistent heuristic, and the plan becomes two reduction
+    kernels that read the rows again (1824 against 1149 GB/s on the H200 at 128256 bf16); a
+    row held by one block or a cluster of 2 keeps the persistent kernel, and so does a
+    softmax of long rows (its output runs along the row)."""
+    x = torch.empty(64, cols, dtype=torch.bfloat16, device="meta")
+    with FusionDefinition() as fd:
+        fd.add_output(fd.ops.argmax(fd.from_pytorch(x), 1))
+    seg, = fd.explain([x], device="h100").segments
+    assert seg.name == "inner_persistent" and bool(seg.refused) == refused, seg.refused
+    if refused:
+        assert "only to feed reductions" in seg.refused
+        assert [(s.kind, s.name) for s in seg.again.segments] == [("kernel", "reduction")] * 2
+    with FusionDefinition() as fd:
+        t = fd.ops.cast(fd.from_pytorch(x), DataType.Float)
+        e = fd.ops.exp(fd.ops.sub(t, fd.ops.max(t, [1], keepdim=True)))
+        fd.add_output(fd.ops.div(e, fd.ops.sum(e, [1], keepdim=True)))
+    seg, = fd.explain([x], device="h100").segments
+    assert seg.name == "inner_persistent" and not seg.refused

@@ -178,6 +178,15 @@ def compute_heuristics(fusion, info: RuntimeInfo) -> InnerPersistentParams:
     _, rpos = _layout(red)
     n, m = reduced_and_kept(red, rpos, info)
     p = register_params(fusion, info, rpos, n, m, row_vector_width(fusion, n, rpos))
+    if p.cluster >= REREAD_CLUSTER and not _writes_rows(fusion, red):
+        # Measured on the H200 (bench/results/2026-11-27/README.md): argmax over rows of
+        # [8192, 128256] bf16 held in clusters of 8 blocks ran at 1149 GB/s (two cluster-wide
+        # reductions per row, 2 blocks per SM), the plan of two reduction kernels that reads the
+        # rows twice at 1824, eager 2062.
+        raise SchedulerError(
+            f"inner persistent: rows of {n} elements would be split over a cluster of "
+            f"{p.cluster} blocks only to feed reductions (no output runs along the row): "
+            "reduction kernels that read the row again are faster")
     if p.cluster > 1:
         widest = row_element_bytes(fusion)
         return dataclasses.replace(p, reason=(
@@ -186,6 +195,20 @@ def compute_heuristics(fusion, info: RuntimeInfo) -> InnerPersistentParams:
             f"{CLUSTER_ROW_BYTES // 1024} KB spilled registers on one SM), reduced through "
             "distributed shared memory"))
     return choose_variant(fusion, info, p, n, m, rpos)
+
+
+# Clusters from which a fusion whose outputs are all per row (argmax, a variance in two passes)
+# is better run as reduction kernels reading the rows again (compute_heuristics).
+REREAD_CLUSTER = 4
+
+
+def _writes_rows(fusion, red) -> bool:
+    """Whether an output runs along the reduced dims (a normalization's result), as opposed to
+    every output being per row (a reduction's result, an argmax)."""
+    graph = IdGraph(fusion)
+    red_ids = [i for i in red.domain.maybe_root if i.is_reduction and not i.is_broadcast]
+    return any(graph.mapped(i, r) for o in fusion.outputs if isinstance(o, TensorView)
+               for i in o.domain.logical_no_reductions if not i.is_broadcast for r in red_ids)
 
 
 def row_vector_width(fusion, n: int, rpos) -> int:
