@@ -550,13 +550,14 @@ def test_every_kind_is_defined_or_waits_for_named_ops():
         assert tuple(listed) == FUSION_KINDS
 
 
-@pytest.mark.parametrize("name", sorted(OPS_MISSING))
-def test_missing_ops_are_still_missing(name):
-    """When an op lands, its kind moves to KINDS: this fails until the table says so."""
-    ops, _ = OPS_MISSING[name]
+def test_missing_ops_are_still_missing():
+    """When an op lands, its kind moves to KINDS: this fails until the table says so. (Every
+    kind has its ops since float8 landed: OPS_MISSING is empty, and a parametrized form of this
+    test was skipped for want of parameters.)"""
     fd = FusionDefinition()
-    present = [op for op in ops if hasattr(fd.ops, op) or hasattr(DataType, op)]
-    assert not present, f"{name}: {present} exist now; define {name} in KINDS"
+    for name, (ops, _) in OPS_MISSING.items():
+        present = [op for op in ops if hasattr(fd.ops, op) or hasattr(DataType, op)]
+        assert not present, f"{name}: {present} exist now; define {name} in KINDS"
 
 
 @pytest.mark.parametrize("name", sorted(KINDS))
