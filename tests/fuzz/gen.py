@@ -876,6 +876,10 @@ class Builder:
         # (full refuses size 0; a size-1 dim broadcasts against it instead.)
         shape_axes = [(self.size_of(d), d.axis) if self.size_of(d) else (1, None)
                       for d in (dims or ())]
+        if math.prod(s for s, _ in shape_axes) > self.max_elements:
+            # dims of two broadcast operands can span more than the budget (fuzz 20261407:767:
+            # the generator raised and the worker died): size 1 everywhere broadcasts too.
+            shape_axes = [(1, None)] * len(shape_axes)
         return self.call("full", [s for s, _ in shape_axes], 1.0, dtype=F32,
                          _axes=[a for _, a in shape_axes])
 

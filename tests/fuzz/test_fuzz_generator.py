@@ -335,3 +335,11 @@ def test_exact_inputs_do_not_loosen_the_bar():
     first, second = fd.fusion.outputs
     assert check._narrowest_float_upstream(fd.fusion, first) == DataType.Float
     assert check._narrowest_float_upstream(fd.fusion, second) == DataType.BFloat16
+
+
+def test_an_exact_source_stays_within_the_budget():
+    """A comparison's exact operand, made as a full of the broadcast dims of two operands,
+    could exceed the element budget; the generator raised and the worker died (20261407:767).
+    It is a full of size-1 dims then, which broadcasts as well."""
+    spec = gen.generate(20261407, 767)
+    assert spec["pattern"] == "pointwise"
