@@ -359,8 +359,7 @@ class CudaPrinter:
         i, zero = K.GATHER_INDEX, f"pf::cast<{ctype(s.out.buffer.dtype)}>(0)"
         if s.vector > 1:        # one index for all lanes, one vector read (lower/vectorize.py)
             read = self.vector_move(s.out, K.gathered_at(src, stride), s.vector)
-            fill = (f"for (int pf_l = 0; pf_l < {s.vector}; ++pf_l) "
-                    f"(&{self.expr(s.out)})[pf_l] = {zero};")
+            fill = self.fill_lanes(s.out, s.vector, zero)
         else:
             read = f"{self.expr(s.out)} = {self.expr(K.gathered_at(src, stride))};"
             fill = f"{self.expr(s.out)} = {zero};"
@@ -382,9 +381,13 @@ class CudaPrinter:
             # A vector of a window: all lanes read, or all take the fill (whole-vector guards).
             fill = self.value(s.ins[2], ctype(out.buffer.dtype))
             return (f"if ({self.expr(s.ins[1])}) {{ {move} }} else {{ "
-                    f"for (int pf_l = 0; pf_l < {v}; ++pf_l) "
-                    f"(&{self.expr(out)})[pf_l] = {fill}; }}")
+                    f"{self.fill_lanes(out, v, fill)} }}")
         return move
+
+    def fill_lanes(self, out: K.TensorIndex, v: int, value: str) -> str:
+        """The v elements of a vector access `out` set to `value` one by one (a window's fill,
+        a gather's 0 at an index out of range)."""
+        return f"for (int pf_l = 0; pf_l < {v}; ++pf_l) (&{self.expr(out)})[pf_l] = {value};"
 
     def vector_move(self, out: K.TensorIndex, src: K.TensorIndex, v: int) -> str:
         """One v-wide copy from src to out, by the memories they are in."""

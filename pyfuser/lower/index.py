@@ -470,6 +470,12 @@ def _is_inner_of_split(i) -> bool:
     return isinstance(i.definition, Split) and i is i.definition.inner
 
 
+def _pinned_block(ctx, pt: ParallelType):
+    """The block size along thread dim `pt` that the schedule fixed (a launch hint: the scan's
+    whole warps), or None."""
+    return ctx.fusion.launch_hints.get(f"block_{pt.value[-1]}") if pt.is_thread_dim else None
+
+
 def _loop_ranges(ctx, nest) -> dict:
     """Ranges of the loop indices around an op, where its loops have constant extents.
 
@@ -485,8 +491,7 @@ def _loop_ranges(ctx, nest) -> dict:
             exts = {repr(scalar_to_kexpr(e, ctx.names)) for e in ctx.kernel_parallel[lp.parallel]}
             if len(exts) != 1:
                 continue
-            pinned = (ctx.fusion.launch_hints.get(f"block_{lp.parallel.value[-1]}")
-                      if lp.parallel.is_thread_dim else None)
+            pinned = _pinned_block(ctx, lp.parallel)
             if pinned is not None and pinned != ext.value:
                 continue        # a block sized by the schedule: blockDim is the hint
             ranges[_THREAD_SPECIAL[lp.parallel]] = (0, ext.value - 1)
@@ -546,8 +551,7 @@ def _thread_predicates(ctx, tv: TensorView, nest, redundant: list) -> list:
                 continue
             mine = repr(extent)
             # A block the schedule sized itself (the scan's whole warps) may exceed every loop.
-            pinned = (ctx.fusion.launch_hints.get(f"block_{pt.value[-1]}")
-                      if pt.is_thread_dim else None)
+            pinned = _pinned_block(ctx, pt)
             if any(repr(scalar_to_kexpr(e, ctx.names)) != mine for e in extents) or (
                     pinned is not None and mine != repr(K.Const(pinned))):
                 conds.append(K.lt(K.Special(special), scalar_to_kexpr(lp.extent, ctx.names)))

@@ -134,10 +134,17 @@ def plan_key_fields(fusion, scheduler: str, params, index_type: str, options, si
     kernel_cache.plan_key (which adds the NVRTC version and pyfuser's source hash)."""
     from ..ir.fingerprint import fusion_text
     from .fusion_kernel import ARCH
-    return {"fusion": fusion_text(fusion), "signature": signature, "scheduler": scheduler,
-            "heuristic": repr(params), "index_type": index_type,
-            "enable": sorted(options.enable), "disable": sorted(options.disable),
-            "device": repr(device), "arch": ARCH}
+    fields = {"fusion": fusion_text(fusion), "signature": signature, "scheduler": scheduler,
+              "heuristic": repr(params), "index_type": index_type,
+              "enable": sorted(options.enable), "disable": sorted(options.disable),
+              "device": repr(device), "arch": ARCH}
+    if any(t.dtype.is_float8 for t in fusion.tensors()):
+        # The kernel converts into e4m3fn by the installed torch's rule (NaN before 2.13,
+        # saturation since: codegen/device_library.py): a disk cache shared across torch
+        # versions must not hand one's kernel to the other.
+        from ..ir.dtype import e4m3fn_overflow_is_nan
+        fields["e4m3fn_overflow_is_nan"] = e4m3fn_overflow_is_nan()
+    return fields
 
 
 def _requested_device(name: str, device, tensors, options):

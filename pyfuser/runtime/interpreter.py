@@ -422,10 +422,20 @@ _BINARY = {
 _REDUCE = {"sum": lambda a, b: np.add(_as_number(a), _as_number(b)), "max": np.maximum,
            "min": np.minimum}
 # A scan's combine, op(earlier, later) (lower/scans.py); cumulative forms for the block scan.
-_SCAN = {"sum": lambda a, b: np.add(_as_number(a), _as_number(b)),
-         "prod": lambda a, b: np.multiply(_as_number(a), _as_number(b))}
+_SCAN = {"sum": _REDUCE["sum"], "prod": lambda a, b: np.multiply(_as_number(a), _as_number(b))}
 _SCAN_IDENTITY = {"sum": 0, "prod": 1}
 _CUMULATIVE = {"sum": np.cumsum, "prod": np.cumprod}
+
+
+def _exclusive_scan(op: str, table):
+    """(the exclusive scan of each row of `table` under `op`, each row's total)."""
+    cum = _CUMULATIVE[op](table, axis=1)
+    excl = np.empty_like(cum)
+    excl[:, 0] = _SCAN_IDENTITY[op]
+    excl[:, 1:] = cum[:, :-1]
+    return excl, cum[:, -1]
+
+
 _REDUCEAT = {"sum": np.add.reduceat, "max": np.maximum.reduceat, "min": np.minimum.reduceat}
 
 
@@ -1559,13 +1569,10 @@ class Interpreter:
         ident = _SCAN_IDENTITY[s.op]
         table = np.full((len(rows), self.block[0]), ident, dtype=vals.dtype)
         table[row, tx] = vals
-        cum = _CUMULATIVE[s.op](table, axis=1)
-        excl = np.empty_like(cum)
-        excl[:, 0] = ident
-        excl[:, 1:] = cum[:, :-1]
+        excl, totals = _exclusive_scan(s.op, table)
         res = excl[row, tx]
         if s.cluster is not None:
-            res = _SCAN[s.op](self._cluster_prefix(s, ctx, cum[row, -1]), res)
+            res = _SCAN[s.op](self._cluster_prefix(s, ctx, totals[row]), res)
         m, addr = self._locate(ctx, s.carry, "block scan of", 1)
         self._store(m, addr, res, None)
 
@@ -1591,11 +1598,7 @@ class Interpreter:
         ident = _SCAN_IDENTITY[s.op]
         table = np.full((len(reached) * self.block[1], per_cluster), ident, dtype=totals.dtype)
         table[row, rank] = totals
-        cum = _CUMULATIVE[s.op](table, axis=1)
-        excl = np.empty_like(cum)
-        excl[:, 0] = ident
-        excl[:, 1:] = cum[:, :-1]
-        return excl[row, rank]
+        return _exclusive_scan(s.op, table)[0][row, rank]
 
     def _ClusterReduce(self, s: K.ClusterReduce, ctx: _Ctx):
         """cluster_allreduce_row: thread x == 0 of each row of every CTA of a cluster publishes

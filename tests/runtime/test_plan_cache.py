@@ -538,3 +538,26 @@ def test_the_disk_cache_is_bounded_oldest_first(monkeypatch, isolated_cache):
     assert keys[1] not in alive and keys[0] in alive and "99" + "b" * 62 in alive
     total = sum(p.stat().st_size for p in isolated_cache.rglob("*.pfk"))
     assert total <= limit
+
+
+def test_the_installed_torchs_float8_rule_keys_a_float8_kernel(monkeypatch):
+    """A kernel converting into e4m3fn follows the installed torch's overflow rule (NaN before
+    torch 2.13, saturation since): its disk key holds that rule, so a cache shared by two torch
+    versions does not hand one's kernel to the other. A fusion without float8 is keyed as
+    before."""
+    from pyfuser.ir import dtype
+    from pyfuser.ir.dtype import DataType
+    from pyfuser.runtime.executor import plan_key_fields
+    from pyfuser.schedule.schedulers.pointwise import PointwiseParams
+    with FusionDefinition() as fd8:
+        fd8.add_output(fd8.ops.cast(fd8.define_tensor([-1]), DataType.Float8_e4m3fn))
+    with FusionDefinition() as fd:
+        fd.add_output(fd.ops.exp(fd.define_tensor([-1])))
+    args = ("pointwise", PointwiseParams(), "int", opts.current(), (), "h100")
+    keys = {}
+    for rule in (False, True):
+        monkeypatch.setattr(dtype, "e4m3fn_overflow_is_nan", lambda rule=rule: rule)
+        keys[rule] = [kernel_cache.plan_key(plan_key_fields(f.fusion, *args)) for f in (fd8, fd)]
+    assert keys[False][0] != keys[True][0]
+    assert keys[False][1] == keys[True][1]
+    assert "e4m3fn_overflow_is_nan" not in plan_key_fields(fd.fusion, *args)

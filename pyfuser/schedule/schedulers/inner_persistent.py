@@ -205,10 +205,16 @@ REREAD_CLUSTER = 4
 def _writes_rows(fusion, red) -> bool:
     """Whether an output runs along the reduced dims (a normalization's result), as opposed to
     every output being per row (a reduction's result, an argmax)."""
+    along = _along_row(fusion, red)
+    return any(along(o) for o in fusion.outputs if isinstance(o, TensorView))
+
+
+def _along_row(fusion, red):
+    """A test of whether a tensor has a dim (not a broadcast) along `red`'s reduced dims."""
     graph = IdGraph(fusion)
     red_ids = [i for i in red.domain.maybe_root if i.is_reduction and not i.is_broadcast]
-    return any(graph.mapped(i, r) for o in fusion.outputs if isinstance(o, TensorView)
-               for i in o.domain.logical_no_reductions if not i.is_broadcast for r in red_ids)
+    return lambda t: any(graph.mapped(i, r) for i in t.domain.logical_no_reductions
+                         if not i.is_broadcast for r in red_ids)
 
 
 def row_vector_width(fusion, n: int, rpos) -> int:
@@ -223,12 +229,9 @@ def row_element_bytes(fusion) -> int:
     dims (the caches stay resident). A per-row input (cross-entropy's int64 targets [M]) is one
     value per row, not part of it. A fusion without such inputs (a segment of fills: full,
     zeros) recomputes its row in the 4-byte compute type."""
-    red = reference_reduction(reduction_tensors(fusion))
-    graph = IdGraph(fusion)
-    red_ids = [i for i in red.domain.maybe_root if i.is_reduction and not i.is_broadcast]
-    along = [i for i in fusion.inputs if isinstance(i, TensorView) and any(
-        graph.mapped(d, r) for d in i.domain.logical if not d.is_broadcast for r in red_ids)]
-    return max((i.dtype.size for i in along), default=4)
+    along = _along_row(fusion, reference_reduction(reduction_tensors(fusion)))
+    return max((i.dtype.size for i in fusion.inputs if isinstance(i, TensorView) and along(i)),
+               default=4)
 
 
 def register_params(fusion, info: RuntimeInfo, rpos, n: int, m: int,
