@@ -201,6 +201,7 @@ def cross_entropy_fwd(fd):
 
 
 def argmax_rows(fd):
+    # One max reduction of (value, index) keys: the rows read once (runtime/arg_key.py).
     x = fd.define_tensor([-1, -1], dtype=BF16)
     fd.add_output(fd.ops.argmax(x, 1))
 
@@ -448,7 +449,7 @@ KINDS: dict[str, Kind] = {
     "softmax_causal": Kind(softmax_causal, lambda: [_meta(_SCORES)], (IP,)),
     "cross_entropy_fwd": Kind(cross_entropy_fwd, lambda: [
         _meta([8192, 128256]), _meta([8192], torch.int64)], (IP,)),
-    "argmax_rows": Kind(argmax_rows, lambda: [_meta([8192, 128256])], (IP,)),
+    "argmax_rows": Kind(argmax_rows, lambda: [_meta([8192, 128256])], (RED,)),
     "bias_dropout_residual": Kind(bias_dropout_residual, lambda: [
         _meta([8192, 4096]), _meta([8192, 4096]), _meta([4096])], (PW,)),
     "cumsum": Kind(cumsum, lambda: [_meta([64, 128256], torch.float32)],

@@ -38,6 +38,7 @@ UNARY = {
     UnaryOpType.Relu: "pf::relu({a})", UnaryOpType.Silu: "pf::silu({a})",
     UnaryOpType.GeluTanh: "pf::gelu_tanh({a})", UnaryOpType.GeluErf: "pf::gelu({a})",
     UnaryOpType.Not: "(!{a})", UnaryOpType.Cast: "{a}", UnaryOpType.Set: "{a}",
+    UnaryOpType.ArgKeyIndex: "pf::arg_key_index({a})",
 }
 BINARY = {
     BinaryOpType.Add: "({a} + {b})", BinaryOpType.Sub: "({a} - {b})",
@@ -48,6 +49,8 @@ BINARY = {
     BinaryOpType.Le: "({a} <= {b})", BinaryOpType.Gt: "({a} > {b})",
     BinaryOpType.Ge: "({a} >= {b})", BinaryOpType.And: "({a} && {b})",
     BinaryOpType.Or: "({a} || {b})",
+    BinaryOpType.ArgMaxKey: "pf::arg_max_key({a}, {b})",
+    BinaryOpType.ArgMinKey: "pf::arg_min_key({a}, {b})",
 }
 REDUCE = {"sum": "({a} + {b})", "max": "pf::maximum({a}, {b})", "min": "pf::minimum({a}, {b})"}
 REDUCE_OP = {"sum": "pf::OpSum()", "max": "pf::OpMax()", "min": "pf::OpMin()",
@@ -128,7 +131,7 @@ class CudaPrinter:
         if isinstance(d, BinaryOp):
             ct = binary_ctype(d)
             a = self.scalar(d.inputs[0], ct)
-            b = self.scalar(d.inputs[1], ct)
+            b = self.scalar(d.inputs[1], "long long" if d.op.is_arg_key else ct)
             return convert(convert(BINARY[d.op].format(a=a, b=b), own), want, own)
         raise ValueError(f"cannot print scalar {S.scalar_str(s)}")
 
@@ -255,7 +258,8 @@ class CudaPrinter:
             return f"{self.expr(out)} = pf::cast<{oct_}>({UNARY[e.op].format(a=self.value(s.ins[0], ct))});"
         if isinstance(e, BinaryOp):
             ct = binary_ctype(e)
-            a, b = (self.value(x, ct) for x in s.ins)
+            a, b = self.value(s.ins[0], ct), self.value(s.ins[1], "long long" if e.op.is_arg_key
+                                                        else ct)
             if (e.op == BinaryOpType.Mul and ct in ("float", "double")
                     and self._computed_twice(e.outputs[0])):
                 return f"{self.expr(out)} = pf::cast<{oct_}>(pf::mul_rn({a}, {b}));"

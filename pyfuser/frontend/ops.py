@@ -22,6 +22,10 @@ _FLOAT_UNARY = {
 }
 _ARITH_BINARY = {"add": B.Add, "sub": B.Sub, "mul": B.Mul, "pow": B.Pow, "maximum": B.Max,
                  "minimum": B.Min}
+# Dtypes whose argmax / argmin is one max reduction of (value, index) keys (32 bits of value,
+# 32 of index; runtime/arg_key.py); int64 and float64 values take two reductions.
+_ARG_KEY_DTYPES = (DataType.Float, DataType.BFloat16, DataType.Half, DataType.Int32)
+_ARG_KEY_INDICES = 2 ** 32
 _COMPARE = {"eq": B.Eq, "ne": B.Ne, "lt": B.Lt, "le": B.Le, "gt": B.Gt, "ge": B.Ge}
 
 
@@ -602,12 +606,26 @@ class Ops:
         if not isinstance(dim, int) or isinstance(dim, bool):
             raise FusionDefinitionError(f"{name}: dim must be an int or None, got {dim!r}")
         d, = self._dims(name, x, dim)
+        n = x.domain.logical_no_reductions[d].user_extent
+        nv = S.const_value(n)
+        if x.dtype in _ARG_KEY_DTYPES and (nv is None or nv <= _ARG_KEY_INDICES):
+            # One pass: the max of each element's (value, index) key (BinaryOpType.ArgMaxKey).
+            # A 32-bit value leaves 32 bits for the index: larger dims are refused at run time.
+            if nv is None:
+                limit = S.as_scalar(_ARG_KEY_INDICES, DataType.Int)
+                self._fd.fusion.extent_limits.append((n, limit, (
+                    f"{name}: its dim {d} (the one-pass {name} of a {x.dtype.short_name} tensor "
+                    "indexes at most 2^32 elements)")))
+            index = resize.dim_index(self, n, d, rank, DataType.Int)
+            key_op = B.ArgMaxKey if op == ReductionOpType.Max else B.ArgMinKey
+            key = arith.binary(key_op, x, index, DataType.Int)
+            best = self._reduce(name, ReductionOpType.Max, key, [d], keepdim, None)
+            return arith.unary(U.ArgKeyIndex, best, DataType.Int)
         best = self._reduce(name, op, x, [d], True, None)
         hit = self.eq(x, best)
         if x.dtype.is_floating:
             # max and min propagate NaN: where there is one, `best` is NaN and x != x marks it.
             hit = self.logical_or(hit, self.ne(x, x))
-        n = x.domain.logical_no_reductions[d].user_extent
         index = resize.dim_index(self, n, d, rank, DataType.Int)
         # Elsewhere the dim's size, past every index (an extent is an int64 scalar).
         return self._reduce(name, ReductionOpType.Min, self.where(hit, index, n), [d],

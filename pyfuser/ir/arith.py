@@ -325,6 +325,9 @@ def gather(what: str, src: TensorView, index: TensorView, dim: int, src_dims,
                              f"{bv}; they must be {rule}")
         if fusion is not None and not S.same_value(a, b):
             where = f"{what}: the index's dim {k} and the input's dim {d}"
+            if not broadcast:
+                where += (" (as torch.gather, the index may not be larger than the input along a "
+                          "dim it does not index)")
             if broadcast:
                 fusion.extent_equalities.append((a, b, where))
             else:

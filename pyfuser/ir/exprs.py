@@ -26,6 +26,8 @@ class UnaryOpType(enum.Enum):
     Not = "logical_not"
     Cast = "cast"
     Set = "set"
+    # The index an int64 arg key holds (BinaryOpType.ArgMaxKey).
+    ArgKeyIndex = "arg_key_index"
 
 
 class BinaryOpType(enum.Enum):
@@ -44,6 +46,16 @@ class BinaryOpType(enum.Enum):
     Ge = "ge"
     And = "logical_and"
     Or = "logical_or"
+    # (value, index) -> an int64 key whose max over a dim is the key of the first largest
+    # (ArgMaxKey) or first smallest (ArgMinKey) value, NaN counted extreme as torch does: an
+    # argmax in one max reduction. The value is a float32, 16-bit float or int32 (read in its
+    # compute type), the index an int64 below 2^32 (pf::arg_max_key in math.cuh).
+    ArgMaxKey = "arg_max_key"
+    ArgMinKey = "arg_min_key"
+
+    @property
+    def is_arg_key(self) -> bool:
+        return self in (BinaryOpType.ArgMaxKey, BinaryOpType.ArgMinKey)
 
     @property
     def is_comparison(self) -> bool:
@@ -98,11 +110,14 @@ class BinaryOp(Expr):
         """The dtype both operands are converted to before the op (kernels compute in its
         compute_type, the generated code and the interpreter alike): bool for logical ops; for
         comparisons torch's result type of the pair (a scalar only lifts the category, so an
-        int64 tensor == 16777217.0 compares in float32, as torch does); for arithmetic the
-        output's dtype (the frontend promoted the operands to it)."""
+        int64 tensor == 16777217.0 compares in float32, as torch does); for an arg key the
+        value's (its index is read as an int64); for arithmetic the output's dtype (the
+        frontend promoted the operands to it)."""
         from .dtype import DataType, result_type
         if self.op.is_logical:
             return DataType.Bool
+        if self.op.is_arg_key:
+            return self.inputs[0].dtype       # the value's; the index is read as an int64
         if self.op.is_comparison:
             a, b = self.inputs
             tensors = [x.dtype for x in (a, b) if not _is_scalar(x)]

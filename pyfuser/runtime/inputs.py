@@ -75,9 +75,7 @@ def check_inputs(fusion, inputs) -> dict:
     for a, b, where in fusion.extent_limits:
         va, vb = S.evaluate(a, bindings), S.evaluate(b, bindings)
         if va > vb:
-            raise InputError(f"sizes do not fit at {where}: {va} > {vb} (as torch.gather, the "
-                             "index may not be larger than the input along a dim it does not "
-                             "index)")
+            raise InputError(f"sizes do not fit at {where}: {va} > {vb}")
     if 0 in bindings.values():
         _check_empty_reductions(fusion, bindings)
     return bindings

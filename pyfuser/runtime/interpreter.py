@@ -97,6 +97,7 @@ from ..ir.exprs import (BinaryOp, BinaryOpType, BroadcastOp, ExpandOp, FullOp, I
 from ..ir.tensor import TensorView
 from ..kir import nodes as K
 from ..kir.launch import INDEX_ERROR_ELEMENTS
+from .arg_key import arg_key, arg_key_index
 from .float8 import to_float8
 from .index_check import raise_if_failed
 
@@ -345,12 +346,24 @@ def _binary(e, a, b):
     the generated code reads them (pf::cast<float> of an int64 rounds it: 16777217 - 16777216.0f
     is 0 in float32, as in torch); integer pow is exact, not the float64 power the other outputs
     take."""
+    if e.op.is_arg_key:
+        # The value read in its compute type, the index as an int64 (pf::arg_max_key).
+        return _arg_key(_converted(compute_type(e.operand_dtype), a), b,
+                        e.op == BinaryOpType.ArgMaxKey)
     if not e.op.is_logical:
         dt = compute_type(e.operand_dtype)
         a, b = _converted(dt, a), _converted(dt, b)
     if e.op == BinaryOpType.Pow and not e.outputs[0].dtype.is_floating:
         return _integer_pow(a, b)
     return _BINARY[e.op](a, b)
+
+
+def _arg_key(value, index, largest: bool):
+    """runtime/arg_key.py's keys of numpy values (or a number) at numpy indices."""
+    scalar = type(value) is not _ND and type(index) is not _ND
+    key = arg_key(torch.from_numpy(np.ascontiguousarray(value)),
+                  torch.from_numpy(np.ascontiguousarray(index, dtype=np.int64)), largest).numpy()
+    return int(key) if scalar else key
 
 
 def _converted(dt: DataType, x):
@@ -404,6 +417,7 @@ _UNARY = {
     UnaryOpType.GeluErf: _gelu_erf,
     UnaryOpType.Not: np.logical_not,
     UnaryOpType.Cast: lambda x: x, UnaryOpType.Set: lambda x: x,
+    UnaryOpType.ArgKeyIndex: lambda k: arg_key_index(k),
 }
 _BINARY = {
     BinaryOpType.Add: lambda a, b: np.add(_as_number(a), _as_number(b)),

@@ -13,6 +13,7 @@ import torch
 
 from ..ir import scalar as S
 from ..ir.dtype import DataType, from_torch, to_torch
+from .arg_key import arg_key, arg_key_index
 from ..ir.exprs import (BinaryOp, BinaryOpType, BroadcastOp, ExpandOp, FullOp, IotaOp,
                         LoadStoreOp, ReductionOp, ReductionOpType, ReshapeOp, SqueezeOp, UnaryOp,
                         UnaryOpType, WhereOp, WindowOp, GatherOp, RandOp)
@@ -218,11 +219,15 @@ class ReferenceEvaluator:
             x = ins[0]
             if e.op in (UnaryOpType.Cast, UnaryOpType.Set):
                 r = x.to(od)
+            elif e.op == UnaryOpType.ArgKeyIndex:
+                r = arg_key_index(x)
             else:
                 r = _UNARY[e.op](x.to(self._compute_dtype(x, od)))
         elif isinstance(e, BinaryOp):
             a, b = ins
-            if e.op.is_comparison or e.op.is_logical:
+            if e.op.is_arg_key:
+                r = arg_key(a, b, e.op == BinaryOpType.ArgMaxKey)
+            elif e.op.is_comparison or e.op.is_logical:
                 r = _BINARY[e.op](*self._common(a, b))
             else:
                 # 16-bit floats compute in float32 and round once, as torch (and kernels) do;

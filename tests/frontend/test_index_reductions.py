@@ -1,13 +1,17 @@
-"""argmax and argmin (fd.ops.argmax / argmin, built as a max or min and the least index where x
-holds it or is NaN): the reference evaluator and the generated kernels on the interpreter equal
-torch exactly, on ties, NaN, inf, bf16 and int32 inputs, any dim, None (the flattened tensor)
-and keepdim; a row argmax is one normalization kernel; definition errors."""
+"""argmax and argmin (fd.ops.argmax / argmin: of float32, 16-bit float and int32 tensors one max
+reduction of (value, index) keys, runtime/arg_key.py; of float64 and int64 ones a max or min and
+the least index where x holds it or is NaN): the reference evaluator and the generated kernels
+on the interpreter equal torch exactly, on ties, NaN, inf, -0, every dtype, any dim, None (the
+flattened tensor) and keepdim; a row argmax is one reduction kernel; a dim of more than 2^32
+elements is refused; definition errors."""
 import pytest
 import torch
 
 from pyfuser import DataType, FusionDefinition
 from pyfuser.frontend.ops import FusionDefinitionError
-from pyfuser.runtime.inputs import InputError
+from pyfuser.ir.exprs import BinaryOpType
+from pyfuser.runtime.fusion_kernel import compile_kernel
+from pyfuser.runtime.inputs import InputError, check_inputs
 from pyfuser.runtime.reference import evaluate
 from pyfuser.testing import run_and_check
 
@@ -23,7 +27,10 @@ def _inputs():
         "float_ties": ties,
         "nan_inf": special,
         "bf16": ties.bfloat16(),
+        "fp16_nan": special.half(),
         "int32": ties.to(torch.int32),
+        "float64_nan": special.double(),
+        "int64": ties.to(torch.int64),
         "transposed": ties.t(),
     }
 
@@ -45,11 +52,40 @@ def test_matches_torch_exactly(name, dim, keepdim, kind):
     assert out.dtype == torch.int64 and torch.equal(out, want)
 
 
-def test_a_row_argmax_is_one_normalization_kernel():
-    x = torch.randn(33, 2049).bfloat16()
+@pytest.mark.parametrize("dtype, keys", [(torch.bfloat16, True), (torch.float32, True),
+                                         (torch.int32, True), (torch.float64, False)])
+def test_a_row_argmax_is_one_reduction_kernel(dtype, keys):
+    """The keys make an argmax a plain reduction (no row broadcast back): one kernel of the
+    reduction scheduler reading each row once. float64 keeps the two reductions (its value
+    needs all 64 bits), a normalization kernel."""
+    x = (torch.randn(33, 2049) * 3).round().to(dtype)
     with FusionDefinition() as fd:
         fd.add_output(fd.ops.argmax(fd.from_pytorch(x), 1))
-    run_and_check(fd, [x], scheduler="inner_persistent", options=INTERPRET)
+    ops = {getattr(e, "op", None) for e in fd.fusion.exprs()}
+    assert (BinaryOpType.ArgMaxKey in ops) == keys
+    run_and_check(fd, [x], scheduler="reduction" if keys else "inner_persistent",
+                  options=INTERPRET)
+    assert torch.equal(fd.execute([x], options=INTERPRET)[0], torch.argmax(x, 1))
+    pytest.importorskip("cuda.bindings.nvrtc")
+    fk, = fd.kernels(last_run=True)
+    compile_kernel(fk)                          # NVRTC, sm_90a: pf::arg_max_key and its reduction
+    assert not fk.module.ptxas.has_spills, fk.module.ptxas.summary()
+    assert ("pf::arg_max_key(" in fk.source) == keys
+
+
+def test_a_dim_of_more_than_2_to_the_32_elements_is_refused():
+    """32 bits of a key hold the index: a longer dim is refused before anything runs (a static
+    one keeps the two-reduction form)."""
+    with FusionDefinition() as fd:
+        fd.add_output(fd.ops.argmax(fd.define_tensor([-1]), 0))
+    x = torch.empty(2 ** 32 + 1, device="meta")
+    with pytest.raises(InputError, match=r"sizes do not fit at argmax: its dim 0 .* 4294967297 "
+                                         r"> 4294967296"):
+        check_inputs(fd.fusion, [x])
+    check_inputs(fd.fusion, [torch.empty(2 ** 32, device="meta")])
+    with FusionDefinition() as fd:
+        fd.add_output(fd.ops.argmin(fd.define_tensor([2 ** 32 + 1]), 0))
+    assert BinaryOpType.ArgMinKey not in {getattr(e, "op", None) for e in fd.fusion.exprs()}
 
 
 def test_a_rank_0_tensor_has_index_0():
@@ -77,16 +113,19 @@ def test_definition_errors(call, message):
             call(fd, fd.define_tensor([3, 7]))
 
 
-@pytest.mark.parametrize("cols, refused", [(128256, True), (32000, False)])
-def test_long_rows_of_an_argmax_are_read_twice_not_held_in_a_cluster(cols, refused):
-    """Rows split over a cluster of 4 or more blocks only to feed reductions (every output is
-    per row) are refused by the inner persistent heuristic, and the plan becomes two reduction
-    kernels that read the rows again (1824 against 1149 GB/s on the H200 at 128256 bf16); a
-    row held by one block or a cluster of 2 keeps the persistent kernel, and so does a
-    softmax of long rows (its output runs along the row)."""
-    x = torch.empty(64, cols, dtype=torch.bfloat16, device="meta")
+@pytest.mark.parametrize("shape, dtype, refused", [
+    ((64, 128256), torch.bfloat16, True), ((64, 65536), torch.float32, False),
+    ((64, 65536), torch.bfloat16, False), ((64, 32000), torch.bfloat16, False)])
+def test_long_rows_of_a_variance_are_read_twice_not_held_in_a_cluster(shape, dtype, refused):
+    """Rows split over a cluster of 8 blocks holding 32 values per thread only to feed
+    reductions (every output is per row, a variance) are refused by the inner persistent
+    heuristic, and the plan becomes two reduction kernels that read the rows again (2224
+    against 1610 GB/s on the H200 at 128256 bf16); fewer values per thread (65536 fp32: 2920
+    against 2204) or a smaller cluster keep the persistent kernel, and so does a softmax of
+    long rows (its output runs along the row)."""
+    x = torch.empty(*shape, dtype=dtype, device="meta")
     with FusionDefinition() as fd:
-        fd.add_output(fd.ops.argmax(fd.from_pytorch(x), 1))
+        fd.add_output(fd.ops.var(fd.from_pytorch(x), [1]))
     seg, = fd.explain([x], device="h100").segments
     assert seg.name == "inner_persistent" and bool(seg.refused) == refused, seg.refused
     if refused:

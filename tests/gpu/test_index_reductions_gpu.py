@@ -25,3 +25,25 @@ def test_rows_columns_and_all(shape, dtype, name):
         assert fd.last_run.kind == "kernels"
         want = fn(x) if dim is None else fn(x, dim)
         assert torch.equal(fd.execute([x])[0], want)
+
+
+@pytest.mark.parametrize("dtype, keys", [(torch.float16, True), (torch.float32, True),
+                                         (torch.int32, True), (torch.float64, False),
+                                         (torch.int64, False)])
+@pytest.mark.parametrize("name", ["argmax", "argmin"])
+def test_signed_zeros_infinities_and_every_dtype(dtype, keys, name):
+    """Rows whose extreme is tied between -0 and +0 (torch counts them equal: the first wins),
+    +-inf, NaN; 16- and 32-bit values take the one-pass key reduction (one reduction kernel),
+    64-bit ones the max and least index (two reductions in one normalization kernel)."""
+    g = torch.Generator(device="cuda").manual_seed(3)
+    x = torch.randint(-2, 3, (517, 3001), device="cuda", generator=g).to(dtype)
+    if dtype.is_floating_point:
+        x = torch.where(x == 0, torch.where(torch.rand(x.shape, device="cuda", generator=g) < 0.5,
+                                            -0.0, 0.0), x).to(dtype)
+        x[1::2] = torch.where(x[1::2] == 0, 0.0, x[1::2].sign() * float("inf")).to(dtype)
+        x[3, 100] = x[7, 2000] = float("nan")
+    fn = getattr(torch, name)
+    with FusionDefinition() as fd:
+        fd.add_output(getattr(fd.ops, name)(fd.from_pytorch(x), 1))
+    run_and_check(fd, [x], kernels=1, scheduler="reduction" if keys else "inner_persistent")
+    assert torch.equal(fd.execute([x])[0], fn(x, 1))

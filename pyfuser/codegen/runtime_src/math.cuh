@@ -133,6 +133,39 @@ __device__ __forceinline__ unsigned long long maximum(unsigned long long a, unsi
 __device__ __forceinline__ unsigned long long minimum(unsigned long long a, unsigned long long b) {
   return a < b ? a : b;
 }
+
+// --- argmax / argmin in one pass ------------------------------------------------------------
+// An element's key: an int64 whose largest over a row is the key of the row's first largest
+// element (arg_max_key) or first smallest (arg_min_key), so an argmax is one max reduction that
+// reads the row once. High 32 bits: the value's order as a signed int (a float's bits with the
+// magnitude bits flipped for negatives; -0 as +0, which torch counts equal; NaN above every
+// number, torch's argmax and argmin both pick it), inverted for argmin. Low 32 bits: the index
+// counted down from 2^32 - 1, so of equal values the smaller index wins. Indices must be below
+// 2^32: the frontend checks the extent (FusionDefinition ops argmax / argmin).
+namespace detail {
+__device__ __forceinline__ int float_order(float v) {
+  int b = __float_as_int(v);
+  b = b == int(0x80000000u) ? 0 : b;
+  return b ^ ((b >> 31) & 0x7fffffff);
+}
+// ~index in 32 bits is 2^32 - 1 - index (index < 2^32): one instruction, the high word a move.
+__device__ __forceinline__ long long arg_key(int high, long long index) {
+  return static_cast<long long>((static_cast<unsigned long long>(static_cast<unsigned>(high)) << 32)
+                                | ~static_cast<unsigned>(index));
+}
+}  // namespace detail
+__device__ __forceinline__ long long arg_max_key(float v, long long i) {
+  return detail::arg_key(v != v ? 0x7fffffff : detail::float_order(v), i);
+}
+__device__ __forceinline__ long long arg_min_key(float v, long long i) {
+  return detail::arg_key(v != v ? 0x7fffffff : ~detail::float_order(v), i);
+}
+__device__ __forceinline__ long long arg_max_key(int v, long long i) { return detail::arg_key(v, i); }
+__device__ __forceinline__ long long arg_min_key(int v, long long i) { return detail::arg_key(~v, i); }
+// The index an arg key holds.
+__device__ __forceinline__ long long arg_key_index(long long key) {
+  return ~static_cast<unsigned>(key);
+}
 // fmax/fmin ignore a NaN operand (C semantics, torch.fmax/torch.fmin).
 __device__ __forceinline__ float fmax(float a, float b) { return fmaxf(a, b); }
 __device__ __forceinline__ double fmax(double a, double b) { return ::fmax(a, b); }

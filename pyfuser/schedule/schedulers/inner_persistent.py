@@ -178,15 +178,19 @@ def compute_heuristics(fusion, info: RuntimeInfo) -> InnerPersistentParams:
     _, rpos = _layout(red)
     n, m = reduced_and_kept(red, rpos, info)
     p = register_params(fusion, info, rpos, n, m, row_vector_width(fusion, n, rpos))
-    if p.cluster >= REREAD_CLUSTER and not _writes_rows(fusion, red):
-        # Measured on the H200 (bench/results/2026-11-27/README.md): argmax over rows of
-        # [8192, 128256] bf16 held in clusters of 8 blocks ran at 1149 GB/s (two cluster-wide
-        # reductions per row, 2 blocks per SM), the plan of two reduction kernels that reads the
-        # rows twice at 1824, eager 2062.
+    if (p.cluster >= REREAD_CLUSTER and p.persistent_batch * p.vector >= REREAD_VALUES
+            and not _writes_rows(fusion, red)):
+        # Measured on the H200 (bench/results/2026-11-27/h200-reread-rule.md): over rows of
+        # [8192, 128256] bf16 (a cluster of 8, 32 values per thread, 2 blocks per SM) the
+        # reduction kernels that read the rows twice ran an argmax at 1819 GB/s against the
+        # cluster kernel's 1150 and a var at 2224 against 1610; over [4096, 65536] fp32 (16
+        # values per thread) the cluster kernel ran a var at 2920 against 2204, and over
+        # [4096, 65536] bf16 (a cluster of 4) at 2204 against 2098.
         raise SchedulerError(
             f"inner persistent: rows of {n} elements would be split over a cluster of "
-            f"{p.cluster} blocks only to feed reductions (no output runs along the row): "
-            "reduction kernels that read the row again are faster")
+            f"{p.cluster} blocks holding {p.persistent_batch * p.vector} values per thread "
+            "only to feed reductions (no output runs along the row): reduction kernels that "
+            "read the row again are faster")
     if p.cluster > 1:
         widest = row_element_bytes(fusion)
         return dataclasses.replace(p, reason=(
@@ -197,9 +201,11 @@ def compute_heuristics(fusion, info: RuntimeInfo) -> InnerPersistentParams:
     return choose_variant(fusion, info, p, n, m, rpos)
 
 
-# Clusters from which a fusion whose outputs are all per row (argmax, a variance in two passes)
-# is better run as reduction kernels reading the rows again (compute_heuristics).
-REREAD_CLUSTER = 4
+# Clusters, and values held per thread, from which a fusion whose outputs are all per row (a
+# variance in two passes) is better run as reduction kernels reading the rows again
+# (compute_heuristics): such a kernel fits 2 blocks per SM.
+REREAD_CLUSTER = 8
+REREAD_VALUES = 32
 
 
 def _writes_rows(fusion, red) -> bool:
