@@ -137,3 +137,24 @@ def test_long_rows_of_a_variance_are_read_twice_not_held_in_a_cluster(shape, dty
         fd.add_output(fd.ops.div(e, fd.ops.sum(e, [1], keepdim=True)))
     seg, = fd.explain([x], device="h100").segments
     assert seg.name == "inner_persistent" and not seg.refused
+
+
+def test_an_argmax_beside_a_softmax_of_long_rows_reduces_its_keys_over_the_cluster():
+    """A softmax of rows split over a cluster of 8 blocks, with the argmax of the same rows as a
+    second output: the int64 keys are reduced through distributed shared memory (8-byte
+    slots) beside the float max and sum."""
+    x = (torch.randn(3, 65536) * 4).round()
+    x[1, 777] = NAN
+    with FusionDefinition() as fd:
+        t = fd.from_pytorch(x)
+        e = fd.ops.exp(fd.ops.sub(t, fd.ops.max(t, [1], keepdim=True)))
+        fd.add_output(fd.ops.div(e, fd.ops.sum(e, [1], keepdim=True)))
+        fd.add_output(fd.ops.argmax(t, 1))
+    run_and_check(fd, [x], scheduler="inner_persistent", options=INTERPRET)
+    assert fd.last_run.heuristics[0].cluster == 8
+    assert torch.equal(fd.execute([x], options=INTERPRET)[1], torch.argmax(x, 1))
+    pytest.importorskip("cuda.bindings.nvrtc")
+    fk, = fd.kernels(last_run=True)
+    compile_kernel(fk)
+    assert not fk.module.ptxas.has_spills, fk.module.ptxas.summary()
+    assert "pf::cluster_allreduce_row" in fk.source and "pf::arg_max_key(" in fk.source

@@ -3,7 +3,7 @@ sizes with ties and NaN, columns, the flattened tensor."""
 import pytest
 import torch
 
-from pyfuser import FusionDefinition
+from pyfuser import DataType, FusionDefinition
 from pyfuser.testing import run_and_check
 
 pytestmark = [pytest.mark.gpu,
@@ -47,3 +47,20 @@ def test_signed_zeros_infinities_and_every_dtype(dtype, keys, name):
         fd.add_output(getattr(fd.ops, name)(fd.from_pytorch(x), 1))
     run_and_check(fd, [x], kernels=1, scheduler="reduction" if keys else "inner_persistent")
     assert torch.equal(fd.execute([x])[0], fn(x, 1))
+
+
+@pytest.mark.parametrize("cols", [65536, 128256])
+def test_an_argmax_beside_a_softmax_of_rows_held_in_a_cluster(cols):
+    """The argmax's int64 keys reduced across a cluster of blocks (distributed shared memory)
+    beside a softmax of the same rows."""
+    x = (torch.randn(300, cols, device="cuda") * 4).round().bfloat16()
+    x[7, 1000] = float("nan")
+    with FusionDefinition() as fd:
+        t = fd.ops.cast(fd.from_pytorch(x), DataType.Float)
+        e = fd.ops.exp(fd.ops.sub(t, fd.ops.max(t, [1], keepdim=True)))
+        fd.add_output(fd.ops.cast(fd.ops.div(e, fd.ops.sum(e, [1], keepdim=True)),
+                                  DataType.BFloat16))
+        fd.add_output(fd.ops.argmax(t, 1))
+    run_and_check(fd, [x], scheduler="inner_persistent")
+    assert fd.last_run.heuristics[0].cluster > 1
+    assert torch.equal(fd.execute([x])[1], torch.argmax(x, 1))
