@@ -185,8 +185,10 @@ def new_process(args) -> int:
 def _driverless_kernel(launch_mod, fk):
     """A launch.LoadedKernel whose driver calls are Python no-ops: the launch's own Python
     (stream, staging, checks) is timed, the driver's cuLaunchKernel is not."""
-    from pyfuser.runtime.launch import ParamLayout, packing_offsets
+    import ctypes
     import threading
+
+    from pyfuser.runtime.launch import ParamLayout, packing_offsets
     k = launch_mod.LoadedKernel.__new__(launch_mod.LoadedKernel)
     k.module, k.device_index, k.context, k.cu_module, k.function = fk.module, 0, None, None, None
     sizes = ParamLayout(fk.param_kinds).sizes
@@ -195,7 +197,8 @@ def _driverless_kernel(launch_mod, fk):
     k.dynamic_smem_limit = 48 * 1024
     k.non_portable_clusters = False
     k._configs, k._tls = {}, threading.local()
-    k._launch_kernel = k._launch_kernel_ex = lambda *a: (0,)
+    k._function_pointer = ctypes.c_void_p(None)
+    k._launch_kernel = k._launch_kernel_ex = lambda *a: 0
     return k
 
 
