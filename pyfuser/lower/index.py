@@ -628,12 +628,39 @@ def _broadcast_write_guards(ctx, tv: TensorView, nest, redundant: list) -> list:
     for lp in redundant:
         start[lp.promoted] = Known(K.Const(0), False)
     known = ctx.index_graph.traverse(start, groups)
-    conds = []
+    conds, unresolved = [], set()
     for i in groups:
         k = ctx.index_graph.index_of(known, i)
-        if k is not None and not (isinstance(k.value, K.Const) and k.value.value == 0):
+        if k is None:
+            unresolved.add(ctx.exact.group(i))
+        elif not (isinstance(k.value, K.Const) and k.value.value == 0):
             conds.append(K.eq(k.value, K.Const(0)))
+    if unresolved:
+        # A dim whose index the loops around the write do not determine: its inner part is
+        # iterated elsewhere (a transpose tile's rows, by threadIdx.y, beside an [N] output
+        # written in the tile's column loop). The parts of it that these loops do iterate (the
+        # tile index in the block's merged index) repeat the write: each must be 0.
+        for lp in nest:
+            for x in _history_ids(lp.promoted):
+                roots = _iterated_roots(x)
+                if not roots or any(ctx.exact.group(r) not in unresolved for r in roots):
+                    continue
+                k = ctx.index_graph.index_of(known, x)
+                if k is not None and not (isinstance(k.value, K.Const) and k.value.value == 0):
+                    conds.append(K.eq(k.value, K.Const(0)))
     return conds
+
+
+def _history_ids(i) -> list:
+    """ID i and every ID it is split or merged from."""
+    out, todo = [], [i]
+    while todo:
+        x = todo.pop()
+        if x not in out:
+            out.append(x)
+            if x.definition is not None:
+                todo.extend(x.definition.inputs)
+    return out
 
 
 def _broadcast_iterations(ctx, tv: TensorView, nest) -> list:

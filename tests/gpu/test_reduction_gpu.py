@@ -166,3 +166,46 @@ def test_grid_reduce_combine_order_and_determinism():
     runs = [fd.execute([y], options={"heuristic": p})[0] for _ in range(5)]
     assert fd.last_run.heuristics[0] == p
     assert all(torch.equal(r, runs[0]) for r in runs)
+
+
+@pytest.mark.parametrize("case", ["weighted_rows", "bias", "column_weights", "full",
+                                  "running_mean_nchw", "running_mean_nhwc"])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_inputs_of_fewer_dims_are_read_by_the_reduction_kernel(case, dtype):
+    """Inputs of fewer dims than the reduction's input, over reduced dims only (weights) or
+    kept dims only (a bias, running statistics in the epilogue): one reduction kernel, odd and
+    vector-friendly sizes, outputs poisoned, against float64."""
+    g = torch.Generator(device="cuda").manual_seed(5)
+
+    def r(*shape):
+        return torch.randn(shape, device="cuda", generator=g).to(dtype)
+    F = DataType.Float
+    with FusionDefinition() as fd:
+        if case in ("weighted_rows", "full"):
+            x, w = r(1031, 4099), r(4099)
+            tx, tw = fd.from_pytorch(x), fd.from_pytorch(w)
+            prod = fd.ops.mul(fd.ops.cast(tx, F), fd.ops.cast(tw, F))
+            fd.add_output(fd.ops.sum(prod, [1]) if case == "weighted_rows" else fd.ops.sum(prod))
+            inputs = [x, w]
+        elif case == "bias":
+            x, b = r(1031, 4096), r(1031)
+            tx, tb = fd.from_pytorch(x), fd.from_pytorch(b)
+            fd.add_output(fd.ops.add(fd.ops.sum(fd.ops.cast(tx, F), [1]), fd.ops.cast(tb, F)))
+            inputs = [x, b]
+        elif case == "column_weights":
+            x, w = r(4099, 1031), r(4099)
+            tx, tw = fd.from_pytorch(x), fd.from_pytorch(w)
+            prod = fd.ops.mul(fd.ops.cast(tx, F), fd.ops.broadcast(fd.ops.cast(tw, F),
+                                                                   [False, True]))
+            fd.add_output(fd.ops.sum(prod, [0]))
+            inputs = [x, w]
+        else:
+            x, rm = r(8, 64, 28, 28), torch.randn(64, device="cuda", generator=g)
+            if case == "running_mean_nhwc":
+                x = x.to(memory_format=torch.channels_last)
+            tx, trm = fd.from_pytorch(x), fd.from_pytorch(rm)
+            mean = fd.ops.mean(fd.ops.cast(tx, F), [0, 2, 3])
+            fd.add_output(mean)
+            fd.add_output(fd.ops.add(fd.ops.mul(trm, 0.9), fd.ops.mul(mean, 0.1)))
+            inputs = [x, rm]
+    run_and_check(fd, inputs, scheduler="reduction")

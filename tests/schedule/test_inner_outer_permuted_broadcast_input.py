@@ -38,7 +38,7 @@ from pyfuser.runtime.inputs import check_inputs  # noqa: E402
 from pyfuser.runtime.reference import evaluate  # noqa: E402
 from pyfuser.schedule.schedulers import inner_outer_persistent, registry  # noqa: E402
 from pyfuser.schedule.schedulers.inner_outer_persistent import InnerOuterParams  # noqa: E402
-from pyfuser.testing import TOLERANCE, rel_error  # noqa: E402
+from pyfuser.testing import TOLERANCE, rel_error, run_and_check  # noqa: E402
 
 TORCH = {DataType.Float: torch.float32, DataType.BFloat16: torch.bfloat16}
 
@@ -189,12 +189,16 @@ def test_one_row_or_one_column_at_run_time(M, N):
 @pytest.mark.parametrize("M,N", [(1, 5), (5, 1)])
 def test_a_size_1_dim_fixed_at_definition_has_no_row_and_column_reduction(M, N):
     # A sum over a dim defined as size 1 is a squeeze, so the fusion lacks one of its two
-    # reductions: the inner-outer scheduler refuses and says why (the executor then runs the
-    # reference evaluator, with a warning) instead of failing in lowering.
-    choice = registry.choose(define(DataType.Float, (M, N)).fusion)
-    assert choice.scheduler is None
+    # reductions: the inner-outer scheduler refuses and says why instead of failing in
+    # lowering, and the plan is other kernels (one reduction kernel at (5, 1): T0, of more
+    # dims than the reduction's input, iterates only its reduced dim).
+    fd = define(DataType.Float, (M, N))
+    choice = registry.choose(fd.fusion)
+    assert choice.scheduler is not inner_outer_persistent
     assert ("inner_outer_persistent", "needs both row and column reductions of the same rows") \
         in choice.rejected
+    run_and_check(fd, [make_input(M, N, seed=3)], kernels=0, options={"enable": ["interpret"]})
+    assert fd.last_run.kind == "kernels" and fd.last_run.num_kernels == (2 if M == 1 else 1)
 
 
 @pytest.mark.parametrize("M,N,dtype,params", [

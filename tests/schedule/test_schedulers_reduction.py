@@ -11,6 +11,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lower"))
 from kir_testing import Setup, empty_inputs, interpret, reference, schedule_and_lower  # noqa: E402
 
 from pyfuser import FusionDefinition, catalogue  # noqa: E402
+from pyfuser.testing import run_and_check  # noqa: E402
 from pyfuser.runtime.device import DEVICE_TABLE  # noqa: E402
 from pyfuser.schedule.schedulers import reduction  # noqa: E402
 from pyfuser.schedule.schedulers.reduction import ReductionParams  # noqa: E402
@@ -235,13 +236,55 @@ def test_disconnected_sibling_reductions_lower():
         torch.testing.assert_close(o, r)
 
 
-def test_refuses_inputs_of_another_rank():
+def _weighted_row_sum(fd, x, w):
+    fd.add_output(fd.ops.sum(fd.ops.mul(x, w), [1]))
+
+
+def _row_sum_plus_bias(fd, x, b):
+    fd.add_output(fd.ops.add(fd.ops.sum(x, [1]), b))
+
+
+def _column_sum_of_weighted_rows(fd, x, w):
+    fd.add_output(fd.ops.sum(fd.ops.mul(x, fd.ops.broadcast(w, [False, True])), [0]))
+
+
+def _full_sum_of_weighted_rows(fd, x, w):
+    fd.add_output(fd.ops.sum(fd.ops.mul(x, w)))
+
+
+def _channel_mean_and_running_mean(fd, x, rm):
+    mean = fd.ops.mean(x, [0, 2, 3])
+    fd.add_output(mean)
+    fd.add_output(fd.ops.add(fd.ops.mul(rm, 0.9), fd.ops.mul(mean, 0.1)))
+
+
+@pytest.mark.parametrize("build, shapes", [
+    (_weighted_row_sum, [(37, 1003), (1003,)]),
+    (_weighted_row_sum, [(37, 1024), (1024,)]),
+    (_row_sum_plus_bias, [(37, 1003), (37,)]),
+    (_column_sum_of_weighted_rows, [(1003, 37), (1003,)]),
+    (_full_sum_of_weighted_rows, [(37, 1003), (1003,)]),
+    (_channel_mean_and_running_mean, [(4, 16, 7, 9), (16,)]),
+], ids=["weighted_rows", "weighted_rows_vec", "bias", "column_weights", "full", "running_mean"])
+def test_takes_inputs_of_fewer_dims_over_kept_or_reduced_dims(build, shapes):
+    """An input of fewer dims than the reduction's input, broadcast in the fusion, over reduced
+    dims only (a weight of a weighted sum) or kept dims only (a bias, a running statistic in
+    the epilogue): one reduction kernel, equal to float64 on the interpreter (these were a
+    pointwise kernel writing the [M, N] product, then the reduction)."""
+    inputs = [torch.randn(s) for s in shapes]
     with FusionDefinition() as fd:
-        x = fd.define_tensor([-1, -1])
-        b = fd.define_tensor([-1])
-        fd.add_output(fd.ops.sum(fd.ops.add(x, b), [1]))
-    assert reduction.can_schedule(fd.fusion) == (
-        False, "an input of another rank than the reduction's input")
+        build(fd, *(fd.from_pytorch(t) for t in inputs))
+    assert reduction.can_schedule(fd.fusion)[0]
+    run_and_check(fd, inputs, scheduler="reduction", options={"enable": ["interpret"]})
+
+
+def test_refuses_an_input_of_fewer_dims_over_reduced_and_kept_dims():
+    with FusionDefinition() as fd:
+        x = fd.define_tensor([-1, -1, -1])
+        w = fd.define_tensor([-1, -1])
+        fd.add_output(fd.ops.sum(fd.ops.mul(x, w), [1]))
+    ok, why = reduction.can_schedule(fd.fusion)
+    assert not ok and "over both reduced and kept dims" in why, why
 
 
 def test_refuses_an_output_over_a_reshape_of_the_input():

@@ -359,3 +359,23 @@ def test_a_broadcast_added_on_both_sides_of_the_permute_keeps_the_tile():
                        fd.ops.sqrt(fd.ops.add(fd.ops.abs(fd.ops.add(tx, tb)), 1.0)))
         fd.add_output(fd.ops.add(fd.ops.permute(y, [1, 0]), tb))
     run_and_check(fd, [x, b], scheduler="transpose", options={"enable": ["interpret"]})
+
+
+@pytest.mark.parametrize("rows", [1, 3])
+def test_an_output_of_fewer_dims_is_written_by_the_first_tile_row_only(rows):
+    """An [N] output (exp of a [N] input) beside a transposed [rows, 731, N] output: its loop is
+    the tile's column loop inside the block's merged tile index, whose row part the loops
+    around the write do not determine whole (the tile's rows are threadIdx.y's, not its).
+    The write is guarded by the row tile index (pf_bidx / tiles per row) == 0; without it
+    every tile row wrote it (fuzz 20261502:25; the interpreter counts writes)."""
+    x = torch.rand(rows * 731 * 45).as_strided(
+        (rows, 731, 45), (731, 1, 731 * rows))
+    b = torch.randn(45).bfloat16()
+    with FusionDefinition() as fd:
+        t0 = fd.define_tensor(shape=[-1, 731, -1], contiguity=[True, True, True],
+                              stride_order=[1, 0, 2])
+        t1 = fd.define_tensor(shape=[-1], dtype=DataType.BFloat16)
+        v0 = fd.ops.cast(t1, DataType.Float)
+        fd.add_output(fd.ops.maximum(fd.ops.mul(t0, v0), fd.ops.sigmoid(t0)))
+        fd.add_output(fd.ops.exp(v0))
+    run_and_check(fd, [x, b], scheduler="transpose", options=INTERPRET)
