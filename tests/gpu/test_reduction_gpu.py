@@ -209,3 +209,47 @@ def test_inputs_of_fewer_dims_are_read_by_the_reduction_kernel(case, dtype):
             fd.add_output(fd.ops.add(fd.ops.mul(trm, 0.9), fd.ops.mul(mean, 0.1)))
             inputs = [x, rm]
     run_and_check(fd, inputs, scheduler="reduction")
+
+
+@pytest.mark.parametrize("case", ["rows", "columns", "all", "long_rows", "sum_and_max",
+                                  "argmax_and_sum", "bn_bwd_nchw", "bn_bwd_nhwc"])
+def test_several_reductions_over_the_same_dims_are_one_kernel(case):
+    """Reductions over the same dims in one reduction kernel (each its own block and grid
+    reduction), odd sizes, grid-split shapes, outputs poisoned, against float64."""
+    g = torch.Generator(device="cuda").manual_seed(7)
+
+    def r(*shape):
+        return torch.randn(shape, device="cuda", generator=g)
+    F = DataType.Float
+    shapes = {"rows": (1031, 4099), "columns": (40000, 129), "all": (1031, 4099),
+              "long_rows": (3, 2 ** 20 + 3), "sum_and_max": (1031, 4096),
+              "argmax_and_sum": (1031, 4099)}
+    with FusionDefinition() as fd:
+        if case.startswith("bn_bwd"):
+            x, dy = r(8, 64, 28, 28).bfloat16(), r(8, 64, 28, 28).bfloat16()
+            if case == "bn_bwd_nhwc":
+                x, dy = (t.to(memory_format=torch.channels_last) for t in (x, dy))
+            mean, rstd = r(64), r(64).abs() + 0.5
+            tx, tdy, tm, tr = (fd.from_pytorch(t) for t in (x, dy, mean, rstd))
+            per_channel = [True, False, True, True]
+            xhat = fd.ops.mul(fd.ops.sub(fd.ops.cast(tx, F), fd.ops.broadcast(tm, per_channel)),
+                              fd.ops.broadcast(tr, per_channel))
+            dyf = fd.ops.cast(tdy, F)
+            fd.add_output(fd.ops.sum(dyf, [0, 2, 3]))
+            fd.add_output(fd.ops.sum(fd.ops.mul(dyf, xhat), [0, 2, 3]))
+            inputs = [x, dy, mean, rstd]
+        else:
+            x = r(*shapes[case]).bfloat16()
+            tx = fd.from_pytorch(x)
+            xf = fd.ops.cast(tx, F)
+            dims = {"columns": [0], "all": [0, 1]}.get(case, [1])
+            if case == "argmax_and_sum":
+                fd.add_output(fd.ops.argmax(tx, 1))
+            else:
+                fd.add_output(fd.ops.sum(xf, dims))
+            if case == "sum_and_max":
+                fd.add_output(fd.ops.max(xf, dims))
+            else:
+                fd.add_output(fd.ops.sum(fd.ops.mul(xf, xf), dims))
+            inputs = [x]
+    run_and_check(fd, inputs, scheduler="reduction")
