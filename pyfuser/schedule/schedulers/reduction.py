@@ -37,12 +37,6 @@ merge of dims that are not adjacent is indexed by division and remainder); the v
 divides the extent of the innermost dim alone, so every vector lies within it. Outputs keep
 their own layout: each is indexed through the ID graph, and stores along a dim that is not its
 stride-1 dim are element-wise (`vectorize`).
-
-Several reductions over the same dims (sum(x) beside sum(x * x), a sum beside a max) take the
-first's transforms and its rfactor: one loop nest reads the input once and feeds each
-reduction's partials, each with its own block (and grid) reduction. Inputs of fewer dims ride
-along: over the reduced dims (a weight [N]) in the loads, over the kept dims (a bias [M],
-running statistics) in the epilogue.
 """
 from __future__ import annotations
 
@@ -206,14 +200,10 @@ def can_schedule(fusion) -> tuple[bool, str]:
             return False, "reductions over different dims"
         if broadcast_back(fusion, r):
             return False, f"T{r.name} is broadcast back to the reduced shape (a normalization)"
+    if len(reds) > 1:
+        # schedule() rfactors only the first; the others would need registers of runtime size.
+        return False, f"{len(reds)} reductions in one fusion are not supported yet"
     graph = IdGraph(fusion)
-    ref_reduced = [i for i in ref.domain.maybe_root if i.is_reduction and not i.is_broadcast]
-    for r in reds[1:]:
-        # schedule() gives the others the first's loops through the tensors between them.
-        mine = [i for i in r.domain.maybe_root if i.is_reduction and not i.is_broadcast]
-        if not all(any(graph.mapped(i, j) for j in ref_reduced) for i in mine):
-            return False, (f"T{r.name} reduces dims of other tensors than T{ref.name}'s (an "
-                           "unconnected reduction)")
     lay = layout(ref, graph)
     reduced = [i for i in ref.domain.maybe_root if i.is_reduction and not i.is_broadcast]
     for k, o in enumerate(fusion.outputs):
@@ -387,7 +377,7 @@ def schedule(fusion, p: ReductionParams) -> None:
         red.parallelize(3, PT.TIDx)
         if g > 1:
             red.parallelize(0, PT.BIDy)
-        rf_axes = [1, 2, 4]
+        rf = rfactor(red, [1, 2, 4])
         unroll_axis = 2
     elif p.inner:
         _merge_dims(red, list(lay.reduced), list(lay.kept))
@@ -401,7 +391,7 @@ def schedule(fusion, p: ReductionParams) -> None:
         red.parallelize(0, PT.BIDx).parallelize(1, PT.TIDy).parallelize(5, PT.TIDx)
         if g > 1:
             red.parallelize(2, PT.BIDy)
-        rf_axes = [3, 4, 6]
+        rf = rfactor(red, [3, 4, 6])
         unroll_axis = 4
     else:
         _merge_dims(red, list(lay.reduced), list(lay.kept))
@@ -414,16 +404,8 @@ def schedule(fusion, p: ReductionParams) -> None:
         red.parallelize(0, PT.BIDx).parallelize(4, PT.TIDy).parallelize(5, PT.TIDx)
         if g > 1:
             red.parallelize(1, PT.BIDy)
-        rf_axes = [2, 3]
+        rf = rfactor(red, [2, 3])
         unroll_axis = 3
-    # The other reductions over the same dims (sum(dy) beside sum(dy * xhat)) take the first's
-    # loops, then its rfactor: each thread's serial partials in registers of constant size. One
-    # the first does not reach (another input's: can_schedule refuses it) keeps serial loops.
-    reached = set(propagate_transforms(red)) if len(reds) > 1 else set()
-    rf = rfactor(red, rf_axes)
-    for r in reds:
-        if r is not red and r in reached:
-            rfactor(r, rf_axes)
     propagate_transforms(rf)
     parallelize_like(rf, parallel_types={PT.BIDx, PT.BIDy, PT.TIDx, PT.TIDy})
     if p.vector > 1:
