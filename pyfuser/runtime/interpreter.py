@@ -37,7 +37,9 @@ numpy over the thread set:
 - When several threads store to one element in one statement, the later thread (in
   blockIdx-major, threadIdx.x-minor order) wins.
 - Block reductions all-reduce over the block's thread dims, grid reductions over blocks (the last
-  block of each group gets the result and pf_grid_last), cluster reductions over the CTAs of a
+  block of each group gets the result and pf_grid_last; which block arrives last is any on a
+  GPU, so the k-th grid reduction of a launch elects the k-th block from the end, and a kernel
+  that assumes one block last for two of them computes wrong values here), cluster reductions over the CTAs of a
   cluster; a lockstep grid sync is a check only. A scan's step and fixup (lower/scans.py) use
   the thread's running value; a block scan is the exclusive scan of the running values in
   threadIdx.x order within each row of the block (and across the CTAs of a cluster in rank
@@ -1036,6 +1038,7 @@ class Interpreter:
                      "blockDim.x": block[0], "gridDim.x": grid[0], "pf_grid_last": False})
         self.root = _Ctx(tid, _env({}, None), self.tpb, full=True)
         self.root.env.update(env0)
+        self.grid_reductions_run = 0
         self.root._blk = blk
         self.cp_commits = np.zeros(n, dtype=np.int64) if self.cp_kernel else None
 
@@ -1689,7 +1692,12 @@ class Interpreter:
         nkept = int(kept_block.max()) + 1 if ctx.n else 0
         top = np.full(nkept, -1, dtype=np.int64)
         np.maximum.at(top, kept_block[w], red_index[w])
-        is_last = red_index == top[kept_block]
+        # The block that arrives last: any of the group's, as on a GPU. A different one for each
+        # grid reduction of the launch (the last block first, then the one before it, ...), so
+        # that code relying on one block being last for two of them fails here too.
+        k = self.grid_reductions_run
+        self.grid_reductions_run += 1
+        is_last = red_index == (top[kept_block] - k) % (top[kept_block] + 1)
         # The partials of one slot (kept block and thread coords) as a [slots, nred] table.
         order = np.argsort(key[w] * nred + red_index[w], kind="stable")
         slot_keys = key[w][order][::nred]
