@@ -120,7 +120,7 @@ def test_long_rows_of_a_variance_are_read_twice_not_held_in_a_cluster(shape, dty
     """Rows split over a cluster of 8 blocks holding 32 values per thread only to feed
     reductions (every output is per row, a variance) are refused by the inner persistent
     heuristic, and the plan becomes two reduction kernels that read the rows again (2224
-    against 1610 GB/s on the H200 at 128256 bf16); fewer values per thread (65536 fp32: 2920
+    against 1610 GB/s on the H200 at 128256 bf16); fewer values per thread (65536 fp32: 2924
     against 2204) or a smaller cluster keep the persistent kernel, and so does a softmax of
     long rows (its output runs along the row)."""
     x = torch.empty(*shape, dtype=dtype, device="meta")

@@ -180,12 +180,13 @@ def compute_heuristics(fusion, info: RuntimeInfo) -> InnerPersistentParams:
     p = register_params(fusion, info, rpos, n, m, row_vector_width(fusion, n, rpos))
     if (p.cluster >= REREAD_CLUSTER and p.persistent_batch * p.vector >= REREAD_VALUES
             and not _writes_rows(fusion, red)):
-        # Measured on the H200 (bench/results/2026-11-27/h200-reread-rule.md): over rows of
-        # [8192, 128256] bf16 (a cluster of 8, 32 values per thread, 2 blocks per SM) the
-        # reduction kernels that read the rows twice ran an argmax at 1819 GB/s against the
-        # cluster kernel's 1150 and a var at 2224 against 1610; over [4096, 65536] fp32 (16
-        # values per thread) the cluster kernel ran a var at 2920 against 2204, and over
-        # [4096, 65536] bf16 (a cluster of 4) at 2204 against 2098.
+        # Measured on the H200 (bench/results/2026-11-27/h200-bench-reread-rule-bd29aa3.txt,
+        # tools/bench_reread_rule.py): over rows of [8192, 128256] bf16 (a cluster of 8, 32
+        # values per thread, 2 blocks per SM) the reduction kernels that read the rows twice
+        # ran a var at 2224 GB/s against the cluster kernel's 1610 (and the argmax of that
+        # time, before its one-pass keys, at 1819 against 1150); over [4096, 65536] fp32 (16
+        # values per thread) the cluster kernel ran a var at 2924 against 2204, and over
+        # [4096, 65536] bf16 (a cluster of 4) a var_mean at 2204 against 2098.
         raise SchedulerError(
             f"inner persistent: rows of {n} elements would be split over a cluster of "
             f"{p.cluster} blocks holding {p.persistent_batch * p.vector} values per thread "

@@ -234,16 +234,16 @@ def can_schedule(fusion) -> tuple[bool, str]:
     for v in fusion.inputs:
         if not isinstance(v, TensorView) or len(v.domain.logical) == len(ref.domain.maybe_root):
             continue
-        # An input of fewer dims is broadcast in the fusion: over kept dims only (a bias added
-        # to the result, running statistics) or reduced dims only (a weight [N] of a row's
-        # weighted sum), its loops are some of the reduction's. Over some of both, the rank
-        # alone does not say how its dims line up with the schedule's merged loops.
+        # An input of another rank (broadcast or squeezed in the fusion) over kept dims only
+        # (a bias added to the result, running statistics) or reduced dims only (a weight [N]
+        # of a row's weighted sum): its loops are some of the reduction's. Over some of both,
+        # its dims need not line up with the schedule's merged loops.
         dims = [i for i in v.domain.logical if not i.is_broadcast]
         over_kept = all(any(graph.mapped(i, k) for k in kept) for i in dims)
         over_reduced = all(any(graph.mapped(i, r) for r in reduced) for i in dims)
         if not (over_kept or over_reduced):
-            return False, (f"input T{v.name} has fewer dims than the reduction's input, over "
-                           "both reduced and kept dims")
+            return False, (f"input T{v.name} has another rank than the reduction's input, "
+                           "over both reduced and kept dims")
     kind = "full" if lay.full else ("inner" if lay.inner else "outer")
     return True, f"{kind} reduction, results not broadcast back"
 
