@@ -187,7 +187,8 @@ class LoweringContext:
                 continue
             compatible = (a.parallel == b.parallel and (
                 self.permissive.mapped(a.promoted, b.promoted)
-                or self.exact.mapped(a.promoted, b.promoted)))
+                or self.exact.mapped(a.promoted, b.promoted))) or _runs_once_serially(a) \
+                or _runs_once_serially(b)
             if not compatible:
                 raise LoweringError(
                     f"T{tv.name} is inlined into T{a_owner.name} and T{d.name}, whose loops "
@@ -513,3 +514,12 @@ def _history_roots(i: IterDomain) -> list[IterDomain]:
         else:
             todo.extend(x.definition.inputs)
     return out
+
+
+def _runs_once_serially(lp: "Loop") -> bool:
+    """A serial loop promoted to a broadcast of one element: merged into another consumer's
+    loop at its position (a thread loop over the reduced rows, where this consumer's broadcast
+    took no parallel type: the mean [1, 1, N] beside (x - mean) of a var_mean over an expanded
+    dim), what it computes is computed in each of that loop's iterations alike, and writes from
+    it are guarded to the first (lower/index.py, redundant loops)."""
+    return lp.parallel == ParallelType.Serial and lp.promoted.is_broadcast and lp.extent is _ONE

@@ -387,3 +387,24 @@ def test_no_fallback_warning_on_the_interpreter():
         warnings.simplefilter("error", FallbackWarning)
         fd.execute([torch.randn(65, 33).half()], options=INTERPRET)
     assert fd.last_run.schedulers == ("outer_persistent",)
+
+
+def test_var_mean_over_an_expanded_and_a_reduced_dim():
+    """var_mean over dims 0 (expanded: stride 0) and 1 of [17, 5, 747] (GPU fuzz 20261504:575):
+    the mean [1, 1, N] is broadcast for its output, in a serial loop of one element, and for
+    x - mean, in the rows' threadIdx.y loop; lowering refused to merge the two loops of the
+    tensor inlined into both (a LoweringError, the segment ran on the reference). A serial
+    loop of one broadcast element now merges into the other: its value is computed in each
+    row thread alike, its write guarded to the first."""
+    x = torch.randint(-8, 1, (3735,), dtype=torch.int32).as_strided((17, 5, 747), (0, 747, 1))
+    with FusionDefinition() as fd:
+        t0 = fd.from_pytorch(x)
+        var, mean = fd.ops.var_mean(fd.ops.exp2(t0), [0, 1], keepdim=True, correction=1)
+        fd.add_output(mean)
+        fd.add_output(var)
+    run_and_check(fd, [x], scheduler="outer_persistent", options=INTERPRET)
+    pytest.importorskip("cuda.bindings.nvrtc")
+    from pyfuser.runtime.fusion_kernel import compile_kernel
+    fk, = fd.kernels(last_run=True)
+    compile_kernel(fk)
+    assert not fk.module.ptxas.has_spills, fk.module.ptxas.summary()
