@@ -45,6 +45,14 @@ def bench(cases: dict, tolerance: float = 1e-2) -> int:
     return 0
 
 
+def print_times(times: dict, nbytes: int) -> None:
+    """The device, then each timed name's microseconds and GB/s (`times`: name -> milliseconds,
+    as _bench returns them; `nbytes`: the bytes of the floor)."""
+    print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}")
+    for name, ms in times.items():
+        print(f"{name}: {ms * 1e3:.1f} us, {nbytes / ms / 1e6:.0f} GB/s")
+
+
 def _report_difference(name: str, peer: str, theirs, ours, tolerance: float) -> None:
     """Print where a peer's first output differs from pyfuser's by more than `tolerance`
     (bf16 results of one function differ by a rounding here and there)."""

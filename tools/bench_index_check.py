@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import sys
 
+import bench_cases
 import bench_issue17
 import torch
 
@@ -32,10 +33,8 @@ def main() -> int:
         index_check.DeferredIndexChecks.settle = settle
     t["eager"] = _bench(eager)
     t["compile"] = _bench(torch.compile(eager, dynamic=False))
-    print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}")
     print(f"embedding {fd.last_run.heuristics[0].describe()}")
-    for k, v in t.items():
-        print(f"{k}: {v * 1e3:.1f} us, {nbytes / v / 1e6:.0f} GB/s")
+    bench_cases.print_times(t, nbytes)
     return 0
 
 

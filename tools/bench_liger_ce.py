@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import sys
 
+import bench_cases
 import bench_issue17
 import torch
 
@@ -35,9 +36,7 @@ def main() -> int:
           f"from pyfuser's by at most {diff:.3g}")
     t_ = {"pyfuser": _bench(lambda: fd.execute(inputs)), "liger": _bench(liger),
           "compile": _bench(torch.compile(eager, dynamic=False))}
-    print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}")
-    for k, v in t_.items():
-        print(f"{k}: {v * 1e3:.0f} us, {nbytes / v / 1e6:.0f} GB/s")
+    bench_cases.print_times(t_, nbytes)
     return 0
 
 

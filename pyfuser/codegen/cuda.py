@@ -129,9 +129,9 @@ class CudaPrinter:
             src = unary_ctype(d) if d.op in (UnaryOpType.Cast, UnaryOpType.Set) else None
             return convert(convert(text, own, src), want, own)
         if isinstance(d, BinaryOp):
-            ct = binary_ctype(d)
+            ct, ct_b = binary_ctypes(d)
             a = self.scalar(d.inputs[0], ct)
-            b = self.scalar(d.inputs[1], "long long" if d.op.is_arg_key else ct)
+            b = self.scalar(d.inputs[1], ct_b)
             return convert(convert(BINARY[d.op].format(a=a, b=b), own), want, own)
         raise ValueError(f"cannot print scalar {S.scalar_str(s)}")
 
@@ -257,9 +257,8 @@ class CudaPrinter:
             ct = unary_ctype(e)
             return f"{self.expr(out)} = pf::cast<{oct_}>({UNARY[e.op].format(a=self.value(s.ins[0], ct))});"
         if isinstance(e, BinaryOp):
-            ct = binary_ctype(e)
-            a, b = self.value(s.ins[0], ct), self.value(s.ins[1], "long long" if e.op.is_arg_key
-                                                        else ct)
+            ct, ct_b = binary_ctypes(e)
+            a, b = self.value(s.ins[0], ct), self.value(s.ins[1], ct_b)
             if (e.op == BinaryOpType.Mul and ct in ("float", "double")
                     and self._computed_twice(e.outputs[0])):
                 return f"{self.expr(out)} = pf::cast<{oct_}>(pf::mul_rn({a}, {b}));"
@@ -610,11 +609,13 @@ def unary_ctype(e: UnaryOp) -> str:
     return _compute_ctype(e.outputs[0].dtype)
 
 
-def binary_ctype(e: BinaryOp) -> str:
-    """The C type a binary op's operands are read in: the compute type of its operand dtype
+def binary_ctypes(e: BinaryOp) -> tuple[str, str]:
+    """The C types a binary op's operands are read in: the compute type of its operand dtype
     (BinaryOp.operand_dtype: bool for logical ops, torch's result type for comparisons, the
-    output's dtype for arithmetic)."""
-    return _compute_ctype(e.operand_dtype)
+    output's dtype for arithmetic, the value's for an arg key), and for an arg key's index an
+    int64."""
+    ct = _compute_ctype(e.operand_dtype)
+    return ct, ("long long" if e.op.is_arg_key else ct)
 
 
 # The 16- and 8-bit float types: structs without C++ conversions (types.cuh), reached with

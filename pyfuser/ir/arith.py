@@ -325,13 +325,12 @@ def gather(what: str, src: TensorView, index: TensorView, dim: int, src_dims,
                              f"{bv}; they must be {rule}")
         if fusion is not None and not S.same_value(a, b):
             where = f"{what}: the index's dim {k} and the input's dim {d}"
-            if not broadcast:
-                where += (" (as torch.gather, the index may not be larger than the input along a "
-                          "dim it does not index)")
             if broadcast:
                 fusion.extent_equalities.append((a, b, where))
             else:
-                fusion.extent_limits.append((a, b, where))
+                fusion.extent_limits.append((a, b, where + (
+                    " (as torch.gather, the index may not be larger than the input along a dim "
+                    "it does not index)")))
         if not si.is_broadcast and (broadcast or S.same_value(a, b)):
             pairs.append((d, k))
     out = new_tensor(ids, src.dtype)

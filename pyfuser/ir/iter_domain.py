@@ -270,6 +270,20 @@ def id_exprs_between(from_ids, to_ids) -> list[Expr]:
     return order
 
 
+def history(i: IterDomain) -> list[IterDomain]:
+    """ID i and every ID it is split or merged from, depth first from i, each once."""
+    out, seen, todo = [], set(), [i]
+    while todo:
+        x = todo.pop()
+        if x in seen:
+            continue
+        seen.add(x)
+        out.append(x)
+        if x.definition is not None:
+            todo.extend(x.definition.inputs)
+    return out
+
+
 def ancestors(i: IterDomain, roots) -> list[IterDomain]:
     """IDs of `roots` that `i` derives from."""
     roots = set(roots)

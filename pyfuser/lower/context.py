@@ -25,8 +25,8 @@ import dataclasses
 from ..ir import scalar as S
 from ..ir.dtype import DataType
 from ..ir.id_graph import IdGraph, match_loops, reshape_cycle, self_mapping
-from ..ir.iter_domain import (IterDomain, ParallelType, Split, ancestors, replayed_divisible,
-                              split_id)
+from ..ir.iter_domain import (IterDomain, ParallelType, Split, ancestors, history,
+                              replayed_divisible, split_id)
 from ..ir.tensor import MemoryType, TensorView
 from ..kir import nodes as K
 
@@ -210,7 +210,8 @@ class LoweringContext:
 
     def _iterated_dims(self, i: IterDomain) -> frozenset:
         """The exact groups of the iteration (not broadcast) dims that ID i's history covers."""
-        return frozenset(self.exact.group(x) for x in _history_roots(i) if not x.is_broadcast)
+        return frozenset(self.exact.group(x) for x in history(i)
+                         if x.definition is None and not x.is_broadcast)
 
     def _canonicalize(self) -> None:
         for tv, nest in self.nests.items():
@@ -502,18 +503,6 @@ class LoweringContext:
             if lp.parallel.is_thread_or_block:
                 out.setdefault(lp.parallel, []).append(lp.extent)
         return out
-
-
-def _history_roots(i: IterDomain) -> list[IterDomain]:
-    """The IDs without a definition that ID i is split or merged from."""
-    out, todo = [], [i]
-    while todo:
-        x = todo.pop()
-        if x.definition is None:
-            out.append(x)
-        else:
-            todo.extend(x.definition.inputs)
-    return out
 
 
 def _runs_once_serially(lp: "Loop") -> bool:

@@ -34,7 +34,7 @@ from __future__ import annotations
 from ..ir.dtype import DataType
 from ..ir.exprs import GatherOp, IotaOp, RandOp, WindowOp
 from ..ir.id_graph import IdGraph
-from ..ir.iter_domain import ParallelType
+from ..ir.iter_domain import ParallelType, history
 from ..ir.scalar import Scalar
 from ..ir.tensor import MemoryType, TensorView
 from ..kir import nodes as K
@@ -641,7 +641,7 @@ def _broadcast_write_guards(ctx, tv: TensorView, nest, redundant: list) -> list:
         # written in the tile's column loop). The parts of it that these loops do iterate (the
         # tile index in the block's merged index) repeat the write: each must be 0.
         for lp in nest:
-            for x in _history_ids(lp.promoted):
+            for x in history(lp.promoted):
                 roots = _iterated_roots(x)
                 if not roots or any(ctx.exact.group(r) not in unresolved for r in roots):
                     continue
@@ -649,18 +649,6 @@ def _broadcast_write_guards(ctx, tv: TensorView, nest, redundant: list) -> list:
                 if k is not None and not (isinstance(k.value, K.Const) and k.value.value == 0):
                     conds.append(K.eq(k.value, K.Const(0)))
     return conds
-
-
-def _history_ids(i) -> list:
-    """ID i and every ID it is split or merged from."""
-    out, todo = [], [i]
-    while todo:
-        x = todo.pop()
-        if x not in out:
-            out.append(x)
-            if x.definition is not None:
-                todo.extend(x.definition.inputs)
-    return out
 
 
 def _broadcast_iterations(ctx, tv: TensorView, nest) -> list:
@@ -704,14 +692,7 @@ def _broadcast_iterations(ctx, tv: TensorView, nest) -> list:
 
 def _iterated_roots(i) -> list:
     """The IDs without history (not broadcasts) that ID i is split and merged from."""
-    out, todo = [], [i]
-    while todo:
-        x = todo.pop()
-        if x.definition is not None:
-            todo.extend(x.definition.inputs)
-        elif not x.is_broadcast and x not in out:
-            out.append(x)
-    return out
+    return [x for x in history(i) if x.definition is None and not x.is_broadcast]
 
 
 def _index_reduce(node, ctx) -> None:

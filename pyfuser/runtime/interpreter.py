@@ -39,8 +39,8 @@ numpy over the thread set:
 - Block reductions all-reduce over the block's thread dims, grid reductions over blocks (the last
   block of each group gets the result and pf_grid_last; which block arrives last is any on a
   GPU, so the k-th grid reduction of a launch elects the k-th block from the end, and a kernel
-  that assumes one block last for two of them computes wrong values here), cluster reductions over the CTAs of a
-  cluster; a lockstep grid sync is a check only. A scan's step and fixup (lower/scans.py) use
+  that assumes one block last for two of them computes wrong values here), cluster reductions
+  over the CTAs of a cluster; a lockstep grid sync is a check only. A scan's step and fixup (lower/scans.py) use
   the thread's running value; a block scan is the exclusive scan of the running values in
   threadIdx.x order within each row of the block (and across the CTAs of a cluster in rank
   order), in float64 then rounded to the value's dtype.
@@ -419,7 +419,7 @@ _UNARY = {
     UnaryOpType.GeluErf: _gelu_erf,
     UnaryOpType.Not: np.logical_not,
     UnaryOpType.Cast: lambda x: x, UnaryOpType.Set: lambda x: x,
-    UnaryOpType.ArgKeyIndex: lambda k: arg_key_index(k),
+    UnaryOpType.ArgKeyIndex: arg_key_index,
 }
 _BINARY = {
     BinaryOpType.Add: lambda a, b: np.add(_as_number(a), _as_number(b)),

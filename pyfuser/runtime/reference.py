@@ -13,7 +13,6 @@ import torch
 
 from ..ir import scalar as S
 from ..ir.dtype import DataType, from_torch, to_torch
-from .arg_key import arg_key, arg_key_index
 from ..ir.exprs import (BinaryOp, BinaryOpType, BroadcastOp, ExpandOp, FullOp, IotaOp,
                         LoadStoreOp, ReductionOp, ReductionOpType, ReshapeOp, SqueezeOp, UnaryOp,
                         UnaryOpType, WhereOp, WindowOp, GatherOp, RandOp)
@@ -21,6 +20,7 @@ from ..ir.iter_domain import Split, id_exprs_between
 from ..ir.scalar import Scalar, ScalarOp
 from ..ir.tensor import TensorView
 from . import library
+from .arg_key import arg_key, arg_key_index
 from .float8 import to_float8
 
 

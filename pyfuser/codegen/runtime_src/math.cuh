@@ -254,12 +254,26 @@ __device__ __forceinline__ float philox_unit(unsigned word) {
   return static_cast<float>(word >> (32 - Bits)) * (1.0f / static_cast<float>(1u << Bits));
 }
 
+// Block `block` of the stream of (seed, counter), the int64 scalars a random op reads.
+__device__ __forceinline__ PhiloxBlock philox_block(long long seed, long long counter,
+                                                    unsigned long long block) {
+  return philox(static_cast<unsigned long long>(counter), block,
+                static_cast<unsigned long long>(seed));
+}
+
+// `use(q, block)` for the Blocks consecutive blocks from `first`: the draws of a vector of
+// consecutive elements, one block per 4 uniform or 2 normal draws (an element at a time
+// computes a block each, for the same bits).
+template <int Blocks, typename Use>
+__device__ __forceinline__ void philox_blocks(long long seed, long long counter,
+                                              unsigned long long first, Use use) {
+#pragma unroll
+  for (int q = 0; q < Blocks; ++q) use(q, philox_block(seed, counter, first + q));
+}
+
 // The element's 32-bit word of a uniform draw: word index % 4 of block index / 4.
 __device__ __forceinline__ unsigned philox_word(long long index, long long seed, long long counter) {
-  const PhiloxBlock b = philox(static_cast<unsigned long long>(counter),
-                               static_cast<unsigned long long>(index) >> 2,
-                               static_cast<unsigned long long>(seed));
-  return b.w[index & 3];
+  return philox_block(seed, counter, static_cast<unsigned long long>(index) >> 2).w[index & 3];
 }
 
 // A uniform draw from its word: low + u * (high - low) in float, each operation rounded on its
@@ -291,20 +305,16 @@ __device__ __forceinline__ T philox_uniform(long long index, long long seed, lon
 }
 
 // The uniform draws of N consecutive elements from index0 (both multiples of 4, lower/
-// vectorize.py checks): one Philox block per 4 elements, where an element at a time computes
-// a block each (the same bits).
+// vectorize.py checks): the 4 words of each block.
 template <typename T, int Bits, int N>
 __device__ __forceinline__ void philox_uniform_vec(T* out, long long index0, long long seed,
                                                    long long counter, double low, double high) {
   static_assert(N % 4 == 0, "pf::philox_uniform_vec: N must be a multiple of 4");
-#pragma unroll
-  for (int q = 0; q < N / 4; ++q) {
-    const PhiloxBlock b = philox(static_cast<unsigned long long>(counter),
-                                 (static_cast<unsigned long long>(index0) >> 2) + q,
-                                 static_cast<unsigned long long>(seed));
+  philox_blocks<N / 4>(seed, counter, static_cast<unsigned long long>(index0) >> 2,
+                       [&](int q, const PhiloxBlock& b) {
 #pragma unroll
     for (int k = 0; k < 4; ++k) out[4 * q + k] = UniformFromWord<T, Bits>::apply(b.w[k], low, high);
-  }
+  });
 }
 
 // mean + std * sqrt(-2 log u1) * cos(2 pi u2) (Box-Muller) from two words: as
@@ -320,26 +330,21 @@ __device__ __forceinline__ float normal_from_words(unsigned w1, unsigned w2, dou
 // The element's normal draw: words 2 * (index % 2) and the next of block index / 2.
 __device__ __forceinline__ float philox_normal(long long index, long long seed, long long counter,
                                                double mean, double std) {
-  const PhiloxBlock b = philox(static_cast<unsigned long long>(counter),
-                               static_cast<unsigned long long>(index) >> 1,
-                               static_cast<unsigned long long>(seed));
+  const PhiloxBlock b = philox_block(seed, counter, static_cast<unsigned long long>(index) >> 1);
   const int first = 2 * static_cast<int>(index & 1);
   return normal_from_words(b.w[first], b.w[first + 1], mean, std);
 }
 
-// The normal draws of N consecutive elements from index0 (both multiples of 4): one block per 2.
+// The normal draws of N consecutive elements from index0 (both multiples of 4): two per block.
 template <typename T, int N>
 __device__ __forceinline__ void philox_normal_vec(T* out, long long index0, long long seed,
                                                   long long counter, double mean, double std) {
   static_assert(N % 4 == 0, "pf::philox_normal_vec: N must be a multiple of 4");
-#pragma unroll
-  for (int q = 0; q < N / 2; ++q) {
-    const PhiloxBlock b = philox(static_cast<unsigned long long>(counter),
-                                 (static_cast<unsigned long long>(index0) >> 1) + q,
-                                 static_cast<unsigned long long>(seed));
+  philox_blocks<N / 2>(seed, counter, static_cast<unsigned long long>(index0) >> 1,
+                       [&](int q, const PhiloxBlock& b) {
     out[2 * q] = cast<T>(normal_from_words(b.w[0], b.w[1], mean, std));
     out[2 * q + 1] = cast<T>(normal_from_words(b.w[2], b.w[3], mean, std));
-  }
+  });
 }
 
 }  // namespace pf
