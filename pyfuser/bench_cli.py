@@ -1,6 +1,8 @@
 """`python -m pyfuser bench`: pyfuser against its peers on a GPU, in one run."""
 from __future__ import annotations
 
+import sys
+
 from . import catalogue
 
 # Shapes per fusion kind: the rows of ../shared/ANCHORS.md, and the issue-4 bars.
@@ -24,6 +26,9 @@ DEFAULT_SHAPES = {
 
 def bench_main(args) -> int:
     import torch
+    if catalogue.unknown(args.names):
+        print(f"python -m pyfuser bench: {catalogue.unknown(args.names)}", file=sys.stderr)
+        return 2
     if not torch.cuda.is_available():
         print("bench needs a CUDA GPU; `python -m pyfuser explain NAME` works without one")
         return 2

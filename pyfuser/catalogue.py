@@ -388,6 +388,16 @@ def names() -> list[str]:
     return list(ENTRIES)
 
 
+def unknown(requested) -> str:
+    """"" when every name in `requested` is in the catalogue; else the message naming what is
+    not, and what is."""
+    missing = [n for n in requested if n not in ENTRIES]
+    if not missing:
+        return ""
+    return (f"unknown fusion {', '.join(map(repr, missing))}; the catalogue has "
+            f"{', '.join(ENTRIES)} (`python -m pyfuser explain list` describes them)")
+
+
 def get(name: str) -> Entry:
     try:
         return ENTRIES[name]

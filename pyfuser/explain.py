@@ -6,6 +6,8 @@ for sm_90a to show the ptxas report.
 """
 from __future__ import annotations
 
+import sys
+
 from . import catalogue
 
 
@@ -14,6 +16,9 @@ def explain(args) -> int:
         for n in catalogue.names():
             print(f"{n:18s} {catalogue.get(n).description}")
         return 0
+    if catalogue.unknown([args.name]):
+        print(f"python -m pyfuser explain: {catalogue.unknown([args.name])}", file=sys.stderr)
+        return 2
     M, N = args.shape
     fd = catalogue.define(args.name, args.dtype)
     print(f"# {args.name}: {catalogue.get(args.name).description}")

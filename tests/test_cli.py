@@ -63,9 +63,11 @@ def test_bad_shape_is_a_usage_error(capsys):
     assert "shape must look like 16384x4096, got '64by256'" in capsys.readouterr().err
 
 
-def test_unknown_fusion():
-    with pytest.raises(KeyError, match="unknown fusion 'nope'"):
-        main(["explain", "nope"])
+def test_unknown_fusion_is_a_usage_error(capsys):
+    """A misspelt name gets the catalogue's names and exit code 2, not a traceback."""
+    assert main(["explain", "nope"]) == 2
+    err = capsys.readouterr().err
+    assert "unknown fusion 'nope'" in err and "rmsnorm_fwd" in err and "Traceback" not in err
 
 
 def _run(*args):
@@ -81,3 +83,10 @@ def test_explain_subprocess():
     r = _run("explain", "list")
     assert r.returncode == 0, r.stderr
     assert [ln.split()[0] for ln in r.stdout.splitlines()] == catalogue.names()
+
+
+def test_bench_of_an_unknown_fusion_is_a_usage_error(capsys):
+    # Checked before looking for a GPU, so on this machine too.
+    assert main(["bench", "softmax", "nope"]) == 2
+    err = capsys.readouterr().err
+    assert "unknown fusion 'nope'" in err and "'softmax'" not in err

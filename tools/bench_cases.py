@@ -19,6 +19,13 @@ def explain(cases: dict) -> int:
     return 0
 
 
+def selected(cases: dict, argv: list) -> dict:
+    """The cases whose name contains one of the words of `argv` that are not options (all of
+    them when there is none)."""
+    words = [a for a in argv if not a.startswith("--")]
+    return {n: c for n, c in cases.items() if not words or any(w in n for w in words)}
+
+
 def bench(cases: dict, tolerance: float = 1e-2) -> int:
     """GB/s of pyfuser, eager and torch.compile per case, and pyfuser's ratio to the best."""
     from pyfuser.benchmark.harness import _bench

@@ -3,6 +3,7 @@ hold, same run as eager and torch.compile (GPU machine), or their plans on the C
 
     PYTHONPATH=. python tools/bench_issue16.py            # GPU: times and GB/s
     PYTHONPATH=. python tools/bench_issue16.py --explain  # CPU: each fusion's plan (H100 table)
+    PYTHONPATH=. python tools/bench_issue16.py groupnorm  # the cases whose name holds a word
 
 BatchNorm2d training forward (y bf16, save_mean, save_rstd, running statistics updated in place)
 and backward (dx, dw, db) of [32, 256, 56, 56] in NCHW and channels-last, fp32 weight and bias;
@@ -183,5 +184,6 @@ CASES = {
 
 
 if __name__ == "__main__":
-    raise SystemExit(bench_cases.explain(CASES) if "--explain" in sys.argv
-                     else bench_cases.bench(CASES))
+    cases = bench_cases.selected(CASES, sys.argv[1:])
+    raise SystemExit(bench_cases.explain(cases) if "--explain" in sys.argv
+                     else bench_cases.bench(cases))

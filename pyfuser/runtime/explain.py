@@ -24,6 +24,7 @@ import torch
 from ..ir import scalar as S
 from ..ir.scalar import Scalar
 from ..ir.tensor import TensorView
+from ..ir.dtype import from_torch
 from .device import DeviceProperties, get_device_properties
 from .executor import index_type_for
 from .inputs import check_inputs, heuristic_info, output_strides
@@ -47,8 +48,8 @@ class KernelExplanation:
 @dataclasses.dataclass(frozen=True)
 class SegmentExplanation:
     index: int
-    kind: str                 # "kernel", "library" or "reference"
-    name: str                 # the scheduler's name, the library op's, or "reference"
+    kind: str                 # "kernel", "library", "view" or "reference"
+    name: str                 # the scheduler's name, the library op's, "view" or "reference"
     why: str
     rejected: tuple           # (scheduler name, why not) tried before the chosen one
     inputs: tuple             # one line per input: "T3 [64, 256] bfloat16" or "i5 = 7"
@@ -126,15 +127,17 @@ def explain_fusion(fusion, inputs, device: str | DeviceProperties = "h100",
     several = len(segmented.segments) > 1
     out = []
     for k, seg in enumerate(segmented.segments):
-        for v in seg.inputs:
+        for v, declared in zip(seg.inputs, seg.fusion.inputs):
             if id(v) not in values:
                 # An extent a sub-fusion takes as a scalar input, or a tensor between segments.
-                values[id(v)] = (_intermediate(v, seg, bindings) if isinstance(v, TensorView)
+                values[id(v)] = (_intermediate(v, declared.dtype, bindings)
+                                 if isinstance(v, TensorView)
                                  else int(S.evaluate(v, dict(bindings))))
         ins = [values[id(v)] for v in seg.inputs]
         outs = []
-        for o in seg.outputs:
-            values.setdefault(id(o), _intermediate(o, seg, bindings))
+        for o, written in zip(seg.outputs, seg.fusion.outputs):
+            # As the segment writes it: a view has its input's dtype, not the reshape's.
+            values.setdefault(id(o), _intermediate(o, written.dtype, bindings))
             outs.append(values[id(o)])
         choice = seg.choice
         if choice is None and seg.kind == "reference":
@@ -200,19 +203,19 @@ def _as_meta(x):
     return x
 
 
-def _intermediate(v: TensorView, seg, bindings: dict):
-    """A meta tensor for a tensor a segment writes: sizes from the bound extents, strides dense
-    in allocation order as the plan allocates it."""
+def _intermediate(v: TensorView, dtype, bindings: dict):
+    """A meta tensor of `dtype` for a tensor a segment writes: sizes from the bound extents,
+    strides dense in allocation order as the plan allocates it."""
     from ..ir.dtype import to_torch
     sizes = [int(S.evaluate(i.user_extent if i.is_broadcast else i.extent, dict(bindings)))
              for i in v.domain.logical_no_reductions]
-    return torch.empty_strided(sizes, output_strides(v, sizes), dtype=to_torch(v.dtype),
+    return torch.empty_strided(sizes, output_strides(v, sizes), dtype=to_torch(dtype),
                                device="meta")
 
 
 def _describe(v, x) -> str:
     if isinstance(v, TensorView):
-        return f"T{v.name} {list(x.shape)} {v.dtype.short_name}"
+        return f"T{v.name} {list(x.shape)} {from_torch(x.dtype).short_name}"
     if isinstance(v, Scalar):
         return f"{v.symbol or S.scalar_str(v)} = {x}"
     return repr(x)

@@ -9,6 +9,8 @@ between segments are allocated by the segment that writes them (dense, in the wr
 allocation order: what the reader's sub-fusion declares), passed to the segments that read
 them, and dropped after the last one of them ran, so none outlives the plan's run.
 
+A view segment (a reshape of a dense input) is the input's torch view under the new sizes.
+
 RunInfo of a segmented run: `segments` holds one SegmentRun per segment; kind is "kernels" only
 when no segment ran the reference evaluator; schedulers, num_kernels, heuristics and
 kernel_names cover the kernels of every kernel segment, in order.
@@ -19,6 +21,7 @@ import dataclasses
 import warnings
 
 from .. import options as opts
+from ..ir import scalar as S
 from ..ir.tensor import TensorView
 from .executor import FallbackWarning, FusionExecutorCache, RunInfo
 from .inputs import InputError, check_inputs, laid_out
@@ -34,8 +37,8 @@ class SegmentPlanError(RuntimeError):
 class SegmentRun:
     """What one segment of a plan ran."""
 
-    kind: str                 # "kernel", "library" or "reference"
-    name: str                 # the scheduler's name, the library op's, or "reference"
+    kind: str                 # "kernel", "library", "view" or "reference"
+    name: str                 # the scheduler's name, the library op's, "view" or "reference"
     why: str                  # why this scheduler, or why the reference evaluator
     run_info: RunInfo | None = None   # a kernel segment's own RunInfo (what its executor ran)
 
@@ -93,6 +96,8 @@ class SegmentedPlan:
             self.steps.append((seg, executors[k], args, outs, free))
         self.n_inputs = n_inputs
         self.results = [slot[id(o)] for o in fusion.outputs]
+        self.view_slots = {slot[id(o)] for seg in segmented.segments if seg.kind == "view"
+                           for o in seg.outputs}
         self.intermediate_bytes = 0
         self.run_info: RunInfo | None = None
         for k, seg in enumerate(segmented.segments):
@@ -123,15 +128,20 @@ class SegmentedPlan:
                     results = laid_out(seg.fusion, results)
             elif seg.kind == "library":
                 results = _run_library(seg, ins)
+            elif seg.kind == "view":
+                results = _run_view(seg, ins)
             else:
                 results = _run_reference(seg, ins)
             for s, r in zip(outs, results):
                 vals[s] = r
             if first:
                 # Global traffic beside the fusion's inputs and outputs: reads of what other
-                # segments wrote, and writes of what only segments read.
-                moved += sum(_nbytes(vals[s]) for s in args if s >= self.n_inputs)
-                moved += sum(_nbytes(vals[s]) for s in outs if s not in self.results)
+                # segments wrote, and writes of what only segments read (a view is neither:
+                # its reads are reads of the fusion's input).
+                moved += sum(_nbytes(vals[s]) for s in args
+                             if s >= self.n_inputs and s not in self.view_slots)
+                if seg.kind != "view":
+                    moved += sum(_nbytes(vals[s]) for s in outs if s not in self.results)
             for s in free:
                 vals[s] = None
         if first:
@@ -198,6 +208,20 @@ def _run_library(seg, ins) -> list:
         for o, r in zip(e.outputs, run_library_op(e, [env[id(i)] for i in e.inputs])):
             env[id(o)] = r
     return laid_out(fusion, [env[id(o)] for o in fusion.outputs])
+
+
+def _run_view(seg, ins) -> list:
+    """A view segment (schedule/segmenter.py): its input, dense by its declaration, under the
+    reshape's sizes: no kernel, no copy."""
+    fusion = seg.fusion
+    bindings = check_inputs(fusion, ins)
+    out = fusion.outputs[0]
+    sizes = [int(S.evaluate(i.user_extent if i.is_broadcast else i.extent, dict(bindings)))
+             for i in out.domain.logical_no_reductions]
+    try:
+        return [ins[0].view(sizes)]
+    except RuntimeError as error:
+        raise SegmentPlanError(f"segment {seg.why}: {error}") from error
 
 
 def _run_reference(seg, ins) -> list:

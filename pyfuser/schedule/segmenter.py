@@ -28,6 +28,16 @@ accepts it with them. Not forwarded: an op whose result is a fusion output, or i
 library op (the library call cannot recompute it); its producers in the chain still are. A
 forwarded op is the one op that may sit in several segments (`SegmentedFusion.forwarded`).
 
+Input views (as nvFuser's meta-op segments): a reshape of a dense fusion input X, directly or
+through forwarded ops, is a segment of kind "view" of its own: the plan reshapes X on the host
+(`torch.Tensor.view`: no kernel, no copy) and the segments reading the reshape's result read the
+view and apply the forwarded ops to it (they are elementwise, so they commute with the reshape).
+GroupNorm's reshape of cast(x) [N, C, H, W] to [N, G, C/G*H*W] had been a pointwise kernel
+writing an fp32 copy of x for the statistics and the output to read; it is now x's bytes under
+another shape. Forwarding starts again at a view's result. Only where the fusion is segmented:
+a scheduler that takes the whole fusion reads the reshape in its kernel. Not a view: a reshape
+whose result is a fusion output, or of an input that is not dense in its logical order.
+
 Each segment gets a sub-fusion (`Segment.fusion`), a new Fusion of its expressions whose inputs
 are the tensors it reads (the original inputs keep their layout; an intermediate is a new input
 of the same dtype and dims, dense in its producer's allocation order, as the plan allocates it)
@@ -43,6 +53,8 @@ from __future__ import annotations
 import dataclasses
 
 from ..ir import scalar as S
+from ..ir import arith
+from ..ir.exprs import ReshapeOp
 from ..ir.fusion import Fusion
 from ..ir.scalar import Scalar
 from ..ir.tensor import MemoryType, TensorDomain, TensorView
@@ -62,7 +74,7 @@ class Segment:
     writes for later segments or the caller. `fusion` is the sub-fusion (the original fusion
     itself for a whole-fusion segment), with inputs and outputs in the same order."""
 
-    kind: str                     # "kernel", "library" or "reference"
+    kind: str                     # "kernel", "library", "view" or "reference"
     exprs: tuple
     inputs: tuple
     outputs: tuple
@@ -74,9 +86,11 @@ class Segment:
 
     @property
     def name(self) -> str:
-        """The scheduler's name, the library op's, or "reference"."""
+        """The scheduler's name, the library op's, "view" or "reference"."""
         if self.kind == "kernel":
             return self.scheduler.NAME
+        if self.kind == "view":
+            return "view"
         if self.kind == "library":
             # The frontend's spelling: LinearOp -> "linear", as fd.ops.linear.
             return type(self.exprs[0]).__name__.removesuffix("Op").lower()
@@ -147,26 +161,56 @@ def segment(fusion, exclude: dict | None = None) -> SegmentedFusion:
     return SegmentedFusion(fusion, tuple(segs), why, forwarded)
 
 
-def _forwarded(fusion, exprs) -> set:
-    """Indices in `exprs` of the forwarded ops (see the module docstring)."""
+def _forwarded(fusion, exprs) -> tuple[set, dict]:
+    """Indices in `exprs` of the forwarded ops, and the input views: index of the reshape ->
+    the fusion input it views (see the module docstring)."""
     reads = {}
     for k, e in enumerate(exprs):
         for i in e.inputs:
             reads.setdefault(i, []).append(e)
-    starts = {v for v in fusion.inputs if isinstance(v, TensorView)}
-    out = set()
+    # A tensor a forwarded chain may start from -> the segment input it is computed from (a
+    # fusion input, or a view's result).
+    source = {v: v for v in fusion.inputs if isinstance(v, TensorView)}
+    out, views = set(), {}
     for k, e in enumerate(exprs):          # topological: a chain's producers come first
-        if not is_forwardable(e) or not any(i in starts for i in e.inputs):
+        if not e.inputs or e.inputs[0] not in source:
             continue
         o = e.outputs[0]
+        if isinstance(e, ReshapeOp):
+            x = source[e.inputs[0]]
+            if x in fusion.inputs and _is_dense_input(x) and o not in fusion.outputs:
+                views[k] = x
+                source[o] = o
+            continue
+        if not is_forwardable(e):
+            continue
         if o in fusion.outputs or any(has_library_implementation(u) for u in reads.get(o, ())):
             continue
         # Its consumers may be forwarded too; not those of an op some segment writes (they
         # would read it before the segment writing it ran: forwarded ops are in no group, so
         # the order of segments knows nothing of what they read).
-        starts.add(o)
+        source[o] = source[e.inputs[0]]
         out.add(k)
-    return out
+    return out, views
+
+
+def _is_dense_input(x: TensorView) -> bool:
+    """Whether every tensor bound to input `x` is dense in x's logical order (so that any
+    reshape of it is a view): no stride order, no expanded dim, every dim contiguous."""
+    d = x.domain
+    if d.allocation is not None and list(d.allocation) != list(d.logical):
+        return False
+    return all(i.expanded_extent is None and (c is True or (c is None and i.is_broadcast))
+               for i, c in zip(d.logical, d.contiguity))
+
+
+def _chain(tv: TensorView, source: TensorView) -> list:
+    """The forwarded unary ops from `source` to `tv`, in order."""
+    chain = []
+    while tv is not source:
+        chain.append(tv.definition)
+        tv = tv.definition.inputs[0]
+    return chain[::-1]
 
 
 def _whole(fusion, exprs, kind, choice, why: str = "") -> Segment:
@@ -188,14 +232,19 @@ class _Grouping:
                     self.producer[o] = k
         self.outputs = set(fusion.outputs)
         # Forwarded ops are in no group: the groups reading them take copies (`with_forwarded`).
-        self.forwarded = _forwarded(fusion, exprs)
+        self.forwarded, self.views = _forwarded(fusion, exprs)
+        # A view's result -> (the fusion input it views, the forwarded ops between them): the
+        # segments reading it read the view and apply those ops (_sub_fusion).
+        self.view_of = {exprs[k].outputs[0]: (x, _chain(exprs[k].inputs[0], x))
+                        for k, x in self.views.items()}
         for k in self.forwarded:
             for o in exprs[k].outputs:
                 self.producer.pop(o, None)
         grouped = [k for k in range(len(exprs)) if k not in self.forwarded]
         # group id -> sorted expr indices; group id -> kind
         self.members: dict[int, list[int]] = {k: [k] for k in grouped}
-        self.kind: dict[int, str] = {k: segment_kind(exprs[k]) for k in grouped}
+        self.kind: dict[int, str] = {k: "view" if k in self.views else segment_kind(exprs[k])
+                                     for k in grouped}
         self.group_of = [k if k not in self.forwarded else None for k in range(len(exprs))]
         self._choices: dict = {}    # frozenset of expr indices -> registry.Choice
 
@@ -270,7 +319,7 @@ class _Grouping:
         c = self._choices.get(key)
         if c is None:
             sub = _sub_fusion(self.fusion, [self.exprs[k] for k in self.with_forwarded(members)],
-                              self._outputs_of(key))
+                              self._outputs_of(key), self.view_of)
             c = registry.choose(sub.fusion, self.exclude)
             self._choices[key] = c
         return c
@@ -326,7 +375,7 @@ class _Grouping:
             merged = False
             for (a, b) in sorted(edges):
                 ka, kb = self.kind[a], self.kind[b]
-                if "reference" not in (ka, kb) or "library" in (ka, kb):
+                if "reference" not in (ka, kb) or {"library", "view"} & {ka, kb}:
                     continue
                 other = b if ka == "reference" else a
                 if self.kind[other] == "kernel" and not all(
@@ -356,9 +405,14 @@ class _Grouping:
         out = []
         for g in order:
             members = self.members[g]
-            exprs = [self.exprs[k] for k in self.with_forwarded(members)]
-            sub = _sub_fusion(self.fusion, exprs, self._outputs_of(frozenset(members)))
             kind = self.kind[g]
+            if kind == "view":
+                out.append(_view_segment(self.fusion, self.exprs[members[0]],
+                                         self.views[members[0]]))
+                continue
+            exprs = [self.exprs[k] for k in self.with_forwarded(members)]
+            sub = _sub_fusion(self.fusion, exprs, self._outputs_of(frozenset(members)),
+                              self.view_of)
             if kind == "kernel":
                 c = self.choice(members)
                 out.append(dataclasses.replace(sub, kind="kernel", scheduler=c.scheduler,
@@ -387,9 +441,12 @@ def _bytes(t: TensorView) -> int:
 
 
 # Sub-fusions ------------------------------------------------------------------------------------
-def _sub_fusion(fusion, exprs: list, outputs: list) -> Segment:
+def _sub_fusion(fusion, exprs: list, outputs: list, view_of: dict | None = None) -> Segment:
     """A Segment (kind "kernel", no scheduler yet) whose fusion is a new Fusion computing
-    `outputs` from what `exprs` read (see the module docstring)."""
+    `outputs` from what `exprs` read (see the module docstring). `view_of`: a view's result ->
+    (the input it views, the forwarded ops from that input): the sub-fusion reads the view
+    (the input's dtype) and applies those ops to it."""
+    view_of = view_of or {}
     inside = set(exprs)
     inputs: list = []
     for v in fusion.inputs:         # the fusion's own inputs first, in its order
@@ -412,6 +469,17 @@ def _sub_fusion(fusion, exprs: list, outputs: list) -> Segment:
         nv = mapping[id(v)]
         if isinstance(v, TensorView) and v.definition is not None:
             fresh = _boundary_input(new, nv)
+            if v in view_of:
+                source, chain = view_of[v]
+                fresh.dtype = source.dtype
+                sub_inputs.append(fresh)
+                with new:
+                    for op in chain:
+                        fresh = arith.unary(op.op, fresh, op.outputs[0].dtype)
+                for use in list(nv.uses):
+                    if use in new_exprs:
+                        use.replace_input(nv, fresh)
+                continue
             for use in list(nv.uses):
                 if use in new_exprs:
                     use.replace_input(nv, fresh)
@@ -470,6 +538,19 @@ def _sub_fusion(fusion, exprs: list, outputs: list) -> Segment:
         for pairs in (new.extent_equalities, new.extent_limits))
     return Segment("kernel", tuple(exprs), tuple(inputs) + tuple(extra), tuple(outputs), new,
                    None, "", None, len(extra))
+
+
+def _view_segment(fusion, reshape, source: TensorView) -> Segment:
+    """The "view" segment of `reshape`, whose input is fusion input `source` or forwarded ops
+    of it: a sub-fusion reshaping `source` itself (the result has source's dtype), which the
+    plan runs as a view of source's memory."""
+    seg = _sub_fusion(fusion, [reshape], [reshape.outputs[0]])
+    sub = seg.fusion
+    x, out = sub.inputs[0], sub.outputs[0]
+    x.dtype = out.dtype = source.dtype
+    return dataclasses.replace(
+        seg, kind="view", inputs=(source,) + seg.inputs[1:],
+        why=f"a reshape of input T{source.name}, which is dense: a view of its memory, no kernel")
 
 
 def _scalars_of(fusion) -> list:

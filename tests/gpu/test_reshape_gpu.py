@@ -115,3 +115,31 @@ def test_layernorm_of_one_row_defined_as_a_broadcast(n):
         v, m = fd.ops.var_mean(t, [1], correction=0, keepdim=True)
         fd.add_output(fd.ops.mul(fd.ops.sub(t, m), fd.ops.rsqrt(fd.ops.add(v, 1e-5))))
     run_and_check(fd, [torch.randn(1, n, device="cuda")], scheduler="inner_persistent")
+
+
+@pytest.mark.parametrize("n, c, h, w, g", [(8, 320, 64, 64, 32), (3, 12, 7, 5, 4),
+                                           (2, 64, 33, 17, 8)])
+@pytest.mark.parametrize("cast_first", [True, False])
+def test_groupnorm_reads_a_view_of_its_input(n, c, h, w, g, cast_first):
+    """GroupNorm's reshape of x [N, C, H, W] to [N, G, C/G*H*W] (of x, or of its fp32 cast) is
+    a view segment: the statistics kernel and the output kernel read x's bf16 bytes, no kernel
+    copies x. Odd H and W: rows that are not a multiple of the vector width."""
+    x = torch.randn(n, c, h, w, device="cuda").bfloat16()
+    wt, bias = (torch.rand(c, device="cuda") + 0.5 for _ in range(2))
+    per_channel = [True, False, True, True]
+    with FusionDefinition() as fd:
+        tx, tw, tb = fd.from_pytorch(x), fd.from_pytorch(wt), fd.from_pytorch(bias)
+        shape = [n, g, c // g * h * w]
+        xg = (fd.ops.reshape(fd.ops.cast(tx, F32), shape) if cast_first
+              else fd.ops.cast(fd.ops.reshape(tx, shape), F32))
+        var, mean = fd.ops.var_mean(xg, [2], correction=0, keepdim=True)
+        rstd = fd.ops.rsqrt(fd.ops.add(var, 1e-5))
+        y = fd.ops.reshape(fd.ops.mul(fd.ops.sub(xg, mean), rstd), [n, c, h, w])
+        y = fd.ops.add(fd.ops.mul(y, fd.ops.broadcast(tw, per_channel)),
+                       fd.ops.broadcast(tb, per_channel))
+        fd.add_output(fd.ops.cast(y, BF16))
+        fd.add_output(fd.ops.squeeze(mean, [2]))
+        fd.add_output(fd.ops.squeeze(rstd, [2]))
+    run_and_check(fd, [x, wt, bias], kernels=2,
+                  segments=(("view", "view"), ("kernel", "inner_persistent"),
+                            ("kernel", "pointwise")))

@@ -435,3 +435,90 @@ def test_forwarding_stops_at_fusion_outputs_and_library_reads():
                       options=INTERPRET)
     assert not fd.last_run.internal_error
     assert all(s.kind != "reference" for s in fd.last_run.segments), fd.last_run
+
+
+# Input views --------------------------------------------------------------------------------------
+def _group_norm(n, c, h, w, groups, cast_first=True, stride_order=None, reshape_out=False):
+    """GroupNorm's statistics and output over x [n, c, h, w] viewed as [n, groups, rest]: the
+    reshape of cast(x) (or the cast of reshape(x)) is what the segmenter may take as a view."""
+    def build(fd):
+        x = fd.define_tensor([n, c, h, w], dtype=DataType.BFloat16, stride_order=stride_order)
+        wt = fd.define_tensor([c])
+        shape = [n, groups, c // groups * h * w]
+        if cast_first:
+            xg = fd.ops.reshape(fd.ops.cast(x, DataType.Float), shape)
+        else:
+            xg = fd.ops.cast(fd.ops.reshape(x, shape), DataType.Float)
+        var, mean = fd.ops.var_mean(xg, [2], correction=0, keepdim=True)
+        yg = fd.ops.mul(fd.ops.sub(xg, mean), fd.ops.rsqrt(fd.ops.add(var, 1e-5)))
+        y = fd.ops.mul(fd.ops.reshape(yg, [n, c, h, w]),
+                       fd.ops.broadcast(wt, [True, False, True, True]))
+        fd.add_output(fd.ops.cast(y, DataType.BFloat16))
+        fd.add_output(fd.ops.squeeze(mean, [2]))
+        if reshape_out:
+            fd.add_output(xg)
+    return build
+
+
+@pytest.mark.parametrize("cast_first", [True, False])
+def test_a_reshape_of_a_dense_input_is_a_view(cast_first, monkeypatch):
+    """GroupNorm's reshape of x: a view segment (no kernel, no copy); the two kernels read x's
+    bf16 bytes under the new shape and cast them themselves. Before, a pointwise kernel wrote
+    x's fp32 copy for both to read (12 bytes an element moved, not 4)."""
+    from pyfuser.runtime import plan as plan_module
+    n, c, h, w, g = 2, 12, 3, 5, 3
+    fd = _define(_group_norm(n, c, h, w, g, cast_first=cast_first))
+    seg = segment(fd.fusion)
+    assert [(s.kind, s.name) for s in seg.segments] == [
+        ("view", "view"), (K, "inner_persistent"), (K, "pointwise")], str(seg)
+    view = seg.segments[0]
+    assert view.inputs == (fd.fusion.inputs[0],)
+    for s in seg.segments[1:]:
+        # The kernels declare the view as they get it: bf16, the cast is theirs.
+        (read,) = [v for v, d in zip(s.inputs, s.fusion.inputs) if v is view.outputs[0]]
+        declared = s.fusion.inputs[list(s.inputs).index(read)]
+        assert declared.dtype == DataType.BFloat16
+        assert any(getattr(e, "op", None) is not None and e.op.value == "cast"
+                   and e.inputs[0] is declared for e in s.fusion.exprs()), str(s.fusion)
+    views = []
+    real = plan_module._run_view
+
+    def spy(seg, ins):
+        out = real(seg, ins)
+        views.append((ins[0], out[0]))
+        return out
+    monkeypatch.setattr(plan_module, "_run_view", spy)
+    x = torch.randn(n, c, h, w).bfloat16()
+    run_and_check(fd, [x, torch.rand(c) + 0.5], kernels=2, options=INTERPRET,
+                  segments=(("view", "view"), (K, "inner_persistent"), (K, "pointwise")))
+    assert not fd.last_run.internal_error
+    ((src, out),) = views
+    assert src is x and out.data_ptr() == x.data_ptr() and out.shape == (n, g, c // g * h * w)
+    # What moves between segments: the fp32 mean and rstd [n, g, 1], written and read once.
+    (p,) = fd._executor._plans.values()
+    assert p.intermediate_bytes == 2 * 2 * n * g * 4
+
+
+def test_no_view_of_an_input_not_dense_in_logical_order_nor_of_an_output():
+    """A channels-last x's reshape would need a copy (torch.reshape's, or a kernel's: the
+    segmenter keeps the kernel); a reshape that is itself a fusion output stays a kernel's
+    result (the caller gets a tensor of its own, not an alias of its input); a fusion one
+    scheduler takes whole reads its reshapes in its kernel."""
+    n, c, h, w, g = 2, 12, 3, 5, 3
+    inputs = [torch.randn(n, c, h, w).bfloat16(), torch.rand(c) + 0.5]
+    for build, x in [
+            (_group_norm(n, c, h, w, g, stride_order=[3, 0, 2, 1]),
+             inputs[0].contiguous(memory_format=torch.channels_last)),
+            (_group_norm(n, c, h, w, g, reshape_out=True), inputs[0])]:
+        fd = _define(build)
+        seg = segment(fd.fusion)
+        assert all(s.kind != "view" for s in seg.segments), str(seg)
+        run_and_check(fd, [x, inputs[1]], kernels=0, options=INTERPRET)
+        assert fd.last_run.kind == "kernels" and not fd.last_run.internal_error
+
+    def one_kernel(fd):
+        x = fd.define_tensor([-1, -1], dtype=DataType.BFloat16)
+        fd.add_output(fd.ops.exp(fd.ops.reshape(fd.ops.cast(x, DataType.Float), [-1])))
+    fd = _define(one_kernel)
+    assert [s.kind for s in segment(fd.fusion).segments] == [K]
+    run_and_check(fd, [torch.randn(5, 7).bfloat16()], kernels=1, options=INTERPRET)
