@@ -339,12 +339,16 @@ def _merge_dims(red: TensorView, rpos: list[int], keep: list[int] | None = None)
     order = list(keep) + list(rpos)
     red.reorder({old: new for new, old in enumerate(order)})
     nk, nr = len(keep), len(rpos)
-    for _ in range(nk - 1):
-        red.merge(0, 1)
     if nk == 0:
         raise SchedulerError("reduction: no kept dims (a full reduction); merge_all instead")
-    for _ in range(nr - 1):
-        red.merge(1, 2)
+    # Each group merges from its innermost dim outwards, a (b c) not (a b) c: the same loop, but
+    # a run of dims contiguous in memory inside it is one merge, which indexing addresses
+    # without division (lower/index._contiguous_runs): BatchNorm's sum over N, H and W of an
+    # NCHW tensor divides by H * W once, not by W and then by H.
+    for k in range(nk + nr - 2, nk - 1, -1):
+        red.merge(k, k + 1)
+    for k in range(nk - 2, -1, -1):
+        red.merge(k, k + 1)
     return 0, 1
 
 
@@ -354,8 +358,9 @@ def _merge_all(red: TensorView, lay: Layout) -> None:
     other ID, so tensors without those broadcast dims (a squeeze upstream) get the same loops."""
     order = list(lay.kept) + list(lay.reduced)
     red.reorder({old: new for new, old in enumerate(order)})
-    for _ in range(len(order) - 1):
-        red.merge(0, 1)
+    # From the innermost dim outwards, as _merge_dims.
+    for k in range(len(order) - 2, -1, -1):
+        red.merge(k, k + 1)
 
 
 def schedule(fusion, p: ReductionParams) -> None:
