@@ -69,6 +69,7 @@ def _stub_gpu():
     h100 = device_mod.DEVICE_TABLE["h100"]
     device_mod.get_device_properties = lambda *_: h100
     launch_mod.load = lambda module, device_index=None: NoLaunch()
+    launch_mod._stream_getter = lambda device_index: 0     # the default stream's handle
     torch.Tensor.is_cuda = property(lambda self: True)
 
 

@@ -223,9 +223,16 @@ class _KernelPlan:
         # for the kernel (runtime/index_check.py).
         self.index_checks = index_checks
 
-    def run(self, inputs):
+    def run(self, inputs, into=None):
+        """Launch on `inputs`; the outputs are new tensors, or where `into` (one entry per
+        output) has a tensor, that tensor (of the output's spec: a segmented plan's buffer
+        for an intermediate, reused from call to call)."""
         dev, empty = self.device, self._empty
-        outs = [empty(sz, st, dtype=dt, device=dev) for sz, st, dt in self.out_specs]
+        if into is None:
+            outs = [empty(sz, st, dtype=dt, device=dev) for sz, st, dt in self.out_specs]
+        else:
+            outs = [t if t is not None else empty(sz, st, dtype=dt, device=dev)
+                    for t, (sz, st, dt) in zip(into, self.out_specs)]
         if self.poison:
             for o in outs:
                 o.fill_(float("nan") if o.dtype.is_floating_point else -1)
@@ -349,7 +356,14 @@ class FusionExecutorCache:
                 return self._run(inputs, opts.current(), device)
         return self._run(inputs, opts.current(), device)
 
-    def _run(self, inputs, options, device=None):
+    def plan_for(self, inputs, device=None):
+        """The plan `run` runs for these inputs under the current options, made if needed: for
+        a caller that runs it again itself while the signature cannot change (a segmented
+        plan binds its kernel segments' plans at its first run). Its `run(inputs)` returns
+        every output of the fusion, in-place ones included (no write into their inputs)."""
+        return self._plan_of(inputs, opts.current(), device)
+
+    def _plan_of(self, inputs, options, device=None):
         if not isinstance(inputs, (list, tuple)):      # before _key iterates them
             raise not_a_list(self.fusion, inputs)
         if index_check.LIVE:
@@ -365,6 +379,10 @@ class FusionExecutorCache:
                     plans.popitem(last=False)
         else:
             plans.move_to_end(key)
+        return plan
+
+    def _run(self, inputs, options, device=None):
+        plan = self._plan_of(inputs, options, device)
         outputs = plan.run(inputs)
         self.last_run = plan.run_info     # a segmented plan's is complete after its first run
         if self.fusion.output_aliases:      # in-place outputs: plans compute every output

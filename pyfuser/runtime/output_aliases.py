@@ -19,19 +19,21 @@ from __future__ import annotations
 import torch
 
 
-def _shares_storage(a, b) -> bool:
-    return (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.device == b.device
-            and a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr())
-
-
 def write_aliased_outputs(fusion, inputs, outputs: list) -> list:
     """Copy each in-place output of `fusion` into its input (`outputs`: one tensor per
     fusion.outputs entry, as plans compute them) and return the outputs execute returns."""
-    targets = [inputs[i] for i in fusion.output_aliases.values()]
+    aliases = fusion.output_aliases
+    targets = [inputs[i] for i in aliases.values()]
     # An output that is a view of an input about to be overwritten (the reference evaluator
     # returns an input's set as the input itself) keeps the values it was computed with.
-    outputs = [o.clone() if any(_shares_storage(o, t) for t in targets) else o for o in outputs]
+    stored = {(t.device, t.untyped_storage().data_ptr()) for t in targets}
+    outputs = [o.clone() if isinstance(o, torch.Tensor)
+               and (o.device, o.untyped_storage().data_ptr()) in stored else o for o in outputs]
     with torch.no_grad():
-        for o, i in fusion.output_aliases.items():
-            inputs[i].copy_(outputs[o])
+        if len(aliases) == 1:
+            targets[0].copy_(outputs[next(iter(aliases))])
+        else:
+            # One call for all of them (on a GPU, one launch where their layouts allow it): a
+            # BatchNorm's running mean and variance, an optimizer's parameter and states.
+            torch._foreach_copy_(targets, [outputs[o] for o in aliases])
     return [x for k, x in enumerate(outputs) if k not in fusion.hidden_outputs]
