@@ -326,3 +326,36 @@ def test_a_reduction_whose_kept_dims_are_all_broadcasts_is_a_full_reduction():
         run_and_check(fd, [torch.randn(m, 1)], scheduler="reduction",
                       options={"enable": ["interpret"]})
         assert fd.last_run.heuristics[0].full
+
+
+@pytest.mark.parametrize("M, N, dtype, few", [
+    (100352, 256, "bf16", True), (16384, 512, "bf16", True), (65536, 128, "bf16", True),
+    (16384, 256, "fp32", True), (8192, 64, "bf16", False), (262144, 32, "bf16", False),
+    (16384, 8192, "bf16", False)])
+def test_outer_reduction_of_few_columns(M, N, dtype, few):
+    """16 to 64 column vectors: 16 vectors by 64 rows per block, the rows split until the grid
+    is about one block per SM (swept on the H100: 1.10-1.90x the general rule's GB/s);
+    narrower and wider rows keep the general rule."""
+    p = heur("col_sum", M, N, dtype)
+    assert not p.inner
+    if few:
+        assert (p.bdimx, p.bdimy) == (16, 64), p
+        # At most one block per SM, each with 4 steps of 64 x 4 rows or more.
+        assert _blocks(p, M, N) <= SMS and M // (p.bdimy * p.unroll * p.grid_split) >= 4, p
+    else:
+        assert p.bdimx * p.bdimy <= 512, p
+    reduction.FEW_COLUMNS_RULE = False
+    try:
+        assert (heur("col_sum", M, N, dtype) == p) is not few
+    finally:
+        reduction.FEW_COLUMNS_RULE = True
+
+
+def test_batchnorm_statistics_of_a_channels_last_image_take_the_few_columns_rule():
+    x = torch.empty(32, 256, 56, 56, dtype=torch.bfloat16).contiguous(
+        memory_format=torch.channels_last)
+    with FusionDefinition() as fd:
+        fd.add_output(fd.ops.sum(fd.ops.cast(fd.from_pytorch(x), "float32"), [0, 2, 3]))
+    st = Setup(fd, [x], "h100", 16)
+    p = reduction.compute_heuristics(st.fusion, st.info)
+    assert (p.inner, p.bdimx, p.bdimy, p.grid_split) == (False, 16, 64, 64), p

@@ -279,12 +279,40 @@ def compute_heuristics(fusion, info: RuntimeInfo) -> ReductionParams:
     # Sweep on the H100, col_sum 16384x8192 bf16: 64 threads x 16 B (1 KB per row) by 8 rows,
     # unroll 4, 16 blocks per column tile: 2345 GB/s; 32x8: 2215; 128x2: 2053.
     cols = max(1, iter_n // vector)
+    if FEW_COLUMNS[0] <= cols <= FEW_COLUMNS[1] and FEW_COLUMNS_RULE:
+        return _few_columns(red_n, cols, vector, vec_inputs, sms)
     bdimx = min(64, _pow2_floor(cols))
     bdimy = max(1, min(512 // bdimx, _pow2_floor(red_n)))
     unroll = 4 if red_n >= bdimy * 4 else 1
     tiles = -(-cols // bdimx)
     split = 1
     while 2 * tiles * split < 3 * sms and red_n // (bdimy * unroll * split * 2) >= 4:
+        split *= 2
+    return ReductionParams(False, vector, bdimx, bdimy, unroll, vec_inputs, split)
+
+
+# An outer reduction of 16 to 64 column vectors of 16 bytes (128 to 512 bf16 columns) takes the
+# few-columns rule; FEW_COLUMNS_RULE off gives the general rule (tools/sweep_few_columns.py).
+FEW_COLUMNS = (16, 64)
+FEW_COLUMNS_RULE = True
+
+
+def _few_columns(red_n: int, cols: int, vector: int, vec_inputs, sms: int) -> ReductionParams:
+    """Few columns (BatchNorm's statistics of a channels-last image: 256 channels, N * H * W =
+    100352 rows): 1024-thread blocks of 16 column vectors (256-byte row segments) by 64 rows,
+    the rows split among blocks until the grid is about one block per SM. Swept on the H100 for
+    that sum (bench/results/2026-11-27/h100-sweep-bn-stats.txt): 16x64 threads over 64 blocks
+    1344 GB/s; 16x32 over 64: 1236; 32x32 over 128: 1219; the general rule's 32x16 over 256:
+    883. Against the general rule, same run (h100-sweep-few-columns.txt): column sums of
+    [100352, 256], [16384, 512], [16384, 256], [65536, 128] and [1024, 512] bf16 and [100352,
+    128], [16384, 256] fp32 1.10-1.90x; [4096, 256] bf16 (2 MB) 0.88x. Below 16 vectors
+    (narrower rows than 256 bytes) it lost: [8192, 64] 0.93x, [262144, 32] 0.94x."""
+    bdimx = 16
+    bdimy = max(1, min(1024 // bdimx, _pow2_floor(red_n)))
+    unroll = 4 if red_n >= bdimy * 4 else 1
+    tiles = -(-cols // bdimx)
+    split = 1
+    while 2 * tiles * split <= sms and red_n // (bdimy * unroll * split * 2) >= 4:
         split *= 2
     return ReductionParams(False, vector, bdimx, bdimy, unroll, vec_inputs, split)
 
