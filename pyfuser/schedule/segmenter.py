@@ -36,7 +36,8 @@ GroupNorm's reshape of cast(x) [N, C, H, W] to [N, G, C/G*H*W] had been a pointw
 writing an fp32 copy of x for the statistics and the output to read; it is now x's bytes under
 another shape. Forwarding starts again at a view's result. Only where the fusion is segmented:
 a scheduler that takes the whole fusion reads the reshape in its kernel. Not a view: a reshape
-whose result is a fusion output, or of an input that is not dense in its logical order.
+whose result is a fusion output, or of an input that is not dense in its logical order, nor one
+of forwarded ops whose result a gather, a window or a library call reads (they need it stored).
 
 Each segment gets a sub-fusion (`Segment.fusion`), a new Fusion of its expressions whose inputs
 are the tensors it reads (the original inputs keep their layout; an intermediate is a new input
@@ -54,7 +55,7 @@ import dataclasses
 
 from ..ir import scalar as S
 from ..ir import arith
-from ..ir.exprs import ReshapeOp
+from ..ir.exprs import GatherOp, ReshapeOp, WindowOp
 from ..ir.fusion import Fusion
 from ..ir.scalar import Scalar
 from ..ir.tensor import MemoryType, TensorDomain, TensorView
@@ -178,7 +179,9 @@ def _forwarded(fusion, exprs) -> tuple[set, dict]:
         o = e.outputs[0]
         if isinstance(e, ReshapeOp):
             x = source[e.inputs[0]]
-            if x in fusion.inputs and _is_dense_input(x) and o not in fusion.outputs:
+            if (x in fusion.inputs and _is_dense_input(x) and o not in fusion.outputs
+                    and (e.inputs[0] is x or not any(_needs_stored(u, o)
+                                                     for u in reads.get(o, ())))):
                 views[k] = x
                 source[o] = o
             continue
@@ -192,6 +195,16 @@ def _forwarded(fusion, exprs) -> tuple[set, dict]:
         source[o] = source[e.inputs[0]]
         out.add(k)
     return out, views
+
+
+def _needs_stored(expr, tv: TensorView) -> bool:
+    """Whether `expr` needs `tv` as a tensor in memory, not computed where it is read: a
+    window's or a gather's source (read at their own offsets), a library call's operand. The
+    readers of a view of cast(x) get the view and cast it themselves, so such a reader keeps
+    the reshape a kernel's (fuzz 20261604:833: an index_select of reshape(cast(x)))."""
+    if isinstance(expr, (WindowOp, GatherOp)):
+        return expr.src is tv
+    return has_library_implementation(expr)
 
 
 def _is_dense_input(x: TensorView) -> bool:

@@ -546,3 +546,39 @@ def test_later_calls_of_a_plan_run_the_segment_plans_it_bound():
         out = fd.execute([x], options=INTERPRET)
         for o, r in zip(out, evaluate(fd.fusion, [x])):
             torch.testing.assert_close(o, r, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("cast_first", [True, False])
+def test_a_gather_or_a_library_call_of_a_reshape_keeps_it_stored(cast_first):
+    """The readers of a view of cast(x) cast it themselves; a gather's source and a library
+    call's operand must be stored tensors, so such a reshape stays a kernel's output (GPU fuzz
+    20261604:833: an index_select of reshape(cast(x)) ran the reference evaluator). A reshape
+    of x itself is a view whoever reads it."""
+    def gather_of_reshape(fd):
+        x = fd.define_tensor([-1, -1], dtype=DataType.BFloat16)
+        idx = fd.define_tensor([-1], dtype=DataType.Int)
+        xf = fd.ops.cast(x, DataType.Float)
+        flat = (fd.ops.reshape(xf, [-1]) if cast_first
+                else fd.ops.cast(fd.ops.reshape(x, [-1]), DataType.Float))
+        fd.add_output(fd.ops.index_select(flat, idx, 0))
+        fd.add_output(fd.ops.sum(xf, [0]))
+
+    def linear_of_reshape(fd):
+        x = fd.define_tensor([-1, -1, -1], dtype=DataType.BFloat16)
+        w = fd.define_tensor([-1, -1], dtype=DataType.BFloat16)
+        xf = fd.ops.cast(x, DataType.Float)
+        rows = (fd.ops.reshape(xf, [-1, 8]) if cast_first
+                else fd.ops.cast(fd.ops.reshape(x, [-1, 8]), DataType.Float))
+        fd.add_output(fd.ops.linear(rows, fd.ops.cast(w, DataType.Float)))
+        fd.add_output(fd.ops.sum(xf, [2]))
+
+    for build, inputs in [
+            (gather_of_reshape, [torch.randn(7, 9).bfloat16(), torch.tensor([0, 62, 5, 5])]),
+            (linear_of_reshape, [torch.randn(3, 4, 8).bfloat16(), torch.randn(5, 8).bfloat16()])]:
+        fd = _define(build)
+        kinds = [s.kind for s in segment(fd.fusion).segments]
+        assert ("view" in kinds) is not cast_first, kinds
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", FallbackWarning)
+            run_and_check(fd, inputs, kernels=0, options=INTERPRET)
+        assert fd.last_run.kind == "kernels" and not fd.last_run.internal_error, fd.last_run
