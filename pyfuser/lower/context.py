@@ -249,7 +249,8 @@ class LoweringContext:
 
     def _sink_loopless(self) -> None:
         """Place a register tensor without loops (rank 0) inside the loops that all its
-        producers and consumers run in, as far as those loops are promoted to broadcasts. At
+        producers and consumers run in, as far as those loops run once (_shared_broadcast_
+        loops). At
         the top of the kernel it would be computed before or after all of them, and a loop
         that both feeds and reads it would be needed twice: in an all-broadcast var_mean of
         x [1], the squeeze of (x - mean)^2 to rank 0 is read by the variance in the same
@@ -306,12 +307,22 @@ class LoweringContext:
                 self.nests[t] = list(shared)
 
     def _shared_broadcast_loops(self, tensors) -> list:
-        """The loops, outermost first, that every one of `tensors` runs in, as far as they are
-        promoted to broadcasts (they run once)."""
+        """The loops, outermost first, that every one of `tensors` runs in, as far as they run
+        once: promoted to broadcasts; or iterating (not reducing) and of extent 1 or bound to
+        a thread or block index (each thread runs its index once, as it runs the top of the
+        kernel: the rank-0 squeeze of an all-broadcast x * x between the pointwise kernel's
+        blockIdx.x and threadIdx.x loops that compute it and read it back, in an RMSNorm of x
+        [1]: fuzz 20261603:953). Not a loop some tensor reduces over: its block reduction comes
+        after the loop, and inside it the value is a thread's partial (mse_mean's division by
+        the count would read it)."""
+        reducing = {id(self._find(self.loop_of[(t, j)])) for t in self._computed()
+                    for j, i in enumerate(t.domain.loop) if i.is_reduction}
         shared = []
         for loops in zip(*(self.nests[t] for t in tensors)):
             lp = loops[0]
-            if any(x is not lp for x in loops) or not lp.promoted.is_broadcast:
+            if any(x is not lp for x in loops) or not (lp.promoted.is_broadcast or (
+                    id(lp) not in reducing and (lp.parallel.is_thread_or_block
+                                                or S.const_value(lp.extent) == 1))):
                 break
             shared.append(lp)
         return shared

@@ -191,6 +191,24 @@ def test_mean_of_one_element_beside_its_chain():
     _check(fd, [x], scheduler="pointwise")
 
 
+@pytest.mark.parametrize("n", [1, 5, 300])
+def test_rank_0_statistic_of_one_element_read_in_the_output_loops(n):
+    """Case 20261603:953: RMSNorm of x [1] times w [n]: the mean of x * x is a squeeze to rank
+    0 between x * x and rsqrt(...) * x, which the pointwise kernel computes in its blockIdx.x
+    and threadIdx.x loops over w: "cyclic dependency between loops" (the squeeze at the top of
+    the kernel, its producer and its readers inside the loops). The rank-0 tensor now runs in
+    those loops, once per thread; also compiled with NVRTC."""
+    x, w = torch.randn(1), torch.randn(n + 2)[2:]
+    with FusionDefinition() as fd:
+        t, tw = fd.from_pytorch(x), fd.define_tensor([-1], contiguity=[True])
+        rstd = fd.ops.rsqrt(fd.ops.add(fd.ops.mean(fd.ops.mul(t, t), [0], keepdim=True), 1e-6))
+        fd.add_output(fd.ops.mul(fd.ops.mul(t, rstd), tw))
+    _check(fd, [x, w], scheduler="pointwise")
+    from pyfuser.codegen.cuda import generate_cuda
+    *_, kernel = schedule_and_lower(fd, [x, w], scheduler=pointwise)
+    compile_clean(generate_cuda(kernel))
+
+
 # Empty dims beside elements ----------------------------------------------------------------------
 def test_empty_outputs_beside_unrelated_outputs_with_elements():
     """Case 20261303:170 (AdamW of two parameters, the first with no rows): the first
