@@ -76,6 +76,14 @@ class SegmentedPlan:
     Slots: the fusion's inputs first, then each tensor a segment writes, then the extents
     sub-fusions take as scalar inputs (constant for a signature, filled in here)."""
 
+    # An intermediate of up to this many bytes is allocated once per plan (and stream and
+    # thread) and written again by every call: a plan of short kernels waits on the host, where
+    # an allocation costs 2-3 us on the H100; a larger one is allocated per call (its kernels
+    # take far longer than its allocation, and a cached plan would hold its memory).
+    REUSED_INTERMEDIATE_BYTES = 1 << 20
+    # (stream, thread) pairs whose reused intermediates a plan keeps (least recent dropped).
+    REUSE_KEYS = 4
+
     def __init__(self, fusion, segmented, executors, bindings, name: str, device=None):
         self.name = name
         # Where the segments run: passed to each segment's executor, since a segment fed only by
@@ -126,14 +134,6 @@ class SegmentedPlan:
         for k, seg in enumerate(segmented.segments):
             if seg.kind == "reference":
                 _warn_reference(name, k, seg)
-
-    # An intermediate of up to this many bytes is allocated once per plan (and stream and
-    # thread) and written again by every call: a plan of short kernels waits on the host, where
-    # an allocation costs 2-3 us on the H100; a larger one is allocated per call (its kernels
-    # take far longer than its allocation, and a cached plan would hold its memory).
-    REUSED_INTERMEDIATE_BYTES = 1 << 20
-    # (stream, thread) pairs whose reused intermediates a plan keeps (least recent dropped).
-    REUSE_KEYS = 4
 
     def run(self, inputs):
         if self.bound is None:
