@@ -408,3 +408,28 @@ def test_var_mean_over_an_expanded_and_a_reduced_dim():
     fk, = fd.kernels(last_run=True)
     compile_kernel(fk)
     assert not fk.module.ptxas.has_spills, fk.module.ptxas.summary()
+
+
+@pytest.mark.parametrize("rows, cols", [(4, 16), (33, 40), (2, 257)])
+def test_columns_only_a_full_gives(rows, cols):
+    """var_mean over the rows of full([M, N]) + x [M, 1] (CPU fuzz 20261606:375, :1058): the
+    N columns come from the full alone. The kernel writes the sum in loops it shares with the
+    mean's output, and recomputes the full for that write: the copy's dims had no producer
+    mapping them to the original's, so lowering could not index the sum ("cannot index T4's
+    axis ... from its loops", the fusion ran on the reference). A recomputed copy's dims now
+    map to its original's (IdGraph)."""
+    x = torch.randn(rows, 1).half()
+    with FusionDefinition() as fd:
+        t = fd.define_tensor(shape=[-1, 1], contiguity=[True, None], dtype=DataType.Half)
+        ones = fd.ops.logical_not(fd.ops.le(fd.ops.full([rows, cols], 1.0,
+                                                        dtype=DataType.Float), 0.5))
+        v = fd.ops.add(ones, t)
+        var, mean = fd.ops.var_mean(v, [0], keepdim=True, correction=0)
+        for o in (v, var, mean):
+            fd.add_output(o)
+    run_and_check(fd, [x], scheduler="outer_persistent", options=INTERPRET)
+    pytest.importorskip("cuda.bindings.nvrtc")
+    from pyfuser.runtime.fusion_kernel import compile_kernel
+    fk, = fd.kernels(last_run=True)
+    compile_kernel(fk)
+    assert not fk.module.ptxas.has_spills, fk.module.ptxas.summary()
