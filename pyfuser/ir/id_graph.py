@@ -171,17 +171,20 @@ class IdGraph:
             self.sets.union(first.setdefault(self.sets.find(pi), ci), ci)
         # A recomputed copy (schedule/recompute.py) iterates what its original iterates, dim
         # for dim. Its producers map it there when the chain starts at a tensor both read; a
-        # copy of a fill (full, zeros, ones) has none, and its dims would be apart from the
-        # original's: the outer persistent kernel over columns only a full() gives wrote its
-        # output in loops promoted to another output's columns, which it could not index
-        # from (fuzz 20261606:375, :1058).
+        # copy of a fill (full, iota, a random draw) has no tensor producer, and its iteration
+        # dims would be apart from the original's: the outer persistent kernel over columns
+        # only a full() gives wrote its output in loops promoted to another output's columns,
+        # which it could not index from (fuzz 20261606:375, :1058). Only those: mapping the
+        # new broadcast dims of other copies too changed the loops of kernels that were right.
         members = set(self.tensors)
         for tv in self.tensors:
             original = tv.recompute_of
-            if original is None or original not in members:
+            if original is None or original not in members or any(
+                    isinstance(i, TensorView) for i in tv.definition.inputs):
                 continue
             for a, b in zip(tv.domain.logical, original.domain.logical):
-                self.sets.union(a, b)
+                if not a.is_broadcast and not b.is_broadcast:
+                    self.sets.union(a, b)
         if transforms:
             self._map_replayed_transforms()
 
