@@ -402,12 +402,7 @@ def test_var_mean_over_an_expanded_and_a_reduced_dim():
         var, mean = fd.ops.var_mean(fd.ops.exp2(t0), [0, 1], keepdim=True, correction=1)
         fd.add_output(mean)
         fd.add_output(var)
-    run_and_check(fd, [x], scheduler="outer_persistent", options=INTERPRET)
-    pytest.importorskip("cuda.bindings.nvrtc")
-    from pyfuser.runtime.fusion_kernel import compile_kernel
-    fk, = fd.kernels(last_run=True)
-    compile_kernel(fk)
-    assert not fk.module.ptxas.has_spills, fk.module.ptxas.summary()
+    _outer_persistent_on_interpreter_and_nvrtc(fd, [x])
 
 
 @pytest.mark.parametrize("rows, cols", [(4, 16), (33, 40), (2, 257)])
@@ -427,7 +422,12 @@ def test_columns_only_a_full_gives(rows, cols):
         var, mean = fd.ops.var_mean(v, [0], keepdim=True, correction=0)
         for o in (v, var, mean):
             fd.add_output(o)
-    run_and_check(fd, [x], scheduler="outer_persistent", options=INTERPRET)
+    _outer_persistent_on_interpreter_and_nvrtc(fd, [x])
+
+
+def _outer_persistent_on_interpreter_and_nvrtc(fd, inputs):
+    """One outer persistent kernel, right on the interpreter, compiled by NVRTC without spills."""
+    run_and_check(fd, inputs, scheduler="outer_persistent", options=INTERPRET)
     pytest.importorskip("cuda.bindings.nvrtc")
     from pyfuser.runtime.fusion_kernel import compile_kernel
     fk, = fd.kernels(last_run=True)
