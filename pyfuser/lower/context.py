@@ -249,8 +249,8 @@ class LoweringContext:
 
     def _sink_loopless(self) -> None:
         """Place a register tensor without loops (rank 0) inside the loops that all its
-        producers and consumers run in, as far as those loops run once (_shared_broadcast_
-        loops). At
+        producers and consumers run in, as far as those loops run once (_shared_once_loops).
+        At
         the top of the kernel it would be computed before or after all of them, and a loop
         that both feeds and reads it would be needed twice: in an all-broadcast var_mean of
         x [1], the squeeze of (x - mean)^2 to rank 0 is read by the variance in the same
@@ -263,6 +263,8 @@ class LoweringContext:
             return (t in self.nests and not t.domain.loop and not self.nests[t]
                     and not t.is_output() and t.memory_type == MemoryType.Local)
 
+        reducing = {id(self._find(self.loop_of[(t, j)])) for t in self._computed()
+                    for j, i in enumerate(t.domain.loop) if i.is_reduction}
         done: set = set()
         for tv in self._computed():
             if tv in done or not loopless(tv):
@@ -292,21 +294,21 @@ class LoweringContext:
             # reading group values allocated at the top of the kernel.
             producers = [n for n in near if any(n in self.fusion.producers(t) for t in group)]
             anchor = producers or near
-            shared = self._shared_broadcast_loops(anchor)
+            shared = self._shared_once_loops(anchor, reducing)
             inside = [n for n in near if n not in anchor and (
                 not shared or (self.nests[n][:1] == shared[:1]))]
-            shared = self._shared_broadcast_loops(anchor + inside)
+            shared = self._shared_once_loops(anchor + inside, reducing)
             outside = [n for n in near if n not in anchor and n not in inside]
             if outside and shared:
                 for t in group:
                     if any(t in self.fusion.producers(n) for n in outside):
                         self.hoisted.add(t)
             elif outside:
-                shared = self._shared_broadcast_loops(near)
+                shared = self._shared_once_loops(near, reducing)
             for t in group:
                 self.nests[t] = list(shared)
 
-    def _shared_broadcast_loops(self, tensors) -> list:
+    def _shared_once_loops(self, tensors, reducing: set) -> list:
         """The loops, outermost first, that every one of `tensors` runs in, as far as they run
         once: promoted to broadcasts; or iterating (not reducing) and of extent 1 or bound to
         a thread or block index (each thread runs its index once, as it runs the top of the
@@ -314,9 +316,7 @@ class LoweringContext:
         blockIdx.x and threadIdx.x loops that compute it and read it back, in an RMSNorm of x
         [1]: fuzz 20261603:953). Not a loop some tensor reduces over: its block reduction comes
         after the loop, and inside it the value is a thread's partial (mse_mean's division by
-        the count would read it)."""
-        reducing = {id(self._find(self.loop_of[(t, j)])) for t in self._computed()
-                    for j, i in enumerate(t.domain.loop) if i.is_reduction}
+        the count would read it). `reducing`: the ids of those loops."""
         shared = []
         for loops in zip(*(self.nests[t] for t in tensors)):
             lp = loops[0]

@@ -30,10 +30,7 @@ def write_aliased_outputs(fusion, inputs, outputs: list) -> list:
     outputs = [o.clone() if isinstance(o, torch.Tensor)
                and (o.device, o.untyped_storage().data_ptr()) in stored else o for o in outputs]
     with torch.no_grad():
-        if len(aliases) == 1:
-            targets[0].copy_(outputs[next(iter(aliases))])
-        else:
-            # One call for all of them (on a GPU, one launch where their layouts allow it): a
-            # BatchNorm's running mean and variance, an optimizer's parameter and states.
-            torch._foreach_copy_(targets, [outputs[o] for o in aliases])
+        # One call for all of them (on a GPU, one launch where their layouts allow it): a
+        # BatchNorm's running mean and variance, an optimizer's parameter and states.
+        torch._foreach_copy_(targets, [outputs[o] for o in aliases])
     return [x for k, x in enumerate(outputs) if k not in fusion.hidden_outputs]

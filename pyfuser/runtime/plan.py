@@ -81,7 +81,7 @@ class SegmentedPlan:
     # an allocation costs 2-3 us on the H100; a larger one is allocated per call (its kernels
     # take far longer than its allocation, and a cached plan would hold its memory).
     REUSED_INTERMEDIATE_BYTES = 1 << 20
-    # (stream, thread) pairs whose reused intermediates a plan keeps (least recent dropped).
+    # (stream, thread) pairs whose reused intermediates a plan keeps (the first made dropped).
     REUSE_KEYS = 4
 
     def __init__(self, fusion, segmented, executors, bindings, name: str, device=None):
@@ -185,10 +185,9 @@ class SegmentedPlan:
                 run = inner.run
             else:
                 results = _RUNNERS[seg.kind](seg, ins)
-                run = functools.partial(_RUNNERS[seg.kind], seg)
-                if seg.kind == "view":
-                    # The signature fixes the sizes: later runs only take the view.
-                    run = functools.partial(_view, tuple(results[0].shape))
+                # A view's sizes are the signature's: later runs only take the view.
+                run = (functools.partial(_view, tuple(results[0].shape)) if seg.kind == "view"
+                       else functools.partial(_RUNNERS[seg.kind], seg))
             bound.append((run, args, outs, free, relayout, seg.fusion))
             for s, r in zip(outs, results):
                 vals[s] = r

@@ -245,18 +245,18 @@ class _Grouping:
                     self.producer[o] = k
         self.outputs = set(fusion.outputs)
         # Forwarded ops are in no group: the groups reading them take copies (`with_forwarded`).
-        self.forwarded, self.views = _forwarded(fusion, exprs)
+        self.forwarded, views = _forwarded(fusion, exprs)
         # A view's result -> (the fusion input it views, the forwarded ops between them): the
         # segments reading it read the view and apply those ops (_sub_fusion).
         self.view_of = {exprs[k].outputs[0]: (x, _chain(exprs[k].inputs[0], x))
-                        for k, x in self.views.items()}
+                        for k, x in views.items()}
         for k in self.forwarded:
             for o in exprs[k].outputs:
                 self.producer.pop(o, None)
         grouped = [k for k in range(len(exprs)) if k not in self.forwarded]
         # group id -> sorted expr indices; group id -> kind
         self.members: dict[int, list[int]] = {k: [k] for k in grouped}
-        self.kind: dict[int, str] = {k: "view" if k in self.views else segment_kind(exprs[k])
+        self.kind: dict[int, str] = {k: "view" if k in views else segment_kind(exprs[k])
                                      for k in grouped}
         self.group_of = [k if k not in self.forwarded else None for k in range(len(exprs))]
         self._choices: dict = {}    # frozenset of expr indices -> registry.Choice
@@ -420,8 +420,9 @@ class _Grouping:
             members = self.members[g]
             kind = self.kind[g]
             if kind == "view":
-                out.append(_view_segment(self.fusion, self.exprs[members[0]],
-                                         self.views[members[0]]))
+                reshape = self.exprs[members[0]]
+                out.append(_view_segment(self.fusion, reshape,
+                                         self.view_of[reshape.outputs[0]][0]))
                 continue
             exprs = [self.exprs[k] for k in self.with_forwarded(members)]
             sub = _sub_fusion(self.fusion, exprs, self._outputs_of(frozenset(members)),
@@ -481,22 +482,16 @@ def _sub_fusion(fusion, exprs: list, outputs: list, view_of: dict | None = None)
     for v in inputs:
         nv = mapping[id(v)]
         if isinstance(v, TensorView) and v.definition is not None:
-            fresh = _boundary_input(new, nv)
-            if v in view_of:
-                source, chain = view_of[v]
-                fresh.dtype = source.dtype
-                sub_inputs.append(fresh)
-                with new:
-                    for op in chain:
-                        fresh = arith.unary(op.op, fresh, op.outputs[0].dtype)
-                for use in list(nv.uses):
-                    if use in new_exprs:
-                        use.replace_input(nv, fresh)
-                continue
+            source, chain = view_of.get(v, (v, ()))
+            fresh = _boundary_input(new, nv, source.dtype)
+            sub_inputs.append(fresh)
+            with new:
+                for op in chain:
+                    fresh = arith.unary(op.op, fresh, op.outputs[0].dtype)
             for use in list(nv.uses):
                 if use in new_exprs:
                     use.replace_input(nv, fresh)
-            nv = fresh
+            continue
         sub_inputs.append(nv)
     for tv in [mapping[id(t)] for t in fusion.tensors()]:
         d = tv.definition
@@ -557,10 +552,10 @@ def _view_segment(fusion, reshape, source: TensorView) -> Segment:
     """The "view" segment of `reshape`, whose input is fusion input `source` or forwarded ops
     of it: a sub-fusion reshaping `source` itself (the result has source's dtype), which the
     plan runs as a view of source's memory."""
-    seg = _sub_fusion(fusion, [reshape], [reshape.outputs[0]])
-    sub = seg.fusion
-    x, out = sub.inputs[0], sub.outputs[0]
-    x.dtype = out.dtype = source.dtype
+    seg = _sub_fusion(fusion, [reshape], [reshape.outputs[0]],
+                      {reshape.inputs[0]: (source, ())} if reshape.inputs[0] is not source
+                      else {})
+    seg.fusion.outputs[0].dtype = source.dtype      # a reshape keeps its input's dtype
     return dataclasses.replace(
         seg, kind="view", inputs=(source,) + seg.inputs[1:],
         why=f"a reshape of input T{source.name}, which is dense: a view of its memory, no kernel")
@@ -581,9 +576,10 @@ def _scalars_of(fusion) -> list:
     return out
 
 
-def _boundary_input(new: Fusion, tv: TensorView) -> TensorView:
-    """A new input of `new` standing for intermediate `tv`: its dims (without reduction IDs)
-    with the same extents, dense in tv's allocation order, as the plan allocates it."""
+def _boundary_input(new: Fusion, tv: TensorView, dtype) -> TensorView:
+    """A new input of `new` of `dtype` standing for intermediate `tv` (tv's dtype, or a viewed
+    input's): its dims (without reduction IDs) with the same extents, dense in tv's allocation
+    order, as the plan allocates it."""
     ids = {i: i.clone(fusion=new) for i in tv.domain.logical_no_reductions}
     logical = [ids[i] for i in tv.domain.logical_no_reductions]
     alloc = [ids[i] for i in tv.domain.maybe_allocation if i in ids]
@@ -591,4 +587,4 @@ def _boundary_input(new: Fusion, tv: TensorView) -> TensorView:
     contiguity = [None if i.is_broadcast else True for i in alloc]
     with new:
         return TensorView(TensorDomain(logical, allocation=allocation, contiguity=contiguity),
-                          tv.dtype, MemoryType.Global)
+                          dtype, MemoryType.Global)
