@@ -8,7 +8,9 @@ residual + dropout(x + bias, p=0.1) on [8192, 4096] bf16 with the mask written (
 offset drawn from torch's CUDA generator on each call: the values differ from eager's by design,
 the harness's difference note says so); argmax over rows of [8192, 128256] bf16; cumsum over
 rows of [64, 128256] fp32 (a block-scan kernel, each row over a cluster of 8 blocks) and top-k
-(k=50) of [64, 128256] bf16 (a library segment: torch); fp8 e4m3 quantization of [8192, 8192]
+(k=50) of [64, 128256] bf16 (a library segment: torch); top-k of rows the block top-k kernel
+holds (a router's 8 of 256 and 2 of 64 experts, 16 of 4096, 50 of 16384: no bar, measured
+against torch.topk and torch.compile); fp8 e4m3 quantization of [8192, 8192]
 bf16 (amax of the whole tensor, scale = 448 / amax, x * scale clamped to +-448 and cast, as
 quantization recipes write it; amax out). GB/s count the inputs read and the outputs written
 once (the floor); see
@@ -83,6 +85,21 @@ def topk_rows(device):
     return fd, [x], eager, x.numel() * 2 + 64 * 50 * 10
 
 
+def _topk_case(shape, k, dtype):
+    def case(device):
+        x = _randn(shape, device, dtype=dtype)
+        with FusionDefinition("topk_kernel") as fd:
+            values, indices = fd.ops.topk(fd.from_pytorch(x), k, 1)
+            fd.add_output(values)
+            fd.add_output(indices)
+
+        def eager():
+            return torch.topk(x, k, 1)
+        rows = x.numel() // shape[-1]
+        return fd, [x], eager, x.numel() * x.element_size() + rows * k * (x.element_size() + 8)
+    return case
+
+
 E4M3_MAX = 448.0
 
 
@@ -110,6 +127,10 @@ CASES = {
     "argmax rows [8192,128256] bf16": argmax_rows,
     "cumsum rows [64,128256] fp32 (scan kernel)": cumsum_rows,
     "topk k=50 [64,128256] bf16 (library)": topk_rows,
+    "topk k=8 [16384,256] bf16 (router, kernel)": _topk_case((16384, 256), 8, torch.bfloat16),
+    "topk k=2 [65536,64] bf16 (router, kernel)": _topk_case((65536, 64), 2, torch.bfloat16),
+    "topk k=16 [8192,4096] fp32 (kernel)": _topk_case((8192, 4096), 16, torch.float32),
+    "topk k=50 [256,16384] bf16 (kernel)": _topk_case((256, 16384), 50, torch.bfloat16),
     "fp8 e4m3 quantization [8192,8192] bf16, amax out": fp8_quant,
 }
 

@@ -334,6 +334,15 @@ class CudaPrinter:
             self.line("  (void)pf_scan_total;")
         self.line("}")
 
+    def _BlockTopK(self, s):
+        """The block top-k of the rows the threads hold (topk.cuh)."""
+        if s.values.dtype != s.chunk.dtype:
+            raise NotImplementedError("codegen: a top-k's values in another dtype than its row")
+        self.line(f"pf::block_topk_x<{s.chunk_size}, {self.expr(s.values.size)}, {s.stride}, "
+                  f"{s.k}, {'true' if s.largest else 'false'}>({s.chunk.name}, "
+                  f"static_cast<long long>({self.expr(s.extent)}), {s.values.name}, "
+                  f"{s.indices.name}, {s.workspace.name});")
+
     def random_text(self, s: K.TensorOp) -> str:
         """A random op's draw at its row-major index (ins: seed, offset, the two parameters,
         the index); a vector of them (lower/vectorize.py: consecutive indices from a multiple

@@ -29,6 +29,7 @@ PARTS: tuple[str, ...] = (
     "cluster",
     "cluster_reduce",
     "scan",
+    "topk",
     "grid_sync",
 )
 
@@ -44,6 +45,7 @@ DEPENDS: dict[str, tuple[str, ...]] = {
     "cluster": ("types",),
     "cluster_reduce": ("memory", "reduce", "cluster"),
     "scan": ("types", "memory", "reduce", "cluster"),
+    "topk": ("types", "math", "reduce"),
     "grid_sync": (),
 }
 

@@ -331,8 +331,11 @@ class MatmulOp(Expr):
 
 class TopKOp(Expr):
     """values, indices = the k largest (or smallest) elements of x along `dim` and their int64
-    indices, as torch.topk: both x's shape with k along dim. A library op
-    (schedule/op_support.py) run by torch.topk (runtime/library.py). `dim_map` pairs x's other
+    indices, as torch.topk: both x's shape with k along dim, in order (largest first, or
+    smallest first), of equal values the lowest index first (torch leaves ties unordered), NaN
+    above every number as torch. The `topk` scheduler generates a block top-k kernel for rows
+    that fit on chip (lower/topk.py); the others run as a library op, torch.topk
+    (runtime/library.py; schedule/op_support.LIBRARY_FALLBACK_OPS). `dim_map` pairs x's other
     dims with both outputs' (the ID graph's producer/consumer pairs); k, an int scalar, has
     none."""
 
@@ -344,6 +347,11 @@ class TopKOp(Expr):
         rank = len(values.domain.logical)
         self.dim_map = (tuple((d, d) for d in range(rank) if d != dim), ())
         super().__init__([x] if k.value is not None else [x, k], [values, indices])
+
+    def selected_ids(self, out) -> list:
+        """The IDs of output `out`'s domain (root to loop) that iterate its k selected elements:
+        its logical ID along `dim` and everything split or merged from it alone."""
+        return _derived_ids(out, out.domain.logical[self.dim])
 
 
 class ScanOp(Expr):
@@ -367,13 +375,18 @@ class ScanOp(Expr):
     def scanned_ids(self) -> list:
         """The IDs of out's domain (root to loop) that iterate the scanned dim: its logical ID
         and everything split or merged from it alone."""
-        from .iter_domain import ancestors
         out = self.outputs[0]
-        scanned = out.domain.logical[self.dim]
-        roots = out.domain.logical
-        return [i for i in out.domain.all_ids()
-                if i is scanned or (i.definition is not None
-                                    and ancestors(i, roots) == [scanned])]
+        return _derived_ids(out, out.domain.logical[self.dim])
+
+
+def _derived_ids(tv, logical_id) -> list:
+    """tv's IDs (root to loop) that iterate `logical_id` alone: it and what was split or merged
+    from it and no other logical ID."""
+    from .iter_domain import ancestors
+    roots = tv.domain.logical
+    return [i for i in tv.domain.all_ids()
+            if i is logical_id or (i.definition is not None
+                                   and ancestors(i, roots) == [logical_id])]
 
 
 class LinearOp(Expr):

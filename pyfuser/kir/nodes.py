@@ -394,6 +394,28 @@ class BlockScan(Stmt):
 
 
 @dataclasses.dataclass(eq=False)
+class BlockTopK(Stmt):
+    """The k largest (smallest) elements of each row of the block and their indices, the row
+    held in registers across threadIdx.x: thread t's `chunk` (a register buffer of `chunk_size`
+    elements) holds elements t * chunk_size + e of the row, those below `extent` valid. Result
+    j (in order: largest first, of equal values the lowest index first, NaN above every number)
+    lands in register j / `stride` of `values` and `indices` (int64) in thread j % `stride`
+    (stride 0: in register j of every thread; k = 1 as a broadcast dim).
+    Every thread of the block must reach it (it synchronizes the block); `workspace` is a shared
+    buffer of rows x (2 x warps per row + 2 x k) int64 slots (lower/topk.py sizes it)."""
+
+    chunk: Buffer
+    values: Buffer
+    indices: Buffer
+    workspace: Buffer
+    extent: KExpr                  # the row's length
+    k: int
+    largest: bool
+    chunk_size: int
+    stride: int
+
+
+@dataclasses.dataclass(eq=False)
 class BlockSync(Stmt):
     """__syncthreads(), or a named barrier among `count` threads."""
 

@@ -56,6 +56,11 @@ def kernel_str(kernel: K.Kernel) -> str:
             elif isinstance(s, K.BlockScan):
                 cl = f" cluster {s.cluster}" if s.cluster else ""
                 lines.append(f"{pad}block_exclusive_scan<x>({s.op}, {s.carry!r}){cl}")
+            elif isinstance(s, K.BlockTopK):
+                order = "largest" if s.largest else "smallest"
+                lines.append(f"{pad}block_topk<x>({s.k} {order} of {s.chunk.name}[{s.chunk_size}] "
+                             f"row {s.extent!r} -> {s.values.name}, {s.indices.name} by "
+                             f"{s.stride}; {s.workspace.name})")
             elif isinstance(s, K.GridReduce):
                 lines.append(f"{pad}grid_reduce<{','.join(s.dims)}>({s.op}, {s.values})")
             elif isinstance(s, K.BlockSync):

@@ -40,6 +40,7 @@ PASS_ORDER = (
     "allocate",
     "lower_reductions",
     "lower_scans",
+    "lower_topk",
     "index_and_predicate",
     "vectorize_and_unroll",
     "circular_buffer_loops",
@@ -397,6 +398,23 @@ class _Verifier:
         if not s.dims or any(d not in "xyz" for d in s.dims):
             self.fail(f"block reduction dims {s.dims!r}", s)
         self._reduce_common(s, scope, set(s.dims), set())
+
+    def _BlockTopK(self, s: K.BlockTopK, scope):
+        for c in scope.ifs():
+            if not K.is_true(c.cond):
+                self.fail(f"BlockTopK is inside the predicated branch `if {c.cond!r}`: threads "
+                          "that skip it would hang the others", s)
+        for f in scope.loops():
+            if _THREAD_PT.get(f.parallel) == "x":
+                self.fail("BlockTopK over threadIdx.x is inside a loop bound to threadIdx.x", s)
+        for what, b in (("row", s.chunk), ("values", s.values), ("indices", s.indices)):
+            if b.memory != "local":
+                self.fail(f"the top-k's {what} {b.name} is not a register buffer", s)
+            self.check_buffer(b, scope, s, f"the top-k's {what}")
+        if s.workspace.memory != "shared":
+            self.fail(f"the top-k's workspace {s.workspace.name} is not shared memory", s)
+        if not 1 <= s.k <= (s.stride or 1) * s.values.size.value:
+            self.fail(f"k {s.k} does not fit {s.values.size!r} results of {s.stride} threads", s)
 
     def _BlockScan(self, s: K.BlockScan, scope):
         if s.op not in ("sum", "prod"):

@@ -18,6 +18,7 @@ from .loops import build_loops
 from .params import kernel_params
 from .reductions import lower_reductions
 from .scans import lower_scans
+from .topk import lower_topk
 from .sync import insert_syncs
 from .vectorize import vectorize_and_unroll
 from .warp_specialize import warp_specialize
@@ -28,6 +29,7 @@ PIPELINE = [
     allocate,               # register and shared buffers at the scope of their compute-at
     lower_reductions,       # accumulator init, block/grid reduction after the reduction loops
     lower_scans,            # scans: running value, block scan of the chunk totals, prefix fixup
+    lower_topk,             # top-k: one block top-k of the row the threads hold
     index_and_predicate,    # operands become indexed accesses; bounds and thread predicates
     vectorize_and_unroll,   # vector loads/stores, unrolled register loops
     circular_buffer_loops,  # TMA loads: mbarriers, stages, prologue / main loop / epilogue

@@ -127,15 +127,27 @@ class LoweringContext:
 
     def _build_nests(self) -> None:
         for tv in reversed(self._computed()):
-            self.nests[tv] = self._nest_of(tv)
+            if tv in self.nests:
+                continue
+            siblings = [o for o in tv.definition.outputs if isinstance(o, TensorView)]
+            nest = self._nest_of(siblings[0], siblings)
+            for t in siblings:
+                self.nests[t] = nest
 
-    def _nest_of(self, tv: TensorView) -> list[Loop]:
-        """Loops of tv's expression: its consumers' loops it is inlined in, then its own."""
+    def _nest_of(self, tv: TensorView, siblings: list) -> list[Loop]:
+        """Loops of tv's expression: its consumers' loops it is inlined in, then its own. The
+        other outputs of its expression (`siblings`, tv first: a top-k's indices) share them:
+        their consumers count as tv's, and their loops are tv's (one loop domain shape, one
+        compute-at position: inlining.inline_most keeps siblings together)."""
         ca = tv.compute_at_pos
+        for t in siblings[1:]:
+            if t.compute_at_pos != ca or len(t.domain.loop) != len(tv.domain.loop):
+                raise LoweringError(f"T{t.name} and T{tv.name}, outputs of one expression, are "
+                                    "computed at different positions or over different loops")
         outer: list[Loop] = []
         if ca > 0:
             chosen = None
-            for d in self.fusion.consumers(tv):
+            for d in [c for t in siblings for c in self.fusion.consumers(t)]:
                 if d not in self.nests:
                     raise LoweringError(f"T{tv.name} is inlined into T{d.name}, which is not computed")
                 pos = match_loops(tv, d, ca, self.permissive)
@@ -153,15 +165,17 @@ class LoweringContext:
                     self._merge_nests(tv, chosen, cand, d)
             outer, mapping, _ = chosen
             for j, lp in enumerate(mapping):
-                self.loop_of[(tv, j)] = lp
-                self._check_parallel(tv, j, lp)
+                for t in siblings:
+                    self.loop_of[(t, j)] = lp
+                    self._check_parallel(t, j, lp)
         own = []
         ref = outer[-1].owner if outer else None
         start = outer[-1].position + 1 if outer else 0
         for j in range(ca, len(tv.domain.loop)):
             promoted, start = self._promote(tv.domain.loop[j], ref, start)
             lp = Loop(tv, j, promoted)
-            self.loop_of[(tv, j)] = lp
+            for t in siblings:
+                self.loop_of[(t, j)] = lp
             own.append(lp)
         return outer + own
 

@@ -145,8 +145,8 @@ def _scope(body: list) -> list:
         if reads & dirty:
             out.append(K.BlockSync())
             dirty.clear()
-        if isinstance(s, (K.BlockSync, K.BlockReduce, K.BlockScan, K.GridReduce, K.ClusterReduce,
-                          K.GridSync)):
+        if isinstance(s, (K.BlockSync, K.BlockReduce, K.BlockScan, K.BlockTopK, K.GridReduce,
+                          K.ClusterReduce, K.GridSync)):
             dirty.clear()
         out.append(s)
         dirty |= writes

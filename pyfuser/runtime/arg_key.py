@@ -36,3 +36,11 @@ def arg_key(value: torch.Tensor, index: torch.Tensor, largest: bool) -> torch.Te
 def arg_key_index(key: torch.Tensor) -> torch.Tensor:
     """The index an arg key holds."""
     return _LOW - (key & _LOW)
+
+
+def topk_in_order(x: torch.Tensor, k: int, dim: int, largest: bool) -> tuple:
+    """torch.topk's (values, indices) with its order made definite, the order the top-k kernel
+    gives (pf::block_topk_x): largest (smallest) first, of equal values the lowest index first
+    (-0 equals +0), NaN above every number. torch.topk leaves the order of equal values open."""
+    values, indices = torch.sort(x, dim=dim, descending=largest, stable=True)
+    return values.narrow(dim, 0, k), indices.narrow(dim, 0, k)

@@ -99,7 +99,7 @@ from ..ir.exprs import (BinaryOp, BinaryOpType, BroadcastOp, ExpandOp, FullOp, I
 from ..ir.tensor import TensorView
 from ..kir import nodes as K
 from ..kir.launch import INDEX_ERROR_ELEMENTS
-from .arg_key import arg_key, arg_key_index
+from .arg_key import arg_key, arg_key_index, topk_in_order
 from .float8 import to_float8
 from .index_check import raise_if_failed
 
@@ -1592,6 +1592,59 @@ class Interpreter:
             res = _SCAN[s.op](self._cluster_prefix(s, ctx, totals[row]), res)
         m, addr = self._locate(ctx, s.carry, "block scan of", 1)
         self._store(m, addr, res, None)
+
+    def _BlockTopK(self, s: K.BlockTopK, ctx: _Ctx):
+        """block_topk_x: of each row of the block (same y and z), the k largest (smallest)
+        valid elements of its threads' chunks (thread x's register e is row element
+        x * chunk_size + e, valid below the extent) in order, equal values by index, NaN above
+        every number (arg_key.topk_in_order's order); result j to register j / stride of
+        thread j % stride. A row whose valid elements are all unwritten (a row past the
+        tensor's end, whose loads were predicated off) gets unwritten results; one partly
+        unwritten is an error. Stride 0: every thread gets every result. Every thread of the
+        block must arrive."""
+        self._check_whole_blocks(s, ctx)
+        if self.block[0] % 32:
+            raise InterpreterError(f"block top-k over a block x of {self.block[0]} threads (a "
+                                   "multiple of 32 is needed)")
+        c = s.chunk_size
+        vals, poison = self._read(ctx, K.TensorIndex(s.chunk, K.Const(0)), c, "block top-k of")
+        vals = np.asarray(vals).reshape(ctx.n, c)
+        n = int(ctx.ev(s.extent))
+        tx = self._thread_dim(ctx, "x")
+        pos = tx[:, None] * c + np.arange(c)
+        valid = pos < n
+        key = ctx.blk.copy()
+        for d, ext in zip("yz", self.block[1:]):
+            key = key * ext + self._thread_dim(ctx, d)
+        rows, row = np.unique(key, return_inverse=True)
+        unwritten = np.zeros((ctx.n, c), dtype=bool) if poison is None else \
+            np.asarray(poison).reshape(ctx.n, c)
+        bad = unwritten & valid
+        row_unwritten = np.ones(len(rows), dtype=bool)
+        np.logical_and.at(row_unwritten, row, ~(valid & ~unwritten).any(axis=1))
+        partly = bad.any(axis=1) & ~row_unwritten[row]
+        if partly.any():
+            i = int(np.argmax(partly))
+            raise InterpreterError(f"block top-k of {s.chunk.name}, computed from unwritten "
+                                   f"registers at {self._where(ctx, i)}")
+        floating = s.chunk.dtype.is_floating
+        width = self.block[0] * c
+        # Elements past the row: below every value (largest), or NaN after every value in a
+        # stable ascending sort (smallest); their positions come after every valid one.
+        fill = (-math.inf if s.largest else math.nan) if floating else \
+            (-2 ** 62 if s.largest else 2 ** 62)
+        table = np.full((len(rows), width), fill, dtype=np.float64 if floating else np.int64)
+        ok = valid & ~unwritten
+        table[row[:, None].repeat(c, 1)[ok], pos[ok]] = vals[ok]
+        top_v, top_i = (t.numpy() for t in topk_in_order(torch.from_numpy(table), s.k, 1,
+                                                           s.largest))
+        for q in range(s.values.size.value):
+            j = q * s.stride + tx if s.stride else np.full_like(tx, q)
+            has = ((tx < s.stride) if s.stride else True) & (j < s.k) & ~row_unwritten[row]
+            jj = np.minimum(j, s.k - 1)
+            for buf, res in ((s.values, top_v), (s.indices, top_i)):
+                self._write(ctx, K.TensorIndex(buf, K.Const(q)), res[row, jj], ~has,
+                            what="block top-k result write of")
 
     def _cluster_prefix(self, s: K.BlockScan, ctx: _Ctx, totals):
         """Per thread: op of its row's totals in the CTAs of its cluster of lower rank."""

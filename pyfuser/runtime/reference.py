@@ -15,12 +15,12 @@ from ..ir import scalar as S
 from ..ir.dtype import DataType, from_torch, to_torch
 from ..ir.exprs import (BinaryOp, BinaryOpType, BroadcastOp, ExpandOp, FullOp, IotaOp,
                         LoadStoreOp, ReductionOp, ReductionOpType, ReshapeOp, SqueezeOp, UnaryOp,
-                        UnaryOpType, WhereOp, WindowOp, GatherOp, RandOp)
+                        UnaryOpType, WhereOp, WindowOp, GatherOp, RandOp, TopKOp)
 from ..ir.iter_domain import Split, id_exprs_between
 from ..ir.scalar import Scalar, ScalarOp
 from ..ir.tensor import TensorView
 from . import library
-from .arg_key import arg_key, arg_key_index
+from .arg_key import arg_key, arg_key_index, topk_in_order
 from .float8 import to_float8
 
 
@@ -281,6 +281,10 @@ class ReferenceEvaluator:
             n = self._extent(out.domain.logical[0].user_extent)
             wide = torch.float64 if out.dtype.is_floating else torch.int64
             r = torch.arange(n, dtype=wide, device=self.device) * ins[1] + ins[0]
+        elif isinstance(e, TopKOp):
+            # The kernel's order (ties by index), which torch.topk leaves open.
+            k = e.k if e.k is not None else int(ins[1])
+            r, env[e.outputs[1]] = topk_in_order(ins[0], k, e.dim, e.largest)
         elif type(e) in library.IMPLEMENTATIONS:
             # What the plans' library segments run (float64 operands with promote_to_double).
             r, *more = library.run_library_op(e, ins)

@@ -10,7 +10,7 @@ allocated only for the loops right of k.
 """
 from __future__ import annotations
 
-from ..ir.exprs import ReductionOp, ScanOp
+from ..ir.exprs import ReductionOp, ScanOp, TopKOp
 from ..ir.id_graph import IdGraph, match_loops
 from ..ir.iter_domain import ParallelType, ancestors
 from ..ir.tensor import MemoryType, ScheduleError, TensorView
@@ -203,6 +203,7 @@ def max_inline_position(tv: TensorView, graph: IdGraph | None = None) -> tuple[i
     graph = graph or IdGraph(fusion, permissive=True)
     blocked = _persistent_limits(fusion, tv, graph)
     scanned = tv.definition.scanned_ids() if isinstance(tv.definition, ScanOp) else ()
+    selected = (tv.definition.selected_ids(tv) if isinstance(tv.definition, TopKOp) else ())
     n = len(tv.domain.loop)
     for k in range(n):
         i = tv.domain.loop[k]
@@ -211,6 +212,9 @@ def max_inline_position(tv: TensorView, graph: IdGraph | None = None) -> tuple[i
         if i in scanned and not i.parallel_type.is_block_dim:
             return k, (f"axis {k} runs along T{tv.name}'s scan: consumers need its result "
                        "complete (the block scan and the prefix come after its loops)")
+        if i in selected:
+            return k, (f"axis {k} runs along T{tv.name}'s top-k: consumers need all k elements "
+                       "(the block top-k writes them before their loops)")
         if i.parallel_type in _UNINLINABLE:
             return k, f"axis {k} is {i.parallel_type.short}: it must stay an own loop of T{tv.name}"
         if i in blocked:
@@ -293,5 +297,20 @@ def inline_most(tensors=None, fusion=None) -> None:
     for tv in sorted(targets, key=lambda t: order.get(t, -1), reverse=True):
         if tv.is_input():
             continue
-        p, _ = max_inline_position(tv, graph)
+        siblings = _siblings(tv)
+        if len(siblings) > 1:
+            # One expression computes them all in one place (a top-k's values and indices):
+            # the shallowest of the positions of those with consumers (one left dead by the
+            # fusion follows the others).
+            live = [max_inline_position(t, graph)[0] for t in siblings
+                    if fusion.consumers(t)]
+            p = min(live, default=0)
+        else:
+            p, _ = max_inline_position(tv, graph)
         _set_position(tv, p)
+
+
+def _siblings(tv: TensorView) -> list:
+    """The tensor outputs of tv's expression (tv alone for most)."""
+    d = tv.definition
+    return [o for o in d.outputs if isinstance(o, TensorView)] if d is not None else [tv]

@@ -31,11 +31,12 @@ from ..ir.scalar import ScalarOp
 # of a mean over an expanded dim), which kernels compute from their scalar parameters.
 KERNEL_OPS: tuple = (UnaryOp, BinaryOp, WhereOp, LoadStoreOp, BroadcastOp, ExpandOp, SqueezeOp,
                      ReshapeOp, ReductionOp, FullOp, IotaOp, RandOp, WindowOp, GatherOp, ScalarOp,
-                     SegmentSetOp, ScanOp)
-LIBRARY_OPS: tuple = (MatmulOp, LinearOp, TopKOp)
-LIBRARY_FALLBACK_OPS: tuple = (ScanOp,)
-# Ops only schedulers that declare TAKES_SCANS are asked to take (schedulers/registry.py).
-SCAN_OPS: tuple = (ScanOp,)
+                     SegmentSetOp, ScanOp, TopKOp)
+LIBRARY_OPS: tuple = (MatmulOp, LinearOp)
+LIBRARY_FALLBACK_OPS: tuple = (ScanOp, TopKOp)
+# Ops that one scheduler alone is asked to take, by name (schedulers/registry.py): a fusion
+# holding one is offered to that scheduler only, and that scheduler to no other fusion.
+DEDICATED_OPS: dict = {ScanOp: "scan", TopKOp: "topk"}
 BOUNDARY_OPS: tuple = (SegmentSetOp,)
 # Ops that only move or fill data (no arithmetic worth a launch): the segmenter keeps them out
 # of segments of their own wherever a neighbour takes them.

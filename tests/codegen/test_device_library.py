@@ -90,6 +90,7 @@ def test_parts_order_is_the_documented_one():
         "cluster",
         "cluster_reduce",
         "scan",
+        "topk",
         "grid_sync",
     )
     assert set(dl.DEPENDS) == set(PARTS)

@@ -1,6 +1,7 @@
-"""top-k (fd.ops.topk, ir.exprs.TopKOp): a library op run by torch.topk, a segment of its own
-in the plan, whose values and int64 indices feed the kernels after it; the reference evaluator
-against torch; k constant or a runtime scalar; definition errors."""
+"""top-k (fd.ops.topk, ir.exprs.TopKOp): a block top-k kernel along the innermost dim
+(tests/schedule/test_topk_kernel.py), elsewhere the library op run by torch.topk, a segment of
+its own in the plan, whose values and int64 indices feed the kernels after it; the reference
+evaluator against torch; k constant or a runtime scalar; definition errors."""
 import pytest
 import torch
 
@@ -30,8 +31,10 @@ def test_matches_torch(dim, largest):
     want = torch.topk(x, 5, dim, largest=largest)
     got = evaluate(fd.fusion, [x])
     assert torch.equal(got[0], want.values) and torch.equal(got[1], want.indices)
-    run_and_check(fd, [x], kernels=0, options=INTERPRET,
-                  segments=(("library", "topk"),))
+    if dim % 2 == 1:    # along the innermost dim: the top-k kernel
+        run_and_check(fd, [x], scheduler="topk", options=INTERPRET)
+    else:
+        run_and_check(fd, [x], kernels=0, options=INTERPRET, segments=(("library", "topk"),))
     out = fd.execute([x], options=INTERPRET)
     assert torch.equal(out[0], want.values) and torch.equal(out[1], want.indices)
 

@@ -83,11 +83,15 @@ RESIZE_OPS = ("slice", "pad", "cat")
 GATHER_OPS = ("take_along_axis", "gather", "index_select", "embedding")
 REDUCTIONS = ("sum", "max", "min", "mean", "var", "var_mean", "argmax", "argmin")
 SCANS = ("cumsum", "cumprod")
+# The top-k kernel's k and row length at most (schedulers/topk.py MAX_K, MAX_THREADS x
+# MAX_CHUNK).
+TOPK_MAX_K = 64
+TOPK_MAX_ROW = 16384
 # Every frontend op the generator emits (the coverage test checks each appears).
 ALL_OPS = (FLOAT_UNARY + SAME_UNARY + ("gelu", "logical_not", "cast", "set", "segment_set")
            + ARITH_BINARY
            + COMPARE + LOGICAL + ("where",) + SHAPE_OPS + RESIZE_OPS + GATHER_OPS + REDUCTIONS
-           + SCANS
+           + SCANS + ("topk",)
            + ("full", "zeros", "ones", "iota", "define_scalar", "linear", "stride_order",
               "uniform"))
 
@@ -663,6 +667,14 @@ class Builder:
                 hi = min(max(1.0, x.bound) ** n, 1e30)
                 lo = 0.0 if x.lo >= 0 else -hi
             return Val(name, x.dims, dt, lo, hi, x.exact and not dt.is_floating)
+        if op == "topk":
+            # (values, int64 indices): x's dims with a new axis of k along dim.
+            k, dim = args[1], args[2] % x.rank
+            dims = tuple(Dim(self.axis(k), "full") if d == dim else x.dims[d]
+                         for d in range(x.rank))
+            n = self.size_of(x.dims[dim])
+            return (Val(name, dims, x.dtype, x.lo, x.hi, x.exact),
+                    Val(self._name("v"), dims, I64, 0.0, float(max(n - 1, 0)), True))
         if op == "stride_order":
             # A copy laid out in memory by the order (fd.ops.stride_order): same values.
             return Val(name, x.dims, x.dtype, x.lo, x.hi, x.exact)
@@ -1874,6 +1886,45 @@ def pat_scan(b: Builder) -> None:
     b.finish_outputs(outs, 1, 2)
 
 
+def pat_topk(b: Builder) -> None:
+    """top-k along the innermost dim of an exact row (an input, its casts and sign ops: the
+    kernel and the float64 reference then order the same values, equal ones by index), with
+    few distinct values (ties) at times, element-wise ops after it on the values and indices,
+    and at times the row itself an output."""
+    r = b.rng
+    rank = r.choices([1, 2, 3], [20, 60, 20])[0]
+    axes = [b.axis() for _ in range(rank)]
+    # Rows the kernel takes (schedulers/topk.py: one block of 1024 threads of 16), read along
+    # their stride-1 dim: torch.topk, which runs the others, orders equal values its own way.
+    b.sizes[axes[-1]] = min(b.sizes[axes[-1]], TOPK_MAX_ROW)
+    b.fit(axes)
+    full = [Dim(a, "full") for a in axes]
+    dt = r.choice((F32, F32, BF16, F16, I32))
+    dist = ({"dist": "int", "lo": -8, "hi": 8} if dt == I32 or r.random() < 0.3 else None)
+    x = b.tensor(full, dt, dist=dist, layout=r.choice(("contiguous", "offset")))
+    src = x
+    for _ in range(r.randint(0, 2)):
+        step = r.choice(("neg", "abs", "relu", "cast"))
+        if step == "cast":
+            if src.dtype != I32:
+                src = b.call("cast", src, dtype=F32)
+        else:
+            src = b.call(step, src)
+    n = b.size_of(src.dims[-1])
+    k = r.randint(1, min(n, TOPK_MAX_K)) if n else 0
+    dim = rank - 1 if r.random() < 0.5 else -1
+    largest = r.random() < 0.6
+    values, indices = b.call("topk", src, k, dim, largest)
+    outs = [values, indices]
+    if r.random() < 0.5:
+        outs += b.pointwise_dag([values], r.randint(1, 2))
+    if r.random() < 0.3:
+        outs.append(b.call("cast", indices, dtype=I32))
+    if r.random() < 0.2 and src is not x:
+        outs.append(src)
+    b.finish_outputs(outs, 2, 3)
+
+
 # name -> (weight, builder)
 PATTERNS = {
     "pointwise": (24, pat_pointwise),
@@ -1887,6 +1938,7 @@ PATTERNS = {
     "segmented": (8, pat_segmented),
     "outputs_and_library": (5, pat_outputs_and_library),
     "scan": (6, pat_scan),
+    "topk": (4, pat_topk),
 }
 
 DEFAULT_MAX_ELEMENTS = 64 * 1024

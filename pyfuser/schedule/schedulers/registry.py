@@ -12,9 +12,9 @@ from ...ir.exprs import GatherOp, WindowOp
 from ...ir.tensor import TensorView
 from ...ir.id_graph import IdGraph, reshape_cycle, self_mapping
 from .. import roles
-from ..op_support import SCAN_OPS, segment_kind
+from ..op_support import DEDICATED_OPS, segment_kind
 from . import (inner_outer_persistent, inner_persistent, outer_persistent, pointwise, reduction,
-               scan, transpose)
+               scan, topk, transpose)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -24,10 +24,10 @@ class Choice:
     rejected: tuple = ()         # (name, reason) of the schedulers tried before
 
 
-# `scan` is the one scheduler that takes scans (TAKES_SCANS), and it takes nothing else
-# (ONLY_SCANS): a fusion meets either it or the others, so its place changes no choice.
+# `scan` and `topk` are the schedulers of their ops alone (op_support.DEDICATED_OPS): a fusion
+# meets either one of them or the others, so their place changes no choice.
 SCHEDULERS = [inner_outer_persistent, outer_persistent, inner_persistent, reduction, transpose,
-              pointwise, scan]
+              pointwise, scan, topk]
 
 
 def register(module, first: bool = True) -> None:
@@ -61,13 +61,12 @@ def choose(fusion, exclude: dict | None = None) -> Choice:
     if why is not None:
         return Choice(None, why)
     rejected = []
-    scans = any(isinstance(e, SCAN_OPS) for e in fusion.exprs())
+    dedicated = {DEDICATED_OPS[type(e)] for e in fusion.exprs() if type(e) in DEDICATED_OPS}
     for s in SCHEDULERS:
         if exclude and s.NAME in exclude:
             rejected.append((s.NAME, exclude[s.NAME]))
             continue
-        takes_scans = getattr(s, "TAKES_SCANS", False)
-        if scans and not takes_scans or not scans and getattr(s, "ONLY_SCANS", False):
+        if (s.NAME not in dedicated) if dedicated else s.NAME in DEDICATED_OPS.values():
             # Not asked, and not listed: a scan's plan says why the scan scheduler refused,
             # any other plan says nothing of it.
             continue

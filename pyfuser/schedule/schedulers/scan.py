@@ -45,9 +45,7 @@ from .. import inline_most, parallelize_like, propagate_transforms
 from .base import (RuntimeInfo, SchedulerError, cache_inputs_and_outputs, mapped_dim,
                    orient_vector_inputs, vector_inputs, vector_width, vectorize_along)
 
-NAME = "scan"
-TAKES_SCANS = True      # the registry offers fusions with scans only to such schedulers,
-ONLY_SCANS = True       # and this one nothing else
+NAME = "scan"            # offered the fusions with scans alone (op_support.DEDICATED_OPS)
 
 # Ops the scan kernel computes beside its scans.
 _ELEMENTWISE = (UnaryOp, BinaryOp, WhereOp, LoadStoreOp, BroadcastOp, ExpandOp, FullOp, ScalarOp)
