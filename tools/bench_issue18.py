@@ -1,7 +1,7 @@
 """The bars of the issue on random numbers, fp8, index reductions and scans that pyfuser can run
 today, same run as eager and torch.compile (GPU machine), or their plans on the CPU:
 
-    PYTHONPATH=. python tools/bench_issue18.py            # GPU: times and GB/s
+    PYTHONPATH=. python tools/bench_issue18.py [WORD..]   # GPU: times and GB/s (cases naming a word)
     PYTHONPATH=. python tools/bench_issue18.py --explain  # CPU: each fusion's plan (H100 table)
 
 residual + dropout(x + bias, p=0.1) on [8192, 4096] bf16 with the mask written (the seed and
@@ -136,5 +136,6 @@ CASES = {
 
 
 if __name__ == "__main__":
-    raise SystemExit(bench_cases.explain(CASES) if "--explain" in sys.argv
-                     else bench_cases.bench(CASES))
+    chosen = bench_cases.selected(CASES, sys.argv[1:])
+    raise SystemExit(bench_cases.explain(chosen) if "--explain" in sys.argv
+                     else bench_cases.bench(chosen))

@@ -402,7 +402,7 @@ class BlockTopK(Stmt):
     lands in register j / `stride` of `values` and `indices` (int64) in thread j % `stride`
     (stride 0: in register j of every thread; k = 1 as a broadcast dim).
     Every thread of the block must reach it (it synchronizes the block); `workspace` is a shared
-    buffer of rows x (2 x warps per row + 2 x k) int64 slots (lower/topk.py sizes it)."""
+    buffer of rows x (2 x warps per row + k) int64 slots (lower/topk.py sizes it)."""
 
     chunk: Buffer
     values: Buffer

@@ -15,7 +15,7 @@ j / B of thread j % B):
 
 After:
 
-    alloc shared int64 pf_topk_ws0[rows x (2 x warps + 2 x k)]       <- at the top of the kernel
+    alloc shared int64 pf_topk_ws0[rows x (2 x warps + k)]       <- at the top of the kernel
     ...
     alloc local bf16 T2[8]
     for threadIdx.x: for p: for v:
@@ -84,7 +84,7 @@ def _lower_topk(kernel, op: K.TensorOp, parents: list, n: int) -> None:
                 raise LoweringError(f"T{values.name}: a block top-k in rows of runtime count")
             rows *= ext.value
     ws = K.Buffer(f"pf_topk_ws{n}", DataType.Int, "shared",
-                  K.Const(rows * (2 * warps + 2 * expr.k)))
+                  K.Const(rows * (2 * warps + expr.k)))
     kernel.body.insert(0, K.Allocate(ws))
     scope = parents[idx - 1].body if idx > 0 else kernel.body
     scope[scope.index(parents[idx])] = K.BlockTopK(

@@ -1638,6 +1638,8 @@ class Interpreter:
         table[row[:, None].repeat(c, 1)[ok], pos[ok]] = vals[ok]
         top_v, top_i = (t.numpy() for t in topk_in_order(torch.from_numpy(table), s.k, 1,
                                                            s.largest))
+        if floating:     # the kernel decodes values from their keys: NaN as the canonical NaN
+            top_v = np.where(np.isnan(top_v), np.nan, top_v)
         for q in range(s.values.size.value):
             j = q * s.stride + tx if s.stride else np.full_like(tx, q)
             has = ((tx < s.stride) if s.stride else True) & (j < s.k) & ~row_unwritten[row]
