@@ -475,7 +475,15 @@ class LoweringContext:
         if base.is_broadcast and not i.is_broadcast:
             return None
         o, n = self._replayed_split(base, d)
-        return (o, x) if i is d.outer else (n, x + 1)
+        promoted = o if i is d.outer else n
+        if match is not None and not base.is_broadcast:
+            # i is that same split of an ID mapped to base: the same iteration, so the two
+            # map (a register read in another loop nest over the replay finds its thread and
+            # element: the shared copy of a scan's result written in its own loops).
+            for g in (self.exact, self.permissive):
+                if g.mapped(d.in_id, base):
+                    g.sets.union(i, promoted)
+        return (promoted, x) if i is d.outer else (promoted, x + 1)
 
     def _replayed_split(self, base: IterDomain, split) -> tuple[IterDomain, IterDomain]:
         key = (base, S.scalar_str(split.factor), split.inner_split)

@@ -355,6 +355,11 @@ def _index_op(op: K.TensorOp, ctx) -> None:
         conds += _thread_predicates(ctx, tv, nest, redundant)
         if tv.memory_type == MemoryType.Global:
             conds += _broadcast_write_guards(ctx, tv, nest, redundant)
+    elif shared_dims is not None:
+        # A thread past its loop's extent (a block sized in whole warps beyond a loop of 141)
+        # would index the shared buffer past its end: the register read takes the guards of
+        # its thread loops shorter than the block.
+        conds += _short_thread_loop_guards(ctx, nest)
     op.predicate = simplify_predicate(K.all_of(_dedupe(conds)), _loop_ranges(ctx, nest))
     op.out = access(ctx, tv, nest, known, tv, is_write=True)
     if isinstance(op.expr, WindowOp):
@@ -468,6 +473,26 @@ def _logical_index(ig: IndexGraph, known, tv: TensorView, i) -> K.KExpr:
 def _is_inner_of_split(i) -> bool:
     from ..ir.iter_domain import Split
     return isinstance(i.definition, Split) and i is i.definition.inner
+
+
+def _short_thread_loop_guards(ctx, nest) -> list:
+    """`threadIdx.d < extent` for each loop of `nest` bound to a thread dim whose extent may be
+    below the block's along d (the block is the largest of the kernel's constant extents there,
+    or the schedule's pinned size; unknown: guarded)."""
+    conds = []
+    for lp in nest:
+        pt = lp.parallel
+        if not pt.is_thread_dim:
+            continue
+        ext = scalar_to_kexpr(lp.extent, ctx.names)
+        extents = [scalar_to_kexpr(e, ctx.names) for e in ctx.kernel_parallel.get(pt, ())]
+        block = _pinned_block(ctx, pt)
+        if block is None and extents and all(isinstance(e, K.Const) for e in extents):
+            block = max(e.value for e in extents)
+        if block is not None and isinstance(ext, K.Const) and ext.value >= block:
+            continue
+        conds.append(K.lt(K.Special(_THREAD_SPECIAL[pt]), ext))
+    return conds
 
 
 def _pinned_block(ctx, pt: ParallelType):

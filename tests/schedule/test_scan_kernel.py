@@ -12,6 +12,7 @@ import torch
 from pyfuser import DataType, FusionDefinition
 from pyfuser.ir.exprs import ScanOp
 from pyfuser.kir import nodes as K
+from pyfuser.kir.printer import kernel_str
 from pyfuser.testing import TOLERANCE, rel_error, run_and_check
 
 INTERPRET = {"enable": ["interpret"]}
@@ -204,3 +205,48 @@ def test_explain_of_the_bar_shape():
     assert (p.cluster, p.bdimx, p.per_thread * p.vector, p.vector) == (8, 1024, 16, 4), p
     assert tuple(k.grid) == (64, 8, 1) and tuple(k.block) == (1024, 1, 1), (k.grid, k.block)
     assert "cluster of 8 blocks" in str(plan)
+
+
+def test_one_row_per_block_is_staged_through_shared_memory():
+    """A row per block: its input and output pass through shared memory, the global side
+    warp-striped (consecutive threads at consecutive vectors), the register side blocked."""
+    x = torch.empty(64, 4096, device="meta")
+    plan = _cumsum_fd(x).explain([x], device="h100", compile=False)
+    (k,) = plan.kernels
+    assert k.kernel.params.staged and k.kernel.params.bdimy == 1
+    kernel = k.kernel.kernel
+    shared = [s.buffer for s in K.walk(kernel.body)
+              if isinstance(s, K.Allocate) and s.buffer.memory == "shared"]
+    assert len(shared) == 2, shared
+    text = kernel_str(kernel)
+    # The global load: p outer, threadIdx.x inner (striped); the shared read: threadIdx.x
+    # outer (blocked).
+    bx = k.kernel.params.bdimx
+    loads = [ln for ln in text.splitlines() if "LoadStoreOp(T0[" in ln]
+    assert len(loads) == 1 and f" * {bx}) + threadIdx.x) * 4)))]<4>" in loads[0], loads
+    gen = torch.Generator().manual_seed(2)
+    for shape in [(3, 4096), (2, 20000), (1, 4097), (5, 16384)]:
+        y = torch.randn(*shape, generator=gen)
+        fd = _cumsum_fd(y)
+        out, = run_and_check(fd, [y], scheduler="scan", options=INTERPRET)
+        assert fd.last_run.heuristics[0].staged == (fd.last_run.heuristics[0].bdimy == 1)
+        assert rel_error(out, torch.cumsum(y.double(), 1)) <= scan_tolerance(torch.float32,
+                                                                              shape[1])
+
+
+def test_threads_past_a_shorter_loop_do_not_read_past_a_shared_buffer():
+    """CPU fuzz 4242:237 (the staged scan): a row of 9023 over a cluster of 4, blocks of 160
+    threads, the blocked loop 141 threads long; the threads past 141 read the shared input at
+    (tidx * 16 + p), past its 2400 elements, until shared reads took their thread guards
+    (lower/index.py)."""
+    gen = torch.Generator().manual_seed(3)
+    x = torch.randn(9023, generator=gen)
+    w = torch.tensor([1.25], dtype=torch.float16)
+    with FusionDefinition() as fd:
+        tx, tw = fd.from_pytorch(x), fd.define_tensor(shape=[1], contiguity=[None],
+                                                     dtype=DataType.Half)
+        s = fd.ops.cumsum(fd.ops.mul(tx, fd.ops.expand(tw, [9023])), -1)
+        fd.add_output(fd.ops.mul(fd.ops.sub(s, 0.5), 0.125))
+    run_and_check(fd, [x, w], scheduler="scan", options=INTERPRET)
+    p = fd.last_run.heuristics[0]
+    assert (p.staged, p.cluster, p.bdimx) == (True, 4, 160), p

@@ -26,10 +26,21 @@ their own): reductions beside a scan (a top-p softmax is a persistent kernel, th
 scan along a dim strided in memory, rows longer than a cluster of the device's largest
 portable size holds (MAX_BLOCK_ELEMENTS per block), 0-dim scans.
 
-Memory access: a thread's chunk is contiguous, so a warp's 16-byte loads step by P x 16 bytes;
-the L1 cache serves the rest of each sector to the same thread's next loads (CUB's
-BLOCK_LOAD_DIRECT arrangement). A warp-striped load through shared memory (CUB's
-BLOCK_LOAD_WARP_TRANSPOSE) is not built.
+Memory access: a thread's chunk is contiguous, so read straight from global memory a warp's
+16-byte loads would step by P x 16 bytes, each using half of every 32-byte sector it brings to
+L2 (ncu on [4096, 4096] fp32: L2 at 85% of its peak, DRAM at 56%). With one row per block
+(`staged`, STAGED), the row's inputs and outputs go through shared memory instead: the global
+side is warp-striped ([.., P, T, V]: the threads of a p access consecutive vectors, CUB's
+BLOCK_LOAD_WARP_TRANSPOSE), the register side blocked, one barrier between them each way:
+
+      for p: for threadIdx.x: smem_in[(p * T + tidx) * V] = in[...]        (coalesced)
+      for threadIdx.x: for p, v: x = smem_in[(tidx * P + p) * V + v] ...  (the scan as above)
+      for threadIdx.x: for p: smem_out[(tidx * P + p) * V] = g(s[p, :])
+      for p: for threadIdx.x: out[...] = smem_out[(p * T + tidx) * V]     (coalesced)
+
+Shorter rows stacked along threadIdx.y read global memory directly (their shared tensors would
+have to be allocated per row: not built). The register side's shared reads are 4-way bank
+conflicted (16-byte reads at a 64-byte stride); shared memory is not what limits these kernels.
 """
 from __future__ import annotations
 
@@ -57,6 +68,10 @@ MAX_BLOCK_ELEMENTS_FP32 = MAX_THREADS * BYTES_PER_THREAD // 4
 # A row is split over more blocks of a cluster (up to the device's largest) while the grid has
 # fewer blocks than SMs, down to this many elements per block.
 MIN_CLUSTER_SHARE = 2048
+# Stage the row through shared memory (ScanParams.staged): the same call on the H100 (tools/
+# sweep_scan.py), cumsum fp32 [64, 128256] 1184 -> 1396 GB/s, [4096, 4096] 2016 -> 2525,
+# [1024, 16384] 1858 -> 2259, bf16 [64, 128256] 1800 -> 2138.
+STAGED = True
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,12 +84,17 @@ class ScanParams:
     block_elements: int = 0      # elements of the row per block (the row when cluster is 1)
     row_extent: int = 0          # the scanned extent the kernel is specialized on
     vector_inputs: tuple = ()
+    # Row inputs and outputs staged through shared memory: global accesses warp-striped
+    # (coalesced), registers read and written in the blocked order (STAGED).
+    staged: bool = False
     reason: str = dataclasses.field(default="", compare=False)
 
     def describe(self) -> str:
         text = (f"scan: {self.bdimy} row(s) per block, {self.bdimx} threads per row, each a "
                 f"contiguous chunk of {self.per_thread} x {self.vector} elements in registers, "
                 f"vector loads for inputs {list(self.vector_inputs)}")
+        if self.staged:
+            text += ", row inputs and outputs staged through shared memory (coalesced)"
         if self.cluster > 1:
             text += (f"; each row of {self.row_extent} split over a cluster of {self.cluster} "
                      f"blocks ({self.block_elements} elements each), the blocks' totals "
@@ -202,7 +222,7 @@ def compute_heuristics(fusion, info: RuntimeInfo) -> ScanParams:
             bdimy *= 2
     return ScanParams(vector=vector, per_thread=p, bdimx=bdimx, bdimy=bdimy, cluster=cluster,
                       block_elements=block_elements, row_extent=n, vector_inputs=vec_inputs,
-                      reason=", ".join(why))
+                      staged=STAGED and bdimy == 1, reason=", ".join(why))
 
 
 def schedule(fusion, p: ScanParams) -> None:
@@ -210,28 +230,19 @@ def schedule(fusion, p: ScanParams) -> None:
     scanned = ref.outputs[0].domain.logical[ref.dim]
     orient_vector_inputs(fusion, p.vector_inputs, scanned)
     caches, outputs = cache_inputs_and_outputs(fusion)
+    staged = _stage_through_shared(fusion, caches, outputs, scanned) if p.staged else []
     ref = _reference(fusion)              # cache_before moved an output scan's result
     tv = ref.outputs[0]
     if scanned.extent.value is None:
         fusion.static_extents = {scanned.extent: p.row_extent}
-    # [rows..., N] -> [M, N] (rows merged; rank 1: [N])
-    while len(tv.domain.loop) > 2:
-        tv.merge(0, 1)
-    r = len(tv.domain.loop) - 1           # position of N: 0 or 1
-    c = 1 if p.cluster > 1 else 0
-    if c:
-        tv.split(r, p.block_elements)     # [.., C, B]
-    tv.split(r + c, p.vector)             # [.., C, B / V, V]
-    tv.split(r + c, p.per_thread)         # [.., C, T, P, V]: a thread's chunk is contiguous
-    if r:
-        tv.split(0, p.bdimy)              # [M / By, By, C, T, P, V]
-        tv.parallelize(0, PT.BIDx).parallelize(1, PT.TIDy)
-    pos = 2 if r else 0
-    if c:
-        tv.parallelize(pos, PT.BIDy)
-    tv.parallelize(pos + c, PT.TIDx)
-    propagate_transforms(tv)
-    parallelize_like(tv, parallel_types={PT.BIDx, PT.TIDy, PT.BIDy, PT.TIDx})
+    _row_schedule(tv, p, striped=False)
+    others = [t for t in fusion.tensors() if t not in staged]
+    propagate_transforms(tv, others)
+    parallelize_like(tv, others, parallel_types={PT.BIDx, PT.TIDy, PT.BIDy, PT.TIDx})
+    for g in staged:
+        # The global side of a staged row: a warp's vector accesses at one p are consecutive;
+        # shared memory gives the registers the blocked order.
+        _row_schedule(g, p, striped=True)
     if p.vector > 1:
         graph = IdGraph(fusion, permissive=True)
         vec_axis = tv.domain.loop[-1]
@@ -239,11 +250,69 @@ def schedule(fusion, p: ScanParams) -> None:
             vectorize_along(caches[k], vec_axis, graph, p.vector)
         for o in outputs:
             vectorize_along(o, vec_axis, graph, p.vector)
+        for g in staged:
+            vectorize_along(g, vec_axis, graph, p.vector)
+            if g.definition is not None and g.is_output():
+                vectorize_along(g.definition.inputs[0], vec_axis, graph, p.vector)
     # Each scan's result stops at its threadIdx.x loop (inlining.max_inline_position): its own
     # loops are the thread's scan, followed by the block scan and the prefix (lower/scans.py).
     inline_most(fusion=fusion)
     launch = fusion.launch_hints
-    if c:
+    if p.cluster > 1:
         launch["cluster"] = (1, p.cluster, 1)
     launch["block_x"] = p.bdimx
     launch["max_threads"] = p.bdimx * p.bdimy
+
+
+def _row_schedule(tv: TensorView, p: ScanParams, striped: bool) -> None:
+    """[rows..., N] -> [M / By (blockIdx.x), By (threadIdx.y), C (blockIdx.y), T
+    (threadIdx.x), P, V], a thread's chunk of P x V contiguous (blocked); with `striped`,
+    [.., C, P, T, V]: the threads of a p read consecutive vectors. Rows merged (rank 1: no
+    row dims); C only with a cluster."""
+    while len(tv.domain.loop) > 2:
+        tv.merge(0, 1)
+    r = len(tv.domain.loop) - 1           # position of N: 0 or 1
+    c = 1 if p.cluster > 1 else 0
+    if c:
+        tv.split(r, p.block_elements)     # [.., C, B]
+    tv.split(r + c, p.vector)             # [.., C, B / V, V]
+    tv.split(r + c, p.bdimx if striped else p.per_thread)
+    if r:
+        tv.split(0, p.bdimy)              # [M / By, By, ...]
+        tv.parallelize(0, PT.BIDx).parallelize(1, PT.TIDy)
+    pos = 2 if r else 0
+    if c:
+        tv.parallelize(pos, PT.BIDy)
+    tv.parallelize(pos + c + (1 if striped else 0), PT.TIDx)
+
+
+def _stage_through_shared(fusion, caches: dict, outputs: list, scanned) -> list:
+    """Stage the row's vector inputs and outputs through shared memory: each input's cache
+    becomes a shared tensor read into a register cache, each output along the row is written
+    from a shared copy of its value. Returns the tensors whose loops face global memory (the
+    shared input caches, the outputs), which schedule() reorders to the warp-striped order."""
+    from ..cache import cache_after, cache_before, set_memory_type
+    from ...ir.tensor import MemoryType
+    graph = IdGraph(fusion)
+    ref = _reference(fusion).outputs[0]
+    shape = [i.is_broadcast for i in ref.domain.logical]
+
+    def like_the_row(t) -> bool:
+        # Scheduled like the reference on its own (_row_schedule): the same dims.
+        return (mapped_dim(t, scanned, graph) is not None
+                and [i.is_broadcast for i in t.domain.logical] == shape)
+
+    staged = []
+    for k, c in list(caches.items()):
+        if not like_the_row(c):
+            continue
+        set_memory_type(c, MemoryType.Shared)
+        caches[k] = cache_after(c)
+        staged.append(c)
+    for o in outputs:
+        if not like_the_row(o):
+            continue
+        set_memory_type(cache_before(o), MemoryType.Shared)
+        staged.append(o)
+    return staged
+
