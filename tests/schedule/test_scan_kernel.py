@@ -250,3 +250,19 @@ def test_threads_past_a_shorter_loop_do_not_read_past_a_shared_buffer():
     run_and_check(fd, [x, w], scheduler="scan", options=INTERPRET)
     p = fd.last_run.heuristics[0]
     assert (p.staged, p.cluster, p.bdimx) == (True, 4, 160), p
+
+
+def test_an_input_read_element_wise_is_not_staged():
+    """GPU fuzz 20261711:248: of two row inputs, the second's data pointer is not 16-byte
+    aligned, so the heuristic reads only the first with vectors; staging the second too gave
+    its shared copy the vector width, and the launch refused the misaligned pointer."""
+    gen = torch.Generator().manual_seed(4)
+    x = torch.randn(2, 2360, generator=gen).bfloat16()
+    y = torch.randn(2 * 2360 + 1, generator=gen).bfloat16()[1:].view(2, 2360)
+    with FusionDefinition() as fd:
+        s = fd.ops.add(fd.ops.cast(fd.from_pytorch(x), "float32"),
+                       fd.ops.cast(fd.from_pytorch(y), "float32"))
+        fd.add_output(fd.ops.cumsum(s, 1))
+    run_and_check(fd, [x, y], scheduler="scan", options=INTERPRET)
+    p = fd.last_run.heuristics[0]
+    assert p.staged and p.vector_inputs == (0,), p

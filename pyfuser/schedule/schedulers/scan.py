@@ -230,7 +230,8 @@ def schedule(fusion, p: ScanParams) -> None:
     scanned = ref.outputs[0].domain.logical[ref.dim]
     orient_vector_inputs(fusion, p.vector_inputs, scanned)
     caches, outputs = cache_inputs_and_outputs(fusion)
-    staged = _stage_through_shared(fusion, caches, outputs, scanned) if p.staged else []
+    staged = (_stage_through_shared(fusion, caches, outputs, scanned, p.vector_inputs)
+              if p.staged else [])
     ref = _reference(fusion)              # cache_before moved an output scan's result
     tv = ref.outputs[0]
     if scanned.extent.value is None:
@@ -286,11 +287,14 @@ def _row_schedule(tv: TensorView, p: ScanParams, striped: bool) -> None:
     tv.parallelize(pos + c + (1 if striped else 0), PT.TIDx)
 
 
-def _stage_through_shared(fusion, caches: dict, outputs: list, scanned) -> list:
-    """Stage the row's vector inputs and outputs through shared memory: each input's cache
-    becomes a shared tensor read into a register cache, each output along the row is written
-    from a shared copy of its value. Returns the tensors whose loops face global memory (the
-    shared input caches, the outputs), which schedule() reorders to the warp-striped order."""
+def _stage_through_shared(fusion, caches: dict, outputs: list, scanned,
+                          vector_inputs: tuple) -> list:
+    """Stage the row's vector inputs (those the heuristic reads with vectors: the others,
+    misaligned or strided in this call, stay element-wise reads in the blocked order) and its
+    outputs through shared memory: each such input's cache becomes a shared tensor read into a
+    register cache, each output along the row is written from a shared copy of its value.
+    Returns the tensors whose loops face global memory (the shared input caches, the outputs),
+    which schedule() gives the warp-striped order."""
     from ..cache import cache_after, cache_before, set_memory_type
     from ...ir.tensor import MemoryType
     graph = IdGraph(fusion)
@@ -304,7 +308,7 @@ def _stage_through_shared(fusion, caches: dict, outputs: list, scanned) -> list:
 
     staged = []
     for k, c in list(caches.items()):
-        if not like_the_row(c):
+        if k not in vector_inputs or not like_the_row(c):
             continue
         set_memory_type(c, MemoryType.Shared)
         caches[k] = cache_after(c)
