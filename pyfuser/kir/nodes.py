@@ -718,3 +718,16 @@ def walk(stmts):
         elif isinstance(s, IfThenElse):
             yield from walk(s.then_body)
             yield from walk(s.else_body)
+
+
+def ops_in_loops(body: list, expr_type, parents: list | None = None) -> list:
+    """(TensorOp, the ForLoops around it, outermost first) for each TensorOp of `expr_type`'s
+    expressions in `body`'s loop nests (a pass's sites: scans, top-ks)."""
+    parents = parents or []
+    out = []
+    for s in body:
+        if isinstance(s, ForLoop):
+            out += ops_in_loops(s.body, expr_type, parents + [s])
+        elif isinstance(s, TensorOp) and isinstance(s.expr, expr_type):
+            out.append((s, parents))
+    return out

@@ -43,19 +43,9 @@ from .reductions import _block_extent
 
 
 def lower_scans(kernel: K.Kernel) -> K.Kernel:
-    sites = []
-    _find(kernel.body, [], sites)
-    for n, (op, parents) in enumerate(sites):
+    for n, (op, parents) in enumerate(K.ops_in_loops(kernel.body, ScanOp)):
         _lower_scan(kernel, op, parents, n)
     return kernel
-
-
-def _find(body: list, parents: list, out: list) -> None:
-    for s in body:
-        if isinstance(s, K.ForLoop):
-            _find(s.body, parents + [s], out)
-        elif isinstance(s, K.TensorOp) and isinstance(s.expr, ScanOp):
-            out.append((s, parents))
 
 
 def _lower_scan(kernel, op: K.TensorOp, parents: list, n: int) -> None:

@@ -42,19 +42,9 @@ from .indexing import scalar_to_kexpr
 
 
 def lower_topk(kernel: K.Kernel) -> K.Kernel:
-    sites = []
-    _find(kernel.body, [], sites)
-    for n, (op, parents) in enumerate(sites):
+    for n, (op, parents) in enumerate(K.ops_in_loops(kernel.body, TopKOp)):
         _lower_topk(kernel, op, parents, n)
     return kernel
-
-
-def _find(body: list, parents: list, out: list) -> None:
-    for s in body:
-        if isinstance(s, K.ForLoop):
-            _find(s.body, parents + [s], out)
-        elif isinstance(s, K.TensorOp) and isinstance(s.expr, TopKOp):
-            out.append((s, parents))
 
 
 def _lower_topk(kernel, op: K.TensorOp, parents: list, n: int) -> None:

@@ -379,3 +379,29 @@ def reduced_and_kept(red, reduced_positions, info: RuntimeInfo) -> tuple[int, in
         else:
             m *= e
     return n, m
+
+
+def ops_beside(fusion, allowed: tuple, what: str) -> str | None:
+    """Why the `what` kernel (a scan, a top-k: element-wise ops around one kind of op) refuses
+    a fusion with ops not in `allowed`, or None."""
+    other = sorted({type(e).__name__ for e in fusion.exprs() if not isinstance(e, allowed)})
+    if not other:
+        return None
+    return (f"ops beside the {what} that the {what} kernel does not compute: "
+            f"{', '.join(other)} (element-wise ops only)")
+
+
+def strided_along(fusion, row_id, graph, tensors: list, dim_name: str, op_name: str) -> str | None:
+    """Why a kernel that holds rows along `row_id` contiguously refuses a fusion whose input or
+    output among `tensors` (fusion.inputs, then fusion.outputs) is laid out along another dim,
+    or None."""
+    n_in = len(fusion.inputs)
+    for k, v in enumerate(tensors):
+        if not isinstance(v, TensorView):
+            continue
+        d = mapped_dim(v, row_id, graph)
+        if d is not None and v.domain.contiguous_dim is not v.domain.logical[d]:
+            what = f"input {k}" if k < n_in else f"output {k - n_in}"
+            return (f"{what} is not laid out along the {dim_name} (its stride-1 dim is another): "
+                    f"a strided {op_name} is left to the library op")
+    return None

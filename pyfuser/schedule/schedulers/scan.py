@@ -54,7 +54,8 @@ from ...ir.scalar import ScalarOp
 from ...ir.tensor import TensorView
 from .. import inline_most, parallelize_like, propagate_transforms
 from .base import (RuntimeInfo, SchedulerError, cache_inputs_and_outputs, mapped_dim,
-                   orient_vector_inputs, vector_inputs, vector_width, vectorize_along)
+                   ops_beside, orient_vector_inputs, strided_along, vector_inputs, vector_width,
+                   vectorize_along)
 
 NAME = "scan"            # offered the fusions with scans alone (op_support.DEDICATED_OPS)
 
@@ -114,11 +115,9 @@ def can_schedule(fusion) -> tuple[bool, str]:
     scans = _scans(fusion)
     if not scans:
         return False, "no scans"
-    other = sorted({type(e).__name__ for e in fusion.exprs()
-                    if not isinstance(e, _ELEMENTWISE + (ScanOp,))})
-    if other:
-        return False, (f"ops beside the scan that the scan kernel does not compute: "
-                       f"{', '.join(other)} (element-wise ops only)")
+    why = ops_beside(fusion, _ELEMENTWISE + (ScanOp,), "scan")
+    if why:
+        return False, why
     ref = scans[0]
     out = ref.outputs[0]
     rank = len(out.domain.logical)
@@ -144,18 +143,10 @@ def can_schedule(fusion) -> tuple[bool, str]:
                                                for i in ids):
             return False, (f"output {k} does not iterate every dim of the scanned rows (the "
                            "kernel writes whole rows)")
-    for k, v in enumerate(list(fusion.inputs) + list(fusion.outputs)):
-        if not isinstance(v, TensorView):
-            continue
-        d = mapped_dim(v, scanned, graph)
-        if d is None:
-            continue
-        inner = v.domain.contiguous_dim
-        if inner is not v.domain.logical[d]:
-            what = (f"input {k}" if k < len(fusion.inputs)
-                    else f"output {k - len(fusion.inputs)}")
-            return False, (f"{what} is not laid out along the scanned dim (its stride-1 dim is "
-                           "another): a strided scan is left to the library op")
+    why = strided_along(fusion, scanned, graph, list(fusion.inputs) + list(fusion.outputs),
+                        "scanned dim", "scan")
+    if why:
+        return False, why
     return True, "element-wise ops around scans along the innermost dim: a block scan per row"
 
 

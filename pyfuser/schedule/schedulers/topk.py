@@ -43,8 +43,9 @@ from ...ir.scalar import ScalarOp
 from ...ir.tensor import TensorView
 from .. import inline_most, parallelize_like, propagate_transforms
 from ..transform_propagation import replay
-from .base import (RuntimeInfo, SchedulerError, cache_inputs_and_outputs, mapped_dim,
-                   orient_vector_inputs, vector_inputs, vector_width, vectorize_along)
+from .base import (RuntimeInfo, SchedulerError, cache_inputs_and_outputs, ops_beside,
+                   orient_vector_inputs, strided_along, vector_inputs, vector_width,
+                   vectorize_along)
 
 NAME = "topk"            # offered the fusions with a top-k alone (op_support.DEDICATED_OPS)
 
@@ -97,11 +98,9 @@ def can_schedule(fusion) -> tuple[bool, str]:
         return False, "no top-k"
     if len(ops) > 1:
         return False, f"{len(ops)} top-ks (the kernel computes one)"
-    other = sorted({type(e).__name__ for e in fusion.exprs()
-                    if not isinstance(e, _ELEMENTWISE + (TopKOp,))})
-    if other:
-        return False, (f"ops beside the top-k that the top-k kernel does not compute: "
-                       f"{', '.join(other)} (element-wise ops only)")
+    why = ops_beside(fusion, _ELEMENTWISE + (TopKOp,), "top-k")
+    if why:
+        return False, why
     op = ops[0]
     x = op.inputs[0]
     rank = len(x.domain.logical_no_reductions)
@@ -145,13 +144,9 @@ def can_schedule(fusion) -> tuple[bool, str]:
                            "rows)")
         if not (iterates(o, row_id) or any(iterates(o, i) for i in k_ids) or op.k == 1):
             return False, f"output {n} iterates neither the row nor the k selected elements"
-    for n, v in enumerate(fusion.inputs):
-        if not isinstance(v, TensorView):
-            continue
-        d = mapped_dim(v, row_id, graph)
-        if d is not None and v.domain.contiguous_dim is not v.domain.logical[d]:
-            return False, (f"input {n} is not laid out along the top-k's dim (its stride-1 dim "
-                           "is another): a strided top-k is left to the library op")
+    why = strided_along(fusion, row_id, graph, list(fusion.inputs), "top-k's dim", "top-k")
+    if why:
+        return False, why
     return True, (f"element-wise ops around a top-k of {op.k} along the innermost dim: a block "
                   "top-k per row")
 
