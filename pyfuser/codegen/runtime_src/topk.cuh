@@ -64,17 +64,26 @@ __device__ __forceinline__ long long topk_tree_max(const long long (&key)[N]) {
   }
   return t[0];
 }
+// The warp's max key in every lane: redux.sync (sm_80+) on the high words, then on the low
+// words of the lanes holding the highest (others give 0, below every key's low word but
+// topk_none()'s, which then is the max). Two warp reductions where shuffles took five steps of
+// a 64-bit compare.
 __device__ __forceinline__ long long topk_warp_max(long long v) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v = topk_max(v, shfl_xor(v, o));
-  return v;
+  const int hi = int(v >> 32);
+  int max_hi;
+  asm volatile("redux.sync.max.s32 %0, %1, 0xffffffff;" : "=r"(max_hi) : "r"(hi));
+  const unsigned lo = hi == max_hi ? static_cast<unsigned>(v) : 0u;
+  unsigned max_lo;
+  asm volatile("redux.sync.max.u32 %0, %1, 0xffffffff;" : "=r"(max_lo) : "r"(lo));
+  return static_cast<long long>(
+      (static_cast<unsigned long long>(static_cast<unsigned>(max_hi)) << 32) | max_lo);
 }
 }  // namespace detail
 
 // Thread t holds elements t * CHUNK + e (e < CHUNK) of its row in `chunk`; those at or past `n`
 // are ignored. Each thread keys its elements once (registers); then K rounds: the row-wide max
-// of the threads' best keys (shuffles; across warps, one shared slot per warp, double-buffered
-// so that one barrier a round suffices, reduced by shuffles again), recorded in the row's
+// of the threads' best keys (topk_warp_max; across warps, one shared slot per warp,
+// double-buffered so that one barrier a round suffices, reduced the same way again), recorded in the row's
 // result slot j; the thread holding it drops that key and takes the tree max of the rest.
 // After the rounds, result j (its value and index decoded from the key) goes to
 // values[j / STRIDE] and indices[j / STRIDE] of thread j % STRIDE (STRIDE 0: values[j],
