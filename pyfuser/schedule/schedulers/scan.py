@@ -28,8 +28,8 @@ portable size holds (MAX_BLOCK_ELEMENTS per block), 0-dim scans.
 
 Memory access: a thread's chunk is contiguous, so read straight from global memory a warp's
 16-byte loads would step by P x 16 bytes, each using half of every 32-byte sector it brings to
-L2 (ncu on [4096, 4096] fp32: L2 at 85% of its peak, DRAM at 56%). With one row per block
-(`staged`, STAGED), the row's inputs and outputs go through shared memory instead: the global
+L2 (ncu on [4096, 4096] fp32: L2 at 85% of its peak, DRAM at 56%). With `staged` (STAGED),
+the row's vector inputs and its outputs go through shared memory instead: the global
 side is warp-striped ([.., P, T, V]: the threads of a p access consecutive vectors, CUB's
 BLOCK_LOAD_WARP_TRANSPOSE), the register side blocked, one barrier between them each way:
 
@@ -38,9 +38,11 @@ BLOCK_LOAD_WARP_TRANSPOSE), the register side blocked, one barrier between them 
       for threadIdx.x: for p: smem_out[(tidx * P + p) * V] = g(s[p, :])
       for p: for threadIdx.x: out[...] = smem_out[(p * T + tidx) * V]     (coalesced)
 
-Shorter rows stacked along threadIdx.y read global memory directly (their shared tensors would
-have to be allocated per row: not built). The register side's shared reads are 4-way bank
-conflicted (16-byte reads at a 64-byte stride); shared memory is not what limits these kernels.
+Rows stacked along threadIdx.y are staged too: each shared tensor is computed in the block's
+loop alone (compute-at 1), so its buffer holds every row of the block and the copy in, the scan
+and the copy out are three threadIdx.y loops with a barrier between them. The register side's
+shared reads are 4-way bank conflicted (16-byte reads at a 64-byte stride); shared memory is
+not what limits these kernels.
 """
 from __future__ import annotations
 
@@ -51,8 +53,8 @@ from ...ir.exprs import (BinaryOp, BroadcastOp, ExpandOp, FullOp, LoadStoreOp, S
 from ...ir.id_graph import IdGraph
 from ...ir.iter_domain import ParallelType as PT
 from ...ir.scalar import ScalarOp
-from ...ir.tensor import TensorView
-from .. import inline_most, parallelize_like, propagate_transforms
+from ...ir.tensor import MemoryType, TensorView
+from .. import inline_at, inline_most, parallelize_like, propagate_transforms
 from .base import (RuntimeInfo, SchedulerError, cache_inputs_and_outputs, mapped_dim,
                    ops_beside, orient_vector_inputs, strided_along, vector_inputs, vector_width,
                    vectorize_along)
@@ -213,7 +215,7 @@ def compute_heuristics(fusion, info: RuntimeInfo) -> ScanParams:
             bdimy *= 2
     return ScanParams(vector=vector, per_thread=p, bdimx=bdimx, bdimy=bdimy, cluster=cluster,
                       block_elements=block_elements, row_extent=n, vector_inputs=vec_inputs,
-                      staged=STAGED and bdimy == 1, reason=", ".join(why))
+                      staged=STAGED, reason=", ".join(why))
 
 
 def schedule(fusion, p: ScanParams) -> None:
@@ -249,6 +251,12 @@ def schedule(fusion, p: ScanParams) -> None:
     # Each scan's result stops at its threadIdx.x loop (inlining.max_inline_position): its own
     # loops are the thread's scan, followed by the block scan and the prefix (lower/scans.py).
     inline_most(fusion=fusion)
+    if staged and p.bdimy > 1:
+        # Rows stacked along threadIdx.y: each staged shared tensor is computed in the block's
+        # loop alone, so that its threadIdx.y loop is its own and its buffer holds every row of
+        # the block (allocation covers the loops right of the compute-at position).
+        for g in staged:
+            inline_at(g if g.memory_type == MemoryType.Shared else g.definition.inputs[0], 1)
     launch = fusion.launch_hints
     if p.cluster > 1:
         launch["cluster"] = (1, p.cluster, 1)
