@@ -38,9 +38,10 @@ BLOCK_LOAD_WARP_TRANSPOSE), the register side blocked, one barrier between them 
       for threadIdx.x: for p: smem_out[(tidx * P + p) * V] = g(s[p, :])
       for p: for threadIdx.x: out[...] = smem_out[(p * T + tidx) * V]     (coalesced)
 
-Rows stacked along threadIdx.y are staged too: each shared tensor is computed in the block's
+Rows stacked along threadIdx.y are staged too when a thread's chunk is STAGED_MIN_VECTORS vectors
+or more (each shared tensor is then computed in the block's
 loop alone (compute-at 1), so its buffer holds every row of the block and the copy in, the scan
-and the copy out are three threadIdx.y loops with a barrier between them. The register side's
+and the copy out are three threadIdx.y loops with a barrier between them). The register side's
 shared reads are 4-way bank conflicted (16-byte reads at a 64-byte stride); shared memory is
 not what limits these kernels.
 """
@@ -75,6 +76,11 @@ MIN_CLUSTER_SHARE = 2048
 # sweep_scan.py), cumsum fp32 [64, 128256] 1184 -> 1396 GB/s, [4096, 4096] 2016 -> 2525,
 # [1024, 16384] 1858 -> 2259, bf16 [64, 128256] 1800 -> 2138.
 STAGED = True
+# Rows stacked along threadIdx.y are staged when a thread's chunk is at least this many vectors
+# (its blocked global accesses then step by 64 bytes or more): same call, [8192, 1000] fp32
+# (P = 4) 1670 -> 2163 GB/s, [16384, 256] fp32 (4) 1862 -> 2015, but [32768, 128] bf16 (P = 2,
+# 8 threads of a warp busy) 2006 -> 1775.
+STAGED_MIN_VECTORS = 4
 
 
 @dataclasses.dataclass(frozen=True)
@@ -215,7 +221,8 @@ def compute_heuristics(fusion, info: RuntimeInfo) -> ScanParams:
             bdimy *= 2
     return ScanParams(vector=vector, per_thread=p, bdimx=bdimx, bdimy=bdimy, cluster=cluster,
                       block_elements=block_elements, row_extent=n, vector_inputs=vec_inputs,
-                      staged=STAGED, reason=", ".join(why))
+                      staged=STAGED and (bdimy == 1 or p >= STAGED_MIN_VECTORS),
+                      reason=", ".join(why))
 
 
 def schedule(fusion, p: ScanParams) -> None:
