@@ -52,9 +52,9 @@ def _lower_topk(kernel, op: K.TensorOp, parents: list, n: int) -> None:
     expr: TopKOp = op.expr
     values, indices = expr.outputs
     chunk = expr.inputs[0]
-    for what, tv in (("its input", chunk), ("its values", values), ("its indices", indices)):
+    for what, tv in (("row", chunk), ("values", values), ("indices", indices)):
         if tv.memory_type != MemoryType.Local or tv not in ctx.buffers:
-            raise LoweringError(f"T{values.name}: a top-k's {what[4:]} (T{tv.name}) must be a "
+            raise LoweringError(f"T{values.name}: a top-k's {what} (T{tv.name}) must be a "
                                 "register tensor (schedulers/topk.py)")
     own = [ctx.loop_of[(values, j)] for j in range(values.compute_at_pos, len(values.domain.loop))]
     stride = _result_stride(ctx, values, own, expr)
@@ -126,7 +126,7 @@ def _chunk_size(ctx, chunk, expr) -> int:
         raise LoweringError(f"T{chunk.name}: a top-k's row is held as a threadIdx.x loop over "
                             f"serial chunks (got {[lp.parallel.name for lp in loops]})")
     row_id = chunk.domain.logical_no_reductions[expr.dim]
-    if _split_leaves(row_id) != list(ids):
+    if _split_leaves(row_id, set(chunk.domain.all_ids())) != list(ids):
         raise LoweringError(f"T{chunk.name}: its own loops do not split its row dim in order")
     size = 1
     for lp in loops[1:]:
@@ -134,12 +134,13 @@ def _chunk_size(ctx, chunk, expr) -> int:
     return size
 
 
-def _split_leaves(i) -> list:
-    """The IDs split from `i` in order (outer before inner), or [i] when it is not split."""
-    uses = [e for e in i.uses if isinstance(e, Split)]
+def _split_leaves(i, domain_ids: set) -> list:
+    """The IDs of a domain (`domain_ids`) split from `i` in order (outer before inner), or [i]
+    when the domain does not split it (splits of other domains' replays are skipped)."""
+    uses = [e for e in i.uses if isinstance(e, Split) and e.outer in domain_ids]
     if not uses:
         return [i]
-    return _split_leaves(uses[0].outer) + _split_leaves(uses[0].inner)
+    return _split_leaves(uses[0].outer, domain_ids) + _split_leaves(uses[0].inner, domain_ids)
 
 
 def _block_x(kernel) -> int:
