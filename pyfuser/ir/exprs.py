@@ -333,9 +333,10 @@ class TopKOp(Expr):
     """values, indices = the k largest (or smallest) elements of x along `dim` and their int64
     indices, as torch.topk: both x's shape with k along dim, in order (largest first, or
     smallest first), of equal values the lowest index first (torch leaves ties unordered), NaN
-    above every number as torch (a NaN value comes back as the canonical NaN). The `topk` scheduler generates a block top-k kernel for rows
-    that fit on chip (lower/topk.py); the others run as a library op, torch.topk
-    (runtime/library.py; schedule/op_support.LIBRARY_FALLBACK_OPS). `dim_map` pairs x's other
+    above every number as torch (a NaN value comes back as the canonical NaN). The `topk`
+    scheduler generates a block top-k kernel for rows that fit on chip (lower/topk.py); the
+    others run as a library op, torch.topk (runtime/library.py;
+    schedule/op_support.LIBRARY_FALLBACK_OPS). `dim_map` pairs x's other
     dims with both outputs' (the ID graph's producer/consumer pairs); k, an int scalar, has
     none."""
 

@@ -185,6 +185,13 @@ class IdGraph:
             for a, b in zip(tv.domain.logical, original.domain.logical):
                 if not a.is_broadcast and not b.is_broadcast:
                     self.sets.union(a, b)
+        # The outputs of one expression (a top-k's values and indices) iterate the same dims,
+        # dim for dim, though no producer/consumer pair joins them.
+        for tv in self.tensors:
+            for sib in tv.siblings:
+                if sib is not tv and sib in members:
+                    for a, b in zip(tv.domain.logical, sib.domain.logical):
+                        self.sets.union(a, b)
         if transforms:
             self._map_replayed_transforms()
 

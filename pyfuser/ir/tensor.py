@@ -333,6 +333,16 @@ class TensorView(Val):
         return self.fusion is not None and self in self.fusion.outputs
 
     @property
+    def siblings(self) -> list:
+        """The tensor outputs of this tensor's expression, this one among them (a top-k's
+        values and indices); [self] for a fusion input. Siblings iterate the same dims, are
+        computed in one loop nest and scheduled alike."""
+        d = self.definition
+        if d is None:
+            return [self]
+        return [o for o in d.outputs if isinstance(o, TensorView)]
+
+    @property
     def allocation_domain(self) -> list[IterDomain]:
         """The IDs the tensor is allocated with, outer to inner.
 

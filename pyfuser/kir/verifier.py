@@ -399,14 +399,21 @@ class _Verifier:
             self.fail(f"block reduction dims {s.dims!r}", s)
         self._reduce_common(s, scope, set(s.dims), set())
 
-    def _BlockTopK(self, s: K.BlockTopK, scope):
+    def _row_wide(self, s, scope) -> None:
+        """A step across threadIdx.x that synchronizes the block (a block scan, a block top-k):
+        every thread reaches it, outside any predicated branch and any loop bound to
+        threadIdx.x (a cluster's blockIdx.y loop is a scope every CTA enters)."""
+        name = type(s).__name__
         for c in scope.ifs():
             if not K.is_true(c.cond):
-                self.fail(f"BlockTopK is inside the predicated branch `if {c.cond!r}`: threads "
+                self.fail(f"{name} is inside the predicated branch `if {c.cond!r}`: threads "
                           "that skip it would hang the others", s)
         for f in scope.loops():
             if _THREAD_PT.get(f.parallel) == "x":
-                self.fail("BlockTopK over threadIdx.x is inside a loop bound to threadIdx.x", s)
+                self.fail(f"{name} over threadIdx.x is inside a loop bound to threadIdx.x", s)
+
+    def _BlockTopK(self, s: K.BlockTopK, scope):
+        self._row_wide(s, scope)
         for what, b in (("row", s.chunk), ("values", s.values), ("indices", s.indices)):
             if b.memory != "local":
                 self.fail(f"the top-k's {what} {b.name} is not a register buffer", s)
@@ -419,14 +426,7 @@ class _Verifier:
     def _BlockScan(self, s: K.BlockScan, scope):
         if s.op not in ("sum", "prod"):
             self.fail(f"unknown scan op {s.op!r}", s)
-        for c in scope.ifs():
-            if not K.is_true(c.cond):
-                self.fail(f"BlockScan is inside the predicated branch `if {c.cond!r}`: threads "
-                          "that skip it would hang the others", s)
-        # Only threadIdx.x: a cluster's blockIdx.y loop is a scope every CTA enters.
-        for f in scope.loops():
-            if _THREAD_PT.get(f.parallel) == "x":
-                self.fail("BlockScan over threadIdx.x is inside a loop bound to threadIdx.x", s)
+        self._row_wide(s, scope)
         v = s.carry
         if not isinstance(v, K.TensorIndex) or v.buffer.memory != "local":
             self.fail(f"scanned value {v!r} is not a register TensorIndex", s)

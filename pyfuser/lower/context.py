@@ -129,7 +129,7 @@ class LoweringContext:
         for tv in reversed(self._computed()):
             if tv in self.nests:
                 continue
-            siblings = [o for o in tv.definition.outputs if isinstance(o, TensorView)]
+            siblings = tv.siblings
             nest = self._nest_of(siblings[0], siblings)
             for t in siblings:
                 self.nests[t] = nest

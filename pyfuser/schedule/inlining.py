@@ -297,7 +297,7 @@ def inline_most(tensors=None, fusion=None) -> None:
     for tv in sorted(targets, key=lambda t: order.get(t, -1), reverse=True):
         if tv.is_input():
             continue
-        siblings = _siblings(tv)
+        siblings = tv.siblings
         if len(siblings) > 1:
             # One expression computes them all in one place (a top-k's values and indices):
             # the shallowest of the positions of those with consumers (one left dead by the
@@ -309,8 +309,3 @@ def inline_most(tensors=None, fusion=None) -> None:
             p, _ = max_inline_position(tv, graph)
         _set_position(tv, p)
 
-
-def _siblings(tv: TensorView) -> list:
-    """The tensor outputs of tv's expression (tv alone for most)."""
-    d = tv.definition
-    return [o for o in d.outputs if isinstance(o, TensorView)] if d is not None else [tv]

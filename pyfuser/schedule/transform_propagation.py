@@ -38,6 +38,8 @@ def _neighbours(fusion, tv: TensorView, tensors: set):
     # ID for root ID: the copy of a broadcast [N] -> [N, 1] reaches the new dim only this way.
     twins = [t for t in (tv.recompute_of,) if t is not None and t in tensors]
     twins += [t for t in tensors if t.recompute_of is tv]
+    # The other outputs of tv's expression (a top-k's indices beside its values): the same dims.
+    twins += [t for t in tv.siblings if t is not tv and t in tensors]
     for t in twins:
         out.append((t, dict(zip(tv.domain.maybe_root, t.domain.maybe_root)), "twin"))
     return out

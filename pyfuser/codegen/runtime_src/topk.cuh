@@ -1,7 +1,7 @@
 // pyfuser device library: topk.cuh
 // Block top-k: the k largest (or smallest) elements of each row of the block and their indices,
 // the row held in registers across threadIdx.x (lower/topk.py). Depends on types.cuh (widen,
-// cast), math.cuh (float_order) and reduce.cuh (shfl_xor, linear_row_idx).
+// cast), math.cuh (float_order) and reduce.cuh (linear_row_idx).
 
 namespace pf {
 
@@ -46,10 +46,6 @@ template <bool LARGEST>
 __device__ __forceinline__ int topk_value(long long key, int*) {
   return LARGEST ? int(key >> 32) : ~int(key >> 32);
 }
-__device__ __forceinline__ float topk_order_value(float v) { return v; }
-__device__ __forceinline__ float topk_order_value(bf16 v) { return widen(v); }
-__device__ __forceinline__ float topk_order_value(half v) { return widen(v); }
-__device__ __forceinline__ int topk_order_value(int v) { return v; }
 __device__ __forceinline__ long long topk_max(long long a, long long b) { return a > b ? a : b; }
 // The largest of N keys in registers, as a tree (log2 N dependent steps).
 template <int N>
@@ -95,7 +91,7 @@ __device__ __forceinline__ void block_topk_x(const T (&chunk)[CHUNK], long long 
                                              long long* smem) {
   static_assert(CHUNK <= 32 && (STRIDE ? KOUT * STRIDE : KOUT) >= K,
                 "pf::block_topk_x: chunk or results");
-  using Order = decltype(detail::topk_order_value(chunk[0]));
+  using Order = decltype(widen(chunk[0]));
   const unsigned lane = threadIdx.x % 32;
   const unsigned warp = threadIdx.x / 32;
   const unsigned nw = (blockDim.x + 31) / 32;
@@ -105,7 +101,7 @@ __device__ __forceinline__ void block_topk_x(const T (&chunk)[CHUNK], long long 
   long long key[CHUNK];
 #pragma unroll
   for (int e = 0; e < CHUNK; ++e) {
-    const long long k = detail::topk_key<LARGEST>(detail::topk_order_value(chunk[e]), base + e);
+    const long long k = detail::topk_key<LARGEST>(widen(chunk[e]), base + e);
     key[e] = base + e < n ? k : detail::topk_none();
   }
   long long best = detail::topk_tree_max(key);

@@ -11,7 +11,7 @@ import dataclasses
 
 from ...ir import scalar as S
 from ...ir.exprs import ReductionOp
-from ...ir.iter_domain import IterDomain
+from ...ir.iter_domain import IterDomain, ParallelType
 from ..cache import cached_uses
 from ...ir.tensor import TensorView
 
@@ -405,3 +405,29 @@ def strided_along(fusion, row_id, graph, tensors: list, dim_name: str, op_name: 
             return (f"{what} is not laid out along the {dim_name} (its stride-1 dim is another): "
                     f"a strided {op_name} is left to the library op")
     return None
+
+
+def schedule_rows_in_chunks(tv: TensorView, vector: int, per_thread: int, bdimx: int,
+                            bdimy: int, cluster: int = 1, block_elements: int = 0,
+                            striped: bool = False) -> None:
+    """The loops of the schedulers that hold rows in registers, a thread a chunk (scan, top-k):
+    [rows..., N] -> [M / By (blockIdx.x), By (threadIdx.y), C (blockIdx.y), T (threadIdx.x), P,
+    V], a thread's chunk of P x V elements contiguous in the row (blocked); with `striped`,
+    [.., C, P, T, V], the threads of a p at consecutive vectors (the global side of a row
+    staged through shared memory). Rows merged (rank 1: no row loops); C (a cluster, each CTA
+    `block_elements` of the row) only when `cluster` > 1."""
+    while len(tv.domain.loop) > 2:
+        tv.merge(0, 1)
+    r = len(tv.domain.loop) - 1           # position of N: 0 or 1
+    c = 1 if cluster > 1 else 0
+    if c:
+        tv.split(r, block_elements)       # [.., C, B]
+    tv.split(r + c, vector)               # [.., C, B / V, V]
+    tv.split(r + c, bdimx if striped else per_thread)
+    if r:
+        tv.split(0, bdimy)                # [M / By, By, ...]
+        tv.parallelize(0, ParallelType.BIDx).parallelize(1, ParallelType.TIDy)
+    pos = 2 if r else 0
+    if c:
+        tv.parallelize(pos, ParallelType.BIDy)
+    tv.parallelize(pos + c + (1 if striped else 0), ParallelType.TIDx)

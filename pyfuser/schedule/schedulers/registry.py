@@ -66,9 +66,10 @@ def choose(fusion, exclude: dict | None = None) -> Choice:
         if exclude and s.NAME in exclude:
             rejected.append((s.NAME, exclude[s.NAME]))
             continue
-        if (s.NAME not in dedicated) if dedicated else s.NAME in DEDICATED_OPS.values():
-            # Not asked, and not listed: a scan's plan says why the scan scheduler refused,
-            # any other plan says nothing of it.
+        asked = s.NAME in dedicated if dedicated else s.NAME not in DEDICATED_OPS.values()
+        if not asked:
+            # Not listed either: a scan's plan says why the scan scheduler refused, any other
+            # plan says nothing of it.
             continue
         ok, why = s.can_schedule(fusion)
         if ok:

@@ -38,12 +38,12 @@ BLOCK_LOAD_WARP_TRANSPOSE), the register side blocked, one barrier between them 
       for threadIdx.x: for p: smem_out[(tidx * P + p) * V] = g(s[p, :])
       for p: for threadIdx.x: out[...] = smem_out[(p * T + tidx) * V]     (coalesced)
 
-Rows stacked along threadIdx.y are staged too when a thread's chunk is STAGED_MIN_VECTORS vectors
-or more (each shared tensor is then computed in the block's
-loop alone (compute-at 1), so its buffer holds every row of the block and the copy in, the scan
-and the copy out are three threadIdx.y loops with a barrier between them). The register side's
-shared reads are 4-way bank conflicted (16-byte reads at a 64-byte stride); shared memory is
-not what limits these kernels.
+Rows stacked along threadIdx.y are staged too when a thread's chunk is STAGED_MIN_VECTORS
+vectors or more. Each shared tensor is then computed in the block's loop alone (compute-at 1),
+so that its buffer holds every row of the block; the copy in, the scan and the copy out are
+three threadIdx.y loops with a barrier between them. The register side's shared reads are 4-way
+bank conflicted (16-byte reads at a 64-byte stride); shared memory is not what limits these
+kernels.
 """
 from __future__ import annotations
 
@@ -55,10 +55,11 @@ from ...ir.id_graph import IdGraph
 from ...ir.iter_domain import ParallelType as PT
 from ...ir.scalar import ScalarOp
 from ...ir.tensor import MemoryType, TensorView
-from .. import inline_at, inline_most, parallelize_like, propagate_transforms
+from .. import (cache_after, cache_before, inline_at, inline_most, parallelize_like,
+                propagate_transforms, set_memory_type)
 from .base import (RuntimeInfo, SchedulerError, cache_inputs_and_outputs, mapped_dim,
-                   ops_beside, orient_vector_inputs, strided_along, vector_inputs, vector_width,
-                   vectorize_along)
+                   ops_beside, orient_vector_inputs, schedule_rows_in_chunks, strided_along,
+                   vector_inputs, vector_width, vectorize_along)
 
 NAME = "scan"            # offered the fusions with scans alone (op_support.DEDICATED_OPS)
 
@@ -230,8 +231,8 @@ def schedule(fusion, p: ScanParams) -> None:
     scanned = ref.outputs[0].domain.logical[ref.dim]
     orient_vector_inputs(fusion, p.vector_inputs, scanned)
     caches, outputs = cache_inputs_and_outputs(fusion)
-    staged = (_stage_through_shared(fusion, caches, outputs, scanned, p.vector_inputs)
-              if p.staged else [])
+    staged, shared = (_stage_through_shared(fusion, caches, outputs, scanned, p.vector_inputs)
+                      if p.staged else ([], []))
     ref = _reference(fusion)              # cache_before moved an output scan's result
     tv = ref.outputs[0]
     if scanned.extent.value is None:
@@ -251,10 +252,8 @@ def schedule(fusion, p: ScanParams) -> None:
             vectorize_along(caches[k], vec_axis, graph, p.vector)
         for o in outputs:
             vectorize_along(o, vec_axis, graph, p.vector)
-        for g in staged:
+        for g in staged + shared:
             vectorize_along(g, vec_axis, graph, p.vector)
-            if g.definition is not None and g.is_output():
-                vectorize_along(g.definition.inputs[0], vec_axis, graph, p.vector)
     # Each scan's result stops at its threadIdx.x loop (inlining.max_inline_position): its own
     # loops are the thread's scan, followed by the block scan and the prefix (lower/scans.py).
     inline_most(fusion=fusion)
@@ -262,8 +261,8 @@ def schedule(fusion, p: ScanParams) -> None:
         # Rows stacked along threadIdx.y: each staged shared tensor is computed in the block's
         # loop alone, so that its threadIdx.y loop is its own and its buffer holds every row of
         # the block (allocation covers the loops right of the compute-at position).
-        for g in staged:
-            inline_at(g if g.memory_type == MemoryType.Shared else g.definition.inputs[0], 1)
+        for g in shared:
+            inline_at(g, 1)
     launch = fusion.launch_hints
     if p.cluster > 1:
         launch["cluster"] = (1, p.cluster, 1)
@@ -272,37 +271,19 @@ def schedule(fusion, p: ScanParams) -> None:
 
 
 def _row_schedule(tv: TensorView, p: ScanParams, striped: bool) -> None:
-    """[rows..., N] -> [M / By (blockIdx.x), By (threadIdx.y), C (blockIdx.y), T
-    (threadIdx.x), P, V], a thread's chunk of P x V contiguous (blocked); with `striped`,
-    [.., C, P, T, V]: the threads of a p read consecutive vectors. Rows merged (rank 1: no
-    row dims); C only with a cluster."""
-    while len(tv.domain.loop) > 2:
-        tv.merge(0, 1)
-    r = len(tv.domain.loop) - 1           # position of N: 0 or 1
-    c = 1 if p.cluster > 1 else 0
-    if c:
-        tv.split(r, p.block_elements)     # [.., C, B]
-    tv.split(r + c, p.vector)             # [.., C, B / V, V]
-    tv.split(r + c, p.bdimx if striped else p.per_thread)
-    if r:
-        tv.split(0, p.bdimy)              # [M / By, By, ...]
-        tv.parallelize(0, PT.BIDx).parallelize(1, PT.TIDy)
-    pos = 2 if r else 0
-    if c:
-        tv.parallelize(pos, PT.BIDy)
-    tv.parallelize(pos + c + (1 if striped else 0), PT.TIDx)
+    """base.schedule_rows_in_chunks with the heuristic's shape."""
+    schedule_rows_in_chunks(tv, p.vector, p.per_thread, p.bdimx, p.bdimy, p.cluster,
+                            p.block_elements, striped)
 
 
 def _stage_through_shared(fusion, caches: dict, outputs: list, scanned,
-                          vector_inputs: tuple) -> list:
+                          vector_inputs: tuple) -> tuple[list, list]:
     """Stage the row's vector inputs (those the heuristic reads with vectors: the others,
     misaligned or strided in this call, stay element-wise reads in the blocked order) and its
     outputs through shared memory: each such input's cache becomes a shared tensor read into a
     register cache, each output along the row is written from a shared copy of its value.
-    Returns the tensors whose loops face global memory (the shared input caches, the outputs),
-    which schedule() gives the warp-striped order."""
-    from ..cache import cache_after, cache_before, set_memory_type
-    from ...ir.tensor import MemoryType
+    Returns (the tensors whose loops face global memory: the shared input caches and the
+    outputs, which schedule() gives the warp-striped order; the shared tensors)."""
     graph = IdGraph(fusion)
     ref = _reference(fusion).outputs[0]
     shape = [i.is_broadcast for i in ref.domain.logical]
@@ -312,17 +293,20 @@ def _stage_through_shared(fusion, caches: dict, outputs: list, scanned,
         return (mapped_dim(t, scanned, graph) is not None
                 and [i.is_broadcast for i in t.domain.logical] == shape)
 
-    staged = []
+    staged, shared = [], []
     for k, c in list(caches.items()):
         if k not in vector_inputs or not like_the_row(c):
             continue
         set_memory_type(c, MemoryType.Shared)
         caches[k] = cache_after(c)
         staged.append(c)
+        shared.append(c)
     for o in outputs:
         if not like_the_row(o):
             continue
-        set_memory_type(cache_before(o), MemoryType.Shared)
+        copy = cache_before(o)
+        set_memory_type(copy, MemoryType.Shared)
         staged.append(o)
-    return staged
+        shared.append(copy)
+    return staged, shared
 

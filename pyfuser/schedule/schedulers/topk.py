@@ -42,10 +42,9 @@ from ...ir.iter_domain import ParallelType as PT
 from ...ir.scalar import ScalarOp
 from ...ir.tensor import TensorView
 from .. import inline_most, parallelize_like, propagate_transforms
-from ..transform_propagation import replay
 from .base import (RuntimeInfo, SchedulerError, cache_inputs_and_outputs, ops_beside,
-                   orient_vector_inputs, strided_along, vector_inputs, vector_width,
-                   vectorize_along)
+                   orient_vector_inputs, schedule_rows_in_chunks, strided_along, vector_inputs,
+                   vector_width, vectorize_along)
 
 NAME = "topk"            # offered the fusions with a top-k alone (op_support.DEDICATED_OPS)
 
@@ -87,9 +86,9 @@ def _topks(fusion) -> list:
 
 
 def _sides(op: TopKOp) -> tuple:
-    """(x's logical ID along the top-k's dim, the outputs' IDs of the k selected elements)."""
-    row_id = op.inputs[0].domain.logical_no_reductions[op.dim]
-    return row_id, [o.domain.logical[op.dim] for o in op.outputs]
+    """(x's logical ID along the top-k's dim, the values' ID of the k selected elements, which
+    the ID graph maps to the indices')."""
+    return op.inputs[0].domain.logical_no_reductions[op.dim], op.outputs[0].domain.logical[op.dim]
 
 
 def can_schedule(fusion) -> tuple[bool, str]:
@@ -118,7 +117,7 @@ def can_schedule(fusion) -> tuple[bool, str]:
         return False, (f"a top-k along dim {op.dim} of {rank}: the kernel selects along the "
                        "innermost logical dim")
     graph = IdGraph(fusion)
-    row_id, k_ids = _sides(op)
+    row_id, k_id = _sides(op)
     if row_id.is_broadcast:
         return False, ("a top-k along a dim the definition makes a broadcast (one element); "
                        "torch.topk runs it")
@@ -130,7 +129,7 @@ def can_schedule(fusion) -> tuple[bool, str]:
 
     for tv in fusion.tensors():
         on_row = iterates(tv, row_id)
-        on_k = any(iterates(tv, i) for i in k_ids)
+        on_k = iterates(tv, k_id)
         if on_row and on_k:
             return False, (f"T{tv.name} iterates both the row and the k selected elements (a "
                            "top-k result combined with the row)")
@@ -140,7 +139,7 @@ def can_schedule(fusion) -> tuple[bool, str]:
         if not all(iterates(o, r) for r in rows):
             return False, (f"output {n} does not iterate every row dim (the kernel writes whole "
                            "rows)")
-        if not (iterates(o, row_id) or any(iterates(o, i) for i in k_ids) or op.k == 1):
+        if not (iterates(o, row_id) or iterates(o, k_id) or op.k == 1):
             return False, f"output {n} iterates neither the row nor the k selected elements"
     why = strided_along(fusion, row_id, graph, list(fusion.inputs), "top-k's dim", "top-k")
     if why:
@@ -167,7 +166,6 @@ def compute_heuristics(fusion, info: RuntimeInfo) -> TopKParams:
     if n > capacity:
         raise SchedulerError(f"a row of {n} elements is more than one block holds ({capacity}: "
                              f"{MAX_CHUNK} per thread of {MAX_THREADS}); torch.topk runs it")
-    vector = min(vector, MAX_CHUNK)
     vectors = -(-n // vector)
     # Chunks as long as MAX_CHUNK allows, but short enough that the row spans a warp: each
     # round, the thread holding the element taken scans its chunk again.
@@ -196,32 +194,22 @@ def schedule(fusion, p: TopKParams) -> None:
     if row_id.extent.value is None:
         fusion.static_extents = {row_id.extent: p.row_extent}
     # The row side, from the top-k's input: [rows..., N] -> [M / By, By, T, P, V].
-    _rows_merged(x)
-    r = len(x.domain.loop) - 1            # position of N: 0 or 1
-    x.split(r, p.vector)
-    x.split(r, p.per_thread)              # [.., T, P, V]: a thread's chunk is contiguous
-    if r:
-        x.split(0, p.bdimy)
-        x.parallelize(0, PT.BIDx).parallelize(1, PT.TIDy)
-    x.parallelize(2 if r else 0, PT.TIDx)
+    schedule_rows_in_chunks(x, p.vector, p.per_thread, p.bdimx, p.bdimy)
     propagate_transforms(x)
     parallelize_like(x, parallel_types={PT.BIDx, PT.TIDy, PT.TIDx})
-    # The k side, from each result (values and indices are joined only by the top-k):
-    # [M / By, By, K] -> [M / By, By, K / B, B].
+    # The k side, from the values (the indices are their sibling: the same loops):
+    # [M / By, By, K] -> [M / By, By, K / B, B]; k = 1 is a broadcast, every thread of the row
+    # holds the one result.
     graph = IdGraph(fusion)
-    k_ids = _sides(op)[1]
-    k_side = [tv for tv in fusion.tensors() if any(
-        graph.mapped(j, i) for j in tv.domain.logical if not j.is_broadcast for i in k_ids)]
-    for result in op.outputs:
-        pos = len(result.domain.loop) - 1
-        if result.domain.loop[pos].is_broadcast:
-            continue          # k = 1: every thread of the row holds the one result
-        result.split(pos, p.k_threads)
-        result.parallelize(pos + 1, PT.TIDx)
-    for result in op.outputs:
-        propagate_transforms(result, k_side)
-        parallelize_like(result, k_side, parallel_types={PT.BIDx, PT.TIDy, PT.TIDx})
-    _sync_siblings(op)
+    k_id = _sides(op)[1]
+    k_side = [tv for tv in fusion.tensors()
+              if any(graph.mapped(j, k_id) for j in tv.domain.logical if not j.is_broadcast)]
+    pos = len(values.domain.loop) - 1
+    if not values.domain.loop[pos].is_broadcast:
+        values.split(pos, p.k_threads)
+        values.parallelize(pos + 1, PT.TIDx)
+        propagate_transforms(values, k_side)
+        parallelize_like(values, k_side, parallel_types={PT.BIDx, PT.TIDy, PT.TIDx})
     if p.vector > 1:
         pgraph = IdGraph(fusion, permissive=True)
         vec_axis = x.domain.loop[-1]
@@ -238,17 +226,3 @@ def schedule(fusion, p: TopKParams) -> None:
     launch["max_threads"] = p.bdimx * p.bdimy
 
 
-def _sync_siblings(op: TopKOp) -> None:
-    """Give the indices the values' loop domain and parallel types: one expression computes
-    both in one loop nest (propagation may reach them on different paths, e.g. only the values
-    through a consumer on the row side)."""
-    values, indices = op.outputs
-    replay(values, indices, dict(zip(values.domain.logical, indices.domain.logical)), "twin")
-    for a, b in zip(values.domain.loop, indices.domain.loop):
-        b.parallel_type = a.parallel_type
-
-
-def _rows_merged(tv: TensorView) -> None:
-    """[rows..., N] -> [M, N] (rank 1 stays [N])."""
-    while len(tv.domain.loop) > 2:
-        tv.merge(0, 1)
