@@ -63,14 +63,19 @@ def argmax_rows(device):
     return fd, [x], eager, x.numel() * 2 + 8192 * 8
 
 
-def cumsum_rows(device):
-    x = _randn((64, 128256), device, dtype=torch.float32)
-    with FusionDefinition("cumsum") as fd:
-        fd.add_output(fd.ops.cumsum(fd.from_pytorch(x), 1))
+def _cumsum_case(shape, dtype=torch.float32):
+    def case(device):
+        x = _randn(shape, device, dtype=dtype)
+        with FusionDefinition("cumsum") as fd:
+            fd.add_output(fd.ops.cumsum(fd.from_pytorch(x), 1))
 
-    def eager():
-        return torch.cumsum(x, 1)
-    return fd, [x], eager, 2 * x.numel() * 4
+        def eager():
+            return torch.cumsum(x, 1)
+        return fd, [x], eager, 2 * x.numel() * x.element_size()
+    return case
+
+
+cumsum_rows = _cumsum_case((64, 128256))
 
 
 def topk_rows(device):
@@ -126,6 +131,9 @@ CASES = {
     "residual + dropout(x + bias) [8192,4096] bf16, mask out": dropout,
     "argmax rows [8192,128256] bf16": argmax_rows,
     "cumsum rows [64,128256] fp32 (scan kernel)": cumsum_rows,
+    "cumsum rows [64,1048576] fp32 (chained scan)": _cumsum_case((64, 1 << 20)),
+    "cumsum rows [4,16777216] fp32 (chained scan)": _cumsum_case((4, 1 << 24)),
+    "cumsum rows [16,2000000] bf16 (chained scan)": _cumsum_case((16, 2000000), torch.bfloat16),
     "topk k=50 [64,128256] bf16 (library)": topk_rows,
     "topk k=8 [16384,256] bf16 (router, kernel)": _topk_case((16384, 256), 8, torch.bfloat16),
     "topk k=2 [65536,64] bf16 (router, kernel)": _topk_case((65536, 64), 2, torch.bfloat16),

@@ -309,7 +309,7 @@ class CudaPrinter:
 
     def _BlockScan(self, s):
         """Exclusive block scan of the carry (scan.cuh); with a cluster, the lower-ranked CTAs'
-        totals in front."""
+        totals in front; chained, the prefix of the blocks before along blockIdx.y."""
         bx = self.k.launch.block[0]
         bx = bx if isinstance(bx, int) else bx.value
         if bx is None or bx % 32:
@@ -330,6 +330,12 @@ class CudaPrinter:
             self.line(f"  {carry} = {op}(pf::cluster_exclusive_scan_row<{size}>(pf_scan_total, "
                       f"pf_cluster_slots_{t.replace(' ', '_')}, {self.rows()}, pf_cluster_phase, "
                       f"{op}), {carry});")
+        elif s.chain is not None:
+            values, flags = s.chain
+            self.line(f"  {carry} = {op}(pf::chained_exclusive_scan_row(pf_scan_total, "
+                      f"{values.name}, reinterpret_cast<unsigned long long*>({flags.name}), {ws}, "
+                      f"{op}), "
+                      f"{carry});")
         else:
             self.line("  (void)pf_scan_total;")
         self.line("}")

@@ -26,7 +26,9 @@ Parameter sources, one per kernel parameter:
 Workspaces: (kind, DataType name, elements). `elements` is an expression for "intermediate"
 (the global tensor's elements); for "grid_reduce_data" it is the values per thread (the buffer
 holds that many per thread of every block), for "semaphore" it is 1 (one per block), for
-"index_error" the record's 2 elements (in GPU memory, zeroed once) and for "index_report" its
+"scan_chain" 2 (two per row of threads of every block: a chained scan's aggregates and
+inclusive prefixes) and "scan_flag" 1 (their flags, tagged with the launch's generation: zeroed
+once, never reset), for "index_error" the record's 2 elements (in GPU memory, zeroed once) and for "index_report" its
 copy (2 elements in pinned host memory, which the kernel writes through unified addressing and
 the host reads without a copy: runtime/index_check.py).
 """
@@ -110,6 +112,8 @@ class LaunchDescription:
             return max(1, int(evaluate(elements, inputs)))
         if kind == "semaphore":
             return blocks
+        if kind in ("scan_chain", "scan_flag"):
+            return blocks * block[1] * block[2] * elements
         if kind in ("index_error", "index_report"):
             return elements
         return blocks * block[0] * block[1] * block[2] * elements

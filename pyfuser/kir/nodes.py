@@ -385,12 +385,15 @@ class BlockScan(Stmt):
     carry is op of the totals of the threads before it in its row (the identity for the first).
     With `cluster` (the block dim and CTA count a thread-block cluster spans), the totals of the
     row's CTAs of lower rank are combined in front, through distributed shared memory (every
-    CTA of the cluster must reach it). Uses the block-reduction shared workspace."""
+    CTA of the cluster must reach it). With `chain` (two global buffers: values, flags), the
+    totals of the row's blocks before it along blockIdx.y are combined in front instead,
+    through global memory (scan.cuh's chained_exclusive_scan_row: a decoupled look-back). Uses the block-reduction shared workspace."""
 
     carry: Any
     op: str                        # sum | prod
     dtype: DataType
     cluster: Any = None            # (dim, size) or None
+    chain: Any = None              # (values Buffer, flags Buffer) or None
 
 
 @dataclasses.dataclass(eq=False)
@@ -682,7 +685,9 @@ class Kernel:
     index_type: str = "int"        # int (32-bit) or int64_t
     ctx: Any = None                # lowering context (ID graphs, loops, buffers)
     # Global buffers the executor allocates per launch shape: (Buffer, kind), kind one of
-    # "intermediate", "grid_reduce_data", "semaphore" (zeroed once, left zeroed by the kernel).
+    # "intermediate", "grid_reduce_data", "semaphore" (zeroed once, left zeroed by the kernel),
+    # "scan_chain", "scan_flag" (zeroed once; a kernel tags the flags it sets with its
+    # launch's generation, scan.cuh).
     workspaces: list = dataclasses.field(default_factory=list)
     # Set by passes, read by later passes, codegen and the executor:
     vector_widths: dict = dataclasses.field(default_factory=dict)  # global buffer name -> width

@@ -55,6 +55,8 @@ def kernel_str(kernel: K.Kernel) -> str:
                 lines.append(f"{pad}block_allreduce<{','.join(s.dims)}>({s.op}, {s.values})")
             elif isinstance(s, K.BlockScan):
                 cl = f" cluster {s.cluster}" if s.cluster else ""
+                if s.chain:
+                    cl += f" chained through {s.chain[0].name}, {s.chain[1].name}"
                 lines.append(f"{pad}block_exclusive_scan<x>({s.op}, {s.carry!r}){cl}")
             elif isinstance(s, K.BlockTopK):
                 order = "largest" if s.largest else "smallest"

@@ -431,6 +431,12 @@ class _Verifier:
         if not isinstance(v, K.TensorIndex) or v.buffer.memory != "local":
             self.fail(f"scanned value {v!r} is not a register TensorIndex", s)
         self.check_buffer(v.buffer, scope, s, "the scanned value")
+        if s.chain is not None:
+            if s.cluster is not None:
+                self.fail("a block scan both over a cluster and chained across blocks", s)
+            for b in s.chain:
+                if b.memory != "global":
+                    self.fail(f"the scan chain's {b.name} is not global memory", s)
 
     def _ClusterReduce(self, s: K.ClusterReduce, scope):
         self._reduce_common(s, scope, set(), {s.dim})

@@ -152,6 +152,10 @@ def describe_launch(kernel: K.Kernel) -> LaunchDescription:
             elements = expr(n)
         elif kind == "semaphore":
             elements = 1
+        elif kind == "scan_chain":
+            elements = 2         # per row of threads of every block (scan.cuh's look-back)
+        elif kind == "scan_flag":
+            elements = 1
         elif kind in ("index_error", "index_report"):
             elements = INDEX_ERROR_ELEMENTS
         else:

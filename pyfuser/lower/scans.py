@@ -17,7 +17,14 @@ After:
       T3[p, v] = sum_scan(T2[p, v]) (carry pf_scan0)   <- carry += T2[p, v]; T3[p, v] = carry
     block_scan<x>(sum, pf_scan0[0])              <- BlockScan: carry becomes the exclusive prefix
                                                     of the thread's chunk in its row (and, with
-                                                    a cluster along blockIdx.y, of its CTA)
+                                                    the row split along blockIdx.y, of its
+                                                    block: through a cluster's distributed
+                                                    shared memory, or else chained through two
+                                                    global workspaces, pf_scan_chain0 (each
+                                                    block's total and inclusive prefix) and
+                                                    pf_scan_flag0 (their flags, tagged with
+                                                    the launch's generation): scan.cuh's
+                                                    decoupled look-back)
     for threadIdx.x: for p: for v:               <- the same loops again (label SCAN_FIXUP)
       T3[p, v] = sum_scan_fixup(T3[p, v]) (carry pf_scan0)   <- T3 = carry + T3
 
@@ -26,14 +33,17 @@ not reach the carry); the fixup is register math, unguarded.
 
 Limits (a LoweringError, so the fusion falls back, never a wrong kernel): the scan's output is
 a register tensor whose own loops all iterate the scanned dim, the first bound to threadIdx.x
-and the rest serial (the scan scheduler's shape); a scanned dim bound to blockIdx.y must be
-spanned by the launch's cluster.
+and the rest serial (the scan scheduler's shape); a scanned dim bound to a block dim is spanned
+by the launch's cluster, or else is blockIdx.y. A chained block waits on the blocks before it
+along y, whose linear block indices are lower: the GPU dispatches blocks in linear order, so
+they have started and publish their totals (CUB's single-pass scan relies on the same order).
 """
 from __future__ import annotations
 
 import dataclasses
 
 from ..ir import scalar as S
+from ..ir.dtype import DataType
 from ..ir.exprs import ScanOp
 from ..ir.iter_domain import ParallelType
 from ..ir.tensor import MemoryType
@@ -71,7 +81,7 @@ def _lower_scan(kernel, op: K.TensorOp, parents: list, n: int) -> None:
         raise LoweringError(f"T{tv.name}: its threadIdx.x loop is not around its scan")
     thread_loop = parents[idx]
     scope = parents[idx - 1].body if idx > 0 else kernel.body
-    cluster = _cluster(kernel, tv, parents[:idx], scanned)
+    cluster, chain = _across_blocks(kernel, tv, parents[:idx], scanned, n)
     carry_buf = K.Buffer(f"pf_scan{n}", tv.dtype, "local", K.Const(1), None)
     carry = K.TensorIndex(carry_buf, K.Const(0))
     op.carry = carry
@@ -86,24 +96,39 @@ def _lower_scan(kernel, op: K.TensorOp, parents: list, n: int) -> None:
         K.InitValue(carry_buf, S.as_scalar(float(expr.identity) if tv.dtype.is_floating
                                            else expr.identity, tv.dtype), tv),
         thread_loop,
-        K.BlockScan(carry, expr.op, tv.dtype, cluster),
+        K.BlockScan(carry, expr.op, tv.dtype, cluster, chain),
         fixup,
     ]
 
 
-def _cluster(kernel, tv, outer: list, scanned: set):
-    """(block dim, CTAs) of the cluster a scanned loop bound to a block dim spans, or None."""
+def _across_blocks(kernel, tv, outer: list, scanned: set, n: int):
+    """How the scan crosses blocks when its scanned dim is bound to a block dim: (the cluster's
+    (block dim, CTAs), None) when the launch's clusters span the dim, else (None, the chain's
+    (values, flags) workspaces: each block's prefix from the blocks before it along
+    blockIdx.y through global memory, scan.cuh's decoupled look-back). (None, None) when the scan stays in its block."""
     ctx = kernel.ctx
     dims = [f for f in outer if f.loop is not None and f.loop.parallel.is_block_dim
             and any(ctx.exact.mapped(f.loop.id, i) for i in scanned)]
     if not dims:
-        return None
+        return None, None
     if len(dims) > 1:
         raise LoweringError(f"T{tv.name}: its scan spans several block dims")
     dim = dims[0].loop.parallel.name[-1].lower()
     hint = kernel.fusion.launch_hints.get("cluster")
     size = hint["xyz".index(dim)] if hint else 1
-    if size < 2 or size != _block_extent(kernel, dim):
-        raise LoweringError(f"T{tv.name}: its scan over blockIdx.{dim} needs a cluster spanning "
-                            f"the whole dim (cluster {hint})")
-    return (dim, size)
+    if size > 1:
+        if size != _block_extent(kernel, dim):
+            raise LoweringError(f"T{tv.name}: its scan over blockIdx.{dim} needs a cluster "
+                                f"spanning the whole dim (cluster {hint})")
+        return (dim, size), None
+    if dim != "y":
+        # The device library's chain indexes its slots along blockIdx.y (the scheduler's
+        # layout: rows along blockIdx.x).
+        raise LoweringError(f"T{tv.name}: a scan chained across blocks runs along blockIdx.y, "
+                            f"not blockIdx.{dim}")
+    values = K.Buffer(f"pf_scan_chain{n}", tv.dtype, "global")
+    flags = K.Buffer(f"pf_scan_flag{n}", DataType.Int64, "global")
+    for b, kind in ((values, "scan_chain"), (flags, "scan_flag")):
+        kernel.params.append(K.Param(b.name, "ptr", ("workspace", b.name), b))
+        kernel.workspaces.append((b, kind))
+    return None, (values, flags)

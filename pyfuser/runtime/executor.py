@@ -792,6 +792,8 @@ class FusionExecutorCache:
 
         Grid-reduction data: one slot per thread and grouped value of every block. Semaphores:
         one counter per block, zeroed here once; kernels leave them at zero when they finish.
+        A chained scan's totals and prefixes: two per row of threads of every block; their flags
+        one, zeroed here once (a kernel tags the flags it sets with its launch's generation).
         """
         import torch
 
@@ -800,6 +802,8 @@ class FusionExecutorCache:
         n = fk.launch.workspace_elements(w, inputs, grid, block)
         if kind == "semaphore":
             return torch.zeros(n, dtype=torch.int32, device=device)
+        if kind == "scan_flag":
+            return torch.zeros(n, dtype=torch.int64, device=device)
         if kind == "index_error":       # zero while no index check failed (index_check.py)
             return torch.zeros(n, dtype=torch.int64, device=device)
         if kind == "index_report":      # the record's copy the host reads (index_check.py)

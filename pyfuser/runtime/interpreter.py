@@ -1566,8 +1566,9 @@ class Interpreter:
     def _BlockScan(self, s: K.BlockScan, ctx: _Ctx):
         """block_exclusive_scan_x: each thread's carry becomes op of the carries of the threads
         of its row (same block, y and z) with a lower threadIdx.x, in x order; with a cluster,
-        op of the row totals of the lower-ranked CTAs in front (cluster_exclusive_scan_row).
-        Every thread of the block (and of the cluster) must arrive."""
+        op of the row totals of the lower-ranked CTAs in front (cluster_exclusive_scan_row);
+        chained, of the blocks before along blockIdx.y (chained_exclusive_scan_row).
+        Every thread of the block (and of the cluster; chained, of the grid) must arrive."""
         self._check_whole_blocks(s, ctx)
         if self.block[0] % 32:
             raise InterpreterError(f"block scan over a block x of {self.block[0]} threads (a "
@@ -1590,6 +1591,8 @@ class Interpreter:
         res = excl[row, tx]
         if s.cluster is not None:
             res = _SCAN[s.op](self._cluster_prefix(s, ctx, totals[row]), res)
+        elif s.chain is not None:
+            res = _SCAN[s.op](self._chain_prefix(s, ctx, totals[row]), res)
         m, addr = self._locate(ctx, s.carry, "block scan of", 1)
         self._store(m, addr, res, None)
 
@@ -1647,6 +1650,20 @@ class Interpreter:
             for buf, res in ((s.values, top_v), (s.indices, top_i)):
                 self._write(ctx, K.TensorIndex(buf, K.Const(q)), res[row, jj], ~has,
                             what="block top-k result write of")
+
+    def _chain_prefix(self, s: K.BlockScan, ctx: _Ctx, totals):
+        """Per thread: op of its row's totals in the blocks before its own along blockIdx.y
+        (same blockIdx.x and z, same threadIdx.y and z), in y order. Every block of the grid
+        must arrive (on a GPU a block whose predecessor never publishes waits forever)."""
+        self._check_whole_grid(s, ctx)
+        bx, by, bz = (self._block_dim(ctx, d) for d in "xyz")
+        gy = self.grid[1]
+        row = (bz * self.grid[0] + bx) * self.block[1] * self.block[2] + (
+            self._thread_dim(ctx, "z") * self.block[1] + self._thread_dim(ctx, "y"))
+        nrows = self.grid[0] * self.grid[2] * self.block[1] * self.block[2]
+        table = np.full((nrows, gy), _SCAN_IDENTITY[s.op], dtype=totals.dtype)
+        table[row, by] = totals
+        return _exclusive_scan(s.op, table)[0][row, by]
 
     def _cluster_prefix(self, s: K.BlockScan, ctx: _Ctx, totals):
         """Per thread: op of its row's totals in the CTAs of its cluster of lower rank."""

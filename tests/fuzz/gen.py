@@ -664,7 +664,8 @@ class Builder:
             if op == "cumsum":
                 lo, hi = min(x.lo, n * x.lo), max(x.hi, n * x.hi)
             else:
-                hi = min(max(1.0, x.bound) ** n, 1e30)
+                big = n * math.log(max(1.0, x.bound)) > math.log(1e30)
+                hi = 1e30 if big else max(1.0, x.bound) ** n
                 lo = 0.0 if x.lo >= 0 else -hi
             return Val(name, x.dims, dt, lo, hi, x.exact and not dt.is_floating)
         if op == "topk":
@@ -1848,9 +1849,14 @@ def pat_scan(b: Builder) -> None:
     r = b.rng
     rank = r.choices([1, 2, 3], [20, 60, 20])[0]
     axes = [b.axis() for _ in range(rank)]
-    if r.random() < 0.3:
+    u = r.random()
+    if u < 0.1:
+        # Rows of most of the budget: over a cluster, or (with --max-elements past 131072)
+        # longer than a cluster holds, chained across blocks.
+        b.sizes[axes[-1]] = r.randint(b.max_elements // 2, b.max_elements)
+    elif u < 0.4:
         b.sizes[axes[-1]] = b.pick_size("long")
-    b.fit(axes)
+    b.fit(axes, protect=(axes[-1],))
     full = [Dim(a, "full") for a in axes]
     op = r.choice(("cumsum", "cumsum", "cumsum", "cumprod"))
     if op == "cumprod":

@@ -362,7 +362,8 @@ def summarize(args, results: list[dict], seconds: float, sanitizer=None) -> str:
 VARIANTS = (
     ("tma rows", r"stages=[1-9].*tma_inputs=\(\d"), ("cp.async rows", r"cp_async_inputs=\(\d"),
     ("warp-specialized", r"warp_specialized=True"), ("tensor-map boxes", r"tensor_map=True"),
-    ("cluster", r"cluster=[2-9]"), ("grid-split reduction", r"grid_split=[2-9]"),
+    ("cluster", r"cluster=[2-9]"), ("chained scan", r"chain=[2-9]|chain=\d\d"),
+    ("grid-split reduction", r"grid_split=[2-9]"),
     ("vectorized", r"vector=(2|4|8|16)"),
 )
 

@@ -1,5 +1,6 @@
 """cumsum and cumprod on the GPU: the block-scan kernel (schedulers/scan.py), rows in one block
-and rows over a thread-block cluster (the bar's [64, 128256] fp32), element-wise ops fused
+rows over a thread-block cluster (the bar's [64, 128256] fp32) and longer rows chained across
+blocks through global memory, element-wise ops fused
 around the scan, int64 sums of integer inputs, and the library op where no kernel takes the
 scan. Outputs poisoned (run_and_check); floating results against float64 with a tolerance that
 grows with the row length; what ran is asserted (the scan scheduler, no fallback)."""
@@ -45,6 +46,62 @@ def test_the_bar_shape_runs_on_a_cluster_of_8():
     run_and_check(fd, [x], scheduler="scan")
     (p,) = fd.last_run.heuristics
     assert p.cluster == 8 and p.bdimx == 1024, p
+
+
+@pytest.mark.parametrize("shape, dtype", [
+    ((64, 1 << 20), torch.float32),        # 64 blocks a row, 4096 in all (30 waves of the H100)
+    ((3, 300001), torch.float32),          # the last block of each row short
+    ((256, 200000), torch.float32),
+    ((8, 2000001), torch.bfloat16),
+    ((1, 50_000_000), torch.float32),      # 3052 blocks along one row
+])
+def test_rows_longer_than_a_cluster_holds_chain_their_blocks(shape, dtype):
+    """Rows over 8 blocks: blocks along blockIdx.y chain their prefixes through global memory,
+    one kernel; a second launch (the flags left zeroed) is right too."""
+    for seed in (0, 1):
+        torch.manual_seed(seed)
+        x = torch.randn(*shape, device="cuda").to(dtype)
+        fd = _scan_fd(x)
+        out, = run_and_check(fd, [x], scheduler="scan")
+        # bf16: the output's rounding (2^-9 relative at most) dominates.
+        tol = _tol(shape[1]) if dtype == torch.float32 else 4e-3
+        assert rel_error(out.double(), torch.cumsum(x.double(), 1)) <= tol
+        (p,) = fd.last_run.heuristics
+        assert p.chain > 1 and p.cluster == 1, p
+        del x, out
+
+
+def test_chained_scan_replayed_in_a_cuda_graph():
+    """The look-back's flags are tagged with the launch (%gridid), never reset: replays of a
+    captured graph, each on new data, must each see only their own launch's flags."""
+    x = torch.randn(8, 400000, device="cuda")
+    fd = _scan_fd(x)
+    run_and_check(fd, [x], scheduler="scan")
+    assert fd.last_run.heuristics[0].chain > 1
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.stream(stream):
+        fd.execute([x])                          # warm on the capture stream
+        with torch.cuda.graph(graph, stream=stream):
+            out, = fd.execute([x])
+    torch.cuda.current_stream().wait_stream(stream)
+    for seed in range(4):
+        torch.manual_seed(seed)
+        x.copy_(torch.randn_like(x) + seed)
+        out.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        assert rel_error(out, torch.cumsum(x.double(), 1)) <= _tol(x.shape[1]), seed
+
+
+def test_chained_cumprod_float64_and_exact_integer_sums():
+    x = 1 + 1e-6 * torch.randn(4, 300000, device="cuda", dtype=torch.float64)
+    out, = run_and_check(_scan_fd(x, "cumprod"), [x], scheduler="scan")
+    y = torch.randint(-1000, 1000, (4, 500001), device="cuda", dtype=torch.int32)
+    fd = _scan_fd(y)
+    out, = run_and_check(fd, [y], scheduler="scan")
+    assert torch.equal(out, torch.cumsum(y, 1)) and fd.last_run.heuristics[0].chain > 1
 
 
 def test_cumprod_and_float64():

@@ -142,13 +142,35 @@ def test_a_scan_along_a_dim_strided_in_memory_is_the_library_op():
     assert "T1 = cumsum(T0, dim=1) by torch.cumsum" in str(plan), str(plan)
 
 
-def test_rows_longer_than_a_cluster_holds_are_the_library_op():
-    """A row over 8 blocks of 16384 fp32 (the H100 table's portable cluster): the heuristic
-    refuses the shape, the executor plans the scan as the library op, and says why."""
-    x = torch.randn(1, 140000)
-    fd = _cumsum_fd(x)
-    run_and_check(fd, [x], kernels=0, options=INTERPRET, segments=(("library", "scan"),))
-    assert "needs more than a cluster of 8" in fd.last_run.segments[0].why, fd.last_run
+@pytest.mark.parametrize("shape, op, dtype", [
+    ((1, 140000), "cumsum", torch.float32),       # 9 blocks of 16384 (over a cluster of 8)
+    ((3, 300001), "cumsum", torch.float32),       # 19 blocks, the last one short
+    ((2, 70001), "cumprod", torch.float64),       # 8-byte prefixes: 9 blocks of 8192
+    ((2, 140000), "cumsum", torch.int32),         # int64 running sums
+])
+def test_rows_longer_than_a_cluster_holds_chain_their_blocks(shape, op, dtype):
+    """A row over 8 blocks (the H100 table's portable cluster) is split over blocks along
+    blockIdx.y that chain their prefixes through global memory: one kernel, no library op."""
+    gen = torch.Generator().manual_seed(shape[1])
+    if dtype.is_floating_point:
+        x = torch.randn(*shape, generator=gen, dtype=dtype)
+        if op == "cumprod":
+            x = 1 + x / 1e5          # products that neither vanish nor overflow
+    else:
+        x = torch.randint(-1000, 1000, shape, generator=gen, dtype=dtype)
+    fd = _cumsum_fd(x, op=op)
+    out, = run_and_check(fd, [x], scheduler="scan", options=INTERPRET)
+    want = getattr(torch, op)(x.double() if dtype.is_floating_point else x.long(), 1)
+    if dtype.is_floating_point:
+        assert rel_error(out, want) <= scan_tolerance(dtype, shape[1])
+    else:
+        assert torch.equal(out, want)
+    p = fd.last_run.heuristics[0]
+    capacity = 1024 * 64 // max(8 if op == "cumprod" or not dtype.is_floating_point else 4,
+                                 dtype.itemsize)
+    assert (p.cluster, p.chain) == (1, -(-shape[1] // capacity)), p
+    assert fd.last_run.clusters[0] is None
+    assert "chain their totals through global memory" in p.reason, p.reason
 
 
 def _lowered_kernel(fd, inputs):
@@ -175,6 +197,8 @@ def test_kernel_ir_holds_the_thread_scan_block_scan_and_fixup():
     ((8, 1000), "cumsum", torch.bfloat16),
     ((8, 1000), "cumsum", torch.int32),           # int64 shuffles and sums
     ((8, 30000), "cumprod", torch.float64),       # 8-byte cluster slots
+    ((4, 300001), "cumsum", torch.float32),       # 19 blocks chained through global memory
+    ((4, 100000), "cumprod", torch.float64),      # 8-byte chained prefixes
 ])
 def test_generated_cuda_compiles_for_sm90a(shape, op, dtype):
     pytest.importorskip("cuda.bindings.nvrtc")
@@ -185,6 +209,9 @@ def test_generated_cuda_compiles_for_sm90a(shape, op, dtype):
     src = generate_cuda(kernel)
     assert "pf::block_exclusive_scan_x(" in src
     assert ("pf::cluster_exclusive_scan_row<" in src) == (kernel.launch.cluster is not None)
+    chained = any(s.chain is not None for s in K.walk(kernel.body) if isinstance(s, K.BlockScan))
+    assert ("pf::chained_exclusive_scan_row(" in src) == chained
+    assert chained == (shape[1] > 8 * 1024 * 64 // max(dtype.itemsize, 4)), shape
     mod = compile_to_cubin(src, kernel.name, arch="sm_90a")
     rep = mod.ptxas
     assert rep.function == mod.entry_name

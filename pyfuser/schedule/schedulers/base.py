@@ -408,18 +408,18 @@ def strided_along(fusion, row_id, graph, tensors: list, dim_name: str, op_name: 
 
 
 def schedule_rows_in_chunks(tv: TensorView, vector: int, per_thread: int, bdimx: int,
-                            bdimy: int, cluster: int = 1, block_elements: int = 0,
+                            bdimy: int, row_blocks: int = 1, block_elements: int = 0,
                             striped: bool = False) -> None:
     """The loops of the schedulers that hold rows in registers, a thread a chunk (scan, top-k):
     [rows..., N] -> [M / By (blockIdx.x), By (threadIdx.y), C (blockIdx.y), T (threadIdx.x), P,
     V], a thread's chunk of P x V elements contiguous in the row (blocked); with `striped`,
     [.., C, P, T, V], the threads of a p at consecutive vectors (the global side of a row
-    staged through shared memory). Rows merged (rank 1: no row loops); C (a cluster, each CTA
-    `block_elements` of the row) only when `cluster` > 1."""
+    staged through shared memory). Rows merged (rank 1: no row loops); C (the blocks of a row
+    along blockIdx.y, each `block_elements` of it) only when `row_blocks` > 1."""
     while len(tv.domain.loop) > 2:
         tv.merge(0, 1)
     r = len(tv.domain.loop) - 1           # position of N: 0 or 1
-    c = 1 if cluster > 1 else 0
+    c = 1 if row_blocks > 1 else 0
     if c:
         tv.split(r, block_elements)       # [.., C, B]
     tv.split(r + c, vector)               # [.., C, B / V, V]

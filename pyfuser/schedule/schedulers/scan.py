@@ -1,21 +1,32 @@
 """Scan scheduler: cumsum and cumprod along rows (a block scan), with the pointwise ops around
 them in the same kernel.
 
-Each row is scanned by one block, or by a thread-block cluster of C blocks along blockIdx.y
-when it is longer than one block holds. Each thread owns a contiguous chunk of P x V elements
-of its block's share of the row (the "blocked" arrangement, so a thread's serial scan runs in
-row order):
+Each row is scanned by one block, by a thread-block cluster of C blocks along blockIdx.y when it
+is longer than one block holds, or, longer than a cluster of the device's largest portable size
+holds, by as many blocks along blockIdx.y as it needs, chained through global memory. Each
+thread owns a contiguous chunk of P x V elements of its block's share of the row (the "blocked"
+arrangement, so a thread's serial scan runs in row order):
 
-    for blockIdx.x: for threadIdx.y (rows of the block): [for blockIdx.y (cluster rank)]:
+    for blockIdx.x: for threadIdx.y (rows of the block): [for blockIdx.y (the row's blocks)]:
       carry = identity
       for threadIdx.x: for p, v:                  <- lower/scans.py: the thread's own scan
         x = f(in[row, ((bidy * T + tidx) * P + p) * V + v])     (16-byte loads of V)
         carry = carry + x;  s[p, v] = carry
       carry = block_exclusive_scan_x(carry)       <- warp shuffles, shared memory across warps;
-                                                     with a cluster, + the totals of the
-                                                     lower-ranked CTAs (distributed smem)
+                                                     + the totals of the row's blocks before
+                                                     this one: a cluster's through distributed
+                                                     shared memory, or else through global
+                                                     memory (a decoupled look-back, scan.cuh)
       for threadIdx.x: for p, v: s[p, v] = carry + s[p, v]
       for threadIdx.x: for p, v: out[...] = g(s[p, v])          (16-byte stores of V)
+
+The chained form reads and writes the row once (a single pass, as CUB's device scan), where a
+multi-kernel plan would read it twice: a block publishes its total as soon as its own scan has
+it, and takes its prefix from the block before it (or from the totals of up to 32 blocks before
+it at a time, while those have no prefix yet). Measured on the H100 (tools/bench_issue18.py,
+fp32 GB/s): [64, 1048576] 2032 (torch.compile 1081), [4, 16777216] 1820 (903); blocks that wait
+for the block before them alone (no look-back) were as fast with 64 rows (2070) and 3.4x slower
+with 4 (539: a chain of 1024 blocks, about 0.9 us a link).
 
 The row length is a compile-time constant (splits divide, predicates fold). Taken: fusions of
 element-wise ops (unary, binary, where, casts, broadcasts, fills) and scans, every scan along
@@ -23,8 +34,7 @@ the same dim, which is the innermost logical dim and the stride-1 dim of every i
 that has it; every output iterates all the rows' dims. Refused (each with its reason; the scan
 then runs as a library op, op_support.LIBRARY_FALLBACK_OPS, and the ops around it in kernels of
 their own): reductions beside a scan (a top-p softmax is a persistent kernel, then this one), a
-scan along a dim strided in memory, rows longer than a cluster of the device's largest
-portable size holds (MAX_BLOCK_ELEMENTS per block), 0-dim scans.
+scan along a dim strided in memory, rows of more than 65535 blocks, 0-dim scans.
 
 Memory access: a thread's chunk is contiguous, so read straight from global memory a warp's
 16-byte loads would step by P x 16 bytes, each using half of every 32-byte sector it brings to
@@ -73,6 +83,8 @@ MAX_BLOCK_ELEMENTS_FP32 = MAX_THREADS * BYTES_PER_THREAD // 4
 # A row is split over more blocks of a cluster (up to the device's largest) while the grid has
 # fewer blocks than SMs, down to this many elements per block.
 MIN_CLUSTER_SHARE = 2048
+# Blocks per row along blockIdx.y at most (gridDim.y's limit).
+MAX_CHAIN_BLOCKS = 65535
 # Stage the row through shared memory (ScanParams.staged): the same call on the H100 (tools/
 # sweep_scan.py), cumsum fp32 [64, 128256] 1184 -> 1396 GB/s, [4096, 4096] 2016 -> 2525,
 # [1024, 16384] 1858 -> 2259, bf16 [64, 128256] 1800 -> 2138.
@@ -90,8 +102,9 @@ class ScanParams:
     per_thread: int              # P: vectors per thread (its contiguous chunk is P x V)
     bdimx: int                   # threads per row: ceilDiv(vectors, P) in whole warps
     bdimy: int = 1               # rows per block
-    cluster: int = 1             # blocks per row (a thread-block cluster along blockIdx.y)
-    block_elements: int = 0      # elements of the row per block (the row when cluster is 1)
+    cluster: int = 1             # blocks per row in a thread-block cluster along blockIdx.y
+    chain: int = 1               # or: blocks per row chained through global memory (blockIdx.y)
+    block_elements: int = 0      # elements of the row per block (the row in one block)
     row_extent: int = 0          # the scanned extent the kernel is specialized on
     vector_inputs: tuple = ()
     # Row inputs and outputs staged through shared memory: global accesses warp-striped
@@ -109,6 +122,10 @@ class ScanParams:
             text += (f"; each row of {self.row_extent} split over a cluster of {self.cluster} "
                      f"blocks ({self.block_elements} elements each), the blocks' totals "
                      "combined through distributed shared memory")
+        if self.chain > 1:
+            text += (f"; each row of {self.row_extent} split over {self.chain} blocks along "
+                     f"blockIdx.y ({self.block_elements} elements each), each block's prefix "
+                     "from the blocks before it through global memory (a decoupled look-back)")
         return text + (f"\n  why: {self.reason}" if self.reason else "")
 
 
@@ -189,26 +206,34 @@ def compute_heuristics(fusion, info: RuntimeInfo) -> ScanParams:
     cluster = 1
     while -(-n // cluster) > capacity and cluster < max_cluster:
         cluster *= 2
-    if -(-n // cluster) > capacity:
-        raise SchedulerError(
-            f"a row of {n} x {elem} bytes needs more than a cluster of {max_cluster} "
-            f"blocks of {capacity} elements (a multi-kernel scan is not built); the library "
-            "op runs it")
     why = [f"a row of {n} elements"]
-    if cluster > 1:
+    chain = 1
+    if -(-n // cluster) > capacity:
+        # Longer than a cluster holds: blocks of a full share each, chained through global
+        # memory along blockIdx.y (one pass over the row; see the module docstring).
+        cluster, chain = 1, -(-n // capacity)
+        if chain > MAX_CHAIN_BLOCKS:
+            raise SchedulerError(f"a row of {n} x {elem} bytes needs {chain} blocks of "
+                                 f"{capacity} elements, over gridDim.y's {MAX_CHAIN_BLOCKS}; "
+                                 "the library op runs it")
+        why.append(f"more than a cluster of {max_cluster} blocks holds ({capacity} elements of "
+                   f"{elem} bytes a block), so {chain} blocks chain their totals through "
+                   "global memory")
+    elif cluster > 1:
         why.append(f"more than one block holds ({capacity} elements of {elem} bytes: "
                    f"{per_thread_elems} per thread of {MAX_THREADS})")
     grown = cluster
-    while (m * cluster < info.device.sm_count and cluster < max_cluster
+    while (chain == 1 and m * cluster < info.device.sm_count and cluster < max_cluster
            and -(-n // (cluster * 2)) >= MIN_CLUSTER_SHARE):
         cluster *= 2
     if cluster > grown:
         why.append(f"{m} row(s) fill fewer than {info.device.sm_count} SMs, so each row is "
                    f"split over {cluster} blocks")
-    vecs_per_block = -(-(-(-n // cluster)) // vector)
+    row_blocks = cluster * chain
+    vecs_per_block = -(-(-(-n // row_blocks)) // vector)
     block_elements = vecs_per_block * vector
-    if cluster > 1 and -(-n // block_elements) != cluster:
-        raise SchedulerError(f"{n} elements do not split over {cluster} blocks of "
+    if row_blocks > 1 and -(-n // block_elements) != row_blocks:
+        raise SchedulerError(f"{n} elements do not split over {row_blocks} blocks of "
                              f"{block_elements}")
     p = max(1, per_thread_elems // vector)
     threads = min(MAX_THREADS, -(-vecs_per_block // p))
@@ -217,11 +242,11 @@ def compute_heuristics(fusion, info: RuntimeInfo) -> ScanParams:
     # block scan's shuffles take full warps; the extra threads scan nothing).
     bdimx = -(-(-(-vecs_per_block // p)) // 32) * 32
     bdimy = 1
-    if cluster == 1:
+    if row_blocks == 1:
         while bdimx * bdimy * 2 <= 256 and bdimy * 2 <= m:
             bdimy *= 2
     return ScanParams(vector=vector, per_thread=p, bdimx=bdimx, bdimy=bdimy, cluster=cluster,
-                      block_elements=block_elements, row_extent=n, vector_inputs=vec_inputs,
+                      chain=chain, block_elements=block_elements, row_extent=n, vector_inputs=vec_inputs,
                       staged=STAGED and (bdimy == 1 or p >= STAGED_MIN_VECTORS),
                       reason=", ".join(why))
 
@@ -272,8 +297,8 @@ def schedule(fusion, p: ScanParams) -> None:
 
 def _row_schedule(tv: TensorView, p: ScanParams, striped: bool) -> None:
     """base.schedule_rows_in_chunks with the heuristic's shape."""
-    schedule_rows_in_chunks(tv, p.vector, p.per_thread, p.bdimx, p.bdimy, p.cluster,
-                            p.block_elements, striped)
+    schedule_rows_in_chunks(tv, p.vector, p.per_thread, p.bdimx, p.bdimy,
+                            p.cluster * p.chain, p.block_elements, striped)
 
 
 def _stage_through_shared(fusion, caches: dict, outputs: list, scanned,
