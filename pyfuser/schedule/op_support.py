@@ -9,9 +9,9 @@ warning). The segmenter, the tests and the fuzzer read these lists instead of ke
   until pyfuser's matmul scheduler exists). Each has a runtime implementation in
   runtime/library.py.
 - LIBRARY_FALLBACK_OPS: kernel ops that also have a library implementation: a scheduler that
-  takes them fuses them into a kernel (the `scan` scheduler: cumsum, cumprod); a group of one
-  such op that no scheduler takes (a scan along a dim strided in memory, rows longer than a
-  cluster holds) runs as a library segment, not in the reference.
+  takes them fuses them into a kernel (the `scan` and `topk` schedulers); a group of one
+  such op that no scheduler takes (a scan along a dim strided in memory, a top-k of a row
+  longer than a block holds) runs as a library segment, not in the reference.
 - Anything else runs in a reference segment.
 - BOUNDARY_OPS: kernel ops whose output the segmenter never merges across (fd.ops.segment_set):
   the op runs in its producer's segment, and the consumers of its output in others.
