@@ -110,6 +110,12 @@ def _place_cross_thread(op: K.TensorOp, parents: list, kernel) -> None:
     if idx is None:
         raise LoweringError(f"T{tv.name}: its reduction loop is not around its reduction")
     loop_stmt = parents[idx]
+    for r in K.walk(loop_stmt.body):
+        if isinstance(r, K.TensorOp) and r.out is not tv and any(v is tv for v in r.ins):
+            # The schedule put a reader of the result inside the loop it is reduced over:
+            # the block or grid step after the loop would complete it too late.
+            raise LoweringError(f"T{r.out.name} reads T{tv.name} inside T{tv.name}'s reduction "
+                                "loop, before its cross-thread reduction completes it")
     scope = parents[idx - 1].body if idx > 0 else kernel.body
     pos = scope.index(loop_stmt)
     inner_iter = [lp for lp in own[own.index(first):] if id(lp) not in reduced]

@@ -119,6 +119,54 @@ def _owner_loops(fusion, tv: TensorView, pos: int, graph: IdGraph) -> set:
     return out
 
 
+def _merged_with(fusion, owner_loops: set, tv: TensorView, graph: IdGraph) -> set:
+    """`owner_loops` and the owners' loops that producers already inlined (other than tv) merge
+    with them: lowering makes one loop of each such group, so two owners can meet in it through
+    a third (fuzz 20261608:116: y's cache inlined into eq(x, y) and into mean(x) * y merged the
+    output's loop with eq's, and x's cache, inlined into eq and into the sum, then merged eq's
+    with the sum's, putting the output inside the loop of the sum it reads)."""
+    groups = [g for t, g in _merged_groups(fusion, graph) if t is not tv]
+    merged, grown = set(owner_loops), True
+    while grown:
+        grown = False
+        for g in groups:
+            if g & merged and not g <= merged:
+                merged |= g
+                grown = True
+    return merged
+
+
+# The last fusion state's groups: [key, [(producer, owner loops)], the objects the key's ids
+# name, held so that their ids are not reused while the key stands].
+_GROUPS: list = [None, None, None]
+
+
+def _merged_groups(fusion, graph: IdGraph) -> list:
+    """(t, the owners' loops t's loop j joins) for every placed producer t and j below its
+    compute-at position, where that is more than one loop. Kept for the fusion's current
+    positions: inline_most asks again for every candidate position until it moves one."""
+    tensors = fusion.tensors()
+    key = (id(fusion), id(graph), tuple((id(t), t.compute_at_pos) for t in tensors))
+    if _GROUPS[0] != key:
+        _GROUPS[:] = [key, [(t, g) for t in tensors if not t.is_input()
+                            for j in range(t.compute_at_pos)
+                            for g in (_owner_loops(fusion, t, j, graph),) if len(g) > 1],
+                      (fusion, graph, tensors)]
+    return _GROUPS[1]
+
+
+def _reader_inside_reduction(fusion, owner_loops: set):
+    """(a, b) of owners whose loops would be one, the loop a reduction axis of a, where b needs
+    a's result (complete only after the loop), or None."""
+    for a, d in owner_loops:
+        if not a.domain.loop[d].is_reduction:
+            continue
+        for b, _ in owner_loops:
+            if b is not a and a in _upstream(fusion, b):
+                return a, b
+    return None
+
+
 def _materialized_broadcast(owner_loops: set):
     """(owner, the owner whose loop it joins) where merging the loops would make a register or
     shared tensor hold its broadcast dim across another owner's loop over an iteration dim
@@ -251,6 +299,14 @@ def max_inline_position(tv: TensorView, graph: IdGraph | None = None) -> tuple[i
             # inlined into both), the merged loop would need its own result: keep this loop
             # tv's own. Thread and block loops too: lowering orders them as scopes, as it does
             # serial loops (an all-broadcast softmax-like chain of x [1, 1]: fuzz 20261127:1975).
+            # With the loops producers placed before merged into them (one owner alone merges
+            # nothing new, so only here).
+            merged = _merged_with(fusion, owner_loops, tv, graph)
+            owners = {o for o, _ in merged}
+            pair = _reader_inside_reduction(fusion, merged)
+            if pair is not None:
+                return k, (f"axis {k} would put T{pair[1].name} inside T{pair[0].name}'s "
+                           f"reduction loop, and T{pair[1].name} needs T{pair[0].name}'s result")
             pair = _dependent_owners(fusion, owners, i, graph)
             if pair is not None:
                 return k, (f"axis {k} would merge the own loops of T{pair[0].name} and "

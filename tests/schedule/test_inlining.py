@@ -294,3 +294,24 @@ def test_a_weight_of_one_element_read_by_the_rows_and_its_column_sum_stays_in_it
         fd.add_output(fd.ops.sum(v1, [0]))
     run_and_check(fd, [x, w], scheduler="inner_outer_persistent",
                   options={"enable": ["interpret"]})
+
+
+def test_a_reader_of_a_full_reduction_stays_out_of_the_loops_it_reduces():
+    """CPU fuzz 20261608:116: x [N] read by eq(x, y) and by sum(x); y [1] read by eq and by
+    mean(x) * y. y's cache, inlined into both, merged the output's loops with eq's; x's cache,
+    inlined into eq and the sum's input, then merged eq's loops with the sum's, so the output
+    landed inside the loop it needs reduced (lowering: a cyclic dependency; with the merge at
+    the outer loop alone: the output read the sum before its block reduction, a wrong value).
+    Inlining now follows the loops merged by producers already placed, and keeps a reader out
+    of a reduction loop of what it reads."""
+    x = torch.rand(2489).bfloat16() + 0.5
+    y = torch.randn(1).bfloat16()
+    with FusionDefinition() as fd:
+        tx = fd.define_tensor(shape=[2489], contiguity=[True], dtype=DataType.BFloat16)
+        ty = fd.from_pytorch(y)
+        fd.add_output(fd.ops.eq(tx, ty))
+        fd.add_output(fd.ops.mul(fd.ops.mean(tx, [0], keepdim=True), ty))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        run_and_check(fd, [x, y], scheduler="reduction", options={"enable": ["interpret"]})
+    assert not fd.last_run.internal_error
