@@ -53,6 +53,27 @@ _OPS = {
 INDEX_ERROR_ELEMENTS = 2
 
 
+# CUDA's limits on every device pyfuser targets (compute capability 7.0 and later).
+MAX_BLOCK_THREADS = 1024
+MAX_BLOCK_DIMS = (1024, 1024, 64)
+MAX_GRID_DIMS = (2 ** 31 - 1, 65535, 65535)
+
+
+class LaunchLimitError(ValueError):
+    """A launch's grid or block is past CUDA's limits."""
+
+
+def check_launch_limits(grid, block) -> None:
+    """Raise LaunchLimitError when `grid` or `block` is past CUDA's limits."""
+    threads = block[0] * block[1] * block[2]
+    if threads > MAX_BLOCK_THREADS or any(b > m for b, m in zip(block, MAX_BLOCK_DIMS)):
+        raise LaunchLimitError(f"blocks of {tuple(block)}, {threads} threads, past CUDA's "
+                               f"limits ({MAX_BLOCK_THREADS} threads, {MAX_BLOCK_DIMS} a dim)")
+    if any(g > m for g, m in zip(grid, MAX_GRID_DIMS)):
+        raise LaunchLimitError(f"a grid of {tuple(grid)} blocks, past CUDA's limits "
+                               f"({MAX_GRID_DIMS})")
+
+
 class UnboundExtent(KeyError):
     """A launch expression names a runtime extent that no input of the call gives."""
 
@@ -100,9 +121,12 @@ class LaunchDescription:
     extent_multiples: tuple = ()
 
     def launch_dims(self, inputs) -> tuple[tuple, tuple]:
-        """(grid, block) of a launch with these inputs; each dim at least 1."""
+        """(grid, block) of a launch with these inputs; each dim at least 1. A launch past
+        CUDA's limits (a forced heuristic's, or a schedule's bug) is a LaunchLimitError here,
+        not a failed launch on the device."""
         grid = tuple(max(1, int(evaluate(g, inputs))) for g in self.grid)
         block = tuple(max(1, int(evaluate(b, inputs))) for b in self.block)
+        check_launch_limits(grid, block)
         return grid, block
 
     def workspace_elements(self, w: int, inputs, grid, block) -> int:

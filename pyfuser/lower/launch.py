@@ -22,7 +22,7 @@ from __future__ import annotations
 from ..ir import scalar as S
 from ..ir.tensor import TensorView
 from ..kir import nodes as K
-from ..kir.launch import INDEX_ERROR_ELEMENTS, LaunchDescription
+from ..kir.launch import INDEX_ERROR_ELEMENTS, LaunchDescription, check_launch_limits
 from .indexing import scalar_to_kexpr
 
 _ORDER = {"x": 0, "y": 1, "z": 2}
@@ -72,6 +72,9 @@ def launch_config(kernel: K.Kernel) -> K.Kernel:
     static_block = [b if isinstance(b, int) else b.value for b in block]
     max_threads = None
     if all(v is not None for v in static_block):
+        # A block past CUDA's limits (a forced heuristic's) is refused here, before NVRTC
+        # sees its launch bounds.
+        check_launch_limits((1, 1, 1), static_block)
         max_threads = static_block[0] * static_block[1] * static_block[2]
     min_blocks = hints.get("min_blocks")
     max_threads = hints.get("max_threads", max_threads)

@@ -474,7 +474,13 @@ class FusionExecutorCache:
         scheduler (_plan_without); the reference plan with a FallbackWarning when building the
         kernel fails (a pyfuser bug, reported as one). `exclude`: schedulers refused already."""
         if options.heuristic is not None:       # the caller forced a schedule: its errors are theirs
-            return self._kernel_plan(inputs, bindings, choice, target)
+            from ..kir.launch import LaunchLimitError
+            from ..options import OptionError
+            try:
+                return self._kernel_plan(inputs, bindings, choice, target)
+            except LaunchLimitError as e:
+                raise OptionError(f"{self.name}: the forced heuristic "
+                                  f"({type(options.heuristic).__name__}) launches {e}") from None
         try:
             return self._kernel_plan(inputs, bindings, choice, target)
         except SchedulerError as e:             # the heuristic refuses these inputs

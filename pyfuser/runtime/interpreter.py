@@ -98,7 +98,7 @@ from ..ir.exprs import (BinaryOp, BinaryOpType, BroadcastOp, ExpandOp, FullOp, I
                         UnaryOpType, WhereOp, WindowOp)
 from ..ir.tensor import TensorView
 from ..kir import nodes as K
-from ..kir.launch import INDEX_ERROR_ELEMENTS
+from ..kir.launch import INDEX_ERROR_ELEMENTS, LaunchLimitError, check_launch_limits
 from .arg_key import arg_key, arg_key_index, topk_in_order
 from .float8 import to_float8
 from .index_check import raise_if_failed
@@ -957,6 +957,10 @@ class Interpreter:
 
         grid = [max(1, int(S.evaluate(g, dict(self.bindings)))) for g in k.launch.grid]
         block = [max(1, int(S.evaluate(b, dict(self.bindings)))) for b in k.launch.block]
+        try:
+            check_launch_limits(grid, block)
+        except LaunchLimitError as e:
+            raise InterpreterError(f"{k.name} launches {e}") from None
         self.grid, self.block = grid, block
         self.tpb = block[0] * block[1] * block[2]
         self.nblocks = grid[0] * grid[1] * grid[2]

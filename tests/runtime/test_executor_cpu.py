@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from pyfuser import FusionDefinition, catalogue
+from pyfuser.options import OptionError
 from pyfuser.runtime import device as device_mod
 from pyfuser.runtime import fusion_kernel
 from pyfuser.runtime.executor import (FallbackWarning, FusionExecutorCache, RunInfo,
@@ -153,6 +154,29 @@ def test_forced_heuristic_of_the_wrong_type(monkeypatch):
     with pytest.raises(TypeError, match=r"row_sum: forced heuristic PointwiseParams does not fit "
                                         r"the reduction scheduler, which takes ReductionParams"):
         drive.plan(fd, x, {"heuristic": PointwiseParams(vector=4)})
+
+
+def test_forced_heuristic_past_cuda_block_limits_is_an_option_error(monkeypatch):
+    """Blocks of 512 x 4 threads: refused when lowering states the launch, naming the option,
+    where NVRTC or the launch would have failed."""
+    drive = _Launchless(monkeypatch)
+    fd = catalogue.define("row_sum", "fp32")
+    x = catalogue.make_inputs("row_sum", 64, 1024, "fp32", seed=0)
+    with pytest.raises(OptionError, match=r"row_sum: the forced heuristic \(ReductionParams\) "
+                                          r"launches blocks of \(512, 4, 1\), 2048 threads, "
+                                          r"past CUDA's limits"):
+        drive.plan(fd, x, {"heuristic": ReductionParams(True, 4, 512, 4, 2, (0,), 1)})
+
+
+def test_launch_limits():
+    from pyfuser.kir.launch import LaunchLimitError, check_launch_limits
+    check_launch_limits((2 ** 31 - 1, 65535, 65535), (1024, 1, 1))
+    check_launch_limits((1, 1, 1), (16, 1, 64))
+    for grid, block in [((1, 1, 1), (1025, 1, 1)), ((1, 1, 1), (32, 32, 2)),
+                        ((1, 1, 1), (1, 1, 65)), ((1, 65536, 1), (32, 1, 1)),
+                        ((2 ** 31, 1, 1), (32, 1, 1))]:
+        with pytest.raises(LaunchLimitError, match="past CUDA's limits"):
+            check_launch_limits(grid, block)
 
 
 def test_forced_vector_width_that_does_not_fit_the_inputs_is_refused(monkeypatch):
