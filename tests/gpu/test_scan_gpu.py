@@ -36,16 +36,25 @@ def test_cumsum_rows(m, n):
     out, = run_and_check(fd, [x], scheduler="scan" if n > 1 else "pointwise")
     assert rel_error(out, torch.cumsum(x.double(), 1)) <= _tol(n)
     if n > 16384:
-        # Longer than one block holds: a cluster along blockIdx.y.
-        assert fd.last_run.clusters[0] is not None, fd.last_run
+        # Longer than one block holds: a cluster along blockIdx.y, or (64 rows of 128256, 4-byte
+        # inputs) 512-thread blocks chained through global memory.
+        p = fd.last_run.heuristics[0]
+        assert (fd.last_run.clusters[0] is not None) == (p.cluster > 1) and (
+            p.cluster > 1 or p.chain > 1), fd.last_run
 
 
-def test_the_bar_shape_runs_on_a_cluster_of_8():
+def test_the_bar_shape_runs_on_16_chained_blocks_a_row():
     x = torch.randn(64, 128256, device="cuda")
     fd = _scan_fd(x)
     run_and_check(fd, [x], scheduler="scan")
     (p,) = fd.last_run.heuristics
-    assert p.cluster == 8 and p.bdimx == 1024, p
+    assert (p.cluster, p.chain, p.bdimx) == (1, 16, 512), p
+    # bf16 rows of the same length keep the cluster of 8 (schedulers/scan.py's CHAIN_SPLIT_ROWS rule).
+    y = x.bfloat16()
+    fd = _scan_fd(y)
+    run_and_check(fd, [y], scheduler="scan")
+    (p,) = fd.last_run.heuristics
+    assert (p.cluster, p.chain, p.bdimx) == (8, 1, 1024), p
 
 
 @pytest.mark.parametrize("shape, dtype", [

@@ -44,9 +44,10 @@ def test_cumsum_rows_of_odd_lengths(m, n):
     assert rel_error(out, want) <= scan_tolerance(torch.float32, n)
     p = fd.last_run.heuristics[0]
     assert p.row_extent == n and p.bdimx % 32 == 0
-    # Rows longer than one block holds (16384 fp32) are split over a cluster (shorter ones
-    # too when the rows leave SMs idle: the interpreter's device has 4).
-    assert p.cluster > 1 or n <= 16384, p
+    # Rows longer than one block holds (16384 fp32) are split over a cluster or chained blocks
+    # (shorter ones over a cluster too when the rows leave SMs idle: the interpreter's device
+    # has 4).
+    assert p.cluster > 1 or p.chain > 1 or n <= 16384, p
 
 
 def test_one_row_of_one_dim_and_rows_of_three_dims():
@@ -142,15 +143,17 @@ def test_a_scan_along_a_dim_strided_in_memory_is_the_library_op():
     assert "T1 = cumsum(T0, dim=1) by torch.cumsum" in str(plan), str(plan)
 
 
-@pytest.mark.parametrize("shape, op, dtype", [
-    ((1, 140000), "cumsum", torch.float32),       # 9 blocks of 16384 (over a cluster of 8)
-    ((3, 300001), "cumsum", torch.float32),       # 19 blocks, the last one short
-    ((2, 70001), "cumprod", torch.float64),       # 8-byte prefixes: 9 blocks of 8192
-    ((2, 140000), "cumsum", torch.int32),         # int64 running sums
+@pytest.mark.parametrize("shape, op, dtype, threads", [
+    ((1, 140000), "cumsum", torch.float32, 512),     # 18 blocks of 8192 (512 threads x 16)
+    ((3, 300001), "cumsum", torch.float32, 512),     # 37 blocks, the last one short
+    ((2, 70001), "cumprod", torch.float64, 1024),    # 8-byte: 9 full blocks (over a cluster)
+    ((2, 140000), "cumsum", torch.int32, 512),       # int64 running sums
 ])
-def test_rows_longer_than_a_cluster_holds_chain_their_blocks(shape, op, dtype):
-    """A row over 8 blocks (the H100 table's portable cluster) is split over blocks along
-    blockIdx.y that chain their prefixes through global memory: one kernel, no library op."""
+def test_rows_longer_than_a_block_holds_chain_their_blocks(shape, op, dtype, threads):
+    """Rows of 4-byte inputs two blocks long or more (enough rows: the interpreter's device has
+    4 SMs) are split over 512-thread blocks along blockIdx.y that chain their prefixes through
+    global memory; others over a cluster, or over full chained blocks when longer than a cluster
+    of 8 (the H100 table's portable size) holds: one kernel, no library op."""
     gen = torch.Generator().manual_seed(shape[1])
     if dtype.is_floating_point:
         x = torch.randn(*shape, generator=gen, dtype=dtype)
@@ -166,10 +169,9 @@ def test_rows_longer_than_a_cluster_holds_chain_their_blocks(shape, op, dtype):
     else:
         assert torch.equal(out, want)
     p = fd.last_run.heuristics[0]
-    capacity = 1024 * 64 // max(8 if op == "cumprod" or not dtype.is_floating_point else 4,
-                                 dtype.itemsize)
-    assert (p.cluster, p.chain) == (1, -(-shape[1] // capacity)), p
-    assert fd.last_run.clusters[0] is None
+    per_thread = 64 // (8 if op == "cumprod" or not dtype.is_floating_point else 4)
+    assert (p.cluster, p.chain) == (1, -(-shape[1] // (threads * per_thread))), p
+    assert p.bdimx <= threads and fd.last_run.clusters[0] is None
     assert "chain their totals through global memory" in p.reason, p.reason
 
 
@@ -211,7 +213,7 @@ def test_generated_cuda_compiles_for_sm90a(shape, op, dtype):
     assert ("pf::cluster_exclusive_scan_row<" in src) == (kernel.launch.cluster is not None)
     chained = any(s.chain is not None for s in K.walk(kernel.body) if isinstance(s, K.BlockScan))
     assert ("pf::chained_exclusive_scan_row(" in src) == chained
-    assert chained == (shape[1] > 8 * 1024 * 64 // max(dtype.itemsize, 4)), shape
+    assert chained == (shape[1] > 16384 and kernel.launch.cluster is None), shape
     mod = compile_to_cubin(src, kernel.name, arch="sm_90a")
     rep = mod.ptxas
     assert rep.function == mod.entry_name
@@ -223,15 +225,16 @@ def test_generated_cuda_compiles_for_sm90a(shape, op, dtype):
 
 def test_explain_of_the_bar_shape():
     """cumsum over rows of [64, 128256] fp32 on the H100 table: one scan kernel, each row over
-    a cluster of 8 blocks of 1024 threads (16 elements each), grid (64, 8)."""
+    16 chained blocks of 512 threads (16 elements each), grid (64, 16)."""
     x = torch.empty(64, 128256, device="meta")
     plan = _cumsum_fd(x).explain([x], device="h100", compile=False)
     assert [(s.kind, s.name) for s in plan.segments] == [("kernel", "scan")]
     (k,) = plan.kernels
     p = k.kernel.params
-    assert (p.cluster, p.bdimx, p.per_thread * p.vector, p.vector) == (8, 1024, 16, 4), p
-    assert tuple(k.grid) == (64, 8, 1) and tuple(k.block) == (1024, 1, 1), (k.grid, k.block)
-    assert "cluster of 8 blocks" in str(plan)
+    assert (p.cluster, p.chain, p.bdimx, p.per_thread * p.vector, p.vector) == \
+        (1, 16, 512, 16, 4), p
+    assert tuple(k.grid) == (64, 16, 1) and tuple(k.block) == (512, 1, 1), (k.grid, k.block)
+    assert "split over 16 blocks along blockIdx.y" in str(plan)
 
 
 def test_one_row_per_block_is_staged_through_shared_memory():

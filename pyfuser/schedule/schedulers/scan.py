@@ -3,7 +3,9 @@ them in the same kernel.
 
 Each row is scanned by one block, by a thread-block cluster of C blocks along blockIdx.y when it
 is longer than one block holds, or, longer than a cluster of the device's largest portable size
-holds, by as many blocks along blockIdx.y as it needs, chained through global memory. Each
+holds, by as many blocks along blockIdx.y as it needs, chained through global memory. Many rows
+of 4-byte inputs two blocks long or more are chained over 512-thread blocks instead of a
+cluster (CHAIN_SPLIT_ROWS: two blocks an SM hide each other's wait for the prefix). Each
 thread owns a contiguous chunk of P x V elements of its block's share of the row (the "blocked"
 arrangement, so a thread's serial scan runs in row order):
 
@@ -85,6 +87,17 @@ MAX_BLOCK_ELEMENTS_FP32 = MAX_THREADS * BYTES_PER_THREAD // 4
 MIN_CLUSTER_SHARE = 2048
 # Blocks per row along blockIdx.y at most (gridDim.y's limit).
 MAX_CHAIN_BLOCKS = 65535
+# Rows of 4-byte inputs at least two blocks long, CHAIN_MIN_ROWS_PER_SM x SMs rows or more:
+# blocks of CHAIN_THREADS threads chained through global memory (two share an SM, so one scans
+# while the other waits for its prefix) rather than a cluster of full blocks or full chained
+# blocks. Same call on the H100 (h100-sweep-scan-chain512.txt), fp32 GB/s, cluster or full
+# blocks -> 512-thread chained blocks: [64, 128256] 1400 -> 1702, [256, 32768] 1632 -> 1919,
+# [512, 262144] 2032 -> 2426, [64, 1048576] 2009 -> 1979; not taken where it lost: bf16 inputs
+# ([64, 128256] 1387 -> 1253, [128, 65536] 1427 -> 1321), rows under two blocks ([4096, 20000]
+# 2418 -> 2231), few rows ([2, 40000] 92 -> 69; [8, 131072] gained, 732 -> 822).
+CHAIN_SPLIT_ROWS = True
+CHAIN_THREADS = 512
+CHAIN_MIN_ROWS_PER_SM = 0.25
 # Stage the row through shared memory (ScanParams.staged): the same call on the H100 (tools/
 # sweep_scan.py), cumsum fp32 [64, 128256] 1184 -> 1396 GB/s, [4096, 4096] 2016 -> 2525,
 # [1024, 16384] 1858 -> 2259, bf16 [64, 128256] 1800 -> 2138.
@@ -186,6 +199,13 @@ def _row_bytes(fusion, ref: ScanOp, graph) -> int:
     return max(sizes)
 
 
+def _row_input_bytes(fusion, ref: ScanOp, graph) -> int:
+    """The widest dtype of the inputs along the scanned dim (0 without one)."""
+    scanned = ref.outputs[0].domain.logical[ref.dim]
+    return max((v.dtype.size for v in fusion.inputs if isinstance(v, TensorView)
+                and mapped_dim(v, scanned, graph) is not None), default=0)
+
+
 def compute_heuristics(fusion, info: RuntimeInfo) -> ScanParams:
     ref = _reference(fusion)
     out = ref.outputs[0]
@@ -203,25 +223,31 @@ def compute_heuristics(fusion, info: RuntimeInfo) -> ScanParams:
     per_thread_elems = max(1, BYTES_PER_THREAD // elem)
     capacity = MAX_THREADS * per_thread_elems
     max_cluster = info.device.max_cluster_size
-    cluster = 1
-    while -(-n // cluster) > capacity and cluster < max_cluster:
-        cluster *= 2
     why = [f"a row of {n} elements"]
-    chain = 1
-    if -(-n // cluster) > capacity:
-        # Longer than a cluster holds: blocks of a full share each, chained through global
-        # memory along blockIdx.y (one pass over the row; see the module docstring).
-        cluster, chain = 1, -(-n // capacity)
-        if chain > MAX_CHAIN_BLOCKS:
-            raise SchedulerError(f"a row of {n} x {elem} bytes needs {chain} blocks of "
-                                 f"{capacity} elements, over gridDim.y's {MAX_CHAIN_BLOCKS}; "
-                                 "the library op runs it")
-        why.append(f"more than a cluster of {max_cluster} blocks holds ({capacity} elements of "
-                   f"{elem} bytes a block), so {chain} blocks chain their totals through "
-                   "global memory")
-    elif cluster > 1:
-        why.append(f"more than one block holds ({capacity} elements of {elem} bytes: "
-                   f"{per_thread_elems} per thread of {MAX_THREADS})")
+    cluster = chain = 1
+    if (CHAIN_SPLIT_ROWS and n >= 2 * capacity and _row_input_bytes(fusion, ref, graph) == 4
+            and m >= CHAIN_MIN_ROWS_PER_SM * info.device.sm_count):
+        # Longer than a block holds: blocks of CHAIN_THREADS chained through global memory
+        # along blockIdx.y (one pass over the row; see the module docstring).
+        share = CHAIN_THREADS * per_thread_elems
+        chain = -(-n // share)
+        why.append(f"more than one block holds ({capacity} elements of {elem} bytes), so "
+                   f"{chain} blocks of {share} chain their totals through global memory")
+    elif n > capacity:
+        while -(-n // cluster) > capacity and cluster < max_cluster:
+            cluster *= 2
+        if -(-n // cluster) > capacity:
+            # Longer than a cluster holds: blocks of a full share each, chained.
+            cluster, chain = 1, -(-n // capacity)
+            why.append(f"more than a cluster of {max_cluster} blocks holds ({capacity} elements "
+                       f"of {elem} bytes a block), so {chain} blocks chain their totals through "
+                       "global memory")
+        else:
+            why.append(f"more than one block holds ({capacity} elements of {elem} bytes: "
+                       f"{per_thread_elems} per thread of {MAX_THREADS})")
+    if chain > MAX_CHAIN_BLOCKS:
+        raise SchedulerError(f"a row of {n} x {elem} bytes needs {chain} blocks, over "
+                             f"gridDim.y's {MAX_CHAIN_BLOCKS}; the library op runs it")
     grown = cluster
     while (chain == 1 and m * cluster < info.device.sm_count and cluster < max_cluster
            and -(-n // (cluster * 2)) >= MIN_CLUSTER_SHARE):
