@@ -69,10 +69,7 @@ def _lower_topk(kernel, op: K.TensorOp, parents: list, n: int) -> None:
     rows = 1
     for f in parents[:idx]:
         if f.parallel in ("TIDy", "TIDz"):
-            ext = scalar_to_kexpr(f.loop.extent, ctx.names)
-            if not isinstance(ext, K.Const):
-                raise LoweringError(f"T{values.name}: a block top-k in rows of runtime count")
-            rows *= ext.value
+            rows *= _const(ctx, f.loop, f"T{values.name}: a block top-k's rows")
     ws = K.Buffer(f"pf_topk_ws{n}", DataType.Int, "shared",
                   K.Const(rows * (2 * warps + expr.k)))
     kernel.body.insert(0, K.Allocate(ws))

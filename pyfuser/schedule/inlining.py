@@ -119,13 +119,13 @@ def _owner_loops(fusion, tv: TensorView, pos: int, graph: IdGraph) -> set:
     return out
 
 
-def _merged_with(fusion, owner_loops: set, tv: TensorView, graph: IdGraph) -> set:
-    """`owner_loops` and the owners' loops that producers already inlined (other than tv) merge
-    with them: lowering makes one loop of each such group, so two owners can meet in it through
-    a third (fuzz 20261608:116: y's cache inlined into eq(x, y) and into mean(x) * y merged the
-    output's loop with eq's, and x's cache, inlined into eq and into the sum, then merged eq's
-    with the sum's, putting the output inside the loop of the sum it reads)."""
-    groups = [g for t, g in _merged_groups(fusion, graph) if t is not tv]
+def _merged_with(owner_loops: set, groups: list) -> set:
+    """`owner_loops` and the owners' loops that producers already inlined merge with them
+    (`groups`, _merged_groups): lowering makes one loop of each such group, so two owners can
+    meet in it through a third (fuzz 20261608:116: y's cache inlined into eq(x, y) and into
+    mean(x) * y merged the output's loop with eq's, and x's cache, inlined into eq and into the
+    sum, then merged eq's with the sum's, putting the output inside the loop of the sum it
+    reads)."""
     merged, grown = set(owner_loops), True
     while grown:
         grown = False
@@ -136,23 +136,12 @@ def _merged_with(fusion, owner_loops: set, tv: TensorView, graph: IdGraph) -> se
     return merged
 
 
-# The last fusion state's groups: [key, [(producer, owner loops)], the objects the key's ids
-# name, held so that their ids are not reused while the key stands].
-_GROUPS: list = [None, None, None]
-
-
-def _merged_groups(fusion, graph: IdGraph) -> list:
-    """(t, the owners' loops t's loop j joins) for every placed producer t and j below its
-    compute-at position, where that is more than one loop. Kept for the fusion's current
-    positions: inline_most asks again for every candidate position until it moves one."""
-    tensors = fusion.tensors()
-    key = (id(fusion), id(graph), tuple((id(t), t.compute_at_pos) for t in tensors))
-    if _GROUPS[0] != key:
-        _GROUPS[:] = [key, [(t, g) for t in tensors if not t.is_input()
-                            for j in range(t.compute_at_pos)
-                            for g in (_owner_loops(fusion, t, j, graph),) if len(g) > 1],
-                      (fusion, graph, tensors)]
-    return _GROUPS[1]
+def _merged_groups(fusion, tv: TensorView, graph: IdGraph) -> list:
+    """The owners' loops each loop j of a placed producer (other than tv) joins, below its
+    compute-at position, where that is more than one loop."""
+    return [g for t in fusion.tensors() if t is not tv and not t.is_input()
+            for j in range(t.compute_at_pos)
+            for g in (_owner_loops(fusion, t, j, graph),) if len(g) > 1]
 
 
 def _reader_inside_reduction(fusion, owner_loops: set):
@@ -253,6 +242,7 @@ def max_inline_position(tv: TensorView, graph: IdGraph | None = None) -> tuple[i
     scanned = tv.definition.scanned_ids() if isinstance(tv.definition, ScanOp) else ()
     selected = (tv.definition.selected_ids(tv) if isinstance(tv.definition, TopKOp) else ())
     n = len(tv.domain.loop)
+    groups = None
     for k in range(n):
         i = tv.domain.loop[k]
         if i.is_reduction:
@@ -300,8 +290,11 @@ def max_inline_position(tv: TensorView, graph: IdGraph | None = None) -> tuple[i
             # tv's own. Thread and block loops too: lowering orders them as scopes, as it does
             # serial loops (an all-broadcast softmax-like chain of x [1, 1]: fuzz 20261127:1975).
             # With the loops producers placed before merged into them (one owner alone merges
-            # nothing new, so only here).
-            merged = _merged_with(fusion, owner_loops, tv, graph)
+            # nothing new, so only here; the producers' positions are fixed while tv's are
+            # tried, so their groups are found once).
+            if groups is None:
+                groups = _merged_groups(fusion, tv, graph)
+            merged = _merged_with(owner_loops, groups)
             owners = {o for o, _ in merged}
             pair = _reader_inside_reduction(fusion, merged)
             if pair is not None:

@@ -315,3 +315,14 @@ def test_rows_stacked_along_y_are_staged_per_row():
     shared = [s.buffer for s in K.walk(k.kernel.kernel.body)
               if isinstance(s, K.Allocate) and s.buffer.memory == "shared"]
     assert p.bdimy > 1 and all(b.size.value >= p.bdimy * 1000 for b in shared), (p, shared)
+
+
+def test_chunked_row_shape():
+    """base.chunked_row_shape, the scan and top-k schedulers' thread shape: chunks of at most
+    P vectors while the threads suffice, the thread loop in whole warps, rows stacked along y
+    up to the block's thread budget."""
+    from pyfuser.schedule.schedulers.base import chunked_row_shape
+    assert chunked_row_shape(32064, 4, 1024, 1, 256) == (32, 1024, 1)   # 128256 fp32 in one block
+    assert chunked_row_shape(250, 4, 1024, 8192, 256) == (4, 64, 4)     # [8192, 1000] fp32
+    assert chunked_row_shape(2255, 4, 1024, 5, 256) == (4, 576, 1)      # 141 x 16 vectors
+    assert chunked_row_shape(7, 4, 1024, 3, 256) == (4, 32, 2)          # rows up to the rows

@@ -407,6 +407,23 @@ def strided_along(fusion, row_id, graph, tensors: list, dim_name: str, op_name: 
     return None
 
 
+def chunked_row_shape(vectors: int, per_thread: int, max_threads: int, rows: int,
+                      max_block_threads: int) -> tuple[int, int, int]:
+    """(P, Tx, Ty) of a row of `vectors` vectors held a contiguous chunk per thread
+    (schedule_rows_in_chunks): at most `per_thread` vectors a thread while `max_threads` threads
+    suffice, else as many more as the row needs; Tx the thread loop's ceilDiv(vectors, P)
+    iterations in whole warps (warp-wide steps take full warps; the extra threads hold
+    nothing); Ty rows stacked along threadIdx.y, doubling while a block stays within
+    `max_block_threads` threads and `rows` rows (1: one row per block)."""
+    threads = min(max_threads, -(-vectors // per_thread))
+    p = -(-vectors // threads)
+    bdimx = -(-(-(-vectors // p)) // 32) * 32
+    bdimy = 1
+    while bdimx * bdimy * 2 <= max_block_threads and bdimy * 2 <= rows:
+        bdimy *= 2
+    return p, bdimx, bdimy
+
+
 def schedule_rows_in_chunks(tv: TensorView, vector: int, per_thread: int, bdimx: int,
                             bdimy: int, row_blocks: int = 1, block_elements: int = 0,
                             striped: bool = False) -> None:

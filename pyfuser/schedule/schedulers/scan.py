@@ -69,9 +69,9 @@ from ...ir.scalar import ScalarOp
 from ...ir.tensor import MemoryType, TensorView
 from .. import (cache_after, cache_before, inline_at, inline_most, parallelize_like,
                 propagate_transforms, set_memory_type)
-from .base import (RuntimeInfo, SchedulerError, cache_inputs_and_outputs, mapped_dim,
-                   ops_beside, orient_vector_inputs, schedule_rows_in_chunks, strided_along,
-                   vector_inputs, vector_width, vectorize_along)
+from .base import (RuntimeInfo, SchedulerError, cache_inputs_and_outputs, chunked_row_shape,
+                   mapped_dim, ops_beside, orient_vector_inputs, schedule_rows_in_chunks,
+                   strided_along, vector_inputs, vector_width, vectorize_along)
 
 NAME = "scan"            # offered the fusions with scans alone (op_support.DEDICATED_OPS)
 
@@ -81,10 +81,11 @@ _ELEMENTWISE = (UnaryOp, BinaryOp, WhereOp, LoadStoreOp, BroadcastOp, ExpandOp, 
 # threads x 16 registers of row data stay within the 64 registers a 1024-thread block allows).
 MAX_THREADS = 1024
 BYTES_PER_THREAD = 64
-MAX_BLOCK_ELEMENTS_FP32 = MAX_THREADS * BYTES_PER_THREAD // 4
 # A row is split over more blocks of a cluster (up to the device's largest) while the grid has
 # fewer blocks than SMs, down to this many elements per block.
 MIN_CLUSTER_SHARE = 2048
+# Threads of a block at most when rows are stacked along threadIdx.y.
+ROWS_BLOCK_THREADS = 256
 # Blocks per row along blockIdx.y at most (gridDim.y's limit).
 MAX_CHAIN_BLOCKS = 65535
 # Rows of 4-byte inputs at least two blocks long, CHAIN_MIN_ROWS_PER_SM x SMs rows or more:
@@ -261,16 +262,10 @@ def compute_heuristics(fusion, info: RuntimeInfo) -> ScanParams:
     if row_blocks > 1 and -(-n // block_elements) != row_blocks:
         raise SchedulerError(f"{n} elements do not split over {row_blocks} blocks of "
                              f"{block_elements}")
-    p = max(1, per_thread_elems // vector)
-    threads = min(MAX_THREADS, -(-vecs_per_block // p))
-    p = -(-vecs_per_block // threads)
-    # The thread loop has ceilDiv(vectors, P) iterations; the block is that in whole warps (the
-    # block scan's shuffles take full warps; the extra threads scan nothing).
-    bdimx = -(-(-(-vecs_per_block // p)) // 32) * 32
-    bdimy = 1
-    if row_blocks == 1:
-        while bdimx * bdimy * 2 <= 256 and bdimy * 2 <= m:
-            bdimy *= 2
+    # Rows stack along threadIdx.y only in one-block rows (up to ROWS_BLOCK_THREADS threads).
+    p, bdimx, bdimy = chunked_row_shape(vecs_per_block, max(1, per_thread_elems // vector),
+                                        MAX_THREADS, m if row_blocks == 1 else 1,
+                                        ROWS_BLOCK_THREADS)
     return ScanParams(vector=vector, per_thread=p, bdimx=bdimx, bdimy=bdimy, cluster=cluster,
                       chain=chain, block_elements=block_elements, row_extent=n, vector_inputs=vec_inputs,
                       staged=STAGED and (bdimy == 1 or p >= STAGED_MIN_VECTORS),

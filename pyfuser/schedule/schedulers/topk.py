@@ -42,9 +42,9 @@ from ...ir.iter_domain import ParallelType as PT
 from ...ir.scalar import ScalarOp
 from ...ir.tensor import TensorView
 from .. import inline_most, parallelize_like, propagate_transforms
-from .base import (RuntimeInfo, SchedulerError, cache_inputs_and_outputs, ops_beside,
-                   orient_vector_inputs, schedule_rows_in_chunks, strided_along, vector_inputs,
-                   vector_width, vectorize_along)
+from .base import (RuntimeInfo, SchedulerError, cache_inputs_and_outputs, chunked_row_shape,
+                   ops_beside, orient_vector_inputs, schedule_rows_in_chunks, strided_along,
+                   vector_inputs, vector_width, vectorize_along)
 
 NAME = "topk"            # offered the fusions with a top-k alone (op_support.DEDICATED_OPS)
 
@@ -169,13 +169,9 @@ def compute_heuristics(fusion, info: RuntimeInfo) -> TopKParams:
     vectors = -(-n // vector)
     # Chunks as long as MAX_CHUNK allows, but short enough that the row spans a warp: each
     # round, the thread holding the element taken scans its chunk again.
-    p = max(1, min(MAX_CHUNK // vector, -(-vectors // 32)))
-    threads = min(MAX_THREADS, -(-vectors // p))
-    p = -(-vectors // threads)
-    bdimx = -(-(-(-vectors // p)) // 32) * 32
-    bdimy = 1
-    while bdimx * bdimy * 2 <= ROWS_BLOCK_THREADS and bdimy * 2 <= m:
-        bdimy *= 2
+    p, bdimx, bdimy = chunked_row_shape(vectors, max(1, min(MAX_CHUNK // vector,
+                                                            -(-vectors // 32))),
+                                        MAX_THREADS, m, ROWS_BLOCK_THREADS)
     why = [f"a row of {n} elements in {bdimx} threads of {p * vector}"]
     if bdimy > 1:
         why.append(f"{bdimy} rows per block")
