@@ -11,10 +11,51 @@ from typing import Any
 
 from ..ir.dtype import DataType
 
+# Field roles ------------------------------------------------------------------------------------
+# Every kernel-IR node is a slotted dataclass (a pass cannot attach an attribute it did not
+# declare) whose every field has one role, declared with `@roles`. The rewriter base and the
+# verifier (kir/rewrite.py, kir/verifier.py) visit a node through its roles, so a new node kind
+# is rewritten and checked like the others, and a node kind without roles is an error there.
+BODY = "body"          # a list of statements (a nested scope)
+DEFINES = "defines"    # the Var the statement defines (a loop index, a hoisted scalar)
+OUT = "out"            # the access it writes (a TensorIndex; a fusion Val before indexing)
+EXPR = "expr"          # a kernel expression it uses (or None; a fusion Val before indexing)
+EXPRS = "exprs"        # a list or tuple of such expressions
+BUFFER = "buffer"      # a Buffer it reads, writes or allocates (or None)
+BUFFERS = "buffers"    # a tuple of Buffers (or None)
+DATA = "data"          # anything else: constants, fusion objects, labels; never rewritten
+_ROLES = (BODY, DEFINES, OUT, EXPR, EXPRS, BUFFER, BUFFERS, DATA)
+
+# node class -> {field name: role}, for every statement and expression kind
+STMT_KINDS: dict = {}
+EXPR_KINDS: dict = {}
+
+
+def roles(**by_role):
+    """Declare the role of each field of a kernel-IR node class: `@roles(expr=("a", "b"),
+    data=("op",))`. Every dataclass field must be named exactly once."""
+    unknown = set(by_role) - set(_ROLES)
+    if unknown:
+        raise TypeError(f"unknown field roles {sorted(unknown)}; roles are {_ROLES}")
+
+    def declare(cls):
+        table = {f: r for r, names in by_role.items() for f in names}
+        named = [f for names in by_role.values() for f in names]
+        fields = [f.name for f in dataclasses.fields(cls)]
+        if len(named) != len(table) or set(table) != set(fields):
+            raise TypeError(f"{cls.__name__}: field roles {sorted(named)} do not name each of its "
+                            f"fields {sorted(fields)} exactly once")
+        kinds = EXPR_KINDS if issubclass(cls, KExpr) else STMT_KINDS
+        kinds[cls] = table
+        return cls
+    return declare
+
 
 # Index and scalar expressions -------------------------------------------------------------------
 class KExpr:
     """An integer or scalar expression inside a kernel."""
+
+    __slots__ = ()
 
     def __add__(self, o):
         return add(self, o)
@@ -32,7 +73,8 @@ class KExpr:
         return sub(self, o)
 
 
-@dataclasses.dataclass(eq=False)
+@roles(data=("name", "dtype"))
+@dataclasses.dataclass(eq=False, slots=True)
 class Var(KExpr):
     """A named value: loop indices, kernel parameters, hoisted scalars."""
 
@@ -43,7 +85,8 @@ class Var(KExpr):
         return self.name
 
 
-@dataclasses.dataclass(frozen=True)
+@roles(data=("value", "dtype"))
+@dataclasses.dataclass(frozen=True, slots=True)
 class Const(KExpr):
     value: Any
     dtype: str = "index"
@@ -52,7 +95,8 @@ class Const(KExpr):
         return repr(self.value)
 
 
-@dataclasses.dataclass(frozen=True)
+@roles(data=("name",))
+@dataclasses.dataclass(frozen=True, slots=True)
 class Special(KExpr):
     """threadIdx.x, blockIdx.y, blockDim.x, gridDim.x, ..."""
 
@@ -62,7 +106,8 @@ class Special(KExpr):
         return self.name
 
 
-@dataclasses.dataclass(frozen=True, eq=False)
+@roles(data=("op",), expr=("a", "b"))
+@dataclasses.dataclass(frozen=True, eq=False, slots=True)
 class Bin(KExpr):
     """a op b; op in + - * / % ceilDiv min max < <= > >= == != && ||."""
 
@@ -76,12 +121,14 @@ class Bin(KExpr):
         return f"({self.a!r} {self.op} {self.b!r})"
 
 
-@dataclasses.dataclass(frozen=True, eq=False)
+@roles(expr=("a",))
+@dataclasses.dataclass(frozen=True, eq=False, slots=True)
 class Not(KExpr):
     a: KExpr
 
 
-@dataclasses.dataclass(frozen=True, eq=False)
+@roles(expr=("cond", "a", "b"))
+@dataclasses.dataclass(frozen=True, eq=False, slots=True)
 class Select(KExpr):
     cond: KExpr
     a: KExpr
@@ -211,7 +258,7 @@ def is_true(e: KExpr) -> bool:
 
 
 # Buffers and memory accesses ---------------------------------------------------------------------
-@dataclasses.dataclass(eq=False)
+@dataclasses.dataclass(eq=False, slots=True)
 class Buffer:
     """Memory a kernel reads or writes: a kernel parameter (global) or an allocation."""
 
@@ -226,7 +273,8 @@ class Buffer:
         return self.name
 
 
-@dataclasses.dataclass(eq=False)
+@roles(buffer=("buffer",), expr=("index",), data=("vector",))
+@dataclasses.dataclass(eq=False, slots=True)
 class TensorIndex(KExpr):
     """buffer[index]; `vector` > 1 reads or writes that many consecutive elements at once."""
 
@@ -250,7 +298,8 @@ def gathered_at(src: "TensorIndex", stride: KExpr) -> "TensorIndex":
     return TensorIndex(src.buffer, add(src.index, mul(Var(GATHER_INDEX), stride)), src.vector)
 
 
-@dataclasses.dataclass(eq=False)
+@roles(data=("scalar", "dtype"))
+@dataclasses.dataclass(eq=False, slots=True)
 class ScalarValue(KExpr):
     """A fusion scalar (constant, runtime input or derived) used as an operand."""
 
@@ -264,10 +313,14 @@ class ScalarValue(KExpr):
 
 # Statements -----------------------------------------------------------------------------------
 class Stmt:
-    pass
+    """A kernel-IR statement."""
+
+    __slots__ = ()
 
 
-@dataclasses.dataclass(eq=False)
+@roles(defines=("var",), expr=("start", "stop", "step"), body=("body",),
+       data=("parallel", "unroll", "iter_domain", "loop", "label"))
+@dataclasses.dataclass(eq=False, slots=True)
 class ForLoop(Stmt):
     """for var in [start, stop) step `step`. A loop bound to a thread or block dimension prints
     no `for`: its index is that dimension (`parallel` names it)."""
@@ -284,7 +337,8 @@ class ForLoop(Stmt):
     label: str = ""                # e.g. CB_MAIN_LOOP
 
 
-@dataclasses.dataclass(eq=False)
+@roles(expr=("cond",), body=("then_body", "else_body"), data=("roles",))
+@dataclasses.dataclass(eq=False, slots=True)
 class IfThenElse(Stmt):
     """if (cond) then_body else else_body. `roles` marks the split of a warp-specialized kernel:
     the two branches are different warp groups running at the same time (producer and compute),
@@ -296,12 +350,15 @@ class IfThenElse(Stmt):
     roles: bool = False
 
 
-@dataclasses.dataclass(eq=False)
+@roles(buffer=("buffer",))
+@dataclasses.dataclass(eq=False, slots=True)
 class Allocate(Stmt):
     buffer: Buffer
 
 
-@dataclasses.dataclass(eq=False)
+@roles(out=("out",), expr=("predicate", "else_value", "carry"), exprs=("ins",),
+       data=("expr", "accumulate", "vector", "nest", "scan_fixup", "known"))
+@dataclasses.dataclass(eq=False, slots=True)
 class TensorOp(Stmt):
     """One element (or one vector) of a fusion expression.
 
@@ -324,9 +381,14 @@ class TensorOp(Stmt):
     # block scan (`scan_fixup`) is `out = op(carry, in)`, carry then the exclusive prefix.
     carry: Any = None
     scan_fixup: bool = False
+    # Set by index_and_predicate: the index graph's values known around the op (IterDomain ->
+    # index), which later passes read to index the op's operands again (a cp.async copy's
+    # readers, a tensor-map copy's row).
+    known: Any = None
 
 
-@dataclasses.dataclass(eq=False)
+@roles(buffer=("out",), expr=("value",), data=("tv",))
+@dataclasses.dataclass(eq=False, slots=True)
 class InitValue(Stmt):
     """out = init (reduction accumulators)."""
 
@@ -335,7 +397,9 @@ class InitValue(Stmt):
     tv: Any = None
 
 
-@dataclasses.dataclass(eq=False)
+@roles(exprs=("values",), buffer=("workspace",),
+       data=("op", "dtype", "dims", "barrier", "tv", "inner_loops"))
+@dataclasses.dataclass(eq=False, slots=True)
 class BlockReduce(Stmt):
     """All-reduce of `values` (registers) across the block's thread dims in `dims`; afterwards
     every participating thread holds the result. `group` values are reduced in one pass."""
@@ -346,9 +410,15 @@ class BlockReduce(Stmt):
     dims: tuple                    # e.g. ("x",) or ("x", "y")
     workspace: Buffer
     barrier: Any = None            # (named barrier id, thread count) for warp-specialized groups
+    # Set by lower_reductions: the reduced tensor, and the loops inside the reduction that
+    # iterate its elements (index_and_predicate groups their values into one pass).
+    tv: Any = None
+    inner_loops: list = dataclasses.field(default_factory=list)
 
 
-@dataclasses.dataclass(eq=False)
+@roles(exprs=("values",), buffer=("workspace", "sync_buffer", "smem_workspace"),
+       data=("op", "dtype", "dims", "thread_dims", "tv", "inner_loops"))
+@dataclasses.dataclass(eq=False, slots=True)
 class GridReduce(Stmt):
     """Reduce `values` across blocks of the grid dims in `dims` through a global workspace and a
     grid-wide barrier of a cooperative launch; every block gets the result."""
@@ -363,9 +433,14 @@ class GridReduce(Stmt):
     # The thread dims the block step before it reduced: the last block's combine ends with a
     # block all-reduce over them (codegen), whose shared memory launch_config sizes.
     thread_dims: tuple = ()
+    # Set by lower_reductions: the reduced tensor, and the loops inside the reduction that
+    # iterate its elements (index_and_predicate groups their values into one pass).
+    tv: Any = None
+    inner_loops: list = dataclasses.field(default_factory=list)
 
 
-@dataclasses.dataclass(eq=False)
+@roles(exprs=("values",), data=("op", "dtype", "dim", "size", "tv", "inner_loops"))
+@dataclasses.dataclass(eq=False, slots=True)
 class ClusterReduce(Stmt):
     """All-reduce of `values` (one per row of the block, after the block reduction over x)
     across the `size` CTAs of the thread-block cluster along block dim `dim`, through
@@ -376,9 +451,14 @@ class ClusterReduce(Stmt):
     dtype: DataType
     dim: str                      # the block dim the cluster spans
     size: int                     # CTAs per cluster
+    # Set by lower_reductions: the reduced tensor, and the loops inside the reduction that
+    # iterate its elements (index_and_predicate groups their values into one pass).
+    tv: Any = None
+    inner_loops: list = dataclasses.field(default_factory=list)
 
 
-@dataclasses.dataclass(eq=False)
+@roles(expr=("carry",), buffers=("chain",), data=("op", "dtype", "cluster"))
+@dataclasses.dataclass(eq=False, slots=True)
 class BlockScan(Stmt):
     """Exclusive scan of `carry` (a register TensorIndex: each thread's chunk total, in
     threadIdx.x order within each row of the block) across threadIdx.x: afterwards each thread's
@@ -396,7 +476,9 @@ class BlockScan(Stmt):
     chain: Any = None              # (values Buffer, flags Buffer) or None
 
 
-@dataclasses.dataclass(eq=False)
+@roles(buffer=("chunk", "values", "indices", "workspace"), expr=("extent",),
+       data=("k", "largest", "chunk_size", "stride"))
+@dataclasses.dataclass(eq=False, slots=True)
 class BlockTopK(Stmt):
     """The k largest (smallest) elements of each row of the block and their indices, the row
     held in registers across threadIdx.x: thread t's `chunk` (a register buffer of `chunk_size`
@@ -418,7 +500,8 @@ class BlockTopK(Stmt):
     stride: int
 
 
-@dataclasses.dataclass(eq=False)
+@roles(data=("barrier_id",), expr=("count",))
+@dataclasses.dataclass(eq=False, slots=True)
 class BlockSync(Stmt):
     """__syncthreads(), or a named barrier among `count` threads."""
 
@@ -426,7 +509,8 @@ class BlockSync(Stmt):
     count: KExpr | None = None
 
 
-@dataclasses.dataclass(eq=False)
+@roles(buffer=("sync_buffer",), data=("barrier",))
+@dataclasses.dataclass(eq=False, slots=True)
 class GridSync(Stmt):
     sync_buffer: Buffer
     # (named barrier id, thread count): the block's part is done by those threads only (the
@@ -434,19 +518,22 @@ class GridSync(Stmt):
     barrier: Any = None
 
 
-@dataclasses.dataclass(eq=False)
+@roles(data=("text",))
+@dataclasses.dataclass(eq=False, slots=True)
 class Raw(Stmt):
     """A line of device code emitted as written (PTX helpers calls built by passes)."""
 
     text: str
 
 
-@dataclasses.dataclass(eq=False)
+@roles(data=("text",))
+@dataclasses.dataclass(eq=False, slots=True)
 class Comment(Stmt):
     text: str
 
 
-@dataclasses.dataclass(eq=False)
+@roles(defines=("var",), expr=("value",))
+@dataclasses.dataclass(eq=False, slots=True)
 class ScalarDef(Stmt):
     """const <dtype> var = value; (hoisted scalars: extents, derived fusion scalars)."""
 
@@ -466,7 +553,7 @@ WS_COMPUTE_LOOP = "warp-specialized compute loop"
 SCAN_FIXUP = "scan prefix fixup"
 
 
-@dataclasses.dataclass(eq=False)
+@dataclasses.dataclass(eq=False, slots=True)
 class MBarriers:
     """An array of `count` mbarriers (8 bytes each) in shared memory."""
 
@@ -477,7 +564,8 @@ class MBarriers:
         return self.name
 
 
-@dataclasses.dataclass(eq=False)
+@roles(data=("bars",), expr=("index",))
+@dataclasses.dataclass(eq=False, slots=True)
 class MBarrierRef(KExpr):
     """mbarriers[index] (codegen gives its 32-bit shared-window address)."""
 
@@ -488,12 +576,14 @@ class MBarrierRef(KExpr):
         return f"{self.bars.name}[{self.index!r}]"
 
 
-@dataclasses.dataclass(eq=False)
+@roles(data=("bars",))
+@dataclasses.dataclass(eq=False, slots=True)
 class MBarrierAlloc(Stmt):
     bars: MBarriers
 
 
-@dataclasses.dataclass(eq=False)
+@roles(expr=("bar", "arrivals"))
+@dataclasses.dataclass(eq=False, slots=True)
 class MBarrierInit(Stmt):
     """One thread: mbarrier.init with the number of arrivals that complete a phase."""
 
@@ -501,18 +591,21 @@ class MBarrierInit(Stmt):
     arrivals: KExpr
 
 
-@dataclasses.dataclass(eq=False)
+@roles()
+@dataclasses.dataclass(eq=False, slots=True)
 class FenceMBarrierInit(Stmt):
     """Makes earlier inits visible to the async proxy (and the cluster); the initializing thread,
     once, before the block barrier that publishes them."""
 
 
-@dataclasses.dataclass(eq=False)
+@roles(expr=("bar",))
+@dataclasses.dataclass(eq=False, slots=True)
 class MBarrierArrive(Stmt):
     bar: MBarrierRef
 
 
-@dataclasses.dataclass(eq=False)
+@roles(expr=("bar", "parity"))
+@dataclasses.dataclass(eq=False, slots=True)
 class MBarrierWait(Stmt):
     """Wait until the phase of `parity` (0/1) has completed."""
 
@@ -520,12 +613,14 @@ class MBarrierWait(Stmt):
     parity: KExpr
 
 
-@dataclasses.dataclass(eq=False)
+@roles(expr=("bar",))
+@dataclasses.dataclass(eq=False, slots=True)
 class MBarrierInval(Stmt):
     bar: MBarrierRef
 
 
-@dataclasses.dataclass(eq=False)
+@roles(data=("count", "increase"))
+@dataclasses.dataclass(eq=False, slots=True)
 class SetMaxNReg(Stmt):
     """setmaxnreg.{inc,dec}: every thread of each warp group that reaches it (uniformly) now
     owns `count` registers (24..256, a multiple of 8)."""
@@ -534,7 +629,8 @@ class SetMaxNReg(Stmt):
     increase: bool
 
 
-@dataclasses.dataclass(eq=False)
+@roles(out=("dst",), expr=("src", "bytes", "bar", "predicate"))
+@dataclasses.dataclass(eq=False, slots=True)
 class BulkLoad(Stmt):
     """cp.async.bulk global -> shared of `bytes` bytes starting at src, completing on `bar`;
     issued by one thread (the caller's predicate selects it), which first raises the barrier's
@@ -551,7 +647,7 @@ class BulkLoad(Stmt):
 TENSOR_MAP_SMEM_ALIGN = 128
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, slots=True)
 class RowBoxMap:
     """A TMA tensor map over the rows of fusion input `input` (its innermost dim, N elements,
     contiguous; its outer dims merged into one row dim of a single stride), viewed in 3D,
@@ -580,7 +676,9 @@ class RowBoxMap:
         return None
 
 
-@dataclasses.dataclass(eq=False)
+@roles(out=("dst",), expr=("tmap", "bytes", "bar", "predicate"), exprs=("coords",),
+       data=("map",), buffer=("source",))
+@dataclasses.dataclass(eq=False, slots=True)
 class TensorMapLoad(Stmt):
     """cp.async.bulk.tensor global -> shared: the box of the tensor map parameter `tmap` at
     `coords` (innermost first) into `dst`, completing on `bar`. Issued by one thread (the
@@ -597,7 +695,8 @@ class TensorMapLoad(Stmt):
     predicate: KExpr = dataclasses.field(default_factory=lambda: Const(True, "bool"))
 
 
-@dataclasses.dataclass(eq=False)
+@roles(out=("dst",), expr=("src", "predicate"), data=("bytes",))
+@dataclasses.dataclass(eq=False, slots=True)
 class CpAsyncCopy(Stmt):
     """cp.async global -> shared of `bytes` (4, 8 or 16) bytes by each thread that reaches it
     with `predicate` true (the others copy nothing); both addresses aligned to `bytes`. The copy
@@ -611,13 +710,15 @@ class CpAsyncCopy(Stmt):
     predicate: KExpr = dataclasses.field(default_factory=lambda: Const(True, "bool"))
 
 
-@dataclasses.dataclass(eq=False)
+@roles()
+@dataclasses.dataclass(eq=False, slots=True)
 class CpAsyncCommit(Stmt):
     """cp.async.commit_group: close the thread's open group (an empty one too, which keeps the
     group count uniform)."""
 
 
-@dataclasses.dataclass(eq=False)
+@roles(data=("pending",))
+@dataclasses.dataclass(eq=False, slots=True)
 class CpAsyncWait(Stmt):
     """cp.async.wait_group `pending`: wait until at most the `pending` most recently committed
     groups of this thread are incomplete (a constant)."""
@@ -626,7 +727,7 @@ class CpAsyncWait(Stmt):
 
 
 # The kernel ---------------------------------------------------------------------------------------
-@dataclasses.dataclass(eq=False)
+@dataclasses.dataclass(eq=False, slots=True)
 class Param:
     """A kernel parameter: a tensor's data pointer, a stride, an extent, a scalar input,
     a tensor map or a workspace pointer. `source` says where its runtime value comes from."""
@@ -639,7 +740,7 @@ class Param:
     buffer: Buffer | None = None
 
 
-@dataclasses.dataclass(eq=False)
+@dataclasses.dataclass(eq=False, slots=True)
 class LaunchConfig:
     grid: list            # three fusion Scalars / ints (x, y, z); may be symbolic
     block: list           # three ints or Scalars
@@ -653,7 +754,7 @@ class LaunchConfig:
     min_blocks: int | None = None
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, slots=True)
 class WarpRoles:
     """The thread split of a warp-specialized kernel along block dim `dim`: indices below
     `compute_extent` compute, the next `producer_extent` form the producer warp group(s)."""
@@ -675,7 +776,7 @@ class WarpRoles:
         return self.row_threads * self.producer_extent
 
 
-@dataclasses.dataclass(eq=False)
+@dataclasses.dataclass(eq=False, slots=True)
 class Kernel:
     name: str
     fusion: Any
@@ -715,14 +816,22 @@ class Kernel:
 
 
 def walk(stmts):
-    """Every statement, depth first, parents before children."""
+    """Every statement, depth first, parents before children (every nested body, by the
+    statements' field roles)."""
     for s in stmts:
         yield s
-        if isinstance(s, ForLoop):
-            yield from walk(s.body)
-        elif isinstance(s, IfThenElse):
-            yield from walk(s.then_body)
-            yield from walk(s.else_body)
+        table = STMT_KINDS.get(type(s))
+        if table is None:
+            raise TypeError(f"{type(s).__name__} is not a kernel-IR statement kind (declare its "
+                            "fields with kir.nodes.roles)")
+        for f, role in table.items():
+            if role == BODY:
+                yield from walk(getattr(s, f))
+
+
+# Copies whose writes land asynchronously (on an mbarrier, at a cp.async wait), not in program
+# order: a block barrier after them orders nothing (the passes that make them order them).
+ASYNC_COPIES = (BulkLoad, TensorMapLoad, CpAsyncCopy)
 
 
 def ops_in_loops(body: list, expr_type, parents: list | None = None) -> list:

@@ -1,9 +1,8 @@
 """Readable text of a Kernel (PYFUSER_DUMP=kernel_ir): CUDA-like, with loop kinds spelled out."""
 from __future__ import annotations
 
-import dataclasses
-
 from . import nodes as K
+from .rewrite import stmt_roles
 
 
 def _e(x) -> str:
@@ -82,15 +81,29 @@ def kernel_str(kernel: K.Kernel) -> str:
                 lines.append(f"{pad}cp_async_wait_group {s.pending}")
             elif isinstance(s, K.ScalarDef):
                 lines.append(f"{pad}{s.var!r} = {s.value!r}")
-            elif isinstance(s, (K.MBarrierInit, K.MBarrierArrive, K.MBarrierWait,
-                                K.MBarrierInval)):
-                args = ", ".join(repr(getattr(s, f.name)) for f in dataclasses.fields(s))
-                lines.append(f"{pad}{type(s).__name__}({args})")
+            elif isinstance(s, (K.Comment, K.Raw)):
+                lines.append(f"{pad}{type(s).__name__} {s.text}")
             else:
-                lines.append(f"{pad}{type(s).__name__} {getattr(s, 'text', '')}")
+                # Any other kind: its fields, as its declared roles name them (an undeclared
+                # kind is an error, not a blank line).
+                table = stmt_roles(s)
+                args = ", ".join(f"{f}={getattr(s, f)!r}" for f, role in table.items()
+                                 if role != K.BODY and (role != K.DATA or _plain(getattr(s, f))))
+                lines.append(f"{pad}{type(s).__name__}({args})")
+                for f, role in table.items():
+                    if role == K.BODY:
+                        emit(getattr(s, f), depth + 1)
 
     emit(kernel.body, 1)
     return "\n".join(lines)
+
+
+def _plain(v) -> bool:
+    """A data field worth printing: numbers, strings, flags, kernel buffers and tuples of them
+    (not fusion objects)."""
+    if isinstance(v, (tuple, list)):
+        return all(_plain(x) for x in v)
+    return v is None or isinstance(v, (bool, int, float, str, K.MBarriers, K.Buffer))
 
 
 def _guard(s) -> str:

@@ -1,13 +1,15 @@
 """Lowering: a scheduled fusion becomes a Kernel of kernel-IR nodes.
 
 Each pass is a function Kernel -> Kernel in a file of its own; its docstring shows the kernel
-before and after it and what it cannot do. They run in this order:
+before and after it and what it cannot do, and `@establishes(...)` names the verifier rules
+(kir/verifier.py `Rule`, defined beside the pass) that hold from it on. They run in this order:
 """
 from __future__ import annotations
 
 from .. import options
 from ..kir import nodes as K
 from ..kir.printer import kernel_str
+from ..kir.verifier import verify_kernel
 from .allocation import allocate
 from .circular_buffer import circular_buffer_loops
 from .context import LoweringContext, LoweringError
@@ -42,20 +44,38 @@ PIPELINE = [
 ]
 
 
+def rules_after(pass_name: str) -> tuple:
+    """The verifier rules that hold after pass `pass_name` of PIPELINE: those the passes up to
+    it establish (`kir.verifier.establishes` on each pass), less those a later one retired."""
+    names = [p.__name__ for p in PIPELINE]
+    if pass_name not in names:
+        raise ValueError(f"unknown lowering pass {pass_name!r}; PIPELINE has {names}")
+    rules: list = []
+    for p in PIPELINE[:names.index(pass_name) + 1]:
+        rules = [r for r in rules if r not in p.retires] + list(p.establishes)
+    return tuple(rules)
+
+
+def verify(kernel: K.Kernel, after: str = "launch_config") -> None:
+    """Check `kernel` as left by pass `after` (kir/verifier.py); raises KernelIRError."""
+    verify_kernel(kernel, rules_after(after), after)
+
+
 def lower(fusion, name: str = "pyfuser_kernel", index_type: str = "int",
           verify_each: bool = False, streaming_loads: bool = False) -> K.Kernel:
     kernel = K.Kernel(name=name, fusion=fusion, index_type=index_type,
                       streaming_loads=streaming_loads)
     kernel.ctx = LoweringContext(fusion)
+    rules: list = []
     for p in PIPELINE:
         kernel = p(kernel)
+        rules = [r for r in rules if r not in p.retires] + list(p.establishes)
         if verify_each:
-            from ..kir.verifier import verify_kernel
-            verify_kernel(kernel, after=p.__name__)
+            verify_kernel(kernel, rules, p.__name__)
         if options.current().dumps("kernel_ir_passes"):
             options.dump("kernel_ir_passes", f"{name}.{p.__name__}", kernel_str(kernel))
     options.dump("kernel_ir", name, kernel_str(kernel))
     return kernel
 
 
-__all__ = ["PIPELINE", "LoweringError", "lower"]
+__all__ = ["PIPELINE", "LoweringError", "lower", "rules_after", "verify"]

@@ -26,6 +26,7 @@ from __future__ import annotations
 from ..ir.iter_domain import ParallelType
 from ..ir.tensor import MemoryType, TensorView
 from ..kir import nodes as K
+from ..kir.verifier import Rule, establishes
 from .context import LoweringError
 from .indexing import scalar_to_kexpr
 
@@ -75,6 +76,29 @@ def _global_intermediate(kernel: K.Kernel, tv: TensorView) -> None:
     buf.size = acc
 
 
+def _operand_buffers(v, s, scope) -> None:
+    """Each fusion tensor a TensorOp reads or writes has a buffer: a kernel parameter for a
+    global tensor, allocated in an enclosing scope otherwise."""
+    if not isinstance(s, K.TensorOp):
+        return
+    for what, x in [("the output", s.out)] + [(f"input {k}", i) for k, i in enumerate(s.ins)]:
+        if not isinstance(x, TensorView):
+            continue
+        buf = v.k.ctx.buffers.get(x)
+        if buf is None:
+            v.fail(f"{what} T{x.name} has no buffer", s)
+        if x.memory_type == MemoryType.Global:
+            if id(buf) not in v.param_buffers:
+                v.fail(f"{what} T{x.name} is global but not a kernel parameter", s)
+        else:
+            v.check_buffer(buf, scope, s, f"{what} T{x.name}")
+
+
+# Fusion operands have their buffers in scope (until index_and_predicate indexes them).
+BUFFERS_ALLOCATED = Rule("buffers allocated", stmt=_operand_buffers)
+
+
+@establishes(BUFFERS_ALLOCATED)
 def allocate(kernel: K.Kernel) -> K.Kernel:
     ctx = kernel.ctx
     ctx.alloc_ids = {}

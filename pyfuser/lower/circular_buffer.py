@@ -47,9 +47,10 @@ import dataclasses
 from ..ir.exprs import LoadKind, LoadStoreOp
 from ..ir.tensor import WarpSpecialized
 from ..kir import nodes as K
+from ..kir.verifier import establishes
+from ..kir.rewrite import Rewriter, Substitution, replace_stmt
 from .context import LoweringError
 from .indexing import scalar_to_kexpr
-from .substitute import substitute
 
 _BIDX = K.Special("blockIdx.x")
 _GDIMX = K.Special("gridDim.x")
@@ -59,6 +60,7 @@ EPILOGUE = K.CB_EPILOGUE
 MAIN_LOOP = K.CB_MAIN_LOOP
 
 
+@establishes()
 def circular_buffer_loops(kernel: K.Kernel) -> K.Kernel:
     loads = tma_loads(kernel.body, [])
     by_loop: dict = {}
@@ -365,60 +367,45 @@ def _bulk_issue(kernel, top, tv, bars) -> list:
 def retarget(s, mapping, b: BufferedTensor, stage):
     """A copy of an issue statement for one iteration: loop index substituted, copy into the
     iteration's slot, completing on the slot's barrier (bulk copies)."""
-    if isinstance(s, (K.BulkLoad, K.CpAsyncCopy)):
-        dst = dataclasses.replace(s.dst, index=K.add(substitute(s.dst.index, mapping),
-                                                     K.mul(stage, b.slot_elems)))
-        changes = dict(dst=dst, src=substitute(s.src, mapping),
-                       predicate=substitute(s.predicate, mapping))
-        if isinstance(s, K.BulkLoad):
-            changes["bar"] = K.MBarrierRef(b.bars, stage)
-        return dataclasses.replace(s, **changes)
-    if isinstance(s, K.TensorMapLoad):
-        dst = dataclasses.replace(s.dst, index=K.add(substitute(s.dst.index, mapping),
-                                                     K.mul(stage, b.slot_elems)))
-        return dataclasses.replace(s, dst=dst, coords=[substitute(c, mapping) for c in s.coords],
-                                   bar=K.MBarrierRef(b.bars, stage),
-                                   predicate=substitute(s.predicate, mapping))
-    if isinstance(s, K.ForLoop):
+    return _IssueAt(mapping, b, stage).stmt(s)
+
+
+class _IssueAt(Substitution):
+    def __init__(self, mapping, b: BufferedTensor, stage):
+        super().__init__(mapping)
+        self.b, self.stage = b, stage
+
+    def into_slot(self, s, **changes):
+        s = self.default_stmt(s)
+        dst = dataclasses.replace(s.dst, index=K.add(s.dst.index,
+                                                     K.mul(self.stage, self.b.slot_elems)))
+        return dataclasses.replace(s, dst=dst, **changes)
+
+    def visit_BulkLoad(self, s):
+        return self.into_slot(s, bar=K.MBarrierRef(self.b.bars, self.stage))
+
+    visit_TensorMapLoad = visit_BulkLoad
+
+    def visit_CpAsyncCopy(self, s):
+        return self.into_slot(s)
+
+    def visit_ForLoop(self, s):
         # Issued once per iteration (prologue and main loop): no longer one lowering loop.
-        return dataclasses.replace(s, body=[retarget(c, mapping, b, stage) for c in s.body],
-                                   loop=None)
-    if isinstance(s, K.IfThenElse):
-        return dataclasses.replace(s, cond=substitute(s.cond, mapping),
-                                   then_body=[retarget(c, mapping, b, stage) for c in s.then_body],
-                                   else_body=[retarget(c, mapping, b, stage) for c in s.else_body])
-    return s
+        return dataclasses.replace(self.default_stmt(s), loop=None)
 
 
 def offset_slots(s, buffered, stage):
     """Reads of a buffered tensor address the iteration's slot."""
-    slots = {id(b.buf): b.slot_elems for b in buffered}
-
-    def fix(a):
-        if isinstance(a, K.TensorIndex) and id(a.buffer) in slots:
-            return dataclasses.replace(a, index=K.add(a.index, K.mul(stage, slots[id(a.buffer)])))
-        return a
-
-    def visit(x):
-        if isinstance(x, K.TensorOp):
-            return dataclasses.replace(x, out=fix(x.out), ins=[fix(i) for i in x.ins])
-        if isinstance(x, K.ForLoop):
-            return dataclasses.replace(x, body=[visit(c) for c in x.body])
-        if isinstance(x, K.IfThenElse):
-            return dataclasses.replace(x, then_body=[visit(c) for c in x.then_body],
-                                       else_body=[visit(c) for c in x.else_body])
-        return x
-    return visit(s)
+    return _SlotOffsets({id(b.buf): b.slot_elems for b in buffered}, stage).stmt(s)
 
 
-def replace_stmt(body: list, old, new: list) -> bool:
-    for k, s in enumerate(body):
-        if s is old:
-            body[k:k + 1] = new
-            return True
-        if isinstance(s, K.ForLoop) and replace_stmt(s.body, old, new):
-            return True
-        if isinstance(s, K.IfThenElse) and (replace_stmt(s.then_body, old, new)
-                                            or replace_stmt(s.else_body, old, new)):
-            return True
-    return False
+class _SlotOffsets(Rewriter):
+    def __init__(self, slots: dict, stage):
+        self.slots, self.stage = slots, stage
+
+    def tensor_index(self, t):
+        t = self.default_expr(t)
+        slot = self.slots.get(id(t.buffer))
+        if slot is None:
+            return t
+        return dataclasses.replace(t, index=K.add(t.index, K.mul(self.stage, slot)))

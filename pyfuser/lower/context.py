@@ -115,6 +115,12 @@ class LoweringContext:
         self.index_graph = None          # index_and_predicate: IndexGraph over the exact graph
         self.kernel_parallel: dict = {}  # index_and_predicate: ParallelType -> bound extents
         self.broadcast_partners = None   # index_and_predicate: permissive pairs-only IdGraph
+        self.extent_multiples: dict = {} # params: repr of an extent -> a multiple it is
+        # index_and_predicate: the gathers' index checks, and the error record and its host
+        # report (global buffers) when there are any.
+        self.index_checks: list = []
+        self.index_error = None
+        self.index_report = None
 
     # Loops -----------------------------------------------------------------------------------
     def _computed(self) -> list[TensorView]:

@@ -55,6 +55,7 @@ from ..ir.exprs import LoadKind, LoadStoreOp
 from ..ir.iter_domain import ParallelType as PT
 from ..ir.tensor import CpAsyncPipelined
 from ..kir import nodes as K
+from ..kir.verifier import Rule, establishes
 from .circular_buffer import (EPILOGUE, MAIN_LOOP, BufferedTensor, buffered_loop, load_site,
                               loads_where, mark_replaced, offset_slots, replace_stmt, retarget,
                               stages_of, take_slot, trip_count)
@@ -66,6 +67,16 @@ CP_ASYNC_BYTES = (4, 8, 16)
 _THREAD_DIMS = {PT.TIDx: "threadIdx.x", PT.TIDy: "threadIdx.y", PT.TIDz: "threadIdx.z"}
 
 
+def _no_cp_async_op(v, s, scope) -> None:
+    if is_cp_async_load(s):
+        v.fail("a cp.async load is still a TensorOp after cp_async_buffer_loops", s)
+
+
+# cp.async loads are CpAsyncCopy statements with their commits and waits, no longer TensorOps.
+CP_ASYNC_LOWERED = Rule("cp.async lowered", stmt=_no_cp_async_op)
+
+
+@establishes(CP_ASYNC_LOWERED)
 def cp_async_buffer_loops(kernel: K.Kernel) -> K.Kernel:
     by_loop: dict = {}
     for op, path in cp_async_loads(kernel.body, []):

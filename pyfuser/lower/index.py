@@ -38,8 +38,11 @@ from ..ir.iter_domain import ParallelType, history
 from ..ir.scalar import Scalar
 from ..ir.tensor import MemoryType, TensorView
 from ..kir import nodes as K
+from ..kir.verifier import Rule, establishes
+from .allocation import BUFFERS_ALLOCATED
 from .context import LoweringError
 from .indexing import IndexGraph, Known, scalar_to_kexpr
+from .loops import FUSION_OPERANDS
 from .params import executor_allocated, tensor_contiguity
 from .ranges import simplify_predicate
 
@@ -50,6 +53,35 @@ _THREAD_SPECIAL = {
 }
 
 
+def _indexed(v, s, scope) -> None:
+    """Operands are indexed accesses (TensorIndex) or ScalarValues, outputs TensorIndex,
+    predicates kernel expressions; accumulators start from ScalarValues; reductions reduce
+    register values."""
+    if isinstance(s, K.TensorOp):
+        for what, x in [("the output", s.out)] + [(f"input {k}", i) for k, i in enumerate(s.ins)]:
+            if not isinstance(x, (K.TensorIndex, K.ScalarValue)):
+                v.fail(f"{what} is {type(x).__name__} ({x!r}), not a TensorIndex or ScalarValue "
+                       "after index_and_predicate", s)
+        if not isinstance(s.out, K.TensorIndex):
+            v.fail("the output is not a TensorIndex", s)
+        if not isinstance(s.predicate, K.KExpr) or isinstance(s.predicate, (K.TensorIndex,
+                                                                            K.ScalarValue)):
+            v.fail(f"predicate {s.predicate!r} is not a kernel expression", s)
+    elif isinstance(s, K.InitValue) and not isinstance(s.value, K.ScalarValue):
+        v.fail(f"init value {s.value!r} is not a ScalarValue after index_and_predicate", s)
+    elif isinstance(s, (K.BlockReduce, K.GridReduce, K.ClusterReduce)):
+        if not s.values:
+            v.fail(f"{type(s).__name__} has no values after index_and_predicate", s)
+        for x in s.values:
+            if not isinstance(x, K.TensorIndex):
+                v.fail(f"reduced value {x!r} is not a TensorIndex", s)
+
+
+# Every operand is an indexed access with its predicate.
+INDEXED = Rule("indexed", stmt=_indexed)
+
+
+@establishes(INDEXED, retires=(FUSION_OPERANDS, BUFFERS_ALLOCATED))
 def index_and_predicate(kernel: K.Kernel) -> K.Kernel:
     ctx = kernel.ctx
     # Constant-extent loops' variables (vector lanes among them) for the lane fold of merges.

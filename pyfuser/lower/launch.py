@@ -22,12 +22,34 @@ from __future__ import annotations
 from ..ir import scalar as S
 from ..ir.tensor import TensorView
 from ..kir import nodes as K
+from ..kir.verifier import Rule, establishes
 from ..kir.launch import INDEX_ERROR_ELEMENTS, LaunchDescription, check_launch_limits
 from .indexing import scalar_to_kexpr
 
 _ORDER = {"x": 0, "y": 1, "z": 2}
 
 
+def _launch_declared(v) -> None:
+    """A launch configuration of three grid and block dims, the block within 1..1024 threads,
+    cooperative when the kernel synchronizes the grid."""
+    lc = v.k.launch
+    if lc is None:
+        v.fail("no launch configuration after launch_config")
+    if len(lc.grid) != 3 or len(lc.block) != 3:
+        v.fail(f"grid {lc.grid} / block {lc.block} are not three dims each")
+    if v.grid_syncs and not lc.cooperative:
+        v.fail("the kernel synchronizes the grid but its launch is not cooperative")
+    static = [b if isinstance(b, int) else getattr(b, "value", None) for b in lc.block]
+    if all(isinstance(b, int) for b in static):
+        n = static[0] * static[1] * static[2]
+        if n > 1024 or n < 1:
+            v.fail(f"block {static} has {n} threads (1..1024)")
+
+
+LAUNCH_DECLARED = Rule("launch declared", kernel=_launch_declared)
+
+
+@establishes(LAUNCH_DECLARED)
 def launch_config(kernel: K.Kernel) -> K.Kernel:
     ctx = kernel.ctx
     hints = kernel.fusion.launch_hints
@@ -202,7 +224,7 @@ def describe_launch(kernel: K.Kernel) -> LaunchDescription:
         cluster=tuple(launch.cluster) if launch.cluster else None,
         workspaces=tuple(workspaces), vector_reads=tuple(vector_reads), bulk_inputs=tuple(bulk),
         index_checks=tuple((what, dim, expr(n)) for what, dim, n in
-                           getattr(kernel.ctx, "index_checks", ())),
+                           kernel.ctx.index_checks),
         extent_multiples=tuple((expr(s), m) for s, m in fusion.extent_multiples.items()
                                if s.value is None))
 

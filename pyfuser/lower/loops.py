@@ -27,6 +27,7 @@ from ..ir.exprs import LoadKind, LoadStoreOp
 from ..ir.iter_domain import ParallelType
 from ..ir.tensor import MemoryType, TensorView
 from ..kir import nodes as K
+from ..kir.verifier import Rule, establishes
 from .context import LoweringError
 from .indexing import scalar_to_kexpr
 
@@ -37,6 +38,41 @@ _SPECIAL = {
 }
 
 
+def _ops_in_their_nests(v, s, scope) -> None:
+    """The ForLoops around a TensorOp are the loops of its nest, in order (less those a pass
+    replaced or folded: kernel.replaced_loops)."""
+    if not isinstance(s, K.TensorOp) or not s.nest:
+        return
+    enclosing = [f.loop for f in scope.loops() if f.loop is not None]
+    expected = [lp for lp in s.nest if id(lp) not in v.k.replaced_loops]
+    if [id(x) for x in enclosing] != [id(x) for x in expected]:
+        v.fail(f"the loops around the op {enclosing} are not its nest {expected}", s)
+
+
+def _every_loop_emitted(v) -> None:
+    for lp in v.k.ctx.all_loops():
+        if id(lp) not in v.loops_seen and id(lp) not in v.k.replaced_loops:
+            v.fail(f"lowering loop {lp!r} is never emitted")
+
+
+def _fusion_operands(v, s, scope) -> None:
+    from ..ir.scalar import Scalar
+    if not isinstance(s, K.TensorOp):
+        return
+    for what, x in [("the output", s.out)] + [(f"input {k}", i) for k, i in enumerate(s.ins)]:
+        if isinstance(x, (K.TensorIndex, K.ScalarValue)):
+            v.fail(f"{what} is already indexed ({x!r}) before index_and_predicate", s)
+        if not isinstance(x, (TensorView, Scalar)):
+            v.fail(f"{what} is {type(x).__name__}, not a fusion Val", s)
+
+
+# Each lowering loop is emitted once, around the ops of its nests.
+LOOP_NESTS = Rule("loop nests", stmt=_ops_in_their_nests, kernel=_every_loop_emitted)
+# TensorOps hold fusion Vals until index_and_predicate gives them indexed accesses.
+FUSION_OPERANDS = Rule("fusion operands", stmt=_fusion_operands)
+
+
+@establishes(LOOP_NESTS, FUSION_OPERANDS)
 def build_loops(kernel: K.Kernel) -> K.Kernel:
     ctx = kernel.ctx
     items = []

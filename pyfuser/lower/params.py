@@ -16,6 +16,7 @@ from __future__ import annotations
 from ..ir.scalar import Scalar
 from ..ir.tensor import TensorView
 from ..kir import nodes as K
+from ..kir.verifier import establishes
 from .context import LoweringError
 from .indexing import scalar_to_kexpr
 
@@ -28,6 +29,7 @@ def _kind_of(dtype) -> str:
     return "int64"
 
 
+@establishes()
 def kernel_params(kernel: K.Kernel) -> K.Kernel:
     ctx = kernel.ctx
     fusion = kernel.fusion

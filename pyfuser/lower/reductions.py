@@ -25,12 +25,14 @@ from ..ir.exprs import ReductionOp
 from ..ir.iter_domain import ParallelType
 from ..ir.tensor import MemoryType
 from ..kir import nodes as K
+from ..kir.verifier import establishes
 from .context import LoweringError
 from .indexing import bound_extents
 
 _DIM = {"TIDx": "x", "TIDy": "y", "TIDz": "z", "BIDx": "x", "BIDy": "y", "BIDz": "z"}
 
 
+@establishes()
 def lower_reductions(kernel: K.Kernel) -> K.Kernel:
     ctx = kernel.ctx
     ctx.reduction_sites = []

@@ -48,10 +48,12 @@ from ..ir.exprs import ScanOp
 from ..ir.iter_domain import ParallelType
 from ..ir.tensor import MemoryType
 from ..kir import nodes as K
+from ..kir.verifier import establishes
 from .context import LoweringError
 from .reductions import _block_extent
 
 
+@establishes()
 def lower_scans(kernel: K.Kernel) -> K.Kernel:
     for n, (op, parents) in enumerate(K.ops_in_loops(kernel.body, ScanOp)):
         _lower_scan(kernel, op, parents, n)

@@ -21,23 +21,25 @@ independent nests that read one, so one barrier serves all of them:
 from __future__ import annotations
 
 from ..kir import nodes as K
+from ..kir.rewrite import accesses, stmt_roles
+from ..kir.verifier import establishes
 from .circular_buffer import is_tma_load
 
 
-def _accesses(s) -> tuple[set, set]:
+def _accesses(s, memory_of=lambda b: b.memory == "shared") -> tuple[set, set]:
+    """(buffers read, buffers written) among those `memory_of` picks, by `s` and every
+    statement nested in it, through their field roles (kir/rewrite.py `accesses`)."""
     reads, writes = set(), set()
     for x in K.walk([s]):
-        if isinstance(x, K.TensorOp):
-            if is_tma_load(x):
-                continue        # completes on an mbarrier: the circular-buffer passes order it
-            if isinstance(x.out, K.TensorIndex) and x.out.buffer.memory == "shared":
-                writes.add(x.out.buffer)
-            for i in x.ins:
-                if isinstance(i, K.TensorIndex) and i.buffer.memory == "shared":
-                    reads.add(i.buffer)
+        if isinstance(x, K.ASYNC_COPIES) or is_tma_load(x):
+            continue        # completes on an mbarrier or a cp.async wait: its pass orders it
+        r, w = accesses(x)
+        reads |= {a.buffer for a in r if memory_of(a.buffer)}
+        writes |= {a.buffer for a in w if memory_of(a.buffer)}
     return reads, writes
 
 
+@establishes()
 def insert_syncs(kernel: K.Kernel) -> K.Kernel:
     kernel.body = _scope(kernel.body)
     _grid_syncs(kernel)
@@ -45,15 +47,7 @@ def insert_syncs(kernel: K.Kernel) -> K.Kernel:
 
 
 def _global_accesses(s) -> tuple[set, set]:
-    reads, writes = set(), set()
-    for x in K.walk([s]):
-        if isinstance(x, K.TensorOp):
-            if isinstance(x.out, K.TensorIndex) and _is_workspace(x.out.buffer):
-                writes.add(x.out.buffer)
-            for i in x.ins:
-                if isinstance(i, K.TensorIndex) and _is_workspace(i.buffer):
-                    reads.add(i.buffer)
-    return reads, writes
+    return _accesses(s, _is_workspace)
 
 
 def _is_workspace(buf) -> bool:
@@ -133,14 +127,13 @@ def _scope(body: list) -> list:
     out: list = []
     dirty: set = set()
     for s in body:
+        for f, role in stmt_roles(s).items():
+            if role == K.BODY:
+                setattr(s, f, _scope(getattr(s, f)))
         if isinstance(s, K.ForLoop):
-            s.body = _scope(s.body)
             reads, writes = _accesses(s)
             if reads & writes and s.parallel in ("Serial", "GridStride", "Unroll"):
                 s.body.append(K.BlockSync())
-        elif isinstance(s, K.IfThenElse):
-            s.then_body = _scope(s.then_body)
-            s.else_body = _scope(s.else_body)
         reads, writes = _accesses(s)
         if reads & dirty:
             out.append(K.BlockSync())

@@ -37,10 +37,12 @@ from ..ir.dtype import DataType
 from ..ir.iter_domain import ParallelType, Split
 from ..ir.tensor import MemoryType
 from ..kir import nodes as K
+from ..kir.verifier import establishes
 from .context import LoweringError
 from .indexing import scalar_to_kexpr
 
 
+@establishes()
 def lower_topk(kernel: K.Kernel) -> K.Kernel:
     for n, (op, parents) in enumerate(K.ops_in_loops(kernel.body, TopKOp)):
         _lower_topk(kernel, op, parents, n)

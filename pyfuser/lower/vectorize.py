@@ -26,36 +26,37 @@ divisibility, stride and alignment the executor checks before each launch.
 """
 from __future__ import annotations
 
+import dataclasses
+
 from ..ir.exprs import GatherOp, LoadStoreOp, RandOp, WindowOp
 from ..ir.tensor import MemoryType, TensorView
 from ..kir import nodes as K
+from ..kir.verifier import establishes
+from ..kir.rewrite import Rewriter, substitute
 from .context import LoweringError
-from .substitute import substitute
 
 UNROLL_LIMIT = 32
 
 
+@establishes()
 def vectorize_and_unroll(kernel: K.Kernel) -> K.Kernel:
-    kernel.body = _rewrite(kernel.body, kernel)
+    kernel.body = _VectorLoops(kernel).rewrite(kernel.body)
     return kernel
 
 
-def _rewrite(body: list, kernel) -> list:
-    out = []
-    for s in body:
-        if isinstance(s, K.ForLoop):
-            s.body = _rewrite(s.body, kernel)
-            if s.parallel == "Vectorize":
-                out.extend(_vectorize(s, kernel))
-                continue
-            ext = s.stop.value if isinstance(s.stop, K.Const) else None
-            if s.parallel == "Unroll" or (s.parallel == "Serial" and ext is not None and ext <= UNROLL_LIMIT):
-                s.unroll = True
-        elif isinstance(s, K.IfThenElse):
-            s.then_body = _rewrite(s.then_body, kernel)
-            s.else_body = _rewrite(s.else_body, kernel)
-        out.append(s)
-    return out
+class _VectorLoops(Rewriter):
+    def __init__(self, kernel):
+        self.kernel = kernel
+
+    def visit_ForLoop(self, s: K.ForLoop):
+        s = self.default_stmt(s)
+        if s.parallel == "Vectorize":
+            return _vectorize(s, self.kernel)
+        ext = s.stop.value if isinstance(s.stop, K.Const) else None
+        if s.parallel == "Unroll" or (s.parallel == "Serial" and ext is not None
+                                      and ext <= UNROLL_LIMIT):
+            s = dataclasses.replace(s, unroll=True)
+        return s
 
 
 def _vectorize(loop: K.ForLoop, kernel) -> list:
@@ -67,32 +68,30 @@ def _vectorize(loop: K.ForLoop, kernel) -> list:
     per_lane = {id(op) for op in ops if not _same_for_every_lane(op, loop.var)} if ops else ()
     if width == 1 or not per_lane or not all(_is_vector_op(op, loop) and _scheduled_vector(op)
                                              for op in ops if id(op) in per_lane):
-        loop.unroll = True
-        loop.parallel = "Serial"
-        return [loop]
-    kernel.replaced_loops.update(id(lp.loop) for lp in collapsed if lp.loop is not None)
+        return [dataclasses.replace(loop, unroll=True, parallel="Serial")]
+    # The vector loop and the one-iteration loops inside it fold into the accesses.
+    kernel.replaced_loops.update(id(lp.loop) for lp in [loop, *collapsed] if lp.loop is not None)
     out = list(allocs)      # the registers of what runs once per vector (a gather's index)
     for op in ops:
         if id(op) not in per_lane:
             # The same access for every lane (a row's index read once per vector): once.
-            op.out = substitute(op.out, first_lane)
-            op.ins = [substitute(i, first_lane) for i in op.ins]
-            op.predicate = substitute(op.predicate, first_lane)
-            out.append(op)
+            out.append(dataclasses.replace(
+                op, out=substitute(op.out, first_lane),
+                ins=[substitute(i, first_lane) for i in op.ins],
+                predicate=substitute(op.predicate, first_lane)))
             continue
         _check_lanes_contiguous(op, loop, kernel)
-        op.vector = width
-        op.out = _vec_access(substitute(op.out, first_lane), width, kernel)
         # A gather's vector is its source read (ins[0]); its index and error record are one
         # element for all lanes. A random op's operands are scalars and its first index.
         vector_ins = (1 if isinstance(op.expr, GatherOp) else 0 if isinstance(op.expr, RandOp)
                       else len(op.ins))
-        op.ins = [_vec_access(substitute(i, first_lane), width, kernel)
-                  if isinstance(i, K.TensorIndex) and k < vector_ins
-                  else substitute(i, first_lane)
-                  for k, i in enumerate(op.ins)]
-        op.predicate = substitute(op.predicate, first_lane)
-        out.append(op)
+        out.append(dataclasses.replace(
+            op, vector=width, out=_vec_access(substitute(op.out, first_lane), width, kernel),
+            ins=[_vec_access(substitute(i, first_lane), width, kernel)
+                 if isinstance(i, K.TensorIndex) and k < vector_ins
+                 else substitute(i, first_lane)
+                 for k, i in enumerate(op.ins)],
+            predicate=substitute(op.predicate, first_lane)))
     return out
 
 
@@ -275,7 +274,7 @@ def _is_copy(op: K.TensorOp) -> bool:
 
 def _vec_access(a, width: int, kernel):
     if isinstance(a, K.TensorIndex):
-        a.vector = width
+        a = dataclasses.replace(a, vector=width)
         if a.buffer.memory == "global":
             prev = kernel.vector_widths.get(a.buffer.name, width)
             kernel.vector_widths[a.buffer.name] = max(prev, width)

@@ -56,6 +56,7 @@ from __future__ import annotations
 from ..ir.tensor import WarpSpecialized
 from ..ir.iter_domain import ParallelType as PT
 from ..kir import nodes as K
+from ..kir.verifier import establishes
 from ..kir.registers import check_register_counts, default_register_split
 from .circular_buffer import (load_site, mark_replaced, offset_slots, replace_stmt, retarget,
                               take_loads, tma_loads, trip_count)
@@ -69,6 +70,7 @@ _THREAD0 = K.and_(K.and_(K.eq(_TIDX, 0), K.eq(_TIDY, 0)), K.eq(_TIDZ, 0))
 _AS_THREAD0 = {_TIDX: K.Const(0), _TIDY: K.Const(0), _TIDZ: K.Const(0)}
 
 
+@establishes()
 def warp_specialize(kernel: K.Kernel) -> K.Kernel:
     items, loop = [], None
     for op, path in tma_loads(kernel.body, []):

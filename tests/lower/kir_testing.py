@@ -21,7 +21,7 @@ from pyfuser import options
 from pyfuser.ir.tensor import TensorView
 from pyfuser.kir import nodes as K
 from pyfuser.kir.printer import kernel_str
-from pyfuser.kir.verifier import verify_kernel
+from pyfuser.lower import verify
 from pyfuser.lower import PIPELINE
 from pyfuser.lower.context import LoweringContext
 from pyfuser.runtime.interpreter import (  # noqa: F401 - re-exported for the tests
@@ -43,7 +43,7 @@ def lower_upto(fusion, last: str | None = None, name: str = "k", index_type: str
     kernel.ctx = LoweringContext(fusion)
     for p in PIPELINE:
         kernel = p(kernel)
-        verify_kernel(kernel, after=p.__name__)
+        verify(kernel, after=p.__name__)
         if texts is not None:
             texts[p.__name__] = kernel_str(kernel)
         if p.__name__ == last:

@@ -26,7 +26,8 @@ from pyfuser.codegen.cuda import generate_cuda  # noqa: E402
 from pyfuser.ir import LoadKind, ParallelType as PT  # noqa: E402
 from pyfuser.kir import nodes as K  # noqa: E402
 from pyfuser.kir.printer import kernel_str  # noqa: E402
-from pyfuser.kir.verifier import KernelIRError, verify_kernel  # noqa: E402
+from pyfuser.kir.verifier import KernelIRError  # noqa: E402
+from pyfuser.lower import verify  # noqa: E402
 from pyfuser.schedule import cache_after, circular_buffer, inline_at  # noqa: E402
 from pyfuser.schedule.schedulers import inner_persistent as ip  # noqa: E402
 
@@ -336,16 +337,16 @@ def test_own_copies_need_no_barrier_unbuffered():
 # Verifier rules -----------------------------------------------------------------------------
 def test_verifier_rules():
     fd, inputs, st, p, k = lowered("softmax", 9, 1004, grid=2)
-    verify_kernel(k, after="launch_config")
+    verify(k, after="launch_config")
     copy = _copies(k.body)[0]
     copy.bytes = 4
     with pytest.raises(KernelIRError, match="moves T"):
-        verify_kernel(k, after="launch_config")
+        verify(k, after="launch_config")
     copy.bytes = 8
     waits = [s for s in K.walk(k.body) if isinstance(s, K.CpAsyncWait)]
     waits[0].pending = -1
     with pytest.raises(KernelIRError, match="non-negative constant"):
-        verify_kernel(k, after="launch_config")
+        verify(k, after="launch_config")
     for w in waits:
         w.pending = 0
     main = _loop(k, K.CB_MAIN_LOOP)
@@ -353,7 +354,7 @@ def test_verifier_rules():
     _loop(k, K.CB_EPILOGUE).body = [s for s in _loop(k, K.CB_EPILOGUE).body
                                     if not isinstance(s, K.CpAsyncWait)]
     with pytest.raises(KernelIRError, match="never waits"):
-        verify_kernel(k, after="launch_config")
+        verify(k, after="launch_config")
 
 
 def test_a_cp_async_load_left_as_a_tensor_op_is_refused_by_the_verifier():
@@ -364,7 +365,7 @@ def test_a_cp_async_load_left_as_a_tensor_op_is_refused_by_the_verifier():
     ip.schedule(st.fusion, params)
     k = lower_upto(st.fusion, "circular_buffer_loops")
     with pytest.raises(KernelIRError, match="still a TensorOp after cp_async_buffer_loops"):
-        verify_kernel(k, after="cp_async_buffer_loops")
+        verify(k, after="cp_async_buffer_loops")
 
 
 # NVRTC ------------------------------------------------------------------------------------

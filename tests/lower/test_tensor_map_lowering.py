@@ -20,7 +20,7 @@ from kir_testing import (InterpreterError, empty_inputs, interpret,  # noqa: E40
 from pyfuser import DataType, FusionDefinition, catalogue, options  # noqa: E402
 from pyfuser.codegen.cuda import generate_cuda  # noqa: E402
 from pyfuser.kir import nodes as K  # noqa: E402
-from pyfuser.kir.verifier import verify_kernel  # noqa: E402
+from pyfuser.lower import verify  # noqa: E402
 from pyfuser.schedule.tma_rules import check_row_box, merged_rows  # noqa: E402
 
 FORWARD = ["rmsnorm_fwd", "layernorm_fwd", "softmax", "log_softmax", "add_rmsnorm_fwd"]
@@ -79,7 +79,7 @@ def test_row_box_rules(sizes, strides, align, elem, problem):
 
 def test_pipelined_structure():
     fd, inputs, st, p, k = lowered("rmsnorm_fwd", 100, 1000, "tma", "bf16", stages=3, grid=5)
-    verify_kernel(k, after="launch_config")
+    verify(k, after="launch_config")
     copies = _copies(k)
     # Prologue (2) and main loop (1); no 1D bulk copies left.
     assert len(copies) == 3 and not any(isinstance(s, K.BulkLoad) for s in K.walk(k.body))

@@ -7,15 +7,20 @@ from pyfuser import FusionDefinition, catalogue
 from pyfuser.ir import ParallelType as PT
 from pyfuser.ir.tensor import MemoryType
 from pyfuser.kir import nodes as K
-from pyfuser.kir.verifier import PASS_ORDER, KernelIRError, verify_kernel
-from pyfuser.lower import PIPELINE, lower
+from pyfuser.kir.verifier import KernelIRError, Rule
+from pyfuser.lower import PIPELINE, lower, rules_after, verify
 from pyfuser.schedule import (cache_after, cache_before, inline_at, inline_most, parallelize_like,
                               propagate_transforms, rfactor, set_memory_type)
 
 
-def test_pass_order_is_the_pipeline():
-    # The verifier cannot import lower (layering); its copy of the order must follow PIPELINE.
-    assert list(PASS_ORDER) == [p.__name__ for p in PIPELINE]
+def test_every_pass_declares_its_rules():
+    # The rules live beside their passes; the pipeline collects them (no copy of its order).
+    for p in PIPELINE:
+        assert all(isinstance(r, Rule) for r in p.establishes + p.retires), p.__name__
+    names = [r.name for r in rules_after("launch_config")]
+    assert names == ["loop nests", "indexed", "cp.async lowered", "launch declared"]
+    assert [r.name for r in rules_after("allocate")] == ["loop nests", "fusion operands",
+                                                        "buffers allocated"]
 
 
 def test_unknown_pass_name():
@@ -23,8 +28,8 @@ def test_unknown_pass_name():
         x = fd.define_tensor([4])
         fd.add_output(fd.ops.neg(x))
     k = lower(fd.fusion.clone()[0], "k")
-    with pytest.raises(ValueError, match="unknown pass 'circular_buffer'.*PASS_ORDER"):
-        verify_kernel(k, after="circular_buffer")
+    with pytest.raises(ValueError, match="unknown lowering pass 'circular_buffer'.*PIPELINE"):
+        verify(k, after="circular_buffer")
 
 
 def _pointwise():
@@ -58,7 +63,7 @@ def _row_sum():
 
 def _err(kernel, after, match):
     with pytest.raises(KernelIRError, match=match) as e:
-        verify_kernel(kernel, after=after)
+        verify(kernel, after=after)
     assert f"after pass {after!r}" in str(e.value)
     return str(e.value)
 
@@ -71,7 +76,7 @@ def test_every_pass_verifies_on_small_kernels():
         k.ctx = LoweringContext(f)
         for p in PIPELINE:
             k = p(k)
-            verify_kernel(k, after=p.__name__)
+            verify(k, after=p.__name__)
 
 
 @pytest.mark.parametrize("name", ["gelu_bias", "silu_mul", "row_sum", "col_sum"])
@@ -127,15 +132,15 @@ def test_loop_variable_outside_its_loop():
     stray = K.TensorOp(op.expr, K.TensorIndex(op.out.buffer, serial.var), list(op.ins),
                        nest=[])
     k.body.append(stray)
-    _err(k, "index_and_predicate", f"loop variable {serial.var.name} is used in the index of the "
-                                   "output outside its loop")
+    _err(k, "index_and_predicate", f"loop variable {serial.var.name} is used in TensorOp.out "
+                                   "outside its loop")
 
 
 def test_undefined_variable():
     k = lower_upto(_pointwise(), "index_and_predicate")
     op = op_writing(k, "T3")
     op.predicate = K.lt(K.Var("i9"), 3)
-    _err(k, "index_and_predicate", "variable i9 in the predicate is neither")
+    _err(k, "index_and_predicate", "variable i9 in TensorOp.predicate is neither")
 
 
 def test_loop_emitted_twice():

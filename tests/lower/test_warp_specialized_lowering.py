@@ -23,7 +23,8 @@ from pyfuser import catalogue, options  # noqa: E402
 from pyfuser.codegen.cuda import generate_cuda  # noqa: E402
 from pyfuser.ir import scalar as S  # noqa: E402
 from pyfuser.kir import nodes as K  # noqa: E402
-from pyfuser.kir.verifier import KernelIRError, verify_kernel  # noqa: E402
+from pyfuser.kir.verifier import KernelIRError  # noqa: E402
+from pyfuser.lower import verify  # noqa: E402
 from pyfuser.lower import LoweringError  # noqa: E402
 from pyfuser.schedule.schedulers import inner_persistent as ip  # noqa: E402
 
@@ -181,7 +182,7 @@ def test_verifier_rejects_a_block_barrier_inside_a_role():
     cl = _loop(k, K.WS_COMPUTE_LOOP)
     cl.body.insert(1, K.BlockSync())
     with pytest.raises(KernelIRError, match="__syncthreads inside the compute role"):
-        verify_kernel(k, after="launch_config")
+        verify(k, after="launch_config")
 
 
 def test_verifier_rejects_a_grid_barrier_inside_a_role():
@@ -191,7 +192,7 @@ def test_verifier_rejects_a_grid_barrier_inside_a_role():
     cl = _loop(k, K.WS_COMPUTE_LOOP)
     cl.body.insert(1, K.GridSync(None))
     with pytest.raises(KernelIRError, match="GridSync inside the compute role"):
-        verify_kernel(k, after="launch_config")
+        verify(k, after="launch_config")
 
 
 @pytest.mark.parametrize("name", FORWARD)
