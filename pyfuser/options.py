@@ -34,6 +34,9 @@ DUMP_STAGES = (
 FEATURES = {
     "ws_normalization": "warp-specialized inner-outer persistent (norm backward) kernels",
     "ws_inner_persistent": "warp-specialized inner persistent (norm forward, softmax) kernels",
+    "ws_pingpong": "with ws_inner_persistent: two compute roles take the row groups in turn, "
+                   "their loads and reductions ordered, each role's stores overlapping the "
+                   "other's work (ping-pong)",
     "tma_inner_persistent": "TMA loads in the inner persistent scheduler (per-thread cp.async "
                             "copies for rows a 1D bulk copy cannot take)",
     "tma_tensor_map": "TMA variants copy a stage of whole rows with one tensor-map box instead of "

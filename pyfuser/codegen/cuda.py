@@ -202,6 +202,23 @@ class CudaPrinter:
             self.indent -= 1
         self.line("}")
 
+    def _RoleSplit(self, s):
+        """The roles as one if / else if / else chain over their conditions."""
+        for k, rb in enumerate(s.roles):
+            if rb.cond is None:
+                if k != len(s.roles) - 1 or k == 0:
+                    raise ValueError("only the last warp role may be unconditional")
+                self.line("} else {")
+            else:
+                self.line(("if" if k == 0 else "} else if") + f" ({self.expr(rb.cond)}) {{")
+            self.indent += 1
+            self.stmts(rb.body)
+            self.indent -= 1
+        self.line("}")
+
+    def _NamedBarrierArrive(self, s):
+        self.line(f"pf::named_barrier_arrive({s.barrier_id}, {self.expr(s.count)});")
+
     def _InitValue(self, s):
         b = s.out
         v = self.value(s.value, ctype(b.dtype))

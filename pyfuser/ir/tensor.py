@@ -44,11 +44,14 @@ class WarpSpecialized:
 
     `on` is the thread dimension that separates the producer from the compute warp groups; the
     register counts are given to setmaxnreg (producer decreases, compute increases).
+    `compute_roles` copies of the compute threads side by side along `on` take the buffered
+    loop's iterations in turn, their sections ordered (ping-pong when 2; lower/pipeline.py).
     """
 
     on: ParallelType = ParallelType.TIDy
     producer_registers: int | None = None
     compute_registers: int | None = None
+    compute_roles: int = 1
 
 
 @dataclasses.dataclass(frozen=True)

@@ -337,17 +337,46 @@ class ForLoop(Stmt):
     label: str = ""                # e.g. CB_MAIN_LOOP
 
 
-@roles(expr=("cond",), body=("then_body", "else_body"), data=("roles",))
+@roles(expr=("cond",), body=("then_body", "else_body"))
 @dataclasses.dataclass(eq=False, slots=True)
 class IfThenElse(Stmt):
-    """if (cond) then_body else else_body. `roles` marks the split of a warp-specialized kernel:
-    the two branches are different warp groups running at the same time (producer and compute),
-    which synchronize only through mbarriers and their own named barriers."""
+    """if (cond) then_body else else_body."""
 
     cond: KExpr
     then_body: list
     else_body: list = dataclasses.field(default_factory=list)
-    roles: bool = False
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class WarpRole:
+    """One role of a warp-specialized kernel: `name` (producer, compute 0, ...), the setmaxnreg
+    register count its warp groups move to, and `barrier` = (named barrier id, threads) that
+    stands for a block barrier among its threads (None: the producer, which has none)."""
+
+    name: str
+    registers: int
+    barrier: tuple | None = None
+
+
+@roles(expr=("cond",), body=("body",), data=("role",))
+@dataclasses.dataclass(eq=False, slots=True)
+class RoleBody(Stmt):
+    """The statements of one warp role (only inside a RoleSplit): the threads for which `cond`
+    holds and no earlier role's does (cond None: all the others)."""
+
+    role: WarpRole
+    cond: KExpr | None
+    body: list
+
+
+@roles(body=("roles",))
+@dataclasses.dataclass(eq=False, slots=True)
+class RoleSplit(Stmt):
+    """The block's threads split into warp roles (RoleBody statements, in order) that run at the
+    same time and synchronize only through mbarriers and named barriers: a producer that fills
+    circular buffers and compute roles that use them (lower/pipeline.py)."""
+
+    roles: list
 
 
 @roles(buffer=("buffer",))
@@ -507,6 +536,16 @@ class BlockSync(Stmt):
 
     barrier_id: int | None = None
     count: KExpr | None = None
+
+
+@roles(data=("barrier_id",), expr=("count",))
+@dataclasses.dataclass(eq=False, slots=True)
+class NamedBarrierArrive(Stmt):
+    """bar.arrive: the threads that reach it count towards named barrier `barrier_id`'s `count`
+    without waiting (another role's bar.sync on it waits for them: an ordered hand-over)."""
+
+    barrier_id: int
+    count: KExpr
 
 
 @roles(buffer=("sync_buffer",), data=("barrier",))
@@ -756,8 +795,9 @@ class LaunchConfig:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class WarpRoles:
-    """The thread split of a warp-specialized kernel along block dim `dim`: indices below
-    `compute_extent` compute, the next `producer_extent` form the producer warp group(s)."""
+    """The thread split of a warp-specialized kernel along block dim `dim`: `compute_roles`
+    compute roles of `compute_extent` indices each, then `producer_extent` indices forming the
+    producer warp group(s)."""
 
     dim: str                      # "y"
     row_threads: int              # threads per index of `dim` (blockDim.x)
@@ -765,10 +805,14 @@ class WarpRoles:
     producer_extent: int
     compute_registers: int
     producer_registers: int
-    barrier_id: int = 1           # the compute threads' named barrier
+    barrier_id: int = 1           # compute role r's named barrier is barrier_id + r
+    # Compute roles side by side along `dim` (each `compute_extent` wide), taking the buffered
+    # loop's iterations in turn (ping-pong when 2); the producer comes after them.
+    compute_roles: int = 1
 
     @property
     def compute_threads(self) -> int:
+        """Threads of one compute role."""
         return self.row_threads * self.compute_extent
 
     @property

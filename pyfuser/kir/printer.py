@@ -81,6 +81,15 @@ def kernel_str(kernel: K.Kernel) -> str:
                 lines.append(f"{pad}cp_async_wait_group {s.pending}")
             elif isinstance(s, K.ScalarDef):
                 lines.append(f"{pad}{s.var!r} = {s.value!r}")
+            elif isinstance(s, K.RoleSplit):
+                lines.append(f"{pad}warp roles:")
+                emit(s.roles, depth + 1)
+            elif isinstance(s, K.RoleBody):
+                r = s.role
+                bar = f", named barrier {r.barrier}" if r.barrier else ""
+                when = f" if {s.cond!r}" if s.cond is not None else " (the rest)"
+                lines.append(f"{pad}role {r.name} ({r.registers} registers{bar}){when}:")
+                emit(s.body, depth + 1)
             elif isinstance(s, (K.Comment, K.Raw)):
                 lines.append(f"{pad}{type(s).__name__} {s.text}")
             else:

@@ -22,7 +22,7 @@ import dataclasses
 from . import nodes as K
 
 __all__ = ["Rewriter", "Substitution", "UnknownNodeKind", "accesses", "buffers_of", "exprs_of",
-           "replace_stmt", "subexprs", "substitute", "substitute_stmts", "walk"]
+           "fresh_stmts", "replace_stmt", "subexprs", "substitute", "substitute_stmts", "walk"]
 
 
 class UnknownNodeKind(TypeError):
@@ -234,6 +234,19 @@ class Substitution(Rewriter):
 
     def special(self, v):
         return self.mapping.get(v, v)
+
+
+class _FreshStatements(Rewriter):
+    def default_stmt(self, s):
+        changes = {f: self.rewrite(getattr(s, f)) for f, role in stmt_roles(s).items()
+                   if role == K.BODY}
+        return dataclasses.replace(s, **changes)
+
+
+def fresh_stmts(body: list) -> list:
+    """A copy of `body` with new statement nodes throughout (expressions and buffers shared):
+    for statements that go to two places, a warp role each, and are changed there in place."""
+    return _FreshStatements().rewrite(body)
 
 
 def substitute(e, mapping: dict):

@@ -17,8 +17,8 @@ roles (kir/nodes.py):
   participant must reach it); nor is a GridSync, whose buffer is a kernel parameter.
 - asynchronous copies: mbarriers are allocated before use; bulk, tensor-map and cp.async copies
   move global to shared memory; cp.async copies move 4, 8 or 16 bytes and are waited for.
-- warp roles: the two branches of a warp-specialized split each start with setmaxnreg and hold
-  no block-, cluster- or grid-wide barrier.
+- warp roles: each role of a RoleSplit starts with setmaxnreg and holds no block-, cluster- or
+  grid-wide barrier (its own named barrier stands for them).
 
 The rules that hold from some pass on are `Rule`s defined next to the pass that establishes
 them (`@establishes(RULE, retires=(...))` on the pass function); the lowering pipeline collects
@@ -178,7 +178,7 @@ class _Verifier:
             self.fail(f"{type(s).__name__} is not a kernel-IR statement kind", s)
         for check in self.stmt_rules:
             check(self, s, scope)
-        if not isinstance(s, (K.ForLoop, K.IfThenElse, K.ScalarDef)):
+        if not isinstance(s, (K.ForLoop, K.IfThenElse, K.ScalarDef, K.RoleSplit, K.RoleBody)):
             # (a loop's, a branch's and a definition's operands are checked by their handlers,
             # in the scope they are evaluated in)
             self.check_operands(s, scope)
@@ -191,24 +191,39 @@ class _Verifier:
         scan's prefix fixup)."""
         return any(f.label in REPEATING_LABELS for f in scope.loops())
 
-    def check_roles(self, s: K.IfThenElse) -> None:
-        """Warp roles run at the same time: a block-wide barrier in either one waits for
-        threads that never come; each role starts with its setmaxnreg."""
-        for role, body in (("producer", s.then_body), ("compute", s.else_body)):
-            if not body or not isinstance(body[0], K.SetMaxNReg):
-                self.fail(f"the {role} role does not start with setmaxnreg", s)
-            for x in K.walk(body):
+    def _RoleSplit(self, s: K.RoleSplit, scope):
+        """Warp roles run at the same time: a block-wide barrier in one waits for threads that
+        never come; each role starts with its setmaxnreg. Each role is checked as a scope of its
+        own (the compute roles of a ping-pong kernel emit the same loops and buffers)."""
+        loops, allocs = dict(self.loops_seen), set(self.allocs_seen)
+        all_loops, all_allocs = dict(loops), set(allocs)
+        for rb in s.roles:
+            if not isinstance(rb, K.RoleBody):
+                self.fail(f"a {type(rb).__name__} among the roles of a role split", s)
+            name = rb.role.name
+            if not rb.body or not isinstance(rb.body[0], K.SetMaxNReg):
+                self.fail(f"the {name} role does not start with setmaxnreg", s)
+            for x in K.walk(rb.body):
                 if isinstance(x, K.BlockSync) and x.barrier_id is None:
-                    self.fail(f"__syncthreads inside the {role} role of a warp-specialized "
+                    self.fail(f"__syncthreads inside the {name} role of a warp-specialized "
                               "kernel", x)
                 if isinstance(x, K.BlockReduce) and x.barrier is None:
-                    self.fail(f"a block reduction over the whole block inside the {role} role "
+                    self.fail(f"a block reduction over the whole block inside the {name} role "
                               "of a warp-specialized kernel", x)
-                if isinstance(x, K.GridSync) and role == "compute" and x.barrier is not None:
-                    continue        # the compute threads' named barrier: see lower/warp_specialize
+                if isinstance(x, K.GridSync) and x.barrier is not None:
+                    continue        # the role's own named barrier (insert_syncs)
                 if isinstance(x, (K.GridReduce, K.ClusterReduce, K.GridSync)):
-                    self.fail(f"a {type(x).__name__} inside the {role} role of a "
-                              "warp-specialized kernel (the other role never joins it)", x)
+                    self.fail(f"a {type(x).__name__} inside the {name} role of a "
+                              "warp-specialized kernel (the other roles never join it)", x)
+            self.check_expr(rb.cond, scope, s, f"the {name} role's condition")
+            self.loops_seen, self.allocs_seen = dict(loops), set(allocs)
+            self.body(rb.body, _Scope(scope))
+            all_loops.update(self.loops_seen)
+            all_allocs |= self.allocs_seen
+        self.loops_seen, self.allocs_seen = all_loops, all_allocs
+
+    def _RoleBody(self, s: K.RoleBody, scope):
+        self.fail("a warp role's statements outside a role split", s)
 
     def _ForLoop(self, s: K.ForLoop, scope):
         if not isinstance(s.var, K.Var):
@@ -226,8 +241,6 @@ class _Verifier:
 
     def _IfThenElse(self, s: K.IfThenElse, scope):
         self.check_expr(s.cond, scope, s, "the condition")
-        if s.roles:
-            self.check_roles(s)
         self.body(s.then_body, _Scope(scope, cond=s))
         self.body(s.else_body, _Scope(scope, cond=s))
 
@@ -274,14 +287,14 @@ class _Verifier:
                 self.fail(f"vector access of {s.vector} x {v.buffer.dtype.size} bytes to "
                           f"{v.buffer.name} exceeds 16 bytes", s)
 
-    def everyone_reaches(self, s, scope, thread_dims, block_dims, named: bool = False) -> None:
+    def everyone_reaches(self, s, scope, thread_dims, block_dims) -> None:
         """`s` synchronizes the threads along `thread_dims` and the blocks along `block_dims`:
-        no predicated branch and no loop bound to one of those dims around it. A warp-role
-        split is not a predicate for a step on the role's own named barrier (`named`): every
-        thread of the role reaches it."""
+        no predicated branch and no loop bound to one of those dims around it. (A warp role is
+        not a predicate: every thread of the role reaches a step on the role's own named
+        barrier, and _RoleSplit refuses one on the whole block.)"""
         name = type(s).__name__
         for c in scope.ifs():
-            if not K.is_true(c.cond) and not (c.roles and named):
+            if not K.is_true(c.cond):
                 self.fail(f"{name} is inside the predicated branch `if {c.cond!r}`: threads "
                           "that skip it would hang the others", s)
         for f in scope.loops():
@@ -295,8 +308,7 @@ class _Verifier:
                           f"blockIdx.{d}", s)
 
     def _reduce_common(self, s, scope, thread_dims, block_dims) -> None:
-        self.everyone_reaches(s, scope, thread_dims, block_dims,
-                              named=getattr(s, "barrier", None) is not None)
+        self.everyone_reaches(s, scope, thread_dims, block_dims)
         for v in s.values:
             if isinstance(v, K.TensorIndex) and v.buffer.memory != "local":
                 self.fail(f"reduced value {v!r} is not in registers", s)
@@ -348,8 +360,6 @@ class _Verifier:
 
     def _GridSync(self, s: K.GridSync, scope):
         for c in scope.ifs():
-            if c.roles and s.barrier is not None:
-                continue    # the compute role of every block reaches it (check_roles)
             if not K.is_true(c.cond):
                 self.fail(f"GridSync is inside the predicated branch `if {c.cond!r}`: blocks "
                           "that skip it would hang the others", s)

@@ -11,19 +11,17 @@ from ..kir import nodes as K
 from ..kir.printer import kernel_str
 from ..kir.verifier import verify_kernel
 from .allocation import allocate
-from .circular_buffer import circular_buffer_loops
 from .context import LoweringContext, LoweringError
-from .cp_async_buffer import cp_async_buffer_loops
 from .index import index_and_predicate
 from .launch import launch_config
 from .loops import build_loops
 from .params import kernel_params
+from .pipeline import pipeline_loads
 from .reductions import lower_reductions
 from .scans import lower_scans
 from .topk import lower_topk
 from .sync import insert_syncs
 from .vectorize import vectorize_and_unroll
-from .warp_specialize import warp_specialize
 
 PIPELINE = [
     kernel_params,          # pointers, strides, extents, scalars; names of runtime values
@@ -34,12 +32,11 @@ PIPELINE = [
     lower_topk,             # top-k: one block top-k of the row the threads hold
     index_and_predicate,    # operands become indexed accesses; bounds and thread predicates
     vectorize_and_unroll,   # vector loads/stores, unrolled register loops
-    circular_buffer_loops,  # TMA loads: mbarriers, stages, prologue / main loop / epilogue
-    cp_async_buffer_loops,  # cp.async loads: per-thread copies, one commit group per stage,
-                            # wait_group(prefetch) before each body; before insert_syncs, which
-                            # must not treat the copies as plain shared writes
-    insert_syncs,           # __syncthreads between shared writes and reads
-    warp_specialize,        # producer warp group for TMA loads, compute groups on named barriers
+    pipeline_loads,         # TMA and cp.async loads into circular buffers: stages, mbarriers
+                            # or cp.async groups; one role (prologue / main loop / epilogue) or
+                            # warp roles (a producer, compute roles taking turns)
+    insert_syncs,           # barriers between shared writes and reads (a warp role's: its own
+                            # named barrier); grid barriers between nests
     launch_config,          # grid, block, shared memory, launch bounds
 ]
 

@@ -102,11 +102,13 @@ def launch_config(kernel: K.Kernel) -> K.Kernel:
     max_threads = hints.get("max_threads", max_threads)
     roles = kernel.warp_roles
     if roles is not None:
-        # The producer warp group(s) add rows along the split dim; one block per SM, so that
-        # ptxas gives every thread 65536 / threads registers at entry for setmaxnreg to move.
+        # The other compute roles and the producer warp group(s) add rows along the split dim;
+        # one block per SM, so that ptxas gives every thread 65536 / threads registers at entry
+        # for setmaxnreg to move.
         dim = _ORDER[roles.dim]
-        block[dim] = roles.compute_extent + roles.producer_extent
-        max_threads, min_blocks = roles.compute_threads + roles.producer_threads, 1
+        block[dim] = roles.compute_extent * roles.compute_roles + roles.producer_extent
+        max_threads = roles.compute_threads * roles.compute_roles + roles.producer_threads
+        min_blocks = 1
     kernel.launch = K.LaunchConfig(grid=grid, block=block,
                                    max_threads=max_threads,
                                    min_blocks=min_blocks,

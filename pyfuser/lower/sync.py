@@ -7,23 +7,26 @@ Within one scope, a statement that reads a shared buffer written earlier in the 
 yet synchronized) gets a barrier before it; a loop whose body writes a shared buffer that an
 earlier statement of the body reads gets a barrier at the end of the body (the next iteration
 would overwrite data another thread may still read). Block reductions synchronize internally.
-TMA copies are not accesses here: they complete on mbarriers, which the circular-buffer passes
-(pipelined before this pass, warp-specialized after it) wait on before any read. Nor are cp.async
-copies (CpAsyncCopy, not TensorOps): `cp_async_buffer_loops`, before this pass, orders them with
-wait_group and adds the block barriers they need (none when each thread reads only what it
-copied); a barrier here could not help, since a copy lands at its wait, not where it is issued.
+Asynchronous copies (TMA, cp.async: kir.nodes.ASYNC_COPIES) are not accesses here: they land on
+an mbarrier or at a wait_group, which `pipeline_loads`, before this pass, orders them with (a
+barrier here could not help, since a copy lands at its wait, not where it is issued). Inside a
+warp role (RoleBody) a barrier is the role's named barrier among its own threads: the other
+roles never reach it.
 
 Grid barriers: a global intermediate written by one top-level nest and read by a later one gets
 a grid sync in between. Nests that write an intermediate move first ahead of earlier
 independent nests that read one, so one barrier serves all of them:
     [rows, write W1, sum W1, write W2, sum W2]  ->  [rows, write W1, write W2, sync, sum W1, sum W2]
+In a warp-specialized kernel the nests are the compute role's, and so is the grid barrier (the
+block's part done by the role's threads on its named barrier).
 """
 from __future__ import annotations
 
 from ..kir import nodes as K
 from ..kir.rewrite import accesses, stmt_roles
 from ..kir.verifier import establishes
-from .circular_buffer import is_tma_load
+from .context import LoweringError
+from .pipeline import is_tma_load
 
 
 def _accesses(s, memory_of=lambda b: b.memory == "shared") -> tuple[set, set]:
@@ -41,9 +44,22 @@ def _accesses(s, memory_of=lambda b: b.memory == "shared") -> tuple[set, set]:
 
 @establishes()
 def insert_syncs(kernel: K.Kernel) -> K.Kernel:
-    kernel.body = _scope(kernel.body)
-    _grid_syncs(kernel)
+    kernel.body = _scope(kernel.body, None)
+    kernel.body = _grid_syncs(kernel, kernel.body, None)
+    for split in (s for s in kernel.body if isinstance(s, K.RoleSplit)):
+        for rb in split.roles:
+            rb.body = _grid_syncs(kernel, rb.body, rb.role)
     return kernel
+
+
+def _block_sync(role) -> K.BlockSync:
+    """A barrier among the threads of the scope: the block, or a warp role's own."""
+    if role is None:
+        return K.BlockSync()
+    if role.barrier is None:
+        raise LoweringError(f"the {role.name} role of a warp-specialized kernel needs a block "
+                            "barrier, but has no named barrier of its own")
+    return K.BlockSync(role.barrier[0], K.Const(role.barrier[1]))
 
 
 def _global_accesses(s) -> tuple[set, set]:
@@ -99,44 +115,49 @@ def _workspace_writes_first(body: list) -> list:
     return out
 
 
-def _grid_syncs(kernel: K.Kernel) -> None:
-    """A global intermediate written by one top-level loop nest and read by a later one is
-    exchanged between blocks: a grid-wide barrier goes in between, and the kernel must run as
-    a cooperative launch (all blocks resident)."""
+def _grid_syncs(kernel: K.Kernel, body: list, role) -> list:
+    """A global intermediate written by one top-level loop nest of `body` and read by a later
+    one is exchanged between blocks: a grid-wide barrier goes in between, and the kernel must
+    run as a cooperative launch (all blocks resident)."""
     dirty: set = set()
     out = []
-    kernel.body = _workspace_writes_first(kernel.body)
-    for s in kernel.body:
+    for s in _workspace_writes_first(body):
         reads, writes = _global_accesses(s)
         if reads & dirty:
+            if kernel.warp_roles is not None and kernel.warp_roles.compute_roles > 1:
+                raise LoweringError("ping-pong compute roles: a grid barrier between the roles' "
+                                    "nests is not supported")
             if kernel.grid_sync_buffer is None:
                 from ..ir.dtype import DataType
                 buf = K.Buffer("pf_grid_sync", DataType.Int32, "global")
                 kernel.params.append(K.Param(buf.name, "ptr", ("workspace", buf.name), buf))
                 kernel.workspaces.append((buf, "semaphore"))
                 kernel.grid_sync_buffer = buf
-            out.append(K.GridSync(kernel.grid_sync_buffer))
+            # Only a role's threads exchange data through global memory (a producer writes
+            # shared memory only): the block's part of the grid barrier is theirs.
+            out.append(K.GridSync(kernel.grid_sync_buffer,
+                                  None if role is None else role.barrier))
             kernel.needs_cooperative = True
             dirty.clear()
         out.append(s)
         dirty |= writes
-    kernel.body = out
+    return out
 
 
-def _scope(body: list) -> list:
+def _scope(body: list, role) -> list:
     out: list = []
     dirty: set = set()
     for s in body:
-        for f, role in stmt_roles(s).items():
-            if role == K.BODY:
-                setattr(s, f, _scope(getattr(s, f)))
+        for f, r in stmt_roles(s).items():
+            if r == K.BODY:
+                setattr(s, f, _scope(getattr(s, f), s.role if isinstance(s, K.RoleBody) else role))
         if isinstance(s, K.ForLoop):
             reads, writes = _accesses(s)
             if reads & writes and s.parallel in ("Serial", "GridStride", "Unroll"):
-                s.body.append(K.BlockSync())
+                s.body.append(_block_sync(role))
         reads, writes = _accesses(s)
         if reads & dirty:
-            out.append(K.BlockSync())
+            out.append(_block_sync(role))
             dirty.clear()
         if isinstance(s, (K.BlockSync, K.BlockReduce, K.BlockScan, K.BlockTopK, K.GridReduce,
                           K.ClusterReduce, K.GridSync)):

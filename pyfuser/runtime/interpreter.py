@@ -44,9 +44,10 @@ numpy over the thread set:
   the thread's running value; a block scan is the exclusive scan of the running values in
   threadIdx.x order within each row of the block (and across the CTAs of a cluster in rank
   order), in float64 then rounded to the value's dtype.
-- Warp-specialized kernels (`IfThenElse.roles`): the producer and compute branches run as two
-  cooperating groups (each in lockstep), taking turns: a group runs until an mbarrier wait it
-  cannot pass, then hands over.
+- Warp-specialized kernels (RoleSplit): the roles (a producer, one or more compute roles) run
+  as cooperating groups (each in lockstep), taking turns, the producer first: a group runs until
+  an mbarrier wait or a named barrier it cannot pass, then hands over. Named barriers inside
+  roles count their arrivals (bar.sync and bar.arrive) per block and complete at their count.
 - Bulk and tensor-map copies land when issued (their transaction bytes come and go at once);
   cp.async copies read their source when issued and land at the wait_group that completes their
   group.
@@ -65,6 +66,13 @@ The checks (each an InterpreterError naming the access and the thread)
   the landed data is visible only to the copying thread until a block barrier (another thread's
   read fails); a copy over an element another thread read since the last barrier fails, as does
   a copy over one still in flight, and a kernel ending with copies never waited for.
+- Circular-buffer slots (shared buffers that bulk or tensor-map copies fill): a read of an
+  element must follow a wait on the barrier phase its copy completed (RAW: a broken parity or a
+  missing wait fails), and a copy over an element read since must follow a barrier the reading
+  threads arrived at after the read (WAR: a missing release or a missing block barrier fails).
+  Each thread tracks, per group (the copies, and each warp role or the whole block), the latest
+  moment that group's work was made visible to it (mbarrier phases carry their arrivals', block
+  and named barriers their participants').
 - mbarriers: allocation, index and initialization before use, no more arrivals than the count,
   transaction bytes; a wait that can never return fails (with warp roles: a deadlock, when no
   role can move); bulk copies 16-byte sized and aligned; tensor-map boxes and 128-byte aligned
@@ -568,7 +576,7 @@ class _Mem:
     kernel its copy bookkeeping."""
 
     __slots__ = ("buf", "kind", "vals", "written", "counts", "row", "limit", "allocated",
-                 "all_allocated", "owner", "reader", "inflight", "align0")
+                 "all_allocated", "owner", "reader", "inflight", "align0", "last_read", "landed")
 
     def __init__(self, buf, kind, vals, written, row, limit):
         self.buf, self.kind, self.vals, self.written = buf, kind, vals, written
@@ -577,6 +585,9 @@ class _Mem:
         self.allocated = None
         self.all_allocated = True
         self.owner = self.reader = self.inflight = None
+        # Slots of asynchronous copies: per group, the moment each element was last read
+        # ([groups, elements]), and the moment its last copy was issued.
+        self.last_read = self.landed = None
         # Elements between index 0 and the 16-byte boundary below it: an input's data pointer
         # (a sliced view may start anywhere); 0 for buffers the kernel or executor allocates.
         self.align0 = 0
@@ -593,6 +604,25 @@ class _Bars:
         self.arrived = np.zeros(nblocks * count, dtype=np.int64)
         self.tx = np.zeros(nblocks * count, dtype=np.int64)
         self.phase = np.zeros(nblocks * count, dtype=np.int64)
+        # Per group: the latest moment a member arrived (or, for the copies, issued bytes) on
+        # each barrier; a completed phase hands them to its waiters.
+        self.arrival_moments = np.zeros((nblocks * count, _GROUPS), dtype=np.int64)
+
+
+class _NamedBarrier:
+    """A named barrier of every block inside warp roles: arrivals of the current phase, phases
+    completed, and per group the latest moment a member arrived."""
+
+    def __init__(self, nblocks: int):
+        self.arrived = np.zeros(nblocks, dtype=np.int64)
+        self.completed = np.zeros(nblocks, dtype=np.int64)
+        self.moments = np.zeros((nblocks, _GROUPS), dtype=np.int64)
+
+
+# Groups of work whose ordering the slot checks follow: the asynchronous copies, then each warp
+# role (or the whole block when there are none).
+_COPIES_GROUP = 0
+_GROUPS = 8
 
 
 class _Roles:
@@ -689,6 +719,9 @@ class Interpreter:
                 m.owner = np.full(self.nblocks * size, -1, dtype=np.int64)
                 m.reader = np.full(self.nblocks * size, -1, dtype=np.int64)
                 m.inflight = np.full(self.nblocks * size, -1, dtype=np.int64)
+            if id(buf) in self.slot_buffers:
+                m.last_read = np.zeros((_GROUPS, self.nblocks * size), dtype=np.int64)
+                m.landed = np.zeros(self.nblocks * size, dtype=np.int64)
             return m
         if buf.memory == "local":
             raise InterpreterError(f"register buffer {buf.name} is used before its Allocate")
@@ -825,7 +858,57 @@ class Interpreter:
                 poison = ~w
         if m.owner is not None:
             self._track_read(ctx, m, operand, addr)
+        if m.landed is not None:
+            self._slot_read(ctx, m, operand, addr)
         return vals, poison
+
+    # Slots of asynchronous copies: who has seen what ------------------------------------------
+    def _group(self) -> int:
+        """The group of the running statement: its warp role (1, 2, ...) or the block (1)."""
+        roles = self._roles
+        return 1 if roles is None else 1 + roles.local.idx
+
+    def _now(self) -> int:
+        self.moment += 1
+        return self.moment
+
+    def _slot_read(self, ctx, m: _Mem, operand, addr) -> None:
+        """RAW: each element's latest copy was made visible to the reading thread (it waited on
+        the barrier phase the copy completed). Then the read is recorded for the WAR check."""
+        seen = self.seen[ctx.tids, _COPIES_GROUP]
+        landed = m.landed[addr]
+        bad = landed > (seen if addr.ndim == 1 else seen[:, None])
+        if bad.any():
+            k = int(np.argmax(bad.ravel()))
+            i = k if addr.ndim == 1 else k // addr.shape[1]
+            e = int(addr.ravel()[k]) % m.row
+            raise InterpreterError(
+                f"read of {operand!r} (element {e} of circular buffer {m.buf.name}) before a "
+                f"wait on the barrier phase its copy completes (a missing wait or a wrong "
+                f"parity) at {self._where(ctx, i)}")
+        m.last_read[self._group(), addr.ravel()] = self._now()
+
+    def _slot_copy(self, ctx, i: int, m: _Mem, lo: int, n: int, what) -> None:
+        """WAR: a copy by thread i of `ctx` into elements [lo, lo + n) of slot memory m follows
+        every read of them, by any group, that a barrier made visible to the thread."""
+        if m.landed is None:
+            return
+        tid = int(ctx.tids[i])
+        reads = m.last_read[:, lo:lo + n].max(axis=1)
+        late = reads > self.seen[tid]
+        if late.any():
+            g = int(np.argmax(late))
+            who = "the block" if self._roles is None else f"warp role {g - 1}"
+            raise InterpreterError(
+                f"{what} into {m.buf.name} elements [{lo % m.row}, {lo % m.row + n}) overwrites "
+                f"data {who} read with no barrier between that read and the copy's issue (a "
+                f"missing release or block barrier) at {self._where(ctx, i)}")
+        m.landed[lo:lo + n] = self._now()
+
+    def _see(self, tids, moments) -> None:
+        """Threads `tids` now see each group's work up to `moments` ([groups] or per thread)."""
+        if self.seen is not None:
+            self.seen[tids] = np.maximum(self.seen[tids], moments)
 
     def _track_read(self, ctx, m: _Mem, operand, addr) -> None:
         """cp.async visibility: a landed copy is the copying thread's until a block barrier;
@@ -952,6 +1035,10 @@ class Interpreter:
         self.mbarriers: dict = {}
         self._roles = None
         self.cp_kernel = any(isinstance(x, K.CpAsyncCopy) for x in K.walk(k.body))
+        self.slot_buffers = {id(x.dst.buffer) for x in K.walk(k.body)
+                             if isinstance(x, (K.BulkLoad, K.TensorMapLoad))}
+        self.named_barriers: dict = {}
+        self.moment = 0
         self._cp_batches: list = []
         self._index_record = None
 
@@ -1045,6 +1132,8 @@ class Interpreter:
         self.grid_reductions_run = 0
         self.root._blk = blk
         self.cp_commits = np.zeros(n, dtype=np.int64) if self.cp_kernel else None
+        # Per thread and group: the latest moment of that group's work visible to the thread.
+        self.seen = np.zeros((n, _GROUPS), dtype=np.int64) if self.slot_buffers else None
 
         self._body(k.body, self.root)
 
@@ -1164,14 +1253,29 @@ class Interpreter:
         else:
             empty = ctx.take(np.zeros(0, dtype=np.int64))
             yes, no = (ctx, empty) if cond else (empty, ctx)
-        if s.roles:
-            self._run_roles([(s.then_body, yes), (s.else_body, no)])
-            return
         self._body(s.then_body, yes)
         self._body(s.else_body, no)
 
-    # Warp roles: the producer and compute branches run as two cooperating groups (each in
-    # lockstep). A group runs until an mbarrier wait it cannot pass, then hands over; when
+    def _RoleSplit(self, s: K.RoleSplit, ctx: _Ctx):
+        rest, groups = ctx, []
+        empty = ctx.take(np.zeros(0, dtype=np.int64))
+        for rb in s.roles:
+            if rb.cond is None:
+                mine, rest = rest, empty
+            else:
+                cond = rest.ev(rb.cond)
+                if type(cond) is _ND:
+                    cond = cond if cond.dtype == np.bool_ else cond != 0
+                    mine, rest = rest.subset(cond), rest.subset(~cond)
+                else:
+                    mine, rest = (rest, empty) if cond else (empty, rest)
+            groups.append((rb.body, mine))
+        if len(groups) + 1 > _GROUPS:
+            raise InterpreterError(f"{len(groups)} warp roles: the interpreter follows at most "
+                                   f"{_GROUPS - 1}")
+        self._run_roles(groups)
+
+    # Warp roles: the roles run as cooperating groups (each in lockstep). A group runs until an mbarrier wait it cannot pass, then hands over; when
     # neither can move, the kernel would hang, and the interpreter says so.
     def _run_roles(self, groups) -> None:
         roles = _Roles(len(groups))
@@ -1486,7 +1590,52 @@ class Interpreter:
     def _GridSync(self, s, ctx):
         self._check_whole_grid(s, ctx)     # lockstep: every block is already here
 
+    def _named_barrier(self, s, ctx: _Ctx, wait: bool) -> None:
+        """bar.sync (wait) or bar.arrive of the threads of `ctx` on named barrier s.barrier_id
+        of their blocks, among warp roles: a phase completes when its count of threads arrived;
+        bar.sync waits for that and then sees what the arrivals before it did."""
+        per_block = ctx.ev(s.count)
+        per_block = int(per_block[0]) if type(per_block) is _ND else int(per_block)
+        nb = self.named_barriers.get(s.barrier_id)
+        if nb is None:
+            nb = self.named_barriers[s.barrier_id] = _NamedBarrier(self.nblocks)
+        counts = np.bincount(ctx.blk, minlength=self.nblocks)
+        blocks = np.flatnonzero(counts)
+        nb.arrived[blocks] += counts[blocks]
+        nb.moments[blocks, self._group()] = self._now()
+        over = nb.arrived[blocks] > per_block
+        if over.any():
+            b = int(blocks[np.argmax(over)])
+            raise InterpreterError(f"named barrier {s.barrier_id} reached by {nb.arrived[b]} "
+                                   f"threads of block {self._block_tuple(b)}, more than its "
+                                   f"count {per_block}")
+        target = nb.completed[blocks] + 1
+        done = nb.arrived[blocks] == per_block
+        if done.any():
+            nb.completed[blocks[done]] += 1
+            nb.arrived[blocks[done]] = 0
+            self._roles.version += 1
+        if not wait:
+            return
+
+        def what():
+            b = int(blocks[np.argmax(nb.completed[blocks] < target)])
+            return (f"named barrier {s.barrier_id} of block {self._block_tuple(b)} waits for "
+                    f"{per_block} threads, {nb.arrived[b]} arrived, and no role can move")
+        self._wait_until(lambda: bool(np.all(nb.completed[blocks] >= target)), what)
+        self._see(ctx.tids, nb.moments[ctx.blk])
+
+    def _NamedBarrierArrive(self, s, ctx: _Ctx):
+        if self._roles is None:
+            raise InterpreterError(f"bar.arrive on named barrier {s.barrier_id} outside warp "
+                                   "roles: no other threads could complete it")
+        self._named_barrier(s, ctx, wait=False)
+
     def _BlockSync(self, s, ctx: _Ctx):
+        if s.barrier_id is not None and self._roles is not None:
+            self._named_barrier(s, ctx, wait=True)
+            self._publish_cp_async(ctx)
+            return
         # __syncthreads waits for every thread of the block, a named barrier for its count:
         # reached by fewer, it hangs.
         per_block = self.tpb if s.count is None else ctx.ev(s.count)
@@ -1499,6 +1648,12 @@ class Interpreter:
             what = "__syncthreads" if s.barrier_id is None else f"named barrier {s.barrier_id}"
             raise InterpreterError(f"{what} reached by {count[b]} of {per_block} threads of "
                                    f"block {self._block_tuple(b)}")
+        # The threads see each other's work before the barrier (one group: the block's).
+        if self.seen is not None:
+            self.seen[ctx.tids, self._group()] = self._now()
+        self._publish_cp_async(ctx)
+
+    def _publish_cp_async(self, ctx: _Ctx) -> None:
         # A barrier publishes the cp.async data its threads' waits completed to the block.
         # (Block reductions are not counted: some synchronize with shuffles only.)
         if not self.cp_kernel:
@@ -1875,6 +2030,7 @@ class Interpreter:
 
     def _MBarrierArrive(self, s, ctx: _Ctx):
         bars, flat = self._mbar(ctx, s.bar)
+        bars.arrival_moments[flat, self._group()] = self._now()
         uniq, counts = np.unique(flat, return_counts=True)
         for b, c in zip(uniq.tolist(), counts.tolist()):
             # c arrivals one after another: each phase completes when its count is reached
@@ -1899,6 +2055,7 @@ class Interpreter:
         def ready():
             # The phase of parity P has completed when the completed count's parity differs.
             return bool(np.all(bars.phase[flat] % 2 != parity))
+        # (what a completed phase makes visible: its arrivals' and copies' moments)
 
         def what():
             waiting = bars.phase[flat] % 2 == parity
@@ -1909,6 +2066,7 @@ class Interpreter:
                     f"{bars.phase[b]}, arrivals {bars.arrived[b]}/{bars.arrivals[b]}, pending "
                     f"bytes {bars.tx[b]}) at {self._where(ctx, i)}")
         self._wait_until(ready, what)
+        self._see(ctx.tids, bars.arrival_moments[flat])
 
     def _MBarrierInval(self, s, ctx: _Ctx):
         bars, flat = self._mbar(ctx, s.bar)
@@ -1944,6 +2102,8 @@ class Interpreter:
             b, cnt = int(flat[q]), int(n[q])
             bars.tx[b] += nbytes[q]
             a0, d0 = int(sa[q]), int(da[q])
+            self._slot_copy(ctx, q, dst, d0, cnt, f"bulk copy {s.dst!r}")
+            bars.arrival_moments[b, _COPIES_GROUP] = self.moment
             dst.vals[d0:d0 + cnt] = src.vals[a0:a0 + cnt]
             if dst.written is not None:
                 dst.written[d0:d0 + cnt] = (True if src.written is None
@@ -1997,6 +2157,8 @@ class Interpreter:
             inside = (row < rows) & (piece < pieces) & (col < inner)
             off = np.where(inside, row * row_stride + piece * inner + col, 0)
             d0 = int(da[q])
+            self._slot_copy(ctx, q, dst, d0, box, f"tensor-map copy {s.dst!r}")
+            bars.arrival_moments[bq, _COPIES_GROUP] = self.moment
             dst.vals[d0:d0 + box] = np.where(inside, src.vals[off], 0).ravel()
             if dst.written is not None:
                 ok = True if src.written is None else (src.written[off] | ~inside).ravel()

@@ -20,7 +20,7 @@ from kir_testing import (InterpreterError, empty_inputs, forced_inner_persistent
 from pyfuser import FusionDefinition, catalogue, options  # noqa: E402
 from pyfuser.codegen.cuda import generate_cuda  # noqa: E402
 from pyfuser.kir import nodes as K  # noqa: E402
-from pyfuser.lower.circular_buffer import EPILOGUE, MAIN_LOOP  # noqa: E402
+from pyfuser.lower.pipeline import EPILOGUE, MAIN_LOOP  # noqa: E402
 from pyfuser.schedule.schedulers import inner_persistent as ip  # noqa: E402
 from pyfuser.schedule.tma_rules import check_bulk_rows  # noqa: E402
 

@@ -46,7 +46,7 @@ def _loop(kernel, label):
 
 
 def _split(kernel):
-    (split,) = [s for s in kernel.body if isinstance(s, K.IfThenElse) and s.roles]
+    (split,) = [s for s in kernel.body if isinstance(s, K.RoleSplit)]
     return split
 
 
@@ -68,8 +68,9 @@ def test_structure_rmsnorm_4096():
     empty = {x.bar.index.value: x.arrivals.value for x in inits if x.bar.bars.name.startswith("pf_empty")}
     assert full == {s: 1 for s in range(4)} and empty == {s: 256 for s in range(4)}
     split = _split(k)
-    assert repr(split.cond) == "(1 < threadIdx.y)"
-    producer, compute = split.then_body, split.else_body
+    assert [rb.role.name for rb in split.roles] == ["producer", "compute"]
+    assert repr(split.roles[0].cond) == "(1 < threadIdx.y)" and split.roles[1].cond is None
+    producer, compute = split.roles[0].body, split.roles[1].body
     assert isinstance(producer[0], K.SetMaxNReg) and (producer[0].count, producer[0].increase) == (40, False)
     assert isinstance(compute[0], K.SetMaxNReg) and (compute[0].count, compute[0].increase) == (232, True)
     # Producer: one elected thread; for iteration k >= S it first waits for the compute role to
@@ -95,7 +96,7 @@ def test_structure_rmsnorm_4096():
     # Synchronization inside the compute role is among the 256 compute threads only.
     reduces = [x for x in K.walk(compute) if isinstance(x, K.BlockReduce)]
     assert reduces and all(x.barrier == (1, 256) for x in reduces)
-    assert not any(isinstance(x, K.BlockSync) and x.barrier_id is None for x in K.walk(split.then_body + compute))
+    assert not any(isinstance(x, K.BlockSync) and x.barrier_id is None for x in K.walk(producer + compute))
     # Around the split: init, fence, block barrier before; block barrier and inval after.
     assert isinstance(k.body[k.body.index(split) + 1], K.BlockSync)
     assert all(isinstance(x, K.MBarrierInval) for x in k.body[-1].then_body)

@@ -75,6 +75,9 @@ class InnerPersistentParams:
     warp_specialized: bool = False
     producer_registers: int = 0
     compute_registers: int = 0
+    # Warp-specialized: compute roles of bdimy rows each, side by side along threadIdx.y, taking
+    # the row groups in turn (2: ping-pong, lower/pipeline.py).
+    compute_roles: int = 1
     cluster: int = 1             # blocks (a thread-block cluster along blockIdx.y) per row
     # cp.async variant (TMA forced, but a row input breaks a 1D bulk-copy rule): inputs in
     # `cp_async_inputs` are copied by the threads that read them, `cp_async_bytes[j]` bytes per
@@ -94,10 +97,12 @@ class InnerPersistentParams:
             text += (f"; each row split over a cluster of {self.cluster} blocks, reduced through "
                      "distributed shared memory")
         if self.warp_specialized:
+            roles = (f"{self.compute_roles} compute roles of {self.bdimx * self.bdimy} threads "
+                     "taking the row groups in turn" if self.compute_roles > 1
+                     else f"{self.bdimx * self.bdimy} compute threads")
             text += (f"; warp-specialized TMA: a producer warp group copies inputs "
                      f"{list(self.tma_inputs)} {self._copies} into {self.stages} shared-memory "
-                     f"stages, {self.bdimx * self.bdimy} compute threads, a persistent grid of "
-                     f"{self.grid} blocks (one per SM)")
+                     f"stages, {roles}, a persistent grid of {self.grid} blocks (one per SM)")
         elif self.cp_async_inputs:
             text += (f"; cp.async: inputs {list(self.cp_async_inputs)} copied by the threads "
                      f"that read them ({list(self.cp_async_bytes)} bytes per copy) into "
@@ -482,12 +487,17 @@ def warp_specialized_variant(fusion, info: RuntimeInfo, p: InnerPersistentParams
             if t <= 512 and (WARP_GROUP % t == 0 or t % WARP_GROUP == 0) and t * b - vecs < t:
                 bdimx, batch = t, b
                 break
+    # Ping-pong: two compute roles share the compute threads (whole warp groups each).
+    roles = 2 if info.feature("ws_pingpong") else 1
     if WARP_GROUP % bdimx == 0:
         row_in_bytes = n * max(fusion.inputs[k].dtype.size for k in rows) if rows else 0
         compute = next(t for limit, t in WS_COMPUTE_THREADS if row_in_bytes <= limit)
-        bdimy = compute // bdimx
+        bdimy = max(1, compute // roles // WARP_GROUP) * WARP_GROUP // bdimx
     elif bdimx % WARP_GROUP == 0:
         bdimy = 1
+        if roles > 1 and 2 * bdimx + WARP_GROUP > 1024:
+            problems.append(f"two compute roles of {bdimx} threads and a producer warp group "
+                            "exceed 1024 threads")
     else:
         problems.append(f"{bdimx} threads per row neither divide 128 nor are a multiple of it "
                         "(warp groups)")
@@ -504,10 +514,11 @@ def warp_specialized_variant(fusion, info: RuntimeInfo, p: InnerPersistentParams
     return dataclasses.replace(
         p, bdimx=bdimx, persistent_batch=batch, bdimy=bdimy, stages=stages, prefetch=stages - 1,
         grid=grid, tma_inputs=rows,
-        blocks_per_sm=1, warp_specialized=True, tensor_map=tensor_map,
+        blocks_per_sm=1, warp_specialized=True, tensor_map=tensor_map, compute_roles=roles,
         reason=f"warp-specialized TMA forced on (ws_inner_persistent): a producer warp group "
                f"fills {stages} stages of {bdimy} row(s)"
                + (" with one tensor-map box each" if tensor_map else "")
+               + (", two compute roles taking them in turn (ws_pingpong)" if roles > 1 else "")
                + ", one persistent block per SM"), []
 
 
@@ -730,7 +741,8 @@ def schedule(fusion, p: InnerPersistentParams) -> None:
             raise SchedulerError(f"inner persistent: input {k} copied with cp.async in "
                                  f"{nbytes}-byte copies, but its split reads {width} elements")
     inline_most([t for t in fusion.tensors() if t not in slots.values()], fusion=fusion)
-    kind = (WarpSpecialized(PT.TIDy, p.producer_registers or None, p.compute_registers or None)
+    kind = (WarpSpecialized(PT.TIDy, p.producer_registers or None, p.compute_registers or None,
+                            p.compute_roles)
             if p.warp_specialized else None)
     for slot in staged.values():
         # Inlined right after the grid-stride loop: the rows of a stage share one slot and one
