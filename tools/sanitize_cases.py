@@ -1,5 +1,9 @@
 """One small case per scheduler, run once each, for compute-sanitizer (memcheck, racecheck,
-synccheck): `compute-sanitizer --tool racecheck python tools/sanitize_cases.py`."""
+synccheck): `compute-sanitizer --tool racecheck python tools/sanitize_cases.py`;
+`--pipelines` runs only the circular-buffered kernels (TMA, tensor-map, cp.async,
+warp-specialized with one or two compute roles, the norm backward's two variants)."""
+import sys
+
 import torch
 
 from pyfuser import catalogue
@@ -8,6 +12,9 @@ from pyfuser.schedule.schedulers.reduction import ReductionParams
 CASES = [("gelu_bias", 33, 1000), ("row_sum", 64, 4096), ("col_sum", 4096, 64),
          ("rmsnorm_fwd", 64, 4096), ("softmax", 37, 1000), ("rmsnorm_bwd", 300, 1024),
          ("layernorm_bwd", 300, 2048)]
+PIPELINES_ONLY = "--pipelines" in sys.argv[1:]
+if PIPELINES_ONLY:
+    CASES = []
 
 for name, m, n in CASES:
     fd = catalogue.define(name)
@@ -15,11 +22,12 @@ for name, m, n in CASES:
     torch.cuda.synchronize()
     print(name, m, n, fd.last_run.schedulers, [tuple(o.shape) for o in out], flush=True)
 # A grid-split reduction (last-block workspace reduction), forced.
-fd = catalogue.define("col_sum")
-fd.execute(catalogue.make_inputs("col_sum", 2048, 256, device="cuda"),
-           options={"heuristic": ReductionParams(False, 8, 32, 8, 2, (0,), 4)})
-torch.cuda.synchronize()
-print("col_sum grid split", fd.last_run.heuristics, flush=True)
+if not PIPELINES_ONLY:
+    fd = catalogue.define("col_sum")
+    fd.execute(catalogue.make_inputs("col_sum", 2048, 256, device="cuda"),
+               options={"heuristic": ReductionParams(False, 8, 32, 8, 2, (0,), 4)})
+    torch.cuda.synchronize()
+    print("col_sum grid split", fd.last_run.heuristics, flush=True)
 # The TMA circular-buffered inner persistent kernel (forced), few blocks so stages wrap around.
 for name, m, n in (("rmsnorm_fwd", 300, 2048), ("layernorm_fwd", 77, 1024)):
     fd = catalogue.define(name)
@@ -30,7 +38,8 @@ for name, m, n in (("rmsnorm_fwd", 300, 2048), ("layernorm_fwd", 77, 1024)):
     assert p.stages >= 2, p.reason
     print(name, "tma", m, n, f"stages {p.stages} grid {p.grid}", flush=True)
 # Rows split over a thread-block cluster (distributed shared memory reductions).
-for name, m, n in (("rmsnorm_fwd", 8, 65536), ("layernorm_fwd", 3, 131072)):
+for name, m, n in () if PIPELINES_ONLY else (("rmsnorm_fwd", 8, 65536),
+                                             ("layernorm_fwd", 3, 131072)):
     fd = catalogue.define(name)
     fd.execute(catalogue.make_inputs(name, m, n, device="cuda"))
     torch.cuda.synchronize()
@@ -41,15 +50,18 @@ for name, m, n in (("rmsnorm_fwd", 8, 65536), ("layernorm_fwd", 3, 131072)):
 # setmaxnreg; few blocks so every slot is released and refilled.
 import dataclasses  # noqa: E402
 
-for name, m, n in (("rmsnorm_fwd", 300, 2048), ("softmax", 77, 1024)):
+# With ws_pingpong: two compute roles taking the row groups in turn (ordered named barriers).
+for name, m, n, pingpong in (("rmsnorm_fwd", 300, 2048, False), ("softmax", 77, 1024, False),
+                             ("rmsnorm_fwd", 300, 2048, True), ("layernorm_fwd", 77, 1024, True)):
     fd = catalogue.define(name)
     ins = catalogue.make_inputs(name, m, n, device="cuda")
-    fd.execute(ins, options={"enable": ["ws_inner_persistent"]})
+    fd.execute(ins, options={"enable": ["ws_inner_persistent"] + ["ws_pingpong"] * pingpong})
     p = dataclasses.replace(fd.last_run.heuristics[0], grid=3)
-    assert p.warp_specialized, p.reason
+    assert p.warp_specialized and p.compute_roles == 1 + pingpong, p.reason
     fd.execute(ins, options={"heuristic": p})
     torch.cuda.synchronize()
-    print(name, "ws", m, n, f"stages {p.stages} grid {p.grid}", flush=True)
+    print(name, "ws" + " ping-pong" * pingpong, m, n, f"stages {p.stages} grid {p.grid}",
+          flush=True)
 # Tensor-map boxes of whole rows (forced), pipelined and warp-specialized; 77 rows leave the
 # last box partly past the tensor.
 for feature, name, m, n in (("tma_inner_persistent", "softmax", 77, 1024),
@@ -86,7 +98,8 @@ for name, m, n in (("rmsnorm_bwd", 300, 2048), ("layernorm_bwd", 77, 1024)):
         fd.execute(ins, options={"heuristic": p})
         torch.cuda.synchronize()
         print(name, p.variant, m, n, f"stages {p.stages} grid {p.grid}", flush=True)
-for name, m, n in (("rmsnorm_bwd", 5, 65536), ("layernorm_bwd", 3, 65536)):
+for name, m, n in () if PIPELINES_ONLY else (("rmsnorm_bwd", 5, 65536),
+                                             ("layernorm_bwd", 3, 65536)):
     fd = catalogue.define(name)
     fd.execute(catalogue.make_inputs(name, m, n, device="cuda"))
     torch.cuda.synchronize()

@@ -98,14 +98,17 @@ TMA = {"enable": ["tma_inner_persistent"]}
 # "cp.async" is TMA forced on rows the bulk copy refuses: per-thread cp.async copies instead.
 FORCED = {"tma": TMA, "ws": {"enable": ["ws_inner_persistent"]}, "cp.async": TMA,
           "tma_tmap": {"enable": ["tma_inner_persistent", "tma_tensor_map"]},
-          "ws_tmap": {"enable": ["ws_inner_persistent", "tma_tensor_map"]}}
+          "ws_tmap": {"enable": ["ws_inner_persistent", "tma_tensor_map"]},
+          "ws_pp": {"enable": ["ws_inner_persistent", "ws_pingpong"]},
+          "ws_pp_tmap": {"enable": ["ws_inner_persistent", "ws_pingpong", "tma_tensor_map"]}}
 
 
 def _ran(fd, variant) -> bool:
-    """The forced variant ran (stages in use; warp-specialized or not, and bulk, tensor-map or
-    cp.async copies, as asked)."""
+    """The forced variant ran (stages in use; warp-specialized or not, with one or two compute
+    roles, and bulk, tensor-map or cp.async copies, as asked)."""
     p = fd.last_run.heuristics[0]
     return (p.stages >= 2 and p.warp_specialized == variant.startswith("ws")
+            and p.compute_roles == (2 if variant.startswith("ws_pp") else 1)
             and bool(p.cp_async_inputs) == (variant == "cp.async")
             and bool(p.tma_inputs) == (variant != "cp.async")
             and p.tensor_map == variant.endswith("_tmap"))
@@ -117,7 +120,7 @@ FORWARD_SHAPES = [(1, 8), (7, 1000), (1000, 5120), (4096, 1024), (333, 4096), (2
 @pytest.mark.parametrize("name", FORWARD)
 @pytest.mark.parametrize("variant,shape", [(v, s) for v in ("tma", "tma_tmap")
                                            for s in FORWARD_SHAPES]
-                         + [(v, s) for v in ("ws", "ws_tmap")
+                         + [(v, s) for v in ("ws", "ws_tmap", "ws_pp", "ws_pp_tmap")
                             for s in FORWARD_SHAPES + [(2000, 12288)]])
 def test_forward_forced_tma_variant_bf16(name, variant, shape):
     fd = catalogue.define(name)
@@ -128,7 +131,7 @@ def test_forward_forced_tma_variant_bf16(name, variant, shape):
 
 @pytest.mark.parametrize("name", ["rmsnorm_fwd", "layernorm_fwd", "softmax"])
 @pytest.mark.parametrize("dtype", ["fp16", "fp32"])
-@pytest.mark.parametrize("variant", ["tma", "ws", "tma_tmap", "ws_tmap"])
+@pytest.mark.parametrize("variant", ["tma", "ws", "tma_tmap", "ws_tmap", "ws_pp"])
 def test_forward_forced_tma_variant_other_dtypes(name, dtype, variant):
     fd = catalogue.define(name, dtype)
     run_and_check(fd, catalogue.make_inputs(name, 777, 2048, dtype, device="cuda"),
@@ -145,6 +148,21 @@ def test_tma_persistent_grids_and_stages(grid, stages, prefetch):
     fd.execute(ins, options=TMA)
     p = dataclasses.replace(fd.last_run.heuristics[0], grid=grid, stages=stages,
                             prefetch=prefetch)
+    run_and_check(fd, ins, scheduler="inner_persistent", options={"heuristic": p})
+    assert fd.last_run.heuristics[0] == p
+
+
+@pytest.mark.parametrize("grid", [1, 3])
+@pytest.mark.parametrize("name", ["rmsnorm_fwd", "softmax"])
+def test_pingpong_roles_alternate_over_few_blocks(grid, name):
+    """Two compute roles taking a block's row groups in turn, over many groups per block: the
+    ordered hand-over and every slot's reuse many times."""
+    import dataclasses
+    fd = catalogue.define(name)
+    ins = catalogue.make_inputs(name, 1001, 2048, device="cuda")
+    fd.execute(ins, options=FORCED["ws_pp"])
+    p = dataclasses.replace(fd.last_run.heuristics[0], grid=grid)
+    assert p.compute_roles == 2, p.reason
     run_and_check(fd, ins, scheduler="inner_persistent", options={"heuristic": p})
     assert fd.last_run.heuristics[0] == p
 
