@@ -184,7 +184,10 @@ class CudaPrinter:
             if s.unroll:
                 self.line("#pragma unroll")
             v = s.var.name
-            self.line(f"for (index_t {v} = {self.expr(s.start)}; {v} < {self.expr(s.stop)}; ++{v}) {{")
+            one = isinstance(s.step, K.Const) and s.step.value == 1
+            step = f"++{v}" if one else f"{v} += {self.expr(s.step)}"
+            self.line(f"for (index_t {v} = {self.expr(s.start)}; {v} < {self.expr(s.stop)}; "
+                      f"{step}) {{")
         self.indent += 1
         self.stmts(s.body)
         self.indent -= 1
@@ -453,12 +456,16 @@ class CudaPrinter:
         count = acc.vector
         t = ctype(s.dtype)
         sync = "" if s.barrier is None else f", pf::NamedBarrier{{{s.barrier[0]}, {s.barrier[1]}}}"
-        self._block_allreduce(self.expr(acc), count, t, s.op, s.dims, sync)
+        self._block_allreduce(self.expr(acc), count, t, s.op, s.dims, sync, s.workspace_offset)
 
-    def _block_allreduce(self, value: str, count: int, t: str, op: str, dims, sync: str = ""):
+    def _block_allreduce(self, value: str, count: int, t: str, op: str, dims, sync: str = "",
+                         offset: int = 0):
         """Block all-reduce of `count` values of type `t` starting at lvalue `value` over the
-        thread dims `dims` (the device library's, in its shared-memory workspace of type t)."""
+        thread dims `dims` (the device library's, in its shared-memory workspace of type t, from
+        element `offset`: a compute role's own copy)."""
         ws = f"pf_red_ws_{t.replace(' ', '_')}"
+        if offset:
+            ws = f"({ws} + {offset})"
         self.ws_types.add(t)
         for dim in dims:
             if count == 1:

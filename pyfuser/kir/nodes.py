@@ -427,7 +427,7 @@ class InitValue(Stmt):
 
 
 @roles(exprs=("values",), buffer=("workspace",),
-       data=("op", "dtype", "dims", "barrier", "tv", "inner_loops"))
+       data=("op", "dtype", "dims", "barrier", "tv", "inner_loops", "role", "workspace_offset"))
 @dataclasses.dataclass(eq=False, slots=True)
 class BlockReduce(Stmt):
     """All-reduce of `values` (registers) across the block's thread dims in `dims`; afterwards
@@ -443,6 +443,11 @@ class BlockReduce(Stmt):
     # iterate its elements (index_and_predicate groups their values into one pass).
     tv: Any = None
     inner_loops: list = dataclasses.field(default_factory=list)
+    # The compute role (0, 1, ...) whose threads it reduces (pipeline_loads): compute roles run
+    # at the same time, each reduces in its own copy of the block-reduction workspace, which
+    # starts `workspace_offset` elements into it (launch_config lays the copies out).
+    role: int = 0
+    workspace_offset: int = 0
 
 
 @roles(exprs=("values",), buffer=("workspace", "sync_buffer", "smem_workspace"),

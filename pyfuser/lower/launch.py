@@ -46,7 +46,22 @@ def _launch_declared(v) -> None:
             v.fail(f"block {static} has {n} threads (1..1024)")
 
 
-LAUNCH_DECLARED = Rule("launch declared", kernel=_launch_declared)
+def _role_workspaces_apart(v, s, scope) -> None:
+    """Compute roles run at the same time: the block reductions of two roles reduce in
+    different copies of the workspace."""
+    if not isinstance(s, K.RoleSplit):
+        return
+    seen: dict = {}
+    for rb in s.roles:
+        for x in K.walk(rb.body):
+            if isinstance(x, K.BlockReduce):
+                other = seen.setdefault(x.workspace_offset, rb.role.name)
+                if other != rb.role.name:
+                    v.fail(f"the {other} and {rb.role.name} roles reduce in the same block-"
+                           f"reduction workspace (offset {x.workspace_offset})", x)
+
+
+LAUNCH_DECLARED = Rule("launch declared", stmt=_role_workspaces_apart, kernel=_launch_declared)
 
 
 @establishes(LAUNCH_DECLARED)
@@ -90,7 +105,12 @@ def launch_config(kernel: K.Kernel) -> K.Kernel:
             # The last block's combine ends with a block all-reduce over the reduced thread dims.
             count = s.values[0].vector if s.values else 1
             ws = max(ws, reduction_workspace_elems(s.thread_dims, count, block))
-    kernel.reduction_workspace = ws
+    # Compute roles of a warp-specialized kernel reduce at the same time: each in its own copy.
+    roles = kernel.warp_roles.compute_roles if kernel.warp_roles is not None else 1
+    for s in K.walk(kernel.body):
+        if isinstance(s, K.BlockReduce):
+            s.workspace_offset = s.role * ws
+    kernel.reduction_workspace = ws * roles
     static_block = [b if isinstance(b, int) else b.value for b in block]
     max_threads = None
     if all(v is not None for v in static_block):

@@ -836,7 +836,7 @@ def _warp_specialize(kernel: K.Kernel, chain_path, items) -> None:
         body = _compute_role(kernel, rest, chain, buffered, empty, roles, r)
         role = K.WarpRole(f"compute {r}" if R > 1 else "compute", roles.compute_registers,
                           (roles.barrier_id + r, roles.compute_threads))
-        _role_barriers(body, role)
+        _role_barriers(body, role, r)
         cond = None if r == R - 1 else K.lt(_TIDY, K.Const((r + 1) * roles.compute_extent))
         computes.append(K.RoleBody(role, cond, [K.SetMaxNReg(roles.compute_registers,
                                                              increase=True)] + body))
@@ -974,18 +974,19 @@ def _ordered_sections(outer: K.ForLoop, roles: K.WarpRoles, r: int, buffered,
     return dataclasses.replace(outer, body=body[:first] + [wait, body[first]] + rest)
 
 
-def _role_barriers(stmts, role: K.WarpRole) -> None:
-    """A compute role's synchronization among its own threads: its named barrier for block
-    barriers, block reductions and grid barriers; what would need the whole block is refused."""
+def _role_barriers(stmts, role: K.WarpRole, r: int) -> None:
+    """Compute role r's synchronization among its own threads: its named barrier for block
+    barriers, block reductions (in the role's own workspace) and grid barriers; what would
+    need the whole block is refused."""
     bid, count = role.barrier
     for x in K.walk(stmts):
         if isinstance(x, K.BlockSync) and x.barrier_id is None:
             x.barrier_id, x.count = bid, K.Const(count)
         elif isinstance(x, K.BlockReduce):
-            if bid > 1 and "y" in x.dims:
+            if r and "y" in x.dims:
                 raise LoweringError("ping-pong compute roles: a block reduction across "
                                     "threadIdx.y would mix the roles' rows")
-            x.barrier = (bid, count)
+            x.barrier, x.role = (bid, count), r
         elif isinstance(x, K.GridSync):
             # Only the compute threads exchange data through global memory (the producer
             # writes shared memory only): the block's part of the grid barrier is theirs.

@@ -339,11 +339,28 @@ def test_verifier_refuses_role_statements_outside_a_split():
         verify(k)
 
 
+def test_verifier_refuses_roles_reducing_in_one_workspace():
+    with options.override(enable=["ws_pingpong"]):
+        fd, inputs, st, p, k = lowered_inner_persistent("rmsnorm_fwd", 100, 64, "fp32",
+                                                        "ws_inner_persistent", stages=3, grid=1,
+                                                        bdimy=8)
+    reduces = [x for x in K.walk(k.body) if isinstance(x, K.BlockReduce)]
+    assert sorted(x.role for x in reduces) == [0, 1]
+    assert len({x.workspace_offset for x in reduces}) == 2
+    assert k.reduction_workspace == 2 * max(x.workspace_offset for x in reduces)
+    for x in reduces:
+        x.workspace_offset = 0
+    with pytest.raises(KernelIRError, match="reduce in the same block-reduction workspace"):
+        verify(k)
+
+
 @pytest.mark.parametrize("roles", [1, 2])
 def test_tiled_kernels_compile(roles):
     fd, f, mapping = _tiled_exp(stages=3, roles=roles)
     src = generate_cuda(lower_upto(f))
     assert ("pf::named_barrier_arrive(" in src) == (roles == 2)
+    # Each compute role steps over every other tile (the loop's step printed, not ++).
+    assert src.count(" += 2) {") == (2 if roles == 2 else 0)
     compile_clean(src)
 
 
@@ -356,4 +373,6 @@ def test_pingpong_norm_kernels_compile(name, dtype):
     assert p.compute_roles == 2
     src = generate_cuda(k)
     assert src.count("pf::named_barrier_arrive(") == 2 and "pf::setmaxnreg_inc<" in src
+    assert src.count(" += 2) {") == 2                 # each role steps over the other's groups
+    assert "(pf_red_ws_float + " in src or "(pf_red_ws_" in src     # role 1's own workspace
     compile_clean(src)
