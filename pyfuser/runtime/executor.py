@@ -215,6 +215,7 @@ class _KernelPlan:
         self.run_info = run_info
         self.poison = poison
         self.smem = fk.launch.shared_mem_bytes
+        self.zeroed = fk.launch.zeroed_outputs
         self.cooperative = fk.launch.cooperative
         self.cluster = fk.launch.cluster
         # Global scratch of the kernel for this launch shape: owned by the plan, released with it.
@@ -236,6 +237,8 @@ class _KernelPlan:
         if self.poison:
             for o in outs:
                 o.fill_(float("nan") if o.dtype.is_floating_point else -1)
+        for k in self.zeroed:
+            outs[k].zero_()         # a scatter's sums start from zero (kir/launch.py)
         vals = self.values
         for pos, k in self._input_ptrs:
             vals[pos] = inputs[k].data_ptr()
