@@ -95,7 +95,8 @@ def scatter(ops, x: TensorView, index: TensorView, src, dim: int) -> TensorView:
         v = _converted(src.value, x.dtype)
         src = Scalar(default_scalar_type(v), v)
     if _one_hot_form(x, index, src, dim):
-        if isinstance(src, TensorView) and _static(src.domain.logical_no_reductions[dim]) != 1:
+        index = _first_along(ops, index, dim)
+        if isinstance(src, TensorView):
             src = _first_along(ops, src, dim)
         n = x.domain.logical_no_reductions[dim].user_extent
         checked = arith.check_index(index, n, "scatter", dim)
@@ -137,12 +138,15 @@ def _converted(value, dt: DataType):
     return float(value)
 
 
-def _first_along(ops, src: TensorView, dim: int) -> TensorView:
-    """src's first element along dim (a window: an offset read of an input)."""
-    rank = len(src.domain.logical_no_reductions)
-    starts, ends = [None] * rank, [None] * rank
-    starts[dim], ends[dim] = 0, 1
-    return ops.slice(src, starts, ends)
+def _first_along(ops, t: TensorView, dim: int) -> TensorView:
+    """t's first element along dim as a broadcast dim there (t itself where it is one), which
+    an element-wise op broadcasts: a gather of t at index 0 (a read of t in global memory)."""
+    ids = t.domain.logical_no_reductions
+    if _plain_broadcast(ids[dim]):
+        return t
+    zero = ops.full([1] * len(ids), 0, DataType.Int)
+    return arith.gather("scatter", t, zero, dim, [None if d == dim else d
+                                                  for d in range(len(ids))], True)
 
 
 def _fit_to_index(ops, what: str, src: TensorView, index: TensorView) -> TensorView:

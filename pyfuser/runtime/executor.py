@@ -36,7 +36,7 @@ from ..schedule.roles import scheduling_clone
 from ..schedule.segmenter import segment
 from ..schedule.schedulers.base import InputFacts, RuntimeInfo, SchedulerError, facts_per_input
 from . import index_check
-from .empty_dims import SpecializedPlan, empty_dims, specialize
+from .empty_dims import SpecializedPlan, empty_dims, indices_into_nothing, specialize
 from .inputs import InputError, check_inputs, not_a_list, output_strides
 from .output_aliases import write_aliased_outputs
 from .reference import evaluate
@@ -436,6 +436,10 @@ class FusionExecutorCache:
                                       "(H100, H200) only")
             target = _Target(props, device)
         out_sizes = self._output_sizes(bindings)
+        if 0 in bindings.values() and indices_into_nothing(self.fusion, bindings):
+            return _ReferencePlan(self.fusion, RunInfo(
+                "reference", (), 0, "an index into a dim of size 0 (out of range whatever its "
+                "value; the reference evaluator raises it)"))
         if all(any(s == 0 for s in sz) for sz in out_sizes):
             return _EmptyPlan(self.fusion, out_sizes, target, RunInfo(
                 "kernels", (), 0, "every output is empty: nothing to launch",
