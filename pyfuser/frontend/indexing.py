@@ -145,8 +145,10 @@ def _first_along(ops, t: TensorView, dim: int) -> TensorView:
     if _plain_broadcast(ids[dim]):
         return t
     zero = ops.full([1] * len(ids), 0, DataType.Int)
-    return arith.gather("scatter", t, zero, dim, [None if d == dim else d
-                                                  for d in range(len(ids))], True)
+    # Through element-wise ops of one tensor, as any gather: a cast of an input is read and
+    # cast, not computed and stored for the gather to read.
+    return gather(t, zero, dim, [None if d == dim else d for d in range(len(ids))], True,
+                  "scatter")
 
 
 def _fit_to_index(ops, what: str, src: TensorView, index: TensorView) -> TensorView:
