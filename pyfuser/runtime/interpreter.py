@@ -36,6 +36,10 @@ numpy over the thread set:
   the last bits).
 - When several threads store to one element in one statement, the later thread (in
   blockIdx-major, threadIdx.x-minor order) wins.
+- A scatter's atomic adds (ScatterOp, pf::atomic_add) land one after another in that order,
+  each rounded to the output's dtype (float32 adds in float32, as red.add.f32 rounds); the
+  output a kernel adds into (the launch's zeroed_outputs) starts at 0, as the executor zeroes
+  it.
 - Block reductions all-reduce over the block's thread dims, grid reductions over blocks (the last
   block of each group gets the result and pf_grid_last; which block arrives last is any on a
   GPU, so the k-th grid reduction of a launch elects the k-th block from the end, and a kernel
@@ -61,6 +65,7 @@ The checks (each an InterpreterError naming the access and the thread)
 - Global writes are counted per element (`writes`: {(buffer name, element offset): count});
   an output element written more than once, or never, fails when the kernel ends (each output
   element is written exactly once: `check_output_writes`, on by default and in the executor).
+  An output the kernel adds into must never be stored to (a store would race with the adds).
 - cp.async: a copy's destination reads as unwritten until the wait_group completing its group;
   the landed data is visible only to the copying thread until a block barrier (another thread's
   read fails); a copy over an element another thread read since the last barrier fails, as does

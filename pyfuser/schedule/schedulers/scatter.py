@@ -73,13 +73,14 @@ def can_schedule(fusion) -> tuple[bool, str]:
     op = ops[0]
     out = op.outputs[0]
     if op.op != "add":
-        return False, ("a scatter that stores (torch.scatter that is not a one-hot): torch's "
-                       "scatter_ runs it")
+        return False, ("a scatter that stores (torch.scatter, not a one-hot): "
+                       "torch.Tensor.scatter_ runs it")
     if op.x is not None:
-        return False, "a scatter into a tensor other than zeros (the kernel adds into zeros)"
+        return False, ("a scatter into a tensor other than zeros (the kernel adds into zeros): "
+                       "torch.Tensor.scatter_add_ runs it")
     if out.dtype not in ATOMIC_DTYPES:
         return False, (f"{out.dtype.short_name} sums (the kernel's atomic adds take float32, "
-                       "float64, int32 and int64)")
+                       "float64, int32 and int64): torch.Tensor.scatter_add_ runs them")
     why = ops_beside(fusion, _BESIDE, "scatter")
     if why:
         return False, why
