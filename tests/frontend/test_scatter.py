@@ -377,3 +377,35 @@ def test_kernels_at_the_bar_sizes_compile():
         for seg in plan.segments:
             assert re.search(r"registers, .*0 B spill stores, 0 B spill loads",
                              seg.kernel.ptxas), seg.kernel.ptxas
+
+
+_DTYPES = {"float32": (torch.float32, F32), "bfloat16": (torch.bfloat16, BF16),
+           "float16": (torch.float16, DataType.Half), "float64": (torch.float64, DataType.Double),
+           "int32": (torch.int32, DataType.Int32), "int64": (torch.int64, DataType.Int)}
+
+
+@pytest.mark.parametrize("dtype", list(_DTYPES))
+def test_every_dtype_compiles(dtype):
+    """index_add into zeros and a one-hot of every dtype the kernels take: each kernel compiles
+    with NVRTC for sm_90a without spills, and the atomic add is one red.global.add of the sums'
+    type (float32 for 16-bit floats)."""
+    tdt, dt = _DTYPES[dtype]
+    ids = torch.empty(1000, dtype=torch.int64, device="meta")
+    g = torch.empty(1000, 96, dtype=tdt, device="meta")
+    fd = _fusion(lambda fd, i, s: fd.add_output(fd.ops.index_add(fd.ops.zeros([77, 96], dt), 0,
+                                                                 i, s)), [ids, g])
+    plan = fd.explain([ids, g], device="h100", compile=True)
+    x = torch.empty(65, 300, dtype=tdt, device="meta")
+    t = torch.empty(65, 1, dtype=torch.int64, device="meta")
+    fd = _fusion(lambda fd, a, b: fd.add_output(fd.ops.scatter(a, b, 3, 1)), [x, t])
+    one_hot = fd.explain([x, t], device="h100", compile=True)
+    assert [s.name for s in one_hot.segments] == ["pointwise"]
+    sums = {torch.bfloat16: "float", torch.float16: "float", torch.float32: "float",
+            torch.float64: "double", torch.int32: "int", torch.int64: "long long"}[tdt]
+    scatter = plan.segments[0].kernel
+    assert plan.segments[0].name == "scatter"
+    assert re.search(rf"pf::atomic_add\(&T\d+\[.*\], pf::cast<{sums}>\(", scatter.kernel.source)
+    for seg in list(plan.segments) + list(one_hot.segments):
+        assert seg.kind == "kernel", plan
+        assert re.search(r"registers, .*0 B spill stores, 0 B spill loads",
+                         seg.kernel.ptxas), seg.kernel.ptxas
