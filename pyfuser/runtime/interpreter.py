@@ -1454,7 +1454,7 @@ class Interpreter:
         idx, ok = self._checked_index(ctx, s, index, extent, record, check)
         if not ok.any():
             return
-        inside = ctx.subset(ok) if not ok.all() else ctx
+        inside = ctx.subset(ok)
         inside.env[K.GATHER_INDEX] = idx[ok]
         vals, poison = self._read(inside, src)
         if poison is not None and poison.any():

@@ -227,6 +227,24 @@ def test_scatter_adds_are_atomic_add_kernels(name):
                   options=INTERPRET)
 
 
+def test_outputs_beside_the_scatter_are_written_in_its_loop():
+    """What is added (dy * 2, [I, D]) and an output of the index's dims ([I]) are outputs of
+    the scatter's kernel too, each element written once (the interpreter checks it); a
+    reduction beside it is a kernel of its own."""
+    ids, dy = _dups(13, 301), torch.randn(301, 7)
+
+    def build(fd, i, d, reduce):
+        g = fd.ops.mul(d, 2.0)
+        fd.add_output(fd.ops.index_add(fd.ops.zeros([13, 7], F32), 0, i, g))
+        fd.add_output(g)
+        fd.add_output(fd.ops.sum(d, [1]) if reduce else fd.ops.cast(i, DataType.Int32))
+    fd = _fusion(lambda fd, i, d: build(fd, i, d, False), [ids, dy])
+    run_and_check(fd, [ids, dy], scheduler="scatter", options=INTERPRET)
+    fd = _fusion(lambda fd, i, d: build(fd, i, d, True), [ids, dy])
+    run_and_check(fd, [ids, dy], kernels=2, options=INTERPRET,
+                  segments=(("kernel", "scatter"), ("kernel", "reduction")))
+
+
 def test_integer_sums_are_exact():
     x, i, s = torch.randint(-50, 50, (7, 11)), _dups(7, 500), torch.randint(-50, 50, (500, 11))
     fd = _fusion(lambda fd, a, b, c: fd.add_output(fd.ops.index_add(a, 0, b, c)), [x, i, s])
