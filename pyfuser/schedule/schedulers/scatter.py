@@ -84,11 +84,11 @@ def can_schedule(fusion) -> tuple[bool, str]:
     why = ops_beside(fusion, _BESIDE, "scatter")
     if why:
         return False, why
-    if out not in fusion.outputs:
-        return False, "the scatter's result is not an output of the fusion"
     if fusion.uses_of(out):
         return False, ("the fusion reads the scatter's result: its sums are complete only when "
                        "the kernel ends")
+    if out not in fusion.outputs:
+        return False, "the scatter's result is not an output of the fusion"
     graph = IdGraph(fusion)
     root = [i for i in out.domain.root if not i.is_broadcast]
     for k, o in enumerate(fusion.outputs):
