@@ -16,6 +16,7 @@ from ..ir.dtype import DataType, default_scalar_type
 from ..ir.exprs import BinaryOp, UnaryOp, WhereOp
 from ..ir.scalar import Scalar
 from ..ir.tensor import TensorView
+from . import resize
 from .resize import redo
 
 
@@ -89,7 +90,6 @@ def _one_hot_form(x: TensorView, index: TensorView, src, dim: int) -> bool:
 
 def scatter(ops, x: TensorView, index: TensorView, src, dim: int) -> TensorView:
     """fd.ops.scatter: the one-hot form element-wise, any other as a ScatterOp ("set")."""
-    from . import resize
     rank = len(x.domain.logical_no_reductions)
     if not isinstance(src, TensorView):
         v = _converted(src.value, x.dtype)
@@ -102,6 +102,12 @@ def scatter(ops, x: TensorView, index: TensorView, src, dim: int) -> TensorView:
         checked = arith.check_index(index, n, "scatter", dim)
         j = resize.dim_index(ops, n, dim, rank, resize.index_dtype(n))
         return ops.where(ops.eq(j, checked), src, x)
+    if x.dtype.is_float8:
+        from .ops import FusionDefinitionError
+        raise FusionDefinitionError(
+            f"scatter: T{x.name} is {x.dtype.short_name}, which only a one-hot scatter (one "
+            "index along dim, the other dims x's) takes: torch has no other float8 scatter; "
+            "cast it first")
     if not isinstance(src, TensorView):
         src = ops.full([i.user_extent if i.expanded_extent is None else i.expanded_extent
                         for i in index.domain.logical_no_reductions], src, x.dtype)
@@ -124,9 +130,13 @@ def scatter_add(ops, what: str, x: TensorView, index: TensorView, src: TensorVie
 
 
 def _is_zeros(x: TensorView) -> bool:
+    """Whether x is a fill of +0 (not -0.0: x + 0 would turn its -0 into +0)."""
+    import math
+
     from ..ir.exprs import FullOp
     d = x.definition
-    return isinstance(d, FullOp) and S.const_value(d.inputs[0]) == 0
+    v = S.const_value(d.inputs[0]) if isinstance(d, FullOp) else None
+    return v is not None and v == 0 and math.copysign(1.0, float(v)) > 0
 
 
 def _converted(value, dt: DataType):

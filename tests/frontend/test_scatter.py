@@ -227,6 +227,18 @@ def test_scatter_adds_are_atomic_add_kernels(name):
                   options=INTERPRET)
 
 
+def test_a_one_hot_of_float8_is_a_selection():
+    """float8 takes no arithmetic, but a one-hot is a selection (where): it runs, where
+    torch's scatter has no float8 kernel."""
+    x = torch.randn(9, 40).to(torch.float8_e4m3fn)
+    i = torch.randint(0, 40, (9, 1))
+    fd = _fusion(lambda fd, a, b: fd.add_output(fd.ops.scatter(a, b, 3.0, 1)), [x, i])
+    out, = fd.execute([x, i], options=INTERPRET)
+    assert fd.last_run.schedulers == ("pointwise",)
+    want = x.float().scatter(1, i, 3.0).to(torch.float8_e4m3fn)
+    assert torch.equal(out.view(torch.uint8), want.view(torch.uint8))
+
+
 def test_outputs_beside_the_scatter_are_written_in_its_loop():
     """What is added (dy * 2, [I, D]) and an output of the index's dims ([I]) are outputs of
     the scatter's kernel too, each element written once (the interpreter checks it); a
@@ -365,6 +377,12 @@ def test_sizes_are_checked_at_run_time():
     (lambda fd, x, i: fd.ops.scatter_add(x, 0, fd.ops.broadcast(i, [False, True]),
                                          fd.ops.sum(x, [0], keepdim=True)),
      "the index's dim 0 and the source's dim 0 have sizes 9 and 1"),
+    (lambda fd, x, i: fd.ops.scatter(fd.ops.cast(x, DataType.Float8_e4m3fn),
+                                     fd.ops.broadcast(i, [False, True]), 1.0, 0),
+     "only a one-hot scatter .* takes: torch has no other float8 scatter"),
+    (lambda fd, x, i: fd.ops.index_add(fd.ops.cast(x, DataType.Float8_e4m3fn), 0, i,
+                                       fd.ops.cast(x, DataType.Float8_e4m3fn)),
+     "float8_e4m3fn, a storage type with no arithmetic"),
 ])
 def test_scatter_definition_errors(call, message):
     with pytest.raises(FusionDefinitionError, match=message):
