@@ -1987,7 +1987,8 @@ def pat_scatter(b: Builder) -> None:
     b.fit([a for j, a in enumerate(axes) if j != k] + [it_axis], protect=axes)
     b.sizes[axes[k]] = max(b.sizes[axes[k]], 1)     # an index needs a row to point at
     n_rows, n_adds = b.sizes[axes[k]], b.sizes[it_axis]
-    dt = r.choice((F32, F32, BF16, F16, F64, I32, I64))
+    # (bool sums: torch's scatter_add_ as a library segment, a logical or)
+    dt = r.choice((F32, F32, BF16, F16, F64, I32, I64, F32, BF16, I64, BOOL))
     op = r.choice(("index_add", "index_add", "scatter_add"))
     it_dims = [Dim(it_axis, "full") if j == k else Dim(a, "full") for j, a in enumerate(axes)]
     idt = r.choice((I64, I64, I32))
@@ -2021,7 +2022,7 @@ def pat_scatter(b: Builder) -> None:
     if op == "index_add":
         idx = b.tensor([Dim(it_axis, "full")], idt, dist=dist)
         kwargs = {}
-        if r.random() < 0.3:
+        if r.random() < 0.3 and dt != BOOL:
             alpha = r.choice((2, -1, 3))
             kwargs["alpha"] = alpha
     else:
@@ -2030,6 +2031,8 @@ def pat_scatter(b: Builder) -> None:
     reach = n_adds * abs(alpha)
     lo = x.lo + reach * min(0.0, src.lo)
     hi = x.hi + reach * max(0.0, src.hi)
+    if dt == BOOL:
+        lo, hi = 0.0, 1.0
     exact = not dt.is_floating and x.exact and src.exact
     out = b.call(op, x, dim, idx, src, _dims=x.dims, _lo=lo, _hi=hi, _exact=exact, **kwargs)
     outs = [out]
