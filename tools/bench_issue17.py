@@ -7,7 +7,8 @@ same run as eager and torch.compile (GPU machine), or their plans on the CPU:
 The causal softmax of bf16 scores [4, 32, 2048, 2048] with the mask built in the kernel from two
 iotas (column <= row), and torch.tril of the same tensor; RoPE through slice and cat, a
 chunked SwiGLU through chunk (slices); an embedding lookup and cross-entropy's loss and
-dlogits (take_along_axis, an iota one-hot). GB/s count the input read and the
+dlogits (take_along_axis, an iota one-hot, or a scattered one); an embedding's backward
+(index_add). GB/s count the input read and the
 output written once (the floor); times are medians of triton's do_bench
 (pyfuser.benchmark.harness._bench), which clears the L2 before each run. Each peer's result is
 compared with pyfuser's before it is timed.
@@ -165,6 +166,48 @@ def cross_entropy(device):
     return fd, [x, t], eager, 2 * x.numel() * x.element_size()
 
 
+def embedding_backward(device):
+    """dweight of the embedding bar: 8192 bf16 rows of dy [8192, 4096] added into zeros
+    [128256, 4096] at int64 ids (index_add: float32 atomic sums, then the cast to bf16). The
+    floor: dy read, the gradient written once. Eager: torch's dense embedding backward."""
+    rows, n, d = 128256, 8192, 4096
+    if device == "meta":
+        ids = torch.empty(n, device=device, dtype=torch.int64)
+        dy = torch.empty(n, d, device=device, dtype=torch.bfloat16)
+    else:
+        g = torch.Generator(device=device).manual_seed(0)
+        ids = torch.randint(0, rows, (n,), device=device, generator=g)
+        dy = torch.randn(n, d, device=device, dtype=torch.bfloat16, generator=g)
+    with FusionDefinition("embedding_backward") as fd:
+        ti, td = fd.from_pytorch(ids), fd.from_pytorch(dy)
+        fd.add_output(fd.ops.index_add(fd.ops.zeros([rows, d], BF16), 0, ti, td))
+
+    def eager():
+        return torch.ops.aten.embedding_dense_backward(dy, ids, rows, -1, False)
+    return fd, [ids, dy], eager, n * d * 2 + rows * d * 2 + n * 8
+
+
+def cross_entropy_scatter(device):
+    """cross_entropy with its one-hot a scatter of 1 into zeros at the targets (as a
+    framework's backward writes it): the same kernel as the iota compare."""
+    fd_iota, inputs, eager, nbytes = cross_entropy(device)
+    x, t = inputs
+    m, v = x.shape
+    with FusionDefinition("cross_entropy_scatter") as fd:
+        tx, tt = fd.from_pytorch(x), fd.from_pytorch(t)
+        xf = fd.ops.cast(tx, F32)
+        mx = fd.ops.max(xf, [1], keepdim=True)
+        e = fd.ops.exp(fd.ops.sub(xf, mx))
+        s = fd.ops.sum(e, [1], keepdim=True)
+        t2 = fd.ops.broadcast(tt, [False, True])
+        picked = fd.ops.take_along_axis(xf, t2, 1)
+        fd.add_output(fd.ops.squeeze(fd.ops.sub(fd.ops.add(fd.ops.log(s), mx), picked), [1]))
+        one_hot = fd.ops.scatter(fd.ops.zeros([m, v], F32), t2, 1.0, 1)
+        grad = fd.ops.sub(fd.ops.div(e, s), one_hot)
+        fd.add_output(fd.ops.cast(fd.ops.mul(grad, 1.0 / m), BF16))
+    return fd, inputs, eager, nbytes
+
+
 CASES = {
     "causal softmax [4,32,2048,2048] bf16": causal_softmax,
     "tril [4,32,2048,2048] bf16": tril,
@@ -172,6 +215,8 @@ CASES = {
     "swiglu chunked [8192,28672] bf16": swiglu,
     "embedding 8192 ids in [128256,4096] bf16": embedding,
     "cross-entropy loss+dlogits [8192,128256] bf16": cross_entropy,
+    "cross-entropy, scattered one-hot [8192,128256] bf16": cross_entropy_scatter,
+    "embedding backward 8192 ids into [128256,4096] bf16": embedding_backward,
 }
 
 

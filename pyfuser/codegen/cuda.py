@@ -14,7 +14,7 @@ from ..ir.dtype import DataType, compute_type
 from ..ir.exprs import (BinaryOp, BinaryOpType, LoadStoreOp, ReductionOp, ScanOp, UnaryOp,
                         UnaryOpType,
                         WhereOp, WindowOp, BroadcastOp, ExpandOp, SqueezeOp, ReshapeOp, FullOp,
-                        GatherOp, IotaOp, RandOp, UNIFORM_BITS)
+                        GatherOp, IndexCheckOp, IotaOp, RandOp, ScatterOp, UNIFORM_BITS)
 from ..ir.scalar import ScalarOp
 from ..kir import nodes as K
 from .device_library import device_library_source
@@ -304,6 +304,10 @@ class CudaPrinter:
                     f"{self.value(fill, oct_)};")
         if isinstance(e, GatherOp):
             return self.gather_text(s)
+        if isinstance(e, IndexCheckOp):
+            return self.check_index_text(s)
+        if isinstance(e, ScatterOp):
+            return self.scatter_text(s)
         if isinstance(e, RandOp):
             return self.random_text(s)
         if isinstance(e, IotaOp):
@@ -405,6 +409,33 @@ class CudaPrinter:
                 f"if ({i} >= 0 && {i} < static_cast<long long>({self.expr(extent)})) {{ {read} }} "
                 f"else {{ {fill} "
                 f"pf::report_index_error(&{self.expr(record)}, &{self.expr(report)}, "
+                f"{self.expr(check)}, {i}); }} }}")
+
+    def check_index_text(self, s: K.TensorOp) -> str:
+        """An index check (lower/index.py): out = index; an index outside [0, extent) is
+        reported (pf::report_index_error)."""
+        index, extent, record, report, check = s.ins
+        i = K.GATHER_INDEX
+        return (f"{{ const long long {i} = static_cast<long long>({self.expr(index)}); "
+                f"{self.expr(s.out)} = {self.expr(index)}; "
+                f"if ({i} < 0 || {i} >= static_cast<long long>({self.expr(extent)})) "
+                f"pf::report_index_error(&{self.expr(record)}, &{self.expr(report)}, "
+                f"{self.expr(check)}, {i}); }}")
+
+    def scatter_text(self, s: K.TensorOp) -> str:
+        """A scatter's add (lower/index._scatter_write): the index checked against the dim it
+        writes, the value added atomically into out at it (pf::atomic_add) where it is in
+        range, a report (pf::report_index_error) where not."""
+        if s.expr.op != "add":
+            raise NotImplementedError("codegen: a scatter that stores (only adds are kernels)")
+        src, index, stride, extent, record, report, check = s.ins
+        i = K.GATHER_INDEX
+        t = ctype(s.out.buffer.dtype)
+        value = self.value(src, t)
+        return (f"{{ const long long {i} = static_cast<long long>({self.expr(index)}); "
+                f"if ({i} >= 0 && {i} < static_cast<long long>({self.expr(extent)})) {{ "
+                f"pf::atomic_add(&{self.expr(K.gathered_at(s.out, stride))}, {value}); }} "
+                f"else {{ pf::report_index_error(&{self.expr(record)}, &{self.expr(report)}, "
                 f"{self.expr(check)}, {i}); }} }}")
 
     def _computed_twice(self, tv) -> bool:

@@ -938,6 +938,82 @@ class Ops:
         ids = self._wrap("embedding", lambda: arith.broadcast(ids, [False] * rank + [True]))
         return self._gather("embedding", weight, ids, 0, (None, rank), broadcast=True)
 
+    # Scatters (frontend/indexing.py: one-hot compares, ScatterOp) -----------------------------
+    def scatter(self, x, index, src, dim: int):
+        """torch.scatter(x, dim, index, src) in nvFuser's argument order: x with src's elements
+        (or the number `src`) written at index's values along `dim`: out[.., index[.., j, ..],
+        ..] = src[.., j, ..] for every element j of index (of equal indices, one write wins, as
+        in torch). Where index has one element along dim and its other dims are x's (a one-hot:
+        cross-entropy's dlogits), it is element-wise, out[.., j, ..] = (j == index[.., 0, ..]) ?
+        src : x, in the kernel of the ops around it; other scatters run as torch.scatter (a
+        library segment)."""
+        x, index, dim = self._indexing_operands("scatter", x, index, dim, same_rank=True)
+        src = self._operand("scatter", 2, src)
+        self._check_scatter_source("scatter", x, src, scalar_ok=True)
+        return self._wrap("scatter", lambda: indexing.scatter(self, x, index, src, dim))
+
+    def scatter_add(self, x, dim: int, index, src):
+        """torch.scatter_add(x, dim, index, src): x plus src's elements added at index's values
+        along `dim` (out[.., index[.., j, ..], ..] += src[.., j, ..]; equal indices add up).
+        index, src and x have one rank; src is read at index's positions. Atomic adds into
+        zeros (float32 sums for 16-bit floats) in any order: float sums vary in their last
+        bits from run to run; x, unless it is zeros, is added to them after."""
+        x, index, dim = self._indexing_operands("scatter_add", x, index, dim, same_rank=True)
+        src = self._tensor("scatter_add", 3, src)
+        self._check_scatter_source("scatter_add", x, src)
+
+        def build():
+            fitted = indexing._fit_to_index(self, "scatter_add", src, index)
+            return indexing.scatter_add(self, "scatter_add", x, index, fitted, dim, exact=False)
+        return self._wrap("scatter_add", build)
+
+    def index_add(self, x, dim: int, index, src, alpha=1):
+        """torch.index_add(x, dim, index, src, alpha=alpha): x plus src (times alpha) added
+        along `dim` at the 1-D index's values: out[.., index[i], ..] += alpha * src[.., i, ..]
+        (an embedding's backward: dweight[ids[i], :] += dy[i, :]). src has x's sizes but
+        len(index) along dim. Accumulated as scatter_add is."""
+        x, index, dim = self._indexing_operands("index_add", x, index, dim, same_rank=False)
+        src = self._tensor("index_add", 3, src)
+        if len(index.domain.logical_no_reductions) != 1:
+            raise FusionDefinitionError("index_add: index must be 1-D, got rank "
+                                        f"{len(index.domain.logical_no_reductions)}")
+        self._check_scatter_source("index_add", x, src)
+        if len(src.domain.logical_no_reductions) != len(x.domain.logical_no_reductions):
+            raise FusionDefinitionError(
+                f"index_add: source of rank {len(src.domain.logical_no_reductions)} for an "
+                f"input of rank {len(x.domain.logical_no_reductions)}; they must have one rank")
+        if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or (
+                isinstance(alpha, float) and not x.dtype.is_floating):
+            raise FusionDefinitionError(f"index_add: alpha {alpha!r} must be a number (an int "
+                                        "for an integer input)")
+        rank = len(x.domain.logical_no_reductions)
+
+        def build():
+            s = src if alpha == 1 else self.mul(src, alpha)
+            idx = arith.broadcast(index, [k != dim for k in range(rank)])
+            return indexing.scatter_add(self, "index_add", x, idx, s, dim, exact=True)
+        return self._wrap("index_add", build)
+
+    def _check_scatter_source(self, op: str, x, src, scalar_ok: bool = False) -> None:
+        """src of x's dtype (torch refuses another), a tensor of x's rank; no float8 adds."""
+        if isinstance(src, Scalar):
+            if not scalar_ok:
+                raise FusionDefinitionError(f"{op}: src must be a tensor, got {_kind(src)}")
+            if src.value is None:
+                raise FusionDefinitionError(f"{op}: src {_kind(src)} must be a tensor or a "
+                                            "number")
+            return
+        if src.dtype != x.dtype:
+            raise FusionDefinitionError(f"{op}: src {_kind(src)} is {src.dtype.short_name} but "
+                                        f"the input {_kind(x)} is {x.dtype.short_name}; they "
+                                        "must have one dtype (as torch)")
+        if len(src.domain.logical_no_reductions) != len(x.domain.logical_no_reductions):
+            raise FusionDefinitionError(
+                f"{op}: source of rank {len(src.domain.logical_no_reductions)} for an input of "
+                f"rank {len(x.domain.logical_no_reductions)}; they must have one rank")
+        if op != "scatter":
+            self._refuse_float8(op, [(0, x), (3, src)])
+
     def _indexing_operands(self, op: str, x, index, dim, same_rank: bool, positions=(0, 1)):
         x, index = self._tensor(op, positions[0], x), self._tensor(op, positions[1], index)
         if not index.dtype.is_integral or index.dtype.is_boolean:

@@ -2,7 +2,7 @@
 from .base import Expr, Val
 from .dtype import DataType, promote, result_type
 from .exprs import (BinaryOp, BinaryOpType, BroadcastOp, ExpandOp, FullOp, GatherOp, IotaOp,
-                    LoadKind, RandOp,
+                    IndexCheckOp, LoadKind, RandOp, ScatterOp,
                     LoadStoreOp, ReductionOp, ReductionOpType, ReshapeOp, SqueezeOp, UnaryOp,
                     UnaryOpType, WhereOp, WindowOp)
 from .fusion import Fusion
@@ -14,7 +14,7 @@ from .tensor import (CircularBufferOptions, CpAsyncPipelined, MemoryType, Pipeli
 __all__ = [
     "BinaryOp", "BinaryOpType", "BroadcastOp", "CircularBufferOptions", "CpAsyncPipelined",
     "DataType", "ExpandOp",
-    "Expr", "FullOp", "Fusion", "GatherOp", "RandOp", "IotaOp", "IterDomain", "IterType", "LoadKind", "LoadStoreOp", "MemoryType",
+    "Expr", "FullOp", "Fusion", "GatherOp", "IndexCheckOp", "RandOp", "ScatterOp", "IotaOp", "IterDomain", "IterType", "LoadKind", "LoadStoreOp", "MemoryType",
     "Merge", "ParallelType", "PipelinedBuffer", "ReductionOp", "ReductionOpType", "ReshapeOp",
     "Scalar", "ScheduleError", "Split", "SqueezeOp", "TensorDomain", "TensorView", "UnaryOp",
     "UnaryOpType", "Val", "WarpSpecialized", "WhereOp", "WindowOp", "promote", "result_type",

@@ -9,7 +9,7 @@ from . import scalar as S
 from .base import current_fusion, next_name
 from .dtype import DataType
 from .exprs import (BinaryOp, BinaryOpType, BroadcastOp, ExpandOp, FullOp, GatherOp, IotaOp,
-                    LinearOp, RandOp, ScanOp, TopKOp,
+                    IndexCheckOp, LinearOp, RandOp, ScanOp, ScatterOp, TopKOp,
                     LoadKind, LoadStoreOp, MatmulOp, ReductionOp, ReductionOpType, ReshapeOp,
                     SegmentSetOp, SqueezeOp, UnaryOp, UnaryOpType, WhereOp, WindowOp)
 from .iter_domain import IterDomain, IterType, merge_ids, split_id
@@ -336,6 +336,74 @@ def gather(what: str, src: TensorView, index: TensorView, dim: int, src_dims,
     out = new_tensor(ids, src.dtype)
     GatherOp(out, src, index, dim, src_dims, what, pairs)
     return out
+
+
+def check_index(index: TensorView, extent, what: str, dim: int) -> TensorView:
+    """IndexCheckOp: index itself, checked against [0, extent) in the kernel that computes it."""
+    out = pointwise_output(what, [index], index.dtype)
+    IndexCheckOp(out, index, S.as_scalar(extent, DataType.Int), what, dim)
+    return out
+
+
+def scatter(what: str, target: TensorView, x: TensorView | None, index: TensorView,
+            src: TensorView, dim: int, op: str, dtype: DataType, exact: bool) -> TensorView:
+    """ScatterOp of `src` into `x` (None: zeros) at `index` along `dim`; out has `target`'s
+    shape (x's, or the zeros' the frontend did not make) and `dtype`. index, src and target
+    have one rank. The op's iteration (out's root) is index's shape, src's where index is a
+    broadcast; src's sizes must equal it there (checked on every call where symbolic), and
+    so must the target's along the other dims (`exact`: index_add), or be at least it
+    (torch.scatter_add)."""
+    t_ids, i_ids = target.domain.logical_no_reductions, index.domain.logical_no_reductions
+    s_ids = src.domain.logical_no_reductions
+    if not len(t_ids) == len(i_ids) == len(s_ids):
+        raise ShapeError(f"{what}: the input, index and source have ranks {len(t_ids)}, "
+                         f"{len(i_ids)} and {len(s_ids)}; they must have one rank")
+    fusion = current_fusion()
+
+    def iteration(i: IterDomain) -> IterDomain:
+        if i.expanded_extent is not None:
+            return IterDomain(i.expanded_extent)
+        return i.clone()
+
+    root = []
+    for k, (ii, si) in enumerate(zip(i_ids, s_ids)):
+        it = iteration(ii) if not (ii.is_broadcast and ii.expanded_extent is None) else \
+            iteration(si)
+        root.append(it)
+        if not (ii.is_broadcast and ii.expanded_extent is None):
+            a, b = it.extent, si.user_extent if si.expanded_extent is None else si.expanded_extent
+            if si.is_broadcast and si.expanded_extent is None:
+                b = S.as_scalar(1, DataType.Int)
+            _check_size(fusion, what, a, b, True, f"the index's dim {k} and the source's dim {k}")
+    for k, (it, ti) in enumerate(zip(root, t_ids)):
+        if k == dim or (it.is_broadcast and it.expanded_extent is None):
+            continue
+        b = ti.expanded_extent if ti.expanded_extent is not None else ti.user_extent
+        _check_size(fusion, what, it.extent, b, exact,
+                    f"the {'source' if exact else 'index'}'s dim {k} and the input's dim {k}")
+    logical = [IterDomain(1, IterType.Broadcast) if i.is_broadcast and i.expanded_extent is None
+               else IterDomain(i.expanded_extent if i.expanded_extent is not None else i.extent)
+               for i in t_ids]
+    out = TensorView(TensorDomain(logical, root=root, loop=list(root)), dtype, MemoryType.Local)
+    ScatterOp(out, x, index, src, dim, op, what)
+    return out
+
+
+def _check_size(fusion, what: str, a, b, equal: bool, which: str) -> None:
+    """Sizes a, b of two dims: equal (`equal`), else a at most b; constants here, symbolic
+    ones on every call (Fusion.extent_equalities, extent_limits)."""
+    av, bv = S.const_value(a), S.const_value(b)
+    if av is not None and bv is not None:
+        if av != bv if equal else av > bv:
+            raise ShapeError(f"{what}: {which} have sizes {av} and {bv}; they must be "
+                             f"{'equal' if equal else 'at most'}")
+        return
+    if fusion is None or S.same_value(a, b):
+        return
+    if equal:
+        fusion.extent_equalities.append((a, b, f"{what}: {which}"))
+    else:
+        fusion.extent_limits.append((a, b, f"{what}: {which}"))
 
 
 def reshape(x: TensorView, new_sizes: list) -> TensorView:

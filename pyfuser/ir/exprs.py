@@ -313,6 +313,68 @@ class GatherOp(Expr):
         return self.inputs[1]
 
 
+class IndexCheckOp(Expr):
+    """out = index, an integer tensor checked against [0, extent): a value outside is an error
+    the kernel reports in the index-error record as a gather's index (runtime/index_check.py;
+    the runtime raises IndexOutOfRange naming `what`, `dim` and the extent). Element-wise: out
+    has index's dims and dtype. The frontend checks the index of a scatter it makes a compare
+    with an iota (frontend/indexing.one_hot_scatter): out of range, no element would match,
+    and the scatter would silently write nothing. extent is an integer Scalar (the size of
+    the dim indexed), an operand like a binary op's scalar."""
+
+    def __init__(self, out: Val, index: Val, extent: Val, what: str, dim: int):
+        self.what, self.dim = what, dim
+        super().__init__([index, extent], [out])
+
+    @property
+    def index(self):
+        return self.inputs[0]
+
+    @property
+    def extent(self):
+        return self.inputs[1]
+
+
+class ScatterOp(Expr):
+    """out = x with src's elements written into it along `dim` at index's values: op "add"
+    adds them (torch.scatter_add, index_add: duplicates accumulate), op "set" stores them
+    (torch.scatter: of duplicates, one wins). x None: zeros of out's shape.
+
+    out's domain has two sides. Its root is the op's iteration: one ID per dim of index's rank
+    (index's, or src's where index is a broadcast: an index_add's 1-D index broadcast over
+    src's rows), and index and src pair with it dim for dim (`dim_map`), as operands of an
+    element-wise op. Its logical domain is the target's shape (x's), with no ID-graph partner
+    and no transform from the root: element j of the iteration goes to out at index[j] along
+    `dim` and at j's own index along every other dim. A scheduler loops over the root (loop =
+    root until scheduled); lowering writes out at those offsets (lower/index._scatter_write), a
+    gather's read turned around. An index outside [0, out's extent along dim) is an error the
+    kernel reports (runtime/index_check.py).
+
+    The `scatter` scheduler takes op "add" into zeros (x None) of float32, float64, int32 and
+    int64 with atomic adds (pf::atomic_add: float sums in no fixed order), its output zeroed
+    by the executor before the launch (a launch's `zeroed_outputs`); every other scatter runs
+    as a library op (runtime/library.py: torch's scatter, scatter_add)."""
+
+    def __init__(self, out: Val, x: Val | None, index: Val, src: Val, dim: int, op: str,
+                 what: str):
+        self.dim, self.op, self.what = dim, op, what
+        pairs = tuple((k, k) for k in range(len(out.domain.maybe_root)))
+        self.dim_map = (pairs, pairs) + (((),) if x is not None else ())
+        super().__init__([index, src] + ([x] if x is not None else []), [out])
+
+    @property
+    def index(self):
+        return self.inputs[0]
+
+    @property
+    def src(self):
+        return self.inputs[1]
+
+    @property
+    def x(self):
+        return self.inputs[2] if len(self.inputs) > 2 else None
+
+
 class MatmulOp(Expr):
     """out = a @ b with torch.matmul's shape rules: a [..., M, K] or [K], b [..., K, N] or [K],
     batch dims broadcast against each other; out [batch..., M, N] without the dims a 1-D

@@ -2,7 +2,8 @@
 from __future__ import annotations
 
 from . import scalar as S
-from .exprs import (BinaryOp, BroadcastOp, ExpandOp, FullOp, GatherOp, IotaOp, LinearOp,
+from .exprs import (BinaryOp, BroadcastOp, ExpandOp, FullOp, GatherOp, IndexCheckOp, IotaOp,
+                    ScatterOp, LinearOp,
                     LoadStoreOp, MatmulOp, RandOp, ScanOp, TopKOp, ReductionOp, ReshapeOp, SegmentSetOp,
                     SqueezeOp, UnaryOp, UnaryOpType, WhereOp)
 from .iter_domain import id_exprs_between, id_str
@@ -86,6 +87,13 @@ def expr_str(e) -> str:
         params = f"low = {a}, high = {b}" if e.dist == "uniform" else f"mean = {a}, std = {b}"
         return (f"{out}\n   = {e.dist}( {params}, seed = {seed}, offset = {offset}, "
                 f"stream = {e.stream} );")
+    if isinstance(e, ScatterOp):
+        into = val_str(e.x) if e.x is not None else "zeros"
+        return (f"{out}\n   = {e.what}( {into},\n        {val_str(e.index)},\n        "
+                f"{val_str(e.src)}, dim = {e.dim}, {e.op} );")
+    if isinstance(e, IndexCheckOp):
+        return (f"{out}\n   = check_index( {val_str(e.index)}, 0 <= i < "
+                f"{val_str(e.extent)}, {e.what} dim {e.dim} );")
     if isinstance(e, GatherOp):
         # src_dims: the out dim each src dim is read at ("i": the index's value).
         at = ", ".join("i" if k is None else str(k) for k in e.src_dims)

@@ -119,6 +119,9 @@ class LaunchDescription:
     # (extent expression, m): extents the schedule needs to be multiples of m (a vectorized
     # flat loop's rows hold whole vectors: fusion.extent_multiples).
     extent_multiples: tuple = ()
+    # Outputs the kernel adds into (a scatter's atomic adds): the executor zeroes them before
+    # each launch.
+    zeroed_outputs: tuple = ()
 
     def launch_dims(self, inputs) -> tuple[tuple, tuple]:
         """(grid, block) of a launch with these inputs; each dim at least 1. A launch past

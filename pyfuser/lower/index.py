@@ -32,7 +32,7 @@ it); a schedule that reads another thread's registers is refused.
 from __future__ import annotations
 
 from ..ir.dtype import DataType
-from ..ir.exprs import GatherOp, IotaOp, RandOp, WindowOp
+from ..ir.exprs import GatherOp, IndexCheckOp, IotaOp, RandOp, ScatterOp, WindowOp
 from ..ir.id_graph import IdGraph
 from ..ir.iter_domain import ParallelType, history
 from ..ir.scalar import Scalar
@@ -90,6 +90,7 @@ def index_and_predicate(kernel: K.Kernel) -> K.Kernel:
     ctx.index_graph = IndexGraph(ctx.exact, ctx.names, ctx.extent_multiples, lanes)
     ctx.kernel_parallel = _kernel_parallel_types(ctx)
     ctx.index_checks, ctx.index_error, ctx.index_report = [], None, None
+    ctx.zeroed_outputs = set()
     for s in K.walk(kernel.body):
         if isinstance(s, K.TensorOp):
             _index_op(s, ctx)
@@ -335,7 +336,10 @@ def _index_op(op: K.TensorOp, ctx) -> None:
     # guarded write or accumulation ever uses. Memory accesses and accumulations are guarded.
     # A scan step feeds the thread's running value: guarded like an accumulation.
     scan_step = op.carry is not None and not op.scan_fixup
-    touches_memory = (op.accumulate or scan_step or tv.memory_type != MemoryType.Local or any(
+    # An index check reports what it finds in global memory: an iteration past the tensor's
+    # end would report the garbage its registers hold.
+    touches_memory = (op.accumulate or scan_step or isinstance(op.expr, IndexCheckOp)
+                      or tv.memory_type != MemoryType.Local or any(
         isinstance(v, TensorView) and v.memory_type == MemoryType.Global for v in op.ins))
     # A read of shared memory into registers is guarded only along the dims the shared buffer
     # holds: an index past them leaves the buffer (a register tile of 4 x 335 x 4 = 5360 over
@@ -350,7 +354,7 @@ def _index_op(op: K.TensorOp, ctx) -> None:
             touches_memory = True
             shared_dims = [a for v in shared for a in _allocated_ancestors(ctx, v)]
     ig = ctx.index_graph
-    dims = [i for i in (list(tv.domain.maybe_root) + list(tv.domain.logical)) if touches_memory
+    dims = [i for i in _indexed_ids(tv) if touches_memory
             and not i.is_broadcast
             and (shared_dims is None or any(ctx.exact.mapped(i, a) for a in shared_dims))]
     # Dims the loops index through a merge are guarded as one (hw < H * W, not hw / W < H).
@@ -393,6 +397,9 @@ def _index_op(op: K.TensorOp, ctx) -> None:
         # its thread loops shorter than the block.
         conds += _short_thread_loop_guards(ctx, nest)
     op.predicate = simplify_predicate(K.all_of(_dedupe(conds)), _loop_ranges(ctx, nest))
+    if isinstance(op.expr, ScatterOp):
+        _scatter_write(ctx, op, ig, known, nest)
+        return
     op.out = access(ctx, tv, nest, known, tv, is_write=True)
     if isinstance(op.expr, WindowOp):
         op.ins = _window_read(ctx, op.expr, ig, known)
@@ -401,6 +408,13 @@ def _index_op(op: K.TensorOp, ctx) -> None:
         op.ins = _gather_read(ctx, op.expr, ig, known, nest)
         return
     op.ins = [_operand(ctx, v, nest, known, tv) for v in op.ins]
+    if isinstance(op.expr, IndexCheckOp):
+        # [index, extent, record, host copy, check]: codegen and the interpreter report an
+        # index outside [0, extent) (its value is copied either way: what reads it, a compare
+        # with an iota, reads no memory with it).
+        e = op.expr
+        op.ins[1] = scalar_to_kexpr(e.extent, ctx.names)
+        op.ins += _index_check(ctx, e.what, e.dim, e.extent)
     if isinstance(op.expr, IotaOp):
         # The iota's values: start + index * step (codegen, the interpreter).
         op.ins.append(_logical_index(ig, known, tv, tv.domain.logical[0]))
@@ -478,16 +492,61 @@ def _gather_read(ctx, e: GatherOp, ig: IndexGraph, known, nest) -> list:
         offset = K.add(offset, K.mul(_logical_index(ig, known, out, out.domain.logical[k]),
                                      strides[d]))
     dim_id = src.domain.logical_no_reductions[e.dim]
+    # An expanded dim (stride 0) holds its expanded size of positions, all one element.
+    size = dim_id.user_extent
+    return [K.TensorIndex(ctx.buffers[src], offset), _operand(ctx, e.index, nest, known, out),
+            strides[e.dim], scalar_to_kexpr(size, ctx.names)] + _index_check(ctx, e.what, e.dim,
+                                                                             size)
+
+
+def _indexed_ids(tv: TensorView) -> list:
+    """The IDs of tv that the loops around its op index: its root and logical ones, of a
+    scatter's output its root alone (its iteration: the logical IDs, the target's, are written
+    at the index's values along the scattered dim and at the iteration's index along the
+    others, lower/index._scatter_write)."""
+    if isinstance(tv.definition, ScatterOp):
+        return list(tv.domain.root)
+    return list(tv.domain.maybe_root) + list(tv.domain.logical)
+
+
+def _scatter_write(ctx, op: K.TensorOp, ig: IndexGraph, known, nest) -> None:
+    """A scatter's add, a gather's read turned around: `op.out` is out (a fusion output) at
+    its iteration's index along every dim but the scattered one; `op.ins` are [the value
+    added, the index, the scattered dim's stride and extent, the index error record, its host
+    copy, the check's number]. Codegen and the interpreter add index * stride to the address
+    where 0 <= index < extent and report the index where not. The output is zeroed by the
+    executor before the launch (ctx.zeroed_outputs: the launch's `zeroed_outputs`)."""
+    e: ScatterOp = op.expr
+    out = e.outputs[0]
+    if out not in ctx.fusion.outputs or out.memory_type != MemoryType.Global:
+        raise LoweringError(f"T{out.name}, a scatter's result, must be an output of the kernel "
+                            "(its atomic adds go to global memory)")
+    if e.op != "add" or e.x is not None:
+        raise LoweringError(f"T{out.name}: only a scatter that adds into zeros is a kernel")
+    strides = ctx.strides[out]
+    offset: K.KExpr = K.Const(0)
+    for k, r in enumerate(out.domain.root):
+        if k == e.dim or (isinstance(strides[k], K.Const) and strides[k].value == 0):
+            continue
+        offset = K.add(offset, K.mul(_logical_index(ig, known, out, r), strides[k]))
+    size = out.domain.logical[e.dim].user_extent
+    ctx.zeroed_outputs.add(ctx.fusion.outputs.index(out))
+    op.out = K.TensorIndex(ctx.buffers[out], offset)
+    op.ins = [_operand(ctx, e.src, nest, known, out), _operand(ctx, e.index, nest, known, out),
+              strides[e.dim], scalar_to_kexpr(size, ctx.names)] + _index_check(ctx, e.what,
+                                                                               e.dim, size)
+
+
+def _index_check(ctx, what: str, dim: int, size) -> list:
+    """[the index error record, its host copy, the check's number] for a new check of an index
+    against `size` (an extent Scalar) along `dim` of op `what`: the workspaces every check of
+    the kernel shares (lower/launch.py declares them; runtime/index_check.py reads them)."""
     if ctx.index_error is None:
         ctx.index_error = K.Buffer("pf_index_error", DataType.Int64, "global")
         ctx.index_report = K.Buffer("pf_index_report", DataType.Int64, "global")
     check = len(ctx.index_checks)
-    # An expanded dim (stride 0) holds its expanded size of positions, all one element.
-    size = dim_id.user_extent
-    ctx.index_checks.append((e.what, e.dim, size))
-    return [K.TensorIndex(ctx.buffers[src], offset), _operand(ctx, e.index, nest, known, out),
-            strides[e.dim], scalar_to_kexpr(size, ctx.names),
-            K.TensorIndex(ctx.index_error, K.Const(0)), K.TensorIndex(ctx.index_report, K.Const(0)),
+    ctx.index_checks.append((what, dim, size))
+    return [K.TensorIndex(ctx.index_error, K.Const(0)), K.TensorIndex(ctx.index_report, K.Const(0)),
             K.Const(check)]
 
 

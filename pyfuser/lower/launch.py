@@ -248,7 +248,8 @@ def describe_launch(kernel: K.Kernel) -> LaunchDescription:
         index_checks=tuple((what, dim, expr(n)) for what, dim, n in
                            kernel.ctx.index_checks),
         extent_multiples=tuple((expr(s), m) for s, m in fusion.extent_multiples.items()
-                               if s.value is None))
+                               if s.value is None),
+        zeroed_outputs=tuple(sorted(getattr(kernel.ctx, "zeroed_outputs", ()))))
 
 
 def reduction_workspace_elems(dims, count: int, block) -> int:

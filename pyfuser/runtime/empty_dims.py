@@ -11,7 +11,12 @@ specialization of the fusion for this call's empty dims (one per pattern of them
 - a sum over a dim of size 0 (a ReductionOp, or the frontend's squeeze of an expanded dim of
   size 0, SqueezeOp.reduction) is its start value, 0, as torch gives it: it becomes a fill
   (FullOp) of its kept dims, and what it reduced leaves the fusion with it. A max or min there
-  has no value: check_inputs refuses those calls (torch raises too).
+  has no value: check_inputs refuses those calls (torch raises too). A scatter of no elements
+  (an empty index) is what it scatters into: a fill of 0, or a copy of x.
+
+An index into a dim of size 0 is out of range whatever its value, and where the outputs it
+feeds have no elements no kernel would check it: `indices_into_nothing` finds those calls, which
+the executor runs on the reference evaluator (it raises IndexOutOfRange, as torch does).
 
 Why not a kernel of the whole fusion: its grid follows the dims of size 0 (an empty row dim
 gives no block, yet other outputs need threads), and a reduction of no elements would need
@@ -26,7 +31,7 @@ from __future__ import annotations
 import dataclasses
 
 from ..ir import scalar as S
-from ..ir.exprs import FullOp, ReductionOp, SqueezeOp
+from ..ir.exprs import FullOp, IndexCheckOp, LoadStoreOp, ReductionOp, ScatterOp, SqueezeOp
 from ..ir.tensor import TensorDomain, TensorView
 from .inputs import empty_reductions, output_strides
 
@@ -99,14 +104,38 @@ def _fill_with_start_value(fusion, tv: TensorView) -> None:
     contiguity = [None if i.is_broadcast else True for i in alloc] if allocation else None
     fill = TensorView(TensorDomain(logical, allocation=allocation, contiguity=contiguity),
                       tv.dtype, tv.memory_type)
-    start = e.init if isinstance(e, ReductionOp) else S.as_scalar(0, tv.dtype)
-    assert isinstance(e, (ReductionOp, SqueezeOp))
-    FullOp(fill, start)
+    assert isinstance(e, (ReductionOp, SqueezeOp, ScatterOp))
+    if isinstance(e, ScatterOp) and e.x is not None:
+        LoadStoreOp(fill, e.x)          # x, nothing written into it
+    else:
+        FullOp(fill, e.init if isinstance(e, ReductionOp) else S.as_scalar(0, tv.dtype))
     for use in list(tv.uses):
         use.replace_input(tv, fill)
     while tv in fusion.outputs:
         fusion.replace_output(tv, fill)
     e.detach()
+
+
+def indices_into_nothing(fusion, bindings: dict) -> bool:
+    """Whether a scatter or an index check (a one-hot's) of this call indexes a dim of size 0
+    with an index that has elements: every such index is out of range."""
+    def size(s) -> int:
+        return int(S.evaluate(s, dict(bindings)))
+
+    def has_elements(tv) -> bool:
+        return all(size(i.user_extent if i.is_broadcast else i.extent) != 0
+                   for i in tv.domain.logical_no_reductions)
+    for e in fusion.exprs():
+        if isinstance(e, ScatterOp):
+            out = e.outputs[0]
+            if size(out.domain.logical[e.dim].user_extent) == 0 and all(
+                    size(i.user_extent if i.is_broadcast else i.extent) != 0
+                    for i in out.domain.root):
+                return True
+        elif isinstance(e, IndexCheckOp):
+            if size(e.extent) == 0 and has_elements(e.index):
+                return True
+    return False
 
 
 class SpecializedPlan:

@@ -36,7 +36,7 @@ from ..schedule.roles import scheduling_clone
 from ..schedule.segmenter import segment
 from ..schedule.schedulers.base import InputFacts, RuntimeInfo, SchedulerError, facts_per_input
 from . import index_check
-from .empty_dims import SpecializedPlan, empty_dims, specialize
+from .empty_dims import SpecializedPlan, empty_dims, indices_into_nothing, specialize
 from .inputs import InputError, check_inputs, not_a_list, output_strides
 from .output_aliases import write_aliased_outputs
 from .reference import evaluate
@@ -215,6 +215,7 @@ class _KernelPlan:
         self.run_info = run_info
         self.poison = poison
         self.smem = fk.launch.shared_mem_bytes
+        self.zeroed = fk.launch.zeroed_outputs
         self.cooperative = fk.launch.cooperative
         self.cluster = fk.launch.cluster
         # Global scratch of the kernel for this launch shape: owned by the plan, released with it.
@@ -236,6 +237,8 @@ class _KernelPlan:
         if self.poison:
             for o in outs:
                 o.fill_(float("nan") if o.dtype.is_floating_point else -1)
+        for k in self.zeroed:
+            outs[k].zero_()         # a scatter's sums start from zero (kir/launch.py)
         vals = self.values
         for pos, k in self._input_ptrs:
             vals[pos] = inputs[k].data_ptr()
@@ -433,6 +436,10 @@ class FusionExecutorCache:
                                       "(H100, H200) only")
             target = _Target(props, device)
         out_sizes = self._output_sizes(bindings)
+        if 0 in bindings.values() and indices_into_nothing(self.fusion, bindings):
+            return _ReferencePlan(self.fusion, RunInfo(
+                "reference", (), 0, "an index into a dim of size 0 (out of range whatever its "
+                "value; the reference evaluator raises it)"))
         if all(any(s == 0 for s in sz) for sz in out_sizes):
             return _EmptyPlan(self.fusion, out_sizes, target, RunInfo(
                 "kernels", (), 0, "every output is empty: nothing to launch",

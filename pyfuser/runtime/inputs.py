@@ -135,8 +135,10 @@ def _check_empty_reductions(fusion, bindings: dict) -> None:
     that value reaches an output element, torch raises (`amax(): Expected reduction dim 1 to
     have non-zero size`), and so does pyfuser, instead of returning the -inf / +inf its kernels
     start from. A sum over a dim of size 0 is 0, as in torch."""
-    from ..ir.exprs import ReductionOpType, SqueezeOp
+    from ..ir.exprs import ReductionOpType, ScatterOp, SqueezeOp
     for e, tv, d, extent in empty_reductions(fusion, bindings):
+        if isinstance(e, ScatterOp):
+            continue            # nothing added: x, or zeros
         op = e.reduction if isinstance(e, SqueezeOp) else e.op
         if op != ReductionOpType.Sum:
             origins = _extent_origins(fusion)
@@ -150,8 +152,9 @@ def empty_reductions(fusion, bindings: dict) -> list:
     """(ReductionOp, its output, dim, extent) for each reduction over a dim of size 0 whose
     result reaches an output element. A value reaches outputs only through tensors with
     elements: the row max of a softmax of [4, 0] rows reduces nothing, but meets only empty
-    tensors after it (torch's softmax is an empty tensor too)."""
-    from ..ir.exprs import ReductionOp, SqueezeOp
+    tensors after it (torch's softmax is an empty tensor too). A scatter of no elements
+    (ScatterOp, its iteration's dim d of size 0) counts too: it adds nothing to x or zeros."""
+    from ..ir.exprs import ReductionOp, ScatterOp, SqueezeOp
 
     def has_elements(tv) -> bool:
         return all(S.evaluate(i.user_extent if i.is_broadcast else i.extent, bindings) != 0
@@ -169,6 +172,10 @@ def empty_reductions(fusion, bindings: dict) -> list:
         if isinstance(e, ReductionOp):
             found += [(e, tv, d, i.extent) for d, i in enumerate(tv.domain.maybe_root)
                       if i.is_reduction and S.evaluate(i.extent, bindings) == 0]
+        elif isinstance(e, ScatterOp):
+            found += [(e, tv, d, i.extent) for d, i in enumerate(tv.domain.root)
+                      if S.evaluate(i.user_extent if i.is_broadcast else i.extent,
+                                    bindings) == 0][:1]
         elif isinstance(e, SqueezeOp) and e.reduction is not None:
             # The frontend's reduction over an expanded dim squeezes it (its E copies of one
             # element): with E = 0 there is no element to keep.

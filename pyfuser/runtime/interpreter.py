@@ -36,6 +36,10 @@ numpy over the thread set:
   the last bits).
 - When several threads store to one element in one statement, the later thread (in
   blockIdx-major, threadIdx.x-minor order) wins.
+- A scatter's atomic adds (ScatterOp, pf::atomic_add) land one after another in that order,
+  each rounded to the output's dtype (float32 adds in float32, as red.add.f32 rounds); the
+  output a kernel adds into (the launch's zeroed_outputs) starts at 0, as the executor zeroes
+  it.
 - Block reductions all-reduce over the block's thread dims, grid reductions over blocks (the last
   block of each group gets the result and pf_grid_last; which block arrives last is any on a
   GPU, so the k-th grid reduction of a launch elects the k-th block from the end, and a kernel
@@ -62,6 +66,7 @@ The checks (each an InterpreterError naming the access and the thread)
 - Global writes are counted per element (`writes`: {(buffer name, element offset): count});
   an output element written more than once, or never, fails when the kernel ends (each output
   element is written exactly once: `check_output_writes`, on by default and in the executor).
+  An output the kernel adds into must never be stored to (a store would race with the adds).
 - cp.async: a copy's destination reads as unwritten until the wait_group completing its group;
   the landed data is visible only to the copying thread until a block barrier (another thread's
   read fails); a copy over an element another thread read since the last barrier fails, as does
@@ -102,8 +107,8 @@ import torch
 from ..ir import scalar as S
 from ..ir.dtype import DataType, compute_type, to_torch
 from ..ir.exprs import (BinaryOp, BinaryOpType, BroadcastOp, ExpandOp, FullOp, IotaOp,
-                        GatherOp, LoadStoreOp, RandOp, ReshapeOp, SqueezeOp, UnaryOp,
-                        UnaryOpType, WhereOp, WindowOp)
+                        GatherOp, IndexCheckOp, LoadStoreOp, RandOp, ReshapeOp, ScatterOp,
+                        SqueezeOp, UnaryOp, UnaryOpType, WhereOp, WindowOp)
 from ..ir.tensor import TensorView
 from ..kir import nodes as K
 from ..kir.launch import INDEX_ERROR_ELEMENTS, LaunchLimitError, check_launch_limits
@@ -1059,6 +1064,7 @@ class Interpreter:
                 "interpret a smaller problem")
 
         env0: dict = {}
+        zeroed_outputs = set(getattr(k.ctx, "zeroed_outputs", ()))
         out_sizes = [[int(S.evaluate(i.user_extent if i.is_broadcast else i.extent,
                                      dict(self.bindings)))
                       for i in o.domain.logical_no_reductions] for o in fusion.outputs]
@@ -1079,8 +1085,10 @@ class Interpreter:
                 strides = output_strides(o, sizes)
                 span = 1 + sum((s - 1) * st for s, st in zip(sizes, strides) if s > 0)
                 span = span if all(sizes) else 0
+                # An output the kernel adds into (a scatter's) is zeroed by the executor first.
+                zeroed = src[1] in zeroed_outputs
                 m = self._new_mem(p.buffer, "global", span, written=True,
-                                  fill=math.nan if o.dtype.is_floating else 0)
+                                  fill=math.nan if o.dtype.is_floating and not zeroed else 0)
                 m.counts = np.zeros(span, dtype=np.int32)
                 out_mem[src[1]] = (m, sizes, strides, o.dtype)
             elif src[0] == "stride":
@@ -1147,7 +1155,13 @@ class Interpreter:
                             lambda n: S.evaluate(n, dict(self.bindings)))
         if self.check_output_writes:
             for j in range(len(fusion.outputs)):
-                self._check_written_once(j, *out_mem[j][:3])
+                if j not in zeroed_outputs:
+                    self._check_written_once(j, *out_mem[j][:3])
+                elif out_mem[j][0].counts.any():
+                    # Added into (a scatter's atomics), never stored to: a store would race
+                    # with the adds of other threads.
+                    raise InterpreterError(f"output {j}, which the kernel adds into, is also "
+                                           "stored to")
         outs = []
         for j in range(len(fusion.outputs)):
             m, sizes, strides, dt = out_mem[j]
@@ -1420,6 +1434,12 @@ class Interpreter:
         if isinstance(e, GatherOp):
             self._gather(ctx, s)
             return
+        if isinstance(e, IndexCheckOp):
+            self._check_index(ctx, s)
+            return
+        if isinstance(e, ScatterOp):
+            self._scatter(ctx, s)
+            return
         if isinstance(e, RandOp):
             self._write(ctx, s.out, self._random(ctx, s), None)
             return
@@ -1503,6 +1523,62 @@ class Interpreter:
             rec = self._mems_record(record)
             if rec[0] == 0:
                 rec[0], rec[1] = int(ctx.ev(check)) + 1, int(idx[bad][0])
+
+    def _checked_index(self, ctx: _Ctx, s: K.TensorOp, index, extent, record, check):
+        """(each thread's index as int64, whether it is in [0, extent)), the first failing
+        thread (in launch order) reporting its value in the index record, as
+        pf::report_index_error does."""
+        idx, poison = self._read(ctx, index)
+        if poison is not None and poison.any():
+            i = int(np.argmax(poison))
+            raise InterpreterError(f"{s.out!r}: the index {index!r} is read from unwritten "
+                                   f"registers at {self._where(ctx, i)}")
+        idx = ctx.arr(idx).astype(np.int64)
+        ok = (idx >= 0) & (idx < int(ctx.ev(extent)))
+        if not ok.all():
+            rec = self._mems_record(record)
+            if rec[0] == 0:
+                rec[0], rec[1] = int(ctx.ev(check)) + 1, int(idx[~ok][0])
+        return idx, ok
+
+    def _check_index(self, ctx: _Ctx, s: K.TensorOp) -> None:
+        """An index check (lower/index.py): out = index, an index outside [0, extent) reported
+        in the index record."""
+        index, extent, record, _, check = s.ins
+        idx, _ = self._checked_index(ctx, s, index, extent, record, check)
+        self._write(ctx, s.out, idx, None, exact=True)
+
+    def _scatter(self, ctx: _Ctx, s: K.TensorOp) -> None:
+        """A scatter's atomic add (lower/index._scatter_write): the value added into out at
+        index * stride where 0 <= index < extent, a report in the index record where not. The
+        adds land one after another in launch order, each rounded to out's dtype as a GPU's
+        atomic add rounds it (float sums on a GPU come in any order). They are counted as no
+        write: the executor zeroes the output before the launch (`zeroed_outputs`)."""
+        src, index, stride, extent, record, _, check = s.ins
+        idx, ok = self._checked_index(ctx, s, index, extent, record, check)
+        if not ok.any():
+            return
+        inside = ctx.subset(ok)
+        inside.env[K.GATHER_INDEX] = idx[ok]
+        vals, poison = self._read(inside, src)
+        if poison is not None and poison.any():
+            i = int(np.argmax(poison))
+            raise InterpreterError(f"{s.out!r}: adds a value computed from unwritten registers "
+                                   f"at {self._where(inside, i)}")
+        m, addr = self._locate(inside, K.gathered_at(s.out, stride), "atomic add to", 1)
+        if m.kind != "global":
+            raise InterpreterError(f"{s.out!r}: an atomic add to {m.kind} memory")
+        vals = np.broadcast_to(np.asarray(vals), addr.shape)
+        dt = m.buf.dtype
+        if dt.is_floating:
+            # float32 (float64) adds in order, each rounded, as the GPU's red.add rounds.
+            acc = m.vals.astype(np.float32 if dt.size == 4 else np.float64)
+            np.add.at(acc, addr, vals.astype(acc.dtype))
+            m.vals[:] = acc
+        else:
+            acc = m.vals.astype(np.int64)
+            np.add.at(acc, addr, vals.astype(np.int64))
+            m.vals[:] = _round_array(dt, acc)
 
     def _random(self, ctx: _Ctx, s: K.TensorOp, lanes: int = 1):
         """The op's stream (runtime/philox.py) at each thread's row-major index (ins: seed,

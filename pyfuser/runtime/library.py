@@ -1,7 +1,7 @@
 """Library segments: fusion ops run by a library call instead of a generated kernel.
 
 A plan runs each op of schedule/op_support.LIBRARY_OPS (and each op of LIBRARY_FALLBACK_OPS that
-no kernel took: a scan) as a segment of its own through
+no kernel took: a scan, a top-k, a scatter) as a segment of its own through
 `run_library_op`: torch on the inputs' device and current stream (cuBLAS on a CUDA device, so
 on the plan's stream; torch's CPU kernels on CPU tensors, which the interpreter plans use). This
 is not a fallback: it is how pyfuser runs matmul and linear until it has a matmul scheduler.
@@ -25,7 +25,7 @@ from typing import Callable
 
 import torch
 
-from ..ir.exprs import LinearOp, MatmulOp, ScanOp, TopKOp
+from ..ir.exprs import LinearOp, MatmulOp, ScanOp, ScatterOp, TopKOp
 
 
 @dataclasses.dataclass(frozen=True)
@@ -80,6 +80,40 @@ def _scan(expr, inputs):
     return [scan(x, expr.dim)]
 
 
+def scatter_values(expr, index, src, x, shape, iteration, dtype):
+    """What ScatterOp `expr` computes, as torch does (Tensor.scatter_ for op "set",
+    scatter_add_ for "add"): x (zeros of `shape` where None) in `dtype`, with src's elements
+    written or added along expr.dim at index's values; index and src are broadcast to the op's
+    `iteration` shape. IndexOutOfRange (as the kernels raise it) for an index outside the
+    dim, before anything is written. The reference evaluator and the library segment share it."""
+    from .index_check import IndexOutOfRange, index_error_message
+    n = shape[expr.dim]
+    idx = index.to(torch.int64).expand(iteration)
+    bad = (idx < 0) | (idx >= n)
+    if bad.any():
+        raise IndexOutOfRange(index_error_message(expr.what, expr.dim,
+                                                  int(idx[bad].flatten()[0]), n))
+    out = (x.to(dtype).clone() if x is not None
+           else torch.zeros(shape, dtype=dtype, device=index.device))
+    if 0 in iteration:
+        return out
+    src = src.to(dtype).expand(iteration)
+    if expr.op == "add":
+        return out.scatter_add_(expr.dim, idx, src)
+    return out.scatter_(expr.dim, idx, src)
+
+
+def _scatter(expr, inputs, sizes):
+    index, src = inputs[0], inputs[1]
+    x = inputs[2] if len(inputs) > 2 else None
+    out = expr.outputs[0]
+    shape = [sizes(i.user_extent if i.is_broadcast else i.extent) for i in out.domain.logical]
+    iteration = [sizes(i.user_extent if i.is_broadcast else i.extent)
+                 for i in out.domain.maybe_root]
+    from ..ir.dtype import to_torch
+    return [scatter_values(expr, index, src, x, shape, iteration, to_torch(out.dtype))]
+
+
 IMPLEMENTATIONS: dict = {
     MatmulOp: LibraryImpl("matmul", "torch.matmul", _matmul),
     LinearOp: LibraryImpl("linear", "torch.nn.functional.linear", _linear),
@@ -87,7 +121,12 @@ IMPLEMENTATIONS: dict = {
                         numerics=" values and int64 indices"),
     ScanOp: LibraryImpl("scan", "torch.cumsum or torch.cumprod", _scan, runs_as="",
                         numerics=""),
+    ScatterOp: LibraryImpl("scatter", "torch.Tensor.scatter_ or scatter_add_", _scatter,
+                           runs_as="", numerics=""),
 }
+# Library ops whose outputs' shapes are not their inputs' (a scatter into zeros of the
+# target's shape): their implementation also takes `sizes`, the value of an extent Scalar.
+_SIZED = (ScatterOp,)
 
 
 def implementation(expr) -> LibraryImpl:
@@ -98,12 +137,18 @@ def implementation(expr) -> LibraryImpl:
     return impl
 
 
-def run_library_op(expr, inputs: list) -> list:
+def run_library_op(expr, inputs: list, sizes=None) -> list:
     """The outputs of library expression `expr` on `inputs` (torch tensors, one per expr input,
-    in order), computed by torch on their device and current stream, in their dtype."""
+    in order), computed by torch on their device and current stream, in their dtype.
+    `sizes(extent Scalar) -> int`: the call's extents, for an op whose output shape its inputs
+    do not give (a scatter into zeros)."""
     impl = implementation(expr)
     if len(inputs) != len(expr.inputs):
         raise ValueError(f"{impl.name}: {len(inputs)} tensors for {len(expr.inputs)} operands")
+    if isinstance(expr, _SIZED):
+        if sizes is None:
+            raise ValueError(f"{impl.name}: its output's sizes are needed (sizes=...)")
+        return impl.run(expr, list(inputs), sizes)
     return impl.run(expr, list(inputs))
 
 
@@ -117,5 +162,11 @@ def describe(expr) -> str:
     if isinstance(expr, ScanOp):
         op = "cumsum" if expr.op == "sum" else "cumprod"
         call, operands = f"torch.{op}", f"{operands}, dim={expr.dim}"
+    if isinstance(expr, ScatterOp):
+        op = expr.what
+        call = "torch.Tensor.scatter_add_" if expr.op == "add" else "torch.Tensor.scatter_"
+        into = f"T{expr.x.name}" if expr.x is not None else "zeros"
+        operands = (f"{into}, dim={expr.dim}, index=T{expr.index.name}, "
+                    f"src=T{expr.src.name}")
     return (f"{impl.name}: {outs} = {op}({operands}) by {call}{impl.runs_as}, "
             f"{out.dtype.short_name}{impl.numerics}")

@@ -288,12 +288,15 @@ def _run_library(seg, ins) -> list:
     inputs, on the current stream; outputs laid out as a kernel segment's are."""
     from .library import run_library_op
     fusion = seg.fusion
-    check_inputs(fusion, ins)
+    bindings = check_inputs(fusion, ins)
     env = {id(v): x for v, x in zip(fusion.inputs, ins)}
+
+    def sizes(extent) -> int:
+        return int(S.evaluate(extent, dict(bindings)))
     for e in fusion.exprs():
         if not any(isinstance(o, TensorView) for o in e.outputs):
             continue          # extent arithmetic: the library call takes shapes from tensors
-        for o, r in zip(e.outputs, run_library_op(e, [env[id(i)] for i in e.inputs])):
+        for o, r in zip(e.outputs, run_library_op(e, [env[id(i)] for i in e.inputs], sizes)):
             env[id(o)] = r
     return laid_out(fusion, [env[id(o)] for o in fusion.outputs])
 

@@ -15,7 +15,8 @@ from ..ir import scalar as S
 from ..ir.dtype import DataType, from_torch, to_torch
 from ..ir.exprs import (BinaryOp, BinaryOpType, BroadcastOp, ExpandOp, FullOp, IotaOp,
                         LoadStoreOp, ReductionOp, ReductionOpType, ReshapeOp, SqueezeOp, UnaryOp,
-                        UnaryOpType, WhereOp, WindowOp, GatherOp, RandOp, TopKOp)
+                        UnaryOpType, WhereOp, WindowOp, GatherOp, IndexCheckOp, RandOp,
+                        ScatterOp, TopKOp)
 from ..ir.iter_domain import Split, id_exprs_between
 from ..ir.scalar import Scalar, ScalarOp
 from ..ir.tensor import TensorView
@@ -205,6 +206,15 @@ class ReferenceEvaluator:
             return torch.empty(shape, dtype=src.dtype, device=self.device)
         return src[tuple(where)].expand(shape)
 
+    def _check_index(self, e: IndexCheckOp, index, n: int):
+        """index itself; IndexOutOfRange for a value outside [0, n), as the kernel reports."""
+        from .index_check import IndexOutOfRange, index_error_message
+        bad = (index < 0) | (index >= n)
+        if bad.any():
+            raise IndexOutOfRange(index_error_message(e.what, e.dim,
+                                                      int(index[bad].flatten()[0]), n))
+        return index
+
     def _extent(self, s) -> int:
         return int(S.evaluate(s, self.bindings))
 
@@ -281,6 +291,14 @@ class ReferenceEvaluator:
             n = self._extent(out.domain.logical[0].user_extent)
             wide = torch.float64 if out.dtype.is_floating else torch.int64
             r = torch.arange(n, dtype=wide, device=self.device) * ins[1] + ins[0]
+        elif isinstance(e, IndexCheckOp):
+            r = self._check_index(e, ins[0], int(ins[1]))
+        elif isinstance(e, ScatterOp):
+            def size(i):
+                return self._extent(i.user_extent if i.is_broadcast else i.extent)
+            r = library.scatter_values(e, ins[0], ins[1], ins[2] if len(ins) > 2 else None,
+                                       [size(i) for i in out.domain.logical],
+                                       [size(i) for i in out.domain.maybe_root], od)
         elif isinstance(e, TopKOp):
             # The kernel's order (ties by index), which torch.topk leaves open.
             k = e.k if e.k is not None else int(ins[1])

@@ -9,9 +9,10 @@ warning). The segmenter, the tests and the fuzzer read these lists instead of ke
   until pyfuser's matmul scheduler exists). Each has a runtime implementation in
   runtime/library.py.
 - LIBRARY_FALLBACK_OPS: kernel ops that also have a library implementation: a scheduler that
-  takes them fuses them into a kernel (the `scan` and `topk` schedulers); a group of one
-  such op that no scheduler takes (a scan along a dim strided in memory, a top-k of a row
-  longer than a block holds) runs as a library segment, not in the reference.
+  takes them fuses them into a kernel (the `scan`, `topk` and `scatter` schedulers); a group
+  of one such op that no scheduler takes (a scan along a dim strided in memory, a top-k of a
+  row longer than a block holds, a scatter that stores rather than adds) runs as a library
+  segment, not in the reference.
 - Anything else runs in a reference segment.
 - BOUNDARY_OPS: kernel ops whose output the segmenter never merges across (fd.ops.segment_set):
   the op runs in its producer's segment, and the consumers of its output in others.
@@ -22,21 +23,22 @@ warning). The segmenter, the tests and the fuzzer read these lists instead of ke
 """
 from __future__ import annotations
 
-from ..ir.exprs import (BinaryOp, BroadcastOp, ExpandOp, FullOp, GatherOp, IotaOp, LinearOp,
-                        LoadStoreOp, MatmulOp, RandOp, ReductionOp, ReshapeOp, ScanOp,
-                        SegmentSetOp, SqueezeOp, TopKOp, UnaryOp, UnaryOpType, WhereOp, WindowOp)
+from ..ir.exprs import (BinaryOp, BroadcastOp, ExpandOp, FullOp, GatherOp, IndexCheckOp, IotaOp,
+                        LinearOp, LoadStoreOp, MatmulOp, RandOp, ReductionOp, ReshapeOp, ScanOp,
+                        ScatterOp, SegmentSetOp, SqueezeOp, TopKOp, UnaryOp, UnaryOpType, WhereOp,
+                        WindowOp)
 from ..ir.scalar import ScalarOp
 
 # ScalarOp: arithmetic on scalars (a mean's 1/N, a variance's correction, the element count
 # of a mean over an expanded dim), which kernels compute from their scalar parameters.
 KERNEL_OPS: tuple = (UnaryOp, BinaryOp, WhereOp, LoadStoreOp, BroadcastOp, ExpandOp, SqueezeOp,
                      ReshapeOp, ReductionOp, FullOp, IotaOp, RandOp, WindowOp, GatherOp, ScalarOp,
-                     SegmentSetOp, ScanOp, TopKOp)
+                     SegmentSetOp, ScanOp, TopKOp, IndexCheckOp, ScatterOp)
 LIBRARY_OPS: tuple = (MatmulOp, LinearOp)
-LIBRARY_FALLBACK_OPS: tuple = (ScanOp, TopKOp)
+LIBRARY_FALLBACK_OPS: tuple = (ScanOp, TopKOp, ScatterOp)
 # Ops that one scheduler alone is asked to take, by name (schedulers/registry.py): a fusion
 # holding one is offered to that scheduler only, and that scheduler to no other fusion.
-DEDICATED_OPS: dict = {ScanOp: "scan", TopKOp: "topk"}
+DEDICATED_OPS: dict = {ScanOp: "scan", TopKOp: "topk", ScatterOp: "scatter"}
 BOUNDARY_OPS: tuple = (SegmentSetOp,)
 # Ops that only move or fill data (no arithmetic worth a launch): the segmenter keeps them out
 # of segments of their own wherever a neighbour takes them.

@@ -16,13 +16,13 @@ on the way from `stop_at`.
 from __future__ import annotations
 
 from ..ir.base import Expr
-from ..ir.exprs import (BinaryOp, BroadcastOp, ExpandOp, FullOp, GatherOp, IotaOp,
+from ..ir.exprs import (BinaryOp, BroadcastOp, ExpandOp, FullOp, GatherOp, IndexCheckOp, IotaOp,
                         LoadStoreOp, RandOp, ReshapeOp, SqueezeOp, UnaryOp, WhereOp, WindowOp)
 from ..ir.iter_domain import Merge, Split, id_exprs_between, merge_ids, split_id
 from ..ir.tensor import MemoryType, ScheduleError, TensorDomain, TensorView
 
 _CLONABLE = (UnaryOp, BinaryOp, WhereOp, LoadStoreOp, BroadcastOp, ExpandOp, SqueezeOp,
-             ReshapeOp, FullOp, IotaOp, RandOp, WindowOp, GatherOp)
+             ReshapeOp, FullOp, IotaOp, RandOp, WindowOp, GatherOp, IndexCheckOp)
 
 
 def _clone_domain(dom: TensorDomain) -> TensorDomain:

@@ -31,7 +31,7 @@ from __future__ import annotations
 import copy
 
 from ..ir.base import Expr
-from ..ir.exprs import (BinaryOp, BroadcastOp, ExpandOp, FullOp, GatherOp, IotaOp,
+from ..ir.exprs import (BinaryOp, BroadcastOp, ExpandOp, FullOp, GatherOp, IndexCheckOp, IotaOp,
                         LoadStoreOp, RandOp, ReshapeOp, SqueezeOp, UnaryOp, WhereOp, WindowOp)
 from ..ir.id_graph import (IdGraph, is_exact_pair, producer_consumer_pairs, self_mapping,
                            tensor_uses)
@@ -40,7 +40,7 @@ from ..ir.tensor import MemoryType, TensorDomain, TensorView
 
 # Element-wise and data-movement ops: a copy computes the same values (from alias inputs).
 _COPYABLE = (UnaryOp, BinaryOp, WhereOp, LoadStoreOp, BroadcastOp, ExpandOp, SqueezeOp,
-             ReshapeOp, FullOp, IotaOp, RandOp, WindowOp, GatherOp)
+             ReshapeOp, FullOp, IotaOp, RandOp, WindowOp, GatherOp, IndexCheckOp)
 
 __all__ = ["scheduling_clone", "separate_roles", "self_mapping"]
 

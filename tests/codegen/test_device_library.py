@@ -559,3 +559,18 @@ def test_scan_helpers_compile_for_every_scan_type():
     spills (the kernels' scans instantiate only some of these)."""
     res = assert_compiles(device_library_source(["scan"]) + SCAN_KERNEL)
     assert "Compiling entry function 'pf_scan'" in res.log
+
+
+def test_atomic_add_forms():
+    """pf::atomic_add (a scatter's add) is one red.global.add per type, float32 and float64
+    in their own forms, int64 through the u64 add (two's complement: the same bits)."""
+    ptx = _ptx_of(
+        'extern "C" __global__ void k(float* f, double* d, int* i, long long* l) {'
+        " pf::atomic_add(f + threadIdx.x % 7, f[64]); pf::atomic_add(d + threadIdx.x % 5, d[64]);"
+        " pf::atomic_add(i + threadIdx.x % 3, i[64]); pf::atomic_add(l + threadIdx.x % 2, l[64]);"
+        " }",
+        ["memory"],
+    )
+    for form in ("red.global.add.f32", "red.global.add.f64", "red.global.add.s32",
+                 "red.global.add.u64"):
+        assert ptx.count(form) == 1, (form, ptx)

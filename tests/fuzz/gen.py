@@ -81,6 +81,9 @@ LOGICAL = ("logical_and", "logical_or")
 SHAPE_OPS = ("broadcast", "broadcast_in_dim", "expand", "squeeze", "reshape", "permute")
 RESIZE_OPS = ("slice", "pad", "cat")
 GATHER_OPS = ("take_along_axis", "gather", "index_select", "embedding")
+# scatter: a one-hot (element-wise: frontend/indexing.py) in pointwise DAGs, else torch's;
+# scatter_add and index_add: atomic adds (the scatter pattern).
+SCATTER_OPS = ("scatter", "scatter_add", "index_add")
 REDUCTIONS = ("sum", "max", "min", "mean", "var", "var_mean", "argmax", "argmin")
 SCANS = ("cumsum", "cumprod")
 # The top-k kernel's k and row length at most (schedulers/topk.py MAX_K, MAX_THREADS x
@@ -90,7 +93,8 @@ TOPK_MAX_ROW = 16384
 # Every frontend op the generator emits (the coverage test checks each appears).
 ALL_OPS = (FLOAT_UNARY + SAME_UNARY + ("gelu", "logical_not", "cast", "set", "segment_set")
            + ARITH_BINARY
-           + COMPARE + LOGICAL + ("where",) + SHAPE_OPS + RESIZE_OPS + GATHER_OPS + REDUCTIONS
+           + COMPARE + LOGICAL + ("where",) + SHAPE_OPS + RESIZE_OPS + GATHER_OPS + SCATTER_OPS
+           + REDUCTIONS
            + SCANS + ("topk",)
            + ("full", "zeros", "ones", "iota", "define_scalar", "linear", "stride_order",
               "uniform"))
@@ -644,6 +648,10 @@ class Builder:
                 v = float(args[2])
                 lo, hi = min(lo, v), max(hi, v)
             return Val(name, dims, dt, lo, hi, exact)
+        if op in SCATTER_OPS:
+            # x's dims and dtype; the generator knows the interval the writes or sums keep to.
+            return Val(name, kw.pop("_dims"), x.dtype, kw.pop("_lo"), kw.pop("_hi"),
+                       kw.pop("_exact"))
         if op in GATHER_OPS:
             # Elements of the source at in-range indices: its values, its interval.
             src = args[1] if op == "embedding" else x
@@ -974,8 +982,10 @@ class Builder:
                 y = self.shape_step(x) or self.unary_step(x)
             elif roll < 0.925:
                 y = self.resize_step(x) or self.unary_step(x)
-            elif roll < 0.95:
+            elif roll < 0.94:
                 y = self.gather_step(x) or self.unary_step(x)
+            elif roll < 0.95:
+                y = self.one_hot_step(x) or self.unary_step(x)
             else:
                 y = self.binary_step(x, self.creation_step(x))
             pool.append(y)
@@ -1114,6 +1124,38 @@ class Builder:
         if op == "gather":
             out = tuple(idims)
         return self.call(op, x, idx, dim, _dims=out)
+
+    def one_hot_step(self, x: Val) -> Val | None:
+        """torch.scatter of x along one of its full dims at one index per row (a one-hot: the
+        frontend's compare with an iota) of a new index input, in range; the value a number,
+        or a tensor of the index's dims (at times wider along the dim: its first element is
+        written). None when x has no full dim of size 2 or more."""
+        r = self.rng
+        picked = self.full_dim(x)
+        if picked is None:
+            return None
+        k, n = picked
+        dt = r.choice((I64, I64, I32))
+        # The index pairs with x's other dims (an expanded one of x takes values of its own).
+        idims = [Dim(None, "bcast") if j == k else Dim(d.axis, "full") if d.kind == "exp" else d
+                 for j, d in enumerate(x.dims)]
+        idx = self.tensor(idims, dt, dist={"dist": "int", "lo": 0, "hi": n - 1})
+        dim = k - x.rank if r.random() < 0.3 else k
+        if x.dtype == BOOL or r.random() < 0.4:
+            value = (r.random() < 0.5 if x.dtype == BOOL else
+                     r.choice((1.0, -0.5, 2.0)) if x.dtype.is_floating else r.choice((1, -3)))
+            return self.call("scatter", x, idx, value, dim,
+                             _dims=self._pointwise_dims([x, idx]), _lo=min(x.lo, float(value)),
+                             _hi=max(x.hi, float(value)), _exact=x.exact)
+        sdims = list(idims)
+        if r.random() < 0.3:
+            sdims[k] = Dim(self.axis(r.randint(2, 5)), "full")
+            if math.prod(self.size_of(d) for d in sdims) > self.max_elements:
+                sdims[k] = Dim(None, "bcast")
+        src = self.tensor(sdims, x.dtype)
+        return self.call("scatter", x, idx, src, dim,
+                         _dims=self._pointwise_dims([x, idx]), _lo=min(x.lo, src.lo),
+                         _hi=max(x.hi, src.hi), _exact=x.exact and src.exact)
 
     def shape_step(self, x: Val) -> Val | None:
         """A random shape op on x that keeps it combinable with values over the same axes, or
@@ -1931,6 +1973,75 @@ def pat_topk(b: Builder) -> None:
     b.finish_outputs(outs, 2, 3)
 
 
+def pat_scatter(b: Builder) -> None:
+    """index_add or scatter_add (an embedding's backward: a gradient's rows added into a table
+    at ids, duplicate ids summed) of element-wise ops over the rows added, into zeros or an
+    input, with element-wise ops after it at times; a one-hot scatter of the result at times
+    (cross-entropy's one-hot)."""
+    r = b.rng
+    rank = r.choices([1, 2, 3], [25, 55, 20])[0]
+    axes = [b.axis() for _ in range(rank)]
+    k = r.randrange(rank)
+    it_axis = b.axis()
+    b.fit(axes)
+    b.fit([a for j, a in enumerate(axes) if j != k] + [it_axis], protect=axes)
+    b.sizes[axes[k]] = max(b.sizes[axes[k]], 1)     # an index needs a row to point at
+    n_rows, n_adds = b.sizes[axes[k]], b.sizes[it_axis]
+    # (bool sums: torch's scatter_add_ as a library segment, a logical or)
+    dt = r.choice((F32, F32, BF16, F16, F64, I32, I64, F32, BF16, I64, BOOL))
+    op = r.choice(("index_add", "index_add", "scatter_add"))
+    it_dims = [Dim(it_axis, "full") if j == k else Dim(a, "full") for j, a in enumerate(axes)]
+    idt = r.choice((I64, I64, I32))
+    dist = {"dist": "int", "lo": 0, "hi": n_rows - 1}
+    # The rows added: element-wise ops of inputs over the iteration, in x's dtype (torch
+    # adds only a source of the input's dtype), bounded so that the sums keep to fp16's range.
+    pool = [b.tensor(it_dims, dt if r.random() < 0.6 else _input_dtype(b))]
+    if r.random() < 0.3:
+        pool.append(b.tensor(_random_dims(b, [a.axis for a in it_dims]), _input_dtype(b)))
+    made = b.pointwise_dag(pool, r.randint(0, 3))
+    src = next((v for v in made[::-1] if not v.is_scalar and v.dims == tuple(it_dims)), pool[0])
+    if src.dims != tuple(it_dims):
+        src = b.tensor(it_dims, dt)
+    if dt.is_floating:
+        src = b.bounded(b.as_float(src, F32), max(0.5, min(100.0, 2000.0 / max(n_adds, 1))))
+    elif not src.exact or src.dtype.is_floating:
+        # Integer sums are compared exactly: of exact values only.
+        src = b.tensor(it_dims, dt, dist={"dist": "int", "lo": -20, "hi": 20})
+    if src.dtype != dt:
+        src = b.call("cast", src, dtype=dt)
+    if dt in INTS and src.bound > 100:
+        src = b.call("maximum", b.call("minimum", src, 100), -100)
+    if r.random() < 0.4 and all(b.sizes[a] for a in axes):      # (full refuses size 0)
+        x = b.call("zeros", [b.sizes[a] for a in axes], dtype=dt,
+                   _axes=[a if b.sizes[a] > 1 else None for a in axes])
+    else:
+        x = b.tensor([Dim(a, "full") for a in axes], dt,
+                     dist=None if dt.is_floating else {"dist": "int", "lo": -50, "hi": 50})
+    alpha = 1
+    dim = k - rank if r.random() < 0.3 else k
+    if op == "index_add":
+        idx = b.tensor([Dim(it_axis, "full")], idt, dist=dist)
+        kwargs = {}
+        if r.random() < 0.3 and dt != BOOL:
+            alpha = r.choice((2, -1, 3))
+            kwargs["alpha"] = alpha
+    else:
+        idx = b.tensor(it_dims, idt, dist=dist)
+        kwargs = {}
+    reach = n_adds * abs(alpha)
+    lo = x.lo + reach * min(0.0, src.lo)
+    hi = x.hi + reach * max(0.0, src.hi)
+    if dt == BOOL:
+        lo, hi = 0.0, 1.0
+    exact = not dt.is_floating and x.exact and src.exact
+    out = b.call(op, x, dim, idx, src, _dims=x.dims, _lo=lo, _hi=hi, _exact=exact, **kwargs)
+    outs = [out]
+    if r.random() < 0.4:
+        y = b.bounded(out) if out.dtype.is_floating else out
+        outs += b.pointwise_dag([y], r.randint(1, 2))
+    b.finish_outputs(outs, 1, 2)
+
+
 # name -> (weight, builder)
 PATTERNS = {
     "pointwise": (24, pat_pointwise),
@@ -1945,6 +2056,7 @@ PATTERNS = {
     "outputs_and_library": (5, pat_outputs_and_library),
     "scan": (6, pat_scan),
     "topk": (4, pat_topk),
+    "scatter": (5, pat_scatter),
 }
 
 DEFAULT_MAX_ELEMENTS = 64 * 1024

@@ -248,4 +248,26 @@ __device__ __forceinline__ void report_index_error(long long* record, long long*
   }
 }
 
+// *p += v in global memory, atomically, for a scatter's add (scatter_add, index_add: lower/index
+// _scatter_write): one red.global.add (relaxed, GPU scope; nothing returned), so any number of
+// threads may add into one element. The adds to an element land in no fixed order: float sums
+// may differ in their last bits from run to run; integer sums wrap as C's adds do (int64 through
+// the u64 add: the same bits as a signed one).
+__device__ __forceinline__ void atomic_add(float* p, float v) {
+  const unsigned long long g = static_cast<unsigned long long>(__cvta_generic_to_global(p));
+  asm volatile("red.global.add.f32 [%0], %1;" ::"l"(g), "f"(v) : "memory");
+}
+__device__ __forceinline__ void atomic_add(double* p, double v) {
+  const unsigned long long g = static_cast<unsigned long long>(__cvta_generic_to_global(p));
+  asm volatile("red.global.add.f64 [%0], %1;" ::"l"(g), "d"(v) : "memory");
+}
+__device__ __forceinline__ void atomic_add(int* p, int v) {
+  const unsigned long long g = static_cast<unsigned long long>(__cvta_generic_to_global(p));
+  asm volatile("red.global.add.s32 [%0], %1;" ::"l"(g), "r"(v) : "memory");
+}
+__device__ __forceinline__ void atomic_add(long long* p, long long v) {
+  const unsigned long long g = static_cast<unsigned long long>(__cvta_generic_to_global(p));
+  asm volatile("red.global.add.u64 [%0], %1;" ::"l"(g), "l"(v) : "memory");
+}
+
 }  // namespace pf
