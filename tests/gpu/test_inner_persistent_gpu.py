@@ -120,8 +120,11 @@ FORWARD_SHAPES = [(1, 8), (7, 1000), (1000, 5120), (4096, 1024), (333, 4096), (2
 @pytest.mark.parametrize("name", FORWARD)
 @pytest.mark.parametrize("variant,shape", [(v, s) for v in ("tma", "tma_tmap")
                                            for s in FORWARD_SHAPES]
-                         + [(v, s) for v in ("ws", "ws_tmap", "ws_pp", "ws_pp_tmap")
-                            for s in FORWARD_SHAPES + [(2000, 12288)]])
+                         + [(v, s) for v in ("ws", "ws_tmap")
+                            for s in FORWARD_SHAPES + [(2000, 12288)]]
+                         # (rows of 12288 and 16384 bf16 take 384 threads: three such rows of
+                         # threads, two compute roles and the producer, exceed 1024)
+                         + [(v, s) for v in ("ws_pp", "ws_pp_tmap") for s in FORWARD_SHAPES[:5]])
 def test_forward_forced_tma_variant_bf16(name, variant, shape):
     fd = catalogue.define(name)
     run_and_check(fd, catalogue.make_inputs(name, *shape, device="cuda"),

@@ -376,3 +376,17 @@ def test_pingpong_norm_kernels_compile(name, dtype):
     assert src.count(" += 2) {") == 2                 # each role steps over the other's groups
     assert "(pf_red_ws_float + " in src or "(pf_red_ws_" in src     # role 1's own workspace
     compile_clean(src)
+
+
+def test_pingpong_refused_where_three_rows_of_threads_exceed_the_block():
+    from kir_testing import empty_inputs, setup
+    from pyfuser import catalogue
+    from pyfuser.schedule.schedulers import inner_persistent as ip
+    fd = catalogue.define("rmsnorm_fwd", "bf16")
+    with options.override(enable=["ws_inner_persistent", "ws_pingpong"]):
+        st = setup(fd, empty_inputs("rmsnorm_fwd", 2000, 16384))
+        p = ip.compute_heuristics(st.fusion, st.info)
+        assert not p.warp_specialized and p.stages == 0
+        assert "ping-pong takes rows of at most 341 threads" in p.reason
+        st = setup(fd, empty_inputs("rmsnorm_fwd", 2000, 4096))
+        assert ip.compute_heuristics(st.fusion, st.info).compute_roles == 2

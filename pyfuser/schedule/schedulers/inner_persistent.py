@@ -495,9 +495,11 @@ def warp_specialized_variant(fusion, info: RuntimeInfo, p: InnerPersistentParams
         bdimy = max(1, compute // roles // WARP_GROUP) * WARP_GROUP // bdimx
     elif bdimx % WARP_GROUP == 0:
         bdimy = 1
-        if roles > 1 and 2 * bdimx + WARP_GROUP > 1024:
-            problems.append(f"two compute roles of {bdimx} threads and a producer warp group "
-                            "exceed 1024 threads")
+        if roles > 1 and (roles + 1) * bdimx > 1024:
+            # The producer is a row of threads too (its rows are along threadIdx.y).
+            problems.append(f"two compute roles of {bdimx} threads and a producer row of "
+                            f"{bdimx} exceed 1024 threads (ping-pong takes rows of at most "
+                            "341 threads)")
     else:
         problems.append(f"{bdimx} threads per row neither divide 128 nor are a multiple of it "
                         "(warp groups)")
