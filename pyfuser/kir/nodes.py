@@ -855,7 +855,7 @@ class Kernel:
     # loop and epilogue, a bulk axis by one copy) or folded away (a one-iteration loop inside a
     # vector access): the verifier no longer looks for them.
     replaced_loops: set = dataclasses.field(default_factory=set)
-    # Set by `warp_specialize`: the producer / compute split that launch_config adds to the block.
+    # Set by `pipeline_loads`: the warp roles' split that launch_config adds to the block.
     warp_roles: WarpRoles | None = None
     # Set by `launch_config`: byte offset of each shared buffer in the dynamic shared array.
     smem_offsets: dict = dataclasses.field(default_factory=dict)

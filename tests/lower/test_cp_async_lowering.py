@@ -1,5 +1,5 @@
-"""The cp.async variant of the inner persistent scheduler and the `cp_async_buffer_loops` pass
-(CPU).
+"""The cp.async variant of the inner persistent scheduler and the cp.async kind of the
+`pipeline_loads` pass (CPU).
 
 Rows a 1D bulk copy refuses (row bytes not a multiple of 16, 8-byte aligned pointers or strides)
 are copied by the threads that read them, with cp.async, into a circular buffer. Here: the choice

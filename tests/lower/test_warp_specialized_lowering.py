@@ -1,5 +1,5 @@
-"""The warp-specialized TMA variant of the inner persistent scheduler and the `warp_specialize`
-pass (CPU).
+"""The warp-specialized TMA variant of the inner persistent scheduler and the warp-specialized
+kind of the `pipeline_loads` pass (CPU).
 
 Structure of the lowered kernel (role split on threadIdx.y, setmaxnreg counts, full/empty
 mbarrier counts and parities, named barriers in the compute role, launch shape), the
