@@ -126,8 +126,23 @@ def measure_case(name: str, M: int, N: int, dtype="bf16", peers=("eager", "compi
             gbps[label] = None
             notes[label] = f"failed: {type(e).__name__}: {str(e)[:200]}"
     for peer in peers:
+        if peer == "compile":
+            # A fresh dynamo state per case: static shapes recompile per shape, and the limit
+            # of 8 recompilations would otherwise be hit inside a sweep of shapes.
+            torch._dynamo.reset()
+            from .peers import _compiled
+            _compiled.cache_clear()
         try:
-            t = peer_ms(peer, name, sets, eps)
+            fns = [PEERS[peer](name, s, eps) for s in sets]
+            k = [0]
+
+            def run():
+                f = fns[k[0]]
+                k[0] = (k[0] + 1) % len(fns)
+                return f()
+            run()
+            torch.cuda.synchronize()
+            t = _bench(run)
             ms[peer], gbps[peer] = t, nbytes / t / 1e6
         except PeerMissing as e:
             gbps[peer] = None
@@ -138,28 +153,6 @@ def measure_case(name: str, M: int, N: int, dtype="bf16", peers=("eager", "compi
     del sets
     torch.cuda.empty_cache()
     return Result(name, M, N, nbytes, gbps, ms, notes)
-
-
-def peer_ms(peer: str, name: str, sets, eps: float = 1e-6) -> float:
-    """Milliseconds of peer `peer` (PEERS) on catalogue fusion `name`, over the rotated input
-    sets; raises PeerMissing when the peer is not installed."""
-    import torch
-    if peer == "compile":
-        # A fresh dynamo state per case: static shapes recompile per shape, and the limit
-        # of 8 recompilations would otherwise be hit inside a sweep of shapes.
-        torch._dynamo.reset()
-        from .peers import _compiled
-        _compiled.cache_clear()
-    fns = [PEERS[peer](name, s, eps) for s in sets]
-    k = [0]
-
-    def run():
-        f = fns[k[0]]
-        k[0] = (k[0] + 1) % len(fns)
-        return f()
-    run()
-    torch.cuda.synchronize()
-    return _bench(run)
 
 
 def time_forced_heuristic(fd, sets, params, label: str, nbytes: int) -> str:
