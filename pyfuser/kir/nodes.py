@@ -109,7 +109,8 @@ class Special(KExpr):
 @roles(data=("op",), expr=("a", "b"))
 @dataclasses.dataclass(frozen=True, eq=False, slots=True)
 class Bin(KExpr):
-    """a op b; op in + - * / % ceilDiv min max < <= > >= == != && ||."""
+    """a op b; op in + - * / % ceilDiv min max < <= > >= == != && || ^ (bitwise xor of
+    non-negative integers: shared-memory swizzles)."""
 
     op: str
     a: KExpr
@@ -727,16 +728,174 @@ class TensorMapLoad(Stmt):
     """cp.async.bulk.tensor global -> shared: the box of the tensor map parameter `tmap` at
     `coords` (innermost first) into `dst`, completing on `bar`. Issued by one thread (the
     predicate selects it), which first raises the barrier's expected bytes by `bytes`, the
-    whole box: elements outside the tensor are zero-filled and still counted."""
+    whole box: elements outside the tensor are zero-filled and still counted.
+
+    A load built with its barrier None (a matmul's operand tiles, lower/matmul.py) is already
+    placed in the loop that circular-buffers it: `pipeline_loads` gives it its stage's slot and
+    mbarrier, as the copies it makes from a TensorOp's load."""
 
     dst: TensorIndex
     tmap: Var
-    map: RowBoxMap
+    map: RowBoxMap | TileBoxMap
     source: Buffer            # the global buffer the map describes
     coords: list
     bytes: KExpr
     bar: MBarrierRef
     predicate: KExpr = dataclasses.field(default_factory=lambda: Const(True, "bool"))
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class TileBoxMap:
+    """A 2D TMA tensor map over a matrix operand of the fusion (`role` "input" or "output",
+    position `index`), viewed as rows of contiguous elements: its logical dim `inner` has
+    stride 1 and runs along a row (the map's dim 0), its logical dim `outer` counts the rows
+    (dim 1, the tensor's stride along it). A box is `box_rows` rows of `box_cols` elements,
+    stored in shared memory row after row with the `swizzle`-byte pattern (128: the 16-byte
+    unit u of row r lands at unit u ^ (r % 8) of its 128-byte row, `swizzled_byte`); elements
+    of a load outside the matrix are zero-filled (and counted in the box's bytes), those of a
+    store outside it are not written. The executor encodes it for each pointer."""
+
+    role: str
+    index: int
+    inner: int
+    outer: int
+    box_cols: int
+    box_rows: int
+    swizzle: int = 128
+
+    @property
+    def box(self) -> tuple:
+        return (self.box_cols, self.box_rows)
+
+
+# Shared-memory alignment of a 128-byte-swizzled box: the swizzle pattern repeats every 8 rows
+# of 128 bytes, and the hardware applies it to address bits, so a box starts on that boundary.
+SWIZZLE_ATOM_BYTES = 1024
+
+
+def swizzled_byte(byte: int, swizzle: int = 128) -> int:
+    """Where byte `byte` of a box (row-major, rows of `swizzle` bytes, from a 1024-byte-aligned
+    start) lies in shared memory under the 128-byte swizzle: its 16-byte unit XORed with the
+    row's index within its group of 8 rows. TMA writes and reads boxes so, wgmma reads its
+    operands so (SmemDescriptor layout 1), and stmatrix addresses are computed so."""
+    if swizzle != 128:
+        raise ValueError(f"only the 128-byte swizzle is modelled, not {swizzle}")
+    return byte ^ (((byte >> 7) & 7) << 4)
+
+
+@roles(expr=("src", "tmap", "predicate"), exprs=("coords",), data=("map",),
+       buffer=("target",))
+@dataclasses.dataclass(eq=False, slots=True)
+class TensorMapStore(Stmt):
+    """cp.async.bulk.tensor shared -> global: the box `src` (a shared buffer, laid out as the
+    map's swizzle says) into the tensor of map parameter `tmap` at `coords` (innermost first);
+    elements outside the tensor are dropped. Issued by one thread (the predicate selects it)
+    and tracked by that thread's bulk group: BulkCommit closes the group, BulkWait waits for
+    it. The shared box must have been written by the generic proxy before a FenceProxyAsync of
+    each writer and a barrier."""
+
+    src: TensorIndex
+    tmap: Var
+    map: TileBoxMap
+    target: Buffer             # the global buffer the map describes
+    coords: list
+    predicate: KExpr = dataclasses.field(default_factory=lambda: Const(True, "bool"))
+
+
+@roles()
+@dataclasses.dataclass(eq=False, slots=True)
+class BulkCommit(Stmt):
+    """cp.async.bulk.commit_group: close the thread's group of bulk stores issued since its last
+    commit."""
+
+
+@roles(data=("pending", "read"))
+@dataclasses.dataclass(eq=False, slots=True)
+class BulkWait(Stmt):
+    """cp.async.bulk.wait_group(.read) `pending`: the thread waits until at most `pending` of
+    its committed groups are unfinished; with `read`, until they no longer read their shared
+    source (it may be overwritten), else until their writes are done."""
+
+    pending: int
+    read: bool
+
+
+@roles()
+@dataclasses.dataclass(eq=False, slots=True)
+class FenceProxyAsync(Stmt):
+    """fence.proxy.async.shared::cta: this thread's shared-memory writes (generic proxy) are
+    ordered before later async-proxy reads of them (a TMA store, wgmma) that a barrier
+    orders after this fence."""
+
+
+@roles()
+@dataclasses.dataclass(eq=False, slots=True)
+class WgmmaFence(Stmt):
+    """wgmma.fence: orders the warp group's register and shared accesses before the next
+    wgmma (before the first of a group, and after other code touched the accumulators)."""
+
+
+@roles()
+@dataclasses.dataclass(eq=False, slots=True)
+class WgmmaCommit(Stmt):
+    """wgmma.commit_group: the warp group's wgmmas issued since the last commit form a group."""
+
+
+@roles(data=("pending",))
+@dataclasses.dataclass(eq=False, slots=True)
+class WgmmaWait(Stmt):
+    """wgmma.wait_group `pending`: wait until at most `pending` of the warp group's committed
+    groups are unfinished; the accumulators of the finished ones may be read, and the shared
+    operands they read overwritten."""
+
+    pending: int
+
+
+@roles(buffer=("acc",), expr=("a", "b", "scale_d"), data=("n", "dtype", "swizzle"))
+@dataclasses.dataclass(eq=False, slots=True)
+class Wgmma(Stmt):
+    """wgmma.mma_async m64n{n}k16 of one warp group (all 128 threads reach it): D[64, n] =
+    A[64, 16] @ B[n, 16]^T + (scale_d ? D : 0), inputs of `dtype` (bf16 or fp16) from shared
+    memory, D float32 in the accumulator registers `acc` (a register buffer of n / 2 elements
+    per thread, constant-indexed). Both operands are K-major (each row's 16 K elements
+    contiguous) in 128-byte-swizzled boxes with rows of 64 elements: `a` is the first element
+    of A's 64 rows at its K offset (a multiple of 16), `b` that of B's n rows; the shared-memory
+    descriptors (start address, 1024 bytes between 8-row groups, swizzle) are formed from
+    them. Asynchronous: it completes at a WgmmaWait that covers its commit group.
+
+    Accumulator fragment: thread t of the warp group (warp w = t / 32, lane l = t % 32), register
+    i holds D[16 w + l / 4 + 8 ((i >> 1) & 1), 8 (i >> 2) + 2 (l % 4) + (i & 1)]."""
+
+    acc: Buffer
+    a: TensorIndex
+    b: TensorIndex
+    n: int
+    dtype: DataType
+    scale_d: KExpr
+    swizzle: int = 128
+
+
+@roles(buffer=("acc",))
+@dataclasses.dataclass(eq=False, slots=True)
+class AccumulatorFence(Stmt):
+    """An empty asm that reads and writes every register of `acc`: the compiler may not move
+    accumulator accesses across it (it keeps reads after the WgmmaWait before it)."""
+
+    acc: Buffer
+
+
+@roles(out=("dst",), exprs=("values",), data=("dtype",))
+@dataclasses.dataclass(eq=False, slots=True)
+class StMatrix(Stmt):
+    """stmatrix.m8n8.x4 of one warp (all 32 lanes reach it): four 8x8 matrices of 16-bit
+    `dtype` into shared memory. Lane l gives in `dst` the first element of row l % 8 of matrix
+    l / 8 (8 contiguous elements); `values` are the lane's 8 numbers, pair k (values[2k],
+    values[2k + 1]) being row l / 4, columns 2 (l % 4) and 2 (l % 4) + 1 of matrix k, converted
+    to `dtype` (round to nearest even) as they are stored."""
+
+    dst: TensorIndex
+    values: list
+    dtype: DataType
 
 
 @roles(out=("dst",), expr=("src", "predicate"), data=("bytes",))
@@ -881,6 +1040,8 @@ def walk(stmts):
 # Copies whose writes land asynchronously (on an mbarrier, at a cp.async wait), not in program
 # order: a block barrier after them orders nothing (the passes that make them order them).
 ASYNC_COPIES = (BulkLoad, TensorMapLoad, CpAsyncCopy)
+# Statements one warp group (Wgmma and its fences) or one warp (StMatrix) executes together.
+WARP_GROUP_OPS = (Wgmma, WgmmaFence, WgmmaCommit, WgmmaWait)
 
 
 def ops_in_loops(body: list, expr_type, parents: list | None = None) -> list:
