@@ -75,6 +75,7 @@ class CudaPrinter:
         self.indent = 1
         self.ws_types: set = set()        # C types of block-reduction workspaces used
         self.cluster_types: set = set()   # C types of cluster-reduction slots used
+        self.wgmma_shapes: set = set()    # (n, dtype) of the wgmma instructions printed
         # Tensors with a recomputed copy in this kernel (schedule/recompute.py).
         self._recompute_originals = {t.recompute_of for t in kernel.fusion.tensors()
                                      if t.recompute_of is not None}
@@ -170,7 +171,8 @@ class CudaPrinter:
             self.line(f"{ctype(b.dtype)} {b.name}[{self.expr(b.size)}] __attribute__((aligned(16)));")
         elif b.memory == "shared":
             off = self.k.smem_offsets[b.name]
-            self.line(f"{ctype(b.dtype)}* {b.name} = reinterpret_cast<{ctype(b.dtype)}*>(pf_smem + {off});")
+            self.line(f"{ctype(b.dtype)}* {b.name} = reinterpret_cast<{ctype(b.dtype)}*>("
+                      f"{_SMEM_BASE if self.k.smem_align > 128 else 'pf_smem'} + {off});")
 
     def _ForLoop(self, s):
         if s.label:
@@ -580,6 +582,57 @@ class CudaPrinter:
             raise ValueError("a cluster reduction needs a constant block y extent")
         return by
 
+    # Tensor-core matmul ------------------------------------------------------------------------
+    def _Wgmma(self, s):
+        if s.swizzle != 128:
+            raise ValueError(f"wgmma operands with a {s.swizzle}-byte swizzle are not printed")
+        size = s.acc.size.value if isinstance(s.acc.size, K.Const) else None
+        if size != s.n // 2:
+            raise ValueError(f"wgmma m64n{s.n}: its accumulator {s.acc.name} holds {size} "
+                             f"registers per thread, not {s.n // 2}")
+        self.wgmma_shapes.add((s.n, s.dtype))
+        scale = self.expr(s.scale_d)
+        self.line(f"{_wgmma_name(s.n, s.dtype)}({s.acc.name}, "
+                  f"pf::wgmma_desc_sw128(pf::smem_addr(&{self.expr(s.a)})), "
+                  f"pf::wgmma_desc_sw128(pf::smem_addr(&{self.expr(s.b)})), "
+                  f"(int)({scale}));")
+
+    def _WgmmaFence(self, s):
+        self.line("pf::wgmma_fence();")
+
+    def _WgmmaCommit(self, s):
+        self.line("pf::wgmma_commit();")
+
+    def _WgmmaWait(self, s):
+        self.line(f"pf::wgmma_wait<{s.pending}>();")
+
+    def _AccumulatorFence(self, s):
+        self.line("#pragma unroll")
+        self.line(f"for (int pf_k = 0; pf_k < {self.expr(s.acc.size)}; ++pf_k) "
+                  f"asm volatile(\"\" : \"+f\"({s.acc.name}[pf_k]) :: \"memory\");")
+
+    def _StMatrix(self, s):
+        pack = {DataType.BFloat16: "pf::pack_bf16x2", DataType.Half: "pf::pack_half2"}.get(s.dtype)
+        if pack is None or len(s.values) != 8:
+            raise ValueError(f"stmatrix of {s.dtype} with {len(s.values)} values is not printed")
+        regs = ", ".join(f"{pack}({self.value(s.values[2 * k], 'float')}, "
+                         f"{self.value(s.values[2 * k + 1], 'float')})" for k in range(4))
+        self.line(f"pf::stmatrix_x4(pf::smem_addr(&{self.expr(s.dst)}), {regs});")
+
+    def _TensorMapStore(self, s):
+        coords = ", ".join(f"(int)({self.expr(c)})" for c in s.coords)
+        self.guarded(s.predicate, [f"pf::tma_store_{len(s.coords)}d(&{s.tmap.name}, {coords}, "
+                                   f"pf::smem_addr(&{self.expr(s.src)}));"])
+
+    def _BulkCommit(self, s):
+        self.line("pf::bulk_commit_group();")
+
+    def _BulkWait(self, s):
+        self.line(f"pf::bulk_wait_group{'_read' if s.read else ''}<{s.pending}>();")
+
+    def _FenceProxyAsync(self, s):
+        self.line("pf::fence_proxy_async_shared();")
+
     def _SetMaxNReg(self, s):
         self.line(f"pf::setmaxnreg_{'inc' if s.increase else 'dec'}<{s.count}>();")
 
@@ -760,6 +813,35 @@ __device__ __forceinline__ float pf_opaque_widen(pf::half v) {
 """
 
 
+_SMEM_BASE = "pf_smem_aligned"
+_WGMMA_TYPES = {DataType.BFloat16: "bf16", DataType.Half: "f16"}
+
+
+def _wgmma_name(n: int, dtype: DataType) -> str:
+    return f"pf_wgmma_m64n{n}k16_{_WGMMA_TYPES[dtype]}"
+
+
+def wgmma_helper(n: int, dtype: DataType) -> str:
+    """The device function issuing wgmma.mma_async m64n{n}k16 (f32 += {dtype} x {dtype}, both
+    operands K-major from shared memory): one "+f" operand per accumulator register, which the
+    device library cannot spell for every n. scale_d 0 gives D = A * B."""
+    if dtype not in _WGMMA_TYPES or n % 8 or not 8 <= n <= 256:
+        raise ValueError(f"wgmma m64n{n}k16 of {dtype} does not exist")
+    regs = n // 2
+    t = _WGMMA_TYPES[dtype]
+    dlist = ", ".join(f"%{i}" for i in range(regs))
+    outs = ", ".join(f'"+f"(d[{i}])' for i in range(regs))
+    return (f"__device__ __forceinline__ void {_wgmma_name(n, dtype)}(float (&d)[{regs}], "
+            "unsigned long long desc_a, unsigned long long desc_b, int scale_d) {\n"
+            "  asm volatile(\n"
+            f'      "{{\\n .reg .pred p;\\n setp.ne.b32 p, %{regs + 2}, 0;\\n"\n'
+            f'      "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{t}.{t} "\n'
+            f'      "{{{dlist}}}, %{regs}, %{regs + 1}, p, 1, 1, 0, 0;\\n}}\\n"\n'
+            f"      : {outs}\n"
+            '      : "l"(desc_a), "l"(desc_b), "r"(scale_d));\n'
+            "}\n")
+
+
 def _param_decl(p: K.Param, kernel: K.Kernel) -> str:
     if p.kind == "ptr":
         t = ctype(p.buffer.dtype)
@@ -799,6 +881,11 @@ def generate_cuda(kernel: K.Kernel) -> str:
         head.append("  bool pf_grid_last = false;")
     if smem_bytes:
         head.append("  extern __shared__ __align__(128) unsigned char pf_smem[];")
+        if kernel.smem_align > 128:
+            # The array's base is only 128-byte aligned; the layout assumed smem_align.
+            a = kernel.smem_align
+            head.append(f"  unsigned char* const {_SMEM_BASE} = pf_smem + (({a}u - "
+                        f"(pf::smem_addr(pf_smem) & {a - 1}u)) & {a - 1}u);")
     ws_elems = kernel.reduction_workspace
     for t in sorted(pr.ws_types):
         head.append(f"  __shared__ __align__(16) {t} pf_red_ws_{t.replace(' ', '_')}[{ws_elems}];")
@@ -810,5 +897,8 @@ def generate_cuda(kernel: K.Kernel) -> str:
                         f"[{2 * pr.rows() * size}];")
         # Every CTA of the cluster running before any remote store (cluster_reduce.cuh).
         head += ["  unsigned pf_cluster_phase = 0;", "  pf::cluster_sync();"]
-    src = device_library_source() + "\n" + _OPAQUE_WIDEN + "\n".join(head + body) + "\n}\n"
+    helpers = "".join(wgmma_helper(n, dt) for n, dt in sorted(pr.wgmma_shapes,
+                                                               key=lambda x: (x[0], x[1].name)))
+    src = (device_library_source() + "\n" + _OPAQUE_WIDEN + helpers + "\n".join(head + body)
+           + "\n}\n")
     return src

@@ -26,6 +26,9 @@ class Fusion:
         # launch settings the schedule fixed (grid_x, max_threads, min_blocks, cooperative, ...).
         self.static_extents: dict = {}
         self.launch_hints: dict = {}
+        # Set by the matmul scheduler (schedule/schedulers/matmul.MatmulOperands): the tiles,
+        # operand caches and dims lower/matmul.py builds the tensor-core loop nest from.
+        self.mma = None
         # Extents the schedule needs to be multiples of a width (Scalar -> int): the extent a
         # vectorized flat loop's lanes step through, so that the lanes of one vector never
         # cross into the next row (lower/indexing.py folds the lane out of a row's division;

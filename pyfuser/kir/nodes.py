@@ -1016,8 +1016,10 @@ class Kernel:
     replaced_loops: set = dataclasses.field(default_factory=set)
     # Set by `pipeline_loads`: the warp roles' split that launch_config adds to the block.
     warp_roles: WarpRoles | None = None
-    # Set by `launch_config`: byte offset of each shared buffer in the dynamic shared array.
+    # Set by `launch_config`: byte offset of each shared buffer in the dynamic shared array,
+    # from a base aligned to `smem_align` bytes (codegen aligns it when that is over 128).
     smem_offsets: dict = dataclasses.field(default_factory=dict)
+    smem_align: int = 128
     # Set by `launch_config`: everything a launch needs, as data over the call's inputs
     # (kir/launch.py), serializable without the fusion so a kernel loaded from disk launches.
     launch_description: Any = None

@@ -15,6 +15,7 @@ from .context import LoweringContext, LoweringError
 from .index import index_and_predicate
 from .launch import launch_config
 from .loops import build_loops
+from .matmul import build_matmul
 from .params import kernel_params
 from .pipeline import pipeline_loads
 from .reductions import lower_reductions
@@ -40,15 +41,31 @@ PIPELINE = [
     launch_config,          # grid, block, shared memory, launch bounds
 ]
 
+# A matmul the matmul scheduler took (fusion.mma): its tensor-core loop nest is built whole,
+# then buffered and launched by the passes every kernel goes through.
+MATMUL_PIPELINE = [
+    kernel_params,
+    build_matmul,           # tile loop, k loop with the operand boxes' copies and wgmmas,
+                            # the stmatrix / TMA-store epilogue
+    pipeline_loads,         # the copies' stages and mbarriers; producer and compute warp roles
+    launch_config,
+]
+
+
+def pipeline_of(fusion) -> list:
+    """The passes that lower `fusion`: MATMUL_PIPELINE for a scheduled matmul, else PIPELINE."""
+    return MATMUL_PIPELINE if fusion.mma is not None else PIPELINE
+
 
 def rules_after(pass_name: str) -> tuple:
     """The verifier rules that hold after pass `pass_name` of PIPELINE: those the passes up to
     it establish (`kir.verifier.establishes` on each pass), less those a later one retired."""
-    names = [p.__name__ for p in PIPELINE]
+    passes = PIPELINE if pass_name in [p.__name__ for p in PIPELINE] else MATMUL_PIPELINE
+    names = [p.__name__ for p in passes]
     if pass_name not in names:
         raise ValueError(f"unknown lowering pass {pass_name!r}; PIPELINE has {names}")
     rules: list = []
-    for p in PIPELINE[:names.index(pass_name) + 1]:
+    for p in passes[:names.index(pass_name) + 1]:
         rules = [r for r in rules if r not in p.retires] + list(p.establishes)
     return tuple(rules)
 
@@ -64,7 +81,7 @@ def lower(fusion, name: str = "pyfuser_kernel", index_type: str = "int",
                       streaming_loads=streaming_loads)
     kernel.ctx = LoweringContext(fusion)
     rules: list = []
-    for p in PIPELINE:
+    for p in pipeline_of(fusion):
         kernel = p(kernel)
         rules = [r for r in rules if r not in p.retires] + list(p.establishes)
         if verify_each:
@@ -75,4 +92,5 @@ def lower(fusion, name: str = "pyfuser_kernel", index_type: str = "int",
     return kernel
 
 
-__all__ = ["PIPELINE", "LoweringError", "lower", "rules_after", "verify"]
+__all__ = ["MATMUL_PIPELINE", "PIPELINE", "LoweringError", "lower", "pipeline_of", "rules_after",
+           "verify"]

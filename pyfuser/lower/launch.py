@@ -12,7 +12,8 @@ workspace is sized with the device library's formulas (kir/workspace.py) for the
 a runtime block size, for 1024 threads.
 
 The pass also lays out shared memory (kernel.smem_offsets, launch.shared_mem_dynamic: every
-shared buffer in one extern array, 128-byte aligned) and states the whole launch as data over
+shared buffer in one extern array, 128-byte aligned, or more where a buffer asks: swizzled
+TMA boxes start on 1024 bytes) and states the whole launch as data over
 the call's inputs (kernel.launch_description, kir/launch.py): parameter sources, grid, block,
 workspaces, shared memory, cooperative, cluster. Codegen prints from it; the executor launches
 from it, also for a kernel loaded from disk without its fusion.
@@ -151,10 +152,15 @@ def layout_shared(kernel: K.Kernel) -> int:
             size = s.buffer.size
             if not isinstance(size, K.Const):
                 raise ValueError(f"shared buffer {s.buffer.name} has a runtime size {size!r}")
-            total = -(-total // 128) * 128
+            align = max(128, s.buffer.align)
+            total = -(-total // align) * align
             kernel.smem_offsets[s.buffer.name] = total
             total += size.value * s.buffer.dtype.size
-    return total
+    # The extern array starts 128-byte aligned; a buffer that needs more (a 128-byte-swizzled
+    # box: 1024) is placed from a base codegen aligns by hand, with that much slack.
+    kernel.smem_align = max([128] + [s.buffer.align for s in K.walk(kernel.body)
+                                     if isinstance(s, K.Allocate) and s.buffer.memory == "shared"])
+    return total + (kernel.smem_align - 128 if total else 0)
 
 
 # Packing kind of each kir parameter kind (runtime/launch.py ParamLayout); "index" follows the
@@ -233,6 +239,10 @@ def describe_launch(kernel: K.Kernel) -> LaunchDescription:
             sources.append(("scalar", src[1]))
         elif src[0] == "workspace":
             sources.append(("workspace", workspace_index[p.name]))
+        elif src[0] == "tmap" and isinstance(src[1], K.TileBoxMap):
+            m = src[1]
+            sources.append(("tmap_tile", m.role, m.index, m.inner, m.outer, m.box_cols,
+                            m.box_rows, m.swizzle))
         elif src[0] == "tmap":
             m = src[1]
             sources.append(("tmap", m.input, m.row_elements, m.inner, m.box_rows))

@@ -154,6 +154,9 @@ def pipeline_loads(kernel: K.Kernel) -> K.Kernel:
             continue        # lowered where it stands, below
         loop, idx, top = load_site(tv, op, path)
         groups.setdefault(id(loop), (loop, path[:idx + 1], []))[2].append((tv, op, top))
+    for op, path in loads_where(kernel.body, is_placed_copy):
+        loop, idx, tv = placed_site(op, path)
+        groups.setdefault(id(loop), (loop, path[:idx + 1], []))[2].append((tv, op, op))
     kinds = {key: _kind_of(loop, items) for key, (loop, _, items) in groups.items()}
     # TMA pipelines first, then cp.async loads (in place and pipelined), then warp roles: the
     # order the statements' new loop variables are numbered in.
@@ -175,12 +178,35 @@ def pipeline_loads(kernel: K.Kernel) -> K.Kernel:
     return kernel
 
 
+def is_placed_copy(s) -> bool:
+    """A tensor-map copy a lowering pass built in its buffered loop, its barrier not yet given
+    (lower/matmul.py's operand tiles): pipeline_loads buffers it as the copies it makes from a
+    TensorOp's load."""
+    return isinstance(s, K.TensorMapLoad) and s.bar is None
+
+
+def placed_site(op: K.TensorMapLoad, path) -> tuple:
+    """(buffered loop, its index in `path`, the tensor) of a placed copy: the loop right around
+    it, which must be serial or grid-stride; the tensor is its destination's, with the circular
+    buffer the schedule gave it."""
+    tv = op.dst.buffer.tv
+    if tv is None or tv.circular_buffer_options is None:
+        raise LoweringError(f"the tensor-map copy into {op.dst.buffer.name} has no barrier and "
+                            "no circular buffer to give it one")
+    idx = len(path) - 1
+    if idx < 0 or not isinstance(path[idx], K.ForLoop) \
+            or path[idx].parallel not in ("Serial", "GridStride"):
+        raise LoweringError(f"T{tv.name}: its tensor-map copy is not directly in a serial or "
+                            "grid-stride loop")
+    return path[idx], idx, tv
+
+
 def _kind_of(loop: K.ForLoop, items) -> str:
     kinds = set()
     for tv, op, _ in items:
         opts = tv.circular_buffer_options
         if opts is not None and isinstance(opts.kind, WarpSpecialized):
-            if not is_tma_load(op):
+            if not (is_tma_load(op) or is_placed_copy(op)):
                 raise LoweringError(f"T{tv.name}: warp specialization fills its stages with TMA "
                                     "copies, not cp.async")
             kinds.add("warp_specialized")
@@ -281,8 +307,9 @@ def take_slot(kernel: K.Kernel, loop: K.ForLoop, tv, top, n_stages: int) -> tupl
         raise LoweringError(f"T{tv.name}: a circular buffer needs a constant slot size")
     slot = buf.size.value
     if tv.definition.load_kind == LoadKind.TmaTensor:
-        # Tensor-map destinations are 128-byte aligned: stages start on that boundary.
-        align = K.TENSOR_MAP_SMEM_ALIGN
+        # Tensor-map destinations are 128-byte aligned (1024 for swizzled boxes: the buffer's
+        # own alignment): stages start on that boundary.
+        align = max(K.TENSOR_MAP_SMEM_ALIGN, buf.align)
         slot = -(-slot * tv.dtype.size // align) * align // tv.dtype.size
     buf.size = K.Const(slot * n_stages)
     return buf, slot
@@ -296,9 +323,12 @@ def take_tma_loads(kernel: K.Kernel, loop: K.ForLoop, items, n_stages: int,
     for tv, op, top in items:
         buf, slot = take_slot(kernel, loop, tv, top, n_stages)
         bars = K.MBarriers(bars_name.format(buf.name), n_stages)
-        issue = (_tensor_map_issue(kernel, top, tv, bars)
-                 if tv.definition.load_kind == LoadKind.TmaTensor
-                 else _BulkCopies(kernel, tv, bars).rewrite([top]))
+        if is_placed_copy(top):
+            issue = [top]
+        elif tv.definition.load_kind == LoadKind.TmaTensor:
+            issue = _tensor_map_issue(kernel, top, tv, bars)
+        else:
+            issue = _BulkCopies(kernel, tv, bars).rewrite([top])
         buffered.append(BufferedTensor(tv, buf, bars, slot, issue))
     return buffered
 
@@ -707,7 +737,12 @@ def _cp_async_in_place(kernel: K.Kernel, tv, op, path) -> None:
 
 # Warp roles ------------------------------------------------------------------------------------
 def _thread_extent(kernel, pt: PT) -> int:
-    """The block extent along `pt` (1 when nothing is bound to it); it must be a constant."""
+    """The block extent along `pt`: the schedule's (fusion.launch_hints, a kernel whose loop
+    nest a lowering pass built: lower/matmul.py), else the largest bound to it (1 when nothing
+    is); it must be a constant."""
+    hint = kernel.fusion.launch_hints.get(f"block_{pt.short[-1]}")
+    if hint is not None:
+        return hint
     exts = bound_extents(kernel.ctx, {pt})
     if None in exts:
         raise LoweringError(f"warp specialization needs a constant {pt.short} extent "

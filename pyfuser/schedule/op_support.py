@@ -33,12 +33,13 @@ from ..ir.scalar import ScalarOp
 # of a mean over an expanded dim), which kernels compute from their scalar parameters.
 KERNEL_OPS: tuple = (UnaryOp, BinaryOp, WhereOp, LoadStoreOp, BroadcastOp, ExpandOp, SqueezeOp,
                      ReshapeOp, ReductionOp, FullOp, IotaOp, RandOp, WindowOp, GatherOp, ScalarOp,
-                     SegmentSetOp, ScanOp, TopKOp, IndexCheckOp, ScatterOp)
-LIBRARY_OPS: tuple = (MatmulOp, LinearOp)
-LIBRARY_FALLBACK_OPS: tuple = (ScanOp, TopKOp, ScatterOp)
+                     SegmentSetOp, ScanOp, TopKOp, IndexCheckOp, ScatterOp, MatmulOp, LinearOp)
+LIBRARY_OPS: tuple = ()
+LIBRARY_FALLBACK_OPS: tuple = (ScanOp, TopKOp, ScatterOp, MatmulOp, LinearOp)
 # Ops that one scheduler alone is asked to take, by name (schedulers/registry.py): a fusion
 # holding one is offered to that scheduler only, and that scheduler to no other fusion.
-DEDICATED_OPS: dict = {ScanOp: "scan", TopKOp: "topk", ScatterOp: "scatter"}
+DEDICATED_OPS: dict = {ScanOp: "scan", TopKOp: "topk", ScatterOp: "scatter", MatmulOp: "matmul",
+                       LinearOp: "matmul"}
 BOUNDARY_OPS: tuple = (SegmentSetOp,)
 # Ops that only move or fill data (no arithmetic worth a launch): the segmenter keeps them out
 # of segments of their own wherever a neighbour takes them.

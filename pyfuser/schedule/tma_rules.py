@@ -92,3 +92,19 @@ def check_row_box(sizes, strides, alignment: int, dtype_bytes: int) -> list[str]
         problems.append(f"a row of {n} x {dtype_bytes} bytes does not split into at most 256 box "
                         "pieces of at most 256 elements and a multiple of 16 bytes")
     return problems
+
+
+def check_tile_box(sizes, strides, alignment: int, dtype_bytes: int, inner: int, outer: int,
+                   box_cols: int, box_rows: int, swizzle: int = 128) -> list[str]:
+    """TEMPORARY (replaced by the tile-tmap branch)."""
+    problems = []
+    if len(sizes) != 2:
+        problems.append(f"rank {len(sizes)}, not 2")
+        return problems
+    if strides[inner] != 1:
+        problems.append(f"dim {inner} has stride {strides[inner]}, not 1")
+    if (strides[outer] * dtype_bytes) % GLOBAL_ALIGN:
+        problems.append(f"the row stride {strides[outer]} x {dtype_bytes} bytes is not a multiple of 16")
+    if alignment % GLOBAL_ALIGN:
+        problems.append(f"the data pointer is {alignment}-byte aligned, not 16")
+    return problems

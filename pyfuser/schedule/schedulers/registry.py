@@ -13,8 +13,8 @@ from ...ir.tensor import TensorView
 from ...ir.id_graph import IdGraph, reshape_cycle, self_mapping
 from .. import roles
 from ..op_support import DEDICATED_OPS, segment_kind
-from . import (inner_outer_persistent, inner_persistent, outer_persistent, pointwise, reduction,
-               scan, scatter, topk, transpose)
+from . import (inner_outer_persistent, inner_persistent, matmul, outer_persistent, pointwise,
+               reduction, scan, scatter, topk, transpose)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -24,10 +24,10 @@ class Choice:
     rejected: tuple = ()         # (name, reason) of the schedulers tried before
 
 
-# `scan`, `topk` and `scatter` are the schedulers of their ops alone (op_support.DEDICATED_OPS):
+# `scan`, `topk`, `scatter` and `matmul` are the schedulers of their ops alone (op_support.DEDICATED_OPS):
 # a fusion meets one of them or the others, so their place changes no choice.
 SCHEDULERS = [inner_outer_persistent, outer_persistent, inner_persistent, reduction, transpose,
-              pointwise, scan, topk, scatter]
+              pointwise, scan, topk, scatter, matmul]
 
 
 def register(module, first: bool = True) -> None:

@@ -1,0 +1,164 @@
+"""Pass `build_matmul`: the tensor-core loop nest of a matmul the matmul scheduler took.
+
+Before: a Kernel with parameters only; the fusion's `mma` (schedule/schedulers/matmul.py
+MatmulOperands) names A's and B's shared caches (circular-buffered, warp-specialized) and the
+output, with the tile sizes.
+
+After (one role still: `pipeline_loads` splits it into a producer and compute warp groups and
+gives each load its stage's slot and mbarrier; S stages, tile tm x tn, wg = threadIdx.y is the
+compute warp group, rows [64 wg, 64 wg + 64) of the tile):
+
+    A_s[tm * 64], B_s[tn * 64]: shared, 1024-byte aligned (128-byte swizzled boxes)
+    stage[wgs * 2 * 64 * 64]:  shared, two 64x64 staging boxes per compute warp group
+    acc[tn / 2]:               fp32 accumulators, registers
+    for t in GridStride(tiles):                        (m0, n0) = raster(t)
+      for kb in [0, ceil(K / 64)):
+        A_s <- TMA box (kb * 64, m0) of A; B_s <- TMA box (kb * 64, n0) of B   (no barrier yet)
+        wgmma.fence
+        for ks < 4: wgmma m64n{tn}k16 acc, A_s[64 wg rows, 16 ks], B_s[16 ks], scale_d = kb|ks != 0
+        wgmma.commit; wgmma.wait 0                     (the slot may be released after it)
+      accumulator fence
+      for chunk c < tn / 64:                           (staging box c % 2 of the warp group)
+        thread 0 of the warp group: bulk wait (read) until at most 1 store reads its boxes
+        barrier
+        4 x stmatrix.x4: accumulators -> 16-bit -> staging box, 128-byte swizzled addresses
+        fence.proxy.async; barrier
+        thread 0: TMA store of the box at (n0 + 64 c, m0 + 64 wg); bulk commit
+    thread 0 of each warp group: bulk wait until its stores are written
+
+Raster: tiles are visited in bands of `raster_group` tile rows, column by column within a
+band: consecutive CTAs share A rows and B columns in L2.
+
+Limits: 2-D operands, both K-major (a row of 64 K elements is one 128-byte swizzle row),
+16-bit inputs and output, tn a multiple of 64 with an even number of 64-column chunks (the
+staging box of chunk c is box c % 2 across tiles), tm 64 or 128; no epilogue op, no cluster.
+"""
+from __future__ import annotations
+
+from ..ir.dtype import DataType
+from ..kir import nodes as K
+from ..kir.verifier import establishes
+from .indexing import scalar_to_kexpr
+
+TILE_K = 64
+K_STEP = 16                      # K elements of one wgmma
+BOX = 64                         # the epilogue's staging box: 64 x 64
+_TIDX, _TIDY = K.Special("threadIdx.x"), K.Special("threadIdx.y")
+
+
+def _min(a, b) -> K.KExpr:
+    return K.Bin("min", a, b)
+
+
+def tile_origin(t, tiles_m, tiles_n, group: int, tile_m: int, tile_n: int) -> tuple:
+    """(m0, n0) of linear tile t: bands of `group` tile rows; within a band, tiles go down
+    the band's rows first, then across its columns."""
+    band = K.mul(K.Const(group), tiles_n)
+    first_m = K.mul(K.div(t, band), group)
+    rows = _min(K.sub(tiles_m, first_m), K.Const(group))
+    local = K.mod(t, band)
+    tm = K.add(first_m, K.mod(local, rows))
+    tn = K.div(local, rows)
+    return K.mul(tm, tile_m), K.mul(tn, tile_n)
+
+
+@establishes()
+def build_matmul(kernel: K.Kernel) -> K.Kernel:
+    ctx = kernel.ctx
+    fusion = kernel.fusion
+    mma = fusion.mma
+    p = mma.params
+    tm, tn = p.tile_m, p.tile_n
+    a_in, b_in = mma.a.definition.inputs[0], mma.b.definition.inputs[0]
+    dtype = a_in.dtype
+    if dtype not in (DataType.BFloat16, DataType.Half) or tn % BOX or (tn // BOX) % 2 \
+            or tm not in (64, 128) or tn > 256:
+        raise ValueError(f"build_matmul: tile {tm}x{tn} of {dtype.short_name} is not built")
+
+    def extent(tv, d):
+        return scalar_to_kexpr(tv.domain.logical[d].extent, ctx.names)
+
+    m, k = extent(a_in, mma.a_dims[0]), extent(a_in, mma.a_dims[1])
+    n = extent(b_in, mma.b_dims[0])
+
+    def tensor_map(role, index, inner, outer, cols, rows, buf):
+        tile_map = K.TileBoxMap(role, index, inner, outer, cols, rows, 128)
+        name = f"{buf.name}_tmap"
+        kernel.params.append(K.Param(name, "tmap", ("tmap", tile_map)))
+        kernel.tensor_maps[name] = tile_map
+        return K.Var(name), tile_map
+
+    a_glob, b_glob = ctx.buffers[a_in], ctx.buffers[b_in]
+    out_glob = ctx.buffers[mma.out]
+    a_map = tensor_map("input", fusion.input_position(a_in), mma.a_dims[1], mma.a_dims[0],
+                       TILE_K, tm, a_glob)
+    b_map = tensor_map("input", fusion.input_position(b_in), mma.b_dims[1], mma.b_dims[0],
+                       TILE_K, tn, b_glob)
+    c_map = tensor_map("output", fusion.outputs.index(mma.out), 1, 0, BOX, BOX, out_glob)
+
+    def shared(tv_or_name, elems):
+        name = tv_or_name if isinstance(tv_or_name, str) else f"T{tv_or_name.name}"
+        buf = K.Buffer(name, dtype, "shared", K.Const(elems),
+                       tv=None if isinstance(tv_or_name, str) else tv_or_name,
+                       align=K.SWIZZLE_ATOM_BYTES)
+        if not isinstance(tv_or_name, str):
+            ctx.buffers[tv_or_name] = buf
+        return buf
+
+    wgs = p.compute_warp_groups
+    a_s, b_s = shared(mma.a, tm * TILE_K), shared(mma.b, tn * TILE_K)
+    stage = shared("pf_mma_stage", wgs * 2 * BOX * BOX)
+    acc = K.Buffer("pf_acc", DataType.Float, "local", K.Const(tn // 2))
+
+    tiles_m, tiles_n = K.ceil_div(m, tm), K.ceil_div(n, tn)
+    t, kb = ctx.new_loop_var(), ctx.new_loop_var()
+    m0, n0 = tile_origin(t, tiles_m, tiles_n, p.raster_group, tm, tn)
+    box_bytes = lambda rows: K.Const(rows * TILE_K * dtype.size)  # noqa: E731
+    k0 = K.mul(kb, TILE_K)
+    loads = [K.TensorMapLoad(K.TensorIndex(a_s, K.Const(0)), *a_map, a_glob, [k0, m0],
+                             box_bytes(tm), None),
+             K.TensorMapLoad(K.TensorIndex(b_s, K.Const(0)), *b_map, b_glob, [k0, n0],
+                             box_bytes(tn), None)]
+    wg_rows = K.mul(_TIDY, 64 * TILE_K)
+    mmas: list = [K.WgmmaFence()]
+    for ks in range(TILE_K // K_STEP):
+        scale_d = K.Const(True, "bool") if ks else K.Bin("!=", kb, K.Const(0))
+        mmas.append(K.Wgmma(acc, K.TensorIndex(a_s, K.add(wg_rows, ks * K_STEP)),
+                            K.TensorIndex(b_s, K.Const(ks * K_STEP)), tn, dtype, scale_d))
+    mmas += [K.WgmmaCommit(), K.WgmmaWait(0)]
+    k_loop = K.ForLoop(kb, K.Const(0), K.ceil_div(k, TILE_K), K.Const(1), loads + mmas)
+
+    lane, warp = K.Var("pf_lane"), K.Var("pf_warp")
+    row, unit_hi = K.Var("pf_st_row"), K.Var("pf_st_unit")
+    thread0 = K.eq(_TIDX, 0)
+    epilogue: list = [K.AccumulatorFence(acc)]
+    for c in range(tn // BOX):
+        box = K.add(K.mul(_TIDY, 2 * BOX * BOX), (c % 2) * BOX * BOX)
+        epilogue += [K.IfThenElse(thread0, [K.BulkWait(1, read=True)]), K.BlockSync()]
+        for jj in range(4):
+            j0 = 8 * c + 2 * jj                      # the first of two 8-column groups
+            unit = K.add(K.Const(2 * jj), unit_hi)   # its 16-byte unit in the 128-byte row
+            dst = K.add(box, K.add(K.mul(row, BOX), K.mul(K.Bin("^", unit, K.mod(row, 8)), 8)))
+            values = [K.TensorIndex(acc, K.Const(4 * j0 + i)) for i in range(8)]
+            epilogue.append(K.StMatrix(K.TensorIndex(stage, dst), values, dtype))
+        epilogue += [K.FenceProxyAsync(), K.BlockSync(),
+                     K.IfThenElse(thread0, [
+                         K.TensorMapStore(K.TensorIndex(stage, box), *c_map, out_glob,
+                                          [K.add(n0, c * BOX), K.add(m0, K.mul(_TIDY, BOX))]),
+                         K.BulkCommit()])]
+    tile_loop = K.ForLoop(t, K.Const(0), K.mul(tiles_m, tiles_n), K.Const(1),
+                          [k_loop] + epilogue, parallel="GridStride")
+    kernel.body = [
+        K.Allocate(a_s), K.Allocate(b_s), K.Allocate(stage), K.Allocate(acc),
+        K.Comment(f"matmul: tile {tm}x{tn}x{TILE_K}, wgmma m64n{tn}k16, {wgs} compute warp "
+                  f"group(s); lane l of warp w stores row 16 w + l % 8 + 8 (l / 8 % 2) of its "
+                  "stmatrix boxes"),
+        K.ScalarDef(lane, K.mod(_TIDX, 32)),
+        K.ScalarDef(warp, K.div(_TIDX, 32)),
+        K.ScalarDef(row, K.add(K.mul(warp, 16), K.add(K.mod(lane, 8),
+                                                      K.mul(K.mod(K.div(lane, 8), 2), 8)))),
+        K.ScalarDef(unit_hi, K.div(lane, 16)),
+        tile_loop,
+        K.IfThenElse(thread0, [K.BulkWait(0, read=False)]),
+    ]
+    return kernel

@@ -1,0 +1,194 @@
+"""Matmul scheduler: a persistent, warp-specialized Hopper GEMM (wgmma, TMA tiles, 128-byte
+swizzle) for a lone matmul or linear of two 16-bit float matrices.
+
+The kernel (lower/matmul.py builds its loop nest, lower/pipeline.py its warp roles):
+
+    producer warp group (one elected thread):    compute warp groups (tile_m / 64 of them):
+      for tile t (persistent: blockIdx.x, += gridDim.x):
+        for k block kb:                             for k block kb:
+          wait empty[c % S]                           wait full[c % S]
+          TMA A box [tile_m, 64] and B box            wgmma m64n{tile_n}k16 x 4 (one per 16 of K)
+          [tile_n, 64] into slot c % S                 from the slot, fp32 accumulators
+                                                      wait, arrive empty[c % S]
+                                                    epilogue: accumulators -> 16-bit, stmatrix
+                                                    into 128-byte-swizzled 64x64 staging boxes,
+                                                    TMA store (double-buffered per warp group)
+
+with c the stage counter running across tiles (the pipeline never drains between tiles). Tiles
+are visited in bands of `raster_group` tile rows (consecutive CTAs share A rows and B columns
+in L2). Ragged M, N and K need no predicates: TMA zero-fills the boxes' out-of-bounds elements
+and clips the stores.
+
+Taken: one MatmulOp (a [M, K] @ b [K, N]) or LinearOp without bias (x [M, K], w [N, K]) of two
+fusion inputs, bf16 or fp16, out the fusion's output. Refused by the heuristic (the op then
+runs as torch.matmul, a library segment): an operand whose K dim is not its stride-1 dim
+(MN-major: b row-major [K, N]; not built), strides or pointers TMA cannot take (a row not a
+multiple of 16 bytes: K or N not a multiple of 8), K = 0, a device that is not Hopper. Not
+built yet (issues 20 and 21): batched operands, a fused epilogue (bias, activations), clusters
+with multicast, ping-pong compute roles, split-K and stream-K.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from ...ir.dtype import DataType
+from ...ir.exprs import LinearOp, LoadKind, MatmulOp
+from ...ir.iter_domain import ParallelType as PT
+from ...ir.tensor import MemoryType, TensorView, WarpSpecialized
+from ..cache import cache_after
+from ..circular_buffer import circular_buffer
+from ..tma_rules import check_tile_box
+from .base import RuntimeInfo, SchedulerError
+
+NAME = "matmul"          # offered the fusions with a matmul alone (op_support.DEDICATED_OPS)
+
+MMA_DTYPES = (DataType.BFloat16, DataType.Half)
+WARP_GROUP_ROWS = 64     # rows of one wgmma (m64)
+TILE_K = 64              # K elements of one box row: 128 bytes of a 16-bit type, the swizzle span
+EPILOGUE_BOX = 64        # the staging box: 64 x 64 elements (rows of 128 bytes)
+SMEM_SLACK = 1024        # the dynamic shared memory's base aligned to 1024 bytes by hand
+
+
+@dataclasses.dataclass(frozen=True)
+class MatmulParams:
+    tile_m: int = 128            # rows of C per tile: 64 per compute warp group
+    tile_n: int = 256            # columns of C per tile: the wgmma's n
+    stages: int = 4              # circular-buffer slots of the A and B boxes
+    raster_group: int = 8        # tile rows per band of the persistent tile order
+    grid: int = 132              # persistent CTAs
+    producer_registers: int = 40
+
+    @property
+    def compute_warp_groups(self) -> int:
+        return self.tile_m // WARP_GROUP_ROWS
+
+    def describe(self) -> str:
+        return (f"matmul: tile {self.tile_m}x{self.tile_n}x{TILE_K}, {self.stages} stages, "
+                f"{self.compute_warp_groups} compute warp group(s) + 1 producer, persistent grid "
+                f"{self.grid}, raster bands of {self.raster_group} tile rows")
+
+
+@dataclasses.dataclass(frozen=True)
+class MatmulOperands:
+    """What lowering needs of the scheduled matmul (fusion.mma): the operands' shared caches,
+    the output, and each operand's dims (M or N rows, K along a row)."""
+
+    params: MatmulParams
+    a: TensorView                # shared cache of A, rows M
+    b: TensorView                # shared cache of B, rows N
+    out: TensorView
+    a_dims: tuple                # (row dim, K dim) of A's global input
+    b_dims: tuple                # (row dim, K dim) of B's global input
+
+
+def _matmul_op(fusion):
+    ops = [e for e in fusion.exprs() if isinstance(e, (MatmulOp, LinearOp))]
+    return ops[0] if len(ops) == 1 else None
+
+
+def _operand_dims(op) -> tuple[tuple, tuple]:
+    """((A's M dim, A's K dim), (B's N dim, B's K dim)) in the operands' logical dims."""
+    if isinstance(op, LinearOp):
+        return (0, 1), (0, 1)
+    return (0, 1), (1, 0)
+
+
+def can_schedule(fusion) -> tuple[bool, str]:
+    op = _matmul_op(fusion)
+    if op is None:
+        return False, "no single matmul"
+    others = [e for e in fusion.exprs() if e is not op and
+              any(isinstance(o, TensorView) for o in e.outputs)]
+    if others:
+        return False, ("ops beside the matmul (a fused epilogue is not built yet): "
+                       + ", ".join(sorted({type(e).__name__ for e in others})))
+    if isinstance(op, LinearOp) and op.bias is not None:
+        return False, "a linear with a bias (the bias epilogue is not fused yet)"
+    a, b = op.inputs[0], op.inputs[1]
+    out = op.outputs[0]
+    for name, t in (("a", a), ("b", b)):
+        if t not in fusion.inputs:
+            return False, f"operand {name} is not a fusion input"
+        if len(t.domain.logical) != 2:
+            return False, (f"operand {name} has {len(t.domain.logical)} dims (the kernel takes "
+                           "2-D operands; batched matmuls are not built yet)")
+        if t.dtype not in MMA_DTYPES:
+            return False, f"operand {name} is {t.dtype.short_name}, not bf16 or fp16"
+    if a.dtype != b.dtype or out.dtype != a.dtype:
+        return False, "operands and output of different dtypes"
+    if out not in fusion.outputs:
+        return False, "the matmul's result is not a fusion output"
+    if any(i.is_broadcast for t in (a, b) for i in t.domain.logical):
+        return False, "an operand with a broadcast dim"
+    return True, "a lone 2-D matmul of 16-bit floats: wgmma with TMA tiles"
+
+
+def _tile_candidates(sm_count: int, m: int, n: int) -> tuple:
+    """(tile_m, tile_n) in the order tried: the largest tile (cuBLAS-speed on large shapes,
+    ../shared/MATMUL.md) while its tiles fill most SMs, smaller ones otherwise."""
+    # A 64-row tile (one compute warp group) is not offered: with 256 threads the entry register
+    # count (248) is above what the compute role may ask (240), so the warp roles' split fails.
+    return ((128, 256), (128, 128))
+
+
+def _tiles(m: int, n: int, tm: int, tn: int) -> int:
+    return -(-m // tm) * -(-n // tn)
+
+
+def compute_heuristics(fusion, info: RuntimeInfo) -> MatmulParams:
+    dev = info.device
+    if dev.major != 9:
+        raise SchedulerError(f"matmul: wgmma is a Hopper (sm_90) instruction; {dev.name} is "
+                             f"sm_{dev.major}{dev.minor}")
+    op = _matmul_op(fusion)
+    (am, ak), (bn, bk) = _operand_dims(op)
+    a, b = op.inputs[0], op.inputs[1]
+    fa, fb = info.inputs[fusion.input_position(a)], info.inputs[fusion.input_position(b)]
+    m, k = fa.sizes[am], fa.sizes[ak]
+    n = fb.sizes[bn]
+    if k == 0:
+        raise SchedulerError("matmul: K = 0 (nothing to accumulate; torch gives zeros)")
+    for name, f, rows, kd, box_rows in (("a", fa, am, ak, 64), ("b", fb, bn, bk, 64)):
+        why = check_tile_box(list(f.sizes), list(f.strides), f.alignment, a.dtype.size,
+                             inner=kd, outer=rows, box_cols=TILE_K, box_rows=box_rows,
+                             swizzle=128)
+        if why:
+            raise SchedulerError(f"matmul: operand {name} cannot be read with TMA tiles along K: "
+                                 + "; ".join(why))
+    if (n * a.dtype.size) % 16:
+        raise SchedulerError(f"matmul: the output's rows of N = {n} elements are not a multiple "
+                             "of 16 bytes (the TMA store needs it)")
+    sms = dev.sm_count
+    chosen = None
+    for tm, tn in _tile_candidates(sms, m, n):
+        tiles = _tiles(m, n, tm, tn)
+        chosen = (tm, tn)
+        if tiles >= sms * 0.75:
+            break
+    tm, tn = chosen
+    stage_bytes = (tm + tn) * TILE_K * a.dtype.size
+    staging = (tm // WARP_GROUP_ROWS) * 2 * EPILOGUE_BOX * EPILOGUE_BOX * a.dtype.size
+    budget = dev.max_shared_memory_per_block_optin - staging - SMEM_SLACK - 1024
+    stages = min(6, budget // stage_bytes)
+    if stages < 2:
+        raise SchedulerError(f"matmul: {dev.name}'s shared memory holds fewer than 2 stages of "
+                             f"the {tm}x{tn} tile")
+    tiles = _tiles(m, n, tm, tn)
+    return MatmulParams(tile_m=tm, tile_n=tn, stages=stages, grid=max(1, min(tiles, sms)))
+
+
+def schedule(fusion, params: MatmulParams) -> None:
+    op = _matmul_op(fusion)
+    a_dims, b_dims = _operand_dims(op)
+    a, b = op.inputs[0], op.inputs[1]
+    out = op.outputs[0]
+    kind = WarpSpecialized(PT.TIDy, producer_registers=params.producer_registers)
+    caches = []
+    for t in (a, b):
+        c = cache_after(t, LoadKind.TmaTensor, MemoryType.Shared)
+        circular_buffer(c, params.stages, params.stages - 1, kind)
+        caches.append(c)
+    threads = 128
+    fusion.launch_hints.update(grid_x=params.grid, block_x=threads,
+                               block_y=params.compute_warp_groups)
+    fusion.mma = MatmulOperands(params, caches[0], caches[1], out, a_dims, b_dims)

@@ -1,0 +1,192 @@
+"""The matmul scheduler and its lowering (schedule/schedulers/matmul.py, lower/matmul.py): which
+matmuls it takes, the heuristic against the device table, the kernel it builds (warp roles,
+wgmma, TMA tiles, stmatrix epilogue), NVRTC's report on it, and the fragment, stmatrix and
+swizzle address maps it relies on."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from pyfuser import DataType, FusionDefinition
+from pyfuser.kir import nodes as K
+from pyfuser.runtime.device import DEVICE_TABLE
+from pyfuser.schedule.schedulers import matmul
+from pyfuser.schedule.schedulers.base import SchedulerError
+
+BF16 = DataType.BFloat16
+
+
+def linear_fd(dtype=BF16):
+    with FusionDefinition("linear") as fd:
+        x = fd.define_tensor(shape=[-1, -1], dtype=dtype)
+        w = fd.define_tensor(shape=[-1, -1], dtype=dtype)
+        fd.add_output(fd.ops.linear(x, w))
+    return fd
+
+
+def matmul_fd(dtype=BF16):
+    with FusionDefinition("matmul") as fd:
+        a = fd.define_tensor(shape=[-1, -1], dtype=dtype)
+        b = fd.define_tensor(shape=[-1, -1], dtype=dtype)
+        fd.add_output(fd.ops.matmul(a, b))
+    return fd
+
+
+def meta(*shape, dtype=torch.bfloat16, stride=None):
+    if stride is None:
+        return torch.empty(shape, dtype=dtype, device="meta")
+    return torch.empty_strided(shape, stride, dtype=dtype, device="meta")
+
+
+def only_segment(explanation):
+    assert len(explanation.segments) == 1, explanation
+    return explanation.segments[0]
+
+
+def test_linear_is_one_matmul_kernel():
+    seg = only_segment(linear_fd().explain([meta(4096, 4096), meta(4096, 4096)], device="h100"))
+    assert seg.kind == "kernel" and seg.kernel.scheduler == "matmul"
+    p = seg.kernel.params
+    assert (p.tile_m, p.tile_n, p.stages, p.grid) == (128, 256, 4, 132)
+    assert seg.kernel.block == (128, 3, 1)
+
+
+def test_matmul_of_a_transposed_weight_is_k_major():
+    # b = w.t(): [K, N] with K the stride-1 dim, as a Linear's weight seen through .t().
+    a, b = meta(512, 256), meta(256, 384, stride=(1, 256))
+    with FusionDefinition("matmul_t") as fd:
+        fd.add_output(fd.ops.matmul(fd.from_pytorch(a), fd.from_pytorch(b)))
+    seg = only_segment(fd.explain([a, b], device="h100"))
+    assert seg.kind == "kernel" and seg.kernel.scheduler == "matmul"
+
+
+def test_mn_major_b_runs_torch():
+    # b row-major [K, N]: its K dim is strided (MN-major): not built, torch.matmul runs it.
+    e = matmul_fd().explain([meta(512, 256), meta(256, 384)], device="h100")
+    assert refused_to_library(e)
+    assert "cannot be read with TMA tiles" in str(e)
+
+
+def refused_to_library(e) -> bool:
+    """The matmul scheduler's heuristic refused the shapes and the plan made again without it
+    runs torch (a library segment)."""
+    seg = only_segment(e)
+    return seg.kind == "kernel" and seg.again is not None and \
+        [s.kind for s in seg.again.segments] == ["library"]
+
+
+@pytest.mark.parametrize("k", [100, 4])
+def test_rows_tma_cannot_copy_run_torch(k):
+    # K * 2 bytes not a multiple of 16: no tensor map over the operands.
+    e = linear_fd().explain([meta(256, k), meta(256, k)], device="h100")
+    assert refused_to_library(e), e
+
+
+def test_a_bias_or_an_epilogue_is_not_fused_yet():
+    with FusionDefinition("linear_bias") as fd:
+        x = fd.define_tensor(shape=[-1, -1], dtype=BF16)
+        w = fd.define_tensor(shape=[-1, -1], dtype=BF16)
+        b = fd.define_tensor(shape=[-1], dtype=BF16)
+        fd.add_output(fd.ops.linear(x, w, b))
+    ok, why = matmul.can_schedule(fd.fusion)
+    assert not ok and "bias" in why
+
+
+def _info(m, n, k, device="h100"):
+    from pyfuser.schedule.schedulers.base import InputFacts, RuntimeInfo
+    fd = linear_fd()
+    facts = (InputFacts((m, k), (k, 1), 16), InputFacts((n, k), (k, 1), 16))
+    return fd.fusion, RuntimeInfo({}, facts, DEVICE_TABLE[device])
+
+
+@pytest.mark.parametrize("mnk, tile", [((8192, 8192, 8192), (128, 256)),
+                                       ((16384, 256, 4096), (128, 256)),
+                                       ((2048, 1024, 4096), (128, 128)),
+                                       ((1000, 1000, 1000), (128, 128))])
+def test_heuristic_tile_and_stages_fit_the_device(mnk, tile):
+    fusion, info = _info(*mnk)
+    p = matmul.compute_heuristics(fusion, info)
+    assert (p.tile_m, p.tile_n) == tile
+    dev = info.device
+    stage = (p.tile_m + p.tile_n) * 64 * 2
+    staging = p.compute_warp_groups * 2 * 64 * 64 * 2
+    assert 2 <= p.stages and p.stages * stage + staging + 1024 <= dev.max_shared_memory_per_block_optin
+    tiles = -(-mnk[0] // p.tile_m) * -(-mnk[1] // p.tile_n)
+    assert p.grid == min(tiles, dev.sm_count)
+
+
+def test_heuristic_refuses_k_zero_and_non_hopper():
+    fusion, info = _info(128, 128, 0)
+    with pytest.raises(SchedulerError, match="K = 0"):
+        matmul.compute_heuristics(fusion, info)
+    import dataclasses
+    fusion, info = _info(128, 128, 64)
+    info.device = dataclasses.replace(info.device, name="A100", major=8, minor=0)
+    with pytest.raises(SchedulerError, match="Hopper"):
+        matmul.compute_heuristics(fusion, info)
+
+
+def _kernel(m=300, n=264, k=200):
+    seg = only_segment(linear_fd().explain([meta(m, k), meta(n, k)], device="h100",
+                                           compile=True))
+    return seg.kernel
+
+
+def test_kernel_roles_and_instructions():
+    ke = _kernel()
+    kernel = ke.kernel.kernel
+    kinds = {type(s).__name__ for s in K.walk(kernel.body)}
+    assert {"RoleSplit", "Wgmma", "StMatrix", "TensorMapStore", "TensorMapLoad",
+            "MBarrierWait", "SetMaxNReg"} <= kinds
+    roles = kernel.warp_roles
+    assert (roles.producer_registers, roles.compute_registers) == (40, 232)
+    # Every operand copy got a stage and a barrier from pipeline_loads.
+    assert all(s.bar is not None for s in K.walk(kernel.body) if isinstance(s, K.TensorMapLoad))
+    src = ke.kernel.source
+    assert "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16" in src
+    assert "pf::tma_store_2d" in src and "pf::stmatrix_x4" in src
+    # Three tile maps: A and B boxes of 64 K elements, the output's 64x64 staging box.
+    maps = sorted((m.role, m.box) for m in kernel.tensor_maps.values())
+    assert maps == [("input", (64, 128)), ("input", (64, 128)), ("output", (64, 64))]
+    assert kernel.smem_align == 1024
+    assert kernel.launch.shared_mem_dynamic <= DEVICE_TABLE["h100"].max_shared_memory_per_block_optin
+
+
+@pytest.mark.parametrize("mnk", [(4096, 4096, 4096), (300, 264, 200)])
+def test_ptxas_no_spills_no_serialized_wgmma(mnk):
+    ke = _kernel(*mnk)
+    report = ke.ptxas
+    assert "0 B spill stores" in report and "0 B spill loads" in report, report
+    assert "serializ" not in report.lower(), report
+    assert "setmaxnreg ignored" not in report.lower(), report
+
+
+def test_fragment_and_stmatrix_maps_agree():
+    """The epilogue's stmatrix of accumulator registers 4 j0 .. 4 j0 + 7 by lane l (addresses of
+    row l % 8 + 8 (l / 8 % 2) at 16-byte unit 2 jj + l / 16, as lower/matmul.py computes them)
+    puts each accumulator where the wgmma fragment formula says its element is: row r, column
+    c of the 64-column box at byte swizzled_byte(r * 128 + 2 c)."""
+    for warp in range(4):
+        for jj in range(4):
+            j0 = 2 * jj
+            placed = {}
+            for lane in range(32):
+                row = 16 * warp + lane % 8 + 8 * (lane // 8 % 2)
+                unit = 2 * jj + lane // 16
+                placed[lane] = row * 64 + ((unit ^ (row % 8)) * 8)   # element of the row start
+            for lane in range(32):
+                for kreg in range(4):      # register k of the stmatrix: matrix k
+                    for half in range(2):
+                        i = 4 * j0 + 2 * kreg + half     # the accumulator register
+                        r = 16 * warp + lane // 4 + 8 * ((i >> 1) & 1)
+                        c = 8 * (i >> 2) + 2 * (lane % 4) + (i & 1)
+                        # stmatrix: matrix k row lane // 4 from lane 8 k + lane // 4's address
+                        elem = placed[8 * kreg + lane // 4] + 2 * (lane % 4) + half
+                        assert elem * 2 == K.swizzled_byte((r * 64 + c) * 2), (warp, jj, lane, i)
+
+
+def test_swizzle_is_a_permutation_of_16_byte_units_per_atom():
+    atom = [K.swizzled_byte(b) for b in range(1024)]
+    assert sorted(atom) == list(range(1024))
+    assert all(K.swizzled_byte(b) % 16 == b % 16 for b in range(1024))
+    assert K.swizzled_byte(1024 + 130) == 1024 + K.swizzled_byte(130)

@@ -1,0 +1,83 @@
+"""The bar of the Hopper matmul issue: y = x @ w^T (bf16 in and out, x [M, K], w [N, K]: the
+torch Linear weight layout) through pyfuser's generated kernel, beside torch.matmul (cuBLAS)
+and torch.compile of it, in one run (GPU machine); or each shape's plan on the CPU:
+
+    PYTHONPATH=. python tools/bench_issue20.py [MxNxK..]   # GPU: TFLOP/s (all bar shapes by default)
+    PYTHONPATH=. python tools/bench_issue20.py --explain   # CPU: the plan of each shape (H100)
+
+TFLOP/s count 2 M N K. Times are medians of triton's do_bench (pyfuser.benchmark.harness._bench,
+which clears the L2 before each run) of the whole call (fd.execute: host work included, as a
+user calls it). Before timing, pyfuser's output is checked against float32 (relative error of
+the largest element) and the plan is printed (a library segment would be torch itself).
+"""
+from __future__ import annotations
+
+import sys
+
+import torch
+
+from pyfuser import DataType, FusionDefinition
+
+BAR_SHAPES = [(8192, 8192, 8192), (4096, 4096, 4096), (2048, 8192, 8192), (8192, 3072, 8192),
+              (16384, 8192, 2048), (16384, 256, 4096), (8192, 8192, 64), (1000, 1000, 1000)]
+
+
+def linear_fusion() -> FusionDefinition:
+    with FusionDefinition("linear") as fd:
+        x = fd.define_tensor(shape=[-1, -1], dtype=DataType.BFloat16)
+        w = fd.define_tensor(shape=[-1, -1], dtype=DataType.BFloat16)
+        fd.add_output(fd.ops.linear(x, w))
+    return fd
+
+
+def _shapes(argv) -> list:
+    words = [a for a in argv if not a.startswith("--")]
+    return [tuple(int(v) for v in w.split("x")) for w in words] or BAR_SHAPES
+
+
+def explain(shapes) -> int:
+    fd = linear_fusion()
+    for m, n, k in shapes:
+        x = torch.empty(m, k, dtype=torch.bfloat16, device="meta")
+        w = torch.empty(n, k, dtype=torch.bfloat16, device="meta")
+        print(f"== {m}x{n}x{k}\n{fd.explain([x, w], device='h100', compile=True)}\n")
+    return 0
+
+
+def bench(shapes) -> int:
+    from pyfuser.benchmark.harness import _bench
+    print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}")
+    print("MxNxK | pyfuser TFLOP/s | cuBLAS TFLOP/s | compile TFLOP/s | pyfuser / cuBLAS | "
+          "rel. error | plan")
+    print("--- | --- | --- | --- | --- | --- | ---")
+    fd = linear_fusion()
+    for m, n, k in shapes:
+        g = torch.Generator(device="cuda").manual_seed(0)
+        x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16, generator=g)
+        w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16, generator=g)
+        y = fd.execute([x, w])[0]
+        run = fd.last_run
+        ref = x.float() @ w.float().t()
+        err = ((y.float() - ref).abs().max() / ref.abs().max()).item()
+
+        def cublas():
+            return torch.matmul(x, w.t())
+        compiled = torch.compile(cublas, dynamic=False)
+        flops = 2 * m * n * k
+        t = {"pyfuser": _bench(lambda: fd.execute([x, w])), "cublas": _bench(cublas)}
+        try:
+            compiled()
+            t["compile"] = _bench(compiled)
+        except Exception as e:      # noqa: BLE001 - a peer that fails is reported, not fatal
+            print(f"# compile failed: {type(e).__name__}: {e}"[:300])
+        tf = {name: flops / ms / 1e9 for name, ms in t.items()}
+        plan = ", ".join(f"{s.kind}:{s.name}" for s in run.segments) or ",".join(run.schedulers)
+        print(f"{m}x{n}x{k} | {tf['pyfuser']:.0f} | {tf['cublas']:.0f} | "
+              f"{tf.get('compile', float('nan')):.0f} | {tf['pyfuser'] / tf['cublas']:.2f} | "
+              f"{err:.1e} | {run.kind}: {plan} {[getattr(h, "describe", lambda: h)() for h in run.heuristics]}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    chosen = _shapes(sys.argv[1:])
+    raise SystemExit(explain(chosen) if "--explain" in sys.argv else bench(chosen))
