@@ -1,0 +1,81 @@
+"""The generated Hopper matmul on the GPU (schedulers/matmul.py, lower/matmul.py): square,
+ragged, tall-skinny, small-K and one-tile shapes of linear (x @ w^T) and matmul with a K-major
+b, bf16 and fp16, outputs poisoned and compared with float64 (run_and_check); what ran is
+asserted (the matmul scheduler, one kernel, no fallback). Layouts the kernel does not take
+(MN-major b, K not a multiple of 8, batched) run torch's matmul in a library segment, also
+checked."""
+import pytest
+import torch
+
+from pyfuser import FusionDefinition
+from pyfuser.testing import run_and_check
+
+pytestmark = [pytest.mark.gpu,
+              pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
+
+
+def _linear_fd(x, w):
+    with FusionDefinition() as fd:
+        fd.add_output(fd.ops.linear(fd.from_pytorch(x), fd.from_pytorch(w)))
+    return fd
+
+
+def _matmul_fd(a, b):
+    with FusionDefinition() as fd:
+        fd.add_output(fd.ops.matmul(fd.from_pytorch(a), fd.from_pytorch(b)))
+    return fd
+
+
+@pytest.mark.parametrize("m, n, k", [
+    (128, 128, 64),          # one tile, one k block
+    (129, 264, 72),          # ragged in all three
+    (1000, 1000, 1000),
+    (1024, 1024, 1024),
+    (3000, 2056, 1032),      # 1.6 waves of 128x256 tiles
+    (2048, 256, 4096),       # tall-skinny
+    (64, 4096, 512),         # tiny M
+    (512, 512, 8),           # K shorter than a box: the box's rest zero-filled
+    (4096, 4096, 4096),      # 128x256 tiles, the persistent loop over several tiles per CTA
+    (300, 4104, 2056),       # N past a 256 multiple by 8
+])
+def test_linear(m, n, k):
+    x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
+    run_and_check(_linear_fd(x, w), [x, w], scheduler="matmul")
+
+
+def test_fp16_and_a_transposed_weight():
+    a = torch.randn(777, 520, device="cuda", dtype=torch.float16)
+    w = torch.randn(392, 520, device="cuda", dtype=torch.float16)
+    b = w.t()                    # [K, N], K the stride-1 dim: K-major
+    run_and_check(_matmul_fd(a, b), [a, b], scheduler="matmul")
+
+
+def test_the_persistent_tile_order_covers_every_tile():
+    # More tiles than CTAs, tile rows not a multiple of the raster band (8): every output tile
+    # written once (poisoned outputs would show a missed one).
+    x = torch.randn(128 * 13 + 5, 256, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(256 * 23, 256, device="cuda", dtype=torch.bfloat16)
+    fd = _linear_fd(x, w)
+    run_and_check(fd, [x, w], scheduler="matmul")
+    (p,) = fd.last_run.heuristics
+    assert p.grid < 14 * 23, p
+
+
+@pytest.mark.parametrize("case", ["mn_major_b", "k_not_multiple_of_8", "batched"])
+def test_layouts_the_kernel_does_not_take_run_torch(case):
+    if case == "mn_major_b":
+        a = torch.randn(256, 192, device="cuda", dtype=torch.bfloat16)
+        b = torch.randn(192, 320, device="cuda", dtype=torch.bfloat16)
+    elif case == "k_not_multiple_of_8":
+        a = torch.randn(256, 100, device="cuda", dtype=torch.bfloat16)
+        b = torch.randn(320, 100, device="cuda", dtype=torch.bfloat16).t()
+    else:
+        a = torch.randn(3, 256, 192, device="cuda", dtype=torch.bfloat16)
+        b = torch.randn(3, 192, 320, device="cuda", dtype=torch.bfloat16)
+    fd = _matmul_fd(a, b)
+    out = fd.execute([a, b])[0]
+    run = fd.last_run
+    assert run.kind != "reference" and "matmul" not in run.schedulers, run
+    ref = torch.matmul(a.double(), b.double())
+    assert ((out.double() - ref).norm() / ref.norm()).item() < 1e-2
