@@ -189,7 +189,8 @@ class _KernelPlan:
     TENSOR_MAP_CACHE = 16
 
     def __init__(self, fk, device, grid, block, values, ptr_slots, scalar_slots, out_specs,
-                 run_info, poison: bool, tmap_slots=(), workspaces=(), index_checks=None):
+                 run_info, poison: bool, tmap_slots=(), workspaces=(), index_checks=None,
+                 tile_slots=()):
         import torch
 
         from .launch import ParamLayout
@@ -210,6 +211,12 @@ class _KernelPlan:
         # (param position, kir.RowBoxMap): a tensor map embeds the input's address, so it is
         # encoded for each new pointer (a host call of a few microseconds), then reused.
         self.tmap_slots = tuple(tmap_slots)
+        # (param position, kir.TileBoxMap), split by role: an output's map is encoded after
+        # the output is allocated (its pointer is new at each call unless the caching
+        # allocator hands the same block back, when the cached map is reused).
+        self.tile_slots = tuple(tile_slots)
+        self._input_tiles = tuple((pos, m) for pos, m in self.tile_slots if m.role == "input")
+        self._output_tiles = tuple((pos, m) for pos, m in self.tile_slots if m.role == "output")
         self._tmaps: dict = {}
         self.out_specs = out_specs           # (sizes, strides, torch dtype)
         self.run_info = run_info
@@ -248,6 +255,10 @@ class _KernelPlan:
             vals[pos] = inputs[k]
         for pos, row_map in self.tmap_slots:
             vals[pos] = self._tensor_map(inputs[row_map.input], row_map)
+        for pos, tile_map in self._input_tiles:
+            vals[pos] = self._tensor_map(inputs[tile_map.index], tile_map)
+        for pos, tile_map in self._output_tiles:
+            vals[pos] = self._tensor_map(outs[tile_map.index], tile_map)
         checks = self.index_checks
         if checks is not None:
             checks.settle()         # an earlier launch's failure is raised before this one
@@ -258,13 +269,17 @@ class _KernelPlan:
         return outs
 
 
-    def _tensor_map(self, x, row_map) -> bytes:
-        # The plan fixes the input's shape, strides and alignment: only the pointer varies.
-        key = (row_map.input, x.data_ptr())
+    def _tensor_map(self, x, tensor_map) -> bytes:
+        # The plan fixes the tensor's shape, strides and alignment: only the pointer varies.
+        # Keyed by the map itself (its role and index, and its box: one tensor may be read
+        # through two maps) and the pointer.
+        key = (tensor_map, x.data_ptr())
         tmap = self._tmaps.pop(key, None)
         if tmap is None:
-            from .tensor_map import encode_row_box
-            tmap = encode_row_box(x, row_map)
+            from ..kir.nodes import TileBoxMap
+            from .tensor_map import encode_row_box, encode_tile_box
+            encode = encode_tile_box if isinstance(tensor_map, TileBoxMap) else encode_row_box
+            tmap = encode(x, tensor_map)
             if len(self._tmaps) >= self.TENSOR_MAP_CACHE:
                 self._tmaps.pop(next(iter(self._tmaps)))
         self._tmaps[key] = tmap          # most recent last
@@ -581,6 +596,7 @@ class FusionExecutorCache:
         self._check_vector_widths(fk, inputs)
         self._check_extent_multiples(fk, inputs)
         self._check_bulk_rows(fk, inputs)
+        self._check_tile_maps(fk, inputs)
         if target.interpret:
             return _InterpretPlan(self.fusion, fk, RunInfo(
                 "kernels", (fk.scheduler,), 1, choice.reason, (fk.params,), (fk.name,),
@@ -734,6 +750,40 @@ class FusionExecutorCache:
                                  f"with tensor-map boxes of whole rows as heuristic {fk.params!r} "
                                  "asks: " + "; ".join(bad))
 
+    def _check_tile_maps(self, fk, inputs) -> None:
+        """Inputs a kernel copies in 2D tiles through a tensor map (a kir.TileBoxMap: a matmul's
+        operands) must keep the map's rules (schedule/tma_rules.check_tile_box: the inner dim
+        contiguous, 16-byte aligned pointer and row stride, extents a map can address): checked
+        before launch, since a reused kernel may meet other strides than the heuristic saw.
+        Outputs are the executor's own allocations (checked in `_plan_for`)."""
+        tiles = [src for src in fk.launch.param_sources
+                 if src[0] == "tmap_tile" and src[1] == "input"]
+        if not tiles:
+            return          # spare a new process importing the TMA rules
+        from ..kir.nodes import TileBoxMap
+        from .tensor_map import tile_box_problems
+        for src in tiles:
+            tile_map = TileBoxMap(*src[1:])
+            k = tile_map.index
+            bad = tile_box_problems(inputs[k], tile_map)
+            if bad:
+                raise ValueError(
+                    f"{self.name}: input {k} (T{self.fusion.inputs[k].name}, sizes "
+                    f"{tuple(inputs[k].shape)}, strides {tuple(inputs[k].stride())}) cannot be "
+                    f"copied in tiles of {tile_map.box_rows} x {tile_map.box_cols} through a "
+                    f"tensor map as heuristic {fk.params!r} asks: " + "; ".join(bad))
+
+    @staticmethod
+    def _output_tile_problems(tile_map, spec) -> list[str]:
+        """check_tile_box for an output the executor allocates (`spec`: sizes, strides, torch
+        dtype), whose pointer torch aligns to at least 256 bytes."""
+        from ..schedule.tma_rules import check_tile_box
+        sizes, strides, dtype = spec
+        item = dtype.itemsize
+        return check_tile_box(list(sizes), list(strides), 256, item, tile_map.inner,
+                              tile_map.outer, tile_map.box_cols, tile_map.box_rows,
+                              tile_map.swizzle)
+
     def _plan_for(self, fk, inputs, bindings, out_sizes, device, choice):
         """The launch of `fk` for this signature, from its launch description alone (the same
         for a kernel built here and one loaded from disk)."""
@@ -752,6 +802,7 @@ class FusionExecutorCache:
         out_specs = [(tuple(sz), tuple(output_strides(o, sz)), to_torch(o.dtype))
                      for o, sz in zip(self.fusion.outputs, out_sizes)]
         values, ptr_slots, scalar_slots, tmap_slots, workspaces = [], [], [], [], []
+        tile_slots = []
         workspace_bytes, index_record, index_report = 0, None, None
         for pos, src in enumerate(launch.param_sources):
             tag = src[0]
@@ -783,6 +834,23 @@ class FusionExecutorCache:
                 from ..kir.nodes import RowBoxMap
                 tmap_slots.append((pos, RowBoxMap(*src[1:])))
                 values.append(bytes(128))
+            elif tag == "tmap_tile":
+                from ..kir.nodes import TileBoxMap
+                tile_map = TileBoxMap(*src[1:])
+                if tile_map.role == "output":
+                    # The executor allocates outputs densely: a map over one always holds; a
+                    # failure here is a lowering bug (a map over a dim that is not innermost).
+                    bad = self._output_tile_problems(tile_map, out_specs[tile_map.index])
+                    if bad:
+                        raise RuntimeError(
+                            f"{self.name}: kernel {fk.name} stores output {tile_map.index} "
+                            f"through tensor map {tile_map}, which its allocation (sizes "
+                            f"{out_specs[tile_map.index][0]}, strides "
+                            f"{out_specs[tile_map.index][1]}) breaks: " + "; ".join(bad))
+                elif tile_map.role != "input":
+                    raise RuntimeError(f"unknown tensor-map role in parameter source {src}")
+                tile_slots.append((pos, tile_map))
+                values.append(bytes(128))
             else:
                 raise RuntimeError(f"unknown parameter source {src}")
         info = RunInfo("kernels", (fk.scheduler,), 1, choice.reason, (fk.params,), (fk.name,),
@@ -797,7 +865,8 @@ class FusionExecutorCache:
                 wait_each=bool(opts.current().is_enabled("sync_index_checks")))
         return _KernelPlan(fk, device, grid, block, values, ptr_slots, scalar_slots, out_specs,
                            info, poison=bool(opts.current().is_enabled("poison_outputs")),
-                           tmap_slots=tmap_slots, workspaces=workspaces, index_checks=checks)
+                           tmap_slots=tmap_slots, workspaces=workspaces, index_checks=checks,
+                           tile_slots=tile_slots)
 
     @staticmethod
     def _workspace(fk, w, inputs, grid, block, device):

@@ -15,7 +15,13 @@ from __future__ import annotations
 import ctypes
 
 from ..kir.nodes import TENSOR_MAP_SMEM_ALIGN
-from ..schedule.tma_rules import GLOBAL_ALIGN, MAX_GLOBAL_STRIDE, check_row_box, merged_rows
+from ..schedule.tma_rules import (
+    GLOBAL_ALIGN,
+    MAX_GLOBAL_STRIDE,
+    check_row_box,
+    check_tile_box,
+    merged_rows,
+)
 from . import cuda_driver as cu
 from .cuda_driver import DriverError, result_name
 from .device import init_driver
@@ -29,6 +35,8 @@ __all__ = [
     "encode_tiled",
     "encode_row_box",
     "row_box_problems",
+    "encode_tile_box",
+    "tile_box_problems",
 ]
 
 TENSOR_MAP_BYTES = 128
@@ -329,12 +337,16 @@ def _encode(enums, data_ptr, dims, outer, box, estrides) -> bytes:
     return data
 
 
+def _pointer_alignment(ptr: int) -> int:
+    """The largest power-of-two divisor of a data pointer (a null one: any alignment)."""
+    return ptr & -ptr if ptr else 1 << 62
+
+
 def row_box_problems(tensor, row_map) -> list[str]:
     """Why the rows of `tensor` (a torch tensor) cannot be copied with kir.RowBoxMap `row_map`:
     the rules of schedule/tma_rules.check_row_box, and the row length the kernel was built for."""
     sizes = list(tensor.shape)
-    ptr = tensor.data_ptr()
-    problems = check_row_box(sizes, list(tensor.stride()), ptr & -ptr if ptr else 1 << 62,
+    problems = check_row_box(sizes, list(tensor.stride()), _pointer_alignment(tensor.data_ptr()),
                              tensor.element_size())
     if sizes and sizes[-1] != row_map.row_elements:
         problems.append(f"its rows have {sizes[-1]} elements; the kernel was built for "
@@ -354,3 +366,36 @@ def encode_row_box(tensor, row_map) -> bytes:
     inner, n = row_map.inner, row_map.row_elements
     return encode_tiled(tensor.data_ptr(), tensor.dtype, (inner, n // inner, max(rows, 1)),
                         (inner * item, row_stride * item), row_map.box)
+
+
+def tile_box_problems(tensor, tile_map) -> list[str]:
+    """Why `tensor` (a torch tensor) cannot be copied in tiles with kir.TileBoxMap `tile_map`:
+    the rules of schedule/tma_rules.check_tile_box, in words (empty: it can)."""
+    return check_tile_box(list(tensor.shape), list(tensor.stride()),
+                          _pointer_alignment(tensor.data_ptr()), tensor.element_size(),
+                          tile_map.inner, tile_map.outer, tile_map.box_cols, tile_map.box_rows,
+                          tile_map.swizzle)
+
+
+# L2 promotion of tile maps: 256-byte sectors, as matmul kernels' operand loads use.
+TILE_L2_PROMOTION = 256
+
+
+def encode_tile_box(tensor, tile_map) -> bytes:
+    """The tensor map of a kir.TileBoxMap over `tensor` (a torch tensor): 2D, innermost first
+    (size[inner], size[outer]), the rows `stride[outer]` elements apart, boxes of (box_cols,
+    box_rows) under the 128-byte swizzle, element strides 1, no interleave, 256-byte L2
+    promotion, elements outside the tensor read as zeros (and not written by stores). The rules
+    (`tile_box_problems`) are checked first, with readable reasons."""
+    problems = tile_box_problems(tensor, tile_map)
+    if problems:
+        raise TensorMapError("cannot copy tiles with a tensor map: " + "; ".join(problems))
+    item = tensor.element_size()
+    sizes, strides = tensor.shape, tensor.stride()
+    cols, rows = int(sizes[tile_map.inner]), int(sizes[tile_map.outer])
+    # A single row has no stride to keep: any legal one does (the row's bytes, rounded to 16).
+    row_stride = (strides[tile_map.outer] * item if rows > 1
+                  else -(-cols * item // GLOBAL_ALIGN) * GLOBAL_ALIGN)
+    return encode_tiled(tensor.data_ptr(), tensor.dtype, (cols, rows), (row_stride,),
+                        tile_map.box, element_strides=(1, 1), swizzle=tile_map.swizzle,
+                        l2_promotion=TILE_L2_PROMOTION, oob_fill="zero")

@@ -1,5 +1,5 @@
-"""Rules of row-wise TMA copies (1D bulk, and tensor-map boxes of whole rows) that a scheduler
-checks on a CPU before choosing them.
+"""Rules of TMA copies that a scheduler checks on a CPU before choosing them: row-wise ones (1D
+bulk, and tensor-map boxes of whole rows) and 2D tiles of a matrix (`check_tile_box`).
 
 The tensor-map rules (boxes, swizzle, 2^40 strides) live in runtime/tensor_map.py beside the
 encoder; these are the ones a row-wise `cp.async.bulk` load needs, read from the runtime facts
@@ -12,6 +12,12 @@ from __future__ import annotations
 # Shared with the tensor-map rules of runtime/tensor_map.py.
 GLOBAL_ALIGN = 16               # bytes: global addresses and strides of TMA copies
 MAX_GLOBAL_STRIDE = 2**40       # bytes
+# Tensor-map coordinates are signed 32-bit (cp.async.bulk.tensor): a tile map's extents stay
+# below 2^31 so that every box start is addressable (the driver alone allows 2^32).
+MAX_TILE_EXTENT = 2**31
+MAX_BOX = 256
+# The one swizzle a TileBoxMap uses (kir.nodes.swizzled_byte models it).
+TILE_SWIZZLE_BYTES = 128
 # The transaction count of one mbarrier phase is a 20-bit number: the bytes of one stage.
 MAX_TX_BYTES = 2**20 - 1
 
@@ -95,16 +101,49 @@ def check_row_box(sizes, strides, alignment: int, dtype_bytes: int) -> list[str]
 
 
 def check_tile_box(sizes, strides, alignment: int, dtype_bytes: int, inner: int, outer: int,
-                   box_cols: int, box_rows: int, swizzle: int = 128) -> list[str]:
-    """TEMPORARY (replaced by the tile-tmap branch)."""
+                   box_cols: int, box_rows: int, swizzle: int = TILE_SWIZZLE_BYTES) -> list[str]:
+    """Rules for copying 2D tiles of a matrix with a tensor map (a kir.TileBoxMap): the matrix
+    seen as rows, logical dim `inner` (stride 1) along a row and logical dim `outer` counting
+    rows; a box is `box_rows` rows of `box_cols` elements under the `swizzle`-byte pattern.
+    `sizes` and `strides` (in elements) are the tensor's, `alignment` its data pointer's largest
+    power-of-two divisor (bytes). Readable reasons, empty when a map can be encoded.
+
+    Rank 2 only for now. A dim of size 1 has no stride to keep (any is fine: the encoder
+    stands in a legal one). Extents must be in 1..2^31-1: the copies' coordinates are int32."""
     problems = []
-    if len(sizes) != 2:
-        problems.append(f"rank {len(sizes)}, not 2")
-        return problems
-    if strides[inner] != 1:
-        problems.append(f"dim {inner} has stride {strides[inner]}, not 1")
-    if (strides[outer] * dtype_bytes) % GLOBAL_ALIGN:
-        problems.append(f"the row stride {strides[outer]} x {dtype_bytes} bytes is not a multiple of 16")
+    rank = len(sizes)
+    if rank != 2:
+        return [f"a tile map covers 2-dim tensors only, this one has {rank} dims"]
+    if len(strides) != rank:
+        return [f"{len(strides)} strides for {rank} dims"]
+    if sorted((inner, outer)) != [0, 1]:
+        return [f"inner dim {inner} and outer dim {outer} are not the tensor's two dims (0, 1)"]
+    if sizes[inner] != 1 and strides[inner] != 1:
+        problems.append(f"its inner dim {inner} (along a row) has stride {strides[inner]}, not 1: "
+                        "a tensor map reads rows of contiguous elements")
+    if sizes[outer] != 1:
+        row_bytes = strides[outer] * dtype_bytes
+        if row_bytes <= 0:
+            problems.append(f"its outer dim {outer} has stride {strides[outer]}: the rows of a "
+                            "tensor map are apart (a positive stride)")
+        elif row_bytes % GLOBAL_ALIGN:
+            problems.append(f"its outer dim {outer} stride {strides[outer]} x {dtype_bytes} bytes "
+                            f"is not a multiple of {GLOBAL_ALIGN}")
+        if row_bytes >= MAX_GLOBAL_STRIDE:
+            problems.append(f"its outer dim {outer} stride of {row_bytes} bytes is not below 2^40")
     if alignment % GLOBAL_ALIGN:
-        problems.append(f"the data pointer is {alignment}-byte aligned, not 16")
+        problems.append(f"its data pointer is {alignment}-byte aligned, not {GLOBAL_ALIGN}")
+    for what, d in (("inner", inner), ("outer", outer)):
+        if not 1 <= sizes[d] < MAX_TILE_EXTENT:
+            problems.append(f"its {what} dim {d} has {sizes[d]} elements; a tensor map needs "
+                            "1..2^31-1 (int32 coordinates)")
+    for what, b in (("box_cols", box_cols), ("box_rows", box_rows)):
+        if not 1 <= b <= MAX_BOX:
+            problems.append(f"{what} {b} is outside 1..{MAX_BOX}")
+    if swizzle != TILE_SWIZZLE_BYTES:
+        problems.append(f"swizzle {swizzle} bytes: a tile map uses the {TILE_SWIZZLE_BYTES}-byte "
+                        "swizzle only")
+    elif box_cols * dtype_bytes != swizzle:
+        problems.append(f"a box row of {box_cols} x {dtype_bytes} bytes is not the {swizzle}-byte "
+                        "swizzle span (box_cols x element bytes must equal it)")
     return problems

@@ -151,6 +151,47 @@ extern "C" __global__ void __launch_bounds__(128) tma_copy(
 }
 """ % (TMA_BOX_C, TMA_BOX_R)
 
+# TMA 2D with the 128-byte swizzle (a kir.TileBoxMap, as a matmul loads its operands): load a
+# SW_R x 64 bf16 box (rows of 128 bytes) into a 1024-byte-aligned buffer, copy the shared bytes
+# as they lie to `raw` (one box per block, blocks in row-major order) for the host to check the
+# swizzle pattern, and store the box back with tensor map `dst` (the same pattern undone).
+SW_C = 64
+SW_R = 32
+TMA_SWIZZLED = COMMON + r"""
+#define SW_C %d
+#define SW_R %d
+extern "C" __global__ void __launch_bounds__(128) tma_swizzled(
+    const __grid_constant__ CUtensorMap src, const __grid_constant__ CUtensorMap dst,
+    unsigned short* raw) {
+  __shared__ alignas(1024) unsigned short tile[SW_R * SW_C];
+  __shared__ alignas(8) unsigned long long bar;
+  const unsigned bar_addr = smem_u32(&bar), tile_addr = smem_u32(tile);
+  const int c0 = blockIdx.x * SW_C, c1 = blockIdx.y * SW_R;
+  if (threadIdx.x == 0) mbar_init(bar_addr, 1);
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    mbar_expect_tx(bar_addr, sizeof(tile));
+    asm volatile(
+        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
+        " [%%0], [%%1, {%%2, %%3}], [%%4];"
+        :: "r"(tile_addr), "l"(&src), "r"(c0), "r"(c1), "r"(bar_addr) : "memory");
+  }
+  mbar_wait(bar_addr, 0);
+  unsigned short* mine = raw + (blockIdx.y * gridDim.x + blockIdx.x) * (SW_R * SW_C);
+  for (int i = threadIdx.x; i < SW_R * SW_C; i += blockDim.x) mine[i] = tile[i];
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    asm volatile(
+        "cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%%0, {%%1, %%2}], [%%3];"
+        :: "l"(&dst), "r"(c0), "r"(c1), "r"(tile_addr) : "memory");
+    asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+    asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
+    asm volatile("mbarrier.inval.shared::cta.b64 [%%0];" :: "r"(bar_addr) : "memory");
+  }
+}
+""" % (SW_C, SW_R)
+
 ALL = {
     "pattern": PATTERN,
     "all_kinds": ALL_KINDS,
@@ -158,4 +199,5 @@ ALL = {
     "cluster_rank": CLUSTER,
     "grid_barrier": COOPERATIVE,
     "tma_copy": TMA_COPY,
+    "tma_swizzled": TMA_SWIZZLED,
 }

@@ -181,6 +181,46 @@ def test_tma_2d_tile_copy_through_shared_memory():
 
 @pytest.mark.gpu
 @needs_gpu
+def test_tile_box_maps_load_and_store_128_byte_swizzled_boxes():
+    """encode_tile_box's maps (kir.TileBoxMap) on the hardware: a bf16 [300, 192] operand in
+    boxes of 32 rows of 64 (128 bytes): the shared box holds each element where
+    kir.nodes.swizzled_byte says (rows past the 300th zero-filled), and a store through the
+    same pattern writes the matrix back exactly, nothing past its 300 rows."""
+    from pyfuser.kir.nodes import TileBoxMap, swizzled_byte
+    from pyfuser.runtime.tensor_map import encode_tile_box
+    rows, cols, box_c, box_r = 300, 192, K.SW_C, K.SW_R
+    x = torch.randn(rows, cols, device="cuda").to(torch.bfloat16)
+    padded = torch.full((rows + 8, cols), float("nan"), device="cuda", dtype=torch.bfloat16)
+    y = padded[:rows]
+    grid = (cols // box_c, -(-rows // box_r), 1)
+    raw = torch.zeros(grid[0] * grid[1] * box_r * box_c, dtype=torch.int16, device="cuda")
+    src = encode_tile_box(x, TileBoxMap("input", 0, 1, 0, box_c, box_r))
+    dst = encode_tile_box(y, TileBoxMap("output", 0, 1, 0, box_c, box_r))
+    kernel = _load("tma_swizzled")
+    layout = ParamLayout(["tmap", "tmap", "ptr"])
+    kernel.check_layout(layout)
+    kernel.launch(grid, 128, layout.pack([src, dst, raw.data_ptr()]))
+    _sync()
+    assert torch.equal(y.view(torch.int16), x.view(torch.int16))
+    assert torch.all(padded[rows:].isnan())
+    # Where each element of each box lies in shared memory: row r, column c at byte
+    # swizzled_byte(128 r + 2 c); rows past the matrix read as zero.
+    r = torch.arange(box_r).view(-1, 1)
+    c = torch.arange(box_c).view(1, -1)
+    at = torch.tensor([[swizzled_byte(int(128 * i + 2 * j)) // 2 for j in range(box_c)]
+                       for i in range(box_r)])
+    boxes = raw.cpu().view(grid[1], grid[0], box_r * box_c)
+    bits = torch.cat([x.view(torch.int16).cpu(),
+                      torch.zeros(grid[1] * box_r - rows, cols, dtype=torch.int16)])
+    for by in range(grid[1]):
+        for bx in range(grid[0]):
+            expected = bits[by * box_r + r, bx * box_c + c]
+            assert torch.equal(boxes[by, bx][at], expected), (by, bx)
+    assert not torch.equal(at, r * box_c + c)          # the pattern moved something
+
+
+@pytest.mark.gpu
+@needs_gpu
 def test_driver_reports_the_cubins_parameter_offsets():
     """On sm_90 the cubin places a CUtensorMap at offset 48 (see test_param_layout); the
     driver must agree, and launches must still deliver it intact (the TMA test above)."""
