@@ -7,7 +7,7 @@ and torch.compile of it, in one run (GPU machine); or each shape's plan on the C
 
 TFLOP/s count 2 M N K. Times are medians of triton's do_bench (pyfuser.benchmark.harness._bench,
 which clears the L2 before each run) of the whole call (fd.execute: host work included, as a
-user calls it). Before timing, pyfuser's output is checked against float32 (relative error of
+user calls it), and of a CUDA graph of one call replayed (the GPU's time alone). Before timing, pyfuser's output is checked against float32 (relative error of
 the largest element) and the plan is printed (a library segment would be torch itself).
 """
 from __future__ import annotations
@@ -44,12 +44,22 @@ def explain(shapes) -> int:
     return 0
 
 
+def _graphed(fn):
+    """fn captured in a CUDA graph (after a warm-up call); the replay, to time."""
+    fn()
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        fn()
+    return g.replay
+
+
 def bench(shapes) -> int:
     from pyfuser.benchmark.harness import _bench
     print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}")
     print("MxNxK | pyfuser TFLOP/s | cuBLAS TFLOP/s | compile TFLOP/s | pyfuser / cuBLAS | "
-          "rel. error | plan")
-    print("--- | --- | --- | --- | --- | --- | ---")
+          "pyfuser graph | cuBLAS graph | graph ratio | rel. error | plan")
+    print("--- | --- | --- | --- | --- | --- | --- | --- | --- | ---")
     fd = linear_fusion()
     for m, n, k in shapes:
         g = torch.Generator(device="cuda").manual_seed(0)
@@ -70,11 +80,23 @@ def bench(shapes) -> int:
             t["compile"] = _bench(compiled)
         except Exception as e:      # noqa: BLE001 - a peer that fails is reported, not fatal
             print(f"# compile failed: {type(e).__name__}: {e}"[:300])
+        # The GPU time alone: each call captured in a CUDA graph and replayed (pyfuser's host
+        # work per call is ~10 us, a 1000^3 matmul's whole time on the GPU).
+        for name, fn in (("pyfuser graph", lambda: fd.execute([x, w])), ("cublas graph", cublas)):
+            try:
+                t[name] = _bench(_graphed(fn))
+            except Exception as e:      # noqa: BLE001
+                print(f"# {name} failed: {type(e).__name__}: {e}"[:300])
         tf = {name: flops / ms / 1e9 for name, ms in t.items()}
         plan = ", ".join(f"{s.kind}:{s.name}" for s in run.segments) or ",".join(run.schedulers)
+        nan = float("nan")
+        heuristics = "; ".join(h.describe() if hasattr(h, "describe") else repr(h)
+                               for h in run.heuristics)
         print(f"{m}x{n}x{k} | {tf['pyfuser']:.0f} | {tf['cublas']:.0f} | "
-              f"{tf.get('compile', float('nan')):.0f} | {tf['pyfuser'] / tf['cublas']:.2f} | "
-              f"{err:.1e} | {run.kind}: {plan} {[getattr(h, "describe", lambda: h)() for h in run.heuristics]}", flush=True)
+              f"{tf.get('compile', nan):.0f} | {tf['pyfuser'] / tf['cublas']:.2f} | "
+              f"{tf.get('pyfuser graph', nan):.0f} | {tf.get('cublas graph', nan):.0f} | "
+              f"{tf.get('pyfuser graph', nan) / tf.get('cublas graph', nan):.2f} | "
+              f"{err:.1e} | {run.kind}: {plan} {heuristics}", flush=True)
     return 0
 
 

@@ -9,17 +9,20 @@ gives each load its stage's slot and mbarrier; S stages, tile tm x tn, wg = thre
 compute warp group, rows [64 wg, 64 wg + 64) of the tile):
 
     A_s[tm * 64], B_s[tn * 64]: shared, 1024-byte aligned (128-byte swizzled boxes)
-    stage[wgs * 2 * 64 * 64]:  shared, two 64x64 staging boxes per compute warp group
+    stage[wgs * B * 64 * 64]:  shared, B 64x64 staging boxes per compute warp group (2; 1 when
+                               a tile has an odd number of 64-column chunks)
     acc[tn / 2]:               fp32 accumulators, registers
     for t in GridStride(tiles):                        (m0, n0) = raster(t)
       for kb in [0, ceil(K / 64)):
         A_s <- TMA box (kb * 64, m0) of A; B_s <- TMA box (kb * 64, n0) of B   (no barrier yet)
         wgmma.fence
         for ks < 4: wgmma m64n{tn}k16 acc, A_s[64 wg rows, 16 ks], B_s[16 ks], scale_d = kb|ks != 0
-        wgmma.commit; wgmma.wait 0                     (the slot may be released after it)
+        wgmma.commit; wgmma.wait 1                     (kb - 1's wgmmas done: pipeline_loads
+                                                        releases kb - 1's slot, and waits for
+                                                        all after the loop)
       accumulator fence
-      for chunk c < tn / 64:                           (staging box c % 2 of the warp group)
-        thread 0 of the warp group: bulk wait (read) until at most 1 store reads its boxes
+      for chunk c < tn / 64:                           (staging box c % B of the warp group)
+        thread 0 of the warp group: bulk wait (read) until at most B - 1 stores read its boxes
         barrier
         4 x stmatrix.x4: accumulators -> 16-bit -> staging box, 128-byte swizzled addresses
         fence.proxy.async; barrier
@@ -30,8 +33,8 @@ Raster: tiles are visited in bands of `raster_group` tile rows, column by column
 band: consecutive CTAs share A rows and B columns in L2.
 
 Limits: 2-D operands, both K-major (a row of 64 K elements is one 128-byte swizzle row),
-16-bit inputs and output, tn a multiple of 64 with an even number of 64-column chunks (the
-staging box of chunk c is box c % 2 across tiles), tm 64 or 128; no epilogue op, no cluster.
+16-bit inputs and output, tn a multiple of 64 up to 256, tm 64 or 128; no epilogue op, no
+cluster.
 """
 from __future__ import annotations
 
@@ -71,8 +74,8 @@ def build_matmul(kernel: K.Kernel) -> K.Kernel:
     tm, tn = p.tile_m, p.tile_n
     a_in, b_in = mma.a.definition.inputs[0], mma.b.definition.inputs[0]
     dtype = a_in.dtype
-    if dtype not in (DataType.BFloat16, DataType.Half) or tn % BOX or (tn // BOX) % 2 \
-            or tm not in (64, 128) or tn > 256:
+    if dtype not in (DataType.BFloat16, DataType.Half) or tn % BOX or tm not in (64, 128) \
+            or tn > 256:
         raise ValueError(f"build_matmul: tile {tm}x{tn} of {dtype.short_name} is not built")
 
     def extent(tv, d):
@@ -107,7 +110,11 @@ def build_matmul(kernel: K.Kernel) -> K.Kernel:
 
     wgs = p.compute_warp_groups
     a_s, b_s = shared(mma.a, tm * TILE_K), shared(mma.b, tn * TILE_K)
-    stage = shared("pf_mma_stage", wgs * 2 * BOX * BOX)
+    # Two staging boxes per warp group, alternating, when a tile has an even number of chunks
+    # (chunk c of every tile uses box c % 2); one box otherwise.
+    chunks = tn // BOX
+    boxes = p.staging_boxes
+    stage = shared("pf_mma_stage", wgs * boxes * BOX * BOX)
     acc = K.Buffer("pf_acc", DataType.Float, "local", K.Const(tn // 2))
 
     tiles_m, tiles_n = K.ceil_div(m, tm), K.ceil_div(n, tn)
@@ -125,16 +132,19 @@ def build_matmul(kernel: K.Kernel) -> K.Kernel:
         scale_d = K.Const(True, "bool") if ks else K.Bin("!=", kb, K.Const(0))
         mmas.append(K.Wgmma(acc, K.TensorIndex(a_s, K.add(wg_rows, ks * K_STEP)),
                             K.TensorIndex(b_s, K.Const(ks * K_STEP)), tn, dtype, scale_d))
-    mmas += [K.WgmmaCommit(), K.WgmmaWait(0)]
+    # One k block's wgmmas stay in flight while the next block's are issued: pipeline_loads
+    # releases a slot one iteration late (lower/pipeline.release_lag) and waits for all after
+    # the loop.
+    mmas += [K.WgmmaCommit(), K.WgmmaWait(1)]
     k_loop = K.ForLoop(kb, K.Const(0), K.ceil_div(k, TILE_K), K.Const(1), loads + mmas)
 
     lane, warp = K.Var("pf_lane"), K.Var("pf_warp")
     row, unit_hi = K.Var("pf_st_row"), K.Var("pf_st_unit")
     thread0 = K.eq(_TIDX, 0)
     epilogue: list = [K.AccumulatorFence(acc)]
-    for c in range(tn // BOX):
-        box = K.add(K.mul(_TIDY, 2 * BOX * BOX), (c % 2) * BOX * BOX)
-        epilogue += [K.IfThenElse(thread0, [K.BulkWait(1, read=True)]), K.BlockSync()]
+    for c in range(chunks):
+        box = K.add(K.mul(_TIDY, boxes * BOX * BOX), (c % boxes) * BOX * BOX)
+        epilogue += [K.IfThenElse(thread0, [K.BulkWait(boxes - 1, read=True)]), K.BlockSync()]
         for jj in range(4):
             j0 = 8 * c + 2 * jj                      # the first of two 8-column groups
             unit = K.add(K.Const(2 * jj), unit_hi)   # its 16-byte unit in the 128-byte row

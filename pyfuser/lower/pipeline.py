@@ -918,6 +918,20 @@ def _compute_role(kernel, rest, chain: _Chain, buffered, empty, roles, r: int) -
              for b in buffered]
     release = [K.MBarrierArrive(K.MBarrierRef(empty, stage))]
     body = offset_slots(inner.body, buffered, stage)
+    lag = release_lag(body, buffered)
+    drain: list = []
+    if lag and R == 1:
+        # The slot of iteration c is read by wgmma groups still in flight after iteration c's
+        # wait_group(lag): it is released lag iterations later, and the last lag slots of the
+        # inner loop after a wait_group(0) that follows it.
+        release = [K.IfThenElse(K.lt(K.Const(lag - 1), ks[-1]), [K.MBarrierArrive(
+            K.MBarrierRef(empty, K.mod(K.sub(c, lag), n_stages)))])]
+        drain = [K.WgmmaWait(0)] + [
+            K.IfThenElse(K.lt(K.Const(d - 1), chain.trips[-1]), [K.MBarrierArrive(K.MBarrierRef(
+                empty, K.mod(chain.counter(ks[:-1] + [K.sub(chain.trips[-1], d)]), n_stages)))])
+            for d in range(lag, 0, -1)]
+    elif lag:
+        body = body + [K.WgmmaWait(0)]
     if R > 1 and len(chain.loops) == 1:
         # The slot is released right after the last statement that reads it: the producer
         # refills it while the role computes from registers.
@@ -936,7 +950,7 @@ def _compute_role(kernel, rest, chain: _Chain, buffered, empty, roles, r: int) -
         child = chain.loops[lvl + 1]
         lbody = list(lp.body)
         at = next(k for k, s in enumerate(lbody) if s is child)
-        lbody[at:at + 1] = [new]
+        lbody[at:at + 1] = [new] + (drain if lvl == len(chain.loops) - 2 else [])
         first, step = (K.Const(r), K.Const(R)) if lvl == 0 else (K.Const(0), K.Const(1))
         new = K.ForLoop(ks[lvl], first, chain.trips[lvl], step,
                         [K.ScalarDef(lp.var, chain.index_at[lvl](ks[lvl]))] + lbody,
@@ -944,7 +958,7 @@ def _compute_role(kernel, rest, chain: _Chain, buffered, empty, roles, r: int) -
     if R > 1:
         new = _ordered_sections(new, roles, r, buffered, chain)
     out = list(rest)
-    if not replace_stmt(out, chain.loops[0], [new]):
+    if not replace_stmt(out, chain.loops[0], [new] + (drain if len(chain.loops) == 1 else [])):
         raise LoweringError(f"loop {chain.loops[0].var!r} vanished from the kernel")
     if R == 1:
         return out
@@ -960,6 +974,26 @@ def _compute_role(kernel, rest, chain: _Chain, buffered, empty, roles, r: int) -
             raise LoweringError(f"ping-pong compute roles would both write shared buffer "
                                 f"{x.out.buffer.name}")
     return out
+
+
+def release_lag(body, buffered) -> int:
+    """How many iterations a slot's release waits: when the buffered loop's body ends with a
+    wgmma.wait_group(P) and its slots are read by wgmma (asynchronous readers: iteration c's
+    reads are complete only once the wait of iteration c + P has returned), P; else 0."""
+    if not body or not isinstance(body[-1], K.WgmmaWait) or body[-1].pending == 0:
+        return 0
+    slots = {id(b.buf) for b in buffered}
+    if not any(isinstance(x, K.Wgmma) for x in K.walk(body)):
+        return 0
+    for x in K.walk(body):
+        if isinstance(x, K.Wgmma):
+            continue
+        for _, v in exprs_of(x):
+            if any(isinstance(e, K.TensorIndex) and id(e.buffer) in slots for e in subexprs(v)):
+                raise LoweringError("a buffered loop whose wgmma groups stay in flight "
+                                    f"(wait_group {body[-1].pending}) also reads its slots "
+                                    f"outside wgmma ({type(x).__name__})")
+    return body[-1].pending
 
 
 def _insert_at(body: list, holds, stmts: list, after: bool = False) -> list | None:

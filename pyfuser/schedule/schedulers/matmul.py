@@ -62,6 +62,13 @@ class MatmulParams:
     def compute_warp_groups(self) -> int:
         return self.tile_m // WARP_GROUP_ROWS
 
+    @property
+    def staging_boxes(self) -> int:
+        """64x64 staging boxes of the epilogue per compute warp group: 2 (double-buffered) when
+        a tile's 64-column chunks are even in number, so that chunk c uses box c % 2 in every
+        tile; else 1."""
+        return 2 if (self.tile_n // EPILOGUE_BOX) % 2 == 0 else 1
+
     def describe(self) -> str:
         return (f"matmul: tile {self.tile_m}x{self.tile_n}x{TILE_K}, {self.stages} stages, "
                 f"{self.compute_warp_groups} compute warp group(s) + 1 producer, persistent grid "
@@ -128,7 +135,7 @@ def _tile_candidates(sm_count: int, m: int, n: int) -> tuple:
     ../shared/MATMUL.md) while its tiles fill most SMs, smaller ones otherwise."""
     # A 64-row tile (one compute warp group) is not offered: with 256 threads the entry register
     # count (248) is above what the compute role may ask (240), so the warp roles' split fails.
-    return ((128, 256), (128, 128))
+    return ((128, 256), (128, 128), (128, 64))
 
 
 def _tiles(m: int, n: int, tm: int, tn: int) -> int:
@@ -167,7 +174,8 @@ def compute_heuristics(fusion, info: RuntimeInfo) -> MatmulParams:
             break
     tm, tn = chosen
     stage_bytes = (tm + tn) * TILE_K * a.dtype.size
-    staging = (tm // WARP_GROUP_ROWS) * 2 * EPILOGUE_BOX * EPILOGUE_BOX * a.dtype.size
+    boxes = dataclasses.replace(MatmulParams(), tile_m=tm, tile_n=tn).staging_boxes
+    staging = (tm // WARP_GROUP_ROWS) * boxes * EPILOGUE_BOX * EPILOGUE_BOX * a.dtype.size
     budget = dev.max_shared_memory_per_block_optin - staging - SMEM_SLACK - 1024
     stages = min(6, budget // stage_bytes)
     if stages < 2:
