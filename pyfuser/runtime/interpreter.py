@@ -55,6 +55,27 @@ numpy over the thread set:
 - Bulk and tensor-map copies land when issued (their transaction bytes come and go at once);
   cp.async copies read their source when issued and land at the wait_group that completes their
   group.
+- Hopper matmul nodes (kir/nodes.py is their definition):
+  - A tile tensor-map load (TensorMapLoad of a TileBoxMap) lands like the row-box loads, at
+    issue: box element (r, c) at coordinates (c0 column, c1 row) is the tensor's (c1 + r,
+    c0 + c), 0 outside it, at element swizzled_byte((r box_cols + c) bytes) of the box. A tile
+    tensor-map store (TensorMapStore) reads its box the same way and writes the elements inside
+    the tensor at issue, counted as stores are (outside: dropped); BulkCommit and BulkWait are
+    therefore no-ops (a store's shared source is never overwritten too early here, which the
+    model does not check), as are FenceProxyAsync (generic-proxy writes are not told apart from
+    the async proxy's), WgmmaFence and AccumulatorFence.
+  - Wgmma runs per warp group (128 consecutive linear thread ids of the block) at issue:
+    D[64, n] = A @ B^T in float64 over the stored 16-bit operands, added to (scale_d) or
+    replacing the accumulators, rounded to float32 and scattered over the documented fragment.
+    Its operands are read through the shared-memory descriptor model (row r, K element k at
+    swizzled byte start + (r / 8) 1024 + (r % 8) 128 + 2 k). WgmmaCommit and WgmmaWait keep
+    the warp group's commit groups: until the WgmmaWait that completes a wgmma, its
+    accumulators are busy (any other read or write of them fails; later wgmmas into them are
+    fine) and its operand reads are still going on (a copy over them before that wait fails,
+    and the wait is when the slot checks see the read).
+  - StMatrix runs per warp (32 consecutive linear thread ids): lane l's pair k lands in row
+    l / 4 of matrix k, at columns 2 (l % 4) + {0, 1} from the row address lane 8 k + l / 4
+    gives, rounded to its 16-bit dtype.
 
 The checks (each an InterpreterError naming the access and the thread)
 -------------------------------------------------------------------
@@ -82,6 +103,19 @@ The checks (each an InterpreterError naming the access and the thread)
   transaction bytes; a wait that can never return fails (with warp roles: a deadlock, when no
   role can move); bulk copies 16-byte sized and aligned; tensor-map boxes and 128-byte aligned
   destinations; tensor maps the executor's encoder would refuse.
+- Tile tensor maps: the encoder's rules (runtime/tensor_map.check_tma_tiled: 16-byte aligned
+  base and row stride, box sizes), the inner dim of stride 1, the other dims of size 1, rows of
+  128 bytes under the 128-byte swizzle; a 128-byte-swizzled box (load, store) starts on a
+  1024-byte boundary of shared memory (kernel.smem_offsets counted where launch_config set
+  them); the copy's global buffer is the map's tensor.
+- wgmma: whole warp groups (the fences, commits and waits too), bf16 / fp16 operands in shared
+  buffers of that dtype, n a multiple of 8 up to 256, accumulators n / 2 float registers;
+  each operand's index uniform over the warp group, starting on a 1024-byte boundary plus a K
+  offset of 0, 32, 64 or 96 bytes, in bounds, written, and (circular-buffer slots) waited for
+  by every thread of the warp group; scale_d uniform, and no unwritten accumulator added to; a
+  kernel ending with a wgmma never waited for fails.
+- stmatrix: whole warps, 16-byte aligned row addresses of 8 elements in bounds, no value
+  computed from unwritten registers.
 - Block barriers (__syncthreads, named barriers), block, cluster and grid reductions and grid
   syncs must be reached by every thread that takes part (all threads of each block, the named
   barrier's count, every CTA of a cluster, every block of the grid): fewer would hang.
