@@ -2651,7 +2651,8 @@ class Interpreter:
         t = _lanes(128)[:, None]
         i = _lanes(n // 2)[None, :]
         w, lane = t // 32, t % 32
-        frag = d[:, 16 * w + lane // 4 + 8 * ((i >> 1) & 1), 8 * (i >> 2) + 2 * (lane % 4) + (i & 1)]
+        frag = d[:, 16 * w + lane // 4 + 8 * ((i >> 1) & 1),
+                 8 * (i >> 2) + 2 * (lane % 4) + (i & 1)]
         scale = ctx.arr(ctx.ev(s.scale_d))
         per = scale[groups]
         uneven = (per != per[:, :1]).any(axis=1)

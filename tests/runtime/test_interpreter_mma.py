@@ -172,7 +172,8 @@ def test_tile_maps_the_encoder_would_refuse_are_refused():
     tile = K.TileBoxMap("input", 0, inner=1, outer=0, box_cols=64, box_rows=64)
     k, _ = tile_load_kernel(copy_fusion(BF16), tile, (0, 0))
     dense = torch.randn(70, 100).to(torch.bfloat16)          # rows of 200 bytes
-    with pytest.raises(InterpreterError, match="stride of dim 1 is 200 bytes, not a multiple of 16"):
+    with pytest.raises(InterpreterError,
+                       match="stride of dim 1 is 200 bytes, not a multiple of 16"):
         run(k, [dense], check_output_writes=False)
     shifted = padded_bf16(70, 101, 112)[:, 1:]               # data pointer 2 bytes past 16
     with pytest.raises(InterpreterError, match="global address .* is not 16-byte aligned"):
@@ -369,7 +370,8 @@ def test_a_wgmma_reading_unwritten_operands_or_accumulators_fails():
     a = torch.randn(64, 32).to(torch.bfloat16)
     bm = torch.randn(16, 32).to(torch.bfloat16)
     k, _, body = wgmma_kernel(linear_fusion(), 16)
-    body[:] = [s for s in body if not (isinstance(s, K.TensorMapLoad) and s.dst.buffer.name == "smB")]
+    body[:] = [s for s in body
+               if not (isinstance(s, K.TensorMapLoad) and s.dst.buffer.name == "smB")]
     with pytest.raises(InterpreterError, match=r"wgmma operand B smB\[0\] reads its row 0, K "
                                                r"element 0 \(element 0 of smB\), which was never "
                                                r"written"):
@@ -509,9 +511,10 @@ def test_a_whole_tile_through_tma_wgmma_stmatrix_and_a_tma_store():
                  "along dim 0, columns along dim 1) box 64x64 swizzle 128",
                  "wgmma.fence", "wgmma.m64n64k16.bfloat16 acc[32] = smA[16] @ smB[16]^T + "
                  "(True ? acc : 0) (swizzle 128)", "wgmma.commit_group", "wgmma.wait_group 0",
-                 "accumulator_fence acc", "stmatrix.x4.bfloat16 smC[", "fence.proxy.async.shared::cta",
-                 "if (threadIdx.x == 0): tensor_map_store tmC[0, (blockIdx.x * 64)] <- smC[0] tile of "
-                 "output 0", "bulk_commit_group", "bulk_wait_group.read 0"):
+                 "accumulator_fence acc", "stmatrix.x4.bfloat16 smC[",
+                 "fence.proxy.async.shared::cta",
+                 "if (threadIdx.x == 0): tensor_map_store tmC[0, (blockIdx.x * 64)] <- smC[0] "
+                 "tile of output 0", "bulk_commit_group", "bulk_wait_group.read 0"):
         assert line in text, (line, text)
 
 
