@@ -71,8 +71,28 @@ def kernel_str(kernel: K.Kernel) -> str:
                              f"on {s.bar!r})")
             elif isinstance(s, K.TensorMapLoad):
                 coords = ", ".join(map(repr, s.coords))
-                lines.append(f"{pad}{_guard(s)}tensor_map_load {s.dst!r} <- {s.tmap!r}[{coords}] box "
-                             f"{s.map.box} ({s.bytes!r} bytes, on {s.bar!r})")
+                lines.append(f"{pad}{_guard(s)}tensor_map_load {s.dst!r} <- {s.tmap!r}[{coords}] "
+                             f"{_box(s.map)} ({s.bytes!r} bytes, on {s.bar!r})")
+            elif isinstance(s, K.TensorMapStore):
+                coords = ", ".join(map(repr, s.coords))
+                lines.append(f"{pad}{_guard(s)}tensor_map_store {s.tmap!r}[{coords}] <- {s.src!r} "
+                             f"{_box(s.map)}")
+            elif isinstance(s, K.Wgmma):
+                r = s.n // 2
+                lines.append(f"{pad}wgmma.m64n{s.n}k16.{s.dtype.ir_name} {s.acc.name}[{r}] = "
+                             f"{s.a!r} @ {s.b!r}^T + ({s.scale_d!r} ? {s.acc.name} : 0) "
+                             f"(swizzle {s.swizzle})")
+            elif isinstance(s, K.StMatrix):
+                vals = ", ".join(map(repr, s.values))
+                lines.append(f"{pad}stmatrix.x4.{s.dtype.ir_name} {s.dst!r} <- ({vals})")
+            elif type(s) in _FIXED:
+                lines.append(f"{pad}{_FIXED[type(s)]}")
+            elif isinstance(s, K.BulkWait):
+                lines.append(f"{pad}bulk_wait_group{'.read' if s.read else ''} {s.pending}")
+            elif isinstance(s, K.WgmmaWait):
+                lines.append(f"{pad}wgmma.wait_group {s.pending}")
+            elif isinstance(s, K.AccumulatorFence):
+                lines.append(f"{pad}accumulator_fence {s.acc.name}")
             elif isinstance(s, K.CpAsyncCopy):
                 lines.append(f"{pad}{_guard(s)}cp_async {s.dst!r} <- {s.src!r} ({s.bytes} bytes)")
             elif isinstance(s, K.CpAsyncCommit):
@@ -105,6 +125,19 @@ def kernel_str(kernel: K.Kernel) -> str:
 
     emit(kernel.body, 1)
     return "\n".join(lines)
+
+
+# Statements without operands, printed as their PTX.
+_FIXED = {K.BulkCommit: "bulk_commit_group", K.FenceProxyAsync: "fence.proxy.async.shared::cta",
+          K.WgmmaFence: "wgmma.fence", K.WgmmaCommit: "wgmma.commit_group"}
+
+
+def _box(m) -> str:
+    """A tensor map's box: a RowBoxMap's 3D box, a TileBoxMap's rows of its tensor."""
+    if isinstance(m, K.TileBoxMap):
+        return (f"tile of {m.role} {m.index} (rows along dim {m.outer}, columns along dim "
+                f"{m.inner}) box {m.box_rows}x{m.box_cols} swizzle {m.swizzle}")
+    return f"box {m.box}"
 
 
 def _plain(v) -> bool:

@@ -30,6 +30,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Callable
 
+from ..ir.dtype import DataType
 from . import nodes as K
 from .rewrite import buffers_of, exprs_of, subexprs
 
@@ -383,14 +384,47 @@ class _Verifier:
 
     def _TensorMapLoad(self, s, scope):
         self._copy_spaces(s, "tensor-map copy")
+        self._tensor_map_param(s, "tensor-map copy")
+
+    def _tensor_map_param(self, s, what: str) -> None:
         params = {p.name: p for p in self.k.params}
         p = params.get(s.tmap.name)
         if p is None or p.kind != "tmap" or p.source != ("tmap", s.map):
-            self.fail(f"the tensor-map copy's map {s.tmap!r} is not a tensor-map parameter "
+            self.fail(f"the {what}'s map {s.tmap!r} is not a tensor-map parameter "
                       f"describing {s.map}", s)
         if len(s.coords) != len(s.map.box):
-            self.fail(f"the tensor-map copy has {len(s.coords)} coordinates for a "
+            self.fail(f"the {what} has {len(s.coords)} coordinates for a "
                       f"{len(s.map.box)}-D box", s)
+
+    def _TensorMapStore(self, s: K.TensorMapStore, scope):
+        if not isinstance(s.src, K.TensorIndex) or s.src.buffer.memory != "shared":
+            self.fail(f"the tensor-map store's source {s.src!r} is not in shared memory", s)
+        if s.target.memory != "global":
+            self.fail(f"the tensor-map store's target {s.target.name} is not global memory", s)
+        if not isinstance(s.map, K.TileBoxMap):
+            self.fail(f"a tensor-map store through {s.map} (tile maps only)", s)
+        self._tensor_map_param(s, "tensor-map store")
+
+    def _Wgmma(self, s: K.Wgmma, scope):
+        if s.dtype not in (DataType.BFloat16, DataType.Half):
+            self.fail(f"a wgmma of {s.dtype} operands (bf16 or fp16)", s)
+        if s.n % 8 or not 8 <= s.n <= 256:
+            self.fail(f"wgmma m64n{s.n}k16: n is a multiple of 8 in 8..256", s)
+        acc = s.acc
+        if acc.memory != "local" or acc.dtype != DataType.Float or not (
+                isinstance(acc.size, K.Const) and acc.size.value == s.n // 2):
+            self.fail(f"the wgmma accumulator {acc.name} is not {s.n // 2} float registers", s)
+        for what, a in (("A", s.a), ("B", s.b)):
+            if not isinstance(a, K.TensorIndex) or a.buffer.memory != "shared" \
+                    or a.buffer.dtype != s.dtype:
+                self.fail(f"the wgmma operand {what} {a!r} is not shared memory of {s.dtype}", s)
+
+    def _StMatrix(self, s: K.StMatrix, scope):
+        if s.dst.buffer.memory != "shared" or s.dst.buffer.dtype != s.dtype \
+                or s.dtype.size != 2:
+            self.fail(f"stmatrix into {s.dst!r}: 16-bit {s.dtype} shared memory", s)
+        if len(s.values) != 8:
+            self.fail(f"stmatrix.x4 stores 8 values per lane, not {len(s.values)}", s)
 
     def _CpAsyncCopy(self, s: K.CpAsyncCopy, scope):
         self._copy_spaces(s, "cp.async copy")

@@ -55,6 +55,27 @@ numpy over the thread set:
 - Bulk and tensor-map copies land when issued (their transaction bytes come and go at once);
   cp.async copies read their source when issued and land at the wait_group that completes their
   group.
+- Hopper matmul nodes (kir/nodes.py is their definition):
+  - A tile tensor-map load (TensorMapLoad of a TileBoxMap) lands like the row-box loads, at
+    issue: box element (r, c) at coordinates (c0 column, c1 row) is the tensor's (c1 + r,
+    c0 + c), 0 outside it, at element swizzled_byte((r box_cols + c) bytes) of the box. A tile
+    tensor-map store (TensorMapStore) reads its box the same way and writes the elements inside
+    the tensor at issue, counted as stores are (outside: dropped); BulkCommit and BulkWait are
+    therefore no-ops (a store's shared source is never overwritten too early here, which the
+    model does not check), as are FenceProxyAsync (generic-proxy writes are not told apart from
+    the async proxy's), WgmmaFence and AccumulatorFence.
+  - Wgmma runs per warp group (128 consecutive linear thread ids of the block) at issue:
+    D[64, n] = A @ B^T in float64 over the stored 16-bit operands, added to (scale_d) or
+    replacing the accumulators, rounded to float32 and scattered over the documented fragment.
+    Its operands are read through the shared-memory descriptor model (row r, K element k at
+    swizzled byte start + (r / 8) 1024 + (r % 8) 128 + 2 k). WgmmaCommit and WgmmaWait keep
+    the warp group's commit groups: until the WgmmaWait that completes a wgmma, its
+    accumulators are busy (any other read or write of them fails; later wgmmas into them are
+    fine) and its operand reads are still going on (a copy over them before that wait fails,
+    and the wait is when the slot checks see the read).
+  - StMatrix runs per warp (32 consecutive linear thread ids): lane l's pair k lands in row
+    l / 4 of matrix k, at columns 2 (l % 4) + {0, 1} from the row address lane 8 k + l / 4
+    gives, rounded to its 16-bit dtype.
 
 The checks (each an InterpreterError naming the access and the thread)
 -------------------------------------------------------------------
@@ -82,6 +103,19 @@ The checks (each an InterpreterError naming the access and the thread)
   transaction bytes; a wait that can never return fails (with warp roles: a deadlock, when no
   role can move); bulk copies 16-byte sized and aligned; tensor-map boxes and 128-byte aligned
   destinations; tensor maps the executor's encoder would refuse.
+- Tile tensor maps: the encoder's rules (runtime/tensor_map.check_tma_tiled: 16-byte aligned
+  base and row stride, box sizes), the inner dim of stride 1, the other dims of size 1, rows of
+  128 bytes under the 128-byte swizzle; a 128-byte-swizzled box (load, store) starts on a
+  1024-byte boundary of shared memory (kernel.smem_offsets counted where launch_config set
+  them); the copy's global buffer is the map's tensor.
+- wgmma: whole warp groups (the fences, commits and waits too), bf16 / fp16 operands in shared
+  buffers of that dtype, n a multiple of 8 up to 256, accumulators n / 2 float registers;
+  each operand's index uniform over the warp group, starting on a 1024-byte boundary plus a K
+  offset of 0, 32, 64 or 96 bytes, in bounds, written, and (circular-buffer slots) waited for
+  by every thread of the warp group; scale_d uniform, and no unwritten accumulator added to; a
+  kernel ending with a wgmma never waited for fails.
+- stmatrix: whole warps, 16-byte aligned row addresses of 8 elements in bounds, no value
+  computed from unwritten registers.
 - Block barriers (__syncthreads, named barriers), block, cluster and grid reductions and grid
   syncs must be reached by every thread that takes part (all threads of each block, the named
   barrier's count, every CTA of a cluster, every block of the grid): fewer would hang.
@@ -581,7 +615,8 @@ class _Mem:
     kernel its copy bookkeeping."""
 
     __slots__ = ("buf", "kind", "vals", "written", "counts", "row", "limit", "allocated",
-                 "all_allocated", "owner", "reader", "inflight", "align0", "last_read", "landed")
+                 "all_allocated", "owner", "reader", "inflight", "align0", "last_read", "landed",
+                 "busy")
 
     def __init__(self, buf, kind, vals, written, row, limit):
         self.buf, self.kind, self.vals, self.written = buf, kind, vals, written
@@ -593,6 +628,9 @@ class _Mem:
         # Slots of asynchronous copies: per group, the moment each element was last read
         # ([groups, elements]), and the moment its last copy was issued.
         self.last_read = self.landed = None
+        # Accumulators of wgmma (register buffers): per thread, the wgmma commit group of the
+        # latest wgmma writing them that no wait has completed yet, or -1 (None: never one).
+        self.busy = None
         # Elements between index 0 and the 16-byte boundary below it: an input's data pointer
         # (a sliced view may start anywhere); 0 for buffers the kernel or executor allocates.
         self.align0 = 0
@@ -612,6 +650,17 @@ class _Bars:
         # Per group: the latest moment a member arrived (or, for the copies, issued bytes) on
         # each barrier; a completed phase hands them to its waiters.
         self.arrival_moments = np.zeros((nblocks * count, _GROUPS), dtype=np.int64)
+
+
+class _TileView:
+    """A TileBoxMap over its tensor in this launch: the tensor's storage, its rows and columns,
+    the row stride (elements), its dtype."""
+
+    __slots__ = ("map", "mem", "rows", "cols", "row_stride", "dtype")
+
+    def __init__(self, tile, mem, rows, cols, row_stride, dtype):
+        self.map, self.mem, self.rows, self.cols = tile, mem, rows, cols
+        self.row_stride, self.dtype = row_stride, dtype
 
 
 class _NamedBarrier:
@@ -844,6 +893,8 @@ class Interpreter:
         if not isinstance(operand, K.TensorIndex):
             raise InterpreterError(f"cannot read {operand!r}")
         m, idx = self._check(ctx, operand, what, max(operand.vector, nread, 1))
+        if m.busy is not None:
+            self._check_not_busy(ctx, m, operand, what)
         if m.kind == "local" and ctx.full and type(idx) is not _ND:
             # Every thread, one element (or vector) of its row: a column of the rows.
             col = idx if nread == 1 else slice(idx, idx + nread)
@@ -945,6 +996,8 @@ class Interpreter:
                what: str = "write of", exact: bool = False) -> None:
         """Store `vals` (see _read); `exact`: they are values of the buffer's dtype already."""
         m, idx = self._check(ctx, ti, what, max(ti.vector, nwrite, 1))
+        if m.busy is not None:
+            self._check_not_busy(ctx, m, ti, what)
         if poison is not None and m.kind != "local":
             i = int(np.argmax(poison.reshape(ctx.n, -1).any(axis=1)))
             raise InterpreterError(f"a value computed from unwritten registers is stored to "
@@ -1046,6 +1099,8 @@ class Interpreter:
         self.moment = 0
         self._cp_batches: list = []
         self._index_record = None
+        self._acc_mems: list = []      # accumulators of wgmma (their busy marks)
+        self._wgmma_reads: list = []   # operand reads of wgmmas not waited for yet
 
         grid = [max(1, int(S.evaluate(g, dict(self.bindings)))) for g in k.launch.grid]
         block = [max(1, int(S.evaluate(b, dict(self.bindings)))) for b in k.launch.block]
@@ -1069,6 +1124,8 @@ class Interpreter:
                                      dict(self.bindings)))
                       for i in o.domain.logical_no_reductions] for o in fusion.outputs]
         out_mem = {}
+        input_mems: dict = {}
+        tile_maps: list = []
         for p in k.params:
             src = p.source
             if src[0] == "input":
@@ -1079,6 +1136,7 @@ class Interpreter:
                 self._account(flat.nbytes, f"input {p.buffer.name}")
                 m.counts = np.zeros(len(flat), dtype=np.int32)
                 self.mems[id(p.buffer)] = m
+                input_mems[src[1]] = m
             elif src[0] == "output":
                 o = fusion.outputs[src[1]]
                 sizes = out_sizes[src[1]]
@@ -1102,7 +1160,10 @@ class Interpreter:
             elif src[0] == "scalar":
                 env0[p.name] = inputs[src[1]]
             elif src[0] == "tmap":
-                self.tensor_maps[p.name] = self._tensor_map(inputs[src[1].input], src[1])
+                if isinstance(src[1], K.TileBoxMap):
+                    tile_maps.append((p.name, src[1]))     # after the outputs exist
+                else:
+                    self.tensor_maps[p.name] = self._tensor_map(inputs[src[1].input], src[1])
             elif src[0] == "workspace":
                 kind = dict((b.name, kd) for b, kd in k.workspaces).get(p.buffer.name)
                 size = 0
@@ -1120,6 +1181,8 @@ class Interpreter:
                 m.counts = np.zeros(size, dtype=np.int32)
             else:
                 raise InterpreterError(f"unknown parameter source {src}")
+        for name, tile in tile_maps:
+            self.tensor_maps[name] = self._tile_map(tile, inputs, input_mems, out_mem)
 
         # Thread indices in launch order (blockIdx z-major, threadIdx.x fastest); a dim of
         # extent 1 is the number 0.
@@ -1140,11 +1203,17 @@ class Interpreter:
         self.grid_reductions_run = 0
         self.root._blk = blk
         self.cp_commits = np.zeros(n, dtype=np.int64) if self.cp_kernel else None
+        self.wgmma_commits = np.zeros(n, dtype=np.int64)
         # Per thread and group: the latest moment of that group's work visible to the thread.
         self.seen = np.zeros((n, _GROUPS), dtype=np.int64) if self.slot_buffers else None
 
         self._body(k.body, self.root)
 
+        for m in self._acc_mems:
+            if (m.busy >= 0).any():
+                tid = int(np.argmax(m.busy >= 0))
+                raise InterpreterError(f"the kernel ends with a wgmma into {m.buf.name} never "
+                                       f"waited for (thread {self._where_tid(tid)})")
         for b in self._cp_batches:
             if len(b["tids"]):
                 raise InterpreterError(f"the kernel ends with cp.async copies never waited for "
@@ -2203,7 +2272,14 @@ class Interpreter:
         ctx = self._issuers(s, ctx)
         if not ctx.n:
             return
-        row_map, rows, row_stride = self.tensor_maps[s.tmap.name]
+        if isinstance(s.map, K.TileBoxMap):
+            self._tile_load(s, ctx)
+            return
+        entry = self.tensor_maps.get(s.tmap.name)
+        if not isinstance(entry, tuple):
+            raise InterpreterError(f"{s.tmap!r} describes {getattr(entry, 'map', entry)}, the "
+                                   f"copy says {s.map}")
+        row_map, rows, row_stride = entry
         if s.map != row_map or s.source.memory != "global":
             raise InterpreterError(f"{s.tmap!r} describes {row_map}, the copy says {s.map}")
         bars, flat = self._mbar(ctx, s.bar)
@@ -2241,6 +2317,410 @@ class Interpreter:
                 dst.written[d0:d0 + box] = ok
             bars.tx[bq] -= nbytes[q]
             self._complete(bars, bq)
+
+    # Tile tensor maps, wgmma, stmatrix (Hopper matmuls) ---------------------------------------
+    def _tile_map(self, tile: K.TileBoxMap, inputs, input_mems, out_mem) -> "_TileView":
+        """The view of a TileBoxMap over its tensor of this launch, refused as the executor's
+        encoder would refuse it (runtime/tensor_map.check_tma_tiled) and where the node's
+        model does not hold (the inner dim not of stride 1, other dims not of size 1, a
+        128-byte swizzle over rows of other than 128 bytes)."""
+        from .tensor_map import check_tma_tiled
+        fusion = self.k.fusion
+        if tile.role == "input":
+            x = inputs[tile.index] if 0 <= tile.index < len(inputs) else None
+            if not isinstance(x, torch.Tensor) or tile.index not in input_mems:
+                raise InterpreterError(f"tensor map {tile}: input {tile.index} is not a tensor "
+                                       "with a pointer parameter")
+            sizes, strides = list(x.shape), list(x.stride())
+            ptr, eb, dtype = x.data_ptr(), x.element_size(), fusion.inputs[tile.index].dtype
+            mem = input_mems[tile.index]
+        elif tile.role == "output":
+            if tile.index not in out_mem:
+                raise InterpreterError(f"tensor map {tile}: output {tile.index} has no pointer "
+                                       "parameter")
+            mem, sizes, strides, dtype = out_mem[tile.index]
+            ptr, eb = 0, dtype.size        # the executor allocates outputs aligned
+        else:
+            raise InterpreterError(f"tensor map {tile}: role {tile.role!r} is neither input "
+                                   "nor output")
+        where = f"{tile.role} {tile.index} (sizes {tuple(sizes)}, strides {tuple(strides)})"
+        rank = len(sizes)
+        if not (0 <= tile.inner < rank and 0 <= tile.outer < rank and tile.inner != tile.outer):
+            raise InterpreterError(f"tensor map {tile} over {where}: dims {tile.inner}, "
+                                   f"{tile.outer} are not two dims of the tensor")
+        problems = [f"dim {d} has size {n}: the map views one matrix (other dims of size 1)"
+                    for d, n in enumerate(sizes)
+                    if d not in (tile.inner, tile.outer) and n != 1]
+        cols, rows = sizes[tile.inner], sizes[tile.outer]
+        if cols > 1 and strides[tile.inner] != 1:
+            problems.append(f"the inner dim {tile.inner} has stride {strides[tile.inner]}, not 1")
+        row_stride = strides[tile.outer]
+        problems += check_tma_tiled(eb, (cols, rows), (row_stride * eb,), tile.box,
+                                    global_address=ptr, swizzle_bytes=tile.swizzle)
+        if tile.swizzle != 128:
+            problems.append(f"swizzle {tile.swizzle}: only the 128-byte swizzle is modelled")
+        elif tile.box_cols * eb != 128:
+            problems.append(f"a 128-byte-swizzled box needs rows of 128 bytes, not "
+                            f"{tile.box_cols} x {eb}")
+        if problems:
+            raise InterpreterError(f"tensor map {tile} over {where}: " + "; ".join(problems))
+        return _TileView(tile, mem, rows, cols, row_stride, dtype)
+
+    def _tile_entry(self, s, buffer: K.Buffer) -> "_TileView":
+        view = self.tensor_maps.get(s.tmap.name)
+        if not isinstance(view, _TileView) or view.map != s.map:
+            raise InterpreterError(f"{s.tmap!r} describes {getattr(view, 'map', view)}, the "
+                                   f"copy says {s.map}")
+        if self.mems.get(id(buffer)) is not view.mem:
+            raise InterpreterError(f"the copy's global buffer {buffer.name} is not the tensor "
+                                   f"its map describes ({view.map.role} {view.map.index})")
+        if len(s.coords) != 2:
+            raise InterpreterError(f"a tile tensor-map copy has 2 coordinates, not "
+                                   f"{len(s.coords)}")
+        return view
+
+    def _atom_aligned(self, ctx: _Ctx, ti: K.TensorIndex, elems, eb: int, what: str) -> None:
+        """A 128-byte-swizzled box starts on a 1024-byte boundary of shared memory (its offset
+        in the buffer, plus the buffer's offset in the dynamic array where launch_config laid
+        it out)."""
+        start = self.k.smem_offsets.get(ti.buffer.name, 0) + elems * eb
+        bad = np.asarray(start % K.SWIZZLE_ATOM_BYTES != 0)
+        if bad.any():
+            q = int(np.argmax(np.broadcast_to(bad, (ctx.n,))))
+            e = _py(elems[q] if type(elems) is _ND else elems)
+            raise InterpreterError(
+                f"{what} {ti!r} at element {e} of {ti.buffer.name} (byte "
+                f"{_py(start[q] if type(start) is _ND else start)} of shared memory) is not "
+                f"{K.SWIZZLE_ATOM_BYTES}-byte aligned, as a 128-byte-swizzled box must be, at "
+                f"{self._where(ctx, q)}")
+
+    @staticmethod
+    def _box_layout(tile: K.TileBoxMap, eb: int) -> np.ndarray:
+        """Element (r, c) of a box (row-major, flattened): its element offset in shared memory
+        from the box start, under the swizzle."""
+        flat = _lanes(tile.box_rows * tile.box_cols)
+        return K.swizzled_byte(flat * eb, tile.swizzle) // eb
+
+    def _box_coords(self, ctx: _Ctx, s, view):
+        c0, c1 = (ctx.arr(ctx.ev(c), np.int64) for c in s.coords)
+        r = _lanes(view.map.box_rows)[:, None]
+        c = _lanes(view.map.box_cols)[None, :]
+        return c0, c1, r, c
+
+    def _tile_load(self, s, ctx: _Ctx) -> None:
+        """TensorMapLoad of a TileBoxMap: element (r, c) of the box at coords (column c0, row
+        c1) is the tensor's (c1 + r, c0 + c), 0 outside it, at the swizzled offset."""
+        view = self._tile_entry(s, s.source)
+        t = view.map
+        if not isinstance(s.bar, K.MBarrierRef):
+            raise InterpreterError(f"tensor-map copy into {s.dst!r} has no mbarrier ({s.bar!r})")
+        bars, flat = self._mbar(ctx, s.bar)
+        eb = view.dtype.size
+        if s.dst.buffer.dtype != view.dtype:
+            raise InterpreterError(f"tensor-map copy of {view.dtype} elements into {s.dst!r} of "
+                                   f"{s.dst.buffer.dtype}")
+        box = t.box_rows * t.box_cols
+        nbytes = ctx.arr(ctx.ev(s.bytes), np.int64)
+        wrong = nbytes != box * eb
+        if wrong.any():
+            raise InterpreterError(f"tensor-map copy expects {int(nbytes[np.argmax(wrong)])} "
+                                   f"bytes for a box of {box * eb}")
+        c0, c1, r, c = self._box_coords(ctx, s, view)
+        dst, da = self._locate(ctx, s.dst, "tensor-map destination", box, align=1)
+        j = da - ctx.base(dst.kind, dst.row)
+        self._atom_aligned(ctx, s.dst, j, eb, "tensor-map destination")
+        layout = self._box_layout(t, eb)
+        src = view.mem
+        for q in range(ctx.n):
+            bq = int(flat[q])
+            bars.tx[bq] += nbytes[q]
+            row, col = c1[q] + r, c0[q] + c
+            inside = ((row >= 0) & (row < view.rows) & (col >= 0) & (col < view.cols)).ravel()
+            off = np.where(inside, (row * view.row_stride + col).ravel(), 0)
+            d0 = int(da[q])
+            self._slot_copy(ctx, q, dst, d0, box, f"tensor-map copy {s.dst!r}")
+            bars.arrival_moments[bq, _COPIES_GROUP] = self.moment
+            at = d0 + layout
+            dst.vals[at] = np.where(inside, src.vals[off], 0)
+            if dst.written is not None:
+                dst.written[at] = True if src.written is None else (src.written[off] | ~inside)
+            bars.tx[bq] -= nbytes[q]
+            self._complete(bars, bq)
+
+    def _TensorMapStore(self, s, ctx: _Ctx):
+        """The box read from shared memory (swizzled as a load lays it out) and its elements
+        inside the tensor written, counted as stores are, at issue (see the module docstring)."""
+        ctx = self._issuers(s, ctx)
+        if not ctx.n:
+            return
+        view = self._tile_entry(s, s.target)
+        t = view.map
+        eb = view.dtype.size
+        if s.src.buffer.dtype != view.dtype or s.src.buffer.memory != "shared":
+            raise InterpreterError(f"tensor-map store of {s.src!r} ({s.src.buffer.memory} "
+                                   f"{s.src.buffer.dtype}) into a tensor of {view.dtype}")
+        box = t.box_rows * t.box_cols
+        c0, c1, r, c = self._box_coords(ctx, s, view)
+        sm, sa = self._locate(ctx, s.src, "tensor-map store source", box, align=1)
+        self._atom_aligned(ctx, s.src, sa - ctx.base(sm.kind, sm.row), eb,
+                           "tensor-map store source")
+        layout = self._box_layout(t, eb)
+        out = view.mem
+        for q in range(ctx.n):
+            row, col = c1[q] + r, c0[q] + c
+            inside = ((row >= 0) & (row < view.rows) & (col >= 0) & (col < view.cols)).ravel()
+            at = int(sa[q]) + layout[inside]
+            if sm.written is not None and not sm.written[at].all():
+                k = int(np.flatnonzero(inside)[np.argmin(sm.written[at])])
+                raise InterpreterError(
+                    f"tensor-map store of {s.src!r} reads box element ({k // t.box_cols}, "
+                    f"{k % t.box_cols}), which was never written (an unwritten value stored to "
+                    f"global memory) at {self._where(ctx, q)}")
+            one = ctx.take(np.array([q]))
+            if sm.landed is not None:
+                self._slot_read(one, sm, s.src, at[None, :])
+            if sm.owner is not None:
+                self._track_read(one, sm, s.src, at[None, :])
+            goff = (row * view.row_stride + col).ravel()[inside]
+            self._store(out, goff, sm.vals[at], None)
+            if out.counts is not None:
+                self._count(out, goff)
+
+    # Bulk groups, proxy fences and wgmma groups: copies land and wgmma computes at issue.
+    def _BulkCommit(self, s, ctx):
+        pass
+
+    def _BulkWait(self, s, ctx):
+        pass
+
+    def _FenceProxyAsync(self, s, ctx):
+        pass
+
+    def _AccumulatorFence(self, s, ctx):
+        pass
+
+    def _collective(self, s, ctx: _Ctx, size: int) -> np.ndarray:
+        """Positions in ctx of the threads of each warp group (size 128) or warp (32) reaching
+        `s`, [groups, size] (groups of consecutive linear thread ids in the block); every group
+        must be whole."""
+        tib = ctx.tids % self.tpb
+        per_block = -(-self.tpb // size)
+        key = ctx.blk * per_block + tib // size
+        _, start, counts = np.unique(key, return_index=True, return_counts=True)
+        whole = counts == size
+        if not whole.all():
+            g = int(np.argmin(whole))
+            unit = "warp group" if size == 128 else "warp"
+            raise InterpreterError(
+                f"{type(s).__name__} is reached by {int(counts[g])} of the {size} threads of "
+                f"a {unit} (block of {self.tpb} threads; the {unit} of thread "
+                f"{self._where(ctx, int(start[g]))}): every thread of the {unit} must reach it")
+        return np.arange(ctx.n).reshape(-1, size)
+
+    def _WgmmaFence(self, s, ctx: _Ctx):
+        self._collective(s, ctx, 128)
+
+    def _WgmmaCommit(self, s, ctx: _Ctx):
+        self._collective(s, ctx, 128)
+        self.wgmma_commits[ctx.tids] += 1
+
+    def _WgmmaWait(self, s, ctx: _Ctx):
+        """The wgmmas of the committed groups older than the `pending` most recent complete:
+        their accumulators may be read again, and their operands' reads end here (a copy that
+        overwrote an operand before this wait was a race)."""
+        self._collective(s, ctx, 128)
+        target = np.full(self.nthreads, -1, dtype=np.int64)
+        target[ctx.tids] = self.wgmma_commits[ctx.tids] - s.pending
+        for m in self._acc_mems:
+            done = (m.busy >= 0) & (m.busy < target)
+            m.busy[done] = -1
+        kept = []
+        for rec in self._wgmma_reads:
+            lead = rec["tids"][:, 0]
+            done = rec["group"] < target[lead]
+            if done.any():
+                for m, addr in rec["reads"]:
+                    a = addr[done]
+                    if m.landed is not None:
+                        late = m.landed[a] > rec["moment"]
+                        if late.any():
+                            e = int(a.ravel()[np.argmax(late.ravel())]) % m.row
+                            raise InterpreterError(
+                                f"a copy overwrote element {e} of {m.buf.name} while a wgmma "
+                                f"reading it was in flight (a release before the "
+                                f"wgmma.wait_group that completes it)")
+                        m.last_read[rec["role"], a.ravel()] = self._now()
+                rest = ~done
+                if not rest.any():
+                    continue
+                rec = dict(rec, tids=rec["tids"][rest], group=rec["group"][rest],
+                           reads=[(m, addr[rest]) for m, addr in rec["reads"]])
+            kept.append(rec)
+        self._wgmma_reads = kept
+
+    def _check_not_busy(self, ctx: _Ctx, m: _Mem, ti, what: str) -> None:
+        busy = m.busy[ctx.tids] >= 0
+        if busy.any():
+            i = int(np.argmax(busy))
+            raise InterpreterError(
+                f"{what} {ti!r}: accumulator {m.buf.name} of a wgmma that no wgmma.wait_group "
+                f"has completed (a missing or short WgmmaWait) at {self._where(ctx, i)}")
+
+    def _wgmma_operand(self, ctx: _Ctx, s: K.Wgmma, ti: K.TensorIndex, rows: int, groups):
+        """Values [groups, rows, 16] of a wgmma operand (rows of 16 K elements, K-major,
+        128-byte-swizzled: row r, element k at swizzled byte start + (r / 8) 1024 + (r % 8) 128
+        + 2 k), checked; and their flat addresses."""
+        name = "A" if ti is s.a else "B"
+        if not isinstance(ti, K.TensorIndex) or ti.buffer.memory != "shared":
+            raise InterpreterError(f"wgmma operand {name} {ti!r} is not in shared memory")
+        m = self._mem(ctx, ti.buffer)
+        if ti.buffer.dtype != s.dtype:
+            raise InterpreterError(f"wgmma operand {name} {ti!r} holds {ti.buffer.dtype}, the "
+                                   f"wgmma multiplies {s.dtype}")
+        idx = ctx.arr(ctx.ev(ti.index), np.int64)
+        if idx.dtype.kind not in "iu":
+            raise InterpreterError(f"wgmma operand {name} {ti!r}: index is not an integer")
+        per = idx[groups]
+        uneven = (per != per[:, :1]).any(axis=1)
+        if uneven.any():
+            g = int(np.argmax(uneven))
+            q = int(groups[g][np.argmax(per[g] != per[g, 0])])
+            raise InterpreterError(
+                f"wgmma operand {name} {ti!r} is not uniform over the warp group: element "
+                f"{int(per[g, 0])} for its first thread, {int(idx[q])} at {self._where(ctx, q)}")
+        eb = s.dtype.size
+        base = self.k.smem_offsets.get(ti.buffer.name, 0)
+        start = per[:, 0] * eb
+        bad = (((base + start) % K.SWIZZLE_ATOM_BYTES) >= 128) | (start % 32 != 0) | (start < 0)
+        if base % K.SWIZZLE_ATOM_BYTES or bad.any():
+            g = int(np.argmax(bad))
+            raise InterpreterError(
+                f"wgmma operand {name} {ti!r} starts at element {int(per[g, 0])} of "
+                f"{ti.buffer.name} (byte {base + int(start[g])} of shared memory): a "
+                f"128-byte-swizzled operand starts on a {K.SWIZZLE_ATOM_BYTES}-byte boundary "
+                f"plus a K offset of 0, 32, 64 or 96 bytes, at "
+                f"{self._where(ctx, int(groups[g, 0]))}")
+        r = _lanes(rows)[:, None]
+        k = _lanes(16)[None, :]
+        byte = start[:, None, None] + (r // 8) * 1024 + (r % 8) * 128 + eb * k
+        elem = K.swizzled_byte(byte, s.swizzle) // eb
+        if elem.max() >= m.limit:
+            g = int(np.argmax((elem >= m.limit).reshape(len(groups), -1).any(axis=1)))
+            raise InterpreterError(
+                f"wgmma operand {name} {ti!r}: {rows} rows from element {int(per[g, 0])} reach "
+                f"element {int(elem[g].max())}, outside [0, {m.limit}) of {ti.buffer.name}")
+        addr = (ctx.blk[groups[:, 0]] * m.row)[:, None, None] + elem
+        if m.written is not None and not m.written[addr].all():
+            g, rr, kk = np.unravel_index(int(np.argmin(m.written[addr])), addr.shape)
+            raise InterpreterError(
+                f"wgmma operand {name} {ti!r} reads its row {rr}, K element {kk} (element "
+                f"{int(elem[g, rr, kk])} of {ti.buffer.name}), which was never written, at "
+                f"{self._where(ctx, int(groups[g, 0]))}")
+        if m.landed is not None:
+            seen = self.seen[ctx.tids[groups], _COPIES_GROUP].min(axis=1)
+            late = m.landed[addr] > seen[:, None, None]
+            if late.any():
+                g = int(np.argmax(late.reshape(len(groups), -1).any(axis=1)))
+                raise InterpreterError(
+                    f"wgmma operand {name} {ti!r} reads circular buffer {ti.buffer.name} before "
+                    f"every thread of the warp group waited on the barrier phase its copy "
+                    f"completes (a missing wait or a wrong parity) at "
+                    f"{self._where(ctx, int(groups[g, 0]))}")
+            m.last_read[self._group(), addr.ravel()] = self._now()
+        return m.vals[addr], (m, addr)
+
+    def _Wgmma(self, s: K.Wgmma, ctx: _Ctx):
+        """D = A @ B^T of each warp group, in float64, added to (scale_d) or replacing the
+        accumulators, rounded to float32 and scattered over the fragment (see K.Wgmma)."""
+        groups = self._collective(s, ctx, 128)
+        n = s.n
+        if s.dtype not in (DataType.BFloat16, DataType.Half):
+            raise InterpreterError(f"wgmma of {s.dtype}: bf16 or fp16 operands only")
+        if n % 8 or not 8 <= n <= 256:
+            raise InterpreterError(f"wgmma m64n{n}k16: n is a multiple of 8 in 8..256")
+        if s.swizzle != 128:
+            raise InterpreterError(f"wgmma operands with swizzle {s.swizzle}: only the 128-byte "
+                                   "swizzle is modelled")
+        acc = self._mem(ctx, s.acc)
+        if acc.kind != "local" or s.acc.dtype != DataType.Float or acc.limit != n // 2:
+            raise InterpreterError(f"wgmma accumulator {s.acc.name} is {acc.kind} "
+                                   f"{s.acc.dtype}[{acc.limit}], not float registers [{n // 2}]")
+        a, a_at = self._wgmma_operand(ctx, s, s.a, 64, groups)
+        b, b_at = self._wgmma_operand(ctx, s, s.b, n, groups)
+        d = np.einsum("grk,gck->grc", _round_array(s.dtype, a), _round_array(s.dtype, b))
+        t = _lanes(128)[:, None]
+        i = _lanes(n // 2)[None, :]
+        w, lane = t // 32, t % 32
+        frag = d[:, 16 * w + lane // 4 + 8 * ((i >> 1) & 1),
+                 8 * (i >> 2) + 2 * (lane % 4) + (i & 1)]
+        scale = ctx.arr(ctx.ev(s.scale_d))
+        per = scale[groups]
+        uneven = (per != per[:, :1]).any(axis=1)
+        if uneven.any():
+            g = int(np.argmax(uneven))
+            raise InterpreterError(f"wgmma scale_d {s.scale_d!r} is not uniform over the warp "
+                                   f"group at {self._where(ctx, int(groups[g, 0]))}")
+        keep = per[:, 0].astype(bool)[:, None, None]
+        tids = ctx.tids[groups]
+        regs = acc.vals.reshape(-1, acc.row)
+        written = acc.written.reshape(-1, acc.row)
+        old = regs[tids, :n // 2]
+        unwritten = keep & ~written[tids, :n // 2]
+        if unwritten.any():
+            g, tt, ii = np.unravel_index(int(np.argmax(unwritten)), unwritten.shape)
+            raise InterpreterError(
+                f"wgmma accumulates into {s.acc.name}[{ii}], which was never written (scale_d "
+                f"{s.scale_d!r} is true) at {self._where(ctx, int(groups[g, tt]))}")
+        regs[tids, :n // 2] = _round_array(DataType.Float, np.where(keep, old, 0.0) + frag)
+        written[tids, :n // 2] = True
+        if acc.busy is None:
+            acc.busy = np.full(self.nthreads, -1, dtype=np.int64)
+            self._acc_mems.append(acc)
+        acc.busy[ctx.tids] = self.wgmma_commits[ctx.tids]
+        self._wgmma_reads.append({"tids": tids, "group": self.wgmma_commits[tids[:, 0]],
+                                  "reads": [a_at, b_at], "moment": self.moment,
+                                  "role": self._group()})
+
+    def _stmatrix_value(self, ctx: _Ctx, v):
+        if isinstance(v, (K.TensorIndex, K.ScalarValue)):
+            vals, poison = self._read(ctx, v)
+        else:
+            vals, poison = ctx.ev(v), None
+        vals = np.broadcast_to(np.asarray(vals, dtype=np.float64), (ctx.n,))
+        return vals, (np.zeros(ctx.n, dtype=bool) if poison is None
+                      else np.broadcast_to(poison, (ctx.n,)))
+
+    def _StMatrix(self, s: K.StMatrix, ctx: _Ctx):
+        """stmatrix.m8n8.x4 of each warp: lane l's pair k lands in row l / 4 of matrix k, at
+        columns 2 (l % 4) + {0, 1} from the row address lane 8 k + l / 4 gives."""
+        warps = self._collective(s, ctx, 32)
+        if s.dtype.size != 2 or len(s.values) != 8:
+            raise InterpreterError(f"stmatrix of {len(s.values)} {s.dtype} values: 8 16-bit "
+                                   "values per lane")
+        if s.dst.buffer.memory != "shared" or s.dst.buffer.dtype != s.dtype:
+            raise InterpreterError(f"stmatrix destination {s.dst!r} is not shared memory of "
+                                   f"{s.dtype}")
+        m, idx = self._check(ctx, s.dst, "stmatrix row address", 8, align=1)
+        idx = ctx.arr(idx, np.int64)
+        byte = self.k.smem_offsets.get(s.dst.buffer.name, 0) + idx * 2
+        if (byte % 16 != 0).any():
+            q = int(np.argmax(byte % 16 != 0))
+            raise InterpreterError(f"stmatrix row address {s.dst!r} (element {int(idx[q])}) is "
+                                   f"not 16-byte aligned at {self._where(ctx, q)}")
+        read = [self._stmatrix_value(ctx, v) for v in s.values]
+        vals = np.stack([v for v, _ in read], axis=1)            # [threads, 8]
+        poison = np.stack([p for _, p in read], axis=1)
+        if poison.any():
+            q, j = divmod(int(np.argmax(poison)), 8)
+            raise InterpreterError(f"stmatrix stores value {j} ({s.values[j]!r}), computed from "
+                                   f"unwritten registers, at {self._where(ctx, q)}")
+        lane = _lanes(32)[:, None]
+        k = _lanes(4)[None, :]
+        rows = idx[warps][:, 8 * k + lane // 4]                  # [warps, 32, 4]
+        col = rows + 2 * (lane % 4)
+        at = np.stack([col, col + 1], axis=-1).reshape(len(warps), 32, 8)
+        addr = (ctx.blk[warps] * m.row)[:, :, None] + at
+        self._store(m, addr.reshape(-1, 8), vals[warps].reshape(-1, 8), None)
 
     # cp.async (asynchronous per thread): a copy reads its source when issued, but its data
     # lands only at the wait_group that completes its group; until then the destination reads
