@@ -57,13 +57,14 @@ def pipeline_of(fusion) -> list:
     return MATMUL_PIPELINE if fusion.mma is not None else PIPELINE
 
 
-def rules_after(pass_name: str) -> tuple:
-    """The verifier rules that hold after pass `pass_name` of PIPELINE: those the passes up to
-    it establish (`kir.verifier.establishes` on each pass), less those a later one retired."""
-    passes = PIPELINE if pass_name in [p.__name__ for p in PIPELINE] else MATMUL_PIPELINE
+def rules_after(pass_name: str, passes: list = PIPELINE) -> tuple:
+    """The verifier rules that hold after pass `pass_name` of `passes` (PIPELINE or
+    MATMUL_PIPELINE): those the passes up to it establish (`kir.verifier.establishes` on each
+    pass), less those a later one retired."""
     names = [p.__name__ for p in passes]
     if pass_name not in names:
-        raise ValueError(f"unknown lowering pass {pass_name!r}; PIPELINE has {names}")
+        raise ValueError(f"unknown lowering pass {pass_name!r}; the pipeline (PIPELINE or MATMUL_PIPELINE) has "
+                         f"{names}")
     rules: list = []
     for p in passes[:names.index(pass_name) + 1]:
         rules = [r for r in rules if r not in p.retires] + list(p.establishes)
@@ -72,7 +73,7 @@ def rules_after(pass_name: str) -> tuple:
 
 def verify(kernel: K.Kernel, after: str = "launch_config") -> None:
     """Check `kernel` as left by pass `after` (kir/verifier.py); raises KernelIRError."""
-    verify_kernel(kernel, rules_after(after), after)
+    verify_kernel(kernel, rules_after(after, pipeline_of(kernel.fusion)), after)
 
 
 def lower(fusion, name: str = "pyfuser_kernel", index_type: str = "int",

@@ -65,6 +65,12 @@ def tile_origin(t, tiles_m, tiles_n, group: int, tile_m: int, tile_n: int) -> tu
     return K.mul(tm, tile_m), K.mul(tn, tile_n)
 
 
+def swizzled_unit(unit, row) -> K.KExpr:
+    """The 16-byte unit where unit `unit` of box row `row` lies under the 128-byte swizzle
+    (kir.nodes.swizzled_byte: XOR with the row's index in its group of 8 rows)."""
+    return K.Bin("^", unit, K.mod(row, 8))
+
+
 @establishes()
 def build_matmul(kernel: K.Kernel) -> K.Kernel:
     ctx = kernel.ctx
@@ -148,7 +154,7 @@ def build_matmul(kernel: K.Kernel) -> K.Kernel:
         for jj in range(4):
             j0 = 8 * c + 2 * jj                      # the first of two 8-column groups
             unit = K.add(K.Const(2 * jj), unit_hi)   # its 16-byte unit in the 128-byte row
-            dst = K.add(box, K.add(K.mul(row, BOX), K.mul(K.Bin("^", unit, K.mod(row, 8)), 8)))
+            dst = K.add(box, K.add(K.mul(row, BOX), K.mul(swizzled_unit(unit, row), 8)))
             values = [K.TensorIndex(acc, K.Const(4 * j0 + i)) for i in range(8)]
             epilogue.append(K.StMatrix(K.TensorIndex(stage, dst), values, dtype))
         epilogue += [K.FenceProxyAsync(), K.BlockSync(),
@@ -158,6 +164,8 @@ def build_matmul(kernel: K.Kernel) -> K.Kernel:
                          K.BulkCommit()])]
     tile_loop = K.ForLoop(t, K.Const(0), K.mul(tiles_m, tiles_n), K.Const(1),
                           [k_loop] + epilogue, parallel="GridStride")
+    # The fusion's loop nests (LoweringContext) are replaced by this nest of its own.
+    kernel.replaced_loops.update(id(lp) for lp in ctx.all_loops())
     kernel.body = [
         K.Allocate(a_s), K.Allocate(b_s), K.Allocate(stage), K.Allocate(acc),
         K.Comment(f"matmul: tile {tm}x{tn}x{TILE_K}, wgmma m64n{tn}k16, {wgs} compute warp "

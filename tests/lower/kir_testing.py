@@ -22,7 +22,7 @@ from pyfuser.ir.tensor import TensorView
 from pyfuser.kir import nodes as K
 from pyfuser.kir.printer import kernel_str
 from pyfuser.lower import verify
-from pyfuser.lower import PIPELINE
+from pyfuser.lower import PIPELINE, pipeline_of
 from pyfuser.lower.context import LoweringContext
 from pyfuser.runtime.interpreter import (  # noqa: F401 - re-exported for the tests
     POISON, Interpreter, InterpreterError, compile_expr, eval_expr, expr_vars, interpret,
@@ -35,13 +35,15 @@ PASS_NAMES = [p.__name__ for p in PIPELINE]
 
 def lower_upto(fusion, last: str | None = None, name: str = "k", index_type: str = "int",
                texts: dict | None = None) -> K.Kernel:
-    """Run PIPELINE up to and including pass `last` (all when None), verifying after each;
+    """Run the fusion's passes (lower.pipeline_of: PIPELINE, or MATMUL_PIPELINE) up to and
+    including pass `last` (all when None), verifying after each;
     `texts` (if given) receives the kernel IR text after each pass."""
-    if last is not None and last not in PASS_NAMES:
+    passes = pipeline_of(fusion)
+    if last is not None and last not in [p.__name__ for p in passes]:
         raise ValueError(f"unknown pass {last!r}")
     kernel = K.Kernel(name, fusion, index_type=index_type)
     kernel.ctx = LoweringContext(fusion)
-    for p in PIPELINE:
+    for p in passes:
         kernel = p(kernel)
         verify(kernel, after=p.__name__)
         if texts is not None:
