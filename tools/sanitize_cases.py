@@ -1,7 +1,8 @@
 """One small case per scheduler, run once each, for compute-sanitizer (memcheck, racecheck,
 synccheck): `compute-sanitizer --tool racecheck python tools/sanitize_cases.py`;
 `--pipelines` runs only the circular-buffered kernels (TMA, tensor-map, cp.async,
-warp-specialized with one or two compute roles, the norm backward's two variants)."""
+warp-specialized with one or two compute roles, the norm backward's two variants, the
+matmul); `--matmul` only the matmul."""
 import sys
 
 import torch
@@ -15,6 +16,34 @@ CASES = [("gelu_bias", 33, 1000), ("row_sum", 64, 4096), ("col_sum", 4096, 64),
 PIPELINES_ONLY = "--pipelines" in sys.argv[1:]
 if PIPELINES_ONLY:
     CASES = []
+
+
+def matmul_cases() -> None:
+    """The warp-specialized matmul (wgmma from swizzled tile boxes, stmatrix, TMA stores): each
+    tile shape on a grid of 2, so that each CTA runs several tiles and the stages wrap around
+    across them; ragged M, N and K."""
+    from pyfuser import DataType, FusionDefinition
+    from pyfuser.schedule.schedulers.matmul import MatmulParams
+    with FusionDefinition("linear") as fd:
+        x = fd.define_tensor(shape=[-1, -1], dtype=DataType.BFloat16)
+        w = fd.define_tensor(shape=[-1, -1], dtype=DataType.BFloat16)
+        fd.add_output(fd.ops.linear(x, w))
+    x = torch.randn(300, 200, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(520, 200, device="cuda", dtype=torch.bfloat16)
+    for tn in (256, 128, 64):
+        p = MatmulParams(tile_m=128, tile_n=tn, stages=3, grid=2)
+        y = fd.execute([x, w], options={"heuristic": p})[0]
+        torch.cuda.synchronize()
+        err = ((y.float() - x.float() @ w.float().t()).norm() / y.float().norm()).item()
+        assert fd.last_run.schedulers == ("matmul",) and err < 1e-2, (fd.last_run, err)
+        print("matmul", p.describe(), f"rel. error {err:.1e}", flush=True)
+
+
+if "--matmul" in sys.argv[1:]:
+    matmul_cases()
+    sys.exit(0)
+if PIPELINES_ONLY:
+    matmul_cases()
 
 for name, m, n in CASES:
     fd = catalogue.define(name)

@@ -63,8 +63,8 @@ def rules_after(pass_name: str, passes: list = PIPELINE) -> tuple:
     pass), less those a later one retired."""
     names = [p.__name__ for p in passes]
     if pass_name not in names:
-        raise ValueError(f"unknown lowering pass {pass_name!r}; the pipeline (PIPELINE or MATMUL_PIPELINE) has "
-                         f"{names}")
+        raise ValueError(f"unknown lowering pass {pass_name!r}; the pipeline (PIPELINE or "
+                         f"MATMUL_PIPELINE) has {names}")
     rules: list = []
     for p in passes[:names.index(pass_name) + 1]:
         rules = [r for r in rules if r not in p.retires] + list(p.establishes)

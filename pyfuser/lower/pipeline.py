@@ -880,7 +880,9 @@ def _warp_specialize(kernel: K.Kernel, chain_path, items) -> None:
     bars = [b.bars for b in buffered] + [empty]
     init = [K.MBarrierInit(K.MBarrierRef(b.bars, K.Const(s)), K.Const(1))
             for b in buffered for s in range(n_stages)]
-    init += [K.MBarrierInit(K.MBarrierRef(empty, K.Const(s)), K.Const(roles.compute_threads))
+    releasers = (roles.compute_threads // WARP_GROUP
+                 if slots_read_by_wgmma_only(loop.body, buffered) else roles.compute_threads)
+    init += [K.MBarrierInit(K.MBarrierRef(empty, K.Const(s)), K.Const(releasers))
              for s in range(n_stages)]
     split = (f"{R} compute roles of {roles.compute_threads} threads taking turns"
              if R > 1 else f"compute {roles.compute_threads} threads")
@@ -916,7 +918,18 @@ def _compute_role(kernel, rest, chain: _Chain, buffered, empty, roles, r: int) -
     inner = chain.loops[-1]
     waits = [K.MBarrierWait(K.MBarrierRef(b.bars, stage), K.mod(K.div(c, n_stages), 2))
              for b in buffered]
-    release = [K.MBarrierArrive(K.MBarrierRef(empty, stage))]
+
+    def arrive(at) -> list:
+        bar = K.MBarrierArrive(K.MBarrierRef(empty, at))
+        if not slots_read_by_wgmma_only(inner.body, buffered):
+            return [bar]
+        # The warp group's wait_group completes its wgmmas' reads for all its threads: one
+        # arrival per warp group (empty's count, _warp_specialize).
+        tid = _TIDX if roles.row_threads % WARP_GROUP == 0 else \
+            K.add(_TIDX, K.mul(_TIDY, roles.row_threads))
+        return [K.IfThenElse(K.eq(K.mod(tid, WARP_GROUP), 0), [bar])]
+
+    release = arrive(stage)
     body = offset_slots(inner.body, buffered, stage)
     lag = release_lag(body, buffered)
     drain: list = []
@@ -924,11 +937,11 @@ def _compute_role(kernel, rest, chain: _Chain, buffered, empty, roles, r: int) -
         # The slot of iteration c is read by wgmma groups still in flight after iteration c's
         # wait_group(lag): it is released lag iterations later, and the last lag slots of the
         # inner loop after a wait_group(0) that follows it.
-        release = [K.IfThenElse(K.lt(K.Const(lag - 1), ks[-1]), [K.MBarrierArrive(
-            K.MBarrierRef(empty, K.mod(K.sub(c, lag), n_stages)))])]
+        release = [K.IfThenElse(K.lt(K.Const(lag - 1), ks[-1]),
+                                arrive(K.mod(K.sub(c, lag), n_stages)))]
         drain = [K.WgmmaWait(0)] + [
-            K.IfThenElse(K.lt(K.Const(d - 1), chain.trips[-1]), [K.MBarrierArrive(K.MBarrierRef(
-                empty, K.mod(chain.counter(ks[:-1] + [K.sub(chain.trips[-1], d)]), n_stages)))])
+            K.IfThenElse(K.lt(K.Const(d - 1), chain.trips[-1]), arrive(
+                K.mod(chain.counter(ks[:-1] + [K.sub(chain.trips[-1], d)]), n_stages)))
             for d in range(lag, 0, -1)]
     elif lag:
         body = body + [K.WgmmaWait(0)]
@@ -974,6 +987,21 @@ def _compute_role(kernel, rest, chain: _Chain, buffered, empty, roles, r: int) -
             raise LoweringError(f"ping-pong compute roles would both write shared buffer "
                                 f"{x.out.buffer.name}")
     return out
+
+
+def slots_read_by_wgmma_only(body, buffered) -> bool:
+    """Whether the buffered loop's body reads its slots through wgmma alone (an asynchronous
+    reader whose reads complete for the whole warp group at its wait_group): each compute warp
+    group then releases a slot with one arrival, not one per thread."""
+    slots = {id(b.buf) for b in buffered}
+    wgmma = False
+    for x in K.walk(body):
+        reads = any(isinstance(e, K.TensorIndex) and id(e.buffer) in slots
+                    for _, v in exprs_of(x) for e in subexprs(v))
+        if reads and not isinstance(x, K.Wgmma):
+            return False
+        wgmma = wgmma or (reads and isinstance(x, K.Wgmma))
+    return wgmma
 
 
 def release_lag(body, buffered) -> int:
