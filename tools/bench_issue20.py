@@ -8,7 +8,8 @@ and torch.compile of it, in one run (GPU machine); or each shape's plan on the C
 TFLOP/s count 2 M N K. Times are medians of triton's do_bench (pyfuser.benchmark.harness._bench,
 which clears the L2 before each run) of the whole call (fd.execute: host work included, as a
 user calls it), and of a CUDA graph of one call replayed (the GPU's time alone). Before timing, pyfuser's output is checked against float32 (relative error of
-the largest element) and the plan is printed (a library segment would be torch itself).
+the largest element) and the plan is printed (a library segment would be torch itself). With
+no shape given, issue 21's MN-major rows follow (c = a @ b, b row-major [K, N]).
 """
 from __future__ import annotations
 
@@ -20,6 +21,18 @@ from pyfuser import DataType, FusionDefinition
 
 BAR_SHAPES = [(8192, 8192, 8192), (4096, 4096, 4096), (2048, 8192, 8192), (8192, 3072, 8192),
               (16384, 8192, 2048), (16384, 256, 4096), (8192, 8192, 64), (1000, 1000, 1000)]
+
+
+# Issue 21's MN-major bar row (b row-major [K, N], torch.matmul(a, b)), reported beside.
+MN_MAJOR_SHAPES = [(8192, 8192, 8192), (4096, 4096, 4096)]
+
+
+def matmul_fusion() -> FusionDefinition:
+    with FusionDefinition("matmul") as fd:
+        a = fd.define_tensor(shape=[-1, -1], dtype=DataType.BFloat16)
+        b = fd.define_tensor(shape=[-1, -1], dtype=DataType.BFloat16)
+        fd.add_output(fd.ops.matmul(a, b))
+    return fd
 
 
 def linear_fusion() -> FusionDefinition:
@@ -60,18 +73,26 @@ def bench(shapes) -> int:
     print("MxNxK | pyfuser TFLOP/s | cuBLAS TFLOP/s | compile TFLOP/s | pyfuser / cuBLAS | "
           "pyfuser graph | cuBLAS graph | graph ratio | rel. error | plan")
     print("--- | --- | --- | --- | --- | --- | --- | --- | --- | ---")
-    fd = linear_fusion()
-    for m, n, k in shapes:
+    cases = [(s, False) for s in shapes]
+    if shapes is BAR_SHAPES:
+        cases += [(s, True) for s in MN_MAJOR_SHAPES]
+    for (m, n, k), mn_major in cases:
+        fd = matmul_fusion() if mn_major else linear_fusion()
         g = torch.Generator(device="cuda").manual_seed(0)
         x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16, generator=g)
-        w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16, generator=g)
+        if mn_major:
+            w = torch.randn(k, n, device="cuda", dtype=torch.bfloat16, generator=g)
+            wt = w
+        else:
+            w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16, generator=g)
+            wt = w.t()
         y = fd.execute([x, w])[0]
         run = fd.last_run
-        ref = x.float() @ w.float().t()
+        ref = x.float() @ wt.float()
         err = ((y.float() - ref).abs().max() / ref.abs().max()).item()
 
         def cublas():
-            return torch.matmul(x, w.t())
+            return torch.matmul(x, wt)
         compiled = torch.compile(cublas, dynamic=False)
         flops = 2 * m * n * k
         t = {"pyfuser": _bench(lambda: fd.execute([x, w])), "cublas": _bench(cublas)}
@@ -92,7 +113,8 @@ def bench(shapes) -> int:
         nan = float("nan")
         heuristics = "; ".join(h.describe() if hasattr(h, "describe") else repr(h)
                                for h in run.heuristics)
-        print(f"{m}x{n}x{k} | {tf['pyfuser']:.0f} | {tf['cublas']:.0f} | "
+        print(f"{m}x{n}x{k}{' B MN-major' if mn_major else ''} | {tf['pyfuser']:.0f} | "
+              f"{tf['cublas']:.0f} | "
               f"{tf.get('compile', nan):.0f} | {tf['pyfuser'] / tf['cublas']:.2f} | "
               f"{tf.get('pyfuser graph', nan):.0f} | {tf.get('cublas graph', nan):.0f} | "
               f"{tf.get('pyfuser graph', nan) / tf.get('cublas graph', nan):.2f} | "

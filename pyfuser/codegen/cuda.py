@@ -590,11 +590,13 @@ class CudaPrinter:
         if size != s.n // 2:
             raise ValueError(f"wgmma m64n{s.n}: its accumulator {s.acc.name} holds {size} "
                              f"registers per thread, not {s.n // 2}")
-        self.wgmma_shapes.add((s.n, s.dtype))
+        trans_b = s.b_major == "MN"
+        self.wgmma_shapes.add((s.n, s.dtype, trans_b))
         scale = self.expr(s.scale_d)
-        self.line(f"{_wgmma_name(s.n, s.dtype)}({s.acc.name}, "
-                  f"pf::wgmma_desc_sw128(pf::smem_addr(&{self.expr(s.a)})), "
-                  f"pf::wgmma_desc_sw128(pf::smem_addr(&{self.expr(s.b)})), "
+        b_desc = (f"pf::wgmma_desc_sw128_mn(pf::smem_addr(&{self.expr(s.b)}), {s.b_chunk_bytes})"
+                  if trans_b else f"pf::wgmma_desc_sw128(pf::smem_addr(&{self.expr(s.b)}))")
+        self.line(f"{_wgmma_name(s.n, s.dtype, trans_b)}({s.acc.name}, "
+                  f"pf::wgmma_desc_sw128(pf::smem_addr(&{self.expr(s.a)})), {b_desc}, "
                   f"(int)({scale}));")
 
     def _WgmmaFence(self, s):
@@ -817,26 +819,27 @@ _SMEM_BASE = "pf_smem_aligned"
 _WGMMA_TYPES = {DataType.BFloat16: "bf16", DataType.Half: "f16"}
 
 
-def _wgmma_name(n: int, dtype: DataType) -> str:
-    return f"pf_wgmma_m64n{n}k16_{_WGMMA_TYPES[dtype]}"
+def _wgmma_name(n: int, dtype: DataType, trans_b: bool = False) -> str:
+    return f"pf_wgmma_m64n{n}k16_{_WGMMA_TYPES[dtype]}{'_tb' if trans_b else ''}"
 
 
-def wgmma_helper(n: int, dtype: DataType) -> str:
+def wgmma_helper(n: int, dtype: DataType, trans_b: bool = False) -> str:
     """The device function issuing wgmma.mma_async m64n{n}k16 (f32 += {dtype} x {dtype}, both
-    operands K-major from shared memory): one "+f" operand per accumulator register, which the
-    device library cannot spell for every n. scale_d 0 gives D = A * B."""
+    operands from shared memory, A K-major, B K-major or with `trans_b` MN-major): one "+f"
+    operand per accumulator register, which the device library cannot spell for every n.
+    scale_d 0 gives D = A * B."""
     if dtype not in _WGMMA_TYPES or n % 8 or not 8 <= n <= 256:
         raise ValueError(f"wgmma m64n{n}k16 of {dtype} does not exist")
     regs = n // 2
     t = _WGMMA_TYPES[dtype]
     dlist = ", ".join(f"%{i}" for i in range(regs))
     outs = ", ".join(f'"+f"(d[{i}])' for i in range(regs))
-    return (f"__device__ __forceinline__ void {_wgmma_name(n, dtype)}(float (&d)[{regs}], "
+    return (f"__device__ __forceinline__ void {_wgmma_name(n, dtype, trans_b)}(float (&d)[{regs}], "
             "unsigned long long desc_a, unsigned long long desc_b, int scale_d) {\n"
             "  asm volatile(\n"
             f'      "{{\\n .reg .pred p;\\n setp.ne.b32 p, %{regs + 2}, 0;\\n"\n'
             f'      "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{t}.{t} "\n'
-            f'      "{{{dlist}}}, %{regs}, %{regs + 1}, p, 1, 1, 0, 0;\\n}}\\n"\n'
+            f'      "{{{dlist}}}, %{regs}, %{regs + 1}, p, 1, 1, 0, {int(trans_b)};\\n}}\\n"\n'
             f"      : {outs}\n"
             '      : "l"(desc_a), "l"(desc_b), "r"(scale_d));\n'
             "}\n")
@@ -897,8 +900,8 @@ def generate_cuda(kernel: K.Kernel) -> str:
                         f"[{2 * pr.rows() * size}];")
         # Every CTA of the cluster running before any remote store (cluster_reduce.cuh).
         head += ["  unsigned pf_cluster_phase = 0;", "  pf::cluster_sync();"]
-    helpers = "".join(wgmma_helper(n, dt) for n, dt in sorted(pr.wgmma_shapes,
-                                                               key=lambda x: (x[0], x[1].name)))
+    helpers = "".join(wgmma_helper(n, dt, tb) for n, dt, tb in sorted(
+        pr.wgmma_shapes, key=lambda x: (x[0], x[1].name, x[2])))
     src = (device_library_source() + "\n" + _OPAQUE_WIDEN + helpers + "\n".join(head + body)
            + "\n}\n")
     return src

@@ -851,7 +851,8 @@ class WgmmaWait(Stmt):
     pending: int
 
 
-@roles(buffer=("acc",), expr=("a", "b", "scale_d"), data=("n", "dtype", "swizzle"))
+@roles(buffer=("acc",), expr=("a", "b", "scale_d"),
+       data=("n", "dtype", "swizzle", "b_major", "b_chunk_bytes"))
 @dataclasses.dataclass(eq=False, slots=True)
 class Wgmma(Stmt):
     """wgmma.mma_async m64n{n}k16 of one warp group (all 128 threads reach it): D[64, n] =
@@ -863,6 +864,13 @@ class Wgmma(Stmt):
     descriptors (start address, 1024 bytes between 8-row groups, swizzle) are formed from
     them. Asynchronous: it completes at a WgmmaWait that covers its commit group.
 
+    With `b_major` "MN", B is MN-major instead (B^T given: each K row's n elements
+    contiguous, as a row-major [K, N] matrix's): its n columns in chunks of 64 (one 128-byte
+    swizzled row), each chunk a box of K rows, `b_chunk_bytes` apart; `b` is the first element
+    of the K offset's row of the first chunk; element (k, j) at swizzled byte b + (j / 64)
+    b_chunk_bytes + (k / 8) 1024 + (k % 8) 128 + 2 (j % 64) (the descriptor's leading byte
+    offset is b_chunk_bytes, its stride byte offset 1024; the wgmma's imm-trans-b is 1).
+
     Accumulator fragment: thread t of the warp group (warp w = t / 32, lane l = t % 32), register
     i holds D[16 w + l / 4 + 8 ((i >> 1) & 1), 8 (i >> 2) + 2 (l % 4) + (i & 1)]."""
 
@@ -873,6 +881,8 @@ class Wgmma(Stmt):
     dtype: DataType
     scale_d: KExpr
     swizzle: int = 128
+    b_major: str = "K"
+    b_chunk_bytes: int = 0
 
 
 @roles(buffer=("acc",))

@@ -32,7 +32,10 @@ compute warp group, rows [64 wg, 64 wg + 64) of the tile):
 Raster: tiles are visited in bands of `raster_group` tile rows, column by column within a
 band: consecutive CTAs share A rows and B columns in L2.
 
-Limits: 2-D operands, both K-major (a row of 64 K elements is one 128-byte swizzle row),
+B MN-major (params.b_major "MN", a row-major [K, N]): tn / 64 boxes of 64 N x 64 K rows per
+stage, one after the other in B_s; each wgmma reads its K step's 16 rows of every box.
+
+Limits: 2-D operands, A K-major (a row of 64 K elements is one 128-byte swizzle row),
 16-bit inputs and output, tn a multiple of 64 up to 256, tm 64 or 128; no epilogue op, no
 cluster.
 """
@@ -101,8 +104,13 @@ def build_matmul(kernel: K.Kernel) -> K.Kernel:
     out_glob = ctx.buffers[mma.out]
     a_map = tensor_map("input", fusion.input_position(a_in), mma.a_dims[1], mma.a_dims[0],
                        TILE_K, tm, a_glob)
-    b_map = tensor_map("input", fusion.input_position(b_in), mma.b_dims[1], mma.b_dims[0],
-                       TILE_K, tn, b_glob)
+    mn_major = p.b_major == "MN"
+    if mn_major:        # boxes of 64 N (a swizzle row) x 64 K rows, tn / 64 of them per stage
+        b_map = tensor_map("input", fusion.input_position(b_in), mma.b_dims[0], mma.b_dims[1],
+                           BOX, TILE_K, b_glob)
+    else:
+        b_map = tensor_map("input", fusion.input_position(b_in), mma.b_dims[1], mma.b_dims[0],
+                           TILE_K, tn, b_glob)
     c_map = tensor_map("output", fusion.outputs.index(mma.out), 1, 0, BOX, BOX, out_glob)
 
     def shared(tv_or_name, elems):
@@ -129,15 +137,25 @@ def build_matmul(kernel: K.Kernel) -> K.Kernel:
     box_bytes = lambda rows: K.Const(rows * TILE_K * dtype.size)  # noqa: E731
     k0 = K.mul(kb, TILE_K)
     loads = [K.TensorMapLoad(K.TensorIndex(a_s, K.Const(0)), *a_map, a_glob, [k0, m0],
-                             box_bytes(tm), None),
-             K.TensorMapLoad(K.TensorIndex(b_s, K.Const(0)), *b_map, b_glob, [k0, n0],
-                             box_bytes(tn), None)]
+                             box_bytes(tm), None)]
+    if mn_major:
+        loads += [K.TensorMapLoad(K.TensorIndex(b_s, K.Const(j * BOX * TILE_K)), *b_map, b_glob,
+                                  [K.add(n0, j * BOX), k0], box_bytes(BOX), None)
+                  for j in range(tn // BOX)]
+    else:
+        loads.append(K.TensorMapLoad(K.TensorIndex(b_s, K.Const(0)), *b_map, b_glob, [k0, n0],
+                                     box_bytes(tn), None))
     wg_rows = K.mul(_TIDY, 64 * TILE_K)
     mmas: list = [K.WgmmaFence()]
     for ks in range(TILE_K // K_STEP):
         scale_d = K.Const(True, "bool") if ks else K.Bin("!=", kb, K.Const(0))
+        if mn_major:    # the K step is 16 rows of each 64 x 64 box
+            b_at, chunk = K.Const(ks * K_STEP * BOX), BOX * TILE_K * dtype.size
+        else:
+            b_at, chunk = K.Const(ks * K_STEP), 0
         mmas.append(K.Wgmma(acc, K.TensorIndex(a_s, K.add(wg_rows, ks * K_STEP)),
-                            K.TensorIndex(b_s, K.Const(ks * K_STEP)), tn, dtype, scale_d))
+                            K.TensorIndex(b_s, b_at), tn, dtype, scale_d,
+                            b_major=p.b_major, b_chunk_bytes=chunk))
     # One k block's wgmmas stay in flight while the next block's are issued: pipeline_loads
     # releases a slot one iteration late (lower/pipeline.release_lag) and waits for all after
     # the loop.

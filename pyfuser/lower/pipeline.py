@@ -50,13 +50,14 @@ up to the kernel's top level, L0 outermost, k_i counting loop i's iterations; th
 c = linear(k_0, ..., k_d) runs across the whole chain, so a persistent tile loop around a k loop
 never drains the pipeline between tiles):
 
-    mbarriers full[S] (1 arrival + bytes), empty[S] (R x compute threads... one role's threads)
+    mbarriers full[S] (1 arrival + the bytes of every buffered tensor's copies), empty[S] (one
+    role's threads; its warp groups when only wgmma reads the slots)
     split of the block along threadIdx.y:
     producer (threadIdx.y >= R * By):
       setmaxnreg.dec(Rp)
       if (elected thread) for k_0: ... for k_d:   # the chain's loops, copies only
-        if (c >= S) wait(empty[c % S], (c / S + 1) & 1); issue(c) into slot c % S;
-        arrive(full[c % S])
+        if (c >= S) wait(empty[c % S], (c / S + 1) & 1); issue(c) into slot c % S (each
+        copy raising full[c % S]'s bytes); arrive(full[c % S])
     compute role r (threadIdx.y in [r * By, (r + 1) * By), seen as threadIdx.y - r * By):
       setmaxnreg.inc(Rc)
       <statements around L0>
@@ -320,7 +321,13 @@ def take_tma_loads(kernel: K.Kernel, loop: K.ForLoop, items, n_stages: int,
     """Remove each TMA load sub-tree from `loop`, turn it into copy statements on a new
     mbarrier array of `n_stages`, and grow its shared buffer to `n_stages` slots."""
     buffered = []
+    placed: dict = {}
     for tv, op, top in items:
+        if is_placed_copy(top) and id(tv) in placed:
+            # Another copy into the same slot (a stage of several boxes): issued with the first.
+            loop.body.remove(top)
+            placed[id(tv)].issue.append(top)
+            continue
         buf, slot = take_slot(kernel, loop, tv, top, n_stages)
         bars = K.MBarriers(bars_name.format(buf.name), n_stages)
         if is_placed_copy(top):
@@ -330,6 +337,8 @@ def take_tma_loads(kernel: K.Kernel, loop: K.ForLoop, items, n_stages: int,
         else:
             issue = _BulkCopies(kernel, tv, bars).rewrite([top])
         buffered.append(BufferedTensor(tv, buf, bars, slot, issue))
+        if is_placed_copy(top):
+            placed[id(tv)] = buffered[-1]
     return buffered
 
 
@@ -838,6 +847,11 @@ def _warp_specialize(kernel: K.Kernel, chain_path, items) -> None:
     loop = chain.loops[-1]
     n_stages = items[0][0].circular_buffer_options.stages
     buffered = take_tma_loads(kernel, loop, items, n_stages, "pf_full_{}")
+    # One full barrier per stage for all the tensors buffered over the loop: the producer raises
+    # its expected bytes once per copy and arrives once; the compute roles wait once.
+    full = K.MBarriers(f"pf_full_{loop.var.name}", n_stages)
+    for b in buffered:
+        b.bars = full
     empty = K.MBarriers(f"pf_empty_{loop.var.name}", n_stages)
     trips_vars = [K.Var(f"pf_ws_trips_{lp.var.name}") for lp in chain.loops]
     trips_defs = [K.ScalarDef(v, t) for v, t in zip(trips_vars, chain.trips)]
@@ -852,9 +866,8 @@ def _warp_specialize(kernel: K.Kernel, chain_path, items) -> None:
                             [K.MBarrierWait(K.MBarrierRef(empty, stage), K.mod(K.add(use, 1), 2))])]
     mapping = dict(_AS_THREAD0)
     mapping.update({lp.var: at(k) for lp, at, k in zip(chain.loops, chain.index_at, ks)})
-    for b in buffered:
-        produce += issue_at([b], mapping, stage)
-        produce.append(K.MBarrierArrive(K.MBarrierRef(b.bars, stage)))
+    produce += issue_at(buffered, mapping, stage)
+    produce.append(K.MBarrierArrive(K.MBarrierRef(full, stage)))
     for k, n in reversed(list(zip(ks, chain.trips))):
         produce = [K.ForLoop(k, K.Const(0), n, K.Const(1), produce, label=K.WS_PRODUCER_LOOP)]
     elected = K.and_(K.eq(_TIDY, roles.compute_extent * R), K.eq(_TIDX, 0))
@@ -877,9 +890,8 @@ def _warp_specialize(kernel: K.Kernel, chain_path, items) -> None:
                                                              increase=True)] + body))
 
     names = "/".join(f"T{b.tv.name}" for b in buffered)
-    bars = [b.bars for b in buffered] + [empty]
-    init = [K.MBarrierInit(K.MBarrierRef(b.bars, K.Const(s)), K.Const(1))
-            for b in buffered for s in range(n_stages)]
+    bars = [full, empty]
+    init = [K.MBarrierInit(K.MBarrierRef(full, K.Const(s)), K.Const(1)) for s in range(n_stages)]
     releasers = (roles.compute_threads // WARP_GROUP
                  if slots_read_by_wgmma_only(loop.body, buffered) else roles.compute_threads)
     init += [K.MBarrierInit(K.MBarrierRef(empty, K.Const(s)), K.Const(releasers))
@@ -916,8 +928,7 @@ def _compute_role(kernel, rest, chain: _Chain, buffered, empty, roles, r: int) -
     c = chain.counter(ks)
     stage = K.mod(c, n_stages)
     inner = chain.loops[-1]
-    waits = [K.MBarrierWait(K.MBarrierRef(b.bars, stage), K.mod(K.div(c, n_stages), 2))
-             for b in buffered]
+    waits = [K.MBarrierWait(K.MBarrierRef(buffered[0].bars, stage), K.mod(K.div(c, n_stages), 2))]
 
     def arrive(at) -> list:
         bar = K.MBarrierArrive(K.MBarrierRef(empty, at))

@@ -2569,7 +2569,9 @@ class Interpreter:
     def _wgmma_operand(self, ctx: _Ctx, s: K.Wgmma, ti: K.TensorIndex, rows: int, groups):
         """Values [groups, rows, 16] of a wgmma operand (rows of 16 K elements, K-major,
         128-byte-swizzled: row r, element k at swizzled byte start + (r / 8) 1024 + (r % 8) 128
-        + 2 k), checked; and their flat addresses."""
+        + 2 k; an MN-major B: row r, element k at start + (r / 64) b_chunk_bytes + (k / 8) 1024
+        + (k % 8) 128 + 2 (r % 64)), checked; and their flat addresses."""
+        mn_major = ti is s.b and s.b_major == "MN"
         name = "A" if ti is s.a else "B"
         if not isinstance(ti, K.TensorIndex) or ti.buffer.memory != "shared":
             raise InterpreterError(f"wgmma operand {name} {ti!r} is not in shared memory")
@@ -2591,7 +2593,12 @@ class Interpreter:
         eb = s.dtype.size
         base = self.k.smem_offsets.get(ti.buffer.name, 0)
         start = per[:, 0] * eb
-        bad = (((base + start) % K.SWIZZLE_ATOM_BYTES) >= 128) | (start % 32 != 0) | (start < 0)
+        if mn_major:
+            # The K offset is whole rows of the box: 16 K rows (2048 bytes) per K step.
+            bad = ((base + start) % K.SWIZZLE_ATOM_BYTES != 0) | (start < 0)
+        else:
+            bad = (((base + start) % K.SWIZZLE_ATOM_BYTES) >= 128) | (start % 32 != 0) | \
+                (start < 0)
         if base % K.SWIZZLE_ATOM_BYTES or bad.any():
             g = int(np.argmax(bad))
             raise InterpreterError(
@@ -2602,7 +2609,14 @@ class Interpreter:
                 f"{self._where(ctx, int(groups[g, 0]))}")
         r = _lanes(rows)[:, None]
         k = _lanes(16)[None, :]
-        byte = start[:, None, None] + (r // 8) * 1024 + (r % 8) * 128 + eb * k
+        if mn_major:
+            if s.b_chunk_bytes <= 0 or s.b_chunk_bytes % K.SWIZZLE_ATOM_BYTES:
+                raise InterpreterError(f"wgmma MN-major B: chunks {s.b_chunk_bytes} bytes apart, "
+                                       f"not a positive multiple of {K.SWIZZLE_ATOM_BYTES}")
+            byte = start[:, None, None] + (r // 64) * s.b_chunk_bytes + (k // 8) * 1024 + \
+                (k % 8) * 128 + eb * (r % 64)
+        else:
+            byte = start[:, None, None] + (r // 8) * 1024 + (r % 8) * 128 + eb * k
         elem = K.swizzled_byte(byte, s.swizzle) // eb
         if elem.max() >= m.limit:
             g = int(np.argmax((elem >= m.limit).reshape(len(groups), -1).any(axis=1)))

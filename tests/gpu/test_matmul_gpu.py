@@ -1,9 +1,9 @@
 """The generated Hopper matmul on the GPU (schedulers/matmul.py, lower/matmul.py): square,
 ragged, tall-skinny, small-K and one-tile shapes of linear (x @ w^T) and matmul with a K-major
 b, bf16 and fp16, outputs poisoned and compared with float64 (run_and_check); what ran is
-asserted (the matmul scheduler, one kernel, no fallback). Layouts the kernel does not take
-(MN-major b, K not a multiple of 8, batched) run torch's matmul in a library segment, also
-checked."""
+asserted (the matmul scheduler, one kernel, no fallback); b MN-major (row-major [K, N]) too.
+Layouts the kernel does not take (a column-major a, K not a multiple of 8, batched) run
+torch's matmul in a library segment, also checked."""
 import pytest
 import torch
 
@@ -62,10 +62,21 @@ def test_the_persistent_tile_order_covers_every_tile():
     assert p.grid < 14 * 23, p
 
 
-@pytest.mark.parametrize("case", ["mn_major_b", "k_not_multiple_of_8", "batched"])
+@pytest.mark.parametrize("m, n, k", [(128, 64, 64), (129, 264, 72), (1000, 1000, 1000),
+                                     (300, 4104, 2056), (4096, 4096, 4096), (64, 520, 8)])
+def test_mn_major_b(m, n, k):
+    # torch.matmul's usual operands: b row-major [K, N].
+    a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(k, n, device="cuda", dtype=torch.bfloat16)
+    fd = _matmul_fd(a, b)
+    run_and_check(fd, [a, b], scheduler="matmul")
+    assert fd.last_run.heuristics[0].b_major == "MN"
+
+
+@pytest.mark.parametrize("case", ["column_major_a", "k_not_multiple_of_8", "batched"])
 def test_layouts_the_kernel_does_not_take_run_torch(case):
-    if case == "mn_major_b":
-        a = torch.randn(256, 192, device="cuda", dtype=torch.bfloat16)
+    if case == "column_major_a":
+        a = torch.randn(192, 256, device="cuda", dtype=torch.bfloat16).t()
         b = torch.randn(192, 320, device="cuda", dtype=torch.bfloat16)
     elif case == "k_not_multiple_of_8":
         a = torch.randn(256, 100, device="cuda", dtype=torch.bfloat16)

@@ -60,11 +60,27 @@ def test_matmul_of_a_transposed_weight_is_k_major():
     assert seg.kind == "kernel" and seg.kernel.scheduler == "matmul"
 
 
-def test_mn_major_b_runs_torch():
-    # b row-major [K, N]: its K dim is strided (MN-major): not built, torch.matmul runs it.
-    e = matmul_fd().explain([meta(512, 256), meta(256, 384)], device="h100")
+def test_mn_major_b_is_read_by_64x64_boxes():
+    # b row-major [K, N] (torch.matmul's usual operand): B MN-major.
+    seg = only_segment(matmul_fd().explain([meta(512, 256), meta(256, 384)], device="h100",
+                                           compile=True))
+    assert seg.kind == "kernel" and seg.kernel.params.b_major == "MN"
+    kernel = seg.kernel.kernel.kernel
+    maps = sorted((m.role, m.inner, m.box) for m in kernel.tensor_maps.values())
+    assert ("input", 1, (64, 64)) in maps            # B's N dim along the box rows
+    assert "0, 1;\\n}" in seg.kernel.kernel.source or ", 1;" in seg.kernel.kernel.source
+    assert "wgmma_desc_sw128_mn" in seg.kernel.kernel.source
+    report = seg.kernel.ptxas
+    assert "0 B spill stores" in report and "serializ" not in report.lower(), report
+
+
+def test_column_major_a_runs_torch():
+    a = meta(256, 512, stride=(1, 256))
+    with FusionDefinition("matmul_at") as fd:
+        fd.add_output(fd.ops.matmul(fd.from_pytorch(a), fd.from_pytorch(meta(512, 384))))
+    e = fd.explain([a, meta(512, 384)], device="h100")
     assert refused_to_library(e)
-    assert "cannot be read with TMA tiles" in str(e)
+    assert "operand a cannot be read with TMA tiles" in str(e)
 
 
 def refused_to_library(e) -> bool:
@@ -217,6 +233,22 @@ def test_interpreted_kernel_matches_float64(mnk, tile, grid):
     p = matmul.MatmulParams(tile_m=tile[0], tile_n=tile[1], stages=2 if mnk[2] > 64 else 3,
                             grid=grid)
     _interpret(*mnk, p)
+
+
+@pytest.mark.parametrize("mnk, tn", [((129, 264, 72), 256), ((70, 136, 136), 128),
+                                     ((100, 64, 40), 64)])
+def test_interpreted_mn_major_b(mnk, tn):
+    m, n, k = mnk
+    g = torch.Generator().manual_seed(m + n + k)
+    a = torch.randn(m, k, dtype=torch.bfloat16, generator=g)
+    b = torch.randn(k, n, dtype=torch.bfloat16, generator=g)
+    with FusionDefinition("mm") as fd:
+        fd.add_output(fd.ops.matmul(fd.from_pytorch(a), fd.from_pytorch(b)))
+    from kir_testing import interpret_against_float64, schedule_and_lower
+    p = matmul.MatmulParams(tile_m=128, tile_n=tn, stages=2, grid=2, b_major="MN")
+    st, _, p, kernel = schedule_and_lower(fd, [a, b], params=p, scheduler=matmul,
+                                          device="h100-4sm")
+    interpret_against_float64(fd, st, kernel, [a, b], context=p)
 
 
 def test_interpreted_fp16_matmul_of_a_transposed_weight():

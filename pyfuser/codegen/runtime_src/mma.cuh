@@ -17,6 +17,17 @@ __device__ __forceinline__ unsigned long long wgmma_desc_sw128(unsigned saddr) {
          (1ull << 16) | (static_cast<unsigned long long>(1024 >> 4) << 32) | (1ull << 62);
 }
 
+// The descriptor of an MN-major operand (B given as a row-major [K, N] matrix) in 128-byte-
+// swizzled boxes of 64 N elements x K rows: leading byte offset = the bytes from one 64-wide
+// chunk of N to the next (`chunk_bytes`), stride byte offset 1024 (8 K rows of 128 bytes); a K
+// step of 16 rows adds 2048 bytes to the address. The wgmma then takes imm-trans-b 1.
+__device__ __forceinline__ unsigned long long wgmma_desc_sw128_mn(unsigned saddr,
+                                                                  unsigned chunk_bytes) {
+  return static_cast<unsigned long long>((saddr & 0x3FFFF) >> 4) |
+         (static_cast<unsigned long long>((chunk_bytes >> 4) & 0x3FFF) << 16) |
+         (static_cast<unsigned long long>(1024 >> 4) << 32) | (1ull << 62);
+}
+
 __device__ __forceinline__ void wgmma_fence() {
   asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
 }

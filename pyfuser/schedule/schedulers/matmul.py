@@ -21,9 +21,11 @@ and clips the stores.
 
 Taken: one MatmulOp (a [M, K] @ b [K, N]) or LinearOp without bias (x [M, K], w [N, K]) of two
 fusion inputs, bf16 or fp16, out the fusion's output. Refused by the heuristic (the op then
-runs as torch.matmul, a library segment): an operand whose K dim is not its stride-1 dim
-(MN-major: b row-major [K, N]; not built), strides or pointers TMA cannot take (a row not a
-multiple of 16 bytes: K or N not a multiple of 8), K = 0, a device that is not Hopper. Not
+runs as torch.matmul, a library segment): an A whose K dim is not its stride-1 dim (a
+column-major A), strides or pointers TMA cannot take (a row not a multiple of 16 bytes: K or N
+not a multiple of 8), K = 0, a device that is not Hopper. B may be K-major (w [N, K], or b =
+w.t()) or MN-major (b row-major [K, N]: its boxes are 64 N x 64 K, read by wgmma with
+imm-trans-b). Not
 built yet (issues 20 and 21): batched operands, a fused epilogue (bias, activations), clusters
 with multicast, ping-pong compute roles, split-K and stream-K.
 """
@@ -57,6 +59,7 @@ class MatmulParams:
     raster_group: int = 8        # tile rows per band of the persistent tile order
     grid: int = 132              # persistent CTAs
     producer_registers: int = 40
+    b_major: str = "K"           # "MN": B's N dim is its stride-1 dim (a row-major [K, N])
 
     @property
     def compute_warp_groups(self) -> int:
@@ -70,7 +73,8 @@ class MatmulParams:
         return 2 if (self.tile_n // EPILOGUE_BOX) % 2 == 0 else 1
 
     def describe(self) -> str:
-        return (f"matmul: tile {self.tile_m}x{self.tile_n}x{TILE_K}, {self.stages} stages, "
+        return (f"matmul: tile {self.tile_m}x{self.tile_n}x{TILE_K}, B {self.b_major}-major, "
+                f"{self.stages} stages, "
                 f"{self.compute_warp_groups} compute warp group(s) + 1 producer, persistent grid "
                 f"{self.grid}, raster bands of {self.raster_group} tile rows")
 
@@ -155,13 +159,20 @@ def compute_heuristics(fusion, info: RuntimeInfo) -> MatmulParams:
     n = fb.sizes[bn]
     if k == 0:
         raise SchedulerError("matmul: K = 0 (nothing to accumulate; torch gives zeros)")
-    for name, f, rows, kd, box_rows in (("a", fa, am, ak, 64), ("b", fb, bn, bk, 64)):
-        why = check_tile_box(list(f.sizes), list(f.strides), f.alignment, a.dtype.size,
-                             inner=kd, outer=rows, box_cols=TILE_K, box_rows=box_rows,
-                             swizzle=128)
-        if why:
-            raise SchedulerError(f"matmul: operand {name} cannot be read with TMA tiles along K: "
-                                 + "; ".join(why))
+    why = check_tile_box(list(fa.sizes), list(fa.strides), fa.alignment, a.dtype.size,
+                         inner=ak, outer=am, box_cols=TILE_K, box_rows=64, swizzle=128)
+    if why:
+        raise SchedulerError("matmul: operand a cannot be read with TMA tiles along K: "
+                             + "; ".join(why))
+    # B K-major (rows of K elements: a Linear's weight) or MN-major (rows of N: a row-major
+    # [K, N]), whichever of its dims has stride 1.
+    b_major = "MN" if fb.strides[bn] == 1 and fb.strides[bk] != 1 and fb.sizes[bn] > 1 else "K"
+    inner, outer = (bn, bk) if b_major == "MN" else (bk, bn)
+    why = check_tile_box(list(fb.sizes), list(fb.strides), fb.alignment, b.dtype.size,
+                         inner=inner, outer=outer, box_cols=TILE_K, box_rows=64, swizzle=128)
+    if why:
+        raise SchedulerError(f"matmul: operand b cannot be read with TMA tiles ({b_major}-major): "
+                             + "; ".join(why))
     if (n * a.dtype.size) % 16:
         raise SchedulerError(f"matmul: the output's rows of N = {n} elements are not a multiple "
                              "of 16 bytes (the TMA store needs it)")
@@ -182,7 +193,8 @@ def compute_heuristics(fusion, info: RuntimeInfo) -> MatmulParams:
         raise SchedulerError(f"matmul: {dev.name}'s shared memory holds fewer than 2 stages of "
                              f"the {tm}x{tn} tile")
     tiles = _tiles(m, n, tm, tn)
-    return MatmulParams(tile_m=tm, tile_n=tn, stages=stages, grid=max(1, min(tiles, sms)))
+    return MatmulParams(tile_m=tm, tile_n=tn, stages=stages, grid=max(1, min(tiles, sms)),
+                        b_major=b_major)
 
 
 def schedule(fusion, params: MatmulParams) -> None:
