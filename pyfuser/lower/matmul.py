@@ -23,9 +23,10 @@ compute warp group, rows [64 wg, 64 wg + 64) of the tile):
       accumulator fence
       for chunk c < tn / 64:                           (staging box c % B of the warp group)
         thread 0 of the warp group: bulk wait (read) until at most B - 1 stores read its boxes
-        barrier
+        barrier of the warp group (named barrier 8 + wg: the warp groups do not wait for each
+        other; the epilogue is printed once per warp group)
         4 x stmatrix.x4: accumulators -> 16-bit -> staging box, 128-byte swizzled addresses
-        fence.proxy.async; barrier
+        fence.proxy.async; the warp group's barrier
         thread 0: TMA store of the box at (n0 + 64 c, m0 + 64 wg); bulk commit
     thread 0 of each warp group: bulk wait until its stores are written
 
@@ -49,6 +50,9 @@ from .indexing import scalar_to_kexpr
 TILE_K = 64
 K_STEP = 16                      # K elements of one wgmma
 BOX = 64                         # the epilogue's staging box: 64 x 64
+# Named barriers of the compute warp groups' epilogues (8 + wg): above those pipeline_loads
+# gives the warp roles (1 + role, and ping-pong's turns).
+EPILOGUE_BARRIER = 8
 _TIDX, _TIDY = K.Special("threadIdx.x"), K.Special("threadIdx.y")
 
 
@@ -165,21 +169,33 @@ def build_matmul(kernel: K.Kernel) -> K.Kernel:
     lane, warp = K.Var("pf_lane"), K.Var("pf_warp")
     row, unit_hi = K.Var("pf_st_row"), K.Var("pf_st_unit")
     thread0 = K.eq(_TIDX, 0)
+
+    def epilogue_of(wg: int) -> list:
+        """Compute warp group wg's epilogue: its own staging boxes, its own named barrier (the
+        warp groups do not wait for each other)."""
+        sync = K.BlockSync(EPILOGUE_BARRIER + wg, K.Const(128))
+        out: list = []
+        for c in range(chunks):
+            box = K.Const((wg * boxes + c % boxes) * BOX * BOX)
+            out += [K.IfThenElse(thread0, [K.BulkWait(boxes - 1, read=True)]), sync]
+            for jj in range(4):
+                j0 = 8 * c + 2 * jj                      # the first of two 8-column groups
+                unit = K.add(K.Const(2 * jj), unit_hi)   # its 16-byte unit in the 128-byte row
+                dst = K.add(box, K.add(K.mul(row, BOX), K.mul(swizzled_unit(unit, row), 8)))
+                values = [K.TensorIndex(acc, K.Const(4 * j0 + i)) for i in range(8)]
+                out.append(K.StMatrix(K.TensorIndex(stage, dst), values, dtype))
+            out += [K.FenceProxyAsync(), sync,
+                    K.IfThenElse(thread0, [
+                        K.TensorMapStore(K.TensorIndex(stage, box), *c_map, out_glob,
+                                         [K.add(n0, c * BOX), K.add(m0, wg * BOX)]),
+                        K.BulkCommit()])]
+        return out
+
     epilogue: list = [K.AccumulatorFence(acc)]
-    for c in range(chunks):
-        box = K.add(K.mul(_TIDY, boxes * BOX * BOX), (c % boxes) * BOX * BOX)
-        epilogue += [K.IfThenElse(thread0, [K.BulkWait(boxes - 1, read=True)]), K.BlockSync()]
-        for jj in range(4):
-            j0 = 8 * c + 2 * jj                      # the first of two 8-column groups
-            unit = K.add(K.Const(2 * jj), unit_hi)   # its 16-byte unit in the 128-byte row
-            dst = K.add(box, K.add(K.mul(row, BOX), K.mul(swizzled_unit(unit, row), 8)))
-            values = [K.TensorIndex(acc, K.Const(4 * j0 + i)) for i in range(8)]
-            epilogue.append(K.StMatrix(K.TensorIndex(stage, dst), values, dtype))
-        epilogue += [K.FenceProxyAsync(), K.BlockSync(),
-                     K.IfThenElse(thread0, [
-                         K.TensorMapStore(K.TensorIndex(stage, box), *c_map, out_glob,
-                                          [K.add(n0, c * BOX), K.add(m0, K.mul(_TIDY, BOX))]),
-                         K.BulkCommit()])]
+    if wgs == 1:
+        epilogue += epilogue_of(0)
+    else:
+        epilogue.append(K.IfThenElse(K.eq(_TIDY, 0), epilogue_of(0), epilogue_of(1)))
     tile_loop = K.ForLoop(t, K.Const(0), K.mul(tiles_m, tiles_n), K.Const(1),
                           [k_loop] + epilogue, parallel="GridStride")
     # The fusion's loop nests (LoweringContext) are replaced by this nest of its own.
