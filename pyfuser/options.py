@@ -41,6 +41,9 @@ FEATURES = {
                             "copies for rows a 1D bulk copy cannot take)",
     "tma_tensor_map": "TMA variants copy a stage of whole rows with one tensor-map box instead of "
                       "one 1D bulk copy per row",
+    "matmul_pingpong": "matmul kernels with two compute warp groups taking whole 128x128 tiles "
+                       "in turn, one's epilogue under the other's MMAs (ping-pong), instead of "
+                       "both splitting each tile's rows (cooperative)",
     "kernel_reuse": "reuse compiled kernels across shapes whose heuristics are equal",
     "reference_fallback": "run fusions no scheduler takes through the reference evaluator",
     "streaming_loads": "read fusion inputs with ld.global.nc.L1::no_allocate (read once, no L1 "

@@ -100,9 +100,16 @@ def bench(shapes) -> int:
         # pyfuser and cuBLAS timed in turn, three times each, each the median of its three:
         # clocks and power drift over a run by several percent.
         rounds: dict = {"pyfuser": [], "cublas": []}
+        if PINGPONG:
+            rounds["ping-pong"] = []
+            fd.execute([x, w], options=PINGPONG_ON)
+            pp_run = fd.last_run
         for _ in range(3):
             rounds["pyfuser"].append(_bench(lambda: fd.execute([x, w])))
             rounds["cublas"].append(_bench(cublas))
+            if PINGPONG:
+                rounds["ping-pong"].append(_bench(lambda: fd.execute([x, w],
+                                                                     options=PINGPONG_ON)))
         t = {name: sorted(v)[1] for name, v in rounds.items()}
         try:
             compiled()
@@ -121,6 +128,10 @@ def bench(shapes) -> int:
         nan = float("nan")
         heuristics = "; ".join(h.describe() if hasattr(h, "describe") else repr(h)
                                for h in run.heuristics)
+        if PINGPONG:
+            pp = tf["ping-pong"]
+            heuristics = (f"ping-pong {pp:.0f} TFLOP/s ({pp / tf['cublas']:.2f} of cuBLAS; "
+                          f"{pp_run.heuristics[0].describe()}); " + heuristics)
         print(f"{m}x{n}x{k}{' B MN-major' if mn_major else ''} | {tf['pyfuser']:.0f} | "
               f"{tf['cublas']:.0f} | "
               f"{tf.get('compile', nan):.0f} | {tf['pyfuser'] / tf['cublas']:.2f} | "
@@ -129,6 +140,10 @@ def bench(shapes) -> int:
               f"{err:.1e} | {run.kind}: {plan} {heuristics}", flush=True)
     return 0
 
+
+# --pingpong: also time the ping-pong variant (options feature matmul_pingpong) in each round.
+PINGPONG = "--pingpong" in sys.argv
+PINGPONG_ON = {"enable": ["matmul_pingpong"]}
 
 if __name__ == "__main__":
     chosen = _shapes(sys.argv[1:])

@@ -20,7 +20,7 @@ if PIPELINES_ONLY:
 
 def matmul_cases() -> None:
     """The warp-specialized matmul (wgmma from swizzled tile boxes, stmatrix, TMA stores): each
-    tile shape on a grid of 2, so that each CTA runs several tiles and the stages wrap around
+    tile shape, cooperative and ping-pong, on a grid of 2, so that each CTA runs several tiles and the stages wrap around
     across them; ragged M, N and K."""
     from pyfuser import DataType, FusionDefinition
     from pyfuser.schedule.schedulers.matmul import MatmulParams
@@ -30,8 +30,8 @@ def matmul_cases() -> None:
         fd.add_output(fd.ops.linear(x, w))
     x = torch.randn(300, 200, device="cuda", dtype=torch.bfloat16)
     w = torch.randn(520, 200, device="cuda", dtype=torch.bfloat16)
-    for tn in (256, 128, 64):
-        p = MatmulParams(tile_m=128, tile_n=tn, stages=3, grid=2)
+    for tn, roles in ((256, 1), (128, 1), (64, 1), (128, 2), (64, 2)):
+        p = MatmulParams(tile_m=128, tile_n=tn, stages=3, grid=2, compute_roles=roles)
         y = fd.execute([x, w], options={"heuristic": p})[0]
         torch.cuda.synchronize()
         err = ((y.float() - x.float() @ w.float().t()).norm() / y.float().norm()).item()

@@ -54,6 +54,7 @@ BOX = 64                         # the epilogue's staging box: 64 x 64
 # gives the warp roles (1 + role, and ping-pong's turns).
 EPILOGUE_BARRIER = 8
 _TIDX, _TIDY = K.Special("threadIdx.x"), K.Special("threadIdx.y")
+WARP_GROUP_ROWS = 64             # rows of one wgmma (m64)
 
 
 def _min(a, b) -> K.KExpr:
@@ -126,14 +127,20 @@ def build_matmul(kernel: K.Kernel) -> K.Kernel:
             ctx.buffers[tv_or_name] = buf
         return buf
 
-    wgs = p.compute_warp_groups
+    # Cooperative (one compute role): the role's warp groups split the tile's rows, 64 each;
+    # ping-pong (compute roles 2): each role is one warp group computing whole tiles, 64 rows
+    # (a slice) per wgmma, one accumulator buffer per slice.
+    wgs = p.warp_groups_per_role
+    slices = tm // WARP_GROUP_ROWS // wgs
     a_s, b_s = shared(mma.a, tm * TILE_K), shared(mma.b, tn * TILE_K)
-    # Two staging boxes per warp group, alternating, when a tile has an even number of chunks
-    # (chunk c of every tile uses box c % 2); one box otherwise.
+    # Two staging boxes per warp group, alternating, when a warp group stores an even number of
+    # 64x64 boxes per tile (box j of every tile is box j % 2); one box otherwise. With several
+    # compute roles, pipeline_loads gives each role its own copy.
     chunks = tn // BOX
     boxes = p.staging_boxes
     stage = shared("pf_mma_stage", wgs * boxes * BOX * BOX)
-    acc = K.Buffer("pf_acc", DataType.Float, "local", K.Const(tn // 2))
+    accs = [K.Buffer(f"pf_acc{s}" if slices > 1 else "pf_acc", DataType.Float, "local",
+                     K.Const(tn // 2)) for s in range(slices)]
 
     tiles_m, tiles_n = K.ceil_div(m, tm), K.ceil_div(n, tn)
     t, kb = ctx.new_loop_var(), ctx.new_loop_var()
@@ -149,7 +156,8 @@ def build_matmul(kernel: K.Kernel) -> K.Kernel:
     else:
         loads.append(K.TensorMapLoad(K.TensorIndex(b_s, K.Const(0)), *b_map, b_glob, [k0, n0],
                                      box_bytes(tn), None))
-    wg_rows = K.mul(_TIDY, 64 * TILE_K)
+    # The first of the warp group's rows of the tile (threadIdx.y: its warp group in the role).
+    wg_row0 = K.mul(_TIDY, slices * WARP_GROUP_ROWS) if wgs > 1 else K.Const(0)
     mmas: list = [K.WgmmaFence()]
     for ks in range(TILE_K // K_STEP):
         scale_d = K.Const(True, "bool") if ks else K.Bin("!=", kb, K.Const(0))
@@ -157,9 +165,11 @@ def build_matmul(kernel: K.Kernel) -> K.Kernel:
             b_at, chunk = K.Const(ks * K_STEP * BOX), BOX * TILE_K * dtype.size
         else:
             b_at, chunk = K.Const(ks * K_STEP), 0
-        mmas.append(K.Wgmma(acc, K.TensorIndex(a_s, K.add(wg_rows, ks * K_STEP)),
-                            K.TensorIndex(b_s, b_at), tn, dtype, scale_d,
-                            b_major=p.b_major, b_chunk_bytes=chunk))
+        for sl, acc in enumerate(accs):
+            rows = K.add(wg_row0, sl * WARP_GROUP_ROWS)
+            mmas.append(K.Wgmma(acc, K.TensorIndex(a_s, K.add(K.mul(rows, TILE_K), ks * K_STEP)),
+                                K.TensorIndex(b_s, b_at), tn, dtype, scale_d,
+                                b_major=p.b_major, b_chunk_bytes=chunk))
     # One k block's wgmmas stay in flight while the next block's are issued: pipeline_loads
     # releases a slot one iteration late (lower/pipeline.release_lag) and waits for all after
     # the loop.
@@ -171,27 +181,32 @@ def build_matmul(kernel: K.Kernel) -> K.Kernel:
     thread0 = K.eq(_TIDX, 0)
 
     def epilogue_of(wg: int) -> list:
-        """Compute warp group wg's epilogue: its own staging boxes, its own named barrier (the
-        warp groups do not wait for each other)."""
-        sync = K.BlockSync(EPILOGUE_BARRIER + wg, K.Const(128))
+        """Warp group wg's epilogue (of the role): its own staging boxes and, with several warp
+        groups in the role, its own named barrier (they do not wait for each other); one warp
+        group per role: the role's barrier."""
+        sync = K.BlockSync(EPILOGUE_BARRIER + wg, K.Const(128)) if wgs > 1 else K.BlockSync()
         out: list = []
-        for c in range(chunks):
-            box = K.Const((wg * boxes + c % boxes) * BOX * BOX)
-            out += [K.IfThenElse(thread0, [K.BulkWait(boxes - 1, read=True)]), sync]
-            for jj in range(4):
-                j0 = 8 * c + 2 * jj                      # the first of two 8-column groups
-                unit = K.add(K.Const(2 * jj), unit_hi)   # its 16-byte unit in the 128-byte row
-                dst = K.add(box, K.add(K.mul(row, BOX), K.mul(swizzled_unit(unit, row), 8)))
-                values = [K.TensorIndex(acc, K.Const(4 * j0 + i)) for i in range(8)]
-                out.append(K.StMatrix(K.TensorIndex(stage, dst), values, dtype))
-            out += [K.FenceProxyAsync(), sync,
-                    K.IfThenElse(thread0, [
-                        K.TensorMapStore(K.TensorIndex(stage, box), *c_map, out_glob,
-                                         [K.add(n0, c * BOX), K.add(m0, wg * BOX)]),
-                        K.BulkCommit()])]
+        j = 0                       # the warp group's boxes of this tile, in order
+        for sl, acc in enumerate(accs):
+            for c in range(chunks):
+                box = K.Const((wg * boxes + j % boxes) * BOX * BOX)
+                j += 1
+                out += [K.IfThenElse(thread0, [K.BulkWait(boxes - 1, read=True)]), sync]
+                for jj in range(4):
+                    j0 = 8 * c + 2 * jj                    # the first of two 8-column groups
+                    unit = K.add(K.Const(2 * jj), unit_hi)  # its 16-byte unit in the row
+                    dst = K.add(box, K.add(K.mul(row, BOX), K.mul(swizzled_unit(unit, row), 8)))
+                    values = [K.TensorIndex(acc, K.Const(4 * j0 + i)) for i in range(8)]
+                    out.append(K.StMatrix(K.TensorIndex(stage, dst), values, dtype))
+                row0 = (wg * slices + sl) * WARP_GROUP_ROWS
+                out += [K.FenceProxyAsync(), sync,
+                        K.IfThenElse(thread0, [
+                            K.TensorMapStore(K.TensorIndex(stage, box), *c_map, out_glob,
+                                             [K.add(n0, c * BOX), K.add(m0, row0)]),
+                            K.BulkCommit()])]
         return out
 
-    epilogue: list = [K.AccumulatorFence(acc)]
+    epilogue: list = [K.AccumulatorFence(acc) for acc in accs]
     if wgs == 1:
         epilogue += epilogue_of(0)
     else:
@@ -201,10 +216,11 @@ def build_matmul(kernel: K.Kernel) -> K.Kernel:
     # The fusion's loop nests (LoweringContext) are replaced by this nest of its own.
     kernel.replaced_loops.update(id(lp) for lp in ctx.all_loops())
     kernel.body = [
-        K.Allocate(a_s), K.Allocate(b_s), K.Allocate(stage), K.Allocate(acc),
-        K.Comment(f"matmul: tile {tm}x{tn}x{TILE_K}, wgmma m64n{tn}k16, {wgs} compute warp "
-                  f"group(s); lane l of warp w stores row 16 w + l % 8 + 8 (l / 8 % 2) of its "
-                  "stmatrix boxes"),
+        K.Allocate(a_s), K.Allocate(b_s), K.Allocate(stage), *(K.Allocate(a) for a in accs),
+        K.Comment(f"matmul: tile {tm}x{tn}x{TILE_K}, wgmma m64n{tn}k16, {p.compute_roles} "
+                  f"compute role(s) of {wgs} warp group(s), {slices} slice(s) of 64 rows each; "
+                  "lane l of warp w stores row 16 w + l % 8 + 8 (l / 8 % 2) of its stmatrix "
+                  "boxes"),
         K.ScalarDef(lane, K.mod(_TIDX, 32)),
         K.ScalarDef(warp, K.div(_TIDX, 32)),
         K.ScalarDef(row, K.add(K.mul(warp, 16), K.add(K.mod(lane, 8),

@@ -106,8 +106,8 @@ from ..ir.iter_domain import ParallelType as PT
 from ..ir.tensor import CpAsyncPipelined, WarpSpecialized
 from ..kir import nodes as K
 from ..kir.registers import check_register_counts, default_register_split
-from ..kir.rewrite import (Rewriter, Substitution, exprs_of, fresh_stmts, replace_stmt,
-                           subexprs)
+from ..kir.rewrite import (Rewriter, Substitution, accesses, exprs_of, fresh_stmts,
+                           replace_stmt, subexprs)
 from ..kir.verifier import Rule, establishes
 from .context import LoweringError
 from .index import reader_index
@@ -880,8 +880,21 @@ def _warp_specialize(kernel: K.Kernel, chain_path, items) -> None:
     shared = [s for s in kernel.body if isinstance(s, K.Allocate) and s.buffer.memory == "shared"]
     rest = [s for s in kernel.body if s not in shared]
     computes = []
+    # Shared buffers a compute role writes (a matmul's epilogue staging): one copy per role,
+    # since the roles run at the same time.
+    copies = {}
+    if R > 1:
+        for buf in role_written_shared(rest, buffered):
+            if not isinstance(buf.size, K.Const):
+                raise LoweringError(f"ping-pong compute roles: shared buffer {buf.name} written "
+                                    "in a role needs a constant size (one copy per role)")
+            align = max(128, buf.align) // buf.dtype.size
+            copies[id(buf)] = -(-buf.size.value // align) * align
+            buf.size = K.Const(copies[id(buf)] * R)
     for r in range(R):
         body = _compute_role(kernel, rest, chain, buffered, empty, roles, r)
+        if copies:
+            body = _RoleCopies(copies, r).rewrite(body)
         role = K.WarpRole(f"compute {r}" if R > 1 else "compute", roles.compute_registers,
                           (roles.barrier_id + r, roles.compute_threads))
         _role_barriers(body, role, r)
@@ -944,7 +957,7 @@ def _compute_role(kernel, rest, chain: _Chain, buffered, empty, roles, r: int) -
     body = offset_slots(inner.body, buffered, stage)
     lag = release_lag(body, buffered)
     drain: list = []
-    if lag and R == 1:
+    if lag and (R == 1 or len(chain.loops) > 1):
         # The slot of iteration c is read by wgmma groups still in flight after iteration c's
         # wait_group(lag): it is released lag iterations later, and the last lag slots of the
         # inner loop after a wait_group(0) that follows it.
@@ -991,13 +1004,34 @@ def _compute_role(kernel, rest, chain: _Chain, buffered, empty, roles, r: int) -
     out = fresh_stmts(out)
     if r:
         out = Substitution({_TIDY: K.sub(_TIDY, K.Const(r * roles.compute_extent))}).rewrite(out)
-    slots = {id(b.buf) for b in buffered}
-    for x in K.walk(out):
-        if isinstance(x, K.TensorOp) and isinstance(x.out, K.TensorIndex) \
-                and x.out.buffer.memory == "shared" and id(x.out.buffer) not in slots:
-            raise LoweringError(f"ping-pong compute roles would both write shared buffer "
-                                f"{x.out.buffer.name}")
     return out
+
+
+def role_written_shared(stmts, buffered) -> list:
+    """The shared buffers (other than the slots) that statements of a compute role write: each
+    compute role gets its own copy of them (`_RoleCopies`)."""
+    slots = {id(b.buf) for b in buffered}
+    seen: dict = {}
+    for x in K.walk(stmts):
+        for t in accesses(x)[1]:
+            if t.buffer.memory == "shared" and id(t.buffer) not in slots:
+                seen.setdefault(id(t.buffer), t.buffer)
+    return list(seen.values())
+
+
+class _RoleCopies(Rewriter):
+    """Compute role r's accesses to a role-written shared buffer address its own copy: the
+    buffer grows to one copy per role, role r's starting r copies in."""
+
+    def __init__(self, sizes: dict, r: int):
+        self.sizes, self.r = sizes, r
+
+    def tensor_index(self, t):
+        t = self.default_expr(t)
+        size = self.sizes.get(id(t.buffer))
+        if size is None or not self.r:
+            return t
+        return dataclasses.replace(t, index=K.add(t.index, self.r * size))
 
 
 def slots_read_by_wgmma_only(body, buffered) -> bool:
@@ -1077,8 +1111,19 @@ def _ordered_sections(outer: K.ForLoop, roles: K.WarpRoles, r: int, buffered,
     wait = K.IfThenElse(K.lt(K.Const(0), k), [K.BlockSync(turn + r, count)])
     hand = K.IfThenElse(K.lt(K.add(k, 1), chain.trips[0]),
                         [K.NamedBarrierArrive(turn + (r + 1) % R, count)])
-    rest = _insert_at(body[first + 1:], _writes_global, [hand])
-    rest = body[first + 1:] + [hand] if rest is None else rest
+    if len(chain.loops) > 1:
+        # A nested pipeline (a persistent tile loop around a k loop): the section is the k loop
+        # and the slot releases after it; what follows (a tile's epilogue, from registers)
+        # overlaps the next role's k loop.
+        slots = {id(b.buf) for b in buffered}
+        last = max(j for j, s in enumerate(body) if any(
+            (isinstance(x, (K.MBarrierWait, K.MBarrierArrive))) or any(
+                isinstance(e, K.TensorIndex) and id(e.buffer) in slots
+                for _, v in exprs_of(x) for e in subexprs(v)) for x in K.walk([s])))
+        rest = body[first + 1:last + 1] + [hand] + body[last + 1:]
+    else:
+        rest = _insert_at(body[first + 1:], _writes_global, [hand])
+        rest = body[first + 1:] + [hand] if rest is None else rest
     return dataclasses.replace(outer, body=body[:first] + [wait, body[first]] + rest)
 
 

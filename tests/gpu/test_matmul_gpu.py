@@ -73,6 +73,22 @@ def test_mn_major_b(m, n, k):
     assert fd.last_run.heuristics[0].b_major == "MN"
 
 
+@pytest.mark.parametrize("m, n, k, mn", [(129, 264, 72, False), (1000, 1000, 1000, True),
+                                         (4096, 4096, 4096, False), (300, 4104, 2056, True),
+                                         (64, 520, 8, False)])
+def test_pingpong(m, n, k, mn):
+    # Two compute warp groups take whole tiles in turn (options feature matmul_pingpong).
+    a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    if mn:
+        b = torch.randn(k, n, device="cuda", dtype=torch.bfloat16)
+        fd = _matmul_fd(a, b)
+    else:
+        b = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
+        fd = _linear_fd(a, b)
+    run_and_check(fd, [a, b], scheduler="matmul", options={"enable": ["matmul_pingpong"]})
+    assert fd.last_run.heuristics[0].compute_roles == 2
+
+
 @pytest.mark.parametrize("case", ["column_major_a", "k_not_multiple_of_8", "batched"])
 def test_layouts_the_kernel_does_not_take_run_torch(case):
     if case == "column_major_a":

@@ -251,6 +251,40 @@ def test_interpreted_mn_major_b(mnk, tn):
     interpret_against_float64(fd, st, kernel, [a, b], context=p)
 
 
+@pytest.mark.parametrize("mnk, tile, b_major", [
+    ((300, 264, 136), (128, 128), "K"),      # 3 x 3 tiles on 2 CTAs: roles take turns
+    ((129, 200, 72), (128, 64), "MN"),
+    ((520, 136, 200), (64, 128), "K"),      # one slice per tile
+])
+def test_interpreted_pingpong(mnk, tile, b_major):
+    m, n, k = mnk
+    g = torch.Generator().manual_seed(m + n + k)
+    a = torch.randn(m, k, dtype=torch.bfloat16, generator=g)
+    b = torch.randn(*((k, n) if b_major == "MN" else (n, k)), dtype=torch.bfloat16, generator=g)
+    with FusionDefinition("mm") as fd:
+        ta, tb = fd.from_pytorch(a), fd.from_pytorch(b)
+        fd.add_output(fd.ops.matmul(ta, tb) if b_major == "MN" else fd.ops.linear(ta, tb))
+    from kir_testing import interpret_against_float64, schedule_and_lower
+    p = matmul.MatmulParams(tile_m=tile[0], tile_n=tile[1], stages=3, grid=2, b_major=b_major,
+                            compute_roles=2)
+    st, _, p, kernel = schedule_and_lower(fd, [a, b], params=p, scheduler=matmul,
+                                          device="h100-4sm")
+    assert kernel.warp_roles.compute_roles == 2
+    interpret_against_float64(fd, st, kernel, [a, b], context=p)
+
+
+def test_pingpong_heuristic_and_ptxas():
+    from pyfuser import options
+    with options.override(enable=["matmul_pingpong"]):
+        seg = only_segment(linear_fd().explain([meta(4096, 4096), meta(4096, 4096)],
+                                               device="h100", compile=True))
+    p = seg.kernel.params
+    assert (p.tile_m, p.tile_n, p.compute_roles) == (128, 128, 2)
+    assert seg.kernel.block == (128, 3, 1)
+    report = seg.kernel.ptxas
+    assert "0 B spill stores" in report and "serializ" not in report.lower(), report
+
+
 def test_interpreted_fp16_matmul_of_a_transposed_weight():
     _interpret(70, 200, 48, matmul.MatmulParams(tile_m=128, tile_n=128, stages=2, grid=2),
                dtype=torch.float16, matmul_of_t=True)

@@ -60,22 +60,38 @@ class MatmulParams:
     grid: int = 132              # persistent CTAs
     producer_registers: int = 40
     b_major: str = "K"           # "MN": B's N dim is its stride-1 dim (a row-major [K, N])
+    # 1: cooperative (the compute warp groups split each tile's rows); 2: ping-pong (two compute
+    # roles of one warp group each take whole tiles in turn, one's epilogue under the other's
+    # MMAs: lower/pipeline.py's compute roles).
+    compute_roles: int = 1
+
+    @property
+    def warp_groups_per_role(self) -> int:
+        return self.tile_m // WARP_GROUP_ROWS if self.compute_roles == 1 else 1
 
     @property
     def compute_warp_groups(self) -> int:
-        return self.tile_m // WARP_GROUP_ROWS
+        return self.warp_groups_per_role * self.compute_roles
+
+    @property
+    def accumulators(self) -> int:
+        """fp32 accumulator registers per compute thread."""
+        return self.tile_m // WARP_GROUP_ROWS // self.warp_groups_per_role * self.tile_n // 2
 
     @property
     def staging_boxes(self) -> int:
         """64x64 staging boxes of the epilogue per compute warp group: 2 (double-buffered) when
         a tile's 64-column chunks are even in number, so that chunk c uses box c % 2 in every
         tile; else 1."""
-        return 2 if (self.tile_n // EPILOGUE_BOX) % 2 == 0 else 1
+        per_tile = self.tile_n // EPILOGUE_BOX * (self.tile_m // WARP_GROUP_ROWS
+                                                  // self.warp_groups_per_role)
+        return 2 if per_tile % 2 == 0 else 1
 
     def describe(self) -> str:
+        kind = ("ping-pong: 2 compute warp groups taking tiles in turn" if self.compute_roles > 1
+                else f"cooperative: {self.compute_warp_groups} compute warp group(s)")
         return (f"matmul: tile {self.tile_m}x{self.tile_n}x{TILE_K}, B {self.b_major}-major, "
-                f"{self.stages} stages, "
-                f"{self.compute_warp_groups} compute warp group(s) + 1 producer, persistent grid "
+                f"{self.stages} stages, {kind} + 1 producer, persistent grid "
                 f"{self.grid}, raster bands of {self.raster_group} tile rows")
 
 
@@ -184,9 +200,15 @@ def compute_heuristics(fusion, info: RuntimeInfo) -> MatmulParams:
         if tiles >= sms * 0.75:
             break
     tm, tn = chosen
+    roles = 1
+    if info.feature("matmul_pingpong"):
+        # Two compute roles of one warp group, each holding a whole tile's accumulators: at
+        # most 128 per thread (128x128).
+        roles, tn = 2, min(tn, 128)
+    shape = MatmulParams(tile_m=tm, tile_n=tn, compute_roles=roles)
     stage_bytes = (tm + tn) * TILE_K * a.dtype.size
-    boxes = dataclasses.replace(MatmulParams(), tile_m=tm, tile_n=tn).staging_boxes
-    staging = (tm // WARP_GROUP_ROWS) * boxes * EPILOGUE_BOX * EPILOGUE_BOX * a.dtype.size
+    staging = (shape.compute_warp_groups * shape.staging_boxes * EPILOGUE_BOX * EPILOGUE_BOX
+               * a.dtype.size)
     budget = dev.max_shared_memory_per_block_optin - staging - SMEM_SLACK - 1024
     stages = min(6, budget // stage_bytes)
     if stages < 2:
@@ -194,7 +216,7 @@ def compute_heuristics(fusion, info: RuntimeInfo) -> MatmulParams:
                              f"the {tm}x{tn} tile")
     tiles = _tiles(m, n, tm, tn)
     return MatmulParams(tile_m=tm, tile_n=tn, stages=stages, grid=max(1, min(tiles, sms)),
-                        b_major=b_major)
+                        b_major=b_major, compute_roles=roles)
 
 
 def schedule(fusion, params: MatmulParams) -> None:
@@ -202,13 +224,18 @@ def schedule(fusion, params: MatmulParams) -> None:
     a_dims, b_dims = _operand_dims(op)
     a, b = op.inputs[0], op.inputs[1]
     out = op.outputs[0]
-    kind = WarpSpecialized(PT.TIDy, producer_registers=params.producer_registers)
+    kind = WarpSpecialized(PT.TIDy, producer_registers=params.producer_registers,
+                           compute_roles=params.compute_roles)
     caches = []
     for t in (a, b):
         c = cache_after(t, LoadKind.TmaTensor, MemoryType.Shared)
         circular_buffer(c, params.stages, params.stages - 1, kind)
         caches.append(c)
     threads = 128
+    if params.accumulators > 128:
+        raise SchedulerError(f"matmul: {params.accumulators} accumulators per thread (tile "
+                             f"{params.tile_m}x{params.tile_n} on {params.compute_warp_groups} "
+                             "compute warp groups) do not fit the registers")
     fusion.launch_hints.update(grid_x=params.grid, block_x=threads,
-                               block_y=params.compute_warp_groups)
+                               block_y=params.warp_groups_per_role)
     fusion.mma = MatmulOperands(params, caches[0], caches[1], out, a_dims, b_dims)
