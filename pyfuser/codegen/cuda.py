@@ -11,10 +11,10 @@ import numpy as np
 
 from ..ir import scalar as S
 from ..ir.dtype import DataType, compute_type
-from ..ir.exprs import (BinaryOp, BinaryOpType, LoadStoreOp, ReductionOp, ScanOp, UnaryOp,
-                        UnaryOpType,
-                        WhereOp, WindowOp, BroadcastOp, ExpandOp, SqueezeOp, ReshapeOp, FullOp,
-                        GatherOp, IndexCheckOp, IotaOp, RandOp, ScatterOp, UNIFORM_BITS)
+from ..ir.exprs import (BinaryOp, BinaryOpType, LinearOp, LoadStoreOp, MatmulOp, ReductionOp,
+                        ScanOp, UnaryOp, UnaryOpType, WhereOp, WindowOp, BroadcastOp, ExpandOp,
+                        SqueezeOp, ReshapeOp, FullOp, GatherOp, IndexCheckOp, IotaOp, RandOp,
+                        ScatterOp, UNIFORM_BITS)
 from ..ir.scalar import ScalarOp
 from ..kir import nodes as K
 from .device_library import device_library_source
@@ -297,6 +297,11 @@ class CudaPrinter:
             return f"{self.expr(out)} = pf::cast<{oct_}>({self.value(src, _compute_ctype(odt))});"
         if isinstance(e, FullOp):
             return f"{self.expr(out)} = {self.value(s.ins[0], oct_)};"
+        if isinstance(e, (MatmulOp, LinearOp)):
+            # A matmul's element in a fused epilogue (lower/matmul.py): the fp32 accumulator,
+            # plus a linear's bias, converted once.
+            terms = " + ".join(self.value(x, "float") for x in s.ins)
+            return f"{self.expr(out)} = pf::cast<{oct_}>({terms});"
         if isinstance(e, WindowOp):
             # A window's out has its source's dtype (arith.window): a plain read.
             src, cond, fill = s.ins

@@ -43,6 +43,7 @@ cluster.
 from __future__ import annotations
 
 from ..ir.dtype import DataType
+from ..ir.tensor import TensorView
 from ..kir import nodes as K
 from ..kir.verifier import establishes
 from .indexing import scalar_to_kexpr
@@ -106,7 +107,8 @@ def build_matmul(kernel: K.Kernel) -> K.Kernel:
         return K.Var(name), tile_map
 
     a_glob, b_glob = ctx.buffers[a_in], ctx.buffers[b_in]
-    out_glob = ctx.buffers[mma.out]
+    final = mma.final if mma.final is not None else mma.out
+    out_glob = ctx.buffers[final]
     a_map = tensor_map("input", fusion.input_position(a_in), mma.a_dims[1], mma.a_dims[0],
                        TILE_K, tm, a_glob)
     mn_major = p.b_major == "MN"
@@ -116,7 +118,7 @@ def build_matmul(kernel: K.Kernel) -> K.Kernel:
     else:
         b_map = tensor_map("input", fusion.input_position(b_in), mma.b_dims[1], mma.b_dims[0],
                            TILE_K, tn, b_glob)
-    c_map = tensor_map("output", fusion.outputs.index(mma.out), 1, 0, BOX, BOX, out_glob)
+    c_map = tensor_map("output", fusion.outputs.index(final), 1, 0, BOX, BOX, out_glob)
 
     def shared(tv_or_name, elems):
         name = tv_or_name if isinstance(tv_or_name, str) else f"T{tv_or_name.name}"
@@ -178,7 +180,53 @@ def build_matmul(kernel: K.Kernel) -> K.Kernel:
 
     lane, warp = K.Var("pf_lane"), K.Var("pf_warp")
     row, unit_hi = K.Var("pf_st_row"), K.Var("pf_st_unit")
+    frag_row, frag_col = K.Var("pf_frag_row"), K.Var("pf_frag_col")
     thread0 = K.eq(_TIDX, 0)
+    fused = bool(mma.epilogue) or (mma.op is not None and len(mma.op.inputs) > 2)
+    final_dtype = mma.final.dtype if mma.final is not None else dtype
+    values_buf = K.Buffer("pf_epi", final_dtype, "local", K.Const(8))
+    scalar_bufs: dict = {}
+
+    def scalar_buf(tv):
+        if tv not in scalar_bufs:
+            scalar_bufs[tv] = K.Buffer(f"pf_e{tv.name}", tv.dtype, "local", K.Const(1))
+        return scalar_bufs[tv]
+
+    dims_of = dict(mma.input_dims)
+
+    def epilogue_value(acc, i: int, tile_row, slot: int) -> list:
+        """The statements computing the stored value of accumulator register i (row tile_row +
+        its fragment row, its fragment column) into pf_epi[slot]: the matmul's element (with a
+        linear's bias), then each epilogue op, inputs read at the element's row and column
+        (clamped into the matrix: rows and columns past it are computed, never stored)."""
+        r = K.add(K.add(tile_row, frag_row), 8 * ((i >> 1) & 1))
+        c = K.add(frag_col, 8 * (i >> 2) + (i & 1))
+        at = {"m": _min(K.add(m0, r), K.sub(m, 1)), "n": _min(K.add(n0, c), K.sub(n, 1))}
+
+        def operand(v):
+            if v is mma.out or v in scalar_bufs:
+                return K.TensorIndex(scalar_buf(v), K.Const(0))
+            if isinstance(v, TensorView):
+                strides = ctx.strides[v]
+                index = K.Const(0)
+                for d, role in enumerate(dims_of[v]):
+                    if role is not None:
+                        index = K.add(index, K.mul(at[role], strides[d]))
+                return K.TensorIndex(ctx.buffers[v], index)
+            return K.ScalarValue(v, v.dtype)
+
+        def out_of(tv):
+            if tv is mma.final:
+                return K.TensorIndex(values_buf, K.Const(slot))
+            return K.TensorIndex(scalar_buf(tv), K.Const(0))
+
+        ins = [K.TensorIndex(acc, K.Const(i))]
+        if len(mma.op.inputs) > 2:
+            ins.append(operand(mma.op.inputs[2]))
+        stmts = [K.TensorOp(mma.op, out_of(mma.out), ins)]
+        for e in mma.epilogue:
+            stmts.append(K.TensorOp(e, out_of(e.outputs[0]), [operand(v) for v in e.inputs]))
+        return stmts
 
     def epilogue_of(wg: int) -> list:
         """Warp group wg's epilogue (of the role): its own staging boxes and, with several warp
@@ -192,13 +240,19 @@ def build_matmul(kernel: K.Kernel) -> K.Kernel:
                 box = K.Const((wg * boxes + j % boxes) * BOX * BOX)
                 j += 1
                 out += [K.IfThenElse(thread0, [K.BulkWait(boxes - 1, read=True)]), sync]
+                row0 = (wg * slices + sl) * WARP_GROUP_ROWS
                 for jj in range(4):
                     j0 = 8 * c + 2 * jj                    # the first of two 8-column groups
                     unit = K.add(K.Const(2 * jj), unit_hi)  # its 16-byte unit in the row
                     dst = K.add(box, K.add(K.mul(row, BOX), K.mul(swizzled_unit(unit, row), 8)))
-                    values = [K.TensorIndex(acc, K.Const(4 * j0 + i)) for i in range(8)]
-                    out.append(K.StMatrix(K.TensorIndex(stage, dst), values, dtype))
-                row0 = (wg * slices + sl) * WARP_GROUP_ROWS
+                    if fused:
+                        for v in range(8):
+                            out += epilogue_value(acc, 4 * j0 + v, K.add(wg_row0, sl * 64)
+                                                  if wgs > 1 else K.Const(row0), v)
+                        values = [K.TensorIndex(values_buf, K.Const(v)) for v in range(8)]
+                    else:
+                        values = [K.TensorIndex(acc, K.Const(4 * j0 + i)) for i in range(8)]
+                    out.append(K.StMatrix(K.TensorIndex(stage, dst), values, final_dtype))
                 out += [K.FenceProxyAsync(), sync,
                         K.IfThenElse(thread0, [
                             K.TensorMapStore(K.TensorIndex(stage, box), *c_map, out_glob,
@@ -217,6 +271,8 @@ def build_matmul(kernel: K.Kernel) -> K.Kernel:
     kernel.replaced_loops.update(id(lp) for lp in ctx.all_loops())
     kernel.body = [
         K.Allocate(a_s), K.Allocate(b_s), K.Allocate(stage), *(K.Allocate(a) for a in accs),
+        *([K.Allocate(values_buf)] + [K.Allocate(b) for b in scalar_bufs.values()]
+          if fused else []),
         K.Comment(f"matmul: tile {tm}x{tn}x{TILE_K}, wgmma m64n{tn}k16, {p.compute_roles} "
                   f"compute role(s) of {wgs} warp group(s), {slices} slice(s) of 64 rows each; "
                   "lane l of warp w stores row 16 w + l % 8 + 8 (l / 8 % 2) of its stmatrix "
@@ -226,6 +282,10 @@ def build_matmul(kernel: K.Kernel) -> K.Kernel:
         K.ScalarDef(row, K.add(K.mul(warp, 16), K.add(K.mod(lane, 8),
                                                       K.mul(K.mod(K.div(lane, 8), 2), 8)))),
         K.ScalarDef(unit_hi, K.div(lane, 16)),
+        # The accumulator fragment: register i of lane l in warp w is row 16 w + l / 4 +
+        # 8 ((i >> 1) & 1), column 8 (i >> 2) + 2 (l % 4) + (i & 1) of its 64-row slice.
+        K.ScalarDef(frag_row, K.add(K.mul(warp, 16), K.div(lane, 4))),
+        K.ScalarDef(frag_col, K.mul(K.mod(lane, 4), 2)),
         tile_loop,
         K.IfThenElse(thread0, [K.BulkWait(0, read=False)]),
     ]

@@ -141,8 +141,8 @@ import torch
 from ..ir import scalar as S
 from ..ir.dtype import DataType, compute_type, to_torch
 from ..ir.exprs import (BinaryOp, BinaryOpType, BroadcastOp, ExpandOp, FullOp, IotaOp,
-                        GatherOp, IndexCheckOp, LoadStoreOp, RandOp, ReshapeOp, ScatterOp,
-                        SqueezeOp, UnaryOp, UnaryOpType, WhereOp, WindowOp)
+                        GatherOp, IndexCheckOp, LinearOp, LoadStoreOp, MatmulOp, RandOp,
+                        ReshapeOp, ScatterOp, SqueezeOp, UnaryOp, UnaryOpType, WhereOp, WindowOp)
 from ..ir.tensor import TensorView
 from ..kir import nodes as K
 from ..kir.launch import INDEX_ERROR_ELEMENTS, LaunchLimitError, check_launch_limits
@@ -1697,6 +1697,10 @@ class Interpreter:
             return np.where(ins[0], ins[1], ins[2])
         if isinstance(e, _COPIES):
             return ins[0]
+        if isinstance(e, (MatmulOp, LinearOp)):
+            # A matmul's element in a fused epilogue (lower/matmul.py): the fp32 accumulator
+            # (plus a linear's bias), rounded to the op's dtype where it is stored.
+            return ins[0] if len(ins) == 1 else ins[0] + ins[1]
         raise InterpreterError(f"no rule for {type(e).__name__}")
 
     # Barriers and reductions -----------------------------------------------------------------

@@ -98,14 +98,21 @@ def test_rows_tma_cannot_copy_run_torch(k):
     assert refused_to_library(e), e
 
 
-def test_a_bias_or_an_epilogue_is_not_fused_yet():
-    with FusionDefinition("linear_bias") as fd:
+def test_what_follows_the_matmul_must_be_element_wise():
+    with FusionDefinition("linear_sum") as fd:
         x = fd.define_tensor(shape=[-1, -1], dtype=BF16)
         w = fd.define_tensor(shape=[-1, -1], dtype=BF16)
-        b = fd.define_tensor(shape=[-1], dtype=BF16)
-        fd.add_output(fd.ops.linear(x, w, b))
+        fd.add_output(fd.ops.sum(fd.ops.linear(x, w), [1]))
     ok, why = matmul.can_schedule(fd.fusion)
-    assert not ok and "bias" in why
+    assert not ok and "element-wise" in why, why
+    with FusionDefinition("linear_two_outputs") as fd:
+        x = fd.define_tensor(shape=[-1, -1], dtype=BF16)
+        w = fd.define_tensor(shape=[-1, -1], dtype=BF16)
+        y = fd.ops.linear(x, w)
+        fd.add_output(y)
+        fd.add_output(fd.ops.relu(y))
+    ok, why = matmul.can_schedule(fd.fusion)
+    assert not ok and "2 outputs" in why, why
 
 
 def _info(m, n, k, device="h100"):
@@ -297,3 +304,60 @@ def test_the_interpreter_sees_an_unswizzled_epilogue(monkeypatch):
     monkeypatch.setattr(lowering, "swizzled_unit", lambda unit, row: unit)
     with pytest.raises(AssertionError):
         _interpret(130, 136, 72, matmul.MatmulParams(tile_m=128, tile_n=128, stages=2, grid=4))
+
+
+# Fused epilogues, on the interpreter ----------------------------------------------------------
+def _epilogue_fd(kind, dtype=BF16):
+    F32 = DataType.Float
+    with FusionDefinition(kind) as fd:
+        x = fd.define_tensor(shape=[-1, -1], dtype=dtype)
+        w = fd.define_tensor(shape=[-1, -1], dtype=dtype)
+        if kind == "bias_gelu":                 # gelu_tanh(x @ w^T + b): a linear's bias
+            b = fd.define_tensor(shape=[-1], dtype=dtype)
+            y = fd.ops.gelu(fd.ops.linear(x, w, b), approximate="tanh")
+        elif kind == "residual":                # x @ w^T + r
+            r = fd.define_tensor(shape=[-1, -1], dtype=dtype)
+            y = fd.ops.linear(x, w) + r
+        elif kind == "scales_silu":             # silu(s_row * (x @ w^T) * s_col) in fp32, cast
+            sr = fd.define_tensor(shape=[-1], dtype=F32)
+            sc = fd.define_tensor(shape=[-1], dtype=F32)
+            h = fd.ops.cast(fd.ops.linear(x, w), F32)
+            h = h * fd.ops.broadcast(sr, [False, True]) * fd.ops.broadcast(sc, [True, False])
+            y = fd.ops.cast(fd.ops.silu(h) * 0.5, dtype)
+        fd.add_output(y)
+    return fd
+
+
+def _epilogue_inputs(kind, m, n, k, dtype=torch.bfloat16):
+    g = torch.Generator().manual_seed(m + 3 * n + k)
+    x = torch.randn(m, k, dtype=dtype, generator=g)
+    w = torch.randn(n, k, dtype=dtype, generator=g) / 8
+    extra = {"bias_gelu": [torch.randn(n, dtype=dtype, generator=g)],
+             "residual": [torch.randn(m, n, dtype=dtype, generator=g)],
+             "scales_silu": [torch.rand(m, generator=g) + 0.5, torch.rand(n, generator=g)]}
+    return [x, w] + extra[kind]
+
+
+@pytest.mark.parametrize("kind", ["bias_gelu", "residual", "scales_silu"])
+@pytest.mark.parametrize("tile, roles", [((128, 128), 1), ((128, 64), 2)])
+def test_interpreted_fused_epilogue(kind, tile, roles):
+    from kir_testing import interpret_against_float64, schedule_and_lower
+    fd = _epilogue_fd(kind)
+    inputs = _epilogue_inputs(kind, 130, 200, 72)
+    ok, why = matmul.can_schedule(fd.fusion)
+    assert ok, why
+    p = matmul.MatmulParams(tile_m=tile[0], tile_n=tile[1], stages=2, grid=3,
+                            compute_roles=roles)
+    st, _, p, kernel = schedule_and_lower(fd, inputs, params=p, scheduler=matmul,
+                                          device="h100-4sm")
+    interpret_against_float64(fd, st, kernel, inputs, context=(kind, p))
+
+
+def test_a_fused_epilogue_is_one_kernel_with_the_matmul():
+    fd = _epilogue_fd("bias_gelu")
+    x, w, b = (torch.empty(t.shape, dtype=t.dtype, device="meta")
+               for t in _epilogue_inputs("bias_gelu", 8192, 16384, 64))
+    seg = only_segment(fd.explain([x, w, b], device="h100", compile=True))
+    assert seg.kind == "kernel" and seg.kernel.scheduler == "matmul", seg
+    report = seg.kernel.ptxas
+    assert "0 B spill stores" in report and "serializ" not in report.lower(), report

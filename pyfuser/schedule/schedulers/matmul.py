@@ -19,22 +19,26 @@ are visited in bands of `raster_group` tile rows (consecutive CTAs share A rows 
 in L2). Ragged M, N and K need no predicates: TMA zero-fills the boxes' out-of-bounds elements
 and clips the stores.
 
-Taken: one MatmulOp (a [M, K] @ b [K, N]) or LinearOp without bias (x [M, K], w [N, K]) of two
-fusion inputs, bf16 or fp16, out the fusion's output. Refused by the heuristic (the op then
+Taken: one MatmulOp (a [M, K] @ b [K, N]) or LinearOp (x [M, K], w [N, K], a bias [N]) of two
+fusion inputs, bf16 or fp16, and the element-wise ops after it (a fused epilogue: bias, GELU,
+SiLU, a residual or a row scale read from global memory at each accumulator's row and
+column, casts), the one fusion output [M, N] of bf16 or fp16. Refused by the heuristic (the op then
 runs as torch.matmul, a library segment): an A whose K dim is not its stride-1 dim (a
 column-major A), strides or pointers TMA cannot take (a row not a multiple of 16 bytes: K or N
 not a multiple of 8), K = 0, a device that is not Hopper. B may be K-major (w [N, K], or b =
 w.t()) or MN-major (b row-major [K, N]: its boxes are 64 N x 64 K, read by wgmma with
 imm-trans-b). Not
-built yet (issues 20 and 21): batched operands, a fused epilogue (bias, activations), clusters
-with multicast, ping-pong compute roles, split-K and stream-K.
+built yet (issues 20 and 21): batched operands, a second output, an fp32 output, clusters with
+multicast, split-K and stream-K.
 """
 from __future__ import annotations
 
 import dataclasses
 
 from ...ir.dtype import DataType
-from ...ir.exprs import LinearOp, LoadKind, MatmulOp
+from ...ir.exprs import (BinaryOp, BroadcastOp, ExpandOp, LinearOp, LoadKind, LoadStoreOp,
+                         MatmulOp, UnaryOp, WhereOp)
+from ...ir.id_graph import IdGraph
 from ...ir.iter_domain import ParallelType as PT
 from ...ir.tensor import MemoryType, TensorView, WarpSpecialized
 from ..cache import cache_after
@@ -98,14 +102,23 @@ class MatmulParams:
 @dataclasses.dataclass(frozen=True)
 class MatmulOperands:
     """What lowering needs of the scheduled matmul (fusion.mma): the operands' shared caches,
-    the output, and each operand's dims (M or N rows, K along a row)."""
+    the matmul's output, the fused epilogue, and each operand's dims (M or N rows, K along a
+    row)."""
 
     params: MatmulParams
     a: TensorView                # shared cache of A, rows M
     b: TensorView                # shared cache of B, rows N
-    out: TensorView
+    out: TensorView              # the matmul's own output (its dtype: the rounding it defines)
     a_dims: tuple                # (row dim, K dim) of A's global input
     b_dims: tuple                # (row dim, K dim) of B's global input
+    op: object = None            # the MatmulOp / LinearOp (a linear's bias: its third input)
+    # The element-wise ops after the matmul, in order, computed on each accumulator before the
+    # store; `final` is the fusion output the kernel stores (out itself without an epilogue).
+    epilogue: tuple = ()
+    final: TensorView | None = None
+    # Each fusion input the epilogue reads (and a linear's bias): its logical dims' roles,
+    # "m", "n", or None (a broadcast: index 0).
+    input_dims: tuple = ()
 
 
 def _matmul_op(fusion):
@@ -120,19 +133,53 @@ def _operand_dims(op) -> tuple[tuple, tuple]:
     return (0, 1), (1, 0)
 
 
+# Ops a fused epilogue computes on each accumulator (element-wise, and views of inputs).
+_EPILOGUE = (UnaryOp, BinaryOp, WhereOp, LoadStoreOp, BroadcastOp, ExpandOp)
+
+
+def _epilogue(fusion, op) -> tuple[list, TensorView | None, str]:
+    """(the epilogue's exprs in order, the output the kernel stores, why not: "" if fine)."""
+    out = op.outputs[0]
+    exprs = [e for e in fusion.exprs() if e is not op and
+             any(isinstance(o, TensorView) for o in e.outputs)]
+    for e in exprs:
+        if not isinstance(e, _EPILOGUE) or (isinstance(e, LoadStoreOp)
+                                             and e.load_kind != LoadKind.Set):
+            return [], None, f"{type(e).__name__} after the matmul (the epilogue is element-wise)"
+        if any(v in op.inputs[:2] for v in e.inputs):
+            return [], None, "an epilogue op reads the matmul's operands"
+    outs = [o for o in fusion.outputs if isinstance(o, TensorView)]
+    if len(outs) != 1:
+        return [], None, f"{len(outs)} outputs (the kernel stores one)"
+    final = outs[0]
+    if final is not out and not exprs:
+        return [], None, "the matmul's result is not the fusion's output"
+    graph = IdGraph(fusion)
+    mn = [i for i in out.domain.logical if not i.is_broadcast]
+    for t in {v for e in exprs for v in [*e.inputs, *e.outputs] if isinstance(v, TensorView)}:
+        for i in t.domain.logical:
+            if not i.is_broadcast and not any(graph.mapped(i, j) for j in mn):
+                return [], None, (f"T{t.name}'s dim {i!r} is neither the matmul's M nor its N "
+                                  "(the epilogue is element-wise over the output)")
+    if final is not out:
+        fm = [i for i in final.domain.logical if not i.is_broadcast]
+        if len(fm) != 2 or not all(graph.mapped(i, j) for i, j in zip(fm, mn)):
+            return [], None, "the stored output is not [M, N]"
+        if final.dtype not in MMA_DTYPES:
+            return [], None, (f"the stored output is {final.dtype.short_name} (the epilogue stores "
+                              "16-bit boxes)")
+    return exprs, final, ""
+
+
 def can_schedule(fusion) -> tuple[bool, str]:
     op = _matmul_op(fusion)
     if op is None:
         return False, "no single matmul"
-    others = [e for e in fusion.exprs() if e is not op and
-              any(isinstance(o, TensorView) for o in e.outputs)]
-    if others:
-        return False, ("ops beside the matmul (a fused epilogue is not built yet): "
-                       + ", ".join(sorted({type(e).__name__ for e in others})))
-    if isinstance(op, LinearOp) and op.bias is not None:
-        return False, "a linear with a bias (the bias epilogue is not fused yet)"
     a, b = op.inputs[0], op.inputs[1]
     out = op.outputs[0]
+    epilogue, final, why = _epilogue(fusion, op)
+    if why:
+        return False, why
     for name, t in (("a", a), ("b", b)):
         if t not in fusion.inputs:
             return False, f"operand {name} is not a fusion input"
@@ -143,10 +190,13 @@ def can_schedule(fusion) -> tuple[bool, str]:
             return False, f"operand {name} is {t.dtype.short_name}, not bf16 or fp16"
     if a.dtype != b.dtype or out.dtype != a.dtype:
         return False, "operands and output of different dtypes"
-    if out not in fusion.outputs:
-        return False, "the matmul's result is not a fusion output"
     if any(i.is_broadcast for t in (a, b) for i in t.domain.logical):
         return False, "an operand with a broadcast dim"
+    if any(len(fusion.uses_of(t)) != 1 for t in (a, b)):
+        return False, "an operand read by another op too"
+    if epilogue:
+        return True, (f"a 2-D matmul of 16-bit floats and {len(epilogue)} element-wise op(s) "
+                      "after it: wgmma with TMA tiles, the ops on the accumulators")
     return True, "a lone 2-D matmul of 16-bit floats: wgmma with TMA tiles"
 
 
@@ -224,6 +274,10 @@ def schedule(fusion, params: MatmulParams) -> None:
     a_dims, b_dims = _operand_dims(op)
     a, b = op.inputs[0], op.inputs[1]
     out = op.outputs[0]
+    # The epilogue as defined (before the operand caches join the fusion's exprs).
+    epilogue, final, why = _epilogue(fusion, op)
+    if why:
+        raise SchedulerError(f"matmul: {why}")
     kind = WarpSpecialized(PT.TIDy, producer_registers=params.producer_registers,
                            compute_roles=params.compute_roles)
     caches = []
@@ -238,4 +292,16 @@ def schedule(fusion, params: MatmulParams) -> None:
                              "compute warp groups) do not fit the registers")
     fusion.launch_hints.update(grid_x=params.grid, block_x=threads,
                                block_y=params.warp_groups_per_role)
-    fusion.mma = MatmulOperands(params, caches[0], caches[1], out, a_dims, b_dims)
+    graph = IdGraph(fusion)
+    m_id, n_id = (i for i in out.domain.logical if not i.is_broadcast)
+
+    def dims_of(t):
+        return tuple("m" if graph.mapped(i, m_id) else "n" if graph.mapped(i, n_id) else None
+                     for i in t.domain.logical)
+    reads = [v for e in epilogue for v in e.inputs
+             if isinstance(v, TensorView) and v in fusion.inputs]
+    if isinstance(op, LinearOp) and op.bias is not None:
+        reads.append(op.bias)
+    input_dims = tuple((t, dims_of(t)) for t in dict.fromkeys(reads))
+    fusion.mma = MatmulOperands(params, caches[0], caches[1], out, a_dims, b_dims, op,
+                                tuple(epilogue), final, input_dims)
