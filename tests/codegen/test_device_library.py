@@ -87,6 +87,7 @@ def test_parts_order_is_the_documented_one():
         "mbarrier",
         "tma",
         "warp_group",
+        "mma",
         "cluster",
         "cluster_reduce",
         "scan",

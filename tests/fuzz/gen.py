@@ -96,8 +96,8 @@ ALL_OPS = (FLOAT_UNARY + SAME_UNARY + ("gelu", "logical_not", "cast", "set", "se
            + COMPARE + LOGICAL + ("where",) + SHAPE_OPS + RESIZE_OPS + GATHER_OPS + SCATTER_OPS
            + REDUCTIONS
            + SCANS + ("topk",)
-           + ("full", "zeros", "ones", "iota", "define_scalar", "linear", "stride_order",
-              "uniform"))
+           + ("full", "zeros", "ones", "iota", "define_scalar", "linear", "matmul",
+              "stride_order", "uniform"))
 
 
 class GenError(Exception):
@@ -687,8 +687,15 @@ class Builder:
         if op == "stride_order":
             # A copy laid out in memory by the order (fd.ops.stride_order): same values.
             return Val(name, x.dims, x.dtype, x.lo, x.hi, x.exact)
+        if op == "matmul":
+            # a [M, K] @ b [K, N] (2-D): the matmul kernel, or torch's where it does not take it.
+            w = args[1]
+            k = self.size_of(x.dims[-1])
+            bound = k * x.bound * w.bound
+            return Val(name, x.dims[:-1] + (w.dims[1],), x.dtype, -bound, bound, False)
         if op == "linear":
-            # x [M, K] @ w[N, K]^T (+ bias [N]): a library segment (cuBLAS through torch).
+            # x [M, K] @ w[N, K]^T (+ bias [N]): the matmul kernel where it takes the shapes,
+            # else a library segment (cuBLAS through torch).
             w = args[1]
             bias = args[2] if len(args) > 2 else kw.get("bias")
             k = self.size_of(x.dims[-1])
@@ -1804,28 +1811,40 @@ def _reads(b: Builder, v: Val, source: Val) -> bool:
 
 
 def pat_outputs_and_library(b: Builder) -> None:
-    """What the plan does besides generated kernels: a linear layer (a library segment, cuBLAS
-    through torch) with a pointwise epilogue and sometimes a reduction after it; in-place
+    """What the plan does besides pointwise and reduction kernels: a linear layer or a matmul
+    (the matmul kernel with its epilogue fused where it takes the shapes, else a library
+    segment, cuBLAS through torch) with a pointwise epilogue and sometimes a reduction after it; in-place
     outputs (fd.add_output(t, alias_input=x): an optimizer-style update written into its
     input, beside other outputs); outputs laid out by fd.ops.stride_order."""
     r = b.rng
     form = r.choice(("linear", "linear", "in_place", "stride_order"))
     outs = []
     if form == "linear":
-        m_axis, n_axis, k_axis = b.axis(), b.axis(), b.axis()
-        b.fit([m_axis, n_axis, k_axis], protect=[k_axis])
-        dt = b.pick_float_dtype(allow_f64=False)
+        # Half the time shapes and dtypes the matmul kernel takes (N and K multiples of 8,
+        # 16-bit floats), sometimes as a @ b with b row-major [K, N] (B MN-major).
+        kernel = r.random() < 0.5
+        cls = "mult8" if kernel else None
+        m_axis, n_axis, k_axis = b.axis(), b.axis(cls=cls), b.axis(cls=cls)
+        b.fit([m_axis, n_axis, k_axis], protect=[k_axis, n_axis] if kernel else [k_axis])
+        dt = r.choice((BF16, F16)) if kernel else b.pick_float_dtype(allow_f64=False)
         x = b.tensor([Dim(m_axis, "full"), Dim(k_axis, "full")], dt)
-        w = b.tensor([Dim(n_axis, "full"), Dim(k_axis, "full")], dt)
-        args = [x, w]
-        if r.random() < 0.5:
-            args.append(b.tensor([Dim(n_axis, "full")], dt))
-        y = b.bounded(b.call("linear", *args))
+        if kernel and r.random() < 0.4:
+            w = b.tensor([Dim(k_axis, "full"), Dim(n_axis, "full")], dt)
+            y = b.bounded(b.call("matmul", x, w))
+        else:
+            w = b.tensor([Dim(n_axis, "full"), Dim(k_axis, "full")], dt)
+            args = [x, w]
+            if r.random() < 0.5:
+                args.append(b.tensor([Dim(n_axis, "full")], dt))
+            y = b.bounded(b.call("linear", *args))
         # The epilogue reads y (a dead linear would leave the plan without its library segment).
         last = b.unary_step(y) if r.random() < 0.7 else y
         if r.random() < 0.5:
             other = b.tensor(_random_dims(b, [m_axis, n_axis]), _input_dtype(b))
-            last = b.binary_step(last, other)
+            # (A compare step on y may stand in an exact input for it that broadcasts with y
+            # but not with [M, N]: a [K, N] weight when M is 1.)
+            if b.compatible(last, other):
+                last = b.binary_step(last, other)
         if not _reads(b, last, y):
             # A compare or logical step on a float operand reads an exact stand-in for it
             # (unary_step, binary_step), which would leave the linear dead: output it too.

@@ -106,3 +106,38 @@ def test_layouts_the_kernel_does_not_take_run_torch(case):
     assert run.kind != "reference" and "matmul" not in run.schedulers, run
     ref = torch.matmul(a.double(), b.double())
     assert ((out.double() - ref).norm() / ref.norm()).item() < 1e-2
+
+
+def _epilogue_case(kind, m, n, k):
+    F32 = torch.float32
+    x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16) / 8
+    with FusionDefinition() as fd:
+        tx, tw = fd.from_pytorch(x), fd.from_pytorch(w)
+        if kind == "bias_gelu":
+            b = torch.randn(n, device="cuda", dtype=torch.bfloat16)
+            y = fd.ops.gelu(fd.ops.linear(tx, tw, fd.from_pytorch(b)), approximate="tanh")
+            extra = [b]
+        elif kind == "residual":
+            r = torch.randn(m, n, device="cuda", dtype=torch.bfloat16)
+            y = fd.ops.linear(tx, tw) + fd.from_pytorch(r)
+            extra = [r]
+        else:                                   # row and column scales, SiLU in fp32
+            sr = torch.rand(m, device="cuda", dtype=F32) + 0.5
+            sc = torch.rand(n, device="cuda", dtype=F32)
+            tsr, tsc = fd.from_pytorch(sr), fd.from_pytorch(sc)
+            h = fd.ops.cast(fd.ops.linear(tx, tw), tsr.dtype)
+            h = h * fd.ops.broadcast(tsr, [False, True]) * fd.ops.broadcast(tsc, [True, False])
+            y = fd.ops.cast(fd.ops.silu(h), tx.dtype)
+            extra = [sr, sc]
+        fd.add_output(y)
+    return fd, [x, w] + extra
+
+
+@pytest.mark.parametrize("kind", ["bias_gelu", "residual", "scales_silu"])
+@pytest.mark.parametrize("m, n, k", [(129, 264, 72), (1000, 1000, 1000), (2048, 4096, 512)])
+@pytest.mark.parametrize("pingpong", [False, True])
+def test_fused_epilogue(kind, m, n, k, pingpong):
+    fd, inputs = _epilogue_case(kind, m, n, k)
+    opts = {"enable": ["matmul_pingpong"]} if pingpong else None
+    run_and_check(fd, inputs, scheduler="matmul", options=opts)

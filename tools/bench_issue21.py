@@ -1,0 +1,112 @@
+"""The fused-epilogue bars of issue 21 (GPU machine): gelu_tanh(x @ W^T + b) and x @ W^T + r
+(bf16, x [M, K], W [N, K]) as one pyfuser kernel, beside eager, torch.compile (and with
+--autotune torch.compile(mode="max-autotune-no-cudagraphs")) of the same function and the bare
+cuBLAS matmul x @ W^T, in one run:
+
+    PYTHONPATH=. python tools/bench_issue21.py [--autotune] [MxNxK..]
+    PYTHONPATH=. python tools/bench_issue21.py --explain           # CPU: the plans (H100)
+
+Times are medians of triton's do_bench (pyfuser.benchmark.harness._bench, L2 cleared before
+each run) of the whole call, pyfuser and the peers in turn three times, the median of each.
+The bar: pyfuser at least 1.10x the best peer's speed and at most 1.06x the bare matmul's time.
+"""
+from __future__ import annotations
+
+import sys
+
+import torch
+
+from pyfuser import DataType, FusionDefinition
+
+SHAPES = [(8192, 16384, 4096), (4096, 14336, 5120), (3000, 2056, 1032)]
+
+
+def fusion(kind: str) -> FusionDefinition:
+    with FusionDefinition(kind) as fd:
+        x = fd.define_tensor(shape=[-1, -1], dtype=DataType.BFloat16)
+        w = fd.define_tensor(shape=[-1, -1], dtype=DataType.BFloat16)
+        if kind == "bias_gelu":
+            b = fd.define_tensor(shape=[-1], dtype=DataType.BFloat16)
+            y = fd.ops.gelu(fd.ops.linear(x, w, b), approximate="tanh")
+        else:
+            r = fd.define_tensor(shape=[-1, -1], dtype=DataType.BFloat16)
+            y = fd.ops.linear(x, w) + r
+        fd.add_output(y)
+    return fd
+
+
+def inputs(kind, m, n, k, device):
+    g = torch.Generator(device=device).manual_seed(0) if device != "meta" else None
+
+    def randn(*shape, scale=1.0):
+        if device == "meta":
+            return torch.empty(shape, dtype=torch.bfloat16, device="meta")
+        return torch.randn(*shape, dtype=torch.bfloat16, device=device, generator=g) * scale
+    x, w = randn(m, k), randn(n, k, scale=k ** -0.5)
+    return [x, w, randn(n) if kind == "bias_gelu" else randn(m, n)]
+
+
+def eager_fn(kind, x, w, extra):
+    if kind == "bias_gelu":
+        return lambda: torch.nn.functional.gelu(torch.nn.functional.linear(x, w, extra),
+                                                approximate="tanh")
+    return lambda: torch.nn.functional.linear(x, w) + extra
+
+
+def _shapes(argv):
+    words = [a for a in argv if not a.startswith("--")]
+    return [tuple(int(v) for v in w.split("x")) for w in words] or SHAPES
+
+
+def explain(shapes) -> int:
+    for kind in ("bias_gelu", "residual"):
+        for m, n, k in shapes:
+            print(f"== {kind} {m}x{n}x{k}\n"
+                  f"{fusion(kind).explain(inputs(kind, m, n, k, 'meta'), device='h100')}\n")
+    return 0
+
+
+def bench(shapes, autotune: bool) -> int:
+    from pyfuser.benchmark.harness import _bench
+    print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}")
+    print("case | pyfuser ms | eager ms | compile ms | autotune ms | best peer / pyfuser | "
+          "pyfuser / bare matmul | max rel. diff | plan")
+    print("--- | --- | --- | --- | --- | --- | --- | --- | ---")
+    for kind in ("bias_gelu", "residual"):
+        fd = fusion(kind)
+        for m, n, k in shapes:
+            x, w, extra = inputs(kind, m, n, k, "cuda")
+            ours = fd.execute([x, w, extra])[0]
+            run = fd.last_run
+            eager = eager_fn(kind, x, w, extra)
+            ref = eager()
+            diff = ((ours.float() - ref.float()).abs().max() / ref.float().abs().max()).item()
+            torch._dynamo.reset()
+            peers = {"eager": eager, "compile": torch.compile(eager, dynamic=False)}
+            if autotune:
+                peers["autotune"] = torch.compile(eager, dynamic=False,
+                                                  mode="max-autotune-no-cudagraphs")
+            for fn in peers.values():
+                fn()
+            fns = {"pyfuser": lambda: fd.execute([x, w, extra]), **peers,
+                   "matmul": lambda: torch.matmul(x, w.t())}
+            rounds = {name: [] for name in fns}
+            for _ in range(3):
+                for name, fn in fns.items():
+                    rounds[name].append(_bench(fn))
+            t = {name: sorted(v)[1] for name, v in rounds.items()}
+            best = min(v for name, v in t.items() if name not in ("pyfuser", "matmul"))
+            plan = ", ".join(f"{s.kind}:{s.name}" for s in run.segments) or \
+                ",".join(run.schedulers)
+            nan = float("nan")
+            print(f"{kind} {m}x{n}x{k} | {t['pyfuser']:.3f} | {t['eager']:.3f} | "
+                  f"{t['compile']:.3f} | {t.get('autotune', nan):.3f} | "
+                  f"{best / t['pyfuser']:.2f} | {t['pyfuser'] / t['matmul']:.3f} | {diff:.1e} | "
+                  f"{run.kind}: {plan}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    chosen = _shapes(sys.argv[1:])
+    raise SystemExit(explain(chosen) if "--explain" in sys.argv
+                     else bench(chosen, "--autotune" in sys.argv))
