@@ -361,3 +361,17 @@ def test_a_fused_epilogue_is_one_kernel_with_the_matmul():
     assert seg.kind == "kernel" and seg.kernel.scheduler == "matmul", seg
     report = seg.kernel.ptxas
     assert "0 B spill stores" in report and "serializ" not in report.lower(), report
+
+
+def test_one_row_of_any_length_is_a_tile_map():
+    """fuzz 20262001:3: a [1, 29] a (one row: no row stride to keep a multiple of 16 bytes) times
+    a row-major b [29, 64] is taken, and the interpreter encodes the one-row map as the
+    executor does (it refused the row stride the encoder never uses)."""
+    from pyfuser.testing import rel_error
+    g = torch.Generator().manual_seed(3)
+    a = torch.randn(1, 29, dtype=torch.bfloat16, generator=g)
+    b = torch.randn(29, 64, dtype=torch.bfloat16, generator=g)
+    fd = matmul_fd()
+    out = fd.execute([a, b], options={"enable": ["interpret"]})[0]
+    assert fd.last_run.schedulers == ("matmul",), fd.last_run
+    assert rel_error(out, a.double() @ b.double()) < 1e-2
