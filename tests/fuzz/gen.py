@@ -1835,7 +1835,10 @@ def pat_outputs_and_library(b: Builder) -> None:
             w = b.tensor([Dim(n_axis, "full"), Dim(k_axis, "full")], dt)
             args = [x, w]
             if r.random() < 0.5:
-                args.append(b.tensor([Dim(n_axis, "full")], dt))
+                # (A bias of one element when N is 1 is a broadcast dim: defined [-1], it
+                # would not broadcast against [M, 1] at run time: fuzz 20262002:107.)
+                args.append(b.tensor([Dim(n_axis, "full" if b.sizes[n_axis] != 1 else "bcast")],
+                                     dt))
             y = b.bounded(b.call("linear", *args))
         # The epilogue reads y (a dead linear would leave the plan without its library segment).
         last = b.unary_step(y) if r.random() < 0.7 else y
