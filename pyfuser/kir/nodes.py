@@ -762,10 +762,14 @@ class TileBoxMap:
     box_cols: int
     box_rows: int
     swizzle: int = 128
+    # A batched matmul's operand or output: the logical dim of the batch (the map's dim 2, a
+    # box one matrix deep; coordinates (column, row, batch)). None: a 2D map.
+    batch: int | None = None
 
     @property
     def box(self) -> tuple:
-        return (self.box_cols, self.box_rows)
+        return (self.box_cols, self.box_rows) if self.batch is None else \
+            (self.box_cols, self.box_rows, 1)
 
 
 # Shared-memory alignment of a 128-byte-swizzled box: the swizzle pattern repeats every 8 rows

@@ -242,7 +242,7 @@ def describe_launch(kernel: K.Kernel) -> LaunchDescription:
         elif src[0] == "tmap" and isinstance(src[1], K.TileBoxMap):
             m = src[1]
             sources.append(("tmap_tile", m.role, m.index, m.inner, m.outer, m.box_cols,
-                            m.box_rows, m.swizzle))
+                            m.box_rows, m.swizzle, m.batch))
         elif src[0] == "tmap" and isinstance(src[1], K.RowBoxMap):
             m = src[1]
             sources.append(("tmap", m.input, m.row_elements, m.inner, m.box_rows))

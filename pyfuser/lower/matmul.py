@@ -36,7 +36,11 @@ band: consecutive CTAs share A rows and B columns in L2.
 B MN-major (params.b_major "MN", a row-major [K, N]): tn / 64 boxes of 64 N x 64 K rows per
 stage, one after the other in B_s; each wgmma reads its K step's 16 rows of every box.
 
-Limits: 2-D operands, A K-major (a row of 64 K elements is one 128-byte swizzle row),
+Batches (a 3-D operand [batch, rows, cols] or output): 3-D tensor maps, a box one matrix
+deep, the batch the tile index's outermost part (t = batch * tiles of a matrix + tile); a 2-D
+operand is shared by every batch.
+
+Limits: A K-major (a row of 64 K elements is one 128-byte swizzle row),
 16-bit inputs and output, tn a multiple of 64 up to 256, tm 64 or 128; no epilogue op, no
 cluster.
 """
@@ -99,8 +103,8 @@ def build_matmul(kernel: K.Kernel) -> K.Kernel:
     m, k = extent(a_in, mma.a_dims[0]), extent(a_in, mma.a_dims[1])
     n = extent(b_in, mma.b_dims[0])
 
-    def tensor_map(role, index, inner, outer, cols, rows, buf):
-        tile_map = K.TileBoxMap(role, index, inner, outer, cols, rows, 128)
+    def tensor_map(role, index, inner, outer, cols, rows, buf, batch=None):
+        tile_map = K.TileBoxMap(role, index, inner, outer, cols, rows, 128, batch)
         name = f"{buf.name}_tmap"
         kernel.params.append(K.Param(name, "tmap", ("tmap", tile_map)))
         kernel.tensor_maps[name] = tile_map
@@ -110,15 +114,17 @@ def build_matmul(kernel: K.Kernel) -> K.Kernel:
     final = mma.final if mma.final is not None else mma.out
     out_glob = ctx.buffers[final]
     a_map = tensor_map("input", fusion.input_position(a_in), mma.a_dims[1], mma.a_dims[0],
-                       TILE_K, tm, a_glob)
+                       TILE_K, tm, a_glob, mma.a_dims[2])
     mn_major = p.b_major == "MN"
     if mn_major:        # boxes of 64 N (a swizzle row) x 64 K rows, tn / 64 of them per stage
         b_map = tensor_map("input", fusion.input_position(b_in), mma.b_dims[0], mma.b_dims[1],
-                           BOX, TILE_K, b_glob)
+                           BOX, TILE_K, b_glob, mma.b_dims[2])
     else:
         b_map = tensor_map("input", fusion.input_position(b_in), mma.b_dims[1], mma.b_dims[0],
-                           TILE_K, tn, b_glob)
-    c_map = tensor_map("output", fusion.outputs.index(final), 1, 0, BOX, BOX, out_glob)
+                           TILE_K, tn, b_glob, mma.b_dims[2])
+    rank = len(final.domain.logical)
+    c_map = tensor_map("output", fusion.outputs.index(final), rank - 1, rank - 2, BOX, BOX,
+                       out_glob, 0 if rank == 3 else None)
 
     def shared(tv_or_name, elems):
         name = tv_or_name if isinstance(tv_or_name, str) else f"T{tv_or_name.name}"
@@ -146,18 +152,28 @@ def build_matmul(kernel: K.Kernel) -> K.Kernel:
 
     tiles_m, tiles_n = K.ceil_div(m, tm), K.ceil_div(n, tn)
     t, kb = ctx.new_loop_var(), ctx.new_loop_var()
-    m0, n0 = tile_origin(t, tiles_m, tiles_n, p.raster_group, tm, tn)
+    # A batch's tiles one after the other: the linear tile index t is batch * (tiles of one
+    # matrix) + the tile within its matrix, rastered as a 2-D matmul's.
+    per_batch = K.mul(tiles_m, tiles_n)
+    batches = extent(final, 0) if rank == 3 else K.Const(1)
+    bt = K.div(t, per_batch) if rank == 3 else K.Const(0)
+    m0, n0 = tile_origin(K.mod(t, per_batch) if rank == 3 else t, tiles_m, tiles_n,
+                         p.raster_group, tm, tn)
+
+    def at_batch(coords, dims):
+        return coords + ([bt] if dims[2] is not None else [])
     box_bytes = lambda rows: K.Const(rows * TILE_K * dtype.size)  # noqa: E731
     k0 = K.mul(kb, TILE_K)
-    loads = [K.TensorMapLoad(K.TensorIndex(a_s, K.Const(0)), *a_map, a_glob, [k0, m0],
-                             box_bytes(tm), None)]
+    loads = [K.TensorMapLoad(K.TensorIndex(a_s, K.Const(0)), *a_map, a_glob,
+                             at_batch([k0, m0], mma.a_dims), box_bytes(tm), None)]
     if mn_major:
         loads += [K.TensorMapLoad(K.TensorIndex(b_s, K.Const(j * BOX * TILE_K)), *b_map, b_glob,
-                                  [K.add(n0, j * BOX), k0], box_bytes(BOX), None)
+                                  at_batch([K.add(n0, j * BOX), k0], mma.b_dims),
+                                  box_bytes(BOX), None)
                   for j in range(tn // BOX)]
     else:
-        loads.append(K.TensorMapLoad(K.TensorIndex(b_s, K.Const(0)), *b_map, b_glob, [k0, n0],
-                                     box_bytes(tn), None))
+        loads.append(K.TensorMapLoad(K.TensorIndex(b_s, K.Const(0)), *b_map, b_glob,
+                                     at_batch([k0, n0], mma.b_dims), box_bytes(tn), None))
     # The first of the warp group's rows of the tile (threadIdx.y: its warp group in the role).
     wg_row0 = K.mul(_TIDY, slices * WARP_GROUP_ROWS) if wgs > 1 else K.Const(0)
     mmas: list = [K.WgmmaFence()]
@@ -201,7 +217,8 @@ def build_matmul(kernel: K.Kernel) -> K.Kernel:
         (clamped into the matrix: rows and columns past it are computed, never stored)."""
         r = K.add(K.add(tile_row, frag_row), 8 * ((i >> 1) & 1))
         c = K.add(frag_col, 8 * (i >> 2) + (i & 1))
-        at = {"m": _min(K.add(m0, r), K.sub(m, 1)), "n": _min(K.add(n0, c), K.sub(n, 1))}
+        at = {"m": _min(K.add(m0, r), K.sub(m, 1)), "n": _min(K.add(n0, c), K.sub(n, 1)),
+              "b": bt}
 
         def operand(v):
             if v is mma.out or v in scalar_bufs:
@@ -256,7 +273,8 @@ def build_matmul(kernel: K.Kernel) -> K.Kernel:
                 out += [K.FenceProxyAsync(), sync,
                         K.IfThenElse(thread0, [
                             K.TensorMapStore(K.TensorIndex(stage, box), *c_map, out_glob,
-                                             [K.add(n0, c * BOX), K.add(m0, row0)]),
+                                             [K.add(n0, c * BOX), K.add(m0, row0)]
+                                             + ([bt] if rank == 3 else [])),
                             K.BulkCommit()])]
         return out
 
@@ -265,7 +283,7 @@ def build_matmul(kernel: K.Kernel) -> K.Kernel:
         epilogue += epilogue_of(0)
     else:
         epilogue.append(K.IfThenElse(K.eq(_TIDY, 0), epilogue_of(0), epilogue_of(1)))
-    tile_loop = K.ForLoop(t, K.Const(0), K.mul(tiles_m, tiles_n), K.Const(1),
+    tile_loop = K.ForLoop(t, K.Const(0), K.mul(batches, per_batch), K.Const(1),
                           [k_loop] + epilogue, parallel="GridStride")
     # The fusion's loop nests (LoweringContext) are replaced by this nest of its own.
     kernel.replaced_loops.update(id(lp) for lp in ctx.all_loops())

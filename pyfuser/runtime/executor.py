@@ -782,7 +782,7 @@ class FusionExecutorCache:
         item = dtype.itemsize
         return check_tile_box(list(sizes), list(strides), 256, item, tile_map.inner,
                               tile_map.outer, tile_map.box_cols, tile_map.box_rows,
-                              tile_map.swizzle)
+                              tile_map.swizzle, tile_map.batch)
 
     def _plan_for(self, fk, inputs, bindings, out_sizes, device, choice):
         """The launch of `fk` for this signature, from its launch description alone (the same

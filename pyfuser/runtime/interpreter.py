@@ -103,9 +103,9 @@ The checks (each an InterpreterError naming the access and the thread)
   transaction bytes; a wait that can never return fails (with warp roles: a deadlock, when no
   role can move); bulk copies 16-byte sized and aligned; tensor-map boxes and 128-byte aligned
   destinations; tensor maps the executor's encoder would refuse.
-- Tile tensor maps: the encoder's rules (runtime/tensor_map.check_tma_tiled: 16-byte aligned
-  base and row stride, box sizes), the inner dim of stride 1, the other dims of size 1, rows of
-  128 bytes under the 128-byte swizzle; a 128-byte-swizzled box (load, store) starts on a
+- Tile tensor maps: the executor's rules (schedule/tma_rules.check_tile_box: 16-byte aligned
+  base, row and batch strides, box sizes; one row needs no stride), the inner dim of stride 1,
+  the dims outside the map of size 1, rows of 128 bytes under the 128-byte swizzle; a 128-byte-swizzled box (load, store) starts on a
   1024-byte boundary of shared memory (kernel.smem_offsets counted where launch_config set
   them); the copy's global buffer is the map's tensor.
 - wgmma: whole warp groups (the fences, commits and waits too), bf16 / fp16 operands in shared
@@ -656,11 +656,12 @@ class _TileView:
     """A TileBoxMap over its tensor in this launch: the tensor's storage, its rows and columns,
     the row stride (elements), its dtype."""
 
-    __slots__ = ("map", "mem", "rows", "cols", "row_stride", "dtype")
+    __slots__ = ("map", "mem", "rows", "cols", "row_stride", "dtype", "batches", "batch_stride")
 
-    def __init__(self, tile, mem, rows, cols, row_stride, dtype):
+    def __init__(self, tile, mem, rows, cols, row_stride, dtype, batches=1, batch_stride=0):
         self.map, self.mem, self.rows, self.cols = tile, mem, rows, cols
         self.row_stride, self.dtype = row_stride, dtype
+        self.batches, self.batch_stride = batches, batch_stride
 
 
 class _NamedBarrier:
@@ -2325,10 +2326,10 @@ class Interpreter:
     # Tile tensor maps, wgmma, stmatrix (Hopper matmuls) ---------------------------------------
     def _tile_map(self, tile: K.TileBoxMap, inputs, input_mems, out_mem) -> "_TileView":
         """The view of a TileBoxMap over its tensor of this launch, refused as the executor's
-        encoder would refuse it (runtime/tensor_map.check_tma_tiled) and where the node's
+        executor would refuse it (runtime/tensor_map.tile_box_problems; an output: the rules
+        its allocation keeps, executor._output_tile_problems) and where the node's
         model does not hold (the inner dim not of stride 1, other dims not of size 1, a
         128-byte swizzle over rows of other than 128 bytes)."""
-        from .tensor_map import check_tma_tiled
         fusion = self.k.fusion
         if tile.role == "input":
             x = inputs[tile.index] if 0 <= tile.index < len(inputs) else None
@@ -2349,12 +2350,12 @@ class Interpreter:
                                    "nor output")
         where = f"{tile.role} {tile.index} (sizes {tuple(sizes)}, strides {tuple(strides)})"
         rank = len(sizes)
-        if not (0 <= tile.inner < rank and 0 <= tile.outer < rank and tile.inner != tile.outer):
-            raise InterpreterError(f"tensor map {tile} over {where}: dims {tile.inner}, "
-                                   f"{tile.outer} are not two dims of the tensor")
+        mapped = (tile.inner, tile.outer) + (() if tile.batch is None else (tile.batch,))
+        if not (all(0 <= d < rank for d in mapped) and len(set(mapped)) == len(mapped)):
+            raise InterpreterError(f"tensor map {tile} over {where}: dims {mapped} are not "
+                                   "dims of the tensor")
         problems = [f"dim {d} has size {n}: the map views one matrix (other dims of size 1)"
-                    for d, n in enumerate(sizes)
-                    if d not in (tile.inner, tile.outer) and n != 1]
+                    for d, n in enumerate(sizes) if d not in mapped and n != 1]
         cols, rows = sizes[tile.inner], sizes[tile.outer]
         if cols > 1 and strides[tile.inner] != 1:
             problems.append(f"the inner dim {tile.inner} has stride {strides[tile.inner]}, not 1")
@@ -2364,9 +2365,11 @@ class Interpreter:
         if tile.role == "input":
             from .tensor_map import tile_box_problems
             problems += tile_box_problems(x, tile)
-        else:
-            problems += check_tma_tiled(eb, (cols, rows), (row_stride * eb,), tile.box,
-                                        global_address=ptr, swizzle_bytes=tile.swizzle)
+        else:       # the executor's allocation, aligned (executor._output_tile_problems)
+            from ..schedule.tma_rules import check_tile_box
+            problems += check_tile_box(list(sizes), list(strides), 256, eb, tile.inner,
+                                       tile.outer, tile.box_cols, tile.box_rows, tile.swizzle,
+                                       tile.batch)
         if tile.swizzle != 128:
             problems.append(f"swizzle {tile.swizzle}: only the 128-byte swizzle is modelled")
         elif tile.box_cols * eb != 128:
@@ -2374,7 +2377,10 @@ class Interpreter:
                             f"{tile.box_cols} x {eb}")
         if problems:
             raise InterpreterError(f"tensor map {tile} over {where}: " + "; ".join(problems))
-        return _TileView(tile, mem, rows, cols, row_stride, dtype)
+        if tile.batch is None:
+            return _TileView(tile, mem, rows, cols, row_stride, dtype)
+        return _TileView(tile, mem, rows, cols, row_stride, dtype, sizes[tile.batch],
+                         strides[tile.batch])
 
     def _tile_entry(self, s, buffer: K.Buffer) -> "_TileView":
         view = self.tensor_maps.get(s.tmap.name)
@@ -2384,9 +2390,10 @@ class Interpreter:
         if self.mems.get(id(buffer)) is not view.mem:
             raise InterpreterError(f"the copy's global buffer {buffer.name} is not the tensor "
                                    f"its map describes ({view.map.role} {view.map.index})")
-        if len(s.coords) != 2:
-            raise InterpreterError(f"a tile tensor-map copy has 2 coordinates, not "
-                                   f"{len(s.coords)}")
+        want = 2 if view.map.batch is None else 3
+        if len(s.coords) != want:
+            raise InterpreterError(f"a tile tensor-map copy of {view.map} has {want} "
+                                   f"coordinates, not {len(s.coords)}")
         return view
 
     def _atom_aligned(self, ctx: _Ctx, ti: K.TensorIndex, elems, eb: int, what: str) -> None:
@@ -2412,10 +2419,16 @@ class Interpreter:
         return K.swizzled_byte(flat * eb, tile.swizzle) // eb
 
     def _box_coords(self, ctx: _Ctx, s, view):
-        c0, c1 = (ctx.arr(ctx.ev(c), np.int64) for c in s.coords)
+        c0, c1 = (ctx.arr(ctx.ev(c), np.int64) for c in s.coords[:2])
         r = _lanes(view.map.box_rows)[:, None]
         c = _lanes(view.map.box_cols)[None, :]
         return c0, c1, r, c
+
+    def _box_batch(self, ctx: _Ctx, s, view) -> np.ndarray:
+        """The batch coordinate of each issuing thread (0 for a 2D map)."""
+        if view.map.batch is None:
+            return np.zeros(ctx.n, dtype=np.int64)
+        return ctx.arr(ctx.ev(s.coords[2]), np.int64)
 
     def _tile_load(self, s, ctx: _Ctx) -> None:
         """TensorMapLoad of a TileBoxMap: element (r, c) of the box at coords (column c0, row
@@ -2436,6 +2449,7 @@ class Interpreter:
             raise InterpreterError(f"tensor-map copy expects {int(nbytes[np.argmax(wrong)])} "
                                    f"bytes for a box of {box * eb}")
         c0, c1, r, c = self._box_coords(ctx, s, view)
+        cb = self._box_batch(ctx, s, view)
         dst, da = self._locate(ctx, s.dst, "tensor-map destination", box, align=1)
         j = da - ctx.base(dst.kind, dst.row)
         self._atom_aligned(ctx, s.dst, j, eb, "tensor-map destination")
@@ -2445,8 +2459,10 @@ class Interpreter:
             bq = int(flat[q])
             bars.tx[bq] += nbytes[q]
             row, col = c1[q] + r, c0[q] + c
-            inside = ((row >= 0) & (row < view.rows) & (col >= 0) & (col < view.cols)).ravel()
-            off = np.where(inside, (row * view.row_stride + col).ravel(), 0)
+            inside = ((row >= 0) & (row < view.rows) & (col >= 0) & (col < view.cols)
+                      & (0 <= cb[q]) & (cb[q] < view.batches)).ravel()
+            off = np.where(inside, (row * view.row_stride + col
+                                    + cb[q] * view.batch_stride).ravel(), 0)
             d0 = int(da[q])
             self._slot_copy(ctx, q, dst, d0, box, f"tensor-map copy {s.dst!r}")
             bars.arrival_moments[bq, _COPIES_GROUP] = self.moment
@@ -2471,6 +2487,7 @@ class Interpreter:
                                    f"{s.src.buffer.dtype}) into a tensor of {view.dtype}")
         box = t.box_rows * t.box_cols
         c0, c1, r, c = self._box_coords(ctx, s, view)
+        cb = self._box_batch(ctx, s, view)
         sm, sa = self._locate(ctx, s.src, "tensor-map store source", box, align=1)
         self._atom_aligned(ctx, s.src, sa - ctx.base(sm.kind, sm.row), eb,
                            "tensor-map store source")
@@ -2478,7 +2495,8 @@ class Interpreter:
         out = view.mem
         for q in range(ctx.n):
             row, col = c1[q] + r, c0[q] + c
-            inside = ((row >= 0) & (row < view.rows) & (col >= 0) & (col < view.cols)).ravel()
+            inside = ((row >= 0) & (row < view.rows) & (col >= 0) & (col < view.cols)
+                      & (0 <= cb[q]) & (cb[q] < view.batches)).ravel()
             at = int(sa[q]) + layout[inside]
             if sm.written is not None and not sm.written[at].all():
                 k = int(np.flatnonzero(inside)[np.argmin(sm.written[at])])
@@ -2491,7 +2509,7 @@ class Interpreter:
                 self._slot_read(one, sm, s.src, at[None, :])
             if sm.owner is not None:
                 self._track_read(one, sm, s.src, at[None, :])
-            goff = (row * view.row_stride + col).ravel()[inside]
+            goff = (row * view.row_stride + col + cb[q] * view.batch_stride).ravel()[inside]
             self._store(out, goff, sm.vals[at], None)
             if out.counts is not None:
                 self._count(out, goff)

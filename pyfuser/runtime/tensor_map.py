@@ -374,7 +374,7 @@ def tile_box_problems(tensor, tile_map) -> list[str]:
     return check_tile_box(list(tensor.shape), list(tensor.stride()),
                           _pointer_alignment(tensor.data_ptr()), tensor.element_size(),
                           tile_map.inner, tile_map.outer, tile_map.box_cols, tile_map.box_rows,
-                          tile_map.swizzle)
+                          tile_map.swizzle, tile_map.batch)
 
 
 # L2 promotion of tile maps: 256-byte sectors, as matmul kernels' operand loads use.
@@ -396,6 +396,11 @@ def encode_tile_box(tensor, tile_map) -> bytes:
     # A single row has no stride to keep: any legal one does (the row's bytes, rounded to 16).
     row_stride = (strides[tile_map.outer] * item if rows > 1
                   else -(-cols * item // GLOBAL_ALIGN) * GLOBAL_ALIGN)
-    return encode_tiled(tensor.data_ptr(), tensor.dtype, (cols, rows), (row_stride,),
-                        tile_map.box, element_strides=(1, 1), swizzle=tile_map.swizzle,
+    dims, outer_strides = (cols, rows), (row_stride,)
+    if tile_map.batch is not None:      # a batch of matrices: the map's dim 2
+        batches = int(sizes[tile_map.batch])
+        dims += (batches,)
+        outer_strides += (strides[tile_map.batch] * item if batches > 1 else row_stride * rows,)
+    return encode_tiled(tensor.data_ptr(), tensor.dtype, dims, outer_strides,
+                        tile_map.box, element_strides=(1,) * len(dims), swizzle=tile_map.swizzle,
                         l2_promotion=TILE_L2_PROMOTION, oob_fill="zero")

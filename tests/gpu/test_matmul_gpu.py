@@ -141,3 +141,38 @@ def test_fused_epilogue(kind, m, n, k, pingpong):
     fd, inputs = _epilogue_case(kind, m, n, k)
     opts = {"enable": ["matmul_pingpong"]} if pingpong else None
     run_and_check(fd, inputs, scheduler="matmul", options=opts)
+
+
+@pytest.mark.parametrize("case", ["bmm", "bmm_k_major", "linear_3d", "a3_b2", "a2_b3",
+                                  "linear_3d_bias_gelu"])
+def test_batched(case):
+    bf = torch.bfloat16
+    B, M, N, K = 3, 1000, 1032, 520
+    if case == "bmm":
+        inputs = [torch.randn(B, M, K, device="cuda", dtype=bf),
+                  torch.randn(B, K, N, device="cuda", dtype=bf)]
+    elif case == "bmm_k_major":
+        inputs = [torch.randn(B, M, K, device="cuda", dtype=bf),
+                  torch.randn(B, N, K, device="cuda", dtype=bf).transpose(1, 2)]
+    elif case == "a3_b2":
+        inputs = [torch.randn(B, M, K, device="cuda", dtype=bf),
+                  torch.randn(K, N, device="cuda", dtype=bf)]
+    elif case == "a2_b3":
+        inputs = [torch.randn(M, K, device="cuda", dtype=bf),
+                  torch.randn(B, K, N, device="cuda", dtype=bf)]
+    else:
+        inputs = [torch.randn(B, M, K, device="cuda", dtype=bf),
+                  torch.randn(N, K, device="cuda", dtype=bf) / 16]
+    with FusionDefinition() as fd:
+        ta, tb = (fd.from_pytorch(t) for t in inputs)
+        if case.startswith("linear"):
+            if case.endswith("gelu"):
+                inputs.append(torch.randn(N, device="cuda", dtype=bf))
+                y = fd.ops.gelu(fd.ops.linear(ta, tb, fd.from_pytorch(inputs[-1])),
+                                approximate="tanh")
+            else:
+                y = fd.ops.linear(ta, tb)
+        else:
+            y = fd.ops.matmul(ta, tb)
+        fd.add_output(y)
+    run_and_check(fd, inputs, scheduler="matmul")

@@ -4,6 +4,8 @@ wgmma, TMA tiles, stmatrix epilogue), NVRTC's report on it, and the fragment, st
 swizzle address maps it relies on."""
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -375,3 +377,65 @@ def test_one_row_of_any_length_is_a_tile_map():
     out = fd.execute([a, b], options={"enable": ["interpret"]})[0]
     assert fd.last_run.schedulers == ("matmul",), fd.last_run
     assert rel_error(out, a.double() @ b.double()) < 1e-2
+
+
+# Batches: 3-D tensor maps ----------------------------------------------------------------------
+@pytest.mark.parametrize("case", ["bmm_mn", "bmm_k", "linear_3d", "a3_b2", "a2_b3",
+                                  "linear_3d_residual"])
+def test_interpreted_batched(case):
+    from kir_testing import interpret_against_float64, schedule_and_lower
+    g = torch.Generator().manual_seed(len(case))
+    bf = torch.bfloat16
+
+    def rnd(*shape):
+        return torch.randn(*shape, dtype=bf, generator=g)
+    B, M, N, K = 3, 130, 136, 72
+    if case == "bmm_mn":
+        inputs = [rnd(B, M, K), rnd(B, K, N)]
+    elif case == "bmm_k":
+        inputs = [rnd(B, M, K), rnd(B, N, K).transpose(1, 2)]
+    elif case == "a3_b2":
+        inputs = [rnd(B, M, K), rnd(K, N)]
+    elif case == "a2_b3":
+        inputs = [rnd(M, K), rnd(B, K, N)]
+    else:
+        inputs = [rnd(B, M, K), rnd(N, K)]
+    with FusionDefinition(case) as fd:
+        ta, tb = (fd.from_pytorch(t) for t in inputs)
+        if case.startswith("linear"):
+            y = fd.ops.linear(ta, tb)
+            if case.endswith("residual"):
+                inputs.append(rnd(B, M, N))
+                y = y + fd.from_pytorch(inputs[-1])
+        else:
+            y = fd.ops.matmul(ta, tb)
+        fd.add_output(y)
+    ok, why = matmul.can_schedule(fd.fusion)
+    assert ok, why
+    from kir_testing import setup
+    p = matmul.compute_heuristics(*(lambda st: (st.fusion, st.info))(setup(fd, inputs,
+                                                                           "h100-4sm")))
+    p = dataclasses.replace(p, stages=2, grid=3)
+    st, _, p, kernel = schedule_and_lower(fd, inputs, params=p, scheduler=matmul,
+                                          device="h100-4sm")
+    assert any(m.batch is not None for m in kernel.tensor_maps.values())
+    interpret_against_float64(fd, st, kernel, inputs, context=(case, p))
+
+
+def test_batches_broadcast_against_each_other_run_torch():
+    a = meta(1, 128, 64)
+    b = meta(3, 64, 128)
+    with FusionDefinition("bcast_batch") as fd:
+        fd.add_output(fd.ops.matmul(fd.from_pytorch(a), fd.from_pytorch(b)))
+    e = fd.explain([a, b], device="h100")
+    assert any(s.kind == "library" for s in e.segments) or refused_to_library(e), e
+
+
+def test_tile_box_rules_of_a_batch():
+    from pyfuser.schedule.tma_rules import check_tile_box
+    ok = check_tile_box([3, 100, 64], [6400, 64, 1], 16, 2, 2, 1, 64, 64, 128, batch=0)
+    assert ok == []
+    bad = check_tile_box([3, 100, 64], [6404, 64, 1], 16, 2, 2, 1, 64, 64, 128, batch=0)
+    assert len(bad) == 1 and "batch dim 0 stride 6404" in bad[0], bad
+    # One matrix in the batch: no batch stride to keep.
+    assert check_tile_box([1, 100, 64], [7, 64, 1], 16, 2, 2, 1, 64, 64, 128, batch=0) == []

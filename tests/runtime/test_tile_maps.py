@@ -26,8 +26,8 @@ from pyfuser.schedule.schedulers import registry
 H100 = device_mod.DEVICE_TABLE["h100"]
 A_MAP = K.TileBoxMap("input", 0, inner=1, outer=0, box_cols=64, box_rows=128)
 OUT_MAP = K.TileBoxMap("output", 0, inner=1, outer=0, box_cols=64, box_rows=64)
-A_SOURCE = ("tmap_tile", "input", 0, 1, 0, 64, 128, 128)
-OUT_SOURCE = ("tmap_tile", "output", 0, 1, 0, 64, 64, 128)
+A_SOURCE = ("tmap_tile", "input", 0, 1, 0, 64, 128, 128, None)
+OUT_SOURCE = ("tmap_tile", "output", 0, 1, 0, 64, 64, 128, None)
 
 
 def _definition(**layout):

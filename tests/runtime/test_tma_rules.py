@@ -165,10 +165,10 @@ def test_tile_box_accepts_operands_either_way_round():
 
 
 @pytest.mark.parametrize("case,words", [
-    (dict(sizes=(4, 300, 192), strides=(57600, 192, 1)), "2-dim tensors only, this one has 3"),
+    (dict(sizes=(4, 300, 192), strides=(57600, 192, 1)), "2-dim tensors here (no batch), this one has 3"),
     (dict(sizes=(192,), strides=(1,)), "this one has 1 dims"),
-    (dict(inner=1, outer=1), "not the tensor's two dims"),
-    (dict(inner=2, outer=0), "not the tensor's two dims"),
+    (dict(inner=1, outer=1), "are not the tensor's 2 dims"),
+    (dict(inner=2, outer=0), "are not the tensor's 2 dims"),
     (dict(strides=(192, 2)), "inner dim 1 (along a row) has stride 2, not 1"),
     (dict(sizes=(192, 300), strides=(2, 384), inner=0, outer=1), "inner dim 0 (along a row) "
                                                                   "has stride 2"),

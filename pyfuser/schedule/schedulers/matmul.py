@@ -28,8 +28,10 @@ column-major A), strides or pointers TMA cannot take (a row not a multiple of 16
 not a multiple of 8), K = 0, a device that is not Hopper. B may be K-major (w [N, K], or b =
 w.t()) or MN-major (b row-major [K, N]: its boxes are 64 N x 64 K, read by wgmma with
 imm-trans-b). Not
-built yet (issues 20 and 21): batched operands, a second output, an fp32 output, clusters with
-multicast, split-K and stream-K.
+built yet (issues 20 and 21): a batch broadcast against another, more than one batch dim, a
+second output, an fp32 output, clusters with multicast, split-K and stream-K. Batches (3-D
+operands, [batch, rows, cols]; a 2-D operand shared by every batch) go through 3-D tensor maps,
+the batch the tile index's outermost part.
 """
 from __future__ import annotations
 
@@ -109,8 +111,8 @@ class MatmulOperands:
     a: TensorView                # shared cache of A, rows M
     b: TensorView                # shared cache of B, rows N
     out: TensorView              # the matmul's own output (its dtype: the rounding it defines)
-    a_dims: tuple                # (row dim, K dim) of A's global input
-    b_dims: tuple                # (row dim, K dim) of B's global input
+    a_dims: tuple                # (row dim, K dim, batch dim or None) of A's global input
+    b_dims: tuple                # (row dim, K dim, batch dim or None) of B's global input
     op: object = None            # the MatmulOp / LinearOp (a linear's bias: its third input)
     # The element-wise ops after the matmul, in order, computed on each accumulator before the
     # store; `final` is the fusion output the kernel stores (out itself without an epilogue).
@@ -127,10 +129,14 @@ def _matmul_op(fusion):
 
 
 def _operand_dims(op) -> tuple[tuple, tuple]:
-    """((A's M dim, A's K dim), (B's N dim, B's K dim)) in the operands' logical dims."""
+    """((A's M dim, K dim, batch dim), (B's N dim, K dim, batch dim)) in the operands' logical
+    dims; the batch dim None for a 2-D operand (shared by every batch)."""
+    ra = len(op.inputs[0].domain.logical)
+    a = (ra - 2, ra - 1, 0 if ra == 3 else None)
     if isinstance(op, LinearOp):
-        return (0, 1), (0, 1)
-    return (0, 1), (1, 0)
+        return a, (0, 1, None)
+    rb = len(op.inputs[1].domain.logical)
+    return a, (rb - 1, rb - 2, 0 if rb == 3 else None)
 
 
 # Ops a fused epilogue computes on each accumulator (element-wise, and views of inputs).
@@ -159,12 +165,12 @@ def _epilogue(fusion, op) -> tuple[list, TensorView | None, str]:
     for t in {v for e in exprs for v in [*e.inputs, *e.outputs] if isinstance(v, TensorView)}:
         for i in t.domain.logical:
             if not i.is_broadcast and not any(graph.mapped(i, j) for j in mn):
-                return [], None, (f"T{t.name}'s dim {i!r} is neither the matmul's M nor its N "
+                return [], None, (f"T{t.name}'s dim {i!r} is none of the matmul's output dims "
                                   "(the epilogue is element-wise over the output)")
     if final is not out:
         fm = [i for i in final.domain.logical if not i.is_broadcast]
-        if len(fm) != 2 or not all(graph.mapped(i, j) for i, j in zip(fm, mn)):
-            return [], None, "the stored output is not [M, N]"
+        if len(fm) != len(mn) or not all(graph.mapped(i, j) for i, j in zip(fm, mn)):
+            return [], None, "the stored output is not the matmul's [(batch,) M, N]"
         if final.dtype not in MMA_DTYPES:
             return [], None, (f"the stored output is {final.dtype.short_name} (the epilogue stores "
                               "16-bit boxes)")
@@ -183,9 +189,9 @@ def can_schedule(fusion) -> tuple[bool, str]:
     for name, t in (("a", a), ("b", b)):
         if t not in fusion.inputs:
             return False, f"operand {name} is not a fusion input"
-        if len(t.domain.logical) != 2:
+        if len(t.domain.logical) not in (2, 3):
             return False, (f"operand {name} has {len(t.domain.logical)} dims (the kernel takes "
-                           "2-D operands; batched matmuls are not built yet)")
+                           "matrices and batches of them: 2 or 3 dims)")
         if t.dtype not in MMA_DTYPES:
             return False, f"operand {name} is {t.dtype.short_name}, not bf16 or fp16"
     if a.dtype != b.dtype or out.dtype != a.dtype:
@@ -194,10 +200,11 @@ def can_schedule(fusion) -> tuple[bool, str]:
         return False, "an operand with a broadcast dim"
     if any(len(fusion.uses_of(t)) != 1 for t in (a, b)):
         return False, "an operand read by another op too"
+    what = "a batched matmul" if len(out.domain.logical) == 3 else "a 2-D matmul"
     if epilogue:
-        return True, (f"a 2-D matmul of 16-bit floats and {len(epilogue)} element-wise op(s) "
+        return True, (f"{what} of 16-bit floats and {len(epilogue)} element-wise op(s) "
                       "after it: wgmma with TMA tiles, the ops on the accumulators")
-    return True, "a lone 2-D matmul of 16-bit floats: wgmma with TMA tiles"
+    return True, f"{what} of 16-bit floats: wgmma with TMA tiles"
 
 
 def _tile_candidates(sm_count: int, m: int, n: int) -> tuple:
@@ -218,15 +225,21 @@ def compute_heuristics(fusion, info: RuntimeInfo) -> MatmulParams:
         raise SchedulerError(f"matmul: wgmma is a Hopper (sm_90) instruction; {dev.name} is "
                              f"sm_{dev.major}{dev.minor}")
     op = _matmul_op(fusion)
-    (am, ak), (bn, bk) = _operand_dims(op)
+    (am, ak, ab), (bn, bk, bb) = _operand_dims(op)
     a, b = op.inputs[0], op.inputs[1]
     fa, fb = info.inputs[fusion.input_position(a)], info.inputs[fusion.input_position(b)]
     m, k = fa.sizes[am], fa.sizes[ak]
     n = fb.sizes[bn]
     if k == 0:
         raise SchedulerError("matmul: K = 0 (nothing to accumulate; torch gives zeros)")
+    batches = {f.sizes[d] for f, d in ((fa, ab), (fb, bb)) if d is not None}
+    if len(batches) > 1:
+        raise SchedulerError(f"matmul: batches of {sorted(batches)} matrices (a batch broadcast "
+                             "against another is not built)")
+    batch = batches.pop() if batches else 1
     why = check_tile_box(list(fa.sizes), list(fa.strides), fa.alignment, a.dtype.size,
-                         inner=ak, outer=am, box_cols=TILE_K, box_rows=64, swizzle=128)
+                         inner=ak, outer=am, box_cols=TILE_K, box_rows=64, swizzle=128,
+                         batch=ab)
     if why:
         raise SchedulerError("matmul: operand a cannot be read with TMA tiles along K: "
                              + "; ".join(why))
@@ -235,7 +248,8 @@ def compute_heuristics(fusion, info: RuntimeInfo) -> MatmulParams:
     b_major = "MN" if fb.strides[bn] == 1 and fb.strides[bk] != 1 and fb.sizes[bn] > 1 else "K"
     inner, outer = (bn, bk) if b_major == "MN" else (bk, bn)
     why = check_tile_box(list(fb.sizes), list(fb.strides), fb.alignment, b.dtype.size,
-                         inner=inner, outer=outer, box_cols=TILE_K, box_rows=64, swizzle=128)
+                         inner=inner, outer=outer, box_cols=TILE_K, box_rows=64, swizzle=128,
+                         batch=bb)
     if why:
         raise SchedulerError(f"matmul: operand b cannot be read with TMA tiles ({b_major}-major): "
                              + "; ".join(why))
@@ -245,7 +259,7 @@ def compute_heuristics(fusion, info: RuntimeInfo) -> MatmulParams:
     sms = dev.sm_count
     chosen = None
     for tm, tn in _tile_candidates(sms, m, n):
-        tiles = _tiles(m, n, tm, tn)
+        tiles = batch * _tiles(m, n, tm, tn)
         chosen = (tm, tn)
         if tiles >= sms * 0.75:
             break
@@ -264,7 +278,7 @@ def compute_heuristics(fusion, info: RuntimeInfo) -> MatmulParams:
     if stages < 2:
         raise SchedulerError(f"matmul: {dev.name}'s shared memory holds fewer than 2 stages of "
                              f"the {tm}x{tn} tile")
-    tiles = _tiles(m, n, tm, tn)
+    tiles = batch * _tiles(m, n, tm, tn)
     return MatmulParams(tile_m=tm, tile_n=tn, stages=stages, grid=max(1, min(tiles, sms)),
                         b_major=b_major, compute_roles=roles)
 
@@ -293,11 +307,14 @@ def schedule(fusion, params: MatmulParams) -> None:
     fusion.launch_hints.update(grid_x=params.grid, block_x=threads,
                                block_y=params.warp_groups_per_role)
     graph = IdGraph(fusion)
-    m_id, n_id = (i for i in out.domain.logical if not i.is_broadcast)
+    logical = out.domain.logical
+    roles = {"m": logical[-2], "n": logical[-1]}
+    if len(logical) == 3:
+        roles["b"] = logical[0]
 
     def dims_of(t):
-        return tuple("m" if graph.mapped(i, m_id) else "n" if graph.mapped(i, n_id) else None
-                     for i in t.domain.logical)
+        return tuple(next((r for r, j in roles.items() if not i.is_broadcast
+                           and graph.mapped(i, j)), None) for i in t.domain.logical)
     reads = [v for e in epilogue for v in e.inputs
              if isinstance(v, TensorView) and v in fusion.inputs]
     if isinstance(op, LinearOp) and op.bias is not None:
