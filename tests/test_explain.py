@@ -77,16 +77,19 @@ def test_adamw_two_params_is_two_pointwise_segments():
     _check_against_execute(fd, plan, inputs)
 
 
-def _linear_gelu(fd):
-    x = fd.define_tensor([-1, -1], dtype=DataType.BFloat16)
-    w = fd.define_tensor([-1, -1], dtype=DataType.BFloat16)
-    fd.add_output(fd.ops.gelu(fd.ops.linear(x, w)))
+def _linear_gelu(dtype):
+    def define(fd):
+        x = fd.define_tensor([-1, -1], dtype=dtype)
+        w = fd.define_tensor([-1, -1], dtype=dtype)
+        fd.add_output(fd.ops.gelu(fd.ops.linear(x, w)))
+    return define
 
 
 def test_linear_gelu_is_a_library_segment_then_a_kernel_with_ptxas():
-    fd = _define(_linear_gelu)
-    inputs = [torch.empty(64, 128, dtype=torch.bfloat16, device="meta"),
-              torch.empty(256, 128, dtype=torch.bfloat16, device="meta")]
+    # float32: no matmul kernel (it takes 16-bit floats), torch's linear then a gelu kernel.
+    fd = _define(_linear_gelu(DataType.Float))
+    inputs = [torch.empty(64, 128, dtype=torch.float32, device="meta"),
+              torch.empty(256, 128, dtype=torch.float32, device="meta")]
     plan = fd.explain(inputs, compile=True)
     assert [(s.kind, s.name) for s in plan.segments] == [("library", "linear"),
                                                          ("kernel", "pointwise")]
@@ -94,9 +97,18 @@ def test_linear_gelu_is_a_library_segment_then_a_kernel_with_ptxas():
     assert lib.kernel is None and "torch.nn.functional.linear" in lib.library_call
     # The tensor between the segments, as the plan allocates it.
     assert lib.outputs == gelu.inputs
-    assert re.fullmatch(r"T\d+ \[64, 256\] bfloat16", gelu.inputs[0])
+    assert re.fullmatch(r"T\d+ \[64, 256\] float32", gelu.inputs[0])
     assert re.search(r"\d+ registers, .* spill stores", gelu.kernel.ptxas)
     assert re.search(r"ptxas: fusion_s1_pointwise_0: \d+ registers", str(plan))
+
+
+def test_bf16_linear_gelu_is_one_matmul_kernel():
+    fd = _define(_linear_gelu(DataType.BFloat16))
+    inputs = [torch.empty(64, 128, dtype=torch.bfloat16, device="meta"),
+              torch.empty(256, 128, dtype=torch.bfloat16, device="meta")]
+    plan = fd.explain(inputs, compile=True)
+    assert [(s.kind, s.name) for s in plan.segments] == [("kernel", "matmul")]
+    assert re.search(r"ptxas: fusion_matmul_0: \d+ registers", str(plan)), str(plan)
 
 
 def _full_sum(fd):

@@ -497,7 +497,7 @@ KINDS: dict[str, Kind] = {
         _meta([8192, 4096]), _meta([8192, 4096]), _meta([4096], torch.float32)], (IP,)),
     "linear_bias_gelu": Kind(linear_bias_gelu, lambda: [
         _meta([8192, 4096]), _meta([16384, 4096]), _meta([16384])],
-        (("library", "linear"), PW)),
+        (("kernel", "matmul"),)),
     "attn_scores_qkT": Kind(attn_scores_qkT, lambda: [_meta([4, 32, 2048, 128])] * 2,
                             (TR, ("library", "matmul"), PW)),
     "l2_normalize": Kind(l2_normalize, lambda: [_meta([8192, 1024])], (IP,)),

@@ -24,14 +24,17 @@ BAR_SHAPES = [(8192, 8192, 8192), (4096, 4096, 4096), (2048, 8192, 8192), (8192,
               (16384, 8192, 2048), (16384, 256, 4096), (8192, 8192, 64), (1000, 1000, 1000)]
 
 
-# Issue 21's MN-major bar row (b row-major [K, N], torch.matmul(a, b)), reported beside.
+# Issue 21's MN-major bar row (b row-major [K, N], torch.matmul(a, b)) and its batched row
+# (3 x [4096, 5120] @ [5120, 14336]), reported beside.
 MN_MAJOR_SHAPES = [(8192, 8192, 8192), (4096, 4096, 4096)]
+BATCHED_SHAPES = [(3, 4096, 14336, 5120)]
 
 
-def matmul_fusion() -> FusionDefinition:
+def matmul_fusion(batched: bool = False) -> FusionDefinition:
+    shape = [-1, -1, -1] if batched else [-1, -1]
     with FusionDefinition("matmul") as fd:
-        a = fd.define_tensor(shape=[-1, -1], dtype=DataType.BFloat16)
-        b = fd.define_tensor(shape=[-1, -1], dtype=DataType.BFloat16)
+        a = fd.define_tensor(shape=shape, dtype=DataType.BFloat16)
+        b = fd.define_tensor(shape=shape, dtype=DataType.BFloat16)
         fd.add_output(fd.ops.matmul(a, b))
     return fd
 
@@ -74,15 +77,17 @@ def bench(shapes) -> int:
     print("MxNxK | pyfuser TFLOP/s | cuBLAS TFLOP/s | compile TFLOP/s | pyfuser / cuBLAS | "
           "pyfuser graph | cuBLAS graph | graph ratio | rel. error | plan")
     print("--- | --- | --- | --- | --- | --- | --- | --- | --- | ---")
-    cases = [(s, False) for s in shapes]
+    cases = [((1,) + s, False) for s in shapes]
     if shapes is BAR_SHAPES:
-        cases += [(s, True) for s in MN_MAJOR_SHAPES]
-    for (m, n, k), mn_major in cases:
-        fd = matmul_fusion() if mn_major else linear_fusion()
+        cases += [((1,) + s, True) for s in MN_MAJOR_SHAPES]
+        cases += [(s, True) for s in BATCHED_SHAPES]
+    for (batch, m, n, k), mn_major in cases:
+        fd = matmul_fusion(batch > 1) if mn_major else linear_fusion()
         g = torch.Generator(device="cuda").manual_seed(0)
-        x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16, generator=g)
+        lead = (batch,) if batch > 1 else ()
+        x = torch.randn(*lead, m, k, device="cuda", dtype=torch.bfloat16, generator=g)
         if mn_major:
-            w = torch.randn(k, n, device="cuda", dtype=torch.bfloat16, generator=g)
+            w = torch.randn(*lead, k, n, device="cuda", dtype=torch.bfloat16, generator=g)
             wt = w
         else:
             w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16, generator=g)
@@ -96,7 +101,7 @@ def bench(shapes) -> int:
             return torch.matmul(x, wt)
         torch._dynamo.reset()           # one compiled function per shape, never a recompile
         compiled = torch.compile(cublas, dynamic=False)
-        flops = 2 * m * n * k
+        flops = 2 * batch * m * n * k
         # pyfuser and cuBLAS timed in turn, three times each, each the median of its three:
         # clocks and power drift over a run by several percent.
         rounds: dict = {"pyfuser": [], "cublas": []}
@@ -132,7 +137,8 @@ def bench(shapes) -> int:
             pp = tf["ping-pong"]
             heuristics = (f"ping-pong {pp:.0f} TFLOP/s ({pp / tf['cublas']:.2f} of cuBLAS; "
                           f"{pp_run.heuristics[0].describe()}); " + heuristics)
-        print(f"{m}x{n}x{k}{' B MN-major' if mn_major else ''} | {tf['pyfuser']:.0f} | "
+        name = f"{batch}x" * (batch > 1) + f"{m}x{n}x{k}{' B MN-major' if mn_major else ''}"
+        print(f"{name} | {tf['pyfuser']:.0f} | "
               f"{tf['cublas']:.0f} | "
               f"{tf.get('compile', nan):.0f} | {tf['pyfuser'] / tf['cublas']:.2f} | "
               f"{tf.get('pyfuser graph', nan):.0f} | {tf.get('cublas graph', nan):.0f} | "

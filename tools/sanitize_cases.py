@@ -37,6 +37,21 @@ def matmul_cases() -> None:
         err = ((y.float() - x.float() @ w.float().t()).norm() / y.float().norm()).item()
         assert fd.last_run.schedulers == ("matmul",) and err < 1e-2, (fd.last_run, err)
         print("matmul", p.describe(), f"rel. error {err:.1e}", flush=True)
+    # A batched matmul with B MN-major and a fused epilogue (3-D tensor maps, per-element
+    # global reads of the residual).
+    a = torch.randn(2, 200, 136, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(2, 136, 264, device="cuda", dtype=torch.bfloat16)
+    r = torch.randn(2, 200, 264, device="cuda", dtype=torch.bfloat16)
+    with FusionDefinition("bmm_residual") as fd:
+        ta, tb, tr = (fd.from_pytorch(t) for t in (a, b, r))
+        fd.add_output(fd.ops.relu(fd.ops.matmul(ta, tb) + tr))
+    p = MatmulParams(tile_m=128, tile_n=128, stages=2, grid=2, b_major="MN")
+    y = fd.execute([a, b, r], options={"heuristic": p})[0]
+    torch.cuda.synchronize()
+    ref = torch.relu(a.float() @ b.float() + r.float())
+    err = ((y.float() - ref).norm() / ref.norm()).item()
+    assert fd.last_run.schedulers == ("matmul",) and err < 1e-2, (fd.last_run, err)
+    print("batched matmul + residual + relu", p.describe(), f"rel. error {err:.1e}", flush=True)
 
 
 if "--matmul" in sys.argv[1:]:

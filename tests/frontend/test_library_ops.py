@@ -129,14 +129,16 @@ def test_linear_bias_gelu_is_a_library_segment_and_an_epilogue_kernel():
     _check_against_float64(out, want, torch.bfloat16)
 
 
-def test_registry_refuses_library_ops_with_the_op_support_reason():
+def test_a_matmul_the_matmul_scheduler_refuses_is_a_library_op():
+    # A float32 matmul: a kernel op with a library implementation (op_support), offered to the
+    # matmul scheduler alone, which takes 16-bit floats only: torch.matmul runs it.
     a, b = _rand((4, 8), torch.float32, 0), _rand((8, 3), torch.float32, 1)
     fd = _matmul_fd(a, b)
     (mm,) = [e for e in fd.fusion.exprs() if isinstance(e, MatmulOp)]
-    assert op_support.segment_kind(mm) == "library"
+    assert op_support.segment_kind(mm) == "kernel" and op_support.has_library_implementation(mm)
     choice = registry.choose(fd.fusion)
     assert choice.scheduler is None
-    assert "MatmulOp" in choice.reason and "op_support" in choice.reason
+    assert "not bf16 or fp16" in choice.reason, choice.reason
 
 
 def test_library_table_covers_the_library_ops():
