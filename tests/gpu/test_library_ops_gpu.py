@@ -43,18 +43,31 @@ def test_matmul_gpu(sa, sb, dtype):
     assert out.shape == torch.matmul(a, b).shape and out.dtype == dtype
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("with_bias", [False, True])
-def test_linear_gelu_gpu(dtype, with_bias):
-    x = torch.randn(4, 127, 96, device="cuda", dtype=dtype)
-    w = torch.randn(200, 96, device="cuda", dtype=dtype) / 10
+def _linear_gelu(k, dtype, with_bias):
+    x = torch.randn(4, 127, k, device="cuda", dtype=dtype)
+    w = torch.randn(200, k, device="cuda", dtype=dtype) / 10
     b = torch.randn(200, device="cuda", dtype=dtype)
     with FusionDefinition("linear_gelu") as fd:
         tx, tw = fd.from_pytorch(x), fd.from_pytorch(w)
         tb = fd.from_pytorch(b) if with_bias else None
         y = fd.ops.gelu(fd.ops.cast(fd.ops.linear(tx, tw, tb), DataType.Float), approximate="tanh")
         fd.add_output(fd.ops.cast(y, _DT[dtype]))
-    _run(fd, [x, w] + ([b] if with_bias else []))
+    return fd, [x, w] + ([b] if with_bias else [])
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_linear_gelu_gpu(dtype, with_bias):
+    # K = 97: rows of 194 bytes, no tensor map over them: torch's linear, then a gelu kernel.
+    _run(*_linear_gelu(97, dtype, with_bias))
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_linear_gelu_is_one_matmul_kernel_gpu(dtype, with_bias):
+    # K = 96: the matmul kernel over the batch of 4, the bias and GELU fused.
+    fd, ins = _linear_gelu(96, dtype, with_bias)
+    run_and_check(fd, ins, scheduler="matmul")
 
 
 def test_library_op_runs_on_the_current_stream_in_fp32_accumulation():
