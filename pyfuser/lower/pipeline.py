@@ -83,6 +83,16 @@ spans several warp groups), compute increases to Rc (default: what is left, at m
 Rp <= R0 <= Rc and Rp * producer threads + Rc * compute threads <= R0 * threads are checked
 here: setmaxnreg.inc waits forever for registers the pool does not have (seen: 640 threads).
 
+Placed copies: a TensorMapLoad a lowering pass built directly in its buffered loop with no
+barrier yet (lower/matmul.py's operand boxes, several per slot) is buffered like the copies
+made from a TensorOp's load, by its destination tensor's circular buffer. Where only wgmma
+reads the slots, each compute warp group releases a slot with one arrival, and a body that ends
+with wgmma.wait_group(P) releases slot c after iteration c + P's wait (`release_lag`), the last
+P slots of a nested loop after a wait_group(0) following it. With R > 1 compute roles, each
+role gets its own copy of the shared buffers it writes (`role_written_shared`), and in a nested
+chain a role's ordered section ends at the slots' last release (a matmul tile's k loop: its
+epilogue overlaps the next role's k loop).
+
 An unbuffered TMA load is the pipelined kind with S = 1, P = 0 (issue, wait, use); an
 unbuffered cp.async load is lowered where it stands: copies, commit, wait_group(0), with block
 barriers before the copies and after the wait when threads read each other's copies.
@@ -94,8 +104,8 @@ warp-specialized chain must be rectangular (an inner loop's trips do not depend 
 indices) and start at the kernel's top level; the split is along threadIdx.y, with blockDim.z 1,
 the compute rows times threadIdx.x and the producer rows each whole warp groups; no cluster or
 grid reduction, no block-shared accumulator in a compute role; with R > 1 compute roles, no
-reduction or barrier across threadIdx.y, no shared tensor other than the slots written in a
-compute role, and no grid barrier.
+reduction or barrier across threadIdx.y, shared tensors written in a role of constant size
+(each role its copy), and no grid barrier.
 """
 from __future__ import annotations
 

@@ -1573,26 +1573,16 @@ class Interpreter:
         report in the index record where not (the first failing thread, in launch order,
         claims it)."""
         src, index, stride, extent, record, _, check = s.ins       # no host to report to
-        idx, poison = self._read(ctx, index)
-        if poison is not None and poison.any():
-            i = int(np.argmax(poison))
-            raise InterpreterError(f"{s.out!r}: the index {index!r} is read from unwritten "
-                                   f"registers at {self._where(ctx, i)}")
-        idx = ctx.arr(idx).astype(np.int64)
-        ok = (idx >= 0) & (idx < int(ctx.ev(extent)))
+        idx, ok = self._checked_index(ctx, s, index, extent, record, check)
         if ok.any():
             inside = ctx.subset(ok)
             inside.env[K.GATHER_INDEX] = idx[ok]
             vals, poison = self._read(inside, K.gathered_at(src, stride), lanes)
             self._write(inside, s.out, vals, poison, lanes, exact=True)
         if not ok.all():
-            bad = ~ok
-            n = int(bad.sum())
-            self._write(ctx.subset(bad), s.out,
+            n = int((~ok).sum())
+            self._write(ctx.subset(~ok), s.out,
                         np.zeros(n if lanes == 1 else (n, lanes)), None, lanes)
-            rec = self._mems_record(record)
-            if rec[0] == 0:
-                rec[0], rec[1] = int(ctx.ev(check)) + 1, int(idx[bad][0])
 
     def _checked_index(self, ctx: _Ctx, s: K.TensorOp, index, extent, record, check):
         """(each thread's index as int64, whether it is in [0, extent)), the first failing
