@@ -575,3 +575,31 @@ def test_atomic_add_forms():
     for form in ("red.global.add.f32", "red.global.add.f64", "red.global.add.s32",
                  "red.global.add.u64"):
         assert ptx.count(form) == 1, (form, ptx)
+
+
+# ------------------------------------------------------------------------------------------------
+# mma.cuh: the wgmma shared-memory descriptors' bits
+# ------------------------------------------------------------------------------------------------
+def _descriptor(start: int, lbo: int, sbo: int, layout: int) -> int:
+    """The Hopper wgmma matrix descriptor (../shared/MATMUL.md section 2): start address >> 4
+    in bits 0-13, leading byte offset >> 4 in 16-29, stride byte offset >> 4 in 32-45, base
+    offset 0 in 49-51, layout type in 62-63 (1: 128-byte swizzle)."""
+    return ((start & 0x3FFFF) >> 4) | ((lbo >> 4) << 16) | ((sbo >> 4) << 32) | (layout << 62)
+
+
+@pytest.mark.parametrize("helper, start, lbo, want", [
+    ("pf::wgmma_desc_sw128({a})", 0x1A420, 16, _descriptor(0x1A420, 16, 1024, 1)),
+    ("pf::wgmma_desc_sw128_mn({a}, 8192)", 0x24000, 8192, _descriptor(0x24000, 8192, 1024, 1)),
+    ("pf::wgmma_desc_sw128_mn({a}, 16384)", 0x3C800, 16384, _descriptor(0x3C800, 16384, 1024, 1)),
+])
+def test_wgmma_descriptor_bits(helper, start, lbo, want):
+    """The descriptors the generated matmul prints, folded by the compiler for a constant shared
+    address: the 64-bit constant stored is the layout's bits."""
+    src = device_library_source(["mma"]) + (
+        'extern "C" __global__ void pf_desc(unsigned long long* out) {\n'
+        f"  out[0] = {helper.format(a=hex(start) + 'u')};\n"
+        "}\n")
+    res = assert_compiles(src)
+    consts = {int(v, 16) for v in re.findall(r"0x([0-9A-Fa-f]{9,16})", res.ptx)} | \
+        {int(v) for v in re.findall(r"\b(\d{10,20})\b", res.ptx)}
+    assert want in consts, (hex(want), res.ptx[-600:])

@@ -439,3 +439,32 @@ def test_tile_box_rules_of_a_batch():
     assert len(bad) == 1 and "batch dim 0 stride 6404" in bad[0], bad
     # One matrix in the batch: no batch stride to keep.
     assert check_tile_box([1, 100, 64], [7, 64, 1], 16, 2, 2, 1, 64, 64, 128, batch=0) == []
+
+
+# The pipeline's wgmma rules (lower/pipeline.py) -------------------------------------------------
+def _slot_body(extra_read: bool, pending: int = 1):
+    from pyfuser.lower.pipeline import BufferedTensor
+    slot = K.Buffer("slot", BF16, "shared", K.Const(8192), align=1024)
+    acc = K.Buffer("acc", DataType.Float, "local", K.Const(32))
+    other = K.Buffer("r", DataType.Float, "local", K.Const(1))
+    body = [K.WgmmaFence(),
+            K.Wgmma(acc, K.TensorIndex(slot, K.Const(0)), K.TensorIndex(slot, K.Const(0)), 64,
+                    BF16, K.Const(True, "bool")),
+            K.WgmmaCommit()]
+    if extra_read:
+        body.append(K.InitValue(other, K.TensorIndex(slot, K.Const(5))))
+    body.append(K.WgmmaWait(pending))
+    return body, [BufferedTensor(None, slot, None, 8192, [])]
+
+
+def test_slots_read_by_wgmma_alone_are_released_per_warp_group_and_late():
+    from pyfuser.lower.pipeline import release_lag, slots_read_by_wgmma_only
+    body, buffered = _slot_body(extra_read=False)
+    assert slots_read_by_wgmma_only(body, buffered) and release_lag(body, buffered) == 1
+    body, buffered = _slot_body(extra_read=False, pending=0)
+    assert release_lag(body, buffered) == 0
+    body, buffered = _slot_body(extra_read=True)
+    assert not slots_read_by_wgmma_only(body, buffered)
+    from pyfuser.lower.context import LoweringError
+    with pytest.raises(LoweringError, match="also reads its slots outside wgmma"):
+        release_lag(body, buffered)
