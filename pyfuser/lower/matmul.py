@@ -209,6 +209,13 @@ def build_matmul(kernel: K.Kernel) -> K.Kernel:
         return scalar_bufs[tv]
 
     dims_of = dict(mma.input_dims)
+    # The epilogue ops that read the matmul's result, directly or not.
+    after_mm: set = set()
+    downstream = {mma.out}
+    for e in mma.epilogue:
+        if any(v in downstream for v in e.inputs):
+            after_mm.add(e)
+            downstream.update(e.outputs)
 
     def epilogue_value(acc, i: int, tile_row, slot: int) -> list:
         """The statements computing the stored value of accumulator register i (row tile_row +
@@ -237,13 +244,17 @@ def build_matmul(kernel: K.Kernel) -> K.Kernel:
                 return K.TensorIndex(values_buf, K.Const(slot))
             return K.TensorIndex(scalar_buf(tv), K.Const(0))
 
+        def op_stmt(e):
+            return K.TensorOp(e, out_of(e.outputs[0]), [operand(v) for v in e.inputs])
+
+        # Ops of inputs alone first (a bias computed from an input), then the matmul's element
+        # (plus the bias), then the ops after it.
+        stmts = [op_stmt(e) for e in mma.epilogue if e not in after_mm]
         ins = [K.TensorIndex(acc, K.Const(i))]
         if len(mma.op.inputs) > 2:
             ins.append(operand(mma.op.inputs[2]))
-        stmts = [K.TensorOp(mma.op, out_of(mma.out), ins)]
-        for e in mma.epilogue:
-            stmts.append(K.TensorOp(e, out_of(e.outputs[0]), [operand(v) for v in e.inputs]))
-        return stmts
+        stmts.append(K.TensorOp(mma.op, out_of(mma.out), ins))
+        return stmts + [op_stmt(e) for e in mma.epilogue if e in after_mm]
 
     def epilogue_of(wg: int) -> list:
         """Warp group wg's epilogue (of the role): its own staging boxes and, with several warp

@@ -688,11 +688,12 @@ class Builder:
             # A copy laid out in memory by the order (fd.ops.stride_order): same values.
             return Val(name, x.dims, x.dtype, x.lo, x.hi, x.exact)
         if op == "matmul":
-            # a [M, K] @ b [K, N] (2-D): the matmul kernel, or torch's where it does not take it.
+            # a [(B,) M, K] @ b [(B,) K, N]: the matmul kernel, or torch's where it does not take
+            # it. (b batched only with a.)
             w = args[1]
             k = self.size_of(x.dims[-1])
             bound = k * x.bound * w.bound
-            return Val(name, x.dims[:-1] + (w.dims[1],), x.dtype, -bound, bound, False)
+            return Val(name, x.dims[:-1] + (w.dims[-1],), x.dtype, -bound, bound, False)
         if op == "linear":
             # x [M, K] @ w[N, K]^T (+ bias [N]): the matmul kernel where it takes the shapes,
             # else a library segment (cuBLAS through torch).
@@ -1902,6 +1903,47 @@ def pat_outputs_and_library(b: Builder) -> None:
         b.finish_outputs(list(b.vals.values()))
 
 
+def pat_matmul(b: Builder) -> None:
+    """A matmul of the shapes the matmul kernel takes where the layouts allow (16-bit floats, N
+    and K multiples of 8; random layouts make some inputs strided or offset, which torch then
+    runs): a linear (a bias sometimes) or a @ b, 2-D or a batch of two or three, then a chain of
+    element-wise ops (the epilogue the kernel fuses) reading other inputs over the output's
+    dims."""
+    r = b.rng
+    batched = r.random() < 0.3
+    batch_axis = b.axis(r.randint(2, 3)) if batched else None
+    m_axis, n_axis, k_axis = b.axis(), b.axis(cls="mult8"), b.axis(cls="mult8")
+    lead_axes = [batch_axis] if batched else []
+    b.fit(lead_axes + [m_axis, n_axis, k_axis], protect=[k_axis, n_axis])
+    dt = r.choice((BF16, F16))
+    lead = [Dim(a, "full") for a in lead_axes]
+    x = b.tensor(lead + [Dim(m_axis, "full"), Dim(k_axis, "full")], dt)
+    if r.random() < 0.5:
+        w = b.tensor([Dim(n_axis, "full"), Dim(k_axis, "full")], dt)
+        args = [x, w]
+        if r.random() < 0.5:
+            args.append(b.tensor([Dim(n_axis, "full" if b.sizes[n_axis] != 1 else "bcast")], dt))
+        y = b.bounded(b.call("linear", *args))
+    else:
+        w_lead = lead if r.random() < 0.7 else []
+        w = b.tensor(w_lead + [Dim(k_axis, "full"), Dim(n_axis, "full")], dt)
+        y = b.bounded(b.call("matmul", x, w))
+    out_axes = lead_axes + [m_axis, n_axis]
+    last = y
+    for _ in range(r.randint(0, 3)):
+        if r.random() < 0.5:
+            last = b.unary_step(last)
+        else:
+            other = b.tensor(_random_dims(b, out_axes), _input_dtype(b))
+            if b.compatible(last, other):
+                last = b.binary_step(last, other)
+    if last is not y and last.dtype.is_floating and last.dtype != dt and r.random() < 0.6:
+        last = b.call("cast", last, dtype=dt)   # the kernel stores 16-bit outputs
+    if not _reads(b, last, y):
+        b.output(y)
+    b.output(last)
+
+
 # Running sums of fp16 stay below this (fp16's largest is 65504).
 FP16_SCAN_LIMIT = 30000.0
 
@@ -2076,6 +2118,7 @@ PATTERNS = {
     "random": (10, pat_random),
     "segmented": (8, pat_segmented),
     "outputs_and_library": (5, pat_outputs_and_library),
+    "matmul": (4, pat_matmul),
     "scan": (6, pat_scan),
     "topk": (4, pat_topk),
     "scatter": (5, pat_scatter),

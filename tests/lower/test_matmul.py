@@ -468,3 +468,23 @@ def test_slots_read_by_wgmma_alone_are_released_per_warp_group_and_late():
     from pyfuser.lower.context import LoweringError
     with pytest.raises(LoweringError, match="also reads its slots outside wgmma"):
         release_lag(body, buffered)
+
+
+def test_a_bias_computed_from_an_input_is_computed_before_the_matmul_element():
+    """fuzz 20262004:107: linear(x, w, cast(b8)) with b8 a float8 input: the bias's cast is an
+    op of the epilogue that does not read the matmul; it comes before the matmul's element (it
+    was emitted after, and lowering failed on the bias it had not computed yet)."""
+    from pyfuser.testing import rel_error
+    g = torch.Generator().manual_seed(107)
+    x = torch.rand(1, 136, generator=g).half() + 0.5
+    w = torch.randn(288, 136, generator=g).half()
+    b8 = (torch.rand(288, generator=g) + 0.5).to(torch.float8_e4m3fn)
+    with FusionDefinition("bias8") as fd:
+        tx = fd.define_tensor(shape=[-1, -1], dtype=DataType.Half)     # M = 1 at run time
+        tw = fd.define_tensor(shape=[-1, -1], dtype=DataType.Half)
+        tb = fd.define_tensor(shape=[-1], dtype=DataType.Float8_e4m3fn)
+        fd.add_output(fd.ops.linear(tx, tw, fd.ops.cast(tb, DataType.Half)))
+    out = fd.execute([x, w, b8], options={"enable": ["interpret"]})[0]
+    assert fd.last_run.schedulers == ("matmul",) and not fd.last_run.internal_error
+    ref = x.double() @ w.double().t() + b8.double()
+    assert rel_error(out, ref) < 1e-2

@@ -202,8 +202,8 @@ def can_schedule(fusion) -> tuple[bool, str]:
         return False, "an operand read by another op too"
     what = "a batched matmul" if len(out.domain.logical) == 3 else "a 2-D matmul"
     if epilogue:
-        return True, (f"{what} of 16-bit floats and {len(epilogue)} element-wise op(s) "
-                      "after it: wgmma with TMA tiles, the ops on the accumulators")
+        return True, (f"{what} of 16-bit floats and {len(epilogue)} element-wise op(s) fused: "
+                      "wgmma with TMA tiles, the ops on the accumulators")
     return True, f"{what} of 16-bit floats: wgmma with TMA tiles"
 
 
