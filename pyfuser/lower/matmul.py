@@ -126,9 +126,9 @@ def build_matmul(kernel: K.Kernel) -> K.Kernel:
     c_map = tensor_map("output", fusion.outputs.index(final), rank - 1, rank - 2, BOX, BOX,
                        out_glob, 0 if rank == 3 else None)
 
-    def shared(tv_or_name, elems):
+    def shared(tv_or_name, elems, of=dtype):
         name = tv_or_name if isinstance(tv_or_name, str) else f"T{tv_or_name.name}"
-        buf = K.Buffer(name, dtype, "shared", K.Const(elems),
+        buf = K.Buffer(name, of, "shared", K.Const(elems),
                        tv=None if isinstance(tv_or_name, str) else tv_or_name,
                        align=K.SWIZZLE_ATOM_BYTES)
         if not isinstance(tv_or_name, str):
@@ -146,7 +146,10 @@ def build_matmul(kernel: K.Kernel) -> K.Kernel:
     # compute roles, pipeline_loads gives each role its own copy.
     chunks = tn // BOX
     boxes = p.staging_boxes
-    stage = shared("pf_mma_stage", wgs * boxes * BOX * BOX)
+    # The staging boxes hold the stored output's type (bf16 out of fp16 operands: a cast in
+    # the epilogue).
+    final_dtype = mma.final.dtype if mma.final is not None else dtype
+    stage = shared("pf_mma_stage", wgs * boxes * BOX * BOX, final_dtype)
     accs = [K.Buffer(f"pf_acc{s}" if slices > 1 else "pf_acc", DataType.Float, "local",
                      K.Const(tn // 2)) for s in range(slices)]
 
@@ -199,7 +202,6 @@ def build_matmul(kernel: K.Kernel) -> K.Kernel:
     frag_row, frag_col = K.Var("pf_frag_row"), K.Var("pf_frag_col")
     thread0 = K.eq(_TIDX, 0)
     fused = bool(mma.epilogue) or (mma.op is not None and len(mma.op.inputs) > 2)
-    final_dtype = mma.final.dtype if mma.final is not None else dtype
     values_buf = K.Buffer("pf_epi", final_dtype, "local", K.Const(8))
     scalar_bufs: dict = {}
 

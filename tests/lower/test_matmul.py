@@ -488,3 +488,19 @@ def test_a_bias_computed_from_an_input_is_computed_before_the_matmul_element():
     assert fd.last_run.schedulers == ("matmul",) and not fd.last_run.internal_error
     ref = x.double() @ w.double().t() + b8.double()
     assert rel_error(out, ref) < 1e-2
+
+
+def test_a_cast_to_another_16_bit_type_stages_that_type():
+    """fuzz 20262006:18: fp16 operands, the output cast to bf16: the staging boxes hold bf16
+    (they were fp16, and the interpreter refused bf16 stmatrix values into them)."""
+    from pyfuser.testing import rel_error
+    g = torch.Generator().manual_seed(18)
+    a = torch.randn(70, 96, generator=g).half()
+    b = torch.randn(96, 200, generator=g).half()
+    with FusionDefinition("cast_out") as fd:
+        ta = fd.define_tensor(shape=[-1, -1], dtype=DataType.Half)
+        tb = fd.define_tensor(shape=[-1, -1], dtype=DataType.Half)
+        fd.add_output(fd.ops.cast(fd.ops.matmul(ta, tb), DataType.BFloat16))
+    out = fd.execute([a, b], options={"enable": ["interpret"]})[0]
+    assert fd.last_run.schedulers == ("matmul",) and out.dtype == torch.bfloat16
+    assert rel_error(out, a.double() @ b.double()) < 1e-2
