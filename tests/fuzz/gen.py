@@ -2130,8 +2130,8 @@ DEFAULT_MAX_ELEMENTS = 64 * 1024
 def random_options(rng: random.Random, pattern: str) -> dict:
     """Features forced on or off for the case (pyfuser/options.py FEATURES): the variants that
     heuristics only pick when asked (TMA / cp.async / warp-specialized / tensor-map rows of the
-    inner persistent scheduler, the norm backward's warp-specialized or multi-wave choice,
-    streaming loads), so that the fuzzer reaches their code too."""
+    inner persistent scheduler, the norm backward's warp-specialized or multi-wave choice, the
+    matmul's ping-pong, streaming loads), so that the fuzzer reaches their code too."""
     enable, disable = [], []
     if pattern in ("normalization", "random") and rng.random() < 0.35:
         enable.append(rng.choice(("tma_inner_persistent", "tma_inner_persistent",
@@ -2140,6 +2140,8 @@ def random_options(rng: random.Random, pattern: str) -> dict:
             enable.append("tma_tensor_map")
     if pattern in ("norm_backward", "random") and rng.random() < 0.4:
         (enable if rng.random() < 0.6 else disable).append("ws_normalization")
+    if pattern == "matmul" and rng.random() < 0.3:
+        enable.append("matmul_pingpong")
     if rng.random() < 0.05:
         enable.append("streaming_loads")
     out = {}
