@@ -855,6 +855,13 @@ class WgmmaWait(Stmt):
     pending: int
 
 
+# The shape of one wgmma of 16-bit inputs (m64 nN k16), and the 16-bit elements of one
+# 128-byte swizzled row (a box row of a matmul's operands and of its staging boxes).
+WGMMA_M = 64
+WGMMA_K = 16
+SWIZZLED_ROW_16BIT = 64
+
+
 @roles(buffer=("acc",), expr=("a", "b", "scale_d"),
        data=("n", "dtype", "swizzle", "b_major", "b_chunk_bytes"))
 @dataclasses.dataclass(eq=False, slots=True)

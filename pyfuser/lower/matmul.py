@@ -52,14 +52,14 @@ from ..kir import nodes as K
 from ..kir.verifier import establishes
 from .indexing import scalar_to_kexpr
 
-TILE_K = 64
-K_STEP = 16                      # K elements of one wgmma
-BOX = 64                         # the epilogue's staging box: 64 x 64
+TILE_K = K.SWIZZLED_ROW_16BIT    # K elements of a stage: one 128-byte swizzled box row
+K_STEP = K.WGMMA_K               # K elements of one wgmma
+BOX = K.SWIZZLED_ROW_16BIT       # the epilogue's staging box: 64 x 64, rows of 128 bytes
 # Named barriers of the compute warp groups' epilogues (8 + wg): above those pipeline_loads
 # gives the warp roles (1 + role, and ping-pong's turns).
 EPILOGUE_BARRIER = 8
 _TIDX, _TIDY = K.Special("threadIdx.x"), K.Special("threadIdx.y")
-WARP_GROUP_ROWS = 64             # rows of one wgmma (m64)
+WARP_GROUP_ROWS = K.WGMMA_M      # rows of one wgmma: a warp group's slice of a tile
 
 
 def _min(a, b) -> K.KExpr:
@@ -111,7 +111,7 @@ def build_matmul(kernel: K.Kernel) -> K.Kernel:
         return K.Var(name), tile_map
 
     a_glob, b_glob = ctx.buffers[a_in], ctx.buffers[b_in]
-    final = mma.final if mma.final is not None else mma.out
+    final = mma.final
     out_glob = ctx.buffers[final]
     a_map = tensor_map("input", fusion.input_position(a_in), mma.a_dims[1], mma.a_dims[0],
                        TILE_K, tm, a_glob, mma.a_dims[2])
@@ -148,7 +148,7 @@ def build_matmul(kernel: K.Kernel) -> K.Kernel:
     boxes = p.staging_boxes
     # The staging boxes hold the stored output's type (bf16 out of fp16 operands: a cast in
     # the epilogue).
-    final_dtype = mma.final.dtype if mma.final is not None else dtype
+    final_dtype = final.dtype
     stage = shared("pf_mma_stage", wgs * boxes * BOX * BOX, final_dtype)
     accs = [K.Buffer(f"pf_acc{s}" if slices > 1 else "pf_acc", DataType.Float, "local",
                      K.Const(tn // 2)) for s in range(slices)]
@@ -201,7 +201,7 @@ def build_matmul(kernel: K.Kernel) -> K.Kernel:
     row, unit_hi = K.Var("pf_st_row"), K.Var("pf_st_unit")
     frag_row, frag_col = K.Var("pf_frag_row"), K.Var("pf_frag_col")
     thread0 = K.eq(_TIDX, 0)
-    fused = bool(mma.epilogue) or (mma.op is not None and len(mma.op.inputs) > 2)
+    fused = bool(mma.epilogue) or len(mma.op.inputs) > 2
     values_buf = K.Buffer("pf_epi", final_dtype, "local", K.Const(8))
     scalar_bufs: dict = {}
 
@@ -277,8 +277,9 @@ def build_matmul(kernel: K.Kernel) -> K.Kernel:
                     dst = K.add(box, K.add(K.mul(row, BOX), K.mul(swizzled_unit(unit, row), 8)))
                     if fused:
                         for v in range(8):
-                            out += epilogue_value(acc, 4 * j0 + v, K.add(wg_row0, sl * 64)
-                                                  if wgs > 1 else K.Const(row0), v)
+                            tile_row = (K.add(wg_row0, sl * WARP_GROUP_ROWS) if wgs > 1
+                                        else K.Const(row0))
+                            out += epilogue_value(acc, 4 * j0 + v, tile_row, v)
                         values = [K.TensorIndex(values_buf, K.Const(v)) for v in range(8)]
                     else:
                         values = [K.TensorIndex(acc, K.Const(4 * j0 + i)) for i in range(8)]

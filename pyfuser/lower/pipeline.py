@@ -116,7 +116,7 @@ from ..ir.iter_domain import ParallelType as PT
 from ..ir.tensor import CpAsyncPipelined, WarpSpecialized
 from ..kir import nodes as K
 from ..kir.registers import check_register_counts, default_register_split
-from ..kir.rewrite import (Rewriter, Substitution, accesses, exprs_of, fresh_stmts,
+from ..kir.rewrite import (Rewriter, Substitution, accesses, fresh_stmts,
                            replace_stmt, subexprs)
 from ..kir.verifier import Rule, establishes
 from .context import LoweringError
@@ -983,9 +983,7 @@ def _compute_role(kernel, rest, chain: _Chain, buffered, empty, roles, r: int) -
         # The slot is released right after the last statement that reads it: the producer
         # refills it while the role computes from registers.
         slots = {id(b.buf) for b in buffered}
-        placed = _insert_at(body, lambda x: any(
-            isinstance(e, K.TensorIndex) and id(e.buffer) in slots
-            for _, v in exprs_of(x) for e in subexprs(v)), release, after=True)
+        placed = _insert_at(body, lambda x: touches(x, slots), release, after=True)
         if placed is not None:
             body, release = placed, []
     new_inner = [K.ScalarDef(inner.var, chain.index_at[-1](ks[-1]))] + waits + body + release
@@ -1044,19 +1042,24 @@ class _RoleCopies(Rewriter):
         return dataclasses.replace(t, index=K.add(t.index, self.r * size))
 
 
+def touches(stmt, slots) -> bool:
+    """Whether statement `stmt` itself (not its nested bodies) accesses a buffer of `slots`
+    (ids of the slot buffers)."""
+    reads, writes = accesses(stmt)
+    return any(id(t.buffer) in slots for t in reads + writes)
+
+
+def _slot_readers(body, buffered) -> list:
+    slots = {id(b.buf) for b in buffered}
+    return [x for x in K.walk(body) if touches(x, slots)]
+
+
 def slots_read_by_wgmma_only(body, buffered) -> bool:
     """Whether the buffered loop's body reads its slots through wgmma alone (an asynchronous
     reader whose reads complete for the whole warp group at its wait_group): each compute warp
     group then releases a slot with one arrival, not one per thread."""
-    slots = {id(b.buf) for b in buffered}
-    wgmma = False
-    for x in K.walk(body):
-        reads = any(isinstance(e, K.TensorIndex) and id(e.buffer) in slots
-                    for _, v in exprs_of(x) for e in subexprs(v))
-        if reads and not isinstance(x, K.Wgmma):
-            return False
-        wgmma = wgmma or (reads and isinstance(x, K.Wgmma))
-    return wgmma
+    found = _slot_readers(body, buffered)
+    return bool(found) and all(isinstance(x, K.Wgmma) for x in found)
 
 
 def release_lag(body, buffered) -> int:
@@ -1065,17 +1068,13 @@ def release_lag(body, buffered) -> int:
     reads are complete only once the wait of iteration c + P has returned), P; else 0."""
     if not body or not isinstance(body[-1], K.WgmmaWait) or body[-1].pending == 0:
         return 0
-    slots = {id(b.buf) for b in buffered}
     if not any(isinstance(x, K.Wgmma) for x in K.walk(body)):
         return 0
-    for x in K.walk(body):
-        if isinstance(x, K.Wgmma):
-            continue
-        for _, v in exprs_of(x):
-            if any(isinstance(e, K.TensorIndex) and id(e.buffer) in slots for e in subexprs(v)):
-                raise LoweringError("a buffered loop whose wgmma groups stay in flight "
-                                    f"(wait_group {body[-1].pending}) also reads its slots "
-                                    f"outside wgmma ({type(x).__name__})")
+    other = next((x for x in _slot_readers(body, buffered) if not isinstance(x, K.Wgmma)), None)
+    if other is not None:
+        raise LoweringError("a buffered loop whose wgmma groups stay in flight "
+                            f"(wait_group {body[-1].pending}) also reads its slots "
+                            f"outside wgmma ({type(other).__name__})")
     return body[-1].pending
 
 
@@ -1127,9 +1126,8 @@ def _ordered_sections(outer: K.ForLoop, roles: K.WarpRoles, r: int, buffered,
         # overlaps the next role's k loop.
         slots = {id(b.buf) for b in buffered}
         last = max(j for j, s in enumerate(body) if any(
-            (isinstance(x, (K.MBarrierWait, K.MBarrierArrive))) or any(
-                isinstance(e, K.TensorIndex) and id(e.buffer) in slots
-                for _, v in exprs_of(x) for e in subexprs(v)) for x in K.walk([s])))
+            isinstance(x, (K.MBarrierWait, K.MBarrierArrive)) or touches(x, slots)
+            for x in K.walk([s])))
         rest = body[first + 1:last + 1] + [hand] + body[last + 1:]
     else:
         rest = _insert_at(body[first + 1:], _writes_global, [hand])

@@ -214,9 +214,8 @@ class _KernelPlan:
         # (param position, kir.TileBoxMap), split by role: an output's map is encoded after
         # the output is allocated (its pointer is new at each call unless the caching
         # allocator hands the same block back, when the cached map is reused).
-        self.tile_slots = tuple(tile_slots)
-        self._input_tiles = tuple((pos, m) for pos, m in self.tile_slots if m.role == "input")
-        self._output_tiles = tuple((pos, m) for pos, m in self.tile_slots if m.role == "output")
+        self._input_tiles = tuple((pos, m) for pos, m in tile_slots if m.role == "input")
+        self._output_tiles = tuple((pos, m) for pos, m in tile_slots if m.role == "output")
         self._tmaps: dict = {}
         self.out_specs = out_specs           # (sizes, strides, torch dtype)
         self.run_info = run_info
@@ -773,17 +772,6 @@ class FusionExecutorCache:
                     f"copied in tiles of {tile_map.box_rows} x {tile_map.box_cols} through a "
                     f"tensor map as heuristic {fk.params!r} asks: " + "; ".join(bad))
 
-    @staticmethod
-    def _output_tile_problems(tile_map, spec) -> list[str]:
-        """check_tile_box for an output the executor allocates (`spec`: sizes, strides, torch
-        dtype), whose pointer torch aligns to at least 256 bytes."""
-        from ..schedule.tma_rules import check_tile_box
-        sizes, strides, dtype = spec
-        item = dtype.itemsize
-        return check_tile_box(list(sizes), list(strides), 256, item, tile_map.inner,
-                              tile_map.outer, tile_map.box_cols, tile_map.box_rows,
-                              tile_map.swizzle, tile_map.batch)
-
     def _plan_for(self, fk, inputs, bindings, out_sizes, device, choice):
         """The launch of `fk` for this signature, from its launch description alone (the same
         for a kernel built here and one loaded from disk)."""
@@ -840,7 +828,10 @@ class FusionExecutorCache:
                 if tile_map.role == "output":
                     # The executor allocates outputs densely: a map over one always holds; a
                     # failure here is a lowering bug (a map over a dim that is not innermost).
-                    bad = self._output_tile_problems(tile_map, out_specs[tile_map.index])
+                    from .tensor_map import ALLOCATION_ALIGN, tile_layout_problems
+                    sizes, strides, dtype = out_specs[tile_map.index]
+                    bad = tile_layout_problems(sizes, strides, ALLOCATION_ALIGN, dtype.itemsize,
+                                               tile_map)
                     if bad:
                         raise RuntimeError(
                             f"{self.name}: kernel {fk.name} stores output {tile_map.index} "

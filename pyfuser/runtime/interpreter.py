@@ -2317,7 +2317,7 @@ class Interpreter:
     def _tile_map(self, tile: K.TileBoxMap, inputs, input_mems, out_mem) -> "_TileView":
         """The view of a TileBoxMap over its tensor of this launch, refused as the executor's
         executor would refuse it (runtime/tensor_map.tile_box_problems; an output: the rules
-        its allocation keeps, executor._output_tile_problems) and where the node's
+        its allocation keeps, tensor_map.tile_layout_problems) and where the node's
         model does not hold (the inner dim not of stride 1, other dims not of size 1, a
         128-byte swizzle over rows of other than 128 bytes)."""
         fusion = self.k.fusion
@@ -2355,11 +2355,9 @@ class Interpreter:
         if tile.role == "input":
             from .tensor_map import tile_box_problems
             problems += tile_box_problems(x, tile)
-        else:       # the executor's allocation, aligned (executor._output_tile_problems)
-            from ..schedule.tma_rules import check_tile_box
-            problems += check_tile_box(list(sizes), list(strides), 256, eb, tile.inner,
-                                       tile.outer, tile.box_cols, tile.box_rows, tile.swizzle,
-                                       tile.batch)
+        else:       # the executor's allocation (executor._plan_for checks the same)
+            from .tensor_map import ALLOCATION_ALIGN, tile_layout_problems
+            problems += tile_layout_problems(sizes, strides, ALLOCATION_ALIGN, eb, tile)
         if tile.swizzle != 128:
             problems.append(f"swizzle {tile.swizzle}: only the 128-byte swizzle is modelled")
         elif tile.box_cols * eb != 128:

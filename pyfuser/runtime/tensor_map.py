@@ -371,9 +371,21 @@ def encode_row_box(tensor, row_map) -> bytes:
 def tile_box_problems(tensor, tile_map) -> list[str]:
     """Why `tensor` (a torch tensor) cannot be copied in tiles with kir.TileBoxMap `tile_map`:
     the rules of schedule/tma_rules.check_tile_box, in words (empty: it can)."""
-    return check_tile_box(list(tensor.shape), list(tensor.stride()),
-                          _pointer_alignment(tensor.data_ptr()), tensor.element_size(),
-                          tile_map.inner, tile_map.outer, tile_map.box_cols, tile_map.box_rows,
+    return tile_layout_problems(list(tensor.shape), list(tensor.stride()),
+                                _pointer_alignment(tensor.data_ptr()), tensor.element_size(),
+                                tile_map)
+
+
+# torch's allocations start on at least this many bytes: an output the executor allocates.
+ALLOCATION_ALIGN = 256
+
+
+def tile_layout_problems(sizes, strides, alignment: int, item_bytes: int, tile_map) -> list[str]:
+    """check_tile_box of `tile_map` over a tensor of these sizes and strides (elements), its
+    pointer `alignment`-byte aligned: for a torch tensor (`tile_box_problems`) or an output the
+    executor will allocate (aligned to ALLOCATION_ALIGN), which the interpreter checks too."""
+    return check_tile_box(list(sizes), list(strides), alignment, item_bytes, tile_map.inner,
+                          tile_map.outer, tile_map.box_cols, tile_map.box_rows,
                           tile_map.swizzle, tile_map.batch)
 
 

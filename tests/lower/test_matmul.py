@@ -504,3 +504,9 @@ def test_a_cast_to_another_16_bit_type_stages_that_type():
     out = fd.execute([a, b], options={"enable": ["interpret"]})[0]
     assert fd.last_run.schedulers == ("matmul",) and out.dtype == torch.bfloat16
     assert rel_error(out, a.double() @ b.double()) < 1e-2
+
+
+def test_the_schedulers_tile_facts_are_the_kernel_irs():
+    # schedule/schedulers/matmul.py keeps its own copies (importing no kernel IR).
+    assert matmul.WARP_GROUP_ROWS == K.WGMMA_M
+    assert matmul.TILE_K == matmul.EPILOGUE_BOX == K.SWIZZLED_ROW_16BIT

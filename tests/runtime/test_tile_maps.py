@@ -166,7 +166,8 @@ def test_the_plan_encodes_input_and_output_tile_maps(monkeypatch, encodings):
     a = torch.randn(300, 192, dtype=torch.bfloat16)
     plan = _plan(fd, fk, [a], monkeypatch)
     assert isinstance(plan, _KernelPlan)
-    assert plan.tile_slots == ((2, A_MAP), (3, OUT_MAP)) and plan.tmap_slots == ()
+    assert plan._input_tiles == ((2, A_MAP),) and plan._output_tiles == ((3, OUT_MAP),)
+    assert plan.tmap_slots == ()
     assert encodings == []                    # encoded per call, for the call's pointers
     kept = []
     for _ in range(3):

@@ -68,6 +68,22 @@ class SchedulerError(ValueError):
     pass
 
 
+def split_flat_loop(ref: TensorView, threads: int, unroll: int) -> None:
+    """ref's outermost loop, a flat iteration, as blockIdx.x x [unroll] x threadIdx.x (the unroll
+    iterations `threads` apart), propagated to every tensor and parallelized alike: the flat
+    schedulers' (pointwise, scatter) block of elements."""
+    from .. import parallelize_like, propagate_transforms
+    PT = ParallelType
+    ref.split(0, threads)
+    if unroll > 1:
+        ref.split(0, unroll)
+        ref.parallelize(0, PT.BIDx).parallelize(1, PT.Unroll).parallelize(2, PT.TIDx)
+    else:
+        ref.parallelize(0, PT.BIDx).parallelize(1, PT.TIDx)
+    propagate_transforms(ref)
+    parallelize_like(ref, parallel_types={PT.BIDx, PT.TIDx, PT.Unroll})
+
+
 def reduction_tensors(fusion) -> list[TensorView]:
     return [e.outputs[0] for e in fusion.exprs() if isinstance(e, ReductionOp)]
 

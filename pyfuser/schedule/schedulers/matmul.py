@@ -51,9 +51,17 @@ from .base import RuntimeInfo, SchedulerError
 NAME = "matmul"          # offered the fusions with a matmul alone (op_support.DEDICATED_OPS)
 
 MMA_DTYPES = (DataType.BFloat16, DataType.Half)
-WARP_GROUP_ROWS = 64     # rows of one wgmma (m64)
-TILE_K = 64              # K elements of one box row: 128 bytes of a 16-bit type, the swizzle span
+# The wgmma's and the swizzle's facts (kir.nodes.WGMMA_M, SWIZZLED_ROW_16BIT; tests pin them
+# equal), not imported: a new process whose kernels come from the disk cache imports no
+# kernel IR (tests/runtime/test_plan_cache.py).
+WARP_GROUP_ROWS = 64     # rows of one wgmma: a compute warp group's slice of a tile
+TILE_K = 64              # K elements of one box row: the 128-byte swizzle span of 16-bit data
 EPILOGUE_BOX = 64        # the staging box: 64 x 64 elements (rows of 128 bytes)
+# (tile_m, tile_n) in the order tried: the largest tile (cuBLAS-speed on large shapes,
+# ../shared/MATMUL.md) while its tiles fill most SMs, smaller ones otherwise. A 64-row tile
+# (one compute warp group) is not offered: with 256 threads the entry register count (248) is
+# above what the compute role may ask (240), so the warp roles' split fails.
+TILE_CANDIDATES = ((128, 256), (128, 128), (128, 64))
 SMEM_SLACK = 1024        # the dynamic shared memory's base aligned to 1024 bytes by hand
 
 
@@ -113,11 +121,11 @@ class MatmulOperands:
     out: TensorView              # the matmul's own output (its dtype: the rounding it defines)
     a_dims: tuple                # (row dim, K dim, batch dim or None) of A's global input
     b_dims: tuple                # (row dim, K dim, batch dim or None) of B's global input
-    op: object = None            # the MatmulOp / LinearOp (a linear's bias: its third input)
-    # The element-wise ops after the matmul, in order, computed on each accumulator before the
-    # store; `final` is the fusion output the kernel stores (out itself without an epilogue).
+    op: object                   # the MatmulOp / LinearOp (a linear's bias: its third input)
+    final: TensorView            # the fusion output the kernel stores (out without an epilogue)
+    # The element-wise ops of the epilogue, in order, computed on each accumulator before the
+    # store.
     epilogue: tuple = ()
-    final: TensorView | None = None
     # Each fusion input the epilogue reads (and a linear's bias): its logical dims' roles,
     # "m", "n", or None (a broadcast: index 0).
     input_dims: tuple = ()
@@ -207,14 +215,6 @@ def can_schedule(fusion) -> tuple[bool, str]:
     return True, f"{what} of 16-bit floats: wgmma with TMA tiles"
 
 
-def _tile_candidates(sm_count: int, m: int, n: int) -> tuple:
-    """(tile_m, tile_n) in the order tried: the largest tile (cuBLAS-speed on large shapes,
-    ../shared/MATMUL.md) while its tiles fill most SMs, smaller ones otherwise."""
-    # A 64-row tile (one compute warp group) is not offered: with 256 threads the entry register
-    # count (248) is above what the compute role may ask (240), so the warp roles' split fails.
-    return ((128, 256), (128, 128), (128, 64))
-
-
 def _tiles(m: int, n: int, tm: int, tn: int) -> int:
     return -(-m // tm) * -(-n // tn)
 
@@ -237,9 +237,12 @@ def compute_heuristics(fusion, info: RuntimeInfo) -> MatmulParams:
         raise SchedulerError(f"matmul: batches of {sorted(batches)} matrices (a batch broadcast "
                              "against another is not built)")
     batch = batches.pop() if batches else 1
+    # The layout rules (strides, alignment, extents) do not depend on a box's rows, which the
+    # tile chosen below sets (any legal count stands in here; the executor checks the kernel's
+    # own maps before each new signature's launch).
     why = check_tile_box(list(fa.sizes), list(fa.strides), fa.alignment, a.dtype.size,
-                         inner=ak, outer=am, box_cols=TILE_K, box_rows=64, swizzle=128,
-                         batch=ab)
+                         inner=ak, outer=am, box_cols=TILE_K, box_rows=WARP_GROUP_ROWS,
+                         swizzle=128, batch=ab)
     if why:
         raise SchedulerError("matmul: operand a cannot be read with TMA tiles along K: "
                              + "; ".join(why))
@@ -248,8 +251,8 @@ def compute_heuristics(fusion, info: RuntimeInfo) -> MatmulParams:
     b_major = "MN" if fb.strides[bn] == 1 and fb.strides[bk] != 1 and fb.sizes[bn] > 1 else "K"
     inner, outer = (bn, bk) if b_major == "MN" else (bk, bn)
     why = check_tile_box(list(fb.sizes), list(fb.strides), fb.alignment, b.dtype.size,
-                         inner=inner, outer=outer, box_cols=TILE_K, box_rows=64, swizzle=128,
-                         batch=bb)
+                         inner=inner, outer=outer, box_cols=TILE_K, box_rows=WARP_GROUP_ROWS,
+                         swizzle=128, batch=bb)
     if why:
         raise SchedulerError(f"matmul: operand b cannot be read with TMA tiles ({b_major}-major): "
                              + "; ".join(why))
@@ -258,7 +261,7 @@ def compute_heuristics(fusion, info: RuntimeInfo) -> MatmulParams:
                              "of 16 bytes (the TMA store needs it)")
     sms = dev.sm_count
     chosen = None
-    for tm, tn in _tile_candidates(sms, m, n):
+    for tm, tn in TILE_CANDIDATES:
         tiles = batch * _tiles(m, n, tm, tn)
         chosen = (tm, tn)
         if tiles >= sms * 0.75:
@@ -320,5 +323,5 @@ def schedule(fusion, params: MatmulParams) -> None:
     if isinstance(op, LinearOp) and op.bias is not None:
         reads.append(op.bias)
     input_dims = tuple((t, dims_of(t)) for t in dict.fromkeys(reads))
-    fusion.mma = MatmulOperands(params, caches[0], caches[1], out, a_dims, b_dims, op,
-                                tuple(epilogue), final, input_dims)
+    fusion.mma = MatmulOperands(params, caches[0], caches[1], out, a_dims, b_dims, op, final,
+                                tuple(epilogue), input_dims)

@@ -32,13 +32,12 @@ import dataclasses
 
 from ...ir.exprs import BroadcastOp, GatherOp, RandOp, SqueezeOp, WindowOp
 from ...ir.id_graph import IdGraph
-from ...ir.iter_domain import ParallelType as PT
 from ..cache import cached_uses
 from ...ir.tensor import TensorView
-from .. import inline_most, parallelize_like, propagate_transforms
+from .. import inline_most
 from .base import (RuntimeInfo, SchedulerError, cache_inputs_and_outputs, mapped_dim,
                    orient_vector_inputs, pow2_divisor, reduction_tensors, vector_gathers,
-                   vector_inputs, vector_windows, vectorize)
+                   split_flat_loop, vector_inputs, vector_windows, vectorize)
 
 NAME = "pointwise"
 
@@ -207,14 +206,7 @@ def schedule(fusion, params: PointwiseParams) -> None:
         return
     _flatten_in_memory_order(ref)
     ref.split(0, params.vector)
-    ref.split(0, params.threads)
-    if params.unroll > 1:
-        ref.split(0, params.unroll)
-        ref.parallelize(0, PT.BIDx).parallelize(1, PT.Unroll).parallelize(2, PT.TIDx)
-    else:
-        ref.parallelize(0, PT.BIDx).parallelize(1, PT.TIDx)
-    propagate_transforms(ref)
-    parallelize_like(ref, parallel_types={PT.BIDx, PT.TIDx, PT.Unroll})
+    split_flat_loop(ref, params.threads, params.unroll)
     if params.vector > 1:
         inner = _inner_dim(ref)
         graph = IdGraph(fusion)

@@ -34,12 +34,11 @@ from ...ir.dtype import DataType
 from ...ir.exprs import (BinaryOp, BroadcastOp, ExpandOp, FullOp, GatherOp, IndexCheckOp, IotaOp,
                          LoadStoreOp, RandOp, ScatterOp, UnaryOp, WhereOp, WindowOp)
 from ...ir.id_graph import IdGraph
-from ...ir.iter_domain import ParallelType as PT
 from ...ir.scalar import ScalarOp
 from ...ir.tensor import TensorView
-from .. import cache_after, cache_before, inline_most, parallelize_like, propagate_transforms
+from .. import cache_after, cache_before, inline_most
 from ..cache import cached_uses
-from .base import RuntimeInfo, ops_beside
+from .base import RuntimeInfo, ops_beside, split_flat_loop
 
 NAME = "scatter"         # offered the fusions with a scatter alone (op_support.DEDICATED_OPS)
 
@@ -133,12 +132,5 @@ def schedule(fusion, params: ScatterParams) -> None:
     # rows, then their elements).
     while len(out.domain.loop) > 1:
         out.merge(0, 1)
-    out.split(0, params.threads)
-    if params.unroll > 1:
-        out.split(0, params.unroll)
-        out.parallelize(0, PT.BIDx).parallelize(1, PT.Unroll).parallelize(2, PT.TIDx)
-    else:
-        out.parallelize(0, PT.BIDx).parallelize(1, PT.TIDx)
-    propagate_transforms(out)
-    parallelize_like(out, parallel_types={PT.BIDx, PT.TIDx, PT.Unroll})
+    split_flat_loop(out, params.threads, params.unroll)
     inline_most(fusion=fusion)
