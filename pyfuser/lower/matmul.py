@@ -159,9 +159,15 @@ def build_matmul(kernel: K.Kernel) -> K.Kernel:
     # matrix) + the tile within its matrix, rastered as a 2-D matmul's.
     per_batch = K.mul(tiles_m, tiles_n)
     batches = extent(final, 0) if rank == 3 else K.Const(1)
-    bt = K.div(t, per_batch) if rank == 3 else K.Const(0)
-    m0, n0 = tile_origin(K.mod(t, per_batch) if rank == 3 else t, tiles_m, tiles_n,
-                         p.raster_group, tm, tn)
+    # The tile's batch and origin, defined once per tile at the top of the tile loop (the
+    # producer's copies and the epilogue read them; pipeline_loads gives the producer its own
+    # definitions).
+    bt_v, m0, n0 = K.Var("pf_tile_batch"), K.Var("pf_tile_m0"), K.Var("pf_tile_n0")
+    m0_at, n0_at = tile_origin(K.mod(t, per_batch) if rank == 3 else t, tiles_m, tiles_n,
+                               p.raster_group, tm, tn)
+    tile_defs = ([K.ScalarDef(bt_v, K.div(t, per_batch))] if rank == 3 else []) + [
+        K.ScalarDef(m0, m0_at), K.ScalarDef(n0, n0_at)]
+    bt = bt_v if rank == 3 else K.Const(0)
 
     def at_batch(coords, dims):
         return coords + ([bt] if dims[2] is not None else [])
@@ -298,7 +304,7 @@ def build_matmul(kernel: K.Kernel) -> K.Kernel:
     else:
         epilogue.append(K.IfThenElse(K.eq(_TIDY, 0), epilogue_of(0), epilogue_of(1)))
     tile_loop = K.ForLoop(t, K.Const(0), K.mul(batches, per_batch), K.Const(1),
-                          [k_loop] + epilogue, parallel="GridStride")
+                          tile_defs + [k_loop] + epilogue, parallel="GridStride")
     # The fusion's loop nests (LoweringContext) are replaced by this nest of its own.
     kernel.replaced_loops.update(id(lp) for lp in ctx.all_loops())
     kernel.body = [

@@ -116,8 +116,8 @@ from ..ir.iter_domain import ParallelType as PT
 from ..ir.tensor import CpAsyncPipelined, WarpSpecialized
 from ..kir import nodes as K
 from ..kir.registers import check_register_counts, default_register_split
-from ..kir.rewrite import (Rewriter, Substitution, accesses, fresh_stmts,
-                           replace_stmt, subexprs)
+from ..kir.rewrite import (Rewriter, Substitution, accesses, exprs_of, fresh_stmts,
+                           replace_stmt, subexprs, substitute_stmts)
 from ..kir.verifier import Rule, establishes
 from .context import LoweringError
 from .index import reader_index
@@ -868,18 +868,18 @@ def _warp_specialize(kernel: K.Kernel, chain_path, items) -> None:
     chain.trips = list(trips_vars)
     R = roles.compute_roles
 
-    # Producer: one elected thread runs the chain's loops with the copies only.
+    # Producer: one elected thread runs the chain's loops with the copies only. Each loop of
+    # the chain defines its index, and the scalars of its body the copies read, at its top: a
+    # tile's origin is computed once per tile, not once per k block (the producer is one
+    # thread; its index arithmetic per stage bounds the rate of stages).
     ks = [ctx.new_loop_var() for _ in chain.loops]
     c = chain.counter(ks)
     stage, use = K.mod(c, n_stages), K.div(c, n_stages)
     produce = [K.IfThenElse(K.lt(K.Const(n_stages - 1), c),
                             [K.MBarrierWait(K.MBarrierRef(empty, stage), K.mod(K.add(use, 1), 2))])]
-    mapping = dict(_AS_THREAD0)
-    mapping.update({lp.var: at(k) for lp, at, k in zip(chain.loops, chain.index_at, ks)})
-    produce += issue_at(buffered, mapping, stage)
+    produce += issue_at(buffered, _AS_THREAD0, stage)
     produce.append(K.MBarrierArrive(K.MBarrierRef(full, stage)))
-    for k, n in reversed(list(zip(ks, chain.trips))):
-        produce = [K.ForLoop(k, K.Const(0), n, K.Const(1), produce, label=K.WS_PRODUCER_LOOP)]
+    produce = _loop_defs(chain, ks, produce)
     elected = K.and_(K.eq(_TIDY, roles.compute_extent * R), K.eq(_TIDX, 0))
     producer = K.RoleBody(K.WarpRole("producer", roles.producer_registers),
                           K.lt(K.Const(roles.compute_extent * R - 1), _TIDY),
@@ -937,6 +937,33 @@ def _warp_specialize(kernel: K.Kernel, chain_path, items) -> None:
     ]
     kernel.circular_buffers += [(b.buf.name, n_stages, n_stages, "warp_specialized")
                                 for b in buffered]
+
+
+def _vars_read(stmts) -> set:
+    """Names of the variables `stmts` read (nested bodies included)."""
+    return {x.name for s in K.walk(stmts) for _, e in exprs_of(s) for x in subexprs(e)
+            if isinstance(x, K.Var)}
+
+
+def _loop_defs(chain: _Chain, ks, body: list) -> list:
+    """The producer's loop nest over the chain (iteration indices ks) around `body`: each level
+    starts with its loop's index (as the compute roles define it) and the scalar definitions of
+    that loop's body that `body` reads, directly or through another such definition, in their
+    order (innermost level first, so that a definition reading an outer one sees it)."""
+    needed = _vars_read(body)
+    for lvl in range(len(chain.loops) - 1, -1, -1):
+        lp = chain.loops[lvl]
+        defs = []
+        if lvl < len(chain.loops) - 1:
+            for s in reversed([s for s in lp.body if isinstance(s, K.ScalarDef)]):
+                if s.var.name in needed:
+                    defs.insert(0, s)
+                    needed |= _vars_read([s])
+        defs = substitute_stmts(defs, _AS_THREAD0)
+        body = [K.ScalarDef(lp.var, chain.index_at[lvl](ks[lvl]))] + defs + body
+        body = [K.ForLoop(ks[lvl], K.Const(0), chain.trips[lvl], K.Const(1), body,
+                          label=K.WS_PRODUCER_LOOP)]
+    return body
 
 
 def _compute_role(kernel, rest, chain: _Chain, buffered, empty, roles, r: int) -> list:

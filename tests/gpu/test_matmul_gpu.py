@@ -74,6 +74,22 @@ def test_mn_major_b(m, n, k):
     assert fd.last_run.heuristics[0].b_major == "MN"
 
 
+@pytest.mark.parametrize("m, n, k, mn, tile", [
+    (3000, 2056, 1032, False, (128, 192, 1)),   # 2 waves of 128x192: one staging box
+    (3000, 2056, 1032, True, (128, 192, 1)),    # B MN-major: 3 boxes of 64 N per stage
+    (1000, 1000, 1000, False, (128, 128, 2)),   # ping-pong chosen: one tile per CTA
+    (1, 4096, 4096, False, (128, 128, 2)),
+])
+def test_the_heuristics_tiles(m, n, k, mn, tile):
+    # The tile and kind the cost model chooses (schedulers/matmul.estimated_us), run.
+    a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(*((k, n) if mn else (n, k)), device="cuda", dtype=torch.bfloat16)
+    fd = _matmul_fd(a, b) if mn else _linear_fd(a, b)
+    run_and_check(fd, [a, b], scheduler="matmul")
+    p = fd.last_run.heuristics[0]
+    assert (p.tile_m, p.tile_n, p.compute_roles) == tile, p
+
+
 @pytest.mark.parametrize("m, n, k, mn", [(129, 264, 72, False), (1000, 1000, 1000, True),
                                          (4096, 4096, 4096, False), (300, 4104, 2056, True),
                                          (64, 520, 8, False)])

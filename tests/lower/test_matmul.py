@@ -124,20 +124,45 @@ def _info(m, n, k, device="h100"):
     return fd.fusion, RuntimeInfo({}, facts, DEVICE_TABLE[device])
 
 
-@pytest.mark.parametrize("mnk, tile", [((8192, 8192, 8192), (128, 256)),
-                                       ((16384, 256, 4096), (128, 256)),
-                                       ((2048, 1024, 4096), (128, 128)),
-                                       ((1000, 1000, 1000), (128, 64))])
+# The tile and kind each shape ran fastest with on the H200 (tools/sweep_matmul.py, bench/results/
+# 2026-11-28/h200-sweep-matmul-tiles.txt), where the sweep measured it.
+@pytest.mark.parametrize("mnk, tile", [((8192, 8192, 8192), (128, 256, 1)),
+                                       ((4096, 14336, 5120), (128, 256, 1)),
+                                       ((16384, 256, 4096), (128, 256, 1)),
+                                       ((3000, 2056, 1032), (128, 192, 1)),
+                                       ((2048, 1024, 4096), (128, 128, 2)),
+                                       ((1000, 1000, 1000), (128, 128, 2)),
+                                       ((1, 4096, 4096), (128, 128, 2))])
 def test_heuristic_tile_and_stages_fit_the_device(mnk, tile):
     fusion, info = _info(*mnk)
     p = matmul.compute_heuristics(fusion, info)
-    assert (p.tile_m, p.tile_n) == tile
+    assert (p.tile_m, p.tile_n, p.compute_roles) == tile
     dev = info.device
     stage = (p.tile_m + p.tile_n) * 64 * 2
     staging = p.compute_warp_groups * p.staging_boxes * 64 * 64 * 2
     assert 2 <= p.stages and p.stages * stage + staging + 1024 <= dev.max_shared_memory_per_block_optin
     tiles = -(-mnk[0] // p.tile_m) * -(-mnk[1] // p.tile_n)
     assert p.grid == min(tiles, dev.sm_count)
+
+
+@pytest.mark.parametrize("forced, roles", [(True, 2), (False, 1)])
+def test_heuristic_pingpong_forced_on_or_off(forced, roles):
+    from pyfuser.options import Options
+    fusion, info = _info(1000, 1000, 1000)
+    info.options = Options(enable=frozenset(["matmul_pingpong"])) if forced else \
+        Options(disable=frozenset(["matmul_pingpong"]))
+    p = matmul.compute_heuristics(fusion, info)
+    assert p.compute_roles == roles
+    assert (p.tile_n <= 128) if forced else p.tile_n in (192, 256)
+
+
+def test_cost_model_waves_and_busy_sms():
+    shape = matmul.TILE_CANDIDATES[0]
+    one = matmul.estimated_us(shape, 132, 10, 132)
+    # One tile more than the CTAs: a second wave.
+    assert matmul.estimated_us(shape, 133, 10, 132) > 1.9 * (one - matmul.LAUNCH_OVERHEAD_US)
+    # Few busy SMs: each tile's k blocks are cheaper (the L2 is shared by fewer).
+    assert matmul.estimated_us(shape, 60, 10, 132) < one
 
 
 def test_heuristic_refuses_k_zero_and_non_hopper():
@@ -237,6 +262,7 @@ def _interpret(m, n, k, params, dtype=torch.bfloat16, matmul_of_t=False):
     ((130, 136, 72), (128, 128), 4),
     ((100, 64, 40), (128, 64), 1),       # one chunk per tile: one staging box
     ((520, 136, 136), (128, 256), 2),    # 5 tiles on 2 CTAs: the stage counter across tiles
+    ((130, 400, 136), (128, 192), 2),    # 3 chunks per warp group: one staging box
 ])
 def test_interpreted_kernel_matches_float64(mnk, tile, grid):
     p = matmul.MatmulParams(tile_m=tile[0], tile_n=tile[1], stages=2 if mnk[2] > 64 else 3,

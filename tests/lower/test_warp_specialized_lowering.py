@@ -77,7 +77,9 @@ def test_structure_rmsnorm_4096():
     # release slot k % S (phase k / S - 1 of empty), then issues the copies and arrives on full.
     pl = _loop(k, K.WS_PRODUCER_LOOP)
     kv = pl.var.name
-    guard = pl.body[0]
+    # The loop's index first (the copies read it), then the guard.
+    index_def, guard = pl.body[0], pl.body[1]
+    assert isinstance(index_def, K.ScalarDef) and kv in repr(index_def.value)
     assert repr(guard.cond) == f"(3 < {kv})"
     (wait_empty,) = guard.then_body
     assert repr(wait_empty.bar) == f"pf_empty_j11[({kv} % 4)]" or \
@@ -126,7 +128,7 @@ def test_a_wrong_parity_deadlocks_in_the_interpreter(which):
     # 100 rows of 64 in groups of 16 rows: 7 iterations over 2 stages on one block.
     fd, inputs, st, p, k = lowered("rmsnorm_fwd", 100, 64, "fp32", stages=2, grid=1, bdimy=16)
     if which == "empty":
-        wait = _loop(k, K.WS_PRODUCER_LOOP).body[0].then_body[0]
+        wait = _loop(k, K.WS_PRODUCER_LOOP).body[1].then_body[0]
     else:
         wait = next(s for s in _loop(k, K.WS_COMPUTE_LOOP).body if isinstance(s, K.MBarrierWait))
     wait.parity = K.Const(0)     # right for the first use of each slot only

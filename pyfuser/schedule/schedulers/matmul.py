@@ -57,11 +57,54 @@ MMA_DTYPES = (DataType.BFloat16, DataType.Half)
 WARP_GROUP_ROWS = 64     # rows of one wgmma: a compute warp group's slice of a tile
 TILE_K = 64              # K elements of one box row: the 128-byte swizzle span of 16-bit data
 EPILOGUE_BOX = 64        # the staging box: 64 x 64 elements (rows of 128 bytes)
-# (tile_m, tile_n) in the order tried: the largest tile (cuBLAS-speed on large shapes,
-# ../shared/MATMUL.md) while its tiles fill most SMs, smaller ones otherwise. A 64-row tile
-# (one compute warp group) is not offered: with 256 threads the entry register count (248) is
-# above what the compute role may ask (240), so the warp roles' split fails.
-TILE_CANDIDATES = ((128, 256), (128, 128), (128, 64))
+
+
+@dataclasses.dataclass(frozen=True)
+class TileShape:
+    """A tile the heuristic may choose, with its measured cost: microseconds per 64-deep k block
+    of one tile, with most SMs busy (`busy_us`: the L2 shared by every SM) and with at most half
+    of them busy (`alone_us`); ping-pong's busy figure is a role's, the other role computing
+    beside it. Measured on an H200 (tools/sweep_matmul.py, bench/results/2026-11-28/
+    h200-sweep-matmul-tiles.txt); the per-k-block time of the smaller tiles is set by the
+    L2 -> SM traffic, not by their flops."""
+
+    tile_m: int
+    tile_n: int
+    compute_roles: int
+    busy_us: float
+    alone_us: float
+
+
+# A 64-row tile (one compute warp group) is not offered: with 256 threads the entry register
+# count (248) is above what the compute role may ask (240), so the warp roles' split fails.
+# 128x64 tiles lose to 128x128 ping-pong on every shape measured.
+TILE_CANDIDATES = (
+    TileShape(128, 256, 1, busy_us=0.82, alone_us=0.55),
+    TileShape(128, 192, 1, busy_us=0.673, alone_us=0.48),
+    TileShape(128, 128, 2, busy_us=0.876, alone_us=0.35),
+)
+# Per tile: the pipeline's fill and the epilogue; per launch: the launch and the first loads.
+TILE_OVERHEAD_US = 3.0
+LAUNCH_OVERHEAD_US = 5.0
+# Ping-pong with one tile per CTA over most SMs: a role alone, the L2 shared (cooperative
+# 128x128's busy figure).
+PINGPONG_ONE_TILE_BUSY_US = 0.507
+
+
+def estimated_us(shape: TileShape, tiles: int, k_blocks: int, sms: int) -> float:
+    """The cost model the heuristic minimizes: waves of tiles over the persistent CTAs' compute
+    roles, each tile its k blocks at the rate of how many SMs are busy, plus fixed costs."""
+    slots = sms * shape.compute_roles
+    waves = -(-tiles // slots)
+    if min(tiles, sms) <= sms // 2:
+        per_block = shape.alone_us
+    elif shape.compute_roles > 1 and tiles <= sms:
+        per_block = PINGPONG_ONE_TILE_BUSY_US
+    else:
+        per_block = shape.busy_us
+    return waves * (k_blocks * per_block + TILE_OVERHEAD_US) + LAUNCH_OVERHEAD_US
+
+
 SMEM_SLACK = 1024        # the dynamic shared memory's base aligned to 1024 bytes by hand
 
 
@@ -260,18 +303,15 @@ def compute_heuristics(fusion, info: RuntimeInfo) -> MatmulParams:
         raise SchedulerError(f"matmul: the output's rows of N = {n} elements are not a multiple "
                              "of 16 bytes (the TMA store needs it)")
     sms = dev.sm_count
-    chosen = None
-    for tm, tn in TILE_CANDIDATES:
-        tiles = batch * _tiles(m, n, tm, tn)
-        chosen = (tm, tn)
-        if tiles >= sms * 0.75:
-            break
-    tm, tn = chosen
-    roles = 1
-    if info.feature("matmul_pingpong"):
-        # Two compute roles of one warp group, each holding a whole tile's accumulators: at
-        # most 128 per thread (128x128).
-        roles, tn = 2, min(tn, 128)
+    # The tile and kind with the least estimated time; the feature matmul_pingpong forces
+    # ping-pong (on) or cooperative (off) tiles.
+    pingpong = info.feature("matmul_pingpong")
+    offered = [c for c in TILE_CANDIDATES
+               if pingpong is None or (c.compute_roles > 1) == pingpong]
+    k_blocks = -(-k // TILE_K)
+    best = min(offered, key=lambda c: estimated_us(c, batch * _tiles(m, n, c.tile_m, c.tile_n),
+                                                   k_blocks, sms))
+    tm, tn, roles = best.tile_m, best.tile_n, best.compute_roles
     shape = MatmulParams(tile_m=tm, tile_n=tn, compute_roles=roles)
     stage_bytes = (tm + tn) * TILE_K * a.dtype.size
     staging = (shape.compute_warp_groups * shape.staging_boxes * EPILOGUE_BOX * EPILOGUE_BOX
