@@ -81,10 +81,15 @@ def test_mn_major_b(m, n, k):
     (1, 4096, 4096, False, (128, 128, 2)),
 ])
 def test_the_heuristics_tiles(m, n, k, mn, tile):
-    # The tile and kind the cost model chooses (schedulers/matmul.estimated_us), run.
+    # The tile and kind the cost model chooses (schedulers/matmul.estimated_us), run. Symbolic
+    # [-1, -1] operands (fd.from_pytorch of a [1, K] tensor makes M a broadcast dim, which the
+    # kernel refuses: torch runs it).
+    from pyfuser import DataType
     a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
     b = torch.randn(*((k, n) if mn else (n, k)), device="cuda", dtype=torch.bfloat16)
-    fd = _matmul_fd(a, b) if mn else _linear_fd(a, b)
+    with FusionDefinition() as fd:
+        ta, tb = (fd.define_tensor(shape=[-1, -1], dtype=DataType.BFloat16) for _ in range(2))
+        fd.add_output(fd.ops.matmul(ta, tb) if mn else fd.ops.linear(ta, tb))
     run_and_check(fd, [a, b], scheduler="matmul")
     p = fd.last_run.heuristics[0]
     assert (p.tile_m, p.tile_n, p.compute_roles) == tile, p
