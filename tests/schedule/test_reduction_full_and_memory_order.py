@@ -149,6 +149,25 @@ def test_an_output_over_part_of_the_reduced_dims_is_its_own_segment():
                   segments=(("kernel", "reduction"), ("kernel", "pointwise")))
 
 
+@pytest.mark.parametrize("through", ["input", "intermediate"])
+def test_the_input_beside_its_full_sum_is_one_kernel(through):
+    """sum(x) beside x < 0.5 over all of x (fuzz 20263002:259): the input's cache fed the
+    reduction's loops and the output's loops, one buffer of runtime size for both (a
+    LoweringError, then the reference). Each path now has its own copy of the chain, loads
+    included; one reduction kernel. Through an intermediate (x * 3 feeding both) too."""
+    x = torch.randn(1163, 32, 1)
+    bias = torch.randn(1, 1, 1).bfloat16()
+    with FusionDefinition() as fd:
+        tx = fd.define_tensor([-1, -1, -1])
+        tb = fd.define_tensor([1, 1, 1], dtype=DataType.BFloat16)
+        src = tx if through == "input" else fd.ops.mul(tx, 3.0)
+        total = fd.ops.sum(src, [0, 1, 2], keepdim=True)
+        fd.add_output(fd.ops.mul(fd.ops.maximum(total, tb), 0.0625))
+        fd.add_output(fd.ops.logical_and(fd.ops.lt(src, 0.5), fd.ops.ne(tb, 0.5)))
+    run_and_check(fd, [x, bias], scheduler="reduction", options=INTERPRET)
+    assert fd.last_run.heuristics[0].full
+
+
 def amax_scale_fusion():
     fd = catalogue.define("amax_scale", "bf16")
     return fd

@@ -47,6 +47,7 @@ from ...ir.iter_domain import ParallelType as PT
 from ...ir.tensor import TensorView
 from .. import (inline_at, inline_most, parallelize_like,
                 propagate_transforms, rfactor)
+from ..recompute import recompute_blocker, recompute_for
 from .base import (RuntimeInfo, SchedulerError, cache_inputs_and_outputs, orient_vector_inputs,
                    reduced_and_kept, reduction_tensors, vector_inputs, vector_width, vectorize)
 
@@ -391,6 +392,52 @@ def _merge_all(red: TensorView, lay: Layout) -> None:
         red.merge(k, k + 1)
 
 
+def _upstream(fusion, tv: TensorView) -> set:
+    """The computed tensors tv is made from (tv included), back to the fusion's inputs."""
+    seen, stack = set(), [tv]
+    while stack:
+        t = stack.pop()
+        if t in seen or t.definition is None:
+            continue
+        seen.add(t)
+        stack.extend(i for i in t.definition.inputs if isinstance(i, TensorView))
+    return seen
+
+
+def _own_copies_beside_the_reduction(fusion, red: TensorView) -> None:
+    """Uses of the reduction's operand chain that do not lead to the reduction (an output of
+    the input's own shape beside a full reduction: sum(x) and x < 0.5) get their own copy of
+    the chain, loads included.
+
+    Before: C = set(x); S = sum(C); O = lt(C, 0.5)       C read in the reduction's loops and
+                                                         in O's: one buffer for both nests,
+                                                         of runtime size
+    After:  C = set(x); S = sum(C); C' = set(x); O = lt(C', 0.5)
+
+    Each copy inlines into its own loop nest; x is read twice (the second read mostly from
+    the cache). Fuzz 20263002:259."""
+    graph = IdGraph(fusion)
+    reduced = [i for i in red.domain.maybe_root if i.is_reduction and not i.is_broadcast]
+
+    def along_reduced(t: TensorView) -> bool:
+        # Iterated by loops over the reduced dims: those are the reduction's own loops.
+        return any(graph.mapped(i, r) for i in t.domain.logical_no_reductions
+                   if not i.is_broadcast for r in reduced)
+    feeding = _upstream(fusion, red) - {red}
+    for t in sorted(feeding, key=lambda t: t.name):
+        outside = [u for u in fusion.uses_of(t)
+                   if not any(o in feeding or o is red for o in u.outputs)
+                   and any(isinstance(o, TensorView) and along_reduced(o) for o in u.outputs)]
+        if not outside:
+            continue
+        blocker = recompute_blocker(t, set())
+        if blocker is not None:
+            raise SchedulerError(f"reduction: T{t.name} feeds the reduction and another "
+                                 f"output, and T{blocker.name} ({type(blocker.definition).__name__}"
+                                 ") on its way is not recomputed")
+        recompute_for(t, outside, set())
+
+
 def schedule(fusion, p: ReductionParams) -> None:
     red = reduction_tensors(fusion)[0]
     lay = layout(red)
@@ -398,6 +445,7 @@ def schedule(fusion, p: ReductionParams) -> None:
     caches, _ = cache_inputs_and_outputs(fusion)
     reds = reduction_tensors(fusion)
     red = reds[0]
+    _own_copies_beside_the_reduction(fusion, red)
     g = p.grid_split
     if p.full:
         # [R] -> [G, R/(G*V*Bx*U), U, Bx, V]; blockIdx.y takes G (the grid-split inner
