@@ -3,12 +3,14 @@
 --autotune torch.compile(mode="max-autotune-no-cudagraphs")) of the same function and the bare
 cuBLAS matmul x @ W^T, in one run:
 
-    PYTHONPATH=. python tools/bench_issue21.py [--autotune] [MxNxK..]
+    PYTHONPATH=. python tools/bench_issue21.py [--autotune] [--kinds] [MxNxK..]
     PYTHONPATH=. python tools/bench_issue21.py --explain           # CPU: the plans (H100)
 
 Times are medians of triton's do_bench (pyfuser.benchmark.harness._bench, L2 cleared before
 each run) of the whole call, pyfuser and the peers in turn three times, the median of each.
 The bar: pyfuser at least 1.10x the best peer's speed and at most 1.06x the bare matmul's time.
+--kinds: also pyfuser with ping-pong forced on and forced off (options feature matmul_pingpong),
+timed in the same rounds (the heuristic's cost model counts no epilogue).
 """
 from __future__ import annotations
 
@@ -90,21 +92,32 @@ def bench(shapes, autotune: bool) -> int:
                 fn()
             fns = {"pyfuser": lambda: fd.execute([x, w, extra]), **peers,
                    "matmul": lambda: torch.matmul(x, w.t())}
+            if KINDS:
+                for name, opts in KINDS.items():
+                    fd.execute([x, w, extra], options=opts)
+                    fns[name] = lambda opts=opts: fd.execute([x, w, extra], options=opts)
             rounds = {name: [] for name in fns}
             for _ in range(3):
                 for name, fn in fns.items():
                     rounds[name].append(_bench(fn))
             t = {name: sorted(v)[1] for name, v in rounds.items()}
-            best = min(v for name, v in t.items() if name not in ("pyfuser", "matmul"))
+            best = min(v for name, v in t.items()
+                       if name not in ("pyfuser", "matmul", *KINDS))
             plan = ", ".join(f"{s.kind}:{s.name}" for s in run.segments) or \
                 ",".join(run.schedulers)
             nan = float("nan")
             print(f"{kind} {m}x{n}x{k} | {t['pyfuser']:.3f} | {t['eager']:.3f} | "
                   f"{t['compile']:.3f} | {t.get('autotune', nan):.3f} | "
                   f"{best / t['pyfuser']:.2f} | {t['pyfuser'] / t['matmul']:.3f} | {diff:.1e} | "
-                  f"{run.kind}: {plan}", flush=True)
+                  f"{run.kind}: {plan} {run.heuristics[0].describe() if run.heuristics else ''}"
+                  + "".join(f"; {name} {t[name]:.3f} ms ({best / t[name]:.2f} of the best peer, "
+                            f"{t[name] / t['matmul']:.3f} of the bare matmul)" for name in KINDS),
+                  flush=True)
     return 0
 
+
+KINDS = ({"ping-pong": {"enable": ["matmul_pingpong"]},
+          "cooperative": {"disable": ["matmul_pingpong"]}} if "--kinds" in sys.argv else {})
 
 if __name__ == "__main__":
     chosen = _shapes(sys.argv[1:])

@@ -82,8 +82,8 @@ def test_mn_major_b(m, n, k):
 ])
 def test_the_heuristics_tiles(m, n, k, mn, tile):
     # The tile and kind the cost model chooses (schedulers/matmul.estimated_us), run. Symbolic
-    # [-1, -1] operands (fd.from_pytorch of a [1, K] tensor makes M a broadcast dim, which the
-    # kernel refuses: torch runs it).
+    # [-1, -1] operands (fd.from_pytorch of a [1, K] tensor makes M a broadcast dim: the next
+    # test).
     from pyfuser import DataType
     a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
     b = torch.randn(*((k, n) if mn else (n, k)), device="cuda", dtype=torch.bfloat16)
@@ -93,6 +93,25 @@ def test_the_heuristics_tiles(m, n, k, mn, tile):
     run_and_check(fd, [a, b], scheduler="matmul")
     p = fd.last_run.heuristics[0]
     assert (p.tile_m, p.tile_n, p.compute_roles) == tile, p
+
+
+@pytest.mark.parametrize("case", ["linear", "matmul_mn", "residual"])
+def test_a_row_of_one_from_pytorch(case):
+    # fd.from_pytorch of x [1, K] (a decode step): A's M dim is a broadcast, one row in its map.
+    x = torch.randn(1, 4096, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(4104, 4096, device="cuda", dtype=torch.bfloat16)
+    inputs = [x, w.t().contiguous()] if case == "matmul_mn" else [x, w]
+    with FusionDefinition() as fd:
+        tx, tw = fd.from_pytorch(inputs[0]), fd.from_pytorch(inputs[1])
+        if case == "matmul_mn":
+            fd.add_output(fd.ops.matmul(tx, tw))
+        elif case == "linear":
+            fd.add_output(fd.ops.linear(tx, tw))
+        else:
+            r = torch.randn(1, 4104, device="cuda", dtype=torch.bfloat16)
+            inputs.append(r)
+            fd.add_output(fd.ops.add(fd.ops.linear(tx, tw), fd.from_pytorch(r)))
+    run_and_check(fd, inputs, scheduler="matmul")
 
 
 @pytest.mark.parametrize("m, n, k, mn", [(129, 264, 72, False), (1000, 1000, 1000, True),

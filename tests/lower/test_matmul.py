@@ -16,6 +16,7 @@ from pyfuser.schedule.schedulers import matmul
 from pyfuser.schedule.schedulers.base import SchedulerError
 
 BF16 = DataType.BFloat16
+BF16_T = torch.bfloat16
 
 
 def linear_fd(dtype=BF16):
@@ -536,3 +537,47 @@ def test_the_schedulers_tile_facts_are_the_kernel_irs():
     # schedule/schedulers/matmul.py keeps its own copies (importing no kernel IR).
     assert matmul.WARP_GROUP_ROWS == K.WGMMA_M
     assert matmul.TILE_K == matmul.EPILOGUE_BOX == K.SWIZZLED_ROW_16BIT
+
+
+# A's M dim a broadcast: fd.from_pytorch of a [1, K] row (a decode step's x) -------------------
+@pytest.mark.parametrize("case", ["linear", "matmul_mn", "bias_gelu", "residual"])
+@pytest.mark.parametrize("roles", [1, 2])
+def test_a_row_of_one_broadcast_m_is_a_matmul_kernel(case, roles):
+    # The map of A has one row; every other row of the tile is zero-filled and never stored.
+    from kir_testing import interpret_against_float64, schedule_and_lower
+    g = torch.Generator().manual_seed(7)
+    x = torch.randn(1, 200, dtype=BF16_T, generator=g)
+    w = torch.randn(264, 200, dtype=BF16_T, generator=g)
+    inputs = [x, w.t().contiguous()] if case == "matmul_mn" else [x, w]
+    with FusionDefinition("row") as fd:
+        tx, tw = fd.from_pytorch(inputs[0]), fd.from_pytorch(inputs[1])
+        if case == "matmul_mn":
+            fd.add_output(fd.ops.matmul(tx, tw))
+        elif case == "linear":
+            fd.add_output(fd.ops.linear(tx, tw))
+        elif case == "bias_gelu":
+            bias = torch.randn(264, dtype=BF16_T, generator=g)
+            inputs.append(bias)
+            fd.add_output(fd.ops.gelu(fd.ops.linear(tx, tw, fd.from_pytorch(bias)),
+                                      approximate="tanh"))
+        else:
+            r = torch.randn(1, 264, dtype=BF16_T, generator=g)
+            inputs.append(r)
+            fd.add_output(fd.ops.add(fd.ops.linear(tx, tw), fd.from_pytorch(r)))
+    assert fd.fusion.inputs[0].domain.logical[0].is_broadcast
+    ok, why = matmul.can_schedule(fd.fusion)
+    assert ok, why
+    p = matmul.MatmulParams(tile_m=128, tile_n=128, stages=3, grid=2, compute_roles=roles,
+                            b_major="MN" if case == "matmul_mn" else "K")
+    st, _, p, kernel = schedule_and_lower(fd, inputs, params=p, scheduler=matmul,
+                                          device="h100-4sm")
+    interpret_against_float64(fd, st, kernel, inputs, context=(case, p))
+
+
+def test_other_broadcast_operand_dims_run_torch():
+    # A [1, K] weight of a linear (N = 1 broadcast): the kernel stores rows of N elements.
+    x, w = meta(256, 64), meta(1, 64)
+    with FusionDefinition("bcast_n") as fd:
+        fd.add_output(fd.ops.linear(fd.from_pytorch(x), fd.from_pytorch(w)))
+    ok, why = matmul.can_schedule(fd.fusion)
+    assert not ok and "broadcast dim other than A's M" in why, why

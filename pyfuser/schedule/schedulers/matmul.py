@@ -27,11 +27,17 @@ runs as torch.matmul, a library segment): an A whose K dim is not its stride-1 d
 column-major A), strides or pointers TMA cannot take (a row not a multiple of 16 bytes: K or N
 not a multiple of 8), K = 0, a device that is not Hopper. B may be K-major (w [N, K], or b =
 w.t()) or MN-major (b row-major [K, N]: its boxes are 64 N x 64 K, read by wgmma with
-imm-trans-b). Not
-built yet (issues 20 and 21): a batch broadcast against another, more than one batch dim, a
-second output, an fp32 output, clusters with multicast, split-K and stream-K. Batches (3-D
-operands, [batch, rows, cols]; a 2-D operand shared by every batch) go through 3-D tensor maps,
-the batch the tile index's outermost part.
+imm-trans-b). A's M dim may be a broadcast (fd.from_pytorch of a [1, K] row); other broadcast
+operand dims are refused by can_schedule. Not built yet (issues 20 and 21): a batch broadcast
+against another, more than one batch dim, a second output, an fp32 output, clusters with
+multicast, split-K and stream-K. Batches (3-D operands, [batch, rows, cols]; a 2-D operand
+shared by every batch) go through 3-D tensor maps, the batch the tile index's outermost part.
+
+The tile and kind (cooperative 128x256 or 128x192, ping-pong 128x128) minimize a cost model
+measured on the H200 (`estimated_us`): waves of tiles over the CTAs' compute roles, each tile's
+k blocks at the measured rate for few or most SMs busy (the smaller tiles are bound by L2 -> SM
+traffic), plus fixed costs per tile and per launch. The feature matmul_pingpong forces the
+kind.
 """
 from __future__ import annotations
 
@@ -247,8 +253,12 @@ def can_schedule(fusion) -> tuple[bool, str]:
             return False, f"operand {name} is {t.dtype.short_name}, not bf16 or fp16"
     if a.dtype != b.dtype or out.dtype != a.dtype:
         return False, "operands and output of different dtypes"
-    if any(i.is_broadcast for t in (a, b) for i in t.domain.logical):
-        return False, "an operand with a broadcast dim"
+    (am, _, _), _ = _operand_dims(op)
+    # A's M dim may be a broadcast (fd.from_pytorch of a [1, K] row: a decode step's M = 1): its
+    # map has one row. Any other broadcast dim (K, N, a batch) is refused.
+    if any(i.is_broadcast for t in (a, b) for d, i in enumerate(t.domain.logical)
+           if not (t is a and d == am)):
+        return False, "an operand with a broadcast dim other than A's M"
     if any(len(fusion.uses_of(t)) != 1 for t in (a, b)):
         return False, "an operand read by another op too"
     what = "a batched matmul" if len(out.domain.logical) == 3 else "a 2-D matmul"
