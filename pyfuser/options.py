@@ -42,8 +42,11 @@ FEATURES = {
     "tma_tensor_map": "TMA variants copy a stage of whole rows with one tensor-map box instead of "
                       "one 1D bulk copy per row",
     "matmul_pingpong": "matmul kernels with two compute warp groups taking whole 128x128 tiles "
-                       "in turn, one's epilogue under the other's MMAs (ping-pong), instead of "
-                       "both splitting each tile's rows (cooperative)",
+                       "in turn, one's epilogue under the other's MMAs (ping-pong; forced off: "
+                       "both split each tile's rows, cooperative; unset: the cost model chooses)",
+    "matmul_few_rows": "the matmul kernel for matmuls of 64 rows (M) or fewer; unset, torch's "
+                       "matmul runs them as a library segment (faster there until split-K is "
+                       "built)",
     "kernel_reuse": "reuse compiled kernels across shapes whose heuristics are equal",
     "reference_fallback": "run fusions no scheduler takes through the reference evaluator",
     "streaming_loads": "read fusion inputs with ld.global.nc.L1::no_allocate (read once, no L1 "

@@ -104,7 +104,7 @@ def test_linear_gelu_is_a_library_segment_then_a_kernel_with_ptxas():
 
 def test_bf16_linear_gelu_is_one_matmul_kernel():
     fd = _define(_linear_gelu(DataType.BFloat16))
-    inputs = [torch.empty(64, 128, dtype=torch.bfloat16, device="meta"),
+    inputs = [torch.empty(192, 128, dtype=torch.bfloat16, device="meta"),
               torch.empty(256, 128, dtype=torch.bfloat16, device="meta")]
     plan = fd.explain(inputs, compile=True)
     assert [(s.kind, s.name) for s in plan.segments] == [("kernel", "matmul")]

@@ -640,7 +640,7 @@ SMALL_INPUTS = {
                                   _r(64, dtype=torch.float32, gen=gen)],
     "softmax_dim0": lambda gen: [_r(24, 40, gen=gen)],
     "fp8_quant": _fp8_quant_inputs,
-    "linear_bias_gelu": lambda gen: [_r(16, 32, gen=gen), _r(24, 32, gen=gen), _r(24, gen=gen)],
+    "linear_bias_gelu": lambda gen: [_r(72, 32, gen=gen), _r(24, 32, gen=gen), _r(24, gen=gen)],
     "attn_scores_qkT": lambda gen: [_r(2, 3, 16, 8, gen=gen), _r(2, 3, 16, 8, gen=gen)],
 }
 

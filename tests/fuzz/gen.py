@@ -2142,6 +2142,9 @@ def random_options(rng: random.Random, pattern: str) -> dict:
         (enable if rng.random() < 0.6 else disable).append("ws_normalization")
     if pattern == "matmul" and rng.random() < 0.3:
         enable.append("matmul_pingpong")
+    if pattern in ("matmul", "outputs_and_library", "random") and rng.random() < 0.7:
+        # Matmuls of few rows (common at fuzz sizes) run torch unless the kernel is asked for.
+        enable.append("matmul_few_rows")
     if rng.random() < 0.05:
         enable.append("streaming_loads")
     out = {}

@@ -183,6 +183,28 @@ def test_serial_sums_are_accumulated_in_float32():
     assert serial.item() == 2.0 ** 24
 
 
+def test_a_float64_sum_that_cancels_is_judged_by_its_serial_error():
+    """Fuzz 20263006:736: sum over dim 0 of cat([x, -x]) in float64. The float64 reference is
+    ~1e-15 (rounding), the kernel's order gives another ~1e-15: the serial float64 sum
+    measures that the result is all rounding (its bar was 1e-10, the case "wrong"). A
+    well-conditioned float64 sum keeps a tight bar."""
+    from pyfuser import FusionDefinition
+    with FusionDefinition() as fd:
+        t = fd.define_tensor([-1, -1], dtype=DataType.Double)
+        fd.add_output(fd.ops.sum(fd.ops.cat([t, fd.ops.neg(t)], 0), [0], keepdim=True))
+    x = torch.randn(127, 8, dtype=torch.float64, generator=torch.Generator().manual_seed(736))
+    expect = check.expectations(fd, [x])
+    other_order = torch.cat([x.flip(0), -x], 0).sum(0, keepdim=True)
+    assert check.judge(fd, [other_order], expect)[0] == "right"
+    with FusionDefinition() as fd:
+        t = fd.define_tensor([-1, -1], dtype=DataType.Double)
+        fd.add_output(fd.ops.sum(t, [0], keepdim=True))
+    pos = torch.rand(127, 8, dtype=torch.float64) + 1
+    expect = check.expectations(fd, [pos])
+    assert expect[0]["tol"] < 1e-9
+    assert check.judge(fd, [pos.sum(0, keepdim=True) * (1 + 1e-8)], expect)[0] == "wrong"
+
+
 def test_a_wrong_output_is_caught_by_the_element_check():
     from pyfuser import FusionDefinition
     with FusionDefinition() as fd:

@@ -15,6 +15,18 @@ pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 
 
+# Matmuls of 64 rows or fewer run torch's matmul unless the kernel is asked for
+# (schedulers/matmul.FEW_ROWS).
+FEW_ROWS = {"enable": ["matmul_few_rows"]}
+
+
+def _few(m, opts=None):
+    """`opts` with the feature matmul_few_rows added when m is 64 or fewer."""
+    if m > 64:
+        return opts
+    return {"enable": list((opts or {}).get("enable", [])) + FEW_ROWS["enable"]}
+
+
 def _linear_fd(x, w):
     with FusionDefinition() as fd:
         fd.add_output(fd.ops.linear(fd.from_pytorch(x), fd.from_pytorch(w)))
@@ -42,7 +54,7 @@ def _matmul_fd(a, b):
 def test_linear(m, n, k):
     x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
     w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
-    run_and_check(_linear_fd(x, w), [x, w], scheduler="matmul")
+    run_and_check(_linear_fd(x, w), [x, w], scheduler="matmul", options=_few(m))
 
 
 def test_fp16_and_a_transposed_weight():
@@ -70,7 +82,7 @@ def test_mn_major_b(m, n, k):
     a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
     b = torch.randn(k, n, device="cuda", dtype=torch.bfloat16)
     fd = _matmul_fd(a, b)
-    run_and_check(fd, [a, b], scheduler="matmul")
+    run_and_check(fd, [a, b], scheduler="matmul", options=_few(m))
     assert fd.last_run.heuristics[0].b_major == "MN"
 
 
@@ -90,7 +102,7 @@ def test_the_heuristics_tiles(m, n, k, mn, tile):
     with FusionDefinition() as fd:
         ta, tb = (fd.define_tensor(shape=[-1, -1], dtype=DataType.BFloat16) for _ in range(2))
         fd.add_output(fd.ops.matmul(ta, tb) if mn else fd.ops.linear(ta, tb))
-    run_and_check(fd, [a, b], scheduler="matmul")
+    run_and_check(fd, [a, b], scheduler="matmul", options=_few(m))
     p = fd.last_run.heuristics[0]
     assert (p.tile_m, p.tile_n, p.compute_roles) == tile, p
 
@@ -111,7 +123,16 @@ def test_a_row_of_one_from_pytorch(case):
             r = torch.randn(1, 4104, device="cuda", dtype=torch.bfloat16)
             inputs.append(r)
             fd.add_output(fd.ops.add(fd.ops.linear(tx, tw), fd.from_pytorch(r)))
-    run_and_check(fd, inputs, scheduler="matmul")
+    run_and_check(fd, inputs, scheduler="matmul", options=FEW_ROWS)
+    # Unasked, one row runs torch's matmul (a library segment), checked too.
+    out = fd.execute(inputs)[0]
+    run = fd.last_run
+    assert "matmul" not in run.schedulers and run.kind != "reference", run
+    assert any(s.kind == "library" for s in run.segments), run
+    ref = torch.nn.functional.linear(inputs[0].double(), w.double())
+    if case == "residual":
+        ref = ref + inputs[2].double()
+    assert ((out.double() - ref).norm() / ref.norm()).item() < 1e-2
 
 
 @pytest.mark.parametrize("m, n, k, mn", [(129, 264, 72, False), (1000, 1000, 1000, True),
@@ -126,7 +147,8 @@ def test_pingpong(m, n, k, mn):
     else:
         b = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
         fd = _linear_fd(a, b)
-    run_and_check(fd, [a, b], scheduler="matmul", options={"enable": ["matmul_pingpong"]})
+    run_and_check(fd, [a, b], scheduler="matmul",
+                  options=_few(m, {"enable": ["matmul_pingpong"]}))
     assert fd.last_run.heuristics[0].compute_roles == 2
 
 

@@ -132,8 +132,7 @@ def _info(m, n, k, device="h100"):
                                        ((16384, 256, 4096), (128, 256, 1)),
                                        ((3000, 2056, 1032), (128, 192, 1)),
                                        ((2048, 1024, 4096), (128, 128, 2)),
-                                       ((1000, 1000, 1000), (128, 128, 2)),
-                                       ((1, 4096, 4096), (128, 128, 2))])
+                                       ((1000, 1000, 1000), (128, 128, 2))])
 def test_heuristic_tile_and_stages_fit_the_device(mnk, tile):
     fusion, info = _info(*mnk)
     p = matmul.compute_heuristics(fusion, info)
@@ -144,6 +143,26 @@ def test_heuristic_tile_and_stages_fit_the_device(mnk, tile):
     assert 2 <= p.stages and p.stages * stage + staging + 1024 <= dev.max_shared_memory_per_block_optin
     tiles = -(-mnk[0] // p.tile_m) * -(-mnk[1] // p.tile_n)
     assert p.grid == min(tiles, dev.sm_count)
+
+
+@pytest.mark.parametrize("m", [1, 64])
+def test_few_rows_run_torch_unless_the_kernel_is_asked_for(m):
+    from pyfuser.options import Options
+    fusion, info = _info(m, 4096, 4096)
+    with pytest.raises(SchedulerError, match=f"M = {m} rows .* matmul_few_rows"):
+        matmul.compute_heuristics(fusion, info)
+    info.options = Options(enable=frozenset(["matmul_few_rows"]))
+    p = matmul.compute_heuristics(fusion, info)
+    assert (p.tile_m, p.tile_n, p.compute_roles) == (128, 128, 2)
+    # 65 rows: the kernel.
+    fusion, info = _info(65, 4096, 4096)
+    assert matmul.compute_heuristics(fusion, info).compute_roles == 2
+
+
+def test_few_rows_plan_is_a_library_segment():
+    e = linear_fd().explain([meta(8, 4096), meta(4096, 4096)], device="h100")
+    assert refused_to_library(e), e
+    assert "matmul_few_rows" in str(e), e
 
 
 @pytest.mark.parametrize("forced, roles", [(True, 2), (False, 1)])
@@ -401,7 +420,7 @@ def test_one_row_of_any_length_is_a_tile_map():
     a = torch.randn(1, 29, dtype=torch.bfloat16, generator=g)
     b = torch.randn(29, 64, dtype=torch.bfloat16, generator=g)
     fd = matmul_fd()
-    out = fd.execute([a, b], options={"enable": ["interpret"]})[0]
+    out = fd.execute([a, b], options={"enable": ["interpret", "matmul_few_rows"]})[0]
     assert fd.last_run.schedulers == ("matmul",), fd.last_run
     assert rel_error(out, a.double() @ b.double()) < 1e-2
 
@@ -511,7 +530,7 @@ def test_a_bias_computed_from_an_input_is_computed_before_the_matmul_element():
         tw = fd.define_tensor(shape=[-1, -1], dtype=DataType.Half)
         tb = fd.define_tensor(shape=[-1], dtype=DataType.Float8_e4m3fn)
         fd.add_output(fd.ops.linear(tx, tw, fd.ops.cast(tb, DataType.Half)))
-    out = fd.execute([x, w, b8], options={"enable": ["interpret"]})[0]
+    out = fd.execute([x, w, b8], options={"enable": ["interpret", "matmul_few_rows"]})[0]
     assert fd.last_run.schedulers == ("matmul",) and not fd.last_run.internal_error
     ref = x.double() @ w.double().t() + b8.double()
     assert rel_error(out, ref) < 1e-2

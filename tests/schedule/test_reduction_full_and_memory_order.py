@@ -168,6 +168,25 @@ def test_the_input_beside_its_full_sum_is_one_kernel(through):
     assert fd.last_run.heuristics[0].full
 
 
+def test_an_input_with_a_size_one_kept_dim_beside_a_middle_sum_is_its_own_segment():
+    """x [64, 168, 2, 2] (padded rows) + w [2, 1], summed over dim 2 (fuzz 20263006:1396):
+    w's size-1 dim stands for the kept dim 3, which the schedule merges with dims 0 and 1; its
+    cache's replayed loops did not line up with the merged loop (a register buffer of runtime
+    size, then the reference). The reduction scheduler leaves the add to a pointwise segment."""
+    g = torch.Generator().manual_seed(1396)
+    base = torch.rand(64 * 2024, generator=g).bfloat16() + 0.5
+    x = base.as_strided((64, 168, 2, 2), (2024, 12, 6, 1))
+    w = torch.randn(2, 1, generator=g).half()
+    with FusionDefinition() as fd:
+        tx = fd.from_pytorch(x)
+        tw = fd.define_tensor([-1, 1], dtype=DataType.Half)
+        fd.add_output(fd.ops.sum(fd.ops.add(tx, tw), [2]))
+    ok, why = reduction.can_schedule(fd.fusion)
+    assert not ok and "size-1 dim among the kept ones" in why, why
+    run_and_check(fd, [x, w], kernels=2, options=INTERPRET,
+                  segments=(("kernel", "pointwise"), ("kernel", "reduction")))
+
+
 def amax_scale_fusion():
     fd = catalogue.define("amax_scale", "bf16")
     return fd

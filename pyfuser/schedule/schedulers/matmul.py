@@ -111,6 +111,9 @@ def estimated_us(shape: TileShape, tiles: int, k_blocks: int, sms: int) -> float
     return waves * (k_blocks * per_block + TILE_OVERHEAD_US) + LAUNCH_OVERHEAD_US
 
 
+# Matmuls of at most this many rows run torch's matmul unless the feature matmul_few_rows
+# asks for the kernel (tools/sweep_matmul.py: 0.63-0.64 of cuBLAS at 1 and 64 rows).
+FEW_ROWS = 64
 SMEM_SLACK = 1024        # the dynamic shared memory's base aligned to 1024 bytes by hand
 
 
@@ -312,6 +315,11 @@ def compute_heuristics(fusion, info: RuntimeInfo) -> MatmulParams:
     if (n * a.dtype.size) % 16:
         raise SchedulerError(f"matmul: the output's rows of N = {n} elements are not a multiple "
                              "of 16 bytes (the TMA store needs it)")
+    if m <= FEW_ROWS and not info.feature("matmul_few_rows"):
+        raise SchedulerError(
+            f"matmul: M = {m} rows fill at most half of a 128-row tile: torch's matmul (cuBLAS) "
+            f"is faster there until split-K is built (the kernel measured 0.63-0.64 of it at 1 "
+            f"and 64 rows on the H200); the feature matmul_few_rows forces the kernel")
     sms = dev.sm_count
     # The tile and kind with the least estimated time; the feature matmul_pingpong forces
     # ping-pong (on) or cooperative (off) tiles.

@@ -245,6 +245,13 @@ def can_schedule(fusion) -> tuple[bool, str]:
         if not (over_kept or over_reduced):
             return False, (f"input T{v.name} has another rank than the reduction's input, "
                            "over both reduced and kept dims")
+        if (over_reduced and not over_kept and len(kept) > 1
+                and any(i.is_broadcast for i in v.domain.logical)):
+            # Its size-1 dim stands for one of several kept dims: the kept dims' merge replayed
+            # on it alone does not line up with the merged kept loop, and its cache could not
+            # be inlined (a register buffer of runtime size; fuzz 20263006:1396).
+            return False, (f"input T{v.name} has another rank than the reduction's input, over "
+                           "reduced dims and a size-1 dim among the kept ones")
     kind = "full" if lay.full else ("inner" if lay.inner else "outer")
     return True, f"{kind} reduction, results not broadcast back"
 
@@ -424,9 +431,11 @@ def _own_copies_beside_the_reduction(fusion, red: TensorView) -> None:
         return any(graph.mapped(i, r) for i in t.domain.logical_no_reductions
                    if not i.is_broadcast for r in reduced)
     feeding = _upstream(fusion, red) - {red}
+    # Tensors that lead to any reduction (a schedule that takes several keeps their sharing).
+    reducing = set().union(*(_upstream(fusion, r) for r in reduction_tensors(fusion)))
     for t in sorted(feeding, key=lambda t: t.name):
         outside = [u for u in fusion.uses_of(t)
-                   if not any(o in feeding or o is red for o in u.outputs)
+                   if not any(o in reducing for o in u.outputs)
                    and any(isinstance(o, TensorView) and along_reduced(o) for o in u.outputs)]
         if not outside:
             continue
