@@ -47,6 +47,7 @@ from ...ir.iter_domain import ParallelType as PT
 from ...ir.tensor import TensorView
 from .. import (inline_at, inline_most, parallelize_like,
                 propagate_transforms, rfactor)
+from ..inlining import _upstream
 from ..recompute import recompute_blocker, recompute_for
 from .base import (RuntimeInfo, SchedulerError, cache_inputs_and_outputs, orient_vector_inputs,
                    reduced_and_kept, reduction_tensors, vector_inputs, vector_width, vectorize)
@@ -399,18 +400,6 @@ def _merge_all(red: TensorView, lay: Layout) -> None:
         red.merge(k, k + 1)
 
 
-def _upstream(fusion, tv: TensorView) -> set:
-    """The computed tensors tv is made from (tv included), back to the fusion's inputs."""
-    seen, stack = set(), [tv]
-    while stack:
-        t = stack.pop()
-        if t in seen or t.definition is None:
-            continue
-        seen.add(t)
-        stack.extend(i for i in t.definition.inputs if isinstance(i, TensorView))
-    return seen
-
-
 def _own_copies_beside_the_reduction(fusion, red: TensorView) -> None:
     """Uses of the reduction's operand chain that do not lead to the reduction (an output of
     the input's own shape beside a full reduction: sum(x) and x < 0.5) get their own copy of
@@ -430,9 +419,9 @@ def _own_copies_beside_the_reduction(fusion, red: TensorView) -> None:
         # Iterated by loops over the reduced dims: those are the reduction's own loops.
         return any(graph.mapped(i, r) for i in t.domain.logical_no_reductions
                    if not i.is_broadcast for r in reduced)
-    feeding = _upstream(fusion, red) - {red}
+    feeding = {t for t in _upstream(fusion, red) if t.definition is not None}
     # Tensors that lead to any reduction (a schedule that takes several keeps their sharing).
-    reducing = set().union(*(_upstream(fusion, r) for r in reduction_tensors(fusion)))
+    reducing = set().union(*(_upstream(fusion, r) | {r} for r in reduction_tensors(fusion)))
     for t in sorted(feeding, key=lambda t: t.name):
         outside = [u for u in fusion.uses_of(t)
                    if not any(o in reducing for o in u.outputs)
