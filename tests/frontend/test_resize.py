@@ -114,6 +114,22 @@ def test_rope_reads_its_windows_with_vector_loads():
         seg.kernel.ptxas
 
 
+def test_a_window_of_an_input_defined_with_a_size_one_dim_innermost():
+    """Fuzz 20263012:501: x [1, N] defined with stride order [0, 1] (its size-1 dim innermost),
+    sliced along N, in a loop vectorized by 2: the scheduler reads the window along N (N is the
+    stride-1 dim in the call), but the source kept its definition's layout, so lowering's lane
+    check refused the vector read (a LoweringError, then the reference). The window's source
+    now gets the layout its reads assume, as a vector input does."""
+    x = torch.randn(12).as_strided((1, 12), (1, 1))
+    with FusionDefinition() as fd:
+        t = fd.define_tensor([-1, -1], contiguity=[True, True], dtype=DataType.Float,
+                             stride_order=[0, 1])
+        fd.add_output(fd.ops.erf(fd.ops.slice(t, [0, 0], [1, 12], [1, 1])))
+    run_and_check(fd, [x], scheduler="pointwise", options=INTERPRET)
+    params = fd.last_run.heuristics[0]
+    assert params.vector > 1 and params.vector_windows == (0,), params
+
+
 @pytest.mark.parametrize("widths", [(8, 16), (12, 20)])
 def test_vector_reads_of_a_cat_on_the_interpreter(widths):
     """Cats 24 and 32 wide, both in loops vectorized by 8: parts 8 and 16 wide are read whole

@@ -197,7 +197,7 @@ def input_vector_problems(v: TensorView, facts: InputFacts, width: int,
     return bad
 
 
-def orient_vector_inputs(fusion, positions, ref_id) -> None:
+def orient_vector_inputs(fusion, positions, ref_id, dims: dict | None = None) -> None:
     """Give the inputs at `positions` (a heuristic's vector inputs) the layout their vector
     reads assume, before they are cached: an input read with vectors along its dim mapped to
     the reference's ID `ref_id` while its definition puts other dims inside that one had, in
@@ -206,7 +206,8 @@ def orient_vector_inputs(fusion, positions, ref_id) -> None:
     input and its cache have the read dim innermost and vectorize() takes it. Their strides and
     the read dim's are passed at run time, not assumed from contiguity, so the kernel reads any
     input of the definition correctly; the executor checks vector reads against each call's
-    layout (input_vector_problems) before launch."""
+    layout (input_vector_problems) before launch. `dims` gives the read dim of inputs the
+    graph does not map to ref_id (a window's source: its resized dim is the window's)."""
     from ...ir.id_graph import IdGraph
     from ..allocation import set_allocation_domain
     if not positions or ref_id is None:
@@ -214,7 +215,7 @@ def orient_vector_inputs(fusion, positions, ref_id) -> None:
     graph = IdGraph(fusion)
     for k in positions:
         v = fusion.inputs[k]
-        d = mapped_dim(v, ref_id, graph)
+        d = (dims or {}).get(k, mapped_dim(v, ref_id, graph))
         if d is None or v.domain.logical[d] is v.domain.contiguous_dim:
             continue
         read = v.domain.logical[d]

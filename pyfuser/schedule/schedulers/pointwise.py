@@ -197,7 +197,20 @@ def _has_broadcast_input(fusion, ref) -> bool:
 
 
 def schedule(fusion, params: PointwiseParams) -> None:
-    orient_vector_inputs(fusion, params.vector_inputs, _inner_dim(_reference(fusion)))
+    # Inputs read with vectors, directly or through a window, get the layout the reads assume
+    # (a size-1 dim defined inside the read dim moves out: fuzz 20263012:501, a [1, N] input
+    # defined with its size-1 dim innermost, sliced along N). A window's source is read along
+    # the window's dim (base.vector_windows).
+    ref_id = _inner_dim(_reference(fusion))
+    windows = [e for e in fusion.exprs() if isinstance(e, WindowOp)]
+    read_dims = {}
+    if params.vector_windows:
+        graph = IdGraph(fusion)
+        for n in params.vector_windows:
+            read_dims[fusion.inputs.index(windows[n].src)] = mapped_dim(windows[n].outputs[0],
+                                                                        ref_id, graph)
+    orient_vector_inputs(fusion, sorted(set(params.vector_inputs) | set(read_dims)), ref_id,
+                         read_dims)
     caches, outputs = cache_inputs_and_outputs(fusion)
     ref = _reference(fusion)
     if not ref.domain.logical_no_reductions:
