@@ -326,3 +326,27 @@ def test_chunked_row_shape():
     assert chunked_row_shape(250, 4, 1024, 8192, 256) == (4, 64, 4)     # [8192, 1000] fp32
     assert chunked_row_shape(2255, 4, 1024, 5, 256) == (4, 576, 1)      # 141 x 16 vectors
     assert chunked_row_shape(7, 4, 1024, 3, 256) == (4, 32, 2)          # rows up to the rows
+
+
+@pytest.mark.parametrize("n", [6853, 3001])
+def test_an_input_read_beside_the_scan_and_after_it(n):
+    """Fuzz 20263014:64: lt(b, x) beside where(b, cumsum(silu(x)), ...). b's cache, inlined
+    into both uses, put the where in the loop nest of lt, which is also the scan's own (lt reads
+    x, the scan's input): the where read the scan before the block scan added each thread's
+    prefix, wrong from the second thread's chunk on. The use of the scan's result now reads its
+    own copy of b."""
+    g = torch.Generator().manual_seed(64)
+    x = torch.randint(-3, 6, (8, n), generator=g, dtype=torch.int32)
+    b = torch.rand(8, n, generator=g) < 0.5
+    with FusionDefinition() as fd:
+        tx = fd.define_tensor([-1, -1], dtype=DataType.Int32)
+        tb = fd.define_tensor([-1, -1], dtype=DataType.Bool)
+        s = fd.ops.cumsum(fd.ops.silu(tx), 1)
+        fd.add_output(fd.ops.lt(tb, tx))
+        fd.add_output(fd.ops.where(tb, s, fd.ops.mul(fd.ops.add(s, 1.5), 0.25)))
+    outs = fd.execute([x, b], options=INTERPRET)
+    assert fd.last_run.schedulers == ("scan",), fd.last_run
+    ref = torch.cumsum(torch.nn.functional.silu(x.double()), 1)
+    ref = torch.where(b, ref, (ref + 1.5) * 0.25)
+    assert torch.equal(outs[0], b.int() < x)
+    assert rel_error(outs[1], ref) < scan_tolerance(torch.float32, n), rel_error(outs[1], ref)

@@ -69,6 +69,8 @@ from ...ir.scalar import ScalarOp
 from ...ir.tensor import MemoryType, TensorView
 from .. import (cache_after, cache_before, inline_at, inline_most, parallelize_like,
                 propagate_transforms, set_memory_type)
+from ..inlining import _downstream, _upstream
+from ..recompute import recompute_blocker, recompute_for
 from .base import (RuntimeInfo, SchedulerError, cache_inputs_and_outputs, chunked_row_shape,
                    mapped_dim, ops_beside, orient_vector_inputs, schedule_rows_in_chunks,
                    strided_along, vector_inputs, vector_width, vectorize_along)
@@ -277,6 +279,7 @@ def schedule(fusion, p: ScanParams) -> None:
     scanned = ref.outputs[0].domain.logical[ref.dim]
     orient_vector_inputs(fusion, p.vector_inputs, scanned)
     caches, outputs = cache_inputs_and_outputs(fusion)
+    _own_copies_after_the_scans(fusion)
     staged, shared = (_stage_through_shared(fusion, caches, outputs, scanned, p.vector_inputs)
                       if p.staged else ([], []))
     ref = _reference(fusion)              # cache_before moved an output scan's result
@@ -314,6 +317,29 @@ def schedule(fusion, p: ScanParams) -> None:
         launch["cluster"] = (1, p.cluster, 1)
     launch["block_x"] = p.bdimx
     launch["max_threads"] = p.bdimx * p.bdimy
+
+
+def _own_copies_after_the_scans(fusion) -> None:
+    """A tensor that does not lead into a scan, read both by a use of a scan's result and by
+    another use, gives the use of the result its own copy of its chain, loads included.
+
+    Before: B = set(b); L = lt(B, C); S = cumsum(f(C)); W = where(B, S, ...)
+    After:  B = set(b); L = lt(B, C); S = cumsum(f(C)); B' = set(b); W = where(B', S, ...)
+
+    Inlined into both, B put W in L's loop nest, which is also the scan's own (L reads C, the
+    scan's input): W read S before the block scan added each thread's prefix (wrong values on
+    every chunk but the first: fuzz 20263014:64). A tensor that leads into the scan (x beside
+    cumsum(x)) is held across it instead (inlining's persistent limits)."""
+    results = [e.outputs[0] for e in _scans(fusion)]
+    after = set().union(*(_downstream(fusion, r) for r in results))
+    into = set().union(*(_upstream(fusion, r) | {r} for r in results))
+    for t in sorted(fusion.tensors(), key=lambda t: t.name):
+        if t.definition is None or t in after or t in into:
+            continue
+        uses = fusion.uses_of(t)
+        reading = [u for u in uses if any(o in after for o in u.outputs)]
+        if reading and len(reading) < len(uses) and recompute_blocker(t, set()) is None:
+            recompute_for(t, reading, set())
 
 
 def _row_schedule(tv: TensorView, p: ScanParams, striped: bool) -> None:
