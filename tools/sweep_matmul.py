@@ -10,12 +10,11 @@ L2 cleared), in turn with cuBLAS. The heuristic's own choice is marked "*".
 """
 from __future__ import annotations
 
-import dataclasses
 import sys
 
 import torch
 
-from pyfuser import DataType, FusionDefinition
+from bench_issue20 import _graphed, linear_fusion
 
 SHAPES = [(3000, 2056, 1032), (64, 4096, 4096), (1, 4096, 4096), (4096, 14336, 5120),
           (1000, 1000, 1000), (8192, 3072, 8192), (16384, 256, 4096)]
@@ -25,36 +24,15 @@ PINGPONG = "--pingpong" in sys.argv
 KERNEL = {"enable": ["matmul_few_rows"]}
 
 
-def linear_fusion() -> FusionDefinition:
-    with FusionDefinition("linear") as fd:
-        x = fd.define_tensor(shape=[-1, -1], dtype=DataType.BFloat16)
-        w = fd.define_tensor(shape=[-1, -1], dtype=DataType.BFloat16)
-        fd.add_output(fd.ops.linear(x, w))
-    return fd
-
-
-def _graphed(fn):
-    fn()
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        fn()
-    return g.replay
-
-
-def variants(chosen, m, n):
-    """The heuristic's choice with each tile of TILES (stages to fill shared memory, grid
-    min(tiles, 132)), and with --pingpong each tile of n <= 128 as ping-pong too."""
+def variants(chosen, m, n, dev):
+    """Each tile of TILES fitted as the heuristic fits its own choice (matmul.fitted_params:
+    stages, grid on `dev`), cooperative, and with --pingpong each tile of n <= 128 as
+    ping-pong too."""
+    from pyfuser.schedule.schedulers import matmul
     for tm, tn in TILES:
-        stage_bytes = (tm + tn) * 64 * 2
-        boxes = 2 if (tn // 64) % 2 == 0 else 1
-        stages = min(6, (232448 - 2 * boxes * 8192 - 2048) // stage_bytes)
-        tiles = -(-m // tm) * -(-n // tn)
-        p = dataclasses.replace(chosen, tile_m=tm, tile_n=tn, stages=stages, compute_roles=1,
-                                grid=max(1, min(tiles, 132)))
-        yield p
-        if tn <= 128 and PINGPONG:      # ping-pong: each warp group a whole tile
-            yield dataclasses.replace(p, compute_roles=2)
+        for roles in (1, 2) if PINGPONG and tn <= 128 else (1,):
+            yield matmul.fitted_params(tm, tn, roles, -(-m // tm) * -(-n // tn), dev, 2,
+                                       chosen.b_major)
 
 
 def main(argv) -> int:
@@ -64,6 +42,8 @@ def main(argv) -> int:
     print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}")
     print("MxNxK | variant | pyfuser us (graph) | cuBLAS us (graph) | ratio | TFLOP/s | rel. error")
     print("--- | --- | --- | --- | --- | --- | ---")
+    from pyfuser.runtime.device import query_device
+    dev = query_device()
     fd = linear_fusion()
     for m, n, k in shapes:
         g = torch.Generator(device="cuda").manual_seed(0)
@@ -74,7 +54,7 @@ def main(argv) -> int:
         chosen = fd.last_run.heuristics[0]
         cublas = _graphed(lambda: torch.matmul(x, w.t()))
         flops = 2 * m * n * k
-        for p in variants(chosen, m, n):
+        for p in variants(chosen, m, n, dev):
             opts = {"heuristic": p, **KERNEL}
             try:
                 y = fd.execute([x, w], options=opts)[0]

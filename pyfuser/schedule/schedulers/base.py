@@ -84,6 +84,19 @@ def split_flat_loop(ref: TensorView, threads: int, unroll: int) -> None:
     parallelize_like(ref, parallel_types={PT.BIDx, PT.TIDx, PT.Unroll})
 
 
+def own_copy(t: TensorView, uses: list, scheduler: str) -> None:
+    """Give `uses` their own copy of t's computation, back to the fusion's inputs (loads
+    included: recompute.recompute_for), so that each inlines into its own loop nest; where an
+    op on the way is not recomputed, a SchedulerError (the plan without this scheduler)."""
+    from ..recompute import recompute_blocker, recompute_for
+    blocker = recompute_blocker(t, set())
+    if blocker is not None:
+        raise SchedulerError(f"{scheduler}: T{t.name} is read in two loop nests, and "
+                             f"T{blocker.name} ({type(blocker.definition).__name__}) on its "
+                             "way is not recomputed")
+    recompute_for(t, uses, set())
+
+
 def reduction_tensors(fusion) -> list[TensorView]:
     return [e.outputs[0] for e in fusion.exprs() if isinstance(e, ReductionOp)]
 

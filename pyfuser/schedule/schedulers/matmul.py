@@ -327,21 +327,30 @@ def compute_heuristics(fusion, info: RuntimeInfo) -> MatmulParams:
     offered = [c for c in TILE_CANDIDATES
                if pingpong is None or (c.compute_roles > 1) == pingpong]
     k_blocks = -(-k // TILE_K)
-    best = min(offered, key=lambda c: estimated_us(c, batch * _tiles(m, n, c.tile_m, c.tile_n),
-                                                   k_blocks, sms))
-    tm, tn, roles = best.tile_m, best.tile_n, best.compute_roles
+
+    def tiles_of(c: TileShape) -> int:
+        return batch * _tiles(m, n, c.tile_m, c.tile_n)
+    best = min(offered, key=lambda c: estimated_us(c, tiles_of(c), k_blocks, sms))
+    return fitted_params(best.tile_m, best.tile_n, best.compute_roles, tiles_of(best), dev,
+                         a.dtype.size, b_major)
+
+
+def fitted_params(tm: int, tn: int, roles: int, tiles: int, dev, item_bytes: int,
+                  b_major: str) -> MatmulParams:
+    """The parameters of a tm x tn tile (`roles` compute roles) on `dev`: as many stages (up to
+    6) as its shared memory holds beside the staging boxes, a persistent grid of min(tiles,
+    SMs). The heuristic's fitting of the tile it chose; sweeps force other tiles through it."""
     shape = MatmulParams(tile_m=tm, tile_n=tn, compute_roles=roles)
-    stage_bytes = (tm + tn) * TILE_K * a.dtype.size
+    stage_bytes = (tm + tn) * TILE_K * item_bytes
     staging = (shape.compute_warp_groups * shape.staging_boxes * EPILOGUE_BOX * EPILOGUE_BOX
-               * a.dtype.size)
+               * item_bytes)
     budget = dev.max_shared_memory_per_block_optin - staging - SMEM_SLACK - 1024
     stages = min(6, budget // stage_bytes)
     if stages < 2:
         raise SchedulerError(f"matmul: {dev.name}'s shared memory holds fewer than 2 stages of "
                              f"the {tm}x{tn} tile")
-    tiles = batch * _tiles(m, n, tm, tn)
-    return MatmulParams(tile_m=tm, tile_n=tn, stages=stages, grid=max(1, min(tiles, sms)),
-                        b_major=b_major, compute_roles=roles)
+    return dataclasses.replace(shape, stages=stages, grid=max(1, min(tiles, dev.sm_count)),
+                               b_major=b_major)
 
 
 def schedule(fusion, params: MatmulParams) -> None:

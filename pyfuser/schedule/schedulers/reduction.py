@@ -48,9 +48,9 @@ from ...ir.tensor import TensorView
 from .. import (inline_at, inline_most, parallelize_like,
                 propagate_transforms, rfactor)
 from ..inlining import _upstream
-from ..recompute import recompute_blocker, recompute_for
 from .base import (RuntimeInfo, SchedulerError, cache_inputs_and_outputs, orient_vector_inputs,
-                   reduced_and_kept, reduction_tensors, vector_inputs, vector_width, vectorize)
+                   own_copy, reduced_and_kept, reduction_tensors, vector_inputs, vector_width,
+                   vectorize)
 
 NAME = "reduction"
 
@@ -426,14 +426,8 @@ def _own_copies_beside_the_reduction(fusion, red: TensorView) -> None:
         outside = [u for u in fusion.uses_of(t)
                    if not any(o in reducing for o in u.outputs)
                    and any(isinstance(o, TensorView) and along_reduced(o) for o in u.outputs)]
-        if not outside:
-            continue
-        blocker = recompute_blocker(t, set())
-        if blocker is not None:
-            raise SchedulerError(f"reduction: T{t.name} feeds the reduction and another "
-                                 f"output, and T{blocker.name} ({type(blocker.definition).__name__}"
-                                 ") on its way is not recomputed")
-        recompute_for(t, outside, set())
+        if outside:
+            own_copy(t, outside, NAME)
 
 
 def schedule(fusion, p: ReductionParams) -> None:

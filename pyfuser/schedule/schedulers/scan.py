@@ -70,10 +70,10 @@ from ...ir.tensor import MemoryType, TensorView
 from .. import (cache_after, cache_before, inline_at, inline_most, parallelize_like,
                 propagate_transforms, set_memory_type)
 from ..inlining import _downstream, _upstream
-from ..recompute import recompute_blocker, recompute_for
 from .base import (RuntimeInfo, SchedulerError, cache_inputs_and_outputs, chunked_row_shape,
-                   mapped_dim, ops_beside, orient_vector_inputs, schedule_rows_in_chunks,
-                   strided_along, vector_inputs, vector_width, vectorize_along)
+                   mapped_dim, ops_beside, orient_vector_inputs, own_copy,
+                   schedule_rows_in_chunks, strided_along, vector_inputs, vector_width,
+                   vectorize_along)
 
 NAME = "scan"            # offered the fusions with scans alone (op_support.DEDICATED_OPS)
 
@@ -338,8 +338,8 @@ def _own_copies_after_the_scans(fusion) -> None:
             continue
         uses = fusion.uses_of(t)
         reading = [u for u in uses if any(o in after for o in u.outputs)]
-        if reading and len(reading) < len(uses) and recompute_blocker(t, set()) is None:
-            recompute_for(t, reading, set())
+        if reading and len(reading) < len(uses):
+            own_copy(t, reading, NAME)
 
 
 def _row_schedule(tv: TensorView, p: ScanParams, striped: bool) -> None:
