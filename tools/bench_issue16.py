@@ -171,6 +171,11 @@ def softmax_transposed(device):
     return fd, [x], eager, 4 * x.numel()
 
 
+def batchnorm_bwd_nhwc(device):
+    """The channels-last backward alone (tools/profile_case.py bench_issue16:batchnorm_bwd_nhwc)."""
+    return batchnorm_bwd(device, True)
+
+
 CASES = {
     "batchnorm_fwd NCHW": lambda d: batchnorm_fwd(d, False),
     "batchnorm_fwd NHWC": lambda d: batchnorm_fwd(d, True),

@@ -691,14 +691,27 @@ class CudaPrinter:
         self.line("}")
         self.line("__threadfence();")
         self.line("__syncthreads();")
-        self.line("__shared__ int pf_is_last;")
-        self.line("if (pf_tidx == 0 && pf_tidy == 0 && pf_tidz == 0) {")
-        self.line(f"  const unsigned pf_prev = atomicAdd(reinterpret_cast<unsigned*>(&{sem}[pf_kept]), 1u);")
-        self.line("  pf_is_last = (pf_prev == (unsigned)(pf_nred - 1));")
-        self.line(f"  if (pf_is_last) {sem}[pf_kept] = 0;  // ready for the next launch")
-        self.line("}")
-        self.line("__syncthreads();")
-        self.line("pf_grid_last = pf_is_last;")
+        if s.follows_last_block:
+            # The block that was last for the kernel's first grid reduction over these dims
+            # combines this one too: it waits for every block's arrival (all of them are
+            # running or done: they reached the first one; lower/reductions.py).
+            self.line("if (pf_tidx == 0 && pf_tidy == 0 && pf_tidz == 0) {")
+            self.line(f"  atomicAdd(reinterpret_cast<unsigned*>(&{sem}[pf_kept]), 1u);")
+            self.line("  if (pf_grid_last) {")
+            self.line(f"    while (reinterpret_cast<volatile unsigned*>({sem})[pf_kept] < (unsigned)pf_nred) {{}}")
+            self.line(f"    {sem}[pf_kept] = 0;  // ready for the next launch")
+            self.line("  }")
+            self.line("}")
+            self.line("__syncthreads();")
+        else:
+            self.line("__shared__ int pf_is_last;")
+            self.line("if (pf_tidx == 0 && pf_tidy == 0 && pf_tidz == 0) {")
+            self.line(f"  const unsigned pf_prev = atomicAdd(reinterpret_cast<unsigned*>(&{sem}[pf_kept]), 1u);")
+            self.line("  pf_is_last = (pf_prev == (unsigned)(pf_nred - 1));")
+            self.line(f"  if (pf_is_last) {sem}[pf_kept] = 0;  // ready for the next launch")
+            self.line("}")
+            self.line("__syncthreads();")
+            self.line("pf_grid_last = pf_is_last;")
         # The last block combines the partials with all its threads: the threads of one slot
         # (equal kept thread coords) split the partials by a fixed stride, each combining its
         # own in block order, then a block all-reduce over the reduced thread dims (the same

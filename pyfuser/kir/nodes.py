@@ -452,11 +452,14 @@ class BlockReduce(Stmt):
 
 
 @roles(exprs=("values",), buffer=("workspace", "sync_buffer", "smem_workspace"),
-       data=("op", "dtype", "dims", "thread_dims", "tv", "inner_loops"))
+       data=("op", "dtype", "dims", "thread_dims", "tv", "inner_loops", "follows_last_block"))
 @dataclasses.dataclass(eq=False, slots=True)
 class GridReduce(Stmt):
-    """Reduce `values` across blocks of the grid dims in `dims` through a global workspace and a
-    grid-wide barrier of a cooperative launch; every block gets the result."""
+    """Reduce `values` across blocks of the grid dims in `dims` through a global workspace: the
+    last block of each kept coordinate to write its partials combines them (pf_grid_last).
+    With `follows_last_block`, a grid reduction after another over the same dims: the block
+    that was last there waits for every block's partials here and combines them, so that one
+    block holds every result (lower/reductions.py)."""
 
     values: list
     op: str
@@ -472,6 +475,7 @@ class GridReduce(Stmt):
     # iterate its elements (index_and_predicate groups their values into one pass).
     tv: Any = None
     inner_loops: list = dataclasses.field(default_factory=list)
+    follows_last_block: bool = False
 
 
 @roles(exprs=("values",), data=("op", "dtype", "dim", "size", "tv", "inner_loops"))

@@ -12,8 +12,10 @@ Reduction axes bound to blocks need a grid reduction: each block writes its part
 workspace, the last block to arrive (an atomic counter per tile) combines them with all its
 threads (each thread a fixed strided share in block order, then a block all-reduce in its fixed
 tree order: codegen/cuda.py), so the result is deterministic, and every thread of that block
-holds it; only that block writes the outputs computed from it (an output
-beside it, such as the column the rows are scaled by, is written by block 0: lower/index.py).
+holds it; only that block writes the outputs computed from it (several grid reductions over
+the same dims have their results in the first one's last block: `_follow_the_first_last_block`;
+an output beside it, such as the column the rows are scaled by, is written by block 0:
+lower/index.py).
 Values of iteration axes inside the reduction loops are reduced together (grouped). The loops a
 reduction reduces are those of its own reduction axes (a loop merged with a sibling tensor's,
 where that tensor iterates, still carries the reduction).
@@ -37,7 +39,32 @@ def lower_reductions(kernel: K.Kernel) -> K.Kernel:
     ctx = kernel.ctx
     ctx.reduction_sites = []
     _visit(kernel.body, [], kernel)
+    _follow_the_first_last_block(kernel)
     return kernel
+
+
+def _follow_the_first_last_block(kernel) -> None:
+    """Grid reductions after the first over the same block dims follow its last block.
+
+    Before: grid_reduce(T4) ... grid_reduce(T5)     each block is last for one of them:
+                                                    T4 in one block, T5 in another, and an
+                                                    output of both (or both outputs, guarded
+                                                    by one pf_grid_last) wrong
+    After:  grid_reduce(T4) ... grid_reduce(T5, follows_last_block)
+
+    The block that was last for T4 waits until every block has written its T5 partials, then
+    combines them (codegen/cuda.py): no deadlock, since every block of its kept coordinate
+    had reached T4's reduction, so all are running or done, and none of them waits. Sums of
+    several reductions in one kernel (sum(dy) and sum(dy * x_hat) of BatchNorm backward, split
+    over blockIdx.y)."""
+    first = {}
+    for s in K.walk(kernel.body):
+        if isinstance(s, K.GridReduce):
+            key = tuple(sorted(s.dims))
+            if key in first:
+                s.follows_last_block = True
+            else:
+                first[key] = s
 
 
 def _visit(body: list, parents: list, kernel) -> None:

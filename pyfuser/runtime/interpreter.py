@@ -2069,6 +2069,9 @@ class Interpreter:
         k = self.grid_reductions_run
         self.grid_reductions_run += 1
         is_last = red_index == (top[kept_block] - k) % (top[kept_block] + 1)
+        if s.follows_last_block:
+            # The block that was last for the first grid reduction over these dims.
+            is_last = np.broadcast_to(np.asarray(ctx.env["pf_grid_last"], dtype=bool), (ctx.n,))
         # The partials of one slot (kept block and thread coords) as a [slots, nred] table.
         order = np.argsort(key[w] * nred + red_index[w], kind="stable")
         slot_keys = key[w][order][::nred]

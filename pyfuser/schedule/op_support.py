@@ -16,16 +16,19 @@ warning). The segmenter, the tests and the fuzzer read these lists instead of ke
 - Anything else runs in a reference segment.
 - BOUNDARY_OPS: kernel ops whose output the segmenter never merges across (fd.ops.segment_set):
   the op runs in its producer's segment, and the consumers of its output in others.
-- FORWARDED_UNARY_OPS: unary ops cheap enough to recompute (no MUFU work, one instruction or
-  two) that the segmenter forwards when they start at a fusion input: each segment reading
-  their result recomputes it from the input rather than one segment writing it to global
-  memory for the others (see segmenter.py).
+- FORWARDED_UNARY_OPS, FORWARDED_BINARY_OPS: ops cheap enough to recompute (no MUFU work, one
+  instruction or two) that the segmenter forwards when they start at fusion inputs: each
+  segment reading their result recomputes it from the inputs rather than one segment writing
+  it to global memory for the others (see segmenter.py). A binary op is forwarded only where
+  at most one of the tensors it reads is full size, the rest broadcasts (BatchNorm backward's
+  x_hat = (x - mean[C]) * rstd[C] from the saved statistics).
 """
 from __future__ import annotations
 
-from ..ir.exprs import (BinaryOp, BroadcastOp, ExpandOp, FullOp, GatherOp, IndexCheckOp, IotaOp,
-                        LinearOp, LoadStoreOp, MatmulOp, RandOp, ReductionOp, ReshapeOp, ScanOp,
-                        ScatterOp, SegmentSetOp, SqueezeOp, TopKOp, UnaryOp, UnaryOpType, WhereOp,
+from ..ir.exprs import (BinaryOp, BinaryOpType, BroadcastOp, ExpandOp, FullOp, GatherOp,
+                        IndexCheckOp, IotaOp, LinearOp, LoadStoreOp, MatmulOp, RandOp,
+                        ReductionOp, ReshapeOp, ScanOp, ScatterOp, SegmentSetOp, SqueezeOp,
+                        TopKOp, UnaryOp, UnaryOpType, WhereOp,
                         WindowOp)
 from ..ir.scalar import ScalarOp
 
@@ -49,12 +52,19 @@ CHEAP_OPS: tuple = (BroadcastOp, ExpandOp, ReshapeOp, SqueezeOp, FullOp, IotaOp,
 
 FORWARDED_UNARY_OPS: tuple = (UnaryOpType.Cast, UnaryOpType.Set, UnaryOpType.Neg,
                                UnaryOpType.Abs, UnaryOpType.Relu, UnaryOpType.Not)
+FORWARDED_BINARY_OPS: tuple = (BinaryOpType.Add, BinaryOpType.Sub, BinaryOpType.Mul)
 
 
 def is_forwardable(expr) -> bool:
     """Whether `expr` is a unary op a segment may recompute from its input instead of reading
     its result from another segment (FORWARDED_UNARY_OPS)."""
     return isinstance(expr, UnaryOp) and expr.op in FORWARDED_UNARY_OPS
+
+
+def is_forwardable_binary(expr) -> bool:
+    """Whether `expr` is a binary op a segment may recompute from what it reads, where those
+    are forwarded (FORWARDED_BINARY_OPS; the segmenter checks what it reads)."""
+    return isinstance(expr, BinaryOp) and expr.op in FORWARDED_BINARY_OPS
 
 
 def segment_kind(expr) -> str:

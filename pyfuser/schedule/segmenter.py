@@ -55,12 +55,12 @@ import dataclasses
 
 from ..ir import scalar as S
 from ..ir import arith
-from ..ir.exprs import GatherOp, ReshapeOp, WindowOp
+from ..ir.exprs import BroadcastOp, GatherOp, ReductionOp, ReshapeOp, WindowOp
 from ..ir.fusion import Fusion
 from ..ir.scalar import Scalar
 from ..ir.tensor import MemoryType, TensorDomain, TensorView
 from .op_support import (BOUNDARY_OPS, LIBRARY_FALLBACK_OPS, has_library_implementation,
-                         is_cheap, is_forwardable, segment_kind)
+                         is_cheap, is_forwardable, is_forwardable_binary, segment_kind)
 from .schedulers import registry
 
 # Stand-in for a symbolic extent when ranking merges by the bytes they save.
@@ -151,10 +151,15 @@ def segment(fusion, exclude: dict | None = None) -> SegmentedFusion:
     else:
         why = "segment_set ends a segment at " + ", ".join(
             f"T{e.outputs[0].name}" for e in boundaries)
-    groups = _Grouping(fusion, exprs, exclude)
-    groups.merge_kernels()
-    groups.settle_leftovers()
-    segs = groups.segments()
+    groups, segs = _grouped(fusion, exprs, exclude, forward_binary=True)
+    if groups.forwarded_binary:
+        # Forwarded binary ops are recomputed in every group reading them, which a scheduler
+        # may refuse where it took the op's group alone (an add of a [M, 1] input before a sum
+        # the reduction scheduler cannot replay onto that input): the plan without them, if
+        # it has fewer segments or fewer reference ones.
+        alt_groups, alt = _grouped(fusion, exprs, exclude, forward_binary=False)
+        if _plan_cost(alt) < _plan_cost(segs):
+            groups, segs = alt_groups, alt
     if len(segs) == 1 and segs[0].kind == "reference":
         return SegmentedFusion(fusion, (_whole(fusion, exprs, "reference", None, why),), why)
     forwarded = tuple(e for e in exprs if any(e in s.exprs for s in segs)
@@ -162,37 +167,66 @@ def segment(fusion, exclude: dict | None = None) -> SegmentedFusion:
     return SegmentedFusion(fusion, tuple(segs), why, forwarded)
 
 
-def _forwarded(fusion, exprs) -> tuple[set, dict]:
+def _grouped(fusion, exprs, exclude, forward_binary: bool):
+    groups = _Grouping(fusion, exprs, exclude, forward_binary)
+    groups.merge_kernels()
+    groups.settle_leftovers()
+    return groups, groups.segments()
+
+
+def _plan_cost(segs) -> tuple:
+    """Reference segments, then segments: the plan of two segmentations to keep."""
+    return sum(s.kind == "reference" for s in segs), len(segs)
+
+
+def _forwarded(fusion, exprs, forward_binary: bool = True) -> tuple[set, dict]:
     """Indices in `exprs` of the forwarded ops, and the input views: index of the reshape ->
     the fusion input it views (see the module docstring)."""
     reads = {}
     for k, e in enumerate(exprs):
         for i in e.inputs:
             reads.setdefault(i, []).append(e)
-    # A tensor a forwarded chain may start from -> the segment input it is computed from (a
-    # fusion input, or a view's result).
+    # A tensor a forwarded unary chain may start from -> the segment input it is computed from
+    # (a fusion input, or a view's result): what a view may be taken of.
     source = {v: v for v in fusion.inputs if isinstance(v, TensorView)}
+    # A tensor forwarded ops may read -> the full-size segment inputs it is computed from (a
+    # broadcast's result counts as none: it is no larger than its input, which the broadcast
+    # spreads over more elements).
+    full = {v: frozenset((v,)) for v in source}
     out, views = set(), {}
     for k, e in enumerate(exprs):          # topological: a chain's producers come first
-        if not e.inputs or e.inputs[0] not in source:
+        tensors = [i for i in e.inputs if isinstance(i, TensorView)]
+        if not tensors or not all(i in full for i in tensors):
             continue
         o = e.outputs[0]
         if isinstance(e, ReshapeOp):
+            if e.inputs[0] not in source:
+                continue
             x = source[e.inputs[0]]
             if (x in fusion.inputs and _is_dense_input(x) and o not in fusion.outputs
                     and (e.inputs[0] is x or not any(_needs_stored(u, o)
                                                      for u in reads.get(o, ())))):
                 views[k] = x
                 source[o] = o
-            continue
-        if not is_forwardable(e):
+                full[o] = frozenset((o,))
             continue
         if o in fusion.outputs or any(has_library_implementation(u) for u in reads.get(o, ())):
             continue
         # Its consumers may be forwarded too; not those of an op some segment writes (they
         # would read it before the segment writing it ran: forwarded ops are in no group, so
         # the order of segments knows nothing of what they read).
-        source[o] = source[e.inputs[0]]
+        if is_forwardable(e):
+            if e.inputs[0] in source:
+                source[o] = source[e.inputs[0]]
+            full[o] = full[e.inputs[0]]
+        elif isinstance(e, BroadcastOp) and forward_binary:
+            full[o] = frozenset()
+        elif (forward_binary and is_forwardable_binary(e)
+              and len(frozenset().union(*(full[i] for i in tensors))) <= 1):
+            # Recomputing it reads at most one full-size tensor, as reading it would.
+            full[o] = frozenset().union(*(full[i] for i in tensors))
+        else:
+            continue
         out.add(k)
     return out, views
 
@@ -233,7 +267,7 @@ def _whole(fusion, exprs, kind, choice, why: str = "") -> Segment:
 
 # Grouping ---------------------------------------------------------------------------------------
 class _Grouping:
-    def __init__(self, fusion, exprs, exclude: dict | None = None):
+    def __init__(self, fusion, exprs, exclude: dict | None = None, forward_binary: bool = True):
         self.fusion = fusion
         self.exprs = exprs
         self.exclude = exclude
@@ -245,7 +279,8 @@ class _Grouping:
                     self.producer[o] = k
         self.outputs = set(fusion.outputs)
         # Forwarded ops are in no group: the groups reading them take copies (`with_forwarded`).
-        self.forwarded, views = _forwarded(fusion, exprs)
+        self.forwarded, views = _forwarded(fusion, exprs, forward_binary)
+        self.forwarded_binary = any(not is_forwardable(exprs[k]) for k in self.forwarded)
         # A view's result -> (the fusion input it views, the forwarded ops between them): the
         # segments reading it read the view and apply those ops (_sub_fusion).
         self.view_of = {exprs[k].outputs[0]: (x, _chain(exprs[k].inputs[0], x))
@@ -361,6 +396,7 @@ class _Grouping:
                 if self.kind[a] == "kernel" and self.kind[b] == "kernel":
                     saved = sum(_bytes(t) for t in ts)
                     cands.append((-saved, min(self.members[a]), min(self.members[b]), a, b))
+            cands += self._sibling_reductions(edges)
             cands.sort()
             merged = False
             for *_, a, b in cands:
@@ -373,6 +409,33 @@ class _Grouping:
                 break
             if not merged:
                 return
+
+    def _sibling_reductions(self, edges) -> list:
+        """Merge candidates of two kernel groups with reductions, neither feeding the other,
+        that read a tensor in common: merged, one kernel reads it once (as nvFuser's horizontal
+        merge of reductions). BatchNorm backward's sum(dy) and sum(dy * x_hat) are two
+        reduction kernels reading dy otherwise. Ranked with the other merges by the bytes of
+        the tensors they share."""
+        linked = {frozenset(pair) for pair in edges}
+        reads = {}
+        for g, members in self.members.items():
+            if self.kind[g] != "kernel" or not any(
+                    isinstance(self.exprs[k], ReductionOp) for k in members):
+                continue
+            reads[g] = {i for k in self.with_forwarded(members) for i in self.exprs[k].inputs
+                        if isinstance(i, TensorView) and (i in self.fusion.inputs
+                                                          or self.producer.get(i) is not None
+                                                          and self.group_of[self.producer[i]]
+                                                          != g)}
+        out = []
+        groups = sorted(reads)
+        for x, a in enumerate(groups):
+            for b in groups[x + 1:]:
+                shared = reads[a] & reads[b]
+                if shared and frozenset((a, b)) not in linked:
+                    saved = sum(_bytes(t) for t in shared)
+                    out.append((-saved, min(self.members[a]), min(self.members[b]), a, b))
+        return out
 
     def settle_leftovers(self) -> None:
         """Kernel groups no scheduler takes become reference groups; cheap-op groups join a

@@ -2158,12 +2158,24 @@ def random_options(rng: random.Random, pattern: str) -> dict:
 def generate(seed: int, index: int, max_elements: int = DEFAULT_MAX_ELEMENTS,
              pattern: str | None = None) -> dict:
     """The spec of case (seed, index): the same arguments always give the same spec."""
-    rng = random.Random(f"pyfuser-fuzz:{seed}:{index}")
-    if pattern is None:
-        names = list(PATTERNS)
-        pattern = rng.choices(names, [PATTERNS[n][0] for n in names])[0]
-    b = Builder(rng, max_elements, random.Random(f"pyfuser-fuzz-float8:{seed}:{index}"))
-    PATTERNS[pattern][1](b)
+    for attempt in range(8):
+        # A draw over the element budget (an axis used twice by one tensor, through an
+        # expanded dim, which Builder.fit counts once: 20263106:43) is drawn again from a
+        # derived seed: the same arguments still give the same spec.
+        tail = f":{attempt}" if attempt else ""
+        rng = random.Random(f"pyfuser-fuzz:{seed}:{index}{tail}")
+        name = pattern
+        if name is None:
+            names = list(PATTERNS)
+            name = rng.choices(names, [PATTERNS[n][0] for n in names])[0]
+        b = Builder(rng, max_elements, random.Random(f"pyfuser-fuzz-float8:{seed}:{index}{tail}"))
+        try:
+            PATTERNS[name][1](b)
+            break
+        except GenError as e:
+            if "over the budget" not in str(e) or attempt == 7:
+                raise
+    pattern = name
     if not b.outputs and not b.aliases:
         raise GenError(f"case {seed}:{index} ({pattern}) has no outputs")
     spec = b.spec(seed, index, pattern)

@@ -209,3 +209,23 @@ def test_inputs_of_fewer_dims_are_read_by_the_reduction_kernel(case, dtype):
             fd.add_output(fd.ops.add(fd.ops.mul(trm, 0.9), fd.ops.mul(mean, 0.1)))
             inputs = [x, rm]
     run_and_check(fd, inputs, scheduler="reduction")
+
+
+@pytest.mark.parametrize("dims, shape", [([1], (37, 2 ** 20 + 3)), ([0], (2 ** 18 + 5, 96)),
+                                         ([0, 1], (1001, 4097))], ids=["inner", "outer", "full"])
+def test_several_reductions_split_over_blocks(dims, shape):
+    """sum, max and sum of squares of one input, each split over blockIdx.y: the block last
+    for the first grid reduction waits for the partials of the others and combines them too
+    (the last block of each had been its own, and the outputs were written by the last one's).
+    Three calls: the semaphores are reset by every launch."""
+    with FusionDefinition() as fd:
+        tx = fd.define_tensor([-1, -1], dtype=DataType.BFloat16)
+        xf = fd.ops.cast(tx, DataType.Float)
+        fd.add_output(fd.ops.sum(xf, dims))
+        fd.add_output(fd.ops.max(xf, dims))
+        fd.add_output(fd.ops.sum(fd.ops.mul(xf, xf), dims))
+    for seed in range(3):
+        g = torch.Generator(device="cuda").manual_seed(seed)
+        x = (torch.randn(shape, device="cuda", generator=g) + 0.5).bfloat16()
+        run_and_check(fd, [x], scheduler="reduction")
+        assert fd.last_run.heuristics[0].grid_split > 1, fd.last_run

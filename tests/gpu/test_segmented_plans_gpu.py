@@ -77,3 +77,50 @@ def test_a_plan_on_another_stream_gets_buffers_of_its_own():
     ptrs = [{t.data_ptr() for step in b if step for t in step if t is not None}
             for b in (first, second)]
     assert ptrs[0] and not ptrs[0] & ptrs[1]
+
+
+def _batchnorm_bwd(x):
+    """BatchNorm training backward (dx in x's memory format, dw, db) from the saved mean and
+    rstd: x_hat is forwarded into both segments, sum(dy) and sum(dy * x_hat) share one kernel."""
+    channels_last = x.is_contiguous(memory_format=torch.channels_last) and x.dim() == 4 \
+        and not x.is_contiguous()
+    n = x.numel() // x.shape[1]
+    with FusionDefinition() as fd:
+        tx, tdy = fd.from_pytorch(x), fd.from_pytorch(x)
+        tw, tm, tr = (fd.define_tensor([x.shape[1]]) for _ in range(3))
+        xf, dyf = fd.ops.cast(tx, F32), fd.ops.cast(tdy, F32)
+        xhat = fd.ops.mul(fd.ops.sub(xf, fd.ops.broadcast(tm, PER_CHANNEL)),
+                          fd.ops.broadcast(tr, PER_CHANNEL))
+        db = fd.ops.sum(dyf, [0, 2, 3])
+        dw = fd.ops.sum(fd.ops.mul(dyf, xhat), [0, 2, 3])
+        inner = fd.ops.sub(fd.ops.sub(dyf, fd.ops.broadcast(fd.ops.mul(db, 1.0 / n), PER_CHANNEL)),
+                           fd.ops.mul(xhat, fd.ops.broadcast(fd.ops.mul(dw, 1.0 / n),
+                                                             PER_CHANNEL)))
+        dx = fd.ops.cast(fd.ops.mul(inner, fd.ops.broadcast(fd.ops.mul(tr, tw), PER_CHANNEL)),
+                         BF16)
+        fd.add_output(fd.ops.stride_order(dx, [3, 0, 2, 1]) if channels_last else dx)
+        fd.add_output(dw)
+        fd.add_output(db)
+    return fd
+
+
+@pytest.mark.parametrize("channels_last", [False, True], ids=["nchw", "nhwc"])
+@pytest.mark.parametrize("shape", [(3, 40, 9, 13), (32, 256, 56, 56)])
+def test_batchnorm_backward_runs_a_reduction_kernel_and_a_pointwise_kernel(shape, channels_last):
+    g = torch.Generator(device="cuda").manual_seed(11)
+    x, dy = (torch.randn(shape, device="cuda", generator=g).bfloat16() for _ in range(2))
+    if channels_last:
+        x, dy = (t.contiguous(memory_format=torch.channels_last) for t in (x, dy))
+    mean = x.float().mean((0, 2, 3))
+    rstd = torch.rsqrt(x.float().var((0, 2, 3), unbiased=False) + 1e-5)
+    w = torch.rand(shape[1], device="cuda", generator=g) + 0.5
+    fd = _batchnorm_bwd(x)
+    if channels_last and shape[0] * shape[2] * shape[3] < 4096:
+        # The image's rows fit on chip: the outer persistent scheduler takes it whole.
+        run_and_check(fd, [x, dy, w, mean, rstd], scheduler="outer_persistent")
+    else:
+        run_and_check(fd, [x, dy, w, mean, rstd], kernels=2,
+                      segments=(("kernel", "reduction"), ("kernel", "pointwise")))
+    if channels_last:
+        assert fd.execute([x, dy, w, mean, rstd])[0].is_contiguous(
+            memory_format=torch.channels_last)

@@ -169,8 +169,8 @@ FULL_REDUCTION_PLANS = {
     "broadcast_back": (("kernel", "reduction"), ("kernel", "pointwise")),
     # sum(x) and sum(x) * 2: a rank-0 epilogue of the reduction kernel.
     "scalar_and_its_double": (),
-    # sum(x) and max(x): the reduction scheduler takes one reduction per kernel.
-    "two_scalars": (("kernel", "reduction"), ("kernel", "reduction")),
+    # sum(x) and max(x): one reduction kernel, each reduction with its own partials.
+    "two_scalars": (),
 }
 
 

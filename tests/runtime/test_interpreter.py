@@ -504,36 +504,28 @@ def test_shared_row_slots_are_read_within_their_rows():
 
 @pytest.mark.parametrize("shape, dims", [((4000, 64), [0]), ((37, 1003), [0, 1]),
                                          ((3, 200000), [1])])
-def test_each_grid_reduction_elects_its_own_last_block(shape, dims, monkeypatch):
+@pytest.mark.parametrize("follow", [True, False], ids=["follow", "elect"])
+def test_each_grid_reduction_elects_its_own_last_block(shape, dims, follow, monkeypatch):
     """On a GPU the last block to reach a grid reduction's semaphore is any block, and two grid
     reductions of one kernel may elect different ones; only the elected block holds each
     result. The interpreter elects a different block for each grid reduction of a launch, so
-    a kernel that writes the first one's result where the second elected (two sums over
-    blocks in one reduction kernel, each rfactored: a schedule tried and reverted this
-    session, 363b3a6) gives wrong values here, as it would on the GPU, not only there."""
-    from pyfuser.schedule import transform_propagation
-    from pyfuser.schedule.schedulers import reduction
+    a kernel that writes the first one's result where the second elected gives wrong values
+    here, as it would on the GPU, not only there: two sums over blocks in one reduction kernel,
+    with the second grid reduction electing its own block (`_follow_the_first_last_block` off;
+    a schedule tried and reverted in 363b3a6 for this). Following the first's last block, as
+    lowered now, they are right."""
+    from pyfuser.lower import reductions
     from pyfuser.testing import run_and_check
-
-    rfactor = reduction.rfactor
-
-    def rfactor_every_reduction(tv, axes):
-        others = [r for r in reduction.reduction_tensors(tv.fusion) if r is not tv]
-        reached = set(transform_propagation.propagate_transforms(tv)) if others else set()
-        rf = rfactor(tv, axes)
-        for r in others:
-            if r in reached:
-                rfactor(r, axes)
-        return rf
-    monkeypatch.setattr(reduction, "rfactor", rfactor_every_reduction)
-    takes = reduction.can_schedule
-    monkeypatch.setattr(reduction, "can_schedule", lambda f: (True, "two reductions")
-                        if "reductions in one fusion" in takes(f)[1] else takes(f))
+    if not follow:
+        monkeypatch.setattr(reductions, "_follow_the_first_last_block", lambda kernel: None)
     x = torch.randn(shape)
     with FusionDefinition() as fd:
         t = fd.from_pytorch(x)
         fd.add_output(fd.ops.sum(t, dims))
         fd.add_output(fd.ops.sum(fd.ops.mul(t, t), dims))
-    with pytest.raises(AssertionError, match="relative error"):
+    if follow:
         run_and_check(fd, [x], scheduler="reduction", options={"enable": ["interpret"]})
+    else:
+        with pytest.raises(AssertionError, match="relative error"):
+            run_and_check(fd, [x], scheduler="reduction", options={"enable": ["interpret"]})
     assert fd.last_run.heuristics[0].grid_split > 1

@@ -195,13 +195,43 @@ def test_accepts_full_reductions(shape, dims):
     assert reduction.can_schedule(fd.fusion) == (True, "full reduction, results not broadcast back")
 
 
-def test_refuses_several_reductions():
+def test_takes_several_reductions_of_the_same_dims():
     with FusionDefinition() as fd:
         x = fd.define_tensor([-1, -1])
         fd.add_output(fd.ops.sum(x, [1]))
         fd.add_output(fd.ops.max(x, [1]))
-    assert reduction.can_schedule(fd.fusion) == (
-        False, "2 reductions in one fusion are not supported yet")
+    assert reduction.can_schedule(fd.fusion) == (True, "inner reduction, results not broadcast back")
+
+
+@pytest.mark.parametrize("dims, params", [
+    ([1], ReductionParams(True, 4, 32, 2, 2, (0,), grid_split=4)),
+    ([0], ReductionParams(False, 4, 8, 16, 2, (0,), grid_split=4)),
+    ([0, 1], ReductionParams(True, 4, 64, 1, 2, (0,), grid_split=5, full=True)),
+], ids=["inner", "outer", "full"])
+def test_several_reductions_split_over_blocks(dims, params):
+    """sum(x), max(x) and sum(x * x) of one input, each split over blockIdx.y: every reduction
+    writes its own partials to the workspace and the last block combines each of them."""
+    x = torch.randn(36, 1000) + 0.5
+    with FusionDefinition() as fd:
+        tx = fd.define_tensor([-1, -1])
+        fd.add_output(fd.ops.sum(tx, dims))
+        fd.add_output(fd.ops.max(tx, dims))
+        fd.add_output(fd.ops.sum(fd.ops.mul(tx, tx), dims))
+    assert reduction.can_schedule(fd.fusion)[0]
+    run_and_check(fd, [x], scheduler="reduction",
+                  options={"enable": ["interpret"], "heuristic": params})
+
+
+def test_refuses_reductions_of_unrelated_tensors():
+    """Two sums over dim 1 of two inputs: as many dims, not the same dims (their extents may
+    differ), so the first reduction's loops are not the second's."""
+    with FusionDefinition() as fd:
+        x = fd.define_tensor([-1, -1])
+        y = fd.define_tensor([-1, -1])
+        fd.add_output(fd.ops.sum(x, [1]))
+        fd.add_output(fd.ops.sum(y, [1]))
+    ok, why = reduction.can_schedule(fd.fusion)
+    assert not ok and "reduce tensors of different dims" in why, why
 
 
 @pytest.mark.parametrize("dim", [0, 1])
@@ -276,6 +306,51 @@ def test_takes_inputs_of_fewer_dims_over_kept_or_reduced_dims(build, shapes):
         build(fd, *(fd.from_pytorch(t) for t in inputs))
     assert reduction.can_schedule(fd.fusion)[0]
     run_and_check(fd, inputs, scheduler="reduction", options={"enable": ["interpret"]})
+
+
+@pytest.mark.parametrize("shape", [(32, 256, 56, 56), (3, 16, 7, 9)])
+def test_per_channel_fp32_inputs_keep_16_byte_loads_of_a_bf16_image(shape):
+    """sum((x - mean[C]) * dy) over N, H, W of channels-last bf16 images (BatchNorm backward's
+    statistics): the fp32 mean, read once per column, is read in two 4-wide loads; the images
+    keep 8-wide (16-byte) loads (it had halved the width of every access: vector 4)."""
+    x, dy = (torch.randn(shape).bfloat16().contiguous(memory_format=torch.channels_last)
+             for _ in range(2))
+    mean = torch.randn(shape[1])
+    with FusionDefinition() as fd:
+        tx, tdy, tm = (fd.from_pytorch(t) for t in (x, dy, mean))
+        xf = fd.ops.sub(fd.ops.cast(tx, "float32"), fd.ops.broadcast(tm, [True, False, True, True]))
+        fd.add_output(fd.ops.sum(fd.ops.mul(xf, fd.ops.cast(tdy, "float32")), [0, 2, 3]))
+    st = Setup(fd, [x, dy, mean], "h100", 16)
+    p = reduction.compute_heuristics(st.fusion, st.info)
+    assert not p.inner and p.vector == 8 and p.vector_inputs == (0, 1, 2), p
+    if shape[0] < 8:
+        run_and_check(fd, [x, dy, mean], scheduler="reduction", options={"enable": ["interpret"]})
+
+
+@pytest.mark.parametrize("channels_last", [False, True], ids=["nchw", "nhwc"])
+def test_two_streamed_inputs_share_the_loads_of_a_step(channels_last):
+    """BatchNorm backward's sum(dy) and sum(dy * (x - mean) * rstd): x and dy are read at every
+    serial step, so each gets 2 unrolled loads (LOADS_PER_STEP 4 shared; measured best over 4),
+    and the NCHW rows are not split over blocks for it (the split lost, H200); mean and rstd
+    [C] are not read per step and do not count. One input keeps 4."""
+    fmt = torch.channels_last if channels_last else torch.contiguous_format
+    x, dy = (torch.empty(32, 256, 56, 56, dtype=torch.bfloat16).contiguous(memory_format=fmt)
+             for _ in range(2))
+    mean, rstd = torch.empty(256), torch.empty(256)
+    per_channel = [True, False, True, True]
+    for streamed in (1, 2):
+        with FusionDefinition() as fd:
+            tx, tdy, tm, tr = (fd.from_pytorch(t) for t in (x, dy, mean, rstd))
+            xhat = fd.ops.mul(fd.ops.sub(fd.ops.cast(tx, "float32"),
+                                         fd.ops.broadcast(tm, per_channel)),
+                              fd.ops.broadcast(tr, per_channel))
+            if streamed == 2:
+                xhat = fd.ops.mul(xhat, fd.ops.cast(tdy, "float32"))
+            fd.add_output(fd.ops.sum(xhat, [0, 2, 3]))
+        st = Setup(fd, [x, dy, mean, rstd], "h200", 16)
+        p = reduction.compute_heuristics(st.fusion, st.info)
+        assert p.unroll == (4 if streamed == 1 else 2), p
+        assert p.grid_split == (64 if channels_last else 1), p
 
 
 def test_refuses_an_input_of_fewer_dims_over_reduced_and_kept_dims():

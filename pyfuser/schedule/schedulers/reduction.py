@@ -48,9 +48,9 @@ from ...ir.tensor import TensorView
 from .. import (inline_at, inline_most, parallelize_like,
                 propagate_transforms, rfactor)
 from ..inlining import _upstream
-from .base import (RuntimeInfo, SchedulerError, cache_inputs_and_outputs, orient_vector_inputs,
-                   own_copy, reduced_and_kept, reduction_tensors, vector_inputs, vector_width,
-                   vectorize)
+from .base import (RuntimeInfo, SchedulerError, cache_inputs_and_outputs, mapped_dim,
+                   orient_vector_inputs, own_copy, reduced_and_kept, reduction_tensors,
+                   vector_inputs, vector_width, vectorize)
 
 NAME = "reduction"
 
@@ -202,10 +202,14 @@ def can_schedule(fusion) -> tuple[bool, str]:
             return False, "reductions over different dims"
         if broadcast_back(fusion, r):
             return False, f"T{r.name} is broadcast back to the reduced shape (a normalization)"
-    if len(reds) > 1:
-        # schedule() rfactors only the first; the others would need registers of runtime size.
-        return False, f"{len(reds)} reductions in one fusion are not supported yet"
     graph = IdGraph(fusion)
+    for r in reds[1:]:
+        # schedule() gives every reduction the first one's loops (sum(dy) and sum(dy * x_hat)
+        # of BatchNorm backward): their dims must be the same dims, not only as many.
+        if not all(a.is_broadcast == b.is_broadcast and (a.is_broadcast or graph.mapped(a, b))
+                   for a, b in zip(r.domain.maybe_root, ref.domain.maybe_root)):
+            return False, (f"reductions T{ref.name} and T{r.name} reduce tensors of different "
+                           "dims")
     lay = layout(ref, graph)
     reduced = [i for i in ref.domain.maybe_root if i.is_reduction and not i.is_broadcast]
     for k, o in enumerate(fusion.outputs):
@@ -262,11 +266,14 @@ def compute_heuristics(fusion, info: RuntimeInfo) -> ReductionParams:
     lay = layout(red)
     red_n, iter_n = reduced_and_kept(red, lay.reduced, info)
     vec_id = vector_dim(red, lay)
-    vector = vector_width(fusion, info.extent(vec_id.extent), vec_id) if vec_id is not None else 1
+    reduced = [i for i in red.domain.maybe_root if i.is_reduction and not i.is_broadcast]
+    vector = (vector_width(fusion, info.extent(vec_id.extent), vec_id, along_all=reduced)
+              if vec_id is not None else 1)
     vec_inputs = vector_inputs(fusion, info, vector, vec_id) if vec_id is not None else ()
     if not vec_inputs:
         vector = 1
     sms = info.device.sm_count
+    max_unroll = _max_unroll(fusion, reduced)
     if lay.full:
         return _full_heuristics(red_n, vector, vec_inputs, sms)
     if lay.inner:
@@ -275,12 +282,15 @@ def compute_heuristics(fusion, info: RuntimeInfo) -> ReductionParams:
         while bdimx < 512 and vecs >= bdimx * 2 * 4:
             bdimx *= 2
         bdimy = max(1, min(256 // bdimx, _pow2_floor(iter_n)))
-        unroll = 4 if vecs >= bdimx * 4 else (2 if vecs >= bdimx * 2 else 1)
+        unroll = min(max_unroll, 4 if vecs >= bdimx * 4 else (2 if vecs >= bdimx * 2 else 1))
         blocks = -(-iter_n // bdimy)
         # Few long rows: share each row among blocks until the grid covers the SMs twice, as
         # long as every block keeps several serial steps of work.
         split = 1
-        while blocks * split < 2 * sms and vecs // (bdimx * unroll * split * 2) >= 4:
+        # (Work counted in the loads of a single-input step: a split the unroll cap alone made
+        # room for lost, H200: two sums over 2 blocks 2431 GB/s, over 1 2712.)
+        step = unroll * (LOADS_PER_STEP // max_unroll)
+        while blocks * split < 2 * sms and vecs // (bdimx * step * split * 2) >= 4:
             split *= 2
         return ReductionParams(True, vector, bdimx, bdimy, unroll, vec_inputs, split)
     # Outer: rows of 32 x 16-byte vectors per block (512 contiguous bytes, full DRAM bursts);
@@ -289,13 +299,14 @@ def compute_heuristics(fusion, info: RuntimeInfo) -> ReductionParams:
     # unroll 4, 16 blocks per column tile: 2345 GB/s; 32x8: 2215; 128x2: 2053.
     cols = max(1, iter_n // vector)
     if FEW_COLUMNS[0] <= cols <= FEW_COLUMNS[1] and FEW_COLUMNS_RULE:
-        return _few_columns(red_n, cols, vector, vec_inputs, sms)
+        return _few_columns(red_n, cols, vector, vec_inputs, sms, max_unroll)
     bdimx = min(64, _pow2_floor(cols))
     bdimy = max(1, min(512 // bdimx, _pow2_floor(red_n)))
-    unroll = 4 if red_n >= bdimy * 4 else 1
+    unroll = max_unroll if red_n >= bdimy * max_unroll else 1
     tiles = -(-cols // bdimx)
     split = 1
-    while 2 * tiles * split < 3 * sms and red_n // (bdimy * unroll * split * 2) >= 4:
+    step = unroll * (LOADS_PER_STEP // max_unroll)
+    while 2 * tiles * split < 3 * sms and red_n // (bdimy * step * split * 2) >= 4:
         split *= 2
     return ReductionParams(False, vector, bdimx, bdimy, unroll, vec_inputs, split)
 
@@ -306,7 +317,26 @@ FEW_COLUMNS = (16, 64)
 FEW_COLUMNS_RULE = True
 
 
-def _few_columns(red_n: int, cols: int, vector: int, vec_inputs, sms: int) -> ReductionParams:
+# Vector loads in flight per thread per serial step, over the inputs read at every step: 4 of
+# one input (the sweeps below), 2 each of two. BatchNorm backward's sums of dy and dy * x_hat
+# of a channels-last [32, 256, 56, 56] (H200, tools/sweep_bn_stats.py --backward,
+# bench/results/2026-11-29/h200-sweep-bn-backward-sums.txt): unroll 4 1325-1329 GB/s, 2
+# 1657-1681, 1 1768, 8 943; of an NCHW one 2654 / 2712 / - (unroll 4 / 2, one block a row).
+# One input (BatchNorm forward's sum): unroll 4 2335 (NCHW) and 1625 (NHWC) GB/s, 2 2015, 1587.
+LOADS_PER_STEP = 4
+
+
+def _max_unroll(fusion, reduced) -> int:
+    """LOADS_PER_STEP shared among the inputs that iterate every reduced dim (read at every
+    serial step; an input over the kept dims only, such as a per-column mean, is not)."""
+    graph = IdGraph(fusion)
+    streamed = sum(1 for v in fusion.inputs if isinstance(v, TensorView)
+                   and all(mapped_dim(v, r, graph) is not None for r in reduced))
+    return _pow2_floor(max(1, LOADS_PER_STEP // max(1, streamed)))
+
+
+def _few_columns(red_n: int, cols: int, vector: int, vec_inputs, sms: int,
+                 max_unroll: int = LOADS_PER_STEP) -> ReductionParams:
     """Few columns (BatchNorm's statistics of a channels-last image: 256 channels, N * H * W =
     100352 rows): 1024-thread blocks of 16 column vectors (256-byte row segments) by 64 rows,
     the rows split among blocks until the grid is about one block per SM. Swept on the H100 for
@@ -318,10 +348,11 @@ def _few_columns(red_n: int, cols: int, vector: int, vec_inputs, sms: int) -> Re
     (narrower rows than 256 bytes) it lost: [8192, 64] 0.93x, [262144, 32] 0.94x."""
     bdimx = 16
     bdimy = max(1, min(1024 // bdimx, _pow2_floor(red_n)))
-    unroll = 4 if red_n >= bdimy * 4 else 1
+    unroll = max_unroll if red_n >= bdimy * max_unroll else 1
     tiles = -(-cols // bdimx)
     split = 1
-    while 2 * tiles * split <= sms and red_n // (bdimy * unroll * split * 2) >= 4:
+    step = unroll * (LOADS_PER_STEP // max_unroll)
+    while 2 * tiles * split <= sms and red_n // (bdimy * step * split * 2) >= 4:
         split *= 2
     return ReductionParams(False, vector, bdimx, bdimy, unroll, vec_inputs, split)
 
@@ -437,7 +468,8 @@ def schedule(fusion, p: ReductionParams) -> None:
     caches, _ = cache_inputs_and_outputs(fusion)
     reds = reduction_tensors(fusion)
     red = reds[0]
-    _own_copies_beside_the_reduction(fusion, red)
+    for r in reds:
+        _own_copies_beside_the_reduction(fusion, r)
     g = p.grid_split
     if p.full:
         # [R] -> [G, R/(G*V*Bx*U), U, Bx, V]; blockIdx.y takes G (the grid-split inner
@@ -450,7 +482,7 @@ def schedule(fusion, p: ReductionParams) -> None:
         red.parallelize(3, PT.TIDx)
         if g > 1:
             red.parallelize(0, PT.BIDy)
-        rf = rfactor(red, [1, 2, 4])
+        rf_axes = [1, 2, 4]
         unroll_axis = 2
     elif p.inner:
         _merge_dims(red, list(lay.reduced), list(lay.kept))
@@ -464,7 +496,7 @@ def schedule(fusion, p: ReductionParams) -> None:
         red.parallelize(0, PT.BIDx).parallelize(1, PT.TIDy).parallelize(5, PT.TIDx)
         if g > 1:
             red.parallelize(2, PT.BIDy)
-        rf = rfactor(red, [3, 4, 6])
+        rf_axes = [3, 4, 6]
         unroll_axis = 4
     else:
         _merge_dims(red, list(lay.reduced), list(lay.kept))
@@ -477,9 +509,14 @@ def schedule(fusion, p: ReductionParams) -> None:
         red.parallelize(0, PT.BIDx).parallelize(4, PT.TIDy).parallelize(5, PT.TIDx)
         if g > 1:
             red.parallelize(1, PT.BIDy)
-        rf = rfactor(red, [2, 3])
+        rf_axes = [2, 3]
         unroll_axis = 3
-    propagate_transforms(rf)
+    # Every reduction of the same dims (can_schedule) gets the first one's loops and its own
+    # partials over the same axes. Forced onto another fusion, a reduction the propagation
+    # does not reach keeps its serial loops (one thread each: correct, slow).
+    propagate_transforms(red)
+    rf = [rfactor(r, rf_axes) for r in reds
+          if r is red or len(r.domain.loop) == len(red.domain.loop)][0]
     parallelize_like(rf, parallel_types={PT.BIDx, PT.BIDy, PT.TIDx, PT.TIDy})
     if p.vector > 1:
         for k in p.vector_inputs:
