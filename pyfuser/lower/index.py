@@ -148,10 +148,11 @@ def _contiguous_runs(ctx, tv: TensorView, known: dict) -> list:
     each other, that the loops index through one merge of them: a run's offset is the merged
     index times the stride of its innermost dim (hw * s_w, not hw / W * s_h + hw % W * s_w: no
     division). An output the executor allocates is dense, so any such run qualifies. An input's
-    run must end at its unit-stride innermost dim: there the contiguity check of inputs makes
-    each dim's stride the product of the extents inside it, whatever stride torch gave a dim of
-    size 1 (its index is 0, and so is its part of the merged index); elsewhere a size-1 dim's
-    stride says nothing."""
+    run must lie in the contiguous tail of its allocation that ends at its unit-stride innermost
+    dim: there the contiguity check of inputs makes each dim's stride the product of the
+    extents inside it, whatever stride torch gave a dim of size 1 (its index is 0, and so is
+    its part of the merged index), and the run's stride is that product; elsewhere a size-1
+    dim's stride says nothing."""
     ig = ctx.index_graph
     logical = tv.domain.logical_no_reductions
     strides = ctx.strides.get(tv)
@@ -160,13 +161,24 @@ def _contiguous_runs(ctx, tv: TensorView, known: dict) -> list:
     if strides is None or len(alloc) < 2:
         return []
     dense = executor_allocated(tv)
+    last = strides[logical.index(alloc[-1][0])]
+    unit_tail = isinstance(last, K.Const) and last.value == 1
     runs = []
     j = len(alloc) - 1
     while j > 0:
         inner = alloc[j][0]
         stride = strides[logical.index(inner)]
-        if not dense and not (j == len(alloc) - 1 and isinstance(stride, K.Const)
-                              and stride.value == 1):
+        if not dense and j < len(alloc) - 1:
+            # A run inside an input's contiguous tail (the N, H, W rows of a channels-last
+            # image, C inside them): the contiguity check makes its innermost dim's stride the
+            # product of the extents inside it, which the kernel has (not the stride torch
+            # passed, which says nothing for a dim of size 1).
+            if not (unit_tail and all(c for _, c in alloc[j:])):
+                break
+            stride = K.Const(1)
+            for i, _ in alloc[j + 1:]:
+                stride = K.mul(stride, scalar_to_kexpr(i.extent, ctx.names))
+        elif not dense and not unit_tail:
             break
         group, dims = ig.g.group(inner), [inner]
         k = j - 1

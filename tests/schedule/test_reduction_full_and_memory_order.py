@@ -315,3 +315,29 @@ def test_full_reduction_compiles_clean_for_sm90a():
     rep = mod.ptxas
     assert (rep.spill_store_bytes, rep.spill_load_bytes, rep.stack_frame_bytes) == (0, 0, 0), \
         rep.summary()
+
+
+@pytest.mark.parametrize("shape", [(2, 16, 5, 7), (2, 16, 1, 7), (1, 16, 5, 7), (1, 16, 1, 7)])
+def test_a_channels_last_image_is_read_at_its_row_index(shape):
+    """The N, H, W rows of a channels-last input lie in its contiguous tail (C innermost, unit
+    stride): the merged row index times C addresses them, with no division or remainder per
+    load (it was row / (H * W) * s_n + row % (H * W) / W * s_h + row % W * s_w, runtime strides).
+    A dim of size 1 may carry any stride in torch: the run's stride is the product of the
+    extents inside it, not torch's, so the kernel reads the right elements for those too."""
+    base = torch.randn(*shape).to(memory_format=torch.channels_last)
+    n, c, h, w = shape
+    # Odd strides on size-1 dims N and H (torch says nothing of them; the contiguity check
+    # allows them), the others channels-last. (A size-1 W with an odd stride reads as another
+    # stride order to from_pytorch: W innermost.)
+    strides = [h * w * c, 1, w * c, c]
+    for d in (0, 2):
+        if shape[d] == 1:
+            strides[d] = 1000 + d
+    x = base.as_strided(shape, strides)
+    fd = prologue_reduction(x, [0, 2, 3])
+    seg, = fd.explain([x]).segments
+    source = seg.kernel.kernel.source
+    loads = [ln.split("&T0[", 1)[1] for ln in source.splitlines() if "&T0[" in ln]
+    assert loads and all("/" not in a and "%" not in a for a in loads), loads
+    run_and_check(fd, [x], scheduler="reduction", options=INTERPRET)
+    assert not fd.last_run.heuristics[0].inner
