@@ -58,13 +58,30 @@ def _follow_the_first_last_block(kernel) -> None:
     several reductions in one kernel (sum(dy) and sum(dy * x_hat) of BatchNorm backward, split
     over blockIdx.y)."""
     first = {}
-    for s in K.walk(kernel.body):
-        if isinstance(s, K.GridReduce):
+    for body in _bodies(kernel.body):
+        for s in body:
+            if not isinstance(s, K.GridReduce):
+                continue
             key = tuple(sorted(s.dims))
-            if key in first:
-                s.follows_last_block = True
-            else:
-                first[key] = s
+            if key not in first:
+                first[key] = (s, body)
+                continue
+            if first[key][1] is not body:
+                # Under another loop or branch, the first one's last block may not reach it
+                # (or reach it more often): no block would hold both results.
+                raise LoweringError(f"T{first[key][0].tv.name} and T{s.tv.name} are reduced over "
+                                    f"blockIdx.{','.join(key)} in different scopes; one last "
+                                    "block cannot combine both")
+            s.follows_last_block = True
+
+
+def _bodies(body: list):
+    """`body` and every statement list nested in it, outer first."""
+    yield body
+    for s in body:
+        for f, role in K.STMT_KINDS[type(s)].items():
+            if role == K.BODY:
+                yield from _bodies(getattr(s, f))
 
 
 def _visit(body: list, parents: list, kernel) -> None:

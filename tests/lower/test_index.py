@@ -330,3 +330,26 @@ def test_a_divisible_split_replayed_onto_another_extent_is_guarded():
     split = f.inputs[0].domain.loop[0].definition
     assert split.is_divisible and replayed_divisible(split, a.clone())
     assert not replayed_divisible(split, b)       # x's N is not y's
+
+
+@pytest.mark.parametrize("shape", [(2, 16, 5, 7), (1, 8, 1, 3)])
+def test_a_channels_last_input_in_an_outer_first_flat_loop_is_read_at_the_flat_index(shape):
+    """relu(x * scale[C]) of a channels-last x, written channels-last: the pointwise loop merges
+    its dims outermost first, ((N * H) * W) * C, so no inner-first merge (W * C) of them exists;
+    x's run N, H, W, C is still the loop's merged index (any association of a run's merges, as
+    (N * H) * W over the rows of a channels-last reduction): no division or remainder in x's
+    loads (there were three of each). Checked on the interpreter against float64."""
+    from pyfuser.catalogue import CHANNELS_LAST
+    from pyfuser.testing import run_and_check
+    x = torch.randn(*shape).to(memory_format=torch.channels_last)
+    scale = torch.rand(shape[1]) + 0.5
+    with FusionDefinition() as fd:
+        tx, ts = fd.from_pytorch(x), fd.from_pytorch(scale)
+        y = fd.ops.relu(fd.ops.mul(tx, fd.ops.broadcast(ts, [True, False, True, True])))
+        fd.add_output(fd.ops.stride_order(y, CHANNELS_LAST))
+    seg, = fd.explain([x, scale]).segments
+    source = seg.kernel.kernel.source
+    loads = [ln.split("&T0[", 1)[1].split("]);")[0] for ln in source.splitlines() if "&T0[" in ln]
+    loads += [ln.split("= T0[", 1)[1].split("];")[0] for ln in source.splitlines() if "= T0[" in ln]
+    assert loads and all("/" not in a and "%" not in a for a in loads), loads
+    run_and_check(fd, [x, scale], scheduler="pointwise", options={"enable": ["interpret"]})
