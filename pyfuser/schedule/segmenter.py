@@ -8,7 +8,9 @@ memory go first: the bytes of the tensors between the two groups, their dtype's 
 extents that are known (1024 for each symbolic one, so that a dim counts for more than a
 dtype's size). A merge is illegal when the two groups are also connected through a third one
 (the merged group would both feed and read it), and across the output of a BOUNDARY_OPS op
-(fd.ops.segment_set).
+(fd.ops.segment_set). Two groups with reductions that read a tensor in common, neither feeding
+the other, are candidates too, ranked by the bytes they share (nvFuser's horizontal merge of
+reductions: BatchNorm backward's sum(dy) and sum(dy * x_hat) in one kernel).
 
 What is left:
 - groups of library ops (op_support.LIBRARY_OPS) are segments of their own, and so is a
@@ -18,15 +20,19 @@ What is left:
   neighbours; a group of cheap ops only (broadcast, reshape, casts, ...) that no kernel
   neighbour took joins a reference neighbour rather than launching a kernel of its own.
 
-Input forwarding (as nvFuser's): a chain of cheap unary ops (op_support.FORWARDED_UNARY_OPS:
-casts, neg, abs, ...) starting at a fusion input, through forwarded ops only, is in no group. Every segment that reads a
-tensor of the chain recomputes the chain from the input, instead of one segment writing it to
-global memory and the others reading it back: amax(|x|) then x * (448 / amax) of a bf16 x
-reads x twice in bf16 rather than writing and reading an fp32 copy of it. A group is judged
-(registry.choose) with the chains it reads prepended, so the scheduler chosen for a segment
-accepts it with them. Not forwarded: an op whose result is a fusion output, or is read by a
-library op (the library call cannot recompute it); its producers in the chain still are. A
-forwarded op is the one op that may sit in several segments (`SegmentedFusion.forwarded`).
+Input forwarding (as nvFuser's, and further): cheap ops starting at fusion inputs, through
+forwarded ops only, are in no group: unary ops (op_support.FORWARDED_UNARY_OPS: casts, neg,
+abs, ...), broadcasts, and add / sub / mul (FORWARDED_BINARY_OPS) that read at most one
+full-size tensor, the others broadcasts (x_hat = (x - mean[C]) * rstd[C]). Every segment that
+reads one recomputes it from the inputs, instead of one segment writing it to global memory and
+the others reading it back: amax(|x|) then x * (448 / amax) of a bf16 x reads x twice in bf16
+rather than writing and reading an fp32 copy of it. A group is judged (registry.choose) with
+the forwarded ops it reads prepended, so the scheduler chosen for a segment accepts it with
+them; where forwarding binary ops leaves a plan of more segments (a scheduler refusing a group
+with its copy, where it took the op's own group), the plan forwarding unary ops only is kept.
+Not forwarded: an op whose result is a fusion output, or is read by a library op (the library
+call cannot recompute it); its producers still are. A forwarded op is the one op that may sit
+in several segments (`SegmentedFusion.forwarded`).
 
 Input views (as nvFuser's meta-op segments): a reshape of a dense fusion input X, directly or
 through forwarded ops, is a segment of kind "view" of its own: the plan reshapes X on the host
