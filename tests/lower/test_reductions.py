@@ -181,3 +181,30 @@ def test_block_reduce_values_index_the_first_group_element():
     k = lower_upto(f)
     br = next(s for s in K.walk(k.body) if isinstance(s, K.BlockReduce))
     assert eval_expr(br.values[0].index, {"blockIdx.x": 3}) == 0
+
+
+def _grid_reduce(name):
+    from types import SimpleNamespace
+    from pyfuser.ir.dtype import DataType
+    ws = K.Buffer(f"{name}_ws", DataType.Float, "global")
+    sem = K.Buffer(f"{name}_sem", DataType.Int32, "global")
+    node = K.GridReduce([], "sum", DataType.Float, ("y",), ws, sem, None, ("x",))
+    node.tv = SimpleNamespace(name=name)
+    return node
+
+
+def test_grid_reductions_over_the_same_dims_follow_the_first_last_block():
+    """The second grid reduction over blockIdx.y of a scope follows the first one's last block
+    (one block holds both results); one under a loop the first is not in cannot, and is a
+    LoweringError rather than outputs written by a block holding only one of them."""
+    from pyfuser.lower.reductions import _follow_the_first_last_block
+    from types import SimpleNamespace
+    first, second, other = _grid_reduce("T1"), _grid_reduce("T2"), _grid_reduce("T3")
+    other.dims = ("x",)
+    _follow_the_first_last_block(SimpleNamespace(body=[first, other, second]))
+    assert (first.follows_last_block, second.follows_last_block, other.follows_last_block) == (
+        False, True, False)
+    nested = _grid_reduce("T4")
+    loop = K.ForLoop(K.Var("j0", "index"), K.Const(0), K.Const(4), K.Const(1), [nested])
+    with pytest.raises(LoweringError, match="different scopes"):
+        _follow_the_first_last_block(SimpleNamespace(body=[_grid_reduce("T5"), loop]))
