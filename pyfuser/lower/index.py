@@ -163,7 +163,7 @@ def _contiguous_runs(ctx, tv: TensorView, known: dict) -> list:
     dense = executor_allocated(tv)
     last = strides[logical.index(alloc[-1][0])]
     unit_tail = isinstance(last, K.Const) and last.value == 1
-    merged = _merges_of_adjacent_dims(ig, [ig.g.group(i) for i, _ in alloc])
+    merged = ig.merges_of_adjacent([ig.g.group(i) for i, _ in alloc])
     runs = []
     j = len(alloc) - 1
     while j > 0:
@@ -195,25 +195,6 @@ def _contiguous_runs(ctx, tv: TensorView, known: dict) -> list:
         if run is None:
             j -= 1
     return runs
-
-
-def _merges_of_adjacent_dims(ig, groups: list) -> dict:
-    """(a, b) -> the ID groups that merge groups[a..b] in order, in any association: a flat
-    loop merges the dims outermost first ((N * H) * W) * C, a reduction's merge innermost
-    first N * (H * W), and both index N, H, W, C by one merged index."""
-    out = {(k, k): [g] for k, g in enumerate(groups)}
-    n = len(groups)
-    for length in range(2, n + 1):
-        for a in range(n - length + 1):
-            b = a + length - 1
-            found = []
-            for m in range(a, b):
-                for o in out.get((a, m), ()):
-                    for i in out.get((m + 1, b), ()):
-                        found += [x for x in ig.merges.get((o, i), ()) if x not in found]
-            if found:
-                out[(a, b)] = found
-    return out
 
 
 def buffer_offset(ctx, tv: TensorView, index_of_id) -> K.KExpr:

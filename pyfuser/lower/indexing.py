@@ -220,6 +220,24 @@ class IndexGraph:
         """The group of a merge of groups (outer, inner) whose index `known` holds, or None."""
         return next((o for o in self.merges.get((outer, inner), ()) if o in known), None)
 
+    def merges_of_adjacent(self, groups: list) -> dict:
+        """(a, b) -> the groups that merge groups[a..b] in order, in any association: a flat
+        loop merges dims outermost first ((N * H) * W) * C, a reduction's merge innermost
+        first N * (H * W); both index the run N, H, W, C by one merged index."""
+        out = {(k, k): [g] for k, g in enumerate(groups)}
+        n = len(groups)
+        for length in range(2, n + 1):
+            for a in range(n - length + 1):
+                b = a + length - 1
+                found = []
+                for m in range(a, b):
+                    for o in out.get((a, m), ()):
+                        for i in out.get((m + 1, b), ()):
+                            found += [x for x in self.merges.get((o, i), ()) if x not in found]
+                if found:
+                    out[(a, b)] = found
+        return out
+
     def merged_runs(self, groups, known: dict) -> tuple[dict, set]:
         """Merges that combine `groups` (a tensor's dims) into fewer indices: {merged group:
         Known} for the largest merges known, and the set of groups they stand for. A merge is

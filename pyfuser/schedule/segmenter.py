@@ -28,8 +28,9 @@ reads one recomputes it from the inputs, instead of one segment writing it to gl
 the others reading it back: amax(|x|) then x * (448 / amax) of a bf16 x reads x twice in bf16
 rather than writing and reading an fp32 copy of it. A group is judged (registry.choose) with
 the forwarded ops it reads prepended, so the scheduler chosen for a segment accepts it with
-them; where forwarding binary ops leaves a plan of more segments (a scheduler refusing a group
-with its copy, where it took the op's own group), the plan forwarding unary ops only is kept.
+them; where forwarding binary ops leaves a reference segment (a scheduler refusing a group
+with its copy, where it took the op's own group), the plan forwarding unary ops only is kept if
+it is better.
 Not forwarded: an op whose result is a fusion output, or is read by a library op (the library
 call cannot recompute it); its producers still are. A forwarded op is the one op that may sit
 in several segments (`SegmentedFusion.forwarded`).
@@ -158,11 +159,13 @@ def segment(fusion, exclude: dict | None = None) -> SegmentedFusion:
         why = "segment_set ends a segment at " + ", ".join(
             f"T{e.outputs[0].name}" for e in boundaries)
     groups, segs = _grouped(fusion, exprs, exclude, forward_binary=True)
-    if groups.forwarded_binary:
-        # Forwarded binary ops are recomputed in every group reading them, which a scheduler
-        # may refuse where it took the op's group alone (an add of a [M, 1] input before a sum
-        # the reduction scheduler cannot replay onto that input): the plan without them, if
-        # it has fewer segments or fewer reference ones.
+    if groups.forwarded_binary and any(s.kind == "reference" for s in segs):
+        # Forwarded ops are recomputed in every group reading them, which a scheduler may
+        # refuse where it took the op's group alone (an add of a [M, 1] input before a sum the
+        # reduction scheduler cannot replay onto that input): that group is left to the
+        # reference. The plan forwarding unary ops only, if it has fewer reference segments
+        # or fewer segments. (Only then: segmenting again doubles the cost of a plan, which
+        # a new process pays before its disk cache look-up.)
         alt_groups, alt = _grouped(fusion, exprs, exclude, forward_binary=False)
         if _plan_cost(alt) < _plan_cost(segs):
             groups, segs = alt_groups, alt

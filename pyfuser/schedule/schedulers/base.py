@@ -333,22 +333,21 @@ def _window_whole_vectors(w, width: int) -> bool:
     return True
 
 
-def vector_width(fusion, inner_extent: int, ref_id, along_all=()) -> int:
+def vector_width(fusion, inner_extent: int, ref_id, counted=None) -> int:
     """The scheduled width of a loop over the reference's logical ID `ref_id` of
     `inner_extent` elements: 16-byte accesses of the widest input that iterates that dim
     (inputs without it, such as per-row scalars, are not read with vectors), dividing the
-    extent. With `along_all` (IDs of the reference), only inputs that also iterate each of
-    those count: a reduction's inputs over its kept dims only (BatchNorm's mean [C] beside
-    its [N, C, H, W] image) are read once per column, not per step of the loop, and a wider
-    dtype of theirs is read in several 16-byte accesses (vectorize) rather than halving the
+    extent. With `counted` (inputs), only those of them that iterate the dim count, where any
+    does: a reduction counts the inputs read at every step of its loop; one over its kept dims
+    only (BatchNorm's mean [C] beside its [N, C, H, W] image) is read once per column, and a
+    wider dtype of it is read in several 16-byte accesses (vectorize) rather than halving the
     width of every access of the image."""
     from ...ir.id_graph import IdGraph
     graph = IdGraph(fusion)
     along = [v for v in fusion.inputs if isinstance(v, TensorView)
              and mapped_dim(v, ref_id, graph) is not None]
-    counted = [v for v in along
-               if all(mapped_dim(v, i, graph) is not None for i in along_all)] or along
-    widest = max([v.dtype.size for v in counted] + [1])
+    widest = max([v.dtype.size for v in
+                  ([v for v in along if v in counted] if counted else []) or along] + [1])
     return pow2_divisor(inner_extent, max(1, 16 // widest))
 
 

@@ -266,14 +266,15 @@ def compute_heuristics(fusion, info: RuntimeInfo) -> ReductionParams:
     lay = layout(red)
     red_n, iter_n = reduced_and_kept(red, lay.reduced, info)
     vec_id = vector_dim(red, lay)
-    reduced = [i for i in red.domain.maybe_root if i.is_reduction and not i.is_broadcast]
-    vector = (vector_width(fusion, info.extent(vec_id.extent), vec_id, along_all=reduced)
+    streamed = _streamed_inputs(fusion, red)
+    vector = (vector_width(fusion, info.extent(vec_id.extent), vec_id, counted=streamed)
               if vec_id is not None else 1)
     vec_inputs = vector_inputs(fusion, info, vector, vec_id) if vec_id is not None else ()
     if not vec_inputs:
         vector = 1
     sms = info.device.sm_count
-    max_unroll = _max_unroll(fusion, reduced)
+    # LOADS_PER_STEP shared among the inputs read at every step.
+    max_unroll = _pow2_floor(max(1, LOADS_PER_STEP // max(1, len(streamed))))
     if lay.full:
         return _full_heuristics(red_n, vector, vec_inputs, sms)
     if lay.inner:
@@ -326,13 +327,13 @@ FEW_COLUMNS_RULE = True
 LOADS_PER_STEP = 4
 
 
-def _max_unroll(fusion, reduced) -> int:
-    """LOADS_PER_STEP shared among the inputs that iterate every reduced dim (read at every
-    serial step; an input over the kept dims only, such as a per-column mean, is not)."""
+def _streamed_inputs(fusion, red: TensorView) -> list:
+    """The inputs that iterate every reduced dim of `red`: read at every serial step (an input
+    over the kept dims only, such as a per-column mean, is read once per column)."""
     graph = IdGraph(fusion)
-    streamed = sum(1 for v in fusion.inputs if isinstance(v, TensorView)
-                   and all(mapped_dim(v, r, graph) is not None for r in reduced))
-    return _pow2_floor(max(1, LOADS_PER_STEP // max(1, streamed)))
+    reduced = [i for i in red.domain.maybe_root if i.is_reduction and not i.is_broadcast]
+    return [v for v in fusion.inputs if isinstance(v, TensorView)
+            and all(mapped_dim(v, r, graph) is not None for r in reduced)]
 
 
 def _few_columns(red_n: int, cols: int, vector: int, vec_inputs, sms: int,
@@ -515,8 +516,10 @@ def schedule(fusion, p: ReductionParams) -> None:
     # partials over the same axes. Forced onto another fusion, a reduction the propagation
     # does not reach keeps its serial loops (one thread each: correct, slow).
     propagate_transforms(red)
-    rf = [rfactor(r, rf_axes) for r in reds
-          if r is red or len(r.domain.loop) == len(red.domain.loop)][0]
+    rf = rfactor(red, rf_axes)
+    for r in reds[1:]:
+        if len(r.domain.loop) == len(red.domain.loop):
+            rfactor(r, rf_axes)
     parallelize_like(rf, parallel_types={PT.BIDx, PT.BIDy, PT.TIDx, PT.TIDy})
     if p.vector > 1:
         for k in p.vector_inputs:
