@@ -725,14 +725,26 @@ class CudaPrinter:
         self.indent += 1
         self.line("__threadfence();")
         self.line(f"const index_t pf_rt = {rlin}, pf_nrt = {nrt};")
-        self.line(f"for (int pf_k = 0; pf_k < {count}; ++pf_k) {{")
-        self.line(f"  {t} pf_a = pf::identity<{REDUCE_OP[s.op][:-2]}, {t}>();")
-        self.line("  for (index_t pf_r = pf_rt; pf_r < pf_nred; pf_r += pf_nrt) {")
-        self.line(f"    const {t} pf_b = {vol}[((pf_r * pf_nkept + pf_kept) * pf_nslots + pf_slot) * {count} + pf_k];")
-        self.line(f"    pf_a = {op.format(a='pf_a', b='pf_b')};")
+        # The partial rows outer and the `count` values of a row inner: each row's values are
+        # adjacent and their loads independent, so a thread has `count` loads (times the
+        # unrolled rows) in flight, not one: with many blocks per kept coordinate (a
+        # reduction split over hundreds of blocks) the serial loop over rows, one L2 round
+        # trip per value, was the kernel's tail. Each value still combines its rows in the
+        # same order (the same bits).
+        self.line(f"{t} pf_a[{count}];")
+        self.line("#pragma unroll")
+        self.line(f"for (int pf_k = 0; pf_k < {count}; ++pf_k) pf_a[pf_k] = pf::identity<{REDUCE_OP[s.op][:-2]}, {t}>();")
+        self.line("#pragma unroll 4")
+        self.line("for (index_t pf_r = pf_rt; pf_r < pf_nred; pf_r += pf_nrt) {")
+        self.line(f"  const index_t pf_row = ((pf_r * pf_nkept + pf_kept) * pf_nslots + pf_slot) * {count};")
+        self.line("  #pragma unroll")
+        self.line(f"  for (int pf_k = 0; pf_k < {count}; ++pf_k) {{")
+        self.line(f"    const {t} pf_b = {vol}[pf_row + pf_k];")
+        self.line(f"    pf_a[pf_k] = {op.format(a='pf_a[pf_k]', b='pf_b')};")
         self.line("  }")
-        self.line(f"  {acc.buffer.name}[{base} + pf_k] = pf_a;")
         self.line("}")
+        self.line("#pragma unroll")
+        self.line(f"for (int pf_k = 0; pf_k < {count}; ++pf_k) {acc.buffer.name}[{base} + pf_k] = pf_a[pf_k];")
         self._block_allreduce(f"{acc.buffer.name}[{base}]", count, t, s.op, red_t_dims)
         self.indent -= 1
         self.line("}")
