@@ -41,6 +41,7 @@ stride-1 dim are element-wise (`vectorize`).
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 from ...ir.id_graph import IdGraph
 from ...ir.iter_domain import ParallelType as PT
@@ -299,11 +300,17 @@ def compute_heuristics(fusion, info: RuntimeInfo) -> ReductionParams:
     # Sweep on the H100, col_sum 16384x8192 bf16: 64 threads x 16 B (1 KB per row) by 8 rows,
     # unroll 4, 16 blocks per column tile: 2345 GB/s; 32x8: 2215; 128x2: 2053.
     cols = max(1, iter_n // vector)
+    step_registers = functools.partial(
+        _unroll_in_registers, registers=info.device.registers_per_sm, vector=vector,
+        held=len(reduction_tensors(fusion)) + sum(
+            1 for v in fusion.inputs
+            if isinstance(v, TensorView) and v not in streamed and fusion.uses_of(v)),
+        streamed_bytes=sum(v.dtype.size for v in streamed))
     if FEW_COLUMNS[0] <= cols <= FEW_COLUMNS[1] and FEW_COLUMNS_RULE:
-        return _few_columns(red_n, cols, vector, vec_inputs, sms, max_unroll)
+        return _few_columns(red_n, cols, vector, vec_inputs, sms, max_unroll, step_registers)
     bdimx = min(64, _pow2_floor(cols))
     bdimy = max(1, min(512 // bdimx, _pow2_floor(red_n)))
-    unroll = max_unroll if red_n >= bdimy * max_unroll else 1
+    unroll = step_registers(max_unroll if red_n >= bdimy * max_unroll else 1, bdimx * bdimy)
     tiles = -(-cols // bdimx)
     split = 1
     step = unroll * (LOADS_PER_STEP // max_unroll)
@@ -326,6 +333,28 @@ FEW_COLUMNS_RULE = True
 # One input (BatchNorm forward's sum): unroll 4 2335 (NCHW) and 1625 (NHWC) GB/s, 2 2015, 1587.
 LOADS_PER_STEP = 4
 
+# Registers a thread of an outer reduction holds besides its accumulators, its per-column
+# operands and its loads in flight: addresses, indices, predicates, loop counters.
+OTHER_REGISTERS = 24
+
+
+def _unroll_in_registers(unroll: int, threads: int, *, registers: int, vector: int, held: int,
+                         streamed_bytes: int) -> int:
+    """The largest unroll up to `unroll` whose serial step fits in the registers a thread of a
+    `threads`-thread block has (one block an SM), `unroll` halved until it does (1 at least).
+    A thread of an outer reduction holds, for its `vector` columns, one fp32 value per
+    reduction (the accumulators) and per input read once per column (a per-channel mean: the
+    compiler keeps it out of the loop), and its loads in flight: `unroll` vectors of each
+    streamed input (`streamed_bytes` per element, summed). Past the budget, ptxas spills the
+    hoisted operands and reloads them from local memory at every step. BatchNorm backward's
+    two sums of a channels-last [32, 256, 56, 56] (16 + 16 held, 2 bf16 inputs, 1024
+    threads; H200, bench/results/2026-11-29/h200-sweep-bn-backward-unroll.txt): unroll 2
+    68.6 us with 44-72 B of spills, unroll 1 51.8 us."""
+    budget = min(255, registers // threads) - OTHER_REGISTERS
+    while unroll > 1 and vector * held + unroll * vector * streamed_bytes / 4 > budget:
+        unroll //= 2
+    return unroll
+
 
 def _streamed_inputs(fusion, red: TensorView) -> list:
     """The inputs that iterate every reduced dim of `red`: read at every serial step (an input
@@ -337,7 +366,7 @@ def _streamed_inputs(fusion, red: TensorView) -> list:
 
 
 def _few_columns(red_n: int, cols: int, vector: int, vec_inputs, sms: int,
-                 max_unroll: int = LOADS_PER_STEP) -> ReductionParams:
+                 max_unroll: int = LOADS_PER_STEP, step_registers=None) -> ReductionParams:
     """Few columns (BatchNorm's statistics of a channels-last image: 256 channels, N * H * W =
     100352 rows): 1024-thread blocks of 16 column vectors (256-byte row segments) by 64 rows,
     the rows split among blocks until the grid is about one block per SM. Swept on the H100 for
@@ -350,6 +379,8 @@ def _few_columns(red_n: int, cols: int, vector: int, vec_inputs, sms: int,
     bdimx = 16
     bdimy = max(1, min(1024 // bdimx, _pow2_floor(red_n)))
     unroll = max_unroll if red_n >= bdimy * max_unroll else 1
+    if step_registers is not None:
+        unroll = step_registers(unroll, bdimx * bdimy)
     tiles = -(-cols // bdimx)
     split = 1
     step = unroll * (LOADS_PER_STEP // max_unroll)
