@@ -171,6 +171,11 @@ def softmax_transposed(device):
     return fd, [x], eager, 4 * x.numel()
 
 
+def batchnorm_fwd_nchw(device):
+    """The NCHW forward alone (tools/host_timing_gpu.py --name bench_issue16:batchnorm_fwd_nchw)."""
+    return batchnorm_fwd(device, False)
+
+
 def batchnorm_bwd_nhwc(device):
     """The channels-last backward alone (tools/profile_case.py bench_issue16:batchnorm_bwd_nhwc)."""
     return batchnorm_bwd(device, True)

@@ -1,6 +1,7 @@
 """Host time of pyfuser's cached call and of a new process's first call, on the GPU machine.
 
     PYTHONPATH=. python tools/host_timing_gpu.py [--name rmsnorm_fwd] [--shape 8x1024]
+    PYTHONPATH=. python tools/host_timing_gpu.py --name bench_issue16:batchnorm_fwd_nchw --shape -
 
 1. Cached call: fd.execute on small inputs (the kernel takes a few microseconds, so the loop is
    bound by the host): microseconds per call, beside eager (the catalogue's torch reference),
@@ -16,6 +17,8 @@
    installed package has its bytecode, while a checkout without a writable __pycache__ would
    recompile every pyfuser module in every process (about 270 ms on the H100 machine), which
    is not the cost of a new process's call.
+A bench case MODULE:FUNCTION of tools/ as --name (a segmented fusion such as BatchNorm) times
+part 2 only, with the segmentation apart.
 """
 from __future__ import annotations
 
@@ -54,6 +57,15 @@ def _timed(module, name: str, spent: dict, label: str) -> None:
     setattr(module, name, wrapper)
 
 
+def _bench_case(name: str):
+    """(fd, inputs) of a bench case MODULE:FUNCTION of tools/ (e.g. bench_issue16:batchnorm_fwd_nchw)."""
+    import importlib
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    module, function = name.split(":")
+    fd, inputs, _, _ = getattr(importlib.import_module(module), function)("cuda")
+    return fd, inputs
+
+
 def first_call(name: str, M: int, N: int) -> dict:
     import torch
     torch.cuda.init()
@@ -63,15 +75,22 @@ def first_call(name: str, M: int, N: int) -> dict:
     import pyfuser  # noqa: F401
     from pyfuser import catalogue
     import_ms = (time.perf_counter() - t) * 1e3
-    from pyfuser.runtime import kernel_cache, launch
+    from pyfuser.runtime import executor, kernel_cache, launch
     spent: dict = {}
     _timed(kernel_cache, "plan_key", spent, "plan key")
     _timed(kernel_cache, "load_plan", spent, "disk read")
     _timed(launch, "load", spent, "module load")
-    inputs = catalogue.make_inputs(name, M, N, "bf16", device="cuda", seed=0)
-    torch.cuda.synchronize()
-    t = time.perf_counter()
-    fd = catalogue.define(name, "bf16")
+    _timed(executor, "segment", spent, "segmentation")
+    if ":" in name:
+        # A bench case defines its fusion with its inputs: the definition is timed with the
+        # inputs' creation on the GPU (a few ms more than the definition alone).
+        t = time.perf_counter()
+        fd, inputs = _bench_case(name)
+    else:
+        inputs = catalogue.make_inputs(name, M, N, "bf16", device="cuda", seed=0)
+        torch.cuda.synchronize()
+        t = time.perf_counter()
+        fd = catalogue.define(name, "bf16")
     t_define = time.perf_counter()
     fd.execute(inputs)
     torch.cuda.synchronize()
@@ -92,10 +111,12 @@ def main(argv=None) -> int:
     ap.add_argument("--runs", type=int, default=5, help="new processes timed")
     ap.add_argument("--first-call", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
-    M, N = (int(v) for v in args.shape.split("x"))
+    M, N = (int(v) for v in args.shape.split("x")) if args.shape != "-" else (0, 0)
     if args.first_call:
         print(json.dumps(first_call(args.name, M, N)))
         return 0
+    if ":" in args.name:
+        return new_processes(args)
 
     import torch
 
@@ -118,6 +139,11 @@ def main(argv=None) -> int:
     for k, v in rows.items():
         print(f"  {k:34s} {v:7.1f} us")
     print(f"  ran: {fd.last_run}")
+    return new_processes(args)
+
+
+def new_processes(args) -> int:
+    """Part 2: a process filling the disk cache, then `args.runs` processes timed."""
     tmp = tempfile.TemporaryDirectory(prefix="pyfuser-host-")
     env = dict(os.environ, PYTHONPYCACHEPREFIX=os.path.join(tmp.name, "pycache"))
     env.setdefault("PYFUSER_CACHE_DIR", os.path.join(tmp.name, "kernels"))
