@@ -124,7 +124,7 @@ def segmented(fd, exclude=None):
     return segment(fd.fusion, exclude, _DiskDecisions(fd.fusion, exclude))
 
 
-def _key(fd, exclude=None):
+def decision_key(fd, exclude=None):
     """The disk key of `fd`'s decision."""
     keyed = _DiskDecisions(fd.fusion, exclude)
     keyed.recorded()
@@ -133,10 +133,6 @@ def _key(fd, exclude=None):
 
 def decision_files(cache):
     return sorted(cache.glob("segmentations/*/*.json"))
-
-
-def _schedulers(seg):
-    return [s.scheduler for s in seg.segments]
 
 
 # A new process -----------------------------------------------------------------------------------
@@ -161,8 +157,8 @@ def test_a_new_process_replays_the_decision_without_the_merge_search(monkeypatch
     assert searches.choices == whole + sum(s.kind in ("kernel", "reference")
                                            for s in again.segments)
     assert str(again) == str(first) and again.decision == first.decision
-    assert _schedulers(again) == _schedulers(first)
-    assert [s.kind for s in again.segments] == [s.kind for s in first.segments]
+    assert [(s.kind, s.scheduler) for s in again.segments] == \
+        [(s.kind, s.scheduler) for s in first.segments]
     if refuse:
         assert "reference" in [s.kind for s in again.segments]
 
@@ -176,7 +172,7 @@ def test_a_decision_of_unary_forwarding_only_replays_as_made(monkeypatch, isolat
     groups, segs = segmenter._grouped(fd.fusion, exprs, None, forward_binary=False)
     unary = groups.decision()
     assert not unary.forward_binary and len(segs) == 4
-    kernel_cache.store_segmentation(_key(fd), unary.to_json())
+    kernel_cache.store_segmentation(decision_key(fd), unary.to_json())
     searches = Searches(monkeypatch)
     again = segmented(batchnorm_backward())
     assert searches.merges == 0 and again.decision == unary
