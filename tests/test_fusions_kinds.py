@@ -668,3 +668,27 @@ def test_plan_of_several_segments_runs_on_the_interpreter(name):
         run_and_check(fd, inputs, scheduler=segments[0][1], options=options)
     else:
         run_and_check(fd, inputs, kernels=0, segments=segments, options=options)
+
+
+@pytest.mark.parametrize("name", sorted(KINDS))
+def test_a_new_process_replays_the_segmentation_from_the_disk_cache(name, tmp_path, monkeypatch):
+    """The segmenter's decision kept in the disk cache (runtime/kernel_cache.py) gives a new
+    definition of the kind the same segments without the merge search (a new process whose
+    kernels are on disk pays no search before their look-ups)."""
+    from pyfuser.runtime.executor import _DiskDecisions
+    from pyfuser.schedule import segmenter
+
+    monkeypatch.setenv("PYFUSER_CACHE_DIR", str(tmp_path))
+    monkeypatch.delenv("PYFUSER_DISABLE_DISK_CACHE", raising=False)
+
+    def segmented():
+        fd = define(name)
+        return segmenter.segment(fd.fusion, None, _DiskDecisions(fd.fusion, None))
+    first = segmented()
+
+    def no_search(grouping):
+        raise AssertionError("the merge search ran on a disk hit")
+    monkeypatch.setattr(segmenter._Grouping, "merge_kernels", no_search)
+    again = segmented()
+    assert str(again) == str(first) and again.decision == first.decision
+    assert [s.scheduler for s in again.segments] == [s.scheduler for s in first.segments]

@@ -6,7 +6,8 @@ pointer patching and one launch. Validation is folded into the key: a signature 
 cached after check_inputs accepted it, so a wrong input never matches.
 
 Slow path (a new signature): check_inputs, segment the fusion (once per fusion:
-schedule/segmenter.py), and for a fusion one scheduler takes whole compute its heuristic, and
+schedule/segmenter.py; for a plan of several segments on the GPU, the segmenter's decision is
+kept in the disk cache, so that a new process replays it instead of searching again), and for a fusion one scheduler takes whole compute its heuristic, and
 reuse a compiled kernel whose heuristic is equal (kernels are shared across shapes) or schedule a
 clone of the fusion, lower, generate CUDA and compile it. A fusion of several segments runs as a
 plan of them (runtime/plan.py: an executor like this one per kernel segment, the reference
@@ -295,6 +296,40 @@ class _ReferencePlan:
         return evaluate(self.fusion, list(inputs), extent_bindings=bindings, all_outputs=True)
 
 
+class _DiskDecisions:
+    """The segmenter's `decisions` for a fusion and the schedulers excluded (name -> why; their
+    names key it): the disk cache (kernel_cache.load_segmentation), which the segmenter asks
+    only where no scheduler takes the fusion whole."""
+
+    def __init__(self, fusion, exclude: dict | None):
+        self.fusion = fusion
+        self.exclude = exclude
+        self.key = None
+
+    def recorded(self):
+        from ..ir.fingerprint import fusion_text
+        from ..schedule.schedulers import registry
+        from ..schedule.segmenter import SegmentationDecision
+        from . import kernel_cache
+        if not kernel_cache.disk_cache_enabled():
+            return None
+        self.key = kernel_cache.segmentation_key({
+            "fusion": fusion_text(self.fusion), "exclude": sorted(self.exclude or ()),
+            "schedulers": [s.NAME for s in registry.SCHEDULERS]})
+        return SegmentationDecision.from_json(kernel_cache.load_segmentation(self.key))
+
+    def record(self, decision) -> None:
+        from . import kernel_cache
+        if self.key is not None:
+            kernel_cache.store_segmentation(self.key, decision.to_json())
+
+
+def _disk_decisions(fusion, target, exclude: dict | None = None) -> _DiskDecisions | None:
+    """Where the segmenter keeps its decision for a plan on `target`: the disk cache, except for
+    the interpreter, whose kernels are not on disk either (_kernel_for)."""
+    return None if target.interpret else _DiskDecisions(fusion, exclude)
+
+
 @dataclasses.dataclass(frozen=True)
 class _Target:
     """Where a plan's kernels run: the device properties heuristics read, the torch device of
@@ -468,7 +503,7 @@ class FusionExecutorCache:
                     specialize(self.fusion, empty), name=f"{self.name}_nonempty")
             return SpecializedPlan(self.fusion, empty, spec, out_sizes, target.device)
         if self._segmented is None:
-            self._segmented = segment(self.fusion)
+            self._segmented = segment(self.fusion, None, _disk_decisions(self.fusion, target))
         segmented = self._segmented
         opts.dump("segments", self.name, str(segmented))
         if len(segmented.segments) > 1 or segmented.segments[0].kind == "library":
@@ -529,7 +564,8 @@ class FusionExecutorCache:
         if entry is None:
             # The segmentation reads no shapes: one per set of refused schedulers (its reasons
             # are those of the first call refused).
-            entry = self._resegmented[key] = [segment(self.fusion, exclude), []]
+            entry = self._resegmented[key] = [
+                segment(self.fusion, exclude, _disk_decisions(self.fusion, target, exclude)), []]
             if len(self._resegmented) > self.MAX_PLANS:
                 self._resegmented.popitem(last=False)
         else:

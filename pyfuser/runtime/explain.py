@@ -1,9 +1,11 @@
 """The plan of a fusion for given inputs, without a GPU: `fd.explain(inputs, device="h100")`.
 
 What execute() would do on that device, computed the way the executor computes it: the
-segmentation (schedule/segmenter.py), then for each kernel segment its sub-fusion's scheduling
-clone, RuntimeInfo and heuristic, and the kernel's launch; with `compile=True`, NVRTC's ptxas
-report for the device's architecture. The heuristics read the device table (runtime/device.py),
+segmentation (schedule/segmenter.py; searched afresh, not replayed from the disk cache as
+execute() does, so that explaining writes nothing there: a replayed decision gives the same
+segments), then for each kernel segment its sub-fusion's scheduling clone, RuntimeInfo and
+heuristic, and the kernel's launch; with `compile=True`, NVRTC's ptxas report for the device's
+architecture. The heuristics read the device table (runtime/device.py),
 so the answer is the same on any machine.
 
 Inputs may be CPU tensors or `meta` tensors (only sizes, strides and dtypes are read); data

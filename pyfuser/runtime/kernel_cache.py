@@ -5,7 +5,7 @@ a training job recompiles the same kernels in every process. Why the key holds N
 identity of its library file, or its version: `nvrtc_fingerprint`), arch, options and pyfuser
 version: any of them changes the cubin or its report.
 
-Two kinds of entry, one file format:
+Three kinds of entry, the first two in one file format:
 
 * by CUDA text (`get_or_compile`): a cubin for a source. Reached only after scheduling,
   lowering and printing; it saves NVRTC when two schedules print the same source.
@@ -17,17 +17,25 @@ Two kinds of entry, one file format:
   files' digests beside the cache spares reading them in each process). The entry holds the cubin and
   the kernel's launch description (kir/launch.py), so a hit launches with no scheduling,
   lowering or CUDA printing.
+* by segmentation key (`segmentation_key`, `load_segmentation`, `store_segmentation`): the
+  segmenter's decision (schedule/segmenter.SegmentationDecision) for a fusion no scheduler
+  takes whole, keyed on its canonical serialization, the names of the schedulers excluded, the
+  schedulers registered and `source_hash`: a small JSON file, so that a new process replays the
+  grouping instead of searching again before its kernels' look-ups (no NVRTC in the key: no
+  kernel in the entry).
 
 Bounds: the in-memory dict keeps the MEMORY_ENTRIES modules used last; the directory keeps
-at most PYFUSER_CACHE_MAX_MB (default 2048 MB): after each write, the files used least
-recently (a hit refreshes a file's modification time) are removed until it fits.
+at most PYFUSER_CACHE_MAX_MB (default 2048 MB) of entries of all kinds: after each write, the
+files used least recently (a hit refreshes a file's modification time) are removed until it
+fits.
 
-A disk entry is one file: a header, JSON metadata (names, options, NVRTC log, source), the
-cubin, and a SHA-256 of everything before it. A file that is truncated, corrupt, from another
-format version, or holds a different source (a hash collision, however unlikely) is a miss and
-is overwritten; the cache never raises because of what it finds on disk. Writes go to a
-temporary file in the same directory followed by ``os.replace``, so readers in other processes
-see either the old file or the complete new one.
+A kernel entry is one file: a header, JSON metadata (names, options, NVRTC log, source), the
+cubin, and a SHA-256 of everything before it; a segmentation entry is JSON holding its key and
+the decision. A file that is truncated, corrupt, from another format version, or holds a
+different source or key (a hash collision, however unlikely) is a miss and is overwritten; the
+cache never raises because of what it finds on disk. Writes go to a temporary file in the same
+directory followed by ``os.replace``, so readers in other processes see either the old file or
+the complete new one.
 """
 
 from __future__ import annotations
@@ -65,6 +73,10 @@ __all__ = [
     "source_hash",
     "nvrtc_fingerprint",
     "PlanEntry",
+    "segmentation_key",
+    "segmentation_path",
+    "load_segmentation",
+    "store_segmentation",
 ]
 
 _MAGIC = b"PYFUSER-KERNEL\x00\x01"
@@ -258,18 +270,22 @@ def _max_bytes() -> int:
     return int(options.setting("cache_max_bytes"))
 
 
+# The entries of each kind: (folder under cache_dir(), file pattern inside it).
+_ENTRY_GLOBS = (("kernels", "*/*.pfk"), ("segmentations", "*/*.json"))
+
+
 def _evict(limit: int) -> None:
     """Remove the entries used least recently until the directory holds at most `limit` bytes
     of entries (concurrent writers may remove the same file: never an error)."""
-    root = cache_dir() / "kernels"
     entries = []
     try:
-        for path in root.glob("*/*.pfk"):
-            try:
-                st = path.stat()
-            except OSError:
-                continue
-            entries.append((st.st_mtime_ns, st.st_size, path))
+        for folder, pattern in _ENTRY_GLOBS:
+            for path in (cache_dir() / folder).glob(pattern):
+                try:
+                    st = path.stat()
+                except OSError:
+                    continue
+                entries.append((st.st_mtime_ns, st.st_size, path))
     except OSError:
         return
     total = sum(size for _, size, _ in entries)
@@ -304,11 +320,16 @@ def _atomic_write(path: Path, data: bytes, suffix: str) -> None:
 
 
 def _write_entry(path: Path, module: CompiledModule, plan: dict | None = None) -> None:
+    _write_bounded(path, _serialize(module, plan), ".pfk")
+
+
+def _write_bounded(path: Path, data: bytes, suffix: str) -> None:
+    """Write an entry atomically, then evict down to the bound (a failed write warns)."""
     try:
-        _atomic_write(path, _serialize(module, plan), ".pfk")
+        _atomic_write(path, data, suffix)
         _evict(_max_bytes())
     except OSError as error:
-        warnings.warn(f"pyfuser: could not write kernel cache entry {path}: {error}", stacklevel=3)
+        warnings.warn(f"pyfuser: could not write kernel cache entry {path}: {error}", stacklevel=4)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -507,3 +528,48 @@ def store_plan(key: str, module: CompiledModule, launch, scheduler: str, index_t
     plan = {"key": key, "launch": launch.to_json(), "scheduler": scheduler,
             "index_type": index_type, "fitted_grid": fitted_grid}
     _write_entry(entry_path(key), module, plan)
+
+
+# ---------------------------------------------------------------------------------------------
+# Segmentation decisions
+# ---------------------------------------------------------------------------------------------
+
+_SEGMENTATION_FORMAT = 1
+
+
+def segmentation_key(fields: dict) -> str:
+    """The key of a segmentation decision for `fields` (the fusion's canonical text, the names
+    of the schedulers excluded, the schedulers registered), with the format version and
+    pyfuser's source hash added."""
+    whole = dict(fields, format=_SEGMENTATION_FORMAT, pyfuser_source=source_hash(),
+                 kind="segmentation")
+    return hashlib.sha256(json.dumps(whole, sort_keys=True).encode()).hexdigest()
+
+
+def segmentation_path(key: str) -> Path:
+    return cache_dir() / "segmentations" / key[:2] / f"{key}.json"
+
+
+def load_segmentation(key: str):
+    """The decision (its JSON value) stored under `key`, or None (disk cache off, missing,
+    damaged, or another key's file); never raises."""
+    if not disk_cache_enabled():
+        return None
+    path = segmentation_path(key)
+    try:
+        entry = json.loads(path.read_bytes())
+    except (OSError, ValueError):       # ValueError: not JSON, nor UTF-8
+        return None
+    if not isinstance(entry, dict) or entry.get("key") != key:
+        return None
+    _touch(path)
+    return entry.get("decision")
+
+
+def store_segmentation(key: str, decision) -> None:
+    """Store a decision's JSON value under `key` (atomic; a failed write warns and is otherwise
+    ignored)."""
+    if not disk_cache_enabled():
+        return
+    _write_bounded(segmentation_path(key), json.dumps({"key": key, "decision": decision}).encode(),
+                   ".json")

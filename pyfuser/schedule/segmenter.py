@@ -55,6 +55,16 @@ the sizes a reshaped intermediate is made of) become integer scalar inputs: the 
 their values.
 
 Scheduling decisions here read no shapes: registry.choose is a function of the fusion.
+
+The decision (`SegmentationDecision`): which forwarding was kept and the final groups, as expr
+indices. It is all the merge search produces, so a recorded one is replayed without the search
+(`segment(..., decisions=...)`): the executor keeps them in the disk cache, so that a new process
+whose kernels are on disk does not search again before its kernels' disk look-ups (the search
+builds a sub-fusion and asks every scheduler for each candidate merge: 50-120 ms for BatchNorm
+or GroupNorm). A decision is replayed only where it fits the fusion (the same number of
+expressions, the groups a partition of the grouped ones with kinds their ops allow, no
+segment_set crossed, no cycle, every kernel group taken by a scheduler); otherwise the fusion
+is segmented from scratch.
 """
 from __future__ import annotations
 
@@ -105,6 +115,34 @@ class Segment:
         return "reference"
 
 
+@dataclasses.dataclass(frozen=True)
+class SegmentationDecision:
+    """What the merge search decided for a fusion no scheduler takes whole, enough to build its
+    segments again without the search (see the module docstring)."""
+
+    exprs: int                    # how many tensor expressions the fusion has (_tensor_exprs)
+    forward_binary: bool          # the forwarding kept (_forwarded's flag)
+    groups: tuple                 # per final group, by first expr: (kind, sorted expr indices)
+
+    def to_json(self) -> dict:
+        return {"exprs": self.exprs, "forward_binary": self.forward_binary,
+                "groups": [[kind, list(members)] for kind, members in self.groups]}
+
+    @staticmethod
+    def from_json(data) -> SegmentationDecision | None:
+        """The decision `data` holds, or None where it is not one (a damaged file)."""
+        try:
+            exprs, forward_binary = data["exprs"], data["forward_binary"]
+            groups = tuple((kind, tuple(members)) for kind, members in data["groups"])
+        except (KeyError, TypeError, ValueError):
+            return None
+        if (type(exprs) is not int or type(forward_binary) is not bool
+                or not all(type(kind) is str and all(type(k) is int for k in members)
+                           for kind, members in groups)):
+            return None
+        return SegmentationDecision(exprs, forward_binary, groups)
+
+
 @dataclasses.dataclass(frozen=True, eq=False)
 class SegmentedFusion:
     fusion: Fusion
@@ -112,6 +150,8 @@ class SegmentedFusion:
     why: str                      # why one segment, or why the fusion was segmented
     # The forwarded ops (see the module docstring): recomputed by each segment reading them.
     forwarded: tuple = ()
+    # The grouping, to replay; None where one scheduler takes the whole fusion (no search).
+    decision: SegmentationDecision | None = None
 
     def __str__(self) -> str:
         lines = [f"{len(self.segments)} segment{'s' if len(self.segments) != 1 else ''}: "
@@ -144,9 +184,13 @@ def _tensor_exprs(fusion) -> list:
     return [e for e in fusion.exprs() if any(isinstance(o, TensorView) for o in e.outputs)]
 
 
-def segment(fusion, exclude: dict | None = None) -> SegmentedFusion:
+def segment(fusion, exclude: dict | None = None, decisions=None) -> SegmentedFusion:
     """The segments of `fusion` in topological order (see the module docstring). `exclude`:
-    schedulers not to ask (name -> why: their heuristic refused a call's shapes)."""
+    schedulers not to ask (name -> why: their heuristic refused a call's shapes). `decisions`:
+    where decisions are kept for this fusion and these excluded schedulers, an object with
+    `recorded()` (the SegmentationDecision kept, or None) and `record(decision)`; asked only
+    where no scheduler takes the whole fusion, so that such a fusion costs no look-up. A
+    recorded decision that fits is replayed; otherwise the search's decision is recorded."""
     exprs = _tensor_exprs(fusion)
     boundaries = [e for e in exprs if isinstance(e, BOUNDARY_OPS)]
     if not boundaries:
@@ -158,6 +202,22 @@ def segment(fusion, exclude: dict | None = None) -> SegmentedFusion:
     else:
         why = "segment_set ends a segment at " + ", ".join(
             f"T{e.outputs[0].name}" for e in boundaries)
+    recorded = decisions.recorded() if decisions is not None else None
+    found = _replayed(fusion, exprs, exclude, recorded) if recorded is not None else None
+    groups, segs = found or _searched(fusion, exprs, exclude)
+    decision = groups.decision()
+    if found is None and decisions is not None:
+        decisions.record(decision)
+    if len(segs) == 1 and segs[0].kind == "reference":
+        return SegmentedFusion(fusion, (_whole(fusion, exprs, "reference", None, why),), why,
+                               decision=decision)
+    forwarded = tuple(e for e in exprs if any(e in s.exprs for s in segs)
+                      and groups.index[e] in groups.forwarded)
+    return SegmentedFusion(fusion, tuple(segs), why, forwarded, decision)
+
+
+def _searched(fusion, exprs, exclude):
+    """The grouping of the merge search and its segments."""
     groups, segs = _grouped(fusion, exprs, exclude, forward_binary=True)
     if groups.forwarded_binary and any(s.kind == "reference" for s in segs):
         # Forwarded ops are recomputed in every group reading them, which a scheduler may
@@ -165,15 +225,11 @@ def segment(fusion, exclude: dict | None = None) -> SegmentedFusion:
         # reduction scheduler cannot replay onto that input): that group is left to the
         # reference. The plan forwarding unary ops only, if it has fewer reference segments
         # or fewer segments. (Only then: segmenting again doubles the cost of a plan, which
-        # a new process pays before its disk cache look-up.)
+        # a new process pays where its decision is not on disk yet.)
         alt_groups, alt = _grouped(fusion, exprs, exclude, forward_binary=False)
         if _plan_cost(alt) < _plan_cost(segs):
-            groups, segs = alt_groups, alt
-    if len(segs) == 1 and segs[0].kind == "reference":
-        return SegmentedFusion(fusion, (_whole(fusion, exprs, "reference", None, why),), why)
-    forwarded = tuple(e for e in exprs if any(e in s.exprs for s in segs)
-                      and groups.index[e] in groups.forwarded)
-    return SegmentedFusion(fusion, tuple(segs), why, forwarded)
+            return alt_groups, alt
+    return groups, segs
 
 
 def _grouped(fusion, exprs, exclude, forward_binary: bool):
@@ -181,6 +237,20 @@ def _grouped(fusion, exprs, exclude, forward_binary: bool):
     groups.merge_kernels()
     groups.settle_leftovers()
     return groups, groups.segments()
+
+
+def _replayed(fusion, exprs, exclude, decision: SegmentationDecision):
+    """The grouping `decision` records and its segments, or None where it does not fit
+    `fusion` (see the module docstring), so that a decision replayed is a valid plan."""
+    if decision.exprs != len(exprs):
+        return None
+    groups = _Grouping(fusion, exprs, exclude, decision.forward_binary)
+    if not groups.take(decision.groups):
+        return None
+    segs = groups.segments()
+    if any(s.kind == "kernel" and s.scheduler is None for s in segs):
+        return None
+    return groups, segs
 
 
 def _plan_cost(segs) -> tuple:
@@ -280,6 +350,7 @@ class _Grouping:
         self.fusion = fusion
         self.exprs = exprs
         self.exclude = exclude
+        self.forward_binary = forward_binary
         self.index = {e: k for k, e in enumerate(exprs)}
         self.producer = {}          # tensor -> index of the expr that defines it
         for k, e in enumerate(exprs):
@@ -304,6 +375,37 @@ class _Grouping:
                                      for k in grouped}
         self.group_of = [k if k not in self.forwarded else None for k in range(len(exprs))]
         self._choices: dict = {}    # frozenset of expr indices -> registry.Choice
+
+    # Decisions -----------------------------------------------------------------------------
+    def decision(self) -> SegmentationDecision:
+        return SegmentationDecision(len(self.exprs), self.forward_binary, tuple(
+            (self.kind[g], tuple(self.members[g])) for g in sorted(self.members)))
+
+    def take(self, groups) -> bool:
+        """Make the groups `groups` (a SegmentationDecision's) where they fit these exprs (see
+        the module docstring); False, the grouping then unusable, where they do not."""
+        initial = dict(self.kind)       # each grouped expr's kind alone
+        members, kind, group_of = {}, {}, [None] * len(self.exprs)
+        for what, indices in groups:
+            indices = list(indices)
+            if (not indices or indices != sorted(set(indices))
+                    or any(k not in initial or group_of[k] is not None for k in indices)
+                    or not _kind_fits(what, [self.exprs[k] for k in indices],
+                                      [initial[k] for k in indices])):
+                return False
+            members[indices[0]] = indices
+            kind[indices[0]] = what
+            for k in indices:
+                group_of[k] = indices[0]
+        if sum(len(m) for m in members.values()) != len(initial):
+            return False            # an expr in no group
+        self.members, self.kind, self.group_of = members, kind, group_of
+        for k, e in enumerate(self.exprs):
+            if isinstance(e, BOUNDARY_OPS) and any(
+                    self.group_of[self.index[u]] == self.group_of[k]
+                    for o in e.outputs for u in o.uses if u in self.index):
+                return False        # a segment_set inside a group
+        return self._order(self.edges()) is not None
 
     # The group DAG -------------------------------------------------------------------------
     def edges(self) -> dict:
@@ -371,13 +473,17 @@ class _Grouping:
                     todo.append(k)
         return sorted(out)
 
-    def choice(self, members) -> object:
+    def choice(self, members, sub_fusion=None) -> object:
+        """The scheduler choice of the group `members`, asked of `sub_fusion` where the caller
+        built the group's sub-fusion already."""
         key = frozenset(members)
         c = self._choices.get(key)
         if c is None:
-            sub = _sub_fusion(self.fusion, [self.exprs[k] for k in self.with_forwarded(members)],
-                              self._outputs_of(key), self.view_of)
-            c = registry.choose(sub.fusion, self.exclude)
+            if sub_fusion is None:
+                sub_fusion = _sub_fusion(
+                    self.fusion, [self.exprs[k] for k in self.with_forwarded(members)],
+                    self._outputs_of(key), self.view_of).fusion
+            c = registry.choose(sub_fusion, self.exclude)
             self._choices[key] = c
         return c
 
@@ -475,8 +581,9 @@ class _Grouping:
                 return
 
     # Segments ------------------------------------------------------------------------------
-    def segments(self) -> list:
-        edges = self.edges()
+    def _order(self, edges) -> list | None:
+        """The groups in topological order, the one of the first expr first among those ready;
+        None where they form a cycle (only groups taken from a decision can)."""
         preds: dict = {g: set() for g in self.members}
         for a, b in edges:
             preds[b].add(a)
@@ -484,11 +591,15 @@ class _Grouping:
         while len(order) < len(self.members):
             ready = sorted((g for g in self.members if g not in done and preds[g] <= done),
                            key=lambda g: self.members[g][0])
-            g = ready[0]
-            order.append(g)
-            done.add(g)
+            if not ready:
+                return None
+            order.append(ready[0])
+            done.add(ready[0])
+        return order
+
+    def segments(self) -> list:
         out = []
-        for g in order:
+        for g in self._order(self.edges()):
             members = self.members[g]
             kind = self.kind[g]
             if kind == "view":
@@ -500,11 +611,11 @@ class _Grouping:
             sub = _sub_fusion(self.fusion, exprs, self._outputs_of(frozenset(members)),
                               self.view_of)
             if kind == "kernel":
-                c = self.choice(members)
+                c = self.choice(members, sub.fusion)
                 out.append(dataclasses.replace(sub, kind="kernel", scheduler=c.scheduler,
                                                why=c.reason, choice=c))
             elif kind == "library" and isinstance(exprs[-1], LIBRARY_FALLBACK_OPS):
-                why = self.choice(members).reason
+                why = self.choice(members, sub.fusion).reason
                 out.append(dataclasses.replace(sub, kind="library", why=(
                     "a library call, since no kernel takes it (op_support.LIBRARY_FALLBACK_OPS): "
                     + why)))
@@ -512,9 +623,24 @@ class _Grouping:
                 out.append(dataclasses.replace(sub, kind="library",
                                                why="a library call (op_support.LIBRARY_OPS)"))
             else:
-                c = self.choice(members)
+                c = self.choice(members, sub.fusion)
                 out.append(dataclasses.replace(sub, kind="reference", why=c.reason))
         return out
+
+
+def _kind_fits(kind: str, exprs: list, initial: list) -> bool:
+    """Whether a group of `exprs`, of kinds `initial` alone, can be of `kind` (as
+    merge_kernels and settle_leftovers make groups)."""
+    if kind == "kernel":
+        return all(k == "kernel" for k in initial)
+    if kind == "reference":
+        return all(k in ("kernel", "reference") for k in initial)
+    if kind == "view":
+        return initial == ["view"]
+    if kind == "library":
+        return initial == ["library"] or (initial == ["kernel"]
+                                          and isinstance(exprs[0], LIBRARY_FALLBACK_OPS))
+    return False
 
 
 def _bytes(t: TensorView) -> int:

@@ -222,7 +222,9 @@ def _epilogue(fusion, op) -> tuple[list, TensorView | None, str]:
         return [], None, "the matmul's result is not the fusion's output"
     graph = IdGraph(fusion)
     mn = [i for i in out.domain.logical if not i.is_broadcast]
-    for t in {v for e in exprs for v in [*e.inputs, *e.outputs] if isinstance(v, TensorView)}:
+    # In the order of the exprs (a set's order, by id, named another tensor in each process).
+    for t in dict.fromkeys(v for e in exprs for v in [*e.inputs, *e.outputs]
+                           if isinstance(v, TensorView)):
         for i in t.domain.logical:
             if not i.is_broadcast and not any(graph.mapped(i, j) for j in mn):
                 return [], None, (f"T{t.name}'s dim {i!r} is none of the matmul's output dims "
