@@ -7,9 +7,10 @@ cached after check_inputs accepted it, so a wrong input never matches.
 
 Slow path (a new signature): check_inputs, segment the fusion (once per fusion:
 schedule/segmenter.py; for a plan of several segments on the GPU, the segmenter's decision is
-kept in the disk cache, so that a new process replays it instead of searching again), and for a fusion one scheduler takes whole compute its heuristic, and
-reuse a compiled kernel whose heuristic is equal (kernels are shared across shapes) or schedule a
-clone of the fusion, lower, generate CUDA and compile it. A fusion of several segments runs as a
+kept in the disk cache, so that a new process replays it instead of searching again), and for
+a fusion one scheduler takes whole compute its heuristic, and reuse a compiled kernel whose
+heuristic is equal (kernels are shared across shapes) or schedule a clone of the fusion, lower,
+generate CUDA and compile it. A fusion of several segments runs as a
 plan of them (runtime/plan.py: an executor like this one per kernel segment, the reference
 evaluator for reference segments). Inputs not on a CUDA device run through the reference
 evaluator; RunInfo says what ran. Degenerate sizes: when every output is empty, only the
