@@ -2,6 +2,7 @@
 
     PYTHONPATH=. python tools/host_path.py [--name rmsnorm_fwd] [--dtype bf16] [--shape 8x1024]
     PYTHONPATH=. python tools/host_path.py --new-process [--runs 5] [--profile] [--importtime]
+    PYTHONPATH=. python tools/host_path.py --new-process --name bench_issue16:batchnorm_fwd_nchw
 
 Default: a cached one-kernel call, `fd.execute` down to the launch (launch.LoadedKernel.launch
 runs, with the driver's cuLaunchKernel a Python no-op), in microseconds per call with a
@@ -81,7 +82,6 @@ def _child(args) -> dict:
         if args.importtime:
             print(f"@@phase {phase}", file=sys.stderr, flush=True)
 
-    M, N = (int(v) for v in args.shape.split("x"))
     times = {}
     mark("import pyfuser")
     t0 = time.perf_counter()
@@ -90,10 +90,23 @@ def _child(args) -> dict:
     t1 = time.perf_counter()
     mark("stubs")
     _stub_gpu()
-    inputs = catalogue.make_inputs(args.name, M, N, args.dtype, seed=0)
-    t2 = time.perf_counter()
-    mark("define")
-    fd = catalogue.define(args.name, args.dtype)
+    if ":" in args.name:
+        # A bench case MODULE:FUNCTION of tools/ (a segmented fusion such as BatchNorm): its
+        # inputs on the CPU, then its definition alone, from meta tensors of the same layout.
+        import importlib
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        module, function = args.name.split(":")
+        case = getattr(importlib.import_module(module), function)
+        inputs = case("cpu")[1]
+        t2 = time.perf_counter()
+        mark("define")
+        fd = case("meta")[0]
+    else:
+        M, N = (int(v) for v in args.shape.split("x"))
+        inputs = catalogue.make_inputs(args.name, M, N, args.dtype, seed=0)
+        t2 = time.perf_counter()
+        mark("define")
+        fd = catalogue.define(args.name, args.dtype)
     t3 = time.perf_counter()
     mark("first execute")
     profile = None
