@@ -27,17 +27,8 @@ pytest.importorskip("cuda.bindings.nvrtc")
 H100 = device_mod.DEVICE_TABLE["h100"]
 
 
-@pytest.fixture(autouse=True)
-def isolated_cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("PYFUSER_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.delenv("PYFUSER_DISABLE_DISK_CACHE", raising=False)
-    monkeypatch.delenv("PYFUSER_CACHE_MAX_MB", raising=False)
-    opts.reload_environment()         # per-call options start from the environment read here
-    kernel_cache.clear_memory_cache()
-    yield tmp_path / "cache"
-    kernel_cache.clear_memory_cache()
-    monkeypatch.undo()
-    opts.reload_environment()
+# A disk cache of each test's own (conftest.py).
+pytestmark = pytest.mark.usefixtures("isolated_cache")
 
 
 class FakeLoaded:

@@ -19,23 +19,17 @@ from pyfuser.runtime.executor import FusionExecutorCache, _DiskDecisions, _Targe
 from pyfuser.runtime.inputs import check_inputs
 from pyfuser.runtime.plan import SegmentedPlan
 from pyfuser.schedule import segmenter
-from pyfuser.schedule.schedulers import reduction, registry
+from pyfuser.schedule.schedulers import registry
 from pyfuser.schedule.segmenter import SegmentationDecision, segment
+from segment_testing import refuse_full_reductions  # noqa: E402  (tests/runtime, on sys.path)
 
 H100 = device_mod.DEVICE_TABLE["h100"]
 PER_CHANNEL = [True, False, True, True]
 OUTER_REFUSED = {"outer_persistent": "the column tiles leave most SMs idle"}
 
 
-@pytest.fixture(autouse=True)
-def isolated_cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("PYFUSER_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.delenv("PYFUSER_DISABLE_DISK_CACHE", raising=False)
-    monkeypatch.delenv("PYFUSER_CACHE_MAX_MB", raising=False)
-    opts.reload_environment()         # per-call options start from the environment read here
-    yield tmp_path / "cache"
-    monkeypatch.undo()
-    opts.reload_environment()
+# A disk cache of each test's own (conftest.py).
+pytestmark = pytest.mark.usefixtures("isolated_cache")
 
 
 def batchnorm_backward(stride_order=None, scale=0.01) -> FusionDefinition:
@@ -89,16 +83,6 @@ def full_sum_between_kernels() -> FusionDefinition:
         fd.add_output(y)
         fd.add_output(fd.ops.div(y, fd.ops.sum(y, [0, 1])))
     return fd
-
-
-def refuse_full_reductions(monkeypatch):
-    takes = reduction.can_schedule
-
-    def refusing(fusion):
-        ok, why = takes(fusion)
-        return (False, "a full reduction (refused by this test)") if why.startswith("full") \
-            else (ok, why)
-    monkeypatch.setattr(reduction, "can_schedule", refusing)
 
 
 class Searches:

@@ -16,6 +16,7 @@ from pyfuser.runtime.reference import evaluate
 from pyfuser.schedule.op_support import is_cheap
 from pyfuser.schedule.segmenter import segment
 from pyfuser.testing import run_and_check
+from segment_testing import refuse_full_reductions  # noqa: E402  (tests/runtime, on sys.path)
 
 INTERPRET = {"enable": ["interpret"]}
 
@@ -234,19 +235,6 @@ def test_plan_on_interpreter(name):
         written = {o for s in segment(fd.fusion).segments for o in s.outputs}
         shared = any(v in written for s in segment(fd.fusion).segments for v in s.inputs)
         assert (run.workspace_bytes > 0) == shared
-
-
-def refuse_full_reductions(monkeypatch):
-    """Every scheduler takes every single op now; to test reference segments, the reduction
-    scheduler is made to refuse full reductions as it did before it had a schedule for them."""
-    from pyfuser.schedule.schedulers import reduction
-    takes = reduction.can_schedule
-
-    def refusing(fusion):
-        ok, why = takes(fusion)
-        return (False, "a full reduction (refused by this test)") if why.startswith("full") \
-            else (ok, why)
-    monkeypatch.setattr(reduction, "can_schedule", refusing)
 
 
 def test_reference_segment_warning_names_the_segment(monkeypatch):
