@@ -12,7 +12,6 @@ import torch
 from pyfuser import options as opts
 from pyfuser.catalogue import CHANNELS_LAST
 from pyfuser.frontend.fusion_definition import FusionDefinition
-from pyfuser.ir.dtype import DataType
 from pyfuser.runtime import device as device_mod
 from pyfuser.runtime import executor, kernel_cache
 from pyfuser.runtime.executor import FusionExecutorCache, _DiskDecisions, _Target
@@ -21,38 +20,14 @@ from pyfuser.runtime.plan import SegmentedPlan
 from pyfuser.schedule import segmenter
 from pyfuser.schedule.schedulers import registry
 from pyfuser.schedule.segmenter import SegmentationDecision, segment
-from segment_testing import refuse_full_reductions  # noqa: E402  (tests/runtime, on sys.path)
+from segment_testing import batchnorm_backward, refuse_full_reductions  # noqa: E402  (tests/runtime)
 
 H100 = device_mod.DEVICE_TABLE["h100"]
-PER_CHANNEL = [True, False, True, True]
 OUTER_REFUSED = {"outer_persistent": "the column tiles leave most SMs idle"}
 
 
 # A disk cache of each test's own (conftest.py).
 pytestmark = pytest.mark.usefixtures("isolated_cache")
-
-
-def batchnorm_backward(stride_order=None, scale=0.01) -> FusionDefinition:
-    """dx, dw, db of BatchNorm2d training from the saved mean and rstd (tools/bench_issue16's
-    fusion): two segments in NCHW; in channels-last, one outer persistent kernel, or two
-    segments where that scheduler is refused."""
-    with FusionDefinition() as fd:
-        x, dy = (fd.define_tensor([-1, -1, -1, -1], dtype=DataType.BFloat16,
-                                  stride_order=stride_order) for _ in range(2))
-        w, mean, rstd = (fd.define_tensor([-1]) for _ in range(3))
-        xf, dyf = fd.ops.cast(x, DataType.Float), fd.ops.cast(dy, DataType.Float)
-        xhat = fd.ops.mul(fd.ops.sub(xf, fd.ops.broadcast(mean, PER_CHANNEL)),
-                          fd.ops.broadcast(rstd, PER_CHANNEL))
-        db = fd.ops.sum(dyf, [0, 2, 3])
-        dw = fd.ops.sum(fd.ops.mul(dyf, xhat), [0, 2, 3])
-        inner = fd.ops.sub(fd.ops.sub(dyf, fd.ops.broadcast(fd.ops.mul(db, scale), PER_CHANNEL)),
-                           fd.ops.mul(xhat, fd.ops.broadcast(fd.ops.mul(dw, scale), PER_CHANNEL)))
-        dx = fd.ops.mul(inner, fd.ops.broadcast(fd.ops.mul(rstd, w), PER_CHANNEL))
-        dx = fd.ops.cast(dx, DataType.BFloat16)
-        fd.add_output(fd.ops.stride_order(dx, stride_order) if stride_order else dx)
-        fd.add_output(dw)
-        fd.add_output(db)
-    return fd
 
 
 def batchnorm_inputs(channels_last=False):

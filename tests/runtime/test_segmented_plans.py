@@ -16,7 +16,7 @@ from pyfuser.runtime.reference import evaluate
 from pyfuser.schedule.op_support import is_cheap
 from pyfuser.schedule.segmenter import segment
 from pyfuser.testing import run_and_check
-from segment_testing import refuse_full_reductions  # noqa: E402  (tests/runtime, on sys.path)
+from segment_testing import batchnorm_backward, refuse_full_reductions  # noqa: E402  (tests/runtime)
 
 INTERPRET = {"enable": ["interpret"]}
 
@@ -574,30 +574,6 @@ def test_a_gather_or_a_library_call_of_a_reshape_keeps_it_stored(cast_first):
         assert fd.last_run.kind == "kernels" and not fd.last_run.internal_error, fd.last_run
 
 
-def _batchnorm_backward(stride_order=None):
-    """dx, dw, db of BatchNorm2d training from the saved mean and rstd [C] (tools/bench_issue16's
-    fusion): x_hat = (x - mean) * rstd feeds both sum(dy * x_hat) and dx."""
-    per_channel = [True, False, True, True]
-    with FusionDefinition() as fd:
-        x = fd.define_tensor([-1, -1, -1, -1], dtype=DataType.BFloat16, stride_order=stride_order)
-        dy = fd.define_tensor([-1, -1, -1, -1], dtype=DataType.BFloat16,
-                              stride_order=stride_order)
-        w, mean, rstd = (fd.define_tensor([-1]) for _ in range(3))
-        xf, dyf = fd.ops.cast(x, DataType.Float), fd.ops.cast(dy, DataType.Float)
-        xhat = fd.ops.mul(fd.ops.sub(xf, fd.ops.broadcast(mean, per_channel)),
-                          fd.ops.broadcast(rstd, per_channel))
-        db = fd.ops.sum(dyf, [0, 2, 3])
-        dw = fd.ops.sum(fd.ops.mul(dyf, xhat), [0, 2, 3])
-        inner = fd.ops.sub(fd.ops.sub(dyf, fd.ops.broadcast(fd.ops.mul(db, 0.01), per_channel)),
-                           fd.ops.mul(xhat, fd.ops.broadcast(fd.ops.mul(dw, 0.01), per_channel)))
-        dx = fd.ops.mul(inner, fd.ops.broadcast(fd.ops.mul(rstd, w), per_channel))
-        dx = fd.ops.cast(dx, DataType.BFloat16)
-        fd.add_output(fd.ops.stride_order(dx, stride_order) if stride_order else dx)
-        fd.add_output(dw)
-        fd.add_output(db)
-    return fd
-
-
 @pytest.mark.parametrize("stride_order", [None, CHANNELS_LAST], ids=["nchw", "nhwc"])
 def test_batchnorm_backward_is_a_reduction_kernel_then_a_pointwise_kernel(stride_order):
     """x_hat, a function of x and the [C] statistics, is forwarded: the reduction segment and
@@ -607,7 +583,7 @@ def test_batchnorm_backward_is_a_reduction_kernel_then_a_pointwise_kernel(stride
     about 17 bytes per element; these two move 10. In channels-last the outer persistent
     scheduler takes the fusion whole where the image's rows fit on chip, so its plan is seen
     with that scheduler refused (as execute() replans where its heuristic refuses)."""
-    fd = _batchnorm_backward(stride_order)
+    fd = batchnorm_backward(stride_order)
     exclude = {"outer_persistent": "too many rows"} if stride_order else None
     seg = segment(fd.fusion, exclude)
     assert [(s.kind, s.name) for s in seg.segments] == [(K, "reduction"), (K, "pointwise")], \
