@@ -209,11 +209,15 @@ def override(options: Options | dict | None = None, **changes):
         _state.stack.pop()
 
 
-def dump(stage: str, title: str, text: str) -> None:
-    """Write one dumped stage to stderr, or to PYFUSER_DUMP_DIR/<title>.<stage>.txt."""
+def dump(stage: str, title: str, text) -> None:
+    """Write one dumped stage to stderr, or to PYFUSER_DUMP_DIR/<title>.<stage>.txt. `text`: the
+    text, or a function making it, called only when the stage is dumped (printing a fusion
+    costs about a millisecond, which a new process's first execute would pay per segment)."""
     opts = current()
     if not opts.dumps(stage):
         return
+    if callable(text):
+        text = text()
     if opts.dump_dir:
         os.makedirs(opts.dump_dir, exist_ok=True)
         safe = "".join(c if c.isalnum() or c in "._-" else "_" for c in title)

@@ -193,3 +193,20 @@ def test_an_override_holds_on_its_own_thread_only():
         assert opts.current().enable == frozenset({"kernel_reuse"})
     assert seen["inside"] == opts.current().enable
     assert "kernel_reuse" not in seen["inside"] and "streaming_loads" in seen["own"]
+
+
+def test_a_dumped_text_made_by_a_function_is_made_only_when_dumped(capsys):
+    """The executor passes its fusion's printing as a function: a process that dumps nothing
+    prints no fusion (about a millisecond each, paid per segment by a new process's first
+    execute)."""
+    made = []
+
+    def text():
+        made.append(1)
+        return "T0 = ..."
+    with opts.override(dump=["cuda"]):
+        opts.dump("fusion_ir", "f", text)
+        assert made == []
+    with opts.override(dump=["fusion_ir"]):
+        opts.dump("fusion_ir", "f", text)
+    assert made == [1] and "T0 = ..." in capsys.readouterr().err

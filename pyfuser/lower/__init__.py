@@ -87,9 +87,8 @@ def lower(fusion, name: str = "pyfuser_kernel", index_type: str = "int",
         rules = [r for r in rules if r not in p.retires] + list(p.establishes)
         if verify_each:
             verify_kernel(kernel, rules, p.__name__)
-        if options.current().dumps("kernel_ir_passes"):
-            options.dump("kernel_ir_passes", f"{name}.{p.__name__}", kernel_str(kernel))
-    options.dump("kernel_ir", name, kernel_str(kernel))
+        options.dump("kernel_ir_passes", f"{name}.{p.__name__}", lambda: kernel_str(kernel))
+    options.dump("kernel_ir", name, lambda: kernel_str(kernel))
     return kernel
 
 

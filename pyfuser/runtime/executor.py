@@ -462,7 +462,7 @@ class FusionExecutorCache:
         import torch
         from .device import INTERPRET_DEVICE, get_device_properties, supported_arch
         bindings = check_inputs(self.fusion, inputs)
-        opts.dump("fusion_ir", self.name, repr(self.fusion))
+        opts.dump("fusion_ir", self.name, lambda: repr(self.fusion))
         tensors = [x for x in inputs if isinstance(x, torch.Tensor)]
         cuda_device = _requested_device(self.name, device, tensors, options)
         if options.is_enabled("interpret"):
@@ -506,7 +506,7 @@ class FusionExecutorCache:
         if self._segmented is None:
             self._segmented = segment(self.fusion, None, _disk_decisions(self.fusion, target))
         segmented = self._segmented
-        opts.dump("segments", self.name, str(segmented))
+        opts.dump("segments", self.name, lambda: str(segmented))
         if len(segmented.segments) > 1 or segmented.segments[0].kind == "library":
             if options.heuristic is not None:
                 from ..options import OptionError
@@ -572,7 +572,7 @@ class FusionExecutorCache:
         else:
             self._resegmented.move_to_end(key)
         segmented, executors = entry
-        opts.dump("segments", self.name, str(segmented))
+        opts.dump("segments", self.name, lambda: str(segmented))
         if len(segmented.segments) > 1 or segmented.segments[0].kind == "library":
             if not executors:
                 executors.extend(segment_executors(segmented, self.name))
