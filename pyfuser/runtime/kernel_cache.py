@@ -534,7 +534,7 @@ def store_plan(key: str, module: CompiledModule, launch, scheduler: str, index_t
 # Segmentation decisions
 # ---------------------------------------------------------------------------------------------
 
-_SEGMENTATION_FORMAT = 1
+_SEGMENTATION_FORMAT = 2
 
 
 def segmentation_key(fields: dict) -> str:

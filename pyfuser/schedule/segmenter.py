@@ -57,7 +57,7 @@ their values.
 Scheduling decisions here read no shapes: registry.choose is a function of the fusion.
 
 The decision (`SegmentationDecision`): which forwarding was kept and the final groups, as expr
-indices. It is all the merge search produces, so a recorded one is replayed without the search
+indices, with each kernel group's scheduler (a replay asks that one alone). It is all the merge search produces, so a recorded one is replayed without the search
 (`segment(..., decisions=...)`): the executor keeps them in the disk cache, so that a new process
 whose kernels are on disk does not search again before its kernels' disk look-ups (the search
 builds a sub-fusion and asks every scheduler for each candidate merge: 50-120 ms for BatchNorm
@@ -123,10 +123,14 @@ class SegmentationDecision:
     exprs: int                    # how many tensor expressions the fusion has (_tensor_exprs)
     forward_binary: bool          # the forwarding kept (_forwarded's flag)
     groups: tuple                 # per final group, by first expr: (kind, sorted expr indices)
+    # Per group, the name of the scheduler a kernel group's choice found (None for the others),
+    # so that a replay asks that scheduler alone (registry.choose's `only`); () where unknown.
+    schedulers: tuple = ()
 
     def to_json(self) -> dict:
         return {"exprs": self.exprs, "forward_binary": self.forward_binary,
-                "groups": [[kind, list(members)] for kind, members in self.groups]}
+                "groups": [[kind, list(members)] for kind, members in self.groups],
+                "schedulers": list(self.schedulers)}
 
     @staticmethod
     def from_json(data) -> SegmentationDecision | None:
@@ -134,13 +138,16 @@ class SegmentationDecision:
         try:
             exprs, forward_binary = data["exprs"], data["forward_binary"]
             groups = tuple((kind, tuple(members)) for kind, members in data["groups"])
-        except (KeyError, TypeError, ValueError):
+            schedulers = tuple(data.get("schedulers", ()))
+        except (KeyError, TypeError, ValueError, AttributeError):
             return None
         if (type(exprs) is not int or type(forward_binary) is not bool
                 or not all(type(kind) is str and all(type(k) is int for k in members)
-                           for kind, members in groups)):
+                           for kind, members in groups)
+                or len(schedulers) not in (0, len(groups))
+                or not all(n is None or type(n) is str for n in schedulers)):
             return None
-        return SegmentationDecision(exprs, forward_binary, groups)
+        return SegmentationDecision(exprs, forward_binary, groups, schedulers)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -245,7 +252,7 @@ def _replayed(fusion, exprs, exclude, decision: SegmentationDecision):
     if decision.exprs != len(exprs):
         return None
     groups = _Grouping(fusion, exprs, exclude, decision.forward_binary)
-    if not groups.take(decision.groups):
+    if not groups.take(decision.groups, decision.schedulers):
         return None
     segs = groups.segments()
     if any(s.kind == "kernel" and s.scheduler is None for s in segs):
@@ -375,15 +382,24 @@ class _Grouping:
                                      for k in grouped}
         self.group_of = [k if k not in self.forwarded else None for k in range(len(exprs))]
         self._choices: dict = {}    # frozenset of expr indices -> registry.Choice
+        # frozenset of expr indices -> the scheduler a replayed decision recorded for the group.
+        self._recorded: dict = {}
 
     # Decisions -----------------------------------------------------------------------------
     def decision(self) -> SegmentationDecision:
+        """The grouping as a decision (after segments(), which chose each kernel group's
+        scheduler)."""
+        groups = sorted(self.members)
+        chosen = [self._choices.get(frozenset(self.members[g])) for g in groups]
         return SegmentationDecision(len(self.exprs), self.forward_binary, tuple(
-            (self.kind[g], tuple(self.members[g])) for g in sorted(self.members)))
+            (self.kind[g], tuple(self.members[g])) for g in groups), tuple(
+            c.scheduler.NAME if self.kind[g] == "kernel" and c is not None
+            and c.scheduler is not None else None for g, c in zip(groups, chosen)))
 
-    def take(self, groups) -> bool:
+    def take(self, groups, schedulers=()) -> bool:
         """Make the groups `groups` (a SegmentationDecision's) where they fit these exprs (see
-        the module docstring); False, the grouping then unusable, where they do not."""
+        the module docstring), with the schedulers it recorded for them; False, the grouping
+        then unusable, where they do not."""
         initial = dict(self.kind)       # each grouped expr's kind alone
         members, kind, group_of = {}, {}, [None] * len(self.exprs)
         for what, indices in groups:
@@ -400,6 +416,8 @@ class _Grouping:
         if sum(len(m) for m in members.values()) != len(initial):
             return False            # an expr in no group
         self.members, self.kind, self.group_of = members, kind, group_of
+        self._recorded = {frozenset(indices): name for (what, indices), name
+                          in zip(groups, schedulers) if what == "kernel" and name is not None}
         for k, e in enumerate(self.exprs):
             if isinstance(e, BOUNDARY_OPS) and any(
                     self.group_of[self.index[u]] == self.group_of[k]
@@ -483,7 +501,9 @@ class _Grouping:
                 sub_fusion = _sub_fusion(
                     self.fusion, [self.exprs[k] for k in self.with_forwarded(members)],
                     self._outputs_of(key), self.view_of).fusion
-            c = registry.choose(sub_fusion, self.exclude)
+            # A replayed group asks the scheduler its decision recorded alone: the ones before
+            # it refused the group then, and the decision's key holds pyfuser's source.
+            c = registry.choose(sub_fusion, self.exclude, only=self._recorded.get(key))
             self._choices[key] = c
         return c
 

@@ -122,6 +122,38 @@ def test_a_new_process_replays_the_decision_without_the_merge_search(monkeypatch
         assert "reference" in [s.kind for s in again.segments]
 
 
+def test_a_replay_asks_each_kernel_group_the_scheduler_it_recorded_alone(monkeypatch,
+                                                                          isolated_cache):
+    """The decision records each kernel group's scheduler; a replay asks that one alone (the
+    schedulers before it refused the group when it was recorded; the key holds pyfuser's
+    source), so a new process pays one can_schedule per segment, not one per scheduler tried.
+    One that refuses now makes the replay a miss (test_a_kernel_group_no_scheduler_...)."""
+    first = segmented(batchnorm_backward())
+    kernels = [s for s in first.segments if s.kind == "kernel"]
+    assert first.decision.schedulers.count(None) == len(first.decision.groups) - len(kernels)
+    assert sorted(n for n in first.decision.schedulers if n) == sorted(s.name for s in kernels)
+    asked = []
+    for sched in registry.SCHEDULERS:
+        def counting(fusion, _sched=sched, _real=sched.can_schedule):
+            asked.append((_sched.NAME, fusion))
+            return _real(fusion)
+        monkeypatch.setattr(sched, "can_schedule", counting)
+    fd = batchnorm_backward()
+    again = segmented(fd)
+    assert str(again) == str(first)
+    of_segments = [name for name, fusion in asked if fusion is not fd.fusion]
+    assert of_segments == [s.name for s in again.segments if s.kind == "kernel"]
+
+
+def test_recorded_schedulers_that_do_not_fit_the_groups_are_a_damaged_decision():
+    good = {"exprs": 3, "forward_binary": True, "groups": [["kernel", [0, 1]], ["kernel", [2]]]}
+    assert SegmentationDecision.from_json(good).schedulers == ()
+    assert SegmentationDecision.from_json(dict(good, schedulers=["reduction", None])) \
+        .schedulers == ("reduction", None)
+    for bad in (["reduction"], ["reduction", 3], "reduction", [["reduction"], None]):
+        assert SegmentationDecision.from_json(dict(good, schedulers=bad)) is None, bad
+
+
 def test_a_decision_of_unary_forwarding_only_replays_as_made(monkeypatch, isolated_cache):
     """The decision holds the forwarding it was made with: groups made forwarding unary ops only
     (the search keeps them where forwarding binary ops leaves more reference segments) replay

@@ -37,10 +37,13 @@ def register(module, first: bool = True) -> None:
     SCHEDULERS.insert(0 if first else len(SCHEDULERS), module)
 
 
-def choose(fusion, exclude: dict | None = None) -> Choice:
+def choose(fusion, exclude: dict | None = None, only: str | None = None) -> Choice:
     """The first scheduler that takes `fusion` once its roles are separated (what the executor
     schedules: roles.scheduling_clone). `exclude`: scheduler name -> why it is not asked (its
-    heuristic refused the shapes of a call: the executor segments again without it)."""
+    heuristic refused the shapes of a call: the executor segments again without it). `only`:
+    the scheduler a recorded choice named (a replayed segmentation decision): asked alone, the
+    ones before it taken to refuse as they did when it was recorded (not listed in
+    `rejected`); None where it refuses now."""
     # One exact ID graph for both checks (the segmenter asks this for every candidate group).
     graph = IdGraph(fusion)
     if self_mapping(graph, fusion.tensors()) is not None:
@@ -67,6 +70,8 @@ def choose(fusion, exclude: dict | None = None) -> Choice:
             rejected.append((s.NAME, exclude[s.NAME]))
             continue
         asked = s.NAME in dedicated if dedicated else s.NAME not in DEDICATED_OPS.values()
+        if only is not None and s.NAME != only:
+            continue
         if not asked:
             # Not listed either: a scan's plan says why the scan scheduler refused, any other
             # plan says nothing of it.
