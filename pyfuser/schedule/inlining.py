@@ -29,7 +29,8 @@ def _downstream(fusion, tv: TensorView) -> set:
     return out
 
 
-def _upstream(fusion, tv: TensorView) -> set:
+def upstream(fusion, tv: TensorView) -> set:
+    """The tensors `tv` is computed from, directly or not (not tv itself)."""
     out, stack = set(), [tv]
     while stack:
         t = stack.pop()
@@ -65,7 +66,7 @@ def _persistent_limits(fusion, tv: TensorView, graph: IdGraph) -> set:
             scan_loops = False
         else:
             continue
-        feeds = _upstream(fusion, r) | {r}
+        feeds = upstream(fusion, r) | {r}
         after_r = _downstream(fusion, r)
         inside = [c for c in consumers if c in feeds]
         # A consumer outside R's inputs forces tv to stay resident only if it, or what it
@@ -151,7 +152,7 @@ def _reader_inside_reduction(fusion, owner_loops: set):
         if not a.domain.loop[d].is_reduction:
             continue
         for b, _ in owner_loops:
-            if b is not a and a in _upstream(fusion, b):
+            if b is not a and a in upstream(fusion, b):
                 return a, b
     return None
 
@@ -196,7 +197,7 @@ def _dependent_owners(fusion, owners: set, loop_id, graph: IdGraph):
 
 
 def _needs_through_own_loops(fusion, a, b, owners, loop_id, graph: IdGraph) -> bool:
-    upstream_of_b = _upstream(fusion, b)
+    upstream_of_b = upstream(fusion, b)
     stack, seen = list(fusion.consumers(a)), set()
     while stack:
         x = stack.pop()

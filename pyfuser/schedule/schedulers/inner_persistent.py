@@ -30,7 +30,7 @@ from ..cache import cached_uses
 from ...ir.tensor import CpAsyncPipelined, TensorView, WarpSpecialized
 from .. import (cache_after, cache_before, circular_buffer, inline_at, inline_most,
                 parallelize_like, propagate_transforms, rfactor)
-from ..inlining import _upstream
+from ..inlining import upstream
 from ..recompute import recompute_for
 from ..tma_rules import MAX_TX_BYTES, check_bulk_rows, check_row_box
 from .base import (RuntimeInfo, SchedulerError, access_width, orient_vector_inputs,
@@ -567,7 +567,7 @@ def _persistent_uses(fusion, reds):
     """(tensor, uses outside the reduction's inputs) for tensors used on both sides of one."""
     out = []
     for r in reds:
-        feeds = _upstream(fusion, r) | {r}
+        feeds = upstream(fusion, r) | {r}
         for t in fusion.tensors():
             if t not in feeds or t is r or t.is_input():
                 continue
@@ -630,7 +630,7 @@ def _project_to_inputs(fusion, caches: set, reds, allow_expensive: bool = False)
         done.add(t)
         # Row-shaped sources only: weights stay in registers anyway and per-row scalars are
         # one value. Two row inputs (a residual sum) hold as much as one float buffer.
-        srcs = [u for u in _upstream(fusion, t) if u in caches and _is_row_data(u, graph, red_ids)]
+        srcs = [u for u in upstream(fusion, t) if u in caches and _is_row_data(u, graph, red_ids)]
         if len(srcs) > 1:
             continue
         stop = set(caches) | {u for u in fusion.tensors() if row_reduced(u)}

@@ -48,7 +48,7 @@ from ...ir.iter_domain import ParallelType as PT
 from ...ir.tensor import TensorView
 from .. import (inline_at, inline_most, parallelize_like,
                 propagate_transforms, rfactor)
-from ..inlining import _upstream
+from ..inlining import upstream
 from .base import (RuntimeInfo, SchedulerError, cache_inputs_and_outputs, mapped_dim,
                    orient_vector_inputs, own_copy, reduced_and_kept, reduction_tensors,
                    vector_inputs, vector_width, vectorize)
@@ -482,9 +482,9 @@ def _own_copies_beside_the_reduction(fusion, red: TensorView) -> None:
         # Iterated by loops over the reduced dims: those are the reduction's own loops.
         return any(graph.mapped(i, r) for i in t.domain.logical_no_reductions
                    if not i.is_broadcast for r in reduced)
-    feeding = {t for t in _upstream(fusion, red) if t.definition is not None}
+    feeding = {t for t in upstream(fusion, red) if t.definition is not None}
     # Tensors that lead to any reduction (a schedule that takes several keeps their sharing).
-    reducing = set().union(*(_upstream(fusion, r) | {r} for r in reduction_tensors(fusion)))
+    reducing = set().union(*(upstream(fusion, r) | {r} for r in reduction_tensors(fusion)))
     for t in sorted(feeding, key=lambda t: t.name):
         outside = [u for u in fusion.uses_of(t)
                    if not any(o in reducing for o in u.outputs)

@@ -69,7 +69,7 @@ from ...ir.scalar import ScalarOp
 from ...ir.tensor import MemoryType, TensorView
 from .. import (cache_after, cache_before, inline_at, inline_most, parallelize_like,
                 propagate_transforms, set_memory_type)
-from ..inlining import _downstream, _upstream
+from ..inlining import _downstream, upstream
 from .base import (RuntimeInfo, SchedulerError, cache_inputs_and_outputs, chunked_row_shape,
                    mapped_dim, ops_beside, orient_vector_inputs, own_copy,
                    schedule_rows_in_chunks, strided_along, vector_inputs, vector_width,
@@ -332,7 +332,7 @@ def _own_copies_after_the_scans(fusion) -> None:
     cumsum(x)) is held across it instead (inlining's persistent limits)."""
     results = [e.outputs[0] for e in _scans(fusion)]
     after = set().union(*(_downstream(fusion, r) for r in results))
-    into = set().union(*(_upstream(fusion, r) | {r} for r in results))
+    into = set().union(*(upstream(fusion, r) | {r} for r in results))
     for t in sorted(fusion.tensors(), key=lambda t: t.name):
         if t.definition is None or t in after or t in into:
             continue
