@@ -10,7 +10,8 @@ compute warp group, rows [64 wg, 64 wg + 64) of the tile):
 
     A_s[tm * 64], B_s[tn * 64]: shared, 1024-byte aligned (128-byte swizzled boxes)
     stage[wgs * B * 64 * 64]:  shared, B 64x64 staging boxes per compute warp group (2; 1 when
-                               a tile has an odd number of 64-column chunks)
+                               a tile has an odd number of 64-column chunks), one such buffer
+                               per stored output (a pre-activation beside its activation)
     acc[tn / 2]:               fp32 accumulators, registers
     for t in GridStride(tiles):                        (m0, n0) = raster(t)
       for kb in [0, ceil(K / 64)):
@@ -26,8 +27,9 @@ compute warp group, rows [64 wg, 64 wg + 64) of the tile):
         barrier of the warp group (named barrier 8 + wg: the warp groups do not wait for each
         other; the epilogue is printed once per warp group)
         4 x stmatrix.x4: accumulators -> 16-bit -> staging box, 128-byte swizzled addresses
+          (with a fused epilogue: its ops on each value first, one stmatrix per stored output)
         fence.proxy.async; the warp group's barrier
-        thread 0: TMA store of the box at (n0 + 64 c, m0 + 64 wg); bulk commit
+        thread 0: TMA store of each output's box at (n0 + 64 c, m0 + 64 wg); one bulk commit
     thread 0 of each warp group: bulk wait until its stores are written
 
 Raster: tiles are visited in bands of `raster_group` tile rows, column by column within a
@@ -41,8 +43,8 @@ deep, the batch the tile index's outermost part (t = batch * tiles of a matrix +
 operand is shared by every batch.
 
 Limits: A K-major (a row of 64 K elements is one 128-byte swizzle row),
-16-bit inputs and output, tn a multiple of 64 up to 256, tm 64 or 128; no epilogue op, no
-cluster.
+16-bit inputs and outputs (up to MAX_OUTPUTS of the scheduler), tn a multiple of 64 up to
+256, tm 64 or 128; no cluster.
 """
 from __future__ import annotations
 
@@ -111,8 +113,10 @@ def build_matmul(kernel: K.Kernel) -> K.Kernel:
         return K.Var(name), tile_map
 
     a_glob, b_glob = ctx.buffers[a_in], ctx.buffers[b_in]
-    final = mma.final
-    out_glob = ctx.buffers[final]
+    finals = mma.finals
+    if p.outputs != len(finals):
+        raise ValueError(f"build_matmul: {p.outputs} staged output(s) for {len(finals)} stored")
+    out_globs = [ctx.buffers[f] for f in finals]
     a_map = tensor_map("input", fusion.input_position(a_in), mma.a_dims[1], mma.a_dims[0],
                        TILE_K, tm, a_glob, mma.a_dims[2])
     mn_major = p.b_major == "MN"
@@ -122,9 +126,9 @@ def build_matmul(kernel: K.Kernel) -> K.Kernel:
     else:
         b_map = tensor_map("input", fusion.input_position(b_in), mma.b_dims[1], mma.b_dims[0],
                            TILE_K, tn, b_glob, mma.b_dims[2])
-    rank = len(final.domain.logical)
-    c_map = tensor_map("output", fusion.outputs.index(final), rank - 1, rank - 2, BOX, BOX,
-                       out_glob, 0 if rank == 3 else None)
+    rank = len(finals[0].domain.logical)
+    c_maps = [tensor_map("output", fusion.outputs.index(f), rank - 1, rank - 2, BOX, BOX, g,
+                         0 if rank == 3 else None) for f, g in zip(finals, out_globs)]
 
     def shared(tv_or_name, elems, of=dtype):
         name = tv_or_name if isinstance(tv_or_name, str) else f"T{tv_or_name.name}"
@@ -147,9 +151,9 @@ def build_matmul(kernel: K.Kernel) -> K.Kernel:
     chunks = tn // BOX
     boxes = p.staging_boxes
     # The staging boxes hold the stored output's type (bf16 out of fp16 operands: a cast in
-    # the epilogue).
-    final_dtype = final.dtype
-    stage = shared("pf_mma_stage", wgs * boxes * BOX * BOX, final_dtype)
+    # the epilogue); each stored output has its own.
+    staging = [shared("pf_mma_stage" + (str(o) if o else ""), wgs * boxes * BOX * BOX, f.dtype)
+               for o, f in enumerate(finals)]
     accs = [K.Buffer(f"pf_acc{s}" if slices > 1 else "pf_acc", DataType.Float, "local",
                      K.Const(tn // 2)) for s in range(slices)]
 
@@ -158,7 +162,7 @@ def build_matmul(kernel: K.Kernel) -> K.Kernel:
     # A batch's tiles one after the other: the linear tile index t is batch * (tiles of one
     # matrix) + the tile within its matrix, rastered as a 2-D matmul's.
     per_batch = K.mul(tiles_m, tiles_n)
-    batches = extent(final, 0) if rank == 3 else K.Const(1)
+    batches = extent(finals[0], 0) if rank == 3 else K.Const(1)
     # The tile's batch and origin, defined once per tile at the top of the tile loop (the
     # producer's copies and the epilogue read them; pipeline_loads gives the producer its own
     # definitions).
@@ -207,8 +211,11 @@ def build_matmul(kernel: K.Kernel) -> K.Kernel:
     row, unit_hi = K.Var("pf_st_row"), K.Var("pf_st_unit")
     frag_row, frag_col = K.Var("pf_frag_row"), K.Var("pf_frag_col")
     thread0 = K.eq(_TIDX, 0)
-    fused = bool(mma.epilogue) or len(mma.op.inputs) > 2
-    values_buf = K.Buffer("pf_epi", final_dtype, "local", K.Const(8))
+    fused = bool(mma.epilogue) or len(mma.op.inputs) > 2 or len(finals) > 1
+    # A stored output's 8 values of an stmatrix (read back by the ops after it: a
+    # pre-activation feeding its activation), and one register per other epilogue tensor.
+    values_bufs = {f: K.Buffer("pf_epi" + (str(o) if o else ""), f.dtype, "local", K.Const(8))
+                   for o, f in enumerate(finals)}
     scalar_bufs: dict = {}
 
     def scalar_buf(tv):
@@ -236,6 +243,8 @@ def build_matmul(kernel: K.Kernel) -> K.Kernel:
               "b": bt}
 
         def operand(v):
+            if v in values_bufs:
+                return K.TensorIndex(values_bufs[v], K.Const(slot))
             if v is mma.out or v in scalar_bufs:
                 return K.TensorIndex(scalar_buf(v), K.Const(0))
             if isinstance(v, TensorView):
@@ -248,8 +257,8 @@ def build_matmul(kernel: K.Kernel) -> K.Kernel:
             return K.ScalarValue(v, v.dtype)
 
         def out_of(tv):
-            if tv is mma.final:
-                return K.TensorIndex(values_buf, K.Const(slot))
+            if tv in values_bufs:
+                return K.TensorIndex(values_bufs[tv], K.Const(slot))
             return K.TensorIndex(scalar_buf(tv), K.Const(0))
 
         def op_stmt(e):
@@ -286,16 +295,21 @@ def build_matmul(kernel: K.Kernel) -> K.Kernel:
                             tile_row = (K.add(wg_row0, sl * WARP_GROUP_ROWS) if wgs > 1
                                         else K.Const(row0))
                             out += epilogue_value(acc, 4 * j0 + v, tile_row, v)
-                        values = [K.TensorIndex(values_buf, K.Const(v)) for v in range(8)]
+                        for f, stage in zip(finals, staging):
+                            values = [K.TensorIndex(values_bufs[f], K.Const(v)) for v in range(8)]
+                            out.append(K.StMatrix(K.TensorIndex(stage, dst), values, f.dtype))
                     else:
                         values = [K.TensorIndex(acc, K.Const(4 * j0 + i)) for i in range(8)]
-                    out.append(K.StMatrix(K.TensorIndex(stage, dst), values, final_dtype))
+                        out.append(K.StMatrix(K.TensorIndex(staging[0], dst), values,
+                                              finals[0].dtype))
+                # Each output's box stored, one bulk group for all (the wait above frees the
+                # box of every output at once).
+                at = [K.add(n0, c * BOX), K.add(m0, row0)] + ([bt] if rank == 3 else [])
                 out += [K.FenceProxyAsync(), sync,
                         K.IfThenElse(thread0, [
-                            K.TensorMapStore(K.TensorIndex(stage, box), *c_map, out_glob,
-                                             [K.add(n0, c * BOX), K.add(m0, row0)]
-                                             + ([bt] if rank == 3 else [])),
-                            K.BulkCommit()])]
+                            K.TensorMapStore(K.TensorIndex(stage, box), *c_map, g, at)
+                            for stage, c_map, g in zip(staging, c_maps, out_globs)]
+                            + [K.BulkCommit()])]
         return out
 
     epilogue: list = [K.AccumulatorFence(acc) for acc in accs]
@@ -308,9 +322,10 @@ def build_matmul(kernel: K.Kernel) -> K.Kernel:
     # The fusion's loop nests (LoweringContext) are replaced by this nest of its own.
     kernel.replaced_loops.update(id(lp) for lp in ctx.all_loops())
     kernel.body = [
-        K.Allocate(a_s), K.Allocate(b_s), K.Allocate(stage), *(K.Allocate(a) for a in accs),
-        *([K.Allocate(values_buf)] + [K.Allocate(b) for b in scalar_bufs.values()]
-          if fused else []),
+        K.Allocate(a_s), K.Allocate(b_s), *(K.Allocate(s) for s in staging),
+        *(K.Allocate(a) for a in accs),
+        *([K.Allocate(b) for b in values_bufs.values()]
+          + [K.Allocate(b) for b in scalar_bufs.values()] if fused else []),
         K.Comment(f"matmul: tile {tm}x{tn}x{TILE_K}, wgmma m64n{tn}k16, {p.compute_roles} "
                   f"compute role(s) of {wgs} warp group(s), {slices} slice(s) of 64 rows each; "
                   "lane l of warp w stores row 16 w + l % 8 + 8 (l / 8 % 2) of its stmatrix "

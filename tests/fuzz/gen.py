@@ -1939,8 +1939,8 @@ def pat_matmul(b: Builder) -> None:
                 last = b.binary_step(last, other)
     if last is not y and last.dtype.is_floating and last.dtype != dt and r.random() < 0.6:
         last = b.call("cast", last, dtype=dt)   # the kernel stores 16-bit outputs
-    if not _reads(b, last, y):
-        b.output(y)
+    if not _reads(b, last, y) or (last is not y and r.random() < 0.3):
+        b.output(y)     # the pre-activation beside its activation: a second stored output
     b.output(last)
 
 

@@ -206,6 +206,31 @@ def test_fused_epilogue(kind, m, n, k, pingpong):
     run_and_check(fd, inputs, scheduler="matmul", options=opts)
 
 
+@pytest.mark.parametrize("kind", ["bias_and_gelu", "residual_relu"])
+@pytest.mark.parametrize("m, n, k", [(129, 264, 72), (2048, 4096, 512)])
+@pytest.mark.parametrize("pingpong", [False, True])
+def test_two_stored_outputs(kind, m, n, k, pingpong):
+    """A pre-activation stored beside its activation by one matmul kernel (each output its own
+    staging boxes and TMA store)."""
+    x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16) / 8
+    with FusionDefinition() as fd:
+        tx, tw = fd.from_pytorch(x), fd.from_pytorch(w)
+        if kind == "bias_and_gelu":
+            extra = torch.randn(n, device="cuda", dtype=torch.bfloat16)
+            h = fd.ops.linear(tx, tw, fd.from_pytorch(extra))
+            fd.add_output(h)
+            fd.add_output(fd.ops.gelu(h, approximate="tanh"))
+        else:
+            extra = torch.randn(m, n, device="cuda", dtype=torch.bfloat16)
+            h = fd.ops.linear(tx, tw) + fd.from_pytorch(extra)
+            fd.add_output(fd.ops.relu(h))
+            fd.add_output(h)
+    opts = {"enable": ["matmul_pingpong"]} if pingpong else None
+    run_and_check(fd, [x, w, extra], scheduler="matmul", options=opts)
+    assert fd.last_run.heuristics[0].outputs == 2
+
+
 @pytest.mark.parametrize("case", ["bmm", "bmm_k_major", "linear_3d", "a3_b2", "a2_b3",
                                   "linear_3d_bias_gelu"])
 def test_batched(case):

@@ -108,14 +108,15 @@ def test_what_follows_the_matmul_must_be_element_wise():
         fd.add_output(fd.ops.sum(fd.ops.linear(x, w), [1]))
     ok, why = matmul.can_schedule(fd.fusion)
     assert not ok and "element-wise" in why, why
-    with FusionDefinition("linear_two_outputs") as fd:
+    with FusionDefinition("linear_three_outputs") as fd:
         x = fd.define_tensor(shape=[-1, -1], dtype=BF16)
         w = fd.define_tensor(shape=[-1, -1], dtype=BF16)
         y = fd.ops.linear(x, w)
         fd.add_output(y)
         fd.add_output(fd.ops.relu(y))
+        fd.add_output(fd.ops.neg(y))
     ok, why = matmul.can_schedule(fd.fusion)
-    assert not ok and "2 outputs" in why, why
+    assert not ok and "3 outputs (the kernel stores up to 2)" in why, why
 
 
 def _info(m, n, k, device="h100"):
@@ -409,6 +410,84 @@ def test_a_fused_epilogue_is_one_kernel_with_the_matmul():
     assert seg.kind == "kernel" and seg.kernel.scheduler == "matmul", seg
     report = seg.kernel.ptxas
     assert "0 B spill stores" in report and "serializ" not in report.lower(), report
+
+
+def _two_outputs_fd(kind):
+    """Two stored outputs of one matmul: a pre-activation and its activation."""
+    with FusionDefinition(kind) as fd:
+        x = fd.define_tensor(shape=[-1, -1], dtype=BF16)
+        w = fd.define_tensor(shape=[-1, -1], dtype=BF16)
+        if kind == "bias_and_gelu":             # h = x @ w^T + b; gelu_tanh(h): both stored
+            b = fd.define_tensor(shape=[-1], dtype=BF16)
+            h = fd.ops.linear(x, w, b)
+            fd.add_output(h)
+            fd.add_output(fd.ops.gelu(h, approximate="tanh"))
+        else:                                   # relu(x @ w^T + r) first, then x @ w^T + r
+            r = fd.define_tensor(shape=[-1, -1], dtype=BF16)
+            h = fd.ops.linear(x, w) + r
+            fd.add_output(fd.ops.relu(h))
+            fd.add_output(h)
+    return fd
+
+
+def _two_outputs_inputs(kind, m, n, k):
+    g = torch.Generator().manual_seed(m + 5 * n + k)
+    x = torch.randn(m, k, dtype=BF16_T, generator=g)
+    w = torch.randn(n, k, dtype=BF16_T, generator=g) / 8
+    extra = torch.randn(n, dtype=BF16_T, generator=g) if kind == "bias_and_gelu" else \
+        torch.randn(m, n, dtype=BF16_T, generator=g)
+    return [x, w, extra]
+
+
+@pytest.mark.parametrize("kind", ["bias_and_gelu", "residual_relu"])
+@pytest.mark.parametrize("tile, roles", [((128, 128), 1), ((128, 64), 2)])
+def test_interpreted_two_stored_outputs(kind, tile, roles):
+    """A pre-activation stored beside its activation: each output its own staging boxes, both
+    boxes of a chunk stored by one bulk group; the activation reads the pre-activation's
+    16-bit value, as the fusion defines it."""
+    from kir_testing import interpret_against_float64, schedule_and_lower
+    fd = _two_outputs_fd(kind)
+    inputs = _two_outputs_inputs(kind, 130, 200, 72)
+    ok, why = matmul.can_schedule(fd.fusion)
+    assert ok and "2 outputs stored" in why, why
+    p = matmul.MatmulParams(tile_m=tile[0], tile_n=tile[1], stages=2, grid=3,
+                            compute_roles=roles, outputs=2)
+    st, _, p, kernel = schedule_and_lower(fd, inputs, params=p, scheduler=matmul,
+                                          device="h100-4sm")
+    stores = [s for s in K.walk(kernel.body) if isinstance(s, K.TensorMapStore)]
+    assert len({s.target.name for s in stores}) == 2 and len({s.src.buffer.name for s in stores}) == 2
+    interpret_against_float64(fd, st, kernel, inputs, context=(kind, p))
+
+
+@pytest.mark.parametrize("kind", ["bias_and_gelu", "residual_relu"])
+def test_two_stored_outputs_through_the_executor(kind):
+    """The heuristic's path (outputs=2 staged) to the interpreted kernel, outputs poisoned."""
+    from pyfuser.testing import run_and_check
+    fd = _two_outputs_fd(kind)
+    run_and_check(fd, _two_outputs_inputs(kind, 130, 200, 72), scheduler="matmul",
+                  options={"enable": ["interpret"]})
+    assert fd.last_run.heuristics[0].outputs == 2
+
+
+def test_two_stored_outputs_take_shared_memory_from_the_stages():
+    """The heuristic stages each output's boxes: fewer pipeline stages fit beside them; a
+    forced heuristic staging one output for two is refused."""
+    fd = _two_outputs_fd("bias_and_gelu")
+    x, w, b = (torch.empty(t.shape, dtype=t.dtype, device="meta")
+               for t in _two_outputs_inputs("bias_and_gelu", 8192, 16384, 64))
+    seg = only_segment(fd.explain([x, w, b], device="h100", compile=True))
+    assert seg.kind == "kernel" and seg.kernel.scheduler == "matmul", seg
+    p = seg.kernel.params
+    one = matmul.fitted_params(p.tile_m, p.tile_n, p.compute_roles, 1, DEVICE_TABLE["h100"], 2,
+                               p.b_major)
+    assert p.outputs == 2 and p.stages < one.stages, (p, one)
+    report = seg.kernel.ptxas
+    assert "0 B spill stores" in report and "serializ" not in report.lower(), report
+    with pytest.raises(SchedulerError, match="stages 1 output"):
+        from kir_testing import schedule_and_lower
+        schedule_and_lower(fd, _two_outputs_inputs("bias_and_gelu", 130, 200, 72),
+                           params=dataclasses.replace(p, outputs=1), scheduler=matmul,
+                           device="h100-4sm")
 
 
 def test_one_row_of_any_length_is_a_tile_map():

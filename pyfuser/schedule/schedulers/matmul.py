@@ -22,14 +22,16 @@ and clips the stores.
 Taken: one MatmulOp (a [M, K] @ b [K, N]) or LinearOp (x [M, K], w [N, K], a bias [N]) of two
 fusion inputs, bf16 or fp16, and the element-wise ops after it (a fused epilogue: bias, GELU,
 SiLU, a residual or a row scale read from global memory at each accumulator's row and
-column, casts), the one fusion output [M, N] of bf16 or fp16. Refused by the heuristic (the op then
+column, casts), and up to MAX_OUTPUTS fusion outputs [M, N] of bf16 or fp16 computed by them (a
+pre-activation beside its activation: each output its own staging boxes and TMA store). Refused
+by the heuristic (the op then
 runs as torch.matmul, a library segment): an A whose K dim is not its stride-1 dim (a
 column-major A), strides or pointers TMA cannot take (a row not a multiple of 16 bytes: K or N
 not a multiple of 8), K = 0, a device that is not Hopper. B may be K-major (w [N, K], or b =
 w.t()) or MN-major (b row-major [K, N]: its boxes are 64 N x 64 K, read by wgmma with
 imm-trans-b). A's M dim may be a broadcast (fd.from_pytorch of a [1, K] row); other broadcast
 operand dims are refused by can_schedule. Not built yet (issues 20 and 21): a batch broadcast
-against another, more than one batch dim, a second output, an fp32 output, clusters with
+against another, more than one batch dim, an fp32 output, clusters with
 multicast, split-K and stream-K. Batches (3-D operands, [batch, rows, cols]; a 2-D operand
 shared by every batch) go through 3-D tensor maps, the batch the tile index's outermost part.
 
@@ -130,6 +132,8 @@ class MatmulParams:
     # roles of one warp group each take whole tiles in turn, one's epilogue under the other's
     # MMAs: lower/pipeline.py's compute roles).
     compute_roles: int = 1
+    # Fusion outputs the epilogue stores, each through its own staging boxes (MAX_OUTPUTS).
+    outputs: int = 1
 
     @property
     def warp_groups_per_role(self) -> int:
@@ -158,7 +162,8 @@ class MatmulParams:
                 else f"cooperative: {self.compute_warp_groups} compute warp group(s)")
         return (f"matmul: tile {self.tile_m}x{self.tile_n}x{TILE_K}, B {self.b_major}-major, "
                 f"{self.stages} stages, {kind} + 1 producer, persistent grid "
-                f"{self.grid}, raster bands of {self.raster_group} tile rows")
+                f"{self.grid}, raster bands of {self.raster_group} tile rows"
+                + (f", {self.outputs} outputs stored" if self.outputs > 1 else ""))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -174,7 +179,7 @@ class MatmulOperands:
     a_dims: tuple                # (row dim, K dim, batch dim or None) of A's global input
     b_dims: tuple                # (row dim, K dim, batch dim or None) of B's global input
     op: object                   # the MatmulOp / LinearOp (a linear's bias: its third input)
-    final: TensorView            # the fusion output the kernel stores (out without an epilogue)
+    finals: tuple                # the fusion outputs the kernel stores, in the fusion's order
     # The element-wise ops of the epilogue, in order, computed on each accumulator before the
     # store.
     epilogue: tuple = ()
@@ -203,8 +208,13 @@ def _operand_dims(op) -> tuple[tuple, tuple]:
 _EPILOGUE = (UnaryOp, BinaryOp, WhereOp, LoadStoreOp, BroadcastOp, ExpandOp)
 
 
-def _epilogue(fusion, op) -> tuple[list, TensorView | None, str]:
-    """(the epilogue's exprs in order, the output the kernel stores, why not: "" if fine)."""
+# Fusion outputs one kernel stores (a pre-activation and its activation): each takes its own
+# staging boxes from the shared memory of the stages.
+MAX_OUTPUTS = 2
+
+
+def _epilogue(fusion, op) -> tuple[list, tuple, str]:
+    """(the epilogue's exprs in order, the outputs the kernel stores, why not: "" if fine)."""
     out = op.outputs[0]
     exprs = [e for e in fusion.exprs() if e is not op and
              any(isinstance(o, TensorView) for o in e.outputs)]
@@ -215,11 +225,12 @@ def _epilogue(fusion, op) -> tuple[list, TensorView | None, str]:
         if any(v in op.inputs[:2] for v in e.inputs):
             return [], None, "an epilogue op reads the matmul's operands"
     outs = [o for o in fusion.outputs if isinstance(o, TensorView)]
-    if len(outs) != 1:
-        return [], None, f"{len(outs)} outputs (the kernel stores one)"
-    final = outs[0]
-    if final is not out and not exprs:
-        return [], None, "the matmul's result is not the fusion's output"
+    if not 1 <= len(outs) <= MAX_OUTPUTS:
+        return [], (), f"{len(outs)} outputs (the kernel stores up to {MAX_OUTPUTS})"
+    if any(o in fusion.inputs for o in outs):
+        return [], (), "an output that is a fusion input (nothing for the kernel to compute)"
+    if out not in outs and not exprs:
+        return [], (), "the matmul's result is not the fusion's output"
     graph = IdGraph(fusion)
     mn = [i for i in out.domain.logical if not i.is_broadcast]
     # In the order of the exprs (a set's order, by id, named another tensor in each process).
@@ -229,14 +240,16 @@ def _epilogue(fusion, op) -> tuple[list, TensorView | None, str]:
             if not i.is_broadcast and not any(graph.mapped(i, j) for j in mn):
                 return [], None, (f"T{t.name}'s dim {i!r} is none of the matmul's output dims "
                                   "(the epilogue is element-wise over the output)")
-    if final is not out:
+    for final in outs:
+        if final is out:
+            continue
         fm = [i for i in final.domain.logical if not i.is_broadcast]
         if len(fm) != len(mn) or not all(graph.mapped(i, j) for i, j in zip(fm, mn)):
-            return [], None, "the stored output is not the matmul's [(batch,) M, N]"
+            return [], (), f"the stored output T{final.name} is not the matmul's [(batch,) M, N]"
         if final.dtype not in MMA_DTYPES:
-            return [], None, (f"the stored output is {final.dtype.short_name} (the epilogue stores "
-                              "16-bit boxes)")
-    return exprs, final, ""
+            return [], (), (f"the stored output T{final.name} is {final.dtype.short_name} (the "
+                            "epilogue stores 16-bit boxes)")
+    return exprs, tuple(outs), ""
 
 
 def can_schedule(fusion) -> tuple[bool, str]:
@@ -245,7 +258,7 @@ def can_schedule(fusion) -> tuple[bool, str]:
         return False, "no single matmul"
     a, b = op.inputs[0], op.inputs[1]
     out = op.outputs[0]
-    epilogue, final, why = _epilogue(fusion, op)
+    epilogue, finals, why = _epilogue(fusion, op)
     if why:
         return False, why
     for name, t in (("a", a), ("b", b)):
@@ -268,8 +281,9 @@ def can_schedule(fusion) -> tuple[bool, str]:
         return False, "an operand read by another op too"
     what = "a batched matmul" if len(out.domain.logical) == 3 else "a 2-D matmul"
     if epilogue:
-        return True, (f"{what} of 16-bit floats and {len(epilogue)} element-wise op(s) fused: "
-                      "wgmma with TMA tiles, the ops on the accumulators")
+        stored = f", {len(finals)} outputs stored" if len(finals) > 1 else ""
+        return True, (f"{what} of 16-bit floats and {len(epilogue)} element-wise op(s) fused"
+                      f"{stored}: wgmma with TMA tiles, the ops on the accumulators")
     return True, f"{what} of 16-bit floats: wgmma with TMA tiles"
 
 
@@ -333,19 +347,21 @@ def compute_heuristics(fusion, info: RuntimeInfo) -> MatmulParams:
     def tiles_of(c: TileShape) -> int:
         return batch * _tiles(m, n, c.tile_m, c.tile_n)
     best = min(offered, key=lambda c: estimated_us(c, tiles_of(c), k_blocks, sms))
+    outputs = len(_epilogue(fusion, op)[1])
     return fitted_params(best.tile_m, best.tile_n, best.compute_roles, tiles_of(best), dev,
-                         a.dtype.size, b_major)
+                         a.dtype.size, b_major, outputs)
 
 
 def fitted_params(tm: int, tn: int, roles: int, tiles: int, dev, item_bytes: int,
-                  b_major: str) -> MatmulParams:
+                  b_major: str, outputs: int = 1) -> MatmulParams:
     """The parameters of a tm x tn tile (`roles` compute roles) on `dev`: as many stages (up to
-    6) as its shared memory holds beside the staging boxes, a persistent grid of min(tiles,
-    SMs). The heuristic's fitting of the tile it chose; sweeps force other tiles through it."""
-    shape = MatmulParams(tile_m=tm, tile_n=tn, compute_roles=roles)
+    6) as its shared memory holds beside the staging boxes (of each of `outputs` stored
+    outputs), a persistent grid of min(tiles, SMs). The heuristic's fitting of the tile it
+    chose; sweeps force other tiles through it."""
+    shape = MatmulParams(tile_m=tm, tile_n=tn, compute_roles=roles, outputs=outputs)
     stage_bytes = (tm + tn) * TILE_K * item_bytes
-    staging = (shape.compute_warp_groups * shape.staging_boxes * EPILOGUE_BOX * EPILOGUE_BOX
-               * item_bytes)
+    staging = (outputs * shape.compute_warp_groups * shape.staging_boxes * EPILOGUE_BOX
+               * EPILOGUE_BOX * item_bytes)
     budget = dev.max_shared_memory_per_block_optin - staging - SMEM_SLACK - 1024
     stages = min(6, budget // stage_bytes)
     if stages < 2:
@@ -361,9 +377,12 @@ def schedule(fusion, params: MatmulParams) -> None:
     a, b = op.inputs[0], op.inputs[1]
     out = op.outputs[0]
     # The epilogue as defined (before the operand caches join the fusion's exprs).
-    epilogue, final, why = _epilogue(fusion, op)
+    epilogue, finals, why = _epilogue(fusion, op)
     if why:
         raise SchedulerError(f"matmul: {why}")
+    if params.outputs != len(finals):
+        raise SchedulerError(f"matmul: the heuristic stages {params.outputs} output(s); the "
+                             f"fusion stores {len(finals)}")
     kind = WarpSpecialized(PT.TIDy, producer_registers=params.producer_registers,
                            compute_roles=params.compute_roles)
     caches = []
@@ -392,5 +411,5 @@ def schedule(fusion, params: MatmulParams) -> None:
     if isinstance(op, LinearOp) and op.bias is not None:
         reads.append(op.bias)
     input_dims = tuple((t, dims_of(t)) for t in dict.fromkeys(reads))
-    fusion.mma = MatmulOperands(params, caches[0], caches[1], out, a_dims, b_dims, op, final,
+    fusion.mma = MatmulOperands(params, caches[0], caches[1], out, a_dims, b_dims, op, finals,
                                 tuple(epilogue), input_dims)
