@@ -3,7 +3,7 @@
 --autotune torch.compile(mode="max-autotune-no-cudagraphs")) of the same function and the bare
 cuBLAS matmul x @ W^T, in one run:
 
-    PYTHONPATH=. python tools/bench_issue21.py [--autotune] [--kinds] [MxNxK..]
+    PYTHONPATH=. python tools/bench_issue21.py [--autotune] [--kinds] [--kind=NAME..] [MxNxK..]
     PYTHONPATH=. python tools/bench_issue21.py --explain           # CPU: the plans (H100)
 
 Times are medians of triton's do_bench (pyfuser.benchmark.harness._bench, L2 cleared before
@@ -11,6 +11,8 @@ each run) of the whole call, pyfuser and the peers in turn three times, the medi
 The bar: pyfuser at least 1.10x the best peer's speed and at most 1.06x the bare matmul's time.
 --kinds: also pyfuser with ping-pong forced on and forced off (options feature matmul_pingpong),
 timed in the same rounds (the heuristic's cost model counts no epilogue).
+--kind=NAME (repeatable): the fusions measured, of FUSIONS (default bias_gelu and residual);
+bias_gelu_preact stores the pre-activation x @ W^T + b beside its GELU (two outputs).
 """
 from __future__ import annotations
 
@@ -30,6 +32,11 @@ def fusion(kind: str) -> FusionDefinition:
         if kind == "bias_gelu":
             b = fd.define_tensor(shape=[-1], dtype=DataType.BFloat16)
             y = fd.ops.gelu(fd.ops.linear(x, w, b), approximate="tanh")
+        elif kind == "bias_gelu_preact":
+            b = fd.define_tensor(shape=[-1], dtype=DataType.BFloat16)
+            h = fd.ops.linear(x, w, b)
+            fd.add_output(h)
+            y = fd.ops.gelu(h, approximate="tanh")
         else:
             r = fd.define_tensor(shape=[-1, -1], dtype=DataType.BFloat16)
             y = fd.ops.linear(x, w) + r
@@ -45,14 +52,30 @@ def inputs(kind, m, n, k, device):
             return torch.empty(shape, dtype=torch.bfloat16, device="meta")
         return torch.randn(*shape, dtype=torch.bfloat16, device=device, generator=g) * scale
     x, w = randn(m, k), randn(n, k, scale=k ** -0.5)
-    return [x, w, randn(n) if kind == "bias_gelu" else randn(m, n)]
+    return [x, w, randn(n) if kind.startswith("bias_gelu") else randn(m, n)]
 
 
 def eager_fn(kind, x, w, extra):
+    F = torch.nn.functional
     if kind == "bias_gelu":
-        return lambda: torch.nn.functional.gelu(torch.nn.functional.linear(x, w, extra),
-                                                approximate="tanh")
-    return lambda: torch.nn.functional.linear(x, w) + extra
+        return lambda: F.gelu(F.linear(x, w, extra), approximate="tanh")
+    if kind == "bias_gelu_preact":
+        def both():
+            h = F.linear(x, w, extra)
+            return h, F.gelu(h, approximate="tanh")
+        return both
+    return lambda: F.linear(x, w) + extra
+
+
+FUSIONS = ("bias_gelu", "residual", "bias_gelu_preact")
+
+
+def _kinds(argv) -> list:
+    named = [a.split("=", 1)[1] for a in argv if a.startswith("--kind=")]
+    unknown = [k for k in named if k not in FUSIONS]
+    if unknown:
+        raise SystemExit(f"unknown --kind {unknown}; one of {FUSIONS}")
+    return named or ["bias_gelu", "residual"]
 
 
 def _shapes(argv):
@@ -61,7 +84,7 @@ def _shapes(argv):
 
 
 def explain(shapes) -> int:
-    for kind in ("bias_gelu", "residual"):
+    for kind in _kinds(sys.argv[1:]):
         for m, n, k in shapes:
             print(f"== {kind} {m}x{n}x{k}\n"
                   f"{fusion(kind).explain(inputs(kind, m, n, k, 'meta'), device='h100')}\n")
@@ -74,14 +97,15 @@ def bench(shapes, autotune: bool) -> int:
     print("case | pyfuser ms | eager ms | compile ms | autotune ms | best peer / pyfuser | "
           "pyfuser / bare matmul | max rel. diff | plan")
     print("--- | --- | --- | --- | --- | --- | --- | --- | ---")
-    for kind in ("bias_gelu", "residual"):
+    for kind in _kinds(sys.argv[1:]):
         fd = fusion(kind)
         for m, n, k in shapes:
             x, w, extra = inputs(kind, m, n, k, "cuda")
-            ours = fd.execute([x, w, extra])[0]
+            ours = fd.execute([x, w, extra])[-1]
             run = fd.last_run
             eager = eager_fn(kind, x, w, extra)
             ref = eager()
+            ref = ref[-1] if isinstance(ref, tuple) else ref
             diff = ((ours.float() - ref.float()).abs().max() / ref.float().abs().max()).item()
             torch._dynamo.reset()
             peers = {"eager": eager, "compile": torch.compile(eager, dynamic=False)}
