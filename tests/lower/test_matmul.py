@@ -402,14 +402,20 @@ def test_interpreted_fused_epilogue(kind, tile, roles):
     interpret_against_float64(fd, st, kernel, inputs, context=(kind, p))
 
 
-def test_a_fused_epilogue_is_one_kernel_with_the_matmul():
-    fd = _epilogue_fd("bias_gelu")
-    x, w, b = (torch.empty(t.shape, dtype=t.dtype, device="meta")
-               for t in _epilogue_inputs("bias_gelu", 8192, 16384, 64))
-    seg = only_segment(fd.explain([x, w, b], device="h100", compile=True))
+def _compiled_matmul_segment(fd, inputs):
+    """`fd`'s plan on the H100 for meta copies of `inputs`: one matmul kernel, compiled with no
+    spills and no serialized wgmma."""
+    metas = [torch.empty(t.shape, dtype=t.dtype, device="meta") for t in inputs]
+    seg = only_segment(fd.explain(metas, device="h100", compile=True))
     assert seg.kind == "kernel" and seg.kernel.scheduler == "matmul", seg
     report = seg.kernel.ptxas
     assert "0 B spill stores" in report and "serializ" not in report.lower(), report
+    return seg
+
+
+def test_a_fused_epilogue_is_one_kernel_with_the_matmul():
+    _compiled_matmul_segment(_epilogue_fd("bias_gelu"),
+                             _epilogue_inputs("bias_gelu", 8192, 16384, 64))
 
 
 def _two_outputs_fd(kind):
@@ -473,16 +479,11 @@ def test_two_stored_outputs_take_shared_memory_from_the_stages():
     """The heuristic stages each output's boxes: fewer pipeline stages fit beside them; a
     forced heuristic staging one output for two is refused."""
     fd = _two_outputs_fd("bias_and_gelu")
-    x, w, b = (torch.empty(t.shape, dtype=t.dtype, device="meta")
-               for t in _two_outputs_inputs("bias_and_gelu", 8192, 16384, 64))
-    seg = only_segment(fd.explain([x, w, b], device="h100", compile=True))
-    assert seg.kind == "kernel" and seg.kernel.scheduler == "matmul", seg
+    seg = _compiled_matmul_segment(fd, _two_outputs_inputs("bias_and_gelu", 8192, 16384, 64))
     p = seg.kernel.params
     one = matmul.fitted_params(p.tile_m, p.tile_n, p.compute_roles, 1, DEVICE_TABLE["h100"], 2,
                                p.b_major)
     assert p.outputs == 2 and p.stages < one.stages, (p, one)
-    report = seg.kernel.ptxas
-    assert "0 B spill stores" in report and "serializ" not in report.lower(), report
     with pytest.raises(SchedulerError, match="stages 1 output"):
         from kir_testing import schedule_and_lower
         schedule_and_lower(fd, _two_outputs_inputs("bias_and_gelu", 130, 200, 72),
