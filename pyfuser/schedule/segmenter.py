@@ -427,20 +427,36 @@ class _Grouping:
 
     # The group DAG -------------------------------------------------------------------------
     def edges(self) -> dict:
-        """(producer group, consumer group) -> the tensors between them."""
+        """(producer group, consumer group) -> the tensors between them. A group reading a
+        forwarded op reads what that op is computed from (its copy runs in the group): a view's
+        result below a forwarded cast is an edge from the view's group (fuzz 20263200:143: the
+        view segment ran after its reader)."""
         out: dict = {}
         for k, e in enumerate(self.exprs):
             if k in self.forwarded:
                 continue
-            for i in e.inputs:
-                p = self.producer.get(i)
-                if p is None:
-                    continue
-                a, b = self.group_of[p], self.group_of[k]
+            for i in self._read_through_forwarded(e):
+                a, b = self.group_of[self.producer[i]], self.group_of[k]
                 if a != b:
                     ts = out.setdefault((a, b), [])
                     if i not in ts:
                         ts.append(i)
+        return out
+
+    def _read_through_forwarded(self, e) -> list:
+        """The tensors some group writes that `e` reads, directly or through forwarded ops."""
+        out, todo, seen = [], list(e.inputs), set()
+        while todo:
+            i = todo.pop()
+            if not isinstance(i, TensorView) or i in seen:
+                continue
+            seen.add(i)
+            if i in self.producer:
+                out.append(i)
+                continue
+            k = self.index.get(i.definition) if i.definition is not None else None
+            if k is not None and k in self.forwarded:
+                todo.extend(self.exprs[k].inputs)
         return out
 
     def _reaches(self, start: int, goal: int, edges, skip_direct: bool) -> bool:

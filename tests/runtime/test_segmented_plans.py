@@ -604,3 +604,22 @@ def test_batchnorm_backward_is_a_reduction_kernel_then_a_pointwise_kernel(stride
         w = torch.rand(5, generator=g) + 0.5
         run_and_check(fd, [x, dy, w, mean, rstd], kernels=2, options=INTERPRET,
                       segments=((K, "reduction"), (K, "pointwise")))
+
+
+def test_a_view_read_through_a_forwarded_op_is_planned_before_its_reader():
+    """fuzz 20263200:143: where(t3 > 0.5, t0, cast(reshape(t3))) beside an output of another
+    size (two pointwise segments and a view). The cast is forwarded (each reader recomputes it),
+    so the reader's group read the view's result only through it, and the segment order knew
+    no edge from the view: the view segment ran after its reader, which got None."""
+    t0, t2 = torch.rand(447).bfloat16() + 0.5, torch.rand(301) < 0.5
+    t3 = torch.tensor([0.75])
+    with FusionDefinition() as fd:
+        x0, x2, x3 = fd.from_pytorch(t0), fd.from_pytorch(t2), fd.from_pytorch(t3)
+        viewed = fd.ops.cast(fd.ops.reshape(x3, [1]), DataType.Half)
+        fd.add_output(fd.ops.logical_not(x2))
+        fd.add_output(fd.ops.where(fd.ops.gt(x3, 0.5), x0, viewed))
+    segs = segment(fd.fusion).segments
+    view = next(k for k, s in enumerate(segs) if s.kind == "view")
+    reader = next(k for k, s in enumerate(segs) if segs[view].outputs[0] in s.inputs)
+    assert view < reader, [s.kind for s in segs]
+    run_and_check(fd, [t0, t2, t3], kernels=2, options=INTERPRET)
