@@ -34,7 +34,7 @@ from collections import OrderedDict
 
 from .. import options as opts
 from ..ir import scalar as S
-from ..schedule.roles import scheduling_clone
+from ..schedule.roles import scheduling_clone, separate_roles
 from ..schedule.segmenter import segment
 from ..schedule.schedulers.base import InputFacts, RuntimeInfo, SchedulerError, facts_per_input
 from . import index_check
@@ -131,12 +131,13 @@ def signature_class(inputs) -> tuple:
 
 
 def plan_key_fields(fusion, scheduler: str, params, index_type: str, options, signature,
-                    device) -> dict:
+                    device, text: str | None = None) -> dict:
     """Everything that changes a kernel, known before scheduling: the fields of
-    kernel_cache.plan_key (which adds the NVRTC version and pyfuser's source hash)."""
+    kernel_cache.plan_key (which adds the NVRTC version and pyfuser's source hash). `text`:
+    `fusion`'s canonical text where the caller has it already."""
     from ..ir.fingerprint import fusion_text
     from .fusion_kernel import ARCH
-    fields = {"fusion": fusion_text(fusion), "signature": signature, "scheduler": scheduler,
+    fields = {"fusion": text or fusion_text(fusion), "signature": signature, "scheduler": scheduler,
               "heuristic": repr(params), "index_type": index_type,
               "enable": sorted(options.enable), "disable": sorted(options.disable),
               "device": repr(device), "arch": ARCH}
@@ -300,12 +301,13 @@ class _ReferencePlan:
 class _DiskDecisions:
     """The segmenter's `decisions` for a fusion and the schedulers excluded (name -> why; their
     names key it): the disk cache (kernel_cache.load_segmentation), which the segmenter asks
-    only where no scheduler takes the fusion whole."""
+    first (a one-kernel fusion's decision is its scheduler)."""
 
     def __init__(self, fusion, exclude: dict | None):
         self.fusion = fusion
         self.exclude = exclude
         self.key = None
+        self.text = None        # the fusion's canonical text, once the key is made
 
     def recorded(self):
         from ..ir.fingerprint import fusion_text
@@ -314,8 +316,9 @@ class _DiskDecisions:
         from . import kernel_cache
         if not kernel_cache.disk_cache_enabled():
             return None
+        self.text = fusion_text(self.fusion)
         self.key = kernel_cache.segmentation_key({
-            "fusion": fusion_text(self.fusion), "exclude": sorted(self.exclude or ()),
+            "fusion": self.text, "exclude": sorted(self.exclude or ()),
             "schedulers": [s.NAME for s in registry.SCHEDULERS]})
         return SegmentationDecision.from_json(kernel_cache.load_segmentation(self.key))
 
@@ -392,6 +395,9 @@ class FusionExecutorCache:
         # per kernel segment (runtime/plan.py).
         self._segmented = segmented
         self._segment_executors: list = []
+        # The fusion's canonical text, where the segmentation's disk look-up made it (the
+        # kernel's disk key reuses it).
+        self._fusion_text: str | None = None
         # The names of schedulers whose heuristic refused a call's shapes -> [the fusion
         # segmented without them, its segment executors] (LRU, MAX_PLANS).
         self._resegmented: OrderedDict = OrderedDict()
@@ -504,7 +510,10 @@ class FusionExecutorCache:
                     specialize(self.fusion, empty), name=f"{self.name}_nonempty")
             return SpecializedPlan(self.fusion, empty, spec, out_sizes, target.device)
         if self._segmented is None:
-            self._segmented = segment(self.fusion, None, _disk_decisions(self.fusion, target))
+            decisions = _disk_decisions(self.fusion, target)
+            self._segmented = segment(self.fusion, None, decisions)
+            if decisions is not None:
+                self._fusion_text = decisions.text
         segmented = self._segmented
         opts.dump("segments", self.name, lambda: str(segmented))
         if len(segmented.segments) > 1 or segmented.segments[0].kind == "library":
@@ -601,7 +610,10 @@ class FusionExecutorCache:
     def _kernel_plan(self, inputs, bindings, choice, target):
         import torch
 
-        clone, mapping = scheduling_clone(self.fusion)
+        clone, mapping = self.fusion.clone()
+        # Where separating the roles copies nothing, the clone is the fusion again: its canonical
+        # text, made for the segmentation's disk key, is the clone's for the kernel's.
+        text = self._fusion_text if not separate_roles(clone) else None
         clone_bindings = {mapping[id(k)]: v for k, v in bindings.items() if id(k) in mapping}
         facts = tuple(
             InputFacts(tuple(x.shape), tuple(x.stride()), _alignment(x.data_ptr()))
@@ -628,7 +640,8 @@ class FusionExecutorCache:
                 index_type = "int64"
         cache_facts = (signature_class(inputs), target.props)
         fk = self._kernel_for(sched, params, index_type, clone, mapping,
-                              compile_now=not target.interpret, cache_facts=cache_facts)
+                              compile_now=not target.interpret, cache_facts=cache_facts,
+                              fusion_text=text)
         self._check_vector_widths(fk, inputs)
         self._check_extent_multiples(fk, inputs)
         self._check_bulk_rows(fk, inputs)
@@ -642,7 +655,7 @@ class FusionExecutorCache:
         return self._plan_for(fk, inputs, bindings, out_sizes, device, choice)
 
     def _kernel_for(self, sched, params, index_type, clone, mapping, compile_now=True,
-                    cache_facts=None):
+                    cache_facts=None, fusion_text=None):
         """The kernel for this heuristic: from memory (an equal heuristic of another shape),
         from the disk cache (keyed before scheduling: a hit schedules, lowers and prints
         nothing), or built from `clone` (scheduled, lowered, printed, compiled) and stored.
@@ -660,7 +673,8 @@ class FusionExecutorCache:
         disk_key = None
         if compile_now and cache_facts is not None and kernel_cache.disk_cache_enabled():
             disk_key = kernel_cache.plan_key(
-                plan_key_fields(clone, sched.NAME, params, index_type, options, *cache_facts))
+                plan_key_fields(clone, sched.NAME, params, index_type, options, *cache_facts,
+                                text=fusion_text))
             # A dump of a build stage asks to see the kernel built: no disk look-up then.
             shown = any(options.dumps(stage) for stage in _BUILD_STAGES)
             entry = kernel_cache.load_plan(disk_key) if reuse and not shown else None

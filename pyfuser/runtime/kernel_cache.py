@@ -18,11 +18,11 @@ Three kinds of entry, the first two in one file format:
   the kernel's launch description (kir/launch.py), so a hit launches with no scheduling,
   lowering or CUDA printing.
 * by segmentation key (`segmentation_key`, `load_segmentation`, `store_segmentation`): the
-  segmenter's decision (schedule/segmenter.SegmentationDecision) for a fusion no scheduler
-  takes whole, keyed on its canonical serialization, the names of the schedulers excluded, the
-  schedulers registered and `source_hash`: a small JSON file, so that a new process replays the
-  grouping instead of searching again before its kernels' look-ups (no NVRTC in the key: no
-  kernel in the entry).
+  segmenter's decision (schedule/segmenter.SegmentationDecision: the scheduler taking the whole
+  fusion, or the groups of segments), keyed on its canonical serialization, the names of the
+  schedulers excluded, the schedulers registered and `source_hash`: a small JSON file, so that
+  a new process replays it instead of asking every scheduler and searching again before its
+  kernels' look-ups (no NVRTC in the key: no kernel in the entry).
 
 Bounds: the in-memory dict keeps the MEMORY_ENTRIES modules used last; the directory keeps
 at most PYFUSER_CACHE_MAX_MB (default 2048 MB) of entries of all kinds: after each write, the
@@ -534,7 +534,7 @@ def store_plan(key: str, module: CompiledModule, launch, scheduler: str, index_t
 # Segmentation decisions
 # ---------------------------------------------------------------------------------------------
 
-_SEGMENTATION_FORMAT = 2
+_SEGMENTATION_FORMAT = 3
 
 
 def segmentation_key(fields: dict) -> str:

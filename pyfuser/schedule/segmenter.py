@@ -56,15 +56,17 @@ their values.
 
 Scheduling decisions here read no shapes: registry.choose is a function of the fusion.
 
-The decision (`SegmentationDecision`): which forwarding was kept and the final groups, as expr
-indices, with each kernel group's scheduler (a replay asks that one alone). It is all the merge search produces, so a recorded one is replayed without the search
-(`segment(..., decisions=...)`): the executor keeps them in the disk cache, so that a new process
-whose kernels are on disk does not search again before its kernels' disk look-ups (the search
-builds a sub-fusion and asks every scheduler for each candidate merge: 50-120 ms for BatchNorm
-or GroupNorm). A decision is replayed only where it fits the fusion (the same number of
-expressions, the groups a partition of the grouped ones with kinds their ops allow, no
-segment_set crossed, no cycle, every kernel group taken by a scheduler); otherwise the fusion
-is segmented from scratch.
+The decision (`SegmentationDecision`): the scheduler that takes the whole fusion, or which
+forwarding was kept and the final groups, as expr indices, with each kernel group's scheduler
+and why no scheduler takes the whole fusion. A recorded one is replayed without asking every
+scheduler and without the search (`segment(..., decisions=...)`, asked first): the executor
+keeps them in the disk cache, so that a new process whose kernels are on disk does not search
+again before its kernels' disk look-ups (the search builds a sub-fusion and asks every
+scheduler for each candidate merge: 50-120 ms for BatchNorm or GroupNorm). A decision is
+replayed only where it fits the fusion (the same number of expressions; the whole fusion's
+scheduler taking it, asked alone; or the groups a partition of the grouped exprs with kinds
+their ops allow, no segment_set crossed, no cycle, every kernel group taken by its recorded
+scheduler, asked alone); otherwise the fusion is segmented from scratch.
 """
 from __future__ import annotations
 
@@ -117,8 +119,9 @@ class Segment:
 
 @dataclasses.dataclass(frozen=True)
 class SegmentationDecision:
-    """What the merge search decided for a fusion no scheduler takes whole, enough to build its
-    segments again without the search (see the module docstring)."""
+    """What the segmenter decided for a fusion, enough to make the same segments again without
+    asking every scheduler (see the module docstring): the scheduler that takes it whole, or
+    the merge search's groups."""
 
     exprs: int                    # how many tensor expressions the fusion has (_tensor_exprs)
     forward_binary: bool          # the forwarding kept (_forwarded's flag)
@@ -126,11 +129,19 @@ class SegmentationDecision:
     # Per group, the name of the scheduler a kernel group's choice found (None for the others),
     # so that a replay asks that scheduler alone (registry.choose's `only`); () where unknown.
     schedulers: tuple = ()
+    # The scheduler that takes the whole fusion (then no groups), or None.
+    whole: str | None = None
+    # Why no scheduler takes the whole fusion: the (name, why) pairs of the whole fusion's
+    # Choice (its reason told again with a call's excluded schedulers: registry.refusal), or
+    # the reason itself where no scheduler was asked (ops no kernel takes).
+    refused: tuple = ()
+    why: str = ""
 
     def to_json(self) -> dict:
         return {"exprs": self.exprs, "forward_binary": self.forward_binary,
                 "groups": [[kind, list(members)] for kind, members in self.groups],
-                "schedulers": list(self.schedulers)}
+                "schedulers": list(self.schedulers), "whole": self.whole,
+                "refused": [list(pair) for pair in self.refused], "why": self.why}
 
     @staticmethod
     def from_json(data) -> SegmentationDecision | None:
@@ -139,15 +150,21 @@ class SegmentationDecision:
             exprs, forward_binary = data["exprs"], data["forward_binary"]
             groups = tuple((kind, tuple(members)) for kind, members in data["groups"])
             schedulers = tuple(data.get("schedulers", ()))
+            whole, why = data.get("whole"), data.get("why", "")
+            refused = tuple((name, reason) for name, reason in data.get("refused", ()))
         except (KeyError, TypeError, ValueError, AttributeError):
             return None
         if (type(exprs) is not int or type(forward_binary) is not bool
                 or not all(type(kind) is str and all(type(k) is int for k in members)
                            for kind, members in groups)
                 or len(schedulers) not in (0, len(groups))
-                or not all(n is None or type(n) is str for n in schedulers)):
+                or not all(n is None or type(n) is str for n in schedulers)
+                or not (whole is None or type(whole) is str) or type(why) is not str
+                or not all(type(n) is str and type(r) is str for n, r in refused)
+                or (whole is not None and groups)):
             return None
-        return SegmentationDecision(exprs, forward_binary, groups, schedulers)
+        return SegmentationDecision(exprs, forward_binary, groups, schedulers, whole, refused,
+                                    why)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -195,24 +212,40 @@ def segment(fusion, exclude: dict | None = None, decisions=None) -> SegmentedFus
     """The segments of `fusion` in topological order (see the module docstring). `exclude`:
     schedulers not to ask (name -> why: their heuristic refused a call's shapes). `decisions`:
     where decisions are kept for this fusion and these excluded schedulers, an object with
-    `recorded()` (the SegmentationDecision kept, or None) and `record(decision)`; asked only
-    where no scheduler takes the whole fusion, so that such a fusion costs no look-up. A
-    recorded decision that fits is replayed; otherwise the search's decision is recorded."""
+    `recorded()` (the SegmentationDecision kept, or None) and `record(decision)`, asked first:
+    a recorded decision that fits is replayed (the whole fusion's scheduler asked alone, or
+    the groups made again with no scheduler asked of the whole fusion); otherwise the
+    decision made here is recorded."""
     exprs = _tensor_exprs(fusion)
     boundaries = [e for e in exprs if isinstance(e, BOUNDARY_OPS)]
-    if not boundaries:
+    recorded = decisions.recorded() if decisions is not None else None
+    if recorded is not None and recorded.whole is not None:
+        replayed = _whole_replayed(fusion, exprs, exclude, recorded, boundaries)
+        if replayed is not None:
+            return replayed
+        recorded = None
+    found = (_replayed(fusion, exprs, exclude, recorded)
+             if recorded is not None and recorded.exprs == len(exprs) else None)
+    if boundaries:
+        why = "segment_set ends a segment at " + ", ".join(
+            f"T{e.outputs[0].name}" for e in boundaries)
+        refused = ()
+    elif found is not None:
+        why = registry.refusal(recorded.refused, exclude) if recorded.refused else recorded.why
+        refused = recorded.refused
+    else:
         choice = registry.choose(fusion, exclude)
         if choice.scheduler is not None:
+            if decisions is not None:
+                decisions.record(SegmentationDecision(len(exprs), False, (),
+                                                      whole=choice.scheduler.NAME))
             return SegmentedFusion(fusion, (_whole(fusion, exprs, "kernel", choice),),
                                    choice.reason)
         why = choice.reason
-    else:
-        why = "segment_set ends a segment at " + ", ".join(
-            f"T{e.outputs[0].name}" for e in boundaries)
-    recorded = decisions.recorded() if decisions is not None else None
-    found = _replayed(fusion, exprs, exclude, recorded) if recorded is not None else None
+        refused = choice.rejected
     groups, segs = found or _searched(fusion, exprs, exclude)
-    decision = groups.decision()
+    decision = dataclasses.replace(groups.decision(), refused=tuple(refused),
+                                   why="" if refused else why)
     if found is None and decisions is not None:
         decisions.record(decision)
     if len(segs) == 1 and segs[0].kind == "reference":
@@ -221,6 +254,18 @@ def segment(fusion, exclude: dict | None = None, decisions=None) -> SegmentedFus
     forwarded = tuple(e for e in exprs if any(e in s.exprs for s in segs)
                       and groups.index[e] in groups.forwarded)
     return SegmentedFusion(fusion, tuple(segs), why, forwarded, decision)
+
+
+def _whole_replayed(fusion, exprs, exclude, recorded, boundaries) -> SegmentedFusion | None:
+    """The one segment of a fusion `recorded` says a scheduler takes whole, that scheduler
+    asked alone; None where it does not fit (another expression count, a segment_set, the
+    scheduler refusing now)."""
+    if recorded.exprs != len(exprs) or boundaries:
+        return None
+    choice = registry.choose(fusion, exclude, only=recorded.whole)
+    if choice.scheduler is None:
+        return None
+    return SegmentedFusion(fusion, (_whole(fusion, exprs, "kernel", choice),), choice.reason)
 
 
 def _searched(fusion, exprs, exclude):

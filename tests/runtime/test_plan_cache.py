@@ -552,3 +552,30 @@ def test_the_installed_torchs_float8_rule_keys_a_float8_kernel(monkeypatch):
     assert keys[False][0] != keys[True][0]
     assert keys[False][1] == keys[True][1]
     assert "e4m3fn_overflow_is_nan" not in plan_key_fields(fd.fusion, *args)
+
+
+def test_the_segmentation_lookups_text_keys_the_kernel_as_the_clones_own_would(monkeypatch,
+                                                                              fake_gpu):
+    """A one-kernel fusion's first plan makes its canonical text for the segmentation's disk
+    look-up; the kernel's key reuses it where separating roles copied nothing (the clone's text
+    is then the same), so a new process makes it once: the same key as from the clone."""
+    from pyfuser.ir import fingerprint
+    from pyfuser.runtime import executor as executor_mod
+    from pyfuser.schedule.segmenter import segment
+    ins = catalogue.make_inputs("rmsnorm_fwd", 32, 512, "bf16", seed=0)
+    fd = catalogue.define("rmsnorm_fwd", "bf16")
+    decisions = executor_mod._DiskDecisions(fd.fusion, None)
+    segment(fd.fusion, None, decisions)
+    keys, texts = [], []
+    real_key, real_text = kernel_cache.plan_key, fingerprint.fusion_text
+    monkeypatch.setattr(kernel_cache, "plan_key", lambda fields: keys.append(fields) or
+                        real_key(fields))
+    monkeypatch.setattr(fingerprint, "fusion_text", lambda f: texts.append(f) or real_text(f))
+    fd._executor = FusionExecutorCache(fd.fusion, name=fd.name)
+    fd._executor._fusion_text = decisions.text
+    plan(fd, ins)
+    assert texts == [] and keys[0]["fusion"] == real_text(fd.fusion.clone()[0])
+    fd._executor = FusionExecutorCache(fd.fusion, name=fd.name)      # no look-up made: its own
+    new_process()
+    plan(fd, ins)
+    assert len(texts) == 1 and keys[1]["fusion"] == keys[0]["fusion"]

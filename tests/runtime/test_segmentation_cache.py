@@ -110,11 +110,9 @@ def test_a_new_process_replays_the_decision_without_the_merge_search(monkeypatch
     searches = Searches(monkeypatch)
     again = segmented(build(), exclude)
     assert searches.merges == 0
-    # The whole fusion's choice (for the plan's reason: none where a segment_set splits it),
-    # then one per kernel or reference group.
-    whole = 0 if again.why.startswith("segment_set") else 1
-    assert searches.choices == whole + sum(s.kind in ("kernel", "reference")
-                                           for s in again.segments)
+    # No choice of the whole fusion (the decision holds why none takes it), one per kernel
+    # (its recorded scheduler alone) or reference group.
+    assert searches.choices == sum(s.kind in ("kernel", "reference") for s in again.segments)
     assert str(again) == str(first) and again.decision == first.decision
     assert [(s.kind, s.scheduler) for s in again.segments] == \
         [(s.kind, s.scheduler) for s in first.segments]
@@ -172,12 +170,31 @@ def test_a_decision_of_unary_forwarding_only_replays_as_made(monkeypatch, isolat
     assert len(again.forwarded) < len(segment(batchnorm_backward().fusion).forwarded)
 
 
-def test_a_fusion_one_scheduler_takes_whole_is_not_looked_up(monkeypatch, isolated_cache):
-    looked_up = []
-    monkeypatch.setattr(kernel_cache, "load_segmentation", looked_up.append)
-    seg = segmented(batchnorm_backward(CHANNELS_LAST))
-    assert [s.name for s in seg.segments] == ["outer_persistent"] and seg.decision is None
-    assert not looked_up and not decision_files(isolated_cache)
+def test_a_fusion_one_scheduler_takes_whole_replays_that_scheduler_alone(monkeypatch,
+                                                                          isolated_cache):
+    """The decision of a one-kernel fusion is its scheduler: a new process asks it alone (not
+    every scheduler before it); one that refuses now is asked no more than that, the fusion
+    then chosen for afresh and the decision written again."""
+    first = segmented(batchnorm_backward(CHANNELS_LAST))
+    assert [s.name for s in first.segments] == ["outer_persistent"] and first.decision is None
+    files = decision_files(isolated_cache)
+    assert len(files) == 1 and json.loads(files[0].read_text())["decision"]["whole"] == \
+        "outer_persistent"
+    asked = []
+    for sched in registry.SCHEDULERS:
+        def counting(fusion, _sched=sched, _real=sched.can_schedule):
+            asked.append(_sched.NAME)
+            return _real(fusion)
+        monkeypatch.setattr(sched, "can_schedule", counting)
+    again = segmented(batchnorm_backward(CHANNELS_LAST))
+    assert asked == ["outer_persistent"] and str(again) == str(first)
+    from pyfuser.schedule.schedulers import outer_persistent
+    monkeypatch.setattr(outer_persistent, "can_schedule", lambda fusion: (False, "refused now"))
+    asked.clear()
+    fresh = segmented(batchnorm_backward(CHANNELS_LAST))
+    assert "outer_persistent" not in [s.name for s in fresh.segments]
+    assert len(asked) > 1 and json.loads(decision_files(isolated_cache)[0].read_text())[
+        "decision"]["whole"] != "outer_persistent"
 
 
 def test_both_executor_call_sites_use_the_disk(monkeypatch, isolated_cache):

@@ -80,8 +80,15 @@ def choose(fusion, exclude: dict | None = None, only: str | None = None) -> Choi
         if ok:
             return Choice(s, why, tuple(rejected))
         rejected.append((s.NAME, why))
-    reasons = "; ".join(f"{n}: {w}" for n, w in rejected)
-    return Choice(None, f"no scheduler takes the whole fusion ({reasons})", tuple(rejected))
+    return Choice(None, refusal(rejected), tuple(rejected))
+
+
+def refusal(rejected, exclude: dict | None = None) -> str:
+    """The reason of a Choice no scheduler took, from its `rejected` (name, why) pairs; those
+    `exclude` names given its reasons (a recorded refusal told with the current call's)."""
+    reasons = "; ".join(f"{n}: {exclude[n] if exclude and n in exclude else w}"
+                        for n, w in rejected)
+    return f"no scheduler takes the whole fusion ({reasons})"
 
 
 def _read_in_global_but_computed(fusion) -> str | None:
