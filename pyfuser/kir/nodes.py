@@ -1064,6 +1064,16 @@ def walk(stmts):
                 yield from walk(getattr(s, f))
 
 
+def bodies(stmts: list):
+    """`stmts` and every statement list nested in it (by the statements' field roles), outer
+    first: the scopes of a kernel's statements."""
+    yield stmts
+    for s in stmts:
+        for f, role in STMT_KINDS[type(s)].items():
+            if role == BODY:
+                yield from bodies(getattr(s, f))
+
+
 # Copies whose writes land asynchronously (on an mbarrier, at a cp.async wait), not in program
 # order: a block barrier after them orders nothing (the passes that make them order them).
 ASYNC_COPIES = (BulkLoad, TensorMapLoad, CpAsyncCopy)

@@ -58,7 +58,7 @@ def _follow_the_first_last_block(kernel) -> None:
     several reductions in one kernel (sum(dy) and sum(dy * x_hat) of BatchNorm backward, split
     over blockIdx.y)."""
     first = {}
-    for body in _bodies(kernel.body):
+    for body in K.bodies(kernel.body):
         for s in body:
             if not isinstance(s, K.GridReduce):
                 continue
@@ -73,15 +73,6 @@ def _follow_the_first_last_block(kernel) -> None:
                                     f"blockIdx.{','.join(key)} in different scopes; one last "
                                     "block cannot combine both")
             s.follows_last_block = True
-
-
-def _bodies(body: list):
-    """`body` and every statement list nested in it, outer first."""
-    yield body
-    for s in body:
-        for f, role in K.STMT_KINDS[type(s)].items():
-            if role == K.BODY:
-                yield from _bodies(getattr(s, f))
 
 
 def _visit(body: list, parents: list, kernel) -> None:

@@ -224,8 +224,7 @@ def segment(fusion, exclude: dict | None = None, decisions=None) -> SegmentedFus
         if replayed is not None:
             return replayed
         recorded = None
-    found = (_replayed(fusion, exprs, exclude, recorded)
-             if recorded is not None and recorded.exprs == len(exprs) else None)
+    found = _replayed(fusion, exprs, exclude, recorded) if recorded is not None else None
     if boundaries:
         why = "segment_set ends a segment at " + ", ".join(
             f"T{e.outputs[0].name}" for e in boundaries)

@@ -172,6 +172,8 @@ def test_layouts_the_kernel_does_not_take_run_torch(case):
 
 
 def _epilogue_case(kind, m, n, k):
+    """x @ w^T and an epilogue of `kind`; bias_and_gelu and residual_relu store two outputs
+    (the pre-activation beside its activation)."""
     F32 = torch.float32
     x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
     w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16) / 8
@@ -181,6 +183,18 @@ def _epilogue_case(kind, m, n, k):
             b = torch.randn(n, device="cuda", dtype=torch.bfloat16)
             y = fd.ops.gelu(fd.ops.linear(tx, tw, fd.from_pytorch(b)), approximate="tanh")
             extra = [b]
+        elif kind == "bias_and_gelu":
+            b = torch.randn(n, device="cuda", dtype=torch.bfloat16)
+            h = fd.ops.linear(tx, tw, fd.from_pytorch(b))
+            fd.add_output(h)
+            y = fd.ops.gelu(h, approximate="tanh")
+            extra = [b]
+        elif kind == "residual_relu":
+            r = torch.randn(m, n, device="cuda", dtype=torch.bfloat16)
+            h = fd.ops.linear(tx, tw) + fd.from_pytorch(r)
+            fd.add_output(fd.ops.relu(h))
+            y = h
+            extra = [r]
         elif kind == "residual":
             r = torch.randn(m, n, device="cuda", dtype=torch.bfloat16)
             y = fd.ops.linear(tx, tw) + fd.from_pytorch(r)
@@ -212,23 +226,10 @@ def test_fused_epilogue(kind, m, n, k, pingpong):
 def test_two_stored_outputs(kind, m, n, k, pingpong):
     """A pre-activation stored beside its activation by one matmul kernel (each output its own
     staging boxes and TMA store)."""
-    x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
-    w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16) / 8
-    with FusionDefinition() as fd:
-        tx, tw = fd.from_pytorch(x), fd.from_pytorch(w)
-        if kind == "bias_and_gelu":
-            extra = torch.randn(n, device="cuda", dtype=torch.bfloat16)
-            h = fd.ops.linear(tx, tw, fd.from_pytorch(extra))
-            fd.add_output(h)
-            fd.add_output(fd.ops.gelu(h, approximate="tanh"))
-        else:
-            extra = torch.randn(m, n, device="cuda", dtype=torch.bfloat16)
-            h = fd.ops.linear(tx, tw) + fd.from_pytorch(extra)
-            fd.add_output(fd.ops.relu(h))
-            fd.add_output(h)
+    fd, inputs = _epilogue_case(kind, m, n, k)
     opts = {"enable": ["matmul_pingpong"]} if pingpong else None
-    run_and_check(fd, [x, w, extra], scheduler="matmul", options=opts)
-    assert fd.last_run.heuristics[0].outputs == 2
+    run_and_check(fd, inputs, scheduler="matmul", options=opts)
+    assert len(fd.fusion.outputs) == 2 and fd.last_run.heuristics[0].outputs == 2
 
 
 @pytest.mark.parametrize("case", ["bmm", "bmm_k_major", "linear_3d", "a3_b2", "a2_b3",

@@ -347,7 +347,8 @@ def compute_heuristics(fusion, info: RuntimeInfo) -> MatmulParams:
     def tiles_of(c: TileShape) -> int:
         return batch * _tiles(m, n, c.tile_m, c.tile_n)
     best = min(offered, key=lambda c: estimated_us(c, tiles_of(c), k_blocks, sms))
-    outputs = len(_epilogue(fusion, op)[1])
+    # The outputs the epilogue stores (can_schedule took them all: _epilogue).
+    outputs = sum(isinstance(o, TensorView) for o in fusion.outputs)
     return fitted_params(best.tile_m, best.tile_n, best.compute_roles, tiles_of(best), dev,
                          a.dtype.size, b_major, outputs)
 

@@ -289,9 +289,7 @@ def compute_heuristics(fusion, info: RuntimeInfo) -> ReductionParams:
         # Few long rows: share each row among blocks until the grid covers the SMs twice, as
         # long as every block keeps several serial steps of work.
         split = 1
-        # (Work counted in the loads of a single-input step: a split the unroll cap alone made
-        # room for lost, H200: two sums over 2 blocks 2431 GB/s, over 1 2712.)
-        step = unroll * (LOADS_PER_STEP // max_unroll)
+        step = _step_loads(unroll, max_unroll)
         while blocks * split < 2 * sms and vecs // (bdimx * step * split * 2) >= 4:
             split *= 2
         return ReductionParams(True, vector, bdimx, bdimy, unroll, vec_inputs, split)
@@ -313,7 +311,7 @@ def compute_heuristics(fusion, info: RuntimeInfo) -> ReductionParams:
     unroll = step_registers(max_unroll if red_n >= bdimy * max_unroll else 1, bdimx * bdimy)
     tiles = -(-cols // bdimx)
     split = 1
-    step = unroll * (LOADS_PER_STEP // max_unroll)
+    step = _step_loads(unroll, max_unroll)
     while 2 * tiles * split < 3 * sms and red_n // (bdimy * step * split * 2) >= 4:
         split *= 2
     return ReductionParams(False, vector, bdimx, bdimy, unroll, vec_inputs, split)
@@ -356,6 +354,14 @@ def _unroll_in_registers(unroll: int, threads: int, *, registers: int, vector: i
     return unroll
 
 
+def _step_loads(unroll: int, max_unroll: int) -> int:
+    """A serial step's work in the loads of a single-input step (`unroll` of the `max_unroll`
+    a step of this fusion's inputs allows), for the rules that split the rows among blocks
+    while every block keeps several steps: a split the unroll cap alone made room for lost
+    (H200: two sums over 2 blocks 2431 GB/s, over 1 2712)."""
+    return unroll * (LOADS_PER_STEP // max_unroll)
+
+
 def _streamed_inputs(fusion, red: TensorView) -> list:
     """The inputs that iterate every reduced dim of `red`: read at every serial step (an input
     over the kept dims only, such as a per-column mean, is read once per column)."""
@@ -383,7 +389,7 @@ def _few_columns(red_n: int, cols: int, vector: int, vec_inputs, sms: int,
         unroll = step_registers(unroll, bdimx * bdimy)
     tiles = -(-cols // bdimx)
     split = 1
-    step = unroll * (LOADS_PER_STEP // max_unroll)
+    step = _step_loads(unroll, max_unroll)
     while 2 * tiles * split <= sms and red_n // (bdimy * step * split * 2) >= 4:
         split *= 2
     return ReductionParams(False, vector, bdimx, bdimy, unroll, vec_inputs, split)
