@@ -124,7 +124,7 @@ def test_full_sum_is_a_reduction_kernel():
     assert "reduction (full)" in str(plan)
 
 
-def test_full_sum_is_a_reference_segment_that_every_scheduler_rejected(monkeypatch):
+def test_full_sum_is_a_reference_segment_that_every_scheduler_rejected(monkeypatch, isolated_cache):
     """With the reduction scheduler refusing full reductions (as before it had a schedule for
     them), no scheduler takes the sum: a reference segment, its rejections listed."""
     from pyfuser.schedule.schedulers import reduction

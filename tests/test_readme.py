@@ -15,9 +15,7 @@ def _python_blocks() -> list[str]:
     return re.findall(r"^```python\n(.*?)^```", README, flags=re.S | re.M)
 
 
-@pytest.fixture(autouse=True)
-def isolated_cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("PYFUSER_CACHE_DIR", str(tmp_path / "cache"))
+pytestmark = pytest.mark.usefixtures("isolated_cache")   # tests/conftest.py
 
 
 def test_the_example_runs_as_written():

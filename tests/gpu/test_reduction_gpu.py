@@ -79,7 +79,7 @@ def _full_sum():
     return fd
 
 
-def test_fusion_without_scheduler_warns_and_falls_back(monkeypatch):
+def test_fusion_without_scheduler_warns_and_falls_back(monkeypatch, isolated_cache):
     # Every scheduler takes a full sum now: the reduction scheduler is made to refuse it, as it
     # did before it had a schedule for full reductions, so that no scheduler takes it.
     from pyfuser.schedule.schedulers import reduction
@@ -138,7 +138,7 @@ def test_row_and_column_sums_are_a_plan_of_two_reduction_kernels():
     run_and_check(fd, [x], kernels=2, segments=(("kernel", "reduction"), ("kernel", "reduction")))
 
 
-def test_fallback_can_be_disabled(monkeypatch):
+def test_fallback_can_be_disabled(monkeypatch, isolated_cache):
     from pyfuser.schedule.schedulers import reduction     # no scheduler takes it (as above)
     monkeypatch.setattr(reduction, "can_schedule", lambda f: (False, "refused by this test"))
     fd = _full_sum()

@@ -5,7 +5,8 @@ from pyfuser.ir.dtype import DataType
 
 def refuse_full_reductions(monkeypatch):
     """Every scheduler takes every single op now; to test reference segments, the reduction
-    scheduler is made to refuse full reductions as it did before it had a schedule for them."""
+    scheduler is made to refuse full reductions as it did before it had a schedule for them.
+    The test also takes the `isolated_cache` fixture, so that the refusal is not kept on disk."""
     from pyfuser.schedule.schedulers import reduction
     takes = reduction.can_schedule
 

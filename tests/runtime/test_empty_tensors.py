@@ -13,9 +13,7 @@ from pyfuser.runtime import inputs as inputs_mod
 PATHS = {"reference": None, "interpret": {"enable": ["interpret"]}}
 
 
-@pytest.fixture(autouse=True)
-def isolated_cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("PYFUSER_CACHE_DIR", str(tmp_path / "cache"))
+pytestmark = pytest.mark.usefixtures("isolated_cache")   # tests/conftest.py
 
 
 # RunInfo.reason of a run of the fusion specialized to its empty dims (runtime/empty_dims.py).

@@ -27,14 +27,7 @@ from pyfuser.schedule.schedulers.reduction import ReductionParams
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.fixture(autouse=True)
-def isolated_cache(tmp_path, monkeypatch):
-    from pyfuser import options as opts
-    monkeypatch.setenv("PYFUSER_CACHE_DIR", str(tmp_path / "cache"))
-    opts.reload_environment()      # per-call options start from the environment read here
-    yield tmp_path / "cache"
-    monkeypatch.undo()
-    opts.reload_environment()
+pytestmark = pytest.mark.usefixtures("isolated_cache")   # tests/conftest.py
 
 
 # CPU inputs --------------------------------------------------------------------------------------

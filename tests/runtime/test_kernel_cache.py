@@ -33,13 +33,7 @@ extern "C" __global__ void cached(float* out, int n) {
 """
 
 
-@pytest.fixture(autouse=True)
-def isolated_cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("PYFUSER_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.delenv("PYFUSER_DISABLE_DISK_CACHE", raising=False)
-    clear_memory_cache()
-    yield tmp_path / "cache"
-    clear_memory_cache()
+pytestmark = pytest.mark.usefixtures("isolated_cache")   # tests/conftest.py
 
 
 def _path():

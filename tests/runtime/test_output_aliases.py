@@ -228,7 +228,7 @@ def _alias_beside_a_full_sum(fd):
 
 @pytest.mark.filterwarnings("ignore::pyfuser.runtime.executor.FallbackWarning")
 @pytest.mark.parametrize("full_sum", ["kernel", "reference"])
-def test_an_in_place_output_of_a_segmented_plan(full_sum, monkeypatch):
+def test_an_in_place_output_of_a_segmented_plan(full_sum, monkeypatch, isolated_cache):
     """The plan writes the in-place output after its segments; the segments' sub-fusions had
     kept the whole fusion's output_aliases, so the reference segment wrote its result into
     input 1 of its own inputs (it has one: an IndexError). The full sum is a reduction kernel

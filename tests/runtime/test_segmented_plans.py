@@ -237,7 +237,7 @@ def test_plan_on_interpreter(name):
         assert (run.workspace_bytes > 0) == shared
 
 
-def test_reference_segment_warning_names_the_segment(monkeypatch):
+def test_reference_segment_warning_names_the_segment(monkeypatch, isolated_cache):
     refuse_full_reductions(monkeypatch)
     fd = _define(full_sum_between_kernels)
     assert [(s.kind, s.name) for s in segment(fd.fusion).segments] == [
