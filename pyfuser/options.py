@@ -47,6 +47,10 @@ FEATURES = {
     "matmul_few_rows": "the matmul kernel for matmuls of 64 rows (M) or fewer; unset, torch's "
                        "matmul runs them as a library segment (faster there until split-K is "
                        "built)",
+    "matmul_split_k": "matmul kernels that split K over the CTAs of one output tile, the partial "
+                      "sums added in a fixed order by the last of them, wherever K has two "
+                      "64-deep blocks per split (unset: not split; measured slower than the "
+                      "unsplit kernel or cuBLAS on the shapes swept)",
     "kernel_reuse": "reuse compiled kernels across shapes whose heuristics are equal",
     "reference_fallback": "run fusions no scheduler takes through the reference evaluator",
     "streaming_loads": "read fusion inputs with ld.global.nc.L1::no_allocate (read once, no L1 "

@@ -1,12 +1,14 @@
 """Sweep the matmul kernel's tile shapes on shapes of issues 20-21,
 beside cuBLAS in the same run, to ground the heuristic's choice (GPU machine):
 
-    PYTHONPATH=. python tools/sweep_matmul.py [MxNxK ...] [--pingpong]
+    PYTHONPATH=. python tools/sweep_matmul.py [MxNxK ...] [--pingpong] [--split=1,2,4,8]
+        [--tiles=128x128,128x256]
 
 y = x @ w^T (x [M, K], w [N, K], bf16). Each variant is forced through options["heuristic"]
 (the heuristic's own choice, with the tile, stages, grid and kind replaced), checked
 against float32, and timed as a CUDA graph of one call (the GPU's time alone: do_bench median,
-L2 cleared), in turn with cuBLAS. The heuristic's own choice is marked "*".
+L2 cleared), in turn with cuBLAS. The heuristic's own choice is marked "*". --split: each
+variant with each of these split-K factors too (those matmul.split_k_choices offers for it).
 """
 from __future__ import annotations
 
@@ -20,19 +22,29 @@ SHAPES = [(3000, 2056, 1032), (64, 4096, 4096), (1, 4096, 4096), (4096, 14336, 5
           (1000, 1000, 1000), (8192, 3072, 8192), (16384, 256, 4096)]
 TILES = [(128, 64), (128, 128), (128, 192), (128, 256)]
 PINGPONG = "--pingpong" in sys.argv
+SPLITS = next((tuple(int(v) for v in a.split("=", 1)[1].split(",")) for a in sys.argv
+               if a.startswith("--split=")), (1,))
+TILES = next(([tuple(int(v) for v in w.split("x")) for w in a.split("=", 1)[1].split(",")]
+              for a in sys.argv if a.startswith("--tiles=")), TILES)
 # The kernel at any M (matmuls of 64 rows or fewer run torch unless asked).
 KERNEL = {"enable": ["matmul_few_rows"]}
 
 
-def variants(chosen, m, n, dev):
+def variants(chosen, m, n, k, dev):
     """Each tile of TILES fitted as the heuristic fits its own choice (matmul.fitted_params:
     stages, grid on `dev`), cooperative, and with --pingpong each tile of n <= 128 as
-    ping-pong too."""
+    ping-pong too; each with the split-K factors of --split that split_k_choices offers."""
     from pyfuser.schedule.schedulers import matmul
     for tm, tn in TILES:
         for roles in (1, 2) if PINGPONG and tn <= 128 else (1,):
-            yield matmul.fitted_params(tm, tn, roles, -(-m // tm) * -(-n // tn), dev, 2,
-                                       chosen.b_major)
+            tiles = -(-m // tm) * -(-n // tn)
+            shape = matmul.TileShape(tm, tn, roles, 0, 0)
+            offered = matmul.split_k_choices(shape, tiles, -(-k // matmul.TILE_K),
+                                             dev.sm_count, None)
+            for s in SPLITS:
+                if s in offered:
+                    yield matmul.fitted_params(tm, tn, roles, tiles, dev, 2, chosen.b_major,
+                                               split_k=s)
 
 
 def main(argv) -> int:
@@ -54,7 +66,7 @@ def main(argv) -> int:
         chosen = fd.last_run.heuristics[0]
         cublas = _graphed(lambda: torch.matmul(x, w.t()))
         flops = 2 * m * n * k
-        for p in variants(chosen, m, n, dev):
+        for p in variants(chosen, m, n, k, dev):
             opts = {"heuristic": p, **KERNEL}
             try:
                 y = fd.execute([x, w], options=opts)[0]

@@ -618,6 +618,83 @@ class CudaPrinter:
         self.line(f"for (int pf_k = 0; pf_k < {self.expr(s.acc.size)}; ++pf_k) "
                   f"asm volatile(\"\" : \"+f\"({s.acc.name}[pf_k]) :: \"memory\");")
 
+    def _SplitKReduce(self, s):
+        """Split-K's partials of one warp group (kir SplitKReduce's layout and protocol)."""
+        regs, splits = s.registers, s.splits
+        part = regs * 128                   # floats of one partial: [pair][thread][2]
+        sync = ("__syncthreads();" if s.barrier is None else
+                f"pf::named_barrier_sync({s.barrier[0]}, {s.barrier[1]});")
+        last = s.last.name
+        self.line(f"bool {last};")
+        self.line("{  // split-K: this warp group's partial sums; the last of the tile's "
+                  f"{splits} sums them in split order")
+        self.indent += 1
+        self.line(f"const index_t pf_sk_slot = {self.expr(s.slot)};")
+        self.line(f"float* const pf_sk_mine = {s.partials.name} + (pf_sk_slot * {splits} + "
+                  f"({self.expr(s.split)})) * {part};")
+        self.line(f"const index_t pf_sk_row = {self.expr(s.frag_row)};")
+
+        def valid(sl: int, i: str) -> str:
+            return f"pf_sk_row + 8 * (({i} >> 1) & 1) < pf_sk_rows{sl}"
+
+        def at(off: int, i: str) -> str:   # the float offset of register pair i in a partial
+            return f"((({off} + {i}) >> 1) * 128 + (index_t)threadIdx.x) * 2"
+        offsets, off = [], 0
+        for sl, (acc, rows) in enumerate(zip(s.accs, s.rows)):
+            offsets.append(off)
+            n = acc.size.value
+            self.line(f"const index_t pf_sk_rows{sl} = {self.expr(rows)};")
+            self.line("#pragma unroll")
+            self.line(f"for (int pf_i = 0; pf_i < {n}; pf_i += 2)")
+            self.line(f"  if ({valid(sl, 'pf_i')}) pf::store_f32x2(pf_sk_mine + {at(off, 'pf_i')}, "
+                      f"{acc.name}[pf_i], {acc.name}[pf_i + 1]);")
+            off += n
+        self.line("__threadfence();")
+        self.line(sync)
+        self.line("__shared__ int pf_sk_last[8];   // by warp group (the hardware threadIdx.y)")
+        self.line("if (threadIdx.x == 0) {")
+        self.line(f"  const unsigned pf_prev = atomicAdd(reinterpret_cast<unsigned*>("
+                  f"&{s.counters.name}[pf_sk_slot]), 1u);")
+        self.line(f"  pf_sk_last[threadIdx.y] = pf_prev == {splits - 1}u;")
+        self.line(f"  if (pf_prev == {splits - 1}u) {s.counters.name}[pf_sk_slot] = 0;  "
+                  "// ready for the next launch")
+        self.line("}")
+        self.line(sync)
+        self.line(f"{last} = pf_sk_last[threadIdx.y] != 0;")
+        self.line(f"if ({last}) {{")
+        self.indent += 1
+        self.line("__threadfence();")
+        self.line(f"const float* const pf_sk_all = {s.partials.name} + pf_sk_slot * "
+                  f"{splits * part};")
+        for sl, acc in enumerate(s.accs):
+            self.line("#pragma unroll")
+            self.line(f"for (int pf_i = 0; pf_i < {acc.size.value}; ++pf_i) {acc.name}[pf_i] = 0.f;")
+        # SPLIT_K_READS_IN_FLIGHT 8-byte reads per thread, then their adds: the partials in
+        # split order (each register's sum the same bits whichever CTA is last).
+        self.line("#pragma unroll 1")
+        self.line(f"for (int pf_s = 0; pf_s < {splits}; ++pf_s) {{")
+        self.line(f"  const float* const pf_sk_p = pf_sk_all + pf_s * {part};")
+        for sl, (acc, off) in enumerate(zip(s.accs, offsets)):
+            n = acc.size.value
+            group = min(SPLIT_K_READS_IN_FLIGHT * 2, n)
+            self.line("  #pragma unroll")
+            self.line(f"  for (int pf_g = 0; pf_g < {n}; pf_g += {group}) {{")
+            self.line(f"    float pf_v[{group}];")
+            self.line("    #pragma unroll")
+            self.line(f"    for (int pf_j = 0; pf_j < {group}; pf_j += 2)")
+            self.line(f"      if ({valid(sl, '(pf_g + pf_j)')}) pf::load_cg_f32x2(pf_sk_p + "
+                      f"{at(off, '(pf_g + pf_j)')}, pf_v[pf_j], pf_v[pf_j + 1]);")
+            self.line("    #pragma unroll")
+            self.line(f"    for (int pf_j = 0; pf_j < {group}; pf_j += 2)")
+            self.line(f"      if ({valid(sl, '(pf_g + pf_j)')}) {{ {acc.name}[pf_g + pf_j] += "
+                      f"pf_v[pf_j]; {acc.name}[pf_g + pf_j + 1] += pf_v[pf_j + 1]; }}")
+            self.line("  }")
+        self.line("}")
+        self.indent -= 1
+        self.line("}")
+        self.indent -= 1
+        self.line("}")
+
     def _StMatrix(self, s):
         pack = {DataType.BFloat16: "pf::pack_bf16x2", DataType.Half: "pf::pack_half2"}.get(s.dtype)
         if pack is None or len(s.values) != 8:
@@ -750,6 +827,12 @@ class CudaPrinter:
         self.line("}")
         self.indent -= 1
         self.line("}")
+
+
+# Reads of split-K partials a thread issues before adding them: their registers come on top of
+# the accumulators within the kernel's launch-bound register count (8 spilled 16 bytes in a
+# ping-pong kernel of 128 accumulators).
+SPLIT_K_READS_IN_FLIGHT = 4
 
 
 def _compute_ctype(dt: DataType) -> str:

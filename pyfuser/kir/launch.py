@@ -141,7 +141,7 @@ class LaunchDescription:
     def workspace_elements(self, w: int, inputs, grid, block) -> int:
         kind, _, elements = self.workspaces[w]
         blocks = grid[0] * grid[1] * grid[2]
-        if kind == "intermediate":
+        if kind in ("intermediate", "split_k_partials", "split_k_counters"):
             return max(1, int(evaluate(elements, inputs)))
         if kind == "semaphore":
             return blocks

@@ -909,6 +909,50 @@ class AccumulatorFence(Stmt):
     acc: Buffer
 
 
+@roles(defines=("last",), buffers=("accs",), buffer=("partials", "counters"),
+       expr=("slot", "split", "frag_row"), exprs=("rows",), data=("splits", "barrier"))
+@dataclasses.dataclass(eq=False, slots=True)
+class SplitKReduce(Stmt):
+    """Split-K's sum of one warp group's matmul accumulators over the `splits` CTAs that
+    computed the same output tile, each over its own share of K's blocks (lower/matmul.py).
+
+    Every thread of the warp group (128 threads, threadIdx.x) stores its fp32 registers `accs`
+    (one buffer per 64-row slice, in order) as partial `split` of `slot`; the registers of a
+    thread are laid out [register pair][thread][2] within a partial (two 8-byte stores per four
+    registers, 256 contiguous bytes per warp), partials [slot][split][...] in `partials`. Only
+    the registers of valid rows are stored: register i of slice s holds row `frag_row` + 8
+    ((i >> 1) & 1) of the slice, valid below `rows[s]` (the rows left in the output from the
+    slice's first; rows past it are never stored by the epilogue either). Then each thread
+    fences, the warp group meets at `barrier` ((named barrier id, thread count), or None for
+    the role's barrier), and one thread counts its arrival at `counters[slot]`: the warp group
+    that arrives `splits`-th is the last (it resets the counter for the next launch). The last
+    one reads every partial in split order, 0 first, and sums them into `accs` (the same bits
+    whichever CTA is last); `last` (a bool, defined here) is true in its threads only, which
+    then run the epilogue."""
+
+    last: Var
+    accs: tuple
+    partials: Buffer
+    counters: Buffer
+    slot: KExpr
+    split: KExpr
+    frag_row: KExpr
+    rows: tuple
+    splits: int
+    barrier: Any = None
+
+    @property
+    def registers(self) -> int:
+        """fp32 registers per thread of one partial: every slice's accumulators."""
+        return sum(_const_size(a) for a in self.accs)
+
+
+def _const_size(b: Buffer) -> int:
+    if not isinstance(b.size, Const):
+        raise ValueError(f"{b.name}: a register buffer of constant size expected")
+    return b.size.value
+
+
 @roles(out=("dst",), exprs=("values",), data=("dtype",))
 @dataclasses.dataclass(eq=False, slots=True)
 class StMatrix(Stmt):
@@ -1021,8 +1065,12 @@ class Kernel:
     # Global buffers the executor allocates per launch shape: (Buffer, kind), kind one of
     # "intermediate", "grid_reduce_data", "semaphore" (zeroed once, left zeroed by the kernel),
     # "scan_chain", "scan_flag" (zeroed once; a kernel tags the flags it sets with its
-    # launch's generation, scan.cuh).
+    # launch's generation, scan.cuh), "split_k_partials", "split_k_counters" (zeroed once, left
+    # zeroed by the kernel: SplitKReduce).
     workspaces: list = dataclasses.field(default_factory=list)
+    # Elements of the workspaces sized by the fusion's extents (the split-K ones): buffer name ->
+    # a fusion Scalar, which launch_config turns into a launch expression.
+    workspace_elements: dict = dataclasses.field(default_factory=dict)
     # Set by passes, read by later passes, codegen and the executor:
     vector_widths: dict = dataclasses.field(default_factory=dict)  # global buffer name -> width
     reduction_workspace: int = 0          # shared elements of the block-reduction workspace

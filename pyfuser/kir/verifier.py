@@ -268,6 +268,9 @@ class _Verifier:
         self.check_expr(s.value, scope, s, "the scalar definition")
         scope.vars.add(s.var.name)
 
+    def _SplitKReduce(self, s: K.SplitKReduce, scope):
+        scope.vars.add(s.last.name)     # the warp group is the tile's last: it runs the epilogue
+
     def _TensorOp(self, s: K.TensorOp, scope):
         if s.vector == 1:
             for v in [s.out] + list(s.ins):

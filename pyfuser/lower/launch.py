@@ -203,6 +203,8 @@ def describe_launch(kernel: K.Kernel) -> LaunchDescription:
             n = S.product(i.extent for i in b.tv.domain.logical_no_reductions
                           if not i.is_broadcast)
             elements = expr(n)
+        elif b.name in kernel.workspace_elements:       # the split-K workspaces
+            elements = expr(kernel.workspace_elements[b.name])
         elif kind == "semaphore":
             elements = 1
         elif kind == "scan_chain":

@@ -80,6 +80,38 @@ def tile_origin(t, tiles_m, tiles_n, group: int, tile_m: int, tile_n: int) -> tu
     return K.mul(tm, tile_m), K.mul(tn, tile_n)
 
 
+def _split_k_buffers(kernel: K.Kernel, mma, batches, per_batch) -> tuple:
+    """Split-K's global workspaces (the executor allocates them per launch shape): the fp32
+    partials, [tile][split][tile_m x tile_n] (SplitKReduce's layout within a warp group's
+    share), and one arrival counter per warp group of each tile, zeroed once, left zeroed by
+    every launch. Their sizes are expressions of the fusion's extents (the launch's) and the
+    kernel's (the interpreter's)."""
+    from ..ir import scalar as S
+    p = mma.params
+    a_in, b_in = mma.a.definition.inputs[0], mma.b.definition.inputs[0]
+    m = a_in.domain.logical[mma.a_dims[0]].extent
+    n = b_in.domain.logical[mma.b_dims[0]].extent
+    final = mma.finals[0]
+    batch = final.domain.logical[0].extent if len(final.domain.logical) == 3 else 1
+    tiles = S.mul(S.mul(S.ceil_div(m, p.tile_m), S.ceil_div(n, p.tile_n)), batch)
+    k_tiles = K.mul(batches, per_batch)
+    wgs = p.warp_groups_per_role
+    n_ws = len(kernel.workspaces)
+    out = []
+    for name, dtype, kind, elems, k_elems in (
+            (f"pf_skp{n_ws}", DataType.Float, "split_k_partials",
+             S.mul(tiles, p.split_k * p.tile_m * p.tile_n),
+             K.mul(k_tiles, p.split_k * p.tile_m * p.tile_n)),
+            (f"pf_skc{n_ws}", DataType.Int32, "split_k_counters", S.mul(tiles, wgs),
+             K.mul(k_tiles, wgs))):
+        buf = K.Buffer(name, dtype, "global", k_elems)
+        kernel.params.append(K.Param(name, "ptr", ("workspace", name), buf))
+        kernel.workspaces.append((buf, kind))
+        kernel.workspace_elements[name] = elems
+        out.append(buf)
+    return tuple(out)
+
+
 def swizzled_unit(unit, row) -> K.KExpr:
     """The 16-byte unit where unit `unit` of box row `row` lies under the 128-byte swizzle
     (kir.nodes.swizzled_byte: XOR with the row's index in its group of 8 rows)."""
@@ -157,24 +189,36 @@ def build_matmul(kernel: K.Kernel) -> K.Kernel:
 
     tiles_m, tiles_n = K.ceil_div(m, tm), K.ceil_div(n, tn)
     t, kb = ctx.new_loop_var(), ctx.new_loop_var()
-    # A batch's tiles one after the other: the linear tile index t is batch * (tiles of one
+    # A batch's tiles one after the other: the linear tile index is batch * (tiles of one
     # matrix) + the tile within its matrix, rastered as a 2-D matmul's.
     per_batch = K.mul(tiles_m, tiles_n)
     batches = extent(finals[0], 0) if rank == 3 else K.Const(1)
-    # The tile's batch and origin, defined once per tile at the top of the tile loop (the
+    # The tile's batch and origin, defined once per work unit at the top of the unit loop (the
     # producer's copies and the epilogue read them; pipeline_loads gives the producer its own
-    # definitions).
+    # definitions). With split-K, unit t is share t % S of K of tile t / S.
+    splits = p.split_k
+    k_blocks = K.ceil_div(k, TILE_K)
+    tile_v, split_v = K.Var("pf_tile"), K.Var("pf_tile_split")
+    unit_defs = ([K.ScalarDef(tile_v, K.div(t, splits)), K.ScalarDef(split_v, K.mod(t, splits))]
+                 if splits > 1 else [])
+    tile = tile_v if splits > 1 else t
     bt_v, m0, n0 = K.Var("pf_tile_batch"), K.Var("pf_tile_m0"), K.Var("pf_tile_n0")
-    m0_at, n0_at = tile_origin(K.mod(t, per_batch) if rank == 3 else t, tiles_m, tiles_n,
+    m0_at, n0_at = tile_origin(K.mod(tile, per_batch) if rank == 3 else tile, tiles_m, tiles_n,
                                p.raster_group, tm, tn)
-    tile_defs = ([K.ScalarDef(bt_v, K.div(t, per_batch))] if rank == 3 else []) + [
+    tile_defs = unit_defs + ([K.ScalarDef(bt_v, K.div(tile, per_batch))] if rank == 3 else []) + [
         K.ScalarDef(m0, m0_at), K.ScalarDef(n0, n0_at)]
     bt = bt_v if rank == 3 else K.Const(0)
+    # Every unit runs the same k blocks count (pipeline_loads' chain is rectangular): a share's
+    # blocks past K are zero-filled boxes (the heuristic leaves no share empty). Share s takes
+    # the k blocks s, s + S, s + 2 S, ...: the CTAs of a tile, running side by side, read
+    # neighbouring 128-byte pieces of the same operand rows at about the same time (contiguous
+    # ranges of K per share read pieces 1 KB and more apart).
+    unit_k_blocks = K.ceil_div(k_blocks, splits) if splits > 1 else k_blocks
 
     def at_batch(coords, dims):
         return coords + ([bt] if dims[2] is not None else [])
     box_bytes = lambda rows: K.Const(rows * TILE_K * dtype.size)  # noqa: E731
-    k0 = K.mul(kb, TILE_K)
+    k0 = K.mul(K.add(split_v, K.mul(kb, splits)) if splits > 1 else kb, TILE_K)
     loads = [K.TensorMapLoad(K.TensorIndex(a_s, K.Const(0)), *a_map, a_glob,
                              at_batch([k0, m0], mma.a_dims), box_bytes(tm), None)]
     if mn_major:
@@ -203,7 +247,7 @@ def build_matmul(kernel: K.Kernel) -> K.Kernel:
     # releases a slot one iteration late (lower/pipeline.release_lag) and waits for all after
     # the loop.
     mmas += [K.WgmmaCommit(), K.WgmmaWait(1)]
-    k_loop = K.ForLoop(kb, K.Const(0), K.ceil_div(k, TILE_K), K.Const(1), loads + mmas)
+    k_loop = K.ForLoop(kb, K.Const(0), unit_k_blocks, K.Const(1), loads + mmas)
 
     lane, warp = K.Var("pf_lane"), K.Var("pf_warp")
     row, unit_hi = K.Var("pf_st_row"), K.Var("pf_st_unit")
@@ -310,12 +354,27 @@ def build_matmul(kernel: K.Kernel) -> K.Kernel:
                             + [K.BulkCommit()])]
         return out
 
+    split_bufs = _split_k_buffers(kernel, mma, batches, per_batch) if splits > 1 else None
+
+    def unit_epilogue(wg: int) -> list:
+        """Warp group wg's epilogue; with split-K, after its partials are summed, by the last
+        CTA of the tile only (the others store nothing)."""
+        if split_bufs is None:
+            return epilogue_of(wg)
+        last = K.Var("pf_split_last")
+        rows = tuple(K.sub(K.sub(m, m0), (wg * slices + sl) * WARP_GROUP_ROWS)
+                     for sl in range(slices))
+        barrier = (EPILOGUE_BARRIER + wg, 128) if wgs > 1 else None     # else the role's
+        return [K.SplitKReduce(last, tuple(accs), *split_bufs, K.add(K.mul(tile, wgs), wg),
+                               split_v, frag_row, rows, splits, barrier),
+                K.IfThenElse(last, epilogue_of(wg))]
+
     epilogue: list = [K.AccumulatorFence(acc) for acc in accs]
     if wgs == 1:
-        epilogue += epilogue_of(0)
+        epilogue += unit_epilogue(0)
     else:
-        epilogue.append(K.IfThenElse(K.eq(_TIDY, 0), epilogue_of(0), epilogue_of(1)))
-    tile_loop = K.ForLoop(t, K.Const(0), K.mul(batches, per_batch), K.Const(1),
+        epilogue.append(K.IfThenElse(K.eq(_TIDY, 0), unit_epilogue(0), unit_epilogue(1)))
+    tile_loop = K.ForLoop(t, K.Const(0), K.mul(K.mul(batches, per_batch), splits), K.Const(1),
                           tile_defs + [k_loop] + epilogue, parallel="GridStride")
     # The fusion's loop nests (LoweringContext) are replaced by this nest of its own.
     kernel.replaced_loops.update(id(lp) for lp in ctx.all_loops())

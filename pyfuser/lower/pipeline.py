@@ -1175,6 +1175,8 @@ def _role_barriers(stmts, role: K.WarpRole, r: int) -> None:
                 raise LoweringError("ping-pong compute roles: a block reduction across "
                                     "threadIdx.y would mix the roles' rows")
             x.barrier, x.role = (bid, count), r
+        elif isinstance(x, K.SplitKReduce) and x.barrier is None:
+            x.barrier = (bid, count)
         elif isinstance(x, K.GridSync):
             # Only the compute threads exchange data through global memory (the producer
             # writes shared memory only): the block's part of the grid barrier is theirs.

@@ -915,7 +915,8 @@ class FusionExecutorCache:
         """Global scratch `w` of a kernel for one launch shape, owned by the plan.
 
         Grid-reduction data: one slot per thread and grouped value of every block. Semaphores:
-        one counter per block, zeroed here once; kernels leave them at zero when they finish.
+        one counter per block, zeroed here once; kernels leave them at zero when they finish;
+        split-K's counters (one per warp group of a matmul tile) too.
         A chained scan's totals and prefixes: two per row of threads of every block; their flags
         one, zeroed here once (a kernel tags the flags it sets with its launch's generation).
         """
@@ -924,7 +925,7 @@ class FusionExecutorCache:
         from ..ir.dtype import DataType, to_torch
         kind, dtype, _ = fk.launch.workspaces[w]
         n = fk.launch.workspace_elements(w, inputs, grid, block)
-        if kind == "semaphore":
+        if kind in ("semaphore", "split_k_counters"):
             return torch.zeros(n, dtype=torch.int32, device=device)
         if kind == "scan_flag":
             return torch.zeros(n, dtype=torch.int64, device=device)

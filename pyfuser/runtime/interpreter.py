@@ -1101,6 +1101,9 @@ class Interpreter:
         self._cp_batches: list = []
         self._index_record = None
         self._acc_mems: list = []      # accumulators of wgmma (their busy marks)
+        # Split-K (SplitKReduce): (slot, split) -> the stored partial, and arrivals per slot.
+        self._split_partials: dict = {}
+        self._split_arrivals: dict = {}
         self._wgmma_reads: list = []   # operand reads of wgmmas not waited for yet
 
         grid = [max(1, int(S.evaluate(g, dict(self.bindings)))) for g in k.launch.grid]
@@ -1168,7 +1171,8 @@ class Interpreter:
             elif src[0] == "workspace":
                 kind = dict((b.name, kd) for b, kd in k.workspaces).get(p.buffer.name)
                 size = 0
-                if kind == "intermediate":      # a global tensor between loop nests
+                if kind in ("intermediate", "split_k_partials", "split_k_counters"):
+                    # A global tensor between loop nests; split-K's partials and counters.
                     size = int(eval_expr(p.buffer.size, dict(env0, **{
                         e.name: v for e, v in self._extent_vars().items()})))
                 if kind == "index_error":       # zeroed by the executor (index_check.py)
@@ -1215,6 +1219,11 @@ class Interpreter:
                 tid = int(np.argmax(m.busy >= 0))
                 raise InterpreterError(f"the kernel ends with a wgmma into {m.buf.name} never "
                                        f"waited for (thread {self._where_tid(tid)})")
+        if self._split_partials or any(self._split_arrivals.values()):
+            left = sorted(self._split_partials) or sorted(
+                (s, c) for s, c in self._split_arrivals.items() if c)
+            raise InterpreterError(f"the kernel ends with split-K partials never summed "
+                                   f"((slot, split) or (slot, arrivals): {left[:4]})")
         for b in self._cp_batches:
             if len(b["tids"]):
                 raise InterpreterError(f"the kernel ends with cp.async copies never waited for "
@@ -2713,6 +2722,77 @@ class Interpreter:
         self._wgmma_reads.append({"tids": tids, "group": self.wgmma_commits[tids[:, 0]],
                                   "reads": [a_at, b_at], "moment": self.moment,
                                   "role": self._group()})
+
+    def _SplitKReduce(self, s: K.SplitKReduce, ctx: _Ctx):
+        """Split-K (K.SplitKReduce): each warp group reaching it stores the registers of its
+        valid rows as partial `split` of `slot`; its arrival at the slot's counter is counted
+        in block order (on a GPU any order), and the one that makes `splits` arrivals is the
+        last: it sums the slot's partials in split order (float32 adds from 0) into its
+        registers (those of invalid rows: 0). `last` is set in every thread."""
+        groups = self._collective(s, ctx, 128)
+        values = {}
+        for name in ("slot", "split", "frag_row"):
+            values[name] = ctx.arr(ctx.ev(getattr(s, name)), np.int64).astype(np.int64)
+        for name in ("slot", "split"):
+            per = values[name][groups]
+            if (per != per[:, :1]).any():
+                g = int(np.argmax((per != per[:, :1]).any(axis=1)))
+                raise InterpreterError(f"split-K {name} {getattr(s, name)!r} is not uniform over "
+                                       f"the warp group at {self._where(ctx, int(groups[g, 0]))}")
+        slot, split = values["slot"][groups[:, 0]], values["split"][groups[:, 0]]
+        part = s.registers * 128
+        room = self._mem(ctx, s.partials).limit, self._mem(ctx, s.counters).limit
+        bad = ((split < 0) | (split >= s.splits) | (slot < 0) | (slot >= room[1])
+               | ((slot * s.splits + split + 1) * part > room[0]))
+        if bad.any():
+            g = int(np.argmax(bad))
+            raise InterpreterError(
+                f"split-K partial {int(split[g])} of slot {int(slot[g])} ({s.splits} splits of "
+                f"{part} floats) is outside the workspaces ({room[0]} floats, {room[1]} "
+                f"counters) at {self._where(ctx, int(groups[g, 0]))}")
+        # [threads, registers] of every slice, and which hold a valid row.
+        vals, poison, valid = [], [], []
+        for acc, rows in zip(s.accs, s.rows):
+            n = acc.size.value
+            v, p = self._read(ctx, K.TensorIndex(acc, K.Const(0)), n, "split-K partial of")
+            vals.append(np.asarray(v, dtype=np.float64).reshape(ctx.n, n))
+            poison.append(np.zeros((ctx.n, n), dtype=bool) if p is None
+                          else np.asarray(p).reshape(ctx.n, n))
+            row = values["frag_row"][:, None] + 8 * ((_lanes(n)[None, :] >> 1) & 1)
+            valid.append(row < ctx.arr(ctx.ev(rows), np.int64)[:, None])
+        vals, poison, valid = (np.concatenate(x, axis=1) for x in (vals, poison, valid))
+        last = np.zeros(ctx.n, dtype=bool)
+        for g in range(len(groups)):
+            key = (int(slot[g]), int(split[g]))
+            if key in self._split_partials:
+                raise InterpreterError(f"split-K partial {key[1]} of slot {key[0]} stored twice "
+                                       f"before its sum at {self._where(ctx, int(groups[g, 0]))}")
+            at = groups[g]
+            self._split_partials[key] = (vals[at], poison[at] & valid[at], valid[at])
+            arrived = self._split_arrivals.get(key[0], 0) + 1
+            self._split_arrivals[key[0]] = arrived % s.splits
+            if arrived < s.splits:
+                continue
+            total = np.zeros((128, vals.shape[1]), dtype=np.float64)
+            bad_bits = np.zeros_like(valid[at])
+            for j in range(s.splits):
+                got = self._split_partials.pop((key[0], j), None)
+                if got is None:
+                    raise InterpreterError(f"split-K: slot {key[0]} has {s.splits} arrivals but "
+                                           f"no partial {j}")
+                total = _round_array(DataType.Float, total + np.where(got[2], got[0], 0.0))
+                bad_bits |= got[1]
+            last[at] = True
+            lctx = ctx.take(at)
+            off = 0
+            for acc in s.accs:
+                n = acc.size.value
+                m, addr = self._locate(lctx, K.TensorIndex(acc, K.Const(0)), "split-K sum into", n)
+                self._store(m, addr[:, None] + _lanes(n), np.where(valid[at][:, off:off + n],
+                                                                   total[:, off:off + n], 0.0),
+                            bad_bits[:, off:off + n] if bad_bits[:, off:off + n].any() else None)
+                off += n
+        ctx.env[s.last.name] = last
 
     def _stmatrix_value(self, ctx: _Ctx, v):
         if isinstance(v, (K.TensorIndex, K.ScalarValue)):

@@ -265,3 +265,59 @@ def test_batched(case):
             y = fd.ops.matmul(ta, tb)
         fd.add_output(y)
     run_and_check(fd, inputs, scheduler="matmul")
+
+
+# Split-K (MatmulParams.split_k, kir SplitKReduce): the feature matmul_split_k forces it where
+# the tiles leave CTAs idle; the last CTA of a tile adds the partials in split order, so two
+# runs give the same bits whichever CTA finished last.
+SPLIT_K = ["matmul_split_k", "matmul_few_rows"]
+
+
+def _split_k_run(fd, inputs, pingpong):
+    opts = ({"enable": SPLIT_K + ["matmul_pingpong"]} if pingpong else
+            {"enable": SPLIT_K, "disable": ["matmul_pingpong"]})
+    run_and_check(fd, inputs, scheduler="matmul", options=opts)
+    p = fd.last_run.heuristics[0]
+    assert p.split_k > 1 and (p.compute_roles == 2) == pingpong, p
+    first = fd.execute(inputs, options=opts)
+    again = fd.execute(inputs, options=opts)
+    assert all(torch.equal(a, b) for a, b in zip(first, again))
+    return p
+
+
+@pytest.mark.parametrize("m, n, k, pingpong", [
+    (64, 4096, 4096, False),     # the bar's few rows: a tile's second warp group has none
+    (64, 4096, 4096, True),
+    (1, 4096, 4096, False),      # one row: one valid row of each partial
+    (50, 1000, 3000, False),     # ragged: N past a tile, the last split's blocks past K
+    (130, 264, 1032, True),      # two tile rows, the second of 2 rows
+    (300, 512, 8192, False),     # several tile rows and a long K
+])
+def test_split_k(m, n, k, pingpong):
+    x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
+    _split_k_run(_linear_fd(x, w), [x, w], pingpong)
+
+
+@pytest.mark.parametrize("kind", ["bias_gelu", "bias_and_gelu", "scales_silu"])
+@pytest.mark.parametrize("pingpong", [False, True])
+def test_split_k_fused_epilogue(kind, pingpong):
+    """The epilogue runs once per tile, on the summed accumulators, in the last CTA."""
+    fd, inputs = _epilogue_case(kind, 96, 1032, 2048)
+    _split_k_run(fd, inputs, pingpong)
+
+
+def test_split_k_batched_mn_major():
+    a = torch.randn(3, 40, 2048, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(3, 2048, 520, device="cuda", dtype=torch.bfloat16)
+    p = _split_k_run(_matmul_fd(a, b), [a, b], False)
+    assert p.b_major == "MN"
+
+
+def test_split_k_counters_are_left_zeroed_across_shapes():
+    """Launches of one compiled kernel at two shapes (each its own workspaces), in turn: the
+    counters each launch leaves at zero are the next one's start."""
+    w = torch.randn(2048, 4096, device="cuda", dtype=torch.bfloat16)
+    for m in (64, 33, 64, 33):
+        x = torch.randn(m, 4096, device="cuda", dtype=torch.bfloat16)
+        _split_k_run(_linear_fd(x, w), [x, w], False)

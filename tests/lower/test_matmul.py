@@ -154,7 +154,7 @@ def test_few_rows_run_torch_unless_the_kernel_is_asked_for(m):
         matmul.compute_heuristics(fusion, info)
     info.options = Options(enable=frozenset(["matmul_few_rows"]))
     p = matmul.compute_heuristics(fusion, info)
-    assert (p.tile_m, p.tile_n, p.compute_roles) == (128, 128, 2)
+    assert (p.tile_m, p.tile_n, p.compute_roles, p.split_k) == (128, 128, 2, 1)
     # 65 rows: the kernel.
     fusion, info = _info(65, 4096, 4096)
     assert matmul.compute_heuristics(fusion, info).compute_roles == 2
@@ -184,6 +184,39 @@ def test_cost_model_waves_and_busy_sms():
     assert matmul.estimated_us(shape, 133, 10, 132) > 1.9 * (one - matmul.LAUNCH_OVERHEAD_US)
     # Few busy SMs: each tile's k blocks are cheaper (the L2 is shared by fewer).
     assert matmul.estimated_us(shape, 60, 10, 132) < one
+
+
+def test_split_k_factors_offered_when_asked():
+    shape = matmul.TILE_CANDIDATES[0]
+    # 16 tiles, 64 k blocks: factors up to a wave of 132 units.
+    assert matmul.split_k_choices(shape, 16, 64, 132, True) == (2, 3, 4, 5, 6, 7, 8)
+    # 8 k blocks: at least 2 per split (a split takes blocks s, s + S, ...).
+    assert matmul.split_k_choices(shape, 16, 8, 132, True) == (2, 3, 4)
+    assert matmul.split_k_choices(shape, 16, 9, 132, True) == (2, 3, 4)
+    assert matmul.split_k_choices(shape, 16, 1, 132, True) == (1,)
+    assert matmul.split_k_choices(shape, 66, 64, 132, True) == (2,)
+    assert matmul.split_k_choices(shape, 67, 64, 132, True) == (1,)
+    # Not asked (measured slower: SPLIT_K_PER_SPLIT_US) or forced off: never.
+    assert matmul.split_k_choices(shape, 16, 64, 132, None) == (1,)
+    assert matmul.split_k_choices(shape, 16, 64, 132, False) == (1,)
+    # The model: splitting a few tiles' long K pays; the partials' traffic grows with splits.
+    one = matmul.estimated_us(shape, 16, 64, 132)
+    assert matmul.estimated_us(shape, 16, 64, 132, 4, rows=64) < one
+    assert (matmul.estimated_us(shape, 16, 64, 132, 8, rows=128)
+            > matmul.estimated_us(shape, 16, 64, 132, 8, rows=1))
+
+
+@pytest.mark.parametrize("feature", [None, True, False])
+def test_heuristic_split_k_feature(feature):
+    from pyfuser.options import Options
+    fusion, info = _info(200, 1024, 4096)        # 16 tiles of 128x256 (2 x 8 of 128x128)
+    if feature is not None:
+        info.options = Options(**{"enable" if feature else "disable":
+                                  frozenset(["matmul_split_k"])})
+    p = matmul.compute_heuristics(fusion, info)
+    assert (p.split_k > 1) == (feature is True), p
+    units = p.split_k * -(-200 // p.tile_m) * -(-1024 // p.tile_n)
+    assert p.grid == min(units, 132)
 
 
 def test_heuristic_refuses_k_zero_and_non_hopper():
@@ -353,6 +386,58 @@ def test_the_interpreter_sees_an_unswizzled_epilogue(monkeypatch):
     monkeypatch.setattr(lowering, "swizzled_unit", lambda unit, row: unit)
     with pytest.raises(AssertionError):
         _interpret(130, 136, 72, matmul.MatmulParams(tile_m=128, tile_n=128, stages=2, grid=4))
+
+
+# Split-K on the interpreter -------------------------------------------------------------------
+@pytest.mark.parametrize("mnk, tile, roles, split, grid", [
+    ((70, 136, 320), (128, 128), 1, 3, 4),    # the last split's 64-deep block past K: zeros
+    ((1, 264, 384), (128, 256), 1, 4, 4),     # one valid row of each partial
+    ((130, 136, 256), (128, 128), 2, 2, 2),   # ping-pong: 8 units on 2 CTAs, tiles' splits apart
+    ((200, 72, 200), (64, 128), 2, 3, 3),     # one 64-row slice per tile
+])
+def test_interpreted_split_k(mnk, tile, roles, split, grid):
+    p = matmul.MatmulParams(tile_m=tile[0], tile_n=tile[1], stages=2, grid=grid,
+                            compute_roles=roles, split_k=split)
+    _, interp = _interpret(*mnk, p)
+    assert not interp._split_partials and not any(interp._split_arrivals.values())
+
+
+def test_split_k_kernel_and_its_workspaces():
+    """The kernel's split-K reduction: a warp group's partial per tile and split, one counter
+    per warp group of a tile (zeroed by the executor, reset by the last arrival), sized from
+    the call's extents; the epilogue runs in the last CTA only."""
+    from pyfuser import options
+    from pyfuser.kir.launch import evaluate
+    x, w = meta(64, 4096), meta(4096, 4096)
+    with options.override(enable=["matmul_few_rows", "matmul_split_k"],
+                          disable=["matmul_pingpong"]):
+        seg = only_segment(linear_fd().explain([x, w], device="h100", compile=True))
+    p = seg.kernel.params
+    assert (p.tile_m, p.compute_roles) == (128, 1) and p.split_k > 1
+    kernel = seg.kernel.kernel.kernel
+    reduces = [s for s in K.walk(kernel.body) if isinstance(s, K.SplitKReduce)]
+    assert len(reduces) == 2 and {s.barrier for s in reduces} == {(8, 128), (9, 128)}
+    launch = kernel.launch_description
+    kinds = {kind: evaluate(elements, [x, w]) for kind, _, elements in launch.workspaces}
+    tiles = -(-4096 // p.tile_n)
+    assert kinds == {"split_k_partials": tiles * p.split_k * 128 * p.tile_n,
+                     "split_k_counters": tiles * 2}
+    src = seg.kernel.kernel.source
+    assert "pf::load_cg_f32x2" in src and "if (pf_split_last) {" in src
+    report = seg.kernel.ptxas
+    assert "0 B spill stores" in report and "serializ" not in report.lower(), report
+
+
+def test_interpreted_split_k_fused_epilogue_and_two_outputs():
+    from kir_testing import interpret_against_float64, schedule_and_lower
+    for kind, roles in (("bias_gelu", 1), ("scales_silu", 2)):
+        fd = _epilogue_fd(kind)
+        inputs = _epilogue_inputs(kind, 90, 200, 200)
+        p = matmul.MatmulParams(tile_m=128, tile_n=128 if roles == 1 else 64, stages=2, grid=3,
+                                compute_roles=roles, split_k=2)
+        st, _, p, kernel = schedule_and_lower(fd, inputs, params=p, scheduler=matmul,
+                                              device="h100-4sm")
+        interpret_against_float64(fd, st, kernel, inputs, context=(kind, p))
 
 
 # Fused epilogues, on the interpreter ----------------------------------------------------------

@@ -270,4 +270,15 @@ __device__ __forceinline__ void atomic_add(long long* p, long long v) {
   asm volatile("red.global.add.u64 [%0], %1;" ::"l"(g), "l"(v) : "memory");
 }
 
+// Split-K partial sums (kir SplitKReduce): two fp32 accumulators as one 8-byte access. The
+// read bypasses L1 (.cg): another CTA wrote the partial, made visible in L2 by its fence.
+// The "memory" clobbers keep the accesses on their side of the fences and barriers around them
+// (the reads are issued in groups ahead of the adds that use them: codegen's _SplitKReduce).
+__device__ __forceinline__ void store_f32x2(float* p, float a, float b) {
+  asm volatile("st.global.v2.f32 [%0], {%1, %2};" ::"l"(p), "f"(a), "f"(b) : "memory");
+}
+__device__ __forceinline__ void load_cg_f32x2(const float* p, float& a, float& b) {
+  asm volatile("ld.global.cg.v2.f32 {%0, %1}, [%2];" : "=f"(a), "=f"(b) : "l"(p) : "memory");
+}
+
 }  // namespace pf

@@ -99,18 +99,63 @@ LAUNCH_OVERHEAD_US = 5.0
 PINGPONG_ONE_TILE_BUSY_US = 0.507
 
 
-def estimated_us(shape: TileShape, tiles: int, k_blocks: int, sms: int) -> float:
-    """The cost model the heuristic minimizes: waves of tiles over the persistent CTAs' compute
-    roles, each tile its k blocks at the rate of how many SMs are busy, plus fixed costs."""
+# Split-K (MatmulParams.split_k): every CTA of a tile stores its fp32 partial (the tile's valid
+# rows) and the last one reads them all back, through L2 at about SPLIT_K_BYTES_PER_US per SM
+# (an estimate), after a fixed cost (fences, the arrival counter, the barriers) and a cost per
+# split fitted on the H200 (tools/sweep_matmul.py --split, 64x4096x4096, tile 128x256:
+# 44.4, 35.9, 34.5, 42.9 us at 1, 2, 4, 8 splits, against 43 and 26, 17, 15 us for the k blocks
+# alone: the operand streamed from DRAM at about 1-1.5 TB/s whatever the number of CTAs, the
+# cause not found; bench/results/2026-11-29/h200-sweep-split-k.txt). Split-K is measured
+# faster than the unsplit kernel on few-row shapes, but slower than cuBLAS there (0.70-0.73)
+# and than the unsplit ping-pong tile elsewhere: the heuristic splits only when the feature
+# matmul_split_k asks.
+SPLIT_K_FIXED_US = 2.0
+SPLIT_K_PER_SPLIT_US = 3.5
+SPLIT_K_BYTES_PER_US = 100e3
+MAX_SPLIT_K = 16
+MIN_SPLIT_K_BLOCKS = 2   # k blocks per split at least: fewer is all pipeline fill
+
+
+def estimated_us(shape: TileShape, tiles: int, k_blocks: int, sms: int, split_k: int = 1,
+                 rows: int | None = None) -> float:
+    """The cost model the heuristic minimizes: waves of work units (a tile, or with split-K
+    one of its `split_k` shares of K) over the persistent CTAs' compute roles, each unit its k
+    blocks at the rate of how many SMs are busy, plus fixed costs; with split-K, the partials
+    of `rows` valid rows of each tile stored and summed."""
+    units = tiles * split_k
+    k_blocks = -(-k_blocks // split_k)
     slots = sms * shape.compute_roles
-    waves = -(-tiles // slots)
-    if min(tiles, sms) <= sms // 2:
+    waves = -(-units // slots)
+    if min(units, sms) <= sms // 2:
         per_block = shape.alone_us
-    elif shape.compute_roles > 1 and tiles <= sms:
+    elif shape.compute_roles > 1 and units <= sms:
         per_block = PINGPONG_ONE_TILE_BUSY_US
     else:
         per_block = shape.busy_us
-    return waves * (k_blocks * per_block + TILE_OVERHEAD_US) + LAUNCH_OVERHEAD_US
+    us = waves * (k_blocks * per_block + TILE_OVERHEAD_US) + LAUNCH_OVERHEAD_US
+    if split_k > 1:
+        partial = min(rows or shape.tile_m, shape.tile_m) * shape.tile_n * 4
+        us += (SPLIT_K_FIXED_US + SPLIT_K_PER_SPLIT_US * split_k
+               + (1 + split_k) * partial / SPLIT_K_BYTES_PER_US)
+    return us
+
+
+def split_k_choices(shape: TileShape, tiles: int, k_blocks: int, sms: int,
+                    forced: bool | None) -> tuple:
+    """The split-K factors offered for `tiles` tiles of `shape`: 1, and where the feature
+    matmul_split_k asks (`forced` True; unset or off: 1 alone, see SPLIT_K_PER_SPLIT_US), the
+    factors whose units fit one wave of the compute roles, each split at least
+    MIN_SPLIT_K_BLOCKS k blocks (share s takes blocks s, s + S, ...: none is empty while
+    S <= k blocks), those alone where there are any."""
+    if not forced:
+        return (1,)
+    slots = sms * shape.compute_roles
+    split = []
+    for s in range(2, min(MAX_SPLIT_K, k_blocks) + 1):
+        if tiles * s > slots or k_blocks // s < MIN_SPLIT_K_BLOCKS:
+            continue
+        split.append(s)
+    return tuple(split) or (1,)
 
 
 # Matmuls of at most this many rows run torch's matmul unless the feature matmul_few_rows
@@ -134,6 +179,10 @@ class MatmulParams:
     compute_roles: int = 1
     # Fusion outputs the epilogue stores, each through its own staging boxes (MAX_OUTPUTS).
     outputs: int = 1
+    # CTAs per output tile, each over ceil(k blocks / split_k) of K's 64-deep blocks; the last
+    # of them to finish adds the fp32 partials in split order and runs the epilogue
+    # (lower/matmul.py, kir SplitKReduce).
+    split_k: int = 1
 
     @property
     def warp_groups_per_role(self) -> int:
@@ -163,7 +212,8 @@ class MatmulParams:
         return (f"matmul: tile {self.tile_m}x{self.tile_n}x{TILE_K}, B {self.b_major}-major, "
                 f"{self.stages} stages, {kind} + 1 producer, persistent grid "
                 f"{self.grid}, raster bands of {self.raster_group} tile rows"
-                + (f", {self.outputs} outputs stored" if self.outputs > 1 else ""))
+                + (f", {self.outputs} outputs stored" if self.outputs > 1 else "")
+                + (f", split-K over {self.split_k} CTAs per tile" if self.split_k > 1 else ""))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -346,20 +396,29 @@ def compute_heuristics(fusion, info: RuntimeInfo) -> MatmulParams:
 
     def tiles_of(c: TileShape) -> int:
         return batch * _tiles(m, n, c.tile_m, c.tile_n)
-    best = min(offered, key=lambda c: estimated_us(c, tiles_of(c), k_blocks, sms))
+    # Each tile with each split-K factor offered for it (the feature matmul_split_k forces
+    # splitting on or off).
+    forced_split = info.feature("matmul_split_k")
+    choices = [(c, s) for c in offered
+               for s in split_k_choices(c, tiles_of(c), k_blocks, sms, forced_split)]
+    best, split_k = min(choices, key=lambda cs: estimated_us(
+        cs[0], tiles_of(cs[0]), k_blocks, sms, cs[1], rows=m))
     # The outputs the epilogue stores (can_schedule took them all: _epilogue).
     outputs = sum(isinstance(o, TensorView) for o in fusion.outputs)
     return fitted_params(best.tile_m, best.tile_n, best.compute_roles, tiles_of(best), dev,
-                         a.dtype.size, b_major, outputs)
+                         a.dtype.size, b_major, outputs, split_k)
 
 
 def fitted_params(tm: int, tn: int, roles: int, tiles: int, dev, item_bytes: int,
-                  b_major: str, outputs: int = 1) -> MatmulParams:
+                  b_major: str, outputs: int = 1, split_k: int = 1) -> MatmulParams:
     """The parameters of a tm x tn tile (`roles` compute roles) on `dev`: as many stages (up to
     6) as its shared memory holds beside the staging boxes (of each of `outputs` stored
-    outputs), a persistent grid of min(tiles, SMs). The heuristic's fitting of the tile it
-    chose; sweeps force other tiles through it."""
-    shape = MatmulParams(tile_m=tm, tile_n=tn, compute_roles=roles, outputs=outputs)
+    outputs), a persistent grid of min(work units, SMs) (a unit: a tile, or with `split_k`
+    one of its shares of K). The heuristic's fitting of the tile it chose; sweeps force other
+    tiles through it."""
+    tiles *= split_k
+    shape = MatmulParams(tile_m=tm, tile_n=tn, compute_roles=roles, outputs=outputs,
+                         split_k=split_k)
     stage_bytes = (tm + tn) * TILE_K * item_bytes
     staging = (outputs * shape.compute_warp_groups * shape.staging_boxes * EPILOGUE_BOX
                * EPILOGUE_BOX * item_bytes)
