@@ -219,6 +219,26 @@ def test_heuristic_split_k_feature(feature):
     assert p.grid == min(units, 132)
 
 
+@pytest.mark.parametrize("mnk", [(8192, 16384, 4096), (4096, 14336, 5120)])
+@pytest.mark.parametrize("kind, roles", [("bias_gelu", 1), ("residual", 1),
+                                         ("bias_gelu_preact", 2)])
+def test_the_epilogue_chooses_the_kind(mnk, kind, roles):
+    """As measured on the H200 at these shapes (bench/results/2026-11-29/
+    h200-bench-issue21-epilogue-kinds.txt): cooperative with one stored output, ping-pong (its
+    epilogue under the other role's MMAs) with the pre-activation stored too."""
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
+    from bench_issue21 import fusion, inputs
+    seg = only_segment(fusion(kind).explain(inputs(kind, *mnk, "meta"), device="h100"))
+    assert seg.kernel.params.compute_roles == roles, seg.kernel.params
+    # The model's epilogue term: zero for a bare store, per output after the first.
+    shape = matmul.TILE_CANDIDATES[0]
+    assert matmul.epilogue_us(shape, False, 1) == 0
+    assert (matmul.epilogue_us(shape, True, 2) - matmul.epilogue_us(shape, True, 1)
+            == matmul.EPILOGUE_OUTPUT_US)
+
+
 def test_heuristic_refuses_k_zero_and_non_hopper():
     fusion, info = _info(128, 128, 0)
     with pytest.raises(SchedulerError, match="K = 0"):

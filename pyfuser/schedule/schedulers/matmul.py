@@ -38,8 +38,9 @@ shared by every batch) go through 3-D tensor maps, the batch the tile index's ou
 The tile and kind (cooperative 128x256 or 128x192, ping-pong 128x128) minimize a cost model
 measured on the H200 (`estimated_us`): waves of tiles over the CTAs' compute roles, each tile's
 k blocks at the measured rate for few or most SMs busy (the smaller tiles are bound by L2 -> SM
-traffic), plus fixed costs per tile and per launch. The feature matmul_pingpong forces the
-kind.
+traffic), plus fixed costs per tile and per launch, plus a fused epilogue's work, exposed per
+tile in a cooperative kernel and hidden under the other role's MMAs in ping-pong (two stored
+outputs: ping-pong). The feature matmul_pingpong forces the kind.
 """
 from __future__ import annotations
 
@@ -116,12 +117,31 @@ MAX_SPLIT_K = 16
 MIN_SPLIT_K_BLOCKS = 2   # k blocks per split at least: fewer is all pipeline fill
 
 
+# A fused epilogue's work beyond a bare matmul's store, per 128x256 tile (scaled by the tile's
+# elements): its ops (EPILOGUE_OPS_US, once there are any) and each stored output after the
+# first (EPILOGUE_OUTPUT_US). A cooperative kernel's compute warp groups run it with the
+# tensor cores idle; ping-pong runs it under the other role's MMAs, exposed only where it
+# outlasts the tile's k loop. Fitted to the H200 (bench/results/2026-11-29/
+# h200-bench-issue21-epilogue-kinds.txt, 8192x16384x4096 and 4096x14336x5120): with bias+GELU
+# or a residual cooperative measured 2-4% faster, with the pre-activation stored beside its
+# GELU ping-pong 3-4% faster.
+EPILOGUE_OPS_US = 1.5
+EPILOGUE_OUTPUT_US = 3.5
+
+
+def epilogue_us(shape: TileShape, ops: bool, outputs: int) -> float:
+    """The epilogue work of one tile of `shape` beyond a bare store (EPILOGUE_OPS_US)."""
+    per_tile = (EPILOGUE_OPS_US if ops else 0.0) + EPILOGUE_OUTPUT_US * max(0, outputs - 1)
+    return per_tile * shape.tile_m * shape.tile_n / (128 * 256)
+
+
 def estimated_us(shape: TileShape, tiles: int, k_blocks: int, sms: int, split_k: int = 1,
-                 rows: int | None = None) -> float:
+                 rows: int | None = None, epilogue: float = 0.0) -> float:
     """The cost model the heuristic minimizes: waves of work units (a tile, or with split-K
     one of its `split_k` shares of K) over the persistent CTAs' compute roles, each unit its k
     blocks at the rate of how many SMs are busy, plus fixed costs; with split-K, the partials
-    of `rows` valid rows of each tile stored and summed."""
+    of `rows` valid rows of each tile stored and summed; `epilogue` (epilogue_us) exposed per
+    tile in a cooperative kernel, in ping-pong only beyond the tile's k loop."""
     units = tiles * split_k
     k_blocks = -(-k_blocks // split_k)
     slots = sms * shape.compute_roles
@@ -132,7 +152,9 @@ def estimated_us(shape: TileShape, tiles: int, k_blocks: int, sms: int, split_k:
         per_block = PINGPONG_ONE_TILE_BUSY_US
     else:
         per_block = shape.busy_us
-    us = waves * (k_blocks * per_block + TILE_OVERHEAD_US) + LAUNCH_OVERHEAD_US
+    mainloop = k_blocks * per_block
+    exposed = epilogue if shape.compute_roles == 1 else max(0.0, epilogue - mainloop)
+    us = waves * (mainloop + TILE_OVERHEAD_US + exposed) + LAUNCH_OVERHEAD_US
     if split_k > 1:
         partial = min(rows or shape.tile_m, shape.tile_m) * shape.tile_n * 4
         us += (SPLIT_K_FIXED_US + SPLIT_K_PER_SPLIT_US * split_k
@@ -401,10 +423,14 @@ def compute_heuristics(fusion, info: RuntimeInfo) -> MatmulParams:
     forced_split = info.feature("matmul_split_k")
     choices = [(c, s) for c in offered
                for s in split_k_choices(c, tiles_of(c), k_blocks, sms, forced_split)]
-    best, split_k = min(choices, key=lambda cs: estimated_us(
-        cs[0], tiles_of(cs[0]), k_blocks, sms, cs[1], rows=m))
-    # The outputs the epilogue stores (can_schedule took them all: _epilogue).
+    # The outputs the epilogue stores (can_schedule took them all: _epilogue), and whether it
+    # computes ops (a linear's bias counts as one).
     outputs = sum(isinstance(o, TensorView) for o in fusion.outputs)
+    ops, _, _ = _epilogue(fusion, op)
+    has_ops = bool(ops) or len(op.inputs) > 2
+    best, split_k = min(choices, key=lambda cs: estimated_us(
+        cs[0], tiles_of(cs[0]), k_blocks, sms, cs[1], rows=m,
+        epilogue=epilogue_us(cs[0], has_ops, outputs)))
     return fitted_params(best.tile_m, best.tile_n, best.compute_roles, tiles_of(best), dev,
                          a.dtype.size, b_major, outputs, split_k)
 
