@@ -195,9 +195,11 @@ class Fusion:
     def tensors(self) -> list[TensorView]:
         """Every tensor used: inputs first, then in topological order."""
         out = [v for v in self.inputs if isinstance(v, TensorView)]
+        seen = set(out)
         for e in self.exprs():
             for v in e.inputs + e.outputs:
-                if isinstance(v, TensorView) and v not in out:
+                if isinstance(v, TensorView) and v not in seen:
+                    seen.add(v)
                     out.append(v)
         return out
 

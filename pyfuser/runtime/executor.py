@@ -34,7 +34,7 @@ from collections import OrderedDict
 
 from .. import options as opts
 from ..ir import scalar as S
-from ..schedule.roles import scheduling_clone, separate_roles
+from ..schedule.roles import has_shared_roles, scheduling_clone
 from ..schedule.segmenter import segment
 from ..schedule.schedulers.base import InputFacts, RuntimeInfo, SchedulerError, facts_per_input
 from . import index_check
@@ -398,6 +398,7 @@ class FusionExecutorCache:
         # The fusion's canonical text, where the segmentation's disk look-up made it (the
         # kernel's disk key reuses it).
         self._fusion_text: str | None = None
+        self._shared_roles: bool | None = None   # roles.has_shared_roles, asked once
         # The names of schedulers whose heuristic refused a call's shapes -> [the fusion
         # segmented without them, its segment executors] (LRU, MAX_PLANS).
         self._resegmented: OrderedDict = OrderedDict()
@@ -610,11 +611,19 @@ class FusionExecutorCache:
     def _kernel_plan(self, inputs, bindings, choice, target):
         import torch
 
-        clone, mapping = self.fusion.clone()
-        # Where separating the roles copies nothing, the clone is the fusion again: its canonical
-        # text, made for the segmentation's disk key, is the clone's for the kernel's.
-        text = self._fusion_text if not separate_roles(clone) else None
-        clone_bindings = {mapping[id(k)]: v for k, v in bindings.items() if id(k) in mapping}
+        if self._shared_roles is None:
+            self._shared_roles = has_shared_roles(self.fusion)
+        if self._shared_roles:
+            clone, mapping = scheduling_clone(self.fusion)
+            text = None
+            clone_bindings = {mapping[id(k)]: v for k, v in bindings.items() if id(k) in mapping}
+        else:
+            # Separating the roles would copy nothing: the fusion stands for its scheduling
+            # clone (the same inputs and canonical text, made for the segmentation's disk key)
+            # in the heuristic and the cache keys; _kernel_for clones it only to build a kernel
+            # (a disk hit copies nothing).
+            clone, mapping, text = self.fusion, None, self._fusion_text
+            clone_bindings = bindings
         facts = tuple(
             InputFacts(tuple(x.shape), tuple(x.stride()), _alignment(x.data_ptr()))
             if isinstance(x, torch.Tensor) else None for x in inputs)
@@ -681,6 +690,8 @@ class FusionExecutorCache:
             if entry is not None and entry.scheduler == sched.NAME:
                 fk = from_cache_entry(entry, params)
         if fk is None:
+            if clone is self.fusion:        # scheduling changes it: the executor's own stays
+                clone, mapping = self.fusion.clone()
             name = f"{self.name}_{sched.NAME}_{self._kernel_count}"
             self._kernel_count += 1
             fk = build_kernel(clone, sched, params, index_type, name, clone_of=mapping,

@@ -53,6 +53,12 @@ def scheduling_clone(fusion) -> tuple:
     return clone, mapping
 
 
+def has_shared_roles(fusion) -> bool:
+    """Whether separate_roles would copy anything in `fusion` (it is left as it is): a use that
+    maps two dims of one tensor onto each other."""
+    return _first_conflict(fusion) is not None
+
+
 def separate_roles(fusion) -> list[str]:
     """Give each use that would map two dims of one tensor onto each other its own copy of the
     operand's computation (alias inputs for the fusion inputs it reads). Returns one line per
