@@ -2,7 +2,8 @@
 torch Linear weight layout) through pyfuser's generated kernel, beside torch.matmul (cuBLAS)
 and torch.compile of it, in one run (GPU machine); or each shape's plan on the CPU:
 
-    PYTHONPATH=. python tools/bench_issue20.py [MxNxK..]   # GPU: TFLOP/s (all bar shapes by default)
+    PYTHONPATH=. python tools/bench_issue20.py [MxNxK..] [--a-mn] [--pingpong]
+        # GPU: TFLOP/s (all bar shapes by default; --a-mn: x column-major)
     PYTHONPATH=. python tools/bench_issue20.py --explain   # CPU: the plan of each shape (H100)
 
 TFLOP/s count 2 M N K. Times are medians of triton's do_bench (pyfuser.benchmark.harness._bench,
@@ -85,7 +86,11 @@ def bench(shapes) -> int:
         fd = matmul_fusion(batch > 1) if mn_major else linear_fusion()
         g = torch.Generator(device="cuda").manual_seed(0)
         lead = (batch,) if batch > 1 else ()
-        x = torch.randn(*lead, m, k, device="cuda", dtype=torch.bfloat16, generator=g)
+        if A_MN:            # a column-major x: the kernel reads A MN-major
+            x = torch.randn(*lead, k, m, device="cuda", dtype=torch.bfloat16,
+                            generator=g).transpose(-1, -2)
+        else:
+            x = torch.randn(*lead, m, k, device="cuda", dtype=torch.bfloat16, generator=g)
         if mn_major:
             w = torch.randn(*lead, k, n, device="cuda", dtype=torch.bfloat16, generator=g)
             wt = w
@@ -137,7 +142,8 @@ def bench(shapes) -> int:
             pp = tf["ping-pong"]
             heuristics = (f"ping-pong {pp:.0f} TFLOP/s ({pp / tf['cublas']:.2f} of cuBLAS; "
                           f"{pp_run.heuristics[0].describe()}); " + heuristics)
-        name = f"{batch}x" * (batch > 1) + f"{m}x{n}x{k}{' B MN-major' if mn_major else ''}"
+        name = (f"{batch}x" * (batch > 1) + f"{m}x{n}x{k}{' A MN-major' if A_MN else ''}"
+                f"{' B MN-major' if mn_major else ''}")
         print(f"{name} | {tf['pyfuser']:.0f} | "
               f"{tf['cublas']:.0f} | "
               f"{tf.get('compile', nan):.0f} | {tf['pyfuser'] / tf['cublas']:.2f} | "
@@ -149,6 +155,8 @@ def bench(shapes) -> int:
 
 # --pingpong: also time the ping-pong variant (options feature matmul_pingpong) in each round.
 PINGPONG = "--pingpong" in sys.argv
+# --a-mn: x column-major (x.t() of a row-major [K, M]), read by the kernel as an MN-major A.
+A_MN = "--a-mn" in sys.argv
 PINGPONG_ON = {"enable": ["matmul_pingpong"]}
 
 if __name__ == "__main__":

@@ -2,7 +2,7 @@
 beside cuBLAS in the same run, to ground the heuristic's choice (GPU machine):
 
     PYTHONPATH=. python tools/sweep_matmul.py [MxNxK ...] [--pingpong] [--split=1,2,4,8]
-        [--tiles=128x128,128x256]
+        [--tiles=128x128,128x256] [--l2=256,128,0]
 
 y = x @ w^T (x [M, K], w [N, K], bf16). Each variant is forced through options["heuristic"]
 (the heuristic's own choice, with the tile, stages, grid and kind replaced), checked
@@ -26,6 +26,10 @@ SPLITS = next((tuple(int(v) for v in a.split("=", 1)[1].split(",")) for a in sys
                if a.startswith("--split=")), (1,))
 TILES = next(([tuple(int(v) for v in w.split("x")) for w in a.split("=", 1)[1].split(",")]
               for a in sys.argv if a.startswith("--tiles=")), TILES)
+# --l2=256,128,0: the operand tensor maps' L2 promotion (runtime/tensor_map.TILE_L2_PROMOTION),
+# each value with fresh plans (the maps are encoded when a plan is made).
+L2 = next((tuple(int(v) for v in a.split("=", 1)[1].split(",")) for a in sys.argv
+           if a.startswith("--l2=")), (None,))
 # The kernel at any M (matmuls of 64 rows or fewer run torch unless asked).
 KERNEL = {"enable": ["matmul_few_rows"]}
 
@@ -56,8 +60,12 @@ def main(argv) -> int:
     print("--- | --- | --- | --- | --- | --- | ---")
     from pyfuser.runtime.device import query_device
     dev = query_device()
-    fd = linear_fusion()
-    for m, n, k in shapes:
+    from pyfuser.runtime import tensor_map
+    for m, n, k, l2 in [(*s, l2) for s in shapes for l2 in L2]:
+        if l2 is not None:
+            tensor_map.TILE_L2_PROMOTION = l2
+            print(f"# operand maps' L2 promotion: {l2} bytes", flush=True)
+        fd = linear_fusion()
         g = torch.Generator(device="cuda").manual_seed(0)
         x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16, generator=g)
         w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16, generator=g)

@@ -595,14 +595,17 @@ class CudaPrinter:
         if size != s.n // 2:
             raise ValueError(f"wgmma m64n{s.n}: its accumulator {s.acc.name} holds {size} "
                              f"registers per thread, not {s.n // 2}")
-        trans_b = s.b_major == "MN"
-        self.wgmma_shapes.add((s.n, s.dtype, trans_b))
+        trans_a, trans_b = s.a_major == "MN", s.b_major == "MN"
+        self.wgmma_shapes.add((s.n, s.dtype, trans_a, trans_b))
         scale = self.expr(s.scale_d)
-        b_desc = (f"pf::wgmma_desc_sw128_mn(pf::smem_addr(&{self.expr(s.b)}), {s.b_chunk_bytes})"
-                  if trans_b else f"pf::wgmma_desc_sw128(pf::smem_addr(&{self.expr(s.b)}))")
-        self.line(f"{_wgmma_name(s.n, s.dtype, trans_b)}({s.acc.name}, "
-                  f"pf::wgmma_desc_sw128(pf::smem_addr(&{self.expr(s.a)})), {b_desc}, "
-                  f"(int)({scale}));")
+
+        def desc(operand, mn: bool, chunk: int) -> str:
+            addr = f"pf::smem_addr(&{self.expr(operand)})"
+            return f"pf::wgmma_desc_sw128_mn({addr}, {chunk})" if mn else \
+                f"pf::wgmma_desc_sw128({addr})"
+        self.line(f"{_wgmma_name(s.n, s.dtype, trans_a, trans_b)}({s.acc.name}, "
+                  f"{desc(s.a, trans_a, K.A_MN_CHUNK_BYTES)}, "
+                  f"{desc(s.b, trans_b, s.b_chunk_bytes)}, (int)({scale}));")
 
     def _WgmmaFence(self, s):
         self.line("pf::wgmma_fence();")
@@ -932,13 +935,14 @@ _SMEM_BASE = "pf_smem_aligned"
 _WGMMA_TYPES = {DataType.BFloat16: "bf16", DataType.Half: "f16"}
 
 
-def _wgmma_name(n: int, dtype: DataType, trans_b: bool = False) -> str:
-    return f"pf_wgmma_m64n{n}k16_{_WGMMA_TYPES[dtype]}{'_tb' if trans_b else ''}"
+def _wgmma_name(n: int, dtype: DataType, trans_a: bool = False, trans_b: bool = False) -> str:
+    return (f"pf_wgmma_m64n{n}k16_{_WGMMA_TYPES[dtype]}{'_ta' if trans_a else ''}"
+            f"{'_tb' if trans_b else ''}")
 
 
-def wgmma_helper(n: int, dtype: DataType, trans_b: bool = False) -> str:
+def wgmma_helper(n: int, dtype: DataType, trans_a: bool = False, trans_b: bool = False) -> str:
     """The device function issuing wgmma.mma_async m64n{n}k16 (f32 += {dtype} x {dtype}, both
-    operands from shared memory, A K-major, B K-major or with `trans_b` MN-major): one "+f"
+    operands from shared memory, K-major, or with `trans_a` / `trans_b` MN-major): one "+f"
     operand per accumulator register, which the device library cannot spell for every n.
     scale_d 0 gives D = A * B."""
     if dtype not in _WGMMA_TYPES or n % 8 or not 8 <= n <= 256:
@@ -947,12 +951,13 @@ def wgmma_helper(n: int, dtype: DataType, trans_b: bool = False) -> str:
     t = _WGMMA_TYPES[dtype]
     dlist = ", ".join(f"%{i}" for i in range(regs))
     outs = ", ".join(f'"+f"(d[{i}])' for i in range(regs))
-    return (f"__device__ __forceinline__ void {_wgmma_name(n, dtype, trans_b)}(float (&d)[{regs}], "
+    return (f"__device__ __forceinline__ void {_wgmma_name(n, dtype, trans_a, trans_b)}"
+            f"(float (&d)[{regs}], "
             "unsigned long long desc_a, unsigned long long desc_b, int scale_d) {\n"
             "  asm volatile(\n"
             f'      "{{\\n .reg .pred p;\\n setp.ne.b32 p, %{regs + 2}, 0;\\n"\n'
             f'      "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{t}.{t} "\n'
-            f'      "{{{dlist}}}, %{regs}, %{regs + 1}, p, 1, 1, 0, {int(trans_b)};\\n}}\\n"\n'
+            f'      "{{{dlist}}}, %{regs}, %{regs + 1}, p, 1, 1, {int(trans_a)}, {int(trans_b)};\\n}}\\n"\n'
             f"      : {outs}\n"
             '      : "l"(desc_a), "l"(desc_b), "r"(scale_d));\n'
             "}\n")
@@ -1013,8 +1018,8 @@ def generate_cuda(kernel: K.Kernel) -> str:
                         f"[{2 * pr.rows() * size}];")
         # Every CTA of the cluster running before any remote store (cluster_reduce.cuh).
         head += ["  unsigned pf_cluster_phase = 0;", "  pf::cluster_sync();"]
-    helpers = "".join(wgmma_helper(n, dt, tb) for n, dt, tb in sorted(
-        pr.wgmma_shapes, key=lambda x: (x[0], x[1].name, x[2])))
+    helpers = "".join(wgmma_helper(n, dt, ta, tb) for n, dt, ta, tb in sorted(
+        pr.wgmma_shapes, key=lambda x: (x[0], x[1].name, x[2], x[3])))
     src = (device_library_source() + "\n" + _OPAQUE_WIDEN + helpers + "\n".join(head + body)
            + "\n}\n")
     return src

@@ -867,7 +867,7 @@ SWIZZLED_ROW_16BIT = 64
 
 
 @roles(buffer=("acc",), expr=("a", "b", "scale_d"),
-       data=("n", "dtype", "swizzle", "b_major", "b_chunk_bytes"))
+       data=("n", "dtype", "swizzle", "b_major", "b_chunk_bytes", "a_major"))
 @dataclasses.dataclass(eq=False, slots=True)
 class Wgmma(Stmt):
     """wgmma.mma_async m64n{n}k16 of one warp group (all 128 threads reach it): D[64, n] =
@@ -886,6 +886,10 @@ class Wgmma(Stmt):
     b_chunk_bytes + (k / 8) 1024 + (k % 8) 128 + 2 (j % 64) (the descriptor's leading byte
     offset is b_chunk_bytes, its stride byte offset 1024; the wgmma's imm-trans-b is 1).
 
+    With `a_major` "MN", A is MN-major (a column-major [M, K] matrix's layout): its 64 rows are
+    one 128-byte swizzled row of each K row of a box; `a` is the first element of the K offset's
+    row; element (r, k) at swizzled byte a + (k / 8) 1024 + (k % 8) 128 + 2 r (imm-trans-a 1).
+
     Accumulator fragment: thread t of the warp group (warp w = t / 32, lane l = t % 32), register
     i holds D[16 w + l / 4 + 8 ((i >> 1) & 1), 8 (i >> 2) + 2 (l % 4) + (i & 1)]."""
 
@@ -898,6 +902,12 @@ class Wgmma(Stmt):
     swizzle: int = 128
     b_major: str = "K"
     b_chunk_bytes: int = 0
+    a_major: str = "K"
+
+
+# The leading byte offset of an MN-major A's descriptor: the bytes between chunks of 64 rows,
+# which one m64 wgmma never crosses (a 64 x 64 box's).
+A_MN_CHUNK_BYTES = 64 * SWIZZLED_ROW_16BIT * 2
 
 
 @roles(buffer=("acc",))

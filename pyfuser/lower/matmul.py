@@ -36,14 +36,16 @@ Raster: tiles are visited in bands of `raster_group` tile rows, column by column
 band: consecutive CTAs share A rows and B columns in L2.
 
 B MN-major (params.b_major "MN", a row-major [K, N]): tn / 64 boxes of 64 N x 64 K rows per
-stage, one after the other in B_s; each wgmma reads its K step's 16 rows of every box.
+stage, one after the other in B_s; each wgmma reads its K step's 16 rows of every box. A
+MN-major (params.a_major "MN", a column-major [M, K], e.g. x.t() of a row-major [K, M]): tm /
+64 boxes of 64 M x 64 K rows per stage; a warp group's 64-row slice is one box, whose K step's
+16 rows its wgmma reads (imm-trans-a).
 
 Batches (a 3-D operand [batch, rows, cols] or output): 3-D tensor maps, a box one matrix
 deep, the batch the tile index's outermost part (t = batch * tiles of a matrix + tile); a 2-D
 operand is shared by every batch.
 
-Limits: A K-major (a row of 64 K elements is one 128-byte swizzle row),
-16-bit inputs and outputs (up to MAX_OUTPUTS of the scheduler), tn a multiple of 64 up to
+Limits: 16-bit inputs and outputs (up to MAX_OUTPUTS of the scheduler), tn a multiple of 64 up to
 256, tm 64 or 128; no cluster.
 """
 from __future__ import annotations
@@ -147,8 +149,13 @@ def build_matmul(kernel: K.Kernel) -> K.Kernel:
     a_glob, b_glob = ctx.buffers[a_in], ctx.buffers[b_in]
     finals = mma.finals         # as many as p.outputs (schedule checked)
     out_globs = [ctx.buffers[f] for f in finals]
-    a_map = tensor_map("input", fusion.input_position(a_in), mma.a_dims[1], mma.a_dims[0],
-                       TILE_K, tm, a_glob, mma.a_dims[2])
+    a_mn = p.a_major == "MN"
+    if a_mn:            # boxes of 64 M (a swizzle row) x 64 K rows, tm / 64 of them per stage
+        a_map = tensor_map("input", fusion.input_position(a_in), mma.a_dims[0], mma.a_dims[1],
+                           BOX, TILE_K, a_glob, mma.a_dims[2])
+    else:
+        a_map = tensor_map("input", fusion.input_position(a_in), mma.a_dims[1], mma.a_dims[0],
+                           TILE_K, tm, a_glob, mma.a_dims[2])
     mn_major = p.b_major == "MN"
     if mn_major:        # boxes of 64 N (a swizzle row) x 64 K rows, tn / 64 of them per stage
         b_map = tensor_map("input", fusion.input_position(b_in), mma.b_dims[0], mma.b_dims[1],
@@ -219,8 +226,14 @@ def build_matmul(kernel: K.Kernel) -> K.Kernel:
         return coords + ([bt] if dims[2] is not None else [])
     box_bytes = lambda rows: K.Const(rows * TILE_K * dtype.size)  # noqa: E731
     k0 = K.mul(K.add(split_v, K.mul(kb, splits)) if splits > 1 else kb, TILE_K)
-    loads = [K.TensorMapLoad(K.TensorIndex(a_s, K.Const(0)), *a_map, a_glob,
-                             at_batch([k0, m0], mma.a_dims), box_bytes(tm), None)]
+    if a_mn:
+        loads = [K.TensorMapLoad(K.TensorIndex(a_s, K.Const(j * BOX * TILE_K)), *a_map, a_glob,
+                                 at_batch([K.add(m0, j * BOX), k0], mma.a_dims), box_bytes(BOX),
+                                 None)
+                 for j in range(tm // BOX)]
+    else:
+        loads = [K.TensorMapLoad(K.TensorIndex(a_s, K.Const(0)), *a_map, a_glob,
+                                 at_batch([k0, m0], mma.a_dims), box_bytes(tm), None)]
     if mn_major:
         loads += [K.TensorMapLoad(K.TensorIndex(b_s, K.Const(j * BOX * TILE_K)), *b_map, b_glob,
                                   at_batch([K.add(n0, j * BOX), k0], mma.b_dims),
@@ -238,11 +251,14 @@ def build_matmul(kernel: K.Kernel) -> K.Kernel:
             b_at, chunk = K.Const(ks * K_STEP * BOX), BOX * TILE_K * dtype.size
         else:
             b_at, chunk = K.Const(ks * K_STEP), 0
+        # A's 64 rows at the K step: K-major, 16 elements along each row; MN-major, 16 K rows
+        # of the rows' box (rows / 64 boxes of 64 x 64 before it: rows x 64 elements either way).
+        a_step = ks * K_STEP * (BOX if a_mn else 1)
         for sl, acc in enumerate(accs):
             rows = K.add(wg_row0, sl * WARP_GROUP_ROWS)
-            mmas.append(K.Wgmma(acc, K.TensorIndex(a_s, K.add(K.mul(rows, TILE_K), ks * K_STEP)),
+            mmas.append(K.Wgmma(acc, K.TensorIndex(a_s, K.add(K.mul(rows, TILE_K), a_step)),
                                 K.TensorIndex(b_s, b_at), tn, dtype, scale_d,
-                                b_major=p.b_major, b_chunk_bytes=chunk))
+                                b_major=p.b_major, b_chunk_bytes=chunk, a_major=p.a_major))
     # One k block's wgmmas stay in flight while the next block's are issued: pipeline_loads
     # releases a slot one iteration late (lower/pipeline.release_lag) and waits for all after
     # the loop.

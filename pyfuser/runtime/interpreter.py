@@ -2597,10 +2597,13 @@ class Interpreter:
     def _wgmma_operand(self, ctx: _Ctx, s: K.Wgmma, ti: K.TensorIndex, rows: int, groups):
         """Values [groups, rows, 16] of a wgmma operand (rows of 16 K elements, K-major,
         128-byte-swizzled: row r, element k at swizzled byte start + (r / 8) 1024 + (r % 8) 128
-        + 2 k; an MN-major B: row r, element k at start + (r / 64) b_chunk_bytes + (k / 8) 1024
-        + (k % 8) 128 + 2 (r % 64)), checked; and their flat addresses."""
-        mn_major = ti is s.b and s.b_major == "MN"
-        name = "A" if ti is s.a else "B"
+        + 2 k; MN-major: row r, element k at start + (r / 64) chunk + (k / 8) 1024 + (k % 8) 128
+        + 2 (r % 64), chunk B's b_chunk_bytes, A's K.A_MN_CHUNK_BYTES), checked; and their flat
+        addresses."""
+        is_a = ti is s.a
+        mn_major = (s.a_major if is_a else s.b_major) == "MN"
+        chunk_bytes = K.A_MN_CHUNK_BYTES if is_a else s.b_chunk_bytes
+        name = "A" if is_a else "B"
         if not isinstance(ti, K.TensorIndex) or ti.buffer.memory != "shared":
             raise InterpreterError(f"wgmma operand {name} {ti!r} is not in shared memory")
         m = self._mem(ctx, ti.buffer)
@@ -2638,10 +2641,10 @@ class Interpreter:
         r = _lanes(rows)[:, None]
         k = _lanes(16)[None, :]
         if mn_major:
-            if s.b_chunk_bytes <= 0 or s.b_chunk_bytes % K.SWIZZLE_ATOM_BYTES:
-                raise InterpreterError(f"wgmma MN-major B: chunks {s.b_chunk_bytes} bytes apart, "
+            if chunk_bytes <= 0 or chunk_bytes % K.SWIZZLE_ATOM_BYTES:
+                raise InterpreterError(f"wgmma MN-major {name}: chunks {chunk_bytes} bytes apart, "
                                        f"not a positive multiple of {K.SWIZZLE_ATOM_BYTES}")
-            byte = start[:, None, None] + (r // 64) * s.b_chunk_bytes + (k // 8) * 1024 + \
+            byte = start[:, None, None] + (r // 64) * chunk_bytes + (k // 8) * 1024 + \
                 (k % 8) * 128 + eb * (r % 64)
         else:
             byte = start[:, None, None] + (r // 8) * 1024 + (r % 8) * 128 + eb * k

@@ -152,10 +152,11 @@ def test_pingpong(m, n, k, mn):
     assert fd.last_run.heuristics[0].compute_roles == 2
 
 
-@pytest.mark.parametrize("case", ["column_major_a", "k_not_multiple_of_8", "broadcast_batch"])
+@pytest.mark.parametrize("case", ["column_major_a_odd_m", "k_not_multiple_of_8",
+                                  "broadcast_batch"])
 def test_layouts_the_kernel_does_not_take_run_torch(case):
-    if case == "column_major_a":
-        a = torch.randn(192, 256, device="cuda", dtype=torch.bfloat16).t()
+    if case == "column_major_a_odd_m":      # K rows of 255 elements: not 16-byte aligned
+        a = torch.randn(192, 255, device="cuda", dtype=torch.bfloat16).t()
         b = torch.randn(192, 320, device="cuda", dtype=torch.bfloat16)
     elif case == "k_not_multiple_of_8":
         a = torch.randn(256, 100, device="cuda", dtype=torch.bfloat16)
@@ -321,3 +322,35 @@ def test_split_k_counters_are_left_zeroed_across_shapes():
     for m in (64, 33, 64, 33):
         x = torch.randn(m, 4096, device="cuda", dtype=torch.bfloat16)
         _split_k_run(_linear_fd(x, w), [x, w], False)
+
+
+# A column-major A (x.t() of a row-major [K, M]: MN-major, read with imm-trans-a).
+@pytest.mark.parametrize("m, n, k, b_major, pingpong", [
+    (256, 320, 192, "MN", False),    # both operands MN-major (a.t() @ b of row-major tensors)
+    (1000, 1032, 520, "K", False),   # ragged
+    (136, 264, 1032, "K", True),     # ping-pong
+    (4096, 4096, 4096, "MN", False),
+])
+def test_column_major_a(m, n, k, b_major, pingpong):
+    a = torch.randn(k, m, device="cuda", dtype=torch.bfloat16).t()
+    if b_major == "MN":
+        b = torch.randn(k, n, device="cuda", dtype=torch.bfloat16)
+        fd = _matmul_fd(a, b)
+    else:
+        b = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
+        fd = _linear_fd(a, b)
+    opts = {"enable" if pingpong else "disable": ["matmul_pingpong"]}
+    run_and_check(fd, [a, b], scheduler="matmul", options=opts)
+    p = fd.last_run.heuristics[0]
+    assert (p.a_major, p.b_major, p.compute_roles) == ("MN", b_major, 2 if pingpong else 1), p
+
+
+def test_column_major_a_batched_with_an_epilogue():
+    x = torch.randn(3, 520, 1000, device="cuda", dtype=torch.bfloat16).transpose(1, 2)
+    w = torch.randn(1032, 520, device="cuda", dtype=torch.bfloat16) / 16
+    bias = torch.randn(1032, device="cuda", dtype=torch.bfloat16)
+    with FusionDefinition() as fd:
+        y = fd.ops.linear(fd.from_pytorch(x), fd.from_pytorch(w), fd.from_pytorch(bias))
+        fd.add_output(fd.ops.gelu(y, approximate="tanh"))
+    run_and_check(fd, [x, w, bias], scheduler="matmul")
+    assert fd.last_run.heuristics[0].a_major == "MN"

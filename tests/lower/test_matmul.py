@@ -77,13 +77,28 @@ def test_mn_major_b_is_read_by_64x64_boxes():
     assert "0 B spill stores" in report and "serializ" not in report.lower(), report
 
 
-def test_column_major_a_runs_torch():
+def test_column_major_a_is_read_by_64x64_boxes():
+    # a = x.t() of a row-major [K, M]: A MN-major, read with imm-trans-a.
     a = meta(256, 512, stride=(1, 256))
+    with FusionDefinition("matmul_at") as fd:
+        fd.add_output(fd.ops.matmul(fd.from_pytorch(a), fd.from_pytorch(meta(512, 384))))
+    seg = only_segment(fd.explain([a, meta(512, 384)], device="h100", compile=True))
+    assert seg.kind == "kernel" and seg.kernel.params.a_major == "MN"
+    kernel = seg.kernel.kernel.kernel
+    maps = sorted((m.role, m.index, m.inner, m.box) for m in kernel.tensor_maps.values())
+    assert ("input", 0, 0, (64, 64)) in maps        # A's M dim along the box rows
+    assert "_ta_tb(" in seg.kernel.kernel.source    # imm-trans-a and imm-trans-b
+    report = seg.kernel.ptxas
+    assert "0 B spill stores" in report and "serializ" not in report.lower(), report
+
+
+def test_column_major_a_with_m_not_a_multiple_of_8_runs_torch():
+    a = meta(100, 512, stride=(1, 100))        # M * 2 bytes between K rows: not 16-byte aligned
     with FusionDefinition("matmul_at") as fd:
         fd.add_output(fd.ops.matmul(fd.from_pytorch(a), fd.from_pytorch(meta(512, 384))))
     e = fd.explain([a, meta(512, 384)], device="h100")
     assert refused_to_library(e)
-    assert "operand a cannot be read with TMA tiles" in str(e)
+    assert "operand a cannot be read with TMA tiles (MN-major)" in str(e)
 
 
 def refused_to_library(e) -> bool:
@@ -357,6 +372,28 @@ def test_interpreted_mn_major_b(mnk, tn):
     p = matmul.MatmulParams(tile_m=128, tile_n=tn, stages=2, grid=2, b_major="MN")
     st, _, p, kernel = schedule_and_lower(fd, [a, b], params=p, scheduler=matmul,
                                           device="h100-4sm")
+    interpret_against_float64(fd, st, kernel, [a, b], context=p)
+
+
+@pytest.mark.parametrize("mnk, tile, roles, b_major", [
+    ((136, 264, 72), (128, 256), 1, "K"),    # ragged: the second tile's rows mostly past M
+    ((200, 136, 136), (128, 128), 2, "MN"),  # ping-pong, both operands MN-major
+    ((72, 64, 40), (64, 64), 2, "K"),        # one box per tile, K shorter than a block
+])
+def test_interpreted_column_major_a(mnk, tile, roles, b_major):
+    m, n, k = mnk
+    g = torch.Generator().manual_seed(m + 2 * n + k)
+    a = torch.randn(k, m, dtype=torch.bfloat16, generator=g).t()          # [M, K], stride (1, M)
+    b = torch.randn(*((k, n) if b_major == "MN" else (n, k)), dtype=torch.bfloat16, generator=g)
+    with FusionDefinition("mm") as fd:
+        ta, tb = fd.from_pytorch(a), fd.from_pytorch(b)
+        fd.add_output(fd.ops.matmul(ta, tb) if b_major == "MN" else fd.ops.linear(ta, tb))
+    from kir_testing import interpret_against_float64, schedule_and_lower
+    p = matmul.MatmulParams(tile_m=tile[0], tile_n=tile[1], stages=2, grid=2, b_major=b_major,
+                            a_major="MN", compute_roles=roles)
+    st, _, p, kernel = schedule_and_lower(fd, [a, b], params=p, scheduler=matmul,
+                                          device="h100-4sm")
+    assert {w.a_major for w in K.walk(kernel.body) if isinstance(w, K.Wgmma)} == {"MN"}
     interpret_against_float64(fd, st, kernel, [a, b], context=p)
 
 

@@ -24,15 +24,16 @@ fusion inputs, bf16 or fp16, and the element-wise ops after it (a fused epilogue
 SiLU, a residual or a row scale read from global memory at each accumulator's row and
 column, casts), and up to MAX_OUTPUTS fusion outputs [M, N] of bf16 or fp16 computed by them (a
 pre-activation beside its activation: each output its own staging boxes and TMA store). Refused
-by the heuristic (the op then
-runs as torch.matmul, a library segment): an A whose K dim is not its stride-1 dim (a
-column-major A), strides or pointers TMA cannot take (a row not a multiple of 16 bytes: K or N
-not a multiple of 8), K = 0, a device that is not Hopper. B may be K-major (w [N, K], or b =
-w.t()) or MN-major (b row-major [K, N]: its boxes are 64 N x 64 K, read by wgmma with
-imm-trans-b). A's M dim may be a broadcast (fd.from_pytorch of a [1, K] row); other broadcast
-operand dims are refused by can_schedule. Not built yet (issues 20 and 21): a batch broadcast
-against another, more than one batch dim, an fp32 output, clusters with
-multicast, split-K and stream-K. Batches (3-D operands, [batch, rows, cols]; a 2-D operand
+by the heuristic (the op then runs as torch.matmul, a library segment): strides or pointers
+TMA cannot take (a row not a multiple of 16 bytes: K, or M of an MN-major A, or N, not a
+multiple of 8; neither dim of an operand of stride 1), K = 0, a device that is not Hopper. A
+may be K-major (x [M, K]) or MN-major (a column-major A, x.t() of a row-major [K, M]: boxes of
+64 M x 64 K, read by wgmma with imm-trans-a); B K-major (w [N, K], or b = w.t()) or MN-major
+(b row-major [K, N]: boxes of 64 N x 64 K, imm-trans-b). A's M dim may be a broadcast
+(fd.from_pytorch of a [1, K] row); other broadcast operand dims are refused by can_schedule.
+Not built yet (issues 20 and 21): a batch broadcast against another, more than one batch dim,
+an fp32 output, clusters with multicast, stream-K. Split-K is built (MatmulParams.split_k)
+and chosen only when the feature matmul_split_k asks. Batches (3-D operands, [batch, rows, cols]; a 2-D operand
 shared by every batch) go through 3-D tensor maps, the batch the tile index's outermost part.
 
 The tile and kind (cooperative 128x256 or 128x192, ping-pong 128x128) minimize a cost model
@@ -195,6 +196,7 @@ class MatmulParams:
     grid: int = 132              # persistent CTAs
     producer_registers: int = 40
     b_major: str = "K"           # "MN": B's N dim is its stride-1 dim (a row-major [K, N])
+    a_major: str = "K"           # "MN": A's M dim is its stride-1 dim (a column-major [M, K])
     # 1: cooperative (the compute warp groups split each tile's rows); 2: ping-pong (two compute
     # roles of one warp group each take whole tiles in turn, one's epilogue under the other's
     # MMAs: lower/pipeline.py's compute roles).
@@ -231,7 +233,8 @@ class MatmulParams:
     def describe(self) -> str:
         kind = ("ping-pong: 2 compute warp groups taking tiles in turn" if self.compute_roles > 1
                 else f"cooperative: {self.compute_warp_groups} compute warp group(s)")
-        return (f"matmul: tile {self.tile_m}x{self.tile_n}x{TILE_K}, B {self.b_major}-major, "
+        a = "A MN-major, " if self.a_major == "MN" else ""
+        return (f"matmul: tile {self.tile_m}x{self.tile_n}x{TILE_K}, {a}B {self.b_major}-major, "
                 f"{self.stages} stages, {kind} + 1 producer, persistent grid "
                 f"{self.grid}, raster bands of {self.raster_group} tile rows"
                 + (f", {self.outputs} outputs stored" if self.outputs > 1 else "")
@@ -384,11 +387,15 @@ def compute_heuristics(fusion, info: RuntimeInfo) -> MatmulParams:
     # The layout rules (strides, alignment, extents) do not depend on a box's rows, which the
     # tile chosen below sets (any legal count stands in here; the executor checks the kernel's
     # own maps before each new signature's launch).
+    # A K-major (rows of K elements) or MN-major (a column-major [M, K]: x.t() of a row-major
+    # [K, M]), whichever of its dims has stride 1.
+    a_major = "MN" if fa.strides[am] == 1 and fa.strides[ak] != 1 and fa.sizes[am] > 1 else "K"
+    inner, outer = (am, ak) if a_major == "MN" else (ak, am)
     why = check_tile_box(list(fa.sizes), list(fa.strides), fa.alignment, a.dtype.size,
-                         inner=ak, outer=am, box_cols=TILE_K, box_rows=WARP_GROUP_ROWS,
+                         inner=inner, outer=outer, box_cols=TILE_K, box_rows=WARP_GROUP_ROWS,
                          swizzle=128, batch=ab)
     if why:
-        raise SchedulerError("matmul: operand a cannot be read with TMA tiles along K: "
+        raise SchedulerError(f"matmul: operand a cannot be read with TMA tiles ({a_major}-major): "
                              + "; ".join(why))
     # B K-major (rows of K elements: a Linear's weight) or MN-major (rows of N: a row-major
     # [K, N]), whichever of its dims has stride 1.
@@ -431,8 +438,9 @@ def compute_heuristics(fusion, info: RuntimeInfo) -> MatmulParams:
     best, split_k = min(choices, key=lambda cs: estimated_us(
         cs[0], tiles_of(cs[0]), k_blocks, sms, cs[1], rows=m,
         epilogue=epilogue_us(cs[0], has_ops, outputs)))
-    return fitted_params(best.tile_m, best.tile_n, best.compute_roles, tiles_of(best), dev,
-                         a.dtype.size, b_major, outputs, split_k)
+    return dataclasses.replace(
+        fitted_params(best.tile_m, best.tile_n, best.compute_roles, tiles_of(best), dev,
+                      a.dtype.size, b_major, outputs, split_k), a_major=a_major)
 
 
 def fitted_params(tm: int, tn: int, roles: int, tiles: int, dev, item_bytes: int,
