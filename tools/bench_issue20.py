@@ -40,9 +40,11 @@ def matmul_fusion(batched: bool = False) -> FusionDefinition:
     return fd
 
 
-def linear_fusion() -> FusionDefinition:
+def linear_fusion(x_stride_order=None) -> FusionDefinition:
+    """y = x @ w^T; `x_stride_order` (define_tensor's) for a column-major x: [0, 1]."""
     with FusionDefinition("linear") as fd:
-        x = fd.define_tensor(shape=[-1, -1], dtype=DataType.BFloat16)
+        x = fd.define_tensor(shape=[-1, -1], dtype=DataType.BFloat16,
+                             stride_order=x_stride_order)
         w = fd.define_tensor(shape=[-1, -1], dtype=DataType.BFloat16)
         fd.add_output(fd.ops.linear(x, w))
     return fd
@@ -83,7 +85,7 @@ def bench(shapes) -> int:
         cases += [((1,) + s, True) for s in MN_MAJOR_SHAPES]
         cases += [(s, True) for s in BATCHED_SHAPES]
     for (batch, m, n, k), mn_major in cases:
-        fd = matmul_fusion(batch > 1) if mn_major else linear_fusion()
+        fd = matmul_fusion(batch > 1) if mn_major else linear_fusion([0, 1] if A_MN else None)
         g = torch.Generator(device="cuda").manual_seed(0)
         lead = (batch,) if batch > 1 else ()
         if A_MN:            # a column-major x: the kernel reads A MN-major
