@@ -218,8 +218,8 @@ def build_matmul(kernel: K.Kernel) -> K.Kernel:
     # Every unit runs the same k blocks count (pipeline_loads' chain is rectangular): a share's
     # blocks past K are zero-filled boxes (the heuristic leaves no share empty). Share s takes
     # the k blocks s, s + S, s + 2 S, ...: the CTAs of a tile, running side by side, read
-    # neighbouring 128-byte pieces of the same operand rows at about the same time (contiguous
-    # ranges of K per share read pieces 1 KB and more apart).
+    # neighbouring 128-byte pieces of the same operand rows (contiguous ranges of K per share
+    # measured the same on the H200: docs/performance.md, "Split-K").
     unit_k_blocks = K.ceil_div(k_blocks, splits) if splits > 1 else k_blocks
 
     def at_batch(coords, dims):

@@ -76,6 +76,11 @@ numpy over the thread set:
   - StMatrix runs per warp (32 consecutive linear thread ids): lane l's pair k lands in row
     l / 4 of matrix k, at columns 2 (l % 4) + {0, 1} from the row address lane 8 k + l / 4
     gives, rounded to its 16-bit dtype.
+  - SplitKReduce runs per warp group: its partial (the registers of valid rows) is kept by
+    (slot, split), its arrival counted per slot in block order; the arrival that completes a
+    slot is the last, which sums the slot's partials in split order (float32 adds from 0).
+    A partial stored twice before its sum, a slot summed without one of its partials, or
+    partials left unsummed at the kernel's end are errors.
 
 The checks (each an InterpreterError naming the access and the thread)
 -------------------------------------------------------------------
