@@ -698,6 +698,15 @@ class CudaPrinter:
         self.indent -= 1
         self.line("}")
 
+    def _StSharedPair(self, s):
+        if s.dst.buffer.dtype.size != 4 or len(s.values) != 2:
+            raise ValueError(f"a shared pair of {len(s.values)} {s.dst.buffer.dtype} values is "
+                             "not printed")
+        t = ctype(s.dst.buffer.dtype)
+        a, b = (self.value(v, t) for v in s.values)
+        self.line(f"{{ alignas(8) const {t} pf_pair[2] = {{{a}, {b}}}; "
+                  f"pf::store_shared<8>(&{self.expr(s.dst)}, pf_pair); }}")
+
     def _StMatrix(self, s):
         pack = {DataType.BFloat16: "pf::pack_bf16x2", DataType.Half: "pf::pack_half2"}.get(s.dtype)
         if pack is None or len(s.values) != 8:

@@ -963,6 +963,17 @@ def _const_size(b: Buffer) -> int:
     return b.size.value
 
 
+@roles(out=("dst",), exprs=("values",))
+@dataclasses.dataclass(eq=False, slots=True)
+class StSharedPair(Stmt):
+    """Two 32-bit values into the consecutive shared-memory elements dst and dst + 1 (of
+    `dst`'s buffer dtype, 8-byte aligned), one 8-byte store by each thread that reaches it: the
+    matmul epilogue's fp32 staging, a fragment's two adjacent columns at once."""
+
+    dst: TensorIndex
+    values: list
+
+
 @roles(out=("dst",), exprs=("values",), data=("dtype",))
 @dataclasses.dataclass(eq=False, slots=True)
 class StMatrix(Stmt):

@@ -59,6 +59,7 @@ from .indexing import scalar_to_kexpr
 TILE_K = K.SWIZZLED_ROW_16BIT    # K elements of a stage: one 128-byte swizzled box row
 K_STEP = K.WGMMA_K               # K elements of one wgmma
 BOX = K.SWIZZLED_ROW_16BIT       # the epilogue's staging box: 64 x 64, rows of 128 bytes
+F32_BOX_COLS = BOX // 2          # fp32 columns of a 128-byte swizzle row
 # Named barriers of the compute warp groups' epilogues (8 + wg): above those pipeline_loads
 # gives the warp roles (1 + role, and ping-pong's turns).
 EPILOGUE_BARRIER = 8
@@ -114,6 +115,29 @@ def _split_k_buffers(kernel: K.Kernel, mma, batches, per_batch) -> tuple:
     return tuple(out)
 
 
+def _f32_pairs(stage, box, group, frag_row, frag_col, values) -> list:
+    """The stores of one stmatrix's 8 values into an fp32 staging box (two 64 x 32 halves,
+    each 128-byte swizzled, the second F32_BOX_COLS x BOX elements after the first) instead:
+    values 4 g + {0, 1} and 4 g + {2, 3} of 8-column group `group` + g (g < 2, within the box)
+    are fragment row frag_row and frag_row + 8, columns 8 (group + g) + frag_col + {0, 1};
+    each pair one 8-byte store."""
+    out = []
+    for g in range(2):
+        col_group = group + g
+        half = col_group // 4
+        # The 16-byte unit of the column pair in its half's row: 2 per 8-column group, plus
+        # frag_col / 4 (frag_col = 2 (lane % 4)); the pair's element within it, frag_col % 4.
+        unit = K.add(K.Const(2 * (col_group % 4)), K.div(frag_col, 4))
+        for half_row in range(2):
+            r = K.add(frag_row, 8 * half_row)
+            at = K.add(K.add(box, half * F32_BOX_COLS * BOX),
+                       K.add(K.mul(r, F32_BOX_COLS),
+                             K.add(K.mul(swizzled_unit(unit, r), 4), K.mod(frag_col, 4))))
+            v = 4 * g + 2 * half_row
+            out.append(K.StSharedPair(K.TensorIndex(stage, at), [values[v], values[v + 1]]))
+    return out
+
+
 def swizzled_unit(unit, row) -> K.KExpr:
     """The 16-byte unit where unit `unit` of box row `row` lies under the 128-byte swizzle
     (kir.nodes.swizzled_byte: XOR with the row's index in its group of 8 rows)."""
@@ -164,7 +188,10 @@ def build_matmul(kernel: K.Kernel) -> K.Kernel:
         b_map = tensor_map("input", fusion.input_position(b_in), mma.b_dims[1], mma.b_dims[0],
                            TILE_K, tn, b_glob, mma.b_dims[2])
     rank = len(finals[0].domain.logical)
-    c_maps = [tensor_map("output", fusion.outputs.index(f), rank - 1, rank - 2, BOX, BOX, g,
+    # A staging box is 64 x 64 elements; a 128-byte swizzle row holds 64 16-bit or 32 fp32 ones,
+    # so an fp32 output's box is stored as two boxes of 64 rows x 32 (F32_BOX_COLS) columns.
+    c_maps = [tensor_map("output", fusion.outputs.index(f), rank - 1, rank - 2,
+                         F32_BOX_COLS if f.dtype.size == 4 else BOX, BOX, g,
                          0 if rank == 3 else None) for f, g in zip(finals, out_globs)]
 
     def shared(tv_or_name, elems, of=dtype):
@@ -355,7 +382,11 @@ def build_matmul(kernel: K.Kernel) -> K.Kernel:
                             out += epilogue_value(acc, 4 * j0 + v, tile_row, v)
                         for f, stage in zip(finals, staging):
                             values = [K.TensorIndex(values_bufs[f], K.Const(v)) for v in range(8)]
-                            out.append(K.StMatrix(K.TensorIndex(stage, dst), values, f.dtype))
+                            if f.dtype.size == 4:
+                                out += _f32_pairs(stage, box, j0 - 8 * c, frag_row, frag_col,
+                                                  values)
+                            else:
+                                out.append(K.StMatrix(K.TensorIndex(stage, dst), values, f.dtype))
                     else:
                         values = [K.TensorIndex(acc, K.Const(4 * j0 + i)) for i in range(8)]
                         out.append(K.StMatrix(K.TensorIndex(staging[0], dst), values,
@@ -363,11 +394,16 @@ def build_matmul(kernel: K.Kernel) -> K.Kernel:
                 # Each output's box stored, one bulk group for all (the wait above frees the
                 # box of every output at once).
                 at = [K.add(n0, c * BOX), K.add(m0, row0)] + ([bt] if rank == 3 else [])
+                stores = []
+                for f, stage, c_map, g in zip(finals, staging, c_maps, out_globs):
+                    if f.dtype.size == 4:       # the box's two halves of 32 columns
+                        stores += [K.TensorMapStore(
+                            K.TensorIndex(stage, K.add(box, h * F32_BOX_COLS * BOX)), *c_map, g,
+                            [K.add(at[0], h * F32_BOX_COLS)] + at[1:]) for h in range(2)]
+                    else:
+                        stores.append(K.TensorMapStore(K.TensorIndex(stage, box), *c_map, g, at))
                 out += [K.FenceProxyAsync(), sync,
-                        K.IfThenElse(thread0, [
-                            K.TensorMapStore(K.TensorIndex(stage, box), *c_map, g, at)
-                            for stage, c_map, g in zip(staging, c_maps, out_globs)]
-                            + [K.BulkCommit()])]
+                        K.IfThenElse(thread0, stores + [K.BulkCommit()])]
         return out
 
     split_bufs = _split_k_buffers(kernel, mma, batches, per_batch) if splits > 1 else None

@@ -2811,6 +2811,17 @@ class Interpreter:
         return vals, (np.zeros(ctx.n, dtype=bool) if poison is None
                       else np.broadcast_to(poison, (ctx.n,)))
 
+    def _StSharedPair(self, s: K.StSharedPair, ctx: _Ctx):
+        """dst, dst + 1 = the two values (rounded to the buffer's dtype), 8-byte aligned."""
+        if s.dst.buffer.memory != "shared" or s.dst.buffer.dtype.size != 4 or len(s.values) != 2:
+            raise InterpreterError(f"shared pair store of {len(s.values)} values into {s.dst!r} "
+                                   f"({s.dst.buffer.memory} {s.dst.buffer.dtype})")
+        m, addr = self._locate(ctx, s.dst, "shared pair store", 2, align=2)
+        read = [self._stmatrix_value(ctx, v) for v in s.values]
+        vals = np.stack([v for v, _ in read], axis=1)
+        poison = np.stack([p for _, p in read], axis=1)
+        self._store(m, addr[:, None] + _lanes(2), vals, poison if poison.any() else None)
+
     def _StMatrix(self, s: K.StMatrix, ctx: _Ctx):
         """stmatrix.m8n8.x4 of each warp: lane l's pair k lands in row l / 4 of matrix k, at
         columns 2 (l % 4) + {0, 1} from the row address lane 8 k + l / 4 gives."""

@@ -8,7 +8,7 @@ also checked."""
 import pytest
 import torch
 
-from pyfuser import FusionDefinition
+from pyfuser import DataType, FusionDefinition
 from pyfuser.testing import run_and_check
 
 pytestmark = [pytest.mark.gpu,
@@ -354,3 +354,34 @@ def test_column_major_a_batched_with_an_epilogue():
         fd.add_output(fd.ops.gelu(y, approximate="tanh"))
     run_and_check(fd, [x, w, bias], scheduler="matmul")
     assert fd.last_run.heuristics[0].a_major == "MN"
+
+
+# fp32 outputs (the epilogue's fp32 staging: 8-byte shared stores, boxes of 64 x 32). Entries in
+# {-1, 0, 1} with K <= 256 keep the bf16 matmul exact, so the fp32 results are compared with
+# float64 at fp32's tolerance.
+def _ints(*shape):
+    return torch.randint(-1, 2, shape, device="cuda").to(torch.bfloat16)
+
+
+@pytest.mark.parametrize("m, n, k", [(1000, 1032, 200), (4096, 4096, 256), (136, 72, 64)])
+@pytest.mark.parametrize("pingpong", [False, True])
+def test_fp32_output(m, n, k, pingpong):
+    x, w = _ints(m, k), _ints(n, k)
+    with FusionDefinition() as fd:
+        y = fd.ops.linear(fd.from_pytorch(x), fd.from_pytorch(w))
+        fd.add_output(fd.ops.cast(y, DataType.Float))
+    opts = {"enable" if pingpong else "disable": ["matmul_pingpong"]}
+    run_and_check(fd, [x, w], scheduler="matmul", options=opts)
+    assert fd.last_run.heuristics[0].output_bytes == (4,)
+
+
+@pytest.mark.parametrize("pingpong", [False, True])
+def test_fp32_activation_beside_a_bf16_preactivation(pingpong):
+    x, w, b = _ints(520, 128), _ints(1032, 128), _ints(1032)
+    with FusionDefinition() as fd:
+        h = fd.ops.linear(fd.from_pytorch(x), fd.from_pytorch(w), fd.from_pytorch(b))
+        fd.add_output(h)
+        fd.add_output(fd.ops.gelu(fd.ops.cast(h, DataType.Float), approximate="tanh"))
+    opts = {"enable" if pingpong else "disable": ["matmul_pingpong"]}
+    run_and_check(fd, [x, w, b], scheduler="matmul", options=opts)
+    assert fd.last_run.heuristics[0].output_bytes == (2, 4)

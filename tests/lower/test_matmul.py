@@ -445,6 +445,58 @@ def test_the_interpreter_sees_an_unswizzled_epilogue(monkeypatch):
         _interpret(130, 136, 72, matmul.MatmulParams(tile_m=128, tile_n=128, stages=2, grid=4))
 
 
+# fp32 outputs --------------------------------------------------------------------------------
+def _fp32_output_fd(kind):
+    F32 = DataType.Float
+    with FusionDefinition(kind) as fd:
+        x = fd.define_tensor(shape=[-1, -1], dtype=BF16)
+        w = fd.define_tensor(shape=[-1, -1], dtype=BF16)
+        if kind == "cast":                      # logits in fp32: linear(x, w).float()
+            fd.add_output(fd.ops.cast(fd.ops.linear(x, w), F32))
+        else:                                   # h (bf16) and gelu(h) in fp32
+            b = fd.define_tensor(shape=[-1], dtype=BF16)
+            h = fd.ops.linear(x, w, b)
+            fd.add_output(h)
+            fd.add_output(fd.ops.gelu(fd.ops.cast(h, F32), approximate="tanh"))
+    return fd
+
+
+@pytest.mark.parametrize("kind", ["cast", "preact_and_fp32_gelu"])
+@pytest.mark.parametrize("tile, roles", [((128, 128), 1), ((128, 64), 2)])
+def test_interpreted_fp32_outputs(kind, tile, roles):
+    from kir_testing import interpret_against_float64, schedule_and_lower
+    fd = _fp32_output_fd(kind)
+    # Entries in {-1, 0, 1}: the bf16 matmul (|sums| <= 72) is exact, so the fp32 outputs are
+    # compared with float64 at fp32's tolerance (random values would carry the bf16 rounding
+    # the fusion defines before its cast).
+    g = torch.Generator().manual_seed(7)
+    m, n, k = 130, 200, 72
+
+    def ints(*shape):
+        return torch.randint(-1, 2, shape, generator=g).to(torch.bfloat16)
+    inputs = [ints(m, k), ints(n, k)] + ([] if kind == "cast" else [ints(n)])
+    ok, why = matmul.can_schedule(fd.fusion)
+    assert ok, why
+    outputs = 1 if kind == "cast" else 2
+    p = matmul.MatmulParams(tile_m=tile[0], tile_n=tile[1], stages=2, grid=3, compute_roles=roles,
+                            outputs=outputs, output_bytes=(4,) if kind == "cast" else (2, 4))
+    st, _, p, kernel = schedule_and_lower(fd, inputs, params=p, scheduler=matmul,
+                                          device="h100-4sm")
+    assert any(isinstance(s, K.StSharedPair) for s in K.walk(kernel.body))
+    interpret_against_float64(fd, st, kernel, inputs, context=(kind, p))
+
+
+def test_fp32_output_heuristic_and_ptxas():
+    fd = _fp32_output_fd("preact_and_fp32_gelu")
+    seg = _compiled_matmul_segment(fd, [torch.empty(4096, 4096, dtype=torch.bfloat16),
+                                        torch.empty(4096, 4096, dtype=torch.bfloat16),
+                                        torch.empty(4096, dtype=torch.bfloat16)])
+    p = seg.kernel.params
+    assert p.outputs == 2 and p.output_bytes == (2, 4), p
+    maps = sorted((m.role, m.box) for m in seg.kernel.kernel.kernel.tensor_maps.values())
+    assert ("output", (32, 64)) in maps and ("output", (64, 64)) in maps
+
+
 # Split-K on the interpreter -------------------------------------------------------------------
 @pytest.mark.parametrize("mnk, tile, roles, split, grid", [
     ((70, 136, 320), (128, 128), 1, 3, 4),    # the last split's 64-deep block past K: zeros

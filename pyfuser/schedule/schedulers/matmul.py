@@ -22,8 +22,9 @@ and clips the stores.
 Taken: one MatmulOp (a [M, K] @ b [K, N]) or LinearOp (x [M, K], w [N, K], a bias [N]) of two
 fusion inputs, bf16 or fp16, and the element-wise ops after it (a fused epilogue: bias, GELU,
 SiLU, a residual or a row scale read from global memory at each accumulator's row and
-column, casts), and up to MAX_OUTPUTS fusion outputs [M, N] of bf16 or fp16 computed by them (a
-pre-activation beside its activation: each output its own staging boxes and TMA store). Refused
+column, casts), and up to MAX_OUTPUTS fusion outputs [M, N] of bf16, fp16 or fp32 computed by
+them (a pre-activation beside its activation: each output its own staging boxes and TMA
+store; an fp32 one through 8-byte shared stores and two boxes of 64 x 32 per 64 x 64). Refused
 by the heuristic (the op then runs as torch.matmul, a library segment): strides or pointers
 TMA cannot take (a row not a multiple of 16 bytes: K, or M of an MN-major A, or N, not a
 multiple of 8; neither dim of an operand of stride 1), K = 0, a device that is not Hopper. A
@@ -32,7 +33,7 @@ may be K-major (x [M, K]) or MN-major (a column-major A, x.t() of a row-major [K
 (b row-major [K, N]: boxes of 64 N x 64 K, imm-trans-b). A's M dim may be a broadcast
 (fd.from_pytorch of a [1, K] row); other broadcast operand dims are refused by can_schedule.
 Not built yet (issues 20 and 21): a batch broadcast against another, more than one batch dim,
-an fp32 output, clusters with multicast, stream-K. Split-K is built (MatmulParams.split_k)
+clusters with multicast, stream-K. Split-K is built (MatmulParams.split_k)
 and chosen only when the feature matmul_split_k asks. Batches (3-D operands, [batch, rows, cols]; a 2-D operand
 shared by every batch) go through 3-D tensor maps, the batch the tile index's outermost part.
 
@@ -201,8 +202,10 @@ class MatmulParams:
     # roles of one warp group each take whole tiles in turn, one's epilogue under the other's
     # MMAs: lower/pipeline.py's compute roles).
     compute_roles: int = 1
-    # Fusion outputs the epilogue stores, each through its own staging boxes (MAX_OUTPUTS).
+    # Fusion outputs the epilogue stores, each through its own staging boxes (MAX_OUTPUTS),
+    # and the bytes of each one's elements where any is not 2 (an fp32 output: 4).
     outputs: int = 1
+    output_bytes: tuple = ()
     # CTAs per output tile, each over ceil(k blocks / split_k) of K's 64-deep blocks; the last
     # of them to finish adds the fp32 partials in split order and runs the epilogue
     # (lower/matmul.py, kir SplitKReduce).
@@ -283,6 +286,9 @@ def _operand_dims(op) -> tuple[tuple, tuple]:
 _EPILOGUE = (UnaryOp, BinaryOp, WhereOp, LoadStoreOp, BroadcastOp, ExpandOp)
 
 
+# What the epilogue stores: 16-bit boxes through stmatrix, fp32 ones (each 64 x 64 box as two
+# of 64 x 32) through 8-byte shared stores.
+STORED_DTYPES = (*MMA_DTYPES, DataType.Float)
 # Fusion outputs one kernel stores (a pre-activation and its activation): each takes its own
 # staging boxes from the shared memory of the stages.
 MAX_OUTPUTS = 2
@@ -321,9 +327,9 @@ def _epilogue(fusion, op) -> tuple[list, tuple, str]:
         fm = [i for i in final.domain.logical if not i.is_broadcast]
         if len(fm) != len(mn) or not all(graph.mapped(i, j) for i, j in zip(fm, mn)):
             return [], (), f"the stored output T{final.name} is not the matmul's [(batch,) M, N]"
-        if final.dtype not in MMA_DTYPES:
+        if final.dtype not in STORED_DTYPES:
             return [], (), (f"the stored output T{final.name} is {final.dtype.short_name} (the "
-                            "epilogue stores 16-bit boxes)")
+                            "epilogue stores bf16, fp16 or fp32 boxes)")
     return exprs, tuple(outs), ""
 
 
@@ -432,30 +438,35 @@ def compute_heuristics(fusion, info: RuntimeInfo) -> MatmulParams:
                for s in split_k_choices(c, tiles_of(c), k_blocks, sms, forced_split)]
     # The outputs the epilogue stores (can_schedule took them all: _epilogue), and whether it
     # computes ops (a linear's bias counts as one).
-    outputs = sum(isinstance(o, TensorView) for o in fusion.outputs)
-    ops, _, _ = _epilogue(fusion, op)
+    ops, finals, _ = _epilogue(fusion, op)
+    outputs = len(finals)
+    output_bytes = tuple(f.dtype.size for f in finals)
     has_ops = bool(ops) or len(op.inputs) > 2
     best, split_k = min(choices, key=lambda cs: estimated_us(
         cs[0], tiles_of(cs[0]), k_blocks, sms, cs[1], rows=m,
         epilogue=epilogue_us(cs[0], has_ops, outputs)))
     return dataclasses.replace(
         fitted_params(best.tile_m, best.tile_n, best.compute_roles, tiles_of(best), dev,
-                      a.dtype.size, b_major, outputs, split_k), a_major=a_major)
+                      a.dtype.size, b_major, outputs, split_k, output_bytes),
+        a_major=a_major)
 
 
 def fitted_params(tm: int, tn: int, roles: int, tiles: int, dev, item_bytes: int,
-                  b_major: str, outputs: int = 1, split_k: int = 1) -> MatmulParams:
+                  b_major: str, outputs: int = 1, split_k: int = 1,
+                  output_bytes: tuple = ()) -> MatmulParams:
     """The parameters of a tm x tn tile (`roles` compute roles) on `dev`: as many stages (up to
     6) as its shared memory holds beside the staging boxes (of each of `outputs` stored
-    outputs), a persistent grid of min(work units, SMs) (a unit: a tile, or with `split_k`
-    one of its shares of K). The heuristic's fitting of the tile it chose; sweeps force other
-    tiles through it."""
+    outputs, of `output_bytes` each: () for 16-bit ones), a persistent grid of min(work units,
+    SMs) (a unit: a tile, or with `split_k` one of its shares of K). The heuristic's fitting
+    of the tile it chose; sweeps force other tiles through it."""
     tiles *= split_k
+    if all(b == 2 for b in output_bytes):
+        output_bytes = ()
     shape = MatmulParams(tile_m=tm, tile_n=tn, compute_roles=roles, outputs=outputs,
-                         split_k=split_k)
+                         split_k=split_k, output_bytes=output_bytes)
     stage_bytes = (tm + tn) * TILE_K * item_bytes
-    staging = (outputs * shape.compute_warp_groups * shape.staging_boxes * EPILOGUE_BOX
-               * EPILOGUE_BOX * item_bytes)
+    staging = (sum(output_bytes or (2,) * outputs) * shape.compute_warp_groups
+               * shape.staging_boxes * EPILOGUE_BOX * EPILOGUE_BOX)
     budget = dev.max_shared_memory_per_block_optin - staging - SMEM_SLACK - 1024
     stages = min(6, budget // stage_bytes)
     if stages < 2:
@@ -477,6 +488,10 @@ def schedule(fusion, params: MatmulParams) -> None:
     if params.outputs != len(finals):
         raise SchedulerError(f"matmul: the heuristic stages {params.outputs} output(s); the "
                              f"fusion stores {len(finals)}")
+    if (params.output_bytes or (2,) * params.outputs) != tuple(f.dtype.size for f in finals):
+        raise SchedulerError(f"matmul: the heuristic stages outputs of "
+                             f"{params.output_bytes or 2} bytes; the fusion stores "
+                             f"{[f.dtype.short_name for f in finals]}")
     kind = WarpSpecialized(PT.TIDy, producer_registers=params.producer_registers,
                            compute_roles=params.compute_roles)
     caches = []
