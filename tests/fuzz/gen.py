@@ -1912,12 +1912,22 @@ def pat_matmul(b: Builder) -> None:
     r = b.rng
     batched = r.random() < 0.3
     batch_axis = b.axis(r.randint(2, 3)) if batched else None
-    m_axis, n_axis, k_axis = b.axis(), b.axis(cls="mult8"), b.axis(cls="mult8")
+    # Sometimes a column-major x the kernel takes (an MN-major A): M a multiple of 8 too, kept
+    # through the fitting, and x permuted.
+    column_major_a = r.random() < 0.15
+    m_axis = b.axis(cls="mult8") if column_major_a else b.axis()
+    n_axis, k_axis = b.axis(cls="mult8"), b.axis(cls="mult8")
     lead_axes = [batch_axis] if batched else []
-    b.fit(lead_axes + [m_axis, n_axis, k_axis], protect=[k_axis, n_axis])
+    b.fit(lead_axes + [m_axis, n_axis, k_axis],
+          protect=[k_axis, n_axis] + ([m_axis] if column_major_a else []))
+    if column_major_a:
+        for a in (m_axis, n_axis, k_axis):
+            if b.sizes[a] >= 8:
+                b.sizes[a] -= b.sizes[a] % 8
     dt = r.choice((BF16, F16))
     lead = [Dim(a, "full") for a in lead_axes]
-    x = b.tensor(lead + [Dim(m_axis, "full"), Dim(k_axis, "full")], dt)
+    x = b.tensor(lead + [Dim(m_axis, "full"), Dim(k_axis, "full")], dt,
+                 layout="permuted" if column_major_a else None)
     if r.random() < 0.5:
         w = b.tensor([Dim(n_axis, "full"), Dim(k_axis, "full")], dt)
         args = [x, w]
