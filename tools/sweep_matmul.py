@@ -43,12 +43,12 @@ def variants(chosen, m, n, k, dev):
         for roles in (1, 2) if PINGPONG and tn <= 128 else (1,):
             tiles = -(-m // tm) * -(-n // tn)
             shape = matmul.TileShape(tm, tn, roles, 0, 0)
-            offered = matmul.split_k_choices(shape, tiles, -(-k // matmul.TILE_K),
-                                             dev.sm_count, None)
+            offered = (1,) + matmul.split_k_choices(shape, tiles, -(-k // matmul.TILE_K),
+                                                    dev.sm_count, True)
             for s in SPLITS:
                 if s in offered:
                     yield matmul.fitted_params(tm, tn, roles, tiles, dev, 2, chosen.b_major,
-                                               split_k=s)
+                                               chosen.output_bytes, s, chosen.a_major)
 
 
 def main(argv) -> int:

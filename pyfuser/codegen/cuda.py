@@ -671,7 +671,8 @@ class CudaPrinter:
                   f"{splits * part};")
         for sl, acc in enumerate(s.accs):
             self.line("#pragma unroll")
-            self.line(f"for (int pf_i = 0; pf_i < {acc.size.value}; ++pf_i) {acc.name}[pf_i] = 0.f;")
+            self.line(f"for (int pf_i = 0; pf_i < {acc.size.value}; ++pf_i) "
+                      f"{acc.name}[pf_i] = 0.f;")
         # SPLIT_K_READS_IN_FLIGHT 8-byte reads per thread, then their adds: the partials in
         # split order (each register's sum the same bits whichever CTA is last).
         self.line("#pragma unroll 1")

@@ -45,8 +45,8 @@ Batches (a 3-D operand [batch, rows, cols] or output): 3-D tensor maps, a box on
 deep, the batch the tile index's outermost part (t = batch * tiles of a matrix + tile); a 2-D
 operand is shared by every batch.
 
-Limits: 16-bit inputs and outputs (up to MAX_OUTPUTS of the scheduler), tn a multiple of 64 up to
-256, tm 64 or 128; no cluster.
+Limits: 16-bit inputs, 16-bit or fp32 outputs (up to MAX_OUTPUTS of the scheduler), tn a
+multiple of 64 up to 256, tm 64 or 128; no cluster.
 """
 from __future__ import annotations
 
@@ -173,26 +173,8 @@ def build_matmul(kernel: K.Kernel) -> K.Kernel:
     a_glob, b_glob = ctx.buffers[a_in], ctx.buffers[b_in]
     finals = mma.finals         # as many as p.outputs (schedule checked)
     out_globs = [ctx.buffers[f] for f in finals]
-    a_mn = p.a_major == "MN"
-    if a_mn:            # boxes of 64 M (a swizzle row) x 64 K rows, tm / 64 of them per stage
-        a_map = tensor_map("input", fusion.input_position(a_in), mma.a_dims[0], mma.a_dims[1],
-                           BOX, TILE_K, a_glob, mma.a_dims[2])
-    else:
-        a_map = tensor_map("input", fusion.input_position(a_in), mma.a_dims[1], mma.a_dims[0],
-                           TILE_K, tm, a_glob, mma.a_dims[2])
-    mn_major = p.b_major == "MN"
-    if mn_major:        # boxes of 64 N (a swizzle row) x 64 K rows, tn / 64 of them per stage
-        b_map = tensor_map("input", fusion.input_position(b_in), mma.b_dims[0], mma.b_dims[1],
-                           BOX, TILE_K, b_glob, mma.b_dims[2])
-    else:
-        b_map = tensor_map("input", fusion.input_position(b_in), mma.b_dims[1], mma.b_dims[0],
-                           TILE_K, tn, b_glob, mma.b_dims[2])
+    a_mn, mn_major = p.a_major == "MN", p.b_major == "MN"
     rank = len(finals[0].domain.logical)
-    # A staging box is 64 x 64 elements; a 128-byte swizzle row holds 64 16-bit or 32 fp32 ones,
-    # so an fp32 output's box is stored as two boxes of 64 rows x 32 (F32_BOX_COLS) columns.
-    c_maps = [tensor_map("output", fusion.outputs.index(f), rank - 1, rank - 2,
-                         F32_BOX_COLS if f.dtype.size == 4 else BOX, BOX, g,
-                         0 if rank == 3 else None) for f, g in zip(finals, out_globs)]
 
     def shared(tv_or_name, elems, of=dtype):
         name = tv_or_name if isinstance(tv_or_name, str) else f"T{tv_or_name.name}"
@@ -253,22 +235,27 @@ def build_matmul(kernel: K.Kernel) -> K.Kernel:
         return coords + ([bt] if dims[2] is not None else [])
     box_bytes = lambda rows: K.Const(rows * TILE_K * dtype.size)  # noqa: E731
     k0 = K.mul(K.add(split_v, K.mul(kb, splits)) if splits > 1 else kb, TILE_K)
-    if a_mn:
-        loads = [K.TensorMapLoad(K.TensorIndex(a_s, K.Const(j * BOX * TILE_K)), *a_map, a_glob,
-                                 at_batch([K.add(m0, j * BOX), k0], mma.a_dims), box_bytes(BOX),
-                                 None)
-                 for j in range(tm // BOX)]
-    else:
-        loads = [K.TensorMapLoad(K.TensorIndex(a_s, K.Const(0)), *a_map, a_glob,
-                                 at_batch([k0, m0], mma.a_dims), box_bytes(tm), None)]
-    if mn_major:
-        loads += [K.TensorMapLoad(K.TensorIndex(b_s, K.Const(j * BOX * TILE_K)), *b_map, b_glob,
-                                  at_batch([K.add(n0, j * BOX), k0], mma.b_dims),
-                                  box_bytes(BOX), None)
-                  for j in range(tn // BOX)]
-    else:
-        loads.append(K.TensorMapLoad(K.TensorIndex(b_s, K.Const(0)), *b_map, b_glob,
-                                     at_batch([k0, n0], mma.b_dims), box_bytes(tn), None))
+    def operand_loads(tv_in, dims, smem, glob, rows, origin, mn) -> list:
+        """The tensor map of operand `tv_in` and the copies of one stage of it into `smem`:
+        K-major, one box of `rows` rows x 64 K; MN-major (its rows dim has stride 1), rows / 64
+        boxes of 64 rows (a 128-byte swizzle row) x 64 K rows, one after the other."""
+        pos = fusion.input_position(tv_in)
+        if mn:
+            tmap = tensor_map("input", pos, dims[0], dims[1], BOX, TILE_K, glob, dims[2])
+            return [K.TensorMapLoad(K.TensorIndex(smem, K.Const(j * BOX * TILE_K)), *tmap, glob,
+                                    at_batch([K.add(origin, j * BOX), k0], dims),
+                                    box_bytes(BOX), None)
+                    for j in range(rows // BOX)]
+        tmap = tensor_map("input", pos, dims[1], dims[0], TILE_K, rows, glob, dims[2])
+        return [K.TensorMapLoad(K.TensorIndex(smem, K.Const(0)), *tmap, glob,
+                                at_batch([k0, origin], dims), box_bytes(rows), None)]
+    loads = (operand_loads(a_in, mma.a_dims, a_s, a_glob, tm, m0, a_mn)
+             + operand_loads(b_in, mma.b_dims, b_s, b_glob, tn, n0, mn_major))
+    # A staging box is 64 x 64 elements; a 128-byte swizzle row holds 64 16-bit or 32 fp32 ones,
+    # so an fp32 output's box is stored as two boxes of 64 rows x 32 (F32_BOX_COLS) columns.
+    c_maps = [tensor_map("output", fusion.outputs.index(f), rank - 1, rank - 2,
+                         F32_BOX_COLS if f.dtype.size == 4 else BOX, BOX, g,
+                         0 if rank == 3 else None) for f, g in zip(finals, out_globs)]
     # The first of the warp group's rows of the tile (threadIdx.y: its warp group in the role).
     wg_row0 = K.mul(_TIDY, slices * WARP_GROUP_ROWS) if wgs > 1 else K.Const(0)
     mmas: list = [K.WgmmaFence()]

@@ -477,9 +477,8 @@ def test_interpreted_fp32_outputs(kind, tile, roles):
     inputs = [ints(m, k), ints(n, k)] + ([] if kind == "cast" else [ints(n)])
     ok, why = matmul.can_schedule(fd.fusion)
     assert ok, why
-    outputs = 1 if kind == "cast" else 2
     p = matmul.MatmulParams(tile_m=tile[0], tile_n=tile[1], stages=2, grid=3, compute_roles=roles,
-                            outputs=outputs, output_bytes=(4,) if kind == "cast" else (2, 4))
+                            output_bytes=(4,) if kind == "cast" else (2, 4))
     st, _, p, kernel = schedule_and_lower(fd, inputs, params=p, scheduler=matmul,
                                           device="h100-4sm")
     assert any(isinstance(s, K.StSharedPair) for s in K.walk(kernel.body))
@@ -651,7 +650,7 @@ def test_interpreted_two_stored_outputs(kind, tile, roles):
     ok, why = matmul.can_schedule(fd.fusion)
     assert ok and "2 outputs stored" in why, why
     p = matmul.MatmulParams(tile_m=tile[0], tile_n=tile[1], stages=2, grid=3,
-                            compute_roles=roles, outputs=2)
+                            compute_roles=roles, output_bytes=(2, 2))
     st, _, p, kernel = schedule_and_lower(fd, inputs, params=p, scheduler=matmul,
                                           device="h100-4sm")
     stores = [s for s in K.walk(kernel.body) if isinstance(s, K.TensorMapStore)]
@@ -681,7 +680,7 @@ def test_two_stored_outputs_take_shared_memory_from_the_stages():
     with pytest.raises(SchedulerError, match="stages 1 output"):
         from kir_testing import schedule_and_lower
         schedule_and_lower(fd, _two_outputs_inputs("bias_and_gelu", 130, 200, 72),
-                           params=dataclasses.replace(p, outputs=1), scheduler=matmul,
+                           params=dataclasses.replace(p, output_bytes=(2,)), scheduler=matmul,
                            device="h100-4sm")
 
 

@@ -33,9 +33,10 @@ may be K-major (x [M, K]) or MN-major (a column-major A, x.t() of a row-major [K
 (b row-major [K, N]: boxes of 64 N x 64 K, imm-trans-b). A's M dim may be a broadcast
 (fd.from_pytorch of a [1, K] row); other broadcast operand dims are refused by can_schedule.
 Not built yet (issues 20 and 21): a batch broadcast against another, more than one batch dim,
-clusters with multicast, stream-K. Split-K is built (MatmulParams.split_k)
-and chosen only when the feature matmul_split_k asks. Batches (3-D operands, [batch, rows, cols]; a 2-D operand
-shared by every batch) go through 3-D tensor maps, the batch the tile index's outermost part.
+clusters with multicast, stream-K. Split-K is built (MatmulParams.split_k) and chosen only
+when the feature matmul_split_k asks. Batches (3-D operands, [batch, rows, cols]; a 2-D
+operand shared by every batch) go through 3-D tensor maps, the batch the tile index's
+outermost part.
 
 The tile and kind (cooperative 128x256 or 128x192, ping-pong 128x128) minimize a cost model
 measured on the H200 (`estimated_us`): waves of tiles over the CTAs' compute roles, each tile's
@@ -202,14 +203,18 @@ class MatmulParams:
     # roles of one warp group each take whole tiles in turn, one's epilogue under the other's
     # MMAs: lower/pipeline.py's compute roles).
     compute_roles: int = 1
-    # Fusion outputs the epilogue stores, each through its own staging boxes (MAX_OUTPUTS),
-    # and the bytes of each one's elements where any is not 2 (an fp32 output: 4).
-    outputs: int = 1
-    output_bytes: tuple = ()
+    # The element bytes of each fusion output the epilogue stores (MAX_OUTPUTS at most: a
+    # 16-bit one 2, an fp32 one 4), each through its own staging boxes.
+    output_bytes: tuple = (2,)
     # CTAs per output tile, each over ceil(k blocks / split_k) of K's 64-deep blocks; the last
     # of them to finish adds the fp32 partials in split order and runs the epilogue
     # (lower/matmul.py, kir SplitKReduce).
     split_k: int = 1
+
+    @property
+    def outputs(self) -> int:
+        """Fusion outputs the epilogue stores."""
+        return len(self.output_bytes)
 
     @property
     def warp_groups_per_role(self) -> int:
@@ -437,43 +442,38 @@ def compute_heuristics(fusion, info: RuntimeInfo) -> MatmulParams:
     choices = [(c, s) for c in offered
                for s in split_k_choices(c, tiles_of(c), k_blocks, sms, forced_split)]
     # The outputs the epilogue stores (can_schedule took them all: _epilogue), and whether it
-    # computes ops (a linear's bias counts as one).
-    ops, finals, _ = _epilogue(fusion, op)
-    outputs = len(finals)
-    output_bytes = tuple(f.dtype.size for f in finals)
-    has_ops = bool(ops) or len(op.inputs) > 2
+    # computes ops (any expr besides the matmul; a linear's bias counts as one).
+    output_bytes = tuple(o.dtype.size for o in fusion.outputs if isinstance(o, TensorView))
+    has_ops = len(op.inputs) > 2 or any(
+        e is not op and any(isinstance(o, TensorView) for o in e.outputs) for e in fusion.exprs())
     best, split_k = min(choices, key=lambda cs: estimated_us(
         cs[0], tiles_of(cs[0]), k_blocks, sms, cs[1], rows=m,
-        epilogue=epilogue_us(cs[0], has_ops, outputs)))
-    return dataclasses.replace(
-        fitted_params(best.tile_m, best.tile_n, best.compute_roles, tiles_of(best), dev,
-                      a.dtype.size, b_major, outputs, split_k, output_bytes),
-        a_major=a_major)
+        epilogue=epilogue_us(cs[0], has_ops, len(output_bytes))))
+    return fitted_params(best.tile_m, best.tile_n, best.compute_roles, tiles_of(best), dev,
+                         a.dtype.size, b_major, output_bytes, split_k, a_major)
 
 
 def fitted_params(tm: int, tn: int, roles: int, tiles: int, dev, item_bytes: int,
-                  b_major: str, outputs: int = 1, split_k: int = 1,
-                  output_bytes: tuple = ()) -> MatmulParams:
+                  b_major: str, output_bytes: tuple = (2,), split_k: int = 1,
+                  a_major: str = "K") -> MatmulParams:
     """The parameters of a tm x tn tile (`roles` compute roles) on `dev`: as many stages (up to
-    6) as its shared memory holds beside the staging boxes (of each of `outputs` stored
-    outputs, of `output_bytes` each: () for 16-bit ones), a persistent grid of min(work units,
-    SMs) (a unit: a tile, or with `split_k` one of its shares of K). The heuristic's fitting
-    of the tile it chose; sweeps force other tiles through it."""
+    6) as its shared memory holds beside the staging boxes (of each stored output, of its
+    `output_bytes`), a persistent grid of min(work units, SMs) (a unit: a tile, or with
+    `split_k` one of its shares of K). The heuristic's fitting of the tile it chose; sweeps
+    force other tiles through it."""
     tiles *= split_k
-    if all(b == 2 for b in output_bytes):
-        output_bytes = ()
-    shape = MatmulParams(tile_m=tm, tile_n=tn, compute_roles=roles, outputs=outputs,
-                         split_k=split_k, output_bytes=output_bytes)
+    shape = MatmulParams(tile_m=tm, tile_n=tn, compute_roles=roles, split_k=split_k,
+                         output_bytes=tuple(output_bytes))
     stage_bytes = (tm + tn) * TILE_K * item_bytes
-    staging = (sum(output_bytes or (2,) * outputs) * shape.compute_warp_groups
-               * shape.staging_boxes * EPILOGUE_BOX * EPILOGUE_BOX)
+    staging = (sum(output_bytes) * shape.compute_warp_groups * shape.staging_boxes
+               * EPILOGUE_BOX * EPILOGUE_BOX)
     budget = dev.max_shared_memory_per_block_optin - staging - SMEM_SLACK - 1024
     stages = min(6, budget // stage_bytes)
     if stages < 2:
         raise SchedulerError(f"matmul: {dev.name}'s shared memory holds fewer than 2 stages of "
                              f"the {tm}x{tn} tile")
     return dataclasses.replace(shape, stages=stages, grid=max(1, min(tiles, dev.sm_count)),
-                               b_major=b_major)
+                               a_major=a_major, b_major=b_major)
 
 
 def schedule(fusion, params: MatmulParams) -> None:
@@ -485,12 +485,9 @@ def schedule(fusion, params: MatmulParams) -> None:
     epilogue, finals, why = _epilogue(fusion, op)
     if why:
         raise SchedulerError(f"matmul: {why}")
-    if params.outputs != len(finals):
-        raise SchedulerError(f"matmul: the heuristic stages {params.outputs} output(s); the "
-                             f"fusion stores {len(finals)}")
-    if (params.output_bytes or (2,) * params.outputs) != tuple(f.dtype.size for f in finals):
-        raise SchedulerError(f"matmul: the heuristic stages outputs of "
-                             f"{params.output_bytes or 2} bytes; the fusion stores "
+    if params.output_bytes != tuple(f.dtype.size for f in finals):
+        raise SchedulerError(f"matmul: the heuristic stages {params.outputs} output(s) of "
+                             f"{params.output_bytes} bytes; the fusion stores "
                              f"{[f.dtype.short_name for f in finals]}")
     kind = WarpSpecialized(PT.TIDy, producer_registers=params.producer_registers,
                            compute_roles=params.compute_roles)
