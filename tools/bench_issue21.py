@@ -12,7 +12,8 @@ The bar: pyfuser at least 1.10x the best peer's speed and at most 1.06x the bare
 --kinds: also pyfuser with ping-pong forced on and forced off (options feature matmul_pingpong),
 timed in the same rounds (the heuristic's cost model counts no epilogue).
 --kind=NAME (repeatable): the fusions measured, of FUSIONS (default bias_gelu and residual);
-bias_gelu_preact stores the pre-activation x @ W^T + b beside its GELU (two outputs).
+bias_gelu_preact stores the pre-activation x @ W^T + b beside its GELU (two outputs);
+bias_gelu_f32 stores the GELU in fp32 (the output cast fused, 4-byte stores).
 """
 from __future__ import annotations
 
@@ -37,6 +38,10 @@ def fusion(kind: str) -> FusionDefinition:
             h = fd.ops.linear(x, w, b)
             fd.add_output(h)
             y = fd.ops.gelu(h, approximate="tanh")
+        elif kind == "bias_gelu_f32":
+            b = fd.define_tensor(shape=[-1], dtype=DataType.BFloat16)
+            y = fd.ops.cast(fd.ops.gelu(fd.ops.linear(x, w, b), approximate="tanh"),
+                            DataType.Float)
         else:
             r = fd.define_tensor(shape=[-1, -1], dtype=DataType.BFloat16)
             y = fd.ops.linear(x, w) + r
@@ -59,6 +64,8 @@ def eager_fn(kind, x, w, extra):
     F = torch.nn.functional
     if kind == "bias_gelu":
         return lambda: F.gelu(F.linear(x, w, extra), approximate="tanh")
+    if kind == "bias_gelu_f32":
+        return lambda: F.gelu(F.linear(x, w, extra), approximate="tanh").float()
     if kind == "bias_gelu_preact":
         def both():
             h = F.linear(x, w, extra)
@@ -67,7 +74,7 @@ def eager_fn(kind, x, w, extra):
     return lambda: F.linear(x, w) + extra
 
 
-FUSIONS = ("bias_gelu", "residual", "bias_gelu_preact")
+FUSIONS = ("bias_gelu", "residual", "bias_gelu_preact", "bias_gelu_f32")
 
 
 def _kinds(argv) -> list:

@@ -1,6 +1,7 @@
 """Host cost of pyfuser's calls on the CPU, with the launch replaced by a no-op (no GPU needed).
 
     PYTHONPATH=. python tools/host_path.py [--name rmsnorm_fwd] [--dtype bf16] [--shape 8x1024]
+    PYTHONPATH=. python tools/host_path.py --gpu       # the same breakdown on the GPU machine
     PYTHONPATH=. python tools/host_path.py --new-process [--runs 5] [--profile] [--importtime]
     PYTHONPATH=. python tools/host_path.py --new-process --name bench_issue16:batchnorm_fwd_nchw
 
@@ -10,7 +11,8 @@ breakdown. The plan is built as on an H100 (NVRTC compiles the kernel; the devic
 stands in for the live device) and the inputs are CPU tensors, so output allocation costs what
 torch's CPU allocator costs (the GPU's caching allocator differs: the lead measures the real
 call on the H100 with tools/host_timing_gpu.py). Parts are timed separately and do not add up
-exactly to the whole.
+exactly to the whole. --gpu: the same breakdown on the GPU machine, with CUDA inputs, the real
+allocator, stream and launch, and an empty torch op beside it.
 
 --new-process: the first execute of a fusion the disk cache holds, in fresh interpreters. One
 child fills a temporary disk cache (PYFUSER_CACHE_DIR) and a temporary bytecode cache
@@ -229,6 +231,8 @@ def main(argv=None) -> int:
     ap.add_argument("--profile", action="store_true", help="cProfile of the first execute")
     ap.add_argument("--importtime", action="store_true", help="imports of each phase")
     ap.add_argument("--top", type=int, default=30, help="rows of --profile and --importtime")
+    ap.add_argument("--gpu", action="store_true",
+                    help="the cached call's breakdown on the GPU machine, launches real")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--fill", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -250,31 +254,45 @@ def main(argv=None) -> int:
     from pyfuser.schedule.schedulers import registry
 
     from pyfuser.runtime import launch as launch_mod
-    launch_mod._stream_getter = lambda index: 0
-    loaded_kernels = {}
-    fusion_kernel.FusionKernel.loaded = (
-        lambda self, index: loaded_kernels.get(id(self)) or loaded_kernels.setdefault(
-            id(self), _driverless_kernel(launch_mod, self)))
-    h100 = device_mod.DEVICE_TABLE["h100"]
-    device_mod.get_device_properties = lambda *_: h100
+    if args.gpu:
+        device = torch.device("cuda")
+        fd = catalogue.define(args.name, args.dtype)
+        inputs = catalogue.make_inputs(args.name, M, N, args.dtype, seed=0, device="cuda")
+        fd.execute(inputs)
+        ex, options = fd._executor, opts.current()
+        plan = ex._plans.get(ex._key(inputs, options))
+        if plan is None or plan.run_info.kind != "kernels" or len(plan.run_info.kernel_names) != 1:
+            print(f"{args.name} is not a one-kernel plan: {fd.last_run}")
+            return 1
+        stream = lambda: launch_mod._stream_getter(0)  # noqa: E731
+    else:
+        device = torch.device("cpu")
+        launch_mod._stream_getter = lambda index: 0
+        loaded_kernels = {}
+        fusion_kernel.FusionKernel.loaded = (
+            lambda self, index: loaded_kernels.get(id(self)) or loaded_kernels.setdefault(
+                id(self), _driverless_kernel(launch_mod, self)))
+        h100 = device_mod.DEVICE_TABLE["h100"]
+        device_mod.get_device_properties = lambda *_: h100
 
-    fd = catalogue.define(args.name, args.dtype)
-    inputs = catalogue.make_inputs(args.name, M, N, args.dtype, seed=0)
-    ex = fd._executor = FusionExecutorCache(fd.fusion, name=fd.name)
-    options = opts.current()
-    plan = ex._guarded_kernel_plan(inputs, check_inputs(fd.fusion, inputs),
-                                   registry.choose(fd.fusion), _Target(h100, torch.device("cpu")),
-                                   options)
-    if plan.run_info.kind != "kernels":
-        print(f"{args.name} runs {plan.run_info.kind}: {plan.run_info.reason}")
-        return 1
-    ex._plans[ex._key(inputs, options)] = plan
-    fd.execute(inputs)
-    assert fd.last_run is plan.run_info, "the call did not take the cached plan"
+        fd = catalogue.define(args.name, args.dtype)
+        inputs = catalogue.make_inputs(args.name, M, N, args.dtype, seed=0)
+        ex = fd._executor = FusionExecutorCache(fd.fusion, name=fd.name)
+        options = opts.current()
+        plan = ex._guarded_kernel_plan(inputs, check_inputs(fd.fusion, inputs),
+                                       registry.choose(fd.fusion),
+                                       _Target(h100, torch.device("cpu")), options)
+        if plan.run_info.kind != "kernels":
+            print(f"{args.name} runs {plan.run_info.kind}: {plan.run_info.reason}")
+            return 1
+        ex._plans[ex._key(inputs, options)] = plan
+        fd.execute(inputs)
+        assert fd.last_run is plan.run_info, "the call did not take the cached plan"
+        stream = None
 
     n = args.n
     key = ex._key(inputs, options)
-    outs = [torch.empty_strided(sz, st, dtype=dt) for sz, st, dt in plan.out_specs]
+    outs = [torch.empty_strided(sz, st, dtype=dt, device=device) for sz, st, dt in plan.out_specs]
     vals = list(plan.values)
     packed = plan.layout.pack(vals)
     rows = [
@@ -284,7 +302,8 @@ def main(argv=None) -> int:
         ("      _key", lambda: ex._key(inputs, options)),
         ("      plan look-up", lambda: ex._plans.get(key)),
         ("      _KernelPlan.run", lambda: plan.run(inputs)),
-        ("        allocate outputs", lambda: [torch.empty_strided(sz, st, dtype=dt)
+        ("        allocate outputs", lambda: [torch.empty_strided(sz, st, dtype=dt,
+                                                                  device=device)
                                               for sz, st, dt in plan.out_specs]),
         ("        data_ptr per pointer", lambda: [(inputs[k] if r == "input" else outs[k])
                                                   .data_ptr() for _, r, k in plan.ptr_slots]),
@@ -294,8 +313,15 @@ def main(argv=None) -> int:
             cluster=plan.cluster)),
         ("    options.current()", opts.current),
     ]
+    if stream is not None:
+        tiny = torch.zeros(4, device=device)
+        rows += [("  the current stream's handle", stream),
+                 ("  one empty torch op (x.add_(0))", lambda: tiny.add_(0)),
+                 ("  torch.empty(4) on the device", lambda: torch.empty(4, device=device))]
+    what = (f"on {torch.cuda.get_device_name()}, the real launch" if args.gpu
+            else "the driver's launch call replaced by a no-op")
     print(f"{args.name} {args.dtype} {M}x{N}: {len(plan.layout.kinds)} parameters, "
-          f"{len(plan.out_specs)} output(s), the driver's launch call replaced by a no-op")
+          f"{len(plan.out_specs)} output(s), {what}")
     for label, fn in rows:
         print(f"{label:32s} {_per_call_us(fn, n):7.2f} us")
     return 0

@@ -2,7 +2,7 @@
 beside cuBLAS in the same run, to ground the heuristic's choice (GPU machine):
 
     PYTHONPATH=. python tools/sweep_matmul.py [MxNxK ...] [--pingpong] [--split=1,2,4,8]
-        [--tiles=128x128,128x256] [--l2=256,128,0]
+        [--tiles=128x128,128x256] [--l2=256,128,0] [--boxes=0,all]
 
 y = x @ w^T (x [M, K], w [N, K], bf16). Each variant is forced through options["heuristic"]
 (the heuristic's own choice, with the tile, stages, grid and kind replaced), checked
@@ -30,6 +30,11 @@ TILES = next(([tuple(int(v) for v in w.split("x")) for w in a.split("=", 1)[1].s
 # each value with fresh plans (the maps are encoded when a plan is made).
 L2 = next((tuple(int(v) for v in a.split("=", 1)[1].split(",")) for a in sys.argv
            if a.startswith("--l2=")), (None,))
+# --boxes=auto,0,3: the epilogue's staging boxes per warp group (MatmulParams.epilogue_boxes;
+# auto fitted_params' choice, 0 the default rule, "all" the boxes of a tile), each count
+# dividing a tile's boxes.
+BOXES = next((tuple(a.split("=", 1)[1].split(",")) for a in sys.argv
+              if a.startswith("--boxes=")), ("auto",))
 # The kernel at any M (matmuls of 64 rows or fewer run torch unless asked).
 KERNEL = {"enable": ["matmul_few_rows"]}
 
@@ -45,10 +50,16 @@ def variants(chosen, m, n, k, dev):
             shape = matmul.TileShape(tm, tn, roles, 0, 0)
             offered = (1,) + matmul.split_k_choices(shape, tiles, -(-k // matmul.TILE_K),
                                                     dev.sm_count, True)
+            per_tile = matmul.MatmulParams(tile_m=tm, tile_n=tn,
+                                           compute_roles=roles).boxes_per_tile
+            counts = list(dict.fromkeys(
+                None if b == "auto" else per_tile if b == "all" else int(b) for b in BOXES))
             for s in SPLITS:
-                if s in offered:
-                    yield matmul.fitted_params(tm, tn, roles, tiles, dev, 2, chosen.b_major,
-                                               chosen.output_bytes, s, chosen.a_major)
+                for boxes in counts:
+                    if s in offered and (not boxes or per_tile % boxes == 0):
+                        yield matmul.fitted_params(tm, tn, roles, tiles, dev, 2,
+                                                   chosen.b_major, chosen.output_bytes, s,
+                                                   chosen.a_major, boxes)
 
 
 def main(argv) -> int:

@@ -385,3 +385,25 @@ def test_fp32_activation_beside_a_bf16_preactivation(pingpong):
     opts = {"enable" if pingpong else "disable": ["matmul_pingpong"]}
     run_and_check(fd, [x, w, b], scheduler="matmul", options=opts)
     assert fd.last_run.heuristics[0].output_bytes == (2, 4)
+
+
+@pytest.mark.parametrize("tile, roles, boxes, kind", [
+    ((128, 192), 1, 3, "bias_gelu"),      # a tile's every box staged
+    ((128, 256), 1, 4, "residual"),
+    ((128, 256), 1, 1, "bias_gelu"),      # one box: a wait for the store before each chunk
+    ((128, 128), 2, 4, "bias_and_gelu"),  # ping-pong, two stored outputs, 4 boxes each
+])
+def test_staging_boxes(tile, roles, boxes, kind):
+    """MatmulParams.epilogue_boxes forced (the heuristic's fitting of the tile with that many
+    staging boxes per warp group), on ragged tiles over several tiles per CTA."""
+    from pyfuser.runtime.device import query_device
+    from pyfuser.schedule.schedulers import matmul
+    m, n, k = 1000, 1096, 264
+    fd, inputs = _epilogue_case(kind, m, n, k)
+    outputs = (2,) * len(fd.fusion.outputs)
+    tiles = -(-m // tile[0]) * -(-n // tile[1])
+    p = matmul.fitted_params(*tile, roles, tiles, query_device(), 2, "K", outputs,
+                             epilogue_boxes=boxes)
+    p = matmul.dataclasses.replace(p, grid=min(p.grid, 7))   # several tiles per CTA
+    run_and_check(fd, inputs, scheduler="matmul", options={"heuristic": p})
+    assert fd.last_run.heuristics[0] == p

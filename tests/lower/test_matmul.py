@@ -142,8 +142,9 @@ def _info(m, n, k, device="h100"):
 
 
 # The tile and kind each shape ran fastest with on the H200 (tools/sweep_matmul.py, bench/results/
-# 2026-11-28/h200-sweep-matmul-tiles.txt), where the sweep measured it.
-@pytest.mark.parametrize("mnk, tile", [((8192, 8192, 8192), (128, 256, 1)),
+# 2026-11-28/h200-sweep-matmul-tiles.txt; 8192^3 and 4096x14336x5120 with 128x192 staging its
+# every epilogue box: 2026-11-29/h200-sweep-staging-boxes.txt), where the sweep measured it.
+@pytest.mark.parametrize("mnk, tile", [((8192, 8192, 8192), (128, 192, 1)),
                                        ((4096, 14336, 5120), (128, 256, 1)),
                                        ((16384, 256, 4096), (128, 256, 1)),
                                        ((3000, 2056, 1032), (128, 192, 1)),
@@ -159,6 +160,19 @@ def test_heuristic_tile_and_stages_fit_the_device(mnk, tile):
     assert 2 <= p.stages and p.stages * stage + staging + 1024 <= dev.max_shared_memory_per_block_optin
     tiles = -(-mnk[0] // p.tile_m) * -(-mnk[1] // p.tile_n)
     assert p.grid == min(tiles, dev.sm_count)
+
+
+@pytest.mark.parametrize("tile, roles, outputs, boxes, stages", [
+    ((128, 192), 1, (2,), 3, 4),     # every box staged, 4 stages beside them
+    ((128, 256), 1, (2,), 2, 4),     # all 4 would leave 3 stages: the default's 2
+    ((128, 128), 2, (2,), 2, 6),     # ping-pong keeps the default
+    ((128, 192), 1, (2, 2), 1, 4),   # two outputs: 3 boxes each would leave 3 stages
+    ((128, 192), 1, (4,), 1, 4),     # an fp32 output likewise
+])
+def test_fitted_staging_boxes_and_stages(tile, roles, outputs, boxes, stages):
+    p = matmul.fitted_params(*tile, roles, 100, DEVICE_TABLE["h100"], 2, "K", outputs)
+    assert (p.staging_boxes, p.stages) == (boxes, stages), p
+    assert p.boxes_per_tile % p.staging_boxes == 0
 
 
 @pytest.mark.parametrize("m", [1, 64])
@@ -357,6 +371,25 @@ def test_interpreted_kernel_matches_float64(mnk, tile, grid):
     p = matmul.MatmulParams(tile_m=tile[0], tile_n=tile[1], stages=2 if mnk[2] > 64 else 3,
                             grid=grid)
     _interpret(*mnk, p)
+
+
+@pytest.mark.parametrize("mnk, tile, roles, boxes, grid", [
+    ((130, 400, 136), (128, 192), 1, 3, 2),  # every box of a tile staged: no wait in a tile
+    ((520, 264, 72), (128, 256), 1, 4, 2),   # 4 boxes, 6 tiles on 2 CTAs: waits across tiles
+    ((520, 264, 72), (128, 256), 1, 1, 2),   # one box for 4 chunks: a wait before each
+    ((390, 136, 136), (128, 128), 2, 4, 2),  # ping-pong: each role its own 4 boxes
+])
+def test_interpreted_staging_boxes(mnk, tile, roles, boxes, grid):
+    p = matmul.MatmulParams(tile_m=tile[0], tile_n=tile[1], stages=2, grid=grid,
+                            compute_roles=roles, epilogue_boxes=boxes)
+    assert p.staging_boxes == boxes and p.boxes_per_tile % boxes == 0
+    _interpret(*mnk, p)
+
+
+def test_staging_boxes_must_divide_a_tiles_boxes():
+    p = matmul.MatmulParams(tile_m=128, tile_n=192, stages=2, grid=2, epilogue_boxes=2)
+    with pytest.raises(SchedulerError, match="do not divide the 3 boxes"):
+        _interpret(130, 400, 136, p)
 
 
 @pytest.mark.parametrize("mnk, tn", [((129, 264, 72), 256), ((70, 136, 136), 128),

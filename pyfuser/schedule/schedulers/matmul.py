@@ -92,7 +92,9 @@ class TileShape:
 # 128x64 tiles lose to 128x128 ping-pong on every shape measured.
 TILE_CANDIDATES = (
     TileShape(128, 256, 1, busy_us=0.82, alone_us=0.55),
-    TileShape(128, 192, 1, busy_us=0.673, alone_us=0.48),
+    # Every box of its epilogue staged (fitted_params), which took 9-10% off its k block:
+    # 0.74 of 128x256's at 8192^3 and 4096x14336x5120 (h200-sweep-staging-boxes.txt).
+    TileShape(128, 192, 1, busy_us=0.607, alone_us=0.48),
     TileShape(128, 128, 2, busy_us=0.876, alone_us=0.35),
 )
 # Per tile: the pipeline's fill and the epilogue; per launch: the launch and the first loads.
@@ -186,6 +188,9 @@ def split_k_choices(shape: TileShape, tiles: int, k_blocks: int, sms: int,
 # Matmuls of at most this many rows run torch's matmul unless the feature matmul_few_rows
 # asks for the kernel (tools/sweep_matmul.py: 0.63-0.64 of cuBLAS at 1 and 64 rows).
 FEW_ROWS = 64
+# Stages a cooperative tile keeps when it stages every box of its epilogue (fitted_params):
+# with 3 the mainloop lost more than the epilogue gained (128x256 on the H200).
+MIN_STAGES_BESIDE_STAGING = 4
 SMEM_SLACK = 1024        # the dynamic shared memory's base aligned to 1024 bytes by hand
 
 
@@ -210,6 +215,11 @@ class MatmulParams:
     # of them to finish adds the fp32 partials in split order and runs the epilogue
     # (lower/matmul.py, kir SplitKReduce).
     split_k: int = 1
+    # 64x64 staging boxes of the epilogue per compute warp group, a divisor of the boxes it
+    # stores per tile (`boxes_per_tile`: box j of every tile is then box j % staging_boxes);
+    # a box is written again once the TMA store of the one before it has read it. 0: 2 when
+    # the tile's count is even, else 1.
+    epilogue_boxes: int = 0
 
     @property
     def outputs(self) -> int:
@@ -230,13 +240,18 @@ class MatmulParams:
         return self.tile_m // WARP_GROUP_ROWS // self.warp_groups_per_role * self.tile_n // 2
 
     @property
+    def boxes_per_tile(self) -> int:
+        """64x64 boxes of each stored output a compute warp group stores per tile."""
+        return self.tile_n // EPILOGUE_BOX * (self.tile_m // WARP_GROUP_ROWS
+                                              // self.warp_groups_per_role)
+
+    @property
     def staging_boxes(self) -> int:
-        """64x64 staging boxes of the epilogue per compute warp group: 2 (double-buffered) when
-        a tile's 64-column chunks are even in number, so that chunk c uses box c % 2 in every
-        tile; else 1."""
-        per_tile = self.tile_n // EPILOGUE_BOX * (self.tile_m // WARP_GROUP_ROWS
-                                                  // self.warp_groups_per_role)
-        return 2 if per_tile % 2 == 0 else 1
+        """64x64 staging boxes of the epilogue per compute warp group (epilogue_boxes, or by
+        default 2, double-buffered, when a tile's boxes are even in number, else 1)."""
+        if self.epilogue_boxes:
+            return self.epilogue_boxes
+        return 2 if self.boxes_per_tile % 2 == 0 else 1
 
     def describe(self) -> str:
         kind = ("ping-pong: 2 compute warp groups taking tiles in turn" if self.compute_roles > 1
@@ -244,7 +259,8 @@ class MatmulParams:
         a = "A MN-major, " if self.a_major == "MN" else ""
         return (f"matmul: tile {self.tile_m}x{self.tile_n}x{TILE_K}, {a}B {self.b_major}-major, "
                 f"{self.stages} stages, {kind} + 1 producer, persistent grid "
-                f"{self.grid}, raster bands of {self.raster_group} tile rows"
+                f"{self.grid}, raster bands of {self.raster_group} tile rows, "
+                f"{self.staging_boxes} of {self.boxes_per_tile} epilogue boxes staged"
                 + (f", {self.outputs} outputs stored" if self.outputs > 1 else "")
                 + (f", split-K over {self.split_k} CTAs per tile" if self.split_k > 1 else ""))
 
@@ -455,20 +471,38 @@ def compute_heuristics(fusion, info: RuntimeInfo) -> MatmulParams:
 
 def fitted_params(tm: int, tn: int, roles: int, tiles: int, dev, item_bytes: int,
                   b_major: str, output_bytes: tuple = (2,), split_k: int = 1,
-                  a_major: str = "K") -> MatmulParams:
+                  a_major: str = "K", epilogue_boxes: int | None = None) -> MatmulParams:
     """The parameters of a tm x tn tile (`roles` compute roles) on `dev`: as many stages (up to
     6) as its shared memory holds beside the staging boxes (of each stored output, of its
     `output_bytes`), a persistent grid of min(work units, SMs) (a unit: a tile, or with
     `split_k` one of its shares of K). The heuristic's fitting of the tile it chose; sweeps
-    force other tiles through it."""
+    force other tiles through it (and `epilogue_boxes`, 0 for the default rule).
+
+    Staging boxes (None: chosen here): a cooperative tile stages every box of a tile where
+    MIN_STAGES_BESIDE_STAGING stages still fit beside them, so that its epilogue never waits
+    for a store to read a box; ping-pong keeps the default (its epilogue runs under the other
+    role's MMAs, and stages pay more there). Measured on the H200 (tools/sweep_matmul.py
+    --boxes, bench/results/2026-11-29/h200-sweep-staging-boxes.txt): 128x192 with 3 boxes and
+    4 stages against 1 box and 5 stages, 1648 against 1809 us at 8192^3, 916 against 1006 at
+    4096x14336x5120; 128x256 with 4 boxes and 3 stages lost to 2 boxes and 4 stages (1715
+    against 1675, 951 against 898); ping-pong 128x128 with 4 boxes and 5 stages 30.0 against
+    29.1 us with 2 boxes and 6 stages at 2048x1024x4096."""
     tiles *= split_k
     shape = MatmulParams(tile_m=tm, tile_n=tn, compute_roles=roles, split_k=split_k,
                          output_bytes=tuple(output_bytes))
     stage_bytes = (tm + tn) * TILE_K * item_bytes
-    staging = (sum(output_bytes) * shape.compute_warp_groups * shape.staging_boxes
-               * EPILOGUE_BOX * EPILOGUE_BOX)
-    budget = dev.max_shared_memory_per_block_optin - staging - SMEM_SLACK - 1024
-    stages = min(6, budget // stage_bytes)
+
+    def stages_beside(boxes: int) -> int:
+        staging = (sum(output_bytes) * shape.compute_warp_groups * boxes
+                   * EPILOGUE_BOX * EPILOGUE_BOX)
+        budget = dev.max_shared_memory_per_block_optin - staging - SMEM_SLACK - 1024
+        return min(6, budget // stage_bytes)
+    if epilogue_boxes is None:
+        every = shape.boxes_per_tile
+        epilogue_boxes = (every if roles == 1 and every > shape.staging_boxes
+                          and stages_beside(every) >= MIN_STAGES_BESIDE_STAGING else 0)
+    shape = dataclasses.replace(shape, epilogue_boxes=epilogue_boxes)
+    stages = stages_beside(shape.staging_boxes)
     if stages < 2:
         raise SchedulerError(f"matmul: {dev.name}'s shared memory holds fewer than 2 stages of "
                              f"the {tm}x{tn} tile")
@@ -489,6 +523,9 @@ def schedule(fusion, params: MatmulParams) -> None:
         raise SchedulerError(f"matmul: the heuristic stages {params.outputs} output(s) of "
                              f"{params.output_bytes} bytes; the fusion stores "
                              f"{[f.dtype.short_name for f in finals]}")
+    if params.boxes_per_tile % params.staging_boxes:
+        raise SchedulerError(f"matmul: {params.staging_boxes} staging boxes per warp group do "
+                             f"not divide the {params.boxes_per_tile} boxes it stores per tile")
     kind = WarpSpecialized(PT.TIDy, producer_registers=params.producer_registers,
                            compute_roles=params.compute_roles)
     caches = []
