@@ -26,7 +26,8 @@ SPLITS = next((tuple(int(v) for v in a.split("=", 1)[1].split(",")) for a in sys
                if a.startswith("--split=")), (1,))
 TILES = next(([tuple(int(v) for v in w.split("x")) for w in a.split("=", 1)[1].split(",")]
               for a in sys.argv if a.startswith("--tiles=")), TILES)
-# --l2=256,128,0: the operand tensor maps' L2 promotion (runtime/tensor_map.TILE_L2_PROMOTION),
+# --l2=256,128,0: the tensor maps' L2 promotion, rows on sectors or not (runtime/tensor_map.
+# TILE_L2_PROMOTION and TILE_L2_PROMOTION_MID_SECTOR),
 # each value with fresh plans (the maps are encoded when a plan is made).
 L2 = next((tuple(int(v) for v in a.split("=", 1)[1].split(",")) for a in sys.argv
            if a.startswith("--l2=")), (None,))
@@ -74,7 +75,7 @@ def main(argv) -> int:
     from pyfuser.runtime import tensor_map
     for m, n, k, l2 in [(*s, l2) for s in shapes for l2 in L2]:
         if l2 is not None:
-            tensor_map.TILE_L2_PROMOTION = l2
+            tensor_map.TILE_L2_PROMOTION = tensor_map.TILE_L2_PROMOTION_MID_SECTOR = l2
             print(f"# operand maps' L2 promotion: {l2} bytes", flush=True)
         fd = linear_fusion()
         g = torch.Generator(device="cuda").manual_seed(0)

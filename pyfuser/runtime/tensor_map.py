@@ -389,16 +389,32 @@ def tile_layout_problems(sizes, strides, alignment: int, item_bytes: int, tile_m
                           tile_map.swizzle, tile_map.batch)
 
 
-# L2 promotion of tile maps: 256-byte sectors, as matmul kernels' operand loads use.
+# L2 promotion of tile maps: 256 bytes where every row starts on a 32-byte sector, 128 where
+# rows start mid-sector (a row pitch of 16 mod 32 bytes: K = 8 mod 16 in 16-bit elements). A
+# matmul at 3000x2056xK, tile 128x192 on the H200 (bench/results/2026-11-29/
+# h200-matmul-k-alignment-session15.txt): K = 1032 and 1048 (rows 16 mod 32 bytes) 37.4 and
+# 37.5 us with 256, 32.7 and 32.9 with 128, 33.8 and 33.0 with none; K = 1040 (rows on sectors)
+# 26.3 with 256, 26.7 with 128 (cuBLAS 26-27 us for all three).
 TILE_L2_PROMOTION = 256
+TILE_L2_PROMOTION_MID_SECTOR = 128
+SECTOR_BYTES = 32
+
+
+def tile_l2_promotion(pointer: int, outer_strides) -> int:
+    """The L2 promotion of a tile map whose rows start at `pointer` plus multiples of
+    `outer_strides` (bytes): TILE_L2_PROMOTION where every row starts on a sector, else
+    TILE_L2_PROMOTION_MID_SECTOR."""
+    on_sectors = pointer % SECTOR_BYTES == 0 and all(s % SECTOR_BYTES == 0 for s in outer_strides)
+    return TILE_L2_PROMOTION if on_sectors else TILE_L2_PROMOTION_MID_SECTOR
 
 
 def encode_tile_box(tensor, tile_map) -> bytes:
     """The tensor map of a kir.TileBoxMap over `tensor` (a torch tensor): 2D, innermost first
     (size[inner], size[outer]), the rows `stride[outer]` elements apart, boxes of (box_cols,
     box_rows) under the 128-byte swizzle, element strides 1, no interleave, 256-byte L2
-    promotion, elements outside the tensor read as zeros (and not written by stores). The rules
-    (`tile_box_problems`) are checked first, with readable reasons."""
+    promotion (128 where rows start mid-sector: tile_l2_promotion), elements outside the tensor
+    read as zeros (and not written by stores). The rules (`tile_box_problems`) are checked
+    first, with readable reasons."""
     problems = tile_box_problems(tensor, tile_map)
     if problems:
         raise TensorMapError("cannot copy tiles with a tensor map: " + "; ".join(problems))
@@ -413,6 +429,7 @@ def encode_tile_box(tensor, tile_map) -> bytes:
         batches = int(sizes[tile_map.batch])
         dims += (batches,)
         outer_strides += (strides[tile_map.batch] * item if batches > 1 else row_stride * rows,)
-    return encode_tiled(tensor.data_ptr(), tensor.dtype, dims, outer_strides,
+    pointer = tensor.data_ptr()
+    return encode_tiled(pointer, tensor.dtype, dims, outer_strides,
                         tile_map.box, element_strides=(1,) * len(dims), swizzle=tile_map.swizzle,
-                        l2_promotion=TILE_L2_PROMOTION, oob_fill="zero")
+                        l2_promotion=tile_l2_promotion(pointer, outer_strides), oob_fill="zero")

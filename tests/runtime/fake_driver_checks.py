@@ -292,6 +292,33 @@ def check_tensor_map_encoding():
     assert "16-byte aligned" in message
 
 
+def check_tile_map_l2_promotion():
+    # A tile map's L2 promotion follows where its rows start: 256 bytes on 32-byte sectors, 128
+    # mid-sector (a bf16 row of 1032 elements is 2064 bytes, 16 mod 32). A stand-in for a torch
+    # tensor (this process runs without torch).
+    from pyfuser.kir.nodes import TileBoxMap
+
+    class Rows:
+        dtype = "bfloat16"
+
+        def __init__(self, rows, cols, pointer=0x10000):
+            self.shape, self._strides, self._pointer = (rows, cols), (cols, 1), pointer
+
+        def stride(self):
+            return self._strides
+
+        def data_ptr(self):
+            return self._pointer
+
+        def element_size(self):
+            return 2
+    tile = TileBoxMap("input", 0, 1, 0, 64, 64)
+    for x, promotion in ((Rows(300, 1040), 3), (Rows(300, 1032), 2),    # L2_256B, L2_128B
+                         (Rows(300, 1040, 0x10010), 2)):                # the pointer mid-sector
+        words = list(memoryview(T.encode_tile_box(x, tile)).cast("Q"))
+        assert words[15] >> 16 & 0xFF == promotion, (x.shape, hex(words[15]))
+
+
 def check_device_bandwidth():
     gbps = _bandwidth_gbps(cu_device(0))
     assert gbps is not None and abs(gbps - 3352.3) < 1, gbps

@@ -8,6 +8,14 @@
 
 namespace pf {
 
+// Functions whose inline expansion is large (branchy slow paths: powf, sinf and cosf with their
+// argument reduction, log1pf, and every double transcendental) are compiled once and called:
+// a matmul epilogue unrolls its ops over every accumulator of a thread (128 per role in
+// ping-pong, twice), and ptxas took 125 s on such a kernel with powf inline, 57 with sinf and
+// 23 with log1pf, against 7-8 s with them called (fuzz case 20263601:1, NVRTC 13.0; tanhf,
+// erff, erfcf, expf, logf stay inline: 7-8 s). The call costs a few instructions per element.
+#define PF_OUTLINED __device__ __noinline__
+
 // --- absolute value, sign-free basics -------------------------------------------------------
 __device__ __forceinline__ float abs(float x) { return fabsf(x); }
 __device__ __forceinline__ double abs(double x) { return fabs(x); }
@@ -23,21 +31,21 @@ __device__ __forceinline__ bool isfinite(double x) { return fabs(x) < Limits<dou
 
 // --- exponentials and logarithms ------------------------------------------------------------
 __device__ __forceinline__ float exp(float x) { return expf(x); }
-__device__ __forceinline__ double exp(double x) { return ::exp(x); }
+PF_OUTLINED double exp(double x) { return ::exp(x); }
 __device__ __forceinline__ float exp2(float x) { return exp2f(x); }
-__device__ __forceinline__ double exp2(double x) { return ::exp2(x); }
+PF_OUTLINED double exp2(double x) { return ::exp2(x); }
 __device__ __forceinline__ float expm1(float x) { return expm1f(x); }
-__device__ __forceinline__ double expm1(double x) { return ::expm1(x); }
+PF_OUTLINED double expm1(double x) { return ::expm1(x); }
 __device__ __forceinline__ float log(float x) { return logf(x); }
-__device__ __forceinline__ double log(double x) { return ::log(x); }
+PF_OUTLINED double log(double x) { return ::log(x); }
 __device__ __forceinline__ float log2(float x) { return log2f(x); }
-__device__ __forceinline__ double log2(double x) { return ::log2(x); }
+PF_OUTLINED double log2(double x) { return ::log2(x); }
 __device__ __forceinline__ float log10(float x) { return log10f(x); }
-__device__ __forceinline__ double log10(double x) { return ::log10(x); }
-__device__ __forceinline__ float log1p(float x) { return log1pf(x); }
-__device__ __forceinline__ double log1p(double x) { return ::log1p(x); }
-__device__ __forceinline__ float pow(float x, float y) { return powf(x, y); }
-__device__ __forceinline__ double pow(double x, double y) { return ::pow(x, y); }
+PF_OUTLINED double log10(double x) { return ::log10(x); }
+PF_OUTLINED float log1p(float x) { return log1pf(x); }
+PF_OUTLINED double log1p(double x) { return ::log1p(x); }
+PF_OUTLINED float pow(float x, float y) { return powf(x, y); }
+PF_OUTLINED double pow(double x, double y) { return ::pow(x, y); }
 // Integer pow as torch computes it for integer tensors: exact, by repeated squaring, wrapping
 // around like the integer multiply (done unsigned, where wrapping is defined); a negative
 // exponent gives 1 / x truncated: 1 for x = 1, +-1 for x = -1 (by the exponent's parity), else
@@ -75,16 +83,16 @@ __device__ __forceinline__ float reciprocal(float x) { return 1.0f / x; }
 __device__ __forceinline__ double reciprocal(double x) { return 1.0 / x; }
 
 // --- trigonometric / hyperbolic -------------------------------------------------------------
-__device__ __forceinline__ float sin(float x) { return sinf(x); }
-__device__ __forceinline__ double sin(double x) { return ::sin(x); }
-__device__ __forceinline__ float cos(float x) { return cosf(x); }
-__device__ __forceinline__ double cos(double x) { return ::cos(x); }
+PF_OUTLINED float sin(float x) { return sinf(x); }
+PF_OUTLINED double sin(double x) { return ::sin(x); }
+PF_OUTLINED float cos(float x) { return cosf(x); }
+PF_OUTLINED double cos(double x) { return ::cos(x); }
 __device__ __forceinline__ float tanh(float x) { return tanhf(x); }
-__device__ __forceinline__ double tanh(double x) { return ::tanh(x); }
+PF_OUTLINED double tanh(double x) { return ::tanh(x); }
 __device__ __forceinline__ float erf(float x) { return erff(x); }
-__device__ __forceinline__ double erf(double x) { return ::erf(x); }
+PF_OUTLINED double erf(double x) { return ::erf(x); }
 __device__ __forceinline__ float erfc(float x) { return erfcf(x); }
-__device__ __forceinline__ double erfc(double x) { return ::erfc(x); }
+PF_OUTLINED double erfc(double x) { return ::erfc(x); }
 
 // --- rounding -------------------------------------------------------------------------------
 __device__ __forceinline__ float floor(float x) { return floorf(x); }
@@ -346,5 +354,7 @@ __device__ __forceinline__ void philox_normal_vec(T* out, long long index0, long
     out[2 * q + 1] = cast<T>(normal_from_words(b.w[2], b.w[3], mean, std));
   });
 }
+
+#undef PF_OUTLINED
 
 }  // namespace pf
