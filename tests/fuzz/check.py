@@ -130,8 +130,8 @@ class CaseResult:
     run: str = ""              # repr(fd.last_run)
     traceback: str = ""
     # Kernels compiled with NVRTC (module docstring, "Compiling"): {"kernels": n, "seconds":
-    # NVRTC time, "spills": [ptxas summary of each kernel that spills]}; empty when nothing
-    # was compiled.
+    # NVRTC time, "spills": [ptxas summary of each kernel that spills], "slow": [each kernel
+    # over SLOW_COMPILE_SECONDS]}; empty when nothing was compiled.
     compiled: dict = dataclasses.field(default_factory=dict)
 
     def to_dict(self) -> dict:
@@ -445,13 +445,18 @@ def execute_options(spec: dict, backend: str) -> dict:
     return out
 
 
+# A kernel whose NVRTC compile takes longer is listed in the summary (a user's first call waits
+# for it; ptxas took 125 s on a ping-pong epilogue with powf inline, fuzz case 20263601:1).
+SLOW_COMPILE_SECONDS = 20.0
+
+
 def compile_kernels(fd) -> tuple[dict, str]:
     """Compile with NVRTC every kernel the last execute() ran that is not compiled yet (module
     docstring, "Compiling"). Returns (CaseResult.compiled, the first CompileError as "Type:
     message", or "")."""
     from pyfuser.runtime.fusion_kernel import compile_kernel
     from pyfuser.runtime.nvrtc import CompileError
-    info = {"kernels": 0, "seconds": 0.0, "spills": []}
+    info = {"kernels": 0, "seconds": 0.0, "spills": [], "slow": []}
     error = ""
     for fk in fd.kernels(last_run=True):
         if fk.module is None:
@@ -462,7 +467,10 @@ def compile_kernels(fd) -> tuple[dict, str]:
                 error = error or f"CompileError: {e}"
                 continue
             finally:
-                info["seconds"] = round(info["seconds"] + time.perf_counter() - t, 3)
+                seconds = time.perf_counter() - t
+                info["seconds"] = round(info["seconds"] + seconds, 3)
+                if seconds > SLOW_COMPILE_SECONDS:
+                    info["slow"].append(f"{fk.name}: {seconds:.0f} s of NVRTC")
         info["kernels"] += 1
         if fk.module.ptxas.has_spills:
             info["spills"].append(fk.module.ptxas.summary())

@@ -306,7 +306,7 @@ def sanitize(args, results: list[dict]) -> list[dict]:
 
 # Reports -------------------------------------------------------------------------------------
 def summarize(args, results: list[dict], seconds: float, sanitizer=None) -> str:
-    from fuzz.check import CATEGORIES, FAILURES
+    from fuzz.check import CATEGORIES, FAILURES, SLOW_COMPILE_SECONDS
     cats = collections.Counter(r["category"] for r in results)
     lines = [f"pyfuser fuzz: backend {args.backend}, seed {args.seed}, {len(results)} cases "
              f"({args.start}..{args.start + len(results) - 1}), max_elements "
@@ -336,6 +336,10 @@ def summarize(args, results: list[dict], seconds: float, sanitizer=None) -> str:
                      f"({nvrtc_s:.0f} s of NVRTC); ptxas spills in {len(spilled)} kernels"
                      + "".join(f"\n  {cid}: {s}" for cid, s in spilled[:12])
                      + ("\n  ..." if len(spilled) > 12 else ""))
+        slow = [(r["id"], s) for r in compiled for s in r["compiled"].get("slow", ())]
+        if slow:
+            lines.append(f"NVRTC over {SLOW_COMPILE_SECONDS:.0f} s: {len(slow)} kernels"
+                         + "".join(f"\n  {cid}: {s}" for cid, s in slow[:12]))
     fallbacks = collections.Counter(r["signature"] for r in results
                                     if r["category"] == "reference_fallback")
     if fallbacks:

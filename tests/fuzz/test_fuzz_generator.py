@@ -381,3 +381,29 @@ def test_an_exact_source_stays_within_the_budget():
     It is a full of size-1 dims then, which broadcasts as well."""
     spec = gen.generate(20261407, 767)
     assert spec["pattern"] == "pointwise"
+
+
+def test_a_slow_compile_is_listed_in_the_summary(monkeypatch):
+    """compile_kernels lists a kernel whose NVRTC compile outlasts SLOW_COMPILE_SECONDS, and the
+    summary names it (case 20263601:1 took 125 s and showed only as a GPU timeout)."""
+    import argparse
+    import types
+
+    from fuzz import run_fuzz
+    from pyfuser.runtime import fusion_kernel
+
+    def compiled(fk):
+        fk.module = types.SimpleNamespace(ptxas=types.SimpleNamespace(has_spills=False))
+    kernels = [types.SimpleNamespace(name="fast_0", module=None),
+               types.SimpleNamespace(name="slow_1", module=None)]
+    fd = types.SimpleNamespace(kernels=lambda last_run: kernels)
+    clock = iter([0.0, 1.0, 10.0, 10.0 + check.SLOW_COMPILE_SECONDS + 5.0])
+    monkeypatch.setattr(check.time, "perf_counter", lambda: next(clock))
+    monkeypatch.setattr(fusion_kernel, "compile_kernel", compiled)
+    info, error = check.compile_kernels(fd)
+    assert not error and info["kernels"] == 2
+    assert info["slow"] == [f"slow_1: {check.SLOW_COMPILE_SECONDS + 5:.0f} s of NVRTC"]
+    result = dict(check.CaseResult("7:3", "matmul", "right").to_dict(), compiled=info)
+    args = argparse.Namespace(backend="interpret", seed=7, start=3, max_elements=64)
+    text = run_fuzz.summarize(args, [result], 1.0)
+    assert "NVRTC over 20 s: 1 kernels\n  7:3: slow_1: 25 s of NVRTC" in text, text
