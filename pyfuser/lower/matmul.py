@@ -191,9 +191,10 @@ def build_matmul(kernel: K.Kernel) -> K.Kernel:
     wgs = p.warp_groups_per_role
     slices = tm // WARP_GROUP_ROWS // wgs
     a_s, b_s = shared(mma.a, tm * TILE_K), shared(mma.b, tn * TILE_K)
-    # Two staging boxes per warp group, alternating, when a warp group stores an even number of
-    # 64x64 boxes per tile (box j of every tile is box j % 2); one box otherwise. With several
-    # compute roles, pipeline_loads gives each role its own copy.
+    # p.staging_boxes per warp group, used in turn (box j of every tile is box j % boxes: the
+    # count divides the boxes a warp group stores per tile), each written again once the TMA
+    # store of its last use has read it. With several compute roles, pipeline_loads gives each
+    # role its own copy.
     chunks = tn // BOX
     boxes = p.staging_boxes
     # The staging boxes hold the stored output's type (bf16 out of fp16 operands: a cast in
