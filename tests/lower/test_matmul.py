@@ -387,8 +387,9 @@ def test_interpreted_staging_boxes(mnk, tile, roles, boxes, grid):
     _interpret(*mnk, p)
 
 
-def test_staging_boxes_must_divide_a_tiles_boxes():
-    p = matmul.MatmulParams(tile_m=128, tile_n=192, stages=2, grid=2, epilogue_boxes=2)
+@pytest.mark.parametrize("boxes", [2, -3])
+def test_staging_boxes_must_divide_a_tiles_boxes(boxes):
+    p = matmul.MatmulParams(tile_m=128, tile_n=192, stages=2, grid=2, epilogue_boxes=boxes)
     with pytest.raises(SchedulerError, match="do not divide the 3 boxes"):
         _interpret(130, 400, 136, p)
 

@@ -526,7 +526,7 @@ def schedule(fusion, params: MatmulParams) -> None:
         raise SchedulerError(f"matmul: the heuristic stages {params.outputs} output(s) of "
                              f"{params.output_bytes} bytes; the fusion stores "
                              f"{[f.dtype.short_name for f in finals]}")
-    if params.boxes_per_tile % params.staging_boxes:
+    if params.staging_boxes < 1 or params.boxes_per_tile % params.staging_boxes:
         raise SchedulerError(f"matmul: {params.staging_boxes} staging boxes per warp group do "
                              f"not divide the {params.boxes_per_tile} boxes it stores per tile")
     kind = WarpSpecialized(PT.TIDy, producer_registers=params.producer_registers,
