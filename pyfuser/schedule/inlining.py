@@ -182,6 +182,22 @@ def _materialized_broadcast(owner_loops: set):
     return None
 
 
+def _mixed_parallel_types(owner_loops: set):
+    """(a, b, a's parallel type, b's) of two owners' loops that lowering would have to merge
+    but cannot, being of different parallel types (context._merge_nests), or None. A serial
+    loop over a broadcast runs once and merges with any. An index tensor of one element, read
+    by a gather and by an add broadcast over the gather's columns, had its cache inlined into
+    the gather's vectorized loop and the add's serial one (fuzz 20264000:2900)."""
+    typed = [(o, o.domain.loop[d].parallel_type) for o, d in sorted(
+        owner_loops, key=lambda od: (od[0].name, od[1]))
+        if not (o.domain.loop[d].parallel_type == ParallelType.Serial
+                and o.domain.loop[d].is_broadcast)]
+    for (a, pa), (b, pb) in zip(typed, typed[1:]):
+        if pa != pb:
+            return a, b, pa.short, pb.short
+    return None
+
+
 def _dependent_owners(fusion, owners: set, loop_id, graph: IdGraph):
     """A pair (a, b) of the owners where b needs a's result through a tensor computed outside
     the merged loop (the loop of `loop_id`), or None. Outside: in a loop of its own (neither
@@ -306,6 +322,11 @@ def max_inline_position(tv: TensorView, graph: IdGraph | None = None) -> tuple[i
                 return k, (f"axis {k} would merge the own loops of T{pair[0].name} and "
                            f"T{pair[1].name}, and T{pair[1].name} needs T{pair[0].name}'s "
                            "result")
+            pair = _mixed_parallel_types(merged)
+            if pair is not None:
+                return k, (f"axis {k} would merge T{pair[0].name}'s {pair[2]} loop with "
+                           f"T{pair[1].name}'s {pair[3]} loop: lowering merges loops of one "
+                           "parallel type")
             pair = _materialized_broadcast(owner_loops)
             if pair is not None:
                 return k, (f"axis {k} would merge an own broadcast loop of T{pair[0].name} "

@@ -315,3 +315,17 @@ def test_a_reader_of_a_full_reduction_stays_out_of_the_loops_it_reduces():
         warnings.simplefilter("error")
         run_and_check(fd, [x, y], scheduler="reduction", options={"enable": ["interpret"]})
     assert not fd.last_run.internal_error
+
+
+def test_an_index_of_one_element_read_by_its_gather_and_by_a_broadcast_stays_one_kernel():
+    """Fuzz case 20264000:2900, shrunk: index_select(x, i, 0) + i with i of one element. i's
+    cache was inlined into the gather's vectorized loop and into the add's serial one, which
+    lowering cannot merge (LoweringError, the segment ran the reference evaluator); inlining
+    now stops where the owners' loops differ in parallel type."""
+    x = torch.randint(-3, 13, (64, 48))
+    i = torch.tensor([5])
+    with FusionDefinition() as fd:
+        tx = fd.define_tensor(shape=[-1, -1], contiguity=[True, True], dtype=DataType.Int)
+        ti = fd.from_pytorch(i)
+        fd.add_output(fd.ops.add(fd.ops.index_select(tx, ti, 0), ti))
+    run_and_check(fd, [x, i], scheduler="pointwise", options={"enable": ["interpret"]})
