@@ -18,6 +18,7 @@ from ..kir.nodes import TENSOR_MAP_SMEM_ALIGN
 from ..schedule.tma_rules import (
     GLOBAL_ALIGN,
     MAX_GLOBAL_STRIDE,
+    SECTOR_BYTES,
     check_row_box,
     check_tile_box,
     merged_rows,
@@ -397,7 +398,6 @@ def tile_layout_problems(sizes, strides, alignment: int, item_bytes: int, tile_m
 # 26.3 with 256, 26.7 with 128 (cuBLAS 26-27 us for all three).
 TILE_L2_PROMOTION = 256
 TILE_L2_PROMOTION_MID_SECTOR = 128
-SECTOR_BYTES = 32
 
 
 def tile_l2_promotion(pointer: int, outer_strides) -> int:

@@ -183,7 +183,7 @@ def _materialized_broadcast(owner_loops: set):
 
 
 def _mixed_parallel_types(owner_loops: set):
-    """(a, b, a's parallel type, b's) of two owners' loops that lowering would have to merge
+    """((a, a's parallel type), (b, b's)) of two owners' loops that lowering would have to merge
     but cannot, being of different parallel types (context._merge_nests), or None. A serial
     loop over a broadcast runs once and merges with any. An index tensor of one element, read
     by a gather and by an add broadcast over the gather's columns, had its cache inlined into
@@ -194,7 +194,7 @@ def _mixed_parallel_types(owner_loops: set):
                 and o.domain.loop[d].is_broadcast)]
     for (a, pa), (b, pb) in zip(typed, typed[1:]):
         if pa != pb:
-            return a, b, pa.short, pb.short
+            return (a, pa), (b, pb)
     return None
 
 
@@ -322,10 +322,11 @@ def max_inline_position(tv: TensorView, graph: IdGraph | None = None) -> tuple[i
                 return k, (f"axis {k} would merge the own loops of T{pair[0].name} and "
                            f"T{pair[1].name}, and T{pair[1].name} needs T{pair[0].name}'s "
                            "result")
-            pair = _mixed_parallel_types(merged)
-            if pair is not None:
-                return k, (f"axis {k} would merge T{pair[0].name}'s {pair[2]} loop with "
-                           f"T{pair[1].name}'s {pair[3]} loop: lowering merges loops of one "
+            mixed = _mixed_parallel_types(merged)
+            if mixed is not None:
+                (a, pa), (b, pb) = mixed
+                return k, (f"axis {k} would merge T{a.name}'s {pa.short} loop with "
+                           f"T{b.name}'s {pb.short} loop: lowering merges loops of one "
                            "parallel type")
             pair = _materialized_broadcast(owner_loops)
             if pair is not None:

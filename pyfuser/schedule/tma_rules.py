@@ -9,6 +9,8 @@ loads when one fails, and the executor can check a reused kernel's inputs before
 from __future__ import annotations
 
 
+SECTOR_BYTES = 32       # DRAM and L2 move 32-byte sectors (tile maps' L2 promotion, schedulers)
+
 # Shared with the tensor-map rules of runtime/tensor_map.py.
 GLOBAL_ALIGN = 16               # bytes: global addresses and strides of TMA copies
 MAX_GLOBAL_STRIDE = 2**40       # bytes

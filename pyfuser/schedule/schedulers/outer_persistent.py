@@ -50,6 +50,7 @@ from .base import (RuntimeInfo, SchedulerError, cache_inputs_and_outputs, orient
                    reduction_tensors, reference_reduction, vector_inputs, vector_width,
                    vectorize_along)
 from ..recompute import recompute_for
+from ..tma_rules import SECTOR_BYTES
 from .inner_persistent import (MAX_ELEMENTS_PER_THREAD, _persistent_uses, _project_to_inputs,
                                row_element_bytes, same_row_dims)
 from .reduction import (_pow2_floor, broadcast_back, is_over_reduced_tensor_dims,
@@ -70,7 +71,6 @@ MIN_ROW_BYTES = 64
 # The most threads along the rows a block should fold a column's values over (see
 # compute_heuristics).
 MAX_FOLD_ROWS = 128
-SECTOR_BYTES = 32       # DRAM and L2 move 32-byte sectors
 
 
 @dataclasses.dataclass(frozen=True)
