@@ -2,7 +2,8 @@
 `ncu --kernel-name regex:softmax --launch-skip 3 --launch-count 1 python tools/profile_case.py
 softmax 16384x1024`. Extra arguments are PYFUSER_ENABLE features for the call. A bench case of
 the issue scripts is named MODULE:CASE with its shape as `-` (its own): `bench_issue18:dropout -`
-runs tools/bench_issue18.py's dropout(device)."""
+runs tools/bench_issue18.py's dropout(device). PROFILE_DTYPE=fp16 picks a catalogue fusion's dtype
+(bf16 by default)."""
 import os
 import sys
 
@@ -18,8 +19,9 @@ if ":" in name:
     fd, inputs, _, _ = getattr(importlib.import_module(module), case)("cuda")
 else:
     M, N = (int(x) for x in shape.split("x"))
-    fd = catalogue.define(name)
-    inputs = catalogue.make_inputs(name, M, N, device="cuda")
+    dtype = os.environ.get("PROFILE_DTYPE", "bf16")
+    fd = catalogue.define(name, dtype)
+    inputs = catalogue.make_inputs(name, M, N, dtype, device="cuda")
 for _ in range(5):
     fd.execute(inputs, options={"enable": features} if features else None)
 torch.cuda.synchronize()

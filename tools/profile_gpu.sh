@@ -2,6 +2,7 @@
 # One catalogue fusion under Nsight Compute, with its CUDA, ptxas report and SASS, in one device
 # call. Usage on the device: bash tools/profile_gpu.sh NAME MxN [REGEX]; files in $OUT/prof-NAME.
 # A bench case: bash tools/profile_gpu.sh bench_issue18:dropout - pointwise
+# NCU_EXTRA="--section SourceCounters" adds sections; PROFILE_DTYPE=fp16 the catalogue dtype.
 set -u
 OUT=${OUT:-/tmp/out}
 name=$1 shape=$2 regex=${3:-$1}
@@ -15,6 +16,6 @@ for f in "$dir"/cubin/*.cubin; do
 done
 timeout 240 ncu --kernel-name "regex:$regex" --launch-skip 3 --launch-count 1 \
   --section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy --section LaunchStats \
-  --section SchedulerStats --section WarpStateStats --section InstructionStats \
+  --section SchedulerStats --section WarpStateStats --section InstructionStats ${NCU_EXTRA:-} \
   python3 tools/profile_case.py "$name" "$shape" > "$dir/ncu.txt" 2>&1
 grep -E "Duration|DRAM Throughput|Memory Throughput|Achieved Occupancy|Registers Per|Warp Cycles Per Issued|Issue Slots Busy|Executed Ipc A" "$dir/ncu.txt" | head -20

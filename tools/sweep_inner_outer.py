@@ -9,6 +9,11 @@ run. The variant thresholds in schedule/schedulers/inner_outer_persistent.py com
 tables (bench/results/).
 
     python tools/sweep_inner_outer.py [op ...] [--shapes 16384x1024,16384x4096] [--kinds ...]
+        [--dtype fp16]
+
+The `threads` kind (register rows) varies the elements per thread (and so the threads per
+row), the resident blocks per SM given to ptxas as launch bounds, and the phase-2 column tile:
+the knobs of rows whose length admits no vectors (odd N).
 """
 from __future__ import annotations
 
@@ -30,7 +35,32 @@ def default_params(fd, inputs, device_props):
     return io.compute_heuristics(clone, info)
 
 
+def thread_variants(p, N, sms):
+    """Register-row variants: elements per thread, blocks per SM, where the column partials
+    live, and phase-2 tiles."""
+    for cols in (4, 8):
+        yield f"registers col_vector {cols}", dataclasses.replace(
+            p, stages=0, prefetch=0, tma_inputs=(), col_vector=cols)
+    for batch in (8, 11, 16):
+        bdimx = -(-N // (batch * p.vector))
+        threads = -(-bdimx // 32) * 32
+        for per_sm in (1, 2):
+            if threads * per_sm > 2048:
+                continue
+            grid = sms * per_sm
+            for shared in (False, True):
+                where = "shared memory" if shared else "registers"
+                yield (f"registers P{batch} x {bdimx} threads, {per_sm} block(s)/SM, column "
+                       f"partials in {where}",
+                       dataclasses.replace(p, stages=0, prefetch=0, tma_inputs=(),
+                                           persistent_batch=batch, bdimx=bdimx, grid=grid,
+                                           blocks_per_sm=per_sm, partials_in_shared=shared,
+                                           col_vector=io.phase2_columns(N, grid, bdimx)))
+
+
 def variants(p, N, sms, kinds):
+    if "threads" in kinds:
+        yield from thread_variants(p, N, sms)
     """(label, params) to time. `p` is the heuristic's multi-wave or warp-specialized choice."""
     rows = (0, 1)           # x and dy of rmsnorm_bwd / layernorm_bwd
     stage = 2 * N * 2       # one row of each, bf16
@@ -64,7 +94,10 @@ def main(argv=None) -> int:
     ap.add_argument("--shapes", default="16384x1024,16384x4096,16384x16384")
     ap.add_argument("--kinds", default="registers,tma,ws",
                     help="variants to time: registers (multi-wave, register rows), tma "
-                         "(multi-wave, rows through a TMA circular buffer), ws (warp-specialized)")
+                         "(multi-wave, rows through a TMA circular buffer), ws (warp-specialized), "
+                         "threads (register rows: elements per thread, blocks per SM, phase-2 "
+                         "tiles)")
+    ap.add_argument("--dtype", default="bf16", choices=("bf16", "fp16"))
     ap.add_argument("--defaults-only", action="store_true",
                     help="time each kind as its heuristic chooses it, without the knob sweep")
     args = ap.parse_args(argv)
@@ -75,9 +108,9 @@ def main(argv=None) -> int:
     for op in args.ops:
         for shape in args.shapes.split(","):
             M, N = (int(x) for x in shape.split("x"))
-            fd = catalogue.define(op, "bf16")
+            fd = catalogue.define(op, args.dtype)
             nbytes = catalogue.get(op).min_bytes(M, N, 2)
-            sets = _input_sets(op, M, N, "bf16", nbytes)
+            sets = _input_sets(op, M, N, args.dtype, nbytes)
             todo = []
             for kind, over in (("multi-wave", {"disable": ["ws_normalization"]}),
                                ("warp-specialized", {"enable": ["ws_normalization"]})):

@@ -502,6 +502,10 @@ class CudaPrinter:
         thread dims `dims` (the device library's, in its shared-memory workspace of type t, from
         element `offset`: a compute role's own copy)."""
         ws = f"pf_red_ws_{t.replace(' ', '_')}"
+        bx, by, bz = (b if isinstance(b, int) else b.value for b in self.k.launch.block)
+        if not sync and by == bz == 1 and bx is not None and bx > 32 and bx % 32:
+            # One row of whole warps and a partial one: reduce.cuh's two-barrier path.
+            sync = f", pf::OneRowBarrier<{bx}>()"
         if offset:
             ws = f"({ws} + {offset})"
         self.ws_types.add(t)

@@ -17,7 +17,9 @@ def block_allreduce_x_smem_elems(n: int, dx: int, rows: int) -> int:
     """
     if dx % 32 == 0:
         return 0 if dx == 32 else n * (dx // 32) * rows
-    return 0 if 32 % dx == 0 else dx * rows
+    if 32 % dx == 0:
+        return 0
+    return n * dx + n if rows == 1 and dx > 32 else dx * rows
 
 
 def block_allreduce_y_smem_elems(n: int, dx: int, rows: int) -> int:

@@ -684,6 +684,8 @@ X_SHAPES = [
     (96, 3, 2),
     # fallbacks: segmented shuffles (Dx | 32) and the shared-memory tree (anything else)
     (8, 4, 1), (16, 8, 2), (1, 32, 1), (4, 3, 1), (100, 2, 1), (17, 3, 2), (48, 2, 1), (24, 5, 1),
+    # one row of whole warps and a partial one, as a plain CtaBarrier: the tree too
+    (321, 1, 1), (33, 1, 1),
 ]
 Y_SHAPES = [(32, 8, 1), (16, 16, 2), (128, 4, 1), (7, 5, 3), (1, 64, 1), (256, 4, 1), (96, 1, 2),
             # columns over 8 rows (kSerialFoldRows) fold as a tree: powers of two and not
@@ -942,3 +944,53 @@ def test_grid_sync_cooperative(use_ex):
         torch.testing.assert_close(out, ref[:, None].expand_as(out), rtol=0, atol=0)
         # self-resetting: 2 * rounds flips of the top bit, low bits back to zero
         assert counter.item() == 0
+
+
+# A block of one row of whole warps and a partial one, given as pf::OneRowBarrier<Dx> (as the
+# code generator does for such static blocks): shared memory, the full warps fold, thread 0
+# leaves the result for the partial warp. Sum of a group of two and a max, every thread.
+ONE_ROW_DX = (33, 100, 321, 1000)
+ONE_ROW_SRC = r"""
+template <unsigned Dx>
+__device__ void pf_one_row(const float* in, float* out) {
+  extern __shared__ __align__(16) float pf_smem_f[];
+  const unsigned i = blockIdx.x * Dx + threadIdx.x;
+  const float v = in[i];
+  float g[2] = {v, -2.0f * v};
+  pf::block_allreduce_x_group<2>(g, pf_smem_f, pf::OpSum(), pf::OneRowBarrier<Dx>());
+  const float m = pf::block_allreduce_x(v, pf_smem_f, pf::OpMax(), pf::OneRowBarrier<Dx>());
+  out[3 * i] = g[0];
+  out[3 * i + 1] = g[1];
+  out[3 * i + 2] = m;
+}
+""" + "".join(
+    f'extern "C" __global__ void pf_one_row_{dx}(const float* in, float* out) '
+    f"{{ pf_one_row<{dx}>(in, out); }}\n" for dx in ONE_ROW_DX)
+
+
+@pytest.mark.gpu
+@requires_hopper
+@pytest.mark.parametrize("dx", ONE_ROW_DX)
+def test_block_allreduce_x_one_row_of_a_partial_warp(dx):
+    blocks = 5
+    torch.manual_seed(dx)
+    x = torch.randn(blocks, dx, device="cuda")
+    out = torch.full((blocks, dx, 3), 12345.0, device="cuda")
+    smem = max(block_allreduce_x_smem_elems(2, dx, 1), block_allreduce_x_smem_elems(1, dx, 1))
+    assert smem == 2 * dx + 2
+    launch(get_kernel(ONE_ROW_SRC, f"pf_one_row_{dx}"), (blocks,), (dx, 1, 1),
+           [ptr(x), ptr(out)], smem=smem * 4)
+    finish()
+    s = x.double().sum(1, keepdim=True)
+    torch.testing.assert_close(out[..., 0].double(), s.expand(blocks, dx), rtol=1e-5, atol=1e-4)
+    torch.testing.assert_close(out[..., 1].double(), (-2 * s).expand(blocks, dx), rtol=1e-5,
+                               atol=1e-4)
+    assert torch.equal(out[..., 2], x.amax(1, keepdim=True).expand(blocks, dx))
+    # The same bits in every thread of a block (full warps and the partial one).
+    assert (out[..., 0] == out[:, :1, 0]).all() and (out[..., 1] == out[:, :1, 1]).all()
+
+
+def test_one_row_kernels_compile():
+    _, log = compile_cubin(ONE_ROW_SRC)
+    assert "spill" not in log or not re.findall(r"[1-9]\d* bytes spill", log), log
+    assert "warning" not in log.lower(), log

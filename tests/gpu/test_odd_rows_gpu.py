@@ -25,4 +25,5 @@ def test_odd_rows(name, dtype, M, N, vector):
     (params,) = fd.last_run.heuristics
     assert params.vector == vector, params
     if catalogue.get(name).kind == "inner_outer_persistent":
-        assert params.col_vector == io.phase2_columns(N, params.grid, params.bdimx), params
+        assert params.col_vector == io.phase2_columns(N, params.grid, params.bdimx,
+                                                      bounded=params.blocks_per_sm > 0), params

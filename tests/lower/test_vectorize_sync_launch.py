@@ -259,7 +259,7 @@ def _row_sum(bdimx, bdimy, grid_split=1):
     return fd, f, mapping
 
 
-@pytest.mark.parametrize("bdimx,bdimy", [(32, 4), (64, 2), (128, 1), (16, 8), (48, 2)])
+@pytest.mark.parametrize("bdimx,bdimy", [(32, 4), (64, 2), (128, 1), (16, 8), (48, 2), (100, 1)])
 def test_block_reduction_workspace_follows_the_device_library(bdimx, bdimy):
     fd, f, mapping = _row_sum(bdimx, bdimy)
     k = lower_upto(f)
@@ -267,9 +267,10 @@ def test_block_reduction_workspace_follows_the_device_library(bdimx, bdimy):
     expected = max(1, block_allreduce_x_smem_elems(1, bdimx, bdimy))
     assert k.reduction_workspace == expected
     # The formula itself: Dx multiple of 32 -> (Dx/32)*rows, 0 for one warp; power-of-two
-    # divisors of 32 -> shuffles only; anything else -> a Dx*rows tree.
+    # divisors of 32 -> shuffles only; one row of more than 32 threads -> its Dx values and the
+    # result; anything else -> a Dx*rows tree.
     assert block_allreduce_x_smem_elems(1, bdimx, bdimy) == {
-        32: 0, 64: 2 * bdimy, 128: 4 * bdimy, 16: 0, 48: 48 * bdimy}[bdimx]
+        32: 0, 64: 2 * bdimy, 128: 4 * bdimy, 16: 0, 48: 48 * bdimy, 100: 101}[bdimx]
     x = torch.randn(5, 3 * bdimx + 1)
     (o,), _ = interpret(k, clone_bindings(fd, mapping, [x]), [x])
     torch.testing.assert_close(o, x.sum(1))

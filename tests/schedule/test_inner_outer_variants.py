@@ -192,6 +192,9 @@ def test_phase2_tiles_spread_over_the_blocks():
     assert io.phase2_columns(1027, 264) == 2
     assert io.phase2_columns(1027, 264, whole_tiles=True) == 1
     assert io.phase2_columns(1026, 8) == 2 and io.phase2_columns(1028, 8) == 4
+    # Wider partial tiles where ptxas is bounded by the blocks per SM.
+    assert io.phase2_columns(1026, 8, bounded=True) == 8
+    assert io.phase2_columns(1026, 8, whole_tiles=True, bounded=True) == 2
 
 
 @pytest.mark.parametrize("M", [1, 3, 100])

@@ -36,16 +36,44 @@ def test_vector_width_follows_the_alignment_every_row_start_has(name, N, vector)
 
 
 @pytest.mark.parametrize("name", ["rmsnorm_bwd", "layernorm_bwd"])
-@pytest.mark.parametrize("N,tile", [(5121, 2), (4097, 2), (1001, 2), (2049, 2)])
-def test_phase2_tiles_of_odd_rows_are_wide(name, N, tile):
-    # 264 blocks: tiles of 2 columns, the last one predicated (one column per tile before);
-    # wider tiles only where they divide the row.
+@pytest.mark.parametrize("N", [5121, 4097, 1001, 2049])
+def test_phase2_tiles_of_odd_rows_are_wide(name, N):
+    # Tiles of 2 columns, the last one predicated (one column per tile before); wider tiles
+    # where they divide the row, or where ptxas is bounded by the blocks per SM (layernorm
+    # backward fp16 at 5121: tiles of 8, 641 grid-stride steps instead of 2561).
     p = _params(name, 4096, N, "fp16")
-    assert (p.vector, p.grid, p.col_vector) == (1, 264, tile)
-    assert io.phase2_columns(N, 264) == tile
-    assert io.phase2_columns(N, 264, whole_tiles=True) == 1
-    assert io.phase2_columns(5122, 264) == 2 and io.phase2_columns(4104, 264) == 8
+    assert p.vector == 1 and p.grid == 264
+    bounded = p.blocks_per_sm > 0
+    tile = 8 if bounded else 2
+    while -(-N // tile) < p.grid:
+        tile //= 2
+    assert p.col_vector == tile == io.phase2_columns(N, p.grid, p.bdimx, bounded=bounded)
+    assert bounded == (name == "layernorm_bwd" and N == 5121)
+    assert io.phase2_columns(N, 264, whole_tiles=True, bounded=True) == 1
+    assert io.phase2_columns(5122, 264) == 2 and io.phase2_columns(5122, 264, bounded=True) == 8
     assert io.phase2_columns(2670, 8) == 2 and io.phase2_columns(4100, 264) == 4
+
+
+@pytest.mark.parametrize("name,dtype,N,shared", [("layernorm_bwd", "fp16", 5121, True),
+                                                  ("layernorm_bwd", "fp32", 4097, False),
+                                                  ("rmsnorm_bwd", "fp16", 5121, False),
+                                                  ("rmsnorm_bwd", "fp16", 4097, False)])
+def test_odd_rows_take_two_blocks_per_sm(name, dtype, N, shared):
+    # Without vectors each 16-bit element of x and dy takes a register of its own: layernorm
+    # backward fp16 at N = 5121 holds one block per SM with its column partials in registers
+    # (128 registers, 321 threads). Its partials move to shared memory so that two blocks fit,
+    # and ptxas is told so (launch bounds); rmsnorm's rows fit two blocks as they are (ptxas
+    # chooses its registers, the grid plans two), and fp32 rows are not moved (not measured).
+    p = _params(name, 4096, N, dtype)
+    assert (p.partials_in_shared, p.blocks_per_sm, p.grid) == (shared, 2 if shared else 0, 264)
+    if shared:
+        # The fewest elements per thread the block's whole warps hold (15 x 342, not 16 x 321).
+        assert p.bdimx * p.persistent_batch >= N
+        assert -(-p.bdimx // 32) * 32 * (p.persistent_batch - 1) < N
+    fd = catalogue.define(name, dtype)
+    from kir_testing import schedule_and_lower
+    _, _, _, kernel = schedule_and_lower(fd, empty_inputs(name, 4096, N, dtype))
+    assert kernel.launch.min_blocks == (2 if shared else None)
 
 
 @pytest.mark.parametrize("name,dtype,M,N,vector", [("layernorm_bwd", "fp16", 4096, 5121, 1),
@@ -83,7 +111,8 @@ def test_odd_rows_on_the_interpreter(name, scheduler, N):
     params = fd.last_run.heuristics[0]
     assert params.vector == 1 and params.vector_inputs == ()
     if scheduler == "inner_outer_persistent":
-        assert params.col_vector == io.phase2_columns(N, params.grid, params.bdimx)
+        assert params.col_vector == io.phase2_columns(N, params.grid, params.bdimx,
+                                                      bounded=params.blocks_per_sm > 0)
 
 
 @pytest.mark.parametrize("N", [5121, 5122])

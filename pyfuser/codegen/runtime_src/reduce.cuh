@@ -83,6 +83,30 @@ struct CtaBarrier {
   __device__ __forceinline__ unsigned row() const { return linear_row_idx(); }
 };
 
+// The whole block is one row of Dx threads, Dx > 32 and not a multiple of 32 (321 threads for a
+// row of 5121 elements): the code generator passes it for such static blocks, and the block
+// all-reduce then takes its one-row path (below), chosen at compile time. Only these kernels
+// carry that path: an unused path costs registers all the same (with it compiled into every
+// kernel, layernorm forward [16384, 4096], two blocks per SM at 128 registers, spilled 120 B).
+template <unsigned Dx>
+struct OneRowBarrier : CtaBarrier {
+  static_assert(Dx > 32 && Dx % 32 != 0, "pf::OneRowBarrier: a row of whole warps and a partial one");
+  static constexpr unsigned kDx = Dx;
+  __device__ __forceinline__ unsigned num_rows() const { return 1; }
+  __device__ __forceinline__ unsigned row() const { return 0; }
+};
+
+namespace detail {
+template <typename Sync>
+struct IsOneRow {
+  static constexpr bool value = false;
+};
+template <unsigned Dx>
+struct IsOneRow<OneRowBarrier<Dx>> {
+  static constexpr bool value = true;
+};
+}  // namespace detail
+
 struct NamedBarrier {
   unsigned id;
   unsigned num_threads;
@@ -93,12 +117,13 @@ struct NamedBarrier {
 
 // Shared-memory elements (of T) that block_allreduce_x_group<N> needs for a group of `rows` rows
 // of `dx` threads: Dx a multiple of 32 -> N*(Dx/32)*rows (0 when Dx == 32); Dx in {1,2,4,8,16}
-// -> 0 (shuffles only); any other Dx -> Dx*rows (a shared-memory tree, values reduced one by
-// one). device_library.py has the same formula for the code generator.
+// -> 0 (shuffles only); one row of Dx > 32 threads (321) -> N*Dx + N (every value, then the N
+// results for the last, partial warp); any other Dx -> Dx*rows (a shared-memory tree, values
+// reduced one by one). kir/workspace.py has the same formula for the code generator.
 __host__ __device__ __forceinline__ constexpr unsigned block_allreduce_x_smem_elems(
     unsigned n, unsigned dx, unsigned rows) {
   return dx % 32 == 0 ? (dx == 32 ? 0 : n * (dx / 32) * rows)
-                      : ((32 % dx == 0) ? 0 : dx * rows);
+                      : ((32 % dx == 0) ? 0 : (rows == 1 && dx > 32 ? n * dx + n : dx * rows));
 }
 // Shared-memory elements for block_allreduce_y_group<N>: N * Dx * rows (rows = Dy*Dz for the
 // whole block); left untouched when a column has a single row.
@@ -197,11 +222,46 @@ __device__ __forceinline__ T row_tree_allreduce(T v, T* smem, Op op, const Sync&
 // multiple of 32: warp butterflies, one partial per warp to smem, then EVERY warp of a row loads
 // the row's partials into its lanes and butterflies them again (same data, same order -> the same
 // bits in every thread). Dx == 32 and Dx in {1,2,4,8,16} use shuffles only (no barrier at all).
-// Other Dx fall back to a shared-memory tree per value (about log2(Dx) + 3 barriers each).
-// smem: block_allreduce_x_smem_elems(N, Dx, rows) elements of T.
+// A block of one row of Dx > 32 threads also takes two barriers, given as a OneRowBarrier.
+// Other Dx (and a OneRowBarrier's Dx given as a plain CtaBarrier) fall back to a shared-memory
+// tree per value (about log2(Dx) + 3 barriers each). smem: block_allreduce_x_smem_elems(N, Dx, rows) elements of T.
 template <int N, typename T, typename Op, typename Sync = CtaBarrier>
 __device__ __forceinline__ void block_allreduce_x_group(T (&v)[N], T* smem, Op op,
                                                         Sync sync = Sync()) {
+  if constexpr (detail::IsOneRow<Sync>::value) {
+    // One row of whole warps and a partial one (a row of 5121 elements in 321 threads): every
+    // value to shared memory, then each full warp folds them (lane l: l, l + 32, ... in that
+    // order) and butterflies the 32 folds, the same bits in every full warp; thread 0 leaves
+    // the results for the partial warp, which cannot shuffle with lanes that do not exist. Two
+    // barriers, as a multiple of 32 takes. The shared-memory tree below took about log2(Dx) + 3
+    // a value: layernorm backward at N = 5121 spent most of its time in them (two per row, and
+    // a group of two per column tile of its second phase; 178 -> 159 us on the H200).
+    constexpr unsigned dx = Sync::kDx;
+    constexpr unsigned full = dx / 32 * 32;
+    const unsigned x = threadIdx.x;
+#pragma unroll
+    for (int i = 0; i < N; ++i) smem[i * dx + x] = v[i];
+    sync.sync();
+    if (x < full) {
+      const unsigned lane = x % 32;
+#pragma unroll
+      for (int i = 0; i < N; ++i) {
+        T acc = smem[i * dx + lane];
+        for (unsigned k = lane + 32; k < dx; k += 32) acc = op(acc, smem[i * dx + k]);
+        v[i] = warp_allreduce<32>(acc, op);
+      }
+      if (x == 0) {
+#pragma unroll
+        for (int i = 0; i < N; ++i) smem[N * dx + i] = v[i];
+      }
+    }
+    sync.sync();  // the values are read, the results written, before either is reused
+    if (x >= full) {
+#pragma unroll
+      for (int i = 0; i < N; ++i) v[i] = smem[N * dx + i];
+    }
+    return;
+  }
   const unsigned dx = blockDim.x;
   if (dx % 32 == 0) {
 #pragma unroll

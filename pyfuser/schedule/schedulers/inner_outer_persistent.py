@@ -64,6 +64,9 @@ class InnerOuterParams:
     # Blocks of a thread-block cluster (along blockIdx.y) sharing each row: each holds N / C
     # columns; the grid is grid x cluster blocks.
     cluster: int = 1
+    # Resident blocks per SM the grid plans, given to ptxas as the launch bounds' minimum so
+    # that it fits the registers to them (0: no minimum, ptxas takes what one block allows).
+    blocks_per_sm: int = 0
     # Why the heuristic chose this variant (explain prints it); not part of the kernel's key.
     reason: str = dataclasses.field(default="", compare=False)
 
@@ -267,15 +270,16 @@ def _block_share(share: int, vector: int, in_bytes: int, col_count: int):
     thread, column partials in shared memory), or None when it cannot; and why, in words."""
     batch, bdimx = persistent_batch(max(1, -(-share // vector)))
     threads = -(-bdimx // 32) * 32
-    # Registers per thread: rows of x and dy (16-bit) plus float column partials per column
-    # reduction; a block must fit the register file (and two if they can).
-    regs = batch * vector * (in_bytes * 2 // 4 + col_count) + 40
+    # Registers per thread: rows of x and dy plus float column partials per column reduction;
+    # a block must fit the register file (and two if they can).
+    row_regs = _row_registers(vector, in_bytes)
+    regs = batch * vector * (row_regs + col_count) + 40
     if regs <= 255 and regs * threads <= 65536:
         return ((batch, bdimx, threads, regs, False),
                 f"about {regs} registers per thread of {threads}, column partials in registers")
     # Column partials move to shared memory (one float per column and reduction) when the
     # rows still fit in registers without them: layernorm backward at N = 16384.
-    rows_regs = batch * vector * (in_bytes * 2 // 4) + 40
+    rows_regs = batch * vector * row_regs + 40
     smem = col_count * batch * vector * threads * 4
     rows_fit = rows_regs <= 255 and rows_regs * threads <= 65536
     if rows_fit and smem <= 200 * 1024:
@@ -286,6 +290,45 @@ def _block_share(share: int, vector: int, in_bytes: int, col_count: int):
                   f"{rows_regs} without them (at most 255 per thread, 65536 per block)"
                   + (f", and {smem // 1024} KB of shared memory for the partials (at most 200)"
                      if rows_fit else ""))
+
+
+def _two_blocks_with_shared_partials(fusion, info: RuntimeInfo, vecs: int, vector: int,
+                                     in_bytes: int, col_count: int, threads: int):
+    """(elements per thread, threads per row, registers per thread, why) when moving the column
+    partials to shared memory lets two blocks per SM hold their register rows of `vecs`
+    vectors, for 16-bit rows TMA cannot copy; else None.
+
+    Why: with register rows one block per SM loads a row, reduces it twice and stores it with
+    the memory idle in between; a second resident block overlaps its rows with the first's
+    (layernorm backward fp16 [4096, 5121], 11 warps, H200: 146 us with the partials in
+    registers and one block per SM, 113 us with them in shared memory and two; eager 125 us;
+    bench/results/2026-11-29/h200-sweep-odd-rows-session16.txt). Rows TMA can copy (16-byte
+    aligned) overlap through their stages instead (tma_rows_params), which need the shared
+    memory, so they keep their partials in registers. fp32 rows are not taken: layernorm
+    backward fp32 at N = 4097 spilled 12 B at the two blocks' 96 registers (ptxas), and is not
+    measured."""
+    if not _tma_rows(fusion, info)[1] or in_bytes != 2:
+        return None
+    # The fewest elements per thread that the block's whole warps hold: a row of 5121 takes
+    # 11 warps either way, as 16 x 321 threads or 15 x 342 (ptxas at two blocks per SM: 80
+    # registers and 28 B of spill loads for 16, none for 15).
+    batch = -(-vecs // threads)
+    bdimx = -(-vecs // batch)
+    rows_regs = batch * vector * _row_registers(vector, in_bytes) + 40
+    smem = col_count * batch * vector * threads * 4
+    if 2 * rows_regs * threads > 65536 or 2 * threads > 2048 \
+            or 2 * (smem + TMA_SMEM_RESERVE) > info.device.shared_memory_per_sm:
+        return None
+    return batch, bdimx, rows_regs, (
+        f"about {rows_regs} registers per thread of {threads}, column partials in "
+        f"{smem // 1024} KB of shared memory so that two blocks per SM fit")
+
+
+def _row_registers(vector: int, in_bytes: int) -> int:
+    """Registers per row element of x and dy together. 16-bit elements pack two to a register
+    only in vectors: without (odd rows) each takes a register of its own (layernorm backward
+    fp16 at N = 5121: 128 registers, where two to a register estimated 88)."""
+    return -(-in_bytes * 2 // 4) if vector > 1 else 2
 
 
 def compute_heuristics(fusion, info: RuntimeInfo) -> InnerOuterParams:
@@ -328,6 +371,17 @@ def multi_wave_params(fusion, info: RuntimeInfo) -> InnerOuterParams:
     # G x C blocks of the grid must all be resident (the executor lowers G further when the
     # clusters that really fit at once are fewer).
     per_sm = max(1, min(2, 65536 // (regs * threads), 2048 // threads))
+    # ptxas is told the blocks per SM only where a plan was measured to want them (here, and
+    # the TMA rows' stages): elsewhere it takes the registers it likes and the executor fits the
+    # grid to the occupancy. Asked for two where the estimate said two, it spilled rows that
+    # fit one block (layernorm backward bf16 at N = 4097: 48 B at 96 registers).
+    blocks_per_sm = 0
+    if per_sm == 1 and cluster == 1 and not partials_in_shared:
+        two = _two_blocks_with_shared_partials(fusion, info, -(-n // vector), vector,
+                                               in_bytes, col_count, threads)
+        if two:
+            batch, bdimx, regs, why = two
+            partials_in_shared, per_sm, blocks_per_sm = True, 2, 2
     # Not fewer blocks than that when the rows are few: a block without rows writes zero
     # partials, and phase 2 (the column sums) needs the blocks (rmsnorm_bwd 1 x 4096 took
     # 268 us with its grid capped to the one row, against 27.5 us for 264 x 4096).
@@ -341,12 +395,14 @@ def multi_wave_params(fusion, info: RuntimeInfo) -> InnerOuterParams:
         reason = f"a row of {n} elements fits one block: {why}"
     return InnerOuterParams(vector, batch, bdimx, grid, vec_inputs, (n,),
                             col_vector=phase2_columns(n // cluster, grid, bdimx,
-                                                      whole_tiles=cluster > 1),
+                                                      whole_tiles=cluster > 1,
+                                                      bounded=blocks_per_sm > 0),
                             partials_in_shared=partials_in_shared, cluster=cluster,
-                            reason=reason)
+                            blocks_per_sm=blocks_per_sm, reason=reason)
 
 
-def phase2_columns(n: int, grid: int, threads: int = 128, whole_tiles: bool = False) -> int:
+def phase2_columns(n: int, grid: int, threads: int = 128, whole_tiles: bool = False,
+                   bounded: bool = False) -> int:
     """Columns per phase-2 tile: a power of two (one grouped block all-reduce of that many
     sums) that still leaves at least one tile per block; at most 8, and 4 for blocks of 512
     threads or more (128 registers each: 8 sums spilled layernorm fp32 65536, ptxas report).
@@ -354,15 +410,16 @@ def phase2_columns(n: int, grid: int, threads: int = 128, whole_tiles: bool = Fa
     The tiles need not divide the row: the last tile of an odd row (N = 5121) is predicated
     column by column. One column per tile there read 4 bytes of every 32-byte sector of the
     [G, N] float workspace (its rows are N floats apart) and took N grid-stride steps of a
-    block all-reduce each (5121 against 2561 with tiles of 2). Wider tiles that do not divide
-    the row are not taken: with them ptxas put the tile's sums on the stack (rmsnorm backward
-    at N = 4097 with tiles of 8, and a fuzz case, 20261123:60, at N = 2670 with tiles of 4: 24 B
-    of stack, 32 B of spill stores), none with tiles of 2. `whole_tiles`: the tiles must
-    divide n (a cluster's column slice: its last tile's predicate would be on the whole row,
-    not on the slice)."""
+    block all-reduce each (5121 against 2561 with tiles of 2, 641 with tiles of 8: layernorm
+    backward fp16 at [4096, 5121] 159 -> 146 us on the H200). Tiles wider than 2 that do not
+    divide the row are taken only where ptxas is `bounded` by the launch bounds' blocks per SM:
+    without, it put the tile's sums on the stack at 96 registers (rmsnorm backward bf16 at
+    N = 4097 with tiles of 4 or 8: 24 B; layernorm backward fp32 at 4097: 12 B), with them not.
+    `whole_tiles`: the tiles must divide n (a cluster's column slice: its last tile's predicate
+    would be on the whole row, not on the slice)."""
     c, limit = 1, (8 if threads < 512 else 4)
-    while c < limit and -(-n // (2 * c)) >= grid and (n % (2 * c) == 0
-                                                        or (not whole_tiles and c == 1)):
+    while c < limit and -(-n // (2 * c)) >= grid and (
+            n % (2 * c) == 0 or (not whole_tiles and (c == 1 or bounded))):
         c *= 2
     return c
 
@@ -399,7 +456,7 @@ def tma_rows_params(fusion, info: RuntimeInfo, p: InnerOuterParams) -> tuple[Inn
     if per_sm * (stages * stage_bytes + TMA_SMEM_RESERVE) > info.device.shared_memory_per_sm:
         return p, f"register rows: {stages} stages of {stage_bytes} bytes do not fit"
     return dataclasses.replace(p, stages=stages, prefetch=stages - 1, tma_inputs=rows,
-                               grid=info.device.sm_count * per_sm), (
+                               grid=info.device.sm_count * per_sm, blocks_per_sm=per_sm), (
         f"rows copied by TMA into {stages} stages, {per_sm} persistent block(s) per SM")
 
 
@@ -600,5 +657,7 @@ def schedule(fusion, p: InnerOuterParams) -> None:
             inline_at(cache, pos)
     threads = p.bdimx * max(rows_y, 1)
     fusion.launch_hints = {"grid_x": p.grid, "max_threads": threads, "cooperative": True}
+    if p.blocks_per_sm:
+        fusion.launch_hints["min_blocks"] = p.blocks_per_sm
     if cy:
         fusion.launch_hints["cluster"] = (1, p.cluster, 1)
