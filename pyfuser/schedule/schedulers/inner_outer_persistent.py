@@ -301,8 +301,9 @@ def _two_blocks_with_shared_partials(fusion, info: RuntimeInfo, vecs: int, vecto
     Why: with register rows one block per SM loads a row, reduces it twice and stores it with
     the memory idle in between; a second resident block overlaps its rows with the first's
     (layernorm backward fp16 [4096, 5121], 11 warps, H200: 146 us with the partials in
-    registers and one block per SM, 113 us with them in shared memory and two; eager 125 us;
-    bench/results/2026-11-29/h200-sweep-odd-rows-session16.txt). Rows TMA can copy (16-byte
+    registers and one block per SM, 113 us with them in shared memory and two blocks of 16 x
+    321, 92 us with 15 x 342 (below); eager 127 us;
+    bench/results/2026-11-29/h200-odd-rows-session16.txt). Rows TMA can copy (16-byte
     aligned) overlap through their stages instead (tma_rows_params), which need the shared
     memory, so they keep their partials in registers. fp32 rows are not taken: layernorm
     backward fp32 at N = 4097 spilled 12 B at the two blocks' 96 registers (ptxas), and is not
