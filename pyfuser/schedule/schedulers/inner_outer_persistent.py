@@ -293,7 +293,8 @@ def _block_share(share: int, vector: int, in_bytes: int, col_count: int):
 
 
 def _two_blocks_with_shared_partials(fusion, info: RuntimeInfo, vecs: int, vector: int,
-                                     in_bytes: int, col_count: int, threads: int):
+                                     vec_inputs: tuple, in_bytes: int, col_count: int,
+                                     threads: int):
     """(elements per thread, threads per row, registers per thread, why) when moving the column
     partials to shared memory lets two blocks per SM hold their register rows of `vecs`
     vectors, for 16-bit rows TMA cannot copy; else None.
@@ -307,7 +308,13 @@ def _two_blocks_with_shared_partials(fusion, info: RuntimeInfo, vecs: int, vecto
     aligned) overlap through their stages instead (tma_rows_params), which need the shared
     memory, so they keep their partials in registers. fp32 rows are not taken: layernorm
     backward fp32 at N = 4097 spilled 12 B at the two blocks' 96 registers (ptxas), and is not
-    measured."""
+    measured.
+
+    The registers are estimated from every row ([M, N]) and weight ([N]) input, and compared
+    with what ptxas gives two blocks, both fitted to ptxas reports: layernorm backward at 5121
+    (15 x 342, 80 registers, no spill) fits; fuzz cases 20263710:168 (N = 9090, a strided
+    weight read element by element), :177 (29 elements per thread) and :34 spilled 40-128 B
+    at 72-96 registers and do not."""
     if not _tma_rows(fusion, info)[1] or in_bytes != 2:
         return None
     # The fewest elements per thread that the block's whole warps hold: a row of 5121 takes
@@ -315,14 +322,36 @@ def _two_blocks_with_shared_partials(fusion, info: RuntimeInfo, vecs: int, vecto
     # registers and 28 B of spill loads for 16, none for 15).
     batch = -(-vecs // threads)
     bdimx = -(-vecs // batch)
-    rows_regs = batch * vector * _row_registers(vector, in_bytes) + 40
+    rows_regs = int(batch * vector * _element_registers(fusion, vector, vec_inputs)) + 35
     smem = col_count * batch * vector * threads * 4
-    if 2 * rows_regs * threads > 65536 or 2 * threads > 2048 \
+    # ptxas's registers for two blocks: the threads in pairs of warps (352 -> 384: 80,
+    # 288 -> 320: 96 registers, as its reports show).
+    two_block_cap = 65536 // (2 * -(-threads // 64) * 64) // 8 * 8
+    if rows_regs > two_block_cap or 2 * threads > 2048 \
             or 2 * (smem + TMA_SMEM_RESERVE) > info.device.shared_memory_per_sm:
         return None
     return batch, bdimx, rows_regs, (
         f"about {rows_regs} registers per thread of {threads}, column partials in "
         f"{smem // 1024} KB of shared memory so that two blocks per SM fit")
+
+
+def _element_registers(fusion, vector: int, vec_inputs: tuple) -> float:
+    """Registers a thread holds per row element: each row ([M, N]) and weight ([N]) input's
+    element, a register of its own unless it is loaded in vectors (then packed, 4 bytes to a
+    register)."""
+    out = 0.0
+    for k, v in enumerate(fusion.inputs):
+        if not isinstance(v, TensorView) or not cached_uses(v):
+            continue
+        if sum(1 for i in v.domain.logical if not i.is_broadcast) not in (1, 2) \
+                or (v.domain.logical and all(i.is_broadcast for i in v.domain.logical)):
+            continue
+        if any(i.is_broadcast for i in v.domain.logical) and \
+                sum(1 for i in v.domain.logical if not i.is_broadcast) == 1:
+            continue    # a per-row scalar ([M, 1]: mean, rstd), one register per row
+        packed = vector > 1 and k in vec_inputs
+        out += v.dtype.size / 4 if packed else 1
+    return out
 
 
 def _row_registers(vector: int, in_bytes: int) -> int:
@@ -379,7 +408,7 @@ def multi_wave_params(fusion, info: RuntimeInfo) -> InnerOuterParams:
     blocks_per_sm = 0
     if per_sm == 1 and cluster == 1 and not partials_in_shared:
         two = _two_blocks_with_shared_partials(fusion, info, -(-n // vector), vector,
-                                               in_bytes, col_count, threads)
+                                               vec_inputs, in_bytes, col_count, threads)
         if two:
             batch, bdimx, regs, why = two
             partials_in_shared, per_sm, blocks_per_sm = True, 2, 2
