@@ -292,6 +292,13 @@ def _block_share(share: int, vector: int, in_bytes: int, col_count: int):
                      if rows_fit else ""))
 
 
+# Elements per thread (of each row) up to which the two-block plan is taken: measured at 15
+# (layernorm backward fp16 at 5121); at 29 (fuzz 20263730:140, a norm backward of 9251-element
+# rows with more ops than layernorm's) ptxas spilled 272 B at the two blocks' 96 registers
+# although the estimate said 93.
+MAX_TWO_BLOCK_ELEMENTS = 16
+
+
 def _two_blocks_with_shared_partials(fusion, info: RuntimeInfo, vecs: int, vector: int,
                                      vec_inputs: tuple, in_bytes: int, col_count: int,
                                      threads: int):
@@ -322,6 +329,8 @@ def _two_blocks_with_shared_partials(fusion, info: RuntimeInfo, vecs: int, vecto
     # registers and 28 B of spill loads for 16, none for 15).
     batch = -(-vecs // threads)
     bdimx = -(-vecs // batch)
+    if batch * vector > MAX_TWO_BLOCK_ELEMENTS:
+        return None
     rows_regs = int(batch * vector * _element_registers(fusion, vector, vec_inputs)) + 35
     smem = col_count * batch * vector * threads * 4
     # ptxas's registers for two blocks: the threads in pairs of warps (352 -> 384: 80,
