@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lower"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))     # the fuzzer's package
 from kir_testing import empty_inputs, setup  # noqa: E402
 from pyfuser import catalogue  # noqa: E402
 from pyfuser.schedule.schedulers import inner_outer_persistent as io  # noqa: E402
@@ -50,7 +51,8 @@ def test_phase2_tiles_of_odd_rows_are_wide(name, N):
     assert p.col_vector == tile == io.phase2_columns(N, p.grid, p.bdimx, bounded=bounded)
     assert bounded == (name == "layernorm_bwd" and N == 5121)
     assert io.phase2_columns(N, 264, whole_tiles=True, bounded=True) == 1
-    assert io.phase2_columns(5122, 264) == 2 and io.phase2_columns(5122, 264, bounded=True) == 8
+    assert io.phase2_columns(5122, 264) == 2 and io.phase2_columns(4104, 264) == 8
+    assert io.phase2_columns(5122, 264, bounded=True) == 8
     assert io.phase2_columns(2670, 8) == 2 and io.phase2_columns(4100, 264) == 4
 
 
@@ -136,9 +138,10 @@ def test_row_loads_are_in_flight_before_the_first_row_reduction(N):
     assert all(ks and max(ks) < first_reduce for ks in loads.values()), (loads, first_reduce)
 
 
-@pytest.mark.parametrize("seed,index,pattern", [(20263710, 168, None), (20263710, 177, None),
-                                                 (20263730, 140, "norm_backward")])
-def test_two_blocks_only_where_their_registers_fit(seed, index, pattern):
+@pytest.mark.parametrize("seed,index,pattern,N", [(20263710, 168, None, 9090),
+                                                   (20263710, 177, None, 8211),
+                                                   (20263730, 140, "norm_backward", 9225)])
+def test_two_blocks_only_where_their_registers_fit(seed, index, pattern, N):
     # Fuzz cases 20263710:168 (layernorm backward at N = 9090 with a strided weight, read
     # element by element: 2 registers per element, not 1.5) and :177 (29 elements per thread)
     # took the two-block plan on a register estimate of x and dy alone, and ptxas spilled
@@ -149,19 +152,42 @@ def test_two_blocks_only_where_their_registers_fit(seed, index, pattern):
     fd, inputs = _fuzz_case(seed, index, pattern)
     st = setup(fd, inputs)
     p = io.compute_heuristics(st.fusion, st.info)
-    assert p.vector == 1 or index == 168
+    assert p.row_extents == (N,)
     assert not p.partials_in_shared and p.blocks_per_sm == 0
-    # The bar case still fits: 15 x (x, dy, w) + 35 = 80 registers, ptxas's 80 for 342 threads.
-    q = _params("layernorm_bwd", 4096, 5121, "fp16")
-    assert q.partials_in_shared and q.blocks_per_sm == 2 and (q.persistent_batch, q.bdimx) == (15, 342)
+
+
+@pytest.mark.parametrize("dtype,vector,expected", [("fp16", 1, 3.0), ("bf16", 8, 1.5),
+                                                   ("fp32", 4, 3.0)])
+def test_element_registers_count_rows_and_weights(dtype, vector, expected):
+    # layernorm backward: x, dy [M, N] and w [N] along the row; mean and rstd ([M, 1]) are one
+    # register per row. Vectorized 16-bit elements pack two to a register.
+    name, N = "layernorm_bwd", {1: 5121, 8: 4096, 4: 4096}[vector]
+    fd = catalogue.define(name, dtype)
+    st = setup(fd, empty_inputs(name, 64, N, dtype))
+    p = io.compute_heuristics(st.fusion, st.info)
+    assert p.vector == vector
+    (row,) = [r for r in st.fusion.tensors() if r.domain.maybe_root
+              and any(i.is_reduction for i in r.domain.maybe_root[1:])][:1]
+    got = io._element_registers(st.fusion, row.domain.maybe_root[1], p.vector, p.vector_inputs)
+    assert got == expected
 
 
 def _fuzz_case(seed, index, pattern=None):
-    import sys
-    from pathlib import Path
-    tests = str(Path(__file__).resolve().parents[1])
-    if tests not in sys.path:
-        sys.path.insert(0, tests)
     from fuzz.build import materialize
     from fuzz.gen import generate
     return materialize(generate(seed, index, max_elements=65536, pattern=pattern))
+
+
+def test_element_registers_count_a_one_row_weight():
+    # A weight given as [1, N] (from_pytorch of a one-row tensor) is read along the row like a
+    # [N] one; the per-row scalar [M, 1] is not.
+    from pyfuser import DataType, FusionDefinition
+    with FusionDefinition() as fd:
+        x = fd.define_tensor([-1, -1], dtype=DataType.Half)
+        w = fd.define_tensor([1, -1], dtype=DataType.Half)
+        r = fd.define_tensor([-1, 1], dtype=DataType.Float)
+        y = fd.ops.mul(fd.ops.mul(fd.ops.cast(x, DataType.Float), fd.ops.cast(w, DataType.Float)), r)
+        fd.add_output(fd.ops.sum(y, [1]))
+    row = fd.fusion.inputs[0].domain.logical[1]
+    assert io._element_registers(fd.fusion, row, 1, ()) == 2.0
+    assert io._element_registers(fd.fusion, row, 8, (0, 1)) == 1.0

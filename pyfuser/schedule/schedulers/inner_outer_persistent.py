@@ -293,15 +293,15 @@ def _block_share(share: int, vector: int, in_bytes: int, col_count: int):
 
 
 # Elements per thread (of each row) up to which the two-block plan is taken: measured at 15
-# (layernorm backward fp16 at 5121); at 29 (fuzz 20263730:140, a norm backward of 9251-element
+# (layernorm backward fp16 at 5121); at 29 (fuzz 20263730:140, a norm backward of 9225-element
 # rows with more ops than layernorm's) ptxas spilled 272 B at the two blocks' 96 registers
 # although the estimate said 93.
 MAX_TWO_BLOCK_ELEMENTS = 16
 
 
-def _two_blocks_with_shared_partials(fusion, info: RuntimeInfo, vecs: int, vector: int,
-                                     vec_inputs: tuple, in_bytes: int, col_count: int,
-                                     threads: int):
+def _two_blocks_with_shared_partials(fusion, info: RuntimeInfo, row_dim, vecs: int,
+                                     vector: int, vec_inputs: tuple, in_bytes: int,
+                                     col_count: int, threads: int):
     """(elements per thread, threads per row, registers per thread, why) when moving the column
     partials to shared memory lets two blocks per SM hold their register rows of `vecs`
     vectors, for 16-bit rows TMA cannot copy; else None.
@@ -331,7 +331,7 @@ def _two_blocks_with_shared_partials(fusion, info: RuntimeInfo, vecs: int, vecto
     bdimx = -(-vecs // batch)
     if batch * vector > MAX_TWO_BLOCK_ELEMENTS:
         return None
-    rows_regs = int(batch * vector * _element_registers(fusion, vector, vec_inputs)) + 35
+    rows_regs = int(batch * vector * _element_registers(fusion, row_dim, vector, vec_inputs)) + 35
     smem = col_count * batch * vector * threads * 4
     # ptxas's registers for two blocks: the threads in pairs of warps (352 -> 384: 80,
     # 288 -> 320: 96 registers, as its reports show).
@@ -344,22 +344,18 @@ def _two_blocks_with_shared_partials(fusion, info: RuntimeInfo, vecs: int, vecto
         f"{smem // 1024} KB of shared memory so that two blocks per SM fit")
 
 
-def _element_registers(fusion, vector: int, vec_inputs: tuple) -> float:
-    """Registers a thread holds per row element: each row ([M, N]) and weight ([N]) input's
-    element, a register of its own unless it is loaded in vectors (then packed, 4 bytes to a
-    register)."""
+def _element_registers(fusion, row_dim, vector: int, vec_inputs: tuple) -> float:
+    """Registers a thread holds per row element: one per element of each input along the row
+    (`row_dim`: rows [M, N], weights [N] or [1, N]), a register of its own unless it is loaded
+    in vectors (then packed, 4 bytes to a register). Per-row scalars ([M, 1]: mean, rstd) take
+    one register per row, not per element, and are not counted."""
+    graph = IdGraph(fusion)
     out = 0.0
     for k, v in enumerate(fusion.inputs):
         if not isinstance(v, TensorView) or not cached_uses(v):
             continue
-        if sum(1 for i in v.domain.logical if not i.is_broadcast) not in (1, 2) \
-                or (v.domain.logical and all(i.is_broadcast for i in v.domain.logical)):
-            continue
-        if any(i.is_broadcast for i in v.domain.logical) and \
-                sum(1 for i in v.domain.logical if not i.is_broadcast) == 1:
-            continue    # a per-row scalar ([M, 1]: mean, rstd), one register per row
-        packed = vector > 1 and k in vec_inputs
-        out += v.dtype.size / 4 if packed else 1
+        if any(graph.mapped(i, row_dim) for i in v.domain.logical if not i.is_broadcast):
+            out += v.dtype.size / 4 if vector > 1 and k in vec_inputs else 1
     return out
 
 
@@ -416,8 +412,9 @@ def multi_wave_params(fusion, info: RuntimeInfo) -> InnerOuterParams:
     # fit one block (layernorm backward bf16 at N = 4097: 48 B at 96 registers).
     blocks_per_sm = 0
     if per_sm == 1 and cluster == 1 and not partials_in_shared:
-        two = _two_blocks_with_shared_partials(fusion, info, -(-n // vector), vector,
-                                               vec_inputs, in_bytes, col_count, threads)
+        two = _two_blocks_with_shared_partials(fusion, info, root[1], -(-n // vector),
+                                               vector, vec_inputs, in_bytes, col_count,
+                                               threads)
         if two:
             batch, bdimx, regs, why = two
             partials_in_shared, per_sm, blocks_per_sm = True, 2, 2
