@@ -2,7 +2,8 @@
 synccheck): `compute-sanitizer --tool racecheck python tools/sanitize_cases.py`;
 `--pipelines` runs only the circular-buffered kernels (TMA, tensor-map, cp.async,
 warp-specialized with one or two compute roles, the norm backward's two variants, the
-matmul); `--matmul` only the matmul."""
+matmul); `--matmul` only the matmul;
+`--odd-rows` only the odd-row norm kernels (issue 16)."""
 import sys
 
 import torch
@@ -52,6 +53,25 @@ def matmul_cases() -> None:
     err = ((y.float() - ref).norm() / ref.norm()).item()
     assert fd.last_run.schedulers == ("matmul",) and err < 1e-2, (fd.last_run, err)
     print("batched matmul + residual + relu", p.describe(), f"rel. error {err:.1e}", flush=True)
+
+
+def odd_row_cases() -> None:
+    """Odd rows (issue 16): the norm backward's two-block plan with column partials in shared
+    memory and the one-row block all-reduce of a partial warp (321 or 342 threads); RMSNorm
+    forward of rows of 4097 with rstd."""
+    for name, m, n, dtype in (("layernorm_bwd", 1024, 5121, "fp16"),
+                              ("rmsnorm_bwd", 1024, 4097, "fp16"),
+                              ("rmsnorm_fwd", 2048, 4097, "bf16")):
+        fd = catalogue.define(name, dtype=dtype)
+        fd.execute(catalogue.make_inputs(name, m, n, dtype=dtype, device="cuda"))
+        torch.cuda.synchronize()
+        p = fd.last_run.heuristics[0]
+        print(name, dtype, m, n, f"blocks/SM {getattr(p, 'blocks_per_sm', '-')}", flush=True)
+
+
+if "--odd-rows" in sys.argv[1:]:
+    odd_row_cases()
+    sys.exit(0)
 
 
 if "--matmul" in sys.argv[1:]:

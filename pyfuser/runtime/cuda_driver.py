@@ -29,6 +29,7 @@ __all__ = [
     "check",
     "result_name",
     "function",
+    "optional_function",
     "launch_kernel",
     "LaunchAttribute",
     "LaunchConfig",
@@ -167,6 +168,7 @@ _SIGNATURES = {
     "cuFuncGetAttribute": (_PI, _I, _P),
     "cuFuncSetAttribute": (_P, _I, _I),
     "cuFuncGetParamInfo": (_P, _S, _PS, _PS),
+    "cuFuncGetParamCount": (_P, _PS),
     "cuOccupancyMaxActiveBlocksPerMultiprocessor": (_PI, _P, _I, _S),
     "cuOccupancyMaxActiveClusters": (_PI, _P, ctypes.POINTER(LaunchConfig)),
     "cuLaunchKernelEx": (ctypes.POINTER(LaunchConfig), _P, _P, _P),
@@ -197,13 +199,16 @@ def _load_library():
     return _library
 
 
-def entry_point(name: str) -> int:
-    """The address of driver function `name` for API_VERSION."""
+def entry_point(name: str, version: int = API_VERSION, required: bool = True) -> int | None:
+    """The address of driver function `name` for API `version`; None if the driver has none
+    and not `required`."""
     library = _load_library()
     address, status = ctypes.c_void_p(), ctypes.c_int()
-    code = library.cuGetProcAddress_v2(name.encode(), ctypes.byref(address), API_VERSION, 0,
+    code = library.cuGetProcAddress_v2(name.encode(), ctypes.byref(address), version, 0,
                                        ctypes.byref(status))
     if code != CUDA_SUCCESS or not address.value:
+        if not required:
+            return None
         raise DriverError(f"the CUDA driver has no {name} for API version {API_VERSION} "
                           f"(cuGetProcAddress returned {code}, status {status.value}); "
                           "pyfuser needs a driver of CUDA 12.4 or later")
@@ -220,6 +225,25 @@ def function(name: str):
                 prototype = ctypes.CFUNCTYPE(ctypes.c_int, *_SIGNATURES[name])
                 fn = _functions[name] = prototype(entry_point(name))
     return fn
+
+
+# Entry points newer than API_VERSION, used where the driver has them: name -> API version.
+_OPTIONAL = {"cuFuncGetParamCount": 13000}
+_MISSING = object()
+
+
+def optional_function(name: str):
+    """Driver function `name` (typed by _SIGNATURES, of the API version in _OPTIONAL), or None
+    when the driver is older; resolved once."""
+    fn = _functions.get(name)
+    if fn is None:
+        with _lock:
+            fn = _functions.get(name)
+            if fn is None:
+                address = entry_point(name, _OPTIONAL[name], required=False)
+                fn = _functions[name] = _MISSING if address is None else ctypes.CFUNCTYPE(
+                    ctypes.c_int, *_SIGNATURES[name])(address)
+    return None if fn is _MISSING else fn
 
 
 _launch_kernel = None

@@ -429,18 +429,27 @@ class LoadedKernel:
 
 
 def _param_info(function) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """(offsets, sizes) of every parameter, as recorded in the cubin (driver 12.4+)."""
+    """(offsets, sizes) of every parameter, as recorded in the cubin (driver 12.4+). A driver
+    with cuFuncGetParamCount (13.0) gives the count; an older one is asked past the last
+    parameter, whose CUDA_ERROR_INVALID_VALUE compute-sanitizer lists as an API error."""
     get = cu.function("cuFuncGetParamInfo")
+    count_of = cu.optional_function("cuFuncGetParamCount")
+    count = None
+    if count_of is not None:
+        n = ctypes.c_size_t()
+        cu.check(count_of(function, ctypes.byref(n)), "cuFuncGetParamCount", LaunchError)
+        count = n.value
     offsets, sizes = [], []
     offset, size = ctypes.c_size_t(), ctypes.c_size_t()
-    while True:
+    while count is None or len(offsets) < count:
         status = get(function, len(offsets), ctypes.byref(offset), ctypes.byref(size))
         if status != cu.CUDA_SUCCESS:
-            if status == CUDA_ERROR_INVALID_VALUE:       # past the last parameter
-                return tuple(offsets), tuple(sizes)
+            if status == CUDA_ERROR_INVALID_VALUE and count is None:   # past the last one
+                break
             raise LaunchError(f"cuFuncGetParamInfo failed with {result_name(status)}")
         offsets.append(offset.value)
         sizes.append(size.value)
+    return tuple(offsets), tuple(sizes)
 
 
 def _int_attribute(function, name: str) -> int:

@@ -76,6 +76,7 @@ struct fake_record {
     uint64_t tensor_map_args[16];
     int occupancy_block;
     uint64_t occupancy_smem;
+    int param_info_errors;    /* cuFuncGetParamInfo calls past the last parameter */
 };
 
 static struct fake_record record;
@@ -215,9 +216,18 @@ EXPORT CUresult cuFuncGetAttribute(int *v, int attribute, CUfunction f) {
 
 EXPORT CUresult cuFuncGetParamInfo(CUfunction f, size_t index, size_t *offset, size_t *size) {
     (void)f;
-    if ((int)index >= param_count) return CUDA_ERROR_INVALID_VALUE;
+    if ((int)index >= param_count) {
+        record.param_info_errors++;   /* a driver error compute-sanitizer reports */
+        return CUDA_ERROR_INVALID_VALUE;
+    }
     *offset = param_offsets[index];
     *size = param_sizes[index];
+    return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuFuncGetParamCount(CUfunction f, size_t *count) {
+    (void)f;
+    *count = (size_t)param_count;
     return CUDA_SUCCESS;
 }
 
@@ -368,6 +378,7 @@ static const struct entry table[] = {
     {"cuFuncSetAttribute", (void *)cuFuncSetAttribute},
     {"cuFuncGetAttribute", (void *)cuFuncGetAttribute},
     {"cuFuncGetParamInfo", (void *)cuFuncGetParamInfo},
+    {"cuFuncGetParamCount", (void *)cuFuncGetParamCount},
     {"cuOccupancyMaxActiveBlocksPerMultiprocessor",
      (void *)cuOccupancyMaxActiveBlocksPerMultiprocessor},
     {"cuOccupancyMaxActiveClusters", (void *)cuOccupancyMaxActiveClusters},
