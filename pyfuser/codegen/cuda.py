@@ -473,8 +473,8 @@ class CudaPrinter:
         if dst_mem == "local" and src_mem == "global":
             hint = "pf::LoadHint::Default"
             if _is_input(self.k, src.buffer):
-                hint = ("pf::LoadHint::ReadOnlyNoAllocate" if self.k.streaming_loads
-                        else "pf::LoadHint::ReadOnly")
+                streamed = self.k.streaming_loads or src.buffer.tv in self.k.fusion.streamed_inputs
+                hint = "pf::LoadHint::ReadOnlyNoAllocate" if streamed else "pf::LoadHint::ReadOnly"
             return (f"pf::load_global_vec<{hint}>(*reinterpret_cast<{arr}*>(&{self.expr(out)}), "
                     f"&{self.expr(src)});")
         if dst_mem == "global" and src_mem == "local":

@@ -28,6 +28,9 @@ class Fusion:
         # launch settings the schedule fixed (grid_x, max_threads, min_blocks, cooperative, ...).
         self.static_extents: dict = {}
         self.launch_hints: dict = {}
+        # Inputs the schedule reads once, each warp's vector loads covering whole sectors
+        # (a row reduction's rows): codegen loads them without allocating in L1.
+        self.streamed_inputs: set = set()
         # Set by the matmul scheduler (schedule/schedulers/matmul.MatmulOperands): the tiles,
         # operand caches and dims lower/matmul.py builds the tensor-core loop nest from.
         self.mma = None
