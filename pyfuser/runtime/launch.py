@@ -430,8 +430,9 @@ class LoadedKernel:
 
 def _param_info(function) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """(offsets, sizes) of every parameter, as recorded in the cubin (driver 12.4+). A driver
-    with cuFuncGetParamCount (13.0) gives the count; an older one is asked past the last
-    parameter, whose CUDA_ERROR_INVALID_VALUE compute-sanitizer lists as an API error."""
+    whose cuGetProcAddress gives cuFuncGetParamCount for API 13.0 gives the count; otherwise
+    (driver 580.159 on the H200 does not) the last query is past the last parameter, whose
+    CUDA_ERROR_INVALID_VALUE memcheck lists as one API error per loaded kernel."""
     get = cu.function("cuFuncGetParamInfo")
     count_of = cu.optional_function("cuFuncGetParamCount")
     count = None
