@@ -39,6 +39,8 @@ UNARY = {
     UnaryOpType.GeluTanh: "pf::gelu_tanh({a})", UnaryOpType.GeluErf: "pf::gelu({a})",
     UnaryOpType.Not: "(!{a})", UnaryOpType.Cast: "{a}", UnaryOpType.Set: "{a}",
     UnaryOpType.ArgKeyIndex: "pf::arg_key_index({a})",
+    UnaryOpType.LseKey: "pf::lse_key({a})", UnaryOpType.LseMax: "pf::lse_max({a})",
+    UnaryOpType.LseSum: "pf::lse_sum({a})",
 }
 BINARY = {
     BinaryOpType.Add: "({a} + {b})", BinaryOpType.Sub: "({a} - {b})",
@@ -52,9 +54,10 @@ BINARY = {
     BinaryOpType.ArgMaxKey: "pf::arg_max_key({a}, {b})",
     BinaryOpType.ArgMinKey: "pf::arg_min_key({a}, {b})",
 }
-REDUCE = {"sum": "({a} + {b})", "max": "pf::maximum({a}, {b})", "min": "pf::minimum({a}, {b})"}
+REDUCE = {"sum": "({a} + {b})", "max": "pf::maximum({a}, {b})", "min": "pf::minimum({a}, {b})",
+          "logsumexp": "pf::lse_combine({a}, {b})"}
 REDUCE_OP = {"sum": "pf::OpSum()", "max": "pf::OpMax()", "min": "pf::OpMin()",
-             "prod": "pf::OpProd()"}
+             "prod": "pf::OpProd()", "logsumexp": "pf::OpLogSumExp()"}
 # A scan's combine (op(earlier, later)), as a C expression.
 SCAN = {"sum": "({a} + {b})", "prod": "({a} * {b})"}
 SPECIAL = {
@@ -861,6 +864,10 @@ def unary_ctype(e: UnaryOp) -> str:
     pf::cast converts once); other ops compute in their output's (exp of an int64 is float)."""
     if e.op in (UnaryOpType.Cast, UnaryOpType.Set):
         return _compute_ctype(e.inputs[0].dtype)
+    if e.op == UnaryOpType.LseKey:          # a float32 element to its int64 key
+        return "float"
+    if e.op.operand_is_lse_key:             # an int64 key to a float32
+        return "long long"
     return _compute_ctype(e.outputs[0].dtype)
 
 

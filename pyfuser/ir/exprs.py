@@ -28,6 +28,16 @@ class UnaryOpType(enum.Enum):
     Set = "set"
     # The index an int64 arg key holds (BinaryOpType.ArgMaxKey).
     ArgKeyIndex = "arg_key_index"
+    # logsumexp in one pass (ReductionOpType.LogSumExp): a float32 element's int64 key of
+    # (m, s) = (x, 1), and the largest element (m) and sum of exp(x - m) (s) a reduced key holds
+    # (pf::lse_key / lse_max / lse_sum in math.cuh; runtime/lse_key.py).
+    LseKey = "lse_key"
+    LseMax = "lse_max"
+    LseSum = "lse_sum"
+
+    @property
+    def operand_is_lse_key(self) -> bool:
+        return self in (UnaryOpType.LseMax, UnaryOpType.LseSum)
 
 
 class BinaryOpType(enum.Enum):
@@ -71,6 +81,8 @@ class ReductionOpType(enum.Enum):
     Sum = "sum"
     Max = "max"
     Min = "min"
+    # Of UnaryOpType.LseKey keys: (the largest, the sum of exp(x - the largest)) in one pass.
+    LogSumExp = "logsumexp"
 
 
 class LoadKind(enum.Enum):

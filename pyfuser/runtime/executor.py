@@ -34,6 +34,7 @@ from collections import OrderedDict
 
 from .. import options as opts
 from ..ir import scalar as S
+from ..schedule.logsumexp import fuse_logsumexp
 from ..schedule.roles import has_shared_roles, scheduling_clone
 from ..schedule.segmenter import segment
 from ..schedule.schedulers.base import InputFacts, RuntimeInfo, SchedulerError, facts_per_input
@@ -385,7 +386,9 @@ class FusionExecutorCache:
     MAX_KERNELS = 32
 
     def __init__(self, fusion, name: str = "fusion", segmented=None):
-        self.fusion = fusion
+        # A whole fusion's max / sum-of-exp pairs become one-pass logsumexp reductions
+        # (schedule/logsumexp.py), on a clone: the caller's fusion is the reference's.
+        self.fusion = fuse_logsumexp(fusion) if segmented is None else fusion
         self.name = name
         self.last_run: RunInfo | None = None
         self._plans: OrderedDict = OrderedDict()

@@ -122,7 +122,10 @@ def explain_fusion(fusion, inputs, device: str | DeviceProperties = "h100",
     from ..schedule.schedulers import registry
     from ..schedule.segmenter import segment
 
+    from ..schedule.logsumexp import fuse_logsumexp
+
     props = device if isinstance(device, DeviceProperties) else get_device_properties(device)
+    fusion = fuse_logsumexp(fusion)          # as FusionExecutorCache plans it
     bindings = check_inputs(fusion, inputs)
     segmented = segment(fusion, exclude)
     values = {id(v): _as_meta(x) for v, x in zip(fusion.inputs, inputs)}

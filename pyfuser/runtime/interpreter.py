@@ -151,6 +151,7 @@ from ..ir.exprs import (BinaryOp, BinaryOpType, BroadcastOp, ExpandOp, FullOp, I
 from ..ir.tensor import TensorView
 from ..kir import nodes as K
 from ..kir.launch import INDEX_ERROR_ELEMENTS, LaunchLimitError, check_launch_limits
+from . import lse_key
 from .arg_key import arg_key, arg_key_index, topk_in_order
 from .float8 import to_float8
 from .index_check import raise_if_failed
@@ -420,6 +421,16 @@ def _arg_key(value, index, largest: bool):
     return int(key) if scalar else key
 
 
+def _lse(fn, *args):
+    """runtime/lse_key.py's `fn` of numpy values (or numbers), numpy out (a number for
+    numbers): keys are int64, values float32."""
+    scalar = all(type(a) is not _ND for a in args)
+    ts = [torch.as_tensor(np.asarray(a, dtype=np.int64 if fn is not lse_key.lse_key
+                                     else np.float32)) for a in args]
+    out = fn(*ts).numpy()
+    return out.item() if scalar else out
+
+
 def _converted(dt: DataType, x):
     """An operand value converted to `dt` as pf::cast<dt> reads it (float32: rounded; int32:
     wrapped or truncated); arrays stay arrays, Python numbers numbers. float64 operands are
@@ -472,6 +483,9 @@ _UNARY = {
     UnaryOpType.Not: np.logical_not,
     UnaryOpType.Cast: lambda x: x, UnaryOpType.Set: lambda x: x,
     UnaryOpType.ArgKeyIndex: arg_key_index,
+    UnaryOpType.LseKey: lambda x: _lse(lse_key.lse_key, x),
+    UnaryOpType.LseMax: lambda x: _lse(lse_key.lse_max, x),
+    UnaryOpType.LseSum: lambda x: _lse(lse_key.lse_sum, x),
 }
 _BINARY = {
     BinaryOpType.Add: lambda a, b: np.add(_as_number(a), _as_number(b)),
@@ -488,7 +502,7 @@ _BINARY = {
 }
 # Accumulations and block / cluster / grid reductions (max / min propagate NaN: pf::OpMax).
 _REDUCE = {"sum": lambda a, b: np.add(_as_number(a), _as_number(b)), "max": np.maximum,
-           "min": np.minimum}
+           "min": np.minimum, "logsumexp": lambda a, b: _lse(lse_key.lse_combine, a, b)}
 # A scan's combine, op(earlier, later) (lower/scans.py); cumulative forms for the block scan.
 _SCAN = {"sum": _REDUCE["sum"], "prod": lambda a, b: np.multiply(_as_number(a), _as_number(b))}
 _SCAN_IDENTITY = {"sum": 0, "prod": 1}
@@ -504,7 +518,23 @@ def _exclusive_scan(op: str, table):
     return excl, cum[:, -1]
 
 
-_REDUCEAT = {"sum": np.add.reduceat, "max": np.maximum.reduceat, "min": np.minimum.reduceat}
+def _lse_reduceat(v, starts, axis=0):
+    """np.ufunc.reduceat's result for logsumexp keys: each segment of `v` (from each start to
+    the next) folded in order with lse_combine."""
+    v = np.asarray(v, dtype=np.int64)
+    ends = np.r_[starts[1:], v.shape[0]]
+    res = v[starts].copy()
+    shape = (-1,) + (1,) * (v.ndim - 1)
+    for j in range(1, int((ends - starts).max(initial=1))):
+        at = starts + j
+        nxt = np.where((at < ends).reshape(shape), v[np.minimum(at, v.shape[0] - 1)],
+                       lse_key.IDENTITY)
+        res = _lse(lse_key.lse_combine, res, nxt)
+    return res
+
+
+_REDUCEAT = {"sum": np.add.reduceat, "max": np.maximum.reduceat, "min": np.minimum.reduceat,
+             "logsumexp": _lse_reduceat}
 
 
 def _py(x):

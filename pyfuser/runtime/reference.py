@@ -21,9 +21,14 @@ from ..ir.iter_domain import Split, id_exprs_between
 from ..ir.scalar import Scalar, ScalarOp
 from ..ir.tensor import TensorView
 from . import library
+from . import lse_key
 from .arg_key import arg_key, arg_key_index, topk_in_order
 from .float8 import to_float8
 
+
+# logsumexp keys (ReductionOpType.LogSumExp's operand and result; runtime/lse_key.py).
+_LSE_UNARY = {UnaryOpType.LseKey: lse_key.lse_key, UnaryOpType.LseMax: lse_key.lse_max,
+              UnaryOpType.LseSum: lse_key.lse_sum}
 
 def _gelu_tanh(x):
     return torch.nn.functional.gelu(x, approximate="tanh")
@@ -231,6 +236,8 @@ class ReferenceEvaluator:
                 r = x.to(od)
             elif e.op == UnaryOpType.ArgKeyIndex:
                 r = arg_key_index(x)
+            elif e.op in _LSE_UNARY:
+                r = _LSE_UNARY[e.op](x)
             else:
                 r = _UNARY[e.op](x.to(self._compute_dtype(x, od)))
         elif isinstance(e, BinaryOp):
@@ -354,7 +361,9 @@ class ReferenceEvaluator:
             root = out.domain.logical
         dims = [k for k, i in enumerate(root) if i.is_reduction]
         # A reduction over an expanded broadcast dim sees the expanded size.
-        if e.op == ReductionOpType.Sum:
+        if e.op == ReductionOpType.LogSumExp:
+            r = lse_key.lse_reduce(x, dims)
+        elif e.op == ReductionOpType.Sum:
             acc = od if od.is_floating_point else torch.int64
             if x.dtype.is_floating_point and x.dtype.itemsize < 4 and not self.promote:
                 acc = torch.float32

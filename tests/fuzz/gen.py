@@ -1553,7 +1553,7 @@ def pat_normalization(b: Builder) -> None:
         x = b.tensor([Dim(a, "full") for a in axes], dt)
     xf = b.call("cast", x, dtype=F32) if dt != F32 and r.random() < 0.85 else x
     kind = r.choice(("softmax", "log_softmax", "rmsnorm", "layernorm", "center", "scale",
-                     "random"))
+                     "random", "logsumexp"))
     if outer and r.random() < 0.6:
         # Weights over the kept dims (BatchNorm's per-channel scale and shift).
         w_dims = [Dim(axes[k], "full") for k in range(red[-1] + 1, rank)]
@@ -1585,6 +1585,22 @@ def pat_normalization(b: Builder) -> None:
                             _dims=(Dim(axes[0], "full"), Dim(None, "bcast")))
             lse = b.call("add", b.call("log", b.positive(s, 1.0)), m)
             outs.append(b.call("sub", lse, picked))
+    elif kind == "logsumexp":
+        # Only the row statistics, nothing along the row: one pass of (max, sum) keys
+        # (schedule/logsumexp.py); with cross-entropy's target logit, or the max as well.
+        m = b.call("max", xf, red, keepdim=True)
+        s = b.call("sum", b.call("exp", b.call("sub", xf, m)), red, keepdim=True)
+        lse = b.call("add", b.call("log", b.positive(s, 1.0)), m)
+        if rank == 2 and not outer and r.random() < 0.4:
+            n = b.sizes[axes[1]]
+            t = b.tensor([Dim(axes[0], "full"), Dim(None, "bcast")], I64,
+                         dist={"dist": "int", "lo": 0, "hi": max(n, 1) - 1})
+            picked = b.call("take_along_axis", xf, t, 1,
+                            _dims=(Dim(axes[0], "full"), Dim(None, "bcast")))
+            lse = b.call("sub", lse, picked)
+        outs.append(lse)
+        if r.random() < 0.3:
+            outs.append(m)
     elif kind == "rmsnorm":
         ms = b.call("mean", b.call("mul", xf, xf), red, keepdim=True)
         rstd = b.call("rsqrt", b.call("add", ms, r.choice((1e-5, 1e-6, 0.5))))

@@ -174,6 +174,45 @@ __device__ __forceinline__ long long arg_min_key(int v, long long i) { return de
 __device__ __forceinline__ long long arg_key_index(long long key) {
   return ~static_cast<unsigned>(key);
 }
+// --- logsumexp in one pass -------------------------------------------------------------------
+// A running (m, s) in an int64 (m's float bits low, s's high): m the largest element so far, s the
+// sum of exp(x - m) over them. max(x) and sum(exp(x - max(x))) over the same dims become one
+// reduction of these keys (ReductionOpType.LogSumExp, OpLogSumExp in reduce.cuh; the rewrite is
+// schedule/logsumexp.py), which reads the row once; each combine takes one exp. The rules keep
+// what the two reductions give: an element +inf has s = NaN (its exp(inf - inf)); a largest of
+// -inf gives NaN (exp(-inf - -inf)), which lse_sum returns where m is -inf and s is not 0;
+// no elements at all is the identity (-inf, 0), whose lse_sum is 0.
+constexpr long long kLseIdentity = 0xff800000LL;
+namespace detail {
+__device__ __forceinline__ long long lse_pack(float m, float s) {
+  return static_cast<long long>((static_cast<unsigned long long>(__float_as_uint(s)) << 32) |
+                                __float_as_uint(m));
+}
+__device__ __forceinline__ float lse_m(long long k) {
+  return __uint_as_float(static_cast<unsigned>(k));
+}
+__device__ __forceinline__ float lse_s(long long k) {
+  return __uint_as_float(static_cast<unsigned>(static_cast<unsigned long long>(k) >> 32));
+}
+}  // namespace detail
+__device__ __forceinline__ long long lse_key(float x) {
+  return detail::lse_pack(x, __float_as_uint(x) == 0x7f800000u ? __uint_as_float(0x7fc00000u)
+                                                               : 1.0f);
+}
+__device__ __forceinline__ long long lse_combine(long long a, long long b) {
+  if (b == kLseIdentity) return a;
+  if (a == kLseIdentity) return b;
+  const float ma = detail::lse_m(a), sa = detail::lse_s(a);
+  const float mb = detail::lse_m(b), sb = detail::lse_s(b);
+  const float d = mb - ma;
+  const float e = expf(-fabsf(d));      // the smaller one's scale: exp(min - max)
+  return detail::lse_pack(maximum(ma, mb), d > 0.0f ? fmaf(sa, e, sb) : fmaf(sb, e, sa));
+}
+__device__ __forceinline__ float lse_max(long long k) { return detail::lse_m(k); }
+__device__ __forceinline__ float lse_sum(long long k) {
+  const float m = detail::lse_m(k), s = detail::lse_s(k);
+  return __float_as_uint(m) == 0xff800000u && s != 0.0f ? __uint_as_float(0x7fc00000u) : s;
+}
 // fmax/fmin ignore a NaN operand (C semantics, torch.fmax/torch.fmin).
 __device__ __forceinline__ float fmax(float a, float b) { return fmaxf(a, b); }
 __device__ __forceinline__ double fmax(double a, double b) { return ::fmax(a, b); }

@@ -57,6 +57,17 @@ struct OpMin {
     return min_identity<T>();
   }
 };
+// logsumexp keys (math.cuh lse_key): (m, s) pairs in an int64, identity (-inf, 0).
+struct OpLogSumExp {
+  __device__ __forceinline__ long long operator()(long long a, long long b) const {
+    return lse_combine(a, b);
+  }
+  template <typename T>
+  __device__ __forceinline__ static T identity() {
+    return T(kLseIdentity);
+  }
+};
+
 template <typename Op, typename T>
 __device__ __forceinline__ T identity() {
   return Op::template identity<T>();

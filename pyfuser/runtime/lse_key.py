@@ -1,0 +1,76 @@
+"""logsumexp keys on the host (the reference evaluator and the interpreter); lse_key,
+lse_combine, lse_max and lse_sum in codegen/runtime_src/math.cuh are the kernels' copy.
+
+A key is an int64 holding a running (m, s) of float32s, m's bits low and s's high: m the largest
+element so far, s the sum of exp(x - m) over them. An element's key is (x, 1) (s = NaN for
+x = +inf: its exp(inf - inf) in the two-pass form), no elements are (-inf, 0) (IDENTITY), and
+two keys combine as (max(ma, mb), sa * exp(ma - M) + sb * exp(mb - M)) with one exp: the larger
+m's s plus the other's scaled by exp(-|ma - mb|). lse_sum gives NaN where m is -inf and s is not
+0 (a largest element of -inf: exp(-inf - -inf) in the two-pass form).
+"""
+from __future__ import annotations
+
+import torch
+
+IDENTITY = 0xFF800000          # (m, s) = (-inf, 0)
+_LOW = 0xFFFFFFFF
+_NAN = float("nan")
+
+
+def _bits(x: torch.Tensor) -> torch.Tensor:
+    """A float32 tensor's bits as int64s in [0, 2^32)."""
+    return x.to(torch.float32).contiguous().view(torch.int32).to(torch.int64) & _LOW
+
+
+def pack(m: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
+    return (_bits(s) << 32) | _bits(m)
+
+
+def unpack(key: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(m, s) of int64 keys, float32."""
+    key = key.to(torch.int64)
+    low = key & _LOW
+    low = (low - ((low & 0x80000000) << 1)).to(torch.int32)
+    return low.view(torch.float32), (key >> 32).to(torch.int32).view(torch.float32)
+
+
+def lse_key(x: torch.Tensor) -> torch.Tensor:
+    m = x.to(torch.float32)
+    s = torch.where(m == float("inf"), _NAN, 1.0).to(torch.float32)
+    return pack(m, s)
+
+
+def lse_combine(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """The keys a and b combined, elementwise, in float32 as the kernels do."""
+    a, b = torch.as_tensor(a, dtype=torch.int64), torch.as_tensor(b, dtype=torch.int64)
+    (ma, sa), (mb, sb) = unpack(a), unpack(b)
+    d = mb - ma
+    e = torch.exp(-d.abs())
+    s = torch.where(d > 0, sa * e + sb, sb * e + sa)
+    r = pack(torch.maximum(ma, mb), s)
+    return torch.where(b == IDENTITY, a, torch.where(a == IDENTITY, b, r))
+
+
+def lse_max(key: torch.Tensor) -> torch.Tensor:
+    return unpack(key)[0]
+
+
+def lse_sum(key: torch.Tensor) -> torch.Tensor:
+    m, s = unpack(key)
+    return torch.where((m == float("-inf")) & (s != 0), _NAN, s).to(torch.float32)
+
+
+def lse_reduce(key: torch.Tensor, dims: list[int]) -> torch.Tensor:
+    """The keys reduced over `dims` (the reference evaluator's rule: the sum in float64, the
+    result rounded to a float32 key); over no elements, IDENTITY."""
+    if not dims:
+        return key
+    if any(key.shape[d] == 0 for d in dims):
+        kept = [n for d, n in enumerate(key.shape) if d not in dims]
+        return torch.full(kept, IDENTITY, dtype=torch.int64, device=key.device)
+    m, s = unpack(key)
+    real = key != IDENTITY
+    m64 = torch.where(real, m.to(torch.float64), float("-inf"))
+    top = torch.amax(m64, dim=dims, keepdim=True)
+    terms = torch.where(real, s.to(torch.float64) * torch.exp(m64 - top), 0.0)
+    return pack(torch.amax(m64, dim=dims), torch.sum(terms, dim=dims))
