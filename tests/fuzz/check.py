@@ -481,6 +481,7 @@ def run_case(spec: dict, backend: str = "interpret", compile: bool = False) -> C
     """Run and judge one case (module docstring). On the GPU, a CUDA error is returned as an
     illegal_access result whose `run` field says "context lost". `compile`: also compile the
     interpreted kernels with NVRTC (module docstring, "Compiling")."""
+    from pyfuser.schedule.logsumexp import fuse_logsumexp
     from pyfuser.schedule.schedulers import registry
 
     device = "cuda" if backend == "gpu" else "cpu"
@@ -496,7 +497,8 @@ def run_case(spec: dict, backend: str = "interpret", compile: bool = False) -> C
                          traceback.format_exc())
         choice = None
         try:
-            choice = registry.choose(fd.fusion)
+            # As the executor plans it: on the one-pass logsumexp rewrite of the fusion.
+            choice = registry.choose(fuse_logsumexp(fd.fusion))
             res.scheduler = choice.scheduler.NAME if choice.scheduler is not None else ""
         except Exception as e:            # a scheduler's can_schedule crashed: a bug
             return _done(res, t0, "internal_error", f"registry.choose: {type(e).__name__}: {e}",

@@ -49,7 +49,9 @@ def test_the_pair_becomes_one_reduction_and_the_definition_stays():
 
 @pytest.mark.parametrize("shape, dims, keepdim", [
     ((37, 1003), (1,), True), ((37, 1024), (1,), False), ((3, 20000), (1,), True),
-    ((64, 8, 33), (0, 2), True), ((1, 4097), (1,), False)])
+    ((64, 8, 33), (0, 2), True), ((1, 4097), (1,), False), ((64, 3000), (0, 1), True),
+    ((3000, 64), (0,), False)], ids=["rows", "rows_vec", "long_rows", "two_dims", "one_row", "full",
+                                    "columns"])
 def test_one_kernel_right_on_the_interpreter(shape, dims, keepdim):
     """One reduction kernel (was two: the max, then the sum of exp reading x again), equal to
     the float64 reference of the two-pass fusion."""
