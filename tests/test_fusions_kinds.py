@@ -448,8 +448,9 @@ KINDS: dict[str, Kind] = {
     "softmax_scale_mask": Kind(softmax_scale_mask, lambda: [
         _meta(_SCORES), _meta([4, 1, 2048, 2048])], (IP,)),
     "softmax_causal": Kind(softmax_causal, lambda: [_meta(_SCORES)], (IP,)),
+    # The loss alone: a one-pass logsumexp (schedule/logsumexp.py), a reduction kernel.
     "cross_entropy_fwd": Kind(cross_entropy_fwd, lambda: [
-        _meta([8192, 128256]), _meta([8192], torch.int64)], (IP,)),
+        _meta([8192, 128256]), _meta([8192], torch.int64)], (RED,)),
     "argmax_rows": Kind(argmax_rows, lambda: [_meta([8192, 128256])], (RED,)),
     "bias_dropout_residual": Kind(bias_dropout_residual, lambda: [
         _meta([8192, 4096]), _meta([8192, 4096]), _meta([4096])], (PW,)),

@@ -85,6 +85,11 @@ class ReductionOpType(enum.Enum):
     LogSumExp = "logsumexp"
 
 
+# A LogSumExp reduction's start value: the key of no elements, (m, s) = (-inf, 0) (m's float
+# bits low, s's high; runtime/lse_key.py, pf::kLseIdentity).
+LSE_IDENTITY = 0xFF800000
+
+
 class LoadKind(enum.Enum):
     """How a LoadStoreOp moves data: a plain copy, cp.async, or TMA (1D bulk or tensor map)."""
 

@@ -31,12 +31,14 @@ import dataclasses
 from typing import Callable
 
 from ..ir.dtype import DataType
+from ..ir.exprs import ReductionOpType
 from . import nodes as K
 from .rewrite import buffers_of, exprs_of, subexprs
 
 _THREAD_PT = {"TIDx": "x", "TIDy": "y", "TIDz": "z"}
 _BLOCK_PT = {"BIDx": "x", "BIDy": "y", "BIDz": "z"}
 _VECTOR_WIDTHS = (2, 4, 8, 16)
+_REDUCTION_OPS = frozenset(t.value for t in ReductionOpType)
 # Variables codegen defines in the kernel's preamble.
 _PREAMBLE_VARS = {"pf_grid_last"}
 # Loops that repeat other loops' statements (the verifier lets them emit those loops again).
@@ -316,7 +318,7 @@ class _Verifier:
         for v in s.values:
             if isinstance(v, K.TensorIndex) and v.buffer.memory != "local":
                 self.fail(f"reduced value {v!r} is not in registers", s)
-        if s.op not in ("sum", "max", "min"):
+        if s.op not in _REDUCTION_OPS:
             self.fail(f"unknown reduction op {s.op!r}", s)
 
     def _BlockReduce(self, s: K.BlockReduce, scope):

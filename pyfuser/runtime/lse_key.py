@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import torch
 
-IDENTITY = 0xFF800000          # (m, s) = (-inf, 0)
+from ..ir.exprs import LSE_IDENTITY as IDENTITY    # (m, s) = (-inf, 0)
+
 _LOW = 0xFFFFFFFF
 _NAN = float("nan")
 

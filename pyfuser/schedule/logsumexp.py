@@ -23,10 +23,9 @@ from __future__ import annotations
 
 from ..ir import arith
 from ..ir.dtype import DataType
-from ..ir.exprs import (BinaryOp, BinaryOpType, BroadcastOp, ReductionOp, ReductionOpType,
-                        UnaryOp, UnaryOpType)
+from ..ir.exprs import (LSE_IDENTITY, BinaryOp, BinaryOpType, BroadcastOp, ReductionOp,
+                        ReductionOpType, UnaryOp, UnaryOpType)
 from ..ir.tensor import TensorView
-from ..runtime.lse_key import IDENTITY
 
 
 def fuse_logsumexp(fusion):
@@ -81,7 +80,7 @@ def _rewrite(fusion, max_op: ReductionOp, sum_op: ReductionOp) -> None:
     with fusion:
         keys = arith.unary(UnaryOpType.LseKey, x, DataType.Int)
         reduced = arith.reduction(ReductionOpType.LogSumExp, keys, _reduced(largest),
-                                  DataType.Int, IDENTITY)
+                                  DataType.Int, LSE_IDENTITY)
         new_largest = arith.unary(UnaryOpType.LseMax, reduced, DataType.Float)
         new_total = arith.unary(UnaryOpType.LseSum, reduced, DataType.Float)
     exp_op = sum_op.in_val.definition

@@ -167,13 +167,15 @@ def _cross_entropy(fd, x, t, m, v, cast_first: bool, grad: bool):
 def test_cross_entropy_is_one_normalization_kernel(cast_first, grad):
     """The target's logit is read by a gather inside the row kernel; a gather of the float
     cast of the logits reads the logits and casts (frontend/indexing.py), so it does not end a
-    segment at the cast."""
+    segment at the cast. The loss alone is a one-pass logsumexp (schedule/logsumexp.py): a
+    reduction kernel; with dlogits (the exp read again along the row), a normalization."""
     m, v = 37, 1001
     x, t = torch.randn(m, v).bfloat16(), torch.randint(0, v, (m,))
     with FusionDefinition() as fd:
         _cross_entropy(fd, fd.from_pytorch(x), fd.from_pytorch(t), m, v, cast_first, grad)
     assert all(g.src is fd.fusion.inputs[0] for g in _gathers(fd))
-    run_and_check(fd, [x, t], scheduler="inner_persistent", options=INTERPRET)
+    run_and_check(fd, [x, t], scheduler="inner_persistent" if grad else "reduction",
+                  options=INTERPRET)
     loss = torch.nn.functional.cross_entropy(x.float(), t, reduction="none")
     torch.testing.assert_close(fd.execute([x, t], options=INTERPRET)[0], loss)
 

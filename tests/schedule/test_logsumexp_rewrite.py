@@ -168,3 +168,24 @@ def test_kernel_compiles_without_spills():
     assert "0 B spill stores" in report and "0 B stack" in report, report
     assert "pf::OpLogSumExp()" in ex.segments[0].kernel.kernel.source
 
+
+
+@pytest.mark.parametrize("params", [None, ReductionParams(True, 4, 64, 1, 2, (0,), grid_split=4)],
+                         ids=["default", "grid_split"])
+def test_lowers_with_the_verifier_on(params):
+    """Every lowering pass's kernel checked by kir/verifier.py (a logsumexp block and grid
+    reduction is a reduction op it knows)."""
+    import sys
+    import types
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lower"))
+    from kir_testing import setup
+    from pyfuser.lower import lower
+    from pyfuser.schedule.schedulers import reduction
+    x = torch.randn(9, 2000)
+    fused = fuse_logsumexp(logsumexp_fd(x, cast=False).fusion)
+    st = setup(types.SimpleNamespace(fusion=fused), [x], "h100", None)
+    p = params or reduction.compute_heuristics(st.fusion, st.info)
+    reduction.schedule(st.fusion, p)
+    kernel = lower(st.fusion, "k", verify_each=True)
+    assert "logsumexp" in repr(kernel.body)
