@@ -3,7 +3,8 @@ synccheck): `compute-sanitizer --tool racecheck python tools/sanitize_cases.py`;
 `--pipelines` runs only the circular-buffered kernels (TMA, tensor-map, cp.async,
 warp-specialized with one or two compute roles, the norm backward's two variants, the
 matmul); `--matmul` only the matmul;
-`--odd-rows` only the odd-row norm kernels (issue 16)."""
+`--odd-rows` only the odd-row norm kernels (issue 16); `--logsumexp` only the one-pass
+logsumexp's key reductions."""
 import sys
 
 import torch
@@ -69,6 +70,29 @@ def odd_row_cases() -> None:
         print(name, dtype, m, n, f"blocks/SM {getattr(p, 'blocks_per_sm', '-')}", flush=True)
 
 
+def logsumexp_cases() -> None:
+    """The one-pass logsumexp (schedule/logsumexp.py): int64 keys combined in registers, in a
+    block reduction, and across blocks (a grid split of few long rows, forced)."""
+    from pyfuser import DataType, FusionDefinition
+    for m, n, params in ((64, 8192, None), (3, 1 << 18, None),
+                         (9, 20000, ReductionParams(True, 8, 128, 1, 2, (0,), grid_split=4))):
+        x = torch.randn(m, n, device="cuda", dtype=torch.bfloat16)
+        with FusionDefinition("lse") as fd:
+            xf = fd.ops.cast(fd.from_pytorch(x), DataType.Float)
+            mx = fd.ops.max(xf, [1], keepdim=True)
+            s = fd.ops.sum(fd.ops.exp(fd.ops.sub(xf, mx)), [1], keepdim=True)
+            fd.add_output(fd.ops.add(fd.ops.log(s), mx))
+        y = fd.execute([x], options={"heuristic": params} if params else None)[0]
+        torch.cuda.synchronize()
+        err = (y.squeeze(1).double() - torch.logsumexp(x.double(), 1)).abs().max().item()
+        assert fd.last_run.schedulers == ("reduction",) and err < 1e-3, (fd.last_run, err)
+        print("logsumexp", m, n, fd.last_run.heuristics[0].describe(), f"max error {err:.1e}",
+              flush=True)
+
+
+if "--logsumexp" in sys.argv[1:]:
+    logsumexp_cases()
+    sys.exit(0)
 if "--odd-rows" in sys.argv[1:]:
     odd_row_cases()
     sys.exit(0)
