@@ -2,11 +2,11 @@
 lse_combine, lse_max and lse_sum in codegen/runtime_src/math.cuh are the kernels' copy.
 
 A key is an int64 holding a running (m, s) of float32s, m's bits low and s's high: m the largest
-element so far, s the sum of exp(x - m) over them. An element's key is (x, 1) (s = NaN for
-x = +inf: its exp(inf - inf) in the two-pass form), no elements are (-inf, 0) (IDENTITY), and
-two keys combine as (max(ma, mb), sa * exp(ma - M) + sb * exp(mb - M)) with one exp: the larger
-m's s plus the other's scaled by exp(-|ma - mb|). lse_sum gives NaN where m is -inf and s is not
-0 (a largest element of -inf: exp(-inf - -inf) in the two-pass form).
+element so far, s the sum of exp(x - m) over them. An element's key is (x, 1), no elements are
+(-inf, 0) (IDENTITY), and two keys combine as (max(ma, mb), sa * exp(ma - M) + sb * exp(mb - M))
+with one exp: the larger m's s plus the other's scaled by exp(-|ma - mb|), equal m's (two -inf,
+two +inf) taken as a difference of 0. lse_sum gives NaN where m is +inf or where m is -inf and s
+is not 0, as the two-pass form does (exp(inf - inf), exp(-inf - -inf)).
 """
 from __future__ import annotations
 
@@ -37,19 +37,17 @@ def unpack(key: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 def lse_key(x: torch.Tensor) -> torch.Tensor:
     m = x.to(torch.float32)
-    s = torch.where(m == float("inf"), _NAN, 1.0).to(torch.float32)
-    return pack(m, s)
+    return pack(m, torch.ones_like(m))
 
 
 def lse_combine(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """The keys a and b combined, elementwise, in float32 as the kernels do."""
     a, b = torch.as_tensor(a, dtype=torch.int64), torch.as_tensor(b, dtype=torch.int64)
     (ma, sa), (mb, sb) = unpack(a), unpack(b)
-    d = mb - ma
+    d = torch.where(ma == mb, 0.0, mb - ma).to(torch.float32)
     e = torch.exp(-d.abs())
     s = torch.where(d > 0, sa * e + sb, sb * e + sa)
-    r = pack(torch.maximum(ma, mb), s)
-    return torch.where(b == IDENTITY, a, torch.where(a == IDENTITY, b, r))
+    return pack(torch.maximum(ma, mb), s)
 
 
 def lse_max(key: torch.Tensor) -> torch.Tensor:
@@ -58,7 +56,8 @@ def lse_max(key: torch.Tensor) -> torch.Tensor:
 
 def lse_sum(key: torch.Tensor) -> torch.Tensor:
     m, s = unpack(key)
-    return torch.where((m == float("-inf")) & (s != 0), _NAN, s).to(torch.float32)
+    undefined = (m == float("inf")) | ((m == float("-inf")) & (s != 0))
+    return torch.where(undefined, _NAN, s).to(torch.float32)
 
 
 def lse_reduce(key: torch.Tensor, dims: list[int]) -> torch.Tensor:
