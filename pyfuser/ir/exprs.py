@@ -86,7 +86,7 @@ class ReductionOpType(enum.Enum):
 
 
 # A LogSumExp reduction's start value: the key of no elements, (m, s) = (-inf, 0) (m's float
-# bits low, s's high; runtime/lse_key.py, pf::kLseIdentity).
+# bits low, s's high; runtime/lse_key.py, pf::lse_identity).
 LSE_IDENTITY = 0xFF800000
 
 

@@ -183,7 +183,8 @@ __device__ __forceinline__ long long arg_key_index(long long key) {
 // elements add up without a NaN. What the two reductions give for special values comes out of
 // lse_sum: NaN where m is +inf (an element's exp(inf - inf)) or where m is -inf and s is not 0
 // (a largest element of -inf: exp(-inf - -inf)); no elements at all give (-inf, 0), s = 0.
-constexpr long long kLseIdentity = 0xff800000LL;
+// The key of no elements, (-inf, 0) (ir/exprs.py LSE_IDENTITY).
+__device__ __forceinline__ constexpr long long lse_identity() { return 0xff800000LL; }
 namespace detail {
 __device__ __forceinline__ long long lse_pack(float m, float s) {
   return static_cast<long long>((static_cast<unsigned long long>(__float_as_uint(s)) << 32) |

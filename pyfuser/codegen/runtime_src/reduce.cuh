@@ -64,7 +64,7 @@ struct OpLogSumExp {
   }
   template <typename T>
   __device__ __forceinline__ static T identity() {
-    return T(kLseIdentity);
+    return T(lse_identity());
   }
 };
 
