@@ -9,7 +9,9 @@ OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 PYFUSER_CACHE_DIR=/tmp/pyfuser-cache
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$OUT/device.txt"
 timeout 240 python3 -m pytest -q -m gpu --timeout=120 -p no:cacheprovider \
-  tests/gpu/test_logsumexp_gpu.py tests/gpu/test_reduction_gpu.py > "$OUT/gpu_tests.txt" 2>&1 &
+  tests/gpu/test_logsumexp_gpu.py tests/gpu/test_reduction_gpu.py \
+  "tests/codegen/test_device_library_gpu.py::test_logsumexp_keys_match_the_host_rule" \
+  > "$OUT/gpu_tests.txt" 2>&1 &
 ( for tool in memcheck racecheck synccheck; do
     echo "== $tool"
     timeout 200 compute-sanitizer --tool $tool --print-limit 20 python3 tools/sanitize_cases.py --logsumexp

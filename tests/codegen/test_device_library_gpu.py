@@ -544,8 +544,30 @@ extern "C" __global__ void pf_grid_sync(unsigned* counter, float* vals, float* o
 }
 """
 
+# logsumexp keys (math.cuh lse_*): per element a key, the combine of two keys, max and sum of a
+# key; per block of 96 (three warps, the last partial in use) the block all-reduce of its keys.
+LSE_SRC = r"""
+extern "C" __global__ void pf_lse(const float* x, const long long* a, const long long* b,
+                                  long long* key, long long* combined, float* mx, float* sm,
+                                  long long* block, int n) {
+  __shared__ long long ws[32];
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  const bool in = i < n;
+  if (in) {
+    key[i] = pf::lse_key(x[i]);
+    combined[i] = pf::lse_combine(a[i], b[i]);
+    mx[i] = pf::lse_max(a[i]);
+    sm[i] = pf::lse_sum(a[i]);
+  }
+  const long long r = pf::block_allreduce_x(in ? pf::lse_key(x[i]) : pf::lse_identity(), ws,
+                                            pf::OpLogSumExp());
+  if (in) block[i] = r;
+}
+"""
+
 ALL_SOURCES = {
     "convert": CONVERT_SRC,
+    "lse": LSE_SRC,
     "float8": FLOAT8_SRC,
     "math": MATH_SRC,
     "reduce": REDUCE_SRC,
@@ -657,6 +679,48 @@ def test_float8_conversions_match_torch_bit_for_bit():
         got = got.cpu()
         assert torch.equal(got[~nan], want[~nan]) and got[nan].isnan().all()
         assert torch.equal(got[nan].signbit(), want[nan].signbit())     # a NaN's sign kept
+
+
+@pytest.mark.gpu
+@requires_hopper
+def test_logsumexp_keys_match_the_host_rule():
+    """pf::lse_key / lse_combine / lse_max / lse_sum and a block all-reduce with OpLogSumExp
+    against runtime/lse_key.py (the interpreter's and the reference's rule): keys, maxima and
+    the special values' NaNs exactly; sums within __expf's error."""
+    from pyfuser.runtime import lse_key as L
+    torch.manual_seed(3)
+    n = 96 * 40
+    x = torch.randn(n) * 6
+    x[:6] = torch.tensor([math.inf, -math.inf, math.nan, 0.0, -0.0, 88.0])
+    x[96:192] = -math.inf                          # a block of -inf: NaN, as two passes give
+    fold = L.lse_key(x)
+    a = L.lse_combine(fold, L.lse_key(torch.randn(n) * 3))
+    a[:3] = torch.tensor([L.IDENTITY, L.IDENTITY, int(L.lse_key(torch.tensor(-math.inf)))])
+    b = L.lse_key(torch.randn(n) * 6)
+    b[1] = L.IDENTITY
+    out = {k: torch.empty(n, dtype=torch.int64, device="cuda") for k in ("key", "comb", "blk")}
+    mx = torch.empty(n, device="cuda")
+    sm = torch.empty(n, device="cuda")
+    xc, ac, bc = x.cuda(), a.cuda(), b.cuda()
+    launch(get_kernel(LSE_SRC, "pf_lse"), (n // 96,), (96,),
+           [ptr(xc), ptr(ac), ptr(bc), ptr(out["key"]), ptr(out["comb"]), ptr(mx), ptr(sm),
+            ptr(out["blk"]), i32(n)])
+    finish()
+    assert torch.equal(out["key"].cpu(), L.lse_key(x))
+    torch.testing.assert_close(mx.cpu(), L.lse_max(a), rtol=0, atol=0, equal_nan=True)
+    torch.testing.assert_close(sm.cpu(), L.lse_sum(a), rtol=0, atol=0, equal_nan=True)
+    got_m, got_s = L.unpack(out["comb"].cpu())
+    want_m, want_s = L.unpack(L.lse_combine(a, b))
+    torch.testing.assert_close(got_m, want_m, rtol=0, atol=0, equal_nan=True)
+    torch.testing.assert_close(got_s, want_s, rtol=2e-6, atol=0, equal_nan=True)
+    blocks = out["blk"].cpu().view(-1, 96)
+    assert (blocks == blocks[:, :1]).all()         # every thread holds its block's result
+    got = L.lse_max(blocks[:, 0]) + torch.log(L.lse_sum(blocks[:, 0]))
+    xb = x.view(-1, 96).double()
+    top = xb.amax(1, keepdim=True)
+    want = (top + torch.log(torch.exp(xb - top).sum(1, keepdim=True))).squeeze(1)
+    torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-5, equal_nan=True)
+    assert torch.isnan(got[:2]).all()              # +inf in block 0, all -inf in block 1
 
 
 @pytest.mark.gpu
