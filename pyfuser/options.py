@@ -53,6 +53,10 @@ FEATURES = {
                       "unsplit kernel or cuBLAS on the shapes swept)",
     "kernel_reuse": "reuse compiled kernels across shapes whose heuristics are equal",
     "reference_fallback": "run fusions no scheduler takes through the reference evaluator",
+    "one_pass_logsumexp": "make max(x) and sum(exp(x - max(x))) over the same dims one reduction "
+                          "of (max, sum) keys that reads x once (schedule/logsumexp.py; unset: "
+                          "on; read when a definition's executor is made, so set it with "
+                          "PYFUSER_DISABLE)",
     "streaming_loads": "read fusion inputs with ld.global.nc.L1::no_allocate (read once, no L1 "
                        "reuse) instead of ld.global.nc",
     "poison_outputs": "fill outputs with NaN (or -1) before each launch, so tests see unwritten "

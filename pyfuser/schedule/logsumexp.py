@@ -21,6 +21,7 @@ rescales the partial sum), as a block reduction's order rounds differently from 
 """
 from __future__ import annotations
 
+from .. import options
 from ..ir import arith
 from ..ir.dtype import DataType
 from ..ir.exprs import (LSE_IDENTITY, BinaryOp, BinaryOpType, BroadcastOp, ReductionOp,
@@ -30,8 +31,9 @@ from ..ir.tensor import TensorView
 
 def fuse_logsumexp(fusion):
     """`fusion`, or a clone of it with every max / sum-of-exp pair (module docstring) made one
-    logsumexp reduction. The fusion given is left as it is (the reference evaluator's)."""
-    if not _pairs(fusion):
+    logsumexp reduction. The fusion given is left as it is (the reference evaluator's). Off
+    where the option `one_pass_logsumexp` is disabled."""
+    if options.current().is_enabled("one_pass_logsumexp") is False or not _pairs(fusion):
         return fusion
     clone, _ = fusion.clone()
     for max_op, sum_op in _pairs(clone):

@@ -189,3 +189,16 @@ def test_lowers_with_the_verifier_on(params):
     reduction.schedule(st.fusion, p)
     kernel = lower(st.fusion, "k", verify_each=True)
     assert "logsumexp" in repr(kernel.body)
+
+
+def test_the_option_turns_it_off():
+    """PYFUSER_DISABLE=one_pass_logsumexp (or options.override) keeps the two reductions (here
+    in one inner persistent kernel: rows of 1003 fit on chip)."""
+    from pyfuser import options
+    x = torch.randn(37, 1003).bfloat16()
+    fd = logsumexp_fd(x)
+    with options.override({"disable": ["one_pass_logsumexp"]}):
+        assert fuse_logsumexp(fd.fusion) is fd.fusion
+        out = fd.execute([x], options=INTERPRET)[0]
+    assert fd.last_run.schedulers == ("inner_persistent",)
+    assert torch.allclose(out.double(), torch.logsumexp(x.double(), 1, keepdim=True), atol=1e-5)
