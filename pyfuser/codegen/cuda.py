@@ -866,7 +866,7 @@ def unary_ctype(e: UnaryOp) -> str:
         return _compute_ctype(e.inputs[0].dtype)
     if e.op == UnaryOpType.LseKey:          # a float32 element to its int64 key
         return "float"
-    if e.op.operand_is_lse_key:             # an int64 key to a float32
+    if e.op in (UnaryOpType.LseMax, UnaryOpType.LseSum):   # an int64 key to a float32
         return "long long"
     return _compute_ctype(e.outputs[0].dtype)
 

@@ -35,10 +35,6 @@ class UnaryOpType(enum.Enum):
     LseMax = "lse_max"
     LseSum = "lse_sum"
 
-    @property
-    def operand_is_lse_key(self) -> bool:
-        return self in (UnaryOpType.LseMax, UnaryOpType.LseSum)
-
 
 class BinaryOpType(enum.Enum):
     Add = "add"

@@ -209,22 +209,10 @@ def entry_point(name: str, version: int = API_VERSION, required: bool = True) ->
     if code != CUDA_SUCCESS or not address.value:
         if not required:
             return None
-        raise DriverError(f"the CUDA driver has no {name} for API version {API_VERSION} "
+        raise DriverError(f"the CUDA driver has no {name} for API version {version} "
                           f"(cuGetProcAddress returned {code}, status {status.value}); "
                           "pyfuser needs a driver of CUDA 12.4 or later")
     return address.value
-
-
-def function(name: str):
-    """Driver function `name`, typed by _SIGNATURES, resolved once."""
-    fn = _functions.get(name)
-    if fn is None:
-        with _lock:
-            fn = _functions.get(name)
-            if fn is None:
-                prototype = ctypes.CFUNCTYPE(ctypes.c_int, *_SIGNATURES[name])
-                fn = _functions[name] = prototype(entry_point(name))
-    return fn
 
 
 # Entry points newer than API_VERSION, used where the driver has them: name -> API version.
@@ -232,17 +220,29 @@ _OPTIONAL = {"cuFuncGetParamCount": 13000}
 _MISSING = object()
 
 
-def optional_function(name: str):
-    """Driver function `name` (typed by _SIGNATURES, of the API version in _OPTIONAL), or None
-    when the driver is older; resolved once."""
+def _resolved(name: str):
+    """Driver function `name` typed by _SIGNATURES (of the API version in _OPTIONAL, else
+    API_VERSION), or _MISSING for an optional one the driver lacks; resolved once."""
     fn = _functions.get(name)
     if fn is None:
         with _lock:
             fn = _functions.get(name)
             if fn is None:
-                address = entry_point(name, _OPTIONAL[name], required=False)
+                address = entry_point(name, _OPTIONAL.get(name, API_VERSION),
+                                      required=name not in _OPTIONAL)
                 fn = _functions[name] = _MISSING if address is None else ctypes.CFUNCTYPE(
                     ctypes.c_int, *_SIGNATURES[name])(address)
+    return fn
+
+
+def function(name: str):
+    """Driver function `name`, typed by _SIGNATURES, resolved once."""
+    return _resolved(name)
+
+
+def optional_function(name: str):
+    """Driver function `name` of _OPTIONAL, or None when the driver is older."""
+    fn = _resolved(name)
     return None if fn is _MISSING else fn
 
 

@@ -119,10 +119,9 @@ def explain_fusion(fusion, inputs, device: str | DeviceProperties = "h100",
     "h100" or "h200", or DeviceProperties), computed without a GPU; see the module docstring.
     `exclude`: schedulers whose heuristic refused these inputs (name -> why), as execute()
     segments a fusion again without them."""
+    from ..schedule.logsumexp import fuse_logsumexp
     from ..schedule.schedulers import registry
     from ..schedule.segmenter import segment
-
-    from ..schedule.logsumexp import fuse_logsumexp
 
     props = device if isinstance(device, DeviceProperties) else get_device_properties(device)
     fusion = fuse_logsumexp(fusion)          # as FusionExecutorCache plans it

@@ -30,6 +30,7 @@ from .float8 import to_float8
 _LSE_UNARY = {UnaryOpType.LseKey: lse_key.lse_key, UnaryOpType.LseMax: lse_key.lse_max,
               UnaryOpType.LseSum: lse_key.lse_sum}
 
+
 def _gelu_tanh(x):
     return torch.nn.functional.gelu(x, approximate="tanh")
 

@@ -174,12 +174,14 @@ def test_kernel_compiles_without_spills():
                          ids=["default", "grid_split"])
 def test_lowers_with_the_verifier_on(params):
     """Every lowering pass's kernel checked by kir/verifier.py (a logsumexp block and grid
-    reduction is a reduction op it knows)."""
+    reduction is a reduction op it knows); the block (and with a split, the grid) reduction
+    combines the keys."""
     import sys
     import types
     from pathlib import Path
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lower"))
     from kir_testing import setup
+    from pyfuser.kir import nodes as K
     from pyfuser.lower import lower
     from pyfuser.schedule.schedulers import reduction
     x = torch.randn(9, 2000)
@@ -188,7 +190,12 @@ def test_lowers_with_the_verifier_on(params):
     p = params or reduction.compute_heuristics(st.fusion, st.info)
     reduction.schedule(st.fusion, p)
     kernel = lower(st.fusion, "k", verify_each=True)
-    assert "logsumexp" in repr(kernel.body)
+    reduces = {type(s).__name__: s.op for s in K.walk(kernel.body)
+               if isinstance(s, (K.BlockReduce, K.GridReduce))}
+    want = {"BlockReduce": "logsumexp"}
+    if p.grid_split > 1:
+        want["GridReduce"] = "logsumexp"
+    assert reduces == want, reduces
 
 
 def test_the_option_turns_it_off():

@@ -374,13 +374,20 @@ def _step_loads(unroll: int, max_unroll: int) -> int:
     return unroll * (LOADS_PER_STEP // max_unroll)
 
 
+def _inputs_over(fusion, red: TensorView, dims, inputs=None) -> list:
+    """Those of `inputs` (default: all of the fusion's) that iterate every one of `dims` (IDs of
+    red's root)."""
+    graph = IdGraph(fusion)
+    candidates = fusion.inputs if inputs is None else inputs
+    return [v for v in candidates if isinstance(v, TensorView)
+            and all(mapped_dim(v, d, graph) is not None for d in dims)]
+
+
 def _streamed_inputs(fusion, red: TensorView) -> list:
     """The inputs that iterate every reduced dim of `red`: read at every serial step (an input
     over the kept dims only, such as a per-column mean, is read once per column)."""
-    graph = IdGraph(fusion)
-    reduced = [i for i in red.domain.maybe_root if i.is_reduction and not i.is_broadcast]
-    return [v for v in fusion.inputs if isinstance(v, TensorView)
-            and all(mapped_dim(v, r, graph) is not None for r in reduced)]
+    return _inputs_over(fusion, red, [i for i in red.domain.maybe_root
+                                      if i.is_reduction and not i.is_broadcast])
 
 
 def _read_once(fusion, red: TensorView, vec_inputs: tuple) -> set:
@@ -389,11 +396,8 @@ def _read_once(fusion, red: TensorView, vec_inputs: tuple) -> set:
     lines in L1 serves nothing (H200, row sums of [16384, 8192] bf16 at 512 threads x 2 vectors:
     3762 GB/s allocating in L1, 3987-4014 without). A broadcast input (a weight over the
     columns) is read again for every row: it keeps L1."""
-    graph = IdGraph(fusion)
-    dims = [i for i in red.domain.maybe_root if not i.is_broadcast]
-    inputs = [fusion.inputs[k] for k in vec_inputs]
-    return {v for v in inputs if isinstance(v, TensorView)
-            and all(mapped_dim(v, d, graph) is not None for d in dims)}
+    return set(_inputs_over(fusion, red, [i for i in red.domain.maybe_root if not i.is_broadcast],
+                            [fusion.inputs[k] for k in vec_inputs]))
 
 
 def _few_columns(red_n: int, cols: int, vector: int, vec_inputs, sms: int,
