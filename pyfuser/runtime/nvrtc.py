@@ -299,7 +299,11 @@ def _read_log(prog) -> str:
     nvrtc = _nvrtc()
     err, size = nvrtc.nvrtcGetProgramLogSize(prog)
     _check(err, "nvrtcGetProgramLogSize")
-    buffer = b" " * size
+    # NVRTC writes into the buffer, so it must be a fresh, mutable one. b" " * size is not: for
+    # an empty log (size 1, its NUL) it is CPython's shared one-byte b" ", and the NUL turns
+    # every later b" " of the process into b"\0" and, on Python 3.12, whose parser builds
+    # one-character literals through it, the " " of modules compiled afterwards.
+    buffer = bytearray(size)
     (err,) = nvrtc.nvrtcGetProgramLog(prog, buffer)
     _check(err, "nvrtcGetProgramLog")
     return buffer.rstrip(b"\x00").decode("utf-8", errors="replace")
@@ -309,7 +313,7 @@ def _read_cubin(prog) -> bytes:
     nvrtc = _nvrtc()
     err, size = nvrtc.nvrtcGetCUBINSize(prog)
     _check(err, "nvrtcGetCUBINSize")
-    buffer = b" " * size
+    buffer = bytearray(size)     # a buffer of its own, as in _read_log
     (err,) = nvrtc.nvrtcGetCUBIN(prog, buffer)
     _check(err, "nvrtcGetCUBIN")
     return bytes(buffer)

@@ -49,12 +49,12 @@ def nvrtc_compile(src: str, std: str = "c++17", name: str = "pf_test.cu") -> Com
         opts = ARCH_OPTS + [f"-std={std}".encode()]
         (err,) = nvrtc.nvrtcCompileProgram(prog, len(opts), opts)
         size = _check(nvrtc.nvrtcGetProgramLogSize(prog))
-        log = b" " * size
+        log = bytearray(size)
         _check(nvrtc.nvrtcGetProgramLog(prog, log))
         ptx = ""
         if err == nvrtc.nvrtcResult.NVRTC_SUCCESS:
             size = _check(nvrtc.nvrtcGetPTXSize(prog))
-            buf = b" " * size
+            buf = bytearray(size)
             _check(nvrtc.nvrtcGetPTX(prog, buf))
             ptx = buf.rstrip(b"\0").decode()
         return CompileResult(

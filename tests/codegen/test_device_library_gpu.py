@@ -69,15 +69,15 @@ def compile_cubin(src: str) -> tuple[bytes, str]:
         opts = [b"--gpu-architecture=sm_90a", b"-std=c++17", b"--ptxas-options=-v"]
         (err,) = nvrtc.nvrtcCompileProgram(prog, len(opts), opts)
         size = _nv(nvrtc.nvrtcGetProgramLogSize(prog))
-        log_buf = b" " * size
+        log_buf = bytearray(size)
         _nv(nvrtc.nvrtcGetProgramLog(prog, log_buf))
         log = log_buf.rstrip(b"\0").decode(errors="replace")
         if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
             raise RuntimeError(f"NVRTC compile failed ({err}):\n{log}")
         size = _nv(nvrtc.nvrtcGetCUBINSize(prog))
-        cubin = b" " * size
+        cubin = bytearray(size)
         _nv(nvrtc.nvrtcGetCUBIN(prog, cubin))
-        return cubin, log
+        return bytes(cubin), log
     finally:
         nvrtc.nvrtcDestroyProgram(prog)
 

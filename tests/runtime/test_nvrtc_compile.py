@@ -194,3 +194,26 @@ def _env_with_repo():
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
     return env
+
+
+def test_reading_an_empty_log_leaves_the_shared_one_byte_bytes_alone(tmp_path):
+    """An empty NVRTC log is one NUL byte. Read into b" " * 1, which is CPython's shared b" "
+    where the module was compiled from source, the NUL turned every later b" " of the process
+    into b"\\0" and, on Python 3.12, the " " of modules compiled afterwards (generated CUDA
+    printed "long longT1[1]": GPU tests after the device-library tests failed to compile).
+    Checked in a fresh process whose pyfuser is compiled from source (an empty pycache prefix)."""
+    code = (
+        "from cuda.bindings import nvrtc\n"
+        "from pyfuser.runtime.nvrtc import _read_log\n"
+        "err, prog = nvrtc.nvrtcCreateProgram(b'extern \"C\" __global__ void k() {}', b'k.cu',"
+        " 0, [], [])\n"
+        "opts = [b'--gpu-architecture=sm_90a']\n"           # no ptxas report: an empty log
+        "assert nvrtc.nvrtcCompileProgram(prog, 1, opts)[0] == nvrtc.nvrtcResult.NVRTC_SUCCESS\n"
+        "assert nvrtc.nvrtcGetProgramLogSize(prog)[1] == 1\n"
+        "assert _read_log(prog) == ''\n"
+        "assert b' '.hex() == '20', b' '\n"          # [0] would be folded at compile time
+        "print('ok')\n"
+    )
+    result = subprocess.run([sys.executable, "-X", f"pycache_prefix={tmp_path}", "-c", code],
+                            cwd=REPO, capture_output=True, text=True, env=_env_with_repo())
+    assert result.returncode == 0 and "ok" in result.stdout, result.stderr
