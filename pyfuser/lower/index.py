@@ -375,7 +375,7 @@ def _index_op(op: K.TensorOp, ctx) -> None:
     merged, merged_dims = ig.merged_runs({ig.g.group(i) for i in dims}, known)
     for g, k in merged.items():
         if k.may_overflow:
-            conds.append(K.lt(k.value, ig.extent(g)))
+            conds.append(k.in_bounds(ig.extent(g)))
     for i in dims:
         if i in seen:
             continue
@@ -386,7 +386,7 @@ def _index_op(op: K.TensorOp, ctx) -> None:
         if k is None:
             raise LoweringError(f"cannot index T{tv.name}'s axis {i!r} from its loops")
         if k.may_overflow:
-            conds.append(K.lt(k.value, scalar_to_kexpr(i.extent, ctx.names)))
+            conds.append(k.in_bounds(scalar_to_kexpr(i.extent, ctx.names)))
     # An intermediate ID whose index can pass its extent aliases another element when it is the
     # inner part of its split (in = outer * f + inner): e.g. rows split over blocks and then by
     # threads unevenly, where a block's last rows would run into the next block's. (An outer
@@ -399,7 +399,7 @@ def _index_op(op: K.TensorOp, ctx) -> None:
         seen.add(i)
         k = ctx.index_graph.index_of(known, i)
         if k is not None and k.may_overflow and _is_inner_of_split(i):
-            conds.append(K.lt(k.value, scalar_to_kexpr(i.extent, ctx.names)))
+            conds.append(k.in_bounds(scalar_to_kexpr(i.extent, ctx.names)))
     if touches_memory and shared_dims is None:
         redundant = _redundant_loops(ctx, tv, nest) if tv.memory_type != MemoryType.Local else []
         conds += _thread_predicates(ctx, tv, nest, redundant)

@@ -9,7 +9,9 @@ the loops around an expression), `IndexGraph.traverse` walks the exact ID graph:
     forward  through a merge  (outer, inner) -> out:  out = outer * E(inner) + inner
 
 and records for each ID whether its index can exceed its extent (only a split that does not divide
-its input, or an index derived from one, can): those IDs get predicates.
+its input, or an index derived from one, can): those IDs get predicates. A split divides its
+input where the schedule said so (Split.divisible) or where its constant factor divides an extent
+the schedule declared a multiple of it (fusion.extent_multiples, below).
 
 A vector lane is folded out of a merge's division: where out = a * V + lane (lane in [0, V), the
 variable of a loop of extent V) and E(inner) is a multiple of V (a constant, or an extent the
@@ -73,6 +75,14 @@ class GroupExpr:
 class Known:
     value: K.KExpr
     may_overflow: bool
+    # (index, extent) whose `index < extent` is the same test as this ID's, where simpler: for
+    # in = outer * f + lane of a split that divides `in` (f | E), in < E exactly when
+    # outer < E / f, the outer part's own test, the same for every lane of a vector.
+    bound: tuple | None = None
+
+    def in_bounds(self, extent: K.KExpr) -> K.KExpr:
+        """The test that this index lies within `extent` (the ID's own)."""
+        return K.lt(*self.bound) if self.bound is not None else K.lt(self.value, extent)
 
 
 class IndexGraph:
@@ -166,8 +176,12 @@ class IndexGraph:
             f = (scalar_to_kexpr(e.factor, self.names) if e.inner_split
                  else self.extent(ge.outputs[1]))
             value = K.add(K.mul(o.value, f), i.value)
-            overflow = o.may_overflow or i.may_overflow or not e.is_divisible
-            known.setdefault(ge.inputs[0], Known(value, overflow))
+            divides = self._divides(e, f, ge.inputs[0])
+            overflow = o.may_overflow or i.may_overflow or not divides
+            bound = None
+            if divides and e.inner_split and not i.may_overflow:
+                bound = o.bound or (o.value, self.extent(ge.outputs[0]))
+            known.setdefault(ge.inputs[0], Known(value, overflow, bound))
         else:
             out = known[ge.outputs[0]]
             inner_ext = self.extent(ge.inputs[1])
@@ -193,9 +207,21 @@ class IndexGraph:
                 return value.a, lane
         return value, K.Const(0)
 
+    def _divides(self, split: Split, factor: K.KExpr, in_group) -> bool:
+        """Whether `split` has no padding iterations: the schedule said so (Split.divisible),
+        or its constant inner factor divides an extent the schedule declared a multiple of it
+        (a row of whole vectors, fusion.extent_multiples, checked before each launch); then
+        the split's index needs no guard of its own, and the lanes of a vector share one."""
+        if split.is_divisible:
+            return True
+        return (split.inner_split and isinstance(factor, K.Const)
+                and self._multiple_of(self.extent(in_group), factor.value))
+
     def _multiple_of(self, extent: K.KExpr, width: int) -> bool:
         if isinstance(extent, K.Const):
             return extent.value % width == 0
+        if isinstance(extent, K.Bin) and extent.op == "*":     # merged dims: either factor
+            return self._multiple_of(extent.a, width) or self._multiple_of(extent.b, width)
         m = self.multiples.get(repr(extent))
         return m is not None and m % width == 0
 

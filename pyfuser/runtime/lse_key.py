@@ -4,9 +4,10 @@ lse_combine, lse_max and lse_sum in codegen/runtime_src/math.cuh are the kernels
 A key is an int64 holding a running (m, s) of float32s, m's bits low and s's high: m the largest
 element so far, s the sum of exp(x - m) over them. An element's key is (x, 1), no elements are
 (-inf, 0) (IDENTITY), and two keys combine as (max(ma, mb), sa * exp(ma - M) + sb * exp(mb - M))
-with one exp: the larger m's s plus the other's scaled by exp(-|ma - mb|), equal m's (two -inf,
-two +inf) taken as a difference of 0. lse_sum gives NaN where m is +inf or where m is -inf and s
-is not 0, as the two-pass form does (exp(inf - inf), exp(-inf - -inf)).
+with one exp: the larger m's s plus the other's scaled by exp(-|ma - mb|), a difference that is
+NaN (two -inf, two +inf, a NaN m) taken as 0. lse_sum gives NaN where m is +inf, NaN, or -inf
+with s not 0, as the two-pass form does (exp(inf - inf), exp(-inf - -inf)). The kernels' exp is
+ex2.approx.ftz (a scale below 2^-126 is 0 there, a denormal here: far below the sum's rounding).
 """
 from __future__ import annotations
 
@@ -44,8 +45,8 @@ def lse_combine(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """The keys a and b combined, elementwise, in float32 as the kernels do."""
     a, b = torch.as_tensor(a, dtype=torch.int64), torch.as_tensor(b, dtype=torch.int64)
     (ma, sa), (mb, sb) = unpack(a), unpack(b)
-    d = torch.where(ma == mb, 0.0, mb - ma).to(torch.float32)
-    e = torch.exp(-d.abs())
+    d = (mb - ma).to(torch.float32)
+    e = torch.exp(torch.where(torch.isnan(d), 0.0, -d.abs()))
     s = torch.where(d > 0, sa * e + sb, sb * e + sa)
     return pack(torch.maximum(ma, mb), s)
 
@@ -56,7 +57,7 @@ def lse_max(key: torch.Tensor) -> torch.Tensor:
 
 def lse_sum(key: torch.Tensor) -> torch.Tensor:
     m, s = unpack(key)
-    undefined = (m == float("inf")) | ((m == float("-inf")) & (s != 0))
+    undefined = (m == float("inf")) | torch.isnan(m) | ((m == float("-inf")) & (s != 0))
     return torch.where(undefined, _NAN, s).to(torch.float32)
 
 

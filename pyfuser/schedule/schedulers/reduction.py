@@ -531,7 +531,8 @@ def _own_copies_beside_the_reduction(fusion, red: TensorView) -> None:
 def schedule(fusion, p: ReductionParams) -> None:
     red = reduction_tensors(fusion)[0]
     lay = layout(red)
-    orient_vector_inputs(fusion, p.vector_inputs, vector_dim(red, lay))
+    vec_id = vector_dim(red, lay)
+    orient_vector_inputs(fusion, p.vector_inputs, vec_id)
     caches, _ = cache_inputs_and_outputs(fusion)
     reds = reduction_tensors(fusion)
     red = reds[0]
@@ -590,6 +591,12 @@ def schedule(fusion, p: ReductionParams) -> None:
             rfactor(r, rf_axes)
     parallelize_like(rf, parallel_types={PT.BIDx, PT.BIDy, PT.TIDx, PT.TIDy})
     if p.vector > 1:
+        # The vector lanes' dim holds whole vectors (vector_width divides it; the executor
+        # checks it before each launch), so the vector split, and one of the merged rows it is
+        # part of, has no padding lanes: a lane needs no bounds check beyond its vector's
+        # (lower/indexing.py). A logsumexp row of 128256 bf16 checked every element: about 5
+        # instructions each of a kernel bound by the SM's issue rate.
+        fusion.extent_multiples = {**fusion.extent_multiples, vec_id.extent: p.vector}
         for k in p.vector_inputs:
             vectorize(caches[k], -1, p.vector)
         for o in fusion.outputs:
