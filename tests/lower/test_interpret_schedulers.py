@@ -424,3 +424,23 @@ def test_a_row_cache_of_part_of_a_merged_row_is_not_kept_resident(plan, monkeypa
     run_and_check(fd, [a, b], kernels=2, options={"enable": ["interpret"]},
                   segments=(("kernel", "pointwise"), ("kernel", "inner_persistent"))
                   if plan == "inner_persistent" else (("kernel", "reduction"),) * 2)
+
+
+def test_a_row_of_whole_vectors_is_guarded_once_per_vector():
+    """Rows of 1000 fp32 (250 vectors of 4; the executor checks the row holds whole vectors)
+    over a block whose step does not divide them: the accumulation of a vector's lanes is
+    guarded by the vector's index alone (lower/indexing.py Known.bound), once around the lane
+    loop (vectorize.py); the kernel still sums every element once, on the interpreter."""
+    fd = catalogue.define("row_sum", "fp32")
+    x = torch.randn(8, 1000)
+    params = ReductionParams(True, 4, 64, 2, 2, (0,))
+    st, sch, params, k = schedule_and_lower(fd, [x], params=params)
+    guards = [s for s in K.walk(k.body) if isinstance(s, K.IfThenElse)
+              and any(isinstance(b, K.ForLoop) and b.unroll for b in s.then_body)]
+    assert guards, "the lane loop of the accumulation is not guarded once"
+    for g in guards:
+        (lanes,) = [b for b in g.then_body if isinstance(b, K.ForLoop)]
+        assert repr(lanes.var) not in repr(g.cond), g.cond
+        accs = [op for op in K.walk(lanes.body) if isinstance(op, K.TensorOp) and op.accumulate]
+        assert accs and all(repr(op.predicate) == "True" for op in accs)
+    _check(fd, [x], params=params)

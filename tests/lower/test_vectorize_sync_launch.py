@@ -169,6 +169,51 @@ def test_unroll_small_constant_serial_loops_only():
     assert loops[3].parallel == "Unroll"
 
 
+def _lane_loop(guard, extra_unguarded_write_outside=False):
+    """for j in 0..8 (unrolled): float T1[1]; T1[0] = f(T5[j]); if (guard(j)) T7[0] += T1[0]."""
+    from pyfuser.lower.vectorize import _guarded_once
+    j = K.Var("j")
+    guard = guard(j)
+    t1 = K.Buffer("T1", DataType.Float, "local", K.Const(1))
+    t5 = K.Buffer("T5", DataType.Float, "local", K.Const(8))
+    t7 = K.Buffer("T7", DataType.Float, "local", K.Const(1))
+    body = [K.Allocate(t1),
+            K.TensorOp(None, K.TensorIndex(t1, K.Const(0)), [K.TensorIndex(t5, j)]),
+            K.TensorOp(None, K.TensorIndex(t7, K.Const(0)), [K.TensorIndex(t1, K.Const(0))],
+                       predicate=guard, accumulate=True)]
+    if extra_unguarded_write_outside:    # a register the loop does not allocate
+        body.append(K.TensorOp(None, K.TensorIndex(t5, j), [K.TensorIndex(t1, K.Const(0))]))
+    loop = K.ForLoop(j, K.Const(0), K.Const(8), K.Const(1), body, unroll=True)
+    return loop, _guarded_once(loop)
+
+
+def test_a_lane_free_per_thread_guard_is_hoisted_around_an_unrolled_loop():
+    """A thread's accumulation of a vector's lanes, bounded by the vector's index (the same for
+    every lane): one guard around the loop, none on the ops (nvcc kept a branch per lane)."""
+    vec = K.add(K.mul(K.Var("j4"), K.Const(512)), K.Special("threadIdx.x"))
+    guard = K.lt(vec, K.Var("n8"))
+    loop, out = _lane_loop(lambda j: guard)
+    assert isinstance(out, K.IfThenElse) and out.cond is guard
+    (inner,) = out.then_body
+    assert isinstance(inner, K.ForLoop) and inner.unroll
+    assert all(isinstance(op.predicate, K.Const) and op.predicate.value is True
+               for op in inner.body if isinstance(op, K.TensorOp))
+
+
+@pytest.mark.parametrize("case", ["lane", "block_uniform", "escapes"])
+def test_guards_that_stay_on_the_ops(case):
+    """Left as it is: a guard that depends on the lane; one the same for every thread of the
+    block (a persistent kernel's row guard, which nvcc predicates: hoisted, the layernorm
+    backward lost 3%); an unguarded op writing a register the loop does not allocate."""
+    j4, tid = K.Var("j4"), K.Special("threadIdx.x")
+    guard = {"lane": lambda j: K.lt(K.add(K.mul(tid, K.Const(8)), j), K.Var("n")),
+             "block_uniform": lambda j: K.lt(K.add(K.mul(j4, K.Const(264)),
+                                                   K.Special("blockIdx.x")), K.Var("n")),
+             "escapes": lambda j: K.lt(tid, K.Var("n"))}[case]
+    loop, out = _lane_loop(guard, extra_unguarded_write_outside=case == "escapes")
+    assert out is loop
+
+
 # insert_syncs -------------------------------------------------------------------------------------
 def _shared_copy(serial_rows=False):
     with FusionDefinition() as fd:

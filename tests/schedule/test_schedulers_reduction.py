@@ -57,6 +57,18 @@ def test_inner_block_grows_with_the_row():
         assert p.bdimy == 1 or p.bdimx * p.bdimy == 256   # short rows: several per block
 
 
+def test_rows_that_hold_no_vector_count_threads_in_bytes():
+    """A row of 1001 bf16 holds no vector: threads along it are counted by its bytes (32
+    threads by 8 rows, where counting loads gave 256 threads of 4 elements, one row per block:
+    991 GB/s against 1555 on the H200), and element-wise loads go 8 to a step where a thread
+    has them ([4096, 50257]: 512 x 8 3370 GB/s, 512 x 4 3085)."""
+    p = heur("row_sum", 16383, 1001)
+    assert (p.vector, p.bdimx, p.bdimy) == (1, 32, 8), p
+    p = heur("row_sum", 4096, 50257)
+    assert (p.vector, p.bdimx, p.bdimy, p.unroll) == (1, 512, 1, 8), p
+    assert heur("row_sum", 16384, 8192).unroll == 2           # vectors: LOADS_PER_STEP holds
+
+
 @pytest.mark.parametrize("device", ["h100", "h200"])
 def test_rows_read_in_one_step_are_streamed_past_l1(device):
     """Threads along the row until each holds two vectors of it (512 x 2 at 8192 bf16 columns,

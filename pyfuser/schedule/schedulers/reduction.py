@@ -283,14 +283,21 @@ def compute_heuristics(fusion, info: RuntimeInfo) -> ReductionParams:
         return _full_heuristics(red_n, vector, vec_inputs, sms)
     if lay.inner:
         vecs = max(1, red_n // vector)
-        # Threads along the row until each holds two vectors of it: more threads issuing two
-        # loads each beat fewer issuing four (H200, row sums of [16384, 8192] bf16 with the
-        # rows streamed past L1: 512 x 2 vectors 3987-4014 GB/s, 256 x 4 3734-3749).
+        # Threads along the row until each holds two 16-byte pieces of it: more threads issuing
+        # two loads each beat fewer issuing four (H200, row sums of [16384, 8192] bf16 with the
+        # rows streamed past L1: 512 x 2 vectors 3987-4014 GB/s, 256 x 4 3734-3749). Counted
+        # in bytes, not loads: a row that holds no vector (1001 bf16) got 256 threads of 4
+        # elements and one row per block, 991 GB/s; 32 threads by 8 rows, 1555.
+        pieces = max(1, red_n * max([v.dtype.size for v in streamed] + [1]) // 16)
         bdimx = 32
-        while bdimx < 512 and vecs >= bdimx * 2 * 2:
+        while bdimx < 512 and pieces >= bdimx * 2 * 2:
             bdimx *= 2
         bdimy = max(1, min(256 // bdimx, _pow2_floor(iter_n)))
-        unroll = min(max_unroll, 4 if vecs >= bdimx * 4 else (2 if vecs >= bdimx * 2 else 1))
+        # Element-wise loads move 2 or 4 bytes: twice as many in flight where each thread has
+        # the elements (row sums of [4096, 50257] bf16: 512 x 8 3370 GB/s, 512 x 4 3085).
+        cap = max_unroll * 2 if vector == 1 else max_unroll
+        unroll = min(cap, 8 if vecs >= bdimx * 16 else 4 if vecs >= bdimx * 4
+                     else 2 if vecs >= bdimx * 2 else 1)
         blocks = -(-iter_n // bdimy)
         # Few long rows: share each row among blocks until the grid covers the SMs twice, as
         # long as every block keeps several serial steps of work.
