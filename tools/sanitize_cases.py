@@ -59,15 +59,19 @@ def matmul_cases() -> None:
 def odd_row_cases() -> None:
     """Odd rows (issue 16): the norm backward's two-block plan with column partials in shared
     memory and the one-row block all-reduce of a partial warp (321 or 342 threads); RMSNorm
-    forward of rows of 4097 with rstd."""
+    forward of rows of 4097 with rstd; softmax and LayerNorm forward of rows of 50257, looped
+    (each pass reads the row again)."""
     for name, m, n, dtype in (("layernorm_bwd", 1024, 5121, "fp16"),
                               ("rmsnorm_bwd", 1024, 4097, "fp16"),
-                              ("rmsnorm_fwd", 2048, 4097, "bf16")):
+                              ("rmsnorm_fwd", 2048, 4097, "bf16"),
+                              ("softmax", 64, 50257, "bf16"),
+                              ("layernorm_fwd", 64, 50257, "bf16")):
         fd = catalogue.define(name, dtype=dtype)
         fd.execute(catalogue.make_inputs(name, m, n, dtype=dtype, device="cuda"))
         torch.cuda.synchronize()
         p = fd.last_run.heuristics[0]
-        print(name, dtype, m, n, f"blocks/SM {getattr(p, 'blocks_per_sm', '-')}", flush=True)
+        print(name, dtype, m, n, f"blocks/SM {getattr(p, 'blocks_per_sm', '-')}",
+              "looped" if getattr(p, "looped", False) else "", flush=True)
 
 
 def logsumexp_cases() -> None:

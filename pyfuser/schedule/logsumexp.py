@@ -41,23 +41,37 @@ def fuse_logsumexp(fusion):
     return clone
 
 
+def fuse_logsumexp_for_passes(fusion) -> None:
+    """Make every max / sum-of-exp pair of `fusion` (a schedule's own copy) one logsumexp
+    reduction, in place, also where S or E has other uses (a softmax's E divided by R, a
+    log-softmax's S an output): those uses keep their S and E, which now subtract the key's
+    max. For a kernel that reads its inputs again in each pass over the row (the looped inner
+    persistent variant), where S and E are recomputed in the last pass anyway: two passes over
+    the row instead of three. Off where the option `one_pass_logsumexp` is disabled."""
+    if options.current().is_enabled("one_pass_logsumexp") is False:
+        return
+    for max_op, sum_op in _pairs(fusion, shared=True):
+        _rewrite(fusion, max_op, sum_op)
+
+
 def _reduced(out: TensorView) -> list[int]:
     return [k for k, i in enumerate(out.domain.logical) if i.is_reduction]
 
 
-def _pairs(fusion) -> list[tuple[ReductionOp, ReductionOp]]:
-    """(the max, the sum) of each pattern in `fusion`, in topological order."""
+def _pairs(fusion, shared: bool = False) -> list[tuple[ReductionOp, ReductionOp]]:
+    """(the max, the sum) of each pattern in `fusion`, in topological order; with `shared`,
+    also those whose S or E has other uses."""
     found = []
     for r in fusion.exprs():
         if not (isinstance(r, ReductionOp) and r.op == ReductionOpType.Sum):
             continue
         e = r.in_val.definition
-        if not (isinstance(e, UnaryOp) and e.op == UnaryOpType.Exp and e.outputs[0].uses == [r]
-                and e.outputs[0] not in fusion.outputs):
+        if not (isinstance(e, UnaryOp) and e.op == UnaryOpType.Exp and (shared or (
+                e.outputs[0].uses == [r] and e.outputs[0] not in fusion.outputs))):
             continue
         sub = e.in_val.definition
-        if not (isinstance(sub, BinaryOp) and sub.op == BinaryOpType.Sub
-                and sub.outputs[0].uses == [e] and sub.outputs[0] not in fusion.outputs):
+        if not (isinstance(sub, BinaryOp) and sub.op == BinaryOpType.Sub and (shared or (
+                sub.outputs[0].uses == [e] and sub.outputs[0] not in fusion.outputs))):
             continue
         x, b = sub.inputs
         bcast = b.definition if isinstance(b, TensorView) else None
@@ -93,7 +107,11 @@ def _rewrite(fusion, max_op: ReductionOp, sum_op: ReductionOp) -> None:
         while old in fusion.outputs:
             fusion.replace_output(old, new)
     bcast = sub_op.inputs[1].definition
-    for dead in (sum_op, exp_op, sub_op, max_op):
-        dead.detach()
-    if not bcast.outputs[0].uses and bcast.outputs[0] not in fusion.outputs:
-        bcast.detach()
+    sum_op.detach()
+    max_op.detach()
+    # S and E stay where they have other uses (fuse_logsumexp_for_passes); B then broadcasts
+    # the key's max.
+    for op in (exp_op, sub_op, bcast):
+        out = op.outputs[0]
+        if not out.uses and out not in fusion.outputs:
+            op.detach()

@@ -19,6 +19,7 @@ from ..ir.base import Expr
 from ..ir.exprs import (BinaryOp, BroadcastOp, ExpandOp, FullOp, GatherOp, IndexCheckOp, IotaOp,
                         LoadStoreOp, RandOp, ReshapeOp, SqueezeOp, UnaryOp, WhereOp, WindowOp)
 from ..ir.iter_domain import Merge, Split, id_exprs_between, merge_ids, split_id
+from ..ir.id_graph import IdGraph
 from ..ir.tensor import MemoryType, ScheduleError, TensorDomain, TensorView
 
 _CLONABLE = (UnaryOp, BinaryOp, WhereOp, LoadStoreOp, BroadcastOp, ExpandOp, SqueezeOp,
@@ -99,3 +100,49 @@ def recompute_for(tv: TensorView, uses: list[Expr], stop_at: set) -> TensorView:
     for u in uses:
         u.replace_input(tv, copy_tv)
     return copy_tv
+
+
+def uses_across_reductions(fusion, reds) -> list:
+    """(tensor, its uses outside what feeds the reduction) for each tensor, not an input, used
+    both on the way to one of `reds` and outside it: a normalization's row, held across the
+    reduction unless recomputed."""
+    from .inlining import upstream
+    out = []
+    for r in reds:
+        feeds = upstream(fusion, r) | {r}
+        for t in fusion.tensors():
+            if t not in feeds or t is r or t.is_input():
+                continue
+            outside = [e for e in fusion.uses_of(t) if e.outputs[0] not in feeds]
+            if outside and any(e.outputs[0] in feeds for e in fusion.uses_of(t)):
+                out.append((t, outside))
+    return out
+
+
+def recompute_each_pass(fusion, reds) -> None:
+    """Give every use after a reduction its own copy of each tensor used on both sides of one,
+    back to the fusion's inputs (whose caches are loaded again), so that nothing along the
+    reduced dims stays resident between the passes of a kernel that reads its inputs once per
+    pass. Tensors without the reduced dims (a row's statistic, its broadcast) are one value
+    per kept coordinate and stay.
+
+    Before: C = set(x); M = max(C); S = sum(exp(C - M)); y = exp(C - M) / S
+    After:  C = set(x); M = max(C); C' = set(x); S = sum(exp(C' - M));
+            C'' = set(x); y = exp(C'' - M) / S
+    """
+    def kept_only(t, graph, to, red_ids):
+        return not any((to if i.is_broadcast else graph).mapped(i, x)
+                       for i in t.domain.logical_no_reductions for x in red_ids)
+    done = set()
+    while True:
+        graph = IdGraph(fusion)     # rebuilt: clones carry IDs the last graph did not know
+        to = IdGraph(fusion, permissive=True, transforms=False)
+        red_ids = [i for r in reds for i in r.domain.maybe_root if i.is_reduction]
+        pending = [(t, out) for t, out in uses_across_reductions(fusion, reds)
+                   if t not in done and not kept_only(t, graph, to, red_ids)]
+        if not pending:
+            return
+        t, outside = pending[0]
+        done.add(t)
+        stop = {u for u in fusion.tensors() if u.is_input() or kept_only(u, graph, to, red_ids)}
+        recompute_for(t, outside, stop)

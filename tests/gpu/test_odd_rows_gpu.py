@@ -27,3 +27,18 @@ def test_odd_rows(name, dtype, M, N, vector):
     if catalogue.get(name).kind == "inner_outer_persistent":
         assert params.col_vector == io.phase2_columns(N, params.grid, params.bdimx,
                                                       bounded=params.blocks_per_sm > 0), params
+
+
+@pytest.mark.parametrize("name,dtype,M,N", [
+    ("softmax", "bf16", 37, 50257), ("log_softmax", "bf16", 37, 50257),
+    ("softmax", "bf16", 5, 65537), ("softmax", "fp32", 5, 65537),
+    ("layernorm_fwd", "bf16", 9, 50257), ("rmsnorm_fwd", "fp16", 9, 65537),
+    ("add_rmsnorm_fwd", "bf16", 3, 50257)])
+def test_rows_too_long_for_registers_are_looped(name, dtype, M, N):
+    # Odd rows that registers cannot hold and no cluster can split: each pass reads the row
+    # again (inner_persistent's looped variant; softmax's max and sum of exp in one pass).
+    fd = catalogue.define(name, dtype)
+    run_and_check(fd, catalogue.make_inputs(name, M, N, dtype, device="cuda", seed=N),
+                  scheduler="inner_persistent")
+    (params,) = fd.last_run.heuristics
+    assert params.looped and params.vector == 1 and params.bdimx == 1024, params

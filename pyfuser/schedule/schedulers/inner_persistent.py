@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from ...ir.exprs import LoadKind
+from ...ir.exprs import LoadKind, LoadStoreOp
 from ...ir.id_graph import IdGraph
 from ...ir.iter_domain import ParallelType as PT
 from ..cache import cached_uses
@@ -31,7 +31,8 @@ from ...ir.tensor import CpAsyncPipelined, TensorView, WarpSpecialized
 from .. import (cache_after, cache_before, circular_buffer, inline_at, inline_most,
                 parallelize_like, propagate_transforms, rfactor)
 from ..inlining import upstream
-from ..recompute import recompute_for
+from ..logsumexp import fuse_logsumexp_for_passes
+from ..recompute import recompute_each_pass, recompute_for, uses_across_reductions
 from ..tma_rules import MAX_TX_BYTES, check_bulk_rows, check_row_box
 from .base import (RuntimeInfo, SchedulerError, access_width, orient_vector_inputs,
                    reduced_and_kept, reduction_tensors, reference_reduction, vector_inputs,
@@ -85,10 +86,23 @@ class InnerPersistentParams:
     # shared-memory slots, by the same persistent grid as the TMA variant.
     cp_async_inputs: tuple = ()
     cp_async_bytes: tuple = ()
+    # Looped variant, for rows that do not fit registers and cannot be split over a cluster (an
+    # odd length: no vectors): the row is walked in serial steps of `unroll` x bdimx x V
+    # elements, once per pass (each reduction, then the outputs), every pass reading the inputs
+    # again; the block's rows stay in L2 between passes. persistent_batch is 1; the row's
+    # extent is not specialized (row_extents empty).
+    looped: bool = False
+    unroll: int = 1
     # Why the heuristic chose this variant (explain prints it); not part of the kernel's key.
     reason: str = dataclasses.field(default="", compare=False)
 
     def describe(self) -> str:
+        if self.looped:
+            return (f"inner persistent (looped): {self.bdimy} row(s) per block, {self.bdimx} "
+                    f"threads per row, steps of {self.unroll} x {self.vector} elements per "
+                    "thread, each pass over the row reads the inputs again, vector loads for "
+                    f"inputs {list(self.vector_inputs)}"
+                    + (f"\n  why: {self.reason}" if self.reason else ""))
         text = (f"inner persistent: {self.bdimy} row(s) per block, {self.bdimx} threads per row, "
                 f"{self.persistent_batch} x {self.vector} elements per thread in registers, "
                 f"vector loads for inputs {list(self.vector_inputs)}"
@@ -182,7 +196,12 @@ def compute_heuristics(fusion, info: RuntimeInfo) -> InnerPersistentParams:
     red = reference_reduction(reduction_tensors(fusion))
     _, rpos = _layout(red)
     n, m = reduced_and_kept(red, rpos, info)
-    p = register_params(fusion, info, rpos, n, m, row_vector_width(fusion, n, rpos))
+    try:
+        p = register_params(fusion, info, rpos, n, m, row_vector_width(fusion, n, rpos))
+    except SchedulerError as too_long:
+        if not _writes_rows(fusion, red):
+            raise       # every output per row: reduction kernels reading the rows twice
+        return looped_params(fusion, info, rpos, n, m, str(too_long))
     if (p.cluster >= REREAD_CLUSTER and p.persistent_batch * p.vector >= REREAD_VALUES
             and not _writes_rows(fusion, red)):
         # Measured on the H200 (bench/results/2026-11-27/h200-bench-reread-rule-bd29aa3.txt,
@@ -246,6 +265,37 @@ def row_element_bytes(fusion) -> int:
                default=4)
 
 
+# Threads per row of the looped variant: two 1024-thread blocks per SM keep 2 x 132 rows in
+# flight, whose bytes (100 KB for a [*, 50257] bf16 row: 26 MB) stay in L2 between the passes.
+LOOPED_THREADS = 1024
+# Bytes of the row one thread loads per serial step: several loads in flight each.
+LOOPED_STEP_BYTES = 32
+LOOPED_MAX_UNROLL = 8
+
+
+def looped_params(fusion, info: RuntimeInfo, rpos, n: int, m: int,
+                  why: str) -> InnerPersistentParams:
+    """The looped variant's parameters for rows of n elements that registers cannot hold
+    (`why`): one row per block of up to LOOPED_THREADS threads, each step `unroll` vectors per
+    thread (LOOPED_STEP_BYTES of the widest row input, at most LOOPED_MAX_UNROLL loads)."""
+    red = reference_reduction(reduction_tensors(fusion))
+    vector = row_vector_width(fusion, n, rpos)
+    vec_inputs = vector_inputs(fusion, info, vector, red.domain.maybe_root[rpos[-1]])
+    if not vec_inputs:
+        vector = 1
+    widest = row_element_bytes(fusion)
+    vecs = max(1, -(-n // vector))
+    bdimx = min(LOOPED_THREADS, max(32, _pow2_floor(vecs)))
+    unroll = max(1, min(LOOPED_MAX_UNROLL, LOOPED_STEP_BYTES // (vector * widest)))
+    rows_in_l2 = info.device.sm_count * max(1, info.device.max_threads_per_sm // bdimx)
+    return InnerPersistentParams(
+        vector, 1, bdimx, 1, vec_inputs, keep_weights=False, looped=True, unroll=unroll,
+        reason=(f"{why}; looped instead: each pass reads the row again, "
+                f"{rows_in_l2} rows of {n * widest // 1024} KB in flight "
+                f"({'within' if rows_in_l2 * n * widest <= info.device.l2_bytes else 'beyond'} "
+                f"the {info.device.l2_bytes >> 20} MB L2)"))
+
+
 def register_params(fusion, info: RuntimeInfo, rpos, n: int, m: int,
                     vector: int) -> InnerPersistentParams:
     """The register-row parameters for rows of n elements read with `vector`-wide accesses
@@ -262,7 +312,8 @@ def register_params(fusion, info: RuntimeInfo, rpos, n: int, m: int,
         bdimy *= 2
     threads = -(-bdimx // 32) * 32 * bdimy
     cap = min(255, 65536 // threads)
-    row_regs = batch * vector * widest // 4
+    # A 16-bit element takes half a register in a vector and a whole one alone.
+    row_regs = batch * -(-(vector * widest) // 4)
     if row_regs > 0.6 * cap:
         raise SchedulerError(
             f"inner persistent: a row of {n} elements needs {row_regs} registers per thread of "
@@ -563,20 +614,6 @@ def persistent_batch(vecs: int) -> tuple[int, int]:
     return batch, -(-vecs // batch)
 
 
-def _persistent_uses(fusion, reds):
-    """(tensor, uses outside the reduction's inputs) for tensors used on both sides of one."""
-    out = []
-    for r in reds:
-        feeds = upstream(fusion, r) | {r}
-        for t in fusion.tensors():
-            if t not in feeds or t is r or t.is_input():
-                continue
-            outside = [e for e in fusion.uses_of(t) if e.outputs[0] not in feeds]
-            if outside and any(e.outputs[0] in feeds for e in fusion.uses_of(t)):
-                out.append((t, outside))
-    return out
-
-
 _EXPENSIVE = {"exp", "exp2", "log", "tanh", "erf", "sigmoid", "silu", "gelu_tanh", "gelu_erf", "pow"}
 
 
@@ -622,7 +659,7 @@ def _project_to_inputs(fusion, caches: set, reds, allow_expensive: bool = False)
             # not a broadcast back.
             return not any((to if i.is_broadcast else graph).mapped(i, x)
                            for i in t.domain.logical_no_reductions for x in red_ids)
-        pending = [(t, out) for t, out in _persistent_uses(fusion, reds)
+        pending = [(t, out) for t, out in uses_across_reductions(fusion, reds)
                    if t not in caches and t not in done and not row_reduced(t)]
         if not pending:
             return
@@ -665,7 +702,7 @@ def _reload_partial_rows(fusion, reds, row_ids: list) -> None:
     done = set()
     while True:
         graph = IdGraph(fusion)     # rebuilt: clones carry IDs the last graph did not know
-        pending = [(t, out) for t, out in _persistent_uses(fusion, reds)
+        pending = [(t, out) for t, out in uses_across_reductions(fusion, reds)
                    if t not in done and _holds_part_of_the_row(t, graph, row_ids)]
         if not pending:
             return
@@ -674,7 +711,62 @@ def _reload_partial_rows(fusion, reds, row_ids: list) -> None:
         recompute_for(t, outside, set(reds))
 
 
+def schedule_looped(fusion, p: InnerPersistentParams) -> None:
+    """The looped variant: [I, R] -> [I/By, By, S, U, Bx, V], S serial steps over the row of U
+    vectors per thread (unrolled, their loads issued together), Bx = threadIdx.x. Each pass
+    over the row (each reduction's, then the outputs') has its own copy of what it reads, back
+    to the inputs (recompute_each_pass), and its own S loop:
+
+        for blockIdx.x: for threadIdx.y:
+          for s: x[U][V] = loads; partial = f(partial, x)      <- pass 1, reads the row
+          m = block_allreduce_x(partial)
+          for s: x[U][V] = loads; out[...] = g(x, m)           <- pass 2, reads it again (L2)
+    """
+    # A softmax's max and sum of exp become one pass: the key's (max, sum) (logsumexp.py).
+    fuse_logsumexp_for_passes(fusion)
+    red = reduction_tensors(fusion)[0]
+    orient_vector_inputs(fusion, p.vector_inputs, red.domain.maybe_root[_layout(red)[1][-1]])
+    caches = {k: cache_after(v) for k, v in enumerate(fusion.inputs)
+              if isinstance(v, TensorView) and cached_uses(v)}
+    outputs = [o for o in fusion.outputs if o.definition is not None]
+    for o in outputs:
+        cache_before(o)
+    reds = reduction_tensors(fusion)
+    recompute_each_pass(fusion, reds)
+    ref = reference_reduction(reds)
+    reds = [ref] + [r for r in reds if r is not ref]
+    _, rpos = _layout(ref)
+    # The row's extent stays a kernel argument (no row_extents): a constant step count would
+    # unroll the serial loop (vectorize.py unrolls constant loops of up to 32 steps).
+    _merge_dims(ref, rpos)
+    ref.split(1, p.vector).split(1, p.bdimx).split(1, p.unroll)
+    ref.split(0, p.bdimy)
+    ref.parallelize(0, PT.BIDx).parallelize(1, PT.TIDy).parallelize(4, PT.TIDx)
+    propagate_transforms(ref)
+    rfs = [rfactor(r, [2, 3, 5]) for r in reds]
+    parallelize_like(rfs[0], parallel_types={PT.BIDx, PT.TIDy, PT.TIDx})
+    if p.vector > 1:
+        vec_graph = IdGraph(fusion, permissive=True)
+        vec_axis = rfs[0].domain.loop[5]
+        for cache in fusion.tensors():
+            if cache.definition is not None and any(
+                    cache.definition.inputs[0] is fusion.inputs[k] for k in p.vector_inputs
+                    if isinstance(cache.definition, LoadStoreOp)):
+                vectorize_along(cache, vec_axis, vec_graph, p.vector)
+        for o in outputs:
+            vectorize_along(o, vec_axis, vec_graph, p.vector)
+    inline_most(fusion=fusion)
+    # Each input cache holds a step's U vectors, loaded together before any is used.
+    for t in fusion.tensors():
+        if (isinstance(t.definition, LoadStoreOp) and t.definition.inputs[0].is_input()
+                and t.compute_at_pos > 3):
+            inline_at(t, 3)
+    fusion.launch_hints["max_threads"] = p.bdimx * p.bdimy
+
+
 def schedule(fusion, p: InnerPersistentParams) -> None:
+    if p.looped:
+        return schedule_looped(fusion, p)
     red = reduction_tensors(fusion)[0]
     orient_vector_inputs(fusion, p.vector_inputs, red.domain.maybe_root[_layout(red)[1][-1]])
     # TMA variant: input -> shared-memory slot (one bulk copy per row) -> registers.

@@ -49,10 +49,10 @@ from .. import (inline_at, inline_most, parallelize_like,
 from .base import (RuntimeInfo, SchedulerError, cache_inputs_and_outputs, orient_vector_inputs,
                    reduction_tensors, reference_reduction, vector_inputs, vector_width,
                    vectorize_along)
-from ..recompute import recompute_for
+from ..recompute import recompute_each_pass
 from ..tma_rules import SECTOR_BYTES
-from .inner_persistent import (MAX_ELEMENTS_PER_THREAD, _persistent_uses, _project_to_inputs,
-                               row_element_bytes, same_row_dims)
+from .inner_persistent import (MAX_ELEMENTS_PER_THREAD, _project_to_inputs, row_element_bytes,
+                               same_row_dims)
 from .reduction import (_pow2_floor, broadcast_back, is_over_reduced_tensor_dims,
                         iterates_part_of_reduced_dims)
 
@@ -329,29 +329,6 @@ def _merge_in_order(red: TensorView, kpos: list, rpos: list) -> None:
         red.merge(1, 2)
 
 
-def _recompute_every_pass(fusion, reds) -> None:
-    """Looped variant: give every use after a reduction its own copy of each tensor used on
-    both sides of one (back to the input caches, which are loaded again), so nothing over the
-    reduced dims stays resident; tensors without the reduced dims (a column's statistic, its
-    broadcast) are one value per column and stay."""
-    def per_column(t, graph, to, red_ids):
-        return not any((to if i.is_broadcast else graph).mapped(i, x)
-                       for i in t.domain.logical_no_reductions for x in red_ids)
-    done = set()
-    while True:
-        graph = IdGraph(fusion)     # rebuilt: clones carry IDs the last graph did not know
-        to = IdGraph(fusion, permissive=True, transforms=False)
-        red_ids = [i for r in reds for i in r.domain.maybe_root if i.is_reduction]
-        pending = [(t, out) for t, out in _persistent_uses(fusion, reds)
-                   if t not in done and not per_column(t, graph, to, red_ids)]
-        if not pending:
-            return
-        t, outside = pending[0]
-        done.add(t)
-        stop = {u for u in fusion.tensors() if u.is_input() or per_column(u, graph, to, red_ids)}
-        recompute_for(t, outside, stop)
-
-
 def schedule(fusion, p: OuterPersistentParams) -> None:
     red = reference_reduction(reduction_tensors(fusion))
     _, rpos, kpos = outer_layout(fusion, red)
@@ -362,7 +339,7 @@ def schedule(fusion, p: OuterPersistentParams) -> None:
     reds = reduction_tensors(fusion)
     looped = p.persistent_batch == 0
     if looped:
-        _recompute_every_pass(fusion, reds)
+        recompute_each_pass(fusion, reds)
     elif p.project_to_inputs:
         long_cols = p.persistent_batch * p.vector * 2 > PERSISTENT_REGISTERS
         _project_to_inputs(fusion, set(caches.values()), reds, allow_expensive=long_cols)

@@ -1,0 +1,150 @@
+"""The looped variant of the inner persistent scheduler (CPU): rows too long for registers that
+no cluster can split (an odd length has no vectors) are walked in serial steps once per pass,
+each pass reading the inputs again; a softmax's max and sum of exp become one pass of
+logsumexp keys. Heuristic choices against the device table, the kernels on the interpreter
+against float64 at odd sizes, and the bar shapes compiled for sm_90a with a clean ptxas
+report."""
+import dataclasses
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lower"))
+from kir_testing import empty_inputs, schedule_and_lower, setup  # noqa: E402
+from pyfuser import catalogue  # noqa: E402
+from pyfuser.schedule.schedulers import inner_persistent as ip  # noqa: E402
+from pyfuser.schedule.schedulers.base import SchedulerError  # noqa: E402
+from pyfuser.testing import run_and_check  # noqa: E402
+
+
+def _params(name, M, N, dtype="bf16", device="h200"):
+    fd = catalogue.define(name, dtype)
+    st = setup(fd, empty_inputs(name, M, N, dtype), device=device)
+    return ip.compute_heuristics(st.fusion, st.info)
+
+
+@pytest.mark.parametrize("name", ["softmax", "log_softmax", "layernorm_fwd", "rmsnorm_fwd"])
+@pytest.mark.parametrize("N,dtype", [(50257, "bf16"), (65537, "bf16"), (65537, "fp32")])
+def test_odd_vocabulary_rows_take_the_looped_variant(name, N, dtype):
+    # [*, 50257] bf16 held 128 unvectorized elements per thread in registers: ptxas took 128
+    # registers and a 256-byte stack (871 GB/s on the H200). A 16-bit element alone takes a
+    # whole register, so the register rows are refused and the row is looped.
+    p = _params(name, 4096, N, dtype)
+    assert p.looped and p.vector == 1 and p.vector_inputs == ()
+    assert (p.bdimx, p.bdimy, p.unroll, p.row_extents) == (1024, 1, 8, ())
+    assert "looped instead" in p.reason and "(looped)" in p.describe()
+    assert "264 rows" in p.reason and ("within" in p.reason) == (dtype == "bf16" or N < 60000)
+
+
+@pytest.mark.parametrize("name,N,dtype", [("softmax", 8192, "bf16"), ("softmax", 4097, "bf16"),
+                                          ("layernorm_fwd", 16385, "bf16"),
+                                          ("softmax", 65536, "bf16")])
+def test_rows_that_fit_registers_or_a_cluster_stay_there(name, N, dtype):
+    p = _params(name, 4096, N, dtype)
+    assert not p.looped
+    assert (p.cluster > 1) == (N == 65536)
+
+
+def test_a_lone_16_bit_element_takes_a_register():
+    # 16385 bf16 in registers: 64 elements for each of 257 threads (vector 1), 64 registers
+    # (counted 32 before), under the 0.6 x 227 allowed. 50257 needs 128 of 157: refused.
+    p = _params("softmax", 4096, 16385)
+    assert (p.vector, p.persistent_batch, p.bdimx, p.looped) == (1, 64, 257, False)
+
+
+def test_rows_only_reduced_are_left_to_the_reduction_kernels():
+    # A two-pass variance over odd vocabulary rows writes nothing along the row: the reduction
+    # scheduler reads the rows twice in its own kernels (as inner_persistent's REREAD rule).
+    import torch
+    from pyfuser import DataType, FusionDefinition
+    with FusionDefinition() as fd:
+        x = fd.ops.cast(fd.define_tensor(shape=[-1, -1], dtype=DataType.BFloat16), DataType.Float)
+        mean = fd.ops.broadcast(fd.ops.mean(x, [1]), [False, True])
+        d = fd.ops.sub(x, mean)
+        fd.add_output(fd.ops.sum(fd.ops.mul(d, d), [1]))
+    st = setup(fd, [torch.empty(4096, 50257, dtype=torch.bfloat16)], device="h200")
+    assert ip.can_schedule(st.fusion)[0]
+    with pytest.raises(SchedulerError, match="registers"):
+        ip.compute_heuristics(st.fusion, st.info)
+
+
+def _looped(bdimx=32, unroll=4, vector=1):
+    return ip.InnerPersistentParams(vector, 1, bdimx, 1, (0,) if vector > 1 else (),
+                                    keep_weights=False, looped=True, unroll=unroll)
+
+
+@pytest.mark.parametrize("name", ["softmax", "log_softmax", "layernorm_fwd", "rmsnorm_fwd",
+                                  "add_rmsnorm_fwd"])
+@pytest.mark.parametrize("N", [1, 7, 1001])
+@pytest.mark.parametrize("dtype", ["fp16", "fp32"])
+def test_looped_kernels_on_the_interpreter(name, N, dtype):
+    # 32 threads, 4 elements a step: 1001 takes 8 steps, the last one partial; 7 and 1 one step
+    # of mostly idle lanes.
+    fd = catalogue.define(name, dtype)
+    inputs = catalogue.make_inputs(name, 3, N, dtype, seed=N)
+    run_and_check(fd, inputs, scheduler="inner_persistent",
+                  options={"enable": ["interpret"], "heuristic": _looped()})
+    assert fd.last_run.heuristics[0].looped
+
+
+@pytest.mark.parametrize("name", ["softmax", "layernorm_fwd"])
+def test_looped_vector_kernels_on_the_interpreter(name):
+    # 1000 bf16 elements a row: vectors of 8, 16 threads x 2 vectors a step, 4 steps (the last
+    # partial by whole vectors).
+    fd = catalogue.define(name, "bf16")
+    inputs = catalogue.make_inputs(name, 2, 1000, "bf16", seed=3)
+    run_and_check(fd, inputs, scheduler="inner_persistent",
+                  options={"enable": ["interpret"], "heuristic": _looped(16, 2, 8)})
+
+
+@pytest.mark.parametrize("name,passes", [("softmax", 2), ("log_softmax", 2),
+                                         ("layernorm_fwd", 3), ("rmsnorm_fwd", 2)])
+def test_each_pass_reads_the_row_again(name, passes):
+    # softmax and log_softmax: the (max, sum of exp) keys in one pass, then the outputs' pass;
+    # layernorm: mean, variance, outputs. Each pass loads the row from global memory and ends in
+    # one block reduction (the last in the stores).
+    from pyfuser.codegen.cuda import generate_cuda
+    fd = catalogue.define(name, "bf16")
+    _, _, p, kernel = schedule_and_lower(fd, empty_inputs(name, 4096, 50257, "bf16"),
+                                         device="h200")
+    assert p.looped
+    src = generate_cuda(kernel)
+    body = src[src.index("__global__"):]
+    assert len(re.findall(r"block_allreduce", body)) == passes - 1
+    assert len(re.findall(r"= T0\[", body)) == passes
+    assert ("OpLogSumExp" in body or "lse_" in body) == (name in ("softmax", "log_softmax"))
+
+
+def test_the_key_pass_is_off_with_the_option():
+    from pyfuser import options
+    from pyfuser.codegen.cuda import generate_cuda
+    fd = catalogue.define("softmax", "bf16")
+    with options.override({"disable": ["one_pass_logsumexp"]}):
+        _, _, p, kernel = schedule_and_lower(fd, empty_inputs("softmax", 4096, 50257, "bf16"),
+                                             device="h200")
+        body = generate_cuda(kernel)
+    body = body[body.index("__global__"):]
+    assert p.looped and len(re.findall(r"block_allreduce", body)) == 2
+
+
+@pytest.mark.parametrize("name,N,dtype", [("softmax", 50257, "bf16"), ("log_softmax", 50257, "bf16"),
+                                          ("softmax", 65537, "bf16"), ("layernorm_fwd", 50257, "bf16"),
+                                          ("softmax", 65537, "fp32")])
+def test_looped_bar_shapes_compile_without_spills(name, N, dtype):
+    pytest.importorskip("cuda.bindings.nvrtc")
+    from pyfuser.codegen.cuda import generate_cuda
+    from pyfuser.runtime.nvrtc import compile_to_cubin
+    fd = catalogue.define(name, dtype)
+    _, _, p, kernel = schedule_and_lower(fd, empty_inputs(name, 4096, N, dtype), device="h200")
+    assert p.looped
+    rep = compile_to_cubin(generate_cuda(kernel), "k", arch="sm_90a").ptxas
+    assert (rep.spill_store_bytes, rep.spill_load_bytes, rep.stack_frame_bytes) == (0, 0, 0), \
+        rep.summary()
+    assert rep.warnings == ()
+
+
+def test_looped_params_are_a_frozen_part_of_the_key():
+    a, b = _looped(), dataclasses.replace(_looped(), unroll=8)
+    assert a != b and hash(a) != hash(b)
