@@ -600,6 +600,8 @@ WS_COMPUTE_LOOP = "warp-specialized compute loop"
 # The loops lower/scans.py repeats after a block scan to add each thread's prefix to its chunk
 # (the verifier allows that repetition inside them).
 SCAN_FIXUP = "scan prefix fixup"
+# The checked version of an unswitched loop (lower/unswitch.py), which repeats the unchecked one.
+UNSWITCH_ELSE = "unswitched loop, checked version"
 
 
 @dataclasses.dataclass(eq=False, slots=True)

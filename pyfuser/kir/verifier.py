@@ -42,7 +42,7 @@ _REDUCTION_OPS = frozenset(t.value for t in ReductionOpType)
 # Variables codegen defines in the kernel's preamble.
 _PREAMBLE_VARS = {"pf_grid_last"}
 # Loops that repeat other loops' statements (the verifier lets them emit those loops again).
-REPEATING_LABELS = (K.CB_EPILOGUE, K.SCAN_FIXUP)
+REPEATING_LABELS = (K.CB_EPILOGUE, K.SCAN_FIXUP, K.UNSWITCH_ELSE)
 
 
 class KernelIRError(AssertionError):

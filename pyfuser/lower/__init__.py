@@ -21,6 +21,7 @@ from .pipeline import pipeline_loads
 from .reductions import lower_reductions
 from .scans import lower_scans
 from .topk import lower_topk
+from .unswitch import unswitch_loops
 from .sync import insert_syncs
 from .vectorize import vectorize_and_unroll
 
@@ -32,6 +33,8 @@ PIPELINE = [
     lower_scans,            # scans: running value, block scan of the chunk totals, prefix fixup
     lower_topk,             # top-k: one block top-k of the row the threads hold
     index_and_predicate,    # operands become indexed accesses; bounds and thread predicates
+    unswitch_loops,         # Unswitch loops: a version without the inner loops' bounds checks
+                            # where their last iterations pass them, the checked one otherwise
     vectorize_and_unroll,   # vector loads/stores, unrolled register loops
     pipeline_loads,         # TMA and cp.async loads into circular buffers: stages, mbarriers
                             # or cp.async groups; one role (prologue / main loop / epilogue) or

@@ -53,20 +53,19 @@ def test_row_size_that_forbids_vectors():
     assert fd.last_run.heuristics[0].vector == 1
 
 
-def test_rows_too_long_for_registers_are_planned_without_the_persistent_scheduler():
+def test_rows_too_long_for_registers_and_clusters_are_looped():
     """131080 elements: too long for one block, and not divisible into a cluster's whole
-    vectors. The heuristic refuses, and the call is segmented again without the inner
-    persistent scheduler: kernels, right values, no FallbackWarning."""
+    vectors. The register rows are refused and the looped variant reads the row once per pass:
+    one kernel, right values, no FallbackWarning (before it, a plan without this scheduler)."""
     import warnings
     from pyfuser.runtime.executor import FallbackWarning
     fd = catalogue.define("rmsnorm_fwd")
     with warnings.catch_warnings():
         warnings.simplefilter("error", FallbackWarning)
         run_and_check(fd, catalogue.make_inputs("rmsnorm_fwd", 2, 131080, device="cuda"),
-                      kernels=None)
-    run = fd.last_run
-    assert run.kind == "kernels" and "inner_persistent" not in run.schedulers, run
-    assert "shared memory or a cluster" in run.reason
+                      scheduler="inner_persistent")
+    (p,) = fd.last_run.heuristics
+    assert p.looped and "shared memory or a cluster" in p.reason, p
 
 
 @pytest.mark.parametrize("name", FORWARD)

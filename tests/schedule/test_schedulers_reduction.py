@@ -513,3 +513,36 @@ def test_batchnorm_statistics_of_a_channels_last_image_take_the_few_columns_rule
     st = Setup(fd, [x], "h100", 16)
     p = reduction.compute_heuristics(st.fusion, st.info)
     assert (p.inner, p.bdimx, p.bdimy, p.grid_split) == (False, 16, 64, 64), p
+
+
+@pytest.mark.parametrize("M,N,unswitch", [(16383, 1001, True), (4096, 50257, True),
+                                          (16384, 8192, False), (8, 1 << 20, True)])
+def test_rows_of_several_steps_run_their_steps_in_bounds_unchecked(M, N, unswitch,
+                                                                   monkeypatch):
+    # 1001 bf16 in steps of 32 x 8 elements: 4 steps, 3 unchecked; a row read in one step
+    # (8192 in 512 x 2 vectors of 8) has none to spare. Off by default (UNSWITCH_STEPS:
+    # measured no faster).
+    assert not heur("row_sum", M, N, device="h200").unswitch
+    monkeypatch.setattr(reduction, "UNSWITCH_STEPS", True)
+    p = heur("row_sum", M, N, device="h200")
+    assert p.unswitch == unswitch
+    assert ("steps in bounds unchecked" in p.describe()) == unswitch
+    from pyfuser.codegen.cuda import generate_cuda
+    _, _, _, kernel = schedule_and_lower(catalogue.define("row_sum"),
+                                         empty_inputs("row_sum", M, N), device="h200")
+    src = generate_cuda(kernel)
+    # The row's load in the unchecked and the checked version, or once.
+    assert src[src.index("__global__"):].count("T0[") == (2 if unswitch else 1)
+
+
+@pytest.mark.parametrize("N", [1001, 7, 96, 2050])
+@pytest.mark.parametrize("grid_split", [1, 2])
+def test_unswitched_steps_on_the_interpreter(N, grid_split):
+    # 32 threads x 2 elements a step: the steps in bounds unchecked, the last checked (7 and
+    # 96 rows: no step in bounds, or every one); shared by two blocks, each its own steps.
+    vector = 2 if N % 2 == 0 else 1
+    params = ReductionParams(True, vector, 32, 2, 2, (0,) if vector > 1 else (),
+                             grid_split=grid_split, unswitch=True)
+    fd = catalogue.define("row_sum", "fp32")
+    run_and_check(fd, catalogue.make_inputs("row_sum", 5, N, "fp32", seed=N),
+                  scheduler="reduction", options={"enable": ["interpret"], "heuristic": params})

@@ -268,16 +268,22 @@ def row_element_bytes(fusion) -> int:
 # Threads per row of the looped variant: two 1024-thread blocks per SM keep 2 x 132 rows in
 # flight, whose bytes (100 KB for a [*, 50257] bf16 row: 26 MB) stay in L2 between the passes.
 LOOPED_THREADS = 1024
-# Bytes of the row one thread loads per serial step: several loads in flight each.
+LOOPED_THREADS_PER_SM = 2048
+# Bytes of the row one thread loads per serial step: several loads in flight each. At most
+# LOOPED_STEP_LOADS loads of all the inputs along the row per step: with two 1024-thread blocks
+# per SM a thread has 32 registers, and ptxas spilled LayerNorm's x, w and b at 8 loads each
+# (48 bytes; 4 each fit).
 LOOPED_STEP_BYTES = 32
 LOOPED_MAX_UNROLL = 8
+LOOPED_STEP_LOADS = 16
 
 
 def looped_params(fusion, info: RuntimeInfo, rpos, n: int, m: int,
                   why: str) -> InnerPersistentParams:
     """The looped variant's parameters for rows of n elements that registers cannot hold
     (`why`): one row per block of up to LOOPED_THREADS threads, each step `unroll` vectors per
-    thread (LOOPED_STEP_BYTES of the widest row input, at most LOOPED_MAX_UNROLL loads)."""
+    thread (LOOPED_STEP_BYTES of the widest row input, at most LOOPED_MAX_UNROLL loads of each
+    and LOOPED_STEP_LOADS of all the row inputs)."""
     red = reference_reduction(reduction_tensors(fusion))
     vector = row_vector_width(fusion, n, rpos)
     vec_inputs = vector_inputs(fusion, info, vector, red.domain.maybe_root[rpos[-1]])
@@ -286,7 +292,10 @@ def looped_params(fusion, info: RuntimeInfo, rpos, n: int, m: int,
     widest = row_element_bytes(fusion)
     vecs = max(1, -(-n // vector))
     bdimx = min(LOOPED_THREADS, max(32, _pow2_floor(vecs)))
-    unroll = max(1, min(LOOPED_MAX_UNROLL, LOOPED_STEP_BYTES // (vector * widest)))
+    along = _along_row(fusion, red)
+    row_inputs = max(1, sum(1 for v in fusion.inputs if isinstance(v, TensorView) and along(v)))
+    unroll = _pow2_floor(max(1, min(LOOPED_MAX_UNROLL, LOOPED_STEP_BYTES // (vector * widest),
+                                    LOOPED_STEP_LOADS // row_inputs)))
     rows_in_l2 = info.device.sm_count * max(1, info.device.max_threads_per_sm // bdimx)
     return InnerPersistentParams(
         vector, 1, bdimx, 1, vec_inputs, keep_weights=False, looped=True, unroll=unroll,
@@ -712,8 +721,9 @@ def _reload_partial_rows(fusion, reds, row_ids: list) -> None:
 
 
 def schedule_looped(fusion, p: InnerPersistentParams) -> None:
-    """The looped variant: [I, R] -> [I/By, By, S, U, Bx, V], S serial steps over the row of U
-    vectors per thread (unrolled, their loads issued together), Bx = threadIdx.x. Each pass
+    """The looped variant: [I, R] -> [I/By, By, S, 1, U, Bx, V], S serial steps over the row of U
+    vectors per thread (unrolled, their loads issued together; the steps in bounds run
+    unchecked through an Unswitch axis), Bx = threadIdx.x. Each pass
     over the row (each reduction's, then the outputs') has its own copy of what it reads, back
     to the inputs (recompute_each_pass), and its own S loop:
 
@@ -739,15 +749,18 @@ def schedule_looped(fusion, p: InnerPersistentParams) -> None:
     # The row's extent stays a kernel argument (no row_extents): a constant step count would
     # unroll the serial loop (vectorize.py unrolls constant loops of up to 32 steps).
     _merge_dims(ref, rpos)
-    ref.split(1, p.vector).split(1, p.bdimx).split(1, p.unroll)
+    # [I, R] -> [I/By, By, S, 1 (Unswitch), U, Bx, V]: every step but the last is in bounds, and
+    # the unswitch runs those without per-element checks (lower/unswitch.py).
+    ref.split(1, p.vector).split(1, p.bdimx).split(1, p.unroll).split(1, 1)
     ref.split(0, p.bdimy)
-    ref.parallelize(0, PT.BIDx).parallelize(1, PT.TIDy).parallelize(4, PT.TIDx)
+    ref.parallelize(0, PT.BIDx).parallelize(1, PT.TIDy).parallelize(3, PT.Unswitch)
+    ref.parallelize(5, PT.TIDx)
     propagate_transforms(ref)
-    rfs = [rfactor(r, [2, 3, 5]) for r in reds]
-    parallelize_like(rfs[0], parallel_types={PT.BIDx, PT.TIDy, PT.TIDx})
+    rfs = [rfactor(r, [2, 3, 4, 6]) for r in reds]
+    parallelize_like(rfs[0], parallel_types={PT.BIDx, PT.TIDy, PT.TIDx, PT.Unswitch})
     if p.vector > 1:
         vec_graph = IdGraph(fusion, permissive=True)
-        vec_axis = rfs[0].domain.loop[5]
+        vec_axis = rfs[0].domain.loop[6]
         for cache in fusion.tensors():
             if cache.definition is not None and any(
                     cache.definition.inputs[0] is fusion.inputs[k] for k in p.vector_inputs
@@ -759,9 +772,14 @@ def schedule_looped(fusion, p: InnerPersistentParams) -> None:
     # Each input cache holds a step's U vectors, loaded together before any is used.
     for t in fusion.tensors():
         if (isinstance(t.definition, LoadStoreOp) and t.definition.inputs[0].is_input()
-                and t.compute_at_pos > 3):
-            inline_at(t, 3)
-    fusion.launch_hints["max_threads"] = p.bdimx * p.bdimy
+                and t.compute_at_pos > 4):
+            inline_at(t, 4)
+    # The rows in flight the heuristic counted on (two 1024-thread blocks per SM): ptxas, told
+    # so, keeps 32 registers. Left to itself it took 44 for the unswitched log-softmax, one
+    # block per SM: 2349 -> 1991 GB/s (H200, [4096, 50257] bf16).
+    threads = p.bdimx * p.bdimy
+    fusion.launch_hints["max_threads"] = threads
+    fusion.launch_hints["min_blocks"] = max(1, LOOPED_THREADS_PER_SM // threads)
 
 
 def schedule(fusion, p: InnerPersistentParams) -> None:

@@ -67,14 +67,19 @@ class ReductionParams:
     grid_split: int = 1      # blocks sharing one reduction (blockIdx.y), combined by the last
     full: bool = False       # no kept dim iterates: one value, the grid split over blockIdx.y
     stream_rows: bool = False  # the rows' inputs loaded past L1 (_read_once)
+    # Inner: the serial steps in bounds run without per-element checks (an Unswitch axis,
+    # lower/unswitch.py), where a block's share of a row takes several steps and
+    # UNSWITCH_STEPS is on.
+    unswitch: bool = False
 
     def describe(self) -> str:
         kind = "full" if self.full else ("inner" if self.inner else "outer")
         split = f", split over {self.grid_split} blocks" if self.grid_split > 1 else ""
         stream = ", rows streamed past L1" if self.stream_rows else ""
+        unswitch = ", steps in bounds unchecked" if self.unswitch and self.inner else ""
         return (f"reduction ({kind}): block {self.bdimx}x{self.bdimy}, vector {self.vector}, "
                 f"unroll {self.unroll}{split}, vector loads for inputs {list(self.vector_inputs)}"
-                f"{stream}")
+                f"{stream}{unswitch}")
 
 
 def broadcast_back(fusion, red: TensorView, graph=None) -> bool:
@@ -310,8 +315,9 @@ def compute_heuristics(fusion, info: RuntimeInfo) -> ReductionParams:
         # and 3970 against 3791 GB/s). Rows of many steps were not faster (65536 columns 3704
         # against 3727; logsumexp over 128256 columns 1689 against 1723).
         stream = bool(vec_inputs) and split == 1 and vecs <= bdimx * unroll
+        steps = -(-vecs // (bdimx * unroll * split))
         return ReductionParams(True, vector, bdimx, bdimy, unroll, vec_inputs, split,
-                               stream_rows=stream)
+                               stream_rows=stream, unswitch=UNSWITCH_STEPS and steps >= 2)
     # Outer: rows of 32 x 16-byte vectors per block (512 contiguous bytes, full DRAM bursts);
     # if that leaves too few column tiles for the SMs, split the rows among blocks too.
     # Sweep on the H100, col_sum 16384x8192 bf16: 64 threads x 16 B (1 KB per row) by 8 rows,
@@ -335,6 +341,13 @@ def compute_heuristics(fusion, info: RuntimeInfo) -> ReductionParams:
         split *= 2
     return ReductionParams(False, vector, bdimx, bdimy, unroll, vec_inputs, split)
 
+
+# Unswitched steps in the inner reduction's heuristic: off, measured no faster on the H200
+# (bench/results/2026-11-29/h200-looped-rows-session19.txt, same run as eager and compile: row
+# sums of [16383, 1001] bf16 1578 GB/s against 1603-1608 without, [4096, 50257] 3333 against
+# 3370-3390, [4096, 1002] 934 against 924; the GPU tests and fuzz passed with it on). The
+# looped inner persistent kernels, whose steps are heavier, gained from it.
+UNSWITCH_STEPS = False
 
 # An outer reduction of 16 to 64 column vectors of 16 bytes (128 to 512 bf16 columns) takes the
 # few-columns rule; FEW_COLUMNS_RULE off gives the general rule (tools/sweep_few_columns.py).
@@ -563,18 +576,22 @@ def schedule(fusion, p: ReductionParams) -> None:
         unroll_axis = 2
     elif p.inner:
         _merge_dims(red, list(lay.reduced), list(lay.kept))
-        # [I, R] -> [I/By, By, G, R/(G*V*Bx*U), U, Bx, V]; blockIdx.y takes G. The row is
+        # [I, R] -> [I/By, By, G, R/(G*V*Bx*U), 1, U, Bx, V]; blockIdx.y takes G. The row is
         # split into vectors before it is shared among the G blocks, so that each block's share
-        # starts at a multiple of V (a share of ceilDiv(R, G) elements may not).
+        # starts at a multiple of V (a share of ceilDiv(R, G) elements may not). The size-1
+        # axis is an Unswitch: the serial steps in bounds, all but the last, run without
+        # per-element checks (lower/unswitch.py).
         red.split(1, p.vector)
         red.split(1, g, inner_split=False)
-        red.split(2, p.bdimx).split(2, p.unroll)
+        red.split(2, p.bdimx).split(2, p.unroll).split(2, 1)
         red.split(0, p.bdimy)
-        red.parallelize(0, PT.BIDx).parallelize(1, PT.TIDy).parallelize(5, PT.TIDx)
+        red.parallelize(0, PT.BIDx).parallelize(1, PT.TIDy).parallelize(6, PT.TIDx)
+        if p.unswitch:
+            red.parallelize(4, PT.Unswitch)
         if g > 1:
             red.parallelize(2, PT.BIDy)
-        rf_axes = [3, 4, 6]
-        unroll_axis = 4
+        rf_axes = [3, 4, 5, 7]
+        unroll_axis = 5
     else:
         _merge_dims(red, list(lay.reduced), list(lay.kept))
         # [I, R] -> [I/(V*Bx), Bx, V] x [G, R/(G*By*U), U, By], ordered
@@ -596,7 +613,7 @@ def schedule(fusion, p: ReductionParams) -> None:
     for r in reds[1:]:
         if len(r.domain.loop) == len(red.domain.loop):
             rfactor(r, rf_axes)
-    parallelize_like(rf, parallel_types={PT.BIDx, PT.BIDy, PT.TIDx, PT.TIDy})
+    parallelize_like(rf, parallel_types={PT.BIDx, PT.BIDy, PT.TIDx, PT.TIDy, PT.Unswitch})
     if p.vector > 1:
         # The vector lanes' dim holds whole vectors (vector_width divides it; the executor
         # checks it before each launch), so the vector split, and one of the merged rows it is
