@@ -39,6 +39,9 @@ FEATURES = {
                    "other's work (ping-pong)",
     "tma_inner_persistent": "TMA loads in the inner persistent scheduler (per-thread cp.async "
                             "copies for rows a 1D bulk copy cannot take)",
+    "looped_inner_persistent": "the inner persistent scheduler's looped variant (each pass over "
+                               "the row reads it again) for every row, not only rows registers "
+                               "cannot hold (forced off: such rows are planned without it)",
     "tma_tensor_map": "TMA variants copy a stage of whole rows with one tensor-map box instead of "
                       "one 1D bulk copy per row",
     "matmul_pingpong": "matmul kernels with two compute warp groups taking whole 128x128 tiles "

@@ -157,3 +157,13 @@ def test_looped_bar_shapes_compile_without_spills(name, N, dtype):
 def test_looped_params_are_a_frozen_part_of_the_key():
     a, b = _looped(), dataclasses.replace(_looped(), unroll=8)
     assert a != b and hash(a) != hash(b)
+
+
+def test_the_looped_variant_can_be_forced_on_and_off():
+    from pyfuser import options
+    with options.override({"enable": ["looped_inner_persistent"]}):
+        p = _params("softmax", 4096, 1024)
+    assert p.looped and "forced on" in p.reason and p.bdimx == 128
+    with options.override({"disable": ["looped_inner_persistent"]}):
+        with pytest.raises(SchedulerError, match="registers"):
+            _params("softmax", 4096, 50257)

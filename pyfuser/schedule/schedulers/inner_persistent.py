@@ -196,11 +196,16 @@ def compute_heuristics(fusion, info: RuntimeInfo) -> InnerPersistentParams:
     red = reference_reduction(reduction_tensors(fusion))
     _, rpos = _layout(red)
     n, m = reduced_and_kept(red, rpos, info)
+    looped = info.feature("looped_inner_persistent")
+    if looped:
+        return looped_params(fusion, info, rpos, n, m,
+                             "looped variant forced on (looped_inner_persistent)")
     try:
         p = register_params(fusion, info, rpos, n, m, row_vector_width(fusion, n, rpos))
     except SchedulerError as too_long:
-        if not _writes_rows(fusion, red):
-            raise       # every output per row: reduction kernels reading the rows twice
+        if looped is False or not _writes_rows(fusion, red):
+            # Every output per row: reduction kernels reading the rows twice.
+            raise
         return looped_params(fusion, info, rpos, n, m, str(too_long))
     if (p.cluster >= REREAD_CLUSTER and p.persistent_batch * p.vector >= REREAD_VALUES
             and not _writes_rows(fusion, red)):
