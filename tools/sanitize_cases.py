@@ -12,7 +12,7 @@ import torch
 from pyfuser import catalogue
 from pyfuser.schedule.schedulers.reduction import ReductionParams
 
-CASES = [("gelu_bias", 33, 1000), ("row_sum", 64, 4096), ("col_sum", 4096, 64),
+CASES = [("gelu_bias", 33, 1000), ("silu_mul", 33, 1001), ("row_sum", 64, 4096), ("col_sum", 4096, 64),
          ("rmsnorm_fwd", 64, 4096), ("softmax", 37, 1000), ("rmsnorm_bwd", 300, 1024),
          ("layernorm_bwd", 300, 2048)]
 PIPELINES_ONLY = "--pipelines" in sys.argv[1:]

@@ -39,6 +39,11 @@ class Fusion:
         # cross into the next row (lower/indexing.py folds the lane out of a row's division;
         # the executor checks each before a launch).
         self.extent_multiples: dict = {}
+        # Set where the schedule runs vectors over flat runs of dense tensors that need not
+        # hold whole vectors (the pointwise scheduler's ragged rows): lowering checks a vector
+        # whose lanes depend on a bound at its last lane and runs a partial one lane by lane;
+        # elsewhere whole vectors are the schedule's and the executor's guarantee.
+        self.ragged_vectors: bool = False
         # Alias inputs (schedule/roles.py): position of an input that is a second view of the
         # runtime tensor of another input -> that input's position. The caller passes only the
         # others; kernels take an alias's pointer and strides from the input it aliases.

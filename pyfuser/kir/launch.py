@@ -117,7 +117,9 @@ class LaunchDescription:
     workspaces: tuple = ()        # (kind, DataType name, elements)
     # Runtime rules the kernel relies on, checked before a launch (a kernel reused across
     # shapes, or a forced heuristic, may meet inputs its heuristic did not see):
-    vector_reads: tuple = ()      # (input k, width, logical dim read along or None)
+    # (input k, width, logical dim read along or None, ragged: a flat run whose last vector
+    # may stop inside it, checked lane by lane, so its size need not hold whole vectors)
+    vector_reads: tuple = ()
     bulk_inputs: tuple = ()       # inputs copied row by row with cp.async.bulk
     # (op name, dim, extent expression) of each index check, by check number: what an
     # "index_error" workspace's record names (runtime/index_check.py).

@@ -1096,6 +1096,10 @@ class Kernel:
     workspace_elements: dict = dataclasses.field(default_factory=dict)
     # Set by passes, read by later passes, codegen and the executor:
     vector_widths: dict = dataclasses.field(default_factory=dict)  # global buffer name -> width
+    # Global buffers whose vector accesses run over a flat run of a contiguous tensor whose
+    # last vector may stop inside it (checked lane by lane): the executor does not require
+    # whole vectors of them (lower/vectorize.py).
+    ragged_vectors: set = dataclasses.field(default_factory=set)
     reduction_workspace: int = 0          # shared elements of the block-reduction workspace
     grid_sync_buffer: Buffer | None = None  # counter of the grid barrier, if any
     needs_cooperative: bool = False       # a grid sync: all blocks must be resident

@@ -230,7 +230,8 @@ def describe_launch(kernel: K.Kernel) -> LaunchDescription:
                 read = fusion.inputs[src[1]].domain
                 dim = (None if read.contiguous_dim is None
                        else read.logical.index(read.contiguous_dim))
-                vector_reads.append((src[1], width, dim))
+                vector_reads.append((src[1], width, dim,
+                                     p.buffer.name in kernel.ragged_vectors))
             if src[0] == "input" and p.buffer.name in kernel.bulk_sources:
                 bulk.append(src[1])
         elif src[0] == "stride":

@@ -111,9 +111,99 @@ def _vectorize(loop: K.ForLoop, kernel) -> list:
     allocs: list = []
     ops = _ops_run_once_per_lane(loop.body, first_lane, collapsed, allocs)
     per_lane = {id(op) for op in ops if not _same_for_every_lane(op, loop.var)} if ops else ()
+    serial = dataclasses.replace(loop, unroll=True, parallel="Serial")
     if width == 1 or not per_lane or not all(_is_vector_op(op, loop) and _scheduled_vector(op)
                                              for op in ops if id(op) in per_lane):
-        return [dataclasses.replace(loop, unroll=True, parallel="Serial")]
+        return [serial]
+    tail = _ragged_tail(ops, loop) if kernel.fusion.ragged_vectors else None
+    if tail is False:
+        return [serial]
+    if tail is not None:
+        # A flat run whose last vector may stop inside it: whole vectors unchecked, the tail
+        # vector lane by lane (the loop as it was, labelled as a repeat of the vector ops').
+        cond, checks = tail
+        unchecked = [dataclasses.replace(op, predicate=_without(op.predicate, checks))
+                     for op in ops]
+        per_lane = {id(new) for new, op in zip(unchecked, ops) if id(op) in per_lane}
+        vector = _vector_ops(unchecked, per_lane, allocs, collapsed, loop, kernel)
+        for op in unchecked:
+            if id(op) in per_lane and _global_buffer(op) is not None:
+                kernel.ragged_vectors.add(_global_buffer(op))
+        # The vector loop and the one-iteration loops in it are folded in the vector version
+        # (kernel.replaced_loops): the tail's copies of them stand for no lowering loop.
+        tail_loop = _unbound(dataclasses.replace(serial, label=K.UNSWITCH_ELSE),
+                             {id(lp.loop) for lp in [loop, *collapsed] if lp.loop is not None})
+        return [K.IfThenElse(cond, vector, [tail_loop])]
+    return _vector_ops(ops, per_lane, allocs, collapsed, loop, kernel)
+
+
+def _unbound(s, folded: set):
+    """Statement s with its ForLoops over the lowering loops in `folded` (ids) bound to none."""
+    if not isinstance(s, K.ForLoop):
+        return s
+    loop = None if s.loop is not None and id(s.loop) in folded else s.loop
+    return dataclasses.replace(s, body=[_unbound(x, folded) for x in s.body], loop=loop)
+
+
+def _ragged_tail(ops: list, loop: K.ForLoop):
+    """None where every op's predicate is the same in every lane (whole vectors). Else the
+    (condition, conjunct ids) of a vector whose last lane is in bounds: each lane-dependent
+    conjunct `a < b`, a non-decreasing in the lane (lower/unswitch.py), taken at the last lane;
+    False where a lane-dependent conjunct is of another form or a per-lane access's index is
+    not `base + lane` (a run of memory only when it is: lanes of a flat index of a contiguous
+    tensor, which may cross its rows)."""
+    from .unswitch import _conjuncts, _droppable
+    last = {loop.var: K.Const(loop.stop.value - 1)}
+    checks, at_last = set(), {}
+    for op in ops:
+        for c in _conjuncts(op.predicate):
+            if _lane_free(c, loop.var):
+                continue
+            if not _droppable(c, last):
+                return False
+            checks.add(id(c))
+            e = substitute(c, last)
+            at_last.setdefault(repr(e), e)
+    if not checks:
+        return None
+    for op in ops:
+        for a in [op.out, *op.ins]:
+            if isinstance(a, K.TensorIndex) and a.buffer.memory == "global" \
+                    and not _lane_free(a, loop.var) and not _base_plus_lane(a.index, loop.var):
+                return False
+    cond = None
+    for e in at_last.values():
+        cond = e if cond is None else K.Bin("&&", cond, e)
+    return cond, checks
+
+
+def _base_plus_lane(index, lane) -> bool:
+    """index is `E + lane`, E free of the lane."""
+    terms = _terms(index)
+    lanes = [t for t in terms if isinstance(t, K.Var) and t is lane]
+    return len(lanes) == 1 and all(_lane_free(t, lane) for t in terms if t is not lane)
+
+
+def _without(pred, checks: set):
+    from .unswitch import _conjuncts
+    kept = [c for c in _conjuncts(pred) if id(c) not in checks]
+    out = K.Const(True, "bool")
+    for c in kept:
+        out = c if isinstance(out, K.Const) else K.Bin("&&", out, c)
+    return out
+
+
+def _global_buffer(op: K.TensorOp) -> str | None:
+    for a in [op.out, *op.ins]:
+        if isinstance(a, K.TensorIndex) and a.buffer.memory == "global":
+            return a.buffer.name
+    return None
+
+
+def _vector_ops(ops: list, per_lane: set, allocs: list, collapsed: list, loop: K.ForLoop,
+                kernel) -> list:
+    width = loop.stop.value
+    first_lane = {loop.var: K.Const(0)}
     # The vector loop and the one-iteration loops inside it fold into the accesses.
     kernel.replaced_loops.update(id(lp.loop) for lp in [loop, *collapsed] if lp.loop is not None)
     out = list(allocs)      # the registers of what runs once per vector (a gather's index)

@@ -763,10 +763,10 @@ class FusionExecutorCache:
         choose widths that hold; a reused kernel or a forced heuristic is checked here, before
         any launch, instead of reading out of bounds or the wrong elements."""
         from ..schedule.schedulers.base import InputFacts, input_vector_problems
-        for k, width, dim in fk.launch.vector_reads:
+        for k, width, dim, ragged in fk.launch.vector_reads:
             x, v = inputs[k], self.fusion.inputs[k]
             facts = InputFacts(tuple(x.shape), tuple(x.stride()), _alignment(x.data_ptr()))
-            bad = input_vector_problems(v, facts, width, dim)
+            bad = input_vector_problems(v, facts, width, dim, ragged=ragged)
             if bad:
                 raise ValueError(
                     f"{self.name}: input {k} (T{v.name}) cannot be read with {width}-wide vectors "

@@ -111,3 +111,16 @@ def test_cached_call_does_not_recompile():
     n = len(fd._executor.kernels())
     fd.execute(catalogue.make_inputs("silu_mul", 128, 256, device="cuda"))
     assert len(fd._executor.kernels()) == n
+
+
+@pytest.mark.parametrize("M,N", [(16383, 1001), (3, 7), (1, 13), (4096, 50257), (5, 1002)])
+@pytest.mark.parametrize("dtype", ["bf16", "fp32"])
+def test_vectors_across_rows_of_dense_tensors(M, N, dtype):
+    # Rows that hold no whole vectors: the flat loop's vectors run across them, the last one
+    # checked lane by lane (PointwiseParams.ragged).
+    fd = catalogue.define("silu_mul", dtype)
+    run_and_check(fd, catalogue.make_inputs("silu_mul", M, N, dtype, device="cuda", seed=N),
+                  scheduler="pointwise")
+    p = fd.last_run.heuristics[0]
+    full = 8 if dtype == "bf16" else 4
+    assert p.ragged and p.vector == full and p.vector_inputs == (0, 1), p

@@ -232,12 +232,38 @@ def test_interpreter_catches_a_misaligned_vector_access():
 
 
 def test_interpreter_catches_an_out_of_bounds_write():
-    fd = catalogue.define("silu_mul", "fp32")
-    inputs = catalogue.make_inputs("silu_mul", 3, 7, "fp32", seed=0)
+    # gelu_bias keeps rows of whole vectors (its bias is a broadcast input): element-wise
+    # accesses of rows of 7, each store guarded.
+    fd = catalogue.define("gelu_bias", "fp32")
+    inputs = catalogue.make_inputs("gelu_bias", 3, 7, "fp32", seed=0)
     st, sch, params, k = schedule_and_lower(fd, inputs)
     store = next(op for op in ops(k) if op.out.buffer.memory == "global")
     store.predicate = K.Const(True, "bool")        # drop the bound check
     with pytest.raises(InterpreterError, match=r"elements \[21, 22\) outside \[0, 21\) of T"):
+        interpret(k, st.bindings, inputs)
+
+
+def test_interpreter_catches_a_vector_past_the_end_of_a_ragged_run():
+    # silu_mul's 21 elements in vectors of 4 across rows: the last vector's check dropped, its
+    # 4-wide store runs past the end.
+    fd = catalogue.define("silu_mul", "fp32")
+    inputs = catalogue.make_inputs("silu_mul", 3, 7, "fp32", seed=0)
+    st, sch, params, k = schedule_and_lower(fd, inputs)
+    assert params.ragged
+
+    def checked_store(body):
+        for s in body:
+            if isinstance(s, K.IfThenElse) and any(
+                    isinstance(x, K.TensorOp) and x.out.buffer.memory == "global"
+                    for x in s.then_body):
+                return s
+            for f in ("body", "then_body", "else_body"):
+                found = checked_store(getattr(s, f, None) or [])
+                if found is not None:
+                    return found
+        return None
+    checked_store(k.body).cond = K.Const(True, "bool")
+    with pytest.raises(InterpreterError, match=r"elements \[20, 24\) outside \[0, 21\) of T"):
         interpret(k, st.bindings, inputs)
 
 

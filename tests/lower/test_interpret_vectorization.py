@@ -167,7 +167,9 @@ def test_channels_last_input_to_a_contiguous_output(shape):
         fd.add_output(fd.ops.set(fd.from_pytorch(x)))
     _, params, k, widths = check(fd, [x], scheduler=pointwise)     # transpose's by default
     assert widths[("input", 0)] == 1
-    assert widths[("output", 0)] == params.vector == (8 if shape[3] % 8 == 0 else 1)
+    # A row of W not a multiple of 8: the output's vectors run across its rows (ragged).
+    assert widths[("output", 0)] == params.vector == 8
+    assert params.ragged == (shape[3] % 8 != 0)
     # Permuted to NHWC, its memory order, the output's stride-1 dim is the input's (C).
     _, params, k, widths = check(_permute(x, [0, 2, 3, 1], True), [x])
     assert widths[("input", 0)] == params.vector > 1
@@ -324,7 +326,12 @@ def test_pointwise_input_layouts(layout, N):
         fd.add_output(fd.ops.mul(fd.ops.sigmoid(a), b))
     # The pointwise scheduler's reads ("transposed" is the transpose scheduler's by default).
     _, params, k, widths = check(fd, [x, y], scheduler=pointwise)
-    assert widths[("output", 0)] == params.vector == (4 if N % 4 == 0 else 1)
+    # No broadcast input and rows of 7: vectors across the rows of the dense output and y,
+    # x (not dense) element-wise.
+    ragged = N % 4 != 0 and layout in ("sliced_misaligned", "sliced_aligned", "transposed")
+    assert params.ragged == ragged
+    assert widths[("output", 0)] == params.vector == (4 if N % 4 == 0 or ragged else 1)
+    assert widths[("input", 1)] == params.vector
     readable = layout == "bias" or (layout == "sliced_aligned" and N % 4 == 0)
     assert widths[("input", 0)] == (params.vector if readable else 1)
 

@@ -112,7 +112,8 @@ def test_equal_heuristics_share_one_kernel(monkeypatch):
            for M, N in [(256, 1024), (512, 1024), (256, 1023)]]
     k1, k2, k3 = (drive.plan(fd, x) for x in ins)
     assert k1 is k2                       # same heuristic, same kernel (compiled once)
-    assert k3 is not k1 and k3.params.vector == 1
+    # Rows of 1023: vectors across rows (ragged), a heuristic of its own.
+    assert k3 is not k1 and k3.params.vector == 8 and k3.params.ragged
     assert len(fd._executor.kernels()) == 2
     assert k1.params.vector == 8 and k1.module is not None
     assert k1.module.ptxas.spill_store_bytes == 0
@@ -211,18 +212,21 @@ def test_forced_vectors_for_a_size_1_input_read_it_element_wise():
 
 
 def test_a_heuristic_refusal_plans_the_fusion_without_that_scheduler(monkeypatch):
-    """A softmax row too long for registers: the persistent heuristic refuses it at run time,
-    and the call is segmented again without that scheduler (kernels, no warning), not run by
-    the reference evaluator."""
+    """A softmax row too long for registers, its looped variant off: the persistent heuristic
+    refuses it at run time, and the call is segmented again without that scheduler (kernels,
+    no warning), not run by the reference evaluator. (By default the looped variant takes it:
+    one kernel.)"""
     import warnings
     drive = _Launchless(monkeypatch)
     fd = catalogue.define("softmax", "fp32")
     if registry.choose(fd.fusion).scheduler is None:
         pytest.skip("no scheduler takes softmax")
     x = [torch.empty(2, 1 << 20)]
+    assert drive.plan(fd, x).params.looped
+    fd = catalogue.define("softmax", "fp32")
     with warnings.catch_warnings():
         warnings.simplefilter("error", FallbackWarning)
-        plan = drive.plan(fd, x)
+        plan = drive.plan(fd, x, {"disable": "looped_inner_persistent"})
     seg = plan.segmented
     assert len(seg.segments) > 1 and {s.kind for s in seg.segments} == {"kernel"}
     assert "inner_persistent" not in {s.name for s in seg.segments}

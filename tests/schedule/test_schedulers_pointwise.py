@@ -45,10 +45,18 @@ def test_vector_is_16_bytes_of_the_output(device, dtype, vector):
 @pytest.mark.parametrize("n,vector", [(1023, 1), (1, 1), (4097, 1), (1026, 2), (1028, 4),
                                       (1032, 8)])
 def test_vector_divides_the_inner_extent(n, vector):
+    # With a broadcast input (gelu_bias's bias [N], indexed by flat % N) the lanes of a vector
+    # stay in one row. Without one (silu_mul), dense rows run vectors across rows
+    # (PointwiseParams.ragged; tests/schedule/test_pointwise_ragged.py), except a run shorter
+    # than one vector.
+    fd = catalogue.define("gelu_bias", "bf16")
+    p = heur(fd, empty_inputs("gelu_bias", 7, n))
+    assert p.vector == vector and not p.ragged
+    assert p.vector_inputs == ((0, 1) if vector > 1 else ())
     fd = catalogue.define("silu_mul", "bf16")
     p = heur(fd, empty_inputs("silu_mul", 7, n))
-    assert p.vector == vector
-    assert p.vector_inputs == ((0, 1) if vector > 1 else ())
+    assert p.ragged == (vector < 8 and 7 * n >= 8)
+    assert p.vector == (8 if 7 * n >= 8 else 1)
 
 
 def test_mixed_dtypes_read_each_input_with_its_own_16_byte_width():

@@ -185,13 +185,17 @@ def input_vector_width(v: TensorView, facts: InputFacts, dim: int | None, width:
 
 
 def input_vector_problems(v: TensorView, facts: InputFacts, width: int,
-                          dim: int | None = None) -> list[str]:
+                          dim: int | None = None, ragged: bool = False) -> list[str]:
     """Why input `v`, with this call's sizes, strides and pointer alignment, cannot be read with
     `width`-wide vectors along its logical dim `dim` (by default its stride-1 dim in this call,
     stride_one_dim, the only dim schedules vectorize an input along): that dim must have stride
     1 and hold whole vectors (its size a multiple of the width), the pointer must be aligned to
     one access and every other stride a multiple of the width (each row starts a vector).
-    Empty when it can."""
+    `ragged`: the vectors run over the whole tensor as one flat run, the last one checked lane
+    by lane (lower/vectorize.py): the tensor must be dense in row-major order instead, and
+    aligned. Empty when it can."""
+    if ragged:
+        return _flat_run_problems(v, facts, width)
     inner = stride_one_dim(v, facts) if dim is None else v.domain.logical[dim]
     if inner is None:
         return ["every dim is a broadcast (one element, no run of elements to read)"]
@@ -207,6 +211,20 @@ def input_vector_problems(v: TensorView, facts: InputFacts, width: int,
         bad.append(f"its data pointer is not {width * v.dtype.size}-byte aligned")
     if any(st % width for e, (sz, st) in enumerate(zip(sizes, strides)) if e != d and sz != 1):
         bad.append(f"its strides {tuple(strides)} are not multiples of {width}")
+    return bad
+
+
+def _flat_run_problems(v: TensorView, facts: InputFacts, width: int) -> list[str]:
+    bad = []
+    expect = 1
+    for d in range(len(facts.sizes) - 1, -1, -1):
+        if facts.sizes[d] != 1 and facts.strides[d] != expect:
+            bad.append(f"it is not dense in row-major order (strides {tuple(facts.strides)}, "
+                       f"sizes {tuple(facts.sizes)}): its vectors run over it as one flat run")
+            break
+        expect *= facts.sizes[d]
+    if facts.alignment < width * v.dtype.size:
+        bad.append(f"its data pointer is not {width * v.dtype.size}-byte aligned")
     return bad
 
 

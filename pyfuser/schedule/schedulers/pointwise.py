@@ -35,7 +35,7 @@ from ...ir.id_graph import IdGraph
 from ..cache import cached_uses
 from ...ir.tensor import TensorView
 from .. import inline_most
-from .base import (RuntimeInfo, SchedulerError, cache_inputs_and_outputs, mapped_dim,
+from .base import (RuntimeInfo, SchedulerError, access_width, cache_inputs_and_outputs, mapped_dim,
                    orient_vector_inputs, pow2_divisor, reduction_tensors, vector_gathers,
                    split_flat_loop, vector_inputs, vector_windows, vectorize)
 
@@ -54,6 +54,10 @@ class PointwiseParams:
     # Gathers whose source rows are read with vector loads: positions among the fusion's
     # GatherOps in expression order (base.vector_gathers).
     vector_gathers: tuple = ()
+    # The flat loop's vectors run across the rows of dense tensors whose innermost extent holds
+    # no whole vectors (a row of 1001): only the last vector of the run is checked, lane by
+    # lane (lower/vectorize.py); no extent need be a multiple of the width.
+    ragged: bool = False
     note: str = ""
 
     def describe(self) -> str:
@@ -61,8 +65,10 @@ class PointwiseParams:
                    if self.vector_windows else "")
         gathers = (f", vector loads for gathers {list(self.vector_gathers)}"
                    if self.vector_gathers else "")
+        ragged = (", vectors across rows, the last checked lane by lane" if self.ragged
+                  else "")
         return (f"pointwise: {self.threads} threads, vector {self.vector}, unroll {self.unroll}, "
-                f"vector loads for inputs {list(self.vector_inputs)}{windows}{gathers}"
+                f"vector loads for inputs {list(self.vector_inputs)}{windows}{gathers}{ragged}"
                 + (f" ({self.note})" if self.note else ""))
 
 
@@ -165,10 +171,17 @@ def compute_heuristics(fusion, info: RuntimeInfo) -> PointwiseParams:
     graph = IdGraph(fusion)
     max_bytes = max([t.dtype.size for t in fusion.outputs if isinstance(t, TensorView)
                      and inner is not None and mapped_dim(t, inner, graph) is not None] + [1])
-    vector = pow2_divisor(inner_ext, max(1, 16 // max_bytes))
-    vec_inputs = vector_inputs(fusion, info, vector, inner) if inner is not None else ()
-    vec_windows = vector_windows(fusion, info, vector, inner) if inner is not None else ()
-    vec_gathers = vector_gathers(fusion, info, vector, inner) if inner is not None else ()
+    full = max(1, 16 // max_bytes)
+    vector = pow2_divisor(inner_ext, full)
+    ragged = vector < full and numel >= full and _dense_flat_run(fusion, ref)
+    if ragged:
+        vector = full
+        vec_inputs = flat_run_inputs(fusion, info, ref, vector)
+        vec_windows = vec_gathers = ()
+    else:
+        vec_inputs = vector_inputs(fusion, info, vector, inner) if inner is not None else ()
+        vec_windows = vector_windows(fusion, info, vector, inner) if inner is not None else ()
+        vec_gathers = vector_gathers(fusion, info, vector, inner) if inner is not None else ()
     # Measured on the H100 (bench/results/2026-11-22-h100-sweeps.md), 256 MB bf16 cases:
     # - no broadcast input (silu_mul): one vector per thread in large blocks is best
     #   (512 threads x 1: 3017 GB/s; 128 x 4: 2925);
@@ -184,7 +197,54 @@ def compute_heuristics(fusion, info: RuntimeInfo) -> PointwiseParams:
         while threads < 512 and numel >= threads * 2 * vector * sms * 16:
             threads *= 2
     return PointwiseParams(vector=vector, threads=threads, unroll=unroll, vector_inputs=vec_inputs,
-                           vector_windows=vec_windows, vector_gathers=vec_gathers)
+                           vector_windows=vec_windows, vector_gathers=vec_gathers,
+                           ragged=ragged)
+
+
+def _dense_flat_run(fusion, ref) -> bool:
+    """Whether the flat loop can run vectors across rows: every tensor it reads or writes is
+    the reference's shape, dense in one order (its flat index is the loop's), with no
+    broadcast input (indexed by a division of the flat index: a lane past a row's end reads
+    the next row's element), window, gather, random draw or in-place output."""
+    from ...ir.exprs import IotaOp, ScatterOp
+    if fusion.output_aliases or _has_broadcast_input(fusion, ref):
+        return False
+    if any(isinstance(e, (WindowOp, GatherOp, RandOp, IotaOp, ScatterOp)) for e in fusion.exprs()):
+        return False
+    rank = len(ref.domain.logical_no_reductions)
+    order = _memory_order(ref)
+    for t in fusion.outputs:
+        if not isinstance(t, TensorView):
+            return False
+        if len(t.domain.logical_no_reductions) != rank or _memory_order(t) != order \
+                or any(i.is_broadcast for i in t.domain.logical_no_reductions):
+            return False
+    return True
+
+
+def _memory_order(t: TensorView) -> list:
+    logical = t.domain.logical_no_reductions
+    return [logical.index(i) for i in t.domain.maybe_allocation if not i.is_reduction]
+
+
+def flat_run_inputs(fusion, info: RuntimeInfo, ref, vector: int) -> tuple:
+    """Inputs read with vectors across rows (PointwiseParams.ragged): the reference's shape and
+    memory order, contiguous by definition (indexed by the flat loop), dense and aligned in
+    this call (input_vector_problems, ragged)."""
+    from .base import input_vector_problems
+    rank = len(ref.domain.logical_no_reductions)
+    order = _memory_order(ref)
+    out = []
+    for k, v in enumerate(fusion.inputs):
+        if not (isinstance(v, TensorView) and cached_uses(v)) or info.inputs[k] is None:
+            continue
+        if len(v.domain.logical) != rank or _memory_order(v) != order \
+                or not all(c for c in v.domain.contiguity if c is not None):
+            continue
+        w = access_width(v.dtype, vector)
+        if w > 1 and not input_vector_problems(v, info.inputs[k], w, ragged=True):
+            out.append(k)
+    return tuple(out)
 
 
 def _has_broadcast_input(fusion, ref) -> bool:
@@ -236,8 +296,12 @@ def schedule(fusion, params: PointwiseParams) -> None:
             vectorize(tv, -1, params.vector, along=inner, graph=graph)
         # The heuristic's width divides the innermost extent (a kernel reused for another
         # shape has an equal heuristic, so it does too; the executor checks it): the lanes of
-        # a vector lie in one row, and a row's index is read once per vector.
-        fusion.extent_multiples = {inner.extent: params.vector}
+        # a vector lie in one row, and a row's index is read once per vector. Ragged: the
+        # lanes run across rows of dense tensors, the last vector checked lane by lane.
+        if params.ragged:
+            fusion.ragged_vectors = True
+        else:
+            fusion.extent_multiples = {inner.extent: params.vector}
     inline_most(fusion=fusion)
 
 
