@@ -115,9 +115,16 @@ def _vectorize(loop: K.ForLoop, kernel) -> list:
     if width == 1 or not per_lane or not all(_is_vector_op(op, loop) and _scheduled_vector(op)
                                              for op in ops if id(op) in per_lane):
         return [serial]
-    tail = _ragged_tail(ops, loop) if kernel.fusion.ragged_vectors else None
-    if tail is False:
+    if not kernel.fusion.ragged_vectors:
+        return _vector_ops(ops, per_lane, allocs, collapsed, loop, kernel)
+    # Vectors across rows: each access must be one flat run (`base + lane`), and the tensors
+    # need not hold whole vectors per row (the executor checks them dense instead).
+    tail = _ragged_tail(ops, loop)
+    if tail is False or not _flat_accesses(ops, loop):
         return [serial]
+    for op in ops:
+        if id(op) in per_lane and _global_buffer(op) is not None:
+            kernel.ragged_vectors.add(_global_buffer(op))
     if tail is not None:
         # A flat run whose last vector may stop inside it: whole vectors unchecked, the tail
         # vector lane by lane (the loop as it was, labelled as a repeat of the vector ops').
@@ -126,9 +133,6 @@ def _vectorize(loop: K.ForLoop, kernel) -> list:
                      for op in ops]
         per_lane = {id(new) for new, op in zip(unchecked, ops) if id(op) in per_lane}
         vector = _vector_ops(unchecked, per_lane, allocs, collapsed, loop, kernel)
-        for op in unchecked:
-            if id(op) in per_lane and _global_buffer(op) is not None:
-                kernel.ragged_vectors.add(_global_buffer(op))
         # The vector loop and the one-iteration loops in it are folded in the vector version
         # (kernel.replaced_loops): the tail's copies of them stand for no lowering loop.
         tail_loop = _unbound(dataclasses.replace(serial, label=K.UNSWITCH_ELSE),
@@ -149,9 +153,7 @@ def _ragged_tail(ops: list, loop: K.ForLoop):
     """None where every op's predicate is the same in every lane (whole vectors). Else the
     (condition, conjunct ids) of a vector whose last lane is in bounds: each lane-dependent
     conjunct `a < b`, a non-decreasing in the lane (lower/unswitch.py), taken at the last lane;
-    False where a lane-dependent conjunct is of another form or a per-lane access's index is
-    not `base + lane` (a run of memory only when it is: lanes of a flat index of a contiguous
-    tensor, which may cross its rows)."""
+    False where a lane-dependent conjunct is of another form."""
     from .unswitch import _conjuncts, _droppable
     last = {loop.var: K.Const(loop.stop.value - 1)}
     checks, at_last = set(), {}
@@ -166,15 +168,18 @@ def _ragged_tail(ops: list, loop: K.ForLoop):
             at_last.setdefault(repr(e), e)
     if not checks:
         return None
-    for op in ops:
-        for a in [op.out, *op.ins]:
-            if isinstance(a, K.TensorIndex) and a.buffer.memory == "global" \
-                    and not _lane_free(a, loop.var) and not _base_plus_lane(a.index, loop.var):
-                return False
     cond = None
     for e in at_last.values():
         cond = e if cond is None else K.Bin("&&", cond, e)
     return cond, checks
+
+
+def _flat_accesses(ops: list, loop: K.ForLoop) -> bool:
+    """Whether every global access of `ops` that moves with the lane indexes `base + lane`:
+    one run of memory whichever rows its lanes fall in (a flat index of a dense tensor)."""
+    return all(_base_plus_lane(a.index, loop.var) for op in ops for a in [op.out, *op.ins]
+               if isinstance(a, K.TensorIndex) and a.buffer.memory == "global"
+               and not _lane_free(a, loop.var))
 
 
 def _base_plus_lane(index, lane) -> bool:

@@ -103,3 +103,21 @@ def test_a_reused_kernel_checks_the_flat_run_before_launch():
     assert input_vector_problems(v, InputFacts((3, 1001), (1008, 1), 16), 8, ragged=True)
     assert input_vector_problems(v, InputFacts((3, 1001), (1001, 1), 2), 8, ragged=True)
     assert input_vector_problems(v, InputFacts((3, 1001), (1001, 1), 16), 8)   # whole vectors
+
+
+def test_a_flat_run_of_whole_vectors_over_rows_that_hold_none():
+    # Fuzz 20261933:30: [64, 31] bf16, 1984 elements, a whole number of 8-wide vectors, so no
+    # access needs the lane-by-lane tail; its vectors still cross rows of 31, and the executor
+    # asked for rows of whole vectors (an internal error, the reference ran). Every vector
+    # access of a ragged schedule is checked as a flat run.
+    x = torch.randn(64 * 31 + 8, dtype=torch.bfloat16)[8:].view(64, 31)
+    with FusionDefinition() as fd:
+        t0 = fd.define_tensor(shape=[64, -1], contiguity=[True, True], dtype=DataType.BFloat16)
+        fd.add_output(fd.ops.exp2(fd.ops.tanh(t0)))
+    run_and_check(fd, [x], scheduler="pointwise", options={"enable": ["interpret"]})
+    p = fd.last_run.heuristics[0]
+    assert p.ragged and p.vector == 8 and p.vector_inputs == (0,)
+    _, _, _, kernel = schedule_and_lower(fd, [x])
+    out = fd.fusion.outputs[0]
+    assert kernel.ragged_vectors == {"T0", f"T{out.name}"}
+    assert [r[3] for r in kernel.launch_description.vector_reads] == [True]
