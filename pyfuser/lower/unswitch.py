@@ -58,21 +58,41 @@ def _versions(loop: K.ForLoop):
     last = {}
     if not _inner_last_values(loop, last):
         return loop
-    checks, at_last = set(), {}
-    for op in _ops(loop.body):
+    checks, _, cond = bound_checks(list(_ops(loop.body)), last)
+    if not checks:
+        return loop
+    fast = _Drop(checks).rewrite(fresh_stmts([loop]))
+    slow = dataclasses.replace(loop, label=K.UNSWITCH_ELSE)
+    return K.IfThenElse(cond, fast, [slow])
+
+
+def bound_checks(ops: list, last: dict) -> tuple[set, bool, K.KExpr | None]:
+    """The bounds checks of `ops` that the variables' last values imply at all of theirs
+    (`last`: variable -> its last value): (the ids of those conjuncts, whether every conjunct
+    that uses a variable of `last` is one, the condition they hold under: each at the last
+    values, once; None without them)."""
+    checks, every, at_last = set(), True, {}
+    for op in ops:
         for c in _conjuncts(op.predicate):
             if _droppable(c, last):
                 checks.add(id(c))
                 e = substitute(c, last)
                 at_last.setdefault(repr(e), e)
-    if not checks:
-        return loop
+            elif _uses(c, set(last)):
+                every = False
     cond = None
     for e in at_last.values():
         cond = e if cond is None else K.Bin("&&", cond, e)
-    fast = _Drop(checks).rewrite(fresh_stmts([loop]))
-    slow = dataclasses.replace(loop, label=K.UNSWITCH_ELSE)
-    return K.IfThenElse(cond, fast, [slow])
+    return checks, every, cond
+
+
+def without(pred, checks: set):
+    """Predicate `pred` less its conjuncts in `checks` (ids)."""
+    out = K.Const(True, "bool")
+    for c in _conjuncts(pred):
+        if id(c) not in checks:
+            out = c if isinstance(out, K.Const) else K.Bin("&&", out, c)
+    return out
 
 
 def _inner_last_values(loop: K.ForLoop, last: dict) -> bool:
@@ -149,8 +169,4 @@ class _Drop(Rewriter):
         self.checks = checks
 
     def visit_TensorOp(self, s: K.TensorOp):
-        kept = [c for c in _conjuncts(s.predicate) if id(c) not in self.checks]
-        pred = K.Const(True, "bool")
-        for c in kept:
-            pred = c if pred.__class__ is K.Const else K.Bin("&&", pred, c)
-        return dataclasses.replace(s, predicate=pred)
+        return dataclasses.replace(s, predicate=without(s.predicate, self.checks))

@@ -45,6 +45,7 @@ from ..kir import nodes as K
 from ..kir.verifier import establishes
 from ..kir.rewrite import Rewriter, substitute
 from .context import LoweringError
+from .unswitch import bound_checks, without
 
 UNROLL_LIMIT = 32
 
@@ -129,7 +130,7 @@ def _vectorize(loop: K.ForLoop, kernel) -> list:
         # A flat run whose last vector may stop inside it: whole vectors unchecked, the tail
         # vector lane by lane (the loop as it was, labelled as a repeat of the vector ops').
         cond, checks = tail
-        unchecked = [dataclasses.replace(op, predicate=_without(op.predicate, checks))
+        unchecked = [dataclasses.replace(op, predicate=without(op.predicate, checks))
                      for op in ops]
         per_lane = {id(new) for new, op in zip(unchecked, ops) if id(op) in per_lane}
         vector = _vector_ops(unchecked, per_lane, allocs, collapsed, loop, kernel)
@@ -154,24 +155,10 @@ def _ragged_tail(ops: list, loop: K.ForLoop):
     (condition, conjunct ids) of a vector whose last lane is in bounds: each lane-dependent
     conjunct `a < b`, a non-decreasing in the lane (lower/unswitch.py), taken at the last lane;
     False where a lane-dependent conjunct is of another form."""
-    from .unswitch import _conjuncts, _droppable
-    last = {loop.var: K.Const(loop.stop.value - 1)}
-    checks, at_last = set(), {}
-    for op in ops:
-        for c in _conjuncts(op.predicate):
-            if _lane_free(c, loop.var):
-                continue
-            if not _droppable(c, last):
-                return False
-            checks.add(id(c))
-            e = substitute(c, last)
-            at_last.setdefault(repr(e), e)
-    if not checks:
-        return None
-    cond = None
-    for e in at_last.values():
-        cond = e if cond is None else K.Bin("&&", cond, e)
-    return cond, checks
+    checks, every, cond = bound_checks(ops, {loop.var: K.Const(loop.stop.value - 1)})
+    if not every:
+        return False
+    return (cond, checks) if checks else None
 
 
 def _flat_accesses(ops: list, loop: K.ForLoop) -> bool:
@@ -187,15 +174,6 @@ def _base_plus_lane(index, lane) -> bool:
     terms = _terms(index)
     lanes = [t for t in terms if isinstance(t, K.Var) and t is lane]
     return len(lanes) == 1 and all(_lane_free(t, lane) for t in terms if t is not lane)
-
-
-def _without(pred, checks: set):
-    from .unswitch import _conjuncts
-    kept = [c for c in _conjuncts(pred) if id(c) not in checks]
-    out = K.Const(True, "bool")
-    for c in kept:
-        out = c if isinstance(out, K.Const) else K.Bin("&&", out, c)
-    return out
 
 
 def _global_buffer(op: K.TensorOp) -> str | None:
