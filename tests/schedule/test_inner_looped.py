@@ -167,3 +167,13 @@ def test_the_looped_variant_can_be_forced_on_and_off():
     with options.override({"disable": ["looped_inner_persistent"]}):
         with pytest.raises(SchedulerError, match="registers"):
             _params("softmax", 4096, 50257)
+
+
+def test_more_than_64_elements_per_thread_are_looped():
+    # [*, 32769] bf16: 128 lone elements per thread of 257, under the register estimate's cap
+    # (128 of 136), but ptxas put the row partly on the stack (167 registers, a 256-byte
+    # frame); 64 per thread (24577) stay in registers.
+    p = _params("softmax", 4096, 32769)
+    assert p.looped and "128 elements per thread of 257" in p.reason
+    p = _params("softmax", 4096, 24577)
+    assert not p.looped and p.persistent_batch * p.vector == 64

@@ -328,6 +328,14 @@ def register_params(fusion, info: RuntimeInfo, rpos, n: int, m: int,
     cap = min(255, 65536 // threads)
     # A 16-bit element takes half a register in a vector and a whole one alone.
     row_regs = batch * -(-(vector * widest) // 4)
+    if batch * vector > MAX_ELEMENTS_PER_THREAD:
+        # ptxas put such rows partly on the stack: [*, 32769] bf16 (128 lone elements per
+        # thread of 257) took 167 registers and a 256-byte frame; [*, 50257], refused by the
+        # estimate below, ran at 871 GB/s that way, 2366 looped (H200).
+        raise SchedulerError(
+            f"inner persistent: a row of {n} elements needs {batch * vector} elements per "
+            f"thread of {bdimx} in registers (at most {MAX_ELEMENTS_PER_THREAD}); rows this "
+            "long need shared memory or a cluster")
     if row_regs > 0.6 * cap:
         raise SchedulerError(
             f"inner persistent: a row of {n} elements needs {row_regs} registers per thread of "
