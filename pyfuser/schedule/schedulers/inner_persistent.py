@@ -66,7 +66,8 @@ class InnerPersistentParams:
     prefetch: int = 0
     grid: int = 0
     tma_inputs: tuple = ()
-    blocks_per_sm: int = 0       # TMA variant: resident blocks per SM planned (launch bounds)
+    blocks_per_sm: int = 0       # TMA and looped variants: resident blocks per SM planned
+                                 # (launch bounds)
     # TMA variants: one tensor-map copy of a stage's bdimy whole rows (a kir.RowBoxMap) instead
     # of bdimy 1D bulk copies, one per row.
     tensor_map: bool = False
@@ -273,7 +274,6 @@ def row_element_bytes(fusion) -> int:
 # Threads per row of the looped variant: two 1024-thread blocks per SM keep 2 x 132 rows in
 # flight, whose bytes (100 KB for a [*, 50257] bf16 row: 26 MB) stay in L2 between the passes.
 LOOPED_THREADS = 1024
-LOOPED_THREADS_PER_SM = 2048
 # Bytes of the row one thread loads per serial step: several loads in flight each. At most
 # LOOPED_STEP_LOADS loads of all the inputs along the row per step: with two 1024-thread blocks
 # per SM a thread has 32 registers, and ptxas spilled LayerNorm's x, w and b at 8 loads each
@@ -301,9 +301,11 @@ def looped_params(fusion, info: RuntimeInfo, rpos, n: int, m: int,
     row_inputs = max(1, sum(1 for v in fusion.inputs if isinstance(v, TensorView) and along(v)))
     unroll = _pow2_floor(max(1, min(LOOPED_MAX_UNROLL, LOOPED_STEP_BYTES // (vector * widest),
                                     LOOPED_STEP_LOADS // row_inputs)))
-    rows_in_l2 = info.device.sm_count * max(1, info.device.max_threads_per_sm // bdimx)
+    per_sm = max(1, info.device.max_threads_per_sm // bdimx)
+    rows_in_l2 = info.device.sm_count * per_sm
     return InnerPersistentParams(
         vector, 1, bdimx, 1, vec_inputs, keep_weights=False, looped=True, unroll=unroll,
+        blocks_per_sm=per_sm,
         reason=(f"{why}; looped instead: each pass reads the row again, "
                 f"{rows_in_l2} rows of {n * widest // 1024} KB in flight "
                 f"({'within' if rows_in_l2 * n * widest <= info.device.l2_bytes else 'beyond'} "
@@ -749,13 +751,17 @@ def schedule_looped(fusion, p: InnerPersistentParams) -> None:
     fuse_logsumexp_for_passes(fusion)
     red = reduction_tensors(fusion)[0]
     orient_vector_inputs(fusion, p.vector_inputs, red.domain.maybe_root[_layout(red)[1][-1]])
-    caches = {k: cache_after(v) for k, v in enumerate(fusion.inputs)
-              if isinstance(v, TensorView) and cached_uses(v)}
+    for v in fusion.inputs:
+        if isinstance(v, TensorView) and cached_uses(v):
+            cache_after(v)
     outputs = [o for o in fusion.outputs if o.definition is not None]
     for o in outputs:
         cache_before(o)
     reds = reduction_tensors(fusion)
     recompute_each_pass(fusion, reds)
+    # The input caches, with each pass's copies of them.
+    copies = [t for t in fusion.tensors() if isinstance(t.definition, LoadStoreOp)
+              and t.definition.inputs[0].is_input()]
     ref = reference_reduction(reds)
     reds = [ref] + [r for r in reds if r is not ref]
     _, rpos = _layout(ref)
@@ -774,25 +780,22 @@ def schedule_looped(fusion, p: InnerPersistentParams) -> None:
     if p.vector > 1:
         vec_graph = IdGraph(fusion, permissive=True)
         vec_axis = rfs[0].domain.loop[6]
-        for cache in fusion.tensors():
-            if cache.definition is not None and any(
-                    cache.definition.inputs[0] is fusion.inputs[k] for k in p.vector_inputs
-                    if isinstance(cache.definition, LoadStoreOp)):
-                vectorize_along(cache, vec_axis, vec_graph, p.vector)
+        vector_reads = {fusion.inputs[k] for k in p.vector_inputs}
+        for t in copies:
+            if t.definition.inputs[0] in vector_reads:
+                vectorize_along(t, vec_axis, vec_graph, p.vector)
         for o in outputs:
             vectorize_along(o, vec_axis, vec_graph, p.vector)
     inline_most(fusion=fusion)
     # Each input cache holds a step's U vectors, loaded together before any is used.
-    for t in fusion.tensors():
-        if (isinstance(t.definition, LoadStoreOp) and t.definition.inputs[0].is_input()
-                and t.compute_at_pos > 4):
+    for t in copies:
+        if t.compute_at_pos > 4:
             inline_at(t, 4)
     # The rows in flight the heuristic counted on (two 1024-thread blocks per SM): ptxas, told
     # so, keeps 32 registers. Left to itself it took 44 for the unswitched log-softmax, one
     # block per SM: 2349 -> 1991 GB/s (H200, [4096, 50257] bf16).
-    threads = p.bdimx * p.bdimy
-    fusion.launch_hints["max_threads"] = threads
-    fusion.launch_hints["min_blocks"] = max(1, LOOPED_THREADS_PER_SM // threads)
+    fusion.launch_hints["max_threads"] = p.bdimx * p.bdimy
+    fusion.launch_hints["min_blocks"] = p.blocks_per_sm
 
 
 def schedule(fusion, p: InnerPersistentParams) -> None:

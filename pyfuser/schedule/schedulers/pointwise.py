@@ -30,14 +30,15 @@ from __future__ import annotations
 
 import dataclasses
 
-from ...ir.exprs import BroadcastOp, GatherOp, RandOp, SqueezeOp, WindowOp
+from ...ir.exprs import BroadcastOp, GatherOp, IotaOp, RandOp, ScatterOp, SqueezeOp, WindowOp
 from ...ir.id_graph import IdGraph
 from ..cache import cached_uses
 from ...ir.tensor import TensorView
 from .. import inline_most
-from .base import (RuntimeInfo, SchedulerError, access_width, cache_inputs_and_outputs, mapped_dim,
-                   orient_vector_inputs, pow2_divisor, reduction_tensors, vector_gathers,
-                   split_flat_loop, vector_inputs, vector_windows, vectorize)
+from .base import (RuntimeInfo, SchedulerError, access_width, cache_inputs_and_outputs,
+                   input_vector_problems, mapped_dim, orient_vector_inputs, pow2_divisor,
+                   reduction_tensors, split_flat_loop, vector_gathers, vector_inputs,
+                   vector_windows, vectorize)
 
 NAME = "pointwise"
 
@@ -206,7 +207,6 @@ def _dense_flat_run(fusion, ref) -> bool:
     the reference's shape, dense in one order (its flat index is the loop's), with no
     broadcast input (indexed by a division of the flat index: a lane past a row's end reads
     the next row's element), window, gather, random draw or in-place output."""
-    from ...ir.exprs import IotaOp, ScatterOp
     if fusion.output_aliases or _has_broadcast_input(fusion, ref):
         return False
     if any(isinstance(e, (WindowOp, GatherOp, RandOp, IotaOp, ScatterOp)) for e in fusion.exprs()):
@@ -231,7 +231,6 @@ def flat_run_inputs(fusion, info: RuntimeInfo, ref, vector: int) -> tuple:
     """Inputs read with vectors across rows (PointwiseParams.ragged): the reference's shape and
     memory order, contiguous by definition (indexed by the flat loop), dense and aligned in
     this call (input_vector_problems, ragged)."""
-    from .base import input_vector_problems
     rank = len(ref.domain.logical_no_reductions)
     order = _memory_order(ref)
     out = []
@@ -307,10 +306,8 @@ def schedule(fusion, params: PointwiseParams) -> None:
 
 def _flatten_in_memory_order(ref: TensorView) -> None:
     """Merge the reference's dims into one, outermost first in its allocation order."""
-    logical = ref.domain.logical_no_reductions
-    alloc = [i for i in ref.domain.maybe_allocation if not i.is_reduction]
-    order = [logical.index(i) for i in alloc]
-    if order != list(range(len(logical))):
+    order = _memory_order(ref)
+    if order != list(range(len(order))):
         ref.reorder({old: new for new, old in enumerate(order)})
     if not ref.domain.loop:
         raise SchedulerError("pointwise: a 0-dim output")

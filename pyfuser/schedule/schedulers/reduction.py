@@ -576,22 +576,26 @@ def schedule(fusion, p: ReductionParams) -> None:
         unroll_axis = 2
     elif p.inner:
         _merge_dims(red, list(lay.reduced), list(lay.kept))
-        # [I, R] -> [I/By, By, G, R/(G*V*Bx*U), 1, U, Bx, V]; blockIdx.y takes G. The row is
+        # [I, R] -> [I/By, By, G, R/(G*V*Bx*U), U, Bx, V]; blockIdx.y takes G. The row is
         # split into vectors before it is shared among the G blocks, so that each block's share
-        # starts at a multiple of V (a share of ceilDiv(R, G) elements may not). The size-1
-        # axis is an Unswitch: the serial steps in bounds, all but the last, run without
-        # per-element checks (lower/unswitch.py).
+        # starts at a multiple of V (a share of ceilDiv(R, G) elements may not). With
+        # p.unswitch, a size-1 Unswitch axis after the serial steps (..., R/(G*V*Bx*U), 1, U,
+        # ...): the steps in bounds, all but the last, run without per-element checks
+        # (lower/unswitch.py).
+        us = 1 if p.unswitch else 0
         red.split(1, p.vector)
         red.split(1, g, inner_split=False)
-        red.split(2, p.bdimx).split(2, p.unroll).split(2, 1)
+        red.split(2, p.bdimx).split(2, p.unroll)
+        if us:
+            red.split(2, 1)
         red.split(0, p.bdimy)
-        red.parallelize(0, PT.BIDx).parallelize(1, PT.TIDy).parallelize(6, PT.TIDx)
-        if p.unswitch:
+        red.parallelize(0, PT.BIDx).parallelize(1, PT.TIDy).parallelize(5 + us, PT.TIDx)
+        if us:
             red.parallelize(4, PT.Unswitch)
         if g > 1:
             red.parallelize(2, PT.BIDy)
-        rf_axes = [3, 4, 5, 7]
-        unroll_axis = 5
+        rf_axes = [3, 4, 6] if not us else [3, 4, 5, 7]
+        unroll_axis = 4 + us
     else:
         _merge_dims(red, list(lay.reduced), list(lay.kept))
         # [I, R] -> [I/(V*Bx), Bx, V] x [G, R/(G*By*U), U, By], ordered
