@@ -24,6 +24,7 @@ import dataclasses
 
 from ..ir import scalar as S
 from ..ir.dtype import DataType
+from ..ir.exprs import BroadcastOp, LoadStoreOp
 from ..ir.id_graph import IdGraph, match_loops, reshape_cycle, self_mapping
 from ..ir.iter_domain import (IterDomain, ParallelType, Split, ancestors, history,
                               replayed_divisible, split_id)
@@ -32,6 +33,10 @@ from ..kir import nodes as K
 
 
 _ONE = S.as_scalar(1, DataType.Int)
+# Loop kinds an own broadcast loop runs once in, whatever loop it lines up with, and the
+# expressions whose own loops still take it: copies (_promote).
+_ONCE_WHEN_BROADCAST = (ParallelType.Serial, ParallelType.Unroll, ParallelType.Unswitch)
+_COPIES = (LoadStoreOp, BroadcastOp)
 
 
 class LoweringError(RuntimeError):
@@ -178,7 +183,7 @@ class LoweringContext:
         ref = outer[-1].owner if outer else None
         start = outer[-1].position + 1 if outer else 0
         for j in range(ca, len(tv.domain.loop)):
-            promoted, start = self._promote(tv.domain.loop[j], ref, start)
+            promoted, start = self._promote(tv, tv.domain.loop[j], ref, start)
             lp = Loop(tv, j, promoted)
             for t in siblings:
                 self.loop_of[(t, j)] = lp
@@ -258,7 +263,7 @@ class LoweringContext:
                         continue
                     if ref is None:
                         continue
-                    promoted, start = self._promote(tv.domain.loop[j], ref, start)
+                    promoted, start = self._promote(tv, tv.domain.loop[j], ref, start)
                     if promoted is not lp.promoted:
                         lp.promoted = promoted
                         changed = True
@@ -347,18 +352,30 @@ class LoweringContext:
             shared.append(lp)
         return shared
 
-    def _promote(self, i: IterDomain, ref: TensorView | None, start: int):
+    def _promote(self, tv: TensorView, i: IterDomain, ref: TensorView | None, start: int):
+        """(what tv's own loop over i stands for, the next position of ref to match from)."""
         if ref is None:
             return i, start
         match = self._match(i, ref, start)
         if match is not None:
             promoted, x = match
             if (i.is_broadcast and i.expanded_extent is None
-                    and not self._static(promoted.extent)):
+                    and (not self._static(promoted.extent) or (
+                        i.parallel_type in _ONCE_WHEN_BROADCAST
+                        and not isinstance(tv.definition, _COPIES)))):
                 # A broadcast of the tensor's own (all its dims broadcast along the loop) holds
                 # one value in every iteration: stood for a loop of runtime extent, it would
                 # need a register buffer of that size (a set of a [1] input computed outside a
-                # reduction's loops and read inside them: fuzz 20261376:923). Its loop runs once.
+                # reduction's loops and read inside them: fuzz 20261376:923); stood for a
+                # serial loop of a constant extent, what it computes is computed and held once
+                # per iteration (cross-entropy's per-row loss, 128 floats a thread in the
+                # looped kernel, its log and target gather repeated for each). Its loop runs
+                # once. A copy (a cache of a per-row input, a broadcast) still takes the loop:
+                # ptxas folds its equal registers, and holding the per-row rstd of an RMSNorm
+                # backward once instead slowed the cluster kernel by 8-9% at [4096, 65536]
+                # (register allocation at its 128-register cap: 56 B spilled; H200, session
+                # 20). Thread and vector loops take the promoted extent: every thread computes
+                # the value it reads, and a vector loop's width is the access's.
                 return i, x + 1
             return promoted, x + 1
         replayed = self._promote_split(i, ref, start)

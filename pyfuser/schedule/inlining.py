@@ -10,7 +10,7 @@ allocated only for the loops right of k.
 """
 from __future__ import annotations
 
-from ..ir.exprs import ReductionOp, ScanOp, TopKOp
+from ..ir.exprs import IndexCheckOp, ReductionOp, ScanOp, TopKOp
 from ..ir.id_graph import IdGraph, match_loops
 from ..ir.iter_domain import ParallelType, ancestors
 from ..ir.tensor import MemoryType, ScheduleError, TensorView
@@ -160,26 +160,39 @@ def _reader_inside_reduction(fusion, owner_loops: set):
 def _materialized_broadcast(owner_loops: set):
     """(owner, the owner whose loop it joins) where merging the loops would make a register or
     shared tensor hold its broadcast dim across another owner's loop over an iteration dim
-    of a runtime extent, or None. An own loop is allocated (allocation.py): once merged, the
-    broadcast takes the loop's extent, a register buffer of runtime size, computed in every
-    iteration of a loop that may run zero times in a block (rows split over the blocks) while
-    its consumers outside the loop read it: a weight [1, 1] cast once and read both by the
-    rows of a norm backward and by its column sum (a squeeze), fuzz 20261203:3622. Kept in
-    loops of its own, it is computed once before them."""
+    that the tensor would be allocated over, or None. An own loop is allocated
+    (allocation.py): once merged, the broadcast takes the loop's extent.
+    - A runtime extent: a register buffer of runtime size, computed in every iteration of a
+      loop that may run zero times in a block (rows split over the blocks) while its consumers
+      outside the loop read it: a weight [1, 1] cast once and read both by the rows of a norm
+      backward and by its column sum (a squeeze), fuzz 20261203:3622.
+    - A constant extent above one: correct, but the per-row value is computed and held once
+      per element of the row. Cross-entropy's loss (logsumexp minus the target's logit,
+      [M, 1], squeezed to the output) shared loops with dlogits through the target, broadcast
+      to both: the looped kernel gathered the target's logit and took a log 128 times per
+      thread into a 128-float register buffer, and spilled 1.4 KB.
+    Kept in loops of its own, it is computed once before them."""
     iterating = [(o, p) for o, p in owner_loops if not o.domain.loop[p].is_broadcast]
     for o, p in owner_loops:
         i = o.domain.loop[p]
         if not i.is_broadcast or i.expanded_extent is not None:
             continue
-        pt = i.parallel_type
-        if o.memory_type == MemoryType.Global or pt == ParallelType.GridStride or (
-                o.memory_type == MemoryType.Local and pt.is_thread_or_block) or (
-                o.memory_type == MemoryType.Shared and pt.is_block_dim):
+        if o.memory_type == MemoryType.Global or _unallocated(o, i.parallel_type):
             continue
         for a, q in iterating:
-            if a.domain.loop[q].extent.value is None:
+            j = a.domain.loop[q]
+            if j.extent.value is None or (
+                    j.extent.value > 1 and not _unallocated(o, j.parallel_type)):
                 return o, a
     return None
+
+
+def _unallocated(tv: TensorView, pt: ParallelType) -> bool:
+    """Whether tv is not allocated over a loop of parallel type pt (allocation.py): registers
+    are per thread, shared memory per block, and a grid-stride loop's index is not held."""
+    return pt == ParallelType.GridStride or (
+        tv.memory_type == MemoryType.Local and pt.is_thread_or_block) or (
+        tv.memory_type == MemoryType.Shared and pt.is_block_dim)
 
 
 def _mixed_parallel_types(owner_loops: set):
@@ -272,6 +285,14 @@ def max_inline_position(tv: TensorView, graph: IdGraph | None = None) -> tuple[i
                        "(the block top-k writes them before their loops)")
         if i.parallel_type in _UNINLINABLE:
             return k, f"axis {k} is {i.parallel_type.short}: it must stay an own loop of T{tv.name}"
+        if isinstance(tv.definition, IndexCheckOp) and all(
+                j.is_broadcast and j.expanded_extent is None for j in tv.domain.loop[k:]):
+            # The check of an index broadcast along the loops from here on (a scatter's
+            # one-hot target along the row) runs once, before them: inside, every element
+            # repeated it and its error report, a call that ptxas spilled around (1.7 KB in the
+            # looped cross-entropy at 32 registers).
+            return k, (f"axis {k} on, T{tv.name} checks one index broadcast along its "
+                       "consumers' loops: checked once, outside them")
         if i in blocked:
             return k, (f"axis {k} maps to a reduction whose result T{tv.name}'s other consumers "
                        f"need; T{tv.name} stays resident across it")

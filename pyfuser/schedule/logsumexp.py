@@ -54,6 +54,14 @@ def fuse_logsumexp_for_passes(fusion) -> None:
         _rewrite(fusion, max_op, sum_op)
 
 
+def pairs_fused_for_passes(fusion) -> int:
+    """How many reductions fuse_logsumexp_for_passes would save `fusion`: its max / sum-of-exp
+    pairs, 0 where the option `one_pass_logsumexp` is disabled."""
+    if options.current().is_enabled("one_pass_logsumexp") is False:
+        return 0
+    return len(_pairs(fusion, shared=True))
+
+
 def _reduced(out: TensorView) -> list[int]:
     return [k for k, i in enumerate(out.domain.logical) if i.is_reduction]
 

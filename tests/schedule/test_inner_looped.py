@@ -13,7 +13,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lower"))
 from kir_testing import empty_inputs, schedule_and_lower, setup  # noqa: E402
-from pyfuser import catalogue  # noqa: E402
+from pyfuser import catalogue, options  # noqa: E402
 from pyfuser.schedule.schedulers import inner_persistent as ip  # noqa: E402
 from pyfuser.schedule.schedulers.base import SchedulerError  # noqa: E402
 from pyfuser.testing import run_and_check  # noqa: E402
@@ -42,11 +42,51 @@ def test_odd_vocabulary_rows_take_the_looped_variant(name, N, dtype):
 
 @pytest.mark.parametrize("name,N,dtype", [("softmax", 8192, "bf16"), ("softmax", 4097, "bf16"),
                                           ("layernorm_fwd", 16385, "bf16"),
-                                          ("softmax", 65536, "bf16")])
+                                          ("rmsnorm_fwd", 65536, "bf16"),
+                                          ("layernorm_fwd", 131072, "bf16")])
 def test_rows_that_fit_registers_or_a_cluster_stay_there(name, N, dtype):
     p = _params(name, 4096, N, dtype)
     assert not p.looped
-    assert (p.cluster > 1) == (N == 65536)
+    assert (p.cluster > 1) == (N >= 65536)
+
+
+@pytest.mark.parametrize("name,N", [("softmax", 65536), ("log_softmax", 131072),
+                                    ("softmax", 128256)])
+def test_a_row_read_twice_looped_instead_of_a_cluster(name, N):
+    # One reduction pass (the max and sum of exp fused) and the row the only input along it:
+    # looped reads it twice, faster than a cluster holding it once (H200, session 20).
+    p = _params(name, 4096, N)
+    assert p.looped and p.vector == 8
+    assert "a cluster of" in p.reason and "2 passes" in p.reason
+    with options.override({"disable": ["one_pass_logsumexp"]}):
+        # Three passes without the fused pair: the cluster stays.
+        assert _params(name, 4096, N).cluster > 1
+
+
+def test_cross_entropy_rows_are_looped():
+    # Logits [8192, 128256] with per-row targets: the targets are not along the row, so the row
+    # is still read twice in all; the per-row loss is computed once per thread, not per element
+    # (inlining.py's _materialized_broadcast, context.py's _promote).
+    import sys
+    sys.path.insert(0, "tools")
+    import bench_issue17
+    from pyfuser.runtime.explain import explain_fusion
+    fd, inputs, *_ = bench_issue17.cross_entropy("meta")
+    e = explain_fusion(fd.fusion, inputs, device="h200")
+    (k,) = e.kernels
+    assert k.params.looped and "2 passes" in k.params.reason
+    # The target's logit gathered and the log taken once (the index check with them), outside
+    # the row's steps; before, once per element in each unswitch version, into a 128-float
+    # register buffer.
+    src = k.kernel.source.split("__global__")[-1]
+    assert src.count("report_index_error(") == 1 and src.count("pf::log(") == 1
+    # With the one-hot a scatter, its index check (on the target broadcast along the row) runs
+    # once too, not per element: ptxas had spilled 1.7 KB around the per-element reports.
+    fd, inputs, *_ = bench_issue17.cross_entropy_scatter("meta")
+    (k,) = explain_fusion(fd.fusion, inputs, device="h200", compile=True).kernels
+    assert k.params.looped
+    assert k.kernel.source.split("__global__")[-1].count("report_index_error(") == 2
+    assert "0 B spill stores" in k.ptxas
 
 
 def test_a_lone_16_bit_element_takes_a_register():
@@ -172,8 +212,55 @@ def test_the_looped_variant_can_be_forced_on_and_off():
 def test_more_than_64_elements_per_thread_are_looped():
     # [*, 32769] bf16: 128 lone elements per thread of 257, under the register estimate's cap
     # (128 of 136), but ptxas put the row partly on the stack (167 registers, a 256-byte
-    # frame); 64 per thread (24577) stay in registers.
+    # frame); 64 per thread of 257 (16385) stay in registers.
     p = _params("softmax", 4096, 32769)
     assert p.looped and "128 elements per thread of 257" in p.reason
-    p = _params("softmax", 4096, 24577)
+    p = _params("softmax", 4096, 16385)
     assert not p.looped and p.persistent_batch * p.vector == 64
+
+
+@pytest.mark.parametrize("name", ["softmax", "log_softmax", "layernorm_fwd", "rmsnorm_fwd"])
+def test_lone_elements_that_leave_one_block_per_sm_are_looped(name):
+    # 64 lone elements per thread of 385 ([*, 24577] bf16): 64 registers of the 47 that two
+    # blocks per SM leave (0.6 x 78); the log-softmax took 128 registers, one block per SM, and
+    # ran at 0.61 of the looped kernel (H200, session 20).
+    p = _params(name, 4096, 24577)
+    assert p.looped and "no room for two blocks per SM" in p.reason
+    with options.override({"disable": ["looped_inner_persistent"]}):
+        p = _params(name, 4096, 24577)
+        assert not p.looped and (p.persistent_batch, p.bdimx) == (64, 385)
+
+
+@pytest.mark.parametrize("one_hot", ["iota", "scatter"])
+@pytest.mark.parametrize("looped", [True, False])
+def test_cross_entropy_on_the_interpreter(looped, one_hot):
+    # The loss (logsumexp minus the target's logit, per row) and dlogits, looped and in
+    # registers: the per-row loss is computed once per thread in either.
+    import torch
+    from pyfuser import DataType, FusionDefinition
+    m, v = 3, 301
+    F32 = DataType.Float
+    with FusionDefinition() as fd:
+        tx = fd.define_tensor(shape=[-1, -1], dtype=DataType.BFloat16)
+        tt = fd.define_tensor(shape=[-1], dtype=DataType.Int)
+        xf = fd.ops.cast(tx, F32)
+        mx = fd.ops.max(xf, [1], keepdim=True)
+        e = fd.ops.exp(fd.ops.sub(xf, mx))
+        s = fd.ops.sum(e, [1], keepdim=True)
+        t2 = fd.ops.broadcast(tt, [False, True])
+        picked = fd.ops.take_along_axis(xf, t2, 1)
+        fd.add_output(fd.ops.squeeze(fd.ops.sub(fd.ops.add(fd.ops.log(s), mx), picked), [1]))
+        if one_hot == "iota":
+            hot = fd.ops.cast(fd.ops.eq(fd.ops.broadcast(fd.ops.iota(v), [True, False]), t2), F32)
+        else:
+            hot = fd.ops.scatter(fd.ops.zeros([m, v], F32), t2, 1.0, 1)
+        grad = fd.ops.sub(fd.ops.div(e, s), hot)
+        fd.add_output(fd.ops.cast(fd.ops.mul(grad, 1.0 / m), DataType.BFloat16))
+    g = torch.Generator().manual_seed(5)
+    x = torch.randn(m, v, generator=g).to(torch.bfloat16)
+    t = torch.randint(0, v, (m,), generator=g)
+    enable = ["interpret"] + (["looped_inner_persistent"] if looped else [])
+    disable = [] if looped else ["looped_inner_persistent"]
+    run_and_check(fd, [x, t], scheduler="inner_persistent",
+                  options={"enable": enable, "disable": disable})
+    assert fd.last_run.heuristics[0].looped == looped

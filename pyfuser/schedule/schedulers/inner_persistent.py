@@ -31,7 +31,7 @@ from ...ir.tensor import CpAsyncPipelined, TensorView, WarpSpecialized
 from .. import (cache_after, cache_before, circular_buffer, inline_at, inline_most,
                 parallelize_like, propagate_transforms, rfactor)
 from ..inlining import upstream
-from ..logsumexp import fuse_logsumexp_for_passes
+from ..logsumexp import fuse_logsumexp_for_passes, pairs_fused_for_passes
 from ..recompute import recompute_each_pass, recompute_for, uses_across_reductions
 from ..tma_rules import MAX_TX_BYTES, check_bulk_rows, check_row_box
 from .base import (RuntimeInfo, SchedulerError, access_width, orient_vector_inputs,
@@ -208,6 +208,10 @@ def compute_heuristics(fusion, info: RuntimeInfo) -> InnerPersistentParams:
             # Every output per row: reduction kernels reading the rows twice.
             raise
         return looped_params(fusion, info, rpos, n, m, str(too_long))
+    if looped is not False and _writes_rows(fusion, red):
+        why = _looped_is_faster(fusion, red, p)
+        if why:
+            return looped_params(fusion, info, rpos, n, m, why)
     if (p.cluster >= REREAD_CLUSTER and p.persistent_batch * p.vector >= REREAD_VALUES
             and not _writes_rows(fusion, red)):
         # Measured on the H200 (bench/results/2026-11-27/h200-bench-reread-rule-bd29aa3.txt,
@@ -230,6 +234,43 @@ def compute_heuristics(fusion, info: RuntimeInfo) -> InnerPersistentParams:
             f"{CLUSTER_ROW_BYTES // 1024} KB spilled registers on one SM), reduced through "
             "distributed shared memory"))
     return choose_variant(fusion, info, p, n, m, rpos)
+
+
+def _looped_is_faster(fusion, red, p: InnerPersistentParams) -> str:
+    """Why the looped variant beats register rows `p` for a fusion with an output along the
+    row, or "" where it does not. Measured on the H200 (bf16, GB/s, the register rows first,
+    the looped kernel second; bench/results/2026-11-30/h200-looped-vs-registers-session20.txt):
+    - A cluster, where the looped kernel reads the row twice in all (one reduction pass after
+      fusing a max and sum of exp, and the row the only input along it): softmax over
+      [4096, 65536] 2479 / 2875, [2048, 131072] 2364 / 2732, [4096, 128256] 2392 / 2777;
+      log-softmax 2387 / 2957, 2259 / 2732, 2263 / 2777; cross-entropy's loss and dlogits over
+      [8192, 128256] 1911 / 2283. Where it reads more, the cluster wins: RMSNorm (the weight
+      read in the second pass) 3163 / 2034 at 65536, LayerNorm (three passes) 2354 / 1536.
+      The cluster holds the row once, but its blocks of 512 threads keep a quarter of the
+      rows in flight that two 1024-thread blocks per SM keep, and wait on each other at
+      every reduction.
+    - Lone elements (no vector) whose registers do not leave room for two blocks per SM:
+      [4096, 24577] (64 per thread of 385, one block per SM at 128 registers in the
+      log-softmax): softmax 1915 / 2104, log-softmax 1360 / 2220, LayerNorm 1810 / 1844,
+      RMSNorm 2300 / 2547. At 257 threads (two blocks fit) the register rows mostly won:
+      [4096, 16385] softmax 1958 / 1788, LayerNorm 2272 / 1730, RMSNorm 2732 / 2318
+      (log-softmax 1775 / 1877)."""
+    if p.cluster > 1:
+        along = _along_row(fusion, red)
+        row_inputs = sum(1 for v in fusion.inputs if isinstance(v, TensorView) and along(v))
+        passes = len(reduction_tensors(fusion)) - pairs_fused_for_passes(fusion) + 1
+        if row_inputs * passes <= 2:
+            return (f"a cluster of {p.cluster} blocks would hold the row once, slower than "
+                    f"reading it in {passes} passes (measured)")
+        return ""
+    if p.vector == 1:
+        threads = -(-p.bdimx // 32) * 32 * p.bdimy
+        row_regs = p.persistent_batch * -(-row_element_bytes(fusion) // 4)
+        two_blocks = min(255, 65536 // (2 * threads))
+        if row_regs > 0.6 * two_blocks:
+            return (f"{p.persistent_batch} lone elements per thread of {threads} in registers "
+                    "leave no room for two blocks per SM")
+    return ""
 
 
 # Clusters, and values held per thread, from which a fusion whose outputs are all per row (a
