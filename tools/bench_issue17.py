@@ -129,6 +129,26 @@ def embedding(device):
     return fd, [ids, table], eager, 2 * 8192 * 4096 * 2 + ids.numel() * 8
 
 
+def define_cross_entropy(fd, tx, tt, m: int, v: int, scatter: bool = False) -> None:
+    """Into fd: the per-row loss and dlogits (bf16, scaled by 1 / m) of logits tx [m, v] with
+    int64 targets tt [m], through logsumexp, take_along_axis and a one-hot: an iota compare,
+    or with `scatter` a scatter of 1 into zeros at the targets (as a framework's backward
+    writes it)."""
+    xf = fd.ops.cast(tx, F32)
+    mx = fd.ops.max(xf, [1], keepdim=True)
+    e = fd.ops.exp(fd.ops.sub(xf, mx))
+    s = fd.ops.sum(e, [1], keepdim=True)
+    t2 = fd.ops.broadcast(tt, [False, True])
+    picked = fd.ops.take_along_axis(xf, t2, 1)
+    fd.add_output(fd.ops.squeeze(fd.ops.sub(fd.ops.add(fd.ops.log(s), mx), picked), [1]))
+    if scatter:
+        one_hot = fd.ops.scatter(fd.ops.zeros([m, v], F32), t2, 1.0, 1)
+    else:
+        one_hot = fd.ops.cast(fd.ops.eq(fd.ops.broadcast(fd.ops.iota(v), [True, False]), t2), F32)
+    grad = fd.ops.sub(fd.ops.div(e, s), one_hot)
+    fd.add_output(fd.ops.cast(fd.ops.mul(grad, 1.0 / m), BF16))
+
+
 def cross_entropy(device):
     """The loss and dlogits of bf16 logits [8192, 128256] with int64 targets, for a gradient
     scale of 1/8192 (Liger's fused protocol: dlogits written in the forward), through
@@ -144,17 +164,7 @@ def cross_entropy(device):
         x = torch.randn(m, v, device=device, dtype=torch.bfloat16, generator=g)
         t = torch.randint(0, v, (m,), device=device, generator=g)
     with FusionDefinition("cross_entropy") as fd:
-        tx, tt = fd.from_pytorch(x), fd.from_pytorch(t)
-        xf = fd.ops.cast(tx, F32)
-        mx = fd.ops.max(xf, [1], keepdim=True)
-        e = fd.ops.exp(fd.ops.sub(xf, mx))
-        s = fd.ops.sum(e, [1], keepdim=True)
-        t2 = fd.ops.broadcast(tt, [False, True])
-        picked = fd.ops.take_along_axis(xf, t2, 1)
-        fd.add_output(fd.ops.squeeze(fd.ops.sub(fd.ops.add(fd.ops.log(s), mx), picked), [1]))
-        one_hot = fd.ops.eq(fd.ops.broadcast(fd.ops.iota(v), [True, False]), t2)
-        grad = fd.ops.sub(fd.ops.div(e, s), fd.ops.cast(one_hot, F32))
-        fd.add_output(fd.ops.cast(fd.ops.mul(grad, 1.0 / m), BF16))
+        define_cross_entropy(fd, fd.from_pytorch(x), fd.from_pytorch(t), m, v)
 
     def eager():
         xf = x.float()
@@ -194,17 +204,7 @@ def cross_entropy_scatter(device):
     x, t = inputs
     m, v = x.shape
     with FusionDefinition("cross_entropy_scatter") as fd:
-        tx, tt = fd.from_pytorch(x), fd.from_pytorch(t)
-        xf = fd.ops.cast(tx, F32)
-        mx = fd.ops.max(xf, [1], keepdim=True)
-        e = fd.ops.exp(fd.ops.sub(xf, mx))
-        s = fd.ops.sum(e, [1], keepdim=True)
-        t2 = fd.ops.broadcast(tt, [False, True])
-        picked = fd.ops.take_along_axis(xf, t2, 1)
-        fd.add_output(fd.ops.squeeze(fd.ops.sub(fd.ops.add(fd.ops.log(s), mx), picked), [1]))
-        one_hot = fd.ops.scatter(fd.ops.zeros([m, v], F32), t2, 1.0, 1)
-        grad = fd.ops.sub(fd.ops.div(e, s), one_hot)
-        fd.add_output(fd.ops.cast(fd.ops.mul(grad, 1.0 / m), BF16))
+        define_cross_entropy(fd, fd.from_pytorch(x), fd.from_pytorch(t), m, v, scatter=True)
     return fd, inputs, eager, nbytes
 
 

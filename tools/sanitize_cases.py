@@ -3,7 +3,8 @@ synccheck): `compute-sanitizer --tool racecheck python tools/sanitize_cases.py`;
 `--pipelines` runs only the circular-buffered kernels (TMA, tensor-map, cp.async,
 warp-specialized with one or two compute roles, the norm backward's two variants, the
 matmul); `--matmul` only the matmul;
-`--odd-rows` only the odd-row norm kernels (issue 16); `--logsumexp` only the one-pass
+`--odd-rows` only the odd-row norm kernels (issue 16) and the looped cross-entropy;
+`--logsumexp` only the one-pass
 logsumexp's key reductions."""
 import sys
 
@@ -72,6 +73,19 @@ def odd_row_cases() -> None:
         p = fd.last_run.heuristics[0]
         print(name, dtype, m, n, f"blocks/SM {getattr(p, 'blocks_per_sm', '-')}",
               "looped" if getattr(p, "looped", False) else "", flush=True)
+    # Cross-entropy's loss and dlogits over rows of 128256 (looped, its per-row loss and
+    # index checks once per thread), with the one-hot an iota compare and a scatter.
+    import os
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import bench_issue17
+    for make in (bench_issue17.cross_entropy, bench_issue17.cross_entropy_scatter):
+        fd, (x, t), *_ = make("meta")
+        x = torch.randn(64, x.shape[1], device="cuda", dtype=x.dtype)
+        t = torch.randint(0, x.shape[1], (64,), device="cuda")
+        fd.execute([x, t])
+        torch.cuda.synchronize()
+        print(make.__name__, 64, x.shape[1], fd.last_run.schedulers,
+              "looped" if fd.last_run.heuristics[0].looped else "", flush=True)
 
 
 def logsumexp_cases() -> None:

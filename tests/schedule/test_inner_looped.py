@@ -68,7 +68,7 @@ def test_cross_entropy_rows_are_looped():
     # is still read twice in all; the per-row loss is computed once per thread, not per element
     # (inlining.py's _materialized_broadcast, context.py's _promote).
     import sys
-    sys.path.insert(0, "tools")
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
     import bench_issue17
     from pyfuser.runtime.explain import explain_fusion
     fd, inputs, *_ = bench_issue17.cross_entropy("meta")
@@ -239,23 +239,12 @@ def test_cross_entropy_on_the_interpreter(looped, one_hot):
     import torch
     from pyfuser import DataType, FusionDefinition
     m, v = 3, 301
-    F32 = DataType.Float
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
+    import bench_issue17
     with FusionDefinition() as fd:
         tx = fd.define_tensor(shape=[-1, -1], dtype=DataType.BFloat16)
         tt = fd.define_tensor(shape=[-1], dtype=DataType.Int)
-        xf = fd.ops.cast(tx, F32)
-        mx = fd.ops.max(xf, [1], keepdim=True)
-        e = fd.ops.exp(fd.ops.sub(xf, mx))
-        s = fd.ops.sum(e, [1], keepdim=True)
-        t2 = fd.ops.broadcast(tt, [False, True])
-        picked = fd.ops.take_along_axis(xf, t2, 1)
-        fd.add_output(fd.ops.squeeze(fd.ops.sub(fd.ops.add(fd.ops.log(s), mx), picked), [1]))
-        if one_hot == "iota":
-            hot = fd.ops.cast(fd.ops.eq(fd.ops.broadcast(fd.ops.iota(v), [True, False]), t2), F32)
-        else:
-            hot = fd.ops.scatter(fd.ops.zeros([m, v], F32), t2, 1.0, 1)
-        grad = fd.ops.sub(fd.ops.div(e, s), hot)
-        fd.add_output(fd.ops.cast(fd.ops.mul(grad, 1.0 / m), DataType.BFloat16))
+        bench_issue17.define_cross_entropy(fd, tx, tt, m, v, scatter=one_hot == "scatter")
     g = torch.Generator().manual_seed(5)
     x = torch.randn(m, v, generator=g).to(torch.bfloat16)
     t = torch.randint(0, v, (m,), generator=g)

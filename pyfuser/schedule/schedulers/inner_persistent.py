@@ -239,7 +239,7 @@ def compute_heuristics(fusion, info: RuntimeInfo) -> InnerPersistentParams:
 def _looped_is_faster(fusion, red, p: InnerPersistentParams) -> str:
     """Why the looped variant beats register rows `p` for a fusion with an output along the
     row, or "" where it does not. Measured on the H200 (bf16, GB/s, the register rows first,
-    the looped kernel second; bench/results/2026-11-30/h200-looped-vs-registers-session20.txt):
+    the looped kernel second; bench/results/2026-11-29/h200-looped-vs-registers-session20.txt):
     - A cluster, where the looped kernel reads the row twice in all (one reduction pass after
       fusing a max and sum of exp, and the row the only input along it): softmax over
       [4096, 65536] 2479 / 2875, [2048, 131072] 2364 / 2732, [4096, 128256] 2392 / 2777;
