@@ -1,5 +1,5 @@
 """Cross-entropy's loss and dlogits over logits [8192, 128256] bf16 (tools/bench_issue17.py's
-fusion, and its scattered one-hot form): pyfuser's default plan, the cluster kernel forced
+fusion, its scattered one-hot form, and its form with dlogits from the log-probabilities): pyfuser's default plan, the cluster kernel forced
 (looped variant off), eager, torch.compile and Liger's fused cross-entropy where installed
 (../shared/tools/peer-wheels.sh), in one process, each output checked against eager's first:
 
@@ -34,10 +34,14 @@ def run_variant(tag, opts):
 
 run_variant("default", {})
 run_variant("cluster (looped off)", {"disable": ["looped_inner_persistent"]})
-fd2, inputs2, _, _ = bench_issue17.cross_entropy_scatter("cuda")
-out = fd2.execute(inputs2); torch.cuda.synchronize()
-print("scatter one-hot:", fd2.last_run.schedulers, fd2.last_run.heuristics[0].looped); check("scatter", *out)
-times["scatter one-hot default"] = _bench(lambda: fd2.execute(inputs2))
+for tag, make in (("scatter one-hot", bench_issue17.cross_entropy_scatter),
+                  ("dlogits from log-probs", bench_issue17.cross_entropy_log_probs)):
+    fd2, inputs2, _, _ = make("cuda")
+    out = fd2.execute(inputs2)
+    torch.cuda.synchronize()
+    print(f"{tag}:", fd2.last_run.schedulers, fd2.last_run.heuristics[0].looped)
+    check(tag, *out)
+    times[tag] = _bench(lambda: fd2.execute(inputs2))
 times["eager"] = _bench(eager)
 times["compile"] = _bench(torch.compile(eager, dynamic=False))
 try:

@@ -129,23 +129,28 @@ def embedding(device):
     return fd, [ids, table], eager, 2 * 8192 * 4096 * 2 + ids.numel() * 8
 
 
-def define_cross_entropy(fd, tx, tt, m: int, v: int, scatter: bool = False) -> None:
+def define_cross_entropy(fd, tx, tt, m: int, v: int, scatter: bool = False,
+                         from_log_probs: bool = False) -> None:
     """Into fd: the per-row loss and dlogits (bf16, scaled by 1 / m) of logits tx [m, v] with
     int64 targets tt [m], through logsumexp, take_along_axis and a one-hot: an iota compare,
     or with `scatter` a scatter of 1 into zeros at the targets (as a framework's backward
-    writes it)."""
+    writes it). The softmax in dlogits is exp(x - max) / sum, or with `from_log_probs`
+    exp(x - logsumexp), the exponential of the log-probabilities (as aten's log_softmax
+    backward computes it: no division)."""
     xf = fd.ops.cast(tx, F32)
     mx = fd.ops.max(xf, [1], keepdim=True)
     e = fd.ops.exp(fd.ops.sub(xf, mx))
     s = fd.ops.sum(e, [1], keepdim=True)
+    lse = fd.ops.add(fd.ops.log(s), mx)
     t2 = fd.ops.broadcast(tt, [False, True])
     picked = fd.ops.take_along_axis(xf, t2, 1)
-    fd.add_output(fd.ops.squeeze(fd.ops.sub(fd.ops.add(fd.ops.log(s), mx), picked), [1]))
+    fd.add_output(fd.ops.squeeze(fd.ops.sub(lse, picked), [1]))
     if scatter:
         one_hot = fd.ops.scatter(fd.ops.zeros([m, v], F32), t2, 1.0, 1)
     else:
         one_hot = fd.ops.cast(fd.ops.eq(fd.ops.broadcast(fd.ops.iota(v), [True, False]), t2), F32)
-    grad = fd.ops.sub(fd.ops.div(e, s), one_hot)
+    probs = fd.ops.exp(fd.ops.sub(xf, lse)) if from_log_probs else fd.ops.div(e, s)
+    grad = fd.ops.sub(probs, one_hot)
     fd.add_output(fd.ops.cast(fd.ops.mul(grad, 1.0 / m), BF16))
 
 
@@ -197,6 +202,18 @@ def embedding_backward(device):
     return fd, [ids, dy], eager, n * d * 2 + rows * d * 2 + n * 8
 
 
+def cross_entropy_log_probs(device):
+    """cross_entropy with dlogits' softmax as exp(x - logsumexp) (no division per element, as
+    aten's log_softmax backward): the same outputs within float32 rounding."""
+    fd_div, inputs, eager, nbytes = cross_entropy(device)
+    x, t = inputs
+    m, v = x.shape
+    with FusionDefinition("cross_entropy_log_probs") as fd:
+        define_cross_entropy(fd, fd.from_pytorch(x), fd.from_pytorch(t), m, v,
+                             from_log_probs=True)
+    return fd, inputs, eager, nbytes
+
+
 def cross_entropy_scatter(device):
     """cross_entropy with its one-hot a scatter of 1 into zeros at the targets (as a
     framework's backward writes it): the same kernel as the iota compare."""
@@ -216,6 +233,7 @@ CASES = {
     "embedding 8192 ids in [128256,4096] bf16": embedding,
     "cross-entropy loss+dlogits [8192,128256] bf16": cross_entropy,
     "cross-entropy, scattered one-hot [8192,128256] bf16": cross_entropy_scatter,
+    "cross-entropy, dlogits from log-probs [8192,128256] bf16": cross_entropy_log_probs,
     "embedding backward 8192 ids into [128256,4096] bf16": embedding_backward,
 }
 

@@ -78,13 +78,17 @@ def odd_row_cases() -> None:
     import os
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import bench_issue17
-    for make in (bench_issue17.cross_entropy, bench_issue17.cross_entropy_scatter):
-        fd, (x, t), *_ = make("meta")
-        x = torch.randn(64, x.shape[1], device="cuda", dtype=x.dtype)
-        t = torch.randint(0, x.shape[1], (64,), device="cuda")
+    from pyfuser import DataType, FusionDefinition
+    m, v = 64, 128256
+    x = torch.randn(m, v, device="cuda", dtype=torch.bfloat16)
+    t = torch.randint(0, v, (m,), device="cuda")
+    for scatter in (False, True):
+        with FusionDefinition("cross_entropy") as fd:
+            bench_issue17.define_cross_entropy(fd, fd.from_pytorch(x), fd.from_pytorch(t), m, v,
+                                               scatter=scatter)
         fd.execute([x, t])
         torch.cuda.synchronize()
-        print(make.__name__, 64, x.shape[1], fd.last_run.schedulers,
+        print("cross_entropy", "scatter" if scatter else "iota", m, v, fd.last_run.schedulers,
               "looped" if fd.last_run.heuristics[0].looped else "", flush=True)
 
 

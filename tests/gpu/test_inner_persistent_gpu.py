@@ -73,12 +73,20 @@ def test_rows_too_long_for_registers_and_clusters_are_looped():
                                    (1, 65536)])
 def test_long_rows_split_over_a_cluster(name, shape):
     fd = catalogue.define(name)
-    run_and_check(fd, catalogue.make_inputs(name, *shape, device="cuda"),
-                  scheduler="inner_persistent")
-    p = fd.last_run.heuristics[0]
+    inputs = catalogue.make_inputs(name, *shape, device="cuda")
     want = 1
     while shape[1] * 2 > want * 32 * 1024 and want < 8:
         want *= 2
+    if name in ("softmax", "log_softmax"):
+        # Read twice in all once the max and sum of exp are one pass: the looped variant is
+        # chosen over the cluster (measured faster, session 20); the cluster stays forced.
+        run_and_check(fd, inputs, scheduler="inner_persistent")
+        assert fd.last_run.heuristics[0].looped == (want > 1), fd.last_run.heuristics[0]
+        run_and_check(fd, inputs, scheduler="inner_persistent",
+                      options={"disable": ["looped_inner_persistent"]})
+    else:
+        run_and_check(fd, inputs, scheduler="inner_persistent")
+    p = fd.last_run.heuristics[0]
     assert p.cluster == want, p
 
 

@@ -36,7 +36,16 @@ def _check_forward(name, dtype, keepdim, shape, options=None):
 @pytest.mark.parametrize("shape", SHAPES)
 def test_forward_statistics_bf16(name, keepdim, shape):
     p = _check_forward(name, "bf16", keepdim, shape)
-    assert (p.cluster > 1) == (shape[1] == 65536), p
+    _check_long_rows(name, shape, p)
+
+
+def _check_long_rows(name, shape, p):
+    """Rows of 65536 take a cluster, but a softmax (read twice in all once its max and sum of
+    exp are one pass) the looped variant (measured faster, session 20)."""
+    if shape[1] == 65536 and name == "softmax_stats":
+        assert p.looped and p.cluster == 1, p
+    else:
+        assert (p.cluster > 1) == (shape[1] == 65536), p
 
 
 @pytest.mark.parametrize("keepdim", [True, False], ids=["keepdim", "squeezed"])
@@ -45,7 +54,7 @@ def test_forward_statistics_bf16(name, keepdim, shape):
 @pytest.mark.parametrize("shape", [(2048, 4096), (4096, 65536), (7, 1000), (8192, 4096)])
 def test_forward_statistics_other_dtypes(name, dtype, keepdim, shape):
     p = _check_forward(name, dtype, keepdim, shape)
-    assert (p.cluster > 1) == (shape[1] == 65536), p
+    _check_long_rows(name, shape, p)
 
 
 @pytest.mark.parametrize("keepdim", [True, False], ids=["keepdim", "squeezed"])

@@ -231,9 +231,9 @@ def test_lone_elements_that_leave_one_block_per_sm_are_looped(name):
         assert not p.looped and (p.persistent_batch, p.bdimx) == (64, 385)
 
 
-@pytest.mark.parametrize("one_hot", ["iota", "scatter"])
+@pytest.mark.parametrize("form", ["iota", "scatter", "log_probs"])
 @pytest.mark.parametrize("looped", [True, False])
-def test_cross_entropy_on_the_interpreter(looped, one_hot):
+def test_cross_entropy_on_the_interpreter(looped, form):
     # The loss (logsumexp minus the target's logit, per row) and dlogits, looped and in
     # registers: the per-row loss is computed once per thread in either.
     import torch
@@ -244,7 +244,8 @@ def test_cross_entropy_on_the_interpreter(looped, one_hot):
     with FusionDefinition() as fd:
         tx = fd.define_tensor(shape=[-1, -1], dtype=DataType.BFloat16)
         tt = fd.define_tensor(shape=[-1], dtype=DataType.Int)
-        bench_issue17.define_cross_entropy(fd, tx, tt, m, v, scatter=one_hot == "scatter")
+        bench_issue17.define_cross_entropy(fd, tx, tt, m, v, scatter=form == "scatter",
+                                           from_log_probs=form == "log_probs")
     g = torch.Generator().manual_seed(5)
     x = torch.randn(m, v, generator=g).to(torch.bfloat16)
     t = torch.randint(0, v, (m,), generator=g)
