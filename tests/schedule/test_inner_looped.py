@@ -254,3 +254,14 @@ def test_cross_entropy_on_the_interpreter(looped, form):
     run_and_check(fd, [x, t], scheduler="inner_persistent",
                   options={"enable": enable, "disable": disable})
     assert fd.last_run.heuristics[0].looped == looped
+
+
+@pytest.mark.parametrize("name,unroll", [("softmax", 2), ("rmsnorm_fwd", 2), ("layernorm_fwd", 1)])
+def test_a_step_holds_at_most_16_registers_of_the_row_inputs(name, unroll):
+    # Vectors of 8 bf16 (4 registers each) per row input: softmax's x alone takes 2 a step,
+    # RMSNorm's x and w 2 each (16 registers), LayerNorm's x, w and b one each (12): at 2 each
+    # (24) a LayerNorm-like var_mean spilled 252 B at the looped kernel's 32 registers (GPU fuzz
+    # 20262002:17), 16 B at one.
+    with options.override({"enable": ["looped_inner_persistent"]}):
+        p = _params(name, 4096, 65536)
+    assert p.looped and p.vector == 8 and p.unroll == unroll

@@ -316,12 +316,13 @@ def row_element_bytes(fusion) -> int:
 # flight, whose bytes (100 KB for a [*, 50257] bf16 row: 26 MB) stay in L2 between the passes.
 LOOPED_THREADS = 1024
 # Bytes of the row one thread loads per serial step: several loads in flight each. At most
-# LOOPED_STEP_LOADS loads of all the inputs along the row per step: with two 1024-thread blocks
-# per SM a thread has 32 registers, and ptxas spilled LayerNorm's x, w and b at 8 loads each
-# (48 bytes; 4 each fit).
+# LOOPED_STEP_REGISTERS registers of all the inputs along the row per step: with two 1024-thread
+# blocks per SM a thread has 32, and ptxas spilled LayerNorm's x, w and b at 8 lone 16-bit
+# loads each (24 registers; 4 each fit), and a LayerNorm-like var_mean with weight and bias at
+# 2 vectors of 8 each (24 registers, 252 B spilled: GPU fuzz 20262002:17).
 LOOPED_STEP_BYTES = 32
 LOOPED_MAX_UNROLL = 8
-LOOPED_STEP_LOADS = 16
+LOOPED_STEP_REGISTERS = 16
 
 
 def looped_params(fusion, info: RuntimeInfo, rpos, n: int, m: int,
@@ -329,7 +330,7 @@ def looped_params(fusion, info: RuntimeInfo, rpos, n: int, m: int,
     """The looped variant's parameters for rows of n elements that registers cannot hold
     (`why`): one row per block of up to LOOPED_THREADS threads, each step `unroll` vectors per
     thread (LOOPED_STEP_BYTES of the widest row input, at most LOOPED_MAX_UNROLL loads of each
-    and LOOPED_STEP_LOADS of all the row inputs)."""
+    and LOOPED_STEP_REGISTERS for all the row inputs)."""
     red = reference_reduction(reduction_tensors(fusion))
     vector = row_vector_width(fusion, n, rpos)
     vec_inputs = vector_inputs(fusion, info, vector, red.domain.maybe_root[rpos[-1]])
@@ -339,9 +340,13 @@ def looped_params(fusion, info: RuntimeInfo, rpos, n: int, m: int,
     vecs = max(1, -(-n // vector))
     bdimx = min(LOOPED_THREADS, max(32, _pow2_floor(vecs)))
     along = _along_row(fusion, red)
-    row_inputs = max(1, sum(1 for v in fusion.inputs if isinstance(v, TensorView) and along(v)))
+    # Registers a step's vector of each row input holds: a 16-byte vector 4, a lone element
+    # one whatever its width (a vector the input cannot take is read lane by lane).
+    step_regs = max(1, sum(-(-vector * v.dtype.size // 4) if k in vec_inputs else vector
+                           for k, v in enumerate(fusion.inputs)
+                           if isinstance(v, TensorView) and along(v)))
     unroll = _pow2_floor(max(1, min(LOOPED_MAX_UNROLL, LOOPED_STEP_BYTES // (vector * widest),
-                                    LOOPED_STEP_LOADS // row_inputs)))
+                                    LOOPED_STEP_REGISTERS // step_regs)))
     per_sm = max(1, info.device.max_threads_per_sm // bdimx)
     rows_in_l2 = info.device.sm_count * per_sm
     return InnerPersistentParams(
