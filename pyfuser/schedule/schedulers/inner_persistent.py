@@ -45,6 +45,15 @@ NAME = "inner_persistent"
 # Elements of the persistent row one thread may hold in registers (the heuristic keeps
 # persistent_batch * vector at or below it; beyond, rows need shared memory or a cluster).
 MAX_ELEMENTS_PER_THREAD = 64
+# The share of a thread's registers its row may take: the rest hold the reduction, the
+# indices and the values in flight.
+ROW_REGISTER_SHARE = 0.6
+
+
+def register_cap(info: RuntimeInfo, threads: int, blocks: int = 1) -> int:
+    """Registers a thread may use with `blocks` blocks of `threads` (whole warps) per SM."""
+    return min(255, info.device.registers_per_block // threads,
+               info.device.registers_per_sm // (blocks * threads))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -209,7 +218,7 @@ def compute_heuristics(fusion, info: RuntimeInfo) -> InnerPersistentParams:
             raise
         return looped_params(fusion, info, rpos, n, m, str(too_long))
     if looped is not False and _writes_rows(fusion, red):
-        why = _looped_is_faster(fusion, red, p)
+        why = _looped_is_faster(fusion, info, red, p)
         if why:
             return looped_params(fusion, info, rpos, n, m, why)
     if (p.cluster >= REREAD_CLUSTER and p.persistent_batch * p.vector >= REREAD_VALUES
@@ -236,7 +245,7 @@ def compute_heuristics(fusion, info: RuntimeInfo) -> InnerPersistentParams:
     return choose_variant(fusion, info, p, n, m, rpos)
 
 
-def _looped_is_faster(fusion, red, p: InnerPersistentParams) -> str:
+def _looped_is_faster(fusion, info: RuntimeInfo, red, p: InnerPersistentParams) -> str:
     """Why the looped variant beats register rows `p` for a fusion with an output along the
     row, or "" where it does not. Measured on the H200 (bf16, GB/s, the register rows first,
     the looped kernel second; bench/results/2026-11-29/h200-looped-vs-registers-session20.txt):
@@ -266,8 +275,7 @@ def _looped_is_faster(fusion, red, p: InnerPersistentParams) -> str:
     if p.vector == 1:
         threads = -(-p.bdimx // 32) * 32 * p.bdimy
         row_regs = p.persistent_batch * -(-row_element_bytes(fusion) // 4)
-        two_blocks = min(255, 65536 // (2 * threads))
-        if row_regs > 0.6 * two_blocks:
+        if row_regs > ROW_REGISTER_SHARE * register_cap(info, threads, blocks=2):
             return (f"{p.persistent_batch} lone elements per thread of {threads} in registers "
                     "leave no room for two blocks per SM")
     return ""
@@ -373,7 +381,7 @@ def register_params(fusion, info: RuntimeInfo, rpos, n: int, m: int,
     while bdimx * bdimy * 2 <= 256 and bdimy * 2 <= _pow2_floor(max(m, 1)):
         bdimy *= 2
     threads = -(-bdimx // 32) * 32 * bdimy
-    cap = min(255, 65536 // threads)
+    cap = register_cap(info, threads)
     # A 16-bit element takes half a register in a vector and a whole one alone.
     row_regs = batch * -(-(vector * widest) // 4)
     if batch * vector > MAX_ELEMENTS_PER_THREAD:
@@ -384,7 +392,7 @@ def register_params(fusion, info: RuntimeInfo, rpos, n: int, m: int,
             f"inner persistent: a row of {n} elements needs {batch * vector} elements per "
             f"thread of {bdimx} in registers (at most {MAX_ELEMENTS_PER_THREAD}); rows this "
             "long need shared memory or a cluster")
-    if row_regs > 0.6 * cap:
+    if row_regs > ROW_REGISTER_SHARE * cap:
         raise SchedulerError(
             f"inner persistent: a row of {n} elements needs {row_regs} registers per thread of "
             f"{threads} (cap {cap}); rows this long need shared memory or a cluster")
