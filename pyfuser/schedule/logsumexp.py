@@ -48,18 +48,19 @@ def fuse_logsumexp_for_passes(fusion) -> None:
     max. For a kernel that reads its inputs again in each pass over the row (the looped inner
     persistent variant), where S and E are recomputed in the last pass anyway: two passes over
     the row instead of three. Off where the option `one_pass_logsumexp` is disabled."""
-    if options.current().is_enabled("one_pass_logsumexp") is False:
-        return
-    for max_op, sum_op in _pairs(fusion, shared=True):
+    for max_op, sum_op in _pairs_for_passes(fusion):
         _rewrite(fusion, max_op, sum_op)
 
 
 def pairs_fused_for_passes(fusion) -> int:
-    """How many reductions fuse_logsumexp_for_passes would save `fusion`: its max / sum-of-exp
-    pairs, 0 where the option `one_pass_logsumexp` is disabled."""
+    """How many reductions fuse_logsumexp_for_passes would save `fusion`."""
+    return len(_pairs_for_passes(fusion))
+
+
+def _pairs_for_passes(fusion) -> list:
     if options.current().is_enabled("one_pass_logsumexp") is False:
-        return 0
-    return len(_pairs(fusion, shared=True))
+        return []
+    return _pairs(fusion, shared=True)
 
 
 def _reduced(out: TensorView) -> list[int]:

@@ -207,22 +207,24 @@ def compute_heuristics(fusion, info: RuntimeInfo) -> InnerPersistentParams:
     _, rpos = _layout(red)
     n, m = reduced_and_kept(red, rpos, info)
     looped = info.feature("looped_inner_persistent")
+    along = _along_row(fusion, red)     # one IdGraph for every rule below
     if looped:
         return looped_params(fusion, info, rpos, n, m,
-                             "looped variant forced on (looped_inner_persistent)")
+                             "looped variant forced on (looped_inner_persistent)", along)
+    writes_rows = _writes_rows(fusion, along)
     try:
-        p = register_params(fusion, info, rpos, n, m, row_vector_width(fusion, n, rpos))
+        p = register_params(fusion, info, rpos, n, m, row_vector_width(fusion, n, rpos), along)
     except SchedulerError as too_long:
-        if looped is False or not _writes_rows(fusion, red):
+        if looped is False or not writes_rows:
             # Every output per row: reduction kernels reading the rows twice.
             raise
-        return looped_params(fusion, info, rpos, n, m, str(too_long))
-    if looped is not False and _writes_rows(fusion, red):
-        why = _looped_is_faster(fusion, info, red, p)
+        return looped_params(fusion, info, rpos, n, m, str(too_long), along)
+    if looped is not False and writes_rows:
+        why = _looped_is_faster(fusion, info, along, p)
         if why:
-            return looped_params(fusion, info, rpos, n, m, why)
+            return looped_params(fusion, info, rpos, n, m, why, along)
     if (p.cluster >= REREAD_CLUSTER and p.persistent_batch * p.vector >= REREAD_VALUES
-            and not _writes_rows(fusion, red)):
+            and not writes_rows):
         # Measured on the H200 (bench/results/2026-11-27/h200-bench-reread-rule-bd29aa3.txt,
         # tools/bench_reread_rule.py): over rows of [8192, 128256] bf16 (a cluster of 8, 32
         # values per thread, 2 blocks per SM) the reduction kernels that read the rows twice
@@ -236,7 +238,7 @@ def compute_heuristics(fusion, info: RuntimeInfo) -> InnerPersistentParams:
             "only to feed reductions (no output runs along the row): reduction kernels that "
             "read the row again are faster")
     if p.cluster > 1:
-        widest = row_element_bytes(fusion)
+        widest = row_element_bytes(fusion, along)
         return dataclasses.replace(p, reason=(
             f"a row of {n} x {widest} bytes is split over a cluster of {p.cluster} blocks "
             f"({n // p.cluster} elements each in registers; rows above "
@@ -245,7 +247,7 @@ def compute_heuristics(fusion, info: RuntimeInfo) -> InnerPersistentParams:
     return choose_variant(fusion, info, p, n, m, rpos)
 
 
-def _looped_is_faster(fusion, info: RuntimeInfo, red, p: InnerPersistentParams) -> str:
+def _looped_is_faster(fusion, info: RuntimeInfo, along, p: InnerPersistentParams) -> str:
     """Why the looped variant beats register rows `p` for a fusion with an output along the
     row, or "" where it does not. Measured on the H200 (bf16, GB/s, the register rows first,
     the looped kernel second; bench/results/2026-11-29/h200-looped-vs-registers-session20.txt):
@@ -265,7 +267,6 @@ def _looped_is_faster(fusion, info: RuntimeInfo, red, p: InnerPersistentParams) 
       [4096, 16385] softmax 1958 / 1788, LayerNorm 2272 / 1730, RMSNorm 2732 / 2318
       (log-softmax 1775 / 1877)."""
     if p.cluster > 1:
-        along = _along_row(fusion, red)
         row_inputs = sum(1 for v in fusion.inputs if isinstance(v, TensorView) and along(v))
         passes = len(reduction_tensors(fusion)) - pairs_fused_for_passes(fusion) + 1
         if row_inputs * passes <= 2:
@@ -274,7 +275,7 @@ def _looped_is_faster(fusion, info: RuntimeInfo, red, p: InnerPersistentParams) 
         return ""
     if p.vector == 1:
         threads = -(-p.bdimx // 32) * 32 * p.bdimy
-        row_regs = p.persistent_batch * -(-row_element_bytes(fusion) // 4)
+        row_regs = p.persistent_batch * -(-row_element_bytes(fusion, along) // 4)
         if row_regs > ROW_REGISTER_SHARE * register_cap(info, threads, blocks=2):
             return (f"{p.persistent_batch} lone elements per thread of {threads} in registers "
                     "leave no room for two blocks per SM")
@@ -288,10 +289,9 @@ REREAD_CLUSTER = 8
 REREAD_VALUES = 32
 
 
-def _writes_rows(fusion, red) -> bool:
-    """Whether an output runs along the reduced dims (a normalization's result), as opposed to
-    every output being per row (a reduction's result, an argmax)."""
-    along = _along_row(fusion, red)
+def _writes_rows(fusion, along) -> bool:
+    """Whether an output runs along the reduced dims (`along`, _along_row: a normalization's
+    result), as opposed to every output being per row (a reduction's result, an argmax)."""
     return any(along(o) for o in fusion.outputs if isinstance(o, TensorView))
 
 
@@ -310,12 +310,14 @@ def row_vector_width(fusion, n: int, rpos) -> int:
     return vector_width(fusion, n, red.domain.maybe_root[rpos[-1]])
 
 
-def row_element_bytes(fusion) -> int:
+def row_element_bytes(fusion, along=None) -> int:
     """Bytes a row element holds in registers: the widest input's that lies along the reduced
     dims (the caches stay resident). A per-row input (cross-entropy's int64 targets [M]) is one
     value per row, not part of it. A fusion without such inputs (a segment of fills: full,
-    zeros) recomputes its row in the 4-byte compute type."""
-    along = _along_row(fusion, reference_reduction(reduction_tensors(fusion)))
+    zeros) recomputes its row in the 4-byte compute type. `along`: _along_row's test, where
+    the caller has it."""
+    if along is None:
+        along = _along_row(fusion, reference_reduction(reduction_tensors(fusion)))
     return max((i.dtype.size for i in fusion.inputs if isinstance(i, TensorView) and along(i)),
                default=4)
 
@@ -334,7 +336,7 @@ LOOPED_STEP_REGISTERS = 16
 
 
 def looped_params(fusion, info: RuntimeInfo, rpos, n: int, m: int,
-                  why: str) -> InnerPersistentParams:
+                  why: str, along=None) -> InnerPersistentParams:
     """The looped variant's parameters for rows of n elements that registers cannot hold
     (`why`): one row per block of up to LOOPED_THREADS threads, each step `unroll` vectors per
     thread (LOOPED_STEP_BYTES of the widest row input, at most LOOPED_MAX_UNROLL loads of each
@@ -344,10 +346,11 @@ def looped_params(fusion, info: RuntimeInfo, rpos, n: int, m: int,
     vec_inputs = vector_inputs(fusion, info, vector, red.domain.maybe_root[rpos[-1]])
     if not vec_inputs:
         vector = 1
-    widest = row_element_bytes(fusion)
+    if along is None:
+        along = _along_row(fusion, red)
+    widest = row_element_bytes(fusion, along)
     vecs = max(1, -(-n // vector))
     bdimx = min(LOOPED_THREADS, max(32, _pow2_floor(vecs)))
-    along = _along_row(fusion, red)
     # Registers a step's vector of each row input holds: a 16-byte vector 4, a lone element
     # one whatever its width (a vector the input cannot take is read lane by lane).
     step_regs = max(1, sum(-(-vector * v.dtype.size // 4) if k in vec_inputs else vector
@@ -367,14 +370,15 @@ def looped_params(fusion, info: RuntimeInfo, rpos, n: int, m: int,
 
 
 def register_params(fusion, info: RuntimeInfo, rpos, n: int, m: int,
-                    vector: int) -> InnerPersistentParams:
+                    vector: int, along=None) -> InnerPersistentParams:
     """The register-row parameters for rows of n elements read with `vector`-wide accesses
-    (1 when no input allows them), m rows."""
+    (1 when no input allows them), m rows. `along`: _along_row's test, where the caller has
+    it."""
     red = reference_reduction(reduction_tensors(fusion))
     vec_inputs = vector_inputs(fusion, info, vector, red.domain.maybe_root[rpos[-1]])
     if not vec_inputs:
         vector = 1
-    widest = row_element_bytes(fusion)
+    widest = row_element_bytes(fusion, along)
     cluster = cluster_size(n, vector, widest, info.device.max_cluster_size, len(rpos))
     batch, bdimx = persistent_batch(max(1, -(-n // (vector * cluster))))
     bdimy = 1
