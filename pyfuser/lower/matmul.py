@@ -64,6 +64,7 @@ F32_BOX_COLS = BOX // 2          # fp32 columns of a 128-byte swizzle row
 # gives the warp roles (1 + role, and ping-pong's turns).
 EPILOGUE_BARRIER = 8
 _TIDX, _TIDY = K.Special("threadIdx.x"), K.Special("threadIdx.y")
+LINE_BYTES = 128                  # an L2 line (four 32-byte sectors)
 WARP_GROUP_ROWS = K.WGMMA_M      # rows of one wgmma: a warp group's slice of a tile
 
 
@@ -135,6 +136,40 @@ def _f32_pairs(stage, box, group, frag_row, frag_col, values) -> list:
                              K.add(K.mul(swizzled_unit(unit, r), 4), K.mod(frag_col, 4))))
             v = 4 * g + 2 * half_row
             out.append(K.StSharedPair(K.TensorIndex(stage, at), [values[v], values[v + 1]]))
+    return out
+
+
+def _epilogue_prefetches(mma, ctx, m, n, m0, n0, bt, tm, tn, wgs) -> list:
+    """A compute thread's L2 prefetches of the tile's lines of each epilogue input of the
+    output's shape with contiguous rows (a residual): its tm rows of tn elements are
+    tm * (lines per row) 128-byte lines, taken by the role's threads in turn, addresses clamped
+    into the matrix as the epilogue's reads are. Issued at the top of the tile, they land while
+    its k loop runs (tens of microseconds against the DRAM latency of ~1 us); the epilogue's
+    reads then hit L2. Inputs read per column or per row (a bias) are small and stay cached."""
+    out: list = []
+    threads = 128 * wgs
+    thread = K.add(_TIDX, K.mul(_TIDY, 128)) if wgs > 1 else _TIDX
+    for v, dims in mma.input_dims:
+        if "m" not in dims or "n" not in dims or v not in ctx.strides:
+            continue                    # (a linear's bias may be computed in the epilogue)
+        strides = ctx.strides[v]
+        s_n = strides[dims.index("n")]
+        if not (isinstance(s_n, K.Const) and s_n.value == 1):
+            continue
+        per_line = LINE_BYTES // v.dtype.size
+        lines = tm * -(-tn // per_line)
+        for j in range(-(-lines // threads)):
+            line = K.add(thread, j * threads)
+            row = _min(K.add(m0, K.div(line, lines // tm)), K.sub(m, 1))
+            col = _min(K.add(n0, K.mul(K.mod(line, lines // tm), per_line)), K.sub(n, 1))
+            at = {"m": row, "n": col, "b": bt}
+            index = K.Const(0)
+            for d, role in enumerate(dims):
+                if role is not None:
+                    index = K.add(index, K.mul(at[role], strides[d]))
+            stmt = K.PrefetchL2(K.TensorIndex(ctx.buffers[v], index))
+            out.append(stmt if (j + 1) * threads <= lines
+                       else K.IfThenElse(K.lt(line, lines), [stmt]))
     return out
 
 
@@ -285,9 +320,17 @@ def build_matmul(kernel: K.Kernel) -> K.Kernel:
     frag_row, frag_col = K.Var("pf_frag_row"), K.Var("pf_frag_col")
     thread0 = K.eq(_TIDX, 0)
     fused = bool(mma.epilogue) or len(mma.op.inputs) > 2 or len(finals) > 1
-    # A stored output's 8 values of an stmatrix (read back by the ops after it: a
-    # pre-activation feeding its activation), and one register per other epilogue tensor.
-    values_bufs = {f: K.Buffer("pf_epi" + (str(o) if o else ""), f.dtype, "local", K.Const(8))
+    # A stored output's 8 values of an stmatrix, and one register per other epilogue tensor.
+    # A 16-bit output no op reads back keeps its values in fp32: the stmatrix's pack rounds
+    # them once, as the op's own rounding would (a 16-bit register would cost a conversion
+    # there and back per element, 2 of the ~13 SASS instructions of a residual add). One that
+    # an op reads (a pre-activation feeding its activation) holds the rounded values it reads;
+    # with two stored outputs both stay 16-bit (8 more live fp32 registers spilled 4 bytes at
+    # the kernel's 168-register bound: bias + GELU beside its pre-activation, NVRTC 13.0).
+    wide = {f for f in finals if len(finals) == 1
+            and not any(f in e.inputs for e in mma.epilogue)}
+    values_bufs = {f: K.Buffer("pf_epi" + (str(o) if o else ""),
+                               DataType.Float if f in wide else f.dtype, "local", K.Const(8))
                    for o, f in enumerate(finals)}
     scalar_bufs: dict = {}
 
@@ -414,8 +457,10 @@ def build_matmul(kernel: K.Kernel) -> K.Kernel:
         epilogue += unit_epilogue(0)
     else:
         epilogue.append(K.IfThenElse(K.eq(_TIDY, 0), unit_epilogue(0), unit_epilogue(1)))
+    prefetches = (_epilogue_prefetches(mma, ctx, m, n, m0, n0, bt, tm, tn, wgs)
+                  if p.prefetch_epilogue_inputs else [])
     tile_loop = K.ForLoop(t, K.Const(0), K.mul(K.mul(batches, per_batch), splits), K.Const(1),
-                          tile_defs + [k_loop] + epilogue, parallel="GridStride")
+                          tile_defs + prefetches + [k_loop] + epilogue, parallel="GridStride")
     # The fusion's loop nests (LoweringContext) are replaced by this nest of its own.
     kernel.replaced_loops.update(id(lp) for lp in ctx.all_loops())
     kernel.body = [

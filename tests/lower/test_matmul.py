@@ -630,6 +630,72 @@ def test_interpreted_fused_epilogue(kind, tile, roles):
     interpret_against_float64(fd, st, kernel, inputs, context=(kind, p))
 
 
+@pytest.mark.parametrize("tile, roles", [((128, 128), 1), ((128, 64), 2)])
+@pytest.mark.parametrize("prefetch", [True, False])
+def test_residual_lines_prefetched_into_l2(tile, roles, prefetch):
+    """Each compute thread prefetches its share of the tile's 128-byte lines of a residual at
+    the top of the tile: every line of the [130, 200] residual is named (at the column of its
+    tile's 64-element line), every address inside the matrix; none when the heuristic says no,
+    and never for a linear's bias (read per column)."""
+    from kir_testing import interpret_against_float64, schedule_and_lower
+    kind = "residual"
+    fd = _epilogue_fd(kind)
+    inputs = _epilogue_inputs(kind, 130, 200, 72)
+    p = matmul.MatmulParams(tile_m=tile[0], tile_n=tile[1], stages=2, grid=3,
+                            compute_roles=roles, prefetch_epilogue_inputs=prefetch)
+    st, _, p, kernel = schedule_and_lower(fd, inputs, params=p, scheduler=matmul,
+                                          device="h100-4sm")
+    _, it = interpret_against_float64(fd, st, kernel, inputs, context=(tile, roles))
+    residual = next(q.name for q in kernel.params if q.source == ("input", 2))
+    if not prefetch:
+        assert it.prefetched == {}
+        return
+    assert set(it.prefetched) == {residual}
+    lines = {(e // 200, e % 200 // 64) for e in it.prefetched[residual]}
+    assert lines == {(r, c) for r in range(130) for c in range(-(-200 // 64))}
+
+
+def test_bias_is_not_prefetched():
+    from kir_testing import interpret_against_float64, schedule_and_lower
+    fd = _epilogue_fd("bias_gelu")
+    inputs = _epilogue_inputs("bias_gelu", 130, 200, 72)
+    p = matmul.MatmulParams(tile_m=128, tile_n=128, stages=2, grid=3)
+    st, _, p, kernel = schedule_and_lower(fd, inputs, params=p, scheduler=matmul,
+                                          device="h100-4sm")
+    _, it = interpret_against_float64(fd, st, kernel, inputs)
+    assert it.prefetched == {}
+
+
+def test_lone_output_values_stay_fp32_until_the_stmatrix():
+    """A 16-bit output no op reads back keeps its epilogue values in fp32 (the stmatrix's pack
+    rounds once); a pre-activation another op reads stays 16-bit, and so do both outputs of a
+    kernel that stores two."""
+    from kir_testing import schedule_and_lower
+    for kind, want in (("residual", {"pf_epi": DataType.Float}),
+                       ("bias_gelu", {"pf_epi": DataType.Float})):
+        fd = _epilogue_fd(kind)
+        _, _, _, kernel = schedule_and_lower(fd, _epilogue_inputs(kind, 130, 200, 72),
+                                             params=matmul.MatmulParams(tile_m=128, tile_n=128,
+                                                                        stages=2, grid=3),
+                                             scheduler=matmul, device="h100-4sm")
+        bufs = {s.buffer.name: s.buffer.dtype for s in K.walk(kernel.body)
+                if isinstance(s, K.Allocate) and s.buffer.name.startswith("pf_epi")}
+        assert bufs == want, (kind, bufs)
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1], dtype=BF16)
+        w = fd.define_tensor(shape=[-1, -1], dtype=BF16)
+        h = fd.ops.linear(x, w)
+        fd.add_output(h)
+        fd.add_output(fd.ops.relu(h))
+    inputs = _epilogue_inputs("residual", 130, 200, 72)[:2]
+    _, _, _, kernel = schedule_and_lower(fd, inputs, params=matmul.MatmulParams(
+        tile_m=128, tile_n=128, stages=2, grid=3, output_bytes=(2, 2)), scheduler=matmul,
+        device="h100-4sm")
+    bufs = {s.buffer.name: s.buffer.dtype for s in K.walk(kernel.body)
+            if isinstance(s, K.Allocate) and s.buffer.name.startswith("pf_epi")}
+    assert bufs == {"pf_epi": BF16, "pf_epi1": BF16}, bufs
+
+
 def _compiled_matmul_segment(fd, inputs):
     """`fd`'s plan on the H100 for meta copies of `inputs`: one matmul kernel, compiled with no
     spills and no serialized wgmma."""
