@@ -258,7 +258,7 @@ __device__ __forceinline__ double gelu(double x) {
 // cores idle. It is also the more accurate form: 1 + tanh(u) cancels for negative u (ATen's
 // float formula is off by up to 100% of a tiny result from x = -5 and zero below -5.3, 1e-5
 // relative at x = -3); this one stays within 1e-5 relative of the float64 function down to
-// results of 1e-36 (the reciprocal of 1 + exp(-2u) > 2^126 flushes to zero), 4e-7 for |x| < 3,
+// results of 1e-36 (the reciprocal of 1 + exp(-2u) > 2^126 flushes to zero), 8e-7 for |x| < 3,
 // and within 2e-6 relative + 1e-6 absolute of ATen's result (the device-library GPU tests).
 // -2u log2(e) = x (k0 + k1 x^2); exp overflowing to inf gives x * 0 = -0 for a large negative
 // x, as ATen's 0.5 x (1 - 1) does; -inf gives NaN (-inf * 0) as ATen does, NaN stays NaN.
