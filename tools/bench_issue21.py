@@ -11,8 +11,8 @@ each run) of the whole call, pyfuser and the peers in turn three times, the medi
 The bar: pyfuser at least 1.10x the best peer's speed and at most 1.06x the bare matmul's time.
 --kinds: also pyfuser with ping-pong forced on and forced off (options feature matmul_pingpong),
 timed in the same rounds (the heuristic's cost model counts no epilogue).
---no-prefetch: also pyfuser with the heuristic's params but no L2 prefetch of the epilogue's
-inputs (MatmulParams.prefetch_epilogue_inputs), timed in the same rounds.
+--no-prefetch: also pyfuser with the heuristic's params forced, as they are and without the L2
+prefetch of the epilogue's inputs (MatmulParams.prefetch_epilogue_inputs), in the same rounds.
 --kind=NAME (repeatable): the fusions measured, of FUSIONS (default bias_gelu and residual);
 bias_gelu_preact stores the pre-activation x @ W^T + b beside its GELU (two outputs);
 bias_gelu_f32 stores the GELU in fp32 (the output cast fused, 4-byte stores).
@@ -155,6 +155,9 @@ KINDS = ({"ping-pong": {"enable": ["matmul_pingpong"]},
           "cooperative": {"disable": ["matmul_pingpong"]}} if "--kinds" in sys.argv else {})
 if "--no-prefetch" in sys.argv:
     import dataclasses
+    # The same params forced too: a forced heuristic's call takes another host path, so the
+    # prefetch's effect is the difference of the two forced figures.
+    KINDS["forced"] = lambda p: {"heuristic": p}
     KINDS["no prefetch"] = lambda p: {"heuristic": dataclasses.replace(
         p, prefetch_epilogue_inputs=False)}
 

@@ -14,6 +14,8 @@ compute warp group, rows [64 wg, 64 wg + 64) of the tile):
                                per stored output (a pre-activation beside its activation)
     acc[tn / 2]:               fp32 accumulators, registers
     for t in GridStride(tiles):                        (m0, n0) = raster(t)
+      L2 prefetch of the tile's lines of a residual    (params.prefetch_epilogue_inputs; each
+                                                        compute thread its share of the lines)
       for kb in [0, ceil(K / 64)):
         A_s <- TMA box (kb * 64, m0) of A; B_s <- TMA box (kb * 64, n0) of B   (no barrier yet)
         wgmma.fence
@@ -27,7 +29,9 @@ compute warp group, rows [64 wg, 64 wg + 64) of the tile):
         barrier of the warp group (named barrier 8 + wg: the warp groups do not wait for each
         other; the epilogue is printed once per warp group)
         4 x stmatrix.x4: accumulators -> 16-bit -> staging box, 128-byte swizzled addresses
-          (with a fused epilogue: its ops on each value first, one stmatrix per stored output)
+          (with a fused epilogue: its ops on each value first, one stmatrix per stored output;
+          an epilogue of short ops that reads inputs has a second copy for tiles inside the
+          matrix, reading at unclamped indices)
         fence.proxy.async; the warp group's barrier
         thread 0: TMA store of each output's box at (n0 + 64 c, m0 + 64 wg); one bulk commit
     thread 0 of each warp group: bulk wait until its stores are written
@@ -51,6 +55,7 @@ multiple of 64 up to 256, tm 64 or 128; no cluster.
 from __future__ import annotations
 
 from ..ir.dtype import DataType
+from ..ir.exprs import BinaryOp, UnaryOp
 from ..ir.tensor import TensorView
 from ..kir import nodes as K
 from ..kir.verifier import establishes
@@ -171,6 +176,21 @@ def _epilogue_prefetches(mma, ctx, m, n, m0, n0, bt, tm, tn, wgs) -> list:
             out.append(stmt if (j + 1) * threads <= lines
                        else K.IfThenElse(K.lt(line, lines), [stmt]))
     return out
+
+
+# Epilogue ops of a few instructions each (the device library's activations built on one ex2
+# included): an epilogue of only these is copied for tiles inside the matrix (build_matmul).
+_SHORT_UNARY = {"neg", "abs", "exp", "exp2", "sqrt", "rsqrt", "reciprocal", "relu", "sigmoid",
+                "silu", "gelu_tanh", "logical_not", "cast", "set"}
+_LONG_BINARY = {"pow"}
+
+
+def _short_op(e) -> bool:
+    if isinstance(e, UnaryOp):
+        return e.op.value in _SHORT_UNARY
+    if isinstance(e, BinaryOp):
+        return e.op.value not in _LONG_BINARY
+    return True
 
 
 def swizzled_unit(unit, row) -> K.KExpr:
@@ -348,15 +368,19 @@ def build_matmul(kernel: K.Kernel) -> K.Kernel:
             after_mm.add(e)
             downstream.update(e.outputs)
 
-    def epilogue_value(acc, i: int, tile_row, slot: int) -> list:
+    def epilogue_value(acc, i: int, tile_row, slot: int, clamp: bool) -> list:
         """The statements computing the stored value of accumulator register i (row tile_row +
         its fragment row, its fragment column) into pf_epi[slot]: the matmul's element (with a
         linear's bias), then each epilogue op, inputs read at the element's row and column
-        (clamped into the matrix: rows and columns past it are computed, never stored)."""
+        (with `clamp`, clamped into the matrix: rows and columns past it are computed, never
+        stored; without, the tile lies inside the matrix)."""
         r = K.add(K.add(tile_row, frag_row), 8 * ((i >> 1) & 1))
         c = K.add(frag_col, 8 * (i >> 2) + (i & 1))
-        at = {"m": _min(K.add(m0, r), K.sub(m, 1)), "n": _min(K.add(n0, c), K.sub(n, 1)),
-              "b": bt}
+        if clamp:
+            at = {"m": _min(K.add(m0, r), K.sub(m, 1)), "n": _min(K.add(n0, c), K.sub(n, 1)),
+                  "b": bt}
+        else:
+            at = {"m": K.add(m0, r), "n": K.add(n0, c), "b": bt}
 
         def operand(v):
             if v in values_bufs:
@@ -389,7 +413,7 @@ def build_matmul(kernel: K.Kernel) -> K.Kernel:
         stmts.append(K.TensorOp(mma.op, out_of(mma.out), ins))
         return stmts + [op_stmt(e) for e in mma.epilogue if e in after_mm]
 
-    def epilogue_of(wg: int) -> list:
+    def epilogue_of(wg: int, clamp: bool = True) -> list:
         """Warp group wg's epilogue (of the role): its own staging boxes and, with several warp
         groups in the role, its own named barrier (they do not wait for each other); one warp
         group per role: the role's barrier."""
@@ -410,7 +434,7 @@ def build_matmul(kernel: K.Kernel) -> K.Kernel:
                         for v in range(8):
                             tile_row = (K.add(wg_row0, sl * WARP_GROUP_ROWS) if wgs > 1
                                         else K.Const(row0))
-                            out += epilogue_value(acc, 4 * j0 + v, tile_row, v)
+                            out += epilogue_value(acc, 4 * j0 + v, tile_row, v, clamp)
                         for f, stage in zip(finals, staging):
                             values = [K.TensorIndex(values_bufs[f], K.Const(v)) for v in range(8)]
                             if f.dtype.size == 4:
@@ -439,18 +463,36 @@ def build_matmul(kernel: K.Kernel) -> K.Kernel:
 
     split_bufs = _split_k_buffers(kernel, mma, batches, per_batch) if splits > 1 else None
 
+    # An epilogue that reads inputs at the element's row or column runs in two forms: tiles
+    # inside the matrix read at unclamped indices (an element's address is its row's plus a
+    # constant: an immediate offset of the load, where clamping cost ~3 integer instructions
+    # per element, a third of a residual add's, with the tensor cores idle), and edge tiles
+    # clamp as before.
+    # Only where the ops are short: the second copy doubles the epilogue's code (and a
+    # ping-pong kernel has one per role), and NVRTC's time with it (fuzz case 20263601:1, pow
+    # in a ping-pong epilogue: 8 s -> 52 s with the copy); long ops also leave the clamps a
+    # small share of the work.
+    reads_inputs = fused and all(_short_op(e) for e in mma.epilogue) and any(
+        role is not None for _, dims in mma.input_dims for role in dims if role != "b")
+    inside = K.and_(K.lt(K.add(m0, tm - 1), m), K.lt(K.add(n0, tn - 1), n))
+
+    def stored(wg: int) -> list:
+        if not reads_inputs:
+            return epilogue_of(wg)
+        return [K.IfThenElse(inside, epilogue_of(wg, clamp=False), epilogue_of(wg))]
+
     def unit_epilogue(wg: int) -> list:
         """Warp group wg's epilogue; with split-K, after its partials are summed, by the last
         CTA of the tile only (the others store nothing)."""
         if split_bufs is None:
-            return epilogue_of(wg)
+            return stored(wg)
         last = K.Var("pf_split_last")
         rows = tuple(K.sub(K.sub(m, m0), (wg * slices + sl) * WARP_GROUP_ROWS)
                      for sl in range(slices))
         barrier = (EPILOGUE_BARRIER + wg, 128) if wgs > 1 else None     # else the role's
         return [K.SplitKReduce(last, tuple(accs), *split_bufs, K.add(K.mul(tile, wgs), wg),
                                split_v, frag_row, rows, splits, barrier),
-                K.IfThenElse(last, epilogue_of(wg))]
+                K.IfThenElse(last, stored(wg))]
 
     epilogue: list = [K.AccumulatorFence(acc) for acc in accs]
     if wgs == 1:

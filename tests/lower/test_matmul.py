@@ -655,6 +655,39 @@ def test_residual_lines_prefetched_into_l2(tile, roles, prefetch):
     assert lines == {(r, c) for r in range(130) for c in range(-(-200 // 64))}
 
 
+def test_tiles_inside_the_matrix_read_epilogue_inputs_unclamped():
+    """An epilogue of short ops that reads inputs has a second copy for tiles inside the
+    matrix, reading at unclamped indices (an immediate offset per element); edge tiles clamp.
+    Interpreted at [130, 200] with 128 x 128 tiles, the first tile takes the copy and the
+    others the clamped form (interpret_against_float64 checks both). An epilogue with a long op
+    (pow) keeps one clamped copy."""
+    import re
+
+    from kir_testing import interpret_against_float64, schedule_and_lower
+    from pyfuser.codegen.cuda import generate_cuda
+    fd = _epilogue_fd("residual")
+    inputs = _epilogue_inputs("residual", 130, 200, 72)
+    p = matmul.MatmulParams(tile_m=128, tile_n=128, stages=2, grid=3)
+    st, _, p, kernel = schedule_and_lower(fd, inputs, params=p, scheduler=matmul,
+                                          device="h100-4sm")
+    interpret_against_float64(fd, st, kernel, inputs)
+    residual = next(q.name for q in kernel.params if q.source == ("input", 2))
+    reads = re.findall(re.escape(residual) + r"\[([^\]]*)\]", generate_cuda(kernel))
+    reads = [r for r in reads if "pf_frag" in r]
+    clamped = [r for r in reads if "imin" in r]
+    assert len(clamped) == len(reads) // 2 > 0, (len(clamped), len(reads))
+
+    with FusionDefinition("pow_residual") as fd:
+        x = fd.define_tensor(shape=[-1, -1], dtype=BF16)
+        w = fd.define_tensor(shape=[-1, -1], dtype=BF16)
+        r = fd.define_tensor(shape=[-1, -1], dtype=BF16)
+        fd.add_output(fd.ops.pow(fd.ops.abs(fd.ops.linear(x, w)), r))
+    st, _, p, kernel = schedule_and_lower(fd, inputs, params=p, scheduler=matmul,
+                                          device="h100-4sm")
+    reads = [r for r in re.findall(r"T2\[([^\]]*)\]", generate_cuda(kernel)) if "pf_frag" in r]
+    assert reads and all("imin" in r for r in reads)
+
+
 def test_bias_is_not_prefetched():
     from kir_testing import interpret_against_float64, schedule_and_lower
     fd = _epilogue_fd("bias_gelu")
