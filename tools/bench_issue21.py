@@ -11,8 +11,6 @@ each run) of the whole call, pyfuser and the peers in turn three times, the medi
 The bar: pyfuser at least 1.10x the best peer's speed and at most 1.06x the bare matmul's time.
 --kinds: also pyfuser with ping-pong forced on and forced off (options feature matmul_pingpong),
 timed in the same rounds (the heuristic's cost model counts no epilogue).
---no-prefetch: also pyfuser with the heuristic's params forced, as they are and without the L2
-prefetch of the epilogue's inputs (MatmulParams.prefetch_epilogue_inputs), in the same rounds.
 --kind=NAME (repeatable): the fusions measured, of FUSIONS (default bias_gelu and residual);
 bias_gelu_preact stores the pre-activation x @ W^T + b beside its GELU (two outputs);
 bias_gelu_f32 stores the GELU in fp32 (the output cast fused, 4-byte stores).
@@ -127,8 +125,6 @@ def bench(shapes, autotune: bool) -> int:
                    "matmul": lambda: torch.matmul(x, w.t())}
             if KINDS:
                 for name, opts in KINDS.items():
-                    if callable(opts):          # options made from the heuristic's params
-                        opts = opts(run.heuristics[0])
                     fd.execute([x, w, extra], options=opts)
                     fns[name] = lambda opts=opts: fd.execute([x, w, extra], options=opts)
             rounds = {name: [] for name in fns}
@@ -153,13 +149,6 @@ def bench(shapes, autotune: bool) -> int:
 
 KINDS = ({"ping-pong": {"enable": ["matmul_pingpong"]},
           "cooperative": {"disable": ["matmul_pingpong"]}} if "--kinds" in sys.argv else {})
-if "--no-prefetch" in sys.argv:
-    import dataclasses
-    # The same params forced too: a forced heuristic's call takes another host path, so the
-    # prefetch's effect is the difference of the two forced figures.
-    KINDS["forced"] = lambda p: {"heuristic": p}
-    KINDS["no prefetch"] = lambda p: {"heuristic": dataclasses.replace(
-        p, prefetch_epilogue_inputs=False)}
 
 if __name__ == "__main__":
     chosen = _shapes(sys.argv[1:])

@@ -734,9 +734,6 @@ class CudaPrinter:
     def _BulkWait(self, s):
         self.line(f"pf::bulk_wait_group{'_read' if s.read else ''}<{s.pending}>();")
 
-    def _PrefetchL2(self, s):
-        self.line(f"pf::prefetch_l2(&{self.expr(s.src)});")
-
     def _FenceProxyAsync(self, s):
         self.line("pf::fence_proxy_async_shared();")
 

@@ -838,15 +838,6 @@ class FenceProxyAsync(Stmt):
     orders after this fence."""
 
 
-@roles(expr=("src",))
-@dataclasses.dataclass(eq=False, slots=True)
-class PrefetchL2(Stmt):
-    """prefetch.global.L2::evict_last of the line holding global element `src`: a hint that
-    reads nothing into the thread; `src` must be in bounds (the caller clamps it)."""
-
-    src: TensorIndex
-
-
 @roles()
 @dataclasses.dataclass(eq=False, slots=True)
 class WgmmaFence(Stmt):

@@ -14,8 +14,6 @@ compute warp group, rows [64 wg, 64 wg + 64) of the tile):
                                per stored output (a pre-activation beside its activation)
     acc[tn / 2]:               fp32 accumulators, registers
     for t in GridStride(tiles):                        (m0, n0) = raster(t)
-      L2 prefetch of the tile's lines of a residual    (params.prefetch_epilogue_inputs; each
-                                                        compute thread its share of the lines)
       for kb in [0, ceil(K / 64)):
         A_s <- TMA box (kb * 64, m0) of A; B_s <- TMA box (kb * 64, n0) of B   (no barrier yet)
         wgmma.fence
@@ -29,9 +27,7 @@ compute warp group, rows [64 wg, 64 wg + 64) of the tile):
         barrier of the warp group (named barrier 8 + wg: the warp groups do not wait for each
         other; the epilogue is printed once per warp group)
         4 x stmatrix.x4: accumulators -> 16-bit -> staging box, 128-byte swizzled addresses
-          (with a fused epilogue: its ops on each value first, one stmatrix per stored output;
-          an epilogue of short ops that reads inputs has a second copy for tiles inside the
-          matrix, reading at unclamped indices)
+          (with a fused epilogue: its ops on each value first, one stmatrix per stored output)
         fence.proxy.async; the warp group's barrier
         thread 0: TMA store of each output's box at (n0 + 64 c, m0 + 64 wg); one bulk commit
     thread 0 of each warp group: bulk wait until its stores are written
@@ -55,7 +51,6 @@ multiple of 64 up to 256, tm 64 or 128; no cluster.
 from __future__ import annotations
 
 from ..ir.dtype import DataType
-from ..ir.exprs import BinaryOp, UnaryOp
 from ..ir.tensor import TensorView
 from ..kir import nodes as K
 from ..kir.verifier import establishes
@@ -69,7 +64,6 @@ F32_BOX_COLS = BOX // 2          # fp32 columns of a 128-byte swizzle row
 # gives the warp roles (1 + role, and ping-pong's turns).
 EPILOGUE_BARRIER = 8
 _TIDX, _TIDY = K.Special("threadIdx.x"), K.Special("threadIdx.y")
-LINE_BYTES = 128                  # an L2 line (four 32-byte sectors)
 WARP_GROUP_ROWS = K.WGMMA_M      # rows of one wgmma: a warp group's slice of a tile
 
 
@@ -142,55 +136,6 @@ def _f32_pairs(stage, box, group, frag_row, frag_col, values) -> list:
             v = 4 * g + 2 * half_row
             out.append(K.StSharedPair(K.TensorIndex(stage, at), [values[v], values[v + 1]]))
     return out
-
-
-def _epilogue_prefetches(mma, ctx, m, n, m0, n0, bt, tm, tn, wgs) -> list:
-    """A compute thread's L2 prefetches of the tile's lines of each epilogue input of the
-    output's shape with contiguous rows (a residual): its tm rows of tn elements are
-    tm * (lines per row) 128-byte lines, taken by the role's threads in turn, addresses clamped
-    into the matrix as the epilogue's reads are. Issued at the top of the tile, they land while
-    its k loop runs (tens of microseconds against the DRAM latency of ~1 us); the epilogue's
-    reads then hit L2. Inputs read per column or per row (a bias) are small and stay cached."""
-    out: list = []
-    threads = 128 * wgs
-    thread = K.add(_TIDX, K.mul(_TIDY, 128)) if wgs > 1 else _TIDX
-    for v, dims in mma.input_dims:
-        if "m" not in dims or "n" not in dims or v not in ctx.strides:
-            continue                    # (a linear's bias may be computed in the epilogue)
-        strides = ctx.strides[v]
-        s_n = strides[dims.index("n")]
-        if not (isinstance(s_n, K.Const) and s_n.value == 1):
-            continue
-        per_line = LINE_BYTES // v.dtype.size
-        lines = tm * -(-tn // per_line)
-        for j in range(-(-lines // threads)):
-            line = K.add(thread, j * threads)
-            row = _min(K.add(m0, K.div(line, lines // tm)), K.sub(m, 1))
-            col = _min(K.add(n0, K.mul(K.mod(line, lines // tm), per_line)), K.sub(n, 1))
-            at = {"m": row, "n": col, "b": bt}
-            index = K.Const(0)
-            for d, role in enumerate(dims):
-                if role is not None:
-                    index = K.add(index, K.mul(at[role], strides[d]))
-            stmt = K.PrefetchL2(K.TensorIndex(ctx.buffers[v], index))
-            out.append(stmt if (j + 1) * threads <= lines
-                       else K.IfThenElse(K.lt(line, lines), [stmt]))
-    return out
-
-
-# Epilogue ops of a few instructions each (the device library's activations built on one ex2
-# included): an epilogue of only these is copied for tiles inside the matrix (build_matmul).
-_SHORT_UNARY = {"neg", "abs", "exp", "exp2", "sqrt", "rsqrt", "reciprocal", "relu", "sigmoid",
-                "silu", "gelu_tanh", "logical_not", "cast", "set"}
-_LONG_BINARY = {"pow"}
-
-
-def _short_op(e) -> bool:
-    if isinstance(e, UnaryOp):
-        return e.op.value in _SHORT_UNARY
-    if isinstance(e, BinaryOp):
-        return e.op.value not in _LONG_BINARY
-    return True
 
 
 def swizzled_unit(unit, row) -> K.KExpr:
@@ -341,8 +286,8 @@ def build_matmul(kernel: K.Kernel) -> K.Kernel:
     thread0 = K.eq(_TIDX, 0)
     fused = bool(mma.epilogue) or len(mma.op.inputs) > 2 or len(finals) > 1
     # A stored output's 8 values of an stmatrix, and one register per other epilogue tensor.
-    # A 16-bit output no op reads back keeps its values in fp32: the stmatrix's pack rounds
-    # them once, as the op's own rounding would (a 16-bit register would cost a conversion
+    # A lone 16-bit output no op reads back keeps its values in fp32: the stmatrix's pack
+    # rounds them once, as the op's own rounding would (a 16-bit register costs a conversion
     # there and back per element, 2 of the ~13 SASS instructions of a residual add). One that
     # an op reads (a pre-activation feeding its activation) holds the rounded values it reads;
     # with two stored outputs both stay 16-bit (8 more live fp32 registers spilled 4 bytes at
@@ -368,19 +313,15 @@ def build_matmul(kernel: K.Kernel) -> K.Kernel:
             after_mm.add(e)
             downstream.update(e.outputs)
 
-    def epilogue_value(acc, i: int, tile_row, slot: int, clamp: bool) -> list:
+    def epilogue_value(acc, i: int, tile_row, slot: int) -> list:
         """The statements computing the stored value of accumulator register i (row tile_row +
         its fragment row, its fragment column) into pf_epi[slot]: the matmul's element (with a
         linear's bias), then each epilogue op, inputs read at the element's row and column
-        (with `clamp`, clamped into the matrix: rows and columns past it are computed, never
-        stored; without, the tile lies inside the matrix)."""
+        (clamped into the matrix: rows and columns past it are computed, never stored)."""
         r = K.add(K.add(tile_row, frag_row), 8 * ((i >> 1) & 1))
         c = K.add(frag_col, 8 * (i >> 2) + (i & 1))
-        if clamp:
-            at = {"m": _min(K.add(m0, r), K.sub(m, 1)), "n": _min(K.add(n0, c), K.sub(n, 1)),
-                  "b": bt}
-        else:
-            at = {"m": K.add(m0, r), "n": K.add(n0, c), "b": bt}
+        at = {"m": _min(K.add(m0, r), K.sub(m, 1)), "n": _min(K.add(n0, c), K.sub(n, 1)),
+              "b": bt}
 
         def operand(v):
             if v in values_bufs:
@@ -413,7 +354,7 @@ def build_matmul(kernel: K.Kernel) -> K.Kernel:
         stmts.append(K.TensorOp(mma.op, out_of(mma.out), ins))
         return stmts + [op_stmt(e) for e in mma.epilogue if e in after_mm]
 
-    def epilogue_of(wg: int, clamp: bool = True) -> list:
+    def epilogue_of(wg: int) -> list:
         """Warp group wg's epilogue (of the role): its own staging boxes and, with several warp
         groups in the role, its own named barrier (they do not wait for each other); one warp
         group per role: the role's barrier."""
@@ -434,7 +375,7 @@ def build_matmul(kernel: K.Kernel) -> K.Kernel:
                         for v in range(8):
                             tile_row = (K.add(wg_row0, sl * WARP_GROUP_ROWS) if wgs > 1
                                         else K.Const(row0))
-                            out += epilogue_value(acc, 4 * j0 + v, tile_row, v, clamp)
+                            out += epilogue_value(acc, 4 * j0 + v, tile_row, v)
                         for f, stage in zip(finals, staging):
                             values = [K.TensorIndex(values_bufs[f], K.Const(v)) for v in range(8)]
                             if f.dtype.size == 4:
@@ -463,46 +404,26 @@ def build_matmul(kernel: K.Kernel) -> K.Kernel:
 
     split_bufs = _split_k_buffers(kernel, mma, batches, per_batch) if splits > 1 else None
 
-    # An epilogue that reads inputs at the element's row or column runs in two forms: tiles
-    # inside the matrix read at unclamped indices (an element's address is its row's plus a
-    # constant: an immediate offset of the load, where clamping cost ~3 integer instructions
-    # per element, a third of a residual add's, with the tensor cores idle), and edge tiles
-    # clamp as before.
-    # Only where the ops are short: the second copy doubles the epilogue's code (and a
-    # ping-pong kernel has one per role), and NVRTC's time with it (fuzz case 20263601:1, pow
-    # in a ping-pong epilogue: 8 s -> 52 s with the copy); long ops also leave the clamps a
-    # small share of the work.
-    reads_inputs = fused and all(_short_op(e) for e in mma.epilogue) and any(
-        role is not None for _, dims in mma.input_dims for role in dims if role != "b")
-    inside = K.and_(K.lt(K.add(m0, tm - 1), m), K.lt(K.add(n0, tn - 1), n))
-
-    def stored(wg: int) -> list:
-        if not reads_inputs:
-            return epilogue_of(wg)
-        return [K.IfThenElse(inside, epilogue_of(wg, clamp=False), epilogue_of(wg))]
-
     def unit_epilogue(wg: int) -> list:
         """Warp group wg's epilogue; with split-K, after its partials are summed, by the last
         CTA of the tile only (the others store nothing)."""
         if split_bufs is None:
-            return stored(wg)
+            return epilogue_of(wg)
         last = K.Var("pf_split_last")
         rows = tuple(K.sub(K.sub(m, m0), (wg * slices + sl) * WARP_GROUP_ROWS)
                      for sl in range(slices))
         barrier = (EPILOGUE_BARRIER + wg, 128) if wgs > 1 else None     # else the role's
         return [K.SplitKReduce(last, tuple(accs), *split_bufs, K.add(K.mul(tile, wgs), wg),
                                split_v, frag_row, rows, splits, barrier),
-                K.IfThenElse(last, stored(wg))]
+                K.IfThenElse(last, epilogue_of(wg))]
 
     epilogue: list = [K.AccumulatorFence(acc) for acc in accs]
     if wgs == 1:
         epilogue += unit_epilogue(0)
     else:
         epilogue.append(K.IfThenElse(K.eq(_TIDY, 0), unit_epilogue(0), unit_epilogue(1)))
-    prefetches = (_epilogue_prefetches(mma, ctx, m, n, m0, n0, bt, tm, tn, wgs)
-                  if p.prefetch_epilogue_inputs else [])
     tile_loop = K.ForLoop(t, K.Const(0), K.mul(K.mul(batches, per_batch), splits), K.Const(1),
-                          tile_defs + prefetches + [k_loop] + epilogue, parallel="GridStride")
+                          tile_defs + [k_loop] + epilogue, parallel="GridStride")
     # The fusion's loop nests (LoweringContext) are replaced by this nest of its own.
     kernel.replaced_loops.update(id(lp) for lp in ctx.all_loops())
     kernel.body = [

@@ -63,8 +63,7 @@ numpy over the thread set:
     the tensor at issue, counted as stores are (outside: dropped); BulkCommit and BulkWait are
     therefore no-ops (a store's shared source is never overwritten too early here, which the
     model does not check), as are FenceProxyAsync (generic-proxy writes are not told apart from
-    the async proxy's), WgmmaFence and AccumulatorFence. An L2 prefetch (PrefetchL2) reads
-    nothing; its address is bounds-checked and recorded (`prefetched`).
+    the async proxy's), WgmmaFence and AccumulatorFence.
   - Wgmma runs per warp group (128 consecutive linear thread ids of the block) at issue:
     D[64, n] = A @ B^T in float64 over the stored 16-bit operands, added to (scale_d) or
     replacing the accumulators, rounded to float32 and scattered over the documented fragment.
@@ -758,8 +757,6 @@ class Interpreter:
         self.max_bytes = max_bytes
         self.mems: dict = {}
         self._writes_cache = None
-        # global buffer name -> element offsets an L2 prefetch named (a hint: for tests)
-        self.prefetched: dict = {}
         self._handlers = {}
 
     # Write counts ----------------------------------------------------------------------------
@@ -2558,13 +2555,6 @@ class Interpreter:
 
     def _BulkWait(self, s, ctx):
         pass
-
-    def _PrefetchL2(self, s, ctx):
-        """A hint: nothing is read, but the address must be in its buffer (recorded in
-        `prefetched`)."""
-        _, idx = self._check(ctx, s.src, "L2 prefetch address", 1, align=1)
-        at = np.broadcast_to(np.asarray(idx, dtype=np.int64), (ctx.n,))
-        self.prefetched.setdefault(s.src.buffer.name, set()).update(at.tolist())
 
     def _FenceProxyAsync(self, s, ctx):
         pass

@@ -17,12 +17,6 @@ __device__ __forceinline__ unsigned smem_addr(const void* p) {
   return static_cast<unsigned>(__cvta_generic_to_shared(p));
 }
 
-// Bring the line holding *p into L2, kept ahead of streamed lines (a hint: nothing is loaded
-// into the thread, the instruction does not wait); p must point into its allocation.
-__device__ __forceinline__ void prefetch_l2(const void* p) {
-  asm volatile("prefetch.global.L2::evict_last [%0];" ::"l"(p) : "memory");
-}
-
 // Global-load hints (PTX `ld` qualifiers valid on sm_90 for every vector width used here).
 //   Default             ld.global                         cached in L1 and L2
 //   NoAllocate          ld.global.L1::no_allocate         streaming: do not keep the line in L1

@@ -223,10 +223,6 @@ class MatmulParams:
     # a box is written again once the TMA store of the one before it has read it. 0: 2 when
     # the tile's count is even, else 1.
     epilogue_boxes: int = 0
-    # Each compute thread prefetches into L2 its share of the tile's lines of every epilogue
-    # input of the output's shape (a residual) when the tile starts, so that the epilogue's
-    # reads, which run with the tensor cores idle, find them in L2 (lower/matmul.py).
-    prefetch_epilogue_inputs: bool = True
 
     @property
     def outputs(self) -> int:
