@@ -723,6 +723,22 @@ class CudaPrinter:
                          f"{self.value(s.values[2 * k + 1], 'float')})" for k in range(4))
         self.line(f"pf::stmatrix_x4(pf::smem_addr(&{self.expr(s.dst)}), {regs});")
 
+    def _LdMatrix(self, s):
+        from_bits = {DataType.BFloat16: "pf::bf16_from_bits",
+                     DataType.Half: "pf::half_from_bits"}.get(s.out.dtype)
+        if from_bits is None or s.src.buffer.dtype != s.out.dtype:
+            raise ValueError(f"ldmatrix of {s.src.buffer.dtype} into {s.out.dtype} is not printed")
+        self.line("{")
+        self.indent += 1
+        self.line("unsigned pf_ldm[4];")
+        self.line(f"pf::ldmatrix_x4(pf::smem_addr(&{self.expr(s.src)}), pf_ldm[0], pf_ldm[1], "
+                  "pf_ldm[2], pf_ldm[3]);")
+        for k in range(4):
+            self.line(f"{s.out.name}[{2 * k}] = {from_bits}(pf_ldm[{k}] & 0xffffu);")
+            self.line(f"{s.out.name}[{2 * k + 1}] = {from_bits}(pf_ldm[{k}] >> 16);")
+        self.indent -= 1
+        self.line("}")
+
     def _TensorMapStore(self, s):
         coords = ", ".join(f"(int)({self.expr(c)})" for c in s.coords)
         self.guarded(s.predicate, [f"pf::tma_store_{len(s.coords)}d(&{s.tmap.name}, {coords}, "

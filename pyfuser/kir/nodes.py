@@ -990,6 +990,19 @@ class StMatrix(Stmt):
     dtype: DataType
 
 
+@roles(expr=("src",), buffer=("out",))
+@dataclasses.dataclass(eq=False, slots=True)
+class LdMatrix(Stmt):
+    """ldmatrix.m8n8.x4 of one warp (all 32 lanes reach it), the inverse of StMatrix: lane l
+    gives in `src` the first element of row l % 8 of matrix l / 8 (8 contiguous 16-bit
+    elements of shared memory); the lane's pair k (out[2k], out[2k + 1], a local buffer of 8
+    elements of the source's dtype) receives row l / 4, columns 2 (l % 4) and 2 (l % 4) + 1 of
+    matrix k."""
+
+    src: TensorIndex
+    out: Buffer
+
+
 @roles(out=("dst",), expr=("src", "predicate"), data=("bytes",))
 @dataclasses.dataclass(eq=False, slots=True)
 class CpAsyncCopy(Stmt):

@@ -298,6 +298,17 @@ def build_matmul(kernel: K.Kernel) -> K.Kernel:
                                DataType.Float if f in wide else f.dtype, "local", K.Const(8))
                    for o, f in enumerate(finals)}
     scalar_bufs: dict = {}
+    # The input the heuristic reads through the staging boxes (params.staged_input): each box
+    # of it lands, by TMA, in the staging box its output values are then written to; each lane
+    # reads its fragment's 8 values with ldmatrix at its stmatrix address (into pf_res). One
+    # mbarrier per staging box; a warp group's first boxes of a tile are loaded when the tile
+    # starts (landing under its k loop), the others when their box is free.
+    staged = fusion.inputs[p.staged_input] if p.staged_input >= 0 else None
+    if staged is not None:
+        res_buf = K.Buffer("pf_res", staged.dtype, "local", K.Const(8))
+        res_bars = K.MBarriers("pf_res_bar", wgs * p.staging_boxes)
+        res_map = tensor_map("input", p.staged_input, rank - 1, rank - 2, BOX, BOX,
+                             ctx.buffers[staged], 0 if rank == 3 else None)
 
     def scalar_buf(tv):
         if tv not in scalar_bufs:
@@ -326,6 +337,8 @@ def build_matmul(kernel: K.Kernel) -> K.Kernel:
         def operand(v):
             if v in values_bufs:
                 return K.TensorIndex(values_bufs[v], K.Const(slot))
+            if v is staged:
+                return K.TensorIndex(res_buf, K.Const(slot))
             if v is mma.out or v in scalar_bufs:
                 return K.TensorIndex(scalar_buf(v), K.Const(0))
             if isinstance(v, TensorView):
@@ -364,14 +377,28 @@ def build_matmul(kernel: K.Kernel) -> K.Kernel:
         for sl, acc in enumerate(accs):
             for c in range(chunks):
                 box = K.Const((wg * boxes + j % boxes) * BOX * BOX)
-                j += 1
-                out += [K.IfThenElse(thread0, [K.BulkWait(boxes - 1, read=True)]), sync]
                 row0 = (wg * slices + sl) * WARP_GROUP_ROWS
+                at = [K.add(n0, c * BOX), K.add(m0, row0)] + ([bt] if rank == 3 else [])
+                if staged is None:
+                    out += [K.IfThenElse(thread0, [K.BulkWait(boxes - 1, read=True)]), sync]
+                else:
+                    # Past the boxes loaded when the tile started: the box free (its last store
+                    # read), then the staged input's box into it. The wait on the box's mbarrier
+                    # replaces the barrier (the load follows thread 0's bulk wait).
+                    if j >= boxes:
+                        out.append(K.IfThenElse(thread0, [K.BulkWait(boxes - 1, read=True)]
+                                                + staged_load(wg, j)))
+                    out.append(K.MBarrierWait(K.MBarrierRef(res_bars,
+                                                            K.Const(wg * boxes + j % boxes)),
+                                              staged_parity(j)))
+                j += 1
                 for jj in range(4):
                     j0 = 8 * c + 2 * jj                    # the first of two 8-column groups
                     unit = K.add(K.Const(2 * jj), unit_hi)  # its 16-byte unit in the row
                     dst = K.add(box, K.add(K.mul(row, BOX), K.mul(swizzled_unit(unit, row), 8)))
                     if fused:
+                        if staged is not None:
+                            out.append(K.LdMatrix(K.TensorIndex(staging[0], dst), res_buf))
                         for v in range(8):
                             tile_row = (K.add(wg_row0, sl * WARP_GROUP_ROWS) if wgs > 1
                                         else K.Const(row0))
@@ -389,7 +416,6 @@ def build_matmul(kernel: K.Kernel) -> K.Kernel:
                                               finals[0].dtype))
                 # Each output's box stored, one bulk group for all (the wait above frees the
                 # box of every output at once).
-                at = [K.add(n0, c * BOX), K.add(m0, row0)] + ([bt] if rank == 3 else [])
                 stores = []
                 for f, stage, c_map, g in zip(finals, staging, c_maps, out_globs):
                     if f.dtype.size == 4:       # the box's two halves of 32 columns
@@ -401,6 +427,39 @@ def build_matmul(kernel: K.Kernel) -> K.Kernel:
                 out += [K.FenceProxyAsync(), sync,
                         K.IfThenElse(thread0, stores + [K.BulkCommit()])]
         return out
+
+    def staged_load(wg: int, j: int) -> list:
+        """Thread 0 of warp group wg: the staged input's box j of the tile (slice j / chunks,
+        64-column chunk j % chunks) into staging box j % boxes, on that box's mbarrier."""
+        sl, c = divmod(j, chunks)
+        row0 = (wg * slices + sl) * WARP_GROUP_ROWS
+        at = [K.add(n0, c * BOX), K.add(m0, row0)] + ([bt] if rank == 3 else [])
+        bar = K.MBarrierRef(res_bars, K.Const(wg * boxes + j % boxes))
+        box = K.Const((wg * boxes + j % boxes) * BOX * BOX)
+        return [K.TensorMapLoad(K.TensorIndex(staging[0], box), *res_map, ctx.buffers[staged],
+                                at, K.Const(BOX * BOX * staged.dtype.size), bar),
+                K.MBarrierArrive(bar)]
+
+    def staged_parity(j: int) -> K.KExpr:
+        """The phase parity of box j's load on its staging box's mbarrier: each tile loads
+        every staging box uses = boxes_per_tile / staging_boxes times (the schedule allows
+        staging only without split-K and ping-pong: every tile of the CTA's grid-stride loop
+        runs this epilogue), so the box's loads before it number (t / gridDim.x) * uses +
+        j / staging_boxes."""
+        uses = slices * chunks // boxes
+        if uses % 2 == 0:
+            return K.Const(j // boxes % 2)
+        return K.mod(K.add(K.mul(K.div(t, K.Special("gridDim.x")), uses), j // boxes), 2)
+
+    # When the tile starts: each warp group's thread 0 waits until its last tile's stores have
+    # read their boxes, then loads the tile's first staging_boxes boxes of the staged input.
+    staged_first: list = []
+    if staged is not None:
+        def first_loads(wg):
+            return [K.IfThenElse(thread0, [K.BulkWait(0, read=True)] + [
+                x for j in range(boxes) for x in staged_load(wg, j)])]
+        staged_first = (first_loads(0) if wgs == 1 else
+                        [K.IfThenElse(K.eq(_TIDY, 0), first_loads(0), first_loads(1))])
 
     split_bufs = _split_k_buffers(kernel, mma, batches, per_batch) if splits > 1 else None
 
@@ -423,14 +482,29 @@ def build_matmul(kernel: K.Kernel) -> K.Kernel:
     else:
         epilogue.append(K.IfThenElse(K.eq(_TIDY, 0), unit_epilogue(0), unit_epilogue(1)))
     tile_loop = K.ForLoop(t, K.Const(0), K.mul(K.mul(batches, per_batch), splits), K.Const(1),
-                          tile_defs + [k_loop] + epilogue, parallel="GridStride")
+                          tile_defs + staged_first + [k_loop] + epilogue,
+                          parallel="GridStride")
     # The fusion's loop nests (LoweringContext) are replaced by this nest of its own.
     kernel.replaced_loops.update(id(lp) for lp in ctx.all_loops())
+    # The staged input's mbarriers: set up and taken down by the compute threads (the block
+    # barrier becomes the compute role's when pipeline_loads splits the roles).
+    first = K.and_(thread0, K.eq(_TIDY, 0))
+    res_setup = [] if staged is None else [
+        K.MBarrierAlloc(res_bars),
+        K.IfThenElse(first, [K.MBarrierInit(K.MBarrierRef(res_bars, K.Const(w)), K.Const(1))
+                             for w in range(res_bars.count)] + [K.FenceMBarrierInit()]),
+        K.BlockSync()]
+    res_teardown = [] if staged is None else [
+        K.BlockSync(),
+        K.IfThenElse(first, [K.MBarrierInval(K.MBarrierRef(res_bars, K.Const(w)))
+                             for w in range(res_bars.count)])]
     kernel.body = [
         K.Allocate(a_s), K.Allocate(b_s), *(K.Allocate(s) for s in staging),
         *(K.Allocate(a) for a in accs),
         *([K.Allocate(b) for b in values_bufs.values()]
           + [K.Allocate(b) for b in scalar_bufs.values()] if fused else []),
+        *([K.Allocate(res_buf)] if staged is not None else []),
+        *res_setup,
         K.Comment(f"matmul: tile {tm}x{tn}x{TILE_K}, wgmma m64n{tn}k16, {p.compute_roles} "
                   f"compute role(s) of {wgs} warp group(s), {slices} slice(s) of 64 rows each; "
                   "lane l of warp w stores row 16 w + l % 8 + 8 (l / 8 % 2) of its stmatrix "
@@ -446,5 +520,6 @@ def build_matmul(kernel: K.Kernel) -> K.Kernel:
         K.ScalarDef(frag_col, K.mul(K.mod(lane, 4), 2)),
         tile_loop,
         K.IfThenElse(thread0, [K.BulkWait(0, read=False)]),
+        *res_teardown,
     ]
     return kernel

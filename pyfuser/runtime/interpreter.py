@@ -75,7 +75,8 @@ numpy over the thread set:
     and the wait is when the slot checks see the read).
   - StMatrix runs per warp (32 consecutive linear thread ids): lane l's pair k lands in row
     l / 4 of matrix k, at columns 2 (l % 4) + {0, 1} from the row address lane 8 k + l / 4
-    gives, rounded to its 16-bit dtype.
+    gives, rounded to its 16-bit dtype. LdMatrix reads the same places into the lane's 8
+    registers (a read of shared memory as any other: poison and copy waits checked).
   - SplitKReduce runs per warp group: its partial (the registers of valid rows) is kept by
     (slot, split), its arrival counted per slot in block order; the arrival that completes a
     slot is the last, which sums the slot's partials in split order (float32 adds from 0).
@@ -964,9 +965,10 @@ class Interpreter:
         self.moment += 1
         return self.moment
 
-    def _slot_read(self, ctx, m: _Mem, operand, addr) -> None:
+    def _slot_read(self, ctx, m: _Mem, operand, addr, record: bool = True) -> None:
         """RAW: each element's latest copy was made visible to the reading thread (it waited on
-        the barrier phase the copy completed). Then the read is recorded for the WAR check."""
+        the barrier phase the copy completed). Then (`record`) the read is recorded for the WAR
+        check."""
         seen = self.seen[ctx.tids, _COPIES_GROUP]
         landed = m.landed[addr]
         bad = landed > (seen if addr.ndim == 1 else seen[:, None])
@@ -978,7 +980,8 @@ class Interpreter:
                 f"read of {operand!r} (element {e} of circular buffer {m.buf.name}) before a "
                 f"wait on the barrier phase its copy completes (a missing wait or a wrong "
                 f"parity) at {self._where(ctx, i)}")
-        m.last_read[self._group(), addr.ravel()] = self._now()
+        if record:
+            m.last_read[self._group(), addr.ravel()] = self._now()
 
     def _slot_copy(self, ctx, i: int, m: _Mem, lo: int, n: int, what) -> None:
         """WAR: a copy by thread i of `ctx` into elements [lo, lo + n) of slot memory m follows
@@ -2541,7 +2544,10 @@ class Interpreter:
                     f"global memory) at {self._where(ctx, q)}")
             one = ctx.take(np.array([q]))
             if sm.landed is not None:
-                self._slot_read(one, sm, s.src, at[None, :])
+                # Checked as a read (a copy's data waited for), not recorded for a later copy
+                # into the box: the issuing thread's bulk wait (read) orders that copy after
+                # this read, which the model does not check (as for a generic write over it).
+                self._slot_read(one, sm, s.src, at[None, :], record=False)
             if sm.owner is not None:
                 self._track_read(one, sm, s.src, at[None, :])
             goff = (row * view.row_stride + col + cb[q] * view.batch_stride).ravel()[inside]
@@ -2883,6 +2889,35 @@ class Interpreter:
         at = np.stack([col, col + 1], axis=-1).reshape(len(warps), 32, 8)
         addr = (ctx.blk[warps] * m.row)[:, :, None] + at
         self._store(m, addr.reshape(-1, 8), vals[warps].reshape(-1, 8), None)
+
+    def _LdMatrix(self, s: K.LdMatrix, ctx: _Ctx):
+        """ldmatrix.m8n8.x4 of each warp (StMatrix's inverse): lane l's pair k is row l / 4 of
+        matrix k, columns 2 (l % 4) + {0, 1} from the row address lane 8 k + l / 4 gives; a
+        read of shared memory as any other (unwritten elements poison the registers, a copy's
+        data must have been waited for)."""
+        warps = self._collective(s, ctx, 32)
+        if s.src.buffer.memory != "shared" or s.src.buffer.dtype.size != 2 \
+                or s.out.dtype != s.src.buffer.dtype or s.out.memory != "local":
+            raise InterpreterError(f"ldmatrix of {s.src!r} into {s.out.name}: 16-bit shared "
+                                   "memory into registers of its dtype")
+        m, idx = self._check(ctx, s.src, "ldmatrix row address", 8, align=1)
+        idx = ctx.arr(idx, np.int64)
+        byte = self.k.smem_offsets.get(s.src.buffer.name, 0) + idx * 2
+        if (byte % 16 != 0).any():
+            q = int(np.argmax(byte % 16 != 0))
+            raise InterpreterError(f"ldmatrix row address {s.src!r} (element {int(idx[q])}) is "
+                                   f"not 16-byte aligned at {self._where(ctx, q)}")
+        lane = _lanes(32)[:, None]
+        k = _lanes(4)[None, :]
+        rows = idx[warps][:, 8 * k + lane // 4]                  # [warps, 32, 4]
+        col = rows + 2 * (lane % 4)
+        at = np.stack([col, col + 1], axis=-1).reshape(len(warps), 32, 8)
+        addr = ((ctx.blk[warps] * m.row)[:, :, None] + at).reshape(-1, 8)
+        vals = m.vals[addr]
+        poison = None if m.written is None else ~m.written[addr]
+        if m.landed is not None:
+            self._slot_read(ctx, m, s.src, addr)      # (warps: every thread of ctx, in order)
+        self._write(ctx, K.TensorIndex(s.out, K.Const(0)), vals, poison, nwrite=8, exact=True)
 
     # cp.async (asynchronous per thread): a copy reads its source when issued, but its data
     # lands only at the wait_group that completes its group; until then the destination reads

@@ -39,6 +39,16 @@ __device__ __forceinline__ void wgmma_wait() {
   asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
 }
 
+// ldmatrix.m8n8.x4, stmatrix's inverse: lane l gives the row address of row l % 8 of matrix
+// l / 8; register k of lane l receives the 16-bit pair at row l / 4, columns 2 (l % 4) and
+// 2 (l % 4) + 1 of matrix k (low half: the first).
+__device__ __forceinline__ void ldmatrix_x4(unsigned addr, unsigned& r0, unsigned& r1,
+                                            unsigned& r2, unsigned& r3) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+               : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+               : "r"(addr)
+               : "memory");
+}
 // stmatrix.m8n8.x4: lane l gives the row address of row l % 8 of matrix l / 8; register k of
 // lane l is row l / 4, columns 2 (l % 4) and 2 (l % 4) + 1 (low half first) of matrix k.
 __device__ __forceinline__ void stmatrix_x4(unsigned addr, unsigned r0, unsigned r1, unsigned r2,

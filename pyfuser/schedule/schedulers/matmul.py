@@ -223,6 +223,11 @@ class MatmulParams:
     # a box is written again once the TMA store of the one before it has read it. 0: 2 when
     # the tile's count is even, else 1.
     epilogue_boxes: int = 0
+    # The fusion input (its position; -1: none) of the output's shape that the epilogue reads
+    # through the staging boxes (a residual): a TMA box of it lands in the box the output is
+    # then stored from, and each thread reads its fragment's values with ldmatrix at its
+    # stmatrix addresses (lower/matmul.py), instead of one 2-byte global load per element.
+    staged_input: int = -1
 
     @property
     def outputs(self) -> int:
@@ -265,7 +270,9 @@ class MatmulParams:
                 f"{self.grid}, raster bands of {self.raster_group} tile rows, "
                 f"{self.staging_boxes} of {self.boxes_per_tile} epilogue boxes staged"
                 + (f", {self.outputs} outputs stored" if self.outputs > 1 else "")
-                + (f", split-K over {self.split_k} CTAs per tile" if self.split_k > 1 else ""))
+                + (f", split-K over {self.split_k} CTAs per tile" if self.split_k > 1 else "")
+                + (f", input {self.staged_input} read through the staging boxes"
+                   if self.staged_input >= 0 else ""))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -468,8 +475,49 @@ def compute_heuristics(fusion, info: RuntimeInfo) -> MatmulParams:
     best, split_k = min(choices, key=lambda cs: estimated_us(
         cs[0], tiles_of(cs[0]), k_blocks, sms, cs[1], rows=m,
         epilogue=epilogue_us(cs[0], has_ops, len(output_bytes))))
-    return fitted_params(best.tile_m, best.tile_n, best.compute_roles, tiles_of(best), dev,
-                         a.dtype.size, b_major, output_bytes, split_k, a_major)
+    params = fitted_params(best.tile_m, best.tile_n, best.compute_roles, tiles_of(best), dev,
+                           a.dtype.size, b_major, output_bytes, split_k, a_major)
+    return dataclasses.replace(params, staged_input=staged_input(fusion, info, params,
+                                                                 (batch, m, n)))
+
+
+def staged_input(fusion, info, p: MatmulParams, bmn: tuple) -> int:
+    """The fusion input the epilogue of `p` reads through its staging boxes, or -1: the first
+    input of the first stored output's shape, dtype (16-bit) and dims (no broadcast) that an
+    epilogue op reads and a tensor map of 64 x 64 boxes can take (rows of N contiguous), in a
+    cooperative kernel without split-K (each warp group then loads exactly its tile's boxes,
+    so its mbarrier's phase follows the tile count). `bmn`: the output's (batches, M, N).
+
+    Measured before (bench/results/2026-11-30/h200-matmul-epilogue-gelu-session21.txt): x @ W^T
+    + r read r with one 2-byte load per element in the accumulator fragment's layout, each
+    warp's load touching 8 rows (8 L1 wavefronts for 64 bytes), about 4 us per tile of
+    128 x 256 with the tensor cores idle; an L2 prefetch and unclamped addresses did not move
+    it."""
+    if p.compute_roles != 1 or p.split_k != 1:
+        return -1
+    op = _matmul_op(fusion)
+    _, finals, why = _epilogue(fusion, op)
+    if why or finals[0].dtype.size != 2:
+        return -1
+    out = finals[0]
+    rank = len(out.domain.logical)
+    reads = {v for e in fusion.exprs() if e is not op for v in e.inputs}
+    for v in fusion.inputs:
+        if (not isinstance(v, TensorView) or v not in reads or v.dtype != out.dtype
+                or len(v.domain.logical) != rank or v in op.inputs):
+            continue
+        if any(i.is_broadcast for i in v.domain.logical):
+            continue
+        f = info.inputs[fusion.input_position(v)]
+        if tuple(f.sizes) != tuple(bmn[-rank:]):
+            continue
+        why = check_tile_box(list(f.sizes), list(f.strides), f.alignment, v.dtype.size,
+                             inner=rank - 1, outer=rank - 2, box_cols=EPILOGUE_BOX,
+                             box_rows=EPILOGUE_BOX, swizzle=128,
+                             batch=0 if rank == 3 else None)
+        if not why:
+            return fusion.input_position(v)
+    return -1
 
 
 def fitted_params(tm: int, tn: int, roles: int, tiles: int, dev, item_bytes: int,
@@ -526,6 +574,16 @@ def schedule(fusion, params: MatmulParams) -> None:
         raise SchedulerError(f"matmul: the heuristic stages {params.outputs} output(s) of "
                              f"{params.output_bytes} bytes; the fusion stores "
                              f"{[f.dtype.short_name for f in finals]}")
+    if params.staged_input >= 0:
+        v = (fusion.inputs[params.staged_input]
+             if params.staged_input < len(fusion.inputs) else None)
+        if (params.compute_roles != 1 or params.split_k != 1 or not isinstance(v, TensorView)
+                or v.dtype != finals[0].dtype or finals[0].dtype.size != 2
+                or len(v.domain.logical) != len(finals[0].domain.logical)):
+            raise SchedulerError(
+                f"matmul: input {params.staged_input} cannot be read through the staging boxes "
+                "(a 16-bit input of the first output's dtype and rank, in a cooperative kernel "
+                "without split-K)")
     if params.staging_boxes < 1 or params.boxes_per_tile % params.staging_boxes:
         raise SchedulerError(f"matmul: {params.staging_boxes} staging boxes per warp group do "
                              f"not divide the {params.boxes_per_tile} boxes it stores per tile")
