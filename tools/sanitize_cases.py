@@ -49,7 +49,7 @@ def matmul_cases() -> None:
         ta, tb, tr = (fd.from_pytorch(t) for t in (a, b, r))
         fd.add_output(fd.ops.relu(fd.ops.matmul(ta, tb) + tr))
     # ... and the residual read through the staging boxes (TMA loads into them, ldmatrix), with
-    # 1, 2 and all staging boxes of a tile.
+    # 1, 2 and all staging boxes of a tile, and in ping-pong.
     ref = torch.relu(a.float() @ b.float() + r.float())
     for p in (MatmulParams(tile_m=128, tile_n=128, stages=2, grid=2, b_major="MN"),
               MatmulParams(tile_m=128, tile_n=128, stages=2, grid=2, b_major="MN",
@@ -57,7 +57,9 @@ def matmul_cases() -> None:
               MatmulParams(tile_m=128, tile_n=128, stages=2, grid=2, b_major="MN",
                            staged_input=2, epilogue_boxes=1),
               MatmulParams(tile_m=128, tile_n=192, stages=2, grid=2, b_major="MN",
-                           staged_input=2, epilogue_boxes=3)):
+                           staged_input=2, epilogue_boxes=3),
+              MatmulParams(tile_m=128, tile_n=128, stages=2, grid=2, b_major="MN",
+                           staged_input=2, compute_roles=2)):
         y = fd.execute([a, b, r], options={"heuristic": p})[0]
         torch.cuda.synchronize()
         err = ((y.float() - ref).norm() / ref.norm()).item()

@@ -195,6 +195,8 @@ class Rewriter:
             return self.special(e)
         if isinstance(e, K.TensorIndex):
             return self.tensor_index(e)
+        if isinstance(e, K.MBarrierRef):
+            return self.mbarrier_ref(e)
         return self.default_expr(e)
 
     def default_expr(self, e):
@@ -220,6 +222,9 @@ class Rewriter:
 
     def tensor_index(self, t: K.TensorIndex):
         return self.default_expr(t)
+
+    def mbarrier_ref(self, b: K.MBarrierRef):
+        return self.default_expr(b)
 
 
 class Substitution(Rewriter):

@@ -306,7 +306,9 @@ def build_matmul(kernel: K.Kernel) -> K.Kernel:
     staged = fusion.inputs[p.staged_input] if p.staged_input >= 0 else None
     if staged is not None:
         res_buf = K.Buffer("pf_res", staged.dtype, "local", K.Const(8))
-        res_bars = K.MBarriers("pf_res_bar", wgs * p.staging_boxes)
+        # Indexed by the compute warp group (threadIdx.y: the warp group of a cooperative
+        # role, the role in ping-pong, whose bodies each declare their own array).
+        res_bars = K.MBarriers("pf_res_bar", p.compute_warp_groups * p.staging_boxes)
         res_map = tensor_map("input", p.staged_input, rank - 1, rank - 2, BOX, BOX,
                              ctx.buffers[staged], 0 if rank == 3 else None)
 
@@ -388,9 +390,7 @@ def build_matmul(kernel: K.Kernel) -> K.Kernel:
                     if j >= boxes:
                         out.append(K.IfThenElse(thread0, [K.BulkWait(boxes - 1, read=True)]
                                                 + staged_load(wg, j)))
-                    out.append(K.MBarrierWait(K.MBarrierRef(res_bars,
-                                                            K.Const(wg * boxes + j % boxes)),
-                                              staged_parity(j)))
+                    out.append(K.MBarrierWait(staged_bar(j), staged_parity(j)))
                 j += 1
                 for jj in range(4):
                     j0 = 8 * c + 2 * jj                    # the first of two 8-column groups
@@ -434,22 +434,27 @@ def build_matmul(kernel: K.Kernel) -> K.Kernel:
         sl, c = divmod(j, chunks)
         row0 = (wg * slices + sl) * WARP_GROUP_ROWS
         at = [K.add(n0, c * BOX), K.add(m0, row0)] + ([bt] if rank == 3 else [])
-        bar = K.MBarrierRef(res_bars, K.Const(wg * boxes + j % boxes))
+        bar = staged_bar(j)
         box = K.Const((wg * boxes + j % boxes) * BOX * BOX)
         return [K.TensorMapLoad(K.TensorIndex(staging[0], box), *res_map, ctx.buffers[staged],
                                 at, K.Const(BOX * BOX * staged.dtype.size), bar),
                 K.MBarrierArrive(bar)]
 
+    def staged_bar(j: int) -> K.MBarrierRef:
+        """The mbarrier of the staging box of the warp group's box j."""
+        return K.MBarrierRef(res_bars, K.add(K.mul(_TIDY, boxes), j % boxes))
+
     def staged_parity(j: int) -> K.KExpr:
         """The phase parity of box j's load on its staging box's mbarrier: each tile loads
         every staging box uses = boxes_per_tile / staging_boxes times (the schedule allows
-        staging only without split-K and ping-pong: every tile of the CTA's grid-stride loop
-        runs this epilogue), so the box's loads before it number (t / gridDim.x) * uses +
-        j / staging_boxes."""
+        staging only without split-K: every tile a role takes runs this epilogue; a role takes
+        every compute_roles-th iteration of the CTA's grid-stride loop), so the box's loads
+        before it number (t / gridDim.x / compute_roles) * uses + j / staging_boxes."""
         uses = slices * chunks // boxes
         if uses % 2 == 0:
             return K.Const(j // boxes % 2)
-        return K.mod(K.add(K.mul(K.div(t, K.Special("gridDim.x")), uses), j // boxes), 2)
+        taken = K.div(K.div(t, K.Special("gridDim.x")), p.compute_roles)
+        return K.mod(K.add(K.mul(taken, uses), j // boxes), 2)
 
     # When the tile starts: each warp group's thread 0 waits until its last tile's stores have
     # read their boxes, then loads the tile's first staging_boxes boxes of the staged input.
@@ -486,18 +491,19 @@ def build_matmul(kernel: K.Kernel) -> K.Kernel:
                           parallel="GridStride")
     # The fusion's loop nests (LoweringContext) are replaced by this nest of its own.
     kernel.replaced_loops.update(id(lp) for lp in ctx.all_loops())
-    # The staged input's mbarriers: set up and taken down by the compute threads (the block
-    # barrier becomes the compute role's when pipeline_loads splits the roles).
-    first = K.and_(thread0, K.eq(_TIDY, 0))
+    # The staged input's mbarriers: set up and taken down by each compute role's first thread,
+    # its warp groups' (the block barrier becomes the role's when pipeline_loads splits the
+    # roles).
+    first = K.and_(thread0, K.eq(K.mod(_TIDY, wgs), 0))
+    role_bars = [K.MBarrierRef(res_bars, K.add(K.mul(_TIDY, boxes), i))
+                 for i in range(wgs * boxes)] if staged is not None else []
     res_setup = [] if staged is None else [
         K.MBarrierAlloc(res_bars),
-        K.IfThenElse(first, [K.MBarrierInit(K.MBarrierRef(res_bars, K.Const(w)), K.Const(1))
-                             for w in range(res_bars.count)] + [K.FenceMBarrierInit()]),
+        K.IfThenElse(first, [K.MBarrierInit(b, K.Const(1)) for b in role_bars]
+                     + [K.FenceMBarrierInit()]),
         K.BlockSync()]
     res_teardown = [] if staged is None else [
-        K.BlockSync(),
-        K.IfThenElse(first, [K.MBarrierInval(K.MBarrierRef(res_bars, K.Const(w)))
-                             for w in range(res_bars.count)])]
+        K.BlockSync(), K.IfThenElse(first, [K.MBarrierInval(b) for b in role_bars])]
     kernel.body = [
         K.Allocate(a_s), K.Allocate(b_s), *(K.Allocate(s) for s in staging),
         *(K.Allocate(a) for a in accs),

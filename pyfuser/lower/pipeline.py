@@ -901,6 +901,12 @@ def _warp_specialize(kernel: K.Kernel, chain_path, items) -> None:
             align = max(128, buf.align) // buf.dtype.size
             copies[id(buf)] = -(-buf.size.value // align) * align
             buf.size = K.Const(copies[id(buf)] * R)
+        # An mbarrier array the compute body allocates (a matmul's staged epilogue input):
+        # each role's allocation holds every role's, and role r uses the r-th part.
+        for alloc in [x for x in K.walk(rest) if isinstance(x, K.MBarrierAlloc)]:
+            if id(alloc.bars) not in copies:
+                copies[id(alloc.bars)] = alloc.bars.count
+                alloc.bars.count *= R
     for r in range(R):
         body = _compute_role(kernel, rest, chain, buffered, empty, roles, r)
         if copies:
@@ -1056,7 +1062,8 @@ def role_written_shared(stmts, buffered) -> list:
 
 class _RoleCopies(Rewriter):
     """Compute role r's accesses to a role-written shared buffer address its own copy: the
-    buffer grows to one copy per role, role r's starting r copies in."""
+    buffer grows to one copy per role, role r's starting r copies in; likewise the mbarriers
+    of an array the compute body allocates (`sizes` by id of Buffer or MBarriers)."""
 
     def __init__(self, sizes: dict, r: int):
         self.sizes, self.r = sizes, r
@@ -1067,6 +1074,13 @@ class _RoleCopies(Rewriter):
         if size is None or not self.r:
             return t
         return dataclasses.replace(t, index=K.add(t.index, self.r * size))
+
+    def mbarrier_ref(self, b):
+        b = self.default_expr(b)
+        count = self.sizes.get(id(b.bars))
+        if count is None or not self.r:
+            return b
+        return dataclasses.replace(b, index=K.add(b.index, self.r * count))
 
 
 def touches(stmt, slots) -> bool:

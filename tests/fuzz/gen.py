@@ -1928,7 +1928,7 @@ def pat_matmul(b: Builder) -> None:
     and K multiples of 8; random layouts make some inputs strided or offset, which torch then
     runs): a linear (a bias sometimes) or a @ b, 2-D or a batch of two or three, then a chain of
     element-wise ops (the epilogue the kernel fuses) reading other inputs over the output's
-    dims."""
+    dims, sometimes first a residual of the output's dims and dtype."""
     r = b.rng
     batched = r.random() < 0.3
     batch_axis = b.axis(r.randint(2, 3)) if batched else None
@@ -1960,6 +1960,11 @@ def pat_matmul(b: Builder) -> None:
         y = b.bounded(b.call("matmul", x, w))
     out_axes = lead_axes + [m_axis, n_axis]
     last = y
+    if r.random() < 0.3:
+        # A residual of the output's dims and dtype (the kernel reads it through its staging
+        # boxes where the layouts allow).
+        last = b.call(r.choice(("add", "add", "sub", "mul")), last,
+                      b.tensor([Dim(a, "full") for a in out_axes], dt))
     for _ in range(r.randint(0, 3)):
         if r.random() < 0.5:
             last = b.unary_step(last)

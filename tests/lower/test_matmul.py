@@ -660,14 +660,17 @@ def test_lone_output_values_stay_fp32_until_the_stmatrix():
     assert bufs == {"pf_epi": BF16, "pf_epi1": BF16}, bufs
 
 
-@pytest.mark.parametrize("tile, boxes", [((128, 256), 0), ((128, 192), 3), ((128, 192), 1),
-                                         ((128, 128), 1), ((128, 64), 0)])
-def test_residual_read_through_the_staging_boxes(tile, boxes):
+@pytest.mark.parametrize("tile, boxes, roles", [((128, 256), 0, 1), ((128, 192), 3, 1),
+                                                ((128, 192), 1, 1), ((128, 128), 1, 1),
+                                                ((128, 64), 0, 1), ((128, 128), 0, 2),
+                                                ((128, 128), 1, 2), ((128, 64), 0, 2)])
+def test_residual_read_through_the_staging_boxes(tile, boxes, roles):
     """The residual's boxes land by TMA in the staging boxes (a warp group's first boxes when
     the tile starts, the others when their box is free) and each lane reads its values with
     ldmatrix: interpreted at [130, 392] on a grid of 2 (each CTA runs several tiles, so the
     staging boxes' mbarriers go through several phases; with 3 boxes a tile, each box's phase
-    follows the tile count), against float64; no global read of the residual is left."""
+    follows the tile count; in ping-pong each role has its own boxes and mbarriers and counts
+    the tiles it takes), against float64; no global read of the residual is left."""
     import re
 
     from kir_testing import interpret_against_float64, schedule_and_lower
@@ -675,22 +678,22 @@ def test_residual_read_through_the_staging_boxes(tile, boxes):
     fd = _epilogue_fd("residual")
     inputs = _epilogue_inputs("residual", 130, 392, 72)
     p = matmul.MatmulParams(tile_m=tile[0], tile_n=tile[1], stages=2, grid=2,
-                            epilogue_boxes=boxes, staged_input=2)
+                            epilogue_boxes=boxes, staged_input=2, compute_roles=roles)
     st, _, p, kernel = schedule_and_lower(fd, inputs, params=p, scheduler=matmul,
                                           device="h100-4sm")
-    interpret_against_float64(fd, st, kernel, inputs, context=(tile, boxes))
+    interpret_against_float64(fd, st, kernel, inputs, context=(tile, boxes, roles))
     assert sum(isinstance(x, K.LdMatrix) for x in K.walk(kernel.body)) > 0
     residual = next(q.name for q in kernel.params if q.source == ("input", 2))
     loads = [x for x in K.walk(kernel.body) if isinstance(x, K.TensorMapLoad)
              and x.source.name == residual]
-    assert len(loads) == p.boxes_per_tile * p.warp_groups_per_role, len(loads)
+    assert len(loads) == p.boxes_per_tile * p.compute_warp_groups, len(loads)
     assert not re.search(re.escape(residual) + r"\[", generate_cuda(kernel))
 
 
 def test_the_heuristic_stages_a_residual_of_the_outputs_dtype():
     """A residual of the output's shape and dtype is read through the staging boxes; not a
-    bias (one row), a residual of another dtype, a fp32 output, ping-pong or split-K; a forced
-    staged input that cannot be staged is refused with a reason."""
+    bias (one row), a residual of another dtype, a fp32 output or split-K; a forced staged
+    input that cannot be staged is refused with a reason."""
     from kir_testing import setup
 
     def params(fd, inputs, **opts):
@@ -706,11 +709,13 @@ def test_the_heuristic_stages_a_residual_of_the_outputs_dtype():
     assert p.staged_input == 2 and p.compute_roles == 1, p
     assert "input 2 read through the staging boxes" in p.describe()
     p, _ = params(fd, [x, w, meta(8192, 16384)], enable=["matmul_pingpong"])
-    assert p.staged_input == -1
-    assert p.compute_roles == 2
+    assert p.staged_input == 2 and p.compute_roles == 2, p
+    p, st = params(fd, [x, w, meta(8192, 16384)])
+    split = dataclasses.replace(p, split_k=2, staged_input=-1)
+    assert matmul.staged_input(st.fusion, st.info, split, (1, 8192, 16384)) == -1
     with pytest.raises(SchedulerError, match="cannot be read through the staging boxes"):
         matmul.schedule(setup(fd, [x, w, meta(8192, 16384)], "h100").fusion,
-                        dataclasses.replace(p, staged_input=2))
+                        dataclasses.replace(split, staged_input=2))
     for kind in ("bias_gelu", "scales_silu"):
         fd = _epilogue_fd(kind)
         ins = [meta(8192, 4096), meta(16384, 4096)] + (

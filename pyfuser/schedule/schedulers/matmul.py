@@ -485,15 +485,15 @@ def staged_input(fusion, info, p: MatmulParams, bmn: tuple) -> int:
     """The fusion input the epilogue of `p` reads through its staging boxes, or -1: the first
     input of the first stored output's shape, dtype (16-bit) and dims (no broadcast) that an
     epilogue op reads and a tensor map of 64 x 64 boxes can take (rows of N contiguous), in a
-    cooperative kernel without split-K (each warp group then loads exactly its tile's boxes,
-    so its mbarrier's phase follows the tile count). `bmn`: the output's (batches, M, N).
+    kernel without split-K (each warp group then loads exactly its tiles' boxes, so their
+    mbarriers' phases follow the tile count). `bmn`: the output's (batches, M, N).
 
     Measured before (bench/results/2026-11-30/h200-matmul-epilogue-gelu-session21.txt): x @ W^T
     + r read r with one 2-byte load per element in the accumulator fragment's layout, each
     warp's load touching 8 rows (8 L1 wavefronts for 64 bytes), about 4 us per tile of
     128 x 256 with the tensor cores idle; an L2 prefetch and unclamped addresses did not move
     it."""
-    if p.compute_roles != 1 or p.split_k != 1:
+    if p.split_k != 1:
         return -1
     op = _matmul_op(fusion)
     _, finals, why = _epilogue(fusion, op)
@@ -577,13 +577,13 @@ def schedule(fusion, params: MatmulParams) -> None:
     if params.staged_input >= 0:
         v = (fusion.inputs[params.staged_input]
              if params.staged_input < len(fusion.inputs) else None)
-        if (params.compute_roles != 1 or params.split_k != 1 or not isinstance(v, TensorView)
+        if (params.split_k != 1 or not isinstance(v, TensorView)
                 or v.dtype != finals[0].dtype or finals[0].dtype.size != 2
                 or len(v.domain.logical) != len(finals[0].domain.logical)):
             raise SchedulerError(
                 f"matmul: input {params.staged_input} cannot be read through the staging boxes "
-                "(a 16-bit input of the first output's dtype and rank, in a cooperative kernel "
-                "without split-K)")
+                "(a 16-bit input of the first output's dtype and rank, in a kernel without "
+                "split-K)")
     if params.staging_boxes < 1 or params.boxes_per_tile % params.staging_boxes:
         raise SchedulerError(f"matmul: {params.staging_boxes} staging boxes per warp group do "
                              f"not divide the {params.boxes_per_tile} boxes it stores per tile")
