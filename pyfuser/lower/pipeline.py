@@ -1068,19 +1068,20 @@ class _RoleCopies(Rewriter):
     def __init__(self, sizes: dict, r: int):
         self.sizes, self.r = sizes, r
 
+    def _shifted(self, ref, key):
+        """`ref` (a TensorIndex or MBarrierRef) moved r parts in, if its array has parts."""
+        size = self.sizes.get(key)
+        if size is None or not self.r:
+            return ref
+        return dataclasses.replace(ref, index=K.add(ref.index, self.r * size))
+
     def tensor_index(self, t):
         t = self.default_expr(t)
-        size = self.sizes.get(id(t.buffer))
-        if size is None or not self.r:
-            return t
-        return dataclasses.replace(t, index=K.add(t.index, self.r * size))
+        return self._shifted(t, id(t.buffer))
 
     def mbarrier_ref(self, b):
         b = self.default_expr(b)
-        count = self.sizes.get(id(b.bars))
-        if count is None or not self.r:
-            return b
-        return dataclasses.replace(b, index=K.add(b.index, self.r * count))
+        return self._shifted(b, id(b.bars))
 
 
 def touches(stmt, slots) -> bool:

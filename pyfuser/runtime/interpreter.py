@@ -2868,13 +2868,7 @@ class Interpreter:
         if s.dst.buffer.memory != "shared" or s.dst.buffer.dtype != s.dtype:
             raise InterpreterError(f"stmatrix destination {s.dst!r} is not shared memory of "
                                    f"{s.dtype}")
-        m, idx = self._check(ctx, s.dst, "stmatrix row address", 8, align=1)
-        idx = ctx.arr(idx, np.int64)
-        byte = self.k.smem_offsets.get(s.dst.buffer.name, 0) + idx * 2
-        if (byte % 16 != 0).any():
-            q = int(np.argmax(byte % 16 != 0))
-            raise InterpreterError(f"stmatrix row address {s.dst!r} (element {int(idx[q])}) is "
-                                   f"not 16-byte aligned at {self._where(ctx, q)}")
+        m, addr = self._matrix_addresses(ctx, s.dst, warps, "stmatrix")
         read = [self._stmatrix_value(ctx, v) for v in s.values]
         vals = np.stack([v for v, _ in read], axis=1)            # [threads, 8]
         poison = np.stack([p for _, p in read], axis=1)
@@ -2882,13 +2876,25 @@ class Interpreter:
             q, j = divmod(int(np.argmax(poison)), 8)
             raise InterpreterError(f"stmatrix stores value {j} ({s.values[j]!r}), computed from "
                                    f"unwritten registers, at {self._where(ctx, q)}")
+        self._store(m, addr, vals[warps].reshape(-1, 8), None)
+
+    def _matrix_addresses(self, ctx: _Ctx, at: K.TensorIndex, warps, what: str):
+        """(memory, [threads, 8] element addresses) of an stmatrix / ldmatrix .x4 whose lanes
+        give row addresses `at`: lane l's pair k is row l / 4 of matrix k, columns
+        2 (l % 4) + {0, 1} from the row address lane 8 k + l / 4 gives (16-byte aligned)."""
+        m, idx = self._check(ctx, at, f"{what} row address", 8, align=1)
+        idx = ctx.arr(idx, np.int64)
+        byte = self.k.smem_offsets.get(at.buffer.name, 0) + idx * 2
+        if (byte % 16 != 0).any():
+            q = int(np.argmax(byte % 16 != 0))
+            raise InterpreterError(f"{what} row address {at!r} (element {int(idx[q])}) is not "
+                                   f"16-byte aligned at {self._where(ctx, q)}")
         lane = _lanes(32)[:, None]
         k = _lanes(4)[None, :]
         rows = idx[warps][:, 8 * k + lane // 4]                  # [warps, 32, 4]
         col = rows + 2 * (lane % 4)
-        at = np.stack([col, col + 1], axis=-1).reshape(len(warps), 32, 8)
-        addr = (ctx.blk[warps] * m.row)[:, :, None] + at
-        self._store(m, addr.reshape(-1, 8), vals[warps].reshape(-1, 8), None)
+        pairs = np.stack([col, col + 1], axis=-1).reshape(len(warps), 32, 8)
+        return m, ((ctx.blk[warps] * m.row)[:, :, None] + pairs).reshape(-1, 8)
 
     def _LdMatrix(self, s: K.LdMatrix, ctx: _Ctx):
         """ldmatrix.m8n8.x4 of each warp (StMatrix's inverse): lane l's pair k is row l / 4 of
@@ -2900,19 +2906,7 @@ class Interpreter:
                 or s.out.dtype != s.src.buffer.dtype or s.out.memory != "local":
             raise InterpreterError(f"ldmatrix of {s.src!r} into {s.out.name}: 16-bit shared "
                                    "memory into registers of its dtype")
-        m, idx = self._check(ctx, s.src, "ldmatrix row address", 8, align=1)
-        idx = ctx.arr(idx, np.int64)
-        byte = self.k.smem_offsets.get(s.src.buffer.name, 0) + idx * 2
-        if (byte % 16 != 0).any():
-            q = int(np.argmax(byte % 16 != 0))
-            raise InterpreterError(f"ldmatrix row address {s.src!r} (element {int(idx[q])}) is "
-                                   f"not 16-byte aligned at {self._where(ctx, q)}")
-        lane = _lanes(32)[:, None]
-        k = _lanes(4)[None, :]
-        rows = idx[warps][:, 8 * k + lane // 4]                  # [warps, 32, 4]
-        col = rows + 2 * (lane % 4)
-        at = np.stack([col, col + 1], axis=-1).reshape(len(warps), 32, 8)
-        addr = ((ctx.blk[warps] * m.row)[:, :, None] + at).reshape(-1, 8)
+        m, addr = self._matrix_addresses(ctx, s.src, warps, "ldmatrix")
         vals = m.vals[addr]
         poison = None if m.written is None else ~m.written[addr]
         if m.landed is not None:
