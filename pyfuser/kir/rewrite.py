@@ -96,6 +96,12 @@ def subexprs(e):
                 yield from subexprs(x)
 
 
+def vars_read(stmts) -> set:
+    """Names of the variables `stmts` read (nested bodies included)."""
+    return {x.name for st in K.walk(stmts) for _, e in exprs_of(st) for x in subexprs(e)
+            if isinstance(x, K.Var)}
+
+
 def buffers_of(s) -> list:
     """(field, Buffer) for each buffer statement `s` names directly (role BUFFER/BUFFERS);
     buffers inside its expressions are TensorIndex operands (see `subexprs`)."""

@@ -53,6 +53,7 @@ from __future__ import annotations
 from ..ir.dtype import DataType
 from ..ir.tensor import TensorView
 from ..kir import nodes as K
+from ..kir.rewrite import vars_read
 from ..kir.verifier import establishes
 from .indexing import scalar_to_kexpr
 
@@ -521,9 +522,11 @@ def build_matmul(kernel: K.Kernel) -> K.Kernel:
                                                       K.mul(K.mod(K.div(lane, 8), 2), 8)))),
         K.ScalarDef(unit_hi, K.div(lane, 16)),
         # The accumulator fragment: register i of lane l in warp w is row 16 w + l / 4 +
-        # 8 ((i >> 1) & 1), column 8 (i >> 2) + 2 (l % 4) + (i & 1) of its 64-row slice.
-        K.ScalarDef(frag_row, K.add(K.mul(warp, 16), K.div(lane, 4))),
-        K.ScalarDef(frag_col, K.mul(K.mod(lane, 4), 2)),
+        # 8 ((i >> 1) & 1), column 8 (i >> 2) + 2 (l % 4) + (i & 1) of its 64-row slice
+        # (defined where the epilogue reads them: NVRTC warns of an unused variable).
+        *(K.ScalarDef(v, e) for v, e in ((frag_row, K.add(K.mul(warp, 16), K.div(lane, 4))),
+                                         (frag_col, K.mul(K.mod(lane, 4), 2)))
+          if v.name in vars_read([tile_loop])),
         tile_loop,
         K.IfThenElse(thread0, [K.BulkWait(0, read=False)]),
         *res_teardown,

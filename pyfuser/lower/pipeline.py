@@ -116,8 +116,8 @@ from ..ir.iter_domain import ParallelType as PT
 from ..ir.tensor import CpAsyncPipelined, WarpSpecialized
 from ..kir import nodes as K
 from ..kir.registers import check_register_counts, default_register_split
-from ..kir.rewrite import (Rewriter, Substitution, accesses, exprs_of, fresh_stmts,
-                           replace_stmt, subexprs, substitute_stmts)
+from ..kir.rewrite import (Rewriter, Substitution, accesses, fresh_stmts, replace_stmt, subexprs,
+                           substitute_stmts, vars_read)
 from ..kir.verifier import Rule, establishes
 from .context import LoweringError
 from .index import reader_index
@@ -945,18 +945,12 @@ def _warp_specialize(kernel: K.Kernel, chain_path, items) -> None:
                                 for b in buffered]
 
 
-def _vars_read(stmts) -> set:
-    """Names of the variables `stmts` read (nested bodies included)."""
-    return {x.name for s in K.walk(stmts) for _, e in exprs_of(s) for x in subexprs(e)
-            if isinstance(x, K.Var)}
-
-
 def _loop_defs(chain: _Chain, ks, body: list) -> list:
     """The producer's loop nest over the chain (iteration indices ks) around `body`: each level
     starts with its loop's index (as the compute roles define it) and the scalar definitions of
     that loop's body that `body` reads, directly or through another such definition, in their
     order (innermost level first, so that a definition reading an outer one sees it)."""
-    needed = _vars_read(body)
+    needed = vars_read(body)
     for lvl in range(len(chain.loops) - 1, -1, -1):
         lp = chain.loops[lvl]
         defs = []
@@ -964,7 +958,7 @@ def _loop_defs(chain: _Chain, ks, body: list) -> list:
             for s in reversed([s for s in lp.body if isinstance(s, K.ScalarDef)]):
                 if s.var.name in needed:
                     defs.insert(0, s)
-                    needed |= _vars_read([s])
+                    needed |= vars_read([s])
         defs = substitute_stmts(defs, _AS_THREAD0)
         body = [K.ScalarDef(lp.var, chain.index_at[lvl](ks[lvl]))] + defs + body
         body = [K.ForLoop(ks[lvl], K.Const(0), chain.trips[lvl], K.Const(1), body,
