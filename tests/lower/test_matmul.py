@@ -690,6 +690,21 @@ def test_residual_read_through_the_staging_boxes(tile, boxes, roles):
     assert not re.search(re.escape(residual) + r"\[", generate_cuda(kernel))
 
 
+@pytest.mark.parametrize("roles", [1, 2])
+def test_fp16_residual_read_through_the_staging_boxes(roles):
+    """The same in fp16 (ldmatrix's halves read as fp16), cooperative and ping-pong."""
+    from kir_testing import interpret_against_float64, schedule_and_lower
+    fd = _epilogue_fd("residual", dtype=DataType.Half)
+    inputs = _epilogue_inputs("residual", 130, 392, 72, dtype=torch.float16)
+    p = matmul.MatmulParams(tile_m=128, tile_n=128, stages=2, grid=2, staged_input=2,
+                            compute_roles=roles)
+    st, _, p, kernel = schedule_and_lower(fd, inputs, params=p, scheduler=matmul,
+                                          device="h100-4sm")
+    assert {x.out.dtype for x in K.walk(kernel.body) if isinstance(x, K.LdMatrix)} == {
+        DataType.Half}
+    interpret_against_float64(fd, st, kernel, inputs, context=roles)
+
+
 def test_the_heuristic_stages_a_residual_of_the_outputs_dtype():
     """A residual of the output's shape and dtype is read through the staging boxes; not a
     bias (one row), a residual of another dtype, a fp32 output or split-K; a forced staged
