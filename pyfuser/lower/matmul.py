@@ -370,6 +370,15 @@ def build_matmul(kernel: K.Kernel) -> K.Kernel:
         stmts.append(K.TensorOp(mma.op, out_of(mma.out), ins))
         return stmts + [op_stmt(e) for e in mma.epilogue if e in after_mm]
 
+    def box_of(wg: int, j: int) -> tuple:
+        """(the staging box's first element, the global coordinates: column, row and batch)
+        of warp group wg's box j of the tile: slice j / chunks, 64-column chunk j % chunks,
+        staging box j % boxes."""
+        sl, c = divmod(j, chunks)
+        row0 = (wg * slices + sl) * WARP_GROUP_ROWS
+        return (K.Const((wg * boxes + j % boxes) * BOX * BOX),
+                [K.add(n0, c * BOX), K.add(m0, row0)] + ([bt] if rank == 3 else []))
+
     def epilogue_of(wg: int) -> list:
         """Warp group wg's epilogue (of the role): its own staging boxes and, with several warp
         groups in the role, its own named barrier (they do not wait for each other); one warp
@@ -379,9 +388,8 @@ def build_matmul(kernel: K.Kernel) -> K.Kernel:
         j = 0                       # the warp group's boxes of this tile, in order
         for sl, acc in enumerate(accs):
             for c in range(chunks):
-                box = K.Const((wg * boxes + j % boxes) * BOX * BOX)
+                box, at = box_of(wg, j)
                 row0 = (wg * slices + sl) * WARP_GROUP_ROWS
-                at = [K.add(n0, c * BOX), K.add(m0, row0)] + ([bt] if rank == 3 else [])
                 if staged is None:
                     out += [K.IfThenElse(thread0, [K.BulkWait(boxes - 1, read=True)]), sync]
                 else:
@@ -430,13 +438,10 @@ def build_matmul(kernel: K.Kernel) -> K.Kernel:
         return out
 
     def staged_load(wg: int, j: int) -> list:
-        """Thread 0 of warp group wg: the staged input's box j of the tile (slice j / chunks,
-        64-column chunk j % chunks) into staging box j % boxes, on that box's mbarrier."""
-        sl, c = divmod(j, chunks)
-        row0 = (wg * slices + sl) * WARP_GROUP_ROWS
-        at = [K.add(n0, c * BOX), K.add(m0, row0)] + ([bt] if rank == 3 else [])
+        """Thread 0 of warp group wg: the staged input's box j of the tile into its staging
+        box, on that box's mbarrier."""
         bar = staged_bar(j)
-        box = K.Const((wg * boxes + j % boxes) * BOX * BOX)
+        box, at = box_of(wg, j)
         return [K.TensorMapLoad(K.TensorIndex(staging[0], box), *res_map, ctx.buffers[staged],
                                 at, K.Const(BOX * BOX * staged.dtype.size), bar),
                 K.MBarrierArrive(bar)]

@@ -496,10 +496,11 @@ def staged_input(fusion, info, p: MatmulParams, bmn: tuple) -> int:
     if p.split_k != 1:
         return -1
     op = _matmul_op(fusion)
-    _, finals, why = _epilogue(fusion, op)
-    if why or finals[0].dtype.size != 2:
+    # The first stored output (can_schedule checked the epilogue: _epilogue's finals are the
+    # fusion's tensor outputs).
+    out = next(o for o in fusion.outputs if isinstance(o, TensorView))
+    if out.dtype.size != 2:
         return -1
-    out = finals[0]
     rank = len(out.domain.logical)
     reads = {v for e in fusion.exprs() if e is not op for v in e.inputs}
     for v in fusion.inputs:
