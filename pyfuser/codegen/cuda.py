@@ -188,6 +188,8 @@ class CudaPrinter:
         else:
             if s.unroll:
                 self.line("#pragma unroll")
+            elif s.rolled:
+                self.line("#pragma unroll 1")
             v = s.var.name
             one = isinstance(s.step, K.Const) and s.step.value == 1
             step = f"++{v}" if one else f"{v} += {self.expr(s.step)}"

@@ -78,6 +78,10 @@ class IterDomain(Val):
         # Set when an rfactor turns this ID into a product of the rfactor tensor's logical
         # domain (it is then an iteration or reduction ID of that tensor, not of the original).
         self.is_rfactor_product = False
+        # A serial loop the schedule keeps rolled whatever its extent (the looped inner
+        # persistent variant's steps over a row, constant where an iota fixes the row's
+        # length): lowering neither unrolls it nor holds a broadcast's copies along it.
+        self.rolled = False
 
     # Properties ------------------------------------------------------------------------------
     @property

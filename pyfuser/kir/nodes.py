@@ -320,7 +320,7 @@ class Stmt:
 
 
 @roles(defines=("var",), expr=("start", "stop", "step"), body=("body",),
-       data=("parallel", "unroll", "iter_domain", "loop", "label"))
+       data=("parallel", "unroll", "rolled", "iter_domain", "loop", "label"))
 @dataclasses.dataclass(eq=False, slots=True)
 class ForLoop(Stmt):
     """for var in [start, stop) step `step`. A loop bound to a thread or block dimension prints
@@ -333,6 +333,7 @@ class ForLoop(Stmt):
     body: list
     parallel: str = "Serial"       # ParallelType name
     unroll: bool = False
+    rolled: bool = False           # kept rolled (#pragma unroll 1): IterDomain.rolled
     iter_domain: Any = None        # the promoted IterDomain this loop iterates
     loop: Any = None               # the lowering Loop it came from
     label: str = ""                # e.g. CB_MAIN_LOOP
@@ -415,6 +416,18 @@ class TensorOp(Stmt):
     # index), which later passes read to index the op's operands again (a cp.async copy's
     # readers, a tensor-map copy's row).
     known: Any = None
+
+
+def vector_operands(op: TensorOp) -> int:
+    """How many of op's leading inputs a vector op reads as vectors (lower/vectorize.py): a
+    gather's source read alone (its index and error record are one element for all lanes),
+    none of a random op's (scalars and its first element's index), all of any other op's."""
+    from ..ir.exprs import GatherOp, RandOp
+    if isinstance(op.expr, GatherOp):
+        return 1
+    if isinstance(op.expr, RandOp):
+        return 0
+    return len(op.ins)
 
 
 @roles(buffer=("out",), expr=("value",), data=("tv",))

@@ -281,7 +281,12 @@ class _Verifier:
             return
         if s.vector not in _VECTOR_WIDTHS:
             self.fail(f"vector width {s.vector} is not one of {_VECTOR_WIDTHS}", s)
-        for v in [s.out] + list(s.ins):
+        vectors = K.vector_operands(s)
+        for k, v in enumerate([s.out] + list(s.ins)):
+            if k > vectors:         # one element for all lanes (a gather's index, K.vector_operands)
+                if isinstance(v, K.TensorIndex) and v.vector != 1:
+                    self.fail(f"{v!r} is a vector access where the lanes share one element", s)
+                continue
             if not isinstance(v, K.TensorIndex):
                 if isinstance(v, K.ScalarValue):
                     self.fail("a vectorized op reads a scalar", s)

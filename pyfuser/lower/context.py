@@ -360,7 +360,7 @@ class LoweringContext:
         if match is not None:
             promoted, x = match
             if (i.is_broadcast and i.expanded_extent is None
-                    and (not self._static(promoted.extent) or (
+                    and (not self._static(promoted.extent) or promoted.rolled or (
                         i.parallel_type in _ONCE_WHEN_BROADCAST
                         and not isinstance(tv.definition, _COPIES)))):
                 # A broadcast of the tensor's own (all its dims broadcast along the loop) holds
@@ -370,7 +370,8 @@ class LoweringContext:
                 # serial loop of a constant extent, what it computes is computed and held once
                 # per iteration (cross-entropy's per-row loss, 128 floats a thread in the
                 # looped kernel, its log and target gather repeated for each). Its loop runs
-                # once. A copy (a cache of a per-row input, a broadcast) still takes the loop:
+                # once; so it does, copies too, where the loop is kept rolled (a copy per
+                # iteration would be indexed by the rolled loop: local memory). A copy (a cache of a per-row input, a broadcast) still takes the loop:
                 # ptxas folds its equal registers, and holding the per-row rstd of an RMSNorm
                 # backward once instead slowed the cluster kernel by 8-9% at [4096, 65536]
                 # (register allocation at its 128-register cap: 56 B spilled; H200, session

@@ -54,16 +54,23 @@ _THREAD_SPECIAL = {
 
 
 def _indexed(v, s, scope) -> None:
-    """Operands are indexed accesses (TensorIndex) or ScalarValues, outputs TensorIndex,
-    predicates kernel expressions; accumulators start from ScalarValues; reductions reduce
-    register values."""
+    """Operands are kernel expressions, no fusion values: each tensor the op reads an indexed
+    access (TensorIndex), each scalar a ScalarValue, and the operands the pass adds (a gather's,
+    scatter's or index check's stride, extent and error record, a window's condition, an iota's
+    or random op's element index) expressions; outputs TensorIndex, predicates kernel
+    expressions; accumulators start from ScalarValues; reductions reduce register values."""
     if isinstance(s, K.TensorOp):
-        for what, x in [("the output", s.out)] + [(f"input {k}", i) for k, i in enumerate(s.ins)]:
-            if not isinstance(x, (K.TensorIndex, K.ScalarValue)):
-                v.fail(f"{what} is {type(x).__name__} ({x!r}), not a TensorIndex or ScalarValue "
+        for k, x in enumerate(s.ins):
+            if not isinstance(x, K.KExpr):
+                v.fail(f"input {k} is {type(x).__name__} ({x!r}), not a kernel expression "
                        "after index_and_predicate", s)
+        tensors = sum(isinstance(x, TensorView) for x in s.expr.inputs)
+        if sum(isinstance(x, K.TensorIndex) for x in s.ins) < tensors:
+            v.fail(f"the op reads {tensors} tensor(s) but has fewer indexed accesses "
+                   "after index_and_predicate", s)
         if not isinstance(s.out, K.TensorIndex):
-            v.fail("the output is not a TensorIndex", s)
+            v.fail(f"the output is {type(s.out).__name__} ({s.out!r}), not a TensorIndex "
+                   "after index_and_predicate", s)
         if not isinstance(s.predicate, K.KExpr) or isinstance(s.predicate, (K.TensorIndex,
                                                                             K.ScalarValue)):
             v.fail(f"predicate {s.predicate!r} is not a kernel expression", s)

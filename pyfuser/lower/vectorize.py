@@ -76,7 +76,7 @@ class _VectorLoops(Rewriter):
             return _vectorize(s, self.kernel)
         ext = s.stop.value if isinstance(s.stop, K.Const) else None
         if s.parallel == "Unroll" or (s.parallel == "Serial" and ext is not None
-                                      and ext <= UNROLL_LIMIT):
+                                      and ext <= UNROLL_LIMIT and not s.rolled):
             s = dataclasses.replace(s, unroll=True)
             # One iteration has one guard anyway, and a vector loop around it folds it away
             # (_ops_run_once_per_lane looks through such loops, not through an if).
@@ -209,10 +209,7 @@ def _vector_ops(ops: list, per_lane: set, allocs: list, collapsed: list, loop: K
                 predicate=substitute(op.predicate, first_lane)))
             continue
         _check_lanes_contiguous(op, loop, kernel)
-        # A gather's vector is its source read (ins[0]); its index and error record are one
-        # element for all lanes. A random op's operands are scalars and its first index.
-        vector_ins = (1 if isinstance(op.expr, GatherOp) else 0 if isinstance(op.expr, RandOp)
-                      else len(op.ins))
+        vector_ins = K.vector_operands(op)
         out.append(dataclasses.replace(
             op, vector=width, out=_vec_access(substitute(op.out, first_lane), width, kernel),
             ins=[_vec_access(substitute(i, first_lane), width, kernel)

@@ -169,7 +169,7 @@ def test_ops_are_indexed_after_indexing():
     k = lower_upto(_pointwise(), "index_and_predicate")
     op = op_writing(k, "T3")
     op.ins[0] = op.expr.inputs[0]            # a fusion TensorView again
-    _err(k, "index_and_predicate", r"input 0 is TensorView .* not a TensorIndex or ScalarValue")
+    _err(k, "index_and_predicate", r"input 0 is TensorView .* not a kernel expression")
 
 
 def test_register_buffer_of_runtime_size():
@@ -290,3 +290,35 @@ def test_grid_sync_must_be_reached_by_every_block_and_launched_cooperatively():
     k.launch.cooperative = True
     k.body[k.body.index(gs)] = K.IfThenElse(K.eq(K.Special("blockIdx.x"), 0), [gs])
     _err(k, "launch_config", r"GridSync is inside the predicated branch `if \(blockIdx.x == 0\)`")
+
+
+def _issue17_fusions():
+    """Fusions of the slicing and indexing ops: each adds operands of its own in indexing (a
+    gather's stride, extent and error record, a window's condition, an iota's element index)."""
+    import torch
+    from pyfuser import DataType
+    x, t = torch.empty(64, 1000), torch.zeros(64, dtype=torch.int64)
+    ids, w = torch.zeros(8, dtype=torch.int64), torch.empty(100, 64)
+    row = lambda fd, i: fd.ops.broadcast(i, [False, True])  # noqa: E731
+    return {
+        "take_along_axis": ([x, t], lambda fd, a, i: fd.ops.take_along_axis(a, row(fd, i), 1)),
+        "pad": ([x], lambda fd, a: fd.ops.pad(a, [1, 2], 0.0)),
+        "slice": ([x], lambda fd, a: fd.ops.slice(a, [0, 3], [64, 900], [1, 1])),
+        "cat": ([x], lambda fd, a: fd.ops.cat([a, a], 1)),
+        "scatter": ([t], lambda fd, i: fd.ops.scatter(fd.ops.zeros([64, 1000], DataType.Float),
+                                                      row(fd, i), 1.0, 1)),
+        "embedding (a vector gather)": ([ids, w], lambda fd, i, e: fd.ops.embedding(i, e)),
+        "iota one-hot": ([t], lambda fd, i: fd.ops.eq(
+            fd.ops.broadcast(fd.ops.iota(1000), [True, False]), row(fd, i))),
+    }
+
+
+@pytest.mark.parametrize("name", list(_issue17_fusions()))
+def test_slicing_and_indexing_kernels_pass_every_rule(name):
+    """The operands indexing adds to these ops are kernel expressions, and a vector gather's
+    index is one element for all lanes (K.vector_operands): the rules take them (before, the
+    verifier refused every kernel of these ops)."""
+    inputs, build = _issue17_fusions()[name]
+    with FusionDefinition() as fd:
+        fd.add_output(build(fd, *[fd.from_pytorch(x) for x in inputs]))
+    schedule_and_lower(fd, inputs)      # the verifier runs after every pass

@@ -823,8 +823,8 @@ def schedule_looped(fusion, p: InnerPersistentParams) -> None:
     ref = reference_reduction(reds)
     reds = [ref] + [r for r in reds if r is not ref]
     _, rpos = _layout(ref)
-    # The row's extent stays a kernel argument (no row_extents): a constant step count would
-    # unroll the serial loop (vectorize.py unrolls constant loops of up to 32 steps).
+    # The row's extent stays a kernel argument (no row_extents), and the steps are kept rolled
+    # (below) where the row's length is a constant anyway (an iota's, cross-entropy's one-hot).
     _merge_dims(ref, rpos)
     # [I, R] -> [I/By, By, S, 1 (Unswitch), U, Bx, V]: every step but the last is in bounds, and
     # the unswitch runs those without per-element checks (lower/unswitch.py).
@@ -849,6 +849,18 @@ def schedule_looped(fusion, p: InnerPersistentParams) -> None:
     for t in copies:
         if t.compute_at_pos > 4:
             inline_at(t, 4)
+    # The steps stay one rolled loop per pass (IterDomain.rolled), also where the row's length
+    # is a constant. Unrolled, each pass's body was repeated per step: cross-entropy
+    # [8192, 128256] (an iota of 128256 fixes the row) took 9592 SASS instructions, 1744
+    # rolled, and ran 1803-1811 us against 1767-1777 rolled; a division slow path inlined
+    # at every element grew the unrolled code by a fifth and made it 1.4x slower, by code size
+    # (H200, session 22).
+    exact = IdGraph(fusion)
+    steps = [r.domain.loop[2] for r in rfs]
+    for t in fusion.tensors():
+        for i in t.domain.loop:
+            if any(exact.mapped(i, step) for step in steps):
+                i.rolled = True
     # The rows in flight the heuristic counted on (two 1024-thread blocks per SM): ptxas, told
     # so, keeps 32 registers. Left to itself it took 44 for the unswitched log-softmax, one
     # block per SM: 2349 -> 1991 GB/s (H200, [4096, 50257] bf16).
