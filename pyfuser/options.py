@@ -66,6 +66,9 @@ FEATURES = {
                       "elements",
     "interpret": "run the generated kernels on CPU tensors with the kernel-IR interpreter "
                  "(runtime/interpreter.py) instead of the reference evaluator",
+    "verify_kernel_ir": "check the kernel IR after every lowering pass (kir/verifier.py, the rules "
+                        "each pass establishes): a wrong kernel IR fails at the pass that made "
+                        "it, not in the generated code; lowering takes longer",
     "sync_index_checks": "wait for each kernel that checks indices (gathers) and raise an index "
                          "out of range from the call that launched it, instead of reading the "
                          "check asynchronously (runtime/index_check.py)",

@@ -94,7 +94,8 @@ def build_kernel(fusion, scheduler, params, index_type: str, name: str,
     for stage, text in (("scheduled_ir", scheduled), ("transforms", transforms)):
         opts.dump(stage, name, text)
     kernel = lower(fusion, name, index_type=index_type,
-                   streaming_loads=bool(opts.current().is_enabled("streaming_loads")))
+                   streaming_loads=bool(opts.current().is_enabled("streaming_loads")),
+                   verify_each=bool(opts.current().is_enabled("verify_kernel_ir")))
     source = generate_cuda(kernel)
     fk = FusionKernel(name, scheduler.NAME, params, index_type, fusion, kernel, source,
                       launch=kernel.launch_description, clone_of=clone_of or {})
