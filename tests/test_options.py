@@ -210,3 +210,23 @@ def test_a_dumped_text_made_by_a_function_is_made_only_when_dumped(capsys):
     with opts.override(dump=["fusion_ir"]):
         opts.dump("fusion_ir", "f", text)
     assert made == [1] and "T0 = ..." in capsys.readouterr().err
+
+
+def test_verify_kernel_ir_checks_after_every_lowering_pass(monkeypatch):
+    """With verify_kernel_ir on, lowering runs the verifier after each of its passes (the
+    fuzzer's CPU runs turn it on); off, never."""
+    import pyfuser.lower as lowering
+    from pyfuser.runtime.explain import explain_fusion
+    calls = []
+    real = lowering.verify_kernel
+    monkeypatch.setattr(lowering, "verify_kernel",
+                        lambda k, rules, after: calls.append(after) or real(k, rules, after))
+    with FusionDefinition() as fd:
+        x = fd.define_tensor([-1, -1])
+        fd.add_output(fd.ops.sum(fd.ops.exp(x), [1]))
+    inputs = [torch.empty(64, 1000, device="meta")]
+    explain_fusion(fd.fusion, inputs)
+    assert calls == []
+    with opts.override(enable=["verify_kernel_ir"]):
+        explain_fusion(fd.fusion, inputs)
+    assert calls == [p.__name__ for p in lowering.PIPELINE], calls

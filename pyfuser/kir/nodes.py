@@ -420,10 +420,11 @@ class TensorOp(Stmt):
 
 def vector_operands(op: TensorOp) -> int:
     """How many of op's leading inputs a vector op reads as vectors (lower/vectorize.py): a
-    gather's source read alone (its index and error record are one element for all lanes),
-    none of a random op's (scalars and its first element's index), all of any other op's."""
-    from ..ir.exprs import GatherOp, RandOp
-    if isinstance(op.expr, GatherOp):
+    gather's or window's source read alone (a gather's index and error record, a window's
+    condition and fill, are one for all lanes), none of a random op's (scalars and its first
+    element's index), all of any other op's."""
+    from ..ir.exprs import GatherOp, RandOp, WindowOp
+    if isinstance(op.expr, (GatherOp, WindowOp)):
         return 1
     if isinstance(op.expr, RandOp):
         return 0

@@ -76,6 +76,8 @@ def _lower_topk(kernel, op: K.TensorOp, parents: list, n: int) -> None:
                   K.Const(rows * (2 * warps + expr.k)))
     kernel.body.insert(0, K.Allocate(ws))
     scope = parents[idx - 1].body if idx > 0 else kernel.body
+    # The block top-k stands for its own loops (the verifier's every-loop-emitted rule).
+    kernel.replaced_loops.update(id(f.loop) for f in parents[idx:] if f.loop is not None)
     scope[scope.index(parents[idx])] = K.BlockTopK(
         chunk=ctx.buffers[chunk], values=ctx.buffers[values], indices=ctx.buffers[indices],
         workspace=ws, extent=scalar_to_kexpr(row_id.extent, ctx.names), k=expr.k,

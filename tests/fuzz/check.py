@@ -1,8 +1,8 @@
 """Running one case and judging it: run_case(spec, backend) -> CaseResult.
 
-The case runs with `fd.execute(inputs, options={"enable": ["interpret", "poison_outputs"]})` on
-CPU tensors (backend "interpret": the generated kernels on the kernel-IR interpreter) or with
-`poison_outputs` on CUDA tensors (backend "gpu"). Every output is compared with the float64
+The case runs with `fd.execute(inputs, options={"enable": ["interpret", "poison_outputs",
+"verify_kernel_ir"]})` on CPU tensors (backend "interpret": the generated kernels on the kernel-IR
+interpreter) or with `poison_outputs` and `verify_kernel_ir` on CUDA tensors (backend "gpu"). Every output is compared with the float64
 reference evaluator (pyfuser.runtime.reference.evaluate(..., promote_to_double=True)).
 
 Categories (CATEGORIES), in the order they are decided:
@@ -438,7 +438,10 @@ def _gpu_error(res, t0, e, where: str):
 def execute_options(spec: dict, backend: str) -> dict:
     """fd.execute's options for a case: the backend's, plus the features the spec forces."""
     forced = spec.get("options", {})
-    enable = (["poison_outputs"] if backend == "gpu" else ["interpret", "poison_outputs"])
+    # verify_kernel_ir: a kernel IR a pass left wrong fails there (an internal error naming the
+    # pass), not only where its kernel computes a wrong number; it costs no measurable time.
+    enable = (["poison_outputs", "verify_kernel_ir"] if backend == "gpu"
+              else ["interpret", "poison_outputs", "verify_kernel_ir"])
     out = {"enable": enable + list(forced.get("enable", []))}
     if forced.get("disable"):
         out["disable"] = list(forced["disable"])

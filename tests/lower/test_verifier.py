@@ -294,11 +294,13 @@ def test_grid_sync_must_be_reached_by_every_block_and_launched_cooperatively():
 
 def _issue17_fusions():
     """Fusions of the slicing and indexing ops: each adds operands of its own in indexing (a
-    gather's stride, extent and error record, a window's condition, an iota's element index)."""
+    gather's stride, extent and error record, a window's condition and fill, an iota's element
+    index), one for all lanes of a vector op."""
     import torch
     from pyfuser import DataType
     x, t = torch.empty(64, 1000), torch.zeros(64, dtype=torch.int64)
     ids, w = torch.zeros(8, dtype=torch.int64), torch.empty(100, 64)
+    h = torch.empty(64, 2048, dtype=torch.bfloat16)
     row = lambda fd, i: fd.ops.broadcast(i, [False, True])  # noqa: E731
     return {
         "take_along_axis": ([x, t], lambda fd, a, i: fd.ops.take_along_axis(a, row(fd, i), 1)),
@@ -310,14 +312,17 @@ def _issue17_fusions():
         "embedding (a vector gather)": ([ids, w], lambda fd, i, e: fd.ops.embedding(i, e)),
         "iota one-hot": ([t], lambda fd, i: fd.ops.eq(
             fd.ops.broadcast(fd.ops.iota(1000), [True, False]), row(fd, i))),
+        "chunked SwiGLU (vector windows)": ([h], lambda fd, a: fd.ops.mul(
+            fd.ops.silu(fd.ops.slice(a, [0, 0], [64, 1024], [1, 1])),
+            fd.ops.slice(a, [0, 1024], [64, 2048], [1, 1]))),
     }
 
 
 @pytest.mark.parametrize("name", list(_issue17_fusions()))
 def test_slicing_and_indexing_kernels_pass_every_rule(name):
     """The operands indexing adds to these ops are kernel expressions, and a vector gather's
-    index is one element for all lanes (K.vector_operands): the rules take them (before, the
-    verifier refused every kernel of these ops)."""
+    index and a vector window's fill are one for all lanes (K.vector_operands): the rules take
+    them (before, the verifier refused every kernel of these ops)."""
     inputs, build = _issue17_fusions()[name]
     with FusionDefinition() as fd:
         fd.add_output(build(fd, *[fd.from_pytorch(x) for x in inputs]))

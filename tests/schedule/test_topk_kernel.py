@@ -204,3 +204,17 @@ def test_k_1_is_a_broadcast_every_thread_holds():
     out = run_and_check(fd, [x], scheduler="topk", options=INTERPRET)
     want_v, want_i = topk_in_order(x, 1, 1, True)
     assert torch.equal(out[0], x - want_v) and torch.equal(out[1], want_i)
+
+
+@pytest.mark.parametrize("m, n, k", [(5, 37, 4), (4 * 391, 13, 9), (3, 1000, 1)])
+def test_the_block_topk_stands_for_its_loops_in_the_kernel_ir(m, n, k):
+    """lower_topk's block top-k replaces the loops of its results: it records them, so the
+    kernel IR passes the verifier after every pass (fuzz 20261123:20 failed there: 'lowering
+    loop ... is never emitted', once the fuzzer verified)."""
+    gen = torch.Generator().manual_seed(m + n + k)
+    x = torch.randn(m, n, generator=gen)
+    fd = _topk_fd(x, k)
+    out = run_and_check(fd, [x], scheduler="topk",
+                        options={"enable": ["interpret", "verify_kernel_ir"]})
+    _check_exact(out, x, k)
+    assert not fd.last_run.internal_error, fd.last_run.internal_error
