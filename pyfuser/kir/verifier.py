@@ -283,7 +283,7 @@ class _Verifier:
             self.fail(f"vector width {s.vector} is not one of {_VECTOR_WIDTHS}", s)
         vectors = K.vector_operands(s)
         for k, v in enumerate([s.out] + list(s.ins)):
-            if k > vectors:         # one element for all lanes (a gather's index, K.vector_operands)
+            if k > vectors:         # one element for all lanes (K.vector_operands)
                 if isinstance(v, K.TensorIndex) and v.vector != 1:
                     self.fail(f"{v!r} is a vector access where the lanes share one element", s)
                 continue

@@ -370,13 +370,14 @@ class LoweringContext:
                 # serial loop of a constant extent, what it computes is computed and held once
                 # per iteration (cross-entropy's per-row loss, 128 floats a thread in the
                 # looped kernel, its log and target gather repeated for each). Its loop runs
-                # once; so it does, copies too, where the loop is kept rolled (a copy per
-                # iteration would be indexed by the rolled loop: local memory). A copy (a cache of a per-row input, a broadcast) still takes the loop:
-                # ptxas folds its equal registers, and holding the per-row rstd of an RMSNorm
-                # backward once instead slowed the cluster kernel by 8-9% at [4096, 65536]
-                # (register allocation at its 128-register cap: 56 B spilled; H200, session
-                # 20). Thread and vector loops take the promoted extent: every thread computes
-                # the value it reads, and a vector loop's width is the access's.
+                # once. A copy (a cache of a per-row input, a broadcast) still takes the loop,
+                # unless the loop is kept rolled (IterDomain.rolled: a buffer indexed by a
+                # rolled loop would be local memory): ptxas folds its equal registers, and
+                # holding the per-row rstd of an RMSNorm backward once instead slowed the
+                # cluster kernel by 8-9% at [4096, 65536] (register allocation at its
+                # 128-register cap: 56 B spilled; H200, session 20). Thread and vector loops
+                # take the promoted extent: every thread computes the value it reads, and a
+                # vector loop's width is the access's.
                 return i, x + 1
             return promoted, x + 1
         replayed = self._promote_split(i, ref, start)

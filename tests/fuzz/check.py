@@ -2,8 +2,9 @@
 
 The case runs with `fd.execute(inputs, options={"enable": ["interpret", "poison_outputs",
 "verify_kernel_ir"]})` on CPU tensors (backend "interpret": the generated kernels on the kernel-IR
-interpreter) or with `poison_outputs` and `verify_kernel_ir` on CUDA tensors (backend "gpu"). Every output is compared with the float64
-reference evaluator (pyfuser.runtime.reference.evaluate(..., promote_to_double=True)).
+interpreter) or with `poison_outputs` and `verify_kernel_ir` on CUDA tensors (backend "gpu").
+Every output is compared with the float64 reference evaluator
+(pyfuser.runtime.reference.evaluate(..., promote_to_double=True)).
 
 Categories (CATEGORIES), in the order they are decided:
 
