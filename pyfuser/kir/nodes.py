@@ -10,6 +10,7 @@ import dataclasses
 from typing import Any
 
 from ..ir.dtype import DataType
+from ..ir.exprs import GatherOp, RandOp, WindowOp
 
 # Field roles ------------------------------------------------------------------------------------
 # Every kernel-IR node is a slotted dataclass (a pass cannot attach an attribute it did not
@@ -320,7 +321,7 @@ class Stmt:
 
 
 @roles(defines=("var",), expr=("start", "stop", "step"), body=("body",),
-       data=("parallel", "unroll", "rolled", "iter_domain", "loop", "label"))
+       data=("parallel", "unroll", "iter_domain", "loop", "label"))
 @dataclasses.dataclass(eq=False, slots=True)
 class ForLoop(Stmt):
     """for var in [start, stop) step `step`. A loop bound to a thread or block dimension prints
@@ -333,10 +334,15 @@ class ForLoop(Stmt):
     body: list
     parallel: str = "Serial"       # ParallelType name
     unroll: bool = False
-    rolled: bool = False           # kept rolled (#pragma unroll 1): IterDomain.rolled
     iter_domain: Any = None        # the promoted IterDomain this loop iterates
     loop: Any = None               # the lowering Loop it came from
     label: str = ""                # e.g. CB_MAIN_LOOP
+
+    @property
+    def rolled(self) -> bool:
+        """A serial loop kept rolled whatever its extent (#pragma unroll 1, never unrolled):
+        its IterDomain is marked so (IterDomain.rolled: the looped inner persistent steps)."""
+        return self.parallel == "Serial" and getattr(self.iter_domain, "rolled", False)
 
 
 @roles(expr=("cond",), body=("then_body", "else_body"))
@@ -423,7 +429,6 @@ def vector_operands(op: TensorOp) -> int:
     gather's or window's source read alone (a gather's index and error record, a window's
     condition and fill, are one for all lanes), none of a random op's (scalars and its first
     element's index), all of any other op's."""
-    from ..ir.exprs import GatherOp, RandOp, WindowOp
     if isinstance(op.expr, (GatherOp, WindowOp)):
         return 1
     if isinstance(op.expr, RandOp):

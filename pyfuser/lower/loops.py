@@ -173,8 +173,7 @@ def _for_loop(lp, body, ctx) -> K.ForLoop:
     var = loop_var(lp, ctx)
     stop = scalar_to_kexpr(lp.extent, ctx.names)
     return K.ForLoop(var if isinstance(var, K.Var) else K.Var(repr(var)), K.Const(0), stop,
-                     K.Const(1), body, parallel=lp.parallel.name, iter_domain=lp.promoted, loop=lp,
-                     rolled=lp.parallel == ParallelType.Serial and lp.promoted.rolled)
+                     K.Const(1), body, parallel=lp.parallel.name, iter_domain=lp.promoted, loop=lp)
 
 
 def _tensor_op(e, nest) -> K.TensorOp:
