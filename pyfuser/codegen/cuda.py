@@ -168,6 +168,19 @@ class CudaPrinter:
     def _ScalarDef(self, s):
         self.line(f"const {PARAM_CTYPE.get(s.var.dtype, 'index_t')} {s.var.name} = {self.expr(s.value)};")
 
+    def _CheckedQuotients(self, s):
+        self.line("{  // quotients through the shared divisor's reciprocal (lower/shared_divisor.py)")
+        self.indent += 1
+        self.line(f"bool {s.flag} = true;")
+        self.stmts(s.fast)
+        self.line(f"if (!{s.flag}) {{")
+        self.indent += 1
+        self.stmts(s.exact)
+        self.indent -= 1
+        self.line("}")
+        self.indent -= 1
+        self.line("}")
+
     def _Allocate(self, s):
         b = s.buffer
         if b.memory == "local":
@@ -286,6 +299,14 @@ class CudaPrinter:
         if isinstance(e, BinaryOp):
             ct, ct_b = binary_ctypes(e)
             a, b = self.value(s.ins[0], ct), self.value(s.ins[1], ct_b)
+            if e.op in (BinaryOpType.Eq, BinaryOpType.Ne) and ct == "long long":
+                # Half by half: where one half is the same along a loop (an int64 target
+                # against a 32-bit iota index, whose high half is 0) the compiler tests it once.
+                eq = f"pf::eq_by_halves({a}, {b})"
+                return f"{self.expr(out)} = pf::cast<{oct_}>({eq if e.op == BinaryOpType.Eq else '!' + eq});"
+            if s.quotient_flag is not None:
+                return (f"{self.expr(out)} = pf::cast<{oct_}>(pf::div_shared_divisor({a}, {b}, "
+                        f"{s.quotient_flag}));")
             if (e.op == BinaryOpType.Mul and ct in ("float", "double")
                     and self._computed_twice(e.outputs[0])):
                 return f"{self.expr(out)} = pf::cast<{oct_}>(pf::mul_rn({a}, {b}));"
@@ -325,7 +346,14 @@ class CudaPrinter:
         if isinstance(e, IotaOp):
             ct = _compute_ctype(odt)
             start, step = (self.value(x, ct) for x in s.ins[:2])
-            index = f"static_cast<{ct}>({self.expr(s.ins[2])})"
+            index = self.expr(s.ins[2])
+            if ct == "long long" and self.k.index_type == "int":
+                # An element's index counts up from 0 (a pad's window may compute it below 0
+                # where it reads the fill instead): widened as unsigned, its high word is 0,
+                # so the compare of an int64 iota with a value held across the loop (a one-hot
+                # against a row's target) tests that value's high word once, not per element.
+                index = f"static_cast<unsigned>({index})"
+            index = f"static_cast<{ct}>({index})"
             return f"{self.expr(out)} = pf::cast<{oct_}>({start} + {index} * {step});"
         raise NotImplementedError(f"codegen: no rule for {type(e).__name__}")
 

@@ -394,7 +394,7 @@ class Allocate(Stmt):
 
 
 @roles(out=("out",), expr=("predicate", "else_value", "carry"), exprs=("ins",),
-       data=("expr", "accumulate", "vector", "nest", "scan_fixup", "known"))
+       data=("expr", "accumulate", "vector", "nest", "scan_fixup", "known", "quotient_flag"))
 @dataclasses.dataclass(eq=False, slots=True)
 class TensorOp(Stmt):
     """One element (or one vector) of a fusion expression.
@@ -422,6 +422,10 @@ class TensorOp(Stmt):
     # index), which later passes read to index the op's operands again (a cp.async copy's
     # readers, a tensor-map copy's row).
     known: Any = None
+    # Set by shared_divisor_quotients on a float division in the fast body of a
+    # CheckedQuotients: the name of its flag, which the quotient clears where its operands are
+    # outside the range in which the reciprocal's quotient is exactly a / b.
+    quotient_flag: str | None = None
 
 
 def vector_operands(op: TensorOp) -> int:
@@ -598,6 +602,28 @@ class Raw(Stmt):
 @dataclasses.dataclass(eq=False, slots=True)
 class Comment(Stmt):
     text: str
+
+
+@roles(body=("fast", "exact"), data=("flag",))
+@dataclasses.dataclass(eq=False, slots=True)
+class CheckedQuotients(Stmt):
+    """Quotients by divisors a loop shares, through each divisor's reciprocal, checked once
+    for the loop (lower/shared_divisor.py):
+
+        bool flag = true;
+        fast          <- the loop; its divisions clear flag where their operands leave the range
+        if (!flag)       in which the reciprocal's quotient is exactly a / b
+          exact       <- the same loop, every division IEEE's a / b (labelled QUOTIENTS_EXACT)
+
+    Running the loop twice computes what running it once does: it writes registers only, none
+    it reads."""
+
+    flag: str
+    fast: list
+    exact: list
+
+
+QUOTIENTS_EXACT = "a quotient left the reciprocal's range: the loop again, with IEEE division"
 
 
 @roles(defines=("var",), expr=("value",))

@@ -43,8 +43,14 @@ def kernel_str(kernel: K.Kernel) -> str:
                 if s.else_body:
                     lines.append(f"{pad}else:")
                     emit(s.else_body, depth + 1)
+            elif isinstance(s, K.CheckedQuotients):
+                lines.append(f"{pad}checked quotients {s.flag}:")
+                emit(s.fast, depth + 1)
+                lines.append(f"{pad}if not {s.flag}:")
+                emit(s.exact, depth + 1)
             elif isinstance(s, K.TensorOp):
-                lines.append(f"{pad}{_guard(s)}{_op(s)}")
+                flag = f" [clears {s.quotient_flag}]" if s.quotient_flag else ""
+                lines.append(f"{pad}{_guard(s)}{_op(s)}{flag}")
             elif isinstance(s, K.Allocate):
                 b = s.buffer
                 lines.append(f"{pad}alloc {b.memory} {b.dtype.ir_name} {b.name}[{b.size!r}]")

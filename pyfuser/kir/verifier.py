@@ -42,7 +42,7 @@ _REDUCTION_OPS = frozenset(t.value for t in ReductionOpType)
 # Variables codegen defines in the kernel's preamble.
 _PREAMBLE_VARS = {"pf_grid_last"}
 # Loops that repeat other loops' statements (the verifier lets them emit those loops again).
-REPEATING_LABELS = (K.CB_EPILOGUE, K.SCAN_FIXUP, K.UNSWITCH_ELSE)
+REPEATING_LABELS = (K.CB_EPILOGUE, K.SCAN_FIXUP, K.UNSWITCH_ELSE, K.QUOTIENTS_EXACT)
 
 
 class KernelIRError(AssertionError):
@@ -246,6 +246,10 @@ class _Verifier:
         self.check_expr(s.cond, scope, s, "the condition")
         self.body(s.then_body, _Scope(scope, cond=s))
         self.body(s.else_body, _Scope(scope, cond=s))
+
+    def _CheckedQuotients(self, s: K.CheckedQuotients, scope):
+        self.body(s.fast, _Scope(scope))
+        self.body(s.exact, _Scope(scope))
 
     def _Allocate(self, s: K.Allocate, scope):
         b = s.buffer

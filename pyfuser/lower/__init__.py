@@ -20,6 +20,7 @@ from .params import kernel_params
 from .pipeline import pipeline_loads
 from .reductions import lower_reductions
 from .scans import lower_scans
+from .shared_divisor import shared_divisor_quotients
 from .topk import lower_topk
 from .unswitch import unswitch_loops
 from .sync import insert_syncs
@@ -41,6 +42,8 @@ PIPELINE = [
                             # warp roles (a producer, compute roles taking turns)
     insert_syncs,           # barriers between shared writes and reads (a warp role's: its own
                             # named barrier); grid barriers between nests
+    shared_divisor_quotients,  # an unrolled loop's quotients by a divisor it shares: through
+                            # the reciprocal, range checked once; the loop again with div.rn if not
     launch_config,          # grid, block, shared memory, launch bounds
 ]
 

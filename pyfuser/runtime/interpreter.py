@@ -253,6 +253,21 @@ def py_source(e) -> str:
 _COMPILED: dict = {}
 
 
+def _shared_divisor_check(a, b):
+    """math.cuh div_shared_divisor's check of a quotient a / b: |b| in [2^-26, 2^100] and the
+    quotient finite and at least 2^-75 in magnitude, or a == +0. (The device checks its own
+    quotient, which is a / b wherever either passes; where a / b is finite but a * RN(1/b)
+    overflows, or the reverse, the two may decide differently, and either way the value is
+    a / b.)"""
+    a = np.asarray(a, dtype=np.float32)
+    b = np.asarray(b, dtype=np.float32)
+    with np.errstate(all="ignore"):
+        q = np.abs(a / b)
+    ab = np.abs(b)
+    return ((ab >= 2.0 ** -26) & (ab <= 2.0 ** 100)
+            & ((a.view(np.uint32) == 0) | ((q >= np.float32(2.0 ** -75)) & np.isfinite(q))))
+
+
 def compile_expr(e):
     key = id(e)
     hit = _COMPILED.get(key)
@@ -1138,6 +1153,7 @@ class Interpreter:
         self.moment = 0
         self._cp_batches: list = []
         self._index_record = None
+        self._quotient_flags: dict = {}   # CheckedQuotients flag -> per-thread bools
         self._acc_mems: list = []      # accumulators of wgmma (their busy marks)
         # Split-K (SplitKReduce): (slot, split) -> the stored partial, and arrivals per slot.
         self._split_partials: dict = {}
@@ -1375,6 +1391,30 @@ class Interpreter:
             self._body(s.body, c)
             it += 1
 
+    def _CheckedQuotients(self, s: K.CheckedQuotients, ctx: _Ctx):
+        """lower/shared_divisor.py. The fast copy's quotients are computed as IEEE division,
+        which is what the device's are wherever they pass their check
+        (tools/check_shared_divisor.py); each clears its thread's flag by that check, and the
+        threads whose flag was cleared run the exact copy."""
+        ok = np.ones(int(ctx.tids.max()) + 1, dtype=bool)
+        self._quotient_flags[s.flag] = ok
+        self._body(s.fast, ctx)
+        del self._quotient_flags[s.flag]
+        again = ~ok[ctx.tids]
+        if again.any():
+            # The exact copy writes again what the fast copy wrote, and nothing else: each
+            # output element still counts as written once.
+            counts = {k: m.counts.copy() for k, m in self.mems.items() if m.counts is not None}
+            self._body(s.exact, ctx.subset(again))
+            for k, before in counts.items():
+                m = self.mems[k]
+                new = np.flatnonzero((m.counts > before) & (before == 0))
+                if len(new):
+                    raise InterpreterError(
+                        f"the exact copy of checked quotients {s.flag} writes {m.buf.name} at "
+                        f"offset {int(new[0])}, which its fast copy did not write")
+                m.counts[:] = before
+
     def _IfThenElse(self, s, ctx: _Ctx):
         cond = ctx.ev(s.cond)
         if type(cond) is _ND:
@@ -1577,6 +1617,9 @@ class Interpreter:
             for _, p in ins:
                 poison = _or_masks(poison, p)
             value = self._compute(e, [v for v, _ in ins])
+            if s.quotient_flag is not None:
+                ok = self._quotient_flags[s.quotient_flag]
+                ok[ctx.tids] &= ctx.arr(_shared_divisor_check(ins[0][0], ins[1][0]), bool)
         self._write(ctx, s.out, value, poison, exact=self._exact_copy(s))
 
     def _scan(self, ctx: _Ctx, s: K.TensorOp) -> None:

@@ -267,6 +267,29 @@ def test_a_step_holds_at_most_16_registers_of_the_row_inputs(name, unroll):
     assert p.looped and p.vector == 8 and p.unroll == unroll
 
 
+@pytest.mark.parametrize("N,unroll", [(65536, 1), (50257, 2)])
+def test_a_division_along_the_row_takes_a_quarter_of_the_step(N, unroll):
+    """Softmax written with a division (not the catalogue's reciprocal): its output pass holds
+    the divisor, its reciprocal and a check's flag (lower/shared_divisor.py); at the step
+    without a division (2 vectors of 8, or 8 lone elements) ptxas spilled 24 and 12 B at the
+    kernel's 32 registers, at a quarter nothing."""
+    from pyfuser import DataType, FusionDefinition
+    from pyfuser.codegen.cuda import generate_cuda
+    from pyfuser.runtime.nvrtc import compile_to_cubin
+    with FusionDefinition() as fd:
+        x = fd.define_tensor([-1, -1], dtype=DataType.BFloat16)
+        xf = fd.ops.cast(x, DataType.Float)
+        e = fd.ops.exp(fd.ops.sub(xf, fd.ops.max(xf, [1], keepdim=True)))
+        fd.add_output(fd.ops.cast(fd.ops.div(e, fd.ops.sum(e, [1], keepdim=True)),
+                                  DataType.BFloat16))
+    _, _, p, kernel = schedule_and_lower(fd, empty_inputs("softmax", 4096, N, "bf16"),
+                                         device="h200")
+    assert p.looped and p.unroll == unroll == max(1, _params("softmax", 4096, N).unroll // 4)
+    pytest.importorskip("cuda.bindings.nvrtc")
+    rep = compile_to_cubin(generate_cuda(kernel), "k", arch="sm_90a").ptxas
+    assert (rep.spill_store_bytes, rep.stack_frame_bytes) == (0, 0), rep.summary()
+
+
 def test_the_steps_stay_rolled_where_the_row_length_is_a_constant():
     """Cross-entropy's iota of 128256 makes the row's length a constant: the row's steps are
     still one rolled loop per pass (`#pragma unroll 1`, IterDomain.rolled), and the per-row
@@ -280,7 +303,9 @@ def test_the_steps_stay_rolled_where_the_row_length_is_a_constant():
     (k,) = explain_fusion(fd.fusion, inputs, device="h200", compile=True).kernels
     src = k.kernel.source.split("__global__")[-1]
     steps = re.findall(r"#pragma unroll 1\n\s*for \(index_t (j\d+) = 0; \1 < (\d+);", src)
-    assert [n for _, n in steps] == ["8", "8"], steps        # one rolled loop per pass
+    # one rolled loop per pass (and the pass's exact copy, lower/shared_divisor.py), of one
+    # vector a step: the division along the row takes a quarter of two
+    assert [n for _, n in steps] == ["16", "16", "16"], steps
     buffers = [int(n) for n in re.findall(r"\b(?:float|long long) T\d+\[(\d+)\]", src)]
     assert max(buffers) <= 16, buffers                       # a step's U x V at most
     assert "0 B stack" in k.ptxas and "0 B spill stores" in k.ptxas, k.ptxas

@@ -105,6 +105,32 @@ __device__ __forceinline__ double trunc(double x) { return ::trunc(x); }
 __device__ __forceinline__ float round(float x) { return rintf(x); }
 __device__ __forceinline__ double round(double x) { return ::rint(x); }
 
+// --- quotients by a shared divisor (lower/shared_divisor.py) -------------------------------
+// a / b as div.rn computes it, through y = RN(1/b): q = RN(a y), then one residual step
+// q1 = RN(q + r y), r = a - b q exact in a multiply-add (Markstein's correction). q1 is a / b
+// correctly rounded where q is normal and r is representable: |b| in [2^-26, 2^100] (y normal)
+// and |q1| >= 2^-75 give |a| >= 2^-101 (r's last bit at least 2^-148) and a normal q. An
+// overflow of a y makes r, then q1, NaN, which fails the check. A +0 dividend gives +0 or -0 as
+// IEEE does (r = +0, q1 = q = 0 y); -0 would give +0 where b > 0, so it is left to div.rn.
+// tools/check_shared_divisor.py compares it with div.rn on the GPU, bit for bit.
+// Where the check fails the quotient clears `ok`, and its loop runs again with div.rn.
+__device__ __forceinline__ float div_shared_divisor(float a, float b, bool& ok) {
+  const float y = __frcp_rn(b);
+  const bool b_in_range = fabsf(b) >= 0x1p-26f && fabsf(b) <= 0x1p100f;
+  const float q = __fmul_rn(a, y);
+  const float q1 = __fmaf_rn(__fmaf_rn(-b, q, a), y, q);
+  ok &= b_in_range & ((__float_as_uint(a) == 0u) | (fabsf(q1) >= 0x1p-75f));
+  return q1;
+}
+
+// An int64 equality as two 32-bit ones: the compiler then tests a half that is the same along
+// a loop once, not per element (the high half of a one-hot's target against a 32-bit iota
+// index, which is 0: one compare per element instead of a 64-bit compare's two).
+__device__ __forceinline__ bool eq_by_halves(long long a, long long b) {
+  return (static_cast<unsigned>(a) == static_cast<unsigned>(b))
+       & (static_cast<int>(a >> 32) == static_cast<int>(b >> 32));
+}
+
 // --- max / min ------------------------------------------------------------------------------
 // A product rounded on its own: __fmul_rn is never merged into a multiply-add with the add or
 // subtract that reads it (an inline-asm mul.rn did the same, but made ptxas spill 8 bytes in a

@@ -23,7 +23,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from ...ir.exprs import LoadKind, LoadStoreOp
+from ...ir.dtype import DataType, compute_type
+from ...ir.exprs import BinaryOp, BinaryOpType, LoadKind, LoadStoreOp
 from ...ir.id_graph import IdGraph
 from ...ir.iter_domain import ParallelType as PT
 from ..cache import cached_uses
@@ -303,6 +304,14 @@ def _along_row(fusion, red):
                          if not i.is_broadcast for r in red_ids)
 
 
+def _divides_along(fusion, along) -> bool:
+    """Whether the fusion divides in float32 elements that lie along the row (`along`:
+    _along_row's test), not one value per row (a mean: a row's sum over its length)."""
+    return any(isinstance(e, BinaryOp) and e.op == BinaryOpType.Div
+               and compute_type(e.operand_dtype) == DataType.Float and along(e.outputs[0])
+               for e in fusion.exprs())
+
+
 def row_vector_width(fusion, n: int, rpos) -> int:
     """The scheduled width of a row of n elements: vectors of the row's innermost reduced dim,
     16 bytes of the widest input along it."""
@@ -333,6 +342,15 @@ LOOPED_THREADS = 1024
 LOOPED_STEP_BYTES = 32
 LOOPED_MAX_UNROLL = 8
 LOOPED_STEP_REGISTERS = 16
+# A float division along the row takes a quarter of that step. The output pass then holds the
+# divisor, its reciprocal and a range check's flag across the steps (lower/shared_divisor.py),
+# or before that div.rn's slow-path calls: at the full step ptxas spilled 12-40 B at 32
+# registers in every such kernel measured (softmax and RMSNorm written with a division at
+# [4096, 50257] and [4096, 65536], cross-entropy's dlogits at [8192, 128256]), none at a quarter.
+# H200, session 23: cross-entropy 1620 us at one vector a step, 1614 at two (spilling); softmax
+# with a division at [4096, 50257] bf16 474 us at 2 lone elements a step, 590 at 4, 455 at 8
+# with div.rn before this pass (spilling).
+LOOPED_DIVISION_STEP_SHARE = 4
 
 
 def looped_params(fusion, info: RuntimeInfo, rpos, n: int, m: int,
@@ -358,6 +376,8 @@ def looped_params(fusion, info: RuntimeInfo, rpos, n: int, m: int,
                            if isinstance(v, TensorView) and along(v)))
     unroll = _pow2_floor(max(1, min(LOOPED_MAX_UNROLL, LOOPED_STEP_BYTES // (vector * widest),
                                     LOOPED_STEP_REGISTERS // step_regs)))
+    if _divides_along(fusion, along):
+        unroll = max(1, unroll // LOOPED_DIVISION_STEP_SHARE)
     per_sm = max(1, info.device.max_threads_per_sm // bdimx)
     rows_in_l2 = info.device.sm_count * per_sm
     return InnerPersistentParams(
