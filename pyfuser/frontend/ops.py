@@ -843,6 +843,38 @@ class Ops:
             out.append(self.slice(x, starts, ends))
         return out
 
+    def split(self, x, split_size_or_sections, dim: int = 0):
+        """torch.split: slices of x along `dim`, of `split_size_or_sections` elements each (an
+        int: the last may be shorter) or of the sizes it lists (they must add up to the dim's
+        size; a static extent only)."""
+        x = self._tensor("split", 0, x)
+        dims = x.domain.logical_no_reductions
+        dim = self._one_dim("split", len(dims), dim)
+        n = S.const_value(dims[dim].user_extent)
+        if n is None:
+            raise FusionDefinitionError("split: the dim must have a static size "
+                                        "(from_pytorch(t, static_sizes=True), or slice)")
+        sizes = split_size_or_sections
+        if isinstance(sizes, bool) or not isinstance(sizes, (int, list, tuple)):
+            raise FusionDefinitionError(f"split: split_size_or_sections {sizes!r} must be an int "
+                                        "or a list of ints")
+        if isinstance(sizes, int):
+            if sizes < 1:
+                raise FusionDefinitionError(f"split: split size {sizes} must be >= 1")
+            sizes = [min(sizes, n - s) for s in range(0, n, sizes)] or [0]
+        elif (any(isinstance(k, bool) or not isinstance(k, int) or k < 0 for k in sizes)
+              or sum(sizes) != n):
+            raise FusionDefinitionError(f"split: sections {list(sizes)} must be ints >= 0 that add "
+                                        f"up to the dim's size {n}")
+        out, start = [], 0
+        for k in sizes:
+            starts = [0] * len(dims)
+            ends = [i.user_extent for i in dims]
+            starts[dim], ends[dim] = start, start + k
+            out.append(self.slice(x, starts, ends))
+            start += k
+        return out
+
     # Random numbers (RandOp; runtime/philox.py defines the stream) -------------------------
     def uniform(self, minval, maxval, shape, rng_seed=None, rng_offset=None,
                 dtype=DataType.Float):

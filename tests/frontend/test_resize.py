@@ -1,4 +1,4 @@
-"""slice, pad, cat and chunk: windows of the tensors they read (frontend/resize.py,
+"""slice, pad, cat, chunk and split: windows of the tensors they read (frontend/resize.py,
 ir.exprs.WindowOp). The reference evaluator against torch; generated kernels on the interpreter
 against the float64 reference on odd sizes, empty and clamped slices, steps and negative
 indices; what the plans are (one kernel for RoPE's rotate-half and a chunked SwiGLU, a segment
@@ -177,6 +177,21 @@ def test_chunked_swiglu_is_one_kernel():
                                F.silu(x[:, :37]) * x[:, 37:])
 
 
+@pytest.mark.parametrize("sizes", [4, 7, [3, 0, 7], [10]])
+def test_split_matches_torch(sizes):
+    """torch.split's two forms: pieces of a size (the last shorter) or listed sections."""
+    x = torch.randn(5, 10)
+    with FusionDefinition() as fd:
+        tx = fd.from_pytorch(x, static_sizes=True)
+        for piece in fd.ops.split(tx, sizes, 1):
+            fd.add_output(fd.ops.mul(piece, 2.0))
+    want = [p * 2 for p in torch.split(x, sizes, 1)]
+    got = evaluate(fd.fusion, [x])
+    assert [g.shape for g in got] == [w.shape for w in want]
+    for g, w in zip(fd.execute([x], options=INTERPRET), want):
+        torch.testing.assert_close(g, w)
+
+
 def test_a_normalization_of_a_slice():
     x = torch.randn(6, 300)
     with FusionDefinition() as fd:
@@ -243,6 +258,11 @@ def test_bf16_cat_promotes_and_bool_pad_fills_false():
     (lambda fd, x: fd.ops.cat([x, fd.ops.sum(x, [0])], 0), "different ranks"),
     (lambda fd, x: fd.ops.cat([x, x], 2), "dim 2 out of range"),
     (lambda fd, x: fd.ops.chunk(fd.define_tensor([-1, -1]), 2, 1), "static size"),
+    (lambda fd, x: fd.ops.split(fd.define_tensor([-1, -1]), 2, 1), "static size"),
+    (lambda fd, x: fd.ops.split(fd.from_pytorch(torch.empty(3, 7), static_sizes=True), [3, 3],
+                                1), r"add\s+up to the dim's size 7"),
+    (lambda fd, x: fd.ops.split(fd.from_pytorch(torch.empty(3, 7), static_sizes=True), 0, 1),
+     "must be >= 1"),
 ])
 def test_resize_definition_errors(call, message):
     with pytest.raises(FusionDefinitionError, match=message):

@@ -1,4 +1,4 @@
-"""slice, pad, cat and chunk on the GPU against float64, outputs poisoned: odd sizes, steps,
+"""slice, pad, cat, chunk and split on the GPU against float64, outputs poisoned: odd sizes, steps,
 negative and clamped indices, a transposed input, RoPE and a chunked SwiGLU as one kernel, a
 window of a reduction as a second segment."""
 import pytest
@@ -60,6 +60,19 @@ def test_rope_and_chunked_swiglu_are_one_kernel():
         g, u = fd.ops.chunk(tx, 2, 1)
         fd.add_output(fd.ops.cast(fd.ops.silu(fd.ops.cast(g, F32)) * fd.ops.cast(u, F32), BF16))
     run_and_check(fd, [x], scheduler="pointwise")
+
+
+def test_split_into_uneven_sections():
+    """torch.split's listed sections of an odd row (a qkv projection cut into q, k and v), one
+    pointwise kernel, against torch."""
+    x = torch.randn(257, 3 * 129 + 2, device="cuda")
+    with FusionDefinition() as fd:
+        tx = fd.from_pytorch(x, static_sizes=True)
+        q, k, v = fd.ops.split(tx, [129, 131, 129], 1)
+        fd.add_output(q * fd.ops.slice(k, [0, 0], [257, 129]) + fd.ops.exp(v))
+    run_and_check(fd, [x], scheduler="pointwise")
+    q, k, v = torch.split(x, [129, 131, 129], 1)
+    torch.testing.assert_close(fd.execute([x])[0], q * k[:, :129] + v.exp())
 
 
 def test_a_normalization_of_a_slice_and_a_window_of_a_reduction():
