@@ -37,9 +37,11 @@ once checked.
 
 L is the outermost loop around such divisions that can run again: it holds only loops,
 conditionals, register allocations and TensorOps; none accumulates (reductions, scans), reports
-bad indices (gathers, scatters, index checks) or writes shared memory; and no buffer it writes
-that outlives it (registers allocated outside it, global outputs) is read in it. Divisions
-outside every such loop keep div.rn.
+bad indices (gathers, scatters, index checks) or writes shared memory; no buffer it writes that
+outlives it (registers allocated outside it, global outputs) is read in it; and it reads at
+most HELD_ELEMENTS register elements written before it one after another (all of them stay
+alive until its check). Barriers, asynchronous copies and their mbarriers are other statement
+kinds, so a loop around them is not taken. Divisions outside every such loop keep div.rn.
 
 Limits: double divisions keep div.rn. The exact copy doubles the code of L (cold: it runs only
 where a quotient left the range).
