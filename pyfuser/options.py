@@ -69,6 +69,10 @@ FEATURES = {
     "verify_kernel_ir": "check the kernel IR after every lowering pass (kir/verifier.py, the rules "
                         "each pass establishes): a wrong kernel IR fails at the pass that made "
                         "it, not in the generated code; lowering takes longer",
+    "shared_divisor_quotients": "quotients by a divisor their loop shares through its reciprocal, "
+                                "range checked, the loop again with IEEE division where a check "
+                                "fails (lower/shared_divisor.py; the same values as div.rn; unset: "
+                                "on; forced off: every float division is div.rn)",
     "sync_index_checks": "wait for each kernel that checks indices (gathers) and raise an index "
                          "out of range from the call that launched it, instead of reading the "
                          "check asynchronously (runtime/index_check.py)",

@@ -83,9 +83,11 @@ def verify(kernel: K.Kernel, after: str = "launch_config") -> None:
 
 
 def lower(fusion, name: str = "pyfuser_kernel", index_type: str = "int",
-          verify_each: bool = False, streaming_loads: bool = False) -> K.Kernel:
+          verify_each: bool = False, streaming_loads: bool = False,
+          shared_divisor_quotients: bool = True) -> K.Kernel:
     kernel = K.Kernel(name=name, fusion=fusion, index_type=index_type,
-                      streaming_loads=streaming_loads)
+                      streaming_loads=streaming_loads,
+                      shared_divisor_quotients=shared_divisor_quotients)
     kernel.ctx = LoweringContext(fusion)
     rules: list = []
     for p in pipeline_of(fusion):

@@ -90,7 +90,8 @@ CHECKED_QUOTIENTS = Rule("checked quotients", kernel=_flags_in_fast_bodies)
 
 @establishes(CHECKED_QUOTIENTS)
 def shared_divisor_quotients(kernel: K.Kernel) -> K.Kernel:
-    kernel.body = _SharedDivisor(kernel).rewrite(kernel.body)
+    if kernel.shared_divisor_quotients:      # the feature of that name, forced off: div.rn
+        kernel.body = _SharedDivisor(kernel).rewrite(kernel.body)
     return kernel
 
 

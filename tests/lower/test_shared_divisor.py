@@ -151,3 +151,19 @@ def test_one_hot_against_targets_beyond_32_bits_on_the_interpreter():
     want = (torch.arange(v)[None, :] == t[:, None]).float()
     assert torch.equal(out, want)
     assert "pf::eq_by_halves(" in fd.explain([t.to("meta")], device="h200").kernels[0].kernel.source
+
+
+def test_the_feature_forced_off_leaves_every_division_to_div_rn():
+    """PYFUSER_DISABLE=shared_divisor_quotients (or options disable): the kernels divide with
+    div.rn; the values are the same bit for bit."""
+    from pyfuser import options
+    fd = _fusion(_scaled_rows)
+    x = edge_rows(1000)
+    meta = [x.to("meta")]
+    assert "pf::div_shared_divisor(" in fd.explain(meta, device="h200").kernels[0].kernel.source
+    with options.override(disable=["shared_divisor_quotients"]):
+        src = fd.explain(meta, device="h200").kernels[0].kernel.source
+    assert "pf::div_shared_divisor(" not in src and "pf_quotients_ok" not in src
+    on = fd.execute([x], options={"enable": ["interpret"]})[0]
+    off = fd.execute([x], options={"enable": ["interpret"], "disable": ["shared_divisor_quotients"]})[0]
+    assert torch.equal(on.view(torch.int32), off.view(torch.int32))
