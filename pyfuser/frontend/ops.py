@@ -823,37 +823,20 @@ class Ops:
         return resize.concat(self, xs, dim)
 
     def chunk(self, x, chunks: int, dim: int = 0):
-        """torch.chunk: `chunks` slices of x along `dim`, each of ceil(n / chunks) elements but
-        the last (a static extent only)."""
-        x = self._tensor("chunk", 0, x)
-        dims = x.domain.logical_no_reductions
-        dim = self._one_dim("chunk", len(dims), dim)
-        n = S.const_value(dims[dim].user_extent)
-        if n is None:
-            raise FusionDefinitionError("chunk: the dim must have a static size "
-                                        "(from_pytorch(t, static_sizes=True), or slice)")
-        if not isinstance(chunks, int) or chunks < 1:
+        """torch.chunk: slices of x along `dim` of ceil(n / chunks) elements each, the last
+        shorter (`chunks` empty ones of an empty dim, as torch gives; a static extent only)."""
+        x, dim, n = self._static_dim("chunk", x, dim)
+        if isinstance(chunks, bool) or not isinstance(chunks, int) or chunks < 1:
             raise FusionDefinitionError(f"chunk: chunks {chunks!r} must be an int >= 1")
         size = -(-n // chunks)
-        out = []
-        for s in range(0, n, size):
-            starts = [0] * len(dims)
-            ends = [i.user_extent for i in dims]
-            starts[dim], ends[dim] = s, min(s + size, n)
-            out.append(self.slice(x, starts, ends))
-        return out
+        return self._sections(x, dim, [min(size, n - s) for s in range(0, n, size)]
+                              if n else [0] * chunks)
 
     def split(self, x, split_size_or_sections, dim: int = 0):
         """torch.split: slices of x along `dim`, of `split_size_or_sections` elements each (an
         int: the last may be shorter) or of the sizes it lists (they must add up to the dim's
         size; a static extent only)."""
-        x = self._tensor("split", 0, x)
-        dims = x.domain.logical_no_reductions
-        dim = self._one_dim("split", len(dims), dim)
-        n = S.const_value(dims[dim].user_extent)
-        if n is None:
-            raise FusionDefinitionError("split: the dim must have a static size "
-                                        "(from_pytorch(t, static_sizes=True), or slice)")
+        x, dim, n = self._static_dim("split", x, dim)
         sizes = split_size_or_sections
         if isinstance(sizes, bool) or not isinstance(sizes, (int, list, tuple)):
             raise FusionDefinitionError(f"split: split_size_or_sections {sizes!r} must be an int "
@@ -866,6 +849,22 @@ class Ops:
               or sum(sizes) != n):
             raise FusionDefinitionError(f"split: sections {list(sizes)} must be ints >= 0 that add "
                                         f"up to the dim's size {n}")
+        return self._sections(x, dim, sizes)
+
+    def _static_dim(self, what: str, x, dim: int):
+        """(x as a tensor, dim in range, its static size) for chunk and split."""
+        x = self._tensor(what, 0, x)
+        dims = x.domain.logical_no_reductions
+        dim = self._one_dim(what, len(dims), dim)
+        n = S.const_value(dims[dim].user_extent)
+        if n is None:
+            raise FusionDefinitionError(f"{what}: the dim must have a static size "
+                                        "(from_pytorch(t, static_sizes=True), or slice)")
+        return x, dim, n
+
+    def _sections(self, x, dim: int, sizes: list) -> list:
+        """Slices of x along `dim` of `sizes` elements, one after another."""
+        dims = x.domain.logical_no_reductions
         out, start = [], 0
         for k in sizes:
             starts = [0] * len(dims)

@@ -615,8 +615,8 @@ class CheckedQuotients(Stmt):
         if (!flag)       in which the reciprocal's quotient is exactly a / b
           exact       <- the same loop, every division IEEE's a / b (labelled QUOTIENTS_EXACT)
 
-    Running the loop twice computes what running it once does: it writes registers only, none
-    it reads."""
+    Running the loop twice computes what running it once does: nothing it writes that outlives
+    it (registers allocated outside it, global outputs) is read in it."""
 
     flag: str
     fast: list

@@ -42,8 +42,9 @@ PIPELINE = [
                             # warp roles (a producer, compute roles taking turns)
     insert_syncs,           # barriers between shared writes and reads (a warp role's: its own
                             # named barrier); grid barriers between nests
-    shared_divisor_quotients,  # an unrolled loop's quotients by a divisor it shares: through
-                            # the reciprocal, range checked once; the loop again with div.rn if not
+    shared_divisor_quotients,  # quotients by a divisor their loop shares: through its
+                            # reciprocal, range checked; the outermost loop that can run again
+                            # runs again with div.rn where a check failed
     launch_config,          # grid, block, shared memory, launch bounds
 ]
 

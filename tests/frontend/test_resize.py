@@ -177,6 +177,17 @@ def test_chunked_swiglu_is_one_kernel():
                                F.silu(x[:, :37]) * x[:, 37:])
 
 
+def test_chunk_of_an_empty_slice_is_chunks_empty_pieces():
+    """torch.chunk of an empty dim gives `chunks` empty pieces; chunk stepped through the dim
+    by its piece size, 0 there, and raised range()'s ValueError (an internal error)."""
+    x = torch.randn(5, 3)
+    with FusionDefinition() as fd:
+        tx = fd.from_pytorch(x, static_sizes=True)
+        for piece in fd.ops.chunk(fd.ops.slice(tx, [2, 0], [2, 3]), 3, 0):
+            fd.add_output(fd.ops.mul(piece, 2.0))
+    assert [g.shape for g in evaluate(fd.fusion, [x])] == [p.shape for p in torch.chunk(x[2:2], 3)]
+
+
 @pytest.mark.parametrize("sizes", [4, 7, [3, 0, 7], [10]])
 def test_split_matches_torch(sizes):
     """torch.split's two forms: pieces of a size (the last shorter) or listed sections."""
