@@ -70,6 +70,9 @@ def _stub_gpu():
         def launch(self, grid, block, params, **kw):
             pass
 
+        def launcher(self, grid, block, layout, shared_mem=0):
+            return lambda values: None
+
     h100 = device_mod.DEVICE_TABLE["h100"]
     device_mod.get_device_properties = lambda *_: h100
     launch_mod.load = lambda module, device_index=None: NoLaunch()
@@ -286,7 +289,7 @@ def main(argv=None) -> int:
             print(f"{args.name} runs {plan.run_info.kind}: {plan.run_info.reason}")
             return 1
         ex._plans[ex._key(inputs, options)] = plan
-        fd.execute(inputs)
+        fd.execute(inputs)      # finds the plan by its key and guards the next calls
         assert fd.last_run is plan.run_info, "the call did not take the cached plan"
         stream = None
 
@@ -294,24 +297,30 @@ def main(argv=None) -> int:
     key = ex._key(inputs, options)
     outs = [torch.empty_strided(sz, st, dtype=dt, device=device) for sz, st, dt in plan.out_specs]
     vals = list(plan.values)
-    packed = plan.layout.pack(vals)
+    residues = tuple(x.data_ptr() & 15 for x in inputs)
+    call = ex.guarded_call
+    if call is None:
+        print(f"{args.name}: no guarded call (the plan is not lean, or torch has no tensor guards)")
+        return 1
+    from pyfuser.runtime.call_guard import tensor_guard
+    check = tensor_guard(inputs)
+    launch_values = plan._launch_values
     rows = [
         ("fd.execute(inputs)", lambda: fd.execute(inputs)),
-        ("  FusionExecutorCache.run", lambda: ex.run(inputs)),
-        ("    FusionExecutorCache._run", lambda: ex._run(inputs, options)),
-        ("      _key", lambda: ex._key(inputs, options)),
-        ("      plan look-up", lambda: ex._plans.get(key)),
-        ("      _KernelPlan.run", lambda: plan.run(inputs)),
-        ("        allocate outputs", lambda: [torch.empty_strided(sz, st, dtype=dt,
-                                                                  device=device)
-                                              for sz, st, dt in plan.out_specs]),
-        ("        data_ptr per pointer", lambda: [(inputs[k] if r == "input" else outs[k])
-                                                  .data_ptr() for _, r, k in plan.ptr_slots]),
-        ("        pack parameters", lambda: plan.layout.pack(vals)),
-        ("        LoadedKernel.launch", lambda: plan.loaded.launch(
-            plan.grid, plan.block, packed, shared_mem=plan.smem, cooperative=plan.cooperative,
-            cluster=plan.cluster)),
+        ("  the guarded call", lambda: call(inputs)),
+        ("    tensor guard check", lambda: check(*inputs)),
         ("    options.current()", opts.current),
+        ("    _KernelPlan.run_if_aligned", lambda: plan.run_if_aligned(inputs, residues)),
+        ("      allocate outputs", lambda: [torch.empty_strided(sz, st, dtype=dt,
+                                                                device=device)
+                                            for sz, st, dt in plan.out_specs]),
+        ("      data_ptr per pointer", lambda: [(inputs[k] if r == "input" else outs[k])
+                                                .data_ptr() for _, r, k in plan.ptr_slots]),
+        ("      pack and launch", lambda: launch_values(vals)),
+        ("  the look-up (a call the guard refuses)", lambda: ex._run(inputs, options)),
+        ("    _key", lambda: ex._key(inputs, options)),
+        ("    plan look-up", lambda: ex._plans.get(key)),
+        ("    _KernelPlan.run", lambda: plan.run(inputs)),
     ]
     if stream is not None:
         tiny = torch.zeros(4, device=device)
@@ -323,7 +332,7 @@ def main(argv=None) -> int:
     print(f"{args.name} {args.dtype} {M}x{N}: {len(plan.layout.kinds)} parameters, "
           f"{len(plan.out_specs)} output(s), {what}")
     for label, fn in rows:
-        print(f"{label:32s} {_per_call_us(fn, n):7.2f} us")
+        print(f"{label:42s} {_per_call_us(fn, n):7.2f} us")
     return 0
 
 

@@ -35,8 +35,7 @@ class FusionDefinition:
         # Why the last `with fd:` failed ("Type: message"), until the next one starts over.
         self._failed = ""
         self._executor = None
-        # What the last execute() ran: see pyfuser.runtime.executor.RunInfo.
-        self.last_run = None
+        self._no_rng = False
         # (seed, offset) the last execute() drew for random ops defined without rng_seed
         # (rerun them with those, or evaluate the fusion on `complete_inputs`).
         self.last_rng_state = None
@@ -75,6 +74,8 @@ class FusionDefinition:
             self._failed = f"{type(e).__name__}: {e}"
             raise
         self._finalized = True
+        # A fusion whose random ops draw their seed per call never takes the guarded call.
+        self._no_rng = self.fusion.implicit_rng is None
         return False
 
     def _require_defining(self, what: str) -> None:
@@ -207,9 +208,17 @@ class FusionDefinition:
         executor = self._executor
         if executor is None:        # the first call (the executor is made once finalized)
             executor = self._first_executor()
-        outputs = executor.run(self.complete_inputs(inputs, device=device), options, device)
-        self.last_run = executor.last_run
-        return outputs
+        call = executor.guarded_call
+        if call is not None and options is None and device is None and self._no_rng:
+            outputs = call(inputs)      # a signature seen last time: one C++ check, the launch
+            if outputs is not None:
+                return outputs
+        return executor.run(self.complete_inputs(inputs, device=device), options, device)
+
+    @property
+    def last_run(self):
+        """What the last execute() ran (pyfuser.runtime.executor.RunInfo), None before."""
+        return self._executor.last_run if self._executor is not None else None
 
     def _first_executor(self):
         if not self._finalized:

@@ -233,6 +233,13 @@ class _KernelPlan:
         # The record of an index found out of range by a gather, read back without waiting
         # for the kernel (runtime/index_check.py).
         self.index_checks = index_checks
+        # Nothing to do at a call but allocate, patch pointers and make a plain launch: the
+        # executor's guarded call may take run_if_aligned.
+        self.lean = not (poison or self.zeroed or self.scalar_slots or self.tmap_slots
+                         or tile_slots or index_checks is not None or self.cooperative
+                         or self.cluster is not None)
+        self._launch_values = (self.loaded.launcher(grid, block, self.layout, self.smem)
+                               if self.lean else None)
 
     def run(self, inputs, into=None):
         """Launch on `inputs`; the outputs are new tensors, or where `into` (one entry per
@@ -271,6 +278,24 @@ class _KernelPlan:
             checks.after_launch()
         return outs
 
+
+    def run_if_aligned(self, inputs, residues):
+        """run(inputs) for a `lean` plan, or None where the pointer of an input the kernel
+        reads is not at the residue mod 16 (`residues[k]`) that the plan was made for (its
+        vector widths depend on it): the executor's guarded call, whose guard checked every
+        other part of the signature (call_guard.py)."""
+        vals = self.values
+        for pos, k in self._input_ptrs:
+            ptr = inputs[k].data_ptr()
+            if ptr & 15 != residues[k]:
+                return None
+            vals[pos] = ptr
+        dev, empty = self.device, self._empty
+        outs = [empty(sz, st, dtype=dt, device=dev) for sz, st, dt in self.out_specs]
+        for pos, k in self._output_ptrs:
+            vals[pos] = outs[k].data_ptr()
+        self._launch_values(vals)
+        return outs
 
     def _tensor_map(self, x, tensor_map) -> bytes:
         # The plan fixes the tensor's shape, strides and alignment: only the pointer varies.
@@ -378,6 +403,34 @@ class _InterpretPlan:
         return Interpreter(self.fk.kernel, self.fk.bind(bindings)).run(list(inputs))
 
 
+def _guarded_call(executor, check, options, plan, residues):
+    """inputs -> the outputs of `plan` run on them, where `check` (call_guard.tensor_guard)
+    passes them and the options in force are `options` (the same object: no override active);
+    else None, and the caller takes the look-up."""
+    current = opts.current
+    live, settle_all = index_check.LIVE, index_check.settle_all
+    run = plan.run_if_aligned
+    info = plan.run_info
+
+    def call(inputs):
+        if type(inputs) is not list and type(inputs) is not tuple:
+            return None
+        try:
+            if not check(*inputs):
+                return None
+        except TypeError:           # another number of inputs, or not tensors
+            return None
+        if current() is not options:
+            return None
+        if live:
+            settle_all()        # an index error of an earlier call, raised at the next
+        outputs = run(inputs, residues)
+        if outputs is not None:
+            executor.last_run = info
+        return outputs
+    return call
+
+
 class FusionExecutorCache:
     # Bounds of the in-memory caches, least recently used dropped first: plans by input
     # signature (each holds its outputs' specs and workspaces), and compiled kernels by
@@ -408,12 +461,22 @@ class FusionExecutorCache:
         self._kernel_count = 0
         # runtime/empty_dims.EmptyDims -> the executor of the fusion specialized to them.
         self._specialized: dict = {}
+        # The guarded call of the last plan found: inputs -> outputs, or None where they do
+        # not match (_guarded_call). None where no such call is made.
+        self.guarded_call = None
+        self._guarded_plan = self._guarded_options = None
 
     # Public ------------------------------------------------------------------------------------
     def run(self, inputs, options=None, device=None):
         """`device`: where a fusion without tensor inputs runs and puts its outputs (a CUDA
         device index, "cuda:1" or a torch.device; default: the current CUDA device); with
         tensor inputs it must be theirs."""
+        if options is None and device is None:
+            call = self.guarded_call
+            if call is not None:
+                outputs = call(inputs)
+                if outputs is not None:
+                    return outputs
         if options is not None:
             with opts.override(options):
                 return self._run(inputs, opts.current(), device)
@@ -442,7 +505,28 @@ class FusionExecutorCache:
                     plans.popitem(last=False)
         else:
             plans.move_to_end(key)
+        if key is not None and device is None and (
+                plan is not self._guarded_plan or options is not self._guarded_options):
+            self._guard_next_calls(inputs, options, plan)
         return plan
+
+    def _guard_next_calls(self, inputs, options, plan) -> None:
+        """Make `guarded_call`: the next calls with this signature (and these options) run
+        `plan` after one C++ check of their tensors (call_guard.py) instead of the key's
+        Python reads and the dict look-up. Only for a lean one-kernel plan of tensor inputs
+        whose outputs are all returned; otherwise no guarded call (the look-up serves)."""
+        self._guarded_plan, self._guarded_options = plan, options
+        self.guarded_call = None
+        tensor = _torch_tensor or _bind_torch_tensor()
+        if (not isinstance(plan, _KernelPlan) or not plan.lean or self.fusion.output_aliases
+                or not all(type(x) is tensor for x in inputs)):
+            return
+        from .call_guard import tensor_guard
+        check = tensor_guard(inputs)
+        if check is None:
+            return
+        self.guarded_call = _guarded_call(self, check, options, plan,
+                                          tuple(x.data_ptr() & 15 for x in inputs))
 
     def _run(self, inputs, options, device=None):
         plan = self._plan_of(inputs, options, device)

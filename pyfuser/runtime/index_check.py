@@ -60,7 +60,8 @@ class DeferredIndexChecks:
         self.checks = tuple((what, dim, size) for (what, dim, _), size in zip(checks, sizes))
         self.device = device
         self.wait_each = wait_each
-        LIVE.add(self)
+        key = id(self)
+        LIVE[key] = weakref.ref(self, lambda _, key=key: LIVE.pop(key, None))
 
     def after_launch(self) -> None:
         """With wait_each, wait for the kernel just launched and raise from this call."""
@@ -86,13 +87,19 @@ class DeferredIndexChecks:
             raise
 
 
-# The plans whose kernels check indices (a plan released with its executor leaves).
-LIVE: "weakref.WeakSet" = weakref.WeakSet()
+# The plans whose kernels check indices, id -> weak reference (a plan released with its
+# executor leaves). A dict, not a WeakSet: every execute asks whether it is empty, which costs a
+# WeakSet 0.17 us of Python and a dict nothing.
+LIVE: "dict[int, weakref.ref]" = {}
+
+
+def _live_checks() -> list:
+    return [c for c in (r() for r in list(LIVE.values())) if c is not None]
 
 
 def settle_all() -> None:
     """Raise the first index error any plan's kernels reported so far."""
-    for checks in list(LIVE):
+    for checks in _live_checks():
         checks.settle()
 
 
@@ -101,7 +108,7 @@ def check_index_errors() -> None:
     (pyfuser.check_index_errors)."""
     if LIVE:
         import torch
-        for d in {c.device for c in LIVE}:
+        for d in {c.device for c in _live_checks()}:
             torch.cuda.synchronize(d)
     settle_all()
 

@@ -337,6 +337,38 @@ class LoadedKernel:
             self._recover(status, grid, block, staging, shared_mem, cluster, cooperative,
                           stream_handle)
 
+    def launcher(self, grid, block, layout: ParamLayout, shared_mem: int = 0):
+        """A plain launch of fixed shape on PyTorch's current stream, as `launch_values(values)`:
+        `layout` packs the values straight into this thread's staging buffer, with no bytes
+        object between. For a plan's cached call (no cluster, not cooperative; tensor maps
+        take `launch`, which checks their size)."""
+        self.check_layout(layout)
+        if layout._tmap_indices:
+            raise LaunchError(f"{self.name}: a launcher packs no tensor maps; use launch()")
+        if shared_mem > self.dynamic_smem_limit:
+            self._raise_smem_limit(shared_mem)
+        (gx, gy, gz), (bx, by, bz) = _dim3(grid), _dim3(block)
+        pack_into = layout._struct.pack_into
+        tls, index, function = self._tls, self.device_index, self._function_pointer
+        launch_kernel = self._launch_kernel
+
+        def launch_values(values) -> None:
+            stream_handle = _stream_getter(index)
+            try:
+                staging = tls.staging
+            except AttributeError:
+                staging = self._new_staging()
+            pack_into(staging.buffer, 0, *values)
+            if stream_handle != staging.stream:
+                staging.stream, staging.stream_pointer = stream_handle, ctypes.c_void_p(
+                    stream_handle or None)
+            status = launch_kernel(function, gx, gy, gz, bx, by, bz, shared_mem,
+                                   staging.stream_pointer, staging.kernel_params, None)
+            if status:
+                self._recover(status, grid, block, staging, shared_mem, None, False,
+                              stream_handle)
+        return launch_values
+
     def _new_staging(self) -> _Staging:
         staging = self._tls.staging = _Staging(self.pack_offsets, self.param_size)
         return staging

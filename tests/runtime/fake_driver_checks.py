@@ -175,6 +175,38 @@ def check_plain_launch():
     assert seen[48:176] == TMAP
 
 
+PLAIN_SOURCE = r"""
+extern "C" __global__ void plain(float* out, int n, float v) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) out[i] = v;
+}
+"""
+PLAIN_LAYOUT = L.ParamLayout(["ptr", "i32", "f32"])
+
+
+def check_launcher_packs_into_the_staging_buffer():
+    module = compile_to_cubin(PLAIN_SOURCE, "plain")
+    assert _set_fake_params(module) == [(0, 8), (8, 4), (12, 4)]
+    k = L.load(module, 0)
+    streams = iter([STREAM, STREAM, STREAM + 16])
+    saved, L._stream_getter = L._stream_getter, lambda index: next(streams)
+    try:
+        FAKE.fake_reset()
+        launch_values = k.launcher((3, 2, 1), 128, PLAIN_LAYOUT, shared_mem=100_000)
+        assert RECORD.func_attr_values[8] == 100_000 and RECORD.func_attr_sets == 1
+        for n, stream in ((1000, STREAM), (7, STREAM), (5, STREAM + 16)):
+            launch_values([0xBEEF_0000 + n, n, 0.5 * n])
+            assert tuple(RECORD.grid) == (3, 2, 1) and tuple(RECORD.block) == (128, 1, 1)
+            assert RECORD.stream == stream and RECORD.shared_mem == 100_000
+            assert _params(16) == PLAIN_LAYOUT.pack([0xBEEF_0000 + n, n, 0.5 * n])
+        assert RECORD.launches == 3 and RECORD.via_ex == 0 and RECORD.func_attr_sets == 1
+    finally:
+        L._stream_getter = saved
+        _set_fake_params(kernel().module)      # the other checks' kernel again
+    assert "tensor maps" in _raises(L.LaunchError, kernel().launcher, 1, 32, LAYOUT)
+    assert "sizes" in _raises(L.LaunchError, k.launcher, 1, 32, LAYOUT)
+
+
 def check_int_dims_and_bytearray():
     k = kernel()
     FAKE.fake_reset()
@@ -349,11 +381,19 @@ def timings() -> dict[str, float]:
         "driver_call_only": "k._launch_kernel(k._function_pointer, 3, 1, 1, 128, 1, 1, 0, stream, "
         "params, None)",
     }
+    timed = compile_to_cubin(PLAIN_SOURCE.replace("plain(", "timed("), "timed")
+    _set_fake_params(timed)
+    plain = L.load(timed, 0)
+    saved, L._stream_getter = L._stream_getter, lambda index: STREAM
+    env["launch_values"] = plain.launcher((3, 1, 1), (128, 1, 1), PLAIN_LAYOUT)
+    env["PLAIN_VALUES"] = [0xDEAD_BEEF_0000, 1000, 2.5]
+    statements["launcher"] = "launch_values(PLAIN_VALUES)"
     number = 20000
     result = {}
     for name, statement in statements.items():
         best = min(timeit.repeat(statement, globals=env, number=number, repeat=5))
         result[name] = round(best / number * 1e9)
+    L._stream_getter = saved
     return result
 
 

@@ -43,6 +43,11 @@ class FakeLoaded:
     def launch(self, grid, block, params, **kw):
         self.launches.append((grid, block, params, kw))
 
+    def launcher(self, grid, block, layout, shared_mem=0):
+        # A plain launch of a lean plan, recorded as launch() records one.
+        return lambda values: self.launch(grid, block, layout.pack(values),
+                                          shared_mem=shared_mem, cooperative=False, cluster=None)
+
 
 @pytest.fixture
 def fake_gpu(monkeypatch):
@@ -347,6 +352,7 @@ from pyfuser.runtime import device, launch
 class NoLaunch:
     def check_layout(self, layout): pass
     def launch(self, *a, **kw): pass
+    def launcher(self, *a, **kw): return lambda values: None
 device.get_device_properties = lambda *_: device.DEVICE_TABLE["h100"]
 launch.load = lambda module, device_index=None: NoLaunch()
 torch.Tensor.is_cuda = property(lambda self: True)

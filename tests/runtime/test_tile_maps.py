@@ -114,6 +114,9 @@ class FakeLoaded:
     def launch(self, grid, block, params, **kw):
         self.launches.append(params)
 
+    def launcher(self, grid, block, layout, shared_mem=0):
+        return lambda values: self.launch(grid, block, layout.pack(values))
+
 
 @dataclasses.dataclass(eq=False)
 class FakeKernel:

@@ -1,0 +1,241 @@
+"""The guarded call of a cached plan (runtime/call_guard.py, executor._guarded_call), on the CPU.
+
+The guard may refuse a call whose key equals the plan's, never pass one whose key differs: for
+every variation of the inputs below, a call the guarded path takes must have the plan's key
+(executor.FusionExecutorCache._key), and the call it refuses must still run through the
+look-up. The executor's CUDA path runs up to the launch as in test_plan_cache.py: NVRTC
+compiles, a fake loaded kernel records each launch."""
+import pytest
+import torch
+
+from pyfuser import FusionDefinition, catalogue
+from pyfuser import options as opts
+from pyfuser.runtime import call_guard
+from pyfuser.runtime import device as device_mod
+from pyfuser.runtime import fusion_kernel, index_check
+from pyfuser.runtime.executor import FusionExecutorCache, _KernelPlan, _Target
+from pyfuser.runtime.inputs import check_inputs
+from pyfuser.schedule.schedulers import registry
+
+pytest.importorskip("cuda.bindings.nvrtc")
+pytestmark = pytest.mark.usefixtures("isolated_cache")
+
+H100 = device_mod.DEVICE_TABLE["h100"]
+
+
+class FakeLoaded:
+    """Stands in for launch.LoadedKernel: records the values of each launch."""
+
+    def __init__(self):
+        self.launches = []
+
+    def check_layout(self, layout):
+        pass
+
+    def launch(self, grid, block, params, **kw):
+        self.launches.append(("launch", params))
+
+    def launcher(self, grid, block, layout, shared_mem=0):
+        return lambda values: self.launches.append(("launcher", layout.pack(values)))
+
+
+@pytest.fixture
+def fake_gpu(monkeypatch):
+    loaded = {}
+    monkeypatch.setattr(fusion_kernel.FusionKernel, "loaded",
+                        lambda self, index: loaded.setdefault(id(self), FakeLoaded()))
+    monkeypatch.setattr(device_mod, "get_device_properties", lambda *_: H100)
+    return loaded
+
+
+def cached(fd, inputs):
+    """An executor whose plan for `inputs` is built as on an H100 and cached under their key,
+    as a first GPU call leaves it; then one call through run(), which finds it."""
+    ex = fd._executor = FusionExecutorCache(fd.fusion, name=fd.name)
+    options = opts.current()
+    plan = ex._guarded_kernel_plan(inputs, check_inputs(fd.fusion, inputs),
+                                   registry.choose(fd.fusion),
+                                   _Target(H100, torch.device("cpu")), options)
+    assert isinstance(plan, _KernelPlan) and plan.lean
+    ex._plans[ex._key(inputs, options)] = plan
+    ex.run(inputs)
+    assert ex.guarded_call is not None
+    return ex, plan
+
+
+def rmsnorm_inputs():
+    return catalogue.make_inputs("rmsnorm_fwd", 64, 1024, "bf16", seed=0)
+
+
+def variations(x, w):
+    """Inputs that differ from (x, w) in one part of the key, or in none."""
+    xb = torch.empty(64 * 1024 + 8, dtype=x.dtype)
+    return {
+        "same tensors": [x, w],
+        "equal copies": [x.clone(), w.clone()],
+        "float32 x": [x.float(), w],
+        "float16 w": [x, w.half()],
+        "more rows": [torch.cat([x, x]), w],
+        "fewer rows": [x[:32], w],
+        "column-major x": [x.t().contiguous().t(), w],
+        "x with a row stride of 2048": [torch.empty(64, 2048, dtype=x.dtype)[:, :1024], w],
+        "x misaligned by 2 bytes": [xb[1:1 + 64 * 1024].view(64, 1024), w],
+        "x misaligned by 8 bytes": [xb[4:4 + 64 * 1024].view(64, 1024), w],
+        "x aligned at an offset of 16 bytes": [xb[8:8 + 64 * 1024].view(64, 1024), w],
+        "w expanded from one value": [x, w[:1].expand(1024)],
+        "x of rank 3": [x.view(1, 64, 1024), w],
+        "w on the meta device": [x, torch.empty_like(w, device="meta")],
+        "x requires grad": [x.clone().requires_grad_(True), w],
+        "x an nn.Parameter": [torch.nn.Parameter(x.clone(), requires_grad=False), w],
+        "one input": [x],
+        "three inputs": [x, w, w],
+        "a float for w": [x, 1.0],
+        "None for x": [None, w],
+        "a tuple": (x, w),
+    }
+
+
+def test_the_guarded_call_runs_only_calls_of_the_plans_key(fake_gpu):
+    fd = catalogue.define("rmsnorm_fwd", "bf16")
+    x, w = rmsnorm_inputs()
+    ex, plan = cached(fd, [x, w])
+    key = ex._key([x, w], opts.current())
+    loaded = plan.loaded
+    taken = []
+    for what, inputs in variations(x, w).items():
+        before = len(loaded.launches)
+        outputs = ex.guarded_call(inputs)
+        if outputs is None:
+            assert len(loaded.launches) == before, f"{what}: refused after launching"
+            continue
+        taken.append(what)
+        assert ex._key(inputs, opts.current()) == key, f"{what}: taken with another key"
+        assert len(loaded.launches) == before + 1 and loaded.launches[-1][0] == "launcher"
+        (out,) = outputs
+        assert out.shape == x.shape and out.dtype == x.dtype
+    assert set(taken) == {"same tensors", "equal copies", "x aligned at an offset of 16 bytes",
+                          "a tuple"}, taken
+
+
+def test_a_guarded_call_launches_the_pointers_of_its_own_inputs(fake_gpu):
+    fd = catalogue.define("rmsnorm_fwd", "bf16")
+    x, w = rmsnorm_inputs()
+    ex, plan = cached(fd, [x, w])
+    x2, w2 = x.clone(), w.clone()
+    (out,) = ex.guarded_call([x2, w2])
+    packed = plan.loaded.launches[-1][1]
+    offsets = plan.layout.offsets
+    pointers = {int.from_bytes(packed[o:o + 8], "little") for o in offsets}
+    assert {x2.data_ptr(), w2.data_ptr(), out.data_ptr()} <= pointers
+    assert x.data_ptr() not in pointers and w.data_ptr() not in pointers
+
+
+def test_execute_takes_the_guarded_call_without_the_key(fake_gpu, monkeypatch):
+    fd = catalogue.define("rmsnorm_fwd", "bf16")
+    x, w = rmsnorm_inputs()
+    ex, plan = cached(fd, [x, w])
+
+    def no_key(*a, **kw):
+        raise AssertionError("the key was computed on a guarded call")
+    monkeypatch.setattr(ex, "_key", no_key)
+    before = len(plan.loaded.launches)
+    fd.execute([x.clone(), w.clone()])
+    assert len(plan.loaded.launches) == before + 1
+    assert fd.last_run is plan.run_info
+
+
+def test_calls_the_guard_refuses_still_find_their_plan(fake_gpu):
+    """A call with the plan's key that the guard refuses (an input requiring grad) takes the
+    look-up, which finds the same plan: the guard only ever shortens the way there."""
+    fd = catalogue.define("rmsnorm_fwd", "bf16")
+    x, w = rmsnorm_inputs()
+    ex, plan = cached(fd, [x, w])
+    grad_x = x.clone().requires_grad_(True)
+    assert ex.guarded_call([grad_x, w]) is None
+    before = len(plan.loaded.launches)
+    with torch.no_grad():
+        ex.run([grad_x, w])
+    assert len(plan.loaded.launches) == before + 1 and fd.last_run is plan.run_info
+
+
+def test_an_options_override_takes_the_look_up_then_the_guard_follows_the_options(fake_gpu):
+    fd = catalogue.define("rmsnorm_fwd", "bf16")
+    x, w = rmsnorm_inputs()
+    ex, plan = cached(fd, [x, w])
+    with opts.override({"disable": ["reference_fallback"]}):
+        assert ex.guarded_call([x, w]) is None     # other options: the look-up decides
+    # A call with options (here CPU tensors, so the reference plan) guards nothing; the next
+    # call without them finds the kernel plan by its key and guards it again.
+    ex.run([x, w], options={"enable": ["poison_outputs"]})
+    assert ex.guarded_call is None and fd.last_run.kind == "reference"
+    ex.run([x, w])
+    assert ex.guarded_call is not None and fd.last_run is plan.run_info
+    key_calls = []
+    real_key = ex._key
+    ex._key = lambda *a: key_calls.append(1) or real_key(*a)
+    before = len(plan.loaded.launches)
+    ex.run([x, w])
+    assert not key_calls and len(plan.loaded.launches) == before + 1
+
+
+def test_no_guarded_call_where_the_plan_is_not_lean(fake_gpu):
+    fd = catalogue.define("rmsnorm_fwd", "bf16")
+    x, w = rmsnorm_inputs()
+    with opts.override({"enable": ["poison_outputs"]}):
+        ex = fd._executor = FusionExecutorCache(fd.fusion, name=fd.name)
+        options = opts.current()
+        plan = ex._guarded_kernel_plan([x, w], check_inputs(fd.fusion, [x, w]),
+                                       registry.choose(fd.fusion),
+                                       _Target(H100, torch.device("cpu")), options)
+        assert not plan.lean
+        ex._plans[ex._key([x, w], options)] = plan
+        ex.run([x, w])
+    assert ex.guarded_call is None
+
+
+def test_no_guarded_call_for_scalar_inputs_or_random_ops(fake_gpu):
+    with FusionDefinition() as fd:
+        a = fd.define_tensor([-1], dtype="float32")
+        s = fd.define_scalar(dtype="float32")
+        fd.add_output(fd.ops.mul(a, s))
+    x = torch.randn(1000)
+    ex = fd._executor = FusionExecutorCache(fd.fusion, name=fd.name)
+    options = opts.current()
+    plan = ex._guarded_kernel_plan([x, 2.0], check_inputs(fd.fusion, [x, 2.0]),
+                                   registry.choose(fd.fusion),
+                                   _Target(H100, torch.device("cpu")), options)
+    ex._plans[ex._key([x, 2.0], options)] = plan
+    ex.run([x, 2.0])
+    assert ex.guarded_call is None
+    with FusionDefinition() as rng_fd:
+        a = rng_fd.define_tensor([-1], dtype="float32")
+        rng_fd.add_output(rng_fd.ops.add(a, rng_fd.ops.rand_like(a)))
+    assert rng_fd._no_rng is False and fd._no_rng is True
+
+
+def test_a_pending_index_error_is_raised_by_a_guarded_call(fake_gpu, monkeypatch):
+    fd = catalogue.define("rmsnorm_fwd", "bf16")
+    x, w = rmsnorm_inputs()
+    ex, plan = cached(fd, [x, w])
+
+    class Pending:
+        def settle(self):
+            raise index_check.IndexOutOfRange("an earlier call's gather")
+    pending = Pending()
+    monkeypatch.setitem(index_check.LIVE, id(pending), lambda: pending)
+    with pytest.raises(index_check.IndexOutOfRange, match="earlier call"):
+        ex.guarded_call([x, w])
+
+
+def test_a_guard_keeps_no_tensor_alive():
+    import gc
+    import weakref
+    x, w = torch.randn(8, 16), torch.randn(16)
+    check = call_guard.tensor_guard([x, w])
+    if check is None:
+        pytest.skip("this torch has no TensorGuards")
+    ref = weakref.ref(x)
+    del x
+    gc.collect()
+    assert ref() is None
+    assert check(torch.randn(8, 16), w) and not check(torch.randn(8, 17), w)
