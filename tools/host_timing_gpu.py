@@ -4,9 +4,13 @@
     PYTHONPATH=. python tools/host_timing_gpu.py --name bench_issue16:batchnorm_fwd_nchw --shape -
 
 1. Cached call: fd.execute on small inputs (the kernel takes a few microseconds, so the loop is
-   bound by the host): microseconds per call, beside eager (the catalogue's torch reference),
-   torch.compile of it and one empty torch op (x.add_(0) on a tiny tensor), same process.
+   bound by the host): microseconds per call, beside eager (the catalogue's torch reference,
+   and F.rms_norm for rmsnorm_fwd), torch.compile of it and one empty torch op (x.add_(0) on
+   a tiny tensor), same process, in --rounds interleaved rounds (ANCHORS.md's protocol; the
+   median and the range printed). Two rows give the floor under pyfuser's call: its kernel's
+   launch alone (the driver's cuLaunchKernel, values packed) and its output's allocation.
    The GPU is synchronized only at the end of each timed loop, so host time is measured.
+   ANCHORS.md's bar is measured on one 4096-wide row: --shape 1x4096.
 2. A new process: the time from FusionDefinition to the first execute's return, CUDA already
    initialised, in a fresh interpreter after a first process filled the disk cache
    (PYFUSER_CACHE_DIR, by default a temporary one): run as `--first-call` subprocesses, with
@@ -109,6 +113,7 @@ def main(argv=None) -> int:
     ap.add_argument("--shape", default="8x1024")
     ap.add_argument("-n", type=int, default=5000)
     ap.add_argument("--runs", type=int, default=5, help="new processes timed")
+    ap.add_argument("--rounds", type=int, default=7, help="interleaved rounds of the cached call")
     ap.add_argument("--first-call", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     M, N = (int(v) for v in args.shape.split("x")) if args.shape != "-" else (0, 0)
@@ -118,27 +123,51 @@ def main(argv=None) -> int:
     if ":" in args.name:
         return new_processes(args)
 
+    import statistics
+
     import torch
+    import torch.nn.functional as F
 
     from pyfuser import catalogue
+    from pyfuser.runtime.launch import _stream_getter  # noqa: F401  (bound before timing)
     entry = catalogue.get(args.name)
     inputs = catalogue.make_inputs(args.name, M, N, "bf16", device="cuda", seed=0)
     fd = catalogue.define(args.name, "bf16")
+    fd.execute(inputs)
     fd.execute(inputs)
     eager = lambda: entry.torch_reference(inputs, 1e-6)  # noqa: E731
     compiled = torch.compile(eager)
     compiled()
     tiny = torch.zeros(1, device="cuda")
-    rows = {
-        "pyfuser fd.execute (cached)": _per_call_us(lambda: fd.execute(inputs), args.n),
-        "eager (catalogue reference)": _per_call_us(eager, args.n),
-        "torch.compile": _per_call_us(compiled, args.n),
-        "one empty torch op (x.add_(0))": _per_call_us(lambda: tiny.add_(0), args.n),
+    calls = {
+        "pyfuser fd.execute (cached)": lambda: fd.execute(inputs),
+        "eager (catalogue reference)": eager,
+        "torch.compile": compiled,
+        "one empty torch op (x.add_(0))": lambda: tiny.add_(0),
     }
-    print(f"host time per call, {args.name} bf16 {M}x{N}, {torch.cuda.get_device_name()}:")
-    for k, v in rows.items():
-        print(f"  {k:34s} {v:7.1f} us")
-    print(f"  ran: {fd.last_run}")
+    if args.name == "rmsnorm_fwd":
+        x, w = inputs[:2]
+        calls["eager F.rms_norm"] = lambda: F.rms_norm(x, (N,), w, 1e-6)
+    # The floor under pyfuser's call: its kernel's launch alone (the driver's cuLaunchKernel
+    # through ctypes, values already packed) and its output's allocation.
+    plan = fd._executor._guarded_plan
+    if plan is not None and getattr(plan, "_launch_values", None) is not None:
+        values, launch_values = list(plan.values), plan._launch_values
+        calls["  its kernel's launch alone"] = lambda: launch_values(values)
+        (size, stride, dtype), = plan.out_specs[:1]
+        calls["  its output's allocation alone"] = lambda: torch.empty_strided(
+            size, stride, dtype=dtype, device=inputs[0].device)
+    rounds = {k: [] for k in calls}
+    for _ in range(args.rounds):            # interleaved rounds (ANCHORS.md), median of each
+        for k, fn in calls.items():
+            rounds[k].append(_per_call_us(fn, args.n))
+    print(f"host time per call, {args.name} bf16 {M}x{N}, {torch.cuda.get_device_name()}, "
+          f"{args.rounds} interleaved rounds (each the best of 5 loops of {args.n} calls), us:")
+    for k, v in rounds.items():
+        print(f"  {k:34s} median {statistics.median(v):6.2f}   min {min(v):6.2f}   max "
+              f"{max(v):6.2f}")
+    print(f"  ran: {fd.last_run.kind} {fd.last_run.schedulers}, guarded call: "
+          f"{fd._executor.guarded_call is not None}")
     return new_processes(args)
 
 
