@@ -256,7 +256,7 @@ class _KernelPlan:
                 o.fill_(float("nan") if o.dtype.is_floating_point else -1)
         for k in self.zeroed:
             outs[k].zero_()         # a scatter's sums start from zero (kir/launch.py)
-        vals = self.values
+        vals = self.values.copy()   # each call its own: threads may share the plan
         for pos, k in self._input_ptrs:
             vals[pos] = inputs[k].data_ptr()
         for pos, k in self._output_ptrs:
@@ -284,7 +284,7 @@ class _KernelPlan:
         reads is not at the residue mod 16 (`residues[k]`) that the plan was made for (its
         vector widths depend on it): the executor's guarded call, whose guard checked every
         other part of the signature (call_guard.py)."""
-        vals = self.values
+        vals = self.values.copy()   # each call its own: threads may share the plan
         for pos, k in self._input_ptrs:
             ptr = inputs[k].data_ptr()
             if ptr & 15 != residues[k]:
@@ -309,7 +309,8 @@ class _KernelPlan:
             encode = encode_tile_box if isinstance(tensor_map, TileBoxMap) else encode_row_box
             tmap = encode(x, tensor_map)
             if len(self._tmaps) >= self.TENSOR_MAP_CACHE:
-                self._tmaps.pop(next(iter(self._tmaps)))
+                # (another thread may have dropped that entry since: no KeyError then)
+                self._tmaps.pop(next(iter(self._tmaps)), None)
         self._tmaps[key] = tmap          # most recent last
         return tmap
 

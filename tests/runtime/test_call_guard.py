@@ -239,3 +239,46 @@ def test_a_guard_keeps_no_tensor_alive():
     gc.collect()
     assert ref() is None
     assert check(torch.randn(8, 16), w) and not check(torch.randn(8, 17), w)
+
+
+@pytest.mark.parametrize("path", ["guarded", "look-up"])
+def test_threads_calling_one_plan_launch_their_own_pointers(fake_gpu, path):
+    """Calls from several threads share one plan: each launch must carry its own call's
+    pointers (a plan's parameter values were one list patched in place: a thread switch
+    between patching and packing mixed two calls' pointers)."""
+    import sys
+    import threading
+    fd = catalogue.define("rmsnorm_fwd", "bf16")
+    x, w = rmsnorm_inputs()
+    ex, plan = cached(fd, [x, w])
+    ex.run([x, w])
+    loaded = plan.loaded
+    run = (ex.guarded_call if path == "guarded"
+           else lambda inputs: plan.run(inputs))
+    offsets = plan.layout.offsets
+    per_thread = [[x.clone(), w.clone()] for _ in range(4)]
+    mixed = []
+
+    def work(inputs):
+        own = {t.data_ptr() for t in inputs}
+        others = {t.data_ptr() for other in per_thread if other is not inputs for t in other}
+        for _ in range(300):
+            (out,) = run(inputs)
+            # The launch this call made is the last one with its output's pointer.
+            packed = next(p for _, p in reversed(loaded.launches)
+                          if out.data_ptr() in {int.from_bytes(p[o:o + 8], "little")
+                                                for o in offsets})
+            pointers = {int.from_bytes(packed[o:o + 8], "little") for o in offsets}
+            if not own <= pointers or pointers & others:
+                mixed.append(pointers)
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        threads = [threading.Thread(target=work, args=(inputs,)) for inputs in per_thread]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        sys.setswitchinterval(interval)
+    assert not mixed, f"{len(mixed)} launches carried another call's pointers"
