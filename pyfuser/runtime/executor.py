@@ -234,7 +234,7 @@ class _KernelPlan:
         # for the kernel (runtime/index_check.py).
         self.index_checks = index_checks
         # Nothing to do at a call but allocate, patch pointers and make a plain launch: the
-        # executor's guarded call may take run_if_aligned.
+        # guarded call (run_if_aligned) launches through a launcher that packs in place.
         self.lean = not (poison or self.zeroed or self.scalar_slots or self.tmap_slots
                          or tile_slots or index_checks is not None or self.cooperative
                          or self.cluster is not None)
@@ -280,10 +280,16 @@ class _KernelPlan:
 
 
     def run_if_aligned(self, inputs, residues):
-        """run(inputs) for a `lean` plan, or None where the pointer of an input the kernel
-        reads is not at the residue mod 16 (`residues[k]`) that the plan was made for (its
-        vector widths depend on it): the executor's guarded call, whose guard checked every
-        other part of the signature (call_guard.py)."""
+        """run(inputs), or None where the pointer of a tensor input is not at the residue mod
+        16 that the plan was made for (`residues[k]`, None for a scalar: its vector widths and
+        tensor maps depend on it): the executor's guarded call, whose guard checked every
+        other part of the signature (call_guard.py). A `lean` plan checks only the inputs it
+        reads by pointer, as it reads them, and launches through its launcher."""
+        if self._launch_values is None:
+            for x, residue in zip(inputs, residues):
+                if residue is not None and x.data_ptr() & 15 != residue:
+                    return None
+            return self.run(inputs)
         vals = self.values.copy()   # each call its own: threads may share the plan
         for pos, k in self._input_ptrs:
             ptr = inputs[k].data_ptr()
@@ -432,6 +438,33 @@ def _guarded_call(executor, check, options, plan, residues):
     return call
 
 
+def _checked_already(*inputs) -> bool:
+    """The check of a _guarded_call whose caller checked the inputs itself."""
+    return True
+
+
+def _guarded_mixed_call(executor, check, options, plan, residues, positions, scalars):
+    """_guarded_call for inputs that mix tensors (at `positions`) and scalars ((position,
+    type) in `scalars`: the key holds a scalar's type, not its value, which the plan passes
+    to the kernel at each call)."""
+    tensors_only = _guarded_call(executor, _checked_already, options, plan, residues)
+    count = len(residues)
+
+    def call(inputs):
+        if type(inputs) is not list and type(inputs) is not tuple or len(inputs) != count:
+            return None
+        for k, kind in scalars:
+            if type(inputs[k]) is not kind:
+                return None
+        try:
+            if not check(*[inputs[k] for k in positions]):
+                return None
+        except TypeError:           # not tensors where the plan's were
+            return None
+        return tensors_only(inputs)
+    return call
+
+
 class FusionExecutorCache:
     # Bounds of the in-memory caches, least recently used dropped first: plans by input
     # signature (each holds its outputs' specs and workspaces), and compiled kernels by
@@ -513,21 +546,29 @@ class FusionExecutorCache:
 
     def _guard_next_calls(self, inputs, options, plan) -> None:
         """Make `guarded_call`: the next calls with this signature (and these options) run
-        `plan` after one C++ check of their tensors (call_guard.py) instead of the key's
-        Python reads and the dict look-up. Only for a lean one-kernel plan of tensor inputs
-        whose outputs are all returned; otherwise no guarded call (the look-up serves)."""
+        `plan` after one C++ check of their tensors (call_guard.py) and a type check of their
+        scalars, instead of the key's Python reads and the dict look-up. Only for a one-kernel
+        plan whose outputs are all returned (no in-place outputs); otherwise no guarded call
+        (the look-up serves)."""
         self._guarded_plan, self._guarded_options = plan, options
         self.guarded_call = None
         tensor = _torch_tensor or _bind_torch_tensor()
-        if (not isinstance(plan, _KernelPlan) or not plan.lean or self.fusion.output_aliases
-                or not all(type(x) is tensor for x in inputs)):
+        if not isinstance(plan, _KernelPlan) or self.fusion.output_aliases:
             return
+        positions = tuple(k for k, x in enumerate(inputs) if isinstance(x, tensor))
+        if any(type(inputs[k]) is not tensor for k in positions):
+            return      # a subclass (nn.Parameter): torch's guard refuses it anyway
         from .call_guard import tensor_guard
-        check = tensor_guard(inputs)
+        check = tensor_guard([inputs[k] for k in positions])
         if check is None:
             return
-        self.guarded_call = _guarded_call(self, check, options, plan,
-                                          tuple(x.data_ptr() & 15 for x in inputs))
+        residues = tuple(x.data_ptr() & 15 if isinstance(x, tensor) else None for x in inputs)
+        if len(positions) == len(inputs):
+            self.guarded_call = _guarded_call(self, check, options, plan, residues)
+        else:
+            scalars = tuple((k, type(x)) for k, x in enumerate(inputs) if k not in positions)
+            self.guarded_call = _guarded_mixed_call(self, check, options, plan, residues,
+                                                    positions, scalars)
 
     def _run(self, inputs, options, device=None):
         plan = self._plan_of(inputs, options, device)

@@ -178,7 +178,9 @@ def test_an_options_override_takes_the_look_up_then_the_guard_follows_the_option
     assert not key_calls and len(plan.loaded.launches) == before + 1
 
 
-def test_no_guarded_call_where_the_plan_is_not_lean(fake_gpu):
+def test_a_plan_that_is_not_lean_is_guarded_and_runs_its_whole_launch(fake_gpu):
+    """Poisoned outputs (a plan with work at launch beyond pointers): the guarded call checks
+    every tensor's alignment and runs the plan's general run, whose launch it is."""
     fd = catalogue.define("rmsnorm_fwd", "bf16")
     x, w = rmsnorm_inputs()
     with opts.override({"enable": ["poison_outputs"]}):
@@ -187,13 +189,19 @@ def test_no_guarded_call_where_the_plan_is_not_lean(fake_gpu):
         plan = ex._guarded_kernel_plan([x, w], check_inputs(fd.fusion, [x, w]),
                                        registry.choose(fd.fusion),
                                        _Target(H100, torch.device("cpu")), options)
-        assert not plan.lean
+        assert not plan.lean and plan._launch_values is None
         ex._plans[ex._key([x, w], options)] = plan
         ex.run([x, w])
-    assert ex.guarded_call is None
+        call = ex.guarded_call
+        assert call is not None
+        (out,) = call([x.clone(), w.clone()])
+        assert plan.loaded.launches[-1][0] == "launch" and out.isnan().all()
+        xb = torch.empty(64 * 1024 + 8, dtype=x.dtype)
+        assert call([xb[4:4 + 64 * 1024].view(64, 1024), w]) is None
+        assert call([x.float(), w]) is None
 
 
-def test_no_guarded_call_for_scalar_inputs_or_random_ops(fake_gpu):
+def test_scalar_inputs_are_checked_by_type_and_passed_by_value(fake_gpu):
     with FusionDefinition() as fd:
         a = fd.define_tensor([-1], dtype="float32")
         s = fd.define_scalar(dtype="float32")
@@ -206,7 +214,25 @@ def test_no_guarded_call_for_scalar_inputs_or_random_ops(fake_gpu):
                                    _Target(H100, torch.device("cpu")), options)
     ex._plans[ex._key([x, 2.0], options)] = plan
     ex.run([x, 2.0])
-    assert ex.guarded_call is None
+    call = ex.guarded_call
+    assert call is not None
+    key = ex._key([x, 2.0], options)
+    launches = plan.loaded.launches
+    taken = []
+    for k, inputs in enumerate(([x, 3.5], [x.clone(), -1.0], [x, 2], [x, True], [x, x],
+                                [2.0, x], [x], [x.double(), 2.0], [x[:999], 2.0], (x, 0.25))):
+        before = len(launches)
+        outputs = call(inputs)
+        if outputs is None:
+            assert len(launches) == before
+            continue
+        taken.append(k)
+        assert ex._key(inputs, options) == key
+        packed = launches[-1][1]
+        scalar_at = next(plan.layout.offsets[pos] for pos, k in plan.scalar_slots)
+        import struct
+        assert struct.unpack_from("<f", packed, scalar_at)[0] == inputs[1]
+    assert taken == [0, 1, 9], taken
     with FusionDefinition() as rng_fd:
         a = rng_fd.define_tensor([-1], dtype="float32")
         rng_fd.add_output(rng_fd.ops.add(a, rng_fd.ops.rand_like(a)))
