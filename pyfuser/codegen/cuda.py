@@ -181,6 +181,11 @@ class CudaPrinter:
         self.indent -= 1
         self.line("}")
 
+    def _LseFoldLanes(self, s):
+        lanes = ", ".join(self.expr(x) for x in s.lanes)
+        self.line(f"{{  const float pf_lanes[{len(s.lanes)}] = {{{lanes}}};")
+        self.line(f"   {self.expr(s.out)} = pf::lse_fold_lanes({self.expr(s.acc)}, pf_lanes);  }}")
+
     def _Allocate(self, s):
         b = s.buffer
         if b.memory == "local":

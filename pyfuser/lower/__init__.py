@@ -15,6 +15,7 @@ from .context import LoweringContext, LoweringError
 from .index import index_and_predicate
 from .launch import launch_config
 from .loops import build_loops
+from .lse_lanes import fold_lse_lanes
 from .matmul import build_matmul
 from .params import kernel_params
 from .pipeline import pipeline_loads
@@ -37,6 +38,8 @@ PIPELINE = [
     unswitch_loops,         # Unswitch loops: a version without the inner loops' bounds checks
                             # where their last iterations pass them, the checked one otherwise
     vectorize_and_unroll,   # vector loads/stores, unrolled register loops
+    fold_lse_lanes,         # a one-pass logsumexp folds each vector's lanes into its running
+                            # key at once (their max, then exps against it)
     pipeline_loads,         # TMA and cp.async loads into circular buffers: stages, mbarriers
                             # or cp.async groups; one role (prologue / main loop / epilogue) or
                             # warp roles (a producer, compute roles taking turns)

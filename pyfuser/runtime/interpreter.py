@@ -1622,6 +1622,24 @@ class Interpreter:
                 ok[ctx.tids] &= ctx.arr(_shared_divisor_check(ins[0][0], ins[1][0]), bool)
         self._write(ctx, s.out, value, poison, exact=self._exact_copy(s))
 
+    def _LseFoldLanes(self, s: K.LseFoldLanes, ctx: _Ctx) -> None:
+        """The running key combined with a vector's lanes at once (lower/lse_lanes.py;
+        lse_key.fold_lanes, the device's lse_fold_lanes with exact exps)."""
+        acc, acc_poison = self._read(ctx, s.acc)
+        lanes = [self._read(ctx, x) for x in s.lanes]
+        bad = acc_poison
+        for _, p in lanes:
+            bad = _or_masks(bad, p)
+        if bad is not None:
+            i = int(np.argmax(bad))
+            raise InterpreterError(f"{s.out!r} folds lanes computed from unwritten registers "
+                                   f"at {self._where(ctx, i)}")
+        values = np.stack([np.broadcast_to(np.asarray(v, dtype=np.float32), np.shape(acc))
+                           for v, _ in lanes], axis=-1)
+        key = lse_key.fold_lanes(torch.as_tensor(np.asarray(acc, dtype=np.int64)),
+                                 torch.from_numpy(np.ascontiguousarray(values))).numpy()
+        self._write(ctx, s.out, key.item() if np.ndim(acc) == 0 else key, None)
+
     def _scan(self, ctx: _Ctx, s: K.TensorOp) -> None:
         """A scan step (`carry = op(carry, in); out = carry`) or its fixup (`out = op(carry,
         in)`): lower/scans.py. The carry is rounded to its dtype at each step, as on the GPU."""

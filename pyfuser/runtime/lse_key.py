@@ -51,6 +51,20 @@ def lse_combine(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return pack(torch.maximum(ma, mb), s)
 
 
+def fold_lanes(acc: torch.Tensor, lanes: torch.Tensor) -> torch.Tensor:
+    """acc combined with the key of each row of `lanes` ([..., L] float32) at once, as
+    math.cuh's lse_fold_lanes: m the row's largest value (NaN if one is NaN), s the sum of
+    exp(lane - m) in float32; a row of -inf is (-inf, L), the count the per-element keys give."""
+    lanes = lanes.to(torch.float32)
+    m = torch.amax(lanes, dim=-1)
+    m = torch.where(torch.isnan(lanes).any(dim=-1), _NAN, m)
+    none = m == float("-inf")
+    shift = torch.where(none, 0.0, m)
+    s = torch.exp(lanes - shift.unsqueeze(-1)).sum(dim=-1, dtype=torch.float32)
+    s = torch.where(none, float(lanes.shape[-1]), s)
+    return lse_combine(acc, pack(m, s))
+
+
 def lse_max(key: torch.Tensor) -> torch.Tensor:
     return unpack(key)[0]
 
