@@ -296,7 +296,9 @@ def main(argv=None) -> int:
     n = args.n
     key = ex._key(inputs, options)
     outs = [torch.empty_strided(sz, st, dtype=dt, device=device) for sz, st, dt in plan.out_specs]
-    vals = list(plan.values)
+    vals = list(plan.values)        # with this call's pointers (the plan's hold none)
+    for pos, role, k in plan.ptr_slots:
+        vals[pos] = (inputs[k] if role == "input" else outs[k]).data_ptr()
     residues = tuple(x.data_ptr() & 15 for x in inputs)
     call = ex.guarded_call
     if call is None:

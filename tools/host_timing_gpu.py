@@ -152,9 +152,15 @@ def main(argv=None) -> int:
     # through ctypes, values already packed) and its output's allocation.
     plan = fd._executor._guarded_plan
     if plan is not None and getattr(plan, "_launch_values", None) is not None:
-        values, launch_values = list(plan.values), plan._launch_values
-        calls["  its kernel's launch alone"] = lambda: launch_values(values)
+        # The plan's values hold no pointers (each call patches its own copy): this call's.
         (size, stride, dtype), = plan.out_specs[:1]
+        out = torch.empty_strided(size, stride, dtype=dtype, device=inputs[0].device)
+        values, launch_values = list(plan.values), plan._launch_values
+        for pos, k in plan._input_ptrs:
+            values[pos] = inputs[k].data_ptr()
+        for pos, _ in plan._output_ptrs:
+            values[pos] = out.data_ptr()
+        calls["  its kernel's launch alone"] = lambda: launch_values(values)
         calls["  its output's allocation alone"] = lambda: torch.empty_strided(
             size, stride, dtype=dtype, device=inputs[0].device)
     rounds = {k: [] for k in calls}
