@@ -8,24 +8,19 @@ torch op in the same process (best of 9 loops of 5000 calls each).
 from __future__ import annotations
 
 import ctypes
-import time
+import os
+import sys
 
 import torch
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from host_timing_gpu import _per_call_us  # noqa: E402
 from pyfuser import catalogue
 from pyfuser.runtime import cuda_driver as cu
 
 
 def per_call_us(fn, n: int = 5000) -> float:
-    best = float("inf")
-    for _ in range(9):
-        torch.cuda.synchronize()
-        t = time.perf_counter()
-        for _ in range(n):
-            fn()
-        torch.cuda.synchronize()
-        best = min(best, (time.perf_counter() - t) / n)
-    return best * 1e6
+    return _per_call_us(fn, n, loops=9)
 
 
 def main() -> None:

@@ -35,10 +35,12 @@ import tempfile
 import time
 
 
-def _per_call_us(fn, n: int) -> float:
+def _per_call_us(fn, n: int, loops: int = 5) -> float:
+    """Microseconds per call of `fn`: the best of `loops` loops of `n` calls, the GPU
+    synchronized only around each loop (host time, not the kernels')."""
     import torch
     best = float("inf")
-    for _ in range(5):
+    for _ in range(loops):
         torch.cuda.synchronize()
         t = time.perf_counter()
         for _ in range(n):

@@ -16,27 +16,12 @@ from pyfuser.runtime import fusion_kernel, index_check
 from pyfuser.runtime.executor import FusionExecutorCache, _KernelPlan, _Target
 from pyfuser.runtime.inputs import check_inputs
 from pyfuser.schedule.schedulers import registry
+from fake_loaded import FakeLoaded  # noqa: E402  (tests/runtime)
 
 pytest.importorskip("cuda.bindings.nvrtc")
 pytestmark = pytest.mark.usefixtures("isolated_cache")
 
 H100 = device_mod.DEVICE_TABLE["h100"]
-
-
-class FakeLoaded:
-    """Stands in for launch.LoadedKernel: records the values of each launch."""
-
-    def __init__(self):
-        self.launches = []
-
-    def check_layout(self, layout):
-        pass
-
-    def launch(self, grid, block, params, **kw):
-        self.launches.append(("launch", params))
-
-    def launcher(self, grid, block, layout, shared_mem=0):
-        return lambda values: self.launches.append(("launcher", layout.pack(values)))
 
 
 @pytest.fixture
@@ -110,7 +95,7 @@ def test_the_guarded_call_runs_only_calls_of_the_plans_key(fake_gpu):
             continue
         taken.append(what)
         assert ex._key(inputs, opts.current()) == key, f"{what}: taken with another key"
-        assert len(loaded.launches) == before + 1 and loaded.launches[-1][0] == "launcher"
+        assert len(loaded.launches) == before + 1 and loaded.launches[-1][3].get("how") == "launcher"
         (out,) = outputs
         assert out.shape == x.shape and out.dtype == x.dtype
     assert set(taken) == {"same tensors", "equal copies", "x aligned at an offset of 16 bytes",
@@ -123,7 +108,7 @@ def test_a_guarded_call_launches_the_pointers_of_its_own_inputs(fake_gpu):
     ex, plan = cached(fd, [x, w])
     x2, w2 = x.clone(), w.clone()
     (out,) = ex.guarded_call([x2, w2])
-    packed = plan.loaded.launches[-1][1]
+    packed = plan.loaded.launches[-1][2]
     offsets = plan.layout.offsets
     pointers = {int.from_bytes(packed[o:o + 8], "little") for o in offsets}
     assert {x2.data_ptr(), w2.data_ptr(), out.data_ptr()} <= pointers
@@ -195,7 +180,7 @@ def test_a_plan_that_is_not_lean_is_guarded_and_runs_its_whole_launch(fake_gpu):
         call = ex.guarded_call
         assert call is not None
         (out,) = call([x.clone(), w.clone()])
-        assert plan.loaded.launches[-1][0] == "launch" and out.isnan().all()
+        assert plan.loaded.launches[-1][3].get("how") is None and out.isnan().all()
         xb = torch.empty(64 * 1024 + 8, dtype=x.dtype)
         assert call([xb[4:4 + 64 * 1024].view(64, 1024), w]) is None
         assert call([x.float(), w]) is None
@@ -228,7 +213,7 @@ def test_scalar_inputs_are_checked_by_type_and_passed_by_value(fake_gpu):
             continue
         taken.append(k)
         assert ex._key(inputs, options) == key
-        packed = launches[-1][1]
+        packed = launches[-1][2]
         scalar_at = next(plan.layout.offsets[pos] for pos, k in plan.scalar_slots)
         import struct
         assert struct.unpack_from("<f", packed, scalar_at)[0] == inputs[1]
@@ -291,7 +276,7 @@ def test_threads_calling_one_plan_launch_their_own_pointers(fake_gpu, path):
         for _ in range(300):
             (out,) = run(inputs)
             # The launch this call made is the last one with its output's pointer.
-            packed = next(p for _, p in reversed(loaded.launches)
+            packed = next(p for _, _, p, _ in reversed(loaded.launches)
                           if out.data_ptr() in {int.from_bytes(p[o:o + 8], "little")
                                                 for o in offsets})
             pointers = {int.from_bytes(packed[o:o + 8], "little") for o in offsets}

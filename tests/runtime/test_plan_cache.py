@@ -21,6 +21,7 @@ from pyfuser.runtime.inputs import check_inputs
 from pyfuser.schedule.schedulers import registry
 from pyfuser.schedule.schedulers.base import RuntimeInfo
 from pyfuser.schedule.schedulers.reduction import ReductionParams
+from fake_loaded import FakeLoaded  # noqa: E402  (tests/runtime)
 
 pytest.importorskip("cuda.bindings.nvrtc")
 
@@ -29,24 +30,6 @@ H100 = device_mod.DEVICE_TABLE["h100"]
 
 # A disk cache of each test's own (conftest.py).
 pytestmark = pytest.mark.usefixtures("isolated_cache")
-
-
-class FakeLoaded:
-    """Stands in for launch.LoadedKernel: records launches."""
-
-    def __init__(self):
-        self.launches = []
-
-    def check_layout(self, layout):
-        pass
-
-    def launch(self, grid, block, params, **kw):
-        self.launches.append((grid, block, params, kw))
-
-    def launcher(self, grid, block, layout, shared_mem=0):
-        # A plain launch of a lean plan, recorded as launch() records one.
-        return lambda values: self.launch(grid, block, layout.pack(values),
-                                          shared_mem=shared_mem, cooperative=False, cluster=None)
 
 
 @pytest.fixture

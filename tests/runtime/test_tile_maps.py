@@ -22,6 +22,7 @@ from pyfuser.runtime.executor import FusionExecutorCache, _KernelPlan, _Target
 from pyfuser.runtime.inputs import check_inputs
 from pyfuser.schedule.roles import scheduling_clone
 from pyfuser.schedule.schedulers import registry
+from fake_loaded import FakeLoaded  # noqa: E402  (tests/runtime)
 
 H100 = device_mod.DEVICE_TABLE["h100"]
 A_MAP = K.TileBoxMap("input", 0, inner=1, outer=0, box_cols=64, box_rows=128)
@@ -104,20 +105,6 @@ def test_the_disk_cache_round_trips_a_tile_map_source(tmp_path, monkeypatch):
 
 
 # The executor -------------------------------------------------------------------------------------
-class FakeLoaded:
-    def __init__(self):
-        self.launches = []
-
-    def check_layout(self, layout):
-        pass
-
-    def launch(self, grid, block, params, **kw):
-        self.launches.append(params)
-
-    def launcher(self, grid, block, layout, shared_mem=0):
-        return lambda values: self.launch(grid, block, layout.pack(values))
-
-
 @dataclasses.dataclass(eq=False)
 class FakeKernel:
     """What the executor reads of a FusionKernel, for a kernel with tile maps."""
@@ -182,7 +169,7 @@ def test_the_plan_encodes_input_and_output_tile_maps(monkeypatch, encodings):
     assert [c for c in encodings if c[0] == A_MAP] == [(A_MAP, a.data_ptr())]
     assert [c for c in encodings if c[0] == OUT_MAP] == [(OUT_MAP, o.data_ptr()) for o in kept]
     # The packed parameters hold the maps at their offsets (after two pointers: 64-aligned).
-    params = fk.loaded_kernel.launches[-1]
+    params = fk.loaded_kernel.launches[-1][2]
     assert params[64:192] == (1).to_bytes(2, "little") * 64
     assert params[192:320] == (4).to_bytes(2, "little") * 64
     b = torch.randn(300, 192, dtype=torch.bfloat16)

@@ -1,0 +1,19 @@
+"""A stand-in for launch.LoadedKernel in CPU tests of the executor's CUDA path: the plan is built
+as on a GPU (NVRTC compiles the kernel) and each launch is recorded instead of calling the
+driver, as (grid, block, packed parameter bytes, keywords); a launch through a plan's
+`launcher` (its cached call's plain launch) records keywords with how="launcher"."""
+
+
+class FakeLoaded:
+    def __init__(self):
+        self.launches = []
+
+    def check_layout(self, layout):
+        pass
+
+    def launch(self, grid, block, params, **kw):
+        self.launches.append((grid, block, params, kw))
+
+    def launcher(self, grid, block, layout, shared_mem=0):
+        return lambda values: self.launches.append(
+            (grid, block, layout.pack(values), {"shared_mem": shared_mem, "how": "launcher"}))
