@@ -17,3 +17,16 @@ class FakeLoaded:
     def launcher(self, grid, block, layout, shared_mem=0):
         return lambda values: self.launches.append(
             (grid, block, layout.pack(values), {"shared_mem": shared_mem, "how": "launcher"}))
+
+
+def install_fake_gpu(monkeypatch) -> dict:
+    """Every FusionKernel's loaded kernel a FakeLoaded (id(kernel) -> it, the dict returned),
+    and the device table's H100 as the live device."""
+    from pyfuser.runtime import device as device_mod
+    from pyfuser.runtime import fusion_kernel
+    loaded = {}
+    monkeypatch.setattr(fusion_kernel.FusionKernel, "loaded",
+                        lambda self, index: loaded.setdefault(id(self), FakeLoaded()))
+    monkeypatch.setattr(device_mod, "get_device_properties",
+                        lambda *_: device_mod.DEVICE_TABLE["h100"])
+    return loaded

@@ -12,11 +12,11 @@ from pyfuser import FusionDefinition, catalogue
 from pyfuser import options as opts
 from pyfuser.runtime import call_guard
 from pyfuser.runtime import device as device_mod
-from pyfuser.runtime import fusion_kernel, index_check
+from pyfuser.runtime import index_check
 from pyfuser.runtime.executor import FusionExecutorCache, _KernelPlan, _Target
 from pyfuser.runtime.inputs import check_inputs
 from pyfuser.schedule.schedulers import registry
-from fake_loaded import FakeLoaded  # noqa: E402  (tests/runtime)
+from fake_loaded import install_fake_gpu  # noqa: E402  (tests/runtime)
 
 pytest.importorskip("cuda.bindings.nvrtc")
 pytestmark = pytest.mark.usefixtures("isolated_cache")
@@ -26,11 +26,7 @@ H100 = device_mod.DEVICE_TABLE["h100"]
 
 @pytest.fixture
 def fake_gpu(monkeypatch):
-    loaded = {}
-    monkeypatch.setattr(fusion_kernel.FusionKernel, "loaded",
-                        lambda self, index: loaded.setdefault(id(self), FakeLoaded()))
-    monkeypatch.setattr(device_mod, "get_device_properties", lambda *_: H100)
-    return loaded
+    return install_fake_gpu(monkeypatch)
 
 
 def cached(fd, inputs):

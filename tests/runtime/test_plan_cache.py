@@ -21,7 +21,7 @@ from pyfuser.runtime.inputs import check_inputs
 from pyfuser.schedule.schedulers import registry
 from pyfuser.schedule.schedulers.base import RuntimeInfo
 from pyfuser.schedule.schedulers.reduction import ReductionParams
-from fake_loaded import FakeLoaded  # noqa: E402  (tests/runtime)
+from fake_loaded import install_fake_gpu  # noqa: E402  (tests/runtime)
 
 pytest.importorskip("cuda.bindings.nvrtc")
 
@@ -34,11 +34,7 @@ pytestmark = pytest.mark.usefixtures("isolated_cache")
 
 @pytest.fixture
 def fake_gpu(monkeypatch):
-    loaded = {}
-    monkeypatch.setattr(fusion_kernel.FusionKernel, "loaded",
-                        lambda self, index: loaded.setdefault(id(self), FakeLoaded()))
-    monkeypatch.setattr(device_mod, "get_device_properties", lambda *_: H100)
-    return loaded
+    return install_fake_gpu(monkeypatch)
 
 
 def plan(fd, inputs, options=None):
