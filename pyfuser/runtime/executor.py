@@ -278,7 +278,6 @@ class _KernelPlan:
             checks.after_launch()
         return outs
 
-
     def run_if_aligned(self, inputs, residues):
         """run(inputs), or None where the pointer of a tensor input is not at the residue mod
         16 that the plan was made for (`residues[k]`, None for a scalar: its vector widths and
