@@ -219,12 +219,37 @@ def override(options: Options | dict | None = None, **changes):
     if isinstance(options, Options):
         new = options
     else:
-        new = base.merged(**(options or {}), **changes)
+        new = _merged(base, {**(options or {}), **changes})
     _state.stack.append(new)
     try:
         yield new
     finally:
         _state.stack.pop()
+
+
+# (base options, the changes frozen) -> base.merged(**changes), the most recent last: equal
+# per-call options give the same Options object, which a cached call compares by identity
+# (runtime/executor.py's guarded call).
+_MERGED: dict = {}
+_MERGED_LIMIT = 64
+
+
+def _frozen(value):
+    return tuple(value) if isinstance(value, (list, tuple, set, frozenset)) else value
+
+
+def _merged(base: Options, changes: dict) -> Options:
+    try:
+        key = (base, tuple(sorted((k, _frozen(v)) for k, v in changes.items())))
+        new = _MERGED.pop(key, None)
+    except TypeError:               # an unhashable value (a heuristic that is no dataclass)
+        return base.merged(**changes)
+    if new is None:
+        new = base.merged(**changes)
+        if len(_MERGED) >= _MERGED_LIMIT:
+            _MERGED.pop(next(iter(_MERGED)), None)
+    _MERGED[key] = new
+    return new
 
 
 def dump(stage: str, title: str, text) -> None:

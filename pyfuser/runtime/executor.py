@@ -504,15 +504,17 @@ class FusionExecutorCache:
         """`device`: where a fusion without tensor inputs runs and puts its outputs (a CUDA
         device index, "cuda:1" or a torch.device; default: the current CUDA device); with
         tensor inputs it must be theirs."""
-        if options is None and device is None:
-            call = self.guarded_call
-            if call is not None:
-                outputs = call(inputs)
-                if outputs is not None:
-                    return outputs
+        call = self.guarded_call
         if options is not None:
             with opts.override(options):
-                return self._run(inputs, opts.current(), device)
+                # (equal per-call options are one Options object: the guarded call's test)
+                outputs = call(inputs) if call is not None and device is None else None
+                return outputs if outputs is not None else self._run(inputs, opts.current(),
+                                                                     device)
+        if call is not None and device is None:
+            outputs = call(inputs)
+            if outputs is not None:
+                return outputs
         return self._run(inputs, opts.current(), device)
 
     def plan_for(self, inputs, device=None):

@@ -25,7 +25,9 @@ Categories (CATEGORIES), in the order they are decided:
   places than the reference, or numbers off by more than the tolerance.
 - ill_conditioned: wrong, but the fusion's own dtypes already disagree with float64 there (a
   16-bit overflow the generator should have avoided): a generator bug, not a pyfuser one.
-- right: kernels ran (or nothing needed to run: every output empty) and every output matches.
+- right: kernels ran (or nothing needed to run: every output empty) and every output matches;
+  on the GPU, a second call on new tensors of the same values (the executor's guarded call,
+  where it made one) matches too.
 - timeout: set by the runner when a case outlives its time limit (a hang).
 
 Compiling (`run_case(..., compile=True)`, the runner's --compile). The interpreter runs the
@@ -568,6 +570,13 @@ def run_case(spec: dict, backend: str = "interpret", compile: bool = False) -> C
                              keep_signature=True)
             res.signature = normalize(run.reason)
             return _done(res, t0, "reference_fallback", run.reason + extra, keep_signature=True)
+        if (category == "right" and backend == "gpu" and fd._no_rng
+                and fd._executor.guarded_call is not None):
+            # A second call with the first's signature and options takes the guarded call
+            # (runtime/call_guard.py): it must be as right on inputs of its own.
+            category, details, message = _second_call(fd, spec, options, expect)
+            if category != "right":
+                message = f"second call (guarded): {message}"
         if category == "right":
             return _done(res, t0, "right", "")
         res.signature = f"{res.scheduler}: " + _wrong_signature(details)
@@ -575,6 +584,17 @@ def run_case(spec: dict, backend: str = "interpret", compile: bool = False) -> C
     except Exception as e:                # a bug of the checker: reported, not raised
         return _done(res, t0, "internal_error", f"fuzz checker: {type(e).__name__}: {e}",
                      traceback.format_exc())
+
+
+def _second_call(fd, spec: dict, options: dict, expect) -> tuple:
+    """judge()'s verdict on a second execute of the case, on new tensors of the same values
+    and layouts, with the same options (one Options object: the guarded call serves it)."""
+    inputs = materialize(spec, "cuda")[1]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FallbackWarning)
+        outs = fd.execute(inputs, options=options)
+    torch.cuda.synchronize()
+    return judge(fd, all_outputs(fd, inputs, outs), expect)
 
 
 def _done(res: CaseResult, t0: float, category: str, message: str, tb: str = "",

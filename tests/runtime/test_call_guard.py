@@ -289,3 +289,36 @@ def test_threads_calling_one_plan_launch_their_own_pointers(fake_gpu, path):
     finally:
         sys.setswitchinterval(interval)
     assert not mixed, f"{len(mixed)} launches carried another call's pointers"
+
+
+def test_calls_with_equal_options_take_the_guarded_call(fake_gpu, monkeypatch):
+    """Per-call options equal to the last call's are one Options object (options._merged), so
+    the guarded call serves them too; other options take the look-up."""
+    fd = catalogue.define("rmsnorm_fwd", "bf16")
+    x, w = rmsnorm_inputs()
+    ex, plan = cached(fd, [x, w])
+    per_call = {"disable": ["reference_fallback"]}
+    with opts.override(per_call):
+        options = opts.current()
+        ex._plans[ex._key([x, w], options)] = plan
+    ex.run([x, w], options=dict(per_call))       # the look-up, which guards these options
+    key_calls = []
+    real_key = ex._key
+    ex._key = lambda *a: key_calls.append(1) or real_key(*a)
+    before = len(plan.loaded.launches)
+    ex.run([x.clone(), w.clone()], options={"disable": ["reference_fallback"]})
+    assert not key_calls and len(plan.loaded.launches) == before + 1
+    ex.run([x, w], options={"enable": ["streaming_loads"]})
+    assert key_calls
+
+
+def test_equal_overrides_are_one_options_object():
+    with opts.override({"enable": ["poison_outputs"], "disable": ["kernel_reuse"]}):
+        first = opts.current()
+    with opts.override({"disable": ["kernel_reuse"], "enable": ["poison_outputs"]}):
+        assert opts.current() is first
+    with opts.override({"enable": ["poison_outputs"]}):
+        assert opts.current() is not first
+        with opts.override({"disable": ["kernel_reuse"]}):
+            inner = opts.current()
+    assert inner == first and inner is not first      # another base: its own entry
