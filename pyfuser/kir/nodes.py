@@ -626,18 +626,20 @@ class CheckedQuotients(Stmt):
 QUOTIENTS_EXACT = "a quotient left the reciprocal's range: the loop again, with IEEE division"
 
 
-@roles(out=("out",), expr=("acc",), exprs=("lanes",))
+@roles(out=("out",), expr=("acc",), exprs=("lanes",), data=("loop",))
 @dataclasses.dataclass(eq=False, slots=True)
 class LseFoldLanes(Stmt):
     """out = lse_combine(acc, (m, s)): a logsumexp key (math.cuh) folded with a vector's lanes
     at once (lower/lse_lanes.py), m the lanes' largest value (NaN if one is NaN), s the sum of
     exp(lane - m) (the number of lanes where every one is -inf: each counts as the two passes
     count it). `out` and `acc` are the same register element, the thread's running key;
-    `lanes` the float32 elements folded."""
+    `lanes` the float32 elements folded. `loop`: the lowering loop over the lanes where the
+    fold replaced its loop whole (the fold stands for it, as an emitted loop would), else None."""
 
     out: Any
     acc: Any
     lanes: list
+    loop: Any = None
 
 
 @roles(defines=("var",), expr=("value",))

@@ -247,6 +247,13 @@ class _Verifier:
         self.body(s.then_body, _Scope(scope, cond=s))
         self.body(s.else_body, _Scope(scope, cond=s))
 
+    def _LseFoldLanes(self, s: K.LseFoldLanes, scope):
+        # A fold that replaced its lanes' loop whole stands for that lowering loop.
+        if s.loop is not None and not self.repeating(scope):
+            if id(s.loop) in self.loops_seen:
+                self.fail(f"lowering loop {s.loop!r} is emitted twice", s)
+            self.loops_seen[id(s.loop)] = s
+
     def _CheckedQuotients(self, s: K.CheckedQuotients, scope):
         self.body(s.fast, _Scope(scope))
         self.body(s.exact, _Scope(scope))

@@ -69,23 +69,15 @@ LANES_FOLDED = Rule("lse lanes folded", kernel=_folds_only_lanes)
 
 @establishes(LANES_FOLDED)
 def fold_lse_lanes(kernel: K.Kernel) -> K.Kernel:
-    kernel.body = _Fold(kernel).rewrite(kernel.body)
+    kernel.body = _Fold().rewrite(kernel.body)
     return kernel
 
 
 class _Fold(Rewriter):
-    def __init__(self, kernel: K.Kernel):
-        self.kernel = kernel
-
     def visit_ForLoop(self, s: K.ForLoop):
         s = self.default_stmt(s)        # inner loops first
         folded = _fold(s)
-        if folded is None:
-            return s
-        if s.loop is not None and not any(x is not s and isinstance(x, K.ForLoop)
-                                          and x.loop is s.loop for x in folded):
-            self.kernel.replaced_loops.add(id(s.loop))     # the lanes' loop, gone whole
-        return folded
+        return folded if folded is not None else s
 
 
 class _Lanes(Rewriter):
@@ -159,7 +151,10 @@ def _fold(loop: K.ForLoop):
         # The lanes are elements the loop reads (a float32 vector loaded before it).
         lanes = [substitute(key.ins[0], {loop.var: K.Const(i)}) for i in range(count)]
         before = [dataclasses.replace(loop, body=rest)] if rest else []
-    return before + [K.LseFoldLanes(acc, dataclasses.replace(acc), lanes)]
+    # Where the loop is gone, the fold stands for its lowering loop (the verifier's loop nests:
+    # an unswitched loop's checked copy may keep the loop, its lanes predicated one by one).
+    return before + [K.LseFoldLanes(acc, dataclasses.replace(acc), lanes,
+                                    loop=None if before else loop.loop)]
 
 
 def _names(e) -> set:

@@ -134,3 +134,24 @@ def test_the_kernel_compiles_without_spills():
     (k,) = plan.kernels
     assert "pf::lse_fold_lanes(" in k.kernel.source
     assert "0 B stack, 0 B spill stores" in k.ptxas, k.ptxas
+
+
+def test_a_looped_row_folds_its_unchecked_copy_and_keeps_the_checked_one():
+    """The looped softmax over a long fp32 row: the first pass combines keys, its steps
+    unswitched. The unchecked copy folds the lanes it reads (the lanes' loop gone: the fold
+    stands for it in the verifier's loop nests); the checked copy, its combines predicated
+    lane by lane, keeps them. The verifier runs after every pass."""
+    from pyfuser import catalogue
+    from pyfuser import options as opts
+    from pyfuser.runtime.explain import explain_fusion
+    fd = catalogue.define("softmax", "fp32")
+    x = [torch.empty(2, 1 << 20, device="meta")]
+    with opts.override({"enable": ["verify_kernel_ir"], "disable": ["reference_fallback"]}):
+        plan = explain_fusion(fd.fusion, x, device="h100", compile=False)
+    (k,) = plan.kernels
+    body = k.kernel.kernel.body
+    found = [s for s in K.walk(body) if isinstance(s, K.LseFoldLanes)]
+    assert len(found) == 1 and found[0].loop is not None and len(found[0].lanes) == 4
+    keys = [s for s in K.walk(body) if isinstance(s, K.TensorOp)
+            and getattr(s.expr, "op", None) == lse_lanes.UnaryOpType.LseKey]
+    assert len(keys) == 1        # the checked copy's

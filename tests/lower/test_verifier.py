@@ -18,8 +18,8 @@ def test_every_pass_declares_its_rules():
     for p in PIPELINE:
         assert all(isinstance(r, Rule) for r in p.establishes + p.retires), p.__name__
     names = [r.name for r in rules_after("launch_config")]
-    assert names == ["loop nests", "indexed", "asynchronous loads lowered", "checked quotients",
-                     "launch declared"]
+    assert names == ["loop nests", "indexed", "lse lanes folded", "asynchronous loads lowered",
+                     "checked quotients", "launch declared"]
     assert [r.name for r in rules_after("allocate")] == ["loop nests", "fusion operands",
                                                         "buffers allocated"]
 
