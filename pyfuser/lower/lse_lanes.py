@@ -7,7 +7,8 @@ instructions. A row of bf16 read at memory speed leaves an SM about 8 elements a
 that combine per element kept the kernel below the memory's speed (90% of a copy on the H200).
 A vector's lanes are in registers together, so their largest value m can be found first and
 exp(lane - m) summed against it: a max, a subtraction, a multiply, an ex2 and an add per lane,
-and one combine per vector (math.cuh `lse_fold_lanes`; 96% of a copy).
+and one combine per vector (math.cuh `lse_fold_lanes`; 99% of a copy on the H200, 2.5x
+torch.compile: docs/performance.md, session 24).
 
 Before:  for j in 0..8 (unrolled):                     # a vector's lanes
            alloc local float T1[1]
@@ -21,14 +22,18 @@ After:   alloc local float T1[8]
          LseFoldLanes(T16[0], T16[0], [T1[0], ..., T1[7]])
 
 Taken: an unrolled serial loop of 2 to MAX_LANES iterations (from 0, step 1) whose last two
-statements are the element's key (of a float32 register allocated in the loop, read there only
-at element 0) and its unpredicated combine into an accumulator no other statement of the loop
-touches, at an index free of the loop's variable. The value register becomes one element per
-lane. Special values give what the per-element combines give: a NaN lane makes m NaN, a lane of
-+inf makes s NaN (its exp(inf - inf)), and a vector all -inf counts its lanes.
+statements are an element's key and its unpredicated combine into an accumulator no other
+statement of the loop touches, at an index free of the loop's variable. The key is of either
+a float32 register allocated in the loop and used there only at element 0 (it becomes one
+element per lane, as above), or float32 elements the loop reads and does not write (an fp32
+row's vector: the fold reads them directly, and the loop goes where nothing else is left in
+it; the fold then stands for its lowering loop in the verifier's loop nests). Special values
+give what the per-element combines give: a NaN lane makes m NaN, a lane of +inf makes s NaN
+(its exp(inf - inf)), and a vector all -inf counts its lanes.
 
 Limits: only the innermost lane loop of a serial reduction; block, grid and cluster combines of
-keys, and rows whose lanes are predicated one by one (no vector), keep combining keys.
+keys, and lanes combined under a predicate each (an unswitched loop's checked copy, rows that
+hold no vector) keep combining keys.
 """
 from __future__ import annotations
 
