@@ -5,9 +5,9 @@
     PYTHONPATH=. python tools/host_path.py --new-process [--runs 5] [--profile] [--importtime]
     PYTHONPATH=. python tools/host_path.py --new-process --name bench_issue16:batchnorm_fwd_nchw
 
-Default: a cached one-kernel call, `fd.execute` down to the launch (launch.LoadedKernel.launch
-runs, with the driver's cuLaunchKernel a Python no-op), in microseconds per call with a
-breakdown. The plan is built as on an H100 (NVRTC compiles the kernel; the device table
+Default: a cached one-kernel call, `fd.execute` down to the launch (the guarded call and the
+plan's launcher run, with the driver's cuLaunchKernel a Python no-op), in microseconds per call
+with a breakdown, and the look-up path a call the guard refuses takes. The plan is built as on an H100 (NVRTC compiles the kernel; the device table
 stands in for the live device) and the inputs are CPU tensors, so output allocation costs what
 torch's CPU allocator costs (the GPU's caching allocator differs: the lead measures the real
 call on the H100 with tools/host_timing_gpu.py). Parts are timed separately and do not add up
