@@ -194,7 +194,7 @@ class _KernelPlan:
 
     def __init__(self, fk, device, grid, block, values, ptr_slots, scalar_slots, out_specs,
                  run_info, poison: bool, tmap_slots=(), workspaces=(), index_checks=None,
-                 tile_slots=()):
+                 tile_slots=(), launch_scratch=()):
         import torch
 
         from .launch import ParamLayout
@@ -230,6 +230,16 @@ class _KernelPlan:
         self.cluster = fk.launch.cluster
         # Global scratch of the kernel for this launch shape: owned by the plan, released with it.
         self.workspaces = tuple(workspaces)
+        # (param position, _workspace_spec) of the scratch a launch holds while it runs (grid
+        # reductions' data and semaphores, split-K's partials, chained scans, intermediates):
+        # the set in `workspaces` serves the stream the plan was made on, and each other stream
+        # gets a set of its own at its first call, allocated (and zeroed) on it, so launches
+        # running at once on two streams never share one.
+        self.launch_scratch = tuple(launch_scratch)
+        self._stream_handle = _stream_handle
+        self._home_stream = (_stream_handle(device.index or 0) if self.launch_scratch
+                             else None)
+        self._scratch_by_stream: dict = {}    # stream handle -> ([(position, pointer)], buffers)
         # The record of an index found out of range by a gather, read back without waiting
         # for the kernel (runtime/index_check.py).
         self.index_checks = index_checks
@@ -237,7 +247,7 @@ class _KernelPlan:
         # guarded call (run_if_aligned) launches through a launcher that packs in place.
         self.lean = not (poison or self.zeroed or self.scalar_slots or self.tmap_slots
                          or tile_slots or index_checks is not None or self.cooperative
-                         or self.cluster is not None)
+                         or self.cluster is not None or self.launch_scratch)
         self._launch_values = (self.loaded.launcher(grid, block, self.layout, self.smem)
                                if self.lean else None)
 
@@ -257,6 +267,8 @@ class _KernelPlan:
         for k in self.zeroed:
             outs[k].zero_()         # a scatter's sums start from zero (kir/launch.py)
         vals = self.values.copy()   # each call its own: threads may share the plan
+        if self.launch_scratch:
+            self._scratch_for_stream(vals)
         for pos, k in self._input_ptrs:
             vals[pos] = inputs[k].data_ptr()
         for pos, k in self._output_ptrs:
@@ -301,6 +313,21 @@ class _KernelPlan:
             vals[pos] = outs[k].data_ptr()
         self._launch_values(vals)
         return outs
+
+    def _scratch_for_stream(self, vals) -> None:
+        """Point `vals` at the launch scratch of the current stream (launch_scratch)."""
+        stream = self._stream_handle(self.device.index or 0)
+        if stream == self._home_stream:
+            return
+        entry = self._scratch_by_stream.get(stream)
+        if entry is None:
+            buffers = tuple(_allocate_workspace(spec, self.device)
+                            for _, spec in self.launch_scratch)
+            entry = ([(pos, b.data_ptr()) for (pos, _), b in zip(self.launch_scratch, buffers)],
+                     buffers)
+            self._scratch_by_stream[stream] = entry
+        for pos, ptr in entry[0]:
+            vals[pos] = ptr
 
     def _tensor_map(self, x, tensor_map) -> bytes:
         # The plan fixes the tensor's shape, strides and alignment: only the pointer varies.
@@ -407,6 +434,47 @@ class _InterpretPlan:
         from .interpreter import Interpreter
         bindings = check_inputs(self.fusion, inputs)
         return Interpreter(self.fk.kernel, self.fk.bind(bindings)).run(list(inputs))
+
+
+def _stream_handle(device_index: int) -> int:
+    """PyTorch's current stream on the device, as launches see it (launch.py)."""
+    from .launch import current_stream_handle
+    return current_stream_handle(device_index)
+
+
+def _workspace_spec(fk, w, inputs, grid, block) -> tuple:
+    """(kind, dtype name, elements) of a kernel's global scratch `w` for one launch shape."""
+    kind, dtype, _ = fk.launch.workspaces[w]
+    return kind, dtype, fk.launch.workspace_elements(w, inputs, grid, block)
+
+
+# The plan's own scratch, read between calls (index_check.py); every other kind a launch holds
+# only while it runs, and two launches at once (on two streams) must not share it.
+_PLAN_SCRATCH = frozenset({"index_error", "index_report"})
+
+
+def _allocate_workspace(spec: tuple, device):
+    """A kernel's global scratch of `spec` (_workspace_spec).
+
+    Grid-reduction data: one slot per thread and grouped value of every block. Semaphores:
+    one counter per block, zeroed here once; kernels leave them at zero when they finish;
+    split-K's counters (one per warp group of a matmul tile) too.
+    A chained scan's totals and prefixes: two per row of threads of every block; their flags
+    one, zeroed here once (a kernel tags the flags it sets with its launch's generation).
+    """
+    import torch
+
+    from ..ir.dtype import DataType, to_torch
+    kind, dtype, n = spec
+    if kind in ("semaphore", "split_k_counters"):
+        return torch.zeros(n, dtype=torch.int32, device=device)
+    if kind == "scan_flag":
+        return torch.zeros(n, dtype=torch.int64, device=device)
+    if kind == "index_error":       # zero while no index check failed (index_check.py)
+        return torch.zeros(n, dtype=torch.int64, device=device)
+    if kind == "index_report":      # the record's copy the host reads (index_check.py)
+        return torch.zeros(n, dtype=torch.int64, pin_memory=True)
+    return torch.empty(n, dtype=to_torch(DataType[dtype]), device=device)
 
 
 def _guarded_call(executor, check, options, plan, residues):
@@ -982,7 +1050,7 @@ class FusionExecutorCache:
         out_specs = [(tuple(sz), tuple(output_strides(o, sz)), to_torch(o.dtype))
                      for o, sz in zip(self.fusion.outputs, out_sizes)]
         values, ptr_slots, scalar_slots, tmap_slots, workspaces = [], [], [], [], []
-        tile_slots = []
+        tile_slots, launch_scratch = [], []
         workspace_bytes, index_record, index_report = 0, None, None
         for pos, src in enumerate(launch.param_sources):
             tag = src[0]
@@ -1001,8 +1069,11 @@ class FusionExecutorCache:
                 scalar_slots.append((pos, src[1]))
                 values.append(0)
             elif tag == "workspace":
-                buf = self._workspace(fk, src[1], inputs, grid, block, device)
+                spec = _workspace_spec(fk, src[1], inputs, grid, block)
+                buf = _allocate_workspace(spec, device)
                 workspaces.append(buf)
+                if spec[0] not in _PLAN_SCRATCH:
+                    launch_scratch.append((pos, spec))
                 if launch.workspaces[src[1]][0] == "index_error":
                     index_record = buf
                 if launch.workspaces[src[1]][0] == "index_report":
@@ -1049,32 +1120,12 @@ class FusionExecutorCache:
         return _KernelPlan(fk, device, grid, block, values, ptr_slots, scalar_slots, out_specs,
                            info, poison=bool(opts.current().is_enabled("poison_outputs")),
                            tmap_slots=tmap_slots, workspaces=workspaces, index_checks=checks,
-                           tile_slots=tile_slots)
+                           tile_slots=tile_slots, launch_scratch=launch_scratch)
 
     @staticmethod
     def _workspace(fk, w, inputs, grid, block, device):
-        """Global scratch `w` of a kernel for one launch shape, owned by the plan.
-
-        Grid-reduction data: one slot per thread and grouped value of every block. Semaphores:
-        one counter per block, zeroed here once; kernels leave them at zero when they finish;
-        split-K's counters (one per warp group of a matmul tile) too.
-        A chained scan's totals and prefixes: two per row of threads of every block; their flags
-        one, zeroed here once (a kernel tags the flags it sets with its launch's generation).
-        """
-        import torch
-
-        from ..ir.dtype import DataType, to_torch
-        kind, dtype, _ = fk.launch.workspaces[w]
-        n = fk.launch.workspace_elements(w, inputs, grid, block)
-        if kind in ("semaphore", "split_k_counters"):
-            return torch.zeros(n, dtype=torch.int32, device=device)
-        if kind == "scan_flag":
-            return torch.zeros(n, dtype=torch.int64, device=device)
-        if kind == "index_error":       # zero while no index check failed (index_check.py)
-            return torch.zeros(n, dtype=torch.int64, device=device)
-        if kind == "index_report":      # the record's copy the host reads (index_check.py)
-            return torch.zeros(n, dtype=torch.int64, pin_memory=True)
-        return torch.empty(n, dtype=to_torch(DataType[dtype]), device=device)
+        """Global scratch `w` of a kernel for one launch shape, owned by the plan."""
+        return _allocate_workspace(_workspace_spec(fk, w, inputs, grid, block), device)
 
     # Introspection -----------------------------------------------------------------------------
     def kernels(self) -> list:

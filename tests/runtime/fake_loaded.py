@@ -19,11 +19,14 @@ class FakeLoaded:
             (grid, block, layout.pack(values), {"shared_mem": shared_mem, "how": "launcher"}))
 
 
-def install_fake_gpu(monkeypatch) -> dict:
+def install_fake_gpu(monkeypatch, stream: int = 0) -> dict:
     """Every FusionKernel's loaded kernel a FakeLoaded (id(kernel) -> it, the dict returned),
-    and the device table's H100 as the live device."""
+    the device table's H100 as the live device, and `stream` as PyTorch's current stream
+    (launch._stream_getter: a test may set it again)."""
     from pyfuser.runtime import device as device_mod
     from pyfuser.runtime import fusion_kernel
+    from pyfuser.runtime import launch
+    monkeypatch.setattr(launch, "_stream_getter", lambda index: stream)
     loaded = {}
     monkeypatch.setattr(fusion_kernel.FusionKernel, "loaded",
                         lambda self, index: loaded.setdefault(id(self), FakeLoaded()))

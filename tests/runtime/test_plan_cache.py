@@ -564,3 +564,35 @@ def test_the_segmentation_lookups_text_keys_the_kernel_as_the_clones_own_would(m
     new_process()
     plan(fd, ins)
     assert len(texts) == 1 and keys[1]["fusion"] == keys[0]["fusion"]
+
+
+def test_launches_on_two_streams_get_scratch_of_their_own(fake_gpu, monkeypatch):
+    """A grid reduction's data and semaphores are held by a launch while it runs: calls on the
+    stream the plan was made on use the plan's set, a call on another stream a set of its own
+    (made at its first call there, semaphores zeroed), the same one at its next call; the
+    index-free parameters are the same everywhere."""
+    from pyfuser.runtime import launch
+    fd = catalogue.define("row_sum", "fp32")
+    ins = catalogue.make_inputs("row_sum", 33, 4000, "fp32", seed=0)
+    p = plan(fd, ins, {"heuristic": ReductionParams(True, 4, 64, 2, 2, (0,), 2)})
+    loaded = fake_gpu[id(p.fk)]
+    scratch = [pos for pos, _ in p.launch_scratch]
+    assert len(scratch) == 2 and not p.lean
+
+    def launched_scratch(stream):
+        monkeypatch.setattr(launch, "_stream_getter", lambda index: stream)
+        p.run(ins)
+        packed = loaded.launches[-1][2]
+        return [int.from_bytes(packed[p.layout.offsets[pos]:p.layout.offsets[pos] + 8],
+                               "little") for pos in scratch]
+
+    home = [b.data_ptr() for b in p.workspaces]
+    assert launched_scratch(0) == home
+    other = launched_scratch(0x5000)
+    assert not set(other) & set(home)
+    assert launched_scratch(0x5000) == other and launched_scratch(0) == home
+    third = launched_scratch(0x6000)
+    assert not set(third) & set(other + home)
+    (_, buffers), = [v for k, v in p._scratch_by_stream.items() if k == 0x6000]
+    sems = [b for b, (_, spec) in zip(buffers, p.launch_scratch) if spec[0] == "semaphore"]
+    assert sems and not any(b.any() for b in sems)
