@@ -7,10 +7,11 @@
 
 Default: a cached one-kernel call, `fd.execute` down to the launch (the guarded call and the
 plan's launcher run, with the driver's cuLaunchKernel a Python no-op), in microseconds per call
-with a breakdown, and the look-up path a call the guard refuses takes. The plan is built as on an H100 (NVRTC compiles the kernel; the device table
-stands in for the live device) and the inputs are CPU tensors, so output allocation costs what
-torch's CPU allocator costs (the GPU's caching allocator differs: the lead measures the real
-call on the H100 with tools/host_timing_gpu.py). Parts are timed separately and do not add up
+with a breakdown, and the look-up path a call the guard refuses takes. The plan is built as on
+an H100 (NVRTC compiles the kernel; the device table stands in for the live device) and the
+inputs are CPU tensors, so output allocation costs what torch's CPU allocator costs (the GPU's
+caching allocator differs: the lead measures the real call on the H100 with
+tools/host_timing_gpu.py). Parts are timed separately and do not add up
 exactly to the whole. --gpu: the same breakdown on the GPU machine, with CUDA inputs, the real
 allocator, stream and launch, and an empty torch op beside it.
 
@@ -301,8 +302,9 @@ def main(argv=None) -> int:
         vals[pos] = (inputs[k] if role == "input" else outs[k]).data_ptr()
     residues = tuple(x.data_ptr() & 15 for x in inputs)
     call = ex.guarded_call
-    if call is None:
-        print(f"{args.name}: no guarded call (the plan is not lean, or torch has no tensor guards)")
+    if call is None or plan._launch_values is None:
+        print(f"{args.name}: no guarded call through a launcher (a plan with work at launch, "
+              "in-place outputs, or a torch without tensor guards)")
         return 1
     from pyfuser.runtime.call_guard import tensor_guard
     check = tensor_guard(inputs)

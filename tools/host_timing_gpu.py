@@ -131,7 +131,6 @@ def main(argv=None) -> int:
     import torch.nn.functional as F
 
     from pyfuser import catalogue
-    from pyfuser.runtime.launch import _stream_getter  # noqa: F401  (bound before timing)
     entry = catalogue.get(args.name)
     inputs = catalogue.make_inputs(args.name, M, N, "bf16", device="cuda", seed=0)
     fd = catalogue.define(args.name, "bf16")

@@ -22,7 +22,8 @@ import dataclasses
 from . import nodes as K
 
 __all__ = ["Rewriter", "Substitution", "UnknownNodeKind", "accesses", "buffers_of", "exprs_of",
-           "fresh_stmts", "replace_stmt", "subexprs", "substitute", "substitute_stmts", "walk"]
+           "fresh_stmts", "replace_stmt", "subexprs", "substitute", "substitute_stmts",
+           "vars_defined", "vars_in", "vars_read", "walk"]
 
 
 class UnknownNodeKind(TypeError):
@@ -96,10 +97,21 @@ def subexprs(e):
                 yield from subexprs(x)
 
 
+def vars_in(e) -> set:
+    """Names of the variables expression `e` reads."""
+    return {x.name for x in subexprs(e) if isinstance(x, K.Var)}
+
+
 def vars_read(stmts) -> set:
     """Names of the variables `stmts` read (nested bodies included)."""
-    return {x.name for st in K.walk(stmts) for _, e in exprs_of(st) for x in subexprs(e)
-            if isinstance(x, K.Var)}
+    return {name for st in K.walk(stmts) for _, e in exprs_of(st) for name in vars_in(e)}
+
+
+def vars_defined(stmts) -> set:
+    """Names of the variables `stmts` define (loop indices, scalar definitions; nested bodies
+    included)."""
+    return {getattr(st, f).name for st in K.walk(stmts)
+            for f, role in stmt_roles(st).items() if role == K.DEFINES}
 
 
 def buffers_of(s) -> list:

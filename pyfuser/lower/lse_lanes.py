@@ -42,7 +42,7 @@ import dataclasses
 from ..ir.dtype import DataType
 from ..ir.exprs import ReductionOp, ReductionOpType, UnaryOp, UnaryOpType
 from ..kir import nodes as K
-from ..kir.rewrite import Rewriter, accesses, substitute, walk
+from ..kir.rewrite import Rewriter, accesses, substitute, vars_defined, vars_in, walk
 from ..kir.verifier import Rule, establishes
 
 # The most lanes folded at once: a vector of 16-bit values is 8, of 8-bit ones 16.
@@ -124,7 +124,7 @@ def _fold(loop: K.ForLoop):
     value, key_buffer, acc = key.ins[0].buffer, key.out.buffer, combine.out
     allocated = {id(s.buffer) for s in body if isinstance(s, K.Allocate)}
     if (id(key_buffer) not in allocated or acc.buffer in (value, key_buffer)
-            or loop.var.name in _names(acc.index)):
+            or loop.var.name in vars_in(acc.index)):
         return None
     per_lane = id(value) in allocated        # a register the loop computes each lane into
     if per_lane and not (value.memory == "local" and _const(value.size, 1)
@@ -143,6 +143,8 @@ def _fold(loop: K.ForLoop):
             return None
         if not per_lane and any(t.buffer is value for t in writes):
             return None     # lanes read where the loop writes them
+    if not per_lane and vars_in(key.ins[0].index) & vars_defined(rest):
+        return None         # lanes indexed by what the loop defines: not readable after it
     count = loop.stop.value
     if per_lane:
         # Each lane's value in an element of its own, read after the loop.
@@ -161,7 +163,3 @@ def _fold(loop: K.ForLoop):
     return before + [K.LseFoldLanes(acc, dataclasses.replace(acc), lanes,
                                     loop=None if before else loop.loop)]
 
-
-def _names(e) -> set:
-    from ..kir.rewrite import subexprs
-    return {x.name for x in subexprs(e) if isinstance(x, K.Var)}

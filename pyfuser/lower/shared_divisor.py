@@ -57,7 +57,7 @@ from ..ir.exprs import (BinaryOp, BinaryOpType, BroadcastOp, ExpandOp, GatherOp,
                         IndexCheckOp, LoadStoreOp, ScatterOp)
 from ..ir.tensor import TensorView
 from ..kir import nodes as K
-from ..kir.rewrite import Rewriter, accesses, fresh_stmts, subexprs
+from ..kir.rewrite import Rewriter, accesses, fresh_stmts, vars_in
 from ..kir.verifier import Rule, establishes
 
 # The most register elements written before a loop, other than one value copied throughout a
@@ -160,7 +160,7 @@ def _varies_along(kernel: K.Kernel, e: BinaryOp, k: int, operand, loop: K.ForLoo
     if not isinstance(operand, K.TensorIndex):
         return False
     tv = e.inputs[k]
-    uses = any(isinstance(x, K.Var) and x.name == loop.var.name for x in subexprs(operand.index))
+    uses = loop.var.name in vars_in(operand.index)
     if not uses and operand.buffer.memory != "local":
         return False
     return not _broadcast_along(kernel, tv, e.outputs[0], loop)
@@ -216,7 +216,7 @@ def _uniform_buffers(body: list) -> set:
                 continue
             src = s.ins[0] if len(s.ins) == 1 else None
             if (isinstance(s.expr, _COPIES) and s.vector == 1 and isinstance(src, K.TensorIndex)
-                    and not any(isinstance(x, K.Var) for x in subexprs(src.index))):
+                    and not vars_in(src.index)):
                 uniform.add(id(w.buffer))
             else:
                 other.add(id(w.buffer))
@@ -243,7 +243,7 @@ def _held_elements(loop: K.ForLoop, uniform: set) -> int:
             b = r.buffer
             if b.memory != "local" or id(b) in inside or id(b) in uniform:
                 continue
-            names = {x.name for x in subexprs(r.index) if isinstance(x, K.Var)} & set(extents)
+            names = vars_in(r.index) & set(extents)
             if not names:
                 continue        # one element throughout the loop (a row's statistic)
             n = 1

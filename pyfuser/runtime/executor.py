@@ -236,7 +236,6 @@ class _KernelPlan:
         # gets a set of its own at its first call, allocated (and zeroed) on it, so launches
         # running at once on two streams never share one.
         self.launch_scratch = tuple(launch_scratch)
-        self._stream_handle = _stream_handle
         self._home_stream = (_stream_handle(device.index or 0) if self.launch_scratch
                              else None)
         self._scratch_by_stream: dict = {}    # stream handle -> ([(position, pointer)], buffers)
@@ -250,6 +249,8 @@ class _KernelPlan:
                          or self.cluster is not None or self.launch_scratch)
         self._launch_values = (self.loaded.launcher(grid, block, self.layout, self.smem)
                                if self.lean else None)
+        # (options, the executor's guarded call of this plan under them), once one is made.
+        self.guarded = None
 
     def run(self, inputs, into=None):
         """Launch on `inputs`; the outputs are new tensors, or where `into` (one entry per
@@ -316,7 +317,7 @@ class _KernelPlan:
 
     def _scratch_for_stream(self, vals) -> None:
         """Point `vals` at the launch scratch of the current stream (launch_scratch)."""
-        stream = self._stream_handle(self.device.index or 0)
+        stream = _stream_handle(self.device.index or 0)
         if stream == self._home_stream:
             return
         entry = self._scratch_by_stream.get(stream)
@@ -624,6 +625,10 @@ class FusionExecutorCache:
         tensor = _torch_tensor or _bind_torch_tensor()
         if not isinstance(plan, _KernelPlan) or self.fusion.output_aliases:
             return
+        if plan.guarded is not None and plan.guarded[0] is options:
+            # Made for this plan before: calls alternating between signatures build no guard.
+            self.guarded_call = plan.guarded[1]
+            return
         positions = tuple(k for k, x in enumerate(inputs) if isinstance(x, tensor))
         if any(type(inputs[k]) is not tensor for k in positions):
             return      # a subclass (nn.Parameter): torch's guard refuses it anyway
@@ -638,6 +643,7 @@ class FusionExecutorCache:
             scalars = tuple((k, type(x)) for k, x in enumerate(inputs) if k not in positions)
             self.guarded_call = _guarded_mixed_call(self, check, options, plan, residues,
                                                     positions, scalars)
+        plan.guarded = (options, self.guarded_call)
 
     def _run(self, inputs, options, device=None):
         plan = self._plan_of(inputs, options, device)
@@ -1072,14 +1078,15 @@ class FusionExecutorCache:
                 spec = _workspace_spec(fk, src[1], inputs, grid, block)
                 buf = _allocate_workspace(spec, device)
                 workspaces.append(buf)
-                if spec[0] not in _PLAN_SCRATCH:
+                kind = spec[0]
+                if kind not in _PLAN_SCRATCH:
                     launch_scratch.append((pos, spec))
-                if launch.workspaces[src[1]][0] == "index_error":
+                if kind == "index_error":
                     index_record = buf
-                if launch.workspaces[src[1]][0] == "index_report":
+                if kind == "index_report":
                     index_report = buf
                 values.append(buf.data_ptr())
-                if launch.workspaces[src[1]][0] == "intermediate":
+                if kind == "intermediate":
                     workspace_bytes += 2 * buf.numel() * buf.element_size()
             elif tag == "tmap":
                 from ..kir.nodes import RowBoxMap
@@ -1121,11 +1128,6 @@ class FusionExecutorCache:
                            info, poison=bool(opts.current().is_enabled("poison_outputs")),
                            tmap_slots=tmap_slots, workspaces=workspaces, index_checks=checks,
                            tile_slots=tile_slots, launch_scratch=launch_scratch)
-
-    @staticmethod
-    def _workspace(fk, w, inputs, grid, block, device):
-        """Global scratch `w` of a kernel for one launch shape, owned by the plan."""
-        return _allocate_workspace(_workspace_spec(fk, w, inputs, grid, block), device)
 
     # Introspection -----------------------------------------------------------------------------
     def kernels(self) -> list:

@@ -56,8 +56,7 @@ def fold_lanes(acc: torch.Tensor, lanes: torch.Tensor) -> torch.Tensor:
     math.cuh's lse_fold_lanes: m the row's largest value (NaN if one is NaN), s the sum of
     exp(lane - m) in float32; a row of -inf is (-inf, L), the count the per-element keys give."""
     lanes = lanes.to(torch.float32)
-    m = torch.amax(lanes, dim=-1)
-    m = torch.where(torch.isnan(lanes).any(dim=-1), _NAN, m)
+    m = torch.amax(lanes, dim=-1)              # NaN where a lane is NaN
     none = m == float("-inf")
     shift = torch.where(none, 0.0, m)
     s = torch.exp(lanes - shift.unsqueeze(-1)).sum(dim=-1, dtype=torch.float32)

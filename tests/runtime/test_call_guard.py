@@ -322,3 +322,23 @@ def test_equal_overrides_are_one_options_object():
         with opts.override({"disable": ["kernel_reuse"]}):
             inner = opts.current()
     assert inner == first and inner is not first      # another base: its own entry
+
+
+def test_calls_alternating_between_signatures_build_each_guard_once(fake_gpu, monkeypatch):
+    fd = catalogue.define("rmsnorm_fwd", "bf16")
+    a = rmsnorm_inputs()
+    b = catalogue.make_inputs("rmsnorm_fwd", 32, 1024, "bf16", seed=1)
+    ex, plan_a = cached(fd, a)
+    options = opts.current()
+    plan_b = ex._guarded_kernel_plan(b, check_inputs(fd.fusion, b), registry.choose(fd.fusion),
+                                     _Target(H100, torch.device("cpu")), options)
+    ex._plans[ex._key(b, options)] = plan_b
+    built = []
+    real = call_guard.tensor_guard
+    monkeypatch.setattr(call_guard, "tensor_guard", lambda ts: built.append(1) or real(ts))
+    for _ in range(3):
+        ex.run(b)
+        assert fd.last_run is plan_b.run_info
+        ex.run(a)
+        assert fd.last_run is plan_a.run_info
+    assert len(built) == 1      # plan_b's; plan_a's was made by cached()
