@@ -50,6 +50,10 @@ FEATURES = {
     "matmul_few_rows": "the matmul kernel for matmuls of 64 rows (M) or fewer; unset, torch's "
                        "matmul runs them as a library segment (faster there until split-K is "
                        "built)",
+    "matmul_as_reduction": "matmuls and linears of few rows (M) whose weight is read along K "
+                           "run as a row reduction of the products, the epilogue fused "
+                           "(schedule/few_row_matmuls.py; unset: on; forced off: the matmul "
+                           "kernel or torch's matmul)",
     "matmul_split_k": "matmul kernels that split K over the CTAs of one output tile, the partial "
                       "sums added in a fixed order by the last of them, wherever K has two "
                       "64-deep blocks per split (unset: not split; measured slower than the "

@@ -34,6 +34,7 @@ from collections import OrderedDict
 
 from .. import options as opts
 from ..ir import scalar as S
+from ..schedule import few_row_matmuls
 from ..schedule.logsumexp import fuse_logsumexp
 from ..schedule.roles import has_shared_roles, scheduling_clone
 from ..schedule.segmenter import segment
@@ -423,6 +424,32 @@ class _EmptyPlan:
                 for sz, st, dt in self.specs]
 
 
+class RewrittenPlan:
+    """A call planned on a rewrite of the fusion (the same inputs and outputs, in the same
+    positions): the rewritten fusion's executor runs it, its RunInfo prefixed with what was
+    rewritten."""
+
+    def __init__(self, executor, what: str, device):
+        self.executor = executor
+        self.what = what
+        self.device = device
+        self._info_of = self._info = None
+
+    @property
+    def run_info(self):
+        info = self.executor.last_run
+        if info is None:
+            return None
+        if self._info_of is not info:
+            self._info_of = info
+            self._info = dataclasses.replace(info, reason=f"{self.what}; {info.reason}")
+        return self._info
+
+    def run(self, inputs):
+        # (no device: the inputs' is the call's, and the executor's guarded call serves)
+        return self.executor.run(inputs)
+
+
 class _InterpretPlan:
     """The generated kernel run by the kernel-IR interpreter on CPU tensors."""
 
@@ -563,6 +590,9 @@ class FusionExecutorCache:
         self._kernel_count = 0
         # runtime/empty_dims.EmptyDims -> the executor of the fusion specialized to them.
         self._specialized: dict = {}
+        # few_row_matmuls.rewritable's positions -> the executor of the fusion with those
+        # matmuls made reductions.
+        self._as_reductions: dict = {}
         # The guarded call of the last plan found: inputs -> outputs, or None where they do
         # not match (_guarded_call). None where no such call is made.
         self.guarded_call = None
@@ -714,6 +744,18 @@ class FusionExecutorCache:
                 spec = self._specialized[empty] = FusionExecutorCache(
                     specialize(self.fusion, empty), name=f"{self.name}_nonempty")
             return SpecializedPlan(self.fusion, empty, spec, out_sizes, target.device)
+        rewrite = few_row_matmuls.rewritable(self.fusion, bindings, {
+            id(v): x.stride() for v, x in zip(self.fusion.inputs, inputs)
+            if isinstance(x, torch.Tensor)}, options)
+        if rewrite:
+            # Matmuls of few rows as reductions: the fusion rewritten, planned as any other.
+            sub = self._as_reductions.get(rewrite)
+            if sub is None:
+                sub = self._as_reductions[rewrite] = FusionExecutorCache(
+                    few_row_matmuls.as_reductions(self.fusion, rewrite),
+                    name=f"{self.name}_as_reduction")
+            return RewrittenPlan(sub, few_row_matmuls.describe(self.fusion, rewrite),
+                                 target.device)
         if self._segmented is None:
             decisions = _disk_decisions(self.fusion, target)
             self._segmented = segment(self.fusion, None, decisions)
@@ -1133,7 +1175,8 @@ class FusionExecutorCache:
     def kernels(self) -> list:
         out = list(self._kernels.values())
         again = [ex for _, executors in self._resegmented.values() for ex in executors]
-        for ex in [*self._segment_executors, *again, *self._specialized.values()]:
+        for ex in [*self._segment_executors, *again, *self._specialized.values(),
+                   *self._as_reductions.values()]:
             if ex is not None:
                 out += ex.kernels()
         return out

@@ -98,6 +98,8 @@ class Explanation:
     device: DeviceProperties
     segmented: object         # schedule.segmenter.SegmentedFusion
     segments: tuple
+    # What execute() rewrote before planning (matmuls of few rows as reductions), or "".
+    rewritten: str = ""
 
     @property
     def segmentation(self) -> str:
@@ -109,6 +111,8 @@ class Explanation:
 
     def __str__(self) -> str:
         head = f"{self.name} on {self.device.name} ({self.device.arch}): {self.segmentation}"
+        if self.rewritten:
+            head = f"{head}\n  rewritten first: {self.rewritten}"
         return "\n\n".join([head] + [str(s) for s in self.segments])
 
 
@@ -119,6 +123,8 @@ def explain_fusion(fusion, inputs, device: str | DeviceProperties = "h100",
     "h100" or "h200", or DeviceProperties), computed without a GPU; see the module docstring.
     `exclude`: schedulers whose heuristic refused these inputs (name -> why), as execute()
     segments a fusion again without them."""
+    from .. import options
+    from ..schedule import few_row_matmuls
     from ..schedule.logsumexp import fuse_logsumexp
     from ..schedule.schedulers import registry
     from ..schedule.segmenter import segment
@@ -126,6 +132,14 @@ def explain_fusion(fusion, inputs, device: str | DeviceProperties = "h100",
     props = device if isinstance(device, DeviceProperties) else get_device_properties(device)
     fusion = fuse_logsumexp(fusion)          # as FusionExecutorCache plans it
     bindings = check_inputs(fusion, inputs)
+    rewrite = few_row_matmuls.rewritable(fusion, bindings, {
+        id(v): x.stride() for v, x in zip(fusion.inputs, inputs) if isinstance(x, torch.Tensor)},
+        options.current())
+    rewritten = ""
+    if rewrite:                              # as FusionExecutorCache._make_plan
+        rewritten = few_row_matmuls.describe(fusion, rewrite)
+        fusion = few_row_matmuls.as_reductions(fusion, rewrite)
+        bindings = check_inputs(fusion, inputs)   # the clone's extents
     segmented = segment(fusion, exclude)
     values = {id(v): _as_meta(x) for v, x in zip(fusion.inputs, inputs)}
     several = len(segmented.segments) > 1
@@ -168,7 +182,7 @@ def explain_fusion(fusion, inputs, device: str | DeviceProperties = "h100",
                     seg.fusion, ins, props, compile, f"{name}_s{k}" if several else name,
                     again if several else {**(exclude or {}), **again})
         out.append(SegmentExplanation(**entry))
-    return Explanation(name, props, segmented, tuple(out))
+    return Explanation(name, props, segmented, tuple(out), rewritten)
 
 
 class _Refused(Exception):

@@ -321,11 +321,25 @@ def test_a_forced_heuristic_on_a_plan_of_segments_is_a_clear_error():
         fd.execute(adamw_inputs(), options={**INTERPRET, "heuristic": PointwiseParams()})
 
 
-def test_a_kernel_segment_that_falls_back_hands_on_its_outputs_as_declared():
+def test_a_kernel_segment_that_falls_back_hands_on_its_outputs_as_declared(monkeypatch):
     """Fuzz 20261202:28: segment 0, a kernel segment whose heuristic refused the call (a row of
     252588 elements does not fit registers), ran the reference evaluator and returned its
     intermediate in the input's permuted layout; segment 1 declares it dense in allocation
-    order and raised an InputError out of fd.execute."""
+    order and raised an InputError out of fd.execute. The reduction scheduler now takes the
+    max's segment with the broadcast sum as an input over kept and reduced dims, a kernel too
+    large to interpret: refusing such inputs, as it did then, keeps the segmentation the
+    regression needs."""
+    from pyfuser.ir.tensor import TensorView
+    from pyfuser.schedule.schedulers import reduction
+    take = reduction.can_schedule
+
+    def refuse_inputs_of_another_rank(fusion):
+        rank = max(len(t.domain.logical) for t in fusion.tensors())
+        if any(isinstance(v, TensorView) and 1 < len(v.domain.logical) < rank
+               for v in fusion.inputs):
+            return False, "an input of another rank (as before)"
+        return take(fusion)
+    monkeypatch.setattr(reduction, "can_schedule", refuse_inputs_of_another_rank)
     x = (torch.rand(1015770) + 0.5).bfloat16().as_strided((679, 4, 93), (1496, 3, 16))
     with FusionDefinition() as fd:
         t0 = fd.from_pytorch(x)

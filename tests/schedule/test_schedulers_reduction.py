@@ -432,13 +432,50 @@ def test_unroll_in_registers_halves_until_the_step_fits():
     assert fit(1, 1024, held=8, streamed_bytes=8) == 1      # never below 1
 
 
-def test_refuses_an_input_of_fewer_dims_over_reduced_and_kept_dims():
+def test_takes_an_input_of_fewer_dims_over_reduced_and_kept_dims():
+    """x [M, K] times w [N, K] summed over K (a matmul of few rows as a reduction): x spans a
+    kept dim and the reduced one. It was refused, and the segmenter wrote the broadcast
+    product [M, N, K] to global memory for a second kernel; now one reduction kernel reads x
+    at its index along the merged kept loop."""
     with FusionDefinition() as fd:
         x = fd.define_tensor([-1, -1, -1])
         w = fd.define_tensor([-1, -1])
         fd.add_output(fd.ops.sum(fd.ops.mul(x, w), [1]))
     ok, why = reduction.can_schedule(fd.fusion)
-    assert not ok and "over both reduced and kept dims" in why, why
+    assert ok, why
+    with FusionDefinition() as fd:
+        x = fd.define_tensor([-1, -1])
+        w = fd.define_tensor([-1, -1])
+        xb = fd.ops.broadcast(x, [False, True, False])
+        wb = fd.ops.broadcast(w, [True, False, False])
+        fd.add_output(fd.ops.sum(fd.ops.mul(xb, wb), [2]))
+    for m, n, k in [(3, 40, 72), (2, 33, 1001), (5, 7, 16)]:
+        xs, ws = torch.randn(m, k), torch.randn(n, k)
+        run_and_check(fd, [xs, ws], kernels=1, options={"enable": ["interpret"]})
+        assert fd.last_run.schedulers == ("reduction",), fd.last_run
+
+
+def test_refuses_an_input_whose_size_one_dim_stands_for_a_size_one_kept_dim():
+    """x [1, K] (a size-1 dim in its definition) broadcast to [1, 1, K] against w [1, N, K],
+    summed over K (fuzz 2530:53): x's size-1 dim is the reduction input's size-1 kept dim,
+    beside N. Taken, x's cache could not be inlined into the merged kept loop (a LoweringError:
+    a register buffer of runtime size). Refused, the segmenter splits; squeezed first (x [K]
+    broadcast to [1, 1, K]), it is a row's weight and taken."""
+    def build(squeeze: bool):
+        with FusionDefinition() as fd:
+            x = fd.define_tensor([1, -1])
+            w = fd.define_tensor([-1, -1])
+            xs = fd.ops.squeeze(x, [0]) if squeeze else x
+            xb = fd.ops.broadcast(xs, [True, True, False] if squeeze else [False, True, False])
+            fd.add_output(fd.ops.sum(fd.ops.mul(xb, fd.ops.broadcast(w, [True, False, False])),
+                                     [2]))
+        return fd
+    ok, why = reduction.can_schedule(build(False).fusion)
+    assert not ok and "a size-1 dim among the kept ones" in why, why
+    fd = build(True)
+    assert reduction.can_schedule(fd.fusion)[0]
+    run_and_check(fd, [torch.randn(1, 177), torch.randn(23, 177)], kernels=1,
+                  options={"enable": ["interpret"]})
 
 
 def test_refuses_an_output_over_a_reshape_of_the_input():

@@ -246,24 +246,29 @@ def can_schedule(fusion) -> tuple[bool, str]:
             return False, (f"output {k} iterates only reduced dims and lacks the kept ones (a "
                            "squeeze or reshape of a broadcast row, beside the reduction)")
     kept = [i for i in ref.domain.maybe_root if not i.is_reduction and not i.is_broadcast]
+    kept_or_broadcast = [i for i in ref.domain.maybe_root if not i.is_reduction]
     for v in fusion.inputs:
         if not isinstance(v, TensorView) or len(v.domain.logical) == len(ref.domain.maybe_root):
             continue
         # An input of another rank (broadcast or squeezed in the fusion) over kept dims only
-        # (a bias added to the result, running statistics) or reduced dims only (a weight [N]
-        # of a row's weighted sum): its loops are some of the reduction's. Over some of both,
-        # its dims need not line up with the schedule's merged loops.
+        # (a bias added to the result, running statistics), reduced dims only (a weight [N]
+        # of a row's weighted sum), or some of both (x [M, K] of sum(x[:, None] * w[None], K),
+        # a matmul of few rows as a reduction): its loops are some of the reduction's, and
+        # its index along a merged loop of the kept dims is taken from that loop's index
+        # (before, such an input was refused, and the segmenter wrote the broadcast product
+        # to global memory for a reduction kernel to read back).
         dims = [i for i in v.domain.logical if not i.is_broadcast]
         over_kept = all(any(graph.mapped(i, k) for k in kept) for i in dims)
         over_reduced = all(any(graph.mapped(i, r) for r in reduced) for i in dims)
-        if not (over_kept or over_reduced):
-            return False, (f"input T{v.name} has another rank than the reduction's input, "
-                           "over both reduced and kept dims")
-        if (over_reduced and not over_kept and len(kept) > 1
-                and any(i.is_broadcast for i in v.domain.logical)):
-            # Its size-1 dim stands for one of several kept dims: the kept dims' merge replayed
-            # on it alone does not line up with the merged kept loop, and its cache could not
-            # be inlined (a register buffer of runtime size; fuzz 20263006:1396).
+        size_one = [i for i in v.domain.logical if i.is_broadcast]
+        if over_reduced and not over_kept and size_one and (len(kept) > 1 or (
+                len(kept_or_broadcast) > 1
+                and any(graph.mapped(i, k) for i in size_one for k in kept_or_broadcast))):
+            # Its size-1 dim stands for one of several kept dims (some may be size-1 dims of
+            # the reduction's input too: x [1, K] of sum(x[:, None] * w[None], K)): the kept
+            # dims' merge replayed on it alone does not line up with the merged kept loop, and
+            # its cache could not be inlined (a register buffer of runtime size; fuzz
+            # 20263006:1396, 2530:53). Squeezed first, the same input is a row's weight.
             return False, (f"input T{v.name} has another rank than the reduction's input, over "
                            "reduced dims and a size-1 dim among the kept ones")
     kind = "full" if lay.full else ("inner" if lay.inner else "outer")
