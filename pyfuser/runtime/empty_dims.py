@@ -34,6 +34,7 @@ from ..ir import scalar as S
 from ..ir.exprs import FullOp, IndexCheckOp, LoadStoreOp, ReductionOp, ScatterOp, SqueezeOp
 from ..ir.tensor import TensorDomain, TensorView
 from .inputs import empty_reductions, output_strides
+from .rewritten_plan import RewrittenPlan
 
 
 @dataclasses.dataclass(frozen=True)
@@ -138,7 +139,7 @@ def indices_into_nothing(fusion, bindings: dict) -> bool:
     return False
 
 
-class SpecializedPlan:
+class SpecializedPlan(RewrittenPlan):
     """A plan for a call with empty dims: the specialized fusion's executor (a
     FusionExecutorCache of its own, made once per pattern of empty dims) computes the outputs
     with elements; the empty ones are allocated here."""
@@ -147,28 +148,13 @@ class SpecializedPlan:
         import torch
 
         from ..ir.dtype import to_torch
-        self.what = what
-        self.executor = executor
+        super().__init__(executor, what.describe(), device)
         self.empty_specs = {k: (tuple(out_sizes[k]), tuple(output_strides(fusion.outputs[k],
                                                                           out_sizes[k])),
                                 to_torch(fusion.outputs[k].dtype))
                             for k in what.empty_outputs}
         self.n_outputs = len(fusion.outputs)
-        self.device = device
         self._torch = torch
-        self._info_of = self._info = None
-
-    @property
-    def run_info(self):
-        # Read after every call: the inner executor's RunInfo, with what was specialized
-        # prefixed, is made once per RunInfo it returns, not per call.
-        info = self.executor.last_run
-        if info is None:
-            return None
-        if self._info_of is not info:
-            self._info_of = info
-            self._info = dataclasses.replace(info, reason=f"{self.what.describe()}; {info.reason}")
-        return self._info
 
     def run(self, inputs):
         computed = iter(self.executor.run(list(inputs), device=self.device))

@@ -43,6 +43,7 @@ from . import index_check
 from .empty_dims import SpecializedPlan, empty_dims, indices_into_nothing, specialize
 from .inputs import InputError, check_inputs, not_a_list, output_strides
 from .output_aliases import write_aliased_outputs
+from .rewritten_plan import RewrittenPlan
 from .reference import evaluate
 
 
@@ -422,32 +423,6 @@ class _EmptyPlan:
     def run(self, inputs):
         return [self._torch.empty_strided(sz, st, dtype=dt, device=self.device)
                 for sz, st, dt in self.specs]
-
-
-class RewrittenPlan:
-    """A call planned on a rewrite of the fusion (the same inputs and outputs, in the same
-    positions): the rewritten fusion's executor runs it, its RunInfo prefixed with what was
-    rewritten."""
-
-    def __init__(self, executor, what: str, device):
-        self.executor = executor
-        self.what = what
-        self.device = device
-        self._info_of = self._info = None
-
-    @property
-    def run_info(self):
-        info = self.executor.last_run
-        if info is None:
-            return None
-        if self._info_of is not info:
-            self._info_of = info
-            self._info = dataclasses.replace(info, reason=f"{self.what}; {info.reason}")
-        return self._info
-
-    def run(self, inputs):
-        # (no device: the inputs' is the call's, and the executor's guarded call serves)
-        return self.executor.run(inputs)
 
 
 class _InterpretPlan:

@@ -1,0 +1,34 @@
+"""A call planned on a rewrite of the fusion: another executor (FusionExecutorCache) of the
+rewritten fusion runs it, and its RunInfo is told with what was rewritten in front. The
+executor makes these for matmuls of one row made reductions (schedule/few_row_matmuls.py); the
+plans of calls with empty dims (empty_dims.SpecializedPlan) add their empty outputs."""
+from __future__ import annotations
+
+import dataclasses
+
+
+class RewrittenPlan:
+    """`executor` runs the rewritten fusion (the same inputs and outputs, in the same
+    positions); `what` says what was rewritten (RunInfo.reason's prefix)."""
+
+    def __init__(self, executor, what: str, device):
+        self.executor = executor
+        self.what = what
+        self.device = device
+        self._info_of = self._info = None
+
+    @property
+    def run_info(self):
+        # Read after every call: the inner executor's RunInfo, with what was rewritten
+        # prefixed, is made once per RunInfo it returns, not per call.
+        info = self.executor.last_run
+        if info is None:
+            return None
+        if self._info_of is not info:
+            self._info_of = info
+            self._info = dataclasses.replace(info, reason=f"{self.what}; {info.reason}")
+        return self._info
+
+    def run(self, inputs):
+        # (no device: the inputs' is the call's, and the executor's guarded call serves)
+        return self.executor.run(inputs)
