@@ -19,7 +19,6 @@ covers op_support.LIBRARY_OPS and LIBRARY_FALLBACK_OPS exactly.
 """
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 from typing import Callable
 
@@ -38,21 +37,29 @@ class LibraryImpl:
     numerics: str = ", fp32 accumulation"
 
 
-@contextlib.contextmanager
-def _fp32_accumulation(device: torch.device):
-    """cuBLAS reductions of 16-bit operands in fp32 for the duration of one call."""
-    if device.type != "cuda":
-        yield
-        return
-    m = torch.backends.cuda.matmul
-    saved = (m.allow_fp16_reduced_precision_reduction, m.allow_bf16_reduced_precision_reduction)
-    m.allow_fp16_reduced_precision_reduction = False
-    m.allow_bf16_reduced_precision_reduction = False
-    try:
-        yield
-    finally:
-        (m.allow_fp16_reduced_precision_reduction,
-         m.allow_bf16_reduced_precision_reduction) = saved
+class _fp32_accumulation:
+    """cuBLAS reductions of 16-bit operands in fp32 for the duration of one call (a class, not
+    a contextlib generator: it runs at every library call, and costs a few microseconds less)."""
+
+    __slots__ = ("cuda", "saved")
+
+    def __init__(self, device: torch.device):
+        self.cuda = device.type == "cuda"
+
+    def __enter__(self):
+        if self.cuda:
+            m = torch.backends.cuda.matmul
+            self.saved = (m.allow_fp16_reduced_precision_reduction,
+                          m.allow_bf16_reduced_precision_reduction)
+            m.allow_fp16_reduced_precision_reduction = False
+            m.allow_bf16_reduced_precision_reduction = False
+
+    def __exit__(self, *exc):
+        if self.cuda:
+            m = torch.backends.cuda.matmul
+            (m.allow_fp16_reduced_precision_reduction,
+             m.allow_bf16_reduced_precision_reduction) = self.saved
+        return False
 
 
 def _matmul(expr, inputs):
