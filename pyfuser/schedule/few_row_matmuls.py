@@ -10,15 +10,14 @@ through a kernel with a smaller fixed cost than cuBLAS's, and the epilogue fuses
 Why: a tensor-core tile of 128 rows over one row of x is 1/128 busy, and the kernel is bound by
 how fast W arrives (read once whatever M is). As a reduction each output element is one block's
 row of the product, x's row read again by every block from L1 / L2; with M > 1 each row of W is
-read again too (once per row of x), which is why only one row is taken. Measured on the H200
-(docs/performance.md, "Matmuls of few rows as reductions"): against the library segment it
-replaces (cuBLAS with fp32 accumulation, then an epilogue kernel) the reduction was as fast or
-faster at every weight measured, up to 2.3x, and steady where cuBLAS's time for one shape
-varied between runs (4096 x 14336 bf16: 45.0 us against 57-129); against eager's cuBLAS, which
-may reduce in 16 bits, 1.07x at 4096 x 4096 and 0.85-0.94 on weights of 112-147 MB.
+read again too (once per row of x), which is why only one row is taken. On the H200 the
+reduction has the smaller fixed cost and cuBLAS the faster stream (BARE_MAX_WEIGHT_BYTES); with
+an epilogue the reduction saves the epilogue's kernel (docs/performance.md, "Matmuls of few
+rows as reductions").
 
 Taken when every rule holds (`rewritable`), else the op stays (a library segment or the matmul
-kernel): M (the product of the output's dims other than N) at most REDUCTION_MAX_ROWS; the
+kernel): M (the product of the output's dims other than N) at most REDUCTION_MAX_ROWS; an
+epilogue to fuse (a bias, ops on the result) or a weight of at most BARE_MAX_WEIGHT_BYTES; the
 weight read along K (its K dim of stride 1: a Linear's weight, or `w.t()` passed to matmul),
 since a reduction over a strided dim reads one element per row per step; no batch dims on the
 weight (a batched matmul keeps its op); the options leave it on (feature
@@ -43,6 +42,14 @@ from ..ir.tensor import TensorView
 # of 4096 x 4096 the reduction took 27.6 us against cuBLAS's 18.9, at 4 rows 48.9: every row
 # of x reads W again.
 REDUCTION_MAX_ROWS = 1
+# A bare matmul (no bias, nothing computed from its result) runs as a reduction only up to this
+# many bytes of weight. Measured on the H200, one row of x: the reduction has the smaller fixed
+# cost (about 6 us against cuBLAS's 10.5, from 4096 x 4096 at 17.2 / 19.0 us and 16384 x 4096
+# at 50.3 / 45.2) but streams W slower (2.9 TB/s against 3.8), so cuBLAS wins from about 57 MB
+# (14336 x 5120: 57.2 / 48.6 us; 4096 x 14336: 45.0 / 42.4). With an epilogue the alternative
+# is cuBLAS and then an epilogue kernel, and the reduction was 0.97-1.24x the best of eager and
+# torch.compile at every size measured.
+BARE_MAX_WEIGHT_BYTES = 48 << 20
 
 
 def rewritable(fusion, bindings: dict, input_strides: dict, options) -> tuple:
@@ -55,9 +62,20 @@ def rewritable(fusion, bindings: dict, input_strides: dict, options) -> tuple:
     found = []
     for k, e in enumerate(fusion.exprs()):
         if isinstance(e, (LinearOp, MatmulOp)) and _few_rows(e, bindings) and \
-                _weight_along_k(e, input_strides):
+                _weight_along_k(e, input_strides) and (
+                    _has_epilogue(fusion, e) or _weight_bytes(e, bindings) <= BARE_MAX_WEIGHT_BYTES):
             found.append(k)
     return tuple(found)
+
+
+def _has_epilogue(fusion, e) -> bool:
+    """A bias, or ops computed from the result (which the reduction kernel fuses)."""
+    return (isinstance(e, LinearOp) and len(e.inputs) > 2) or bool(fusion.uses_of(e.outputs[0]))
+
+
+def _weight_bytes(e, bindings: dict) -> int:
+    w = e.inputs[1]
+    return w.dtype.size * math.prod(_extent(i, bindings) for i in w.domain.logical_no_reductions)
 
 
 def _extent(i, bindings: dict) -> int:

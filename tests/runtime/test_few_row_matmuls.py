@@ -115,6 +115,11 @@ def test_which_calls_are_rewritten(monkeypatch):
         bmm.add_output(bmm.ops.matmul(a, bt))
     assert not _rewritten(bmm, [torch.randn(3, 1, 64).bfloat16(),
                                 torch.randn(3, 24, 64).bfloat16().transpose(1, 2)])
+    # A bare linear over a large weight stays cuBLAS's (faster streaming); with an epilogue
+    # the reduction still takes it.
+    monkeypatch.setattr(few_row_matmuls, "BARE_MAX_WEIGHT_BYTES", 64 * 24 * 2 - 1)
+    assert not _rewritten(_linear("bare"), [x, w])
+    assert _rewritten(fd, [x, w, b])
     # More rows are taken where the limit allows them.
     monkeypatch.setattr(few_row_matmuls, "REDUCTION_MAX_ROWS", 2)
     assert _rewritten(fd, [torch.randn(2, 64).bfloat16(), w, b])
