@@ -83,6 +83,20 @@ FEATURES = {
 }
 
 
+# Features that change no kernel, only what runs around it (filling outputs before a launch,
+# waiting for index checks, the fallback, reusing kernels): left out of the kernels' keys, so
+# that a test's poisoned run and a plain one share a kernel. Every other forced feature is in
+# them (kernel_features).
+RUNTIME_FEATURES = frozenset({"poison_outputs", "sync_index_checks", "reference_fallback",
+                              "kernel_reuse"})
+
+
+def kernel_features(options) -> tuple:
+    """The features `options` force on and off that may change a kernel (sorted tuples)."""
+    return (tuple(sorted(options.enable - RUNTIME_FEATURES)),
+            tuple(sorted(options.disable - RUNTIME_FEATURES)))
+
+
 class OptionError(ValueError):
     pass
 

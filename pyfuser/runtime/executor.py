@@ -142,8 +142,9 @@ def plan_key_fields(fusion, scheduler: str, params, index_type: str, options, si
     from .fusion_kernel import ARCH
     fields = {"fusion": text or fusion_text(fusion), "signature": signature, "scheduler": scheduler,
               "heuristic": repr(params), "index_type": index_type,
-              "enable": sorted(options.enable), "disable": sorted(options.disable),
               "device": repr(device), "arch": ARCH}
+    enable, disable = opts.kernel_features(options)
+    fields["enable"], fields["disable"] = list(enable), list(disable)
     if any(t.dtype.is_float8 for t in fusion.tensors()):
         # The kernel converts into e4m3fn by the installed torch's rule (NaN before 2.13,
         # saturation since: codegen/device_library.py): a disk cache shared across torch
@@ -891,8 +892,11 @@ class FusionExecutorCache:
         nothing), or built from `clone` (scheduled, lowered, printed, compiled) and stored.
         `cache_facts`, (signature class, device properties), completes the disk key; without
         it (or for the interpreter, which runs the kernel IR) the disk is not used."""
-        kkey = (sched.NAME, params, index_type, compile_now)
         options = opts.current()
+        # Forced features that change kernels are part of the key: a call that turns one off
+        # (shared_divisor_quotients, streaming_loads) gets its own kernel, not the one built
+        # for the other setting (the plans of the two differ; their kernels did not).
+        kkey = (sched.NAME, params, index_type, compile_now, opts.kernel_features(options))
         reuse = options.is_enabled("kernel_reuse") is not False
         fk = self._kernels.get(kkey) if reuse else None
         if fk is not None:

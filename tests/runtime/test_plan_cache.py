@@ -596,3 +596,33 @@ def test_launches_on_two_streams_get_scratch_of_their_own(fake_gpu, monkeypatch)
     (_, buffers), = [v for k, v in p._scratch_by_stream.items() if k == 0x6000]
     sems = [b for b, (_, spec) in zip(buffers, p.launch_scratch) if spec[0] == "semaphore"]
     assert sems and not any(b.any() for b in sems)
+
+
+def test_features_that_change_kernels_key_them_and_runtime_ones_do_not():
+    """An executor kept one kernel per heuristic whatever features a call forced: a call
+    turning shared_divisor_quotients off (or streaming_loads on) got the kernel built for the
+    other setting, whose CUDA differs. Those features key the kernel now, in memory and on
+    disk; poison_outputs, which only fills outputs before a launch, keys neither."""
+    from pyfuser.ir.dtype import DataType
+    from pyfuser.runtime.executor import plan_key_fields
+    from pyfuser.schedule.schedulers.pointwise import PointwiseParams
+    with FusionDefinition() as fd:
+        x = fd.define_tensor([-1, -1], dtype=DataType.Float)
+        s = fd.ops.sum(x, [1])
+        fd.add_output(fd.ops.div(x, fd.ops.broadcast(s, [False, True])))
+    xs = torch.rand(8, 64) + 0.5
+    sources = []
+    for extra in ({}, {"disable": ["shared_divisor_quotients"]}, {"enable": ["streaming_loads"]},
+                  {"enable": ["poison_outputs"]}):
+        o = {"enable": ["interpret"] + extra.get("enable", []), "disable": extra.get("disable", [])}
+        out = fd.execute([xs], options=o)[0]
+        assert torch.allclose(out, xs / xs.sum(1, keepdim=True))
+        sources.append(fd._executor.kernels()[-1].source)
+    assert len(fd._executor.kernels()) == 3, "poison_outputs must not build another kernel"
+    assert sources[0] != sources[1] and sources[0] != sources[2] and sources[3] == sources[0]
+    args = ("pointwise", PointwiseParams(), "int")
+    plain, poisoned, streamed = (
+        kernel_cache.plan_key(plan_key_fields(fd.fusion, *args, o, (), "h100"))
+        for o in (opts.Options(), opts.Options(enable=frozenset({"poison_outputs"})),
+                  opts.Options(enable=frozenset({"streaming_loads"}))))
+    assert plain == poisoned != streamed
