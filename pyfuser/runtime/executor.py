@@ -720,9 +720,7 @@ class FusionExecutorCache:
                 spec = self._specialized[empty] = FusionExecutorCache(
                     specialize(self.fusion, empty), name=f"{self.name}_nonempty")
             return SpecializedPlan(self.fusion, empty, spec, out_sizes, target.device)
-        rewrite = few_row_matmuls.rewritable(self.fusion, bindings, {
-            id(v): x.stride() for v, x in zip(self.fusion.inputs, inputs)
-            if isinstance(x, torch.Tensor)}, options)
+        rewrite = few_row_matmuls.rewritable(self.fusion, bindings, inputs, options)
         if rewrite:
             # Matmuls of few rows as reductions: the fusion rewritten, planned as any other.
             sub = self._as_reductions.get(rewrite)

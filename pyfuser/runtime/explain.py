@@ -132,9 +132,7 @@ def explain_fusion(fusion, inputs, device: str | DeviceProperties = "h100",
     props = device if isinstance(device, DeviceProperties) else get_device_properties(device)
     fusion = fuse_logsumexp(fusion)          # as FusionExecutorCache plans it
     bindings = check_inputs(fusion, inputs)
-    rewrite = few_row_matmuls.rewritable(fusion, bindings, {
-        id(v): x.stride() for v, x in zip(fusion.inputs, inputs) if isinstance(x, torch.Tensor)},
-        options.current())
+    rewrite = few_row_matmuls.rewritable(fusion, bindings, inputs, options.current())
     rewritten = ""
     if rewrite:                              # as FusionExecutorCache._make_plan
         rewritten = few_row_matmuls.describe(fusion, rewrite)

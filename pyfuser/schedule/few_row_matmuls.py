@@ -52,18 +52,22 @@ REDUCTION_MAX_ROWS = 1
 BARE_MAX_WEIGHT_BYTES = 48 << 20
 
 
-def rewritable(fusion, bindings: dict, input_strides: dict, options) -> tuple:
+def rewritable(fusion, bindings: dict, inputs, options) -> tuple:
     """The positions in fusion.exprs() of the matmul and linear ops this call runs as
-    reductions (module docstring), or () when none. `bindings`: the call's extents;
-    `input_strides`: id(fusion input) -> its strides this call."""
+    reductions (module docstring), or () when none. `bindings`: the call's extents; `inputs`:
+    its arguments, in the order of fusion.inputs."""
     if (options.is_enabled("matmul_as_reduction") is False
             or options.is_enabled("matmul_few_rows") or options.heuristic is not None):
         return ()
     found = []
+    extents = dict(bindings)      # S.evaluate memoizes into it
+
+    def size(i) -> int:
+        return int(S.evaluate(i.user_extent if i.is_broadcast else i.extent, extents))
     for k, e in enumerate(fusion.exprs()):
-        if isinstance(e, (LinearOp, MatmulOp)) and _few_rows(e, bindings) and \
-                _weight_along_k(e, input_strides) and (
-                    _has_epilogue(fusion, e) or _weight_bytes(e, bindings) <= BARE_MAX_WEIGHT_BYTES):
+        if isinstance(e, (LinearOp, MatmulOp)) and _few_rows(e, size) and \
+                _weight_along_k(fusion, e, inputs) and (
+                    _has_epilogue(fusion, e) or _weight_bytes(e, size) <= BARE_MAX_WEIGHT_BYTES):
             found.append(k)
     return tuple(found)
 
@@ -73,16 +77,12 @@ def _has_epilogue(fusion, e) -> bool:
     return (isinstance(e, LinearOp) and len(e.inputs) > 2) or bool(fusion.uses_of(e.outputs[0]))
 
 
-def _weight_bytes(e, bindings: dict) -> int:
+def _weight_bytes(e, size) -> int:
     w = e.inputs[1]
-    return w.dtype.size * math.prod(_extent(i, bindings) for i in w.domain.logical_no_reductions)
+    return w.dtype.size * math.prod(size(i) for i in w.domain.logical_no_reductions)
 
 
-def _extent(i, bindings: dict) -> int:
-    return int(S.evaluate(i.user_extent if i.is_broadcast else i.extent, dict(bindings)))
-
-
-def _few_rows(e, bindings: dict) -> bool:
+def _few_rows(e, size) -> bool:
     out = e.outputs[0].domain.logical_no_reductions
     if isinstance(e, MatmulOp):
         b = e.inputs[1].domain.logical_no_reductions
@@ -91,18 +91,17 @@ def _few_rows(e, bindings: dict) -> bool:
         rows = out[:-1] if len(e.inputs[0].domain.logical_no_reductions) > 1 else []
     else:
         rows = out[:-1]
-    return math.prod(_extent(i, bindings) for i in rows) <= REDUCTION_MAX_ROWS
+    return math.prod(size(i) for i in rows) <= REDUCTION_MAX_ROWS
 
 
-def _weight_along_k(e, input_strides: dict) -> bool:
+def _weight_along_k(fusion, e, inputs) -> bool:
     """The weight is a fusion input whose K dim has stride 1 (W [N, K] row-major for linear;
     b [K, N] with stride 1 along K, a transposed view, for matmul)."""
     w = e.inputs[1]
-    strides = input_strides.get(id(w))
-    if strides is None:
+    if w not in fusion.inputs:
         return False
     k_dim = 1 if isinstance(e, LinearOp) else 0
-    return strides[k_dim] == 1
+    return inputs[fusion.inputs.index(w)].stride(k_dim) == 1
 
 
 def as_reductions(fusion, which: tuple):

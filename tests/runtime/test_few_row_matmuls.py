@@ -88,9 +88,8 @@ def _rewritten(fd, inputs, **options) -> bool:
     from pyfuser.runtime.inputs import check_inputs
     fusion = fd.fusion
     with opts.override(options or None):
-        return bool(few_row_matmuls.rewritable(
-            fusion, check_inputs(fusion, inputs),
-            {id(v): x.stride() for v, x in zip(fusion.inputs, inputs)}, opts.current()))
+        return bool(few_row_matmuls.rewritable(fusion, check_inputs(fusion, inputs), inputs,
+                                               opts.current()))
 
 
 def test_which_calls_are_rewritten(monkeypatch):
