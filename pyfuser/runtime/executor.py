@@ -34,7 +34,7 @@ from collections import OrderedDict
 
 from .. import options as opts
 from ..ir import scalar as S
-from ..schedule import few_row_matmuls
+from ..schedule import few_row_matmuls, split_normalizations
 from ..schedule.logsumexp import fuse_logsumexp
 from ..schedule.roles import has_shared_roles, scheduling_clone
 from ..schedule.segmenter import segment
@@ -569,6 +569,10 @@ class FusionExecutorCache:
         # few_row_matmuls.rewritable's positions -> the executor of the fusion with those
         # matmuls made reductions.
         self._as_reductions: dict = {}
+        # The schedulers whose heuristic refused a call (frozenset of names) -> the executor
+        # of the fusion with its normalizations split (schedule/split_normalizations.py), or
+        # None where the fusion's own plan without them is kept.
+        self._split: dict = {}
         # The guarded call of the last plan found: inputs -> outputs, or None where they do
         # not match (_guarded_call). None where no such call is made.
         self.guarded_call = None
@@ -802,6 +806,9 @@ class FusionExecutorCache:
         else:
             self._resegmented.move_to_end(key)
         segmented, executors = entry
+        split = self._split_plan(exclude, segmented, target)
+        if split is not None:
+            return split
         opts.dump("segments", self.name, lambda: str(segmented))
         if len(segmented.segments) > 1 or segmented.segments[0].kind == "library":
             if not executors:
@@ -813,6 +820,21 @@ class FusionExecutorCache:
             refused = "; ".join(f"{n}: {w}" for n, w in exclude.items())
             return self._fallback(f"{refused}; {segmented.why}")
         return self._guarded_kernel_plan(inputs, bindings, choice, target, options, exclude)
+
+    def _split_plan(self, exclude: dict, segmented, target):
+        """The plan of the fusion with its normalizations split (split_normalizations), where
+        `segmented`, its plan without the schedulers in `exclude` (whose heuristics refused
+        the call), stores more bytes between its segments; None otherwise. Decided once per
+        set of refused schedulers."""
+        key = frozenset(exclude)
+        if key not in self._split:
+            found = split_normalizations.better_split(self.fusion, segmented, exclude)
+            self._split[key] = None if found is None else FusionExecutorCache(
+                found[0], name=f"{self.name}_split")
+        sub = self._split[key]
+        if sub is None:
+            return None
+        return RewrittenPlan(sub, split_normalizations.DESCRIPTION, target.device)
 
     def _fallback(self, reason: str, internal_error: str = "", tb: str = ""):
         """The reference plan, with a FallbackWarning (or an error where fallbacks are off)."""
@@ -1153,7 +1175,7 @@ class FusionExecutorCache:
         out = list(self._kernels.values())
         again = [ex for _, executors in self._resegmented.values() for ex in executors]
         for ex in [*self._segment_executors, *again, *self._specialized.values(),
-                   *self._as_reductions.values()]:
+                   *self._as_reductions.values(), *self._split.values()]:
             if ex is not None:
                 out += ex.kernels()
         return out

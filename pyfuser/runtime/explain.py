@@ -124,7 +124,7 @@ def explain_fusion(fusion, inputs, device: str | DeviceProperties = "h100",
     `exclude`: schedulers whose heuristic refused these inputs (name -> why), as execute()
     segments a fusion again without them."""
     from .. import options
-    from ..schedule import few_row_matmuls
+    from ..schedule import few_row_matmuls, split_normalizations
     from ..schedule.logsumexp import fuse_logsumexp
     from ..schedule.schedulers import registry
     from ..schedule.segmenter import segment
@@ -139,6 +139,11 @@ def explain_fusion(fusion, inputs, device: str | DeviceProperties = "h100",
         fusion = few_row_matmuls.as_reductions(fusion, rewrite)
         bindings = check_inputs(fusion, inputs)   # the clone's extents
     segmented = segment(fusion, exclude)
+    split = split_normalizations.better_split(fusion, segmented, exclude) if exclude else None
+    if split is not None:                    # as FusionExecutorCache._split_plan
+        rewritten = "; ".join(filter(None, [rewritten, split_normalizations.DESCRIPTION]))
+        fusion, segmented = split
+        bindings = check_inputs(fusion, inputs)
     values = {id(v): _as_meta(x) for v, x in zip(fusion.inputs, inputs)}
     several = len(segmented.segments) > 1
     out = []

@@ -6,6 +6,7 @@ import os
 import re
 import subprocess
 import sys
+import types
 import warnings
 from pathlib import Path
 
@@ -20,6 +21,8 @@ from pyfuser.runtime.executor import (FallbackWarning, FusionExecutorCache, RunI
                                       index_type_for)
 from pyfuser.runtime.inputs import check_inputs
 from pyfuser.runtime.reference import evaluate
+from pyfuser.runtime.rewritten_plan import RewrittenPlan
+from pyfuser.schedule import split_normalizations
 from pyfuser.schedule.schedulers import registry
 from pyfuser.schedule.schedulers.pointwise import PointwiseParams
 from pyfuser.schedule.schedulers.reduction import ReductionParams
@@ -213,8 +216,8 @@ def test_forced_vectors_for_a_size_1_input_read_it_element_wise():
 
 def test_a_heuristic_refusal_plans_the_fusion_without_that_scheduler(monkeypatch):
     """A softmax row too long for registers, its looped variant off: the persistent heuristic
-    refuses it at run time, and the call is segmented again without that scheduler (kernels,
-    no warning), not run by the reference evaluator. (By default the looped variant takes it:
+    refuses it at run time, and the call is planned again without that scheduler (kernels: a
+    logsumexp reduction and a pointwise pass; no warning), not run by the reference evaluator. (By default the looped variant takes it:
     one kernel.)"""
     import warnings
     drive = _Launchless(monkeypatch)
@@ -227,9 +230,15 @@ def test_a_heuristic_refusal_plans_the_fusion_without_that_scheduler(monkeypatch
     with warnings.catch_warnings():
         warnings.simplefilter("error", FallbackWarning)
         plan = drive.plan(fd, x, {"disable": "looped_inner_persistent"})
+        # Segmented without it, softmax's exp(x - max) would be stored between kernels: the
+        # plan is the split one (schedule/split_normalizations.py), whose executor meets the
+        # same refusal and segments the rewritten fusion.
+        assert isinstance(plan, RewrittenPlan)
+        assert plan.what == split_normalizations.DESCRIPTION
+        split = types.SimpleNamespace(fusion=plan.executor.fusion, _executor=plan.executor)
+        plan = drive.plan(split, x, {"disable": "looped_inner_persistent"})
     seg = plan.segmented
-    assert len(seg.segments) > 1 and {s.kind for s in seg.segments} == {"kernel"}
-    assert "inner_persistent" not in {s.name for s in seg.segments}
+    assert [s.name for s in seg.segments] == ["reduction", "pointwise"]
     assert "registers" in seg.why
 
 

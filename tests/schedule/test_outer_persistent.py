@@ -147,9 +147,8 @@ def _heuristic(fd, shapes, dt, device="h100"):
     (2048, 8192, "fp32", (4, 4, 128, 16)),
     (1024, 4096, "bf16", (4, 4, 128, 8)),
     (128, 4096, "bf16", (8, 2, 128, 1)),
-    # 8192 rows of bf16 do not fit 8-wide vectors (P = 16 > 8): 8-byte ones, P = 16; narrower
-    # ones would fold over 128 rows but read under a 32-byte sector of each row.
-    (8192, 4096, "bf16", (4, 1, 512, 16)),
+    # (8192 rows of bf16 fit 4-wide vectors only, 8 bytes of each row: refused, and run as a
+    # plan of kernels; tests/schedule/test_split_normalizations.py.)
     # 32768 fp32 rows: element-wise, P = 64.
     (32768, 8, "fp32", (1, 1, 512, 64)),
     (7, 5, "fp32", (1, 4, 7, 1)),

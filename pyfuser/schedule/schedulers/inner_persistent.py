@@ -185,6 +185,13 @@ def can_schedule(fusion) -> tuple[bool, str]:
     inner, _ = _layout(ref)
     if not inner:
         return False, "the reduced dims are not innermost in logical order"
+    from . import outer_persistent
+    if outer_persistent.outer_layout(fusion, ref, graph)[0] and \
+            outer_persistent.can_schedule(fusion)[0]:
+        # Innermost logically, outermost in memory (the softmax of a transposed input): a
+        # block's row would be read one element per 32-byte sector. The outer persistent
+        # scheduler's, or, where its heuristic refuses the shapes, a plan of kernels.
+        return False, "the reduced dims are outermost in memory (the outer persistent scheduler's)"
     rank = len(ref.domain.maybe_root)
     if sum(pattern) == rank:
         # The rows are the kept dims: a full reduction ([M, N] -> []) has none to spread

@@ -26,7 +26,10 @@ V columns of a thread in one). Weights over the columns ([C]) are loaded once pe
 
 Limits: the reduced extent must fit one block's registers: By <= MAX_THREADS (512) threads of
 P x V elements each (at most 64, and PERSISTENT_REGISTERS registers); narrower vectors are
-tried first (8192 bf16 rows take 8-byte ones). Longer columns take the looped variant
+tried first. A block that would then read under a 32-byte sector of each row while the
+columns fill every SM is refused (8192 bf16 rows fit 8-byte vectors only): the executor plans
+the fusion split at its reductions (schedule/split_normalizations.py), whose kernels read
+whole sectors. Longer columns take the looped variant
 (P = 0): the same block, a serial loop over ceilDiv(R, By) rows per thread, and every pass
 (each reduction, then the outputs) reads the inputs again from global memory (L2), as a
 non-persistent reduction does: correct for any extent, three reads for softmax instead of
@@ -84,6 +87,9 @@ class OuterPersistentParams:
     # The reduced extents the kernel is specialized on (constants: splits divide, predicates
     # fold). Part of the kernel's key.
     reduced_extents: tuple = ()
+    # Blocks an SM should hold (__launch_bounds__'s minimum): 2 caps a 512-thread block at 64
+    # registers a thread, so the next block's loads overlap this one's reductions.
+    blocks_per_sm: int = 1
     reason: str = dataclasses.field(default="", compare=False)
 
     def describe(self) -> str:
@@ -95,7 +101,8 @@ class OuterPersistentParams:
         text = (f"outer persistent: block {self.bdimx}x{self.bdimy}, {self.bdimx * self.vector} "
                 f"columns per block, {self.persistent_batch} x {self.vector} elements per thread "
                 f"in registers, vector loads for inputs {list(self.vector_inputs)}"
-                + (", buffers projected to inputs" if self.project_to_inputs else ""))
+                + (", buffers projected to inputs" if self.project_to_inputs else "")
+                + (f", {self.blocks_per_sm} blocks per SM" if self.blocks_per_sm > 1 else ""))
         return text + (f"\n  why: {self.reason}" if self.reason else "")
 
 
@@ -219,7 +226,7 @@ def compute_heuristics(fusion, info: RuntimeInfo) -> OuterPersistentParams:
             if fallback is not None and found.bdimx * v * elem < SECTOR_BYTES:
                 break       # narrower still: a block would read under a 32-byte sector a row
             if found.bdimy <= MAX_FOLD_ROWS or v == 1:
-                return found
+                return _wide_enough(found, cols, elem, info.device.sm_count)
             fallback = fallback or found
         except SchedulerError as e:
             problem = problem or e
@@ -227,10 +234,32 @@ def compute_heuristics(fusion, info: RuntimeInfo) -> OuterPersistentParams:
             break
         vector = v // 2
     if fallback is not None:
-        return fallback
+        return _wide_enough(fallback, cols, elem, info.device.sm_count)
     vec_inputs = vector_inputs(fusion, info, widest, vec_id) if widest > 1 else ()
     return looped_plan(r, cols, widest if vec_inputs else 1, elem, vec_inputs, str(problem),
                        info.device.sm_count)
+
+
+def _wide_enough(p: OuterPersistentParams, cols: int, elem: int,
+                 sms: int) -> OuterPersistentParams:
+    """`p`, unless its blocks read under a 32-byte sector of each row although the columns
+    would fill every SM with wider tiles: the reduced extent is too long for the registers of
+    a wider block. Each warp's load then fetches a sector per row for a fraction of it, and
+    one 512-thread block per SM at about 100 registers leaves nothing to overlap its
+    reductions with. Measured on the H200 (softmax over 8192 rows of bf16, 4 columns a block,
+    8 bytes of each row; bench/results/2026-11-30/h200-outer-narrow-session26.txt): 865 GB/s
+    of a transposed [4096, 8192] and 566 of a row-major [8192, 4096], where a plan of
+    reduction kernels and one pass that recomputes from the input (schedule/
+    split_normalizations.py) ran at 1193 and 1196 as three kernels. 16 columns of 2048 rows
+    (32 bytes a row) stay: 1055 against 968."""
+    tiles = -(-cols // (p.bdimx * p.vector))
+    if p.bdimx * p.vector * elem < SECTOR_BYTES and tiles >= sms:
+        raise SchedulerError(
+            f"outer persistent: {p.bdimy * p.persistent_batch} reduced rows fit a block's "
+            f"registers only {p.bdimx * p.vector} columns wide, {p.bdimx * p.vector * elem} "
+            f"bytes of each row, under a {SECTOR_BYTES}-byte sector: the statistics' kernels "
+            "and one pass over the columns read whole sectors")
+    return p
 
 
 def looped_plan(r: int, cols: int, vector: int, elem: int, vec_inputs: tuple,
@@ -388,3 +417,5 @@ def schedule(fusion, p: OuterPersistentParams) -> None:
         if exact.mapped(cache.domain.loop[pos], batch_axis):
             inline_at(cache, pos)
     fusion.launch_hints["max_threads"] = p.bdimx * p.bdimy
+    if p.blocks_per_sm > 1:
+        fusion.launch_hints["min_blocks"] = p.blocks_per_sm
