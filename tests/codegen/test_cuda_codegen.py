@@ -17,7 +17,7 @@ from pyfuser import DataType, FusionDefinition, catalogue  # noqa: E402
 from pyfuser.codegen.cuda import generate_cuda  # noqa: E402
 from pyfuser.kir import nodes as K  # noqa: E402
 from pyfuser.schedule.schedulers import registry  # noqa: E402
-from pyfuser.schedule.schedulers.base import access_width  # noqa: E402
+from pyfuser.schedule.schedulers.base import SchedulerError, access_width  # noqa: E402
 
 pytest.importorskip("cuda.bindings.nvrtc")
 from pyfuser.runtime.nvrtc import compile_to_cubin  # noqa: E402
@@ -102,7 +102,13 @@ def test_catalogue_kernels_compile_clean(name, dtype, shapes):
     seen = set()
     for M, N in shapes:
         fd = catalogue.define(name, dtype)
-        st, sch, params, kernel, src = build(fd, empty_inputs(name, M, N, dtype))
+        try:
+            st, sch, params, kernel, src = build(fd, empty_inputs(name, M, N, dtype))
+        except SchedulerError as e:
+            # Columns whose block would read under a sector of each row: a plan of kernels
+            # instead (tests/schedule/test_split_normalizations.py).
+            assert "under a 32-byte sector" in str(e), (M, N, e)
+            continue
         text = _check_source(kernel, params, src)
         ctype = {"bf16": "pf::bf16", "fp16": "pf::half", "fp32": "float"}[dtype]
         assert f"const {ctype}* __restrict__ T0" in text
@@ -127,7 +133,15 @@ def test_catalogue_kernels_compile_clean(name, dtype, shapes):
     pytest.param(n, "bf16", marks=pytest.mark.slow) for n in NORMS])
 def test_catalogue_kernels_compile_clean_16384x8192(name, dtype):
     fd = catalogue.define(name, dtype)
-    st, sch, params, kernel, src = build(fd, empty_inputs(name, 16384, 8192, dtype))
+    inputs = empty_inputs(name, 16384, 8192, dtype)
+    if name == "softmax_dim0":
+        # 16384 rows fit a block 2 columns wide: refused, and planned as two kernels.
+        from pyfuser.runtime.explain import explain_fusion
+        (whole,) = explain_fusion(fd.fusion, inputs, device="h100").segments
+        assert "under a 32-byte sector" in whole.refused
+        assert [s.name for s in whole.again.segments] == ["reduction", "pointwise"]
+        return
+    st, sch, params, kernel, src = build(fd, inputs)
     _check_source(kernel, params, src)
     compile_checked(src, "k")
 

@@ -114,11 +114,11 @@ def test_a_plan_that_already_recomputes_is_kept():
 
 @pytest.mark.parametrize("layout", ["transposed", "dim0"])
 def test_split_plans_on_the_interpreter(layout):
-    """On the interpreter's 4-SM device: 8192 rows of 16 columns, 4 columns a block (4 tiles),
+    """On the interpreter's 4-SM device: 8192 rows of 32 columns, 4 columns a block (8 tiles),
     refused by the outer persistent heuristic, run as the split plan: a logsumexp reduction,
     then one transpose or pointwise kernel, against float64."""
     g = torch.Generator().manual_seed(3)
-    base = (torch.randn(8192, 16, generator=g) * 3).to(torch.bfloat16)
+    base = (torch.randn(8192, 32, generator=g) * 3).to(torch.bfloat16)
     if layout == "transposed":
         x, fd, dim = base.t(), softmax_over_last(base.t(), "st"), 1
     else:

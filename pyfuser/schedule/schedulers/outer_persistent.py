@@ -217,24 +217,26 @@ def compute_heuristics(fusion, info: RuntimeInfo) -> OuterPersistentParams:
     # threads along the rows: each column reduction folds By values (a tree of log2(By) barrier
     # steps). Measured on the H100, softmax over dim 0 of [2048, 8192] bf16: V=8 (By=256) 960
     # GB/s, V=4 (By=128) 1093, V=2 (By=64) 1093, V=1 (By=32) 1049; torch.compile 973.
-    vector, problem, fallback = widest, None, None
+    vector, problem, chosen = widest, None, None
     while True:
         vec_inputs = vector_inputs(fusion, info, vector, vec_id) if vector > 1 else ()
         v = vector if vec_inputs else 1
         try:
             found = plan(r, cols, v, elem, vec_inputs, reduced_extents, info.device)
-            if fallback is not None and found.bdimx * v * elem < SECTOR_BYTES:
+            if chosen is not None and found.bdimx * v * elem < SECTOR_BYTES:
                 break       # narrower still: a block would read under a 32-byte sector a row
             if found.bdimy <= MAX_FOLD_ROWS or v == 1:
-                return _wide_enough(found, cols, elem, info.device.sm_count)
-            fallback = fallback or found
+                chosen = found
+                break
+            chosen = chosen or found
         except SchedulerError as e:
             problem = problem or e
         if v == 1:
             break
         vector = v // 2
-    if fallback is not None:
-        return _wide_enough(fallback, cols, elem, info.device.sm_count)
+    if chosen is not None:
+        # (outside the search: a plan refused for its narrow rows is not one to narrow further)
+        return _wide_enough(chosen, cols, elem, info.device.sm_count)
     vec_inputs = vector_inputs(fusion, info, widest, vec_id) if widest > 1 else ()
     return looped_plan(r, cols, widest if vec_inputs else 1, elem, vec_inputs, str(problem),
                        info.device.sm_count)
@@ -252,8 +254,8 @@ def _wide_enough(p: OuterPersistentParams, cols: int, elem: int,
     reduction kernels and one pass that recomputes from the input (schedule/
     split_normalizations.py) ran at 1193 and 1196 as three kernels. 16 columns of 2048 rows
     (32 bytes a row) stay: 1055 against 968."""
-    tiles = -(-cols // (p.bdimx * p.vector))
-    if p.bdimx * p.vector * elem < SECTOR_BYTES and tiles >= sms:
+    wider_tiles = -(-cols // (2 * p.bdimx * p.vector))
+    if p.bdimx * p.vector * elem < SECTOR_BYTES and wider_tiles >= sms:
         raise SchedulerError(
             f"outer persistent: {p.bdimy * p.persistent_batch} reduced rows fit a block's "
             f"registers only {p.bdimx * p.vector} columns wide, {p.bdimx * p.vector * elem} "
