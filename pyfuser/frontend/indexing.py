@@ -109,8 +109,7 @@ def scatter(ops, x: TensorView, index: TensorView, src, dim: int) -> TensorView:
             "index along dim, the other dims x's) takes: torch has no other float8 scatter; "
             "cast it first")
     if not isinstance(src, TensorView):
-        src = ops.full([i.user_extent if i.expanded_extent is None else i.expanded_extent
-                        for i in index.domain.logical_no_reductions], src, x.dtype)
+        src = ops.full([i.user_extent for i in index.domain.logical_no_reductions], src, x.dtype)
     src = _fit_to_index(ops, "scatter", src, index)
     return arith.scatter("scatter", x, x, index, src, dim, "set", x.dtype, exact=False)
 

@@ -218,7 +218,7 @@ def reduction(op: ReductionOpType, x: TensorView, axes: list[int], dtype: DataTy
     ids = []
     for k, i in enumerate(src):
         if k in norm:
-            ids.append(IterDomain(i.user_extent if i.is_broadcast else i.extent, IterType.Reduction))
+            ids.append(IterDomain(i.maybe_expanded_extent, IterType.Reduction))
         else:
             ids.append(i.clone())
     out = new_tensor(ids, dtype)
@@ -371,7 +371,7 @@ def scatter(what: str, target: TensorView, x: TensorView | None, index: TensorVi
             iteration(si)
         root.append(it)
         if not (ii.is_broadcast and ii.expanded_extent is None):
-            a, b = it.extent, si.user_extent if si.expanded_extent is None else si.expanded_extent
+            a, b = it.extent, si.user_extent
             if si.is_broadcast and si.expanded_extent is None:
                 b = S.as_scalar(1, DataType.Int)
             _check_size(fusion, what, a, b, True, f"the index's dim {k} and the source's dim {k}")
@@ -420,7 +420,7 @@ def reshape(x: TensorView, new_sizes: list) -> TensorView:
     sizes = list(new_sizes)
     if sum(1 for s in sizes if isinstance(s, int) and s == -1) > 1:
         raise ShapeError(f"reshape: more than one -1 in {new_sizes}")
-    total = S.product(i.user_extent if i.is_broadcast else i.extent for i in src)
+    total = S.product(i.maybe_expanded_extent for i in src)
     known = S.product(s for s in sizes if not (isinstance(s, int) and s == -1))
     tv, kt = total.value, known.value
     if tv is not None and kt is not None and -1 not in sizes and tv != kt:

@@ -113,6 +113,13 @@ class IterDomain(Val):
         """The extent a user sees: the expanded extent of an expanded broadcast."""
         return self.expanded_extent if self.expanded_extent is not None else self.extent
 
+    @property
+    def maybe_expanded_extent(self) -> S.Scalar:
+        """The size of this dim in a tensor's shape: a broadcast's user extent (1, or what it
+        is expanded to), any other dim's extent (a split or merge of an expanded broadcast
+        may carry an expanded extent beside its own)."""
+        return self.user_extent if self.is_broadcast else self.extent
+
     def parallelize(self, ptype: ParallelType) -> "IterDomain":
         self.parallel_type = ptype
         return self

@@ -124,13 +124,13 @@ def indices_into_nothing(fusion, bindings: dict) -> bool:
         return int(S.evaluate(s, dict(bindings)))
 
     def has_elements(tv) -> bool:
-        return all(size(i.user_extent if i.is_broadcast else i.extent) != 0
+        return all(size(i.maybe_expanded_extent) != 0
                    for i in tv.domain.logical_no_reductions)
     for e in fusion.exprs():
         if isinstance(e, ScatterOp):
             out = e.outputs[0]
             if size(out.domain.logical[e.dim].user_extent) == 0 and all(
-                    size(i.user_extent if i.is_broadcast else i.extent) != 0
+                    size(i.maybe_expanded_extent) != 0
                     for i in out.domain.root):
                 return True
         elif isinstance(e, IndexCheckOp):

@@ -847,7 +847,7 @@ class FusionExecutorCache:
                                                    internal_error=internal_error, traceback=tb))
 
     def _output_sizes(self, bindings) -> list:
-        return [[int(S.evaluate(i.user_extent if i.is_broadcast else i.extent, dict(bindings)))
+        return [[int(S.evaluate(i.maybe_expanded_extent, dict(bindings)))
                  for i in o.domain.logical_no_reductions] for o in self.fusion.outputs]
 
     def _kernel_plan(self, inputs, bindings, choice, target):

@@ -228,7 +228,7 @@ def _intermediate(v: TensorView, dtype, bindings: dict):
     """A meta tensor of `dtype` for a tensor a segment writes: sizes from the bound extents,
     strides dense in allocation order as the plan allocates it."""
     from ..ir.dtype import to_torch
-    sizes = [int(S.evaluate(i.user_extent if i.is_broadcast else i.extent, dict(bindings)))
+    sizes = [int(S.evaluate(i.maybe_expanded_extent, dict(bindings)))
              for i in v.domain.logical_no_reductions]
     return torch.empty_strided(sizes, output_strides(v, sizes), dtype=to_torch(dtype),
                                device="meta")

@@ -157,7 +157,7 @@ def empty_reductions(fusion, bindings: dict) -> list:
     from ..ir.exprs import ReductionOp, ScatterOp, SqueezeOp
 
     def has_elements(tv) -> bool:
-        return all(S.evaluate(i.user_extent if i.is_broadcast else i.extent, bindings) != 0
+        return all(S.evaluate(i.maybe_expanded_extent, bindings) != 0
                    for i in tv.domain.logical_no_reductions)
 
     found = []
@@ -174,7 +174,7 @@ def empty_reductions(fusion, bindings: dict) -> list:
                       if i.is_reduction and S.evaluate(i.extent, bindings) == 0]
         elif isinstance(e, ScatterOp):
             found += [(e, tv, d, i.extent) for d, i in enumerate(tv.domain.root)
-                      if S.evaluate(i.user_extent if i.is_broadcast else i.extent,
+                      if S.evaluate(i.maybe_expanded_extent,
                                     bindings) == 0][:1]
         elif isinstance(e, SqueezeOp) and e.reduction is not None:
             # The frontend's reduction over an expanded dim squeezes it (its E copies of one

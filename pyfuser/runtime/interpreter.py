@@ -1178,7 +1178,7 @@ class Interpreter:
 
         env0: dict = {}
         zeroed_outputs = set(getattr(k.ctx, "zeroed_outputs", ()))
-        out_sizes = [[int(S.evaluate(i.user_extent if i.is_broadcast else i.extent,
+        out_sizes = [[int(S.evaluate(i.maybe_expanded_extent,
                                      dict(self.bindings)))
                       for i in o.domain.logical_no_reductions] for o in fusion.outputs]
         out_mem = {}

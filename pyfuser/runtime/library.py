@@ -114,8 +114,8 @@ def _scatter(expr, inputs, sizes):
     index, src = inputs[0], inputs[1]
     x = inputs[2] if len(inputs) > 2 else None
     out = expr.outputs[0]
-    shape = [sizes(i.user_extent if i.is_broadcast else i.extent) for i in out.domain.logical]
-    iteration = [sizes(i.user_extent if i.is_broadcast else i.extent)
+    shape = [sizes(i.maybe_expanded_extent) for i in out.domain.logical]
+    iteration = [sizes(i.maybe_expanded_extent)
                  for i in out.domain.maybe_root]
     from ..ir.dtype import to_torch
     return [scatter_values(expr, index, src, x, shape, iteration, to_torch(out.dtype))]

@@ -335,7 +335,7 @@ def _run_view(seg, ins) -> list:
     fusion = seg.fusion
     bindings = check_inputs(fusion, ins)
     out = fusion.outputs[0]
-    sizes = [int(S.evaluate(i.user_extent if i.is_broadcast else i.extent, dict(bindings)))
+    sizes = [int(S.evaluate(i.maybe_expanded_extent, dict(bindings)))
              for i in out.domain.logical_no_reductions]
     try:
         return [ins[0].view(sizes)]

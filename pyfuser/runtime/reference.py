@@ -303,7 +303,7 @@ class ReferenceEvaluator:
             r = self._check_index(e, ins[0], int(ins[1]))
         elif isinstance(e, ScatterOp):
             def size(i):
-                return self._extent(i.user_extent if i.is_broadcast else i.extent)
+                return self._extent(i.maybe_expanded_extent)
             r = library.scatter_values(e, ins[0], ins[1], ins[2] if len(ins) > 2 else None,
                                        [size(i) for i in out.domain.logical],
                                        [size(i) for i in out.domain.maybe_root], od)

@@ -63,7 +63,7 @@ def rewritable(fusion, bindings: dict, inputs, options) -> tuple:
     extents = dict(bindings)      # S.evaluate memoizes into it
 
     def size(i) -> int:
-        return int(S.evaluate(i.user_extent if i.is_broadcast else i.extent, extents))
+        return int(S.evaluate(i.maybe_expanded_extent, extents))
     for k, e in enumerate(fusion.exprs()):
         if isinstance(e, (LinearOp, MatmulOp)) and _few_rows(e, size) and \
                 _weight_along_k(fusion, e, inputs) and (

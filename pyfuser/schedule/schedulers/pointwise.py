@@ -159,7 +159,7 @@ def compute_heuristics(fusion, info: RuntimeInfo) -> PointwiseParams:
         return PointwiseParams(threads=1, note="0-dim outputs: one thread")
     numel = 1
     for i in logical:
-        numel *= info.extent(i.user_extent if i.is_broadcast else i.extent)
+        numel *= info.extent(i.maybe_expanded_extent)
     if numel == 0:
         return PointwiseParams(note="empty output")
     # The loop is the reference flattened in its memory order: vector lanes step through its

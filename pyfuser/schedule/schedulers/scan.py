@@ -217,7 +217,7 @@ def compute_heuristics(fusion, info: RuntimeInfo) -> ScanParams:
     n = info.extent(scanned.extent)
     m = 1
     for i in out.domain.logical[:ref.dim]:
-        m *= info.extent(i.user_extent if i.is_broadcast else i.extent)
+        m *= info.extent(i.maybe_expanded_extent)
     elem = _row_bytes(fusion, ref, graph)
     vector = vector_width(fusion, max(n, 1), scanned)
     vec_inputs = vector_inputs(fusion, info, vector, scanned)

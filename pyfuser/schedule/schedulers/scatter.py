@@ -105,7 +105,7 @@ def compute_heuristics(fusion, info: RuntimeInfo) -> ScatterParams:
     out = _scatters(fusion)[0].outputs[0]
     numel = 1
     for i in out.domain.root:
-        numel *= info.extent(i.user_extent if i.is_broadcast else i.extent)
+        numel *= info.extent(i.maybe_expanded_extent)
     # As the pointwise scheduler's element-wise loops (bench/results/2026-11-22-h100-sweeps.md):
     # larger blocks while there are elements for 16 of them per SM, then up to 4 iterations
     # per thread (independent atomics in flight). Not measured for atomics: no device time.

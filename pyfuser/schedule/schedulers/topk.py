@@ -155,7 +155,7 @@ def compute_heuristics(fusion, info: RuntimeInfo) -> TopKParams:
     n = info.extent(row_id.extent)
     m = 1
     for i in x.domain.logical_no_reductions[:op.dim]:
-        m *= info.extent(i.user_extent if i.is_broadcast else i.extent)
+        m *= info.extent(i.maybe_expanded_extent)
     if op.k > n:
         raise SchedulerError(f"k = {op.k} is more than the row's {n} elements")
     vector = vector_width(fusion, max(n, 1), row_id)
