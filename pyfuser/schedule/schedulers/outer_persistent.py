@@ -26,8 +26,9 @@ V columns of a thread in one). Weights over the columns ([C]) are loaded once pe
 
 Limits: the reduced extent must fit one block's registers: By <= MAX_THREADS (512) threads of
 P x V elements each (at most 64, and PERSISTENT_REGISTERS registers); narrower vectors are
-tried first. A block that would then read under a 32-byte sector of each row while the
-columns fill every SM is refused (8192 bf16 rows fit 8-byte vectors only): the executor plans
+tried first. A block that would then read under a 32-byte sector of each row, where one
+twice as wide would still leave a column tile for every SM, is refused (8192 bf16 rows fit
+8-byte vectors only; it is the registers, not the grid, that keep it narrow): the executor plans
 the fusion split at its reductions (schedule/split_normalizations.py), whose kernels read
 whole sectors. Longer columns take the looped variant
 (P = 0): the same block, a serial loop over ceilDiv(R, By) rows per thread, and every pass
@@ -244,9 +245,9 @@ def compute_heuristics(fusion, info: RuntimeInfo) -> OuterPersistentParams:
 
 def _wide_enough(p: OuterPersistentParams, cols: int, elem: int,
                  sms: int) -> OuterPersistentParams:
-    """`p`, unless its blocks read under a 32-byte sector of each row although the columns
-    would fill every SM with wider tiles: the reduced extent is too long for the registers of
-    a wider block. Each warp's load then fetches a sector per row for a fraction of it, and
+    """`p`, unless its blocks read under a 32-byte sector of each row although tiles twice as
+    wide would still fill every SM: the reduced extent is too long for the registers of a
+    wider block. Each warp's load then fetches a sector per row for a fraction of it, and
     one 512-thread block per SM at about 100 registers leaves nothing to overlap its
     reductions with. Measured on the H200 (softmax over 8192 rows of bf16, 4 columns a block,
     8 bytes of each row; bench/results/2026-11-30/h200-outer-narrow-session26.txt): 865 GB/s
