@@ -828,7 +828,9 @@ class FusionExecutorCache:
         set of refused schedulers."""
         key = frozenset(exclude)
         if key not in self._split:
-            found = split_normalizations.better_split(self.fusion, segmented, exclude)
+            found = split_normalizations.better_split(
+                self.fusion, segmented, exclude,
+                lambda split: _disk_decisions(split, target, exclude))
             self._split[key] = None if found is None else FusionExecutorCache(
                 found[0], name=f"{self.name}_split")
         sub = self._split[key]

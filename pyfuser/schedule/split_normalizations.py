@@ -67,17 +67,19 @@ def stored_bytes(segmented) -> int:
                if t not in outputs)
 
 
-def better_split(fusion, segmented, exclude=None):
+def better_split(fusion, segmented, exclude=None, decisions_of=None):
     """(the rewritten fusion, its segmentation) where `segmented`, the plan of `fusion` with
     the schedulers in `exclude` refused, has several segments and the rewrite's plan stores
-    fewer bytes between them; None otherwise."""
+    fewer bytes between them; None otherwise. `decisions_of(split)`: where the segmenter keeps
+    the split's decision (segmenter.segment's `decisions`; the executor's disk cache, so that
+    a new process does not search its merges again), or None."""
     from .segmenter import segment
     if len(segmented.segments) < 2 or not _stores_along_reduced_dims(fusion, segmented):
         return None                  # (asked first: segmenting the split costs a search)
     split = split_normalizations(fusion)
     if split is None:
         return None
-    again = segment(split, exclude)
+    again = segment(split, exclude, decisions_of(split) if decisions_of else None)
     if _plan_size(again) > _plan_size(segmented):
         return None
     if stored_bytes(again) >= stored_bytes(segmented):

@@ -222,6 +222,35 @@ def test_both_executor_call_sites_use_the_disk(monkeypatch, isolated_cache):
     assert [str(p.segmented) for p in again] == [str(p.segmented) for p in fresh]
 
 
+def test_the_split_plan_after_a_refusal_uses_the_disk(monkeypatch, isolated_cache):
+    """The softmax of a transposed [4096, 8192], its outer persistent heuristic refused: the
+    executor segments the fusion without it, then the split one (split_normalizations), both
+    through the disk cache: a new executor over a new definition searches no merge."""
+    from pyfuser.runtime.rewritten_plan import RewrittenPlan
+    from pyfuser.schedule import split_normalizations
+    monkeypatch.setattr(executor, "_requested_device", lambda *a: torch.device("cuda", 0))
+    monkeypatch.setattr(device_mod, "get_device_properties", lambda *_: H100)
+    x = torch.empty(8192, 4096, dtype=torch.bfloat16).t()
+    refused = {"outer_persistent": "under a 32-byte sector"}
+
+    def plan():
+        with FusionDefinition("st") as fd:
+            xf = fd.ops.cast(fd.from_pytorch(x), torch.float32)
+            e = fd.ops.exp(fd.ops.sub(xf, fd.ops.max(xf, [1], keepdim=True)))
+            fd.add_output(fd.ops.div(e, fd.ops.sum(e, [1], keepdim=True)))
+        return FusionExecutorCache(fd.fusion, name="st")._plan_without(
+            refused, [x], check_inputs(fd.fusion, [x]), _Target(H100, torch.device("cuda", 0)),
+            opts.current())
+
+    fresh = plan()
+    assert isinstance(fresh, RewrittenPlan) and fresh.what == split_normalizations.DESCRIPTION
+    assert len(decision_files(isolated_cache)) == 2      # the fusion's and the split's
+    searches = Searches(monkeypatch)
+    again = plan()
+    assert isinstance(again, RewrittenPlan)
+    assert searches.merges == 0
+
+
 def test_the_interpreter_and_explain_keep_no_decision(isolated_cache):
     """The interpreter's kernels are not on disk, nor are its segmentations; explain segments
     afresh (and writes nothing where it is asked for a plan)."""
