@@ -27,8 +27,9 @@ stores fewer bytes between them than the plan of the fusion as it is (each symbo
 counted as in the segmenter's merge ranking): the fusion's own plan stays where it already
 recomputes (BatchNorm's statistics over a forwarded x - mean). A fusion that no scheduler
 takes whole from the start keeps its segmentation (not measured against the split yet). The
-executor runs a rewrite through another executor (runtime/rewritten_plan.py); `explain`
-shows it as "rewritten first".
+executor runs a rewrite through another executor (runtime/rewritten_plan.py), keeps the
+split's segmentation in the disk cache beside the fusion's (`decisions_of`); `explain` shows
+it as "rewritten first".
 """
 from __future__ import annotations
 

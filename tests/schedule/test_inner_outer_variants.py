@@ -202,3 +202,35 @@ def test_few_rows_keep_the_full_grid_for_phase_2(M):
     # Blocks without rows write zero partials; the column sums need the blocks.
     p = heuristic("rmsnorm_bwd", M, 4096, disable=["ws_normalization"])
     assert p.grid == 264
+
+
+def test_a_gather_over_other_rows_is_left_to_its_own_segment():
+    """CPU fuzz 2640:363 (shrunk): a column var_mean and a row min of x [M, N] (column-major
+    fp8) beside take_along_axis(x, index [13, N], 0): the gather's output and index iterate 13
+    rows, not the M the kernel's loops cover; the inner-outer kernel took it and lowering
+    refused the gather a register buffer of runtime size (an internal error, the reference
+    ran). The scheduler now refuses it; the plan runs the gather in a kernel of its own."""
+    from pyfuser import DataType, FusionDefinition
+    from pyfuser.testing import run_and_check
+    g = torch.Generator().manual_seed(363)
+    x = torch.randn(31, 203, generator=g).to(torch.float8_e5m2).t()         # [203, 31]
+    t2 = torch.randn(203, 1, generator=g)
+    idx = torch.randint(0, 203, (13, 31), generator=g)
+    with FusionDefinition() as fd:
+        t0 = fd.from_pytorch(x)
+        c2 = fd.from_pytorch(t2)
+        t3 = fd.from_pytorch(idx)
+        v0 = fd.ops.cast(t0, dtype=DataType.Float)
+        v5 = fd.ops.cast(fd.ops.eq(v0, c2), dtype=DataType.BFloat16)
+        _, mean = fd.ops.var_mean(v5, [0], keepdim=True, correction=1)
+        v8 = fd.ops.mul(v0, 1)
+        fd.add_output(fd.ops.sub(v8, fd.ops.min(v8, [1], keepdim=True)))
+        fd.add_output(fd.ops.take_along_axis(v0, t3, 0))
+        fd.add_output(mean)
+    ok, why = io.can_schedule(fd.fusion)
+    assert not ok and "a gather's index dims" in why
+    run_and_check(fd, [x, t2, idx], kernels=0, options={"enable": ["interpret"]})
+    run = fd.last_run
+    assert run.kind == "kernels" and not run.internal_error
+    assert [(s.kind, s.name) for s in run.segments] == [("kernel", "inner_outer_persistent"),
+                                                        ("kernel", "pointwise")]

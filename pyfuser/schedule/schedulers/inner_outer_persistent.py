@@ -38,7 +38,7 @@ from .base import (RuntimeInfo, SchedulerError, iterates_rows, orient_vector_inp
                    vectorize_along)
 from .inner_persistent import _project_to_inputs, persistent_batch
 from .inner_persistent import _tma_rows as tma_rows
-from .reduction import broadcast_back
+from .reduction import broadcast_back, is_over_reduced_tensor_dims
 
 NAME = "inner_outer_persistent"
 
@@ -261,6 +261,13 @@ def can_schedule(fusion) -> tuple[bool, str]:
         dims = [i for i in v.domain.logical if not i.is_broadcast] if isinstance(v, TensorView) else []
         if isinstance(v, TensorView) and len(dims) > 2:
             return False, f"input T{v.name} has more than 2 non-broadcast dims"
+    for t in fusion.tensors():
+        # Every tensor is given the [M, N] rows' loops: one over other dims (a gather's
+        # output [13, N] beside rows [2039, N], its index input) has no place in them; lowering
+        # refused it a register buffer of runtime size (CPU fuzz 2640:363).
+        if not is_over_reduced_tensor_dims(t, rows[0], graph):
+            return False, (f"T{t.name} iterates dims other than the reductions' rows and "
+                           "columns (a gather's index dims): it is not within the rows' tiles")
     return True, ("row reductions broadcast back (dx) and column reductions (dw, db) of the "
                   "same rows: one persistent cooperative kernel")
 
