@@ -74,14 +74,14 @@ def better_split(fusion, segmented, exclude=None, decisions_of=None):
     fewer bytes between them; None otherwise. `decisions_of(split)`: where the segmenter keeps
     the split's decision (segmenter.segment's `decisions`; the executor's disk cache, so that
     a new process does not search its merges again), or None."""
-    from .segmenter import segment
+    from .segmenter import _plan_cost, segment
     if len(segmented.segments) < 2 or not _stores_along_reduced_dims(fusion, segmented):
         return None                  # (asked first: segmenting the split costs a search)
     split = split_normalizations(fusion)
     if split is None:
         return None
     again = segment(split, exclude, decisions_of(split) if decisions_of else None)
-    if _plan_size(again) > _plan_size(segmented):
+    if _plan_cost(again.segments) > _plan_cost(segmented.segments):
         return None
     if stored_bytes(again) >= stored_bytes(segmented):
         return None
@@ -106,8 +106,3 @@ def _stores_along_reduced_dims(fusion, segmented) -> bool:
                    for dims in reduced if dims):
                 return True
     return False
-
-
-def _plan_size(segmented) -> tuple:
-    """Reference segments, then segments."""
-    return (sum(s.kind == "reference" for s in segmented.segments), len(segmented.segments))

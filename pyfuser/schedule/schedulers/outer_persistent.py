@@ -88,9 +88,6 @@ class OuterPersistentParams:
     # The reduced extents the kernel is specialized on (constants: splits divide, predicates
     # fold). Part of the kernel's key.
     reduced_extents: tuple = ()
-    # Blocks an SM should hold (__launch_bounds__'s minimum): 2 caps a 512-thread block at 64
-    # registers a thread, so the next block's loads overlap this one's reductions.
-    blocks_per_sm: int = 1
     reason: str = dataclasses.field(default="", compare=False)
 
     def describe(self) -> str:
@@ -102,8 +99,7 @@ class OuterPersistentParams:
         text = (f"outer persistent: block {self.bdimx}x{self.bdimy}, {self.bdimx * self.vector} "
                 f"columns per block, {self.persistent_batch} x {self.vector} elements per thread "
                 f"in registers, vector loads for inputs {list(self.vector_inputs)}"
-                + (", buffers projected to inputs" if self.project_to_inputs else "")
-                + (f", {self.blocks_per_sm} blocks per SM" if self.blocks_per_sm > 1 else ""))
+                + (", buffers projected to inputs" if self.project_to_inputs else ""))
         return text + (f"\n  why: {self.reason}" if self.reason else "")
 
 
@@ -420,5 +416,3 @@ def schedule(fusion, p: OuterPersistentParams) -> None:
         if exact.mapped(cache.domain.loop[pos], batch_axis):
             inline_at(cache, pos)
     fusion.launch_hints["max_threads"] = p.bdimx * p.bdimy
-    if p.blocks_per_sm > 1:
-        fusion.launch_hints["min_blocks"] = p.blocks_per_sm
