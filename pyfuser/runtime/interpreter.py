@@ -466,14 +466,23 @@ def _erf(x):
     return out if type(x) is _ND else float(out)
 
 
+def _erfc(x):
+    t = torch.from_numpy(np.ascontiguousarray(np.asarray(x, dtype=np.float64)))
+    out = torch.special.erfc(t).numpy()
+    return out if type(x) is _ND else float(out)
+
+
+# The gelus in float64 without cancellation, as pf::gelu_tanh and pf::gelu compute them (and
+# runtime/reference.py): x / (1 + exp(-2u)) and 0.5 x erfc(-x / sqrt 2).
 def _gelu_tanh(x):
     x = _as_float(x)
-    return 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)))
+    with np.errstate(over="ignore"):
+        return x / (1.0 + np.exp(-2.0 * math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)))
 
 
 def _gelu_erf(x):
     x = _as_float(x)
-    return 0.5 * x * (1.0 + _erf(x / math.sqrt(2.0)))
+    return 0.5 * x * _erfc(x * -math.sqrt(0.5))
 
 
 def _relu(x):

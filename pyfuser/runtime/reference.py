@@ -31,8 +31,20 @@ _LSE_UNARY = {UnaryOpType.LseKey: lse_key.lse_key, UnaryOpType.LseMax: lse_key.l
               UnaryOpType.LseSum: lse_key.lse_sum}
 
 
+# Both gelus in forms without cancellation: 0.5 x (1 + tanh(u)) is x * sigmoid(2u), and
+# 0.5 x (1 + erf(x / sqrt 2)) is 0.5 x erfc(-x / sqrt 2). ATen's forms lose every digit of a
+# negative x's tiny result (1 + tanh(u) is 0 in float64 below x = -7.6), while the device's
+# float32 gelu_tanh keeps them: a float64 reference must be the more accurate of the two (GPU
+# fuzz 2701:131, gelu_tanh(-8) = -3.2e-21 judged against ATen's 0).
 def _gelu_tanh(x):
-    return torch.nn.functional.gelu(x, approximate="tanh")
+    w = x if x.dtype == torch.float64 else x.float()
+    u = 0.7978845608028654 * (w + 0.044715 * w * w * w)
+    return (w * torch.sigmoid(2.0 * u)).to(x.dtype)
+
+
+def _gelu_erf(x):
+    w = x if x.dtype == torch.float64 else x.float()
+    return (0.5 * w * torch.special.erfc(w * -0.7071067811865476)).to(x.dtype)
 
 
 _UNARY = {
@@ -50,7 +62,7 @@ _UNARY = {
     UnaryOpType.Relu: torch.relu,
     UnaryOpType.Silu: torch.nn.functional.silu,
     UnaryOpType.GeluTanh: _gelu_tanh,
-    UnaryOpType.GeluErf: torch.nn.functional.gelu,
+    UnaryOpType.GeluErf: _gelu_erf,
     UnaryOpType.Not: torch.logical_not,
 }
 

@@ -1,10 +1,16 @@
 """Pointwise kernels on the GPU against the float64 reference evaluator."""
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 
 from pyfuser import DataType, FusionDefinition
 from pyfuser import catalogue
 from pyfuser.testing import run_and_check
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "runtime"))
+from test_interpreter import _gelu_exact  # noqa: E402
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
@@ -124,3 +130,21 @@ def test_vectors_across_rows_of_dense_tensors(M, N, dtype):
     p = fd.last_run.heuristics[0]
     full = 8 if dtype == "bf16" else 4
     assert p.ragged and p.vector == full and p.vector_inputs == (0, 1), p
+
+
+@pytest.mark.parametrize("approximate", ["tanh", "none"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_gelus_keep_the_digits_of_tiny_results(approximate, dtype):
+    """pf::gelu_tanh and pf::gelu compute x / (1 + exp(-2u)) and 0.5 x erfc(-x / sqrt 2), not
+    ATen's 1 + tanh / 1 + erf, which cancel for negative x (GPU fuzz 2701:131): each result
+    within 1e-5 relative (float32; 1e-13 float64) of its 400-digit value, down to 1e-28."""
+    points = [-9.0, -8.0, -6.5, -5.0, -4.0, -2.5, -1.0, -1e-3, 0.0, 0.5, 3.0, 9.0]
+    with FusionDefinition() as fd:
+        x = fd.define_tensor([-1], dtype=DataType.Float if dtype == torch.float32
+                             else DataType.Double)
+        fd.add_output(fd.ops.gelu(x, approximate=approximate))
+    xs = torch.tensor(points, dtype=dtype, device="cuda")
+    got = fd.execute([xs])[0].double().cpu()
+    assert fd.last_run.kind == "kernels" and fd.last_run.backend == "cuda"
+    want = torch.tensor([_gelu_exact(v, approximate) for v in points], dtype=torch.float64)
+    torch.testing.assert_close(got, want, rtol=1e-5 if dtype == torch.float32 else 1e-13, atol=0)

@@ -17,7 +17,7 @@ import pytest
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lower"))
-from kir_testing import (Interpreter, InterpreterError, interpret,  # noqa: E402
+from kir_testing import (Interpreter, InterpreterError, compile_clean, interpret,  # noqa: E402
                          lowered_inner_persistent, ops, schedule_and_lower)
 from pyfuser import DataType, FusionDefinition, catalogue  # noqa: E402
 from pyfuser.ir.exprs import UnaryOp  # noqa: E402
@@ -529,3 +529,52 @@ def test_each_grid_reduction_elects_its_own_last_block(shape, dims, follow, monk
         with pytest.raises(AssertionError, match="relative error"):
             run_and_check(fd, [x], scheduler="reduction", options={"enable": ["interpret"]})
     assert fd.last_run.heuristics[0].grid_split > 1
+
+
+def _gelu_exact(x, approximate):
+    """gelu at 400 digits (mpmath, which torch's sympy brings): the truth both float64 forms are
+    judged against."""
+    import mpmath
+    with mpmath.workdps(400):              # 1 + tanh(u) keeps 300 digits at x = -12
+        x = mpmath.mpf(x)
+        if approximate == "tanh":
+            u = mpmath.sqrt(2 / mpmath.pi) * (x + mpmath.mpf("0.044715") * x ** 3)
+            return float(0.5 * x * (1 + mpmath.tanh(u)))
+        return float(0.5 * x * (1 + mpmath.erf(x / mpmath.sqrt(2))))
+
+
+GELU_POINTS = [-12.0, -9.0, -8.0, -6.5, -5.0, -4.0, -2.5, -1.0, -1e-3, 0.0, 0.5, 3.0, 9.0]
+
+
+@pytest.mark.parametrize("approximate", ["tanh", "none"])
+def test_both_float64_gelus_keep_the_digits_of_tiny_results(approximate):
+    """The float64 reference and the interpreter compute both gelus without the cancellation of
+    ATen's 1 + tanh(u) / 1 + erf(x / sqrt 2), which is 0 in float64 below x = -7.6 (tanh): GPU
+    fuzz 2701:131 had the device's float32 gelu_tanh(-8) = -3.2e-21 judged wrong against that 0.
+    Both within 1e-13 relative of 400-digit values from x = -12 (results down to 1e-62) up."""
+    with FusionDefinition() as fd:
+        x = fd.define_tensor([-1], dtype=DataType.Double)
+        fd.add_output(fd.ops.gelu(x, approximate=approximate))
+    xs = torch.tensor(GELU_POINTS, dtype=torch.float64)
+    want = torch.tensor([_gelu_exact(v, approximate) for v in GELU_POINTS], dtype=torch.float64)
+    aten = torch.nn.functional.gelu(xs, approximate=approximate)
+    assert ((aten - want).abs()[:3] > 0.01 * want.abs()[:3]).all()   # ATen's form cancels there
+    for got in (_reference64(fd, [xs])[0], _interpreted(fd, [xs])[0]):
+        got = torch.as_tensor(got, dtype=torch.float64)
+        torch.testing.assert_close(got, want, rtol=1e-13, atol=0)
+
+
+@pytest.mark.parametrize("dt", [DataType.Float, DataType.Double])
+def test_both_device_gelus_compile_without_headers(dt):
+    """pf::gelu's erfcf / erfc and pf::gelu_tanh's exp (float64) come from NVRTC's built-in math,
+    no CUDA header: the kernel of both gelus compiles clean for sm_90a."""
+    from pyfuser.codegen.cuda import generate_cuda
+    with FusionDefinition() as fd:
+        x = fd.define_tensor([-1], dtype=dt)
+        fd.add_output(fd.ops.gelu(x, approximate="none"))
+        fd.add_output(fd.ops.gelu(x, approximate="tanh"))
+    xs = torch.randn(1000, dtype=torch.float32 if dt == DataType.Float else torch.float64)
+    *_, kernel = schedule_and_lower(fd, [xs])
+    src = generate_cuda(kernel)
+    assert "pf::gelu(" in src and "pf::gelu_tanh(" in src
+    compile_clean(src)
