@@ -478,10 +478,11 @@ KINDS: dict[str, Kind] = {
     # The amax, a full reduction, then a pointwise kernel that reads x again (the cast of x is
     # forwarded: no float32 copy of x between them) with the amax broadcast.
     "fp8_quant": Kind(fp8_quant, lambda: [_meta([8192, 4096])], (RED, PW)),
-    # The mean, then the variance (each with its running statistic updated in the reduction
-    # kernel's epilogue: [C] inputs of fewer dims), then y.
+    # The mean and the variance in one pass (float64 sums of x and x^2, schedule/
+    # one_pass_variance.py; the running statistics updated in the reduction kernel's epilogue:
+    # [C] inputs of fewer dims), then y.
     "batchnorm_fwd_nchw": Kind(batchnorm_fwd_nchw, lambda: [_meta(_CHW)] + [
-        _meta([256], torch.float32)] * 4, (RED, RED, PW)),
+        _meta([256], torch.float32)] * 4, (RED, PW)),
     "batchnorm_fwd_nhwc": Kind(batchnorm_fwd_nhwc, lambda: [_meta(_CHW, stride=_CHANNELS_LAST)]
                                + [_meta([256], torch.float32)] * 4, (OP,)),
     # The reshape of x to [N, G, C/G*H*W] is a view of x (no kernel): the statistics and the

@@ -176,6 +176,11 @@ def batchnorm_fwd_nchw(device):
     return batchnorm_fwd(device, False)
 
 
+def batchnorm_fwd_nhwc(device):
+    """The channels-last forward alone (tools/profile_gpu.sh bench_issue16:batchnorm_fwd_nhwc -)."""
+    return batchnorm_fwd(device, True)
+
+
 def batchnorm_bwd_nhwc(device):
     """The channels-last backward alone (tools/profile_case.py bench_issue16:batchnorm_bwd_nhwc)."""
     return batchnorm_bwd(device, True)

@@ -2,7 +2,8 @@
 # One catalogue fusion under Nsight Compute, with its CUDA, ptxas report and SASS, in one device
 # call. Usage on the device: bash tools/profile_gpu.sh NAME MxN [REGEX]; files in $OUT/prof-NAME.
 # A bench case: bash tools/profile_gpu.sh bench_issue18:dropout - pointwise
-# NCU_EXTRA="--section SourceCounters" adds sections; PROFILE_DTYPE=fp16 the catalogue dtype.
+# NCU_EXTRA="--section SourceCounters" adds sections; PROFILE_DTYPE=fp16 the catalogue dtype;
+# LAUNCH_SKIP and LAUNCH_COUNT (3 and 1) pick the launches profiled (a plan of 3 kernels: 3 and 3).
 set -u
 OUT=${OUT:-/tmp/out}
 name=$1 shape=$2 regex=${3:-$1}
@@ -14,7 +15,7 @@ PROFILE_CUBIN_DIR="$dir/cubin" PYFUSER_DUMP=cuda,ptxas,launch PYFUSER_DUMP_DIR="
 for f in "$dir"/cubin/*.cubin; do
   (cuobjdump -sass "$f" || nvdisasm "$f") > "$dir/$(basename "$f").sass" 2>&1
 done
-timeout 240 ncu --kernel-name "regex:$regex" --launch-skip 3 --launch-count 1 \
+timeout 240 ncu --kernel-name "regex:$regex" --launch-skip ${LAUNCH_SKIP:-3} --launch-count ${LAUNCH_COUNT:-1} \
   --section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy --section LaunchStats \
   --section SchedulerStats --section WarpStateStats --section InstructionStats ${NCU_EXTRA:-} \
   python3 tools/profile_case.py "$name" "$shape" > "$dir/ncu.txt" 2>&1

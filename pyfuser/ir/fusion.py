@@ -240,6 +240,16 @@ class Fusion:
         new = _deep_copy(self, memo)
         return new, {k: v for k, v in memo.items() if isinstance(v, Val)}
 
+    def clone_for_rewrite(self) -> tuple["Fusion", dict]:
+        """clone(), for a rewrite another executor runs in this fusion's place: every output
+        is a plain one (no in-place or hidden output), as for a segment's sub-fusion, because
+        this fusion's executor writes the in-place outputs and drops the hidden ones after the
+        rewrite ran (runtime/output_aliases.py)."""
+        new, memo = self.clone()
+        new.output_aliases = {}
+        new.hidden_outputs = set()
+        return new, memo
+
     def __repr__(self) -> str:
         from .printer import fusion_str
         return fusion_str(self)

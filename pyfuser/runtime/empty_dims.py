@@ -76,17 +76,13 @@ def specialize(fusion, what: EmptyDims):
     """A new fusion computing the outputs of `fusion` that have elements, in their order, with
     each sum over a dim of size 0 a fill of 0; the inputs are the same, in the same positions
     (an input only the dropped parts read stays, unread)."""
-    new, _ = fusion.clone()
+    new, _ = fusion.clone_for_rewrite()
     by_name = {t.name: t for t in new.tensors()}
     with new:
         for name in what.empty_sums:
             _fill_with_start_value(new, by_name[name])
     before = new.exprs()
     new.outputs = [o for k, o in enumerate(new.outputs) if k not in what.empty_outputs]
-    # In-place outputs and hidden ones are the whole fusion's, written by its executor after
-    # this one ran (as for a segment's sub-fusion).
-    new.output_aliases = {}
-    new.hidden_outputs = set()
     needed = set(new.exprs())
     for e in before:
         if e not in needed:

@@ -740,6 +740,9 @@ class FusionExecutorCache:
             if decisions is not None:
                 self._fusion_text = decisions.text
         segmented = self._segmented
+        split = self._split_plan({}, segmented, target)
+        if split is not None:
+            return split
         opts.dump("segments", self.name, lambda: str(segmented))
         if len(segmented.segments) > 1 or segmented.segments[0].kind == "library":
             if options.heuristic is not None:
@@ -824,13 +827,13 @@ class FusionExecutorCache:
     def _split_plan(self, exclude: dict, segmented, target):
         """The plan of the fusion with its normalizations split (split_normalizations), where
         `segmented`, its plan without the schedulers in `exclude` (whose heuristics refused
-        the call), stores more bytes between its segments; None otherwise. Decided once per
-        set of refused schedulers."""
+        the call; {}: the fusion's own plan), has more segments or stores more bytes between
+        them; None otherwise. Decided once per set of refused schedulers."""
         key = frozenset(exclude)
         if key not in self._split:
             found = split_normalizations.better_split(
-                self.fusion, segmented, exclude,
-                lambda split: _disk_decisions(split, target, exclude))
+                self.fusion, segmented, exclude or None,
+                lambda split: _disk_decisions(split, target, exclude or None))
             self._split[key] = None if found is None else FusionExecutorCache(
                 found[0], name=f"{self.name}_split")
         sub = self._split[key]

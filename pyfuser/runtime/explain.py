@@ -139,7 +139,7 @@ def explain_fusion(fusion, inputs, device: str | DeviceProperties = "h100",
         fusion = few_row_matmuls.as_reductions(fusion, rewrite)
         bindings = check_inputs(fusion, inputs)   # the clone's extents
     segmented = segment(fusion, exclude)
-    split = split_normalizations.better_split(fusion, segmented, exclude) if exclude else None
+    split = split_normalizations.better_split(fusion, segmented, exclude)
     if split is not None:                    # as FusionExecutorCache._split_plan
         rewritten = "; ".join(filter(None, [rewritten, split_normalizations.DESCRIPTION]))
         fusion, segmented = split

@@ -107,14 +107,10 @@ def _weight_along_k(fusion, e, inputs) -> bool:
 def as_reductions(fusion, which: tuple):
     """A clone of `fusion` with the ops at positions `which` of fusion.exprs() (rewritable's)
     made reductions (module docstring); inputs and outputs in the same positions."""
-    new, _ = fusion.clone()
+    new, _ = fusion.clone_for_rewrite()
     exprs = new.exprs()
     for k in which:
         _rewrite(new, exprs[k])
-    # In-place outputs and hidden ones are the whole fusion's, written by its executor after
-    # this one ran (as for a segment's sub-fusion).
-    new.output_aliases = {}
-    new.hidden_outputs = set()
     return new
 
 

@@ -20,6 +20,7 @@ from pyfuser.runtime.executor import FallbackWarning  # noqa: E402
 from pyfuser.schedule.schedulers import outer_persistent as op  # noqa: E402
 from pyfuser.schedule.schedulers import registry  # noqa: E402
 from pyfuser.schedule.schedulers.base import SchedulerError  # noqa: E402
+from pyfuser.schedule.segmenter import segment  # noqa: E402
 from pyfuser.testing import run_and_check  # noqa: E402
 
 DT = {"fp32": DataType.Float, "bf16": DataType.BFloat16, "fp16": DataType.Half}
@@ -282,7 +283,9 @@ def test_an_output_over_one_of_two_reduced_dims_is_another_segment():
     """x [A, B, C] normalized over A and B, beside an output of a [1, B, 1] input alone (fuzz
     20261327:2369): that output's loop along threadIdx.y runs over B, not the merged A * B
     rows, so the kernel left elements of it unwritten. The outer persistent scheduler leaves
-    it to another segment."""
+    it to another segment; the plan of four segments (x * y stored for an outer persistent
+    kernel of the statistics) loses to the split's three (a one-pass variance reading x and
+    y, schedule/split_normalizations.py)."""
     with FusionDefinition() as fd:
         _, xf = _in(fd, "fp32", (-1, -1, -1))
         y = fd.define_tensor([1, -1, 1], dtype=DataType.Float)
@@ -300,7 +303,8 @@ def test_an_output_over_one_of_two_reduced_dims_is_another_segment():
     run_and_check(fd, [torch.randn(5, 13, 12), torch.randn(1, 13, 1)], kernels=None,
                   options=INTERPRET)
     assert {s.kind for s in fd.last_run.segments} == {"kernel"}
-    assert "outer_persistent" in fd.last_run.schedulers
+    assert fd.last_run.schedulers == ("reduction", "pointwise", "pointwise")
+    assert fd.last_run.reason.startswith("normalization split")
 
 
 def test_an_input_over_one_of_two_reduced_dims_is_refused():
@@ -315,8 +319,10 @@ def test_an_input_over_one_of_two_reduced_dims_is_refused():
     assert not ok and "iterates some of the reduced dims" in why
     run_and_check(fd, [torch.randn(3, 13, 1024), torch.randn(1, 13, 1)], kernels=None,
                   options=INTERPRET)
-    # min(x, w) in a pointwise kernel, the variance of its result in the column schedule.
-    assert fd.last_run.schedulers == ("pointwise", "outer_persistent")
+    # Not min(x, w) stored by a pointwise kernel for the column schedule's variance: the
+    # split's one reduction kernel of float64 sums (schedule/one_pass_variance.py).
+    assert fd.last_run.schedulers == ("reduction",)
+    assert fd.last_run.reason.startswith("normalization split")
 
 
 def test_interpreted_kernel_with_a_per_column_statistic_output():
@@ -331,17 +337,21 @@ def test_interpreted_kernel_with_a_per_column_statistic_output():
 
 
 def test_the_segmenter_gives_the_softmax_over_dim_0_to_the_outer_persistent_scheduler():
-    # softmax over dim 0, then a row sum of it: two segments, the first one ours.
+    # softmax over dim 0, then a row sum of it: two segments, the first one ours. The
+    # executor runs the split's two instead, which store the logsumexp's [19] keys between
+    # them where ours store y (schedule/split_normalizations.py).
     with FusionDefinition() as fd:
         _, xf = _in(fd, "fp32")
         e = fd.ops.exp(fd.ops.sub(xf, fd.ops.max(xf, [0], keepdim=True)))
         y = fd.ops.div(e, fd.ops.sum(e, [0], keepdim=True))
         fd.add_output(fd.ops.sum(y, [1]))
     inputs = [torch.randn(29, 19)]
+    segmented = segment(fd.fusion)
+    assert [(s.kind, s.name) for s in segmented.segments] == [
+        ("kernel", "outer_persistent"), ("kernel", "reduction")]
     run_and_check(fd, inputs, kernels=0, options=INTERPRET,
-                  segments=(("kernel", "outer_persistent"), ("kernel", "reduction")))
-    text = str(fd.explain(inputs, device="h100"))
-    assert "outer_persistent" in text and "outer persistent: block" in text
+                  segments=(("kernel", "reduction"), ("kernel", "reduction")))
+    assert fd.last_run.reason.startswith("normalization split")
 
 
 def test_explain_shows_the_outer_persistent_plan():

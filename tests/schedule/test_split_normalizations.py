@@ -98,18 +98,46 @@ def test_explain_shows_the_split_plan_of_the_transposed_softmax():
     assert "rewritten first: " + sn.DESCRIPTION in str(e)
 
 
-def test_a_plan_that_already_recomputes_is_kept():
-    """Where the segmenter's plan stores no more than the split's (a normalization whose
-    centred x is forwarded), the fusion's own plan stays."""
+def _nchw_normalization(two_pass: bool):
+    """x [N, C, H, W] bf16 normalized per channel: by its two-pass variance, or (not
+    `two_pass`) by its mean square."""
     with FusionDefinition() as fd:
         x = fd.define_tensor([-1, -1, -1, -1], dtype=BF16)
         xf = fd.ops.cast(x, F32)
-        var, mean = fd.ops.var_mean(xf, [0, 2, 3], correction=0, keepdim=True)
-        y = fd.ops.mul(fd.ops.sub(xf, mean), fd.ops.rsqrt(fd.ops.add(var, 1e-5)))
+        if two_pass:
+            var, mean = fd.ops.var_mean(xf, [0, 2, 3], correction=0, keepdim=True)
+            y = fd.ops.mul(fd.ops.sub(xf, mean), fd.ops.rsqrt(fd.ops.add(var, 1e-5)))
+        else:
+            ms = fd.ops.mean(fd.ops.mul(xf, xf), [0, 2, 3], keepdim=True)
+            y = fd.ops.mul(fd.ops.sub(xf, fd.ops.mean(xf, [0, 2, 3], keepdim=True)),
+                           fd.ops.rsqrt(fd.ops.add(ms, 1e-5)))
         fd.add_output(fd.ops.cast(y, BF16))
+    return fd
+
+
+def test_a_plan_that_already_recomputes_is_kept():
+    """Where the segmenter's plan has no more segments and stores no more than the split's (a
+    normalization whose centred x is forwarded, no two-pass variance), the fusion's own plan
+    stays."""
+    fd = _nchw_normalization(two_pass=False)
     segmented = segment(fd.fusion)
     assert len(segmented.segments) > 1
     assert sn.better_split(fd.fusion, segmented) is None
+
+
+def test_a_two_pass_variance_split_over_kernels_becomes_one_pass():
+    """BatchNorm's statistics over NCHW dims (no kernel takes the fusion whole): three kernels
+    as written (the mean, the variance, y), two after the split (float64 sums of x and x^2 in
+    one reduction kernel, then y)."""
+    fd = _nchw_normalization(two_pass=True)
+    segmented = segment(fd.fusion)
+    assert [s.name for s in segmented.segments] == ["reduction", "reduction", "pointwise"]
+    split, again = sn.better_split(fd.fusion, segmented)
+    assert [s.name for s in again.segments] == ["reduction", "pointwise"]
+    sums = [r.definition for r in reduction_tensors(split)]
+    assert [(e.op, e.outputs[0].dtype) for e in sums] == [(ReductionOpType.Sum, DataType.Double)] * 2
+    # The fusion's own is untouched.
+    assert all(r.dtype == F32 for r in reduction_tensors(fd.fusion))
 
 
 @pytest.mark.parametrize("layout", ["transposed", "dim0"])
