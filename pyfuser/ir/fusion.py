@@ -241,13 +241,13 @@ class Fusion:
         return new, {k: v for k, v in memo.items() if isinstance(v, Val)}
 
     def clone_for_rewrite(self) -> tuple["Fusion", dict]:
-        """clone(), for a rewrite another executor runs in this fusion's place: every output
-        is a plain one (no in-place or hidden output), as for a segment's sub-fusion, because
-        this fusion's executor writes the in-place outputs and drops the hidden ones after the
-        rewrite ran (runtime/output_aliases.py)."""
+        """clone(), for a rewrite another executor runs in this fusion's place: no in-place
+        output, because this fusion's executor writes them into their inputs after the
+        rewrite's plan computed every output (runtime/output_aliases.py). The hidden ones stay
+        marked: nothing returns them to the caller, so a plan of several kernels may write them
+        into buffers it keeps (runtime/plan.py)."""
         new, memo = self.clone()
         new.output_aliases = {}
-        new.hidden_outputs = set()
         return new, memo
 
     def __repr__(self) -> str:

@@ -83,6 +83,7 @@ def specialize(fusion, what: EmptyDims):
             _fill_with_start_value(new, by_name[name])
     before = new.exprs()
     new.outputs = [o for k, o in enumerate(new.outputs) if k not in what.empty_outputs]
+    new.hidden_outputs = set()      # (their positions moved; all are this plan's to return)
     needed = set(new.exprs())
     for e in before:
         if e not in needed:

@@ -118,3 +118,41 @@ def test_batchnorm_statistics_on_the_interpreter():
     torch.testing.assert_close(mean.double(), mean64.flatten(), rtol=1e-6, atol=0)
     torch.testing.assert_close(rstd.double(), rstd64.flatten(), rtol=1e-5, atol=0)
     torch.testing.assert_close(y.double(), (xd - mean64) * rstd64, rtol=1e-2, atol=1e-2)
+
+
+def test_the_split_plan_writes_in_place_outputs_and_binds_its_plan():
+    """BatchNorm forward with its running statistics updated in place, through the split plan
+    (the rewritten fusion's executor): every returned output, the running mean and variance
+    written into their inputs at each call (the rewrite once dropped the returned outputs:
+    its clone kept the in-place ones), and the rewrite's plan bound at the first call."""
+    from pyfuser.runtime.rewritten_plan import RewrittenPlan
+    g = torch.Generator().manual_seed(5)
+    per_channel = [True, False, True, True]
+
+    def inputs():
+        return [torch.randn(2, 6, 5, 3, generator=g).to(torch.bfloat16),
+                torch.rand(6, generator=g), torch.rand(6, generator=g) + 0.5]
+
+    x, rm, rv = inputs()
+    with FusionDefinition() as fd:
+        tx, trm, trv = fd.from_pytorch(x), fd.from_pytorch(rm), fd.from_pytorch(rv)
+        xf = fd.ops.cast(tx, F32)
+        var, mean = fd.ops.var_mean(xf, [0, 2, 3], correction=0)
+        y = fd.ops.sub(xf, fd.ops.broadcast(mean, per_channel))
+        fd.add_output(fd.ops.cast(y, BF16))
+        fd.add_output(mean)
+        fd.add_output(fd.ops.add(fd.ops.mul(trm, 0.9), fd.ops.mul(mean, 0.1)), alias_input=trm)
+        fd.add_output(fd.ops.add(fd.ops.mul(trv, 0.9), fd.ops.mul(var, 0.1)), alias_input=trv)
+    for call in range(2):
+        x, rm, rv = inputs()
+        rm0, rv0 = rm.clone(), rv.clone()
+        y, mean = fd.execute([x, rm, rv], options=INTERPRET)
+        assert fd.last_run.reason.startswith(sn.DESCRIPTION)
+        var64, mean64 = torch.var_mean(x.double(), dim=(0, 2, 3), correction=0)
+        torch.testing.assert_close(mean.double(), mean64, rtol=1e-6, atol=1e-7)
+        torch.testing.assert_close(rm.double(), 0.9 * rm0.double() + 0.1 * mean64,
+                                   rtol=1e-6, atol=1e-7)
+        torch.testing.assert_close(rv.double(), 0.9 * rv0.double() + 0.1 * var64,
+                                   rtol=1e-6, atol=1e-7)
+    (plan,) = fd._executor._plans.values()
+    assert isinstance(plan, RewrittenPlan) and plan._bound is not None

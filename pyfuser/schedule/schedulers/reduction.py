@@ -375,7 +375,7 @@ OTHER_REGISTERS = 24
 
 
 def _unroll_in_registers(unroll: int, threads: int, *, registers: int, vector: int, held: int,
-                         streamed_bytes: int, fits: bool = False) -> int | None:
+                         streamed_bytes: int) -> int:
     """The largest unroll up to `unroll` whose serial step fits in the registers a thread of a
     `threads`-thread block has (one block an SM), `unroll` halved until it does (1 at least).
     A thread of an outer reduction holds, for its `vector` columns, one fp32 value per
@@ -385,15 +385,11 @@ def _unroll_in_registers(unroll: int, threads: int, *, registers: int, vector: i
     hoisted operands and reloads them from local memory at every step. BatchNorm backward's
     two sums of a channels-last [32, 256, 56, 56] (16 + 16 held, 2 bf16 inputs, 1024
     threads; H200, bench/results/2026-11-29/h200-sweep-bn-backward-unroll.txt): unroll 2
-    68.6 us with 44-72 B of spills, unroll 1 51.8 us. With `fits`: None where even the
-    returned unroll does not fit."""
+    68.6 us with 44-72 B of spills, unroll 1 51.8 us."""
     budget = min(255, registers // threads) - OTHER_REGISTERS
-
-    def need(u):
-        return vector * held + u * vector * streamed_bytes / 4
-    while unroll > 1 and need(unroll) > budget:
+    while unroll > 1 and vector * held + unroll * vector * streamed_bytes / 4 > budget:
         unroll //= 2
-    return None if fits and need(unroll) > budget else unroll
+    return unroll
 
 
 def _step_loads(unroll: int, max_unroll: int) -> int:
@@ -443,13 +439,10 @@ def _few_columns(red_n: int, cols: int, vector: int, vec_inputs, sms: int,
     (narrower rows than 256 bytes) it lost: [8192, 64] 0.93x, [262144, 32] 0.94x."""
     bdimx = 16
     bdimy = max(1, min(1024 // bdimx, _pow2_floor(red_n)))
-    if step_registers is not None:
-        # Half the rows where a thread of 1024 cannot hold even one step (BatchNorm's
-        # one-pass statistics: two float64 sums of 8 columns and three per-channel operands
-        # spilled 64 B at 64 registers, 45.3 us; 512 threads of unroll 4, 39.1, H200,
-        # bench/results/2026-11-30/h200-one-pass-variance-session27.txt).
-        while bdimy > 16 and step_registers(1, bdimx * bdimy, fits=True) is None:
-            bdimy //= 2
+    # (BatchNorm's one-pass statistics, two float64 sums of 8 columns and three per-channel
+    # operands, do not fit one step in 64 registers: 16x64 at unroll 1 spills 64 B and ran
+    # 45.3 us; halving the rows to 16x32 at unroll 4, 86 registers, ran 51.8, H200,
+    # bench/results/2026-11-30/h200-one-pass-variance-session27.txt. Kept at 16x64.)
     unroll = max_unroll if red_n >= bdimy * max_unroll else 1
     if step_registers is not None:
         unroll = step_registers(unroll, bdimx * bdimy)
