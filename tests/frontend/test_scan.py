@@ -34,8 +34,11 @@ def test_matches_torch(name, dim, dtype):
 
 
 def test_top_p_mask_after_a_softmax():
-    """softmax, cumsum of the probabilities, then the mask: the softmax kernel, then the scan
-    kernel with the mask fused (a reduction beside a scan is not one kernel yet)."""
+    """softmax, cumsum of the probabilities, then the mask: the softmax's statistics (one
+    logsumexp reduction), then the scan kernel with the softmax and the mask fused (a reduction
+    beside a scan is not one kernel yet). The split's plan (schedule/split_normalizations.py)
+    stores a key per row between them where the segmenter's (the softmax's kernel, then the
+    scan) stores the probabilities."""
     x = torch.randn(8, 1000)
     with FusionDefinition() as fd:
         tx = fd.from_pytorch(x)
@@ -43,7 +46,8 @@ def test_top_p_mask_after_a_softmax():
         p = fd.ops.div(e, fd.ops.sum(e, [1], keepdim=True))
         fd.add_output(fd.ops.lt(fd.ops.cumsum(p, 1), 0.9))
     run_and_check(fd, [x], kernels=0, options=INTERPRET, segments=(
-        ("kernel", "inner_persistent"), ("kernel", "scan")))
+        ("kernel", "reduction"), ("kernel", "scan")))
+    assert fd.last_run.reason.startswith("normalization split")
 
 
 def test_definition_errors():
