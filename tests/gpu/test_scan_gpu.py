@@ -137,8 +137,10 @@ def test_16_bit_rows(dtype):
 
 
 def test_top_p_mask_in_the_scan_kernel():
-    """softmax (inner persistent), then running sums, the mask and the masked probabilities in
-    one scan kernel."""
+    """softmax's statistics (one logsumexp reduction), then the softmax, running sums, the
+    mask and the masked probabilities in one scan kernel: the split's plan
+    (schedule/split_normalizations.py) reads x twice where the segmenter's wrote the
+    probabilities (an inner persistent kernel) for the scan to read."""
     x = torch.randn(64, 128256, device="cuda")
     with FusionDefinition() as fd:
         tx = fd.from_pytorch(x)
@@ -146,8 +148,8 @@ def test_top_p_mask_in_the_scan_kernel():
         p = fd.ops.div(e, fd.ops.sum(e, [1], keepdim=True))
         keep = fd.ops.lt(fd.ops.sub(fd.ops.cumsum(p, 1), p), 0.9)
         fd.add_output(fd.ops.where(keep, p, 0.0))
-    run_and_check(fd, [x], kernels=0, segments=(("kernel", "inner_persistent"),
-                                                ("kernel", "scan")))
+    run_and_check(fd, [x], kernels=0, segments=(("kernel", "reduction"), ("kernel", "scan")))
+    assert fd.last_run.reason.startswith("normalization split")
 
 
 def test_a_strided_scan_is_the_library_op():
