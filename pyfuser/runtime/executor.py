@@ -366,26 +366,23 @@ class _DiskDecisions:
     names key it): the disk cache (kernel_cache.load_segmentation), which the segmenter asks
     first (a one-kernel fusion's decision is its scheduler)."""
 
-    def __init__(self, fusion, exclude: dict | None, text: str | None = None):
+    def __init__(self, fusion, exclude: dict | None):
         self.fusion = fusion
         self.exclude = exclude
         self.key = None
-        self.text = text        # the fusion's canonical text, once the key is made
-
-    def _fields(self) -> dict:
-        from ..ir.fingerprint import fusion_text
-        from ..schedule.schedulers import registry
-        if self.text is None:
-            self.text = fusion_text(self.fusion)
-        return {"fusion": self.text, "exclude": sorted(self.exclude or ()),
-                "schedulers": [s.NAME for s in registry.SCHEDULERS]}
+        self.text = None        # the fusion's canonical text, once the key is made
 
     def recorded(self):
+        from ..ir.fingerprint import fusion_text
+        from ..schedule.schedulers import registry
         from ..schedule.segmenter import SegmentationDecision
         from . import kernel_cache
         if not kernel_cache.disk_cache_enabled():
             return None
-        self.key = kernel_cache.segmentation_key(self._fields())
+        self.text = fusion_text(self.fusion)
+        self.key = kernel_cache.segmentation_key({
+            "fusion": self.text, "exclude": sorted(self.exclude or ()),
+            "schedulers": [s.NAME for s in registry.SCHEDULERS]})
         return SegmentationDecision.from_json(kernel_cache.load_segmentation(self.key))
 
     def record(self, decision) -> None:
@@ -393,32 +390,11 @@ class _DiskDecisions:
         if self.key is not None:
             kernel_cache.store_segmentation(self.key, decision.to_json())
 
-    # The verdict of split_normalizations.better_split for this fusion and these exclusions
-    # (like the segmentation, it reads no shapes): a new process that finds "not taken" makes
-    # neither the rewrite nor its segmentation, one that finds "taken" skips the comparison.
-    def split_verdict(self) -> bool | None:
-        from . import kernel_cache
-        if not kernel_cache.disk_cache_enabled():
-            return None
-        value = kernel_cache.load_segmentation(self._split_key())
-        return value if isinstance(value, bool) else None
 
-    def record_split(self, taken: bool) -> None:
-        from . import kernel_cache
-        if kernel_cache.disk_cache_enabled():
-            kernel_cache.store_segmentation(self._split_key(), taken)
-
-    def _split_key(self) -> str:
-        from . import kernel_cache
-        return kernel_cache.segmentation_key(dict(self._fields(), split=True))
-
-
-def _disk_decisions(fusion, target, exclude: dict | None = None,
-                    text: str | None = None) -> _DiskDecisions | None:
+def _disk_decisions(fusion, target, exclude: dict | None = None) -> _DiskDecisions | None:
     """Where the segmenter keeps its decision for a plan on `target`: the disk cache, except for
-    the interpreter, whose kernels are not on disk either (_kernel_for). `text`: the fusion's
-    canonical text where it is known already."""
-    return None if target.interpret else _DiskDecisions(fusion, exclude, text)
+    the interpreter, whose kernels are not on disk either (_kernel_for)."""
+    return None if target.interpret else _DiskDecisions(fusion, exclude)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -758,7 +734,12 @@ class FusionExecutorCache:
                     name=f"{self.name}_as_reduction")
             return RewrittenPlan(sub, few_row_matmuls.describe(self.fusion, rewrite),
                                  target.device)
-        segmented = self._own_segmentation(target)
+        if self._segmented is None:
+            decisions = _disk_decisions(self.fusion, target)
+            self._segmented = segment(self.fusion, None, decisions)
+            if decisions is not None:
+                self._fusion_text = decisions.text
+        segmented = self._segmented
         split = self._split_plan({}, segmented, target)
         if split is not None:
             return split
@@ -781,16 +762,6 @@ class FusionExecutorCache:
         if choice is None:
             return self._fallback(segmented.why)
         return self._guarded_kernel_plan(inputs, bindings, choice, target, options)
-
-    def _own_segmentation(self, target):
-        """The segmentation of the fusion as written (made once; replayed from the disk cache
-        where a process stored it)."""
-        if self._segmented is None:
-            decisions = _disk_decisions(self.fusion, target)
-            self._segmented = segment(self.fusion, None, decisions)
-            if decisions is not None:
-                self._fusion_text = decisions.text
-        return self._segmented
 
     def _guarded_kernel_plan(self, inputs, bindings, choice, target, options, exclude=None):
         """The kernel plan; where the heuristic refuses these inputs, the plan without that
@@ -857,26 +828,12 @@ class FusionExecutorCache:
         """The plan of the fusion with its normalizations split (split_normalizations), where
         `segmented`, its plan without the schedulers in `exclude` (whose heuristics refused
         the call; {}: the fusion's own plan), has more segments or stores more bytes between
-        them; None otherwise. Decided once per set of refused schedulers, and kept in the disk
-        cache beside the segmentations (a new process skips the comparison)."""
+        them; None otherwise. Decided once per set of refused schedulers."""
         key = frozenset(exclude)
         if key not in self._split:
-            excluded = exclude or None
-
-            def decisions_of(split):
-                return _disk_decisions(split, target, excluded)
-            found = None
-            if split_normalizations.worth_comparing(self.fusion, segmented):
-                disk = _disk_decisions(self.fusion, target, excluded, self._fusion_text)
-                verdict = disk.split_verdict() if disk is not None else None
-                if verdict is True:
-                    found = split_normalizations.replayed_split(self.fusion, excluded,
-                                                                decisions_of)
-                elif verdict is None:
-                    found = split_normalizations.better_split(self.fusion, segmented,
-                                                              excluded, decisions_of)
-                    if disk is not None:
-                        disk.record_split(found is not None)
+            found = split_normalizations.better_split(
+                self.fusion, segmented, exclude or None,
+                lambda split: _disk_decisions(split, target, exclude or None))
             self._split[key] = None if found is None else FusionExecutorCache(
                 found[0], name=f"{self.name}_split")
         sub = self._split[key]

@@ -81,7 +81,8 @@ def better_split(fusion, segmented, exclude=None, decisions_of=None):
     `decisions`; the executor's disk cache, so that a new process does not search its merges
     again), or None."""
     from .segmenter import _plan_cost, segment
-    if not worth_comparing(fusion, segmented):
+    if len(segmented.segments) < 2 or not (_stores_along_reduced_dims(fusion, segmented)
+                                           or two_pass_variances(fusion)):
         return None                  # (asked first: segmenting the split costs a search)
     split = split_normalizations(fusion)
     if split is None:
@@ -91,25 +92,6 @@ def better_split(fusion, segmented, exclude=None, decisions_of=None):
     if cost > own or (cost == own and stored_bytes(again) >= stored_bytes(segmented)):
         return None
     return split, again
-
-
-def worth_comparing(fusion, segmented) -> bool:
-    """Whether the split may beat `segmented` (better_split's cheap test, before any rewrite):
-    several segments, and one of them stores a tensor along a normalization's reduced dims for
-    another, or a variance takes two passes."""
-    return len(segmented.segments) >= 2 and (_stores_along_reduced_dims(fusion, segmented)
-                                             or bool(two_pass_variances(fusion)))
-
-
-def replayed_split(fusion, exclude=None, decisions_of=None):
-    """(the rewritten fusion, its segmentation) where better_split took the split before (a
-    verdict the executor keeps in the disk cache), without segmenting `fusion` to compare;
-    None where the rewrite changes nothing."""
-    from .segmenter import segment
-    split = split_normalizations(fusion)
-    if split is None:
-        return None
-    return split, segment(split, exclude, decisions_of(split) if decisions_of else None)
 
 
 def _stores_along_reduced_dims(fusion, segmented) -> bool:

@@ -225,8 +225,7 @@ def test_both_executor_call_sites_use_the_disk(monkeypatch, isolated_cache):
 def test_the_split_plan_after_a_refusal_uses_the_disk(monkeypatch, isolated_cache):
     """The softmax of a transposed [4096, 8192], its outer persistent heuristic refused: the
     executor segments the fusion without it, then the split one (split_normalizations), both
-    through the disk cache, and keeps the verdict there too: a new executor over a new
-    definition searches no merge and compares no plans."""
+    through the disk cache: a new executor over a new definition searches no merge."""
     from pyfuser.runtime.rewritten_plan import RewrittenPlan
     from pyfuser.schedule import split_normalizations
     monkeypatch.setattr(executor, "_requested_device", lambda *a: torch.device("cuda", 0))
@@ -245,34 +244,11 @@ def test_the_split_plan_after_a_refusal_uses_the_disk(monkeypatch, isolated_cach
 
     fresh = plan()
     assert isinstance(fresh, RewrittenPlan) and fresh.what == split_normalizations.DESCRIPTION
-    # The fusion's segmentation, the split's, and the verdict.
-    assert len(decision_files(isolated_cache)) == 3
+    assert len(decision_files(isolated_cache)) == 2      # the fusion's and the split's
     searches = Searches(monkeypatch)
-
-    def no_comparison(*args, **kwargs):
-        raise AssertionError("the verdict on disk was not read")
-    monkeypatch.setattr(split_normalizations, "better_split", no_comparison)
     again = plan()
     assert isinstance(again, RewrittenPlan)
     assert searches.merges == 0
-
-
-def test_a_split_not_taken_is_not_compared_again(monkeypatch, isolated_cache):
-    """Where the comparison found the split no better (better_split None), the verdict on disk
-    spares a new executor the rewrite and the comparison: only the executor's use of the
-    verdict is under test here (better_split and worth_comparing stand in)."""
-    from pyfuser.schedule import split_normalizations
-    monkeypatch.setattr(executor, "_requested_device", lambda *a: torch.device("cuda", 0))
-    monkeypatch.setattr(device_mod, "get_device_properties", lambda *_: H100)
-    monkeypatch.setattr(split_normalizations, "worth_comparing", lambda *a: True)
-    compared = []
-    monkeypatch.setattr(split_normalizations, "better_split",
-                        lambda *a, **k: compared.append(1))
-    target = _Target(H100, torch.device("cuda", 0))
-    for _ in range(2):
-        fec = FusionExecutorCache(batchnorm_backward().fusion, name="bn")
-        assert fec._split_plan({}, fec._own_segmentation(target), target) is None
-    assert compared == [1]
 
 
 def test_the_interpreter_and_explain_keep_no_decision(isolated_cache):
