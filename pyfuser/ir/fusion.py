@@ -174,6 +174,14 @@ class Fusion:
         self.outputs[self.outputs.index(old)] = new
         new.memory_type = MemoryType.Global
 
+    def replace_uses(self, old: TensorView, new: TensorView) -> None:
+        """Every expr reading `old` reads `new` instead, and `new` takes `old`'s places among
+        the outputs (a rewrite's result standing for the op it replaces)."""
+        for use in list(old.uses):
+            use.replace_input(old, new)
+        while old in self.outputs:
+            self.replace_output(old, new)
+
     # Traversal ---------------------------------------------------------------------------------
     def exprs(self) -> list[Expr]:
         """Exprs needed for the outputs, producers before consumers (deterministic order)."""

@@ -107,10 +107,7 @@ def _fill_with_start_value(fusion, tv: TensorView) -> None:
         LoadStoreOp(fill, e.x)          # x, nothing written into it
     else:
         FullOp(fill, e.init if isinstance(e, ReductionOp) else S.as_scalar(0, tv.dtype))
-    for use in list(tv.uses):
-        use.replace_input(tv, fill)
-    while tv in fusion.outputs:
-        fusion.replace_output(tv, fill)
+    fusion.replace_uses(tv, fill)
     e.detach()
 
 

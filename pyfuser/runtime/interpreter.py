@@ -460,16 +460,19 @@ def _converted(dt: DataType, x):
     return round_to(dt, x)
 
 
-def _erf(x):
+def _torch_special(fn, x):
+    """torch's float64 `fn` (erf, erfc: numpy has neither) of a numpy value or a number."""
     t = torch.from_numpy(np.ascontiguousarray(np.asarray(x, dtype=np.float64)))
-    out = torch.special.erf(t).numpy()
+    out = fn(t).numpy()
     return out if type(x) is _ND else float(out)
+
+
+def _erf(x):
+    return _torch_special(torch.special.erf, x)
 
 
 def _erfc(x):
-    t = torch.from_numpy(np.ascontiguousarray(np.asarray(x, dtype=np.float64)))
-    out = torch.special.erfc(t).numpy()
-    return out if type(x) is _ND else float(out)
+    return _torch_special(torch.special.erfc, x)
 
 
 # The gelus in float64 without cancellation, as pf::gelu_tanh and pf::gelu compute them (and

@@ -147,10 +147,7 @@ def _rewrite(fusion, e) -> None:
             b = arith.broadcast(_as_f32(bias), [True] * lead + [False])
             total = arith.binary(BinaryOpType.Add, total, b, f32)
         result = total if out.dtype == f32 else arith.unary(UnaryOpType.Cast, total, out.dtype)
-    for use in list(out.uses):
-        use.replace_input(out, result)
-    while out in fusion.outputs:
-        fusion.replace_output(out, result)
+    fusion.replace_uses(out, result)
     e.detach()
 
 

@@ -63,7 +63,8 @@ def _pairs_for_passes(fusion) -> list:
     return _pairs(fusion, shared=True)
 
 
-def _reduced(out: TensorView) -> list[int]:
+def reduced_axes(out: TensorView) -> list[int]:
+    """The positions of a reduction result's reduced dims in its logical domain."""
     return [k for k, i in enumerate(out.domain.logical) if i.is_reduction]
 
 
@@ -91,8 +92,8 @@ def _pairs(fusion, shared: bool = False) -> list[tuple[ReductionOp, ReductionOp]
                 and isinstance(x, TensorView) and x.dtype == DataType.Float
                 and r.outputs[0].dtype == DataType.Float):
             continue
-        dims = _reduced(m.outputs[0])
-        if dims != _reduced(r.outputs[0]):
+        dims = reduced_axes(m.outputs[0])
+        if dims != reduced_axes(r.outputs[0]):
             continue
         if [k for k, new in enumerate(bcast.is_broadcast_dim) if new] != dims:
             continue
@@ -104,17 +105,14 @@ def _rewrite(fusion, max_op: ReductionOp, sum_op: ReductionOp) -> None:
     x, largest, total = max_op.in_val, max_op.outputs[0], sum_op.outputs[0]
     with fusion:
         keys = arith.unary(UnaryOpType.LseKey, x, DataType.Int)
-        reduced = arith.reduction(ReductionOpType.LogSumExp, keys, _reduced(largest),
+        reduced = arith.reduction(ReductionOpType.LogSumExp, keys, reduced_axes(largest),
                                   DataType.Int, LSE_IDENTITY)
         new_largest = arith.unary(UnaryOpType.LseMax, reduced, DataType.Float)
         new_total = arith.unary(UnaryOpType.LseSum, reduced, DataType.Float)
     exp_op = sum_op.in_val.definition
     sub_op = exp_op.in_val.definition
-    for old, new in ((largest, new_largest), (total, new_total)):
-        for use in list(old.uses):
-            use.replace_input(old, new)
-        while old in fusion.outputs:
-            fusion.replace_output(old, new)
+    fusion.replace_uses(largest, new_largest)
+    fusion.replace_uses(total, new_total)
     bcast = sub_op.inputs[1].definition
     sum_op.detach()
     max_op.detach()

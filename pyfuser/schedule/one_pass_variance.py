@@ -36,10 +36,7 @@ from ..ir.dtype import DataType
 from ..ir.exprs import (BinaryOp, BinaryOpType, BroadcastOp, ReductionOp, ReductionOpType,
                         UnaryOp, UnaryOpType)
 from ..ir.tensor import TensorView
-
-
-def _reduced(out: TensorView) -> list[int]:
-    return [k for k, i in enumerate(out.domain.logical) if i.is_reduction]
+from .logsumexp import reduced_axes
 
 
 def _sum(e) -> bool:
@@ -60,7 +57,7 @@ def _mean_of(m, x: TensorView, dims: list[int]):
     if [k for k, new in enumerate(bcast.is_broadcast_dim) if new] != dims:
         return None
     r1 = bcast.inputs[0].definition
-    if not (_sum(r1) and r1.in_val is x and _reduced(r1.outputs[0]) == dims):
+    if not (_sum(r1) and r1.in_val is x and reduced_axes(r1.outputs[0]) == dims):
         return None
     return r1, scale
 
@@ -85,7 +82,7 @@ def two_pass_variances(fusion) -> list[tuple]:
         x, m = sub.inputs
         if x.dtype != DataType.Float:
             continue
-        dims = _reduced(r2.outputs[0])
+        dims = reduced_axes(r2.outputs[0])
         mean = _mean_of(m, x, dims)
         if mean is None or mean[0] in seen or mean[0].outputs[0].dtype != DataType.Float:
             continue
@@ -105,7 +102,7 @@ def one_pass_variance(fusion) -> int:
 
 def _rewrite(fusion, r1: ReductionOp, scale: BinaryOp, r2: ReductionOp) -> None:
     D = DataType.Double
-    x, dims = r1.in_val, _reduced(r1.outputs[0])
+    x, dims = r1.in_val, reduced_axes(r1.outputs[0])
     src = x.domain.logical_no_reductions
     with fusion:
         w = arith.unary(UnaryOpType.Cast, x, D)
@@ -124,11 +121,8 @@ def _rewrite(fusion, r1: ReductionOp, scale: BinaryOp, r2: ReductionOp) -> None:
         squares = arith.binary(BinaryOpType.Max, squares, S.as_scalar(0.0, D), D)
         new_r1 = arith.unary(UnaryOpType.Cast, s1, r1.outputs[0].dtype)
         new_r2 = arith.unary(UnaryOpType.Cast, squares, r2.outputs[0].dtype)
-    for old, new in ((r1.outputs[0], new_r1), (r2.outputs[0], new_r2)):
-        for use in list(old.uses):
-            use.replace_input(old, new)
-        while old in fusion.outputs:
-            fusion.replace_output(old, new)
+    fusion.replace_uses(r1.outputs[0], new_r1)
+    fusion.replace_uses(r2.outputs[0], new_r2)
     # The square's chain goes where nothing else reads it (x - mean is often also the
     # normalization's numerator).
     sq = r2.in_val.definition
