@@ -25,7 +25,8 @@ definition, and the first execute, which must hit the disk cache. In the childre
 are CPU tensors that the executor takes for CUDA ones, the device table's H100 stands in for
 the live device and loading the module (cuModuleLoadData) and the launch are no-ops: what is
 timed is everything up to the driver. `--profile` adds cProfile's top functions of the first
-execute (sorted by cumulative time; HOST_PATH_SORT=tottime sorts by own time); `--importtime`
+execute (sorted by cumulative time; HOST_PATH_SORT=tottime sorts by own time;
+HOST_PATH_CALLERS=REGEX adds the callers of the functions it matches); `--importtime`
 the modules imported in each phase (python -X importtime).
 """
 from __future__ import annotations
@@ -134,7 +135,9 @@ def _child(args) -> dict:
         import io
         import pstats
         text = io.StringIO()
-        pstats.Stats(profile, stream=text).sort_stats(os.environ.get("HOST_PATH_SORT", "cumulative")).print_stats(args.top)
+        st = pstats.Stats(profile, stream=text).sort_stats(os.environ.get("HOST_PATH_SORT", "cumulative")); st.print_stats(args.top)
+        if os.environ.get("HOST_PATH_CALLERS"):
+            st.print_callers(os.environ["HOST_PATH_CALLERS"])
         out["profile"] = text.getvalue()
     return out
 

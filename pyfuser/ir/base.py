@@ -15,6 +15,22 @@ _fallback_counters: dict[str, itertools.count] = {}
 frontend_ops: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
+# Bumped by every change to the graph's wiring (an Expr made, detached or given a new input):
+# Fusion.exprs() keeps its last walk while the generation and the outputs are unchanged.
+# Code that rewires an Expr's inputs or outputs in place, not through these, calls
+# graph_changed() itself.
+_graph_generation = 0
+
+
+def graph_generation() -> int:
+    return _graph_generation
+
+
+def graph_changed() -> None:
+    global _graph_generation
+    _graph_generation += 1
+
+
 def current_fusion():
     stack = getattr(_local, "fusion_stack", None)
     return stack[-1] if stack else None
@@ -64,6 +80,7 @@ class Expr:
     def __init__(self, inputs, outputs):
         self.inputs = list(inputs)
         self.outputs = list(outputs)
+        graph_changed()
         for v in self.inputs:
             v.uses.append(self)
         for v in self.outputs:
@@ -71,6 +88,7 @@ class Expr:
 
     def detach(self) -> None:
         """Remove this expr from the graph (its outputs lose their definition)."""
+        graph_changed()
         for v in self.inputs:
             if self in v.uses:
                 v.uses.remove(self)
@@ -79,6 +97,7 @@ class Expr:
                 v.definition = None
 
     def replace_input(self, old: Val, new: Val) -> None:
+        graph_changed()
         for i, v in enumerate(self.inputs):
             if v is old:
                 self.inputs[i] = new

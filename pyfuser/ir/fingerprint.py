@@ -16,8 +16,8 @@ import json
 
 from .base import Expr, Val
 
-# Attributes that are bookkeeping, not meaning.
-_SKIP = frozenset({"fusion", "name", "uses", "definition", "_counters"})
+# Attributes that are bookkeeping, not meaning (_walked: Fusion.exprs()'s kept walk).
+_SKIP = frozenset({"fusion", "name", "uses", "definition", "_counters", "_walked"})
 
 
 class _Writer:

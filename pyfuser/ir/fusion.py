@@ -5,7 +5,7 @@ import copy
 import enum
 import types
 
-from .base import Expr, Val, pop_fusion, push_fusion
+from .base import Expr, Val, graph_generation, pop_fusion, push_fusion
 from .scalar import Scalar, same_value
 from .tensor import MemoryType, TensorView
 
@@ -185,6 +185,23 @@ class Fusion:
     # Traversal ---------------------------------------------------------------------------------
     def exprs(self) -> list[Expr]:
         """Exprs needed for the outputs, producers before consumers (deterministic order)."""
+        return list(self._walk()[0])
+
+    def _walk(self) -> tuple[list[Expr], set]:
+        """exprs() and their set, kept while the graph (ir/base.graph_generation) and the
+        outputs are as they were: schedulers' and the segmenter's analyses ask for them hundreds
+        of times per fusion (a new process's first BatchNorm call spent a third of its time
+        walking the graph again)."""
+        kept = self.__dict__.get("_walked")
+        outputs = self.outputs
+        if (kept is not None and kept[0] == graph_generation() and len(kept[1]) == len(outputs)
+                and all(a is b for a, b in zip(kept[1], outputs))):
+            return kept[2], kept[3]
+        order = self._walk_now()
+        self._walked = (graph_generation(), tuple(outputs), order, set(order))
+        return order, self._walked[3]
+
+    def _walk_now(self) -> list[Expr]:
         order: list[Expr] = []
         seen: set = set()
         stack: list[tuple[Val, bool]] = [(o, False) for o in reversed(self.outputs)]
@@ -212,7 +229,7 @@ class Fusion:
         """Every tensor used: inputs first, then in topological order."""
         out = [v for v in self.inputs if isinstance(v, TensorView)]
         seen = set(out)
-        for e in self.exprs():
+        for e in self._walk()[0]:
             for v in e.inputs + e.outputs:
                 if isinstance(v, TensorView) and v not in seen:
                     seen.add(v)
@@ -224,7 +241,7 @@ class Fusion:
         return [] if d is None else [i for i in d.inputs if isinstance(i, TensorView)]
 
     def consumers(self, tv: TensorView) -> list[TensorView]:
-        live = set(self.exprs())
+        live = self._walk()[1]
         out = []
         for e in tv.uses:
             if e in live:
@@ -232,7 +249,7 @@ class Fusion:
         return out
 
     def uses_of(self, tv: TensorView) -> list[Expr]:
-        live = set(self.exprs())
+        live = self._walk()[1]
         return [e for e in tv.uses if e in live]
 
     def scalar_inputs(self) -> list[Scalar]:
@@ -244,8 +261,13 @@ class Fusion:
         Scheduling mutates a fusion; the executor schedules a clone so that the definition stays
         intact for the reference evaluator and for other input shapes.
         """
+        walked = self.__dict__.pop("_walked", None)    # a walk of this graph, not the copy's
         memo: dict = {}
-        new = _deep_copy(self, memo)
+        try:
+            new = _deep_copy(self, memo)
+        finally:
+            if walked is not None:
+                self._walked = walked
         return new, {k: v for k, v in memo.items() if isinstance(v, Val)}
 
     def clone_for_rewrite(self) -> tuple["Fusion", dict]:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from ..ir.arith import set_op
+from ..ir.base import graph_changed
 from ..ir.exprs import GatherOp, LoadKind, LoadStoreOp, WindowOp
 from ..ir.tensor import MemoryType, ScheduleError, TensorDomain, TensorView
 
@@ -81,6 +82,7 @@ def cache_before(tv: TensorView) -> TensorView:
         d.outputs[d.outputs.index(tv)] = cache
         cache.definition = d
         tv.definition = None
+        graph_changed()
         LoadStoreOp(tv, cache)
     for e in uses:
         e.replace_input(tv, cache)
