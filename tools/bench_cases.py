@@ -3,12 +3,18 @@ each case against eager and torch.compile of the same function, in one run.
 
 A case is `make(device) -> (fd, inputs, eager, nbytes)`: the FusionDefinition, its inputs, the
 eager function (torch.compile compiles it), and the bytes its floor moves (GB/s count them).
-Each peer's result is compared with pyfuser's before it is timed; times are medians of triton's
-do_bench (pyfuser.benchmark.harness._bench), which clears the L2 before each run.
+Each peer's result is compared with pyfuser's before it is timed. Timing follows
+../shared/ANCHORS.md's protocol: ROUNDS interleaved rounds (pyfuser, eager, compile, again), each
+time one triton do_bench median (pyfuser.benchmark.harness._bench, which clears the L2 before
+each run); the row prints each one's median GB/s and the median of the rounds' ratios.
 """
 from __future__ import annotations
 
+import statistics
+
 import torch
+
+ROUNDS = 5
 
 
 def explain(cases: dict) -> int:
@@ -30,24 +36,29 @@ def bench(cases: dict, tolerance: float = 1e-2) -> int:
     """GB/s of pyfuser, eager and torch.compile per case, and pyfuser's ratio to the best."""
     from pyfuser.benchmark.harness import _bench
     print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}")
-    print("case | pyfuser GB/s | eager GB/s | compile GB/s | best peer | ratio | plan")
+    print(f"case | pyfuser GB/s | eager GB/s | compile GB/s | best peer | ratio (median of "
+          f"{ROUNDS} interleaved rounds) | plan")
     print("--- | --- | --- | --- | --- | --- | ---")
     for name, make in cases.items():
         fd, inputs, eager, nbytes = make("cuda")
         ours = fd.execute(inputs)
         run = fd.last_run
-        t = {"pyfuser": _bench(lambda: fd.execute(inputs))}
+        fns = {"pyfuser": lambda: fd.execute(inputs)}
         for peer, fn in (("eager", eager), ("compile", torch.compile(eager, dynamic=False))):
             try:
                 _report_difference(name, peer, fn(), ours, tolerance)
-                t[peer] = _bench(fn)
+                fns[peer] = fn
             except Exception as e:     # noqa: BLE001 - a peer that fails is reported, not fatal
                 print(f"# {name}: {peer} failed: {type(e).__name__}: {e}"[:300])
-        gbs = {k: nbytes / v / 1e6 for k, v in t.items()}
+        rounds = [{k: nbytes / _bench(fn, reps=1) / 1e6 for k, fn in fns.items()}
+                  for _ in range(ROUNDS)]
+        gbs = {k: statistics.median(r[k] for r in rounds) for k in fns}
         best = max(v for k, v in gbs.items() if k != "pyfuser")
+        ratio = statistics.median(r["pyfuser"] / max(v for k, v in r.items() if k != "pyfuser")
+                                  for r in rounds)
         plan = ", ".join(f"{s.kind}:{s.name}" for s in run.segments) or ",".join(run.schedulers)
         print(f"{name} | {gbs['pyfuser']:.0f} | {gbs.get('eager', float('nan')):.0f} | "
-              f"{gbs.get('compile', float('nan')):.0f} | {best:.0f} | {gbs['pyfuser'] / best:.2f}"
+              f"{gbs.get('compile', float('nan')):.0f} | {best:.0f} | {ratio:.2f}"
               f" | {run.kind}: {plan}", flush=True)
     return 0
 

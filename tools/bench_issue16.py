@@ -9,8 +9,8 @@ BatchNorm2d training forward (y bf16, save_mean, save_rstd, running statistics u
 and backward (dx, dw, db) of [32, 256, 56, 56] in NCHW and channels-last, fp32 weight and bias;
 GroupNorm(32) forward of [8, 320, 64, 64]; logsumexp over rows of [4096, 128256]; the column
 sum of an [8192, 16384] column-major tensor; softmax of a transposed [4096, 8192] input. GB/s
-count each tensor read or written once (the floor); times are medians of triton's do_bench
-(pyfuser.benchmark.harness._bench), which clears the L2 before each run.
+count each tensor read or written once (the floor); times: tools/bench_cases.py (interleaved
+rounds of triton's do_bench, which clears the L2 before each run; the median ratio).
 """
 from __future__ import annotations
 

@@ -3,10 +3,13 @@ bf16, NCHW or channels-last) under forced reduction heuristics, on the GPU:
 
     PYTHONPATH=. python tools/sweep_bn_stats.py "grid_split=2" "grid_split=4, bdimx=256" ...
     PYTHONPATH=. python tools/sweep_bn_stats.py --backward "vector=4" ...
+    PYTHONPATH=. python tools/sweep_bn_stats.py --one-pass "bdimx=32, bdimy=8" ...
 
 Each argument is the default heuristic with those fields replaced. GB/s count x read once.
 --backward: BatchNorm backward's two sums instead, sum(dy) and sum(dy * (x - mean) * rstd)
 from the saved fp32 mean and rstd [C] (one kernel, two reductions); GB/s count x and dy.
+--one-pass: the forward's one-pass statistics (schedule/one_pass_variance.py), the float64
+sums of x and x * x in one kernel; GB/s count x.
 """
 import dataclasses
 import sys
@@ -34,7 +37,17 @@ def _backward_sums(x):
     return fd, [x, dy, mean, rstd], ref, 2 * x.numel() * 2
 
 
-def main(variants, backward=False) -> int:
+def _one_pass_sums(x):
+    per_channel = [0, 2, 3]
+    with FusionDefinition() as fd:
+        tx = fd.from_pytorch(x)
+        xd = fd.ops.cast(tx, DataType.Double)
+        fd.add_output(fd.ops.sum(xd, per_channel))
+        fd.add_output(fd.ops.sum(fd.ops.mul(xd, xd), per_channel))
+    return fd, [x], x.double().sum((0, 2, 3)), x.numel() * 2
+
+
+def main(variants, backward=False, one_pass=False) -> int:
     print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}")
     for channels_last in (False, True):
         x = torch.randn(32, 256, 56, 56, device="cuda").bfloat16()
@@ -42,6 +55,8 @@ def main(variants, backward=False) -> int:
             x = x.contiguous(memory_format=torch.channels_last)
         if backward:
             fd, inputs, ref, nbytes = _backward_sums(x)
+        elif one_pass:
+            fd, inputs, ref, nbytes = _one_pass_sums(x)
         else:
             with FusionDefinition() as fd:
                 tx = fd.from_pytorch(x)
@@ -68,5 +83,5 @@ def main(variants, backward=False) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main([a for a in sys.argv[1:] if a != "--backward"],
-                          backward="--backward" in sys.argv))
+    raise SystemExit(main([a for a in sys.argv[1:] if not a.startswith("--")],
+                          backward="--backward" in sys.argv, one_pass="--one-pass" in sys.argv))

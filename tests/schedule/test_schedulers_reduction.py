@@ -583,3 +583,43 @@ def test_unswitched_steps_on_the_interpreter(N, grid_split):
     fd = catalogue.define("row_sum", "fp32")
     run_and_check(fd, catalogue.make_inputs("row_sum", 5, N, "fp32", seed=N),
                   scheduler="reduction", options={"enable": ["interpret"], "heuristic": params})
+
+
+@pytest.mark.parametrize("one_pass", [True, False], ids=["float64-sums", "float32-sums"])
+def test_float64_sums_of_few_columns_take_half_the_vector(one_pass):
+    """BatchNorm's one-pass statistics of a channels-last image, float64 sums of x and x * x:
+    their accumulators take 32 of a 1024-thread block's 40 registers and cut the unroll, so a
+    thread takes 4 columns and a block 16x32 threads at the full unroll (H200: 34.0-34.8 us
+    against 40.7-41.5 at 16x64 vector 8 unroll 2). Two float32 sums keep 8 columns a thread."""
+    x = torch.empty(32, 256, 56, 56, dtype=torch.bfloat16).contiguous(
+        memory_format=torch.channels_last)
+    acc = "float64" if one_pass else "float32"
+    with FusionDefinition() as fd:
+        xd = fd.ops.cast(fd.from_pytorch(x), acc)
+        fd.add_output(fd.ops.sum(xd, [0, 2, 3]))
+        fd.add_output(fd.ops.sum(fd.ops.mul(xd, xd), [0, 2, 3]))
+    st = Setup(fd, [x], "h200", 16)
+    p = reduction.compute_heuristics(st.fusion, st.info)
+    if one_pass:
+        assert (p.vector, p.bdimx, p.bdimy, p.unroll, p.grid_split) == (4, 16, 32, 4, 64), p
+        # Two blocks of 512 threads an SM: 4 column tiles x 64 row splits.
+        assert _blocks(p, 100352, 256) == 256, p
+    else:
+        assert (p.vector, p.bdimx, p.bdimy, p.unroll, p.grid_split) == (8, 16, 64, 4, 64), p
+
+
+def test_float64_sums_at_4_columns_a_thread_on_the_interpreter():
+    """The few-columns rule at half the vector (the float64 sums of x and x * x of a
+    channels-last image of 256 channels, 256 rows: 16x32 threads, unroll 4), outputs poisoned,
+    against float64."""
+    g = torch.Generator().manual_seed(7)
+    x = (torch.randn(4, 256, 8, 8, generator=g) * 3 + 20).to(torch.bfloat16).contiguous(
+        memory_format=torch.channels_last)
+    with FusionDefinition() as fd:
+        xd = fd.ops.cast(fd.from_pytorch(x), "float64")
+        fd.add_output(fd.ops.sum(xd, [0, 2, 3]))
+        fd.add_output(fd.ops.sum(fd.ops.mul(xd, xd), [0, 2, 3]))
+    run_and_check(fd, [x], scheduler="reduction",
+                  options={"enable": ["interpret", "poison_outputs"]})
+    p = fd.last_run.heuristics[0]
+    assert (p.inner, p.vector, p.bdimx, p.bdimy, p.unroll) == (False, 4, 16, 32, 4), p

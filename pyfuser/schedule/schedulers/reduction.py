@@ -328,15 +328,17 @@ def compute_heuristics(fusion, info: RuntimeInfo) -> ReductionParams:
     # Sweep on the H100, col_sum 16384x8192 bf16: 64 threads x 16 B (1 KB per row) by 8 rows,
     # unroll 4, 16 blocks per column tile: 2345 GB/s; 32x8: 2215; 128x2: 2053.
     cols = max(1, iter_n // vector)
+    # Registers of a column's accumulators (a float64 accumulator takes two).
+    accumulators = sum(max(1, r.dtype.size // 4) for r in reduction_tensors(fusion))
     step_registers = functools.partial(
         _unroll_in_registers, registers=info.device.registers_per_sm, vector=vector,
-        # (a float64 accumulator takes two registers)
-        held=sum(max(1, r.dtype.size // 4) for r in reduction_tensors(fusion)) + sum(
+        held=accumulators + sum(
             1 for v in fusion.inputs
             if isinstance(v, TensorView) and v not in streamed and fusion.uses_of(v)),
         streamed_bytes=sum(v.dtype.size for v in streamed))
     if FEW_COLUMNS[0] <= cols <= FEW_COLUMNS[1] and FEW_COLUMNS_RULE:
-        return _few_columns(red_n, cols, vector, vec_inputs, sms, max_unroll, step_registers)
+        return _few_columns(red_n, cols, vector, vec_inputs, sms, max_unroll, step_registers,
+                            accumulators, info.device.registers_per_sm)
     bdimx = min(64, _pow2_floor(cols))
     bdimy = max(1, min(512 // bdimx, _pow2_floor(red_n)))
     unroll = step_registers(max_unroll if red_n >= bdimy * max_unroll else 1, bdimx * bdimy)
@@ -386,10 +388,16 @@ def _unroll_in_registers(unroll: int, threads: int, *, registers: int, vector: i
     two sums of a channels-last [32, 256, 56, 56] (16 + 16 held, 2 bf16 inputs, 1024
     threads; H200, bench/results/2026-11-29/h200-sweep-bn-backward-unroll.txt): unroll 2
     68.6 us with 44-72 B of spills, unroll 1 51.8 us."""
-    budget = min(255, registers // threads) - OTHER_REGISTERS
+    budget = _register_budget(registers, threads)
     while unroll > 1 and vector * held + unroll * vector * streamed_bytes / 4 > budget:
         unroll //= 2
     return unroll
+
+
+def _register_budget(registers: int, threads: int) -> int:
+    """Registers a thread of a `threads`-thread block (one block an SM) has for its
+    accumulators, per-column operands and loads in flight."""
+    return min(255, registers // threads) - OTHER_REGISTERS
 
 
 def _step_loads(unroll: int, max_unroll: int) -> int:
@@ -427,7 +435,8 @@ def _read_once(fusion, red: TensorView, vec_inputs: tuple) -> set:
 
 
 def _few_columns(red_n: int, cols: int, vector: int, vec_inputs, sms: int,
-                 max_unroll: int = LOADS_PER_STEP, step_registers=None) -> ReductionParams:
+                 max_unroll: int = LOADS_PER_STEP, step_registers=None,
+                 accumulators: int = 1, registers: int = 65536) -> ReductionParams:
     """Few columns (BatchNorm's statistics of a channels-last image: 256 channels, N * H * W =
     100352 rows): 1024-thread blocks of 16 column vectors (256-byte row segments) by 64 rows,
     the rows split among blocks until the grid is about one block per SM. Swept on the H100 for
@@ -439,17 +448,30 @@ def _few_columns(red_n: int, cols: int, vector: int, vec_inputs, sms: int,
     (narrower rows than 256 bytes) it lost: [8192, 64] 0.93x, [262144, 32] 0.94x."""
     bdimx = 16
     bdimy = max(1, min(1024 // bdimx, _pow2_floor(red_n)))
-    # (BatchNorm's one-pass statistics, two float64 sums of 8 columns and three per-channel
-    # operands, do not fit one step in 64 registers: 16x64 at unroll 1 spills 64 B and ran
-    # 45.3 us; halving the rows to 16x32 at unroll 4, 86 registers, ran 51.8, H200,
-    # bench/results/2026-11-30/h200-one-pass-variance-session27.txt. Kept at 16x64.)
     unroll = max_unroll if red_n >= bdimy * max_unroll else 1
     if step_registers is not None:
-        unroll = step_registers(unroll, bdimx * bdimy)
+        fitted = step_registers(unroll, bdimx * bdimy)
+        budget = _register_budget(registers, bdimx * bdimy)
+        if fitted < unroll and vector >= 8 and 2 * vector * accumulators > budget:
+            # The accumulators of 8 columns take more than half of a 1024-thread block's
+            # registers and cut the unroll: half the columns a thread (twice the column
+            # tiles) and half the rows a block, the unroll kept. BatchNorm's one-pass
+            # statistics, two float64 sums (32 registers of 40; H200, tools/sweep_bn_stats.py
+            # --one-pass): 16x64 vector 8 unroll 2, split 64 40.7-41.5 us; 16x32 vector 4
+            # unroll 4, split 64 34.0-34.8; 32x32 vector 4 unroll 4 35.5. Not where they take
+            # less: BatchNorm backward's two float32 sums (16 registers), cut to unroll 1 by
+            # its two inputs, ran 50.8 us at vector 8 and 54.5 at 16x32 vector 4 unroll 2.
+            vector, bdimy = vector // 2, max(1, bdimy // 2)
+            cols *= 2
+            unroll = step_registers(unroll, bdimx * bdimy, vector=vector)
+        else:
+            unroll = fitted
     tiles = -(-cols // bdimx)
+    threads = bdimx * bdimy
     split = 1
     step = _step_loads(unroll, max_unroll)
-    while 2 * tiles * split <= sms and red_n // (bdimy * step * split * 2) >= 4:
+    # About 1024 threads a block per SM: one block of 1024, two of 512.
+    while 2 * tiles * split * threads <= sms * 1024 and red_n // (bdimy * step * split * 2) >= 4:
         split *= 2
     return ReductionParams(False, vector, bdimx, bdimy, unroll, vec_inputs, split)
 
