@@ -509,6 +509,43 @@ def _guarded_call(executor, check, options, plan, residues):
     return call
 
 
+def _guarded_plan_call(executor, check, options, plan, residues, positions, scalars):
+    """_guarded_call for the other plans of kernels: one kernel with in-place outputs, a plan
+    of segments, a rewrite's plan. They do not check their inputs' alignment as they launch,
+    so the call does (the key holds each tensor's data_ptr() % 16); it runs the plan and
+    writes the in-place outputs, as the look-up's `_run` does."""
+    current = opts.current
+    live, settle_all = index_check.LIVE, index_check.settle_all
+    fusion = executor.fusion
+    aliased = bool(fusion.output_aliases)
+    aligned = tuple((k, r) for k, r in enumerate(residues) if r is not None)
+    count = len(residues)
+    every_input = len(positions) == count
+
+    def call(inputs):
+        if type(inputs) is not list and type(inputs) is not tuple or len(inputs) != count:
+            return None
+        for k, kind in scalars:
+            if type(inputs[k]) is not kind:
+                return None
+        try:
+            if not (check(*inputs) if every_input else check(*[inputs[k] for k in positions])):
+                return None
+        except TypeError:
+            return None
+        for k, r in aligned:
+            if inputs[k].data_ptr() & 15 != r:
+                return None
+        if current() is not options:
+            return None
+        if live:
+            settle_all()
+        outputs = plan.run(inputs)
+        executor.last_run = plan.run_info
+        return write_aliased_outputs(fusion, inputs, outputs) if aliased else outputs
+    return call
+
+
 def _checked_already(*inputs) -> bool:
     """The check of a _guarded_call whose caller checked the inputs itself."""
     return True
@@ -627,17 +664,21 @@ class FusionExecutorCache:
     def _guard_next_calls(self, inputs, options, plan) -> None:
         """Make `guarded_call`: the next calls with this signature (and these options) run
         `plan` after one C++ check of their tensors (call_guard.py) and a type check of their
-        scalars, instead of the key's Python reads and the dict look-up. Only for a one-kernel
-        plan whose outputs are all returned (no in-place outputs); otherwise no guarded call
-        (the look-up serves)."""
+        scalars, instead of the key's Python reads and the dict look-up. For a plan of kernels:
+        one kernel (_guarded_call, or _guarded_plan_call where it has in-place outputs), a plan
+        of segments, a rewrite's plan; not for the reference evaluator or the plans of empty
+        dims (the look-up serves them)."""
+        from .plan import SegmentedPlan
         self._guarded_plan, self._guarded_options = plan, options
         self.guarded_call = None
         tensor = _torch_tensor or _bind_torch_tensor()
-        if not isinstance(plan, _KernelPlan) or self.fusion.output_aliases:
+        one_kernel = isinstance(plan, _KernelPlan) and not self.fusion.output_aliases
+        if not isinstance(plan, (_KernelPlan, SegmentedPlan, RewrittenPlan)):
             return
-        if plan.guarded is not None and plan.guarded[0] is options:
+        made = getattr(plan, "guarded", None)
+        if made is not None and made[0] is options:
             # Made for this plan before: calls alternating between signatures build no guard.
-            self.guarded_call = plan.guarded[1]
+            self.guarded_call = made[1]
             return
         positions = tuple(k for k, x in enumerate(inputs) if isinstance(x, tensor))
         if any(type(inputs[k]) is not tensor for k in positions):
@@ -647,10 +688,13 @@ class FusionExecutorCache:
         if check is None:
             return
         residues = tuple(x.data_ptr() & 15 if isinstance(x, tensor) else None for x in inputs)
-        if len(positions) == len(inputs):
+        scalars = tuple((k, type(x)) for k, x in enumerate(inputs) if k not in positions)
+        if not one_kernel:
+            self.guarded_call = _guarded_plan_call(self, check, options, plan, residues,
+                                                   positions, scalars)
+        elif len(positions) == len(inputs):
             self.guarded_call = _guarded_call(self, check, options, plan, residues)
         else:
-            scalars = tuple((k, type(x)) for k, x in enumerate(inputs) if k not in positions)
             self.guarded_call = _guarded_mixed_call(self, check, options, plan, residues,
                                                     positions, scalars)
         plan.guarded = (options, self.guarded_call)

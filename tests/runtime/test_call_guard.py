@@ -342,3 +342,90 @@ def test_calls_alternating_between_signatures_build_each_guard_once(fake_gpu, mo
         ex.run(a)
         assert fd.last_run is plan_a.run_info
     assert len(built) == 1      # plan_b's; plan_a's was made by cached()
+
+
+# Plans with in-place outputs, plans of segments ---------------------------------------------------
+@pytest.fixture
+def cuda_path(monkeypatch, fake_gpu):
+    """fd.execute takes CPU tensors for CUDA ones, down to the fake launch (as
+    tools/host_path.py's no-op launch)."""
+    monkeypatch.setattr(torch.Tensor, "is_cuda", property(lambda self: True))
+    return fake_gpu
+
+
+def _launches(fake):
+    return sum(len(loaded.launches) for loaded in fake.values())
+
+
+def _accumulate():
+    """acc += x * 2, in place, one pointwise kernel."""
+    x, acc = torch.randn(64, 96), torch.randn(64, 96)
+    with FusionDefinition() as fd:
+        tx, tacc = fd.from_pytorch(x), fd.from_pytorch(acc)
+        fd.add_output(fd.ops.add(tacc, fd.ops.mul(tx, 2.0)), alias_input=tacc)
+    return fd, [x, acc]
+
+
+def _two_kernels():
+    """exp(x), segment_set, times 2: a plan of two pointwise kernels."""
+    x = torch.randn(256, 512)
+    with FusionDefinition() as fd:
+        y = fd.ops.segment_set(fd.ops.exp(fd.from_pytorch(x)))
+        fd.add_output(fd.ops.mul(y, 2.0))
+    return fd, [x]
+
+
+@pytest.mark.parametrize("make, kernels", [(_accumulate, 1), (_two_kernels, 2)],
+                         ids=["in-place output", "plan of segments"])
+def test_plans_with_in_place_outputs_or_segments_take_a_guarded_call(cuda_path, monkeypatch,
+                                                                     make, kernels):
+    fd, inputs = make()
+    fd.execute(inputs)
+    ex = fd._executor
+    assert ex.guarded_call is not None
+    assert len(fd.last_run.segments or [None]) == (kernels if kernels > 1 else 1)
+    from pyfuser.runtime import executor as executor_mod
+    written = []
+    real_write = executor_mod.write_aliased_outputs
+    monkeypatch.setattr(executor_mod, "write_aliased_outputs",
+                        lambda *a: written.append(1) or real_write(*a))
+
+    def no_key(*a, **kw):
+        raise AssertionError("the key was computed on a guarded call")
+    monkeypatch.setattr(ex, "_key", no_key)
+    before = _launches(cuda_path)
+    outputs = fd.execute([t.clone() for t in inputs])
+    assert _launches(cuda_path) == before + kernels
+    assert len(outputs) == len(fd.fusion.outputs) - len(fd.fusion.hidden_outputs)
+    assert len(written) == (1 if fd.fusion.output_aliases else 0)
+    assert fd.last_run.kind == "kernels"
+
+
+@pytest.mark.parametrize("make", [_accumulate, _two_kernels],
+                         ids=["in-place output", "plan of segments"])
+def test_the_guard_of_a_plan_refuses_other_alignments_shapes_and_dtypes(cuda_path, make):
+    """These plans do not check pointer alignment as they launch: their guarded call does."""
+    fd, inputs = make()
+    fd.execute(inputs)
+    ex = fd._executor
+    key = ex._key(inputs, opts.current())
+    x = inputs[0]
+    spare = torch.empty(x.numel() + 8, dtype=x.dtype)
+    variations = {
+        "equal copies": [t.clone() for t in inputs],
+        "x misaligned by 4 bytes": [spare[1:1 + x.numel()].view(x.shape)] + inputs[1:],
+        "x aligned at an offset of 16 bytes": [spare[4:4 + x.numel()].view(x.shape)] + inputs[1:],
+        "x of other rows": [torch.randn(x.shape[0] + 1, x.shape[1])] + [
+            torch.randn(x.shape[0] + 1, x.shape[1]) for _ in inputs[1:]],
+        "x in float64": [x.double()] + inputs[1:],
+        "one input too many": inputs + [x],
+    }
+    taken = []
+    for what, ins in variations.items():
+        before = _launches(cuda_path)
+        if ex.guarded_call(ins) is None:
+            assert _launches(cuda_path) == before, f"{what}: refused after launching"
+            continue
+        taken.append(what)
+        assert ex._key(ins, opts.current()) == key, f"{what}: taken with another key"
+    assert set(taken) == {"equal copies", "x aligned at an offset of 16 bytes"}, taken
