@@ -396,6 +396,9 @@ def test_plans_with_in_place_outputs_or_segments_take_a_guarded_call(cuda_path, 
     before = _launches(cuda_path)
     outputs = fd.execute([t.clone() for t in inputs])
     assert _launches(cuda_path) == before + kernels
+    # Each kernel through its plan's launcher (packed in place), as a one-kernel guarded call.
+    last = [loaded.launches[-1][3] for loaded in cuda_path.values()]
+    assert all(kw.get("how") == "launcher" for kw in last), last
     assert len(outputs) == len(fd.fusion.outputs) - len(fd.fusion.hidden_outputs)
     assert len(written) == (1 if fd.fusion.output_aliases else 0)
     assert fd.last_run.kind == "kernels"
