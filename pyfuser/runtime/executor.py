@@ -880,11 +880,24 @@ class FusionExecutorCache:
         them; None otherwise. Decided once per set of refused schedulers."""
         key = frozenset(exclude)
         if key not in self._split:
-            found = split_normalizations.better_split(
-                self.fusion, segmented, exclude or None,
-                lambda split: _disk_decisions(split, target, exclude or None))
-            self._split[key] = None if found is None else FusionExecutorCache(
-                found[0], name=f"{self.name}_split")
+            asked = []
+
+            def decisions_of(split):
+                asked.append(_disk_decisions(split, target, exclude or None))
+                return asked[-1]
+            found = split_normalizations.better_split(self.fusion, segmented, exclude or None,
+                                                      decisions_of)
+            sub = None
+            if found is not None:
+                sub = FusionExecutorCache(found[0], name=f"{self.name}_split")
+                if not exclude:
+                    # The split's segmentation, just made for the comparison, is the one its
+                    # executor makes first (no scheduler excluded): not made again (a new
+                    # process's first call segmented the split twice).
+                    sub._segmented = found[1]
+                    if asked and asked[-1] is not None:
+                        sub._fusion_text = asked[-1].text
+            self._split[key] = sub
         sub = self._split[key]
         if sub is None:
             return None

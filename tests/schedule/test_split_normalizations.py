@@ -140,6 +140,32 @@ def test_a_two_pass_variance_split_over_kernels_becomes_one_pass():
     assert all(r.dtype == F32 for r in reduction_tensors(fd.fusion))
 
 
+def test_the_split_is_segmented_once(monkeypatch):
+    """The executor compares the split's segmentation with the fusion's own, then plans the
+    split with that segmentation instead of segmenting it again (a new process's first call of
+    BatchNorm forward segmented the split twice)."""
+    from pyfuser.runtime import executor as executor_mod
+    from pyfuser.schedule import segmenter
+    fd = _nchw_normalization(two_pass=True)
+    calls = []
+    real = segmenter.segment
+
+    def counting(fusion, *a, **kw):
+        calls.append(fusion)
+        return real(fusion, *a, **kw)
+    monkeypatch.setattr(segmenter, "segment", counting)
+    monkeypatch.setattr(executor_mod, "segment", counting)
+    x = (torch.randn(3, 5, 7, 9, generator=torch.Generator().manual_seed(2)) + 4).to(
+        torch.bfloat16)
+    y = fd.execute([x], options=INTERPRET)[0]
+    assert fd.last_run.reason.startswith(sn.DESCRIPTION), fd.last_run.reason
+    assert calls[0] is fd.fusion and len(calls) == 2, calls     # the fusion's, the split's
+    xd = x.double()
+    var, mean = torch.var_mean(xd, dim=(0, 2, 3), correction=0, keepdim=True)
+    torch.testing.assert_close(y.double(), (xd - mean) * torch.rsqrt(var + 1e-5),
+                               rtol=1e-2, atol=1e-2)
+
+
 @pytest.mark.parametrize("layout", ["transposed", "dim0"])
 def test_split_plans_on_the_interpreter(layout):
     """On the interpreter's 4-SM device: 8192 rows of 32 columns, 4 columns a block (8 tiles),
