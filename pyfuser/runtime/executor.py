@@ -514,6 +514,24 @@ def _guarded_call(executor, check, options, plan, residues):
     return call
 
 
+def _inputs_check(check, count: int, positions: tuple, scalars: tuple):
+    """inputs -> whether they are a list or tuple of `count`, with scalars of the types in
+    `scalars` ((position, type)) and at `positions` tensors that `check` passes."""
+    every = len(positions) == count
+
+    def passes(inputs) -> bool:
+        if type(inputs) is not list and type(inputs) is not tuple or len(inputs) != count:
+            return False
+        for k, kind in scalars:
+            if type(inputs[k]) is not kind:
+                return False
+        try:
+            return bool(check(*inputs) if every else check(*[inputs[k] for k in positions]))
+        except TypeError:           # not tensors where the plan's were
+            return False
+    return passes
+
+
 def _guarded_plan_call(executor, check, options, plan, residues, positions, scalars):
     """_guarded_call for the other plans of kernels: one kernel with in-place outputs, a plan
     of segments, a rewrite's plan. They do not check their inputs' alignment as they launch,
@@ -524,19 +542,10 @@ def _guarded_plan_call(executor, check, options, plan, residues, positions, scal
     fusion = executor.fusion
     aliased = bool(fusion.output_aliases)
     aligned = tuple((k, r) for k, r in enumerate(residues) if r is not None)
-    count = len(residues)
-    every_input = len(positions) == count
+    passes = _inputs_check(check, len(residues), positions, scalars)
 
     def call(inputs):
-        if type(inputs) is not list and type(inputs) is not tuple or len(inputs) != count:
-            return None
-        for k, kind in scalars:
-            if type(inputs[k]) is not kind:
-                return None
-        try:
-            if not (check(*inputs) if every_input else check(*[inputs[k] for k in positions])):
-                return None
-        except TypeError:
+        if not passes(inputs):
             return None
         for k, r in aligned:
             if inputs[k].data_ptr() & 15 != r:
@@ -544,7 +553,7 @@ def _guarded_plan_call(executor, check, options, plan, residues, positions, scal
         if current() is not options:
             return None
         if live:
-            settle_all()
+            settle_all()        # an index error of an earlier call, raised at the next
         outputs = plan.run(inputs)
         executor.last_run = plan.run_info
         return write_aliased_outputs(fusion, inputs, outputs) if aliased else outputs
@@ -561,20 +570,10 @@ def _guarded_mixed_call(executor, check, options, plan, residues, positions, sca
     type) in `scalars`: the key holds a scalar's type, not its value, which the plan passes
     to the kernel at each call)."""
     tensors_only = _guarded_call(executor, _checked_already, options, plan, residues)
-    count = len(residues)
+    passes = _inputs_check(check, len(residues), positions, scalars)
 
     def call(inputs):
-        if type(inputs) is not list and type(inputs) is not tuple or len(inputs) != count:
-            return None
-        for k, kind in scalars:
-            if type(inputs[k]) is not kind:
-                return None
-        try:
-            if not check(*[inputs[k] for k in positions]):
-                return None
-        except TypeError:           # not tensors where the plan's were
-            return None
-        return tensors_only(inputs)
+        return tensors_only(inputs) if passes(inputs) else None
     return call
 
 
