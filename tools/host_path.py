@@ -135,9 +135,10 @@ def _child(args) -> dict:
         import io
         import pstats
         text = io.StringIO()
-        st = pstats.Stats(profile, stream=text).sort_stats(os.environ.get("HOST_PATH_SORT", "cumulative")); st.print_stats(args.top)
+        stats = pstats.Stats(profile, stream=text)
+        stats.sort_stats(os.environ.get("HOST_PATH_SORT", "cumulative")).print_stats(args.top)
         if os.environ.get("HOST_PATH_CALLERS"):
-            st.print_callers(os.environ["HOST_PATH_CALLERS"])
+            stats.print_callers(os.environ["HOST_PATH_CALLERS"])
         out["profile"] = text.getvalue()
     return out
 

@@ -434,12 +434,12 @@ def _read_once(fusion, red: TensorView, vec_inputs: tuple) -> set:
                             [fusion.inputs[k] for k in vec_inputs]))
 
 
-def _few_columns(red_n: int, cols: int, vector: int, vec_inputs, sms: int,
-                 max_unroll: int = LOADS_PER_STEP, step_registers=None,
-                 accumulators: int = 1, registers: int = 65536) -> ReductionParams:
+def _few_columns(red_n: int, cols: int, vector: int, vec_inputs, sms: int, max_unroll: int,
+                 step_registers, accumulators: int, registers: int) -> ReductionParams:
     """Few columns (BatchNorm's statistics of a channels-last image: 256 channels, N * H * W =
     100352 rows): 1024-thread blocks of 16 column vectors (256-byte row segments) by 64 rows,
-    the rows split among blocks until the grid is about one block per SM. Swept on the H100 for
+    the rows split among blocks until the grid is about 1024 threads per SM (half the vector
+    and 512-thread blocks where the accumulators take most of the registers: below). Swept on the H100 for
     that sum (bench/results/2026-11-27/h100-sweep-bn-stats.txt): 16x64 threads over 64 blocks
     1344 GB/s; 16x32 over 64: 1236; 32x32 over 128: 1219; the general rule's 32x16 over 256:
     883. Against the general rule, same run (h100-sweep-few-columns.txt): column sums of
@@ -449,23 +449,22 @@ def _few_columns(red_n: int, cols: int, vector: int, vec_inputs, sms: int,
     bdimx = 16
     bdimy = max(1, min(1024 // bdimx, _pow2_floor(red_n)))
     unroll = max_unroll if red_n >= bdimy * max_unroll else 1
-    if step_registers is not None:
-        fitted = step_registers(unroll, bdimx * bdimy)
-        budget = _register_budget(registers, bdimx * bdimy)
-        if fitted < unroll and vector >= 8 and 2 * vector * accumulators > budget:
-            # The accumulators of 8 columns take more than half of a 1024-thread block's
-            # registers and cut the unroll: half the columns a thread (twice the column
-            # tiles) and half the rows a block, the unroll kept. BatchNorm's one-pass
-            # statistics, two float64 sums (32 registers of 40; H200, tools/sweep_bn_stats.py
-            # --one-pass): 16x64 vector 8 unroll 2, split 64 40.7-41.5 us; 16x32 vector 4
-            # unroll 4, split 64 34.0-34.8; 32x32 vector 4 unroll 4 35.5. Not where they take
-            # less: BatchNorm backward's two float32 sums (16 registers), cut to unroll 1 by
-            # its two inputs, ran 50.8 us at vector 8 and 54.5 at 16x32 vector 4 unroll 2.
-            vector, bdimy = vector // 2, max(1, bdimy // 2)
-            cols *= 2
-            unroll = step_registers(unroll, bdimx * bdimy, vector=vector)
-        else:
-            unroll = fitted
+    fitted = step_registers(unroll, bdimx * bdimy)
+    if (fitted < unroll and vector >= 8
+            and 2 * vector * accumulators > _register_budget(registers, bdimx * bdimy)):
+        # The accumulators of 8 columns take more than half of a 1024-thread block's
+        # registers and cut the unroll: half the columns a thread (twice the column
+        # tiles) and half the rows a block, the unroll kept. BatchNorm's one-pass
+        # statistics, two float64 sums (32 registers of 40; H200, tools/sweep_bn_stats.py
+        # --one-pass): 16x64 vector 8 unroll 2, split 64 40.7-41.5 us; 16x32 vector 4
+        # unroll 4, split 64 34.0-34.8; 32x32 vector 4 unroll 4 35.5. Not where they take
+        # less: BatchNorm backward's two float32 sums (16 registers), cut to unroll 1 by
+        # its two inputs, ran 50.8 us at vector 8 and 54.5 at 16x32 vector 4 unroll 2.
+        vector, bdimy = vector // 2, max(1, bdimy // 2)
+        cols *= 2
+        unroll = step_registers(unroll, bdimx * bdimy, vector=vector)
+    else:
+        unroll = fitted
     tiles = -(-cols // bdimx)
     threads = bdimx * bdimy
     split = 1
