@@ -58,6 +58,10 @@ FEATURES = {
                       "sums added in a fixed order by the last of them, wherever K has two "
                       "64-deep blocks per split (unset: not split; measured slower than the "
                       "unsplit kernel or cuBLAS on the shapes swept)",
+    "matmul_cluster": "matmul kernels in clusters of 2 CTAs along M, each loading half of the B "
+                      "tile the two share and multicasting it to both (unset: the heuristic's "
+                      "rule, cooperative 128x256 tiles over at least a wave and K >= 1024; forced "
+                      "off: no cluster; forced on: every tile whose B splits in two, without split-K)",
     "kernel_reuse": "reuse compiled kernels across shapes whose heuristics are equal",
     "reference_fallback": "run fusions no scheduler takes through the reference evaluator",
     "one_pass_logsumexp": "make max(x) and sum(exp(x - max(x))) over the same dims one reduction "

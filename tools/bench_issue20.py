@@ -2,7 +2,7 @@
 torch Linear weight layout) through pyfuser's generated kernel, beside torch.matmul (cuBLAS)
 and torch.compile of it, in one run (GPU machine); or each shape's plan on the CPU:
 
-    PYTHONPATH=. python tools/bench_issue20.py [MxNxK..] [--a-mn] [--pingpong]
+    PYTHONPATH=. python tools/bench_issue20.py [MxNxK..] [--a-mn] [--pingpong | --no-cluster]
         # GPU: TFLOP/s (all bar shapes by default; --a-mn: x column-major)
     PYTHONPATH=. python tools/bench_issue20.py --explain   # CPU: the plan of each shape (H100)
 
@@ -112,16 +112,16 @@ def bench(shapes) -> int:
         # pyfuser and cuBLAS timed in turn, three times each, each the median of its three:
         # clocks and power drift over a run by several percent.
         rounds: dict = {"pyfuser": [], "cublas": []}
-        if PINGPONG:
-            rounds["ping-pong"] = []
-            fd.execute([x, w], options=PINGPONG_ON)
+        if VARIANT:
+            label, opts = VARIANT
+            rounds[label] = []
+            fd.execute([x, w], options=opts)
             pp_run = fd.last_run
         for _ in range(3):
             rounds["pyfuser"].append(_bench(lambda: fd.execute([x, w])))
             rounds["cublas"].append(_bench(cublas))
-            if PINGPONG:
-                rounds["ping-pong"].append(_bench(lambda: fd.execute([x, w],
-                                                                     options=PINGPONG_ON)))
+            if VARIANT:
+                rounds[label].append(_bench(lambda: fd.execute([x, w], options=opts)))
         t = {name: sorted(v)[1] for name, v in rounds.items()}
         try:
             compiled()
@@ -140,9 +140,9 @@ def bench(shapes) -> int:
         nan = float("nan")
         heuristics = "; ".join(h.describe() if hasattr(h, "describe") else repr(h)
                                for h in run.heuristics)
-        if PINGPONG:
-            pp = tf["ping-pong"]
-            heuristics = (f"ping-pong {pp:.0f} TFLOP/s ({pp / tf['cublas']:.2f} of cuBLAS; "
+        if VARIANT:
+            pp = tf[label]
+            heuristics = (f"{label} {pp:.0f} TFLOP/s ({pp / tf['cublas']:.2f} of cuBLAS; "
                           f"{pp_run.heuristics[0].describe()}); " + heuristics)
         name = (f"{batch}x" * (batch > 1) + f"{m}x{n}x{k}{' A MN-major' if A_MN else ''}"
                 f"{' B MN-major' if mn_major else ''}")
@@ -155,11 +155,15 @@ def bench(shapes) -> int:
     return 0
 
 
-# --pingpong: also time the ping-pong variant (options feature matmul_pingpong) in each round.
+# --pingpong: also time the ping-pong variant (options feature matmul_pingpong) in each round;
+# --no-cluster: the kernel without clusters (feature matmul_cluster off).
 PINGPONG = "--pingpong" in sys.argv
+PINGPONG_ON = {"enable": ["matmul_pingpong"]}
+VARIANT = (("ping-pong", PINGPONG_ON) if PINGPONG else
+           ("no cluster", {"disable": ["matmul_cluster"]}) if "--no-cluster" in sys.argv
+           else None)
 # --a-mn: x column-major (x.t() of a row-major [K, M]), read by the kernel as an MN-major A.
 A_MN = "--a-mn" in sys.argv
-PINGPONG_ON = {"enable": ["matmul_pingpong"]}
 
 if __name__ == "__main__":
     chosen = _shapes(sys.argv[1:])

@@ -11,6 +11,7 @@ each run) of the whole call, pyfuser and the peers in turn three times, the medi
 The bar: pyfuser at least 1.10x the best peer's speed and at most 1.06x the bare matmul's time.
 --kinds: also pyfuser with ping-pong forced on and forced off (options feature matmul_pingpong),
 timed in the same rounds (the heuristic's cost model counts no epilogue).
+--no-cluster: also pyfuser without clusters of CTAs (options feature matmul_cluster off).
 --kind=NAME (repeatable): the fusions measured, of FUSIONS (default bias_gelu and residual);
 bias_gelu_preact stores the pre-activation x @ W^T + b beside its GELU (two outputs);
 bias_gelu_f32 stores the GELU in fp32 (the output cast fused, 4-byte stores).
@@ -149,6 +150,9 @@ def bench(shapes, autotune: bool) -> int:
 
 KINDS = ({"ping-pong": {"enable": ["matmul_pingpong"]},
           "cooperative": {"disable": ["matmul_pingpong"]}} if "--kinds" in sys.argv else {})
+# --no-cluster: also pyfuser without clusters (options feature matmul_cluster off).
+if "--no-cluster" in sys.argv:
+    KINDS["no cluster"] = {"disable": ["matmul_cluster"]}
 
 if __name__ == "__main__":
     chosen = _shapes(sys.argv[1:])

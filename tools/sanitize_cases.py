@@ -23,7 +23,7 @@ if PIPELINES_ONLY:
 
 def matmul_cases() -> None:
     """The warp-specialized matmul (wgmma from swizzled tile boxes, stmatrix, TMA stores): each
-    tile shape, cooperative and ping-pong, on a grid of 2, so that each CTA runs several tiles and the stages wrap around
+    tile shape, cooperative and ping-pong, and in a cluster of 2 (B multicast), on a grid of 2, so that each CTA runs several tiles and the stages wrap around
     across them; ragged M, N and K."""
     from pyfuser import DataType, FusionDefinition
     from pyfuser.schedule.schedulers.matmul import MatmulParams
@@ -33,8 +33,11 @@ def matmul_cases() -> None:
         fd.add_output(fd.ops.linear(x, w))
     x = torch.randn(300, 200, device="cuda", dtype=torch.bfloat16)
     w = torch.randn(520, 200, device="cuda", dtype=torch.bfloat16)
-    for tn, roles in ((256, 1), (128, 1), (64, 1), (128, 2), (64, 2)):
-        p = MatmulParams(tile_m=128, tile_n=tn, stages=3, grid=2, compute_roles=roles)
+    # (tile n, compute roles, CTAs per cluster: 2 multicasts B over a cluster of two along M)
+    for tn, roles, cluster in ((256, 1, 1), (128, 1, 1), (64, 1, 1), (128, 2, 1), (64, 2, 1),
+                               (256, 1, 2), (128, 2, 2)):
+        p = MatmulParams(tile_m=128, tile_n=tn, stages=3, grid=2, compute_roles=roles,
+                         cluster_m=cluster)
         y = fd.execute([x, w], options={"heuristic": p})[0]
         torch.cuda.synchronize()
         err = ((y.float() - x.float() @ w.float().t()).norm() / y.float().norm()).item()
@@ -59,7 +62,9 @@ def matmul_cases() -> None:
               MatmulParams(tile_m=128, tile_n=192, stages=2, grid=2, b_major="MN",
                            staged_input=2, epilogue_boxes=3),
               MatmulParams(tile_m=128, tile_n=128, stages=2, grid=2, b_major="MN",
-                           staged_input=2, compute_roles=2)):
+                           staged_input=2, compute_roles=2),
+              MatmulParams(tile_m=128, tile_n=128, stages=2, grid=2, b_major="MN",
+                           staged_input=2, cluster_m=2)):
         y = fd.execute([a, b, r], options={"heuristic": p})[0]
         torch.cuda.synchronize()
         err = ((y.float() - ref).norm() / ref.norm()).item()

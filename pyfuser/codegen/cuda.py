@@ -569,7 +569,13 @@ class CudaPrinter:
         self.line("pf::fence_mbarrier_init();")
 
     def _MBarrierArrive(self, s):
-        self.line(f"pf::mbarrier_arrive({self.bar(s.bar)});")
+        if s.cta is None:
+            self.line(f"pf::mbarrier_arrive({self.bar(s.bar)});")
+        else:
+            self.line(f"pf::mbarrier_arrive_peer({self.bar(s.bar)}, {self.expr(s.cta)});")
+
+    def _ClusterSync(self, s):
+        self.line("pf::cluster_sync();")
 
     def _MBarrierWait(self, s):
         self.line(f"pf::mbarrier_wait_parity({self.bar(s.bar)}, {self.expr(s.parity)});")
@@ -597,10 +603,22 @@ class CudaPrinter:
 
     def _TensorMapLoad(self, s):
         coords = ", ".join(f"(int)({self.expr(c)})" for c in s.coords)
+        if s.multicast == 1:
+            self.guarded(s.predicate, [
+                f"pf::mbarrier_expect_tx({self.bar(s.bar)}, {self.expr(s.bytes)});",
+                f"pf::tma_load_{len(s.coords)}d(pf::smem_addr(&{self.expr(s.dst)}), "
+                f"&{s.tmap.name}, {coords}, {self.bar(s.bar)});"])
+            return
+        if len(s.coords) not in (2, 3):
+            raise NotImplementedError(f"codegen: a multicast tensor-map copy of a "
+                                      f"{len(s.coords)}-D box")
+        # Every CTA of the cluster multicasts its share of the same size: this barrier receives
+        # all of them.
         self.guarded(s.predicate, [
-            f"pf::mbarrier_expect_tx({self.bar(s.bar)}, {self.expr(s.bytes)});",
-            f"pf::tma_load_{len(s.coords)}d(pf::smem_addr(&{self.expr(s.dst)}), "
-            f"&{s.tmap.name}, {coords}, {self.bar(s.bar)});"])
+            f"pf::mbarrier_expect_tx({self.bar(s.bar)}, ({self.expr(s.bytes)}) * {s.multicast});",
+            f"pf::tma_load_{len(s.coords)}d_multicast(pf::smem_addr(&{self.expr(s.dst)}), "
+            f"&{s.tmap.name}, {coords}, {self.bar(s.bar)}, "
+            f"(unsigned short){(1 << s.multicast) - 1}u);"])
 
     def _CpAsyncCopy(self, s):
         self.guarded(s.predicate, [f"pf::cp_async<{s.bytes}>(pf::smem_addr(&{self.expr(s.dst)}), "

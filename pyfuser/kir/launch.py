@@ -130,6 +130,10 @@ class LaunchDescription:
     # Outputs the kernel adds into (a scatter's atomic adds): the executor zeroes them before
     # each launch.
     zeroed_outputs: tuple = ()
+    # A persistent grid (the heuristic's params.grid, each block striding over work units)
+    # whose speed needs every block resident at once: the executor fits it to the blocks that
+    # fit, as it fits a cooperative one (a grid of clusters can ask for more than fit).
+    persistent: bool = False
 
     def launch_dims(self, inputs) -> tuple[tuple, tuple]:
         """(grid, block) of a launch with these inputs; each dim at least 1. A launch past

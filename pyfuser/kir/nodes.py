@@ -571,6 +571,14 @@ class BlockSync(Stmt):
     count: KExpr | None = None
 
 
+@roles()
+@dataclasses.dataclass(eq=False, slots=True)
+class ClusterSync(Stmt):
+    """barrier.cluster arrive (release) and wait (acquire): every thread of every CTA of the
+    thread-block cluster. Before peers signal each other's mbarriers (their inits published) and
+    before a CTA exits while peers may still arrive on its barriers or copy into it."""
+
+
 @roles(data=("barrier_id",), expr=("count",))
 @dataclasses.dataclass(eq=False, slots=True)
 class NamedBarrierArrive(Stmt):
@@ -710,10 +718,15 @@ class FenceMBarrierInit(Stmt):
     once, before the block barrier that publishes them."""
 
 
-@roles(expr=("bar",))
+@roles(expr=("bar", "cta"))
 @dataclasses.dataclass(eq=False, slots=True)
 class MBarrierArrive(Stmt):
+    """One arrival on `bar`; with `cta` (a rank of the thread-block cluster), on the barrier at
+    the same shared offset in that CTA (mapa, then a shared::cluster arrive of the default
+    release.cta semantics: a consumer releasing a slot that a peer's multicast copy refills)."""
+
     bar: MBarrierRef
+    cta: KExpr | None = None
 
 
 @roles(expr=("bar", "parity"))
@@ -789,7 +802,7 @@ class RowBoxMap:
 
 
 @roles(out=("dst",), expr=("tmap", "bytes", "bar", "predicate"), exprs=("coords",),
-       data=("map",), buffer=("source",))
+       data=("map", "multicast"), buffer=("source",))
 @dataclasses.dataclass(eq=False, slots=True)
 class TensorMapLoad(Stmt):
     """cp.async.bulk.tensor global -> shared: the box of the tensor map parameter `tmap` at
@@ -809,6 +822,12 @@ class TensorMapLoad(Stmt):
     bytes: KExpr
     bar: MBarrierRef
     predicate: KExpr = dataclasses.field(default_factory=lambda: Const(True, "bool"))
+    # CTAs of the thread-block cluster (along x, all of them) the box lands in: > 1, the box is
+    # multicast to every CTA of the cluster at the same shared offset, completing on each one's
+    # barrier at `bar`'s offset. Each CTA of the cluster issues one such copy of the same size
+    # (its share of an operand the cluster's tiles have in common), so the issuing thread
+    # expects `bytes` x multicast on its own barrier: every CTA's share lands there.
+    multicast: int = 1
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -1119,6 +1138,7 @@ class LaunchConfig:
     shared_mem_dynamic: int = 0
     cluster: tuple | None = None
     cooperative: bool = False
+    persistent: bool = False        # see kir/launch.LaunchDescription.persistent
     max_threads: int | None = None  # for __launch_bounds__
     min_blocks: int | None = None
 

@@ -77,8 +77,9 @@ def kernel_str(kernel: K.Kernel) -> str:
                              f"on {s.bar!r})")
             elif isinstance(s, K.TensorMapLoad):
                 coords = ", ".join(map(repr, s.coords))
+                cast = f", multicast to {s.multicast} CTAs" if s.multicast > 1 else ""
                 lines.append(f"{pad}{_guard(s)}tensor_map_load {s.dst!r} <- {s.tmap!r}[{coords}] "
-                             f"{_box(s.map)} ({s.bytes!r} bytes, on {s.bar!r})")
+                             f"{_box(s.map)} ({s.bytes!r} bytes, on {s.bar!r}{cast})")
             elif isinstance(s, K.TensorMapStore):
                 coords = ", ".join(map(repr, s.coords))
                 lines.append(f"{pad}{_guard(s)}tensor_map_store {s.tmap!r}[{coords}] <- {s.src!r} "
@@ -134,7 +135,7 @@ def kernel_str(kernel: K.Kernel) -> str:
 
 
 # Statements without operands, printed as their PTX.
-_FIXED = {K.BulkCommit: "bulk_commit_group", K.FenceProxyAsync: "fence.proxy.async.shared::cta",
+_FIXED = {K.BulkCommit: "bulk_commit_group", K.ClusterSync: "cluster_sync", K.FenceProxyAsync: "fence.proxy.async.shared::cta",
           K.WgmmaFence: "wgmma.fence", K.WgmmaCommit: "wgmma.commit_group"}
 
 

@@ -215,7 +215,7 @@ class _Verifier:
                               "of a warp-specialized kernel", x)
                 if isinstance(x, K.GridSync) and x.barrier is not None:
                     continue        # the role's own named barrier (insert_syncs)
-                if isinstance(x, (K.GridReduce, K.ClusterReduce, K.GridSync)):
+                if isinstance(x, (K.GridReduce, K.ClusterReduce, K.GridSync, K.ClusterSync)):
                     self.fail(f"a {type(x).__name__} inside the {name} role of a "
                               "warp-specialized kernel (the other roles never join it)", x)
             self.check_expr(rb.cond, scope, s, f"the {name} role's condition")
@@ -389,6 +389,24 @@ class _Verifier:
             self.fail("the grid barrier's buffer is not a kernel parameter", s)
         self.grid_syncs += 1
 
+    def _ClusterSync(self, s: K.ClusterSync, scope):
+        for c in scope.ifs():
+            if not K.is_true(c.cond):
+                self.fail(f"ClusterSync is inside the predicated branch `if {c.cond!r}`: CTAs "
+                          "or threads that skip it would hang the others", s)
+        self._cluster_of(s, "a cluster barrier")
+
+    def _cluster_of(self, s, what: str) -> int:
+        """The CTAs of the cluster the schedule launches the kernel in (it must have one)."""
+        dims = self.k.fusion.launch_hints.get("cluster") if self.k.fusion is not None else None
+        if not dims:
+            self.fail(f"{what} in a kernel launched without a thread-block cluster", s)
+        return dims[0] * dims[1] * dims[2]
+
+    def _MBarrierArrive(self, s: K.MBarrierArrive, scope):
+        if s.cta is not None:
+            self._cluster_of(s, "an arrival on a peer CTA's mbarrier")
+
     def _MBarrierAlloc(self, s, scope):
         self.mbarriers.add(id(s.bars))
 
@@ -406,6 +424,12 @@ class _Verifier:
     def _TensorMapLoad(self, s, scope):
         self._copy_spaces(s, "tensor-map copy")
         self._tensor_map_param(s, "tensor-map copy")
+        if s.multicast != 1:
+            size = self._cluster_of(s, "a multicast tensor-map copy")
+            if s.multicast != size or self.k.fusion.launch_hints["cluster"][0] != size:
+                self.fail(f"a tensor-map copy multicast to {s.multicast} CTAs in clusters of "
+                          f"{self.k.fusion.launch_hints['cluster']} (it lands in every CTA of "
+                          "a cluster along x)", s)
 
     def _tensor_map_param(self, s, what: str) -> None:
         params = {p.name: p for p in self.k.params}

@@ -135,7 +135,8 @@ def launch_config(kernel: K.Kernel) -> K.Kernel:
                                    min_blocks=min_blocks,
                                    cooperative=bool(hints.get("cooperative", False)
                                                     or kernel.needs_cooperative),
-                                   cluster=hints.get("cluster"))
+                                   cluster=hints.get("cluster"),
+                                   persistent=bool(hints.get("persistent", False)))
     kernel.launch.shared_mem_dynamic = layout_shared(kernel)
     kernel.launch_description = describe_launch(kernel)
     return kernel
@@ -262,7 +263,8 @@ def describe_launch(kernel: K.Kernel) -> LaunchDescription:
                            kernel.ctx.index_checks),
         extent_multiples=tuple((expr(s), m) for s, m in fusion.extent_multiples.items()
                                if s.value is None),
-        zeroed_outputs=tuple(sorted(getattr(kernel.ctx, "zeroed_outputs", ()))))
+        zeroed_outputs=tuple(sorted(getattr(kernel.ctx, "zeroed_outputs", ()))),
+        persistent=bool(launch.persistent))
 
 
 def reduction_workspace_elems(dims, count: int, block) -> int:

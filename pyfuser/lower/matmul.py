@@ -45,8 +45,15 @@ Batches (a 3-D operand [batch, rows, cols] or output): 3-D tensor maps, a box on
 deep, the batch the tile index's outermost part (t = batch * tiles of a matrix + tile); a 2-D
 operand is shared by every batch.
 
+Clusters (params.cluster_m = C > 1, launched in clusters of C CTAs along x): the C CTAs of a
+cluster take the C tiles of one column of C tile rows (tile t: rank t % C of cluster tile
+t / C, rastered as above over cluster tiles of C * tm rows); each loads its own A box and the
+r-th 1/C of the B rows the C tiles share, multicast into the same slot of every CTA of the
+cluster (pipeline_loads then counts the whole cluster's releases of a slot before any CTA
+refills it). Each CTA fetches A + B / C per k block from L2 instead of A + B.
+
 Limits: 16-bit inputs, 16-bit or fp32 outputs (up to MAX_OUTPUTS of the scheduler), tn a
-multiple of 64 up to 256, tm 64 or 128; no cluster.
+multiple of 64 up to 256, tm 64 or 128; clusters along M only, without split-K.
 """
 from __future__ import annotations
 
@@ -207,9 +214,17 @@ def build_matmul(kernel: K.Kernel) -> K.Kernel:
 
     tiles_m, tiles_n = K.ceil_div(m, tm), K.ceil_div(n, tn)
     t, kb = ctx.new_loop_var(), ctx.new_loop_var()
+    # Clusters of C CTAs along M (params.cluster_m): the C tiles of a column of C tile rows run
+    # on the C CTAs of a cluster at once, each CTA loading A's rows of its own tile and 1/C of
+    # the B box they share, multicast to all C. Tile t is then tile t % C (the CTA's rank in
+    # its cluster: the grid, a multiple of C, strides t by whole clusters) of cluster tile
+    # t / C; tile rows are counted in whole clusters (a last one past M is zero-filled and
+    # never stored, so that both CTAs run every k block of the pair).
+    C = p.cluster_m
+    cluster_rows = K.ceil_div(tiles_m, C) if C > 1 else tiles_m
     # A batch's tiles one after the other: the linear tile index is batch * (tiles of one
     # matrix) + the tile within its matrix, rastered as a 2-D matmul's.
-    per_batch = K.mul(tiles_m, tiles_n)
+    per_batch = K.mul(cluster_rows, tiles_n)
     batches = extent(finals[0], 0) if rank == 3 else K.Const(1)
     # The tile's batch and origin, defined once per work unit at the top of the unit loop (the
     # producer's copies and the epilogue read them; pipeline_loads gives the producer its own
@@ -221,8 +236,14 @@ def build_matmul(kernel: K.Kernel) -> K.Kernel:
                  if splits > 1 else [])
     tile = tile_v if splits > 1 else t
     bt_v, m0, n0 = K.Var("pf_tile_batch"), K.Var("pf_tile_m0"), K.Var("pf_tile_n0")
-    m0_at, n0_at = tile_origin(K.mod(tile, per_batch) if rank == 3 else tile, tiles_m, tiles_n,
-                               p.raster_group, tm, tn)
+    cta_v = K.Var("pf_tile_cta")
+    if C > 1:
+        unit_defs = [K.ScalarDef(cta_v, K.mod(t, C))]
+        tile = K.div(t, C)
+    m0_at, n0_at = tile_origin(K.mod(tile, per_batch) if rank == 3 else tile, cluster_rows,
+                               tiles_n, p.raster_group, tm * C, tn)
+    if C > 1:
+        m0_at = K.add(m0_at, K.mul(cta_v, tm))
     tile_defs = unit_defs + ([K.ScalarDef(bt_v, K.div(tile, per_batch))] if rank == 3 else []) + [
         K.ScalarDef(m0, m0_at), K.ScalarDef(n0, n0_at)]
     bt = bt_v if rank == 3 else K.Const(0)
@@ -237,22 +258,30 @@ def build_matmul(kernel: K.Kernel) -> K.Kernel:
         return coords + ([bt] if dims[2] is not None else [])
     box_bytes = lambda rows: K.Const(rows * TILE_K * dtype.size)  # noqa: E731
     k0 = K.mul(K.add(split_v, K.mul(kb, splits)) if splits > 1 else kb, TILE_K)
-    def operand_loads(tv_in, dims, smem, glob, rows, origin, mn) -> list:
+    def operand_loads(tv_in, dims, smem, glob, rows, origin, mn, cast=1) -> list:
         """The tensor map of operand `tv_in` and the copies of one stage of it into `smem`:
         K-major, one box of `rows` rows x 64 K; MN-major (its rows dim has stride 1), rows / 64
-        boxes of 64 rows (a 128-byte swizzle row) x 64 K rows, one after the other."""
+        boxes of 64 rows (a 128-byte swizzle row) x 64 K rows, one after the other. With `cast`
+        CTAs sharing it (a cluster's B), the CTA of rank r loads the r-th 1/cast of those rows
+        (K-major: a box of rows / cast rows; MN-major: its share of the 64-row boxes) and
+        multicasts it to all of them."""
         pos = fusion.input_position(tv_in)
         if mn:
+            share = rows // BOX // cast
             tmap = tensor_map("input", pos, dims[0], dims[1], BOX, TILE_K, glob, dims[2])
-            return [K.TensorMapLoad(K.TensorIndex(smem, K.Const(j * BOX * TILE_K)), *tmap, glob,
-                                    at_batch([K.add(origin, j * BOX), k0], dims),
-                                    box_bytes(BOX), None)
-                    for j in range(rows // BOX)]
-        tmap = tensor_map("input", pos, dims[1], dims[0], TILE_K, rows, glob, dims[2])
-        return [K.TensorMapLoad(K.TensorIndex(smem, K.Const(0)), *tmap, glob,
-                                at_batch([k0, origin], dims), box_bytes(rows), None)]
+            first = K.mul(cta_v, share) if cast > 1 else K.Const(0)
+            return [K.TensorMapLoad(
+                K.TensorIndex(smem, K.mul(K.add(first, j), BOX * TILE_K)), *tmap, glob,
+                at_batch([K.add(origin, K.mul(K.add(first, j), BOX)), k0], dims),
+                box_bytes(BOX), None, multicast=cast) for j in range(share)]
+        share = rows // cast
+        tmap = tensor_map("input", pos, dims[1], dims[0], TILE_K, share, glob, dims[2])
+        first = K.mul(cta_v, share) if cast > 1 else K.Const(0)
+        return [K.TensorMapLoad(K.TensorIndex(smem, K.mul(first, TILE_K)), *tmap, glob,
+                                at_batch([k0, K.add(origin, first)], dims), box_bytes(share),
+                                None, multicast=cast)]
     loads = (operand_loads(a_in, mma.a_dims, a_s, a_glob, tm, m0, a_mn)
-             + operand_loads(b_in, mma.b_dims, b_s, b_glob, tn, n0, mn_major))
+             + operand_loads(b_in, mma.b_dims, b_s, b_glob, tn, n0, mn_major, C))
     # A staging box is 64 x 64 elements; a 128-byte swizzle row holds 64 16-bit or 32 fp32 ones,
     # so an fp32 output's box is stored as two boxes of 64 rows x 32 (F32_BOX_COLS) columns.
     c_maps = [tensor_map("output", fusion.outputs.index(f), rank - 1, rank - 2,
@@ -492,7 +521,7 @@ def build_matmul(kernel: K.Kernel) -> K.Kernel:
         epilogue += unit_epilogue(0)
     else:
         epilogue.append(K.IfThenElse(K.eq(_TIDY, 0), unit_epilogue(0), unit_epilogue(1)))
-    tile_loop = K.ForLoop(t, K.Const(0), K.mul(K.mul(batches, per_batch), splits), K.Const(1),
+    tile_loop = K.ForLoop(t, K.Const(0), K.mul(K.mul(batches, per_batch), splits * C), K.Const(1),
                           tile_defs + staged_first + [k_loop] + epilogue,
                           parallel="GridStride")
     # The fusion's loop nests (LoweringContext) are replaced by this nest of its own.

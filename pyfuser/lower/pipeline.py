@@ -93,6 +93,13 @@ role gets its own copy of the shared buffers it writes (`role_written_shared`), 
 chain a role's ordered section ends at the slots' last release (a matmul tile's k loop: its
 epilogue overlaps the next role's k loop).
 
+Multicast copies (a TensorMapLoad of multicast C: lower/matmul.py's B share in a cluster of C
+CTAs): each CTA's producer fills the slot in all C CTAs, so empty[S] counts the releases of
+the whole cluster's compute warp groups (each releases its slot in every CTA of the cluster,
+mbarrier arrivals through mapa), and the setup's and teardown's block barriers are cluster
+barriers (every CTA's barriers initialized before a peer signals them; no CTA gone while a
+peer may still arrive on its barriers).
+
 An unbuffered TMA load is the pipelined kind with S = 1, P = 0 (issue, wait, use); an
 unbuffered cp.async load is lowered where it stands: copies, commit, wait_group(0), with block
 barriers before the copies and after the wait when threads read each other's copies.
@@ -102,8 +109,8 @@ not mixed); the load sub-tree holds only the copies (and their loops); the one-r
 L alone (a loop around L starts and drains the pipeline at each of its iterations), and the
 warp-specialized chain must be rectangular (an inner loop's trips do not depend on outer
 indices) and start at the kernel's top level; the split is along threadIdx.y, with blockDim.z 1,
-the compute rows times threadIdx.x and the producer rows each whole warp groups; no cluster or
-grid reduction, no block-shared accumulator in a compute role; with R > 1 compute roles, no
+the compute rows times threadIdx.x and the producer rows each whole warp groups; multicast
+copies of one cluster size, the cluster along x; no cluster or grid reduction, no block-shared accumulator in a compute role; with R > 1 compute roles, no
 reduction or barrier across threadIdx.y, shared tensors written in a role of constant size
 (each role its copy), and no grid barrier.
 """
@@ -857,6 +864,7 @@ def _warp_specialize(kernel: K.Kernel, chain_path, items) -> None:
     loop = chain.loops[-1]
     n_stages = items[0][0].circular_buffer_options.stages
     buffered = take_tma_loads(kernel, loop, items, n_stages, "pf_full_{}")
+    cluster = multicast_cluster(buffered)
     # One full barrier per stage for all the tensors buffered over the loop: the producer raises
     # its expected bytes once per copy and arrives once; the compute roles wait once.
     full = K.MBarriers(f"pf_full_{loop.var.name}", n_stages)
@@ -908,7 +916,7 @@ def _warp_specialize(kernel: K.Kernel, chain_path, items) -> None:
                 copies[id(alloc.bars)] = alloc.bars.count
                 alloc.bars.count *= R
     for r in range(R):
-        body = _compute_role(kernel, rest, chain, buffered, empty, roles, r)
+        body = _compute_role(kernel, rest, chain, buffered, empty, roles, r, cluster)
         if copies:
             body = _RoleCopies(copies, r).rewrite(body)
         role = K.WarpRole(f"compute {r}" if R > 1 else "compute", roles.compute_registers,
@@ -923,26 +931,46 @@ def _warp_specialize(kernel: K.Kernel, chain_path, items) -> None:
     init = [K.MBarrierInit(K.MBarrierRef(full, K.Const(s)), K.Const(1)) for s in range(n_stages)]
     releasers = (roles.compute_threads // WARP_GROUP
                  if slots_read_by_wgmma_only(loop.body, buffered) else roles.compute_threads)
-    init += [K.MBarrierInit(K.MBarrierRef(empty, K.Const(s)), K.Const(releasers))
+    # With multicast copies, a slot is refilled in every CTA of the cluster by each one's
+    # producer: its empty barrier counts the releases of the whole cluster's compute roles.
+    init += [K.MBarrierInit(K.MBarrierRef(empty, K.Const(s)), K.Const(releasers * cluster))
              for s in range(n_stages)]
     split = (f"{R} compute roles of {roles.compute_threads} threads taking turns"
              if R > 1 else f"compute {roles.compute_threads} threads")
+    # Peers signal each other's barriers (multicast copies, releases): every CTA's inits are
+    # published before the roles start, and no CTA leaves (its barriers invalidated, its shared
+    # memory gone) while a peer may still arrive on them.
+    sync = K.ClusterSync() if cluster > 1 else K.BlockSync()
     kernel.body = shared + [
         K.Comment(f"warp-specialized circular buffer of {names}: {n_stages} stages; producer "
                   f"threadIdx.y >= {roles.compute_extent * R} ({roles.producer_threads} threads, "
                   f"{roles.producer_registers} registers), {split}, "
-                  f"{roles.compute_registers} registers"),
+                  f"{roles.compute_registers} registers"
+                  + (f"; copies multicast over clusters of {cluster} CTAs" if cluster > 1
+                     else "")),
         *[K.MBarrierAlloc(b) for b in bars],
         K.IfThenElse(_THREAD0, init + [K.FenceMBarrierInit()]),
-        K.BlockSync(),
+        sync,
         *trips_defs,
         K.RoleSplit([producer, *computes]),
-        K.BlockSync(),
+        dataclasses.replace(sync),
         K.IfThenElse(_THREAD0, [K.MBarrierInval(K.MBarrierRef(b, K.Const(s)))
                                 for b in bars for s in range(n_stages)]),
     ]
     kernel.circular_buffers += [(b.buf.name, n_stages, n_stages, "warp_specialized")
                                 for b in buffered]
+
+
+def multicast_cluster(buffered) -> int:
+    """The CTAs the buffered copies are multicast to (1: none is): one count for all of them,
+    since every CTA of the cluster then releases every slot of every other."""
+    casts = {s.multicast for b in buffered for s in K.walk(b.issue)
+             if isinstance(s, K.TensorMapLoad)}
+    casts.discard(1)
+    if len(casts) > 1:
+        raise LoweringError(f"buffered copies multicast to different cluster sizes "
+                            f"{sorted(casts)}")
+    return casts.pop() if casts else 1
 
 
 def _loop_defs(chain: _Chain, ks, body: list) -> list:
@@ -966,11 +994,14 @@ def _loop_defs(chain: _Chain, ks, body: list) -> list:
     return body
 
 
-def _compute_role(kernel, rest, chain: _Chain, buffered, empty, roles, r: int) -> list:
+def _compute_role(kernel, rest, chain: _Chain, buffered, empty, roles, r: int,
+                  cluster: int = 1) -> list:
     """Compute role r's statements: the kernel's (less its shared allocations), the chain's
     loops counting their iterations (the outermost from r by the number of roles), the buffered
-    loop's body waiting for its stage's slot and releasing it; with several roles, its ordered
-    section between the turn barriers and threadIdx.y seen from the role's first row."""
+    loop's body waiting for its stage's slot and releasing it (in every CTA of the `cluster`
+    when the copies are multicast: each CTA's producer refills the slot in all of them); with
+    several roles, its ordered section between the turn barriers and threadIdx.y seen from the
+    role's first row."""
     ctx = kernel.ctx
     R = roles.compute_roles
     n_stages = empty.count
@@ -981,14 +1012,18 @@ def _compute_role(kernel, rest, chain: _Chain, buffered, empty, roles, r: int) -
     waits = [K.MBarrierWait(K.MBarrierRef(buffered[0].bars, stage), K.mod(K.div(c, n_stages), 2))]
 
     def arrive(at) -> list:
-        bar = K.MBarrierArrive(K.MBarrierRef(empty, at))
+        ref = K.MBarrierRef(empty, at)
+        if cluster == 1:
+            bar = [K.MBarrierArrive(ref)]
+        else:
+            bar = [K.MBarrierArrive(ref, K.Const(rank)) for rank in range(cluster)]
         if not slots_read_by_wgmma_only(inner.body, buffered):
-            return [bar]
+            return bar
         # The warp group's wait_group completes its wgmmas' reads for all its threads: one
         # arrival per warp group (empty's count, _warp_specialize).
         tid = _TIDX if roles.row_threads % WARP_GROUP == 0 else \
             K.add(_TIDX, K.mul(_TIDY, roles.row_threads))
-        return [K.IfThenElse(K.eq(K.mod(tid, WARP_GROUP), 0), [bar])]
+        return [K.IfThenElse(K.eq(K.mod(tid, WARP_GROUP), 0), bar)]
 
     release = arrive(stage)
     body = offset_slots(inner.body, buffered, stage)

@@ -160,7 +160,7 @@ def _scope(body: list, role) -> list:
             out.append(_block_sync(role))
             dirty.clear()
         if isinstance(s, (K.BlockSync, K.BlockReduce, K.BlockScan, K.BlockTopK, K.GridReduce,
-                          K.ClusterReduce, K.GridSync)):
+                          K.ClusterReduce, K.GridSync, K.ClusterSync)):
             dirty.clear()
         out.append(s)
         dirty |= writes

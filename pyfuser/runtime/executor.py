@@ -968,7 +968,7 @@ class FusionExecutorCache:
                 "kernels", (fk.scheduler,), 1, choice.reason, (fk.params,), (fk.name,),
                 clusters=(fk.launch.cluster,), backend="interpreter"))
         device = target.device
-        fk = self._fit_cooperative_grid(fk, inputs, sched, index_type, device, cache_facts)
+        fk = self._fit_resident_grid(fk, inputs, sched, index_type, device, cache_facts)
         return self._plan_for(fk, inputs, bindings, out_sizes, device, choice)
 
     def _kernel_for(self, sched, params, index_type, clone, mapping, compile_now=True,
@@ -1015,9 +1015,12 @@ class FusionExecutorCache:
             self._kernels.popitem(last=False)
         return fk
 
-    def _fit_cooperative_grid(self, fk, inputs, sched, index_type, device, cache_facts):
-        """Fit a grid-synchronizing (cooperative) kernel's grid to the blocks that can be
-        resident at once; other kernels pass through.
+    def _fit_resident_grid(self, fk, inputs, sched, index_type, device, cache_facts):
+        """Fit a grid-synchronizing (cooperative) kernel's grid, or a persistent one's
+        (launch.persistent), to the blocks that can be resident at once; other kernels pass
+        through. A persistent grid past what fits leaves its last blocks to a second wave: a
+        matmul asking 66 clusters of 2 CTAs where 64 fit on the H200 ran 8192^3 in 1690 us,
+        with 64 in 1596 (bench/results/2026-11-30/h200-matmul-clusters-session29.txt).
 
         The one step of planning that needs the compiled kernel: how many blocks fit is a
         property of the loaded cubin (the registers ptxas gave it, and how whole clusters fit
@@ -1046,11 +1049,12 @@ class FusionExecutorCache:
 
     @staticmethod
     def _resident_blocks(fk, inputs, device):
-        """For a grid-synchronizing (cooperative) kernel, the blocks that fit on the GPU at once
-        (its real occupancy times the SMs; with clusters, the clusters that fit at once times
-        their size, since a GPC takes whole clusters only); None for other kernels."""
+        """For a grid-synchronizing (cooperative) or persistent kernel, the blocks that fit on
+        the GPU at once (its real occupancy times the SMs; with clusters, the clusters that fit
+        at once times their size, since a GPC takes whole clusters only); None for other
+        kernels."""
         launch = fk.launch
-        if not launch.cooperative:
+        if not (launch.cooperative or launch.persistent):
             return None
         from .device import get_device_properties
         from .launch import cluster_occupancy, occupancy

@@ -124,7 +124,7 @@ def compile_kernel(fk: FusionKernel) -> FusionKernel:
 def from_cache_entry(entry, params) -> FusionKernel:
     """A kernel loaded from the disk cache (kernel_cache.PlanEntry): its heuristic is `params`
     as computed for this call, with the grid the stored kernel was fitted to (the executor's
-    fit step, `_fit_cooperative_grid`, may have lowered it before the kernel was stored)."""
+    fit step, `_fit_resident_grid`, may have lowered it before the kernel was stored)."""
     if entry.fitted_grid is not None:
         params = dataclasses.replace(params, grid=entry.fitted_grid)
     fk = FusionKernel(entry.module.kernel_name, entry.scheduler, params, entry.index_type,

@@ -77,6 +77,12 @@ numpy over the thread set:
     l / 4 of matrix k, at columns 2 (l % 4) + {0, 1} from the row address lane 8 k + l / 4
     gives, rounded to its 16-bit dtype. LdMatrix reads the same places into the lane's 8
     registers (a read of shared memory as any other: poison and copy waits checked).
+  - Clusters (the launch's, along x): a multicast TensorMapLoad lands at issue in every CTA
+    of the issuer's cluster, at the same offset of each one's shared buffer, completing its
+    bytes on each one's barrier at the same index; the issuer's barrier expects the bytes of
+    every CTA's share (a peer's share may land first: the pending bytes go below zero until
+    the issuer's own expectation). An MBarrierArrive with a CTA rank arrives on that peer's
+    barrier. A ClusterSync must be reached by every thread of every CTA of a cluster.
   - SplitKReduce runs per warp group: its partial (the registers of valid rows) is kept by
     (slot, split), its arrival counted per slot in block order; the arrival that completes a
     slot is the last, which sums the slot's partials in split order (float32 adds from 0).
@@ -2241,10 +2247,27 @@ class Interpreter:
             e = e.parent
 
     # mbarriers and bulk copies (lockstep model: a copy lands when it is issued) --------------
-    def _mbar(self, ctx: _Ctx, ref: K.MBarrierRef):
-        """(the barriers, flat index of each thread's barrier), checked."""
+    def _cluster_x(self, what: str) -> int:
+        """The CTAs of the launch's thread-block cluster, which must span blockIdx.x alone."""
+        dims = self.k.launch.cluster
+        if not dims or dims[1] != 1 or dims[2] != 1 or self.grid[0] % dims[0]:
+            raise InterpreterError(f"{what} in a launch of grid {self.grid} with clusters "
+                                   f"{dims} (modelled: clusters along x that tile the grid)")
+        return dims[0]
+
+    def _cluster_block(self, blk, rank, what: str):
+        """The linear block index of CTA `rank` of the cluster of each block in `blk`."""
+        size = self._cluster_x(what)
+        bad = (rank < 0) | (rank >= size)
+        if (bad.any() if type(bad) is _ND else bad):
+            raise InterpreterError(f"{what}: CTA rank outside the cluster of {size}")
+        return blk - (blk % self.grid[0]) % size + rank
+
+    def _mbar(self, ctx: _Ctx, ref: K.MBarrierRef, blk=None):
+        """(the barriers, flat index of each thread's barrier), checked; `blk`: the block of
+        each thread's barrier (its own by default; a peer of its cluster)."""
         bars = self.mbarriers.get(ref.bars)
-        blk = ctx.blk
+        blk = ctx.blk if blk is None else blk
         if bars is None or not bars.allocated[blk].all():
             raise InterpreterError(f"mbarrier {ref!r} used before its allocation")
         k = ctx.ev(ref.index)
@@ -2292,7 +2315,13 @@ class Interpreter:
         bars.state[flat] = 1
 
     def _MBarrierArrive(self, s, ctx: _Ctx):
-        bars, flat = self._mbar(ctx, s.bar)
+        peer = None
+        if s.cta is not None:
+            rank = ctx.ev(s.cta)
+            peer = self._cluster_block(ctx.blk, rank, f"arrival on {s.bar!r} of a peer CTA")
+        bars, flat = self._mbar(ctx, s.bar, peer)
+        if type(flat) is not _ND:
+            flat = np.full(ctx.n, flat, dtype=np.int64)
         bars.arrival_moments[flat, self._group()] = self._now()
         uniq, counts = np.unique(flat, return_counts=True)
         for b, c in zip(uniq.tolist(), counts.tolist()):
@@ -2330,6 +2359,24 @@ class Interpreter:
                     f"bytes {bars.tx[b]}) at {self._where(ctx, i)}")
         self._wait_until(ready, what)
         self._see(ctx.tids, bars.arrival_moments[flat])
+
+    def _ClusterSync(self, s, ctx: _Ctx):
+        """Every thread of every CTA of each cluster reached, or the barrier hangs; then each
+        sees the others' work (as a block barrier, over the cluster)."""
+        size = self._cluster_x("a cluster barrier")
+        count = np.bincount(ctx.blk, minlength=self.nblocks)
+        whole = count.reshape(-1, size) if self.grid[0] == self.nblocks else None
+        bad = (count != 0) & (count != self.tpb)
+        if whole is not None:
+            touched = (whole != 0).any(axis=1)
+            bad |= np.repeat(touched, size) & (count == 0)
+        if bad.any():
+            b = int(np.argmax(bad))
+            raise InterpreterError(f"cluster barrier reached by {count[b]} of {self.tpb} threads "
+                                   f"of block {self._block_tuple(b)}")
+        if self.seen is not None:
+            self.seen[ctx.tids, self._group()] = self._now()
+        self._publish_cp_async(ctx)
 
     def _MBarrierInval(self, s, ctx: _Ctx):
         bars, flat = self._mbar(ctx, s.bar)
@@ -2393,6 +2440,8 @@ class Interpreter:
         if isinstance(s.map, K.TileBoxMap):
             self._tile_load(s, ctx)
             return
+        if s.multicast != 1:
+            raise InterpreterError(f"a multicast copy of a row box ({s.map}) is not modelled")
         entry = self.tensor_maps.get(s.tmap.name)
         if not isinstance(entry, tuple):
             raise InterpreterError(f"{s.tmap!r} describes {getattr(entry, 'map', entry)}, the "
@@ -2566,23 +2615,42 @@ class Interpreter:
         self._atom_aligned(ctx, s.dst, j, eb, "tensor-map destination")
         layout = self._box_layout(t, eb)
         src = view.mem
+        # A multicast box lands in every CTA of the issuer's cluster, at the same offset of its
+        # row of the shared buffer, on its barrier at the same index; the issuer expects the
+        # bytes of every CTA's share (each CTA of the cluster multicasts one of the same size).
+        cast = s.multicast
+        if cast != 1 and cast != self._cluster_x("a multicast tensor-map copy"):
+            raise InterpreterError(f"a copy multicast to {cast} CTAs in clusters of "
+                                   f"{self.k.launch.cluster}")
+        blk = ctx.blk if type(ctx.blk) is _ND else np.full(ctx.n, ctx.blk, dtype=np.int64)
+        in_row = j if type(j) is _ND else np.full(ctx.n, j, dtype=np.int64)
         for q in range(ctx.n):
             bq = int(flat[q])
-            bars.tx[bq] += nbytes[q]
+            bars.tx[bq] += nbytes[q] * cast
             row, col = c1[q] + r, c0[q] + c
             inside = ((row >= 0) & (row < view.rows) & (col >= 0) & (col < view.cols)
                       & (0 <= cb[q]) & (cb[q] < view.batches)).ravel()
             off = np.where(inside, (row * view.row_stride + col
                                     + cb[q] * view.batch_stride).ravel(), 0)
-            d0 = int(da[q])
-            self._slot_copy(ctx, q, dst, d0, box, f"tensor-map copy {s.dst!r}")
-            bars.arrival_moments[bq, _COPIES_GROUP] = self.moment
-            at = d0 + layout
-            dst.vals[at] = np.where(inside, src.vals[off], 0)
-            if dst.written is not None:
-                dst.written[at] = True if src.written is None else (src.written[off] | ~inside)
-            bars.tx[bq] -= nbytes[q]
-            self._complete(bars, bq)
+            b0 = int(blk[q])
+            targets = [b0] if cast == 1 else [
+                int(self._cluster_block(b0, rank, "a multicast tensor-map copy"))
+                for rank in range(cast)]
+            for b in targets:
+                d0 = int(da[q]) if b == b0 else b * dst.row + int(in_row[q])
+                bb = bq - b0 * bars.count + b * bars.count
+                if bars.state[bb] != 1:
+                    raise InterpreterError(f"a multicast copy completes on {s.bar!r} of block "
+                                           f"{self._block_tuple(b)}, which is not initialized")
+                self._slot_copy(ctx, q, dst, d0, box, f"tensor-map copy {s.dst!r}")
+                bars.arrival_moments[bb, _COPIES_GROUP] = self.moment
+                at = d0 + layout
+                dst.vals[at] = np.where(inside, src.vals[off], 0)
+                if dst.written is not None:
+                    dst.written[at] = (True if src.written is None
+                                       else (src.written[off] | ~inside))
+                bars.tx[bb] -= nbytes[q]
+                self._complete(bars, bb)
 
     def _TensorMapStore(self, s, ctx: _Ctx):
         """The box read from shared memory (swizzled as a load lays it out) and its elements

@@ -413,3 +413,72 @@ def test_staging_boxes(tile, roles, boxes, kind):
     p = matmul.dataclasses.replace(p, grid=min(p.grid, 7))   # several tiles per CTA
     run_and_check(fd, inputs, scheduler="matmul", options={"heuristic": p})
     assert fd.last_run.heuristics[0] == p
+
+
+# Clusters of 2 CTAs along M, B multicast (MatmulParams.cluster_m; the feature matmul_cluster
+# forces it where the heuristic would not): ragged tile rows (the last cluster's second tile
+# past M), ping-pong, MN-major B, batches, a staged residual; the launch's clusters and the
+# persistent grid fitted to the clusters that fit are asserted.
+CLUSTER = ["matmul_cluster"]
+
+
+def _check_cluster(fd):
+    run = fd.last_run
+    (p,) = run.heuristics
+    assert p.cluster_m == 2 and p.grid % 2 == 0, p
+    assert run.clusters == ((2, 1, 1),), run
+
+
+@pytest.mark.parametrize("m, n, k, pingpong", [
+    (129, 264, 72, False),       # one cluster: the second tile row past M but one row
+    (300, 1000, 520, False),     # 3 tile rows: the last cluster's second tile all past M
+    (1000, 1000, 1000, True),
+    (4096, 4096, 4096, False),   # the heuristic's own choice (no feature needed)
+    (8192, 2048, 1024, False),
+])
+def test_cluster_multicast(m, n, k, pingpong):
+    x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
+    fd = _linear_fd(x, w)
+    opts = {"enable": CLUSTER + (["matmul_pingpong"] if pingpong else [])}
+    run_and_check(fd, [x, w], scheduler="matmul", options=opts)
+    _check_cluster(fd)
+
+
+def test_cluster_is_the_heuristics_choice_and_fits_the_gpu():
+    """4096^3 takes clusters unasked; the persistent grid is fitted to the clusters the GPU
+    holds at once (64 of 2 on the H200, not 66)."""
+    from pyfuser.runtime.device import query_device
+    x = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
+    fd = _linear_fd(x, w)
+    run_and_check(fd, [x, w], scheduler="matmul")
+    _check_cluster(fd)
+    assert fd.last_run.heuristics[0].grid <= query_device().sm_count
+
+
+@pytest.mark.parametrize("m, n, k", [(129, 264, 72),       # 128x256: two 64-row boxes each
+                                     (1000, 1024, 520),     # ping-pong 128x128: one box each
+                                     (2048, 2048, 520)])
+def test_cluster_mn_major_b(m, n, k):
+    a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(k, n, device="cuda", dtype=torch.bfloat16)
+    fd = _matmul_fd(a, b)
+    run_and_check(fd, [a, b], scheduler="matmul", options={"enable": CLUSTER})
+    _check_cluster(fd)
+    assert fd.last_run.heuristics[0].b_major == "MN"
+
+
+@pytest.mark.parametrize("kind", ["bias_gelu", "residual", "scales_silu"])
+def test_cluster_fused_epilogue(kind):
+    fd, inputs = _epilogue_case(kind, 1000, 1032, 520)
+    run_and_check(fd, inputs, scheduler="matmul", options={"enable": CLUSTER})
+    _check_cluster(fd)
+
+
+def test_cluster_batched():
+    a = torch.randn(3, 1000, 520, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(3, 520, 1032, device="cuda", dtype=torch.bfloat16)
+    fd = _matmul_fd(a, b)
+    run_and_check(fd, [a, b], scheduler="matmul", options={"enable": CLUSTER})
+    _check_cluster(fd)

@@ -1062,3 +1062,159 @@ def test_branchy_math_in_a_pingpong_epilogue_compiles_in_seconds():
     assert seg.kernel.params.compute_roles == 2 and seg.kernel.params.outputs == 2
     assert "0 B spill stores" in seg.kernel.ptxas, seg.kernel.ptxas
     assert seconds < 60, f"NVRTC took {seconds:.0f} s"
+
+
+# Clusters of CTAs along M, B multicast (MatmulParams.cluster_m) -------------------------------
+def _cluster_kernel(m, n, k, params, b_major="K", extra=None, fd=None, inputs=None):
+    from kir_testing import schedule_and_lower
+    if fd is None:
+        g = torch.Generator().manual_seed(m + 5 * n + k)
+        a = torch.randn(m, k, dtype=torch.bfloat16, generator=g)
+        b = torch.randn(*((k, n) if b_major == "MN" else (n, k)), dtype=torch.bfloat16,
+                        generator=g)
+        inputs = [a, b]
+        with FusionDefinition("mm") as fd:
+            ta, tb = fd.from_pytorch(a), fd.from_pytorch(b)
+            fd.add_output(fd.ops.matmul(ta, tb) if b_major == "MN" else fd.ops.linear(ta, tb))
+    st, _, p, kernel = schedule_and_lower(fd, inputs, params=params, scheduler=matmul,
+                                          device="h100-4sm")
+    return fd, st, p, kernel, inputs
+
+
+@pytest.mark.parametrize("mnk, tile, roles, grid, b_major", [
+    ((130, 136, 136), (128, 128), 1, 2, "K"),    # one pair: the second tile row mostly past M
+    ((300, 264, 136), (128, 128), 2, 2, "K"),    # 3 tile rows: the last pair's second zero-filled
+    ((520, 264, 200), (128, 256), 1, 4, "K"),    # 2 clusters, tiles across the stage counter
+    ((129, 200, 72), (128, 128), 1, 2, "MN"),    # B's 64-row boxes shared out, one per CTA
+    ((390, 264, 72), (128, 256), 1, 2, "MN"),    # two boxes per CTA
+])
+def test_interpreted_cluster_multicast(mnk, tile, roles, grid, b_major):
+    from kir_testing import interpret_against_float64
+    p = matmul.MatmulParams(tile_m=tile[0], tile_n=tile[1], stages=2, grid=grid,
+                            compute_roles=roles, cluster_m=2, b_major=b_major)
+    fd, st, p, kernel, inputs = _cluster_kernel(*mnk, p, b_major=b_major)
+    assert kernel.launch.cluster == (2, 1, 1) and kernel.launch.persistent
+    casts = [s for s in K.walk(kernel.body) if isinstance(s, K.TensorMapLoad) and s.multicast > 1]
+    assert casts and all(s.map.index == 1 for s in casts)     # B alone is shared
+    interpret_against_float64(fd, st, kernel, inputs, context=p)
+
+
+@pytest.mark.parametrize("kind", ["residual", "bias_gelu"])
+def test_interpreted_cluster_fused_epilogue(kind):
+    """A residual read through the staging boxes (each CTA's own TMA boxes, not multicast)
+    and a bias beside the cluster's shared B."""
+    from kir_testing import interpret_against_float64
+    fd = _epilogue_fd(kind)
+    inputs = _epilogue_inputs(kind, 260, 264, 136)
+    p = matmul.MatmulParams(tile_m=128, tile_n=256, stages=2, grid=2, cluster_m=2,
+                            staged_input=2 if kind == "residual" else -1)
+    fd, st, p, kernel, inputs = _cluster_kernel(0, 0, 0, p, fd=fd, inputs=inputs)
+    interpret_against_float64(fd, st, kernel, inputs, context=(kind, p))
+
+
+def test_interpreted_cluster_batched():
+    from kir_testing import interpret_against_float64
+    g = torch.Generator().manual_seed(7)
+    a = torch.randn(3, 130, 72, dtype=torch.bfloat16, generator=g)
+    b = torch.randn(3, 72, 136, dtype=torch.bfloat16, generator=g)
+    with FusionDefinition("bmm") as fd:
+        fd.add_output(fd.ops.matmul(fd.from_pytorch(a), fd.from_pytorch(b)))
+    p = matmul.MatmulParams(tile_m=128, tile_n=128, stages=2, grid=4, cluster_m=2, b_major="MN")
+    fd, st, p, kernel, inputs = _cluster_kernel(0, 0, 0, p, fd=fd, inputs=[a, b])
+    interpret_against_float64(fd, st, kernel, inputs, context=p)
+
+
+def _drop(kernel, pick):
+    """The kernel with the statements `pick` selects removed (everywhere in its tree)."""
+    from pyfuser.kir.rewrite import Rewriter
+
+    class Drop(Rewriter):
+        def rewrite(self, stmts):
+            return [x for s in stmts if not pick(s) for x in [self.stmt(s)]]
+    kernel.body = Drop().rewrite(kernel.body)
+    return kernel
+
+
+@pytest.mark.parametrize("broken", ["peer_release", "release_count", "expected_bytes"])
+def test_the_interpreter_catches_a_broken_cluster_pipeline(broken):
+    """Each half of the multicast handshake is needed: without the releases sent to the peer
+    its producer waits forever; with the empty barriers counting one CTA's releases their
+    phases run ahead of the producer's parities; expecting only this CTA's share leaves the
+    full barrier's bytes pending."""
+    from kir_testing import interpret_against_float64
+    from pyfuser.runtime.interpreter import InterpreterError
+    p = matmul.MatmulParams(tile_m=128, tile_n=128, stages=2, grid=2, cluster_m=2)
+    fd, st, p, kernel, inputs = _cluster_kernel(300, 136, 200, p)
+    if broken == "peer_release":
+        _drop(kernel, lambda s: isinstance(s, K.MBarrierArrive) and s.cta is not None
+              and s.cta.value == 1)
+        want = "deadlock"
+    elif broken == "release_count":
+        for s in K.walk(kernel.body):
+            if isinstance(s, K.MBarrierInit) and s.bar.bars.name.startswith("pf_empty"):
+                s.arrivals = K.Const(s.arrivals.value // 2)
+        want = "more arrivals than its count|deadlock"     # phases complete at half the count
+    else:
+        for s in K.walk(kernel.body):
+            if isinstance(s, K.TensorMapLoad) and s.multicast > 1:
+                s.bytes = K.Const(s.bytes.value // 2)
+        want = "bytes|deadlock"
+    with pytest.raises(InterpreterError, match=want):
+        interpret_against_float64(fd, st, kernel, inputs, context=p)
+
+
+def test_cluster_kernel_compiles_clean_with_multicast_and_peer_releases():
+    from kir_testing import compile_clean
+    from pyfuser.codegen.cuda import generate_cuda
+    p = matmul.MatmulParams(tile_m=128, tile_n=256, stages=4, grid=4, cluster_m=2)
+    _, _, _, kernel, _ = _cluster_kernel(1000, 1000, 1000, p)
+    src = generate_cuda(kernel)
+    assert "pf::tma_load_2d_multicast(" in src and "(unsigned short)3u" in src
+    assert src.count("pf::mbarrier_arrive_peer(") >= 2 and src.count("pf::cluster_sync();") == 2
+    # B's box is half the tile's columns; A's box is the CTA's own.
+    maps = sorted((m.index, m.box) for m in kernel.tensor_maps.values() if m.role == "input")
+    assert maps == [(0, (64, 128)), (1, (64, 128))]
+    compile_clean(src)
+
+
+def test_a_multicast_copy_needs_a_cluster_launch():
+    from pyfuser.kir.verifier import KernelIRError, verify_kernel
+    p = matmul.MatmulParams(tile_m=128, tile_n=128, stages=2, grid=2, cluster_m=2)
+    fd, st, p, kernel, inputs = _cluster_kernel(300, 136, 200, p)
+    del kernel.fusion.launch_hints["cluster"]
+    with pytest.raises(KernelIRError, match="without a thread-block cluster"):
+        verify_kernel(kernel, after="test")
+
+
+@pytest.mark.parametrize("mnk, feature, cluster", [
+    ((8192, 8192, 8192), None, 2),       # cooperative 128x256 over many waves
+    ((4096, 4096, 4096), None, 2),
+    ((16384, 256, 4096), None, 1),       # 128 tiles: under a wave of 132 SMs
+    ((8192, 8192, 512), None, 1),        # 8 k blocks a tile: measured no faster
+    ((8192, 8192, 64), True, 2),
+    ((1000, 1000, 1000), None, 1),       # ping-pong 128x128
+    ((1000, 1000, 1000), True, 2),       # forced
+    ((8192, 8192, 8192), False, 1),
+])
+def test_heuristic_cluster_rule(mnk, feature, cluster):
+    from pyfuser.options import Options
+    fusion, info = _info(*mnk)
+    if feature is not None:
+        info.options = Options(**{"enable" if feature else "disable":
+                                  frozenset(["matmul_cluster"])})
+    p = matmul.compute_heuristics(fusion, info)
+    assert p.cluster_m == cluster, p
+    assert p.grid % p.cluster_m == 0 and p.grid <= DEVICE_TABLE["h100"].sm_count
+
+
+def test_clusters_refuse_split_k():
+    p = matmul.MatmulParams(tile_m=128, tile_n=128, stages=2, grid=2, cluster_m=2, split_k=2)
+    with pytest.raises(SchedulerError, match="clusters of 2 CTAs need no split-K"):
+        _cluster_kernel(300, 136, 400, p)
+
+
+def test_a_b_tile_of_three_boxes_is_not_clustered():
+    """B MN-major in 128x192 tiles is three 64-row boxes a stage: no halves to share out."""
+    p = matmul.fitted_params(128, 192, 1, 500, DEVICE_TABLE["h100"], 2, "MN")
+    assert matmul.cluster_choice(p, 500, 132, True) == 1
+    assert matmul.cluster_choice(dataclasses.replace(p, b_major="K"), 500, 132, True) == 2

@@ -65,6 +65,18 @@ __device__ __forceinline__ void mbarrier_arrive_cluster(unsigned remote_bar) {
                : "memory");
 }
 
+// Arrive on the barrier at the same shared offset in CTA `rank` of the cluster (this CTA's own
+// rank too), with the default release.cta semantics: the release of a circular-buffer slot read
+// by wgmma (completed by wgmma.wait_group) that a peer's multicast copy refills. Release at
+// cluster scope is not needed there and costs (the 2-CTA reference GEMM halved with it).
+__device__ __forceinline__ void mbarrier_arrive_peer(unsigned bar, unsigned rank) {
+  asm volatile(
+      "{\n\t.reg .b32 remote;\n\t"
+      "mapa.shared::cluster.u32 remote, %0, %1;\n\t"
+      "mbarrier.arrive.shared::cluster.b64 _, [remote];\n\t}" ::"r"(bar), "r"(rank)
+      : "memory");
+}
+
 // One probe: true when the phase with `parity` has completed. try_wait (unlike test_wait) may
 // suspend the thread in hardware for a while before answering false, so the loop below is not a
 // hot spin. Acquire at CTA scope: reads after it see what the arrivals released.

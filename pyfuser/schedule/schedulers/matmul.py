@@ -33,7 +33,7 @@ may be K-major (x [M, K]) or MN-major (a column-major A, x.t() of a row-major [K
 (b row-major [K, N]: boxes of 64 N x 64 K, imm-trans-b). A's M dim may be a broadcast
 (fd.from_pytorch of a [1, K] row); other broadcast operand dims are refused by can_schedule.
 Not built yet (issues 20 and 21): a batch broadcast against another, more than one batch dim,
-clusters with multicast, stream-K. Split-K is built (MatmulParams.split_k) and chosen only
+clusters along N or of more than 2 CTAs, stream-K. Split-K is built (MatmulParams.split_k) and chosen only
 when the feature matmul_split_k asks. Batches (3-D operands, [batch, rows, cols]; a 2-D
 operand shared by every batch) go through 3-D tensor maps, the batch the tile index's
 outermost part.
@@ -43,7 +43,10 @@ measured on the H200 (`estimated_us`): waves of tiles over the CTAs' compute rol
 k blocks at the measured rate for few or most SMs busy (the smaller tiles are bound by L2 -> SM
 traffic), plus fixed costs per tile and per launch, plus a fused epilogue's work, exposed per
 tile in a cooperative kernel and hidden under the other role's MMAs in ping-pong (two stored
-outputs: ping-pong). The feature matmul_pingpong forces the kind.
+outputs: ping-pong). The feature matmul_pingpong forces the kind. Cooperative 128x256 tiles
+over at least a wave of the SMs and K >= 1024 run in clusters of 2 CTAs along M, the B tile
+the two share loaded half by each and multicast to both (cluster_choice; the feature
+matmul_cluster forces it on or off).
 """
 from __future__ import annotations
 
@@ -188,6 +191,39 @@ def split_k_choices(shape: TileShape, tiles: int, k_blocks: int, sms: int,
     return tuple(split) or (1,)
 
 
+# Clusters of 2 CTAs along M, B multicast (MatmulParams.cluster_m), on the H200
+# (tools/sweep_matmul.py --cluster=1,2, bench/results/2026-11-30/
+# h200-matmul-clusters-session29.txt; cuBLAS in the same run): cooperative 128x256 tiles
+# 208 -> 200 us at 4096^3 and 1690 -> 1646 at 8192^3 with the grid of 132 CTAs, and 195 and
+# 1596 us with 128 (64 clusters fit at once, not 66: the executor fits the grid); 128x128
+# tiles (ping-pong or cooperative) no faster or slower (1000^3 ping-pong 13.6 -> 13.7,
+# cooperative 13.7 -> 14.8). A cluster's two CTAs wait for each other's releases, so it is
+# taken where the tiles fill at least one wave of the SMs, and where a tile has K blocks
+# enough: over 8192 x 8192 (h200-matmul-clusters-k-session29.txt), K = 64 and 128 (1 and 2
+# blocks) measured 193 and 366 TFLOP/s with clusters against 202 and 379 without, K = 256-1024
+# 1-4% faster with them; 4096 x 4096 x 256 and x 512 2% slower; every shape of K >= 1024
+# measured faster (the issue-20 bar shapes 1.00-1.05 of cuBLAS with them, 0.94-1.01 without,
+# h200-matmul-clusters-session29.txt).
+CLUSTER_TILE_N = 256
+CLUSTER_SIZE = 2
+CLUSTER_MIN_K_BLOCKS = 16
+
+
+def cluster_choice(p: "MatmulParams", tiles: int, sms: int, forced: bool | None,
+                   k_blocks: int = CLUSTER_MIN_K_BLOCKS) -> int:
+    """The CTAs per cluster of the fitted params `p` over `tiles` tiles of `k_blocks` 64-deep
+    K blocks (see CLUSTER_TILE_N): 2 for cooperative tiles of CLUSTER_TILE_N columns over at
+    least one wave and CLUSTER_MIN_K_BLOCKS, without split-K; the feature matmul_cluster
+    forces it (on: wherever B splits in two, without split-K)."""
+    b_rows = p.tile_n // (EPILOGUE_BOX if p.b_major == "MN" else 1)
+    if forced is False or p.split_k != 1 or b_rows % CLUSTER_SIZE or tiles < CLUSTER_SIZE:
+        return 1
+    if forced:
+        return CLUSTER_SIZE
+    return (CLUSTER_SIZE if p.compute_roles == 1 and p.tile_n == CLUSTER_TILE_N
+            and tiles >= sms and k_blocks >= CLUSTER_MIN_K_BLOCKS else 1)
+
+
 # Matmuls of at most this many rows run torch's matmul unless the feature matmul_few_rows
 # asks for the kernel (tools/sweep_matmul.py: 0.63-0.64 of cuBLAS at 1 and 64 rows).
 FEW_ROWS = 64
@@ -223,6 +259,10 @@ class MatmulParams:
     # a box is written again once the TMA store of the one before it has read it. 0: 2 when
     # the tile's count is even, else 1.
     epilogue_boxes: int = 0
+    # CTAs of a thread-block cluster along M (1: no cluster): they take the tiles of C
+    # consecutive tile rows of one tile column at once, each loading its A rows and 1/C of the
+    # shared B box, multicast to all C (lower/matmul.py); the grid is a multiple of C.
+    cluster_m: int = 1
     # The fusion input (its position; -1: none) of the output's shape that the epilogue reads
     # through the staging boxes (a residual): a TMA box of it lands in the box the output is
     # then stored from, and each thread reads its fragment's values with ldmatrix at its
@@ -271,6 +311,8 @@ class MatmulParams:
                 f"{self.staging_boxes} of {self.boxes_per_tile} epilogue boxes staged"
                 + (f", {self.outputs} outputs stored" if self.outputs > 1 else "")
                 + (f", split-K over {self.split_k} CTAs per tile" if self.split_k > 1 else "")
+                + (f", clusters of {self.cluster_m} CTAs along M sharing B (multicast)"
+                   if self.cluster_m > 1 else "")
                 + (f", input {self.staged_input} read through the staging boxes"
                    if self.staged_input >= 0 else ""))
 
@@ -477,6 +519,12 @@ def compute_heuristics(fusion, info: RuntimeInfo) -> MatmulParams:
         epilogue=epilogue_us(cs[0], has_ops, len(output_bytes))))
     params = fitted_params(best.tile_m, best.tile_n, best.compute_roles, tiles_of(best), dev,
                            a.dtype.size, b_major, output_bytes, split_k, a_major)
+    cluster = cluster_choice(params, tiles_of(best), sms, info.feature("matmul_cluster"),
+                             k_blocks)
+    if cluster > 1:
+        params = fitted_params(best.tile_m, best.tile_n, best.compute_roles, tiles_of(best),
+                               dev, a.dtype.size, b_major, output_bytes, split_k, a_major,
+                               cluster_m=cluster)
     return dataclasses.replace(params, staged_input=staged_input(fusion, info, params,
                                                                  (batch, m, n)))
 
@@ -523,7 +571,8 @@ def staged_input(fusion, info, p: MatmulParams, bmn: tuple) -> int:
 
 def fitted_params(tm: int, tn: int, roles: int, tiles: int, dev, item_bytes: int,
                   b_major: str, output_bytes: tuple = (2,), split_k: int = 1,
-                  a_major: str = "K", epilogue_boxes: int | None = None) -> MatmulParams:
+                  a_major: str = "K", epilogue_boxes: int | None = None,
+                  cluster_m: int = 1) -> MatmulParams:
     """The parameters of a tm x tn tile (`roles` compute roles) on `dev`: as many stages (up to
     6) as its shared memory holds beside the staging boxes (of each stored output, of its
     `output_bytes`), a persistent grid of min(work units, SMs) (a unit: a tile, or with
@@ -558,8 +607,11 @@ def fitted_params(tm: int, tn: int, roles: int, tiles: int, dev, item_bytes: int
     if stages < 2:
         raise SchedulerError(f"matmul: {dev.name}'s shared memory holds fewer than 2 stages of "
                              f"the {tm}x{tn} tile")
-    return dataclasses.replace(shape, stages=stages, grid=max(1, min(tiles, dev.sm_count)),
-                               a_major=a_major, b_major=b_major)
+    # With clusters of C CTAs, whole clusters: C x (the clusters' tiles, or the SMs' clusters).
+    C = cluster_m
+    grid = C * max(1, min(-(-tiles // C), dev.sm_count // C))
+    return dataclasses.replace(shape, stages=stages, grid=grid, a_major=a_major,
+                               b_major=b_major, cluster_m=C)
 
 
 def schedule(fusion, params: MatmulParams) -> None:
@@ -585,6 +637,14 @@ def schedule(fusion, params: MatmulParams) -> None:
                 f"matmul: input {params.staged_input} cannot be read through the staging boxes "
                 "(a 16-bit input of the first output's dtype and rank, in a kernel without "
                 "split-K)")
+    if params.cluster_m > 1:
+        C = params.cluster_m
+        b_rows = params.tile_n // (EPILOGUE_BOX if params.b_major == "MN" else 1)
+        if params.split_k != 1 or b_rows % C or params.grid % C or C > 8:
+            raise SchedulerError(
+                f"matmul: clusters of {C} CTAs need no split-K, a grid of whole clusters "
+                f"({params.grid}) and a B tile that splits into {C} shares ({params.tile_n} "
+                f"columns, B {params.b_major}-major)")
     if params.staging_boxes < 1 or params.boxes_per_tile % params.staging_boxes:
         raise SchedulerError(f"matmul: {params.staging_boxes} staging boxes per warp group do "
                              f"not divide the {params.boxes_per_tile} boxes it stores per tile")
@@ -602,6 +662,10 @@ def schedule(fusion, params: MatmulParams) -> None:
                              "compute warp groups) do not fit the registers")
     fusion.launch_hints.update(grid_x=params.grid, block_x=threads,
                                block_y=params.warp_groups_per_role)
+    if params.cluster_m > 1:
+        # A GPC takes whole clusters: fewer may fit at once than SMs / C (64 of 2 on the
+        # H200's 132 SMs), and the executor fits the persistent grid to them.
+        fusion.launch_hints.update(cluster=(params.cluster_m, 1, 1), persistent=True)
     graph = IdGraph(fusion)
     logical = out.domain.logical
     roles = {"m": logical[-2], "n": logical[-1]}
