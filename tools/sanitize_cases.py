@@ -33,11 +33,11 @@ def matmul_cases() -> None:
         fd.add_output(fd.ops.linear(x, w))
     x = torch.randn(300, 200, device="cuda", dtype=torch.bfloat16)
     w = torch.randn(520, 200, device="cuda", dtype=torch.bfloat16)
-    # (tile n, compute roles, CTAs per cluster: 2 multicasts B over a cluster of two along M)
-    for tn, roles, cluster in ((256, 1, 1), (128, 1, 1), (64, 1, 1), (128, 2, 1), (64, 2, 1),
-                               (256, 1, 2), (128, 2, 2)):
+    # (tile n, compute roles, CTAs per cluster along M (B multicast), along N (A multicast))
+    for tn, roles, cm, cn in ((256, 1, 1, 1), (128, 1, 1, 1), (64, 1, 1, 1), (128, 2, 1, 1),
+                              (64, 2, 1, 1), (256, 1, 2, 1), (128, 2, 2, 1), (64, 2, 1, 2)):
         p = MatmulParams(tile_m=128, tile_n=tn, stages=3, grid=2, compute_roles=roles,
-                         cluster_m=cluster)
+                         cluster_m=cm, cluster_n=cn)
         y = fd.execute([x, w], options={"heuristic": p})[0]
         torch.cuda.synchronize()
         err = ((y.float() - x.float() @ w.float().t()).norm() / y.float().norm()).item()

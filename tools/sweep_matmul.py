@@ -2,7 +2,7 @@
 beside cuBLAS in the same run, to ground the heuristic's choice (GPU machine):
 
     PYTHONPATH=. python tools/sweep_matmul.py [MxNxK ...] [--pingpong] [--split=1,2,4,8]
-        [--tiles=128x128,128x256] [--l2=256,128,0] [--boxes=0,all] [--cluster=1,2]
+        [--tiles=128x128,128x256] [--l2=256,128,0] [--boxes=0,all] [--cluster=1,m2,n2]
 
 y = x @ w^T (x [M, K], w [N, K], bf16). Each variant is forced through options["heuristic"]
 (the heuristic's own choice, with the tile, stages, grid and kind replaced), checked
@@ -29,10 +29,12 @@ TILES = next(([tuple(int(v) for v in w.split("x")) for w in a.split("=", 1)[1].s
 # --l2=256,128,0: the tensor maps' L2 promotion, rows on sectors or not (runtime/tensor_map.
 # TILE_L2_PROMOTION and TILE_L2_PROMOTION_MID_SECTOR),
 # each value with fresh plans (the maps are encoded when a plan is made).
-# --cluster=1,2: each variant in clusters of these CTAs along M (MatmulParams.cluster_m: B
-# multicast to the cluster), where the tile's B splits into that many shares.
-CLUSTERS = next((tuple(int(v) for v in a.split("=", 1)[1].split(",")) for a in sys.argv
-                 if a.startswith("--cluster=")), (1,))
+# --cluster=1,m2,n2: each variant in clusters of these CTAs along M (m2, or 2:
+# MatmulParams.cluster_m, B multicast to the cluster) or N (n2: cluster_n, A multicast), where
+# the shared tile splits into that many shares.
+CLUSTERS = next((tuple(("n", int(v[1:])) if v.startswith("n") else ("m", int(v.lstrip("m")))
+                       for v in a.split("=", 1)[1].split(",")) for a in sys.argv
+                 if a.startswith("--cluster=")), (("m", 1),))
 L2 = next((tuple(int(v) for v in a.split("=", 1)[1].split(",")) for a in sys.argv
            if a.startswith("--l2=")), (None,))
 # --boxes=auto,0,3: the epilogue's staging boxes per warp group (MatmulParams.epilogue_boxes;
@@ -61,12 +63,14 @@ def variants(chosen, m, n, k, dev):
                 None if b == "auto" else per_tile if b == "all" else int(b) for b in BOXES))
             for s in SPLITS:
                 for boxes in counts:
-                    for c in CLUSTERS:
+                    for along, c in CLUSTERS:
                         if s in offered and (not boxes or per_tile % boxes == 0) and (
-                                c == 1 or (s == 1 and tn % c == 0)):
-                            yield matmul.fitted_params(tm, tn, roles, tiles, dev, 2,
-                                                       chosen.b_major, chosen.output_bytes, s,
-                                                       chosen.a_major, boxes, cluster_m=c)
+                                c == 1 or (s == 1 and (tn if along == "m" else tm) % c == 0)):
+                            yield matmul.fitted_params(
+                                tm, tn, roles, tiles, dev, 2, chosen.b_major,
+                                chosen.output_bytes, s, chosen.a_major, boxes,
+                                cluster_m=c if along == "m" else 1,
+                                cluster_n=c if along == "n" else 1)
 
 
 def main(argv) -> int:

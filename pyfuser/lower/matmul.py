@@ -50,10 +50,11 @@ cluster take the C tiles of one column of C tile rows (tile t: rank t % C of clu
 t / C, rastered as above over cluster tiles of C * tm rows); each loads its own A box and the
 r-th 1/C of the B rows the C tiles share, multicast into the same slot of every CTA of the
 cluster (pipeline_loads then counts the whole cluster's releases of a slot before any CTA
-refills it). Each CTA fetches A + B / C per k block from L2 instead of A + B.
+refills it). Each CTA fetches A + B / C per k block from L2 instead of A + B. With
+params.cluster_n the same along N: C tile columns of one tile row, A shared out.
 
 Limits: 16-bit inputs, 16-bit or fp32 outputs (up to MAX_OUTPUTS of the scheduler), tn a
-multiple of 64 up to 256, tm 64 or 128; clusters along M only, without split-K.
+multiple of 64 up to 256, tm 64 or 128; clusters along M or N (not both), without split-K.
 """
 from __future__ import annotations
 
@@ -216,15 +217,18 @@ def build_matmul(kernel: K.Kernel) -> K.Kernel:
     t, kb = ctx.new_loop_var(), ctx.new_loop_var()
     # Clusters of C CTAs along M (params.cluster_m): the C tiles of a column of C tile rows run
     # on the C CTAs of a cluster at once, each CTA loading A's rows of its own tile and 1/C of
-    # the B box they share, multicast to all C. Tile t is then tile t % C (the CTA's rank in
-    # its cluster: the grid, a multiple of C, strides t by whole clusters) of cluster tile
-    # t / C; tile rows are counted in whole clusters (a last one past M is zero-filled and
-    # never stored, so that both CTAs run every k block of the pair).
-    C = p.cluster_m
-    cluster_rows = K.ceil_div(tiles_m, C) if C > 1 else tiles_m
+    # the B box they share, multicast to all C; along N (params.cluster_n), the C tiles of a
+    # row of C tile columns, A shared out the same way. Tile t is then tile t % C (the CTA's
+    # rank in its cluster: the grid, a multiple of C, strides t by whole clusters) of cluster
+    # tile t / C; tile rows (columns) are counted in whole clusters (a last one past M (N) is
+    # zero-filled and never stored, so that every CTA of the cluster runs every k block).
+    Cm, Cn = p.cluster_m, p.cluster_n
+    C = Cm * Cn
+    cluster_rows = K.ceil_div(tiles_m, Cm) if Cm > 1 else tiles_m
+    cluster_cols = K.ceil_div(tiles_n, Cn) if Cn > 1 else tiles_n
     # A batch's tiles one after the other: the linear tile index is batch * (tiles of one
     # matrix) + the tile within its matrix, rastered as a 2-D matmul's.
-    per_batch = K.mul(cluster_rows, tiles_n)
+    per_batch = K.mul(cluster_rows, cluster_cols)
     batches = extent(finals[0], 0) if rank == 3 else K.Const(1)
     # The tile's batch and origin, defined once per work unit at the top of the unit loop (the
     # producer's copies and the epilogue read them; pipeline_loads gives the producer its own
@@ -241,9 +245,11 @@ def build_matmul(kernel: K.Kernel) -> K.Kernel:
         unit_defs = [K.ScalarDef(cta_v, K.mod(t, C))]
         tile = K.div(t, C)
     m0_at, n0_at = tile_origin(K.mod(tile, per_batch) if rank == 3 else tile, cluster_rows,
-                               tiles_n, p.raster_group, tm * C, tn)
-    if C > 1:
+                               cluster_cols, p.raster_group, tm * Cm, tn * Cn)
+    if Cm > 1:
         m0_at = K.add(m0_at, K.mul(cta_v, tm))
+    if Cn > 1:
+        n0_at = K.add(n0_at, K.mul(cta_v, tn))
     tile_defs = unit_defs + ([K.ScalarDef(bt_v, K.div(tile, per_batch))] if rank == 3 else []) + [
         K.ScalarDef(m0, m0_at), K.ScalarDef(n0, n0_at)]
     bt = bt_v if rank == 3 else K.Const(0)
@@ -262,7 +268,7 @@ def build_matmul(kernel: K.Kernel) -> K.Kernel:
         """The tensor map of operand `tv_in` and the copies of one stage of it into `smem`:
         K-major, one box of `rows` rows x 64 K; MN-major (its rows dim has stride 1), rows / 64
         boxes of 64 rows (a 128-byte swizzle row) x 64 K rows, one after the other. With `cast`
-        CTAs sharing it (a cluster's B), the CTA of rank r loads the r-th 1/cast of those rows
+        CTAs sharing it (a cluster's B, or A), the CTA of rank r loads the r-th 1/cast of those rows
         (K-major: a box of rows / cast rows; MN-major: its share of the 64-row boxes) and
         multicasts it to all of them."""
         pos = fusion.input_position(tv_in)
@@ -280,8 +286,8 @@ def build_matmul(kernel: K.Kernel) -> K.Kernel:
         return [K.TensorMapLoad(K.TensorIndex(smem, K.mul(first, TILE_K)), *tmap, glob,
                                 at_batch([k0, K.add(origin, first)], dims), box_bytes(share),
                                 None, multicast=cast)]
-    loads = (operand_loads(a_in, mma.a_dims, a_s, a_glob, tm, m0, a_mn)
-             + operand_loads(b_in, mma.b_dims, b_s, b_glob, tn, n0, mn_major, C))
+    loads = (operand_loads(a_in, mma.a_dims, a_s, a_glob, tm, m0, a_mn, Cn)
+             + operand_loads(b_in, mma.b_dims, b_s, b_glob, tn, n0, mn_major, Cm))
     # A staging box is 64 x 64 elements; a 128-byte swizzle row holds 64 16-bit or 32 fp32 ones,
     # so an fp32 output's box is stored as two boxes of 64 rows x 32 (F32_BOX_COLS) columns.
     c_maps = [tensor_map("output", fusion.outputs.index(f), rank - 1, rank - 2,

@@ -482,3 +482,24 @@ def test_cluster_batched():
     fd = _matmul_fd(a, b)
     run_and_check(fd, [a, b], scheduler="matmul", options={"enable": CLUSTER})
     _check_cluster(fd)
+
+
+@pytest.mark.parametrize("m, n, k, tile, roles, a_mn", [
+    (1000, 1000, 1000, (128, 64), 2, False),     # 16 tile columns, rows mid-sector
+    (300, 1000, 520, (128, 128), 1, False),      # the last cluster's second column past N
+    (1000, 1032, 520, (128, 128), 2, True),      # A column-major: its two 64-row boxes shared
+])
+def test_cluster_along_n(m, n, k, tile, roles, a_mn):
+    """Clusters along N (MatmulParams.cluster_n: A shared out, multicast), forced through the
+    heuristic option."""
+    from pyfuser.runtime.device import query_device
+    from pyfuser.schedule.schedulers import matmul
+    x = (torch.randn(k, m, device="cuda", dtype=torch.bfloat16).t() if a_mn else
+         torch.randn(m, k, device="cuda", dtype=torch.bfloat16))
+    w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
+    tiles = -(-m // tile[0]) * -(-n // tile[1])
+    p = matmul.fitted_params(*tile, roles, tiles, query_device(), 2, "K",
+                             a_major="MN" if a_mn else "K", cluster_n=2)
+    fd = _linear_fd(x, w)
+    run_and_check(fd, [x, w], scheduler="matmul", options={"heuristic": p})
+    assert fd.last_run.clusters == ((2, 1, 1),) and fd.last_run.heuristics[0].cluster_n == 2

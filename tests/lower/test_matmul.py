@@ -1081,21 +1081,26 @@ def _cluster_kernel(m, n, k, params, b_major="K", extra=None, fd=None, inputs=No
     return fd, st, p, kernel, inputs
 
 
-@pytest.mark.parametrize("mnk, tile, roles, grid, b_major", [
-    ((130, 136, 136), (128, 128), 1, 2, "K"),    # one pair: the second tile row mostly past M
-    ((300, 264, 136), (128, 128), 2, 2, "K"),    # 3 tile rows: the last pair's second zero-filled
-    ((520, 264, 200), (128, 256), 1, 4, "K"),    # 2 clusters, tiles across the stage counter
-    ((129, 200, 72), (128, 128), 1, 2, "MN"),    # B's 64-row boxes shared out, one per CTA
-    ((390, 264, 72), (128, 256), 1, 2, "MN"),    # two boxes per CTA
+@pytest.mark.parametrize("mnk, tile, roles, grid, b_major, along", [
+    ((130, 136, 136), (128, 128), 1, 2, "K", "m"),  # one pair: the second tile row mostly past M
+    ((300, 264, 136), (128, 128), 2, 2, "K", "m"),  # 3 tile rows: the last pair's second empty
+    ((520, 264, 200), (128, 256), 1, 4, "K", "m"),  # 2 clusters, tiles across the stage counter
+    ((129, 200, 72), (128, 128), 1, 2, "MN", "m"),  # B's 64-row boxes shared out, one per CTA
+    ((390, 264, 72), (128, 256), 1, 2, "MN", "m"),  # two boxes per CTA
+    ((300, 200, 136), (128, 64), 2, 2, "K", "n"),   # A shared: 4 tile columns, 3 rows
+    ((130, 136, 200), (128, 128), 1, 4, "MN", "n"),  # 2 tile columns past N by 8
+    ((260, 72, 72), (128, 64), 2, 2, "K", "n"),     # the second tile column past N but 8
 ])
-def test_interpreted_cluster_multicast(mnk, tile, roles, grid, b_major):
+def test_interpreted_cluster_multicast(mnk, tile, roles, grid, b_major, along):
     from kir_testing import interpret_against_float64
     p = matmul.MatmulParams(tile_m=tile[0], tile_n=tile[1], stages=2, grid=grid,
-                            compute_roles=roles, cluster_m=2, b_major=b_major)
+                            compute_roles=roles, b_major=b_major,
+                            cluster_m=2 if along == "m" else 1, cluster_n=2 if along == "n" else 1)
     fd, st, p, kernel, inputs = _cluster_kernel(*mnk, p, b_major=b_major)
     assert kernel.launch.cluster == (2, 1, 1) and kernel.launch.persistent
     casts = [s for s in K.walk(kernel.body) if isinstance(s, K.TensorMapLoad) and s.multicast > 1]
-    assert casts and all(s.map.index == 1 for s in casts)     # B alone is shared
+    # B alone is shared along M, A alone along N.
+    assert casts and all(s.map.index == (1 if along == "m" else 0) for s in casts)
     interpret_against_float64(fd, st, kernel, inputs, context=p)
 
 
@@ -1110,6 +1115,19 @@ def test_interpreted_cluster_fused_epilogue(kind):
                             staged_input=2 if kind == "residual" else -1)
     fd, st, p, kernel, inputs = _cluster_kernel(0, 0, 0, p, fd=fd, inputs=inputs)
     interpret_against_float64(fd, st, kernel, inputs, context=(kind, p))
+
+
+def test_interpreted_cluster_along_n_column_major_a():
+    """A MN-major (a column-major [M, K]) shared along N: its two 64-row boxes one per CTA."""
+    from kir_testing import interpret_against_float64
+    g = torch.Generator().manual_seed(11)
+    a = torch.randn(136, 200, dtype=torch.bfloat16, generator=g).t()      # [200, 136], (1, 200)
+    b = torch.randn(264, 136, dtype=torch.bfloat16, generator=g)
+    with FusionDefinition("mm") as fd:
+        fd.add_output(fd.ops.linear(fd.from_pytorch(a), fd.from_pytorch(b)))
+    p = matmul.MatmulParams(tile_m=128, tile_n=128, stages=2, grid=2, a_major="MN", cluster_n=2)
+    fd, st, p, kernel, inputs = _cluster_kernel(0, 0, 0, p, fd=fd, inputs=[a, b])
+    interpret_against_float64(fd, st, kernel, inputs, context=p)
 
 
 def test_interpreted_cluster_batched():
@@ -1209,7 +1227,7 @@ def test_heuristic_cluster_rule(mnk, feature, cluster):
 
 def test_clusters_refuse_split_k():
     p = matmul.MatmulParams(tile_m=128, tile_n=128, stages=2, grid=2, cluster_m=2, split_k=2)
-    with pytest.raises(SchedulerError, match="clusters of 2 CTAs need no split-K"):
+    with pytest.raises(SchedulerError, match="clusters of 2 CTAs along M need no split-K"):
         _cluster_kernel(300, 136, 400, p)
 
 
@@ -1218,3 +1236,9 @@ def test_a_b_tile_of_three_boxes_is_not_clustered():
     p = matmul.fitted_params(128, 192, 1, 500, DEVICE_TABLE["h100"], 2, "MN")
     assert matmul.cluster_choice(p, 500, 132, True) == 1
     assert matmul.cluster_choice(dataclasses.replace(p, b_major="K"), 500, 132, True) == 2
+
+
+def test_clusters_along_both_dims_are_refused():
+    p = matmul.MatmulParams(tile_m=128, tile_n=128, stages=2, grid=4, cluster_m=2, cluster_n=2)
+    with pytest.raises(SchedulerError, match="clusters along one dim"):
+        _cluster_kernel(300, 136, 400, p)

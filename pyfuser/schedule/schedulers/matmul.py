@@ -263,6 +263,9 @@ class MatmulParams:
     # consecutive tile rows of one tile column at once, each loading its A rows and 1/C of the
     # shared B box, multicast to all C (lower/matmul.py); the grid is a multiple of C.
     cluster_m: int = 1
+    # The same along N: C tiles of one tile row at once, A shared out (at most one of the two
+    # above 1).
+    cluster_n: int = 1
     # The fusion input (its position; -1: none) of the output's shape that the epilogue reads
     # through the staging boxes (a residual): a TMA box of it lands in the box the output is
     # then stored from, and each thread reads its fragment's values with ldmatrix at its
@@ -313,8 +316,15 @@ class MatmulParams:
                 + (f", split-K over {self.split_k} CTAs per tile" if self.split_k > 1 else "")
                 + (f", clusters of {self.cluster_m} CTAs along M sharing B (multicast)"
                    if self.cluster_m > 1 else "")
+                + (f", clusters of {self.cluster_n} CTAs along N sharing A (multicast)"
+                   if self.cluster_n > 1 else "")
                 + (f", input {self.staged_input} read through the staging boxes"
                    if self.staged_input >= 0 else ""))
+
+    @property
+    def cluster(self) -> int:
+        """CTAs per thread-block cluster (along M or N)."""
+        return self.cluster_m * self.cluster_n
 
 
 @dataclasses.dataclass(frozen=True)
@@ -572,7 +582,7 @@ def staged_input(fusion, info, p: MatmulParams, bmn: tuple) -> int:
 def fitted_params(tm: int, tn: int, roles: int, tiles: int, dev, item_bytes: int,
                   b_major: str, output_bytes: tuple = (2,), split_k: int = 1,
                   a_major: str = "K", epilogue_boxes: int | None = None,
-                  cluster_m: int = 1) -> MatmulParams:
+                  cluster_m: int = 1, cluster_n: int = 1) -> MatmulParams:
     """The parameters of a tm x tn tile (`roles` compute roles) on `dev`: as many stages (up to
     6) as its shared memory holds beside the staging boxes (of each stored output, of its
     `output_bytes`), a persistent grid of min(work units, SMs) (a unit: a tile, or with
@@ -608,10 +618,10 @@ def fitted_params(tm: int, tn: int, roles: int, tiles: int, dev, item_bytes: int
         raise SchedulerError(f"matmul: {dev.name}'s shared memory holds fewer than 2 stages of "
                              f"the {tm}x{tn} tile")
     # With clusters of C CTAs, whole clusters: C x (the clusters' tiles, or the SMs' clusters).
-    C = cluster_m
+    C = cluster_m * cluster_n
     grid = C * max(1, min(-(-tiles // C), dev.sm_count // C))
     return dataclasses.replace(shape, stages=stages, grid=grid, a_major=a_major,
-                               b_major=b_major, cluster_m=C)
+                               b_major=b_major, cluster_m=cluster_m, cluster_n=cluster_n)
 
 
 def schedule(fusion, params: MatmulParams) -> None:
@@ -637,14 +647,21 @@ def schedule(fusion, params: MatmulParams) -> None:
                 f"matmul: input {params.staged_input} cannot be read through the staging boxes "
                 "(a 16-bit input of the first output's dtype and rank, in a kernel without "
                 "split-K)")
-    if params.cluster_m > 1:
-        C = params.cluster_m
-        b_rows = params.tile_n // (EPILOGUE_BOX if params.b_major == "MN" else 1)
-        if params.split_k != 1 or b_rows % C or params.grid % C or C > 8:
+    if params.cluster > 1:
+        C = params.cluster
+        # The operand the cluster shares: B along M, A along N; its rows (or 64-row boxes,
+        # MN-major) are shared out.
+        shared_rows = (params.tile_n // (EPILOGUE_BOX if params.b_major == "MN" else 1)
+                       if params.cluster_m > 1 else
+                       params.tile_m // (EPILOGUE_BOX if params.a_major == "MN" else 1))
+        if (min(params.cluster_m, params.cluster_n) != 1 or params.split_k != 1
+                or shared_rows % C or params.grid % C or C > 8):
             raise SchedulerError(
-                f"matmul: clusters of {C} CTAs need no split-K, a grid of whole clusters "
-                f"({params.grid}) and a B tile that splits into {C} shares ({params.tile_n} "
-                f"columns, B {params.b_major}-major)")
+                f"matmul: clusters of {C} CTAs along {'M' if params.cluster_m > 1 else 'N'} "
+                f"need no split-K, a grid of whole clusters ({params.grid}), clusters along "
+                f"one dim, and a shared tile that splits into {C} shares (tile "
+                f"{params.tile_m}x{params.tile_n}, A {params.a_major}-major, B "
+                f"{params.b_major}-major)")
     if params.staging_boxes < 1 or params.boxes_per_tile % params.staging_boxes:
         raise SchedulerError(f"matmul: {params.staging_boxes} staging boxes per warp group do "
                              f"not divide the {params.boxes_per_tile} boxes it stores per tile")
@@ -662,10 +679,10 @@ def schedule(fusion, params: MatmulParams) -> None:
                              "compute warp groups) do not fit the registers")
     fusion.launch_hints.update(grid_x=params.grid, block_x=threads,
                                block_y=params.warp_groups_per_role)
-    if params.cluster_m > 1:
+    if params.cluster > 1:
         # A GPC takes whole clusters: fewer may fit at once than SMs / C (64 of 2 on the
         # H200's 132 SMs), and the executor fits the persistent grid to them.
-        fusion.launch_hints.update(cluster=(params.cluster_m, 1, 1), persistent=True)
+        fusion.launch_hints.update(cluster=(params.cluster, 1, 1), persistent=True)
     graph = IdGraph(fusion)
     logical = out.domain.logical
     roles = {"m": logical[-2], "n": logical[-1]}
