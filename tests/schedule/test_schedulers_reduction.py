@@ -11,11 +11,13 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lower"))
 from kir_testing import Setup, empty_inputs, interpret, reference, schedule_and_lower  # noqa: E402
 
-from pyfuser import FusionDefinition, catalogue  # noqa: E402
+from pyfuser import DataType, FusionDefinition, catalogue  # noqa: E402
 from pyfuser.testing import run_and_check  # noqa: E402
 from pyfuser.runtime.device import DEVICE_TABLE  # noqa: E402
 from pyfuser.schedule.schedulers import reduction  # noqa: E402
 from pyfuser.schedule.schedulers.reduction import ReductionParams  # noqa: E402
+
+F32 = DataType.Float
 
 SMS = DEVICE_TABLE["h100"].sm_count
 
@@ -252,7 +254,9 @@ def test_takes_several_reductions_of_the_same_dims():
     ([1], ReductionParams(True, 4, 32, 2, 2, (0,), grid_split=4)),
     ([0], ReductionParams(False, 4, 8, 16, 2, (0,), grid_split=4)),
     ([0, 1], ReductionParams(True, 4, 64, 1, 2, (0,), grid_split=5, full=True)),
-], ids=["inner", "outer", "full"])
+    ([0, 1], ReductionParams(True, 4, 64, 1, 2, (0,), grid_split=5, full=True,
+                             interleave=True)),
+], ids=["inner", "outer", "full", "full_interleaved"])
 def test_several_reductions_split_over_blocks(dims, params):
     """sum(x), max(x) and sum(x * x) of one input, each split over blockIdx.y: every reduction
     writes its own partials to the workspace and the last block combines each of them."""
@@ -623,3 +627,42 @@ def test_float64_sums_at_4_columns_a_thread_on_the_interpreter():
                   options={"enable": ["interpret", "poison_outputs"]})
     p = fd.last_run.heuristics[0]
     assert (p.inner, p.vector, p.bdimx, p.bdimy, p.unroll) == (False, 4, 16, 32, 4), p
+
+
+@pytest.mark.parametrize("n", [8 * 4096 + 24, 1000, 3 * 2048])
+def test_full_reduction_steps_interleaved_over_the_blocks(n):
+    """A full reduction whose blocks take chunks s * G + g in turn (ReductionParams.interleave):
+    every element summed once, ragged tails included (the last chunk of the sweep partial or
+    past the end for some blocks), against float64 on the interpreter."""
+    x = torch.randn(n, dtype=torch.bfloat16)
+    y = torch.randn(n, dtype=torch.bfloat16)
+    with FusionDefinition() as fd:
+        tx, ty = fd.from_pytorch(x), fd.from_pytorch(y)
+        d = fd.ops.sub(fd.ops.cast(tx, F32), fd.ops.cast(ty, F32))
+        fd.add_output(fd.ops.sum(fd.ops.mul(d, d), [0]))
+    p = ReductionParams(True, 8, 128, 1, 2, (0, 1), grid_split=6, full=True, interleave=True)
+    run_and_check(fd, [x, y], scheduler="reduction",
+                  options={"enable": ["interpret"], "heuristic": p})
+    assert "blocks' steps interleaved" in fd.last_run.heuristics[0].describe()
+
+
+@pytest.mark.parametrize("n, inputs, streamed", [
+    (2048 * 4096, 2, True),          # 4 serial steps a block
+    (8192 * 4096, 2, True),          # 8
+    (8192 * 8192, 1, True),          # 16
+    (16384 * 8192, 2, False),        # 32: measured slower past L1
+])
+def test_full_reductions_of_few_steps_stream_their_inputs(n, inputs, streamed):
+    p = reduction._full_heuristics(n, 8, tuple(range(inputs)), SMS)
+    steps = -(-(n // 8) // (p.bdimx * p.unroll * p.grid_split))
+    assert (steps <= reduction.FULL_STREAM_MAX_STEPS) == streamed
+    assert p.stream_rows == streamed and ("inputs streamed past L1" in p.describe()) == streamed
+
+
+def test_a_streamed_full_reduction_loads_past_l1():
+    """mse_mean of [8192, 4096]: both inputs loaded ld.global.nc.L1::no_allocate."""
+    fd = catalogue.define("mse_mean", "bf16")
+    meta = torch.empty(8192, 4096, dtype=torch.bfloat16, device="meta")
+    seg = fd.explain([meta, meta], device="h100", compile=True).segments[0]
+    src = seg.kernel.kernel.source
+    assert src.count("pf::LoadHint::ReadOnlyNoAllocate") == 2, src

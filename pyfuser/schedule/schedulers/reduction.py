@@ -66,20 +66,25 @@ class ReductionParams:
     vector_inputs: tuple = ()
     grid_split: int = 1      # blocks sharing one reduction (blockIdx.y), combined by the last
     full: bool = False       # no kept dim iterates: one value, the grid split over blockIdx.y
-    stream_rows: bool = False  # the rows' inputs loaded past L1 (_read_once)
+    stream_rows: bool = False  # the rows' (full: the) inputs loaded past L1 (_read_once)
     # Inner: the serial steps in bounds run without per-element checks (an Unswitch axis,
     # lower/unswitch.py), where a block's share of a row takes several steps and
     # UNSWITCH_STEPS is on.
     unswitch: bool = False
+    # Full: the blocks' steps interleaved (step s of block g reads chunk s * G + g, the grid
+    # sweeping the input together) instead of each block reading one contiguous share.
+    interleave: bool = False
 
     def describe(self) -> str:
         kind = "full" if self.full else ("inner" if self.inner else "outer")
         split = f", split over {self.grid_split} blocks" if self.grid_split > 1 else ""
-        stream = ", rows streamed past L1" if self.stream_rows else ""
+        stream = (f", {'inputs' if self.full else 'rows'} streamed past L1"
+                  if self.stream_rows else "")
         unswitch = ", steps in bounds unchecked" if self.unswitch and self.inner else ""
+        sweep = ", blocks' steps interleaved" if self.interleave and self.full else ""
         return (f"reduction ({kind}): block {self.bdimx}x{self.bdimy}, vector {self.vector}, "
                 f"unroll {self.unroll}{split}, vector loads for inputs {list(self.vector_inputs)}"
-                f"{stream}{unswitch}")
+                f"{stream}{unswitch}{sweep}")
 
 
 def broadcast_back(fusion, red: TensorView, graph=None) -> bool:
@@ -482,6 +487,13 @@ FULL_BLOCKS_PER_SM = 2
 # Serial steps each block keeps at least (a step: bdimx * unroll vectors), so that the cost of
 # a block (its block reduction, its partial's store and atomic) is spread over enough loads.
 FULL_MIN_STEPS = 4
+# A full reduction whose blocks take at most this many serial steps reads its inputs past L1
+# (each element is read once). On the H200 (bench/results/2026-11-30/
+# h200-full-reduction-streams-session29.txt, CUDA-graph time of one call): mse_mean of
+# [2048, 4096] (4 steps) 19.5 -> 17.3 us, of [8192, 4096] (8 steps) 45.9 -> 42.3, amax of
+# [8192, 8192] (16) 46.8 -> 43.8; of [16384, 8192] (32 steps) 137.1 -> 147.8, slower. An L2
+# evict_first policy on the same loads measured the same as without it.
+FULL_STREAM_MAX_STEPS = 16
 
 
 def _full_heuristics(red_n: int, vector: int, vec_inputs: tuple, sms: int) -> ReductionParams:
@@ -495,7 +507,10 @@ def _full_heuristics(red_n: int, vector: int, vec_inputs: tuple, sms: int) -> Re
     unroll = 4 if vecs >= bdimx * 4 else (2 if vecs >= bdimx * 2 else 1)
     per_step = bdimx * unroll
     split = max(1, min(FULL_BLOCKS_PER_SM * sms, vecs // (per_step * FULL_MIN_STEPS)))
-    return ReductionParams(True, vector, bdimx, 1, unroll, vec_inputs, split, full=True)
+    steps = -(-vecs // (per_step * split))
+    stream = bool(vec_inputs) and steps <= FULL_STREAM_MAX_STEPS
+    return ReductionParams(True, vector, bdimx, 1, unroll, vec_inputs, split, full=True,
+                           stream_rows=stream)
 
 
 def vector_dim(red: TensorView, lay: Layout):
@@ -598,8 +613,14 @@ def schedule(fusion, p: ReductionParams) -> None:
         # share starts at a multiple of V.
         _merge_all(red, lay)
         red.split(0, p.vector)
-        red.split(0, g, inner_split=False)
-        red.split(1, p.bdimx).split(1, p.unroll)
+        if p.interleave:
+            # [R] -> [R/(V*Bx*U*G), G, U, Bx, V] -> [G, R/(V*Bx*U*G), U, Bx, V]: block g's
+            # step s is chunk s * G + g of U * Bx vectors.
+            red.split(0, p.bdimx).split(0, p.unroll).split(0, g)
+            red.reorder([1, 0, 2, 3, 4])
+        else:
+            red.split(0, g, inner_split=False)
+            red.split(1, p.bdimx).split(1, p.unroll)
         red.parallelize(3, PT.TIDx)
         if g > 1:
             red.parallelize(0, PT.BIDy)
