@@ -657,6 +657,7 @@ def test_full_reductions_of_few_steps_stream_their_inputs(n, inputs, streamed):
     steps = -(-(n // 8) // (p.bdimx * p.unroll * p.grid_split))
     assert (steps <= reduction.FULL_STREAM_MAX_STEPS) == streamed
     assert p.stream_rows == streamed and ("inputs streamed past L1" in p.describe()) == streamed
+    assert p.interleave == (not streamed)
 
 
 def test_a_streamed_full_reduction_loads_past_l1():
