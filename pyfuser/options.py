@@ -61,7 +61,8 @@ FEATURES = {
     "matmul_cluster": "matmul kernels in clusters of 2 CTAs along M, each loading half of the B "
                       "tile the two share and multicasting it to both (unset: the heuristic's "
                       "rule, cooperative 128x256 tiles over at least a wave and K >= 1024; forced "
-                      "off: no cluster; forced on: every tile whose B splits in two, without split-K)",
+                      "off: no cluster; forced on: every tile whose B splits in two, without "
+                      "split-K)",
     "kernel_reuse": "reuse compiled kernels across shapes whose heuristics are equal",
     "reference_fallback": "run fusions no scheduler takes through the reference evaluator",
     "one_pass_logsumexp": "make max(x) and sum(exp(x - max(x))) over the same dims one reduction "

@@ -23,8 +23,9 @@ if PIPELINES_ONLY:
 
 def matmul_cases() -> None:
     """The warp-specialized matmul (wgmma from swizzled tile boxes, stmatrix, TMA stores): each
-    tile shape, cooperative and ping-pong, and in a cluster of 2 (B multicast), on a grid of 2, so that each CTA runs several tiles and the stages wrap around
-    across them; ragged M, N and K."""
+    tile shape, cooperative and ping-pong, and in clusters of 2 (B or A multicast), on a grid
+    of 2, so that each CTA runs several tiles and the stages wrap around across them; ragged
+    M, N and K."""
     from pyfuser import DataType, FusionDefinition
     from pyfuser.schedule.schedulers.matmul import MatmulParams
     with FusionDefinition("linear") as fd:

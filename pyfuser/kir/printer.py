@@ -135,7 +135,8 @@ def kernel_str(kernel: K.Kernel) -> str:
 
 
 # Statements without operands, printed as their PTX.
-_FIXED = {K.BulkCommit: "bulk_commit_group", K.ClusterSync: "cluster_sync", K.FenceProxyAsync: "fence.proxy.async.shared::cta",
+_FIXED = {K.BulkCommit: "bulk_commit_group", K.ClusterSync: "cluster_sync",
+          K.FenceProxyAsync: "fence.proxy.async.shared::cta",
           K.WgmmaFence: "wgmma.fence", K.WgmmaCommit: "wgmma.commit_group"}
 
 

@@ -110,7 +110,8 @@ L alone (a loop around L starts and drains the pipeline at each of its iteration
 warp-specialized chain must be rectangular (an inner loop's trips do not depend on outer
 indices) and start at the kernel's top level; the split is along threadIdx.y, with blockDim.z 1,
 the compute rows times threadIdx.x and the producer rows each whole warp groups; multicast
-copies of one cluster size, the cluster along x; no cluster or grid reduction, no block-shared accumulator in a compute role; with R > 1 compute roles, no
+copies of one cluster size, the cluster along x; no cluster or grid reduction, no
+block-shared accumulator in a compute role; with R > 1 compute roles, no
 reduction or barrier across threadIdx.y, shared tensors written in a role of constant size
 (each role its copy), and no grid barrier.
 """

@@ -13,8 +13,8 @@ pointers are taken as 16-byte aligned, as a fresh torch allocation is. The tenso
 segments are described as the plan allocates them (runtime/plan.py): dense in their writer's
 allocation order, with sizes from the bound extents.
 
-Not modelled: the grid a cooperative kernel is fitted to on the live device (it reads the
-compiled kernel's occupancy), and the launch-time checks of vector widths and bulk rows, which
+Not modelled: the grid a cooperative or persistent kernel is fitted to on the live device (it
+reads the compiled kernel's occupancy: a clustered matmul's 132 CTAs become 128 on the H200), and the launch-time checks of vector widths and bulk rows, which
 send a fusion to the reference evaluator with a FallbackWarning.
 """
 from __future__ import annotations

@@ -33,10 +33,11 @@ may be K-major (x [M, K]) or MN-major (a column-major A, x.t() of a row-major [K
 (b row-major [K, N]: boxes of 64 N x 64 K, imm-trans-b). A's M dim may be a broadcast
 (fd.from_pytorch of a [1, K] row); other broadcast operand dims are refused by can_schedule.
 Not built yet (issues 20 and 21): a batch broadcast against another, more than one batch dim,
-clusters along N or of more than 2 CTAs, stream-K. Split-K is built (MatmulParams.split_k) and chosen only
-when the feature matmul_split_k asks. Batches (3-D operands, [batch, rows, cols]; a 2-D
-operand shared by every batch) go through 3-D tensor maps, the batch the tile index's
-outermost part.
+clusters of more than 2 CTAs, stream-K (clusters along N are built, MatmulParams.cluster_n,
+and chosen only when a heuristic is forced). Split-K is built (MatmulParams.split_k) and
+chosen only when the feature matmul_split_k asks. Batches (3-D operands, [batch, rows,
+cols]; a 2-D operand shared by every batch) go through 3-D tensor maps, the batch the tile
+index's outermost part.
 
 The tile and kind (cooperative 128x256 or 128x192, ping-pong 128x128) minimize a cost model
 measured on the H200 (`estimated_us`): waves of tiles over the CTAs' compute roles, each tile's
