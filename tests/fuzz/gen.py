@@ -2166,8 +2166,8 @@ def random_options(rng: random.Random, pattern: str) -> dict:
     """Features forced on or off for the case (pyfuser/options.py FEATURES): the variants that
     heuristics only pick when asked (TMA / cp.async / warp-specialized / tensor-map rows of the
     inner persistent scheduler, the norm backward's warp-specialized or multi-wave choice, the
-    matmul's ping-pong and split-K, streaming loads), so that the fuzzer reaches their code
-    too."""
+    matmul's ping-pong, split-K and clusters, streaming loads), so that the fuzzer reaches
+    their code too."""
     enable, disable = [], []
     if pattern in ("normalization", "random") and rng.random() < 0.35:
         enable.append(rng.choice(("tma_inner_persistent", "tma_inner_persistent",
@@ -2180,6 +2180,10 @@ def random_options(rng: random.Random, pattern: str) -> dict:
         enable.append("matmul_pingpong")
     if pattern == "matmul" and rng.random() < 0.3:
         enable.append("matmul_split_k")
+    if pattern == "matmul" and rng.random() < 0.3:
+        # Clusters of 2 CTAs with B multicast (the heuristic takes them only for large tiles
+        # over a wave of SMs; with split-K also asked, the tile is not clustered).
+        enable.append("matmul_cluster")
     if pattern in ("matmul", "outputs_and_library", "random") and rng.random() < 0.7:
         # Matmuls of few rows (common at fuzz sizes) run torch unless the kernel is asked for.
         enable.append("matmul_few_rows")
