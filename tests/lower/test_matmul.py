@@ -1242,3 +1242,24 @@ def test_clusters_along_both_dims_are_refused():
     p = matmul.MatmulParams(tile_m=128, tile_n=128, stages=2, grid=4, cluster_m=2, cluster_n=2)
     with pytest.raises(SchedulerError, match="clusters along one dim"):
         _cluster_kernel(300, 136, 400, p)
+
+
+@pytest.mark.parametrize("where", ["in_a_role", "under_a_branch"])
+def test_a_cluster_barrier_every_thread_must_reach(where):
+    """The cluster kernel's cluster barriers stand outside the warp roles and every branch:
+    inside a role or an `if`, the verifier refuses them (the other threads would never come)."""
+    from pyfuser.kir.verifier import KernelIRError, verify_kernel
+    p = matmul.MatmulParams(tile_m=128, tile_n=128, stages=2, grid=2, cluster_m=2)
+    _, _, _, kernel, _ = _cluster_kernel(300, 136, 200, p)
+    syncs = [s for s in kernel.body if isinstance(s, K.ClusterSync)]
+    assert len(syncs) == 2                  # after the barriers' init, before their teardown
+    kernel.body.remove(syncs[0])
+    if where == "in_a_role":
+        split = next(s for s in K.walk(kernel.body) if isinstance(s, K.RoleSplit))
+        split.roles[1].body.append(syncs[0])
+        want = "ClusterSync inside the compute role"
+    else:
+        kernel.body.insert(0, K.IfThenElse(K.eq(K.Special("threadIdx.x"), 0), [syncs[0]]))
+        want = "ClusterSync is inside the predicated branch"
+    with pytest.raises(KernelIRError, match=want):
+        verify_kernel(kernel, after="test")
