@@ -603,22 +603,19 @@ class CudaPrinter:
 
     def _TensorMapLoad(self, s):
         coords = ", ".join(f"(int)({self.expr(c)})" for c in s.coords)
-        if s.multicast == 1:
-            self.guarded(s.predicate, [
-                f"pf::mbarrier_expect_tx({self.bar(s.bar)}, {self.expr(s.bytes)});",
-                f"pf::tma_load_{len(s.coords)}d(pf::smem_addr(&{self.expr(s.dst)}), "
-                f"&{s.tmap.name}, {coords}, {self.bar(s.bar)});"])
-            return
-        if len(s.coords) not in (2, 3):
-            raise NotImplementedError(f"codegen: a multicast tensor-map copy of a "
-                                      f"{len(s.coords)}-D box")
-        # Every CTA of the cluster multicasts its share of the same size: this barrier receives
-        # all of them.
+        expected, form, mask = self.expr(s.bytes), "", ""
+        if s.multicast > 1:
+            if len(s.coords) not in (2, 3):
+                raise NotImplementedError(f"codegen: a multicast tensor-map copy of a "
+                                          f"{len(s.coords)}-D box")
+            # Every CTA of the cluster multicasts its share of the same size: this barrier
+            # receives all of them.
+            expected = f"({expected}) * {s.multicast}"
+            form, mask = "_multicast", f", (unsigned short){(1 << s.multicast) - 1}u"
         self.guarded(s.predicate, [
-            f"pf::mbarrier_expect_tx({self.bar(s.bar)}, ({self.expr(s.bytes)}) * {s.multicast});",
-            f"pf::tma_load_{len(s.coords)}d_multicast(pf::smem_addr(&{self.expr(s.dst)}), "
-            f"&{s.tmap.name}, {coords}, {self.bar(s.bar)}, "
-            f"(unsigned short){(1 << s.multicast) - 1}u);"])
+            f"pf::mbarrier_expect_tx({self.bar(s.bar)}, {expected});",
+            f"pf::tma_load_{len(s.coords)}d{form}(pf::smem_addr(&{self.expr(s.dst)}), "
+            f"&{s.tmap.name}, {coords}, {self.bar(s.bar)}{mask});"])
 
     def _CpAsyncCopy(self, s):
         self.guarded(s.predicate, [f"pf::cp_async<{s.bytes}>(pf::smem_addr(&{self.expr(s.dst)}), "

@@ -396,12 +396,12 @@ class _Verifier:
                           "or threads that skip it would hang the others", s)
         self._cluster_of(s, "a cluster barrier")
 
-    def _cluster_of(self, s, what: str) -> int:
-        """The CTAs of the cluster the schedule launches the kernel in (it must have one)."""
+    def _cluster_of(self, s, what: str) -> tuple:
+        """The cluster dims the schedule launches the kernel with (it must have some)."""
         dims = self.k.fusion.launch_hints.get("cluster") if self.k.fusion is not None else None
         if not dims:
             self.fail(f"{what} in a kernel launched without a thread-block cluster", s)
-        return dims[0] * dims[1] * dims[2]
+        return dims
 
     def _MBarrierArrive(self, s: K.MBarrierArrive, scope):
         if s.cta is not None:
@@ -425,11 +425,10 @@ class _Verifier:
         self._copy_spaces(s, "tensor-map copy")
         self._tensor_map_param(s, "tensor-map copy")
         if s.multicast != 1:
-            size = self._cluster_of(s, "a multicast tensor-map copy")
-            if s.multicast != size or self.k.fusion.launch_hints["cluster"][0] != size:
+            dims = self._cluster_of(s, "a multicast tensor-map copy")
+            if tuple(dims) != (s.multicast, 1, 1):
                 self.fail(f"a tensor-map copy multicast to {s.multicast} CTAs in clusters of "
-                          f"{self.k.fusion.launch_hints['cluster']} (it lands in every CTA of "
-                          "a cluster along x)", s)
+                          f"{dims} (it lands in every CTA of a cluster along x)", s)
 
     def _tensor_map_param(self, s, what: str) -> None:
         params = {p.name: p for p in self.k.params}

@@ -165,6 +165,8 @@ def build_matmul(kernel: K.Kernel) -> K.Kernel:
     if dtype not in (DataType.BFloat16, DataType.Half) or tn % BOX or tm not in (64, 128) \
             or tn > 256:
         raise ValueError(f"build_matmul: tile {tm}x{tn} of {dtype.short_name} is not built")
+    if p.split_k > 1 and p.cluster > 1:
+        raise ValueError("build_matmul: split-K in clusters is not built")
 
     def extent(tv, d):
         return scalar_to_kexpr(tv.domain.logical[d].extent, ctx.names)
@@ -272,17 +274,15 @@ def build_matmul(kernel: K.Kernel) -> K.Kernel:
         (K-major: a box of rows / cast rows; MN-major: its share of the 64-row boxes) and
         multicasts it to all of them."""
         pos = fusion.input_position(tv_in)
+        share = rows // (BOX if mn else 1) // cast     # 64-row boxes (MN-major) or rows
+        first = K.mul(cta_v, share) if cast > 1 else K.Const(0)
         if mn:
-            share = rows // BOX // cast
             tmap = tensor_map("input", pos, dims[0], dims[1], BOX, TILE_K, glob, dims[2])
-            first = K.mul(cta_v, share) if cast > 1 else K.Const(0)
             return [K.TensorMapLoad(
                 K.TensorIndex(smem, K.mul(K.add(first, j), BOX * TILE_K)), *tmap, glob,
                 at_batch([K.add(origin, K.mul(K.add(first, j), BOX)), k0], dims),
                 box_bytes(BOX), None, multicast=cast) for j in range(share)]
-        share = rows // cast
         tmap = tensor_map("input", pos, dims[1], dims[0], TILE_K, share, glob, dims[2])
-        first = K.mul(cta_v, share) if cast > 1 else K.Const(0)
         return [K.TensorMapLoad(K.TensorIndex(smem, K.mul(first, TILE_K)), *tmap, glob,
                                 at_batch([k0, K.add(origin, first)], dims), box_bytes(share),
                                 None, multicast=cast)]

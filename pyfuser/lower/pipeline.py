@@ -941,7 +941,8 @@ def _warp_specialize(kernel: K.Kernel, chain_path, items) -> None:
     # Peers signal each other's barriers (multicast copies, releases): every CTA's inits are
     # published before the roles start, and no CTA leaves (its barriers invalidated, its shared
     # memory gone) while a peer may still arrive on them.
-    sync = K.ClusterSync() if cluster > 1 else K.BlockSync()
+    def sync():
+        return K.ClusterSync() if cluster > 1 else K.BlockSync()
     kernel.body = shared + [
         K.Comment(f"warp-specialized circular buffer of {names}: {n_stages} stages; producer "
                   f"threadIdx.y >= {roles.compute_extent * R} ({roles.producer_threads} threads, "
@@ -951,10 +952,10 @@ def _warp_specialize(kernel: K.Kernel, chain_path, items) -> None:
                      else "")),
         *[K.MBarrierAlloc(b) for b in bars],
         K.IfThenElse(_THREAD0, init + [K.FenceMBarrierInit()]),
-        sync,
+        sync(),
         *trips_defs,
         K.RoleSplit([producer, *computes]),
-        dataclasses.replace(sync),
+        sync(),
         K.IfThenElse(_THREAD0, [K.MBarrierInval(K.MBarrierRef(b, K.Const(s)))
                                 for b in bars for s in range(n_stages)]),
     ]

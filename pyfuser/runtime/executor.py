@@ -1020,7 +1020,8 @@ class FusionExecutorCache:
         (launch.persistent), to the blocks that can be resident at once; other kernels pass
         through. A persistent grid past what fits leaves its last blocks to a second wave: a
         matmul asking 66 clusters of 2 CTAs where 64 fit on the H200 ran 8192^3 in 1690 us,
-        with 64 in 1596 (bench/results/2026-11-30/h200-matmul-clusters-session29.txt).
+        with the grid fitted to 64 clusters (128 CTAs) in 1596
+        (bench/results/2026-11-30/h200-matmul-clusters-session29.txt).
 
         The one step of planning that needs the compiled kernel: how many blocks fit is a
         property of the loaded cubin (the registers ptxas gave it, and how whole clusters fit

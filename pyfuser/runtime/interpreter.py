@@ -2363,13 +2363,12 @@ class Interpreter:
     def _ClusterSync(self, s, ctx: _Ctx):
         """Every thread of every CTA of each cluster reached, or the barrier hangs; then each
         sees the others' work (as a block barrier, over the cluster)."""
-        size = self._cluster_x("a cluster barrier")
         count = np.bincount(ctx.blk, minlength=self.nblocks)
-        whole = count.reshape(-1, size) if self.grid[0] == self.nblocks else None
-        bad = (count != 0) & (count != self.tpb)
-        if whole is not None:
-            touched = (whole != 0).any(axis=1)
-            bad |= np.repeat(touched, size) & (count == 0)
+        # Each block's cluster, by its first block: a cluster some of whose threads arrived
+        # waits for all of its blocks.
+        first = self._cluster_block(_lanes(self.nblocks), 0, "a cluster barrier")
+        bad = ((count != 0) & (count != self.tpb)) | (
+            np.isin(first, first[count != 0]) & (count == 0))
         if bad.any():
             b = int(np.argmax(bad))
             raise InterpreterError(f"cluster barrier reached by {count[b]} of {self.tpb} threads "

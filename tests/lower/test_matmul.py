@@ -1233,9 +1233,9 @@ def test_clusters_refuse_split_k():
 
 def test_a_b_tile_of_three_boxes_is_not_clustered():
     """B MN-major in 128x192 tiles is three 64-row boxes a stage: no halves to share out."""
-    p = matmul.fitted_params(128, 192, 1, 500, DEVICE_TABLE["h100"], 2, "MN")
-    assert matmul.cluster_choice(p, 500, 132, True) == 1
-    assert matmul.cluster_choice(dataclasses.replace(p, b_major="K"), 500, 132, True) == 2
+    shape = next(c for c in matmul.TILE_CANDIDATES if c.tile_n == 192)
+    assert matmul.cluster_choice(shape, "MN", 1, 500, 64, 132, True) == 1
+    assert matmul.cluster_choice(shape, "K", 1, 500, 64, 132, True) == 2
 
 
 def test_clusters_along_both_dims_are_refused():
@@ -1263,3 +1263,14 @@ def test_a_cluster_barrier_every_thread_must_reach(where):
         want = "ClusterSync is inside the predicated branch"
     with pytest.raises(KernelIRError, match=want):
         verify_kernel(kernel, after="test")
+
+
+def test_the_interpreter_hangs_a_cluster_barrier_some_threads_skip():
+    from kir_testing import interpret_against_float64
+    from pyfuser.runtime.interpreter import InterpreterError
+    p = matmul.MatmulParams(tile_m=128, tile_n=128, stages=2, grid=2, cluster_m=2)
+    fd, st, p, kernel, inputs = _cluster_kernel(300, 136, 200, p)
+    at = next(k for k, s in enumerate(kernel.body) if isinstance(s, K.ClusterSync))
+    kernel.body[at] = K.IfThenElse(K.eq(K.Special("blockIdx.x"), 0), [kernel.body[at]])
+    with pytest.raises(InterpreterError, match="cluster barrier reached by 0 of 384 threads"):
+        interpret_against_float64(fd, st, kernel, inputs, context=p)

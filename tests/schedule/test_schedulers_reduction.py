@@ -657,7 +657,13 @@ def test_full_reductions_of_few_steps_stream_their_inputs(n, inputs, streamed):
     steps = -(-(n // 8) // (p.bdimx * p.unroll * p.grid_split))
     assert (steps <= reduction.FULL_STREAM_MAX_STEPS) == streamed
     assert p.stream_rows == streamed and ("inputs streamed past L1" in p.describe()) == streamed
-    assert p.interleave == (not streamed)
+    assert p.interleave == (steps > reduction.FULL_STREAM_MAX_STEPS)
+
+
+def test_a_full_reduction_without_vector_loads_keeps_contiguous_shares():
+    """Few steps and no vector input (an odd length): neither streamed nor interleaved."""
+    p = reduction._full_heuristics(1001 * 4099, 1, (), SMS)
+    assert not p.stream_rows and not p.interleave
 
 
 def test_a_streamed_full_reduction_loads_past_l1():

@@ -210,18 +210,25 @@ CLUSTER_SIZE = 2
 CLUSTER_MIN_K_BLOCKS = 16
 
 
-def cluster_choice(p: "MatmulParams", tiles: int, sms: int, forced: bool | None,
-                   k_blocks: int = CLUSTER_MIN_K_BLOCKS) -> int:
-    """The CTAs per cluster of the fitted params `p` over `tiles` tiles of `k_blocks` 64-deep
-    K blocks (see CLUSTER_TILE_N): 2 for cooperative tiles of CLUSTER_TILE_N columns over at
+def shared_units(tile_rows: int, major: str) -> int:
+    """What a cluster shares out of an operand's tile of `tile_rows` rows (B's tile_n along M,
+    A's tile_m along N): its rows, K-major (one box each CTA's share), or its 64-row boxes,
+    MN-major (whole boxes each)."""
+    return tile_rows // (EPILOGUE_BOX if major == "MN" else 1)
+
+
+def cluster_choice(shape: TileShape, b_major: str, split_k: int, tiles: int, k_blocks: int,
+                   sms: int, forced: bool | None) -> int:
+    """The CTAs per cluster along M for `tiles` tiles of `shape` with `k_blocks` 64-deep K
+    blocks (see CLUSTER_TILE_N): 2 for cooperative tiles of CLUSTER_TILE_N columns over at
     least one wave and CLUSTER_MIN_K_BLOCKS, without split-K; the feature matmul_cluster
     forces it (on: wherever B splits in two, without split-K)."""
-    b_rows = p.tile_n // (EPILOGUE_BOX if p.b_major == "MN" else 1)
-    if forced is False or p.split_k != 1 or b_rows % CLUSTER_SIZE or tiles < CLUSTER_SIZE:
+    if (forced is False or split_k != 1 or tiles < CLUSTER_SIZE
+            or shared_units(shape.tile_n, b_major) % CLUSTER_SIZE):
         return 1
     if forced:
         return CLUSTER_SIZE
-    return (CLUSTER_SIZE if p.compute_roles == 1 and p.tile_n == CLUSTER_TILE_N
+    return (CLUSTER_SIZE if shape.compute_roles == 1 and shape.tile_n == CLUSTER_TILE_N
             and tiles >= sms and k_blocks >= CLUSTER_MIN_K_BLOCKS else 1)
 
 
@@ -528,14 +535,11 @@ def compute_heuristics(fusion, info: RuntimeInfo) -> MatmulParams:
     best, split_k = min(choices, key=lambda cs: estimated_us(
         cs[0], tiles_of(cs[0]), k_blocks, sms, cs[1], rows=m,
         epilogue=epilogue_us(cs[0], has_ops, len(output_bytes))))
+    cluster = cluster_choice(best, b_major, split_k, tiles_of(best), k_blocks, sms,
+                             info.feature("matmul_cluster"))
     params = fitted_params(best.tile_m, best.tile_n, best.compute_roles, tiles_of(best), dev,
-                           a.dtype.size, b_major, output_bytes, split_k, a_major)
-    cluster = cluster_choice(params, tiles_of(best), sms, info.feature("matmul_cluster"),
-                             k_blocks)
-    if cluster > 1:
-        params = fitted_params(best.tile_m, best.tile_n, best.compute_roles, tiles_of(best),
-                               dev, a.dtype.size, b_major, output_bytes, split_k, a_major,
-                               cluster_m=cluster)
+                           a.dtype.size, b_major, output_bytes, split_k, a_major,
+                           cluster_m=cluster)
     return dataclasses.replace(params, staged_input=staged_input(fusion, info, params,
                                                                  (batch, m, n)))
 
@@ -650,11 +654,9 @@ def schedule(fusion, params: MatmulParams) -> None:
                 "split-K)")
     if params.cluster > 1:
         C = params.cluster
-        # The operand the cluster shares: B along M, A along N; its rows (or 64-row boxes,
-        # MN-major) are shared out.
-        shared_rows = (params.tile_n // (EPILOGUE_BOX if params.b_major == "MN" else 1)
-                       if params.cluster_m > 1 else
-                       params.tile_m // (EPILOGUE_BOX if params.a_major == "MN" else 1))
+        # The operand the cluster shares: B along M, A along N.
+        shared_rows = (shared_units(params.tile_n, params.b_major) if params.cluster_m > 1
+                       else shared_units(params.tile_m, params.a_major))
         if (min(params.cluster_m, params.cluster_n) != 1 or params.split_k != 1
                 or shared_rows % C or params.grid % C or C > 8):
             raise SchedulerError(

@@ -513,7 +513,7 @@ def _full_heuristics(red_n: int, vector: int, vec_inputs: tuple, sms: int) -> Re
     # (mse_mean of [16384, 8192]: 140.0 -> 135.2 us, CUDA graph; the same at 8 steps,
     # h200-full-reduction-streams-session29.txt).
     return ReductionParams(True, vector, bdimx, 1, unroll, vec_inputs, split, full=True,
-                           stream_rows=stream, interleave=not stream)
+                           stream_rows=stream, interleave=steps > FULL_STREAM_MAX_STEPS)
 
 
 def vector_dim(red: TensorView, lay: Layout):
