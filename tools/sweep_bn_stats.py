@@ -10,6 +10,8 @@ Each argument is the default heuristic with those fields replaced. GB/s count x 
 from the saved fp32 mean and rstd [C] (one kernel, two reductions); GB/s count x and dy.
 --one-pass: the forward's one-pass statistics (schedule/one_pass_variance.py), the float64
 sums of x and x * x in one kernel; GB/s count x.
+--nhwc: the channels-last image alone; --batch=N: N images instead of 32 (what is fixed per
+launch shows at small N).
 """
 import dataclasses
 import sys
@@ -49,8 +51,9 @@ def _one_pass_sums(x):
 
 def main(variants, backward=False, one_pass=False) -> int:
     print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}")
-    for channels_last in (False, True):
-        x = torch.randn(32, 256, 56, 56, device="cuda").bfloat16()
+    batch = int(next((a.split("=", 1)[1] for a in sys.argv if a.startswith("--batch=")), 32))
+    for channels_last in ((True,) if "--nhwc" in sys.argv else (False, True)):
+        x = torch.randn(batch, 256, 56, 56, device="cuda").bfloat16()
         if channels_last:
             x = x.contiguous(memory_format=torch.channels_last)
         if backward:
@@ -77,8 +80,12 @@ def main(variants, backward=False, one_pass=False) -> int:
                 print(f"{layout} {text}: {type(e).__name__}: {e}"[:200])
                 continue
             used = fd.last_run.heuristics[0]
+            kernels = fd.kernels(last_run=True)
+            rep = kernels[0].module.ptxas if kernels and kernels[0].module is not None else None
+            regs = (f"{rep.registers} registers, {rep.spill_store_bytes} B spilled; "
+                    if rep is not None else "")
             print(f"{layout} {text or 'default'}: {nbytes / ms / 1e6:.0f} GB/s, "
-                  f"{ms * 1e3:.1f} us, err {err:.1e}; {used.describe()}", flush=True)
+                  f"{ms * 1e3:.1f} us, err {err:.1e}; {regs}{used.describe()}", flush=True)
     return 0
 
 

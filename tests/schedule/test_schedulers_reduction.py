@@ -2,6 +2,7 @@
 shape, grid split for few long rows and few columns; can_schedule's refusals."""
 import dataclasses
 import functools
+import re
 import sys
 from pathlib import Path
 
@@ -9,7 +10,8 @@ import pytest
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lower"))
-from kir_testing import Setup, empty_inputs, interpret, reference, schedule_and_lower  # noqa: E402
+from kir_testing import (Setup, compile_clean, empty_inputs, interpret, reference,  # noqa: E402
+                         schedule_and_lower)
 
 from pyfuser import DataType, FusionDefinition, catalogue  # noqa: E402
 from pyfuser.testing import run_and_check  # noqa: E402
@@ -405,10 +407,11 @@ def test_two_streamed_inputs_share_the_loads_of_a_step(channels_last):
 @pytest.mark.parametrize("channels_last", [False, True], ids=["nchw", "nhwc"])
 def test_outer_unroll_fits_the_registers_of_a_thread(channels_last):
     """BatchNorm backward's two sums, sum(dy) and sum(dy * (x - mean) * rstd), in one kernel: a
-    thread of the channels-last outer reduction (1024 threads, 64 registers) holds 8 columns of
-    two accumulators, mean and rstd, and its loads of x and dy. At unroll 2 ptxas spilled and
-    the kernel took 68.6 us, at unroll 1 51.8 us (H200): unroll 1. The NCHW inner reduction
-    holds one mean and rstd per row and keeps 2."""
+    thread of the channels-last outer reduction holds 8 columns of two accumulators, mean and
+    rstd, and its loads of x and dy. In a 1024-thread block (64 registers) ptxas spilled at
+    unroll 2 (68.6 us against 51.8 at unroll 1, H200); 512-thread blocks keep unroll 2 without
+    spills (43.4-43.8 us, rows streamed and interleaved, session 30). The NCHW inner reduction
+    holds one mean and rstd per row and keeps 2 in its own blocks."""
     fmt = torch.channels_last if channels_last else torch.contiguous_format
     x, dy = (torch.empty(32, 256, 56, 56, dtype=torch.bfloat16).contiguous(memory_format=fmt)
              for _ in range(2))
@@ -423,7 +426,9 @@ def test_outer_unroll_fits_the_registers_of_a_thread(channels_last):
         fd.add_output(fd.ops.sum(fd.ops.mul(dyf, xhat), [0, 2, 3]))
     st = Setup(fd, [x, dy, mean, rstd], "h200", 16)
     p = reduction.compute_heuristics(st.fusion, st.info)
-    assert p.unroll == (1 if channels_last else 2), p
+    assert p.unroll == 2, p
+    if channels_last:
+        assert p.bdimx * p.bdimy == 512, p
 
 
 def test_unroll_in_registers_halves_until_the_step_fits():
@@ -673,3 +678,85 @@ def test_a_streamed_full_reduction_loads_past_l1():
     seg = fd.explain([meta, meta], device="h100", compile=True).segments[0]
     src = seg.kernel.kernel.source
     assert src.count("pf::LoadHint::ReadOnlyNoAllocate") == 2, src
+
+
+
+def _batchnorm_backward_sums(dtype=DataType.Float):
+    """BatchNorm backward's sums over N, H, W of channels-last images, sum(dy) and
+    sum(dy * (x - mean) * rstd): an outer reduction of two inputs read at every step beside
+    two per-channel fp32 inputs read once."""
+    per_channel = [True, False, True, True]
+    with FusionDefinition() as fd:
+        x, dy = (fd.ops.cast(fd.define_tensor([-1, -1, -1, -1], dtype=dtype,
+                                              stride_order=[3, 0, 2, 1]), DataType.Float)
+                 for _ in range(2))
+        mean, rstd = fd.define_tensor([-1]), fd.define_tensor([-1])
+        xhat = fd.ops.mul(fd.ops.sub(x, fd.ops.broadcast(mean, per_channel)),
+                          fd.ops.broadcast(rstd, per_channel))
+        fd.add_output(fd.ops.sum(dy, [0, 2, 3]))
+        fd.add_output(fd.ops.sum(fd.ops.mul(dy, xhat), [0, 2, 3]))
+    return fd
+
+
+@pytest.mark.parametrize("params", [
+    ReductionParams(False, 4, 4, 8, 1, (0, 1), grid_split=3, interleave=True),
+    ReductionParams(False, 4, 4, 8, 2, (0, 1), grid_split=3, interleave=True, stream_rows=True),
+    ReductionParams(False, 4, 4, 8, 2, (0, 1), grid_split=1, interleave=True),
+], ids=["interleaved", "interleaved_unrolled_streamed", "one_block_a_column"])
+def test_outer_sums_with_interleaved_steps(params):
+    """Outer reductions whose blocks' steps interleave (block g's step s takes rows chunk
+    s * G + g), on the interpreter against float64. 70 rows (2 x 5 x 7) fill no step evenly:
+    the last steps are partial and some blocks' last step is empty; 24 channels are 6
+    vectors over column tiles of 4, the second ragged."""
+    fd = _batchnorm_backward_sums()
+    cl = torch.channels_last
+    x = torch.randn(2, 24, 5, 7).contiguous(memory_format=cl)
+    dy = torch.randn(2, 24, 5, 7).contiguous(memory_format=cl)
+    mean, rstd = torch.randn(24), torch.rand(24) + 0.5
+    run_and_check(fd, [x, dy, mean, rstd], scheduler="reduction",
+                  options={"enable": ["interpret"], "heuristic": params})
+
+
+def test_interleaved_outer_steps_index_the_rows_by_step_then_block():
+    """The interleaved outer schedule's row of a load: ((step * G + block) * U + u) * By + ty
+    (chunk s * G + g of U * By rows), against the contiguous share's (block * share + ...)."""
+    from pyfuser.codegen.cuda import generate_cuda
+    fd = _batchnorm_backward_sums(DataType.BFloat16)
+    x = torch.empty(32, 256, 56, 56, dtype=torch.bfloat16).contiguous(
+        memory_format=torch.channels_last)
+    inputs = [x, torch.empty_like(x), torch.empty(256), torch.empty(256)]
+    rows = {}
+    for interleave in (False, True):
+        params = ReductionParams(False, 8, 16, 32, 2, (0, 1), grid_split=64,
+                                 interleave=interleave)
+        _, _, _, kernel = schedule_and_lower(fd, inputs, scheduler=reduction, params=params)
+        body = generate_cuda(kernel).split("__global__", 1)[1]
+        load = next(line for line in body.splitlines() if "load_global_vec<" in line
+                    and "pf::bf16, 8>" in line)
+        rows[interleave] = load
+    # G = 64 blocks, U = 2 rows of By = 32 threads a step.
+    assert re.search(r"\(\(\(\(j\d+ \* 64\) \+ pf_bidy\) \* 2\) \+ j\d+\) \* 32\) \+ pf_tidy",
+                     rows[True]), rows[True]
+    assert "pf_bidy * pf::ceil_div(" in rows[False], rows[False]
+
+
+def test_few_columns_heuristic_streams_interleaves_and_keeps_the_unroll():
+    """BatchNorm's channels-last sums: the rows streamed past L1 and interleaved over the
+    blocks; the backward's two sums beside the per-channel mean and rstd keep their unroll of 2 in
+    512-thread blocks (1024 threads would cut it to 1), one block an SM over 64 splits."""
+    fd = _batchnorm_backward_sums(DataType.BFloat16)
+    x = torch.empty(32, 256, 56, 56, dtype=torch.bfloat16).contiguous(
+        memory_format=torch.channels_last)
+    for device in ("h100", "h200"):
+        st = Setup(fd, [x, torch.empty_like(x), torch.empty(256), torch.empty(256)],
+                   device=device)
+        p = reduction.compute_heuristics(st.fusion, st.info)
+        assert not p.inner and p.stream_rows and p.interleave, p
+        assert (p.bdimx, p.bdimy, p.vector, p.unroll, p.grid_split) == (16, 32, 8, 2, 64), p
+    with FusionDefinition() as one:
+        t = one.define_tensor([-1, -1, -1, -1], dtype=DataType.BFloat16,
+                              stride_order=[3, 0, 2, 1])
+        one.add_output(one.ops.sum(one.ops.cast(t, DataType.Float), [0, 2, 3]))
+    st = Setup(one, [x])
+    p = reduction.compute_heuristics(st.fusion, st.info)
+    assert (p.bdimx, p.bdimy, p.unroll, p.stream_rows, p.interleave) == (16, 64, 4, True, True), p

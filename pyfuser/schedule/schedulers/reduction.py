@@ -71,8 +71,8 @@ class ReductionParams:
     # lower/unswitch.py), where a block's share of a row takes several steps and
     # UNSWITCH_STEPS is on.
     unswitch: bool = False
-    # Full: the blocks' steps interleaved (step s of block g reads chunk s * G + g, the grid
-    # sweeping the input together) instead of each block reading one contiguous share.
+    # Full and outer: the blocks' steps interleaved (step s of block g reads chunk s * G + g,
+    # the grid sweeping the input together) instead of each block reading one contiguous share.
     interleave: bool = False
 
     def describe(self) -> str:
@@ -81,7 +81,8 @@ class ReductionParams:
         stream = (f", {'inputs' if self.full else 'rows'} streamed past L1"
                   if self.stream_rows else "")
         unswitch = ", steps in bounds unchecked" if self.unswitch and self.inner else ""
-        sweep = ", blocks' steps interleaved" if self.interleave and self.full else ""
+        sweep = (", blocks' steps interleaved" if self.interleave and (self.full or not self.inner)
+                 else "")
         return (f"reduction ({kind}): block {self.bdimx}x{self.bdimy}, vector {self.vector}, "
                 f"unroll {self.unroll}{split}, vector loads for inputs {list(self.vector_inputs)}"
                 f"{stream}{unswitch}{sweep}")
@@ -455,6 +456,7 @@ def _few_columns(red_n: int, cols: int, vector: int, vec_inputs, sms: int, max_u
     bdimy = max(1, min(1024 // bdimx, _pow2_floor(red_n)))
     unroll = max_unroll if red_n >= bdimy * max_unroll else 1
     fitted = step_registers(unroll, bdimx * bdimy)
+    blocks_per_sm = 0           # unset: about 1024 threads an SM
     if (fitted < unroll and vector >= 8
             and 2 * vector * accumulators > _register_budget(registers, bdimx * bdimy)):
         # The accumulators of 8 columns take more than half of a 1024-thread block's
@@ -468,16 +470,34 @@ def _few_columns(red_n: int, cols: int, vector: int, vec_inputs, sms: int, max_u
         vector, bdimy = vector // 2, max(1, bdimy // 2)
         cols *= 2
         unroll = step_registers(unroll, bdimx * bdimy, vector=vector)
+    elif fitted < unroll and step_registers(unroll, bdimx * bdimy // 2) > fitted:
+        # The unroll cut by a 1024-thread block's registers: 512-thread blocks keep it, one
+        # block an SM (their registers then exceed half of it). BatchNorm backward's two
+        # float32 sums beside the per-channel mean and rstd (H200, tools/sweep_bn_stats.py
+        # --backward --nhwc, rows interleaved and streamed, bench/results/2026-11-30/
+        # h200-outer-rows-session30.txt): 16x64 unroll 1 46.1 us, 16x32 unroll 2 43.4-43.8.
+        bdimy //= 2
+        unroll = step_registers(unroll, bdimx * bdimy)
+        blocks_per_sm = 1
     else:
         unroll = fitted
     tiles = -(-cols // bdimx)
     threads = bdimx * bdimy
     split = 1
     step = _step_loads(unroll, max_unroll)
-    # About 1024 threads a block per SM: one block of 1024, two of 512.
-    while 2 * tiles * split * threads <= sms * 1024 and red_n // (bdimy * step * split * 2) >= 4:
+    # About 1024 threads a block per SM: one block of 1024, two of 512 (one where the
+    # registers allow no more).
+    per_sm = threads * blocks_per_sm if blocks_per_sm else 1024
+    while 2 * tiles * split * threads <= sms * per_sm and red_n // (bdimy * step * split * 2) >= 4:
         split *= 2
-    return ReductionParams(False, vector, bdimx, bdimy, unroll, vec_inputs, split)
+    # Each element is read once (stream_rows: past L1), and the blocks sweep the rows together
+    # (interleave: block g's step s takes rows chunk s * G + g). H200, channels-last
+    # [32, 256, 56, 56] bf16 (do_bench, L2 cleared; h200-outer-rows-session30.txt): BatchNorm
+    # backward's two sums 52.2 -> 46.1 us (2229 GB/s), the forward's float64 statistics 34.7
+    # -> 29.5, a float32 sum 29.3 -> 26.0; streaming alone 47.4 (the backward), interleaving
+    # alone 50.8.
+    return ReductionParams(False, vector, bdimx, bdimy, unroll, vec_inputs, split,
+                           stream_rows=bool(vec_inputs), interleave=split > 1)
 
 
 # Blocks of a full reduction per SM: two blocks of 512 threads, each with `unroll` 16-byte
@@ -656,9 +676,15 @@ def schedule(fusion, p: ReductionParams) -> None:
         # [I, R] -> [I/(V*Bx), Bx, V] x [G, R/(G*By*U), U, By], ordered
         # [I/(V*Bx), G, R/(G*By*U), U, By, Bx, V]; blockIdx.y takes G
         red.split(0, p.vector).split(0, p.bdimx)
-        red.split(3, g, inner_split=False)
-        red.split(4, p.bdimy).split(4, p.unroll)
-        red.reorder([0, 3, 4, 5, 6, 1, 2])
+        if p.interleave:
+            # [R] -> [R/(By*U*G), G, U, By]: block g's step s is rows chunk s * G + g of
+            # U * By rows (the grid sweeping the rows together).
+            red.split(3, p.bdimy).split(3, p.unroll).split(3, g)
+            red.reorder([0, 4, 3, 5, 6, 1, 2])
+        else:
+            red.split(3, g, inner_split=False)
+            red.split(4, p.bdimy).split(4, p.unroll)
+            red.reorder([0, 3, 4, 5, 6, 1, 2])
         red.parallelize(0, PT.BIDx).parallelize(4, PT.TIDy).parallelize(5, PT.TIDx)
         if g > 1:
             red.parallelize(1, PT.BIDy)
