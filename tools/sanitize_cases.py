@@ -13,7 +13,10 @@ import torch
 from pyfuser import catalogue
 from pyfuser.schedule.schedulers.reduction import ReductionParams
 
+# col_sum 16384x256: the few-columns outer reduction, its rows split over 16 blocks whose steps
+# interleave (the last steps partial).
 CASES = [("gelu_bias", 33, 1000), ("silu_mul", 33, 1001), ("row_sum", 64, 4096), ("col_sum", 4096, 64),
+         ("col_sum", 16383, 256),
          ("rmsnorm_fwd", 64, 4096), ("softmax", 37, 1000), ("rmsnorm_bwd", 300, 1024),
          ("layernorm_bwd", 300, 2048)]
 PIPELINES_ONLY = "--pipelines" in sys.argv[1:]

@@ -17,6 +17,9 @@ When rows are few and long (inner) or columns few (outer), each reduction is als
 `grid_split` blocks along blockIdx.y: every block reduces its share, writes partials to a
 workspace, and the last block to finish combines them with all its threads (each a fixed
 strided share of the partials, then a block all-reduce: deterministic; codegen/cuda.py).
+With `interleave` (outer reductions of few columns, full reductions of many steps) block g's
+serial step r takes rows chunk r * G + g instead of its own contiguous share: the grid
+sweeps the input together.
 
 Full reduction (no kept dim iterates: [M, N] -> [], or [M, 1] -> [1]), e.g. sum(x * x):
 
@@ -445,7 +448,9 @@ def _few_columns(red_n: int, cols: int, vector: int, vec_inputs, sms: int, max_u
     """Few columns (BatchNorm's statistics of a channels-last image: 256 channels, N * H * W =
     100352 rows): 1024-thread blocks of 16 column vectors (256-byte row segments) by 64 rows,
     the rows split among blocks until the grid is about 1024 threads per SM (half the vector
-    and 512-thread blocks where the accumulators take most of the registers: below). Swept on the H100 for
+    and 512-thread blocks where the accumulators take most of the registers; 512-thread
+    blocks, one an SM, where the loads in flight would cut the unroll: below), the rows read
+    past L1 with the blocks' steps interleaved. Swept on the H100 for
     that sum (bench/results/2026-11-27/h100-sweep-bn-stats.txt): 16x64 threads over 64 blocks
     1344 GB/s; 16x32 over 64: 1236; 32x32 over 128: 1219; the general rule's 32x16 over 256:
     883. Against the general rule, same run (h100-sweep-few-columns.txt): column sums of
