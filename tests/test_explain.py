@@ -145,6 +145,31 @@ def test_full_sum_is_a_reference_segment_that_every_scheduler_rejected(monkeypat
     assert fd.last_run.kind == "reference"
 
 
+def _sum_over_a_size_one_dim(fd):
+    x = fd.define_tensor([-1, 1, -1], stride_order=[0, 2, 1])
+    fd.add_output(fd.ops.sum(fd.ops.logical_and(fd.ops.gt(x, 0.5), False), [-2]))
+
+
+def test_a_schedule_that_refuses_late_is_replanned_as_execute_does():
+    """Fuzz case 5:79 at a GPU's element budget: sum over the size-1 dim of a [256, 1, 837]
+    input whose dim 0 is innermost is element-wise with the innermost dim changing; on the
+    H200 the transpose scheduler takes it and its schedule() refuses the tile (a size-1 dim in
+    its loop). execute() plans without it (a pointwise kernel); explain did not catch a
+    refusal from the schedule, only from the heuristic, and raised the SchedulerError."""
+    fd = _define(_sum_over_a_size_one_dim)
+    x = torch.empty_strided((256, 1, 837), (1, 256, 256), device="meta")
+    plan = fd.explain([x], device="h200")
+    (seg,) = plan.segments
+    assert seg.refused.startswith("transpose: tile"), seg.refused
+    (again,) = seg.again.segments
+    assert (again.kind, again.name) == ("kernel", "pointwise")
+    assert "execute() plans this segment again without the transpose scheduler" in str(plan)
+    xs = torch.randn(256 * 837).as_strided((256, 1, 837), (1, 256, 256))
+    out = fd.execute([xs], options={"enable": ["interpret"], "device": "h200"})[0]
+    assert fd.last_run.schedulers == ("pointwise",)
+    assert torch.equal(out, ((xs > 0.5) & False).sum(-2))
+
+
 def test_dump_segments_prints_the_explanations_segmentation(capsys):
     fd = _define(adamw_two_params)
     inputs = adamw_inputs()

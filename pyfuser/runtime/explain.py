@@ -200,15 +200,17 @@ def _kernel(seg, ins, outs, props, compile_now: bool, name: str) -> KernelExplan
 
     sched = seg.choice.scheduler
     clone, info = heuristic_info(seg.fusion, ins, props)
-    try:
-        params = sched.compute_heuristics(clone, info)
-    except SchedulerError as e:
-        raise _Refused(str(e)) from None
     tensors = [x for x in ins if isinstance(x, torch.Tensor)]
     index_type = index_type_for(tensors)
     if any(o.numel() >= 2 ** 31 - 1 for o in outs):
         index_type = "int64"
-    fk = build_kernel(clone, sched, params, index_type, name, compile_now=compile_now)
+    # A refusal by the heuristic or by the schedule itself (the executor's _kernel_plan
+    # catches both and plans without the scheduler; so does explain).
+    try:
+        params = sched.compute_heuristics(clone, info)
+        fk = build_kernel(clone, sched, params, index_type, name, compile_now=compile_now)
+    except SchedulerError as e:
+        raise _Refused(str(e)) from None
     grid, block = fk.launch_dims(info.bindings)
     return KernelExplanation(fk.name, sched.NAME, params,
                              params.describe() if hasattr(params, "describe") else repr(params),

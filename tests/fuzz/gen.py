@@ -1492,10 +1492,18 @@ def pat_reduction(b: Builder) -> None:
     r = b.rng
     rank = r.choices([1, 2, 3, 4], [15, 45, 25, 15])[0]
     axes = [b.axis() for _ in range(rank)]
-    if r.random() < 0.3:
+    # Tall and narrow, reduced over the rows (BatchNorm's channels-last statistics in 2-D):
+    # the few-columns outer rule, its rows split over blocks with interleaved steps where the
+    # element budget leaves them long (a GPU run's).
+    tall = rank == 2 and r.random() < 0.15
+    if tall:
+        b.sizes[axes[0]] = b.pick_size("long")
+        b.sizes[axes[1]] = 8 * r.randint(8, 64)
+    elif r.random() < 0.3:
         b.sizes[axes[r.randrange(rank)]] = b.pick_size("long")
-    b.fit(axes)
-    x = b.tensor(_random_dims(b, axes, 0.9, suffix=False) if r.random() < 0.3 else
+    b.fit(axes, protect=axes[1:] if tall else ())
+    x = b.tensor([Dim(a, "full") for a in axes] if tall else
+                 _random_dims(b, axes, 0.9, suffix=False) if r.random() < 0.3 else
                  [Dim(a, "full") for a in axes],
                  _input_dtype(b))
     pool = [x]
@@ -1505,7 +1513,7 @@ def pat_reduction(b: Builder) -> None:
     src = made[-1] if made and not made[-1].is_scalar and made[-1].rank >= 1 else x
     if src.rank == 0:
         src = x
-    red = b.reduce_step(src)
+    red = b.reduce_step(src, dims=[0] if tall and src.rank == 2 else None)
     outs = [red] if not isinstance(red, tuple) else list(red)
     if r.random() < 0.5:
         v = outs[0]
