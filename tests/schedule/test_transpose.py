@@ -178,6 +178,28 @@ def test_transposed_plus_row_major(dt, shape):
     assert (p.flat is None) == (min(M, N) >= tp.MIN_TILE_EXTENT)
 
 
+@pytest.mark.parametrize("dt", ["fp32", "bf16"])
+@pytest.mark.parametrize("shape", [(256, 1, 837), (65, 1, 129), (64, 1, 128)])
+def test_a_squeezed_size_one_dim_of_a_transposed_input(dt, shape):
+    """Fuzz case 5:79: a sum over the size-1 dim of an [M, 1, N] input whose M is innermost,
+    a squeeze with the innermost dim changing. The input's tile kept the size-1 broadcast after
+    [grid, Ta, Tb] and the schedule refused it (execute() then ran the pointwise kernel); the
+    broadcast is merged into the grid axis, and the transpose runs."""
+    M, _, N = shape
+    with FusionDefinition() as fd:
+        x = fd.define_tensor([-1, 1, -1], dtype=DT[dt], stride_order=[0, 2, 1])
+        fd.add_output(fd.ops.cast(fd.ops.sum(x, [-2]), DT[dt]))
+    xs = _randn(M * N, dt).as_strided((M, 1, N), (1, M, M))
+    (out,) = run_and_check(fd, [xs], scheduler="transpose", options=INTERPRET)
+    assert out.stride() == (N, 1)
+    assert torch.equal(out, xs.reshape(M, N)), (out - xs.reshape(M, N)).abs().max()
+    (p,) = fd.last_run.heuristics
+    assert p.flat is None and p.tiled_inputs == (0,), p
+    if shape == (256, 1, 837):      # NVRTC compiles it for sm_90a without spills
+        _, _, _, kernel = schedule_and_lower(fd, [xs], scheduler=tp)
+        compile_clean(generate_cuda(kernel))
+
+
 def test_catalogue_entries_run_as_transposes():
     for name in ("nchw_to_nhwc", "scale_shift_relu_cl"):
         assert catalogue.get(name).kind == "transpose"

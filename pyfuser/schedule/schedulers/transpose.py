@@ -288,6 +288,7 @@ def schedule(fusion, p: TransposeParams) -> None:
     parallelize_like(ref, tensors=rest, parallel_types={PT.BIDx, PT.TIDx, PT.TIDy})
     # Group 1: [G, Ta, Tb] -> [G, Tb, Ta] -> [G, Tb/R, R (TIDy), Ta/V (TIDx), V]
     for t in tile_tvs:
+        _fold_broadcasts_into_grid(t)
         if len(t.domain.loop) != 3:
             raise SchedulerError(f"transpose: tile T{t.name} has loop {t.domain.loop}, not "
                                  "[grid, Ta, Tb]")
@@ -316,6 +317,19 @@ def schedule(fusion, p: TransposeParams) -> None:
         # loops holds no row to pad.
         if t.compute_at_pos > 1:
             inline_at(t, 1)
+
+
+def _fold_broadcasts_into_grid(t: TensorView) -> None:
+    """A tile's size-1 broadcast dims that the reference lacks (an input [M, 1, N] squeezed to
+    the output [M, N]: fuzz 5:79) are left after [G, Ta, Tb] by the propagation: merged into
+    the grid axis (a merge with a broadcast forwards the other ID), the tile keeps the three
+    axes the group-1 schedule splits."""
+    extra = [k for k, i in enumerate(t.domain.loop) if k >= 3 and i.is_broadcast]
+    if not extra or len(t.domain.loop) - len(extra) != 3:
+        return
+    t.reorder({k: n for n, k in enumerate(extra)})
+    for _ in extra:
+        t.merge(0, 1)
 
 
 def _reach_past_tiles(fusion, ref, tile_tvs, rest, reached: set) -> None:
