@@ -176,6 +176,36 @@ def test_a_schedule_that_refuses_late_is_replanned_as_execute_does(monkeypatch, 
     assert torch.equal(out, ((xs > 0.5) & False).sum(-2))
 
 
+def _softmax_then_column_sums(fd):
+    x = fd.ops.cast(fd.define_tensor([-1, -1], dtype=DataType.BFloat16), DataType.Float)
+    e = fd.ops.exp(fd.ops.sub(x, fd.ops.max(x, [1], keepdim=True)))
+    p = fd.ops.div(e, fd.ops.sum(e, [1], keepdim=True))
+    fd.add_output(p)
+    fd.add_output(fd.ops.sum(fd.ops.sigmoid(p), [0], keepdim=True))
+
+
+def test_empty_dims_are_explained_as_execute_plans_them():
+    """Fuzz case 8:821 at a GPU's element budget: with 0 rows, execute() specializes the fusion
+    (the empty softmax allocated, the column sums over no rows a fill of 0) and runs one
+    pointwise kernel; explain planned the unspecialized fusion and raised a LaunchLimitError for
+    a block of 0 threads. Every output empty: no kernels, as execute() launches none."""
+    fd = _define(_softmax_then_column_sums)
+    x = torch.empty(0, 9658, dtype=torch.bfloat16, device="meta")
+    plan = fd.explain([x], device="h200")
+    (seg,) = plan.segments
+    assert (seg.kind, seg.name) == ("kernel", "pointwise")
+    assert "output 0 has no elements" in plan.rewritten and "a fill of 0" in plan.rewritten
+    outs = fd.execute([torch.randn(0, 9658).bfloat16()], options=ON_H100)
+    assert fd.last_run.schedulers == ("pointwise",)
+    assert outs[0].shape == (0, 9658) and torch.equal(outs[1], torch.zeros(1, 9658))
+    with FusionDefinition() as empty:
+        t = empty.define_tensor([-1, -1])
+        empty.add_output(empty.ops.exp(t))
+    plan = empty.explain([torch.empty(0, 5, device="meta")])
+    assert plan.segments == () and plan.kernels == []
+    assert "no kernels: every output is empty: nothing to launch" in str(plan)
+
+
 def test_dump_segments_prints_the_explanations_segmentation(capsys):
     fd = _define(adamw_two_params)
     inputs = adamw_inputs()

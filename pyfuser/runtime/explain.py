@@ -132,10 +132,27 @@ def explain_fusion(fusion, inputs, device: str | DeviceProperties = "h100",
     props = device if isinstance(device, DeviceProperties) else get_device_properties(device)
     fusion = fuse_logsumexp(fusion)          # as FusionExecutorCache plans it
     bindings = check_inputs(fusion, inputs)
-    rewrite = few_row_matmuls.rewritable(fusion, bindings, inputs, options.current())
     rewritten = ""
+    if 0 in bindings.values():               # as FusionExecutorCache._make_plan: empty dims
+        from .empty_dims import empty_dims, indices_into_nothing, specialize
+        out_sizes = [[int(S.evaluate(i.maybe_expanded_extent, dict(bindings)))
+                      for i in o.domain.logical_no_reductions] for o in fusion.outputs]
+        if indices_into_nothing(fusion, bindings):
+            return Explanation(name, props, _NoKernels(
+                "an index into a dim of size 0 (out of range whatever its value): the "
+                "reference evaluator runs the call and raises it"), ())
+        if all(any(s == 0 for s in sz) for sz in out_sizes):
+            return Explanation(name, props, _NoKernels(
+                "every output is empty: nothing to launch"), ())
+        empty = empty_dims(fusion, bindings, out_sizes)
+        if empty:                            # the fusion specialized to what has elements
+            rewritten = empty.describe()
+            fusion = specialize(fusion, empty)
+            bindings = check_inputs(fusion, inputs)
+    rewrite = few_row_matmuls.rewritable(fusion, bindings, inputs, options.current())
     if rewrite:                              # as FusionExecutorCache._make_plan
-        rewritten = few_row_matmuls.describe(fusion, rewrite)
+        rewritten = "; ".join(filter(None, [rewritten,
+                                            few_row_matmuls.describe(fusion, rewrite)]))
         fusion = few_row_matmuls.as_reductions(fusion, rewrite)
         bindings = check_inputs(fusion, inputs)   # the clone's extents
     segmented = segment(fusion, exclude)
@@ -190,6 +207,18 @@ def explain_fusion(fusion, inputs, device: str | DeviceProperties = "h100",
 
 class _Refused(Exception):
     pass
+
+
+@dataclasses.dataclass(frozen=True)
+class _NoKernels:
+    """The plan of a call that launches nothing (every output empty, or an index into a dim of
+    size 0): what execute() does instead, in the explanation's summary line."""
+
+    why: str
+    segments: tuple = ()
+
+    def __str__(self) -> str:
+        return f"no kernels: {self.why}"
 
 
 def _kernel(seg, ins, outs, props, compile_now: bool, name: str) -> KernelExplanation:
