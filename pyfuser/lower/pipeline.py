@@ -997,7 +997,7 @@ def _loop_defs(chain: _Chain, ks, body: list) -> list:
 
 
 def _compute_role(kernel, rest, chain: _Chain, buffered, empty, roles, r: int,
-                  cluster: int = 1) -> list:
+                  cluster: int) -> list:
     """Compute role r's statements: the kernel's (less its shared allocations), the chain's
     loops counting their iterations (the outermost from r by the number of roles), the buffered
     loop's body waiting for its stage's slot and releasing it (in every CTA of the `cluster`

@@ -72,6 +72,23 @@ def empty_dims(fusion, bindings: dict, out_sizes: list) -> EmptyDims:
     return EmptyDims(empty, sums)
 
 
+# Why a call with dims of size 0 runs no kernel (RunInfo's reason, the explanation's summary).
+INDEX_INTO_NOTHING = ("an index into a dim of size 0 (out of range whatever its value; the "
+                      "reference evaluator raises it)")
+NOTHING_TO_LAUNCH = "every output is empty: nothing to launch"
+
+
+def empty_call(fusion, bindings: dict, out_sizes: list) -> tuple[str, EmptyDims]:
+    """What a call's dims of size 0 make of its plan (the executor's and explain's one rule):
+    (INDEX_INTO_NOTHING: the reference evaluator runs it; NOTHING_TO_LAUNCH: every output is
+    empty; "": kernels run, of the fusion specialized to the EmptyDims where it is truthy)."""
+    if 0 in bindings.values() and indices_into_nothing(fusion, bindings):
+        return INDEX_INTO_NOTHING, EmptyDims((), ())
+    if all(any(s == 0 for s in sz) for sz in out_sizes):
+        return NOTHING_TO_LAUNCH, EmptyDims((), ())
+    return "", empty_dims(fusion, bindings, out_sizes)
+
+
 def specialize(fusion, what: EmptyDims):
     """A new fusion computing the outputs of `fusion` that have elements, in their order, with
     each sum over a dim of size 0 a fill of 0; the inputs are the same, in the same positions

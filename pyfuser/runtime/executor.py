@@ -33,15 +33,14 @@ import warnings
 from collections import OrderedDict
 
 from .. import options as opts
-from ..ir import scalar as S
 from ..schedule import few_row_matmuls, split_normalizations
 from ..schedule.logsumexp import fuse_logsumexp
 from ..schedule.roles import has_shared_roles, scheduling_clone
 from ..schedule.segmenter import segment
 from ..schedule.schedulers.base import InputFacts, RuntimeInfo, SchedulerError, facts_per_input
 from . import index_check
-from .empty_dims import SpecializedPlan, empty_dims, indices_into_nothing, specialize
-from .inputs import InputError, check_inputs, not_a_list, output_strides
+from .empty_dims import INDEX_INTO_NOTHING, SpecializedPlan, empty_call, specialize
+from .inputs import InputError, check_inputs, not_a_list, output_sizes, output_strides
 from .output_aliases import write_aliased_outputs
 from .rewritten_plan import RewrittenPlan
 from .reference import evaluate
@@ -754,16 +753,14 @@ class FusionExecutorCache:
                                       f"{props.minor}): pyfuser generates kernels for sm_90 "
                                       "(H100, H200) only")
             target = _Target(props, device)
-        out_sizes = self._output_sizes(bindings)
-        if 0 in bindings.values() and indices_into_nothing(self.fusion, bindings):
-            return _ReferencePlan(self.fusion, RunInfo(
-                "reference", (), 0, "an index into a dim of size 0 (out of range whatever its "
-                "value; the reference evaluator raises it)"))
-        if all(any(s == 0 for s in sz) for sz in out_sizes):
+        out_sizes = output_sizes(self.fusion, bindings)
+        no_kernels, empty = empty_call(self.fusion, bindings, out_sizes)
+        if no_kernels == INDEX_INTO_NOTHING:
+            return _ReferencePlan(self.fusion, RunInfo("reference", (), 0, no_kernels))
+        if no_kernels:
             return _EmptyPlan(self.fusion, out_sizes, target, RunInfo(
-                "kernels", (), 0, "every output is empty: nothing to launch",
+                "kernels", (), 0, no_kernels,
                 backend="interpreter" if target.interpret else "cuda"))
-        empty = empty_dims(self.fusion, bindings, out_sizes)
         if empty:
             # Empty outputs beside others, or sums of no elements reaching an output: kernels of
             # the fusion specialized to what has elements (runtime/empty_dims.py).
@@ -912,10 +909,6 @@ class FusionExecutorCache:
         return _ReferencePlan(self.fusion, RunInfo("reference", (), 0, reason,
                                                    internal_error=internal_error, traceback=tb))
 
-    def _output_sizes(self, bindings) -> list:
-        return [[int(S.evaluate(i.maybe_expanded_extent, dict(bindings)))
-                 for i in o.domain.logical_no_reductions] for o in self.fusion.outputs]
-
     def _kernel_plan(self, inputs, bindings, choice, target):
         import torch
 
@@ -947,7 +940,7 @@ class FusionExecutorCache:
             params = forced
         else:
             params = sched.compute_heuristics(clone, info)
-        out_sizes = self._output_sizes(bindings)
+        out_sizes = output_sizes(self.fusion, bindings)
         index_type = index_type_for([x for x in inputs if isinstance(x, torch.Tensor)])
         for sz in out_sizes:
             n = 1

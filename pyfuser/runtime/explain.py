@@ -14,8 +14,9 @@ segments are described as the plan allocates them (runtime/plan.py): dense in th
 allocation order, with sizes from the bound extents.
 
 Not modelled: the grid a cooperative or persistent kernel is fitted to on the live device (it
-reads the compiled kernel's occupancy: a clustered matmul's 132 CTAs become 128 on the H200), and the launch-time checks of vector widths and bulk rows, which
-send a fusion to the reference evaluator with a FallbackWarning.
+reads the compiled kernel's occupancy: a clustered matmul's 132 CTAs become 128 on the H200),
+and the launch-time checks of vector widths and bulk rows, which send a fusion to the
+reference evaluator with a FallbackWarning.
 """
 from __future__ import annotations
 
@@ -29,7 +30,8 @@ from ..ir.tensor import TensorView
 from ..ir.dtype import from_torch
 from .device import DeviceProperties, get_device_properties
 from .executor import index_type_for
-from .inputs import check_inputs, heuristic_info, output_strides
+from .empty_dims import empty_call, specialize
+from .inputs import check_inputs, heuristic_info, output_sizes, output_strides
 
 
 @dataclasses.dataclass(frozen=True)
@@ -133,22 +135,14 @@ def explain_fusion(fusion, inputs, device: str | DeviceProperties = "h100",
     fusion = fuse_logsumexp(fusion)          # as FusionExecutorCache plans it
     bindings = check_inputs(fusion, inputs)
     rewritten = ""
-    if 0 in bindings.values():               # as FusionExecutorCache._make_plan: empty dims
-        from .empty_dims import empty_dims, indices_into_nothing, specialize
-        out_sizes = [[int(S.evaluate(i.maybe_expanded_extent, dict(bindings)))
-                      for i in o.domain.logical_no_reductions] for o in fusion.outputs]
-        if indices_into_nothing(fusion, bindings):
-            return Explanation(name, props, _NoKernels(
-                "an index into a dim of size 0 (out of range whatever its value): the "
-                "reference evaluator runs the call and raises it"), ())
-        if all(any(s == 0 for s in sz) for sz in out_sizes):
-            return Explanation(name, props, _NoKernels(
-                "every output is empty: nothing to launch"), ())
-        empty = empty_dims(fusion, bindings, out_sizes)
-        if empty:                            # the fusion specialized to what has elements
-            rewritten = empty.describe()
-            fusion = specialize(fusion, empty)
-            bindings = check_inputs(fusion, inputs)
+    # Dims of size 0, as FusionExecutorCache._make_plan plans them (runtime/empty_dims.py).
+    no_kernels, empty = empty_call(fusion, bindings, output_sizes(fusion, bindings))
+    if no_kernels:
+        return Explanation(name, props, _NoKernels(no_kernels), ())
+    if empty:                                # the fusion specialized to what has elements
+        rewritten = empty.describe()
+        fusion = specialize(fusion, empty)
+        bindings = check_inputs(fusion, inputs)
     rewrite = few_row_matmuls.rewritable(fusion, bindings, inputs, options.current())
     if rewrite:                              # as FusionExecutorCache._make_plan
         rewritten = "; ".join(filter(None, [rewritten,

@@ -348,6 +348,12 @@ def tensor_descriptor(sizes, strides):
     return shape, contiguity, stride_order, expanded
 
 
+def output_sizes(fusion, bindings: dict) -> list[list[int]]:
+    """Each fusion output's sizes (its expanded extents) for a call's bound extents."""
+    return [[int(S.evaluate(i.maybe_expanded_extent, dict(bindings)))
+             for i in o.domain.logical_no_reductions] for o in fusion.outputs]
+
+
 def output_strides(v: TensorView, sizes: list[int]) -> list[int]:
     """Strides of a freshly allocated output, dense in its allocation order. An expanded
     broadcast dim (the output of an expand, or of a reduction of an expanded input) has stride

@@ -461,7 +461,7 @@ def _few_columns(red_n: int, cols: int, vector: int, vec_inputs, sms: int, max_u
     bdimy = max(1, min(1024 // bdimx, _pow2_floor(red_n)))
     unroll = max_unroll if red_n >= bdimy * max_unroll else 1
     fitted = step_registers(unroll, bdimx * bdimy)
-    blocks_per_sm = 0           # unset: about 1024 threads an SM
+    per_sm = 1024               # threads an SM holds (split rule below)
     if (fitted < unroll and vector >= 8
             and 2 * vector * accumulators > _register_budget(registers, bdimx * bdimy)):
         # The accumulators of 8 columns take more than half of a 1024-thread block's
@@ -483,16 +483,15 @@ def _few_columns(red_n: int, cols: int, vector: int, vec_inputs, sms: int, max_u
         # h200-outer-rows-session30.txt): 16x64 unroll 1 46.1 us, 16x32 unroll 2 43.4-43.8.
         bdimy //= 2
         unroll = step_registers(unroll, bdimx * bdimy)
-        blocks_per_sm = 1
+        per_sm = bdimx * bdimy
     else:
         unroll = fitted
     tiles = -(-cols // bdimx)
     threads = bdimx * bdimy
     split = 1
     step = _step_loads(unroll, max_unroll)
-    # About 1024 threads a block per SM: one block of 1024, two of 512 (one where the
-    # registers allow no more).
-    per_sm = threads * blocks_per_sm if blocks_per_sm else 1024
+    # Rows split until the grid holds about per_sm threads an SM: one block of 1024 or two of
+    # 512, or the one 512-thread block whose registers leave no room for a second.
     while 2 * tiles * split * threads <= sms * per_sm and red_n // (bdimy * step * split * 2) >= 4:
         split *= 2
     # Each element is read once (stream_rows: past L1), and the blocks sweep the rows together
