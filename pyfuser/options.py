@@ -82,6 +82,9 @@ FEATURES = {
                                 "range checked, the loop again with IEEE division where a check "
                                 "fails (lower/shared_divisor.py; the same values as div.rn; unset: "
                                 "on; forced off: every float division is div.rn)",
+    "group_reductions": "sibling block and grid reduction steps side by side reduce in one pass "
+                        "(lower/grouped_reductions.py; unset: on; forced off: each reduction "
+                        "its own steps)",
     "sync_index_checks": "wait for each kernel that checks indices (gathers) and raise an index "
                          "out of range from the call that launched it, instead of reading the "
                          "check asynchronously (runtime/index_check.py)",

@@ -204,6 +204,25 @@ for feature, name, m, n in (("tma_inner_persistent", "softmax", 77, 1024),
     fd.execute(ins, options={"heuristic": p})
     torch.cuda.synchronize()
     print(name, "tensor map", feature, m, n, f"stages {p.stages} grid {p.grid}", flush=True)
+if not PIPELINES_ONLY:
+    # Sibling grid reductions grouped into one step (lower/grouped_reductions.py): sum(x) and
+    # sum(x * x) over the rows of a channels-last image, split over blocks; each sibling's
+    # partials in its own plane of one workspace, one arrival (pf::grid_arrive) a block.
+    from pyfuser import DataType, FusionDefinition
+    x = torch.randn(8, 256, 28, 28, device="cuda").bfloat16().contiguous(
+        memory_format=torch.channels_last)
+    with FusionDefinition("sibling_sums") as fd:
+        xf = fd.ops.cast(fd.from_pytorch(x), DataType.Float)
+        fd.add_output(fd.ops.sum(xf, [0, 2, 3]))
+        fd.add_output(fd.ops.sum(fd.ops.mul(xf, xf), [0, 2, 3]))
+    s1, s2 = fd.execute([x])
+    torch.cuda.synchronize()
+    p = fd.last_run.heuristics[0]
+    assert p.grid_split > 1, p
+    refs = (x.float().sum((0, 2, 3)), (x.float() ** 2).sum((0, 2, 3)))
+    err = max(((s - r).abs().max() / r.abs().max()).item() for s, r in zip((s1, s2), refs))
+    assert err < 1e-5, err
+    print("sibling sums", p.describe(), f"rel. error {err:.1e}", flush=True)
 # The cp.async circular-buffered kernel (TMA forced on rows of 1004 bf16, 2008 bytes, which a
 # bulk copy refuses): each thread copies and reads back its own vectors with no block barrier,
 # which racecheck/synccheck check; few blocks so every stage wraps around.

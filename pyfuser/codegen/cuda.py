@@ -528,11 +528,34 @@ class CudaPrinter:
                 f"*reinterpret_cast<const {arr}*>(&{self.expr(src)});")
 
     def _BlockReduce(self, s):
-        acc = s.values[0]
-        count = acc.vector
         t = ctype(s.dtype)
         sync = "" if s.barrier is None else f", pf::NamedBarrier{{{s.barrier[0]}, {s.barrier[1]}}}"
-        self._block_allreduce(self.expr(acc), count, t, s.op, s.dims, sync, s.workspace_offset)
+        self._grouped_allreduce(s.values, t, s.op, s.dims, sync, s.workspace_offset)
+
+    def _grouped_allreduce(self, values, t: str, op: str, dims, sync: str = "",
+                           offset: int = 0):
+        """Block all-reduce of the registers of `values` (TensorIndexes of `vector` values
+        each): one value's in place; siblings' (lower/grouped_reductions.py) gathered into one
+        array, reduced in one pass, and scattered back."""
+        if len(values) == 1:
+            self._block_allreduce(self.expr(values[0]), values[0].vector, t, op, dims, sync,
+                                  offset)
+            return
+        total = sum(v.vector for v in values)
+        self.line("{")
+        self.indent += 1
+        self.line(f"{t} pf_grp[{total}];")
+        for v, at in zip(values, _offsets(values)):
+            self.line("#pragma unroll")
+            self.line(f"for (int pf_k = 0; pf_k < {v.vector}; ++pf_k) pf_grp[{at} + pf_k] = "
+                      f"{v.buffer.name}[{self.expr(v.index)} + pf_k];")
+        self._block_allreduce("pf_grp[0]", total, t, op, dims, sync, offset)
+        for v, at in zip(values, _offsets(values)):
+            self.line("#pragma unroll")
+            self.line(f"for (int pf_k = 0; pf_k < {v.vector}; ++pf_k) "
+                      f"{v.buffer.name}[{self.expr(v.index)} + pf_k] = pf_grp[{at} + pf_k];")
+        self.indent -= 1
+        self.line("}")
 
     def _block_allreduce(self, value: str, count: int, t: str, op: str, dims, sync: str = "",
                          offset: int = 0):
@@ -817,9 +840,10 @@ class CudaPrinter:
         self.line(f"pf::grid_sync(reinterpret_cast<unsigned*>({s.sync_buffer.name}){sync});")
 
     def _GridReduce(self, s):
-        """Last-block grid reduction over the block dims in s.dims (see lower/reductions.py)."""
-        acc = s.values[0]
-        count = acc.vector
+        """Last-block grid reduction over the block dims in s.dims (see lower/reductions.py).
+        Siblings grouped into it (lower/grouped_reductions.py) share its workspace: a slot's row
+        holds each sibling's values after the one before's."""
+        count = sum(v.vector for v in s.values)
         t = ctype(s.dtype)
         red_t = set(s.thread_dims)
         keep_t = [d for d in "xyz" if d not in red_t]
@@ -843,25 +867,32 @@ class CudaPrinter:
         n_red = "*".join(f"(index_t){gdim[d]}" for d in sorted(red_b)) or "1"
         writer = " && ".join(f"{tid[d]} == 0" for d in sorted(red_t)) or "true"
         ws, sem = s.workspace.name, s.sync_buffer.name
-        base = self.expr(acc.index)
         op = REDUCE[s.op]
         self.line("{  // grid reduction over blockIdx." + ",".join(sorted(red_b)))
         self.indent += 1
         self.line(f"const index_t pf_slot = {slot}, pf_nslots = {nslots};")
         self.line(f"const index_t pf_kept = {kept_block}, pf_nkept = {n_kept_blocks}, pf_nred = {n_red};")
+        if len(s.values) > 1:
+            # Each sibling's partials in a plane of their own, laid out as one value's are:
+            # a slot's row of a plane holds that sibling's values only.
+            self.line("const index_t pf_plane = pf_nred * pf_nkept * pf_nslots;")
         self.line(f"if ({writer}) {{")
-        self.line(f"  for (int pf_k = 0; pf_k < {count}; ++pf_k) {ws}[((({red_block}) * pf_nkept + pf_kept) * pf_nslots + pf_slot) * {count} + pf_k] = {acc.buffer.name}[{base} + pf_k];")
+        for v, at in zip(s.values, _offsets(s.values)):
+            self.line(f"  for (int pf_k = 0; pf_k < {v.vector}; ++pf_k) {ws}[{_plane(at)}((({red_block}) * pf_nkept + pf_kept) * pf_nslots + pf_slot) * {v.vector} + pf_k] = {v.buffer.name}[{self.expr(v.index)} + pf_k];")
         self.line("}")
-        self.line("__threadfence();")
+        # The partials reach the last block through the chain grid_sync.cuh describes: the
+        # barrier orders every writer before the leader, whose arrival releases them at GPU
+        # scope; the last leader's arrival (or wait) acquires every block's, and the barrier
+        # after it orders that before its block's reads. No fence in every thread.
         self.line("__syncthreads();")
         if s.follows_last_block:
             # The block that was last for the kernel's first grid reduction over these dims
             # combines this one too: it waits for every block's arrival (all of them are
             # running or done: they reached the first one; lower/reductions.py).
             self.line("if (pf_tidx == 0 && pf_tidy == 0 && pf_tidz == 0) {")
-            self.line(f"  atomicAdd(reinterpret_cast<unsigned*>(&{sem}[pf_kept]), 1u);")
+            self.line(f"  pf::grid_arrive(reinterpret_cast<unsigned*>(&{sem}[pf_kept]));")
             self.line("  if (pf_grid_last) {")
-            self.line(f"    while (reinterpret_cast<volatile unsigned*>({sem})[pf_kept] < (unsigned)pf_nred) {{}}")
+            self.line(f"    while (pf::load_acquire(reinterpret_cast<unsigned*>(&{sem}[pf_kept])) < (unsigned)pf_nred) {{}}")
             self.line(f"    {sem}[pf_kept] = 0;  // ready for the next launch")
             self.line("  }")
             self.line("}")
@@ -869,7 +900,7 @@ class CudaPrinter:
         else:
             self.line("__shared__ int pf_is_last;")
             self.line("if (pf_tidx == 0 && pf_tidy == 0 && pf_tidz == 0) {")
-            self.line(f"  const unsigned pf_prev = atomicAdd(reinterpret_cast<unsigned*>(&{sem}[pf_kept]), 1u);")
+            self.line(f"  const unsigned pf_prev = pf::grid_arrive(reinterpret_cast<unsigned*>(&{sem}[pf_kept]));")
             self.line("  pf_is_last = (pf_prev == (unsigned)(pf_nred - 1));")
             self.line(f"  if (pf_is_last) {sem}[pf_kept] = 0;  // ready for the next launch")
             self.line("}")
@@ -886,7 +917,6 @@ class CudaPrinter:
         vol = f"reinterpret_cast<volatile {t}*>({ws})"
         self.line("if (pf_grid_last) {")
         self.indent += 1
-        self.line("__threadfence();")
         self.line(f"const index_t pf_rt = {rlin}, pf_nrt = {nrt};")
         # The partial rows outer and the `count` values of a row inner: each row's values are
         # adjacent and their loads independent, so a thread has `count` loads (times the
@@ -899,16 +929,20 @@ class CudaPrinter:
         self.line(f"for (int pf_k = 0; pf_k < {count}; ++pf_k) pf_a[pf_k] = pf::identity<{REDUCE_OP[s.op][:-2]}, {t}>();")
         self.line("#pragma unroll 4")
         self.line("for (index_t pf_r = pf_rt; pf_r < pf_nred; pf_r += pf_nrt) {")
-        self.line(f"  const index_t pf_row = ((pf_r * pf_nkept + pf_kept) * pf_nslots + pf_slot) * {count};")
-        self.line("  #pragma unroll")
-        self.line(f"  for (int pf_k = 0; pf_k < {count}; ++pf_k) {{")
-        self.line(f"    const {t} pf_b = {vol}[pf_row + pf_k];")
-        self.line(f"    pf_a[pf_k] = {op.format(a='pf_a[pf_k]', b='pf_b')};")
-        self.line("  }")
+        for j, (v, at) in enumerate(zip(s.values, _offsets(s.values))):
+            row = "pf_row" if len(s.values) == 1 else f"pf_row{j}"
+            self.line(f"  const index_t {row} = {_plane(at)}((pf_r * pf_nkept + pf_kept) * pf_nslots + pf_slot) * {v.vector};")
+            self.line("  #pragma unroll")
+            self.line(f"  for (int pf_k = 0; pf_k < {v.vector}; ++pf_k) {{")
+            self.line(f"    const {t} pf_b = {vol}[{row} + pf_k];")
+            acc = f"pf_a[{_plus(at)}pf_k]"
+            self.line(f"    {acc} = {op.format(a=acc, b='pf_b')};")
+            self.line("  }")
         self.line("}")
-        self.line("#pragma unroll")
-        self.line(f"for (int pf_k = 0; pf_k < {count}; ++pf_k) {acc.buffer.name}[{base} + pf_k] = pf_a[pf_k];")
-        self._block_allreduce(f"{acc.buffer.name}[{base}]", count, t, s.op, red_t_dims)
+        for v, at in zip(s.values, _offsets(s.values)):
+            self.line("#pragma unroll")
+            self.line(f"for (int pf_k = 0; pf_k < {v.vector}; ++pf_k) {v.buffer.name}[{self.expr(v.index)} + pf_k] = pf_a[{_plus(at)}pf_k];")
+        self._grouped_allreduce(s.values, t, s.op, red_t_dims)
         self.indent -= 1
         self.line("}")
         self.indent -= 1
@@ -919,6 +953,26 @@ class CudaPrinter:
 # the accumulators within the kernel's launch-bound register count (8 spilled 16 bytes in a
 # ping-pong kernel of 128 accumulators).
 SPLIT_K_READS_IN_FLIGHT = 4
+
+
+def _offsets(values) -> list:
+    """Where each of a grouped step's values starts among all of them."""
+    out, at = [], 0
+    for v in values:
+        out.append(at)
+        at += v.vector
+    return out
+
+
+def _plane(at: int) -> str:
+    """`pf_plane * at + ` in front of a grid workspace index: the plane of the grouped step's
+    sibling whose values start at `at`; nothing for the first."""
+    return f"pf_plane * {at} + " if at else ""
+
+
+def _plus(at: int) -> str:
+    """`at + ` in front of an index, nothing for 0 (a single value's code stays as it was)."""
+    return f"{at} + " if at else ""
 
 
 def _compute_ctype(dt: DataType) -> str:

@@ -1199,6 +1199,7 @@ class Kernel:
     needs_cooperative: bool = False       # a grid sync: all blocks must be resident
     streaming_loads: bool = False         # inputs read with L1::no_allocate (an option)
     shared_divisor_quotients: bool = True  # lower/shared_divisor.py runs (an option)
+    group_reductions: bool = True         # lower/grouped_reductions.py runs (an option)
     # (shared buffer name, stages, prefetch, kind) of each circular buffer, for tests and explain
     circular_buffers: list = dataclasses.field(default_factory=list)
     # Global inputs read row by row with 1D bulk copies: the executor checks their rules.

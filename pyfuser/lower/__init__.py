@@ -12,6 +12,7 @@ from ..kir.printer import kernel_str
 from ..kir.verifier import verify_kernel
 from .allocation import allocate
 from .context import LoweringContext, LoweringError
+from .grouped_reductions import group_sibling_reductions
 from .index import index_and_predicate
 from .launch import launch_config
 from .loops import build_loops
@@ -35,6 +36,7 @@ PIPELINE = [
     lower_scans,            # scans: running value, block scan of the chunk totals, prefix fixup
     lower_topk,             # top-k: one block top-k of the row the threads hold
     index_and_predicate,    # operands become indexed accesses; bounds and thread predicates
+    group_sibling_reductions,  # sibling block and grid steps side by side reduce in one pass
     unswitch_loops,         # Unswitch loops: a version without the inner loops' bounds checks
                             # where their last iterations pass them, the checked one otherwise
     vectorize_and_unroll,   # vector loads/stores, unrolled register loops
@@ -88,10 +90,11 @@ def verify(kernel: K.Kernel, after: str = "launch_config") -> None:
 
 def lower(fusion, name: str = "pyfuser_kernel", index_type: str = "int",
           verify_each: bool = False, streaming_loads: bool = False,
-          shared_divisor_quotients: bool = True) -> K.Kernel:
+          shared_divisor_quotients: bool = True, group_reductions: bool = True) -> K.Kernel:
     kernel = K.Kernel(name=name, fusion=fusion, index_type=index_type,
                       streaming_loads=streaming_loads,
-                      shared_divisor_quotients=shared_divisor_quotients)
+                      shared_divisor_quotients=shared_divisor_quotients,
+                      group_reductions=group_reductions)
     kernel.ctx = LoweringContext(fusion)
     rules: list = []
     for p in pipeline_of(fusion):

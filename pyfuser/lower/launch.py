@@ -65,8 +65,9 @@ def _role_workspaces_apart(v, s, scope) -> None:
 LAUNCH_DECLARED = Rule("launch declared", stmt=_role_workspaces_apart, kernel=_launch_declared)
 
 
-@establishes(LAUNCH_DECLARED)
-def launch_config(kernel: K.Kernel) -> K.Kernel:
+def _launch_dims(kernel: K.Kernel) -> tuple[list, list]:
+    """The grid and block of the kernel's loops and launch hints (ints, or extents known at run
+    time), before launch_config adds a warp-specialized kernel's other roles."""
     ctx = kernel.ctx
     hints = kernel.fusion.launch_hints
     grid = [1, 1, 1]
@@ -93,19 +94,34 @@ def launch_config(kernel: K.Kernel) -> K.Kernel:
     for k, key in enumerate(("block_x", "block_y", "block_z")):
         if key in hints:
             block[k] = hints[key]
+    return grid, block
+
+
+def block_dims(kernel: K.Kernel) -> list:
+    """The block launch_config will size the block reductions' shared workspace for."""
+    return _launch_dims(kernel)[1]
+
+
+def reduced_values(s) -> int:
+    """The values a block or grid step reduces at once: every sibling's (grouped_reductions)."""
+    return sum(max(v.vector, 1) for v in s.values) if s.values else 1
+
+
+@establishes(LAUNCH_DECLARED)
+def launch_config(kernel: K.Kernel) -> K.Kernel:
+    hints = kernel.fusion.launch_hints
+    grid, block = _launch_dims(kernel)
     ws = 0
     for s in K.walk(kernel.body):
         # Grid reductions go through their global workspace; only block steps use this one.
         if isinstance(s, K.BlockReduce):
-            count = s.values[0].vector if s.values else 1
-            ws = max(ws, reduction_workspace_elems(s.dims, count, block))
+            ws = max(ws, reduction_workspace_elems(s.dims, reduced_values(s), block))
         elif isinstance(s, K.BlockScan):
             # One total per warp of each row: block_allreduce_x's formula for one value.
             ws = max(ws, reduction_workspace_elems(("x",), 1, block))
         elif isinstance(s, K.GridReduce) and s.thread_dims:
             # The last block's combine ends with a block all-reduce over the reduced thread dims.
-            count = s.values[0].vector if s.values else 1
-            ws = max(ws, reduction_workspace_elems(s.thread_dims, count, block))
+            ws = max(ws, reduction_workspace_elems(s.thread_dims, reduced_values(s), block))
     # Compute roles of a warp-specialized kernel reduce at the same time: each in its own copy.
     roles = kernel.warp_roles.compute_roles if kernel.warp_roles is not None else 1
     for s in K.walk(kernel.body):
@@ -215,7 +231,7 @@ def describe_launch(kernel: K.Kernel) -> LaunchDescription:
         elif kind in ("index_error", "index_report"):
             elements = INDEX_ERROR_ELEMENTS
         else:
-            elements = max((s.values[0].vector for s in K.walk(kernel.body)
+            elements = max((reduced_values(s) for s in K.walk(kernel.body)
                             if isinstance(s, K.GridReduce) and s.workspace.name == b.name),
                            default=1)
         workspace_index[b.name] = len(workspaces)

@@ -97,7 +97,8 @@ def build_kernel(fusion, scheduler, params, index_type: str, name: str,
                    streaming_loads=bool(opts.current().is_enabled("streaming_loads")),
                    verify_each=bool(opts.current().is_enabled("verify_kernel_ir")),
                    shared_divisor_quotients=opts.current().is_enabled(
-                       "shared_divisor_quotients") is not False)
+                       "shared_divisor_quotients") is not False,
+                   group_reductions=opts.current().is_enabled("group_reductions") is not False)
     source = generate_cuda(kernel)
     fk = FusionKernel(name, scheduler.NAME, params, index_type, fusion, kernel, source,
                       launch=kernel.launch_description, clone_of=clone_of or {})

@@ -359,11 +359,13 @@ def test_takes_inputs_of_fewer_dims_over_kept_or_reduced_dims(build, shapes):
     run_and_check(fd, inputs, scheduler="reduction", options={"enable": ["interpret"]})
 
 
-@pytest.mark.parametrize("shape", [(32, 256, 56, 56), (3, 16, 7, 9)])
+@pytest.mark.parametrize("shape", [(8, 1024, 28, 28), (3, 16, 7, 9)])
 def test_per_channel_fp32_inputs_keep_16_byte_loads_of_a_bf16_image(shape):
     """sum((x - mean[C]) * dy) over N, H, W of channels-last bf16 images (BatchNorm backward's
     statistics): the fp32 mean, read once per column, is read in two 4-wide loads; the images
-    keep 8-wide (16-byte) loads (it had halved the width of every access: vector 4)."""
+    keep 8-wide (16-byte) loads (it had halved the width of every access: vector 4). 1024
+    channels: 256 would take the few-columns rule, which reads 2-byte elements 4-wide on
+    purpose (test_few_columns_heuristic_streams_interleaves_and_keeps_the_unroll)."""
     x, dy = (torch.randn(shape).bfloat16().contiguous(memory_format=torch.channels_last)
              for _ in range(2))
     mean = torch.randn(shape[1])
@@ -408,10 +410,11 @@ def test_two_streamed_inputs_share_the_loads_of_a_step(channels_last):
 def test_outer_unroll_fits_the_registers_of_a_thread(channels_last):
     """BatchNorm backward's two sums, sum(dy) and sum(dy * (x - mean) * rstd), in one kernel: a
     thread of the channels-last outer reduction holds 8 columns of two accumulators, mean and
-    rstd, and its loads of x and dy. In a 1024-thread block (64 registers) ptxas spilled at
-    unroll 2 (68.6 us against 51.8 at unroll 1, H200); 512-thread blocks keep unroll 2 without
-    spills (43.4-43.8 us, rows streamed and interleaved, session 30). The NCHW inner reduction
-    holds one mean and rstd per row and keeps 2 in its own blocks."""
+    rstd, and its loads of x and dy. At 8 columns, a 1024-thread block (64 registers) spilled at
+    unroll 2 (68.6 us against 51.8 at unroll 1, H200); at 4 columns (32 threads of 8 bytes
+    along each 256-byte row segment) it keeps unroll 2 in 58 registers (38.8-39.6 us, against
+    42.8 for 512 threads of 8 columns; session 31). The NCHW inner reduction holds one mean and
+    rstd per row and keeps 2 in its own blocks."""
     fmt = torch.channels_last if channels_last else torch.contiguous_format
     x, dy = (torch.empty(32, 256, 56, 56, dtype=torch.bfloat16).contiguous(memory_format=fmt)
              for _ in range(2))
@@ -428,7 +431,7 @@ def test_outer_unroll_fits_the_registers_of_a_thread(channels_last):
     p = reduction.compute_heuristics(st.fusion, st.info)
     assert p.unroll == 2, p
     if channels_last:
-        assert p.bdimx * p.bdimy == 512, p
+        assert (p.bdimx, p.bdimy, p.vector) == (32, 32, 4), p
 
 
 def test_unroll_in_registers_halves_until_the_step_fits():
@@ -534,12 +537,14 @@ def test_a_reduction_whose_kept_dims_are_all_broadcasts_is_a_full_reduction():
     (16384, 8192, "bf16", False)])
 def test_outer_reduction_of_few_columns(M, N, dtype, few):
     """16 to 64 column vectors: 16 vectors by 64 rows per block, the rows split until the grid
-    is about one block per SM (swept on the H100: 1.10-1.90x the general rule's GB/s);
-    narrower and wider rows keep the general rule."""
+    is about one block per SM (swept on the H100: 1.10-1.90x the general rule's GB/s); bf16
+    as 32 threads of 4 elements by 32 rows (H200: 1.11-1.19x the 16 x 16-byte rule's, session
+    31); narrower and wider rows keep the general rule."""
     p = heur("col_sum", M, N, dtype)
     assert not p.inner
     if few:
-        assert (p.bdimx, p.bdimy) == (16, 64), p
+        assert (p.bdimx, p.bdimy, p.vector) == ((16, 64, 4) if dtype == "fp32" else
+                                                (32, 32, 4)), p
         # At most one block per SM, each with 4 steps of 64 x 4 rows or more.
         assert _blocks(p, M, N) <= SMS and M // (p.bdimy * p.unroll * p.grid_split) >= 4, p
     else:
@@ -558,7 +563,7 @@ def test_batchnorm_statistics_of_a_channels_last_image_take_the_few_columns_rule
         fd.add_output(fd.ops.sum(fd.ops.cast(fd.from_pytorch(x), "float32"), [0, 2, 3]))
     st = Setup(fd, [x], "h100", 16)
     p = reduction.compute_heuristics(st.fusion, st.info)
-    assert (p.inner, p.bdimx, p.bdimy, p.grid_split) == (False, 16, 64, 64), p
+    assert (p.inner, p.bdimx, p.bdimy, p.vector, p.grid_split) == (False, 32, 32, 4, 64), p
 
 
 @pytest.mark.parametrize("M,N,unswitch", [(16383, 1001, True), (4096, 50257, True),
@@ -599,7 +604,8 @@ def test_float64_sums_of_few_columns_take_half_the_vector(one_pass):
     """BatchNorm's one-pass statistics of a channels-last image, float64 sums of x and x * x:
     their accumulators take 32 of a 1024-thread block's 40 registers and cut the unroll, so a
     thread takes 4 columns and a block 16x32 threads at the full unroll (H200: 34.0-34.8 us
-    against 40.7-41.5 at 16x64 vector 8 unroll 2). Two float32 sums keep 8 columns a thread."""
+    against 40.7-41.5 at 16x64 vector 8 unroll 2). Two float32 sums take 4 columns a thread too,
+    as 32 threads along each 256-byte row segment (the few-columns rule for 2-byte elements)."""
     x = torch.empty(32, 256, 56, 56, dtype=torch.bfloat16).contiguous(
         memory_format=torch.channels_last)
     acc = "float64" if one_pass else "float32"
@@ -614,7 +620,7 @@ def test_float64_sums_of_few_columns_take_half_the_vector(one_pass):
         # Two blocks of 512 threads an SM: 4 column tiles x 64 row splits.
         assert _blocks(p, 100352, 256) == 256, p
     else:
-        assert (p.vector, p.bdimx, p.bdimy, p.unroll, p.grid_split) == (8, 16, 64, 4, 64), p
+        assert (p.vector, p.bdimx, p.bdimy, p.unroll, p.grid_split) == (4, 32, 32, 4, 64), p
 
 
 def test_float64_sums_at_4_columns_a_thread_on_the_interpreter():
@@ -742,8 +748,9 @@ def test_interleaved_outer_steps_index_the_rows_by_step_then_block():
 
 def test_few_columns_heuristic_streams_interleaves_and_keeps_the_unroll():
     """BatchNorm's channels-last sums: the rows streamed past L1 and interleaved over the
-    blocks; the backward's two sums beside the per-channel mean and rstd keep their unroll of 2 in
-    512-thread blocks (1024 threads would cut it to 1), one block an SM over 64 splits."""
+    blocks; bf16 elements read 4-wide by 32 threads along each 256-byte row segment, 1024-thread
+    blocks over 64 splits: the backward's two sums beside the per-channel mean and rstd keep
+    their unroll of 2 (at 8-wide loads, 1024 threads cut it to 1), a sum alone unrolls 4."""
     fd = _batchnorm_backward_sums(DataType.BFloat16)
     x = torch.empty(32, 256, 56, 56, dtype=torch.bfloat16).contiguous(
         memory_format=torch.channels_last)
@@ -752,11 +759,12 @@ def test_few_columns_heuristic_streams_interleaves_and_keeps_the_unroll():
                    device=device)
         p = reduction.compute_heuristics(st.fusion, st.info)
         assert not p.inner and p.stream_rows and p.interleave, p
-        assert (p.bdimx, p.bdimy, p.vector, p.unroll, p.grid_split) == (16, 32, 8, 2, 64), p
+        assert (p.bdimx, p.bdimy, p.vector, p.unroll, p.grid_split) == (32, 32, 4, 2, 64), p
     with FusionDefinition() as one:
         t = one.define_tensor([-1, -1, -1, -1], dtype=DataType.BFloat16,
                               stride_order=[3, 0, 2, 1])
         one.add_output(one.ops.sum(one.ops.cast(t, DataType.Float), [0, 2, 3]))
     st = Setup(one, [x])
     p = reduction.compute_heuristics(st.fusion, st.info)
-    assert (p.bdimx, p.bdimy, p.unroll, p.stream_rows, p.interleave) == (16, 64, 4, True, True), p
+    assert (p.bdimx, p.bdimy, p.vector, p.unroll, p.stream_rows, p.interleave) == (
+        32, 32, 4, 4, True, True), p

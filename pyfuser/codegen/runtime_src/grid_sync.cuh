@@ -64,4 +64,23 @@ __device__ __forceinline__ void grid_sync(unsigned* counter, BlockSync block_syn
   block_sync.sync();
 }
 
+// A block's arrival at a grid reduction's semaphore (codegen's grid reduction): its leader adds 1
+// after a barrier of the block and gets the count before. acq_rel: the release publishes the
+// block's partials (written by any of its threads before that barrier, by the chain above), the
+// acquire makes every earlier arrival's partials visible to the block that arrives last (its
+// threads read them after a second barrier). Cheaper than a fence in every thread
+// (__threadfence: fence.sc.gpu and an L1 invalidation, in each warp).
+__device__ __forceinline__ unsigned grid_arrive(unsigned* counter) {
+  unsigned old;
+  asm volatile("atom.add.acq_rel.gpu.global.u32 %0, [%1], 1;" : "=r"(old) : "l"(counter) : "memory");
+  return old;
+}
+
+// A counter read at GPU scope with acquire semantics (waiting for other blocks' arrivals).
+__device__ __forceinline__ unsigned load_acquire(const unsigned* counter) {
+  unsigned v;
+  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(counter) : "memory");
+  return v;
+}
+
 }  // namespace pf

@@ -448,9 +448,10 @@ def _few_columns(red_n: int, cols: int, vector: int, vec_inputs, sms: int, max_u
     """Few columns (BatchNorm's statistics of a channels-last image: 256 channels, N * H * W =
     100352 rows): 1024-thread blocks of 16 column vectors (256-byte row segments) by 64 rows,
     the rows split among blocks until the grid is about 1024 threads per SM (half the vector
-    and 512-thread blocks where the accumulators take most of the registers; 512-thread
-    blocks, one an SM, where the loads in flight would cut the unroll: below), the rows read
-    past L1 with the blocks' steps interleaved. Swept on the H100 for
+    and 512-thread blocks where the accumulators take most of the registers; 2-byte elements
+    by 32 threads of 8 bytes along the same segment otherwise; 512-thread blocks, one an SM,
+    where the loads in flight would cut the unroll: below), the rows read past L1 with the
+    blocks' steps interleaved. Swept on the H100 for
     that sum (bench/results/2026-11-27/h100-sweep-bn-stats.txt): 16x64 threads over 64 blocks
     1344 GB/s; 16x32 over 64: 1236; 32x32 over 128: 1219; the general rule's 32x16 over 256:
     883. Against the general rule, same run (h100-sweep-few-columns.txt): column sums of
@@ -475,12 +476,28 @@ def _few_columns(red_n: int, cols: int, vector: int, vec_inputs, sms: int, max_u
         vector, bdimy = vector // 2, max(1, bdimy // 2)
         cols *= 2
         unroll = step_registers(unroll, bdimx * bdimy, vector=vector)
+    elif vector >= 8:
+        # 16-byte vectors of 2-byte elements: two threads a vector instead (8-byte loads, 32
+        # threads along the same 256-byte row segment), 1024-thread blocks, the unroll their
+        # registers allow: a thread's accumulators and per-column operands halve. H200,
+        # channels-last [32, 256, 56, 56] bf16, rows interleaved and streamed (tools/
+        # sweep_bn_stats.py, bench/results/2026-12-01/h200-few-columns-session31.txt):
+        # BatchNorm backward's two sums 16x32 vector 8 unroll 2 (104 registers, one block an
+        # SM, the rule before) 42.8-42.9 us, 32x32 vector 4 unroll 2 (58 registers) 38.8-39.6,
+        # 32x16 vector 4 unroll 4 39.3-39.5, 16x32 vector 4 unroll 4 (64-column tiles) 51.4;
+        # the float32 sum 16x64 vector 8 unroll 4 25.6, 32x32 vector 4 unroll 4 23.0.
+        vector, bdimx = vector // 2, bdimx * 2
+        cols *= 2
+        bdimy = max(1, min(1024 // bdimx, _pow2_floor(red_n)))
+        unroll = step_registers(max_unroll if red_n >= bdimy * max_unroll else 1,
+                                bdimx * bdimy, vector=vector)
     elif fitted < unroll and step_registers(unroll, bdimx * bdimy // 2) > fitted:
         # The unroll cut by a 1024-thread block's registers: 512-thread blocks keep it, one
         # block an SM (their registers then exceed half of it). BatchNorm backward's two
-        # float32 sums beside the per-channel mean and rstd (H200, tools/sweep_bn_stats.py
-        # --backward --nhwc, rows interleaved and streamed, bench/results/2026-11-30/
-        # h200-outer-rows-session30.txt): 16x64 unroll 1 46.1 us, 16x32 unroll 2 43.4-43.8.
+        # float32 sums beside the per-channel mean and rstd, at vector 8 (H200, tools/
+        # sweep_bn_stats.py --backward --nhwc, rows interleaved and streamed,
+        # bench/results/2026-11-30/h200-outer-rows-session30.txt): 16x64 unroll 1 46.1 us,
+        # 16x32 unroll 2 43.4-43.8.
         bdimy //= 2
         unroll = step_registers(unroll, bdimx * bdimy)
         per_sm = bdimx * bdimy
