@@ -20,19 +20,23 @@ steps of the same kind (a block step, a grid step, or both) over the same dims w
 and dtype. Reordering them is safe: a step reads and writes its own registers, and a grid step
 after the first over its dims already follows the first's last block (lower_reductions).
 
-Limits: siblings are grouped while the block step's shared workspace (which grows with the
-values reduced at once) stays within GROUPED_WORKSPACE_BYTES; ops or dtypes that differ, and
-cluster reductions, stay apart.
+Limits: siblings are grouped while the kernel's block-reduction shared workspace (which grows
+with the values a step reduces at once; codegen declares it once per C type at the kernel's
+largest step) stays within GROUPED_WORKSPACE_BYTES, or within what it was without grouping;
+ops or dtypes that differ, and cluster reductions, stay apart.
 """
 from __future__ import annotations
 
 from ..kir import nodes as K
 from ..kir.verifier import establishes
-from .launch import block_dims, reduction_workspace_elems
+from .launch import block_dims, reduction_workspace_elems, step_workspace_elems
 
-# The most shared memory a grouped block step may use. Static shared memory is capped at 48 KiB a
-# block, and a kernel's other static buffers need some; a single step of 8 values over 1024
-# threads already takes 32 KiB, and grouping should not make a kernel that compiles today fail.
+# The block-reduction workspace grouping may grow a kernel's to. Static shared memory is capped
+# at 48 KiB a block, and a kernel's other static buffers need some; a single step of 8 float
+# values over 1024 threads already takes 32 KiB. Grouping never makes it larger than this, or
+# than it was without grouping: a float and a double reduction in one kernel each get an array
+# of the largest step's elements (codegen/cuda.py), so a grouped float step grows the double
+# array too.
 GROUPED_WORKSPACE_BYTES = 32 * 1024
 
 
@@ -41,9 +45,10 @@ def group_sibling_reductions(kernel: K.Kernel) -> K.Kernel:
     if not kernel.group_reductions:         # the feature of that name, forced off
         return kernel
     block = block_dims(kernel)
+    budget = _Workspace(kernel, block)
     dropped: set = set()
     for body in K.bodies(kernel.body):
-        body[:] = _group_body(body, block, dropped)
+        body[:] = _group_body(body, budget, dropped)
     if dropped:
         # The workspaces and semaphores of the grid steps folded into another's.
         kernel.params = [p for p in kernel.params if id(p.buffer) not in dropped]
@@ -80,16 +85,34 @@ def _count(site: list) -> int:
     return sum(max(v.vector, 1) for v in site[0].values)
 
 
-def _fits(site: list, count: int, block) -> bool:
-    first = site[0]
-    dims = first.dims if isinstance(first, K.BlockReduce) else first.thread_dims
-    if not dims:
-        return True         # a grid step alone: its workspace is global memory
-    return reduction_workspace_elems(dims, count, block) * first.dtype.size \
-        <= GROUPED_WORKSPACE_BYTES
+class _Workspace:
+    """The kernel's block-reduction workspace as launch_config will size it: elements of its
+    largest step, once per C type of the steps that use it."""
+
+    def __init__(self, kernel: K.Kernel, block):
+        steps = [s for s in K.walk(kernel.body) if step_workspace_elems(s, block)]
+        self.block = block
+        self.elems = max([step_workspace_elems(s, block) for s in steps], default=0)
+        # One array per dtype (codegen: per C type; dtypes of one C type would share one, so
+        # this may count more than is declared, never less).
+        self.bytes_per_elem = sum({s.dtype: s.dtype.size for s in steps}.values())
+        self.limit = max(GROUPED_WORKSPACE_BYTES, self.elems * self.bytes_per_elem)
+
+    def admits(self, site: list, count: int) -> bool:
+        """Whether `site`'s steps reducing `count` values at once keep the workspace within
+        the limit; if so, the workspace grows to them."""
+        first = site[0]
+        dims = first.dims if isinstance(first, K.BlockReduce) else first.thread_dims
+        if not dims:
+            return True         # a grid step alone: its workspace is global memory
+        elems = max(self.elems, reduction_workspace_elems(dims, count, self.block))
+        if elems * self.bytes_per_elem > self.limit:
+            return False
+        self.elems = elems
+        return True
 
 
-def _group_body(body: list, block, dropped: set) -> list:
+def _group_body(body: list, budget: _Workspace, dropped: set) -> list:
     out: list = []
     k = 0
     while k < len(body):
@@ -102,7 +125,7 @@ def _group_body(body: list, block, dropped: set) -> list:
         for site in sites:
             sig = _signature(site)
             g = next((g for g in groups if _signature(g[0]) == sig
-                      and _fits(site, g[1] + _count(site), block)), None)
+                      and budget.admits(g[0], g[1] + _count(site))), None)
             if g is None:
                 groups.append([site, _count(site)])
                 continue

@@ -102,6 +102,21 @@ def block_dims(kernel: K.Kernel) -> list:
     return _launch_dims(kernel)[1]
 
 
+def step_workspace_elems(s, block) -> int:
+    """Elements of the block-reduction shared workspace a statement needs (0 for other
+    statements): a block step's, a block scan's, a grid step's last-block combine's."""
+    # Grid reductions go through their global workspace; only block steps use this one.
+    if isinstance(s, K.BlockReduce):
+        return reduction_workspace_elems(s.dims, reduced_values(s), block)
+    if isinstance(s, K.BlockScan):
+        # One total per warp of each row: block_allreduce_x's formula for one value.
+        return reduction_workspace_elems(("x",), 1, block)
+    if isinstance(s, K.GridReduce) and s.thread_dims:
+        # The last block's combine ends with a block all-reduce over the reduced thread dims.
+        return reduction_workspace_elems(s.thread_dims, reduced_values(s), block)
+    return 0
+
+
 def reduced_values(s) -> int:
     """The values a block or grid step reduces at once: every sibling's (grouped_reductions)."""
     return sum(max(v.vector, 1) for v in s.values) if s.values else 1
@@ -111,17 +126,7 @@ def reduced_values(s) -> int:
 def launch_config(kernel: K.Kernel) -> K.Kernel:
     hints = kernel.fusion.launch_hints
     grid, block = _launch_dims(kernel)
-    ws = 0
-    for s in K.walk(kernel.body):
-        # Grid reductions go through their global workspace; only block steps use this one.
-        if isinstance(s, K.BlockReduce):
-            ws = max(ws, reduction_workspace_elems(s.dims, reduced_values(s), block))
-        elif isinstance(s, K.BlockScan):
-            # One total per warp of each row: block_allreduce_x's formula for one value.
-            ws = max(ws, reduction_workspace_elems(("x",), 1, block))
-        elif isinstance(s, K.GridReduce) and s.thread_dims:
-            # The last block's combine ends with a block all-reduce over the reduced thread dims.
-            ws = max(ws, reduction_workspace_elems(s.thread_dims, reduced_values(s), block))
+    ws = max([step_workspace_elems(s, block) for s in K.walk(kernel.body)], default=0)
     # Compute roles of a warp-specialized kernel reduce at the same time: each in its own copy.
     roles = kernel.warp_roles.compute_roles if kernel.warp_roles is not None else 1
     for s in K.walk(kernel.body):

@@ -293,3 +293,23 @@ def interpret_against_float64(fd, st, kernel, inputs, context=None) -> tuple[lis
         stored = math.prod(n for n, s in zip(r.shape, strides) if s != 0)
         assert len(counts) == stored and set(counts) <= {1}, (j, sorted(set(counts)), context)
     return outs, it
+
+
+def batchnorm_backward_sums(dtype=None, second_op: str = "sum"):
+    """BatchNorm backward's sums over N, H, W of channels-last images, sum(dy) and
+    sum(dy * (x - mean) * rstd) (`second_op` "max": that product's max, a sibling of another
+    op): an outer reduction of two inputs read at every step beside two per-channel fp32
+    inputs read once. `dtype` of x and dy: float32 by default."""
+    from pyfuser import DataType, FusionDefinition
+    dtype = DataType.Float if dtype is None else dtype
+    per_channel = [True, False, True, True]
+    with FusionDefinition() as fd:
+        x, dy = (fd.ops.cast(fd.define_tensor([-1, -1, -1, -1], dtype=dtype,
+                                              stride_order=[3, 0, 2, 1]), DataType.Float)
+                 for _ in range(2))
+        mean, rstd = fd.define_tensor([-1]), fd.define_tensor([-1])
+        xhat = fd.ops.mul(fd.ops.sub(x, fd.ops.broadcast(mean, per_channel)),
+                          fd.ops.broadcast(rstd, per_channel))
+        fd.add_output(fd.ops.sum(dy, [0, 2, 3]))
+        fd.add_output(getattr(fd.ops, second_op)(fd.ops.mul(dy, xhat), [0, 2, 3]))
+    return fd

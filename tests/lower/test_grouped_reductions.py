@@ -6,8 +6,8 @@ import re
 
 import pytest
 import torch
-from kir_testing import (compile_clean, interpret_against_float64, lower_upto,
-                         schedule_and_lower)
+from kir_testing import (batchnorm_backward_sums, compile_clean, interpret_against_float64,
+                         lower_upto, schedule_and_lower)
 
 from pyfuser import DataType, FusionDefinition
 from pyfuser.codegen.cuda import generate_cuda
@@ -16,22 +16,8 @@ from pyfuser.lower.grouped_reductions import GROUPED_WORKSPACE_BYTES
 from pyfuser.schedule.schedulers import reduction
 from pyfuser.schedule.schedulers.reduction import ReductionParams
 
-PER_CHANNEL = [True, False, True, True]
-
-
 def _backward_sums(second_op="sum", dtype=DataType.Float):
-    """BatchNorm backward's sums over N, H, W of channels-last images: sum(dy) and
-    sum(dy * (x - mean) * rstd) (or that product's max: a sibling of another op)."""
-    with FusionDefinition() as fd:
-        x, dy = (fd.ops.cast(fd.define_tensor([-1, -1, -1, -1], dtype=dtype,
-                                              stride_order=[3, 0, 2, 1]), DataType.Float)
-                 for _ in range(2))
-        mean, rstd = fd.define_tensor([-1]), fd.define_tensor([-1])
-        xhat = fd.ops.mul(fd.ops.sub(x, fd.ops.broadcast(mean, PER_CHANNEL)),
-                          fd.ops.broadcast(rstd, PER_CHANNEL))
-        fd.add_output(fd.ops.sum(dy, [0, 2, 3]))
-        fd.add_output(getattr(fd.ops, second_op)(fd.ops.mul(dy, xhat), [0, 2, 3]))
-    return fd
+    return batchnorm_backward_sums(dtype, second_op)
 
 
 def _inputs(n=2, c=24, h=5, w=7, dtype=torch.float32):
@@ -158,3 +144,33 @@ def test_steps_apart_in_the_body_are_not_grouped():
     kernel = group_sibling_reductions(kernel)
     blocks, _ = _steps(kernel)
     assert [len(s.values) for s in blocks] == [1, 1], blocks
+
+
+def _mixed_sums(dims):
+    """Sums of x and x * x over `dims` of a bf16 [8192, 4096], in float and in double: the
+    kernel's block-reduction workspace is one array per type at its largest step's size."""
+    with FusionDefinition() as fd:
+        t = fd.define_tensor([-1, -1], dtype=DataType.BFloat16)
+        f, d = fd.ops.cast(t, DataType.Float), fd.ops.cast(t, DataType.Double)
+        for v in (f, d):
+            fd.add_output(fd.ops.sum(v, dims))
+            fd.add_output(fd.ops.sum(fd.ops.mul(v, v), dims))
+    return fd, [torch.empty(8192, 4096, dtype=torch.bfloat16)]
+
+
+def test_grouping_does_not_grow_a_workspace_of_two_types_past_the_bound():
+    """Column sums in float and in double, 64 x 8 threads of 8 columns: each type's array holds
+    the largest step's 8 x 64 x 8 elements (48 KiB for both types). Grouping the float sums
+    would double both arrays (96 KiB of static shared memory): they stay apart, and the kernel's
+    workspace is what it was. The row sums' block steps over threadIdx.x (a few elements per
+    warp) group."""
+    fd, inputs = _mixed_sums([0])
+    _, _, params, kernel = schedule_and_lower(fd, inputs, scheduler=reduction)
+    assert (params.bdimx, params.bdimy, params.vector) == (64, 8, 8), params
+    blocks, _ = _steps(kernel)
+    assert [len(s.values) for s in blocks] == [1, 1, 1, 1], blocks
+    assert kernel.reduction_workspace == 8 * 64 * 8
+    fd, inputs = _mixed_sums([1])
+    _, _, _, kernel = schedule_and_lower(fd, inputs, scheduler=reduction)
+    blocks, _ = _steps(kernel)
+    assert sorted(len(s.values) for s in blocks) == [2, 2], blocks

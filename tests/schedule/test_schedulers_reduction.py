@@ -10,8 +10,8 @@ import pytest
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lower"))
-from kir_testing import (Setup, compile_clean, empty_inputs, interpret, reference,  # noqa: E402
-                         schedule_and_lower)
+from kir_testing import (Setup, batchnorm_backward_sums, compile_clean,  # noqa: E402
+                         empty_inputs, interpret, reference, schedule_and_lower)
 
 from pyfuser import DataType, FusionDefinition, catalogue  # noqa: E402
 from pyfuser.testing import run_and_check  # noqa: E402
@@ -688,20 +688,7 @@ def test_a_streamed_full_reduction_loads_past_l1():
 
 
 def _batchnorm_backward_sums(dtype=DataType.Float):
-    """BatchNorm backward's sums over N, H, W of channels-last images, sum(dy) and
-    sum(dy * (x - mean) * rstd): an outer reduction of two inputs read at every step beside
-    two per-channel fp32 inputs read once."""
-    per_channel = [True, False, True, True]
-    with FusionDefinition() as fd:
-        x, dy = (fd.ops.cast(fd.define_tensor([-1, -1, -1, -1], dtype=dtype,
-                                              stride_order=[3, 0, 2, 1]), DataType.Float)
-                 for _ in range(2))
-        mean, rstd = fd.define_tensor([-1]), fd.define_tensor([-1])
-        xhat = fd.ops.mul(fd.ops.sub(x, fd.ops.broadcast(mean, per_channel)),
-                          fd.ops.broadcast(rstd, per_channel))
-        fd.add_output(fd.ops.sum(dy, [0, 2, 3]))
-        fd.add_output(fd.ops.sum(fd.ops.mul(dy, xhat), [0, 2, 3]))
-    return fd
+    return batchnorm_backward_sums(dtype)
 
 
 @pytest.mark.parametrize("params", [
