@@ -1,7 +1,13 @@
-"""The default heuristic against the inner persistent scheduler's looped variant forced, for
-catalogue fusions over rows (GPU machine), GB/s of the floor's bytes:
+"""The default heuristic against the inner persistent scheduler's looped variant forced on, and
+forced off (rows registers cannot hold then run as reduction kernels, the rows split over
+blocks, and a kernel for the outputs), for catalogue fusions over rows (GPU machine), GB/s of
+the floor's bytes:
 
     PYTHONPATH=. python tools/sweep_looped.py softmax,log_softmax 4096x24577,4096x65536
+    PYTHONPATH=. python tools/sweep_looped.py softmax 1x4194304,4x1048576,16x262144,64x65536
+
+The second: few long rows, where the looped kernel (a block a row) runs on as many SMs as
+there are rows (normalization fuzz case 22:122, one row of 3.7M elements, on one block).
 """
 import sys, torch
 from pyfuser import catalogue
@@ -14,7 +20,8 @@ for (M, N) in shapes:
         nbytes = catalogue.get(name).min_bytes(M, N, 2)
         sets = [catalogue.make_inputs(name, M, N, device="cuda") for _ in range(2)]
         line = f"{name:14s} {M}x{N}"
-        for tag, opt in (("default", {}), ("looped", {"enable": ["looped_inner_persistent"]})):
+        for tag, opt in (("default", {}), ("looped", {"enable": ["looped_inner_persistent"]}),
+                         ("not looped", {"disable": ["looped_inner_persistent"]})):
             try:
                 fd.execute(sets[0], options=opt)
                 r = fd.last_run
