@@ -841,8 +841,9 @@ class CudaPrinter:
 
     def _GridReduce(self, s):
         """Last-block grid reduction over the block dims in s.dims (see lower/reductions.py).
-        Siblings grouped into it (lower/grouped_reductions.py) share its workspace: a slot's row
-        holds each sibling's values after the one before's."""
+        Siblings grouped into it (lower/grouped_reductions.py) share its workspace, each
+        sibling's partials in a plane of their own laid out as a single value's (a slot's row
+        mixing the siblings' values ran 5-14% slower on column sums, H200)."""
         count = sum(v.vector for v in s.values)
         t = ctype(s.dtype)
         red_t = set(s.thread_dims)

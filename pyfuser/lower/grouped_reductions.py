@@ -7,12 +7,13 @@ Before (BatchNorm backward's sum(dy) and sum(dy * x_hat) over N, H, W, split ove
     grid_reduce<y>(sum, [T18[0 .. 8)]) follows the first's last block    pf_gws2, pf_gsem2
 After:
     block_allreduce<y>(sum, [T17[0 .. 8), T18[0 .. 8)])     one pass over 16 values
-    grid_reduce<y>(sum, [T17[0 .. 8), T18[0 .. 8)])        16 values a slot in pf_gws0,
-                                                           one fence, one semaphore, one combine
-Why: a block step is a chain of barriers, a grid step a fence, an atomic and the last block's
-round trips to L2 and another block step. Siblings in one pass pay that chain once: the last
-block of a split reduction runs it after everything else, so it is the kernel's tail (4 block
-steps and 2 combines one after the other for BatchNorm backward's two sums).
+    grid_reduce<y>(sum, [T17[0 .. 8), T18[0 .. 8)])        each sibling's partials in a plane
+                                                           of pf_gws0; one semaphore, one
+                                                           arrival, one combine
+Why: a block step is a chain of barriers, a grid step an arrival, a barrier and the last
+block's round trips to L2 and another block step; siblings in one pass pay that chain once.
+H200 (bench/results/2026-12-01/h200-few-columns-session31.txt): 1.007-1.110x over the steps
+apart, BatchNorm backward's channels-last sums 41.2 -> 38.7 us.
 
 The statements must be adjacent in one body (lower_reductions puts each reduction's steps right
 after its reduction loop; siblings reduced by the same loops land side by side), each sibling's
@@ -29,7 +30,7 @@ from __future__ import annotations
 
 from ..kir import nodes as K
 from ..kir.verifier import establishes
-from .launch import block_dims, reduction_workspace_elems, step_workspace_elems
+from .launch import block_dims, reduced_values, reduction_workspace_elems, step_workspace_elems
 
 # The block-reduction workspace grouping may grow a kernel's to. Static shared memory is capped
 # at 48 KiB a block, and a kernel's other static buffers need some; a single step of 8 float
@@ -81,18 +82,15 @@ def _signature(site: list) -> tuple:
     return tuple(out)
 
 
-def _count(site: list) -> int:
-    return sum(max(v.vector, 1) for v in site[0].values)
-
-
 class _Workspace:
     """The kernel's block-reduction workspace as launch_config will size it: elements of its
     largest step, once per C type of the steps that use it."""
 
     def __init__(self, kernel: K.Kernel, block):
-        steps = [s for s in K.walk(kernel.body) if step_workspace_elems(s, block)]
+        sizes = [(s, step_workspace_elems(s, block)) for s in K.walk(kernel.body)]
+        steps = [s for s, n in sizes if n]
         self.block = block
-        self.elems = max([step_workspace_elems(s, block) for s in steps], default=0)
+        self.elems = max([n for _, n in sizes], default=0)
         # One array per dtype (codegen: per C type; dtypes of one C type would share one, so
         # this may count more than is declared, never less).
         self.bytes_per_elem = sum({s.dtype: s.dtype.size for s in steps}.values())
@@ -125,15 +123,15 @@ def _group_body(body: list, budget: _Workspace, dropped: set) -> list:
         for site in sites:
             sig = _signature(site)
             g = next((g for g in groups if _signature(g[0]) == sig
-                      and budget.admits(g[0], g[1] + _count(site))), None)
+                      and budget.admits(g[0], g[1] + reduced_values(site[0]))), None)
             if g is None:
-                groups.append([site, _count(site)])
+                groups.append([site, reduced_values(site[0])])
                 continue
             for into, s in zip(g[0], site):
                 into.values.extend(s.values)
                 if isinstance(s, K.GridReduce):
                     dropped.update((id(s.workspace), id(s.sync_buffer)))
-            g[1] += _count(site)
+            g[1] += reduced_values(site[0])
         for site, _ in groups:
             out.extend(site)
     return out

@@ -16,9 +16,6 @@ from pyfuser.lower.grouped_reductions import GROUPED_WORKSPACE_BYTES
 from pyfuser.schedule.schedulers import reduction
 from pyfuser.schedule.schedulers.reduction import ReductionParams
 
-def _backward_sums(second_op="sum", dtype=DataType.Float):
-    return batchnorm_backward_sums(dtype, second_op)
-
 
 def _inputs(n=2, c=24, h=5, w=7, dtype=torch.float32):
     cl = torch.channels_last
@@ -42,7 +39,7 @@ def test_sibling_grid_reductions_reduce_in_one_pass():
     """sum(dy) and sum(dy * x_hat) split over blocks: one block step and one grid step holding
     both values, one workspace and one semaphore in the kernel's parameters; both outputs right
     on the interpreter (each block's partials combined by the one last block)."""
-    fd = _backward_sums()
+    fd = batchnorm_backward_sums()
     inputs = _inputs()
     st, _, _, kernel = schedule_and_lower(fd, inputs, scheduler=reduction, params=SPLIT)
     blocks, grids = _steps(kernel)
@@ -59,7 +56,7 @@ def test_grouped_grid_step_writes_each_sibling_in_its_plane():
     threads of 4 columns each): one block all-reduce of 8 values; each sibling's partials in a
     plane of their own of the one workspace, the second's `pf_plane * 4` elements in; one
     semaphore, one arrival; the combine's 8 values scattered back to both; NVRTC clean."""
-    fd = _backward_sums(dtype=DataType.BFloat16)
+    fd = batchnorm_backward_sums(DataType.BFloat16)
     x = torch.empty(32, 256, 56, 56, dtype=torch.bfloat16).contiguous(
         memory_format=torch.channels_last)
     inputs = [x, torch.empty_like(x), torch.empty(256), torch.empty(256)]
@@ -88,7 +85,7 @@ def test_grouped_grid_step_writes_each_sibling_in_its_plane():
 def test_siblings_of_different_ops_stay_apart():
     """A sum and a max over the same dims: two block steps, two grid steps (the max following
     the sum's last block), both right."""
-    fd = _backward_sums("max")
+    fd = batchnorm_backward_sums(second_op="max")
     inputs = _inputs()
     st, _, _, kernel = schedule_and_lower(fd, inputs, scheduler=reduction, params=SPLIT)
     blocks, grids = _steps(kernel)
@@ -101,7 +98,7 @@ def test_grouping_stops_at_the_shared_workspace_bound():
     """1024 threads (16 x 64) of 8 values each: one block step takes 32 KiB of shared memory,
     two would take 64 KiB, past GROUPED_WORKSPACE_BYTES: the siblings stay apart."""
     assert 16 * 64 * 8 * 4 <= GROUPED_WORKSPACE_BYTES < 2 * 16 * 64 * 8 * 4
-    fd = _backward_sums(dtype=DataType.BFloat16)
+    fd = batchnorm_backward_sums(DataType.BFloat16)
     x = torch.empty(32, 256, 56, 56, dtype=torch.bfloat16).contiguous(
         memory_format=torch.channels_last)
     inputs = [x, torch.empty_like(x), torch.empty(256), torch.empty(256)]
@@ -132,7 +129,7 @@ def test_steps_apart_in_the_body_are_not_grouped():
     """A statement between two block steps keeps them apart (the pass only reorders steps that
     are side by side)."""
     from pyfuser.lower.grouped_reductions import group_sibling_reductions
-    fd = _backward_sums()
+    fd = batchnorm_backward_sums()
     inputs = _inputs()
     st, _, _, _ = schedule_and_lower(fd, inputs, scheduler=reduction, params=SPLIT)
     kernel = lower_upto(st.fusion, "index_and_predicate")

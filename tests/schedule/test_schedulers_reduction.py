@@ -686,11 +686,6 @@ def test_a_streamed_full_reduction_loads_past_l1():
     assert src.count("pf::LoadHint::ReadOnlyNoAllocate") == 2, src
 
 
-
-def _batchnorm_backward_sums(dtype=DataType.Float):
-    return batchnorm_backward_sums(dtype)
-
-
 @pytest.mark.parametrize("params", [
     ReductionParams(False, 4, 4, 8, 1, (0, 1), grid_split=3, interleave=True),
     ReductionParams(False, 4, 4, 8, 2, (0, 1), grid_split=3, interleave=True, stream_rows=True),
@@ -701,7 +696,7 @@ def test_outer_sums_with_interleaved_steps(params):
     s * G + g), on the interpreter against float64. 70 rows (2 x 5 x 7) fill no step evenly:
     the last steps are partial and some blocks' last step is empty; 24 channels are 6
     vectors over column tiles of 4, the second ragged."""
-    fd = _batchnorm_backward_sums()
+    fd = batchnorm_backward_sums()
     cl = torch.channels_last
     x = torch.randn(2, 24, 5, 7).contiguous(memory_format=cl)
     dy = torch.randn(2, 24, 5, 7).contiguous(memory_format=cl)
@@ -714,7 +709,7 @@ def test_interleaved_outer_steps_index_the_rows_by_step_then_block():
     """The interleaved outer schedule's row of a load: ((step * G + block) * U + u) * By + ty
     (chunk s * G + g of U * By rows), against the contiguous share's (block * share + ...)."""
     from pyfuser.codegen.cuda import generate_cuda
-    fd = _batchnorm_backward_sums(DataType.BFloat16)
+    fd = batchnorm_backward_sums(DataType.BFloat16)
     x = torch.empty(32, 256, 56, 56, dtype=torch.bfloat16).contiguous(
         memory_format=torch.channels_last)
     inputs = [x, torch.empty_like(x), torch.empty(256), torch.empty(256)]
@@ -738,7 +733,7 @@ def test_few_columns_heuristic_streams_interleaves_and_keeps_the_unroll():
     blocks; bf16 elements read 4-wide by 32 threads along each 256-byte row segment, 1024-thread
     blocks over 64 splits: the backward's two sums beside the per-channel mean and rstd keep
     their unroll of 2 (at 8-wide loads, 1024 threads cut it to 1), a sum alone unrolls 4."""
-    fd = _batchnorm_backward_sums(DataType.BFloat16)
+    fd = batchnorm_backward_sums(DataType.BFloat16)
     x = torch.empty(32, 256, 56, 56, dtype=torch.bfloat16).contiguous(
         memory_format=torch.channels_last)
     for device in ("h100", "h200"):
