@@ -45,6 +45,19 @@ def test_softmax_over_dim_0_of_the_bench_shape():
                   scheduler="outer_persistent")
     (p,) = fd.last_run.heuristics
     assert (p.vector, p.bdimx, p.bdimy, p.persistent_batch) == (4, 4, 128, 16)
+    assert p.logsumexp_keys        # the max and the sum of exp as one reduction of keys
+
+
+@pytest.mark.parametrize("dt", ["bf16", "fp16"])
+@pytest.mark.parametrize("shape", [(2047, 8200), (4095, 2040)])
+def test_logsumexp_key_kernels_over_dim_0(dt, shape):
+    # 16-bit columns too long to hold exp(x - max) as floats: one reduction of (max, sum) keys.
+    for log in (False, True):
+        fd = _softmax(dt, log=log)
+        x = (torch.randn(*shape, device="cuda") * 4).to(TORCH[dt])
+        run_and_check(fd, [x], scheduler="outer_persistent")
+        (p,) = fd.last_run.heuristics
+        assert p.logsumexp_keys and p.persistent_batch * p.vector == 64, p
 
 
 @pytest.mark.parametrize("dt", ["bf16", "fp16", "fp32"])

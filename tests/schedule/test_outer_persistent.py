@@ -13,7 +13,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lower"))
 from kir_testing import compile_clean, schedule_and_lower, setup  # noqa: E402
 
-from pyfuser import DataType, FusionDefinition, catalogue  # noqa: E402
+from pyfuser import DataType, FusionDefinition, catalogue, options  # noqa: E402
 from pyfuser.codegen.cuda import generate_cuda  # noqa: E402
 from pyfuser.runtime.device import get_device_properties  # noqa: E402
 from pyfuser.runtime.executor import FallbackWarning  # noqa: E402
@@ -259,6 +259,18 @@ def test_interpreted_vectorized_kernels_match_float64(name):
     assert p.vector == 8 and p.vector_inputs == ((0, 1, 2) if name == "normalization" else (0,))
 
 
+@pytest.mark.parametrize("name", ["softmax", "log_softmax"])
+@pytest.mark.parametrize("dt,shape", [("bf16", (1500, 72)), ("fp16", (1200, 72))])
+def test_interpreted_logsumexp_key_kernels_match_float64(name, dt, shape):
+    # 16-bit columns of 1200 and 1500 rows: 64 elements a thread (4-wide vectors, a partial tile
+    # of columns, the last row slots past the rows), the max and the sum of exp as one
+    # reduction of (max, sum) keys; log_softmax keeps its sum's log for the outputs.
+    fd = FUSIONS[name](dt)
+    run_and_check(fd, _inputs(name, dt, *shape), scheduler="outer_persistent", options=INTERPRET)
+    (p,) = fd.last_run.heuristics
+    assert p.logsumexp_keys and p.persistent_batch * p.vector == 64, p
+
+
 def test_interpreted_softmax_over_dim_1_of_a_column_major_input():
     fd = softmax("bf16", dim=1, stride_order=[0, 1])
     x = torch.randn(40, 300).to(torch.bfloat16).t().contiguous().t()     # [40, 300], col-major
@@ -368,18 +380,41 @@ def test_softmax_over_dim_0_of_2048x8192_bf16_compiles_without_spills():
     x = torch.empty(2048, 8192, dtype=torch.bfloat16)
     st, sch, p, kernel = schedule_and_lower(fd, [x])
     assert sch is op and (p.vector, p.bdimx, p.bdimy, p.persistent_batch) == (4, 4, 128, 16)
+    assert p.logsumexp_keys
     src = generate_cuda(kernel)
     text = src[src.index("typedef"):]
     assert '__launch_bounds__(512) ' in text
-    # The column reductions are grouped block all-reductions along threadIdx.y, one per
-    # reduction; every load and store is one 8-byte vector (4 bf16: see MAX_FOLD_ROWS).
-    assert len(re.findall(r"pf::block_allreduce_y_group<4>", text)) == 2
+    # The column reduction is one grouped block all-reduction of (max, sum) keys along
+    # threadIdx.y; every load and store is one 8-byte vector (4 bf16: see MAX_FOLD_ROWS); exp
+    # is evaluated for the outputs only (the keys' sums use ex2).
+    assert re.findall(r"pf::block_allreduce_y_group<4>\([^;]*", text) == [
+        "pf::block_allreduce_y_group<4>(*reinterpret_cast<long long(*)[4]>(&T12[0]), "
+        "pf_red_ws_long_long, pf::OpLogSumExp())"]
     assert "block_allreduce_x" not in text
     assert len(re.findall(r"load_global_vec<[^>]*>\(\*reinterpret_cast<pf::Array<pf::bf16, 4>",
                           text)) == 1
     assert len(re.findall(r"store_global_vec\(", text)) == 1
+    assert len(re.findall(r"pf::exp\(", text)) == 1
+    # Two 512-thread blocks an SM: at most 64 registers (the two reductions' kernel took 104).
     rep = compile_clean(src)
-    assert rep.registers <= 128, rep.summary()
+    assert rep.registers <= 64, rep.summary()
+
+
+@pytest.mark.parametrize("shape,dt,keys", [
+    ((2048, 8192), "bf16", True),        # 64 elements a thread: exp(x - max) not held
+    ((1024, 4096), "bf16", False),       # 32: held as floats
+    ((2048, 4096), "fp32", False),       # float columns: one block an SM either way
+])
+def test_long_16_bit_columns_reduce_logsumexp_keys(shape, dt, keys):
+    p = _heuristic(softmax(dt), [shape], dt)
+    assert op.recomputes_transcendental(p) == (p.persistent_batch * p.vector > 32)
+    assert p.logsumexp_keys == keys
+    assert ("one logsumexp key reduction" in p.describe()) == keys
+    # Not for a normalization (no max / sum-of-exp pair), nor with the option off.
+    norm = _heuristic(normalization(dt), [shape, shape[1:], shape[1:]], dt)
+    assert not norm.logsumexp_keys and op.recomputes_transcendental(norm) == (shape[0] == 2048)
+    with options.override(disable=["one_pass_logsumexp"]):
+        assert not _heuristic(softmax(dt), [shape], dt).logsumexp_keys
 
 
 def test_normalization_over_dim_0_compiles_without_spills():

@@ -30,7 +30,9 @@ tried first. A block that would then read under a 32-byte sector of each row, wh
 twice as wide would still leave a column tile for every SM, is refused (8192 bf16 rows fit
 8-byte vectors only; it is the registers, not the grid, that keep it narrow): the executor plans
 the fusion split at its reductions (schedule/split_normalizations.py), whose kernels read
-whole sectors. Longer columns take the looped variant
+whole sectors. A softmax whose 16-bit columns are too long to hold exp(x - max) as floats
+reduces its max and sum of exp as one logsumexp key reduction (logsumexp_keys). Longer columns
+take the looped variant
 (P = 0): the same block, a serial loop over ceilDiv(R, By) rows per thread, and every pass
 (each reduction, then the outputs) reads the inputs again from global memory (L2), as a
 non-persistent reduction does: correct for any extent, three reads for softmax instead of
@@ -53,6 +55,7 @@ from .. import (inline_at, inline_most, parallelize_like,
 from .base import (RuntimeInfo, SchedulerError, cache_inputs_and_outputs, orient_vector_inputs,
                    reduction_tensors, reference_reduction, vector_inputs, vector_width,
                    vectorize_along)
+from ..logsumexp import fuse_logsumexp_for_passes, pairs_fused_for_passes
 from ..recompute import recompute_each_pass
 from ..tma_rules import SECTOR_BYTES
 from .inner_persistent import (MAX_ELEMENTS_PER_THREAD, _project_to_inputs, row_element_bytes,
@@ -85,6 +88,10 @@ class OuterPersistentParams:
     persistent_batch: int        # P: rows per thread, held in registers (constant); 0: looped
     vector_inputs: tuple = ()
     project_to_inputs: bool = True
+    # A softmax's max and sum of exp(x - max) reduced as one logsumexp key reduction
+    # (logsumexp.fuse_logsumexp_for_passes): one block reduction, and exp(x - max) evaluated
+    # for the outputs only (see compute_heuristics).
+    logsumexp_keys: bool = False
     # The reduced extents the kernel is specialized on (constants: splits divide, predicates
     # fold). Part of the kernel's key.
     reduced_extents: tuple = ()
@@ -99,7 +106,9 @@ class OuterPersistentParams:
         text = (f"outer persistent: block {self.bdimx}x{self.bdimy}, {self.bdimx * self.vector} "
                 f"columns per block, {self.persistent_batch} x {self.vector} elements per thread "
                 f"in registers, vector loads for inputs {list(self.vector_inputs)}"
-                + (", buffers projected to inputs" if self.project_to_inputs else ""))
+                + (", buffers projected to inputs" if self.project_to_inputs else "")
+                + (", max and sum of exp as one logsumexp key reduction"
+                   if self.logsumexp_keys else ""))
         return text + (f"\n  why: {self.reason}" if self.reason else "")
 
 
@@ -233,7 +242,8 @@ def compute_heuristics(fusion, info: RuntimeInfo) -> OuterPersistentParams:
         vector = v // 2
     if chosen is not None:
         # (outside the search: a plan refused for its narrow rows is not one to narrow further)
-        return _wide_enough(chosen, cols, elem, info.device.sm_count)
+        return _with_logsumexp_keys(fusion, _wide_enough(chosen, cols, elem, info.device.sm_count),
+                                    elem)
     vec_inputs = vector_inputs(fusion, info, widest, vec_id) if widest > 1 else ()
     return looped_plan(r, cols, widest if vec_inputs else 1, elem, vec_inputs, str(problem),
                        info.device.sm_count)
@@ -258,6 +268,34 @@ def _wide_enough(p: OuterPersistentParams, cols: int, elem: int,
             f"registers only {p.bdimx * p.vector} columns wide, {p.bdimx * p.vector * elem} "
             f"bytes of each row, under a {SECTOR_BYTES}-byte sector: the statistics' kernels "
             "and one pass over the columns read whole sectors")
+    return p
+
+
+def recomputes_transcendental(p: OuterPersistentParams) -> bool:
+    """Whether `p` holds too many elements a thread for a float row in registers, so that
+    `schedule` projects the buffers to the inputs even through a transcendental chain (softmax's
+    exp(x - max), evaluated for the sum and again for the outputs):
+    inner_persistent._project_to_inputs' allow_expensive."""
+    return p.persistent_batch * p.vector * 2 > PERSISTENT_REGISTERS
+
+
+def _with_logsumexp_keys(fusion, p: OuterPersistentParams, elem: int) -> OuterPersistentParams:
+    """`p` with logsumexp_keys where the fusion has a max / sum-of-exp pair, its 16-bit columns
+    are too long to hold exp(x - max) as floats (recomputes_transcendental) and the option
+    one_pass_logsumexp is not off. Both reductions then become one of (max, sum) keys: each
+    element's exp goes into the key's running sum (ex2.approx, logsumexp.py), one block
+    reduction instead of two, and exp(x - max) is evaluated once more, for the outputs.
+    Measured on the H200, softmax over dim 0 in bf16, 64 elements a thread
+    (bench/results/2026-12-01/h200-outer-logsumexp-session32.txt): 1.31-1.34x at
+    [2048, 4096], [1024, 8192], [4096, 2048] and [2048, 8192], 1.28 for a transposed input of
+    2048 x 4096; ncu: 60 registers against 104 (two 512-thread blocks an SM instead of one),
+    27.1M warp instructions against 27.0M. Not taken where exp(x - max) is held as floats (32
+    elements a thread or fewer: 0.90-1.02) nor for float32 columns (0.89-0.98: 64 floats a
+    thread keep one block an SM)."""
+    if (elem == 2 and recomputes_transcendental(p) and pairs_fused_for_passes(fusion)):
+        return dataclasses.replace(p, logsumexp_keys=True, reason=(
+            f"{p.reason}; the max and the sum of exp as one logsumexp key reduction (exp(x - "
+            "max) would otherwise be evaluated twice, a thread's columns too long to hold it)"))
     return p
 
 
@@ -358,6 +396,8 @@ def _merge_in_order(red: TensorView, kpos: list, rpos: list) -> None:
 
 
 def schedule(fusion, p: OuterPersistentParams) -> None:
+    if p.logsumexp_keys:
+        fuse_logsumexp_for_passes(fusion)
     red = reference_reduction(reduction_tensors(fusion))
     _, rpos, kpos = outer_layout(fusion, red)
     root = red.domain.maybe_root
@@ -369,8 +409,8 @@ def schedule(fusion, p: OuterPersistentParams) -> None:
     if looped:
         recompute_each_pass(fusion, reds)
     elif p.project_to_inputs:
-        long_cols = p.persistent_batch * p.vector * 2 > PERSISTENT_REGISTERS
-        _project_to_inputs(fusion, set(caches.values()), reds, allow_expensive=long_cols)
+        _project_to_inputs(fusion, set(caches.values()), reds,
+                           allow_expensive=recomputes_transcendental(p))
     ref = reference_reduction(reds)
     reds = [ref] + [r for r in reds if r is not ref]
     _, rpos, kpos = outer_layout(fusion, ref)
