@@ -154,6 +154,12 @@ def explain_fusion(fusion, inputs, device: str | DeviceProperties = "h100",
     if split is not None:                    # as FusionExecutorCache._split_plan
         rewritten = "; ".join(filter(None, [rewritten, split_normalizations.DESCRIPTION]))
         fusion, segmented = split
+        if exclude:
+            # A rewrite made after refusals runs through its own executor, which plans it from
+            # every scheduler and refuses for itself (FusionExecutorCache._split_plan gives it
+            # no segmentation then): the refused scheduler may take the rewrite.
+            exclude = None
+            segmented = segment(fusion, None)
         bindings = check_inputs(fusion, inputs)
     values = {id(v): _as_meta(x) for v, x in zip(fusion.inputs, inputs)}
     several = len(segmented.segments) > 1

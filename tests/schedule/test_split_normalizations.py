@@ -92,10 +92,40 @@ def test_explain_shows_the_split_plan_of_the_transposed_softmax():
     assert whole.name == "outer_persistent" and "under a 32-byte sector" in whole.refused
     again = whole.again
     assert again.rewritten == sn.DESCRIPTION
-    assert [s.name for s in again.segments] == ["reduction", "transpose"]
+    # The rewrite's own executor offers it to every scheduler: the outer persistent one refuses
+    # it too (the same narrow rows), and its plan is a reduction and a transpose.
+    (rewrite,) = again.segments
+    assert rewrite.name == "outer_persistent" and "under a 32-byte sector" in rewrite.refused
+    assert [s.name for s in rewrite.again.segments] == ["reduction", "transpose"]
     # Between the kernels: two float32 values a row, not exp(x - max).
-    assert all("[4096, 1] float" in o for o in again.segments[0].outputs)
+    assert all("[4096, 1] float" in o for o in rewrite.again.segments[0].outputs)
     assert "rewritten first: " + sn.DESCRIPTION in str(e)
+
+
+def test_explain_shows_the_rewrite_taken_by_the_scheduler_that_refused_the_fusion(monkeypatch):
+    """A rewrite made after a refusal runs through its own executor, which offers it to every
+    scheduler: where the one that refused the fusion takes the rewrite, that is what runs, and
+    what explain shows (it once showed the rewrite planned without that scheduler)."""
+    from pyfuser.schedule.schedulers.base import SchedulerError
+    heuristic = outer_persistent.compute_heuristics
+
+    def refuse_two_reductions(fusion, info):    # the softmax as written, not its rewrite
+        if len(reduction_tensors(fusion)) > 1:
+            raise SchedulerError("outer persistent: refused for the test")
+        return heuristic(fusion, info)
+    monkeypatch.setattr(outer_persistent, "compute_heuristics", refuse_two_reductions)
+    x = torch.randn(300, 40).to(torch.bfloat16)
+    fd = softmax_dim0(x)
+    e = explain_fusion(fd.fusion, [x], device="h100")
+    (whole,) = e.segments
+    assert whole.refused == "outer persistent: refused for the test"
+    assert whole.again.rewritten == sn.DESCRIPTION
+    (rewrite,) = whole.again.segments
+    assert rewrite.name == "outer_persistent" and not rewrite.refused
+    out = fd.execute([x], options={**INTERPRET, "device": "h100"})[0]
+    assert fd.last_run.schedulers == ("outer_persistent",)
+    assert fd.last_run.reason.startswith(sn.DESCRIPTION)
+    torch.testing.assert_close(out.float(), x.double().softmax(0).float(), atol=4e-3, rtol=0)
 
 
 def _nchw_normalization(two_pass: bool):
