@@ -135,12 +135,14 @@ def explain_fusion(fusion, inputs, device: str | DeviceProperties = "h100",
     fusion = fuse_logsumexp(fusion)          # as FusionExecutorCache plans it
     bindings = check_inputs(fusion, inputs)
     rewritten = ""
+    prefix = name            # the kernels' names: the executor's, with its rewrites' suffixes
     # Dims of size 0, as FusionExecutorCache._make_plan plans them (runtime/empty_dims.py).
     no_kernels, empty = empty_call(fusion, bindings, output_sizes(fusion, bindings))
     if no_kernels:
         return Explanation(name, props, _NoKernels(no_kernels), ())
     if empty:                                # the fusion specialized to what has elements
         rewritten = empty.describe()
+        prefix = f"{prefix}_nonempty"         # each rewrite's executor's name, as execute()
         fusion = specialize(fusion, empty)
         bindings = check_inputs(fusion, inputs)
     rewrite = few_row_matmuls.rewritable(fusion, bindings, inputs, options.current())
@@ -148,12 +150,14 @@ def explain_fusion(fusion, inputs, device: str | DeviceProperties = "h100",
         rewritten = "; ".join(filter(None, [rewritten,
                                             few_row_matmuls.describe(fusion, rewrite)]))
         fusion = few_row_matmuls.as_reductions(fusion, rewrite)
+        prefix = f"{prefix}_as_reduction"
         bindings = check_inputs(fusion, inputs)   # the clone's extents
     segmented = segment(fusion, exclude)
     split = split_normalizations.better_split(fusion, segmented, exclude)
     if split is not None:                    # as FusionExecutorCache._split_plan
         rewritten = "; ".join(filter(None, [rewritten, split_normalizations.DESCRIPTION]))
         fusion, segmented = split
+        prefix = f"{prefix}_split"
         if exclude:
             # A rewrite made after refusals runs through its own executor, which plans it from
             # every scheduler and refuses for itself (FusionExecutorCache._split_plan gives it
@@ -189,7 +193,7 @@ def explain_fusion(fusion, inputs, device: str | DeviceProperties = "h100",
             entry["library_call"] = "; ".join(describe(e) for e in seg.exprs)
         elif seg.kind == "kernel":
             # The name execute() gives the segment executor's first kernel.
-            kname = f"{name}_s{k}" if several else name
+            kname = f"{prefix}_s{k}" if several else prefix
             kname = f"{kname}_{seg.scheduler.NAME}_0"
             try:
                 entry["kernel"] = _kernel(seg, ins, outs, props, compile, kname)
@@ -199,7 +203,7 @@ def explain_fusion(fusion, inputs, device: str | DeviceProperties = "h100",
                 # it; a segment's executor starts from its own refusal.
                 again = {seg.scheduler.NAME: str(e)}
                 entry["again"] = explain_fusion(
-                    seg.fusion, ins, props, compile, f"{name}_s{k}" if several else name,
+                    seg.fusion, ins, props, compile, f"{prefix}_s{k}" if several else prefix,
                     again if several else {**(exclude or {}), **again})
         out.append(SegmentExplanation(**entry))
     return Explanation(name, props, segmented, tuple(out), rewritten)

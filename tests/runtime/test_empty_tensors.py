@@ -233,3 +233,8 @@ def test_empty_outputs_beside_outputs_with_elements(path):
     if path == "interpret":
         assert fd.last_run.schedulers == ("pointwise",)
         assert fd.last_run.reason.startswith("output 0 has no elements: allocated, not computed")
+        # explain names the specialized fusion's kernel as its executor does.
+        from pyfuser.runtime.explain import explain_fusion
+        (seg,) = explain_fusion(fd.fusion, inputs, device="h100-4sm", name=fd.name).segments
+        assert (seg.kernel.name,) == fd.last_run.kernel_names
+        assert "_nonempty_" in seg.kernel.name

@@ -144,6 +144,16 @@ def test_explain_shows_the_rewrite():
     assert [s.name for s in e.segments] == ["reduction"], str(e)
 
 
+def test_explain_names_the_rewrites_kernels_as_execute_does():
+    fd = _linear("bias_gelu")
+    ins = [torch.randn(1, 64).bfloat16(), torch.randn(24, 64).bfloat16(),
+           torch.randn(24).bfloat16()]
+    run_and_check(fd, ins, kernels=1, options={**INTERPRET, "device": "h100"})
+    e = explain_fusion(fd.fusion, ins, device="h100", name=fd.name)
+    names = tuple(s.kernel.name for s in e.segments)
+    assert names == fd.last_run.kernel_names and "_as_reduction_" in names[0], names
+
+
 def test_a_row_of_x_defined_with_a_size_one_dim():
     """Fuzz 2530:53 and 2530:25: x from torch as [1, K] (a size-1 dim in its definition, and
     in 2530:25 strided along K) with a float8 bias cast to half. Broadcast to the product as

@@ -116,7 +116,7 @@ def test_explain_shows_the_rewrite_taken_by_the_scheduler_that_refused_the_fusio
     monkeypatch.setattr(outer_persistent, "compute_heuristics", refuse_two_reductions)
     x = torch.randn(300, 40).to(torch.bfloat16)
     fd = softmax_dim0(x)
-    e = explain_fusion(fd.fusion, [x], device="h100")
+    e = explain_fusion(fd.fusion, [x], device="h100", name="softmax_dim0")
     (whole,) = e.segments
     assert whole.refused == "outer persistent: refused for the test"
     assert whole.again.rewritten == sn.DESCRIPTION
@@ -124,6 +124,9 @@ def test_explain_shows_the_rewrite_taken_by_the_scheduler_that_refused_the_fusio
     assert rewrite.name == "outer_persistent" and not rewrite.refused
     out = fd.execute([x], options={**INTERPRET, "device": "h100"})[0]
     assert fd.last_run.schedulers == ("outer_persistent",)
+    # The rewrite's executor names its kernel: softmax_dim0_split_outer_persistent_0.
+    assert fd.last_run.kernel_names == (rewrite.kernel.name,)
+    assert rewrite.kernel.name == "softmax_dim0_split_outer_persistent_0"
     assert fd.last_run.reason.startswith(sn.DESCRIPTION)
     torch.testing.assert_close(out.float(), x.double().softmax(0).float(), atol=4e-3, rtol=0)
 
