@@ -4,6 +4,8 @@ The heuristics and kernels it reports are checked against what execute() runs (t
 interpreter, scheduled for the same device-table entry), so the explanation cannot drift from
 the executor."""
 import re
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -11,7 +13,11 @@ import torch
 import pyfuser
 from pyfuser import DataType, FusionDefinition, InputError, catalogue
 from pyfuser.runtime.executor import FallbackWarning
-from tests.runtime.test_segmented_plans import adamw_inputs, adamw_two_params
+
+# test_segmented_plans imports segment_testing from its folder, which tests/runtime/conftest.py
+# puts on sys.path only once pytest collects that folder: not when this file runs alone.
+sys.path.insert(0, str(Path(__file__).resolve().parent / "runtime"))
+from tests.runtime.test_segmented_plans import adamw_inputs, adamw_two_params  # noqa: E402
 
 ON_H100 = {"enable": ["interpret"], "device": "h100"}
 

@@ -570,12 +570,6 @@ def test_missing_ops_are_still_missing():
         assert not present, f"{name}: {present} exist now; define {name} in KINDS"
 
 
-def _kernels_run(explanation) -> list:
-    """The segments that run: each refused segment replaced by its plan again, recursively."""
-    return [leaf for s in explanation.segments
-            for leaf in (_kernels_run(s.again) if s.refused else [s])]
-
-
 @pytest.mark.parametrize("name", sorted(KINDS))
 def test_kind_gets_a_plan_from_explain(name):
     plan = explain(name)
@@ -588,7 +582,7 @@ def test_kind_gets_a_plan_from_explain(name):
             # A top-k's row past one block: the library segment, torch.topk.
             # (A split rewrite's own executor offers it to every scheduler: refused again
             # there, its plan is one level further.)
-            again = [(x.kind, x.name) for x in _kernels_run(s.again)]
+            again = [(x.kind, x.name) for x in s.again.segments_run]
             assert again and all(k in ("kernel", "library") and n != s.name or
                                  (k, n) == ("library", "topk") for k, n in again), again
             continue

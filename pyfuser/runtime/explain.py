@@ -111,6 +111,19 @@ class Explanation:
     def kernels(self) -> list:
         return [s.kernel for s in self.segments if s.kernel is not None]
 
+    @property
+    def segments_run(self) -> list:
+        """The segments execute() runs for the call, in order: each one whose heuristic refused
+        the call replaced by the plan it is run as instead."""
+        return [leaf for s in self.segments
+                for leaf in (s.again.segments_run if s.refused else [s])]
+
+    @property
+    def kernels_run(self) -> list:
+        """The kernels execute() launches for the call, in order (tests/fuzz/
+        test_explain_agrees.py holds them to the interpreter's runs)."""
+        return [s.kernel for s in self.segments_run if s.kernel is not None]
+
     def __str__(self) -> str:
         head = f"{self.name} on {self.device.name} ({self.device.arch}): {self.segmentation}"
         if self.rewritten:

@@ -207,12 +207,6 @@ def test_looped_columns_that_leave_most_sms_idle_are_refused(C):
         _heuristic(softmax("bf16"), [(65536, C)], "bf16")
 
 
-def _kernels_run(explanation) -> list:
-    """The segments that run: each refused segment replaced by its plan again, recursively."""
-    return [leaf for s in explanation.segments
-            for leaf in (_kernels_run(s.again) if s.refused else [s])]
-
-
 def test_a_refused_batchnorm_of_a_channels_last_image_is_planned_without_it():
     """BatchNorm statistics of a channels-last [32, 256, 56, 56]: 100352 rows of 256 columns
     (the looped variant would use 16 SMs, 30 GB/s measured on the H200). explain shows the plan
@@ -231,7 +225,7 @@ def test_a_refused_batchnorm_of_a_channels_last_image_is_planned_without_it():
     (seg,) = plan.segments
     assert seg.name == "outer_persistent" and "grid-persistent" in seg.refused
     # (The rewrite's own executor offers it to every scheduler: refused by this one again.)
-    again = [(s.kind, s.name) for s in _kernels_run(seg.again)]
+    again = [(s.kind, s.name) for s in seg.again.segments_run]
     assert again and ("kernel", "outer_persistent") not in again
     assert ("reference", "reference") not in again
     assert "plans this segment again without the outer_persistent scheduler" in str(plan)
