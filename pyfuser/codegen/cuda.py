@@ -528,20 +528,20 @@ class CudaPrinter:
                 f"*reinterpret_cast<const {arr}*>(&{self.expr(src)});")
 
     def _BlockReduce(self, s):
-        t = ctype(s.dtype)
         sync = "" if s.barrier is None else f", pf::NamedBarrier{{{s.barrier[0]}, {s.barrier[1]}}}"
-        self._grouped_allreduce(s.values, t, s.op, s.dims, sync, s.workspace_offset)
+        self._grouped_allreduce(s, s.dims, sync, s.workspace_offset)
 
-    def _grouped_allreduce(self, values, t: str, op: str, dims, sync: str = "",
-                           offset: int = 0):
-        """Block all-reduce of the registers of `values` (TensorIndexes of `vector` values
-        each): one value's in place; siblings' (lower/grouped_reductions.py) gathered into one
-        array, reduced in one pass, and scattered back."""
+    def _grouped_allreduce(self, s, dims, sync: str = "", offset: int = 0):
+        """Block all-reduce over thread `dims` of the registers of block or grid step `s`'s
+        values (TensorIndexes of `vector` values each): one value's in place; siblings'
+        (lower/grouped_reductions.py) gathered into one array, reduced in one pass, and
+        scattered back."""
+        values, t, op = s.values, ctype(s.dtype), s.op
         if len(values) == 1:
             self._block_allreduce(self.expr(values[0]), values[0].vector, t, op, dims, sync,
                                   offset)
             return
-        total = sum(v.vector for v in values)
+        total = K.reduced_values(s)
         self.line("{")
         self.indent += 1
         self.line(f"{t} pf_grp[{total}];")
@@ -844,7 +844,7 @@ class CudaPrinter:
         Siblings grouped into it (lower/grouped_reductions.py) share its workspace, each
         sibling's partials in a plane of their own laid out as a single value's (a slot's row
         mixing the siblings' values ran 5-14% slower on column sums, H200)."""
-        count = sum(v.vector for v in s.values)
+        count = K.reduced_values(s)
         t = ctype(s.dtype)
         red_t = set(s.thread_dims)
         keep_t = [d for d in "xyz" if d not in red_t]
@@ -943,7 +943,7 @@ class CudaPrinter:
         for v, at in zip(s.values, _offsets(s.values)):
             self.line("#pragma unroll")
             self.line(f"for (int pf_k = 0; pf_k < {v.vector}; ++pf_k) {v.buffer.name}[{self.expr(v.index)} + pf_k] = pf_a[{_plus(at)}pf_k];")
-        self._grouped_allreduce(s.values, t, s.op, red_t_dims)
+        self._grouped_allreduce(s, red_t_dims)
         self.indent -= 1
         self.line("}")
         self.indent -= 1

@@ -455,7 +455,8 @@ class InitValue(Stmt):
 @dataclasses.dataclass(eq=False, slots=True)
 class BlockReduce(Stmt):
     """All-reduce of `values` (registers) across the block's thread dims in `dims`; afterwards
-    every participating thread holds the result. `group` values are reduced in one pass."""
+    every participating thread holds the result. Several values (siblings grouped by
+    lower/grouped_reductions.py) are reduced in one pass (reduced_values)."""
 
     values: list
     op: str                        # sum | max | min
@@ -499,6 +500,12 @@ class GridReduce(Stmt):
     tv: Any = None
     inner_loops: list = dataclasses.field(default_factory=list)
     follows_last_block: bool = False
+
+
+def reduced_values(s) -> int:
+    """The registers a BlockReduce or GridReduce reduces at once: the vectors of all its
+    values (siblings grouped into it included)."""
+    return sum(v.vector for v in s.values) if s.values else 1
 
 
 @roles(exprs=("values",), data=("op", "dtype", "dim", "size", "tv", "inner_loops"))

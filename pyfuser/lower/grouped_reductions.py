@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from ..kir import nodes as K
 from ..kir.verifier import establishes
-from .launch import block_dims, reduced_values, reduction_workspace_elems, step_workspace_elems
+from .launch import block_dims, reduction_workspace_elems, step_workspace_elems
 
 # The block-reduction workspace grouping may grow a kernel's to. Static shared memory is capped
 # at 48 KiB a block, and a kernel's other static buffers need some; a single step of 8 float
@@ -123,15 +123,15 @@ def _group_body(body: list, budget: _Workspace, dropped: set) -> list:
         for site in sites:
             sig = _signature(site)
             g = next((g for g in groups if _signature(g[0]) == sig
-                      and budget.admits(g[0], g[1] + reduced_values(site[0]))), None)
+                      and budget.admits(g[0], g[1] + K.reduced_values(site[0]))), None)
             if g is None:
-                groups.append([site, reduced_values(site[0])])
+                groups.append([site, K.reduced_values(site[0])])
                 continue
             for into, s in zip(g[0], site):
                 into.values.extend(s.values)
                 if isinstance(s, K.GridReduce):
                     dropped.update((id(s.workspace), id(s.sync_buffer)))
-            g[1] += reduced_values(site[0])
+            g[1] += K.reduced_values(site[0])
         for site, _ in groups:
             out.extend(site)
     return out

@@ -107,19 +107,14 @@ def step_workspace_elems(s, block) -> int:
     statements): a block step's, a block scan's, a grid step's last-block combine's."""
     # Grid reductions go through their global workspace; only block steps use this one.
     if isinstance(s, K.BlockReduce):
-        return reduction_workspace_elems(s.dims, reduced_values(s), block)
+        return reduction_workspace_elems(s.dims, K.reduced_values(s), block)
     if isinstance(s, K.BlockScan):
         # One total per warp of each row: block_allreduce_x's formula for one value.
         return reduction_workspace_elems(("x",), 1, block)
     if isinstance(s, K.GridReduce) and s.thread_dims:
         # The last block's combine ends with a block all-reduce over the reduced thread dims.
-        return reduction_workspace_elems(s.thread_dims, reduced_values(s), block)
+        return reduction_workspace_elems(s.thread_dims, K.reduced_values(s), block)
     return 0
-
-
-def reduced_values(s) -> int:
-    """The values a block or grid step reduces at once: every sibling's (grouped_reductions)."""
-    return sum(max(v.vector, 1) for v in s.values) if s.values else 1
 
 
 @establishes(LAUNCH_DECLARED)
@@ -236,7 +231,7 @@ def describe_launch(kernel: K.Kernel) -> LaunchDescription:
         elif kind in ("index_error", "index_report"):
             elements = INDEX_ERROR_ELEMENTS
         else:
-            elements = max((reduced_values(s) for s in K.walk(kernel.body)
+            elements = max((K.reduced_values(s) for s in K.walk(kernel.body)
                             if isinstance(s, K.GridReduce) and s.workspace.name == b.name),
                            default=1)
         workspace_index[b.name] = len(workspaces)

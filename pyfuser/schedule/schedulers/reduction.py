@@ -458,9 +458,13 @@ def _few_columns(red_n: int, cols: int, vector: int, vec_inputs, sms: int, max_u
     [100352, 256], [16384, 512], [16384, 256], [65536, 128] and [1024, 512] bf16 and [100352,
     128], [16384, 256] fp32 1.10-1.90x; [4096, 256] bf16 (2 MB) 0.88x. Below 16 vectors
     (narrower rows than 256 bytes) it lost: [8192, 64] 0.93x, [262144, 32] 0.94x."""
+    def rows_and_unroll(bdimx: int) -> tuple[int, int]:
+        # The rows of a block of at most 1024 threads, bdimx along the columns, and the unroll
+        # the rows allow (before the registers).
+        bdimy = max(1, min(1024 // bdimx, _pow2_floor(red_n)))
+        return bdimy, (max_unroll if red_n >= bdimy * max_unroll else 1)
     bdimx = 16
-    bdimy = max(1, min(1024 // bdimx, _pow2_floor(red_n)))
-    unroll = max_unroll if red_n >= bdimy * max_unroll else 1
+    bdimy, unroll = rows_and_unroll(bdimx)
     fitted = step_registers(unroll, bdimx * bdimy)
     per_sm = 1024               # threads an SM holds (split rule below)
     if (fitted < unroll and vector >= 8
@@ -488,9 +492,8 @@ def _few_columns(red_n: int, cols: int, vector: int, vec_inputs, sms: int, max_u
         # the float32 sum 16x64 vector 8 unroll 4 25.6, 32x32 vector 4 unroll 4 23.0.
         vector, bdimx = vector // 2, bdimx * 2
         cols *= 2
-        bdimy = max(1, min(1024 // bdimx, _pow2_floor(red_n)))
-        unroll = step_registers(max_unroll if red_n >= bdimy * max_unroll else 1,
-                                bdimx * bdimy, vector=vector)
+        bdimy, unroll = rows_and_unroll(bdimx)
+        unroll = step_registers(unroll, bdimx * bdimy, vector=vector)
     elif fitted < unroll and step_registers(unroll, bdimx * bdimy // 2) > fitted:
         # The unroll cut by a 1024-thread block's registers: 512-thread blocks keep it, one
         # block an SM (their registers then exceed half of it). BatchNorm backward's two
