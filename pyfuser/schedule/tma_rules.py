@@ -24,6 +24,19 @@ TILE_SWIZZLE_BYTES = 128
 MAX_TX_BYTES = 2**20 - 1
 
 
+def rows_start_mid_sector(sizes, strides, dtype_bytes: int) -> bool:
+    """Whether some rows of a tensor start 16 bytes into a 32-byte sector: a stride (bytes) of a
+    dim of more than one element, other than the stride-1 dim, that is not a multiple of
+    SECTOR_BYTES (a bf16 matrix of K = 8 mod 16 columns). A 128-byte box row of such a tensor
+    then spans two 128-byte lines: two L2 requests where an aligned row takes one (ncu, a
+    matmul at 3000x2056x1032 on the H200: 3.3 M L2 read requests against 1.5 M at K = 1040,
+    the L2 77% busy against 49%; bench/results/2026-12-01/h200-matmul-mid-sector-session33.txt).
+    The data pointer is not looked at (a RuntimeInfo's alignment stops at 16 bytes): the
+    strides decide it for every row after the first."""
+    return any(n > 1 and s != 1 and (s * dtype_bytes) % SECTOR_BYTES
+               for n, s in zip(sizes, strides))
+
+
 def check_bulk_rows(sizes, strides, alignment: int, dtype_bytes: int) -> list[str]:
     """Rules for copying each row (the innermost dim) of a tensor with one 1D bulk copy: the
     row contiguous, its bytes a multiple of 16, every row start 16-byte aligned (data pointer

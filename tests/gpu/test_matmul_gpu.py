@@ -89,8 +89,9 @@ def test_mn_major_b(m, n, k):
 @pytest.mark.parametrize("m, n, k, mn, tile", [
     (3000, 2056, 1032, False, (128, 192, 1)),   # 2 waves of 128x192: one staging box
     (3000, 2056, 1032, True, (128, 192, 1)),    # B MN-major: 3 boxes of 64 N per stage
-    (1000, 1000, 1000, False, (128, 128, 2)),   # ping-pong chosen: one tile per CTA
-    (1, 4096, 4096, False, (128, 128, 2)),
+    (1000, 1000, 1000, False, (128, 64, 2)),    # ping-pong 128x64 chosen: one tile per CTA
+    (2048, 1024, 4096, False, (128, 128, 2)),   # 128 tiles of 128x128, 256 of 128x64
+    (1, 4096, 4096, False, (128, 64, 2)),
 ])
 def test_the_heuristics_tiles(m, n, k, mn, tile):
     # The tile and kind the cost model chooses (schedulers/matmul.estimated_us), run. Symbolic
@@ -457,14 +458,24 @@ def test_cluster_is_the_heuristics_choice_and_fits_the_gpu():
     assert fd.last_run.heuristics[0].grid <= query_device().sm_count
 
 
-@pytest.mark.parametrize("m, n, k", [(129, 264, 72),       # 128x256: two 64-row boxes each
-                                     (1000, 1024, 520),     # ping-pong 128x128: one box each
-                                     (2048, 2048, 520)])
-def test_cluster_mn_major_b(m, n, k):
+@pytest.mark.parametrize("m, n, k, tile, roles", [
+    (129, 264, 72, (128, 256), 1),      # two 64-row boxes each
+    (1000, 1024, 520, (128, 128), 2),   # ping-pong: one box each
+    (2048, 2048, 520, None, None),      # the heuristic's tile, clusters asked for
+])
+def test_cluster_mn_major_b(m, n, k, tile, roles):
+    from pyfuser.runtime.device import query_device
+    from pyfuser.schedule.schedulers import matmul
     a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
     b = torch.randn(k, n, device="cuda", dtype=torch.bfloat16)
     fd = _matmul_fd(a, b)
-    run_and_check(fd, [a, b], scheduler="matmul", options={"enable": CLUSTER})
+    if tile:
+        tiles = -(-m // tile[0]) * -(-n // tile[1])
+        opts = {"heuristic": matmul.fitted_params(*tile, roles, tiles, query_device(), 2, "MN",
+                                                  cluster_m=2)}
+    else:
+        opts = {"enable": CLUSTER}
+    run_and_check(fd, [a, b], scheduler="matmul", options=opts)
     _check_cluster(fd)
     assert fd.last_run.heuristics[0].b_major == "MN"
 
@@ -482,6 +493,26 @@ def test_cluster_batched():
     fd = _matmul_fd(a, b)
     run_and_check(fd, [a, b], scheduler="matmul", options={"enable": CLUSTER})
     _check_cluster(fd)
+
+
+@pytest.mark.parametrize("m, n, k, tile, along", [
+    (3000, 2056, 1032, (128, 192, 1), (2, 1)),   # 2064-byte rows: two L2 requests per box row
+    (2040, 2048, 1000, (128, 256, 1), (2, 1)),   # 128 tiles, under a wave
+    (1000, 1000, 1000, (128, 64, 2), (1, 2)),    # ping-pong 128x64 along N, A shared
+    (1000, 1000, 1040, (128, 64, 2), (1, 1)),    # the same on sectors: no cluster
+])
+def test_rows_mid_sector_take_the_heuristics_clusters(m, n, k, tile, along):
+    """Unforced: the tile and clusters schedulers/matmul.cluster_choice gives operands whose
+    rows start mid-sector, run and checked."""
+    x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
+    fd = _linear_fd(x, w)
+    run_and_check(fd, [x, w], scheduler="matmul")
+    (p,) = fd.last_run.heuristics
+    assert (p.tile_m, p.tile_n, p.compute_roles) == tile, p
+    assert (p.cluster_m, p.cluster_n) == along, p
+    assert fd.last_run.clusters == ((p.cluster, 1, 1) if p.cluster > 1 else None,), \
+        fd.last_run.clusters
 
 
 @pytest.mark.parametrize("m, n, k, tile, roles, a_mn", [

@@ -150,7 +150,11 @@ def _info(m, n, k, device="h100"):
                                        ((16384, 256, 4096), (128, 256, 1)),
                                        ((3000, 2056, 1032), (128, 192, 1)),
                                        ((2048, 1024, 4096), (128, 128, 2)),
-                                       ((1000, 1000, 1000), (128, 128, 2))])
+                                       # 128x64 ping-pong tiles, one per CTA (session 29's
+                                       # h200-matmul-clusters-n-session29.txt: 11.1 against
+                                       # 128x128's 12.8 us at 1024^3)
+                                       ((1024, 1024, 1024), (128, 64, 2)),
+                                       ((1000, 1000, 1000), (128, 64, 2))])
 def test_heuristic_tile_and_stages_fit_the_device(mnk, tile):
     fusion, info = _info(*mnk)
     p = matmul.compute_heuristics(fusion, info)
@@ -184,7 +188,9 @@ def test_few_rows_run_torch_unless_the_kernel_is_asked_for(m):
         matmul.compute_heuristics(fusion, info)
     info.options = Options(enable=frozenset(["matmul_few_rows"]))
     p = matmul.compute_heuristics(fusion, info)
-    assert (p.tile_m, p.tile_n, p.compute_roles, p.split_k) == (128, 128, 2, 1)
+    # 64 tiles of 128x64, one per CTA (27.7 us against 128x128 ping-pong's 28.2 at 64 rows,
+    # bench/results/2026-11-28/h200-sweep-matmul-tiles.txt and 2026-11-29/h200-sweep-split-k.txt).
+    assert (p.tile_m, p.tile_n, p.compute_roles, p.split_k) == (128, 64, 2, 1)
     # 65 rows: the kernel.
     fusion, info = _info(65, 4096, 4096)
     assert matmul.compute_heuristics(fusion, info).compute_roles == 2
@@ -1210,9 +1216,17 @@ def test_a_multicast_copy_needs_a_cluster_launch():
     ((16384, 256, 4096), None, 1),       # 128 tiles: under a wave of 132 SMs
     ((8192, 8192, 512), None, 1),        # 8 k blocks a tile: measured no faster
     ((8192, 8192, 64), True, 2),
-    ((1000, 1000, 1000), None, 1),       # ping-pong 128x128
-    ((1000, 1000, 1000), True, 2),       # forced
+    ((1024, 1024, 1024), None, 1),       # ping-pong 128x64, rows on sectors
+    ((1000, 1000, 1000), True, 2),       # forced: along M
     ((8192, 8192, 8192), False, 1),
+    # Rows 16 bytes into a sector (K = 8 mod 16): the L2's requests bound the k loop.
+    ((3000, 2056, 1032), None, 2),       # 128x192 tiles
+    ((3000, 2056, 1040), None, 1),       # the same on sectors
+    ((2048, 2048, 1000), None, 2),       # 128 tiles of 128x256: under a wave
+    ((1000, 1000, 1000), None, (1, 2)),  # ping-pong 128x64: along N, A shared
+    ((512, 2048, 1000), None, (1, 2)),
+    ((3000, 2056, 520), None, 1),        # 9 k blocks
+    ((3000, 2056, 1032), False, 1),
 ])
 def test_heuristic_cluster_rule(mnk, feature, cluster):
     from pyfuser.options import Options
@@ -1221,8 +1235,25 @@ def test_heuristic_cluster_rule(mnk, feature, cluster):
         info.options = Options(**{"enable" if feature else "disable":
                                   frozenset(["matmul_cluster"])})
     p = matmul.compute_heuristics(fusion, info)
-    assert p.cluster_m == cluster, p
-    assert p.grid % p.cluster_m == 0 and p.grid <= DEVICE_TABLE["h100"].sm_count
+    along = cluster if isinstance(cluster, tuple) else (cluster, 1)
+    assert (p.cluster_m, p.cluster_n) == along, p
+    assert p.grid % p.cluster == 0 and p.grid <= DEVICE_TABLE["h100"].sm_count
+
+
+def test_rows_start_mid_sector():
+    from pyfuser.schedule.tma_rules import rows_start_mid_sector
+    assert rows_start_mid_sector((3000, 1032), (1032, 1), 2)          # 2064-byte rows
+    assert not rows_start_mid_sector((3000, 1040), (1040, 1), 2)
+    # A row pitch padded past the row: the stride decides, not K.
+    assert rows_start_mid_sector((3000, 1024), (1032, 1), 2)
+    assert not rows_start_mid_sector((3000, 1032), (1040, 1), 2)
+    # MN-major (column-major) and batched: every stride but the unit one; size-1 dims aside.
+    assert rows_start_mid_sector((1032, 3000), (1, 1032), 2)
+    assert rows_start_mid_sector((3, 64, 1024), (64 * 1024 + 8, 1024, 1), 2)
+    assert not rows_start_mid_sector((1, 64, 1024), (8, 1024, 1), 2)
+    # 4-byte elements: rows of 1032 are 4128 bytes, on sectors; of 1028, 4112, not.
+    assert not rows_start_mid_sector((100, 1032), (1032, 1), 4)
+    assert rows_start_mid_sector((100, 1028), (1028, 1), 4)
 
 
 def test_clusters_refuse_split_k():
@@ -1234,8 +1265,10 @@ def test_clusters_refuse_split_k():
 def test_a_b_tile_of_three_boxes_is_not_clustered():
     """B MN-major in 128x192 tiles is three 64-row boxes a stage: no halves to share out."""
     shape = next(c for c in matmul.TILE_CANDIDATES if c.tile_n == 192)
-    assert matmul.cluster_choice(shape, "MN", 1, 500, 64, 132, True) == 1
-    assert matmul.cluster_choice(shape, "K", 1, 500, 64, 132, True) == 2
+    assert matmul.cluster_choice(shape, "K", "MN", 1, 500, 64, 132, True) == (1, 1)
+    assert matmul.cluster_choice(shape, "K", "K", 1, 500, 64, 132, True) == (2, 1)
+    # Nor where rows start mid-sector.
+    assert matmul.cluster_choice(shape, "K", "MN", 1, 500, 64, 132, None, True) == (1, 1)
 
 
 def test_clusters_along_both_dims_are_refused():

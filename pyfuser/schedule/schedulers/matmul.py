@@ -33,8 +33,8 @@ may be K-major (x [M, K]) or MN-major (a column-major A, x.t() of a row-major [K
 (b row-major [K, N]: boxes of 64 N x 64 K, imm-trans-b). A's M dim may be a broadcast
 (fd.from_pytorch of a [1, K] row); other broadcast operand dims are refused by can_schedule.
 Not built yet (issues 20 and 21): a batch broadcast against another, more than one batch dim,
-clusters of more than 2 CTAs, stream-K (clusters along N are built, MatmulParams.cluster_n,
-and chosen only when a heuristic is forced). Split-K is built (MatmulParams.split_k) and
+clusters of more than 2 CTAs chosen by the heuristic (4 along M run: slower where measured),
+stream-K. Split-K is built (MatmulParams.split_k) and
 chosen only when the feature matmul_split_k asks. Batches (3-D operands, [batch, rows,
 cols]; a 2-D operand shared by every batch) go through 3-D tensor maps, the batch the tile
 index's outermost part.
@@ -44,10 +44,12 @@ measured on the H200 (`estimated_us`): waves of tiles over the CTAs' compute rol
 k blocks at the measured rate for few or most SMs busy (the smaller tiles are bound by L2 -> SM
 traffic), plus fixed costs per tile and per launch, plus a fused epilogue's work, exposed per
 tile in a cooperative kernel and hidden under the other role's MMAs in ping-pong (two stored
-outputs: ping-pong). The feature matmul_pingpong forces the kind. Cooperative 128x256 tiles
-over at least a wave of the SMs and K >= 1024 run in clusters of 2 CTAs along M, the B tile
-the two share loaded half by each and multicast to both (cluster_choice; the feature
-matmul_cluster forces it on or off).
+outputs: ping-pong; ping-pong 128x64 where those tiles are one per CTA). The feature
+matmul_pingpong forces the kind. Cooperative 128x256 tiles over at least a wave of the SMs and
+16 k blocks (K > 960) run in clusters of 2 CTAs along M, the B tile the two share loaded half by each and
+multicast to both; where operand rows start mid-sector (K = 8 mod 16 in 16-bit elements: two
+L2 requests per box row), every cooperative tile of 16 k blocks does, and ping-pong 128x64 tiles
+in clusters along N, A shared (cluster_choice; the feature matmul_cluster forces it on or off).
 """
 from __future__ import annotations
 
@@ -61,7 +63,7 @@ from ...ir.iter_domain import ParallelType as PT
 from ...ir.tensor import MemoryType, TensorView, WarpSpecialized
 from ..cache import cache_after
 from ..circular_buffer import circular_buffer
-from ..tma_rules import check_tile_box
+from ..tma_rules import check_tile_box, rows_start_mid_sector
 from .base import RuntimeInfo, SchedulerError
 
 NAME = "matmul"          # offered the fusions with a matmul alone (op_support.DEDICATED_OPS)
@@ -89,11 +91,13 @@ class TileShape:
     compute_roles: int
     busy_us: float
     alone_us: float
+    # Ping-pong with one tile per CTA over most SMs: a role alone, the L2 shared (by default
+    # cooperative 128x128's busy figure).
+    one_tile_us: float = 0.507
 
 
 # A 64-row tile (one compute warp group) is not offered: with 256 threads the entry register
 # count (248) is above what the compute role may ask (240), so the warp roles' split fails.
-# 128x64 tiles lose to 128x128 ping-pong on every shape measured.
 TILE_CANDIDATES = (
     TileShape(128, 256, 1, busy_us=0.82, alone_us=0.55),
     # Every box of its epilogue staged (fitted_params) took 9-10% off its time per k block
@@ -103,13 +107,17 @@ TILE_CANDIDATES = (
     # kept: 128x256 stays where both tile the GPU alike.
     TileShape(128, 192, 1, busy_us=0.64, alone_us=0.48),
     TileShape(128, 128, 2, busy_us=0.876, alone_us=0.35),
+    # Ping-pong 128x64 where its tiles are one per CTA: twice the CTAs of 128x128 tiles, each
+    # fetching 24 KB a k block instead of 32 (the L2 -> SM traffic sets these tiles' rate).
+    # H200, us per k block from tools/sweep_matmul.py (h200-matmul-clusters-n-session29.txt,
+    # less 8 us of fixed costs): 0.19 at 1024^3 and 0.22 at 1024x1024x2048 (11.1 and 14.9 us
+    # against 128x128 ping-pong's 12.8 and 17.9), but 0.51 with two tiles per CTA at
+    # 2048x1024x4096 (40.6 us against 128x128's 29.8): busy_us keeps it out there.
+    TileShape(128, 64, 2, busy_us=0.55, alone_us=0.21, one_tile_us=0.21),
 )
 # Per tile: the pipeline's fill and the epilogue; per launch: the launch and the first loads.
 TILE_OVERHEAD_US = 3.0
 LAUNCH_OVERHEAD_US = 5.0
-# Ping-pong with one tile per CTA over most SMs: a role alone, the L2 shared (cooperative
-# 128x128's busy figure).
-PINGPONG_ONE_TILE_BUSY_US = 0.507
 
 
 # Split-K (MatmulParams.split_k): every CTA of a tile stores its fp32 partial (the tile's valid
@@ -161,7 +169,7 @@ def estimated_us(shape: TileShape, tiles: int, k_blocks: int, sms: int, split_k:
     if min(units, sms) <= sms // 2:
         per_block = shape.alone_us
     elif shape.compute_roles > 1 and units <= sms:
-        per_block = PINGPONG_ONE_TILE_BUSY_US
+        per_block = shape.one_tile_us
     else:
         per_block = shape.busy_us
     mainloop = k_blocks * per_block
@@ -205,6 +213,18 @@ def split_k_choices(shape: TileShape, tiles: int, k_blocks: int, sms: int,
 # 1-4% faster with them; 4096 x 4096 x 256 and x 512 2% slower; every shape of K >= 1024
 # measured faster (the issue-20 bar shapes 1.00-1.05 of cuBLAS with them, 0.94-1.01 without,
 # h200-matmul-clusters-session29.txt).
+#
+# Operand rows that start mid-sector (tma_rules.rows_start_mid_sector: bf16 K = 8 mod 16) take
+# two L2 requests per 128-byte box row, and the k loop is bound by the L2's requests: there the
+# multicast pays on more shapes (tools/sweep_matmul.py --cluster=1,m2,m4,n2, H200, cuBLAS in
+# the same rounds, bench/results/2026-12-01/h200-matmul-mid-sector-session33.txt), us:
+# 3000x2056x1032 128x192 33.2 -> 28.6 along M (4 CTAs: 35.2), 128x256 38.5 -> 34.0;
+# 2048x2048x1000 (128 tiles of 128x256, under a wave) 21.6 -> 19.9; 4096x4096x4104 128x192
+# 282 -> 242. Rows on sectors: 3000x2056x1040 128x192 26.6 -> 27.5, so there only 128x256 over a
+# wave. Ping-pong 128x64 tiles along N (A shared): 1000^3 13.6 -> 12.4 (along M 13.3),
+# 512x2048x1000 13.8 -> 12.8 (along M 13.7), but on sectors 1024^3 11.1 -> 12.2 and
+# 1024x1024x2048 14.9 -> 16.6; ping-pong 128x128 no faster either way (1000^3 13.3 -> 13.8
+# along M, 14.0 along N).
 CLUSTER_TILE_N = 256
 CLUSTER_SIZE = 2
 CLUSTER_MIN_K_BLOCKS = 16
@@ -217,19 +237,27 @@ def shared_units(tile_rows: int, major: str) -> int:
     return tile_rows // (EPILOGUE_BOX if major == "MN" else 1)
 
 
-def cluster_choice(shape: TileShape, b_major: str, split_k: int, tiles: int, k_blocks: int,
-                   sms: int, forced: bool | None) -> int:
-    """The CTAs per cluster along M for `tiles` tiles of `shape` with `k_blocks` 64-deep K
-    blocks (see CLUSTER_TILE_N): 2 for cooperative tiles of CLUSTER_TILE_N columns over at
-    least one wave and CLUSTER_MIN_K_BLOCKS, without split-K; the feature matmul_cluster
-    forces it (on: wherever B splits in two, without split-K)."""
-    if (forced is False or split_k != 1 or tiles < CLUSTER_SIZE
-            or shared_units(shape.tile_n, b_major) % CLUSTER_SIZE):
-        return 1
+def cluster_choice(shape: TileShape, a_major: str, b_major: str, split_k: int, tiles: int,
+                   k_blocks: int, sms: int, forced: bool | None,
+                   mid_sector: bool = False) -> tuple[int, int]:
+    """(CTAs per cluster along M, along N) for `tiles` tiles of `shape` with `k_blocks` 64-deep
+    K blocks, without split-K and over CLUSTER_MIN_K_BLOCKS (see CLUSTER_TILE_N): along M for
+    cooperative tiles of CLUSTER_TILE_N columns over at least one wave, or any cooperative tile
+    where operand rows start mid-sector (`mid_sector`); along N for ping-pong tiles of 64
+    columns where rows start mid-sector. The feature matmul_cluster forces it (on: along M
+    wherever B splits in two, without split-K)."""
+    b_splits = shared_units(shape.tile_n, b_major) % CLUSTER_SIZE == 0
+    if forced is False or split_k != 1 or tiles < CLUSTER_SIZE:
+        return 1, 1
     if forced:
-        return CLUSTER_SIZE
-    return (CLUSTER_SIZE if shape.compute_roles == 1 and shape.tile_n == CLUSTER_TILE_N
-            and tiles >= sms and k_blocks >= CLUSTER_MIN_K_BLOCKS else 1)
+        return (CLUSTER_SIZE, 1) if b_splits else (1, 1)
+    if k_blocks < CLUSTER_MIN_K_BLOCKS:
+        return 1, 1
+    if shape.compute_roles == 1:
+        wide = shape.tile_n == CLUSTER_TILE_N and tiles >= sms
+        return (CLUSTER_SIZE, 1) if b_splits and (wide or mid_sector) else (1, 1)
+    a_splits = shared_units(shape.tile_m, a_major) % CLUSTER_SIZE == 0
+    return (1, CLUSTER_SIZE) if mid_sector and shape.tile_n == 64 and a_splits else (1, 1)
 
 
 # Matmuls of at most this many rows run torch's matmul unless the feature matmul_few_rows
@@ -535,11 +563,13 @@ def compute_heuristics(fusion, info: RuntimeInfo) -> MatmulParams:
     best, split_k = min(choices, key=lambda cs: estimated_us(
         cs[0], tiles_of(cs[0]), k_blocks, sms, cs[1], rows=m,
         epilogue=epilogue_us(cs[0], has_ops, len(output_bytes))))
-    cluster = cluster_choice(best, b_major, split_k, tiles_of(best), k_blocks, sms,
-                             info.feature("matmul_cluster"))
+    mid_sector = any(rows_start_mid_sector(f.sizes, f.strides, a.dtype.size) for f in (fa, fb))
+    cluster_m, cluster_n = cluster_choice(best, a_major, b_major, split_k, tiles_of(best),
+                                          k_blocks, sms, info.feature("matmul_cluster"),
+                                          mid_sector)
     params = fitted_params(best.tile_m, best.tile_n, best.compute_roles, tiles_of(best), dev,
                            a.dtype.size, b_major, output_bytes, split_k, a_major,
-                           cluster_m=cluster)
+                           cluster_m=cluster_m, cluster_n=cluster_n)
     return dataclasses.replace(params, staged_input=staged_input(fusion, info, params,
                                                                  (batch, m, n)))
 
