@@ -788,6 +788,9 @@ class CudaPrinter:
         self.line(f"{{ alignas(8) const {t} pf_pair[2] = {{{a}, {b}}}; "
                   f"pf::store_shared<8>(&{self.expr(s.dst)}, pf_pair); }}")
 
+    def _RegisterCopy(self, s):
+        self.line(f"{self.expr(s.dst)} = {self.value(s.src, ctype(s.dst.buffer.dtype))};")
+
     def _StMatrix(self, s):
         pack = {DataType.BFloat16: "pf::pack_bf16x2", DataType.Half: "pf::pack_half2"}.get(s.dtype)
         if pack is None or len(s.values) != 8:

@@ -1063,6 +1063,17 @@ class StSharedPair(Stmt):
     values: list
 
 
+@roles(out=("dst",), expr=("src",))
+@dataclasses.dataclass(eq=False, slots=True)
+class RegisterCopy(Stmt):
+    """dst = src, converted to dst's buffer dtype (a widening that keeps the value): a value read
+    into a register ahead of the statements that use it (the matmul epilogue's column inputs,
+    read when a tile starts, so that their loads complete under the tile's k loop)."""
+
+    dst: TensorIndex
+    src: KExpr
+
+
 @roles(out=("dst",), exprs=("values",), data=("dtype",))
 @dataclasses.dataclass(eq=False, slots=True)
 class StMatrix(Stmt):

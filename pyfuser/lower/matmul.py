@@ -68,6 +68,9 @@ from .indexing import scalar_to_kexpr
 TILE_K = K.SWIZZLED_ROW_16BIT    # K elements of a stage: one 128-byte swizzled box row
 K_STEP = K.WGMMA_K               # K elements of one wgmma
 BOX = K.SWIZZLED_ROW_16BIT       # the epilogue's staging box: 64 x 64, rows of 128 bytes
+# Registers per compute thread for the epilogue's column inputs read ahead (a 128x256 tile's
+# bias: 64, with no spill at the kernel's 168-register bound, NVRTC 13.0).
+COLUMN_REGISTERS = 64
 F32_BOX_COLS = BOX // 2          # fp32 columns of a 128-byte swizzle row
 # Named barriers of the compute warp groups' epilogues (8 + wg): above those pipeline_loads
 # gives the warp roles (1 + role, and ping-pong's turns).
@@ -354,6 +357,39 @@ def build_matmul(kernel: K.Kernel) -> K.Kernel:
         return scalar_bufs[tv]
 
     dims_of = dict(mma.input_dims)
+    # Fusion inputs the epilogue reads by the column alone (a linear's bias, a column scale): each
+    # thread's tn / 4 values of them (its fragment's columns) are read into registers when the
+    # tile starts (RegisterCopy), so that their loads complete under the k loop; read after it,
+    # a tile of few k blocks waited for them (x @ W^T + b at 3000x2056x1032: 30.4 us against
+    # the bare matmul's 28.7, and 28.8 with the loads hoisted; H200, bench/results/2026-12-01/
+    # h200-matmul-epilogue-session33.txt). At most COLUMN_REGISTERS registers of them.
+    col_slots = tn // 4
+    col_bufs: dict = {}
+    for v, roles_of_dims in mma.input_dims:
+        if (v is staged or v not in fusion.inputs or "m" in roles_of_dims
+                or "n" not in roles_of_dims
+                or (len(col_bufs) + 1) * col_slots > COLUMN_REGISTERS):
+            continue
+        widened = DataType.Float if v.dtype in (DataType.BFloat16, DataType.Half) else v.dtype
+        col_bufs[v] = K.Buffer(f"pf_col{v.name}", widened, "local", K.Const(col_slots))
+
+    def input_at(v, at: dict) -> K.TensorIndex:
+        """Fusion input v's element at the roles' indices `at` (m, n, b)."""
+        strides = ctx.strides[v]
+        index = K.Const(0)
+        for d, role in enumerate(dims_of[v]):
+            if role is not None:
+                index = K.add(index, K.mul(at[role], strides[d]))
+        return K.TensorIndex(ctx.buffers[v], index)
+
+    def column(slot: int) -> K.KExpr:
+        """The clamped global column of a thread's fragment column `slot` (register i's slot is
+        2 (i >> 2) + (i & 1): column 8 (i >> 2) + (i & 1) past its pair's first)."""
+        return _min(K.add(n0, K.add(frag_col, 8 * (slot >> 1) + (slot & 1))), K.sub(n, 1))
+
+    column_loads = [K.RegisterCopy(K.TensorIndex(buf, K.Const(q)),
+                                   input_at(v, {"n": column(q), "b": bt}))
+                    for v, buf in col_bufs.items() for q in range(col_slots)]
     # The epilogue ops that read the matmul's result, directly or not.
     after_mm: set = set()
     downstream = {mma.out}
@@ -368,24 +404,20 @@ def build_matmul(kernel: K.Kernel) -> K.Kernel:
         linear's bias), then each epilogue op, inputs read at the element's row and column
         (clamped into the matrix: rows and columns past it are computed, never stored)."""
         r = K.add(K.add(tile_row, frag_row), 8 * ((i >> 1) & 1))
-        c = K.add(frag_col, 8 * (i >> 2) + (i & 1))
-        at = {"m": _min(K.add(m0, r), K.sub(m, 1)), "n": _min(K.add(n0, c), K.sub(n, 1)),
-              "b": bt}
+        col_slot = 2 * (i >> 2) + (i & 1)
+        at = {"m": _min(K.add(m0, r), K.sub(m, 1)), "n": column(col_slot), "b": bt}
 
         def operand(v):
             if v in values_bufs:
                 return K.TensorIndex(values_bufs[v], K.Const(slot))
             if v is staged:
                 return K.TensorIndex(res_buf, K.Const(slot))
+            if v in col_bufs:
+                return K.TensorIndex(col_bufs[v], K.Const(col_slot))
             if v is mma.out or v in scalar_bufs:
                 return K.TensorIndex(scalar_buf(v), K.Const(0))
             if isinstance(v, TensorView):
-                strides = ctx.strides[v]
-                index = K.Const(0)
-                for d, role in enumerate(dims_of[v]):
-                    if role is not None:
-                        index = K.add(index, K.mul(at[role], strides[d]))
-                return K.TensorIndex(ctx.buffers[v], index)
+                return input_at(v, at)
             return K.ScalarValue(v, v.dtype)
 
         def out_of(tv):
@@ -528,7 +560,7 @@ def build_matmul(kernel: K.Kernel) -> K.Kernel:
     else:
         epilogue.append(K.IfThenElse(K.eq(_TIDY, 0), unit_epilogue(0), unit_epilogue(1)))
     tile_loop = K.ForLoop(t, K.Const(0), K.mul(K.mul(batches, per_batch), splits * C), K.Const(1),
-                          tile_defs + staged_first + [k_loop] + epilogue,
+                          tile_defs + column_loads + staged_first + [k_loop] + epilogue,
                           parallel="GridStride")
     # The fusion's loop nests (LoweringContext) are replaced by this nest of its own.
     kernel.replaced_loops.update(id(lp) for lp in ctx.all_loops())
@@ -550,6 +582,7 @@ def build_matmul(kernel: K.Kernel) -> K.Kernel:
         *(K.Allocate(a) for a in accs),
         *([K.Allocate(b) for b in values_bufs.values()]
           + [K.Allocate(b) for b in scalar_bufs.values()] if fused else []),
+        *(K.Allocate(b) for b in col_bufs.values()),
         *([K.Allocate(res_buf)] if staged is not None else []),
         *res_setup,
         K.Comment(f"matmul: tile {tm}x{tn}x{TILE_K}, wgmma m64n{tn}k16, {p.compute_roles} "
@@ -558,14 +591,16 @@ def build_matmul(kernel: K.Kernel) -> K.Kernel:
                   "boxes"),
         K.ScalarDef(lane, K.mod(_TIDX, 32)),
         K.ScalarDef(warp, K.div(_TIDX, 32)),
-        K.ScalarDef(row, K.add(K.mul(warp, 16), K.add(K.mod(lane, 8),
-                                                      K.mul(K.mod(K.div(lane, 8), 2), 8)))),
-        K.ScalarDef(unit_hi, K.div(lane, 16)),
-        # The accumulator fragment: register i of lane l in warp w is row 16 w + l / 4 +
-        # 8 ((i >> 1) & 1), column 8 (i >> 2) + 2 (l % 4) + (i & 1) of its 64-row slice
-        # (defined where the epilogue reads them: NVRTC warns of an unused variable).
-        *(K.ScalarDef(v, e) for v, e in ((frag_row, K.add(K.mul(warp, 16), K.div(lane, 4))),
-                                         (frag_col, K.mul(K.mod(lane, 4), 2)))
+        # The stmatrix rows (16-bit outputs), and the accumulator fragment: register i of lane
+        # l in warp w is row 16 w + l / 4 + 8 ((i >> 1) & 1), column 8 (i >> 2) + 2 (l % 4) +
+        # (i & 1) of its 64-row slice (each defined where the epilogue reads it: NVRTC warns of
+        # an unused variable).
+        *(K.ScalarDef(v, e) for v, e in (
+            (row, K.add(K.mul(warp, 16), K.add(K.mod(lane, 8), K.mul(K.mod(K.div(lane, 8), 2),
+                                                                     8)))),
+            (unit_hi, K.div(lane, 16)),
+            (frag_row, K.add(K.mul(warp, 16), K.div(lane, 4))),
+            (frag_col, K.mul(K.mod(lane, 4), 2)))
           if v.name in vars_read([tile_loop])),
         tile_loop,
         K.IfThenElse(thread0, [K.BulkWait(0, read=False)]),

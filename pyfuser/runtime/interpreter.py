@@ -2987,6 +2987,13 @@ class Interpreter:
         return vals, (np.zeros(ctx.n, dtype=bool) if poison is None
                       else np.broadcast_to(poison, (ctx.n,)))
 
+    def _RegisterCopy(self, s: K.RegisterCopy, ctx: _Ctx):
+        """dst = src (rounded to dst's dtype; the copies lowering makes widen exactly)."""
+        if s.dst.buffer.memory != "local":
+            raise InterpreterError(f"register copy into {s.dst!r} ({s.dst.buffer.memory})")
+        vals, poison = self._read(ctx, s.src)
+        self._write(ctx, s.dst, vals, poison)
+
     def _StSharedPair(self, s: K.StSharedPair, ctx: _Ctx):
         """dst, dst + 1 = the two values (rounded to the buffer's dtype), 8-byte aligned."""
         if s.dst.buffer.memory != "shared" or s.dst.buffer.dtype.size != 4 or len(s.values) != 2:

@@ -636,6 +636,39 @@ def test_interpreted_fused_epilogue(kind, tile, roles):
     interpret_against_float64(fd, st, kernel, inputs, context=(kind, p))
 
 
+@pytest.mark.parametrize("kind, tile, roles", [("bias_gelu", (128, 192), 1),
+                                               ("scales_silu", (128, 64), 2)])
+def test_column_inputs_are_read_when_the_tile_starts(kind, tile, roles):
+    """A fusion input the epilogue reads by the column alone (a linear's bias, a column scale)
+    is read into tn / 4 registers per thread when the tile starts (RegisterCopy), before the
+    tile's wgmmas; the epilogue reads those registers, not global memory. A row scale is read
+    in the epilogue still."""
+    from kir_testing import schedule_and_lower
+    from pyfuser.codegen.cuda import generate_cuda
+    fd = _epilogue_fd(kind)
+    inputs = _epilogue_inputs(kind, 130, 200, 72)
+    p = matmul.MatmulParams(tile_m=tile[0], tile_n=tile[1], stages=2, grid=3,
+                            compute_roles=roles)
+    _, _, _, kernel = schedule_and_lower(fd, inputs, params=p, scheduler=matmul,
+                                         device="h100-4sm")
+    copies = [s for s in K.walk(kernel.body) if isinstance(s, K.RegisterCopy)]
+    per_role = tile[1] // 4                        # each ping-pong role reads its own tile's
+    assert len(copies) == roles * per_role, len(copies)
+    column_input = copies[0].src.buffer.name
+    assert {c.src.buffer.name for c in copies} == {column_input}
+    assert all(c.dst.buffer.dtype == DataType.Float for c in copies)
+    src = generate_cuda(kernel)
+    compute = src[src.index("warp-specialized compute loop"):]
+    first_copy = compute.index(f"{copies[0].dst.buffer.name}[0] =")
+    assert first_copy < compute.index("pf_wgmma_"), "the column loads come after the k loop"
+    reads = [line for line in compute.splitlines() if f"{column_input}[" in line]
+    assert len(reads) == roles * per_role, reads[:4]
+    names = [f"T{v.name}" for v in fd.fusion.inputs]
+    assert column_input == names[-1]                 # the bias, or the column scale
+    if kind == "scales_silu":      # the row scale: read in the epilogue, per accumulator
+        assert compute.count(f"{names[2]}[") >= roles * tile[1] // 2
+
+
 def test_lone_output_values_stay_fp32_until_the_stmatrix():
     """A 16-bit output no op reads back keeps its epilogue values in fp32 (the stmatrix's pack
     rounds once); a pre-activation another op reads stays 16-bit, and so do both outputs of a

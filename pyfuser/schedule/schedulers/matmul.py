@@ -39,17 +39,18 @@ chosen only when the feature matmul_split_k asks. Batches (3-D operands, [batch,
 cols]; a 2-D operand shared by every batch) go through 3-D tensor maps, the batch the tile
 index's outermost part.
 
-The tile and kind (cooperative 128x256 or 128x192, ping-pong 128x128) minimize a cost model
-measured on the H200 (`estimated_us`): waves of tiles over the CTAs' compute roles, each tile's
-k blocks at the measured rate for few or most SMs busy (the smaller tiles are bound by L2 -> SM
-traffic), plus fixed costs per tile and per launch, plus a fused epilogue's work, exposed per
-tile in a cooperative kernel and hidden under the other role's MMAs in ping-pong (two stored
-outputs: ping-pong; ping-pong 128x64 where those tiles are one per CTA). The feature
-matmul_pingpong forces the kind. Cooperative 128x256 tiles over at least a wave of the SMs and
-16 k blocks (K > 960) run in clusters of 2 CTAs along M, the B tile the two share loaded half by each and
-multicast to both; where operand rows start mid-sector (K = 8 mod 16 in 16-bit elements: two
-L2 requests per box row), every cooperative tile of 16 k blocks does, and ping-pong 128x64 tiles
-in clusters along N, A shared (cluster_choice; the feature matmul_cluster forces it on or off).
+The tile and kind (cooperative 128x256 or 128x192, ping-pong 128x128 or 128x64) minimize a
+cost model measured on the H200 (`estimated_us`): waves of tiles over the CTAs' compute roles,
+each tile's k blocks at the measured rate for few or most SMs busy or one ping-pong tile per
+CTA (the smaller tiles are bound by L2 -> SM traffic), plus fixed costs per tile and per
+launch, plus a fused epilogue's work, exposed per tile in a cooperative kernel and hidden under
+the other role's MMAs in ping-pong (two stored outputs: ping-pong; 128x64 ping-pong tiles where
+they are one per CTA). The feature matmul_pingpong forces the kind. Cooperative 128x256 tiles
+over at least a wave of the SMs and 16 k blocks (K > 960) run in clusters of 2 CTAs along M,
+the B tile the two share loaded half by each and multicast to both; where operand rows start
+mid-sector (K = 8 mod 16 in 16-bit elements: two L2 requests per box row), every cooperative
+tile of 16 k blocks does, and ping-pong 128x64 tiles run in clusters along N, A shared
+(cluster_choice; the feature matmul_cluster forces it on or off).
 """
 from __future__ import annotations
 
