@@ -47,6 +47,21 @@ def matmul_cases() -> None:
         err = ((y.float() - x.float() @ w.float().t()).norm() / y.float().norm()).item()
         assert fd.last_run.schedulers == ("matmul",) and err < 1e-2, (fd.last_run, err)
         print("matmul", p.describe(), f"rel. error {err:.1e}", flush=True)
+    # A linear's bias read into registers when each tile starts (RegisterCopy), then GELU:
+    # cooperative 128x192, and ping-pong 128x64 in clusters along N.
+    bias = torch.randn(520, device="cuda", dtype=torch.bfloat16)
+    with FusionDefinition("linear_bias_gelu") as fd:
+        tx, tw, tb = (fd.from_pytorch(t) for t in (x, w, bias))
+        fd.add_output(fd.ops.gelu(fd.ops.linear(tx, tw, tb), approximate="tanh"))
+    ref = torch.nn.functional.gelu(x.float() @ w.float().t() + bias.float(), approximate="tanh")
+    for p in (MatmulParams(tile_m=128, tile_n=192, stages=3, grid=2),
+              MatmulParams(tile_m=128, tile_n=64, stages=3, grid=2, compute_roles=2,
+                           cluster_n=2)):
+        y = fd.execute([x, w, bias], options={"heuristic": p})[0]
+        torch.cuda.synchronize()
+        err = ((y.float() - ref).norm() / ref.norm()).item()
+        assert fd.last_run.schedulers == ("matmul",) and err < 1e-2, (fd.last_run, err)
+        print("matmul + bias + gelu", p.describe(), f"rel. error {err:.1e}", flush=True)
     # A batched matmul with B MN-major and a fused epilogue (3-D tensor maps, per-element
     # global reads of the residual).
     a = torch.randn(2, 200, 136, device="cuda", dtype=torch.bfloat16)
