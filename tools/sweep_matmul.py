@@ -3,6 +3,7 @@ beside cuBLAS in the same run, to ground the heuristic's choice (GPU machine):
 
     PYTHONPATH=. python tools/sweep_matmul.py [MxNxK ...] [--pingpong] [--split=1,2,4,8]
         [--tiles=128x128,128x256] [--l2=256,128,0] [--boxes=0,all] [--cluster=1,m2,n2]
+        [--stages=6,8]
 
 y = x @ w^T (x [M, K], w [N, K], bf16). Each variant is forced through options["heuristic"]
 (the heuristic's own choice, with the tile, stages, grid and kind replaced), checked
@@ -12,6 +13,7 @@ variant with each of these split-K factors too (those matmul.split_k_choices off
 """
 from __future__ import annotations
 
+import dataclasses
 import sys
 
 import torch
@@ -40,6 +42,10 @@ L2 = next((tuple(int(v) for v in a.split("=", 1)[1].split(",")) for a in sys.arg
 # --boxes=auto,0,3: the epilogue's staging boxes per warp group (MatmulParams.epilogue_boxes;
 # auto fitted_params' choice, 0 the default rule, "all" the boxes of a tile), each count
 # dividing a tile's boxes.
+# --stages=6,8: each variant with these stage counts too (where the shared memory holds them
+# beside the staging boxes; fitted_params gives at most matmul.MAX_STAGES).
+STAGES = next((tuple(int(v) for v in a.split("=", 1)[1].split(",")) for a in sys.argv
+               if a.startswith("--stages=")), (None,))
 BOXES = next((tuple(a.split("=", 1)[1].split(",")) for a in sys.argv
               if a.startswith("--boxes=")), ("auto",))
 # The kernel at any M (matmuls of 64 rows or fewer run torch unless asked).
@@ -66,11 +72,27 @@ def variants(chosen, m, n, k, dev):
                     for along, c in CLUSTERS:
                         if s in offered and (not boxes or per_tile % boxes == 0) and (
                                 c == 1 or (s == 1 and (tn if along == "m" else tm) % c == 0)):
-                            yield matmul.fitted_params(
+                            p = matmul.fitted_params(
                                 tm, tn, roles, tiles, dev, 2, chosen.b_major,
                                 chosen.output_bytes, s, chosen.a_major, boxes,
                                 cluster_m=c if along == "m" else 1,
                                 cluster_n=c if along == "n" else 1)
+                            for stages in STAGES:
+                                if stages is None or stages == p.stages:
+                                    yield p
+                                elif _fits(p, stages, dev):
+                                    yield dataclasses.replace(p, stages=stages)
+
+
+def _fits(p, stages: int, dev) -> bool:
+    """Whether `stages` stages of p's tile fit the shared memory beside its staging boxes
+    (fitted_params' budget)."""
+    from pyfuser.schedule.schedulers import matmul
+    stage = (p.tile_m + p.tile_n) * matmul.TILE_K * 2
+    staging = (sum(p.output_bytes) * p.compute_warp_groups * p.staging_boxes
+               * matmul.EPILOGUE_BOX * matmul.EPILOGUE_BOX)
+    return stages * stage + staging + matmul.SMEM_SLACK + 1024 <= \
+        dev.max_shared_memory_per_block_optin
 
 
 def main(argv) -> int:

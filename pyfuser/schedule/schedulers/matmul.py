@@ -268,6 +268,9 @@ FEW_ROWS = 64
 # with 3 the mainloop lost more than the epilogue gained (128x256 on the H200).
 MIN_STAGES_BESIDE_STAGING = 4
 SMEM_SLACK = 1024        # the dynamic shared memory's base aligned to 1024 bytes by hand
+# Stages fitted_params gives a tile at most (cuBLAS's 128x64 kernel at 1000^3 keeps 8: not
+# measured here; tools/sweep_matmul.py --stages forces other counts).
+MAX_STAGES = 6
 
 
 @dataclasses.dataclass(frozen=True)
@@ -643,7 +646,7 @@ def fitted_params(tm: int, tn: int, roles: int, tiles: int, dev, item_bytes: int
         staging = (sum(output_bytes) * shape.compute_warp_groups * boxes
                    * EPILOGUE_BOX * EPILOGUE_BOX)
         budget = dev.max_shared_memory_per_block_optin - staging - SMEM_SLACK - 1024
-        return min(6, budget // stage_bytes)
+        return min(MAX_STAGES, budget // stage_bytes)
     if epilogue_boxes is None:
         every = shape.boxes_per_tile
         epilogue_boxes = (every if roles == 1 and every > shape.staging_boxes
