@@ -13,7 +13,6 @@ variant with each of these split-K factors too (those matmul.split_k_choices off
 """
 from __future__ import annotations
 
-import dataclasses
 import sys
 
 import torch
@@ -72,27 +71,15 @@ def variants(chosen, m, n, k, dev):
                     for along, c in CLUSTERS:
                         if s in offered and (not boxes or per_tile % boxes == 0) and (
                                 c == 1 or (s == 1 and (tn if along == "m" else tm) % c == 0)):
-                            p = matmul.fitted_params(
-                                tm, tn, roles, tiles, dev, 2, chosen.b_major,
-                                chosen.output_bytes, s, chosen.a_major, boxes,
-                                cluster_m=c if along == "m" else 1,
-                                cluster_n=c if along == "n" else 1)
                             for stages in STAGES:
-                                if stages is None or stages == p.stages:
+                                p = matmul.fitted_params(
+                                    tm, tn, roles, tiles, dev, 2, chosen.b_major,
+                                    chosen.output_bytes, s, chosen.a_major, boxes,
+                                    cluster_m=c if along == "m" else 1,
+                                    cluster_n=c if along == "n" else 1,
+                                    max_stages=stages or matmul.MAX_STAGES)
+                                if stages is None or p.stages == stages:   # else: no room
                                     yield p
-                                elif _fits(p, stages, dev):
-                                    yield dataclasses.replace(p, stages=stages)
-
-
-def _fits(p, stages: int, dev) -> bool:
-    """Whether `stages` stages of p's tile fit the shared memory beside its staging boxes
-    (fitted_params' budget)."""
-    from pyfuser.schedule.schedulers import matmul
-    stage = (p.tile_m + p.tile_n) * matmul.TILE_K * 2
-    staging = (sum(p.output_bytes) * p.compute_warp_groups * p.staging_boxes
-               * matmul.EPILOGUE_BOX * matmul.EPILOGUE_BOX)
-    return stages * stage + staging + matmul.SMEM_SLACK + 1024 <= \
-        dev.max_shared_memory_per_block_optin
 
 
 def main(argv) -> int:

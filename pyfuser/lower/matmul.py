@@ -58,7 +58,7 @@ multiple of 64 up to 256, tm 64 or 128; clusters along M or N (not both), withou
 """
 from __future__ import annotations
 
-from ..ir.dtype import DataType
+from ..ir.dtype import DataType, compute_type
 from ..ir.tensor import TensorView
 from ..kir import nodes as K
 from ..kir.rewrite import vars_read
@@ -370,8 +370,8 @@ def build_matmul(kernel: K.Kernel) -> K.Kernel:
                 or "n" not in roles_of_dims
                 or (len(col_bufs) + 1) * col_slots > COLUMN_REGISTERS):
             continue
-        widened = DataType.Float if v.dtype in (DataType.BFloat16, DataType.Half) else v.dtype
-        col_bufs[v] = K.Buffer(f"pf_col{v.name}", widened, "local", K.Const(col_slots))
+        col_bufs[v] = K.Buffer(f"pf_col{v.name}", compute_type(v.dtype), "local",
+                               K.Const(col_slots))
 
     def input_at(v, at: dict) -> K.TensorIndex:
         """Fusion input v's element at the roles' indices `at` (m, n, b)."""

@@ -18,10 +18,10 @@ from ..kir.nodes import TENSOR_MAP_SMEM_ALIGN
 from ..schedule.tma_rules import (
     GLOBAL_ALIGN,
     MAX_GLOBAL_STRIDE,
-    SECTOR_BYTES,
     check_row_box,
     check_tile_box,
     merged_rows,
+    on_sectors,
 )
 from . import cuda_driver as cu
 from .cuda_driver import DriverError, result_name
@@ -404,8 +404,8 @@ def tile_l2_promotion(pointer: int, outer_strides) -> int:
     """The L2 promotion of a tile map whose rows start at `pointer` plus multiples of
     `outer_strides` (bytes): TILE_L2_PROMOTION where every row starts on a sector, else
     TILE_L2_PROMOTION_MID_SECTOR."""
-    on_sectors = pointer % SECTOR_BYTES == 0 and all(s % SECTOR_BYTES == 0 for s in outer_strides)
-    return TILE_L2_PROMOTION if on_sectors else TILE_L2_PROMOTION_MID_SECTOR
+    return (TILE_L2_PROMOTION if on_sectors((pointer, *outer_strides))
+            else TILE_L2_PROMOTION_MID_SECTOR)
 
 
 def encode_tile_box(tensor, tile_map) -> bytes:

@@ -33,8 +33,14 @@ def rows_start_mid_sector(sizes, strides, dtype_bytes: int) -> bool:
     the L2 77% busy against 49%; bench/results/2026-12-01/h200-matmul-mid-sector-session33.txt).
     The data pointer is not looked at (a RuntimeInfo's alignment stops at 16 bytes): the
     strides decide it for every row after the first."""
-    return any(n > 1 and s != 1 and (s * dtype_bytes) % SECTOR_BYTES
-               for n, s in zip(sizes, strides))
+    return not on_sectors(s * dtype_bytes for n, s in zip(sizes, strides) if n > 1 and s != 1)
+
+
+def on_sectors(offsets) -> bool:
+    """Whether every byte offset (a pointer, row strides) falls on a 32-byte sector: the rule of
+    rows_start_mid_sector (heuristics, from strides) and of a tile map's L2 promotion
+    (runtime/tensor_map.tile_l2_promotion, from its pointer and strides)."""
+    return all(b % SECTOR_BYTES == 0 for b in offsets)
 
 
 def check_bulk_rows(sizes, strides, alignment: int, dtype_bytes: int) -> list[str]:

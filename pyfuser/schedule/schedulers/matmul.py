@@ -621,12 +621,14 @@ def staged_input(fusion, info, p: MatmulParams, bmn: tuple) -> int:
 def fitted_params(tm: int, tn: int, roles: int, tiles: int, dev, item_bytes: int,
                   b_major: str, output_bytes: tuple = (2,), split_k: int = 1,
                   a_major: str = "K", epilogue_boxes: int | None = None,
-                  cluster_m: int = 1, cluster_n: int = 1) -> MatmulParams:
+                  cluster_m: int = 1, cluster_n: int = 1,
+                  max_stages: int = MAX_STAGES) -> MatmulParams:
     """The parameters of a tm x tn tile (`roles` compute roles) on `dev`: as many stages (up to
-    6) as its shared memory holds beside the staging boxes (of each stored output, of its
-    `output_bytes`), a persistent grid of min(work units, SMs) (a unit: a tile, or with
+    `max_stages`) as its shared memory holds beside the staging boxes (of each stored output, of
+    its `output_bytes`), a persistent grid of min(work units, SMs) (a unit: a tile, or with
     `split_k` one of its shares of K). The heuristic's fitting of the tile it chose; sweeps
-    force other tiles through it (and `epilogue_boxes`, 0 for the default rule).
+    force other tiles through it (and `epilogue_boxes`, 0 for the default rule, and other
+    stage caps).
 
     Staging boxes (None: chosen here): a cooperative tile stages every box of a tile where
     MIN_STAGES_BESIDE_STAGING stages still fit beside them, so that its epilogue never waits
@@ -646,7 +648,7 @@ def fitted_params(tm: int, tn: int, roles: int, tiles: int, dev, item_bytes: int
         staging = (sum(output_bytes) * shape.compute_warp_groups * boxes
                    * EPILOGUE_BOX * EPILOGUE_BOX)
         budget = dev.max_shared_memory_per_block_optin - staging - SMEM_SLACK - 1024
-        return min(MAX_STAGES, budget // stage_bytes)
+        return min(max_stages, budget // stage_bytes)
     if epilogue_boxes is None:
         every = shape.boxes_per_tile
         epilogue_boxes = (every if roles == 1 and every > shape.staging_boxes
