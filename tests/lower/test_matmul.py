@@ -1289,6 +1289,17 @@ def test_rows_start_mid_sector():
     assert rows_start_mid_sector((100, 1028), (1028, 1), 4)
 
 
+def test_tile_maps_take_the_same_sector_rule():
+    """The runtime's L2 promotion of a tile map and the heuristic's rule read one predicate
+    (tma_rules.on_sectors); the map also looks at its pointer."""
+    from pyfuser.runtime import tensor_map as tm
+    mid, on = tm.TILE_L2_PROMOTION_MID_SECTOR, tm.TILE_L2_PROMOTION
+    assert tm.tile_l2_promotion(1 << 20, (2064,)) == mid        # K = 1032 bf16 rows
+    assert tm.tile_l2_promotion(1 << 20, (2080,)) == on         # K = 1040
+    assert tm.tile_l2_promotion((1 << 20) + 16, (2080,)) == mid  # a pointer mid-sector
+    assert tm.tile_l2_promotion(1 << 20, (2080, 2080 * 7 + 16)) == mid   # a batch stride
+
+
 def test_clusters_refuse_split_k():
     p = matmul.MatmulParams(tile_m=128, tile_n=128, stages=2, grid=2, cluster_m=2, split_k=2)
     with pytest.raises(SchedulerError, match="clusters of 2 CTAs along M need no split-K"):
