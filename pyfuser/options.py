@@ -58,6 +58,11 @@ FEATURES = {
                       "sums added in a fixed order by the last of them, wherever K has two "
                       "64-deep blocks per split (unset: not split; measured slower than the "
                       "unsplit kernel or cuBLAS on the shapes swept)",
+    "matmul_stream_k": "matmul kernels that cut the last waves' tiles into runs of 64-deep k "
+                       "blocks spread evenly over the persistent CTAs, a tile's fp32 partials "
+                       "added in k order by the last of its CTAs (unset: where the heuristic's "
+                       "cost model says it wins; forced on: cooperative tiles always stream-K; "
+                       "forced off: never)",
     "matmul_cluster": "matmul kernels in clusters of 2 CTAs along M, each loading half of the B "
                       "tile the two share and multicasting it to both (unset: the heuristic's "
                       "rule, cooperative 128x256 tiles over at least a wave and K >= 1024; forced "

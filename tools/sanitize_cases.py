@@ -48,7 +48,9 @@ def matmul_cases() -> None:
         assert fd.last_run.schedulers == ("matmul",) and err < 1e-2, (fd.last_run, err)
         print("matmul", p.describe(), f"rel. error {err:.1e}", flush=True)
     # A linear's bias read into registers when each tile starts (RegisterCopy), then GELU:
-    # cooperative 128x192, and ping-pong 128x64 in clusters along N.
+    # cooperative 128x192, ping-pong 128x64 in clusters along N, and stream-K (15 tiles of 4 k
+    # blocks on 4 CTAs: 8 data-parallel, then runs of 7 blocks whose partials the tiles' first
+    # runs wait for and add).
     bias = torch.randn(520, device="cuda", dtype=torch.bfloat16)
     with FusionDefinition("linear_bias_gelu") as fd:
         tx, tw, tb = (fd.from_pytorch(t) for t in (x, w, bias))
@@ -56,7 +58,8 @@ def matmul_cases() -> None:
     ref = torch.nn.functional.gelu(x.float() @ w.float().t() + bias.float(), approximate="tanh")
     for p in (MatmulParams(tile_m=128, tile_n=192, stages=3, grid=2),
               MatmulParams(tile_m=128, tile_n=64, stages=3, grid=2, compute_roles=2,
-                           cluster_n=2)):
+                           cluster_n=2),
+              MatmulParams(tile_m=128, tile_n=128, stages=3, grid=4, stream_k=3)):
         y = fd.execute([x, w, bias], options={"heuristic": p})[0]
         torch.cuda.synchronize()
         err = ((y.float() - ref).norm() / ref.norm()).item()

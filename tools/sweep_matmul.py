@@ -3,7 +3,7 @@ beside cuBLAS in the same run, to ground the heuristic's choice (GPU machine):
 
     PYTHONPATH=. python tools/sweep_matmul.py [MxNxK ...] [--pingpong] [--split=1,2,4,8]
         [--tiles=128x128,128x256] [--l2=256,128,0] [--boxes=0,all] [--cluster=1,m2,n2]
-        [--stages=6,8]
+        [--stages=6,8] [--stream]
 
 y = x @ w^T (x [M, K], w [N, K], bf16). Each variant is forced through options["heuristic"]
 (the heuristic's own choice, with the tile, stages, grid and kind replaced), checked
@@ -45,6 +45,8 @@ L2 = next((tuple(int(v) for v in a.split("=", 1)[1].split(",")) for a in sys.arg
 # beside the staging boxes; fitted_params gives at most matmul.MAX_STAGES).
 STAGES = next((tuple(int(v) for v in a.split("=", 1)[1].split(",")) for a in sys.argv
                if a.startswith("--stages=")), (None,))
+# --stream: each cooperative tile as stream-K too (matmul.stream_k_choice's CTAs per tile).
+STREAM = "--stream" in sys.argv
 BOXES = next((tuple(a.split("=", 1)[1].split(",")) for a in sys.argv
               if a.startswith("--boxes=")), ("auto",))
 # The kernel at any M (matmuls of 64 rows or fewer run torch unless asked).
@@ -80,6 +82,11 @@ def variants(chosen, m, n, k, dev):
                                     max_stages=stages or matmul.MAX_STAGES)
                                 if stages is None or p.stages == stages:   # else: no room
                                     yield p
+            sk = matmul.stream_k_choice(shape, tiles, -(-k // matmul.TILE_K), dev.sm_count)
+            if STREAM and sk:
+                yield matmul.fitted_params(tm, tn, roles, tiles, dev, 2, chosen.b_major,
+                                           chosen.output_bytes, 1, chosen.a_major,
+                                           stream_k=sk)
 
 
 def main(argv) -> int:

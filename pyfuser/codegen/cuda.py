@@ -707,6 +707,8 @@ class CudaPrinter:
         part = regs * 128                   # floats of one partial: [pair][thread][2]
         sync = ("__syncthreads();" if s.barrier is None else
                 f"pf::named_barrier_sync({s.barrier[0]}, {s.barrier[1]});")
+        if s.whole is not None:
+            return self._stream_k_reduce(s)
         last = s.last.name
         self.line(f"bool {last};")
         self.line("{  // split-K: this warp group's partial sums; the last of the tile's "
@@ -772,6 +774,80 @@ class CudaPrinter:
             self.line(f"    for (int pf_j = 0; pf_j < {group}; pf_j += 2)")
             self.line(f"      if ({valid(sl, '(pf_g + pf_j)')}) {{ {acc.name}[pf_g + pf_j] += "
                       f"pf_v[pf_j]; {acc.name}[pf_g + pf_j + 1] += pf_v[pf_j + 1]; }}")
+            self.line("  }")
+        self.line("}")
+        self.indent -= 1
+        self.line("}")
+        self.indent -= 1
+        self.line("}")
+
+    def _stream_k_reduce(self, s):
+        """Stream-K's partials of one warp group (kir SplitKReduce with `whole`): split 0 of a
+        tile waits for the others' and adds them to its registers in split order. A partial
+        holds every register (rows past the matrix too: zeros), four per 16-byte access, laid
+        out [quad][thread][4]; STREAM_K_READS_IN_FLIGHT of them per thread are read before
+        their adds."""
+        stride = s.splits
+        part = s.registers * 128            # floats of one partial
+        sync = ("__syncthreads();" if s.barrier is None else
+                f"pf::named_barrier_sync({s.barrier[0]}, {s.barrier[1]});")
+        last = s.last.name
+        self.line(f"bool {last} = true;")
+        self.line(f"if (!({self.expr(s.whole)})) {{  // stream-K: a run of the tile's k blocks")
+        self.indent += 1
+        self.line(f"const index_t pf_sk_split = {self.expr(s.split)};")
+        self.line(f"const unsigned pf_sk_arrivals = {self.expr(s.arrivals)};")
+        self.line(f"float* const pf_sk_all = {s.partials.name} + ({self.expr(s.slot)}) * "
+                  f"{stride * part};")
+        self.line(f"unsigned* const pf_sk_count = reinterpret_cast<unsigned*>("
+                  f"&{s.counters.name}[{self.expr(s.slot)}]);")
+
+        def at(off: int, i: str) -> str:   # the float offset of register quad i in a partial
+            return f"((({off} + {i}) >> 2) * 128 + (index_t)threadIdx.x) * 4"
+        offsets, off = [], 0
+        for acc in s.accs:
+            offsets.append(off)
+            off += acc.size.value
+        # A later run of the tile (its CTA's first, finished early): its partial, published by
+        # the release of its arrival (the barrier orders the warp group's stores before it).
+        self.line("if (pf_sk_split != 0) {")
+        self.indent += 1
+        self.line(f"float* const pf_sk_mine = pf_sk_all + pf_sk_split * {part};")
+        for acc, off in zip(s.accs, offsets):
+            a = acc.name
+            self.line("#pragma unroll")
+            self.line(f"for (int pf_i = 0; pf_i < {acc.size.value}; pf_i += 4)")
+            self.line(f"  pf::store_f32x4(pf_sk_mine + {at(off, 'pf_i')}, {a}[pf_i], "
+                      f"{a}[pf_i + 1], {a}[pf_i + 2], {a}[pf_i + 3]);")
+        self.line(sync)
+        self.line("if (threadIdx.x == 0) pf::grid_arrive(pf_sk_count);")
+        self.line(f"{last} = false;")
+        self.indent -= 1
+        # Split 0 (the tile's first k blocks: its CTA's last run, so the others are done or
+        # nearly): waits for their arrivals (acquire), then adds their partials in split order.
+        self.line("} else {")
+        self.indent += 1
+        self.line("if (threadIdx.x == 0) {")
+        self.line("  while (pf::load_acquire(pf_sk_count) != pf_sk_arrivals - 1u) {}")
+        self.line("  *pf_sk_count = 0;  // ready for the next launch")
+        self.line("}")
+        self.line(sync)
+        self.line("#pragma unroll 1")
+        self.line("for (unsigned pf_s = 1; pf_s < pf_sk_arrivals; ++pf_s) {")
+        self.line(f"  const float* const pf_sk_p = pf_sk_all + pf_s * {part};")
+        for acc, off in zip(s.accs, offsets):
+            n, a = acc.size.value, acc.name
+            group = min(STREAM_K_READS_IN_FLIGHT * 4 // (2 if s.registers > 96 else 1), n)
+            self.line("  #pragma unroll")
+            self.line(f"  for (int pf_g = 0; pf_g < {n}; pf_g += {group}) {{")
+            self.line(f"    float pf_v[{group}];")
+            self.line("    #pragma unroll")
+            self.line(f"    for (int pf_j = 0; pf_j < {group}; pf_j += 4)")
+            self.line(f"      pf::load_cg_f32x4(pf_sk_p + {at(off, '(pf_g + pf_j)')}, pf_v[pf_j], "
+                      "pf_v[pf_j + 1], pf_v[pf_j + 2], pf_v[pf_j + 3]);")
+            self.line("    #pragma unroll")
+            self.line(f"    for (int pf_j = 0; pf_j < {group}; ++pf_j) {a}[pf_g + pf_j] += "
+                      "pf_v[pf_j];")
             self.line("  }")
         self.line("}")
         self.indent -= 1
@@ -957,6 +1033,10 @@ class CudaPrinter:
 # the accumulators within the kernel's launch-bound register count (8 spilled 16 bytes in a
 # ping-pong kernel of 128 accumulators).
 SPLIT_K_READS_IN_FLIGHT = 4
+# Stream-K's 16-byte partial reads a thread issues before adding them, halved above 96
+# accumulators (128x256 tiles with a bias's 64 column registers spilled 96 bytes with 8, NVRTC
+# 13.0; the tests check ptxas's report).
+STREAM_K_READS_IN_FLIGHT = 8
 
 
 def _offsets(values) -> list:

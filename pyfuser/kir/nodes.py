@@ -320,7 +320,7 @@ class Stmt:
     __slots__ = ()
 
 
-@roles(defines=("var",), expr=("start", "stop", "step"), body=("body",),
+@roles(defines=("var",), expr=("start", "stop", "step", "count_before"), body=("body",),
        data=("parallel", "unroll", "iter_domain", "loop", "label"))
 @dataclasses.dataclass(eq=False, slots=True)
 class ForLoop(Stmt):
@@ -337,6 +337,11 @@ class ForLoop(Stmt):
     iter_domain: Any = None        # the promoted IterDomain this loop iterates
     loop: Any = None               # the lowering Loop it came from
     label: str = ""                # e.g. CB_MAIN_LOOP
+    # A loop whose trips depend on an enclosing loop's index (a stream-K matmul's k blocks of a
+    # work unit): the iterations it ran in that loop's earlier iterations, an expression of
+    # them, so that a warp-specialized pipeline's stage counter can run on across the nest
+    # (lower/pipeline.py _Chain). None: the nest is rectangular.
+    count_before: Any = None
 
     @property
     def rolled(self) -> bool:
@@ -1009,7 +1014,8 @@ class AccumulatorFence(Stmt):
 
 
 @roles(defines=("last",), buffers=("accs",), buffer=("partials", "counters"),
-       expr=("slot", "split", "frag_row"), exprs=("rows",), data=("splits", "barrier"))
+       expr=("slot", "split", "frag_row", "arrivals", "whole"), exprs=("rows",),
+       data=("splits", "barrier"))
 @dataclasses.dataclass(eq=False, slots=True)
 class SplitKReduce(Stmt):
     """Split-K's sum of one warp group's matmul accumulators over the `splits` CTAs that
@@ -1027,7 +1033,14 @@ class SplitKReduce(Stmt):
     that arrives `splits`-th is the last (it resets the counter for the next launch). The last
     one reads every partial in split order, 0 first, and sums them into `accs` (the same bits
     whichever CTA is last); `last` (a bool, defined here) is true in its threads only, which
-    then run the epilogue."""
+    then run the epilogue.
+
+    Stream-K (lower/matmul.py) varies the CTAs of a tile: `arrivals` (None: `splits`) is the
+    count of partials of this slot, at most `splits` (the partials' stride), and where `whole`
+    (None: never) is true the warp group computed the tile alone: nothing is stored and `last`
+    is true. There split 0 (the tile's first k blocks, its CTA's last run) is the last: it
+    waits until the others have stored their partials (every register, rows past the matrix
+    too) and adds them to its own registers in split order."""
 
     last: Var
     accs: tuple
@@ -1039,6 +1052,8 @@ class SplitKReduce(Stmt):
     rows: tuple
     splits: int
     barrier: Any = None
+    arrivals: Any = None
+    whole: Any = None
 
     @property
     def registers(self) -> int:

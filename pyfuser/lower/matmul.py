@@ -53,8 +53,15 @@ cluster (pipeline_loads then counts the whole cluster's releases of a slot befor
 refills it). Each CTA fetches A + B / C per k block from L2 instead of A + B. With
 params.cluster_n the same along N: C tile columns of one tile row, A shared out.
 
+Stream-K (params.stream_k, stream_k_units): the tile loop is serial over the CTA's work units
+(whole tiles of the waves but the last, then runs of the rest's k-block sequence, the same
+count per CTA), the k loop over the unit's [kbeg, kend) with its count_before (the CTA's k
+blocks before the unit: pipeline_loads' stage counter); a run that is not a whole tile ends in
+a SplitKReduce (the tile's other runs store, its first run adds them).
+
 Limits: 16-bit inputs, 16-bit or fp32 outputs (up to MAX_OUTPUTS of the scheduler), tn a
-multiple of 64 up to 256, tm 64 or 128; clusters along M or N (not both), without split-K.
+multiple of 64 up to 256, tm 64 or 128; clusters along M or N (not both), without split-K;
+stream-K with one compute role, no cluster and no staged input.
 """
 from __future__ import annotations
 
@@ -71,6 +78,7 @@ BOX = K.SWIZZLED_ROW_16BIT       # the epilogue's staging box: 64 x 64, rows of 
 # Registers per compute thread for the epilogue's column inputs read ahead (a 128x256 tile's
 # bias: 64, with no spill at the kernel's 168-register bound, NVRTC 13.0).
 COLUMN_REGISTERS = 64
+STREAM_K_REGISTERS = 160
 F32_BOX_COLS = BOX // 2          # fp32 columns of a 128-byte swizzle row
 # Named barriers of the compute warp groups' epilogues (8 + wg): above those pipeline_loads
 # gives the warp roles (1 + role, and ping-pong's turns).
@@ -100,7 +108,8 @@ def _split_k_buffers(kernel: K.Kernel, mma, batches, per_batch) -> tuple:
     partials, [tile][split][tile_m x tile_n] (SplitKReduce's layout within a warp group's
     share), and one arrival counter per warp group of each tile, zeroed once, left zeroed by
     every launch. Their sizes are expressions of the fusion's extents (the launch's) and the
-    kernel's (the interpreter's)."""
+    kernel's (the interpreter's). Stream-K: a slot per tile of its stream-K part (fewer than
+    twice the grid), up to params.stream_k partials each."""
     from ..ir import scalar as S
     p = mma.params
     a_in, b_in = mma.a.definition.inputs[0], mma.b.definition.inputs[0]
@@ -110,13 +119,17 @@ def _split_k_buffers(kernel: K.Kernel, mma, batches, per_batch) -> tuple:
     batch = final.domain.logical[0].extent if len(final.domain.logical) == 3 else 1
     tiles = S.mul(S.mul(S.ceil_div(m, p.tile_m), S.ceil_div(n, p.tile_n)), batch)
     k_tiles = K.mul(batches, per_batch)
+    splits = p.split_k
+    if p.stream_k:
+        tiles, k_tiles = S.smin(tiles, 2 * p.grid), K.Bin("min", k_tiles, K.Const(2 * p.grid))
+        splits = p.stream_k
     wgs = p.warp_groups_per_role
     n_ws = len(kernel.workspaces)
     out = []
     for name, dtype, kind, elems, k_elems in (
             (f"pf_skp{n_ws}", DataType.Float, "split_k_partials",
-             S.mul(tiles, p.split_k * p.tile_m * p.tile_n),
-             K.mul(k_tiles, p.split_k * p.tile_m * p.tile_n)),
+             S.mul(tiles, splits * p.tile_m * p.tile_n),
+             K.mul(k_tiles, splits * p.tile_m * p.tile_n)),
             (f"pf_skc{n_ws}", DataType.Int32, "split_k_counters", S.mul(tiles, wgs),
              K.mul(k_tiles, wgs))):
         buf = K.Buffer(name, dtype, "global", k_elems)
@@ -125,6 +138,83 @@ def _split_k_buffers(kernel: K.Kernel, mma, batches, per_batch) -> tuple:
         kernel.workspace_elements[name] = elems
         out.append(buf)
     return tuple(out)
+
+
+def stream_k_units(tiles, k_blocks, max_ctas: int) -> dict:
+    """Stream-K's partition of a matmul's work over the persistent CTAs (gridDim.x = G), as
+    kernel expressions of `tiles`, `k_blocks` and the CTA (blockIdx.x = g):
+
+        whole waves but the last, data-parallel: dp = max(tiles / G - 1, 0) * G tiles, CTA g
+          taking tiles g, g + G, ... whole (n_dp = dp / G of them);
+        the rest, stream-K: their (tiles - dp) * k_blocks k blocks in one sequence, CTA g
+          taking blocks [g W, g W + W) of it (clipped to its end), W = max(ceil(blocks / G),
+          ceil(k_blocks / (max_ctas - 1))): a tile's blocks span at most max_ctas CTAs;
+          each maximal run of them within one tile is a work unit.
+
+    Returns "units" (CTA g's work units: its data-parallel tiles, then its stream-K runs),
+    "defs" (the partition's scalars, defined at the top of each unit), and for unit u,
+    functions of u: "tile", its first and past-the-end k blocks "kbeg", "kend", "before" (the
+    k blocks of the CTA's units before u), and for a stream-K run "slot" (the
+    tile's index within the stream-K part), "split" (which of the tile's CTAs this is, in
+    k order), "ctas" (how many CTAs share the tile)."""
+    G, g = K.Special("gridDim.x"), K.Special("blockIdx.x")
+
+    def partition(at: dict) -> dict:
+        """The partition's scalars, each written with `at`'s earlier ones (expressions, or
+        the variables defined for them)."""
+        out = dict(at)
+        out["dp"] = K.mul(K.Bin("max", K.sub(K.div(tiles, G), 1), K.Const(0)), G)
+        blocks = K.mul(K.sub(tiles, at.get("dp", out["dp"])), k_blocks)
+        out["width"] = K.Bin("max", K.ceil_div(blocks, G), K.ceil_div(k_blocks, max_ctas - 1))
+        out["begin"] = _min(K.mul(g, at.get("width", out["width"])), blocks)
+        out["end"] = _min(K.add(at.get("begin", out["begin"]), at.get("width", out["width"])),
+                          blocks)
+        out["first"] = K.div(at.get("begin", out["begin"]), k_blocks)
+        return out
+    # The unit count, an expression (the pipeline's trips are defined before the roles split);
+    # the rest reads the scalars each unit defines at its top.
+    e = partition({})
+    runs = K.Select(K.lt(e["begin"], e["end"]),
+                    K.add(K.sub(K.div(K.sub(e["end"], 1), k_blocks), e["first"]), 1), K.Const(0))
+    units = K.add(K.div(e["dp"], G), runs)
+    var = {name: K.Var(f"pf_sk_{name}") for name in e}
+    defs = [K.ScalarDef(var[name], x) for name, x in partition(var).items()]
+    dp, width, begin, end, first = (var[x] for x in ("dp", "width", "begin", "end", "first"))
+    n_dp = K.div(dp, G)
+
+    def data_parallel(u):
+        return K.lt(u, n_dp)
+
+    def slot(u):            # the stream-K tile of run u - n_dp
+        return K.add(first, K.sub(u, n_dp))
+
+    def tile(u):
+        return K.Select(data_parallel(u), K.add(g, K.mul(u, G)), K.add(dp, slot(u)))
+
+    def kbeg(u):
+        return K.Select(data_parallel(u), K.Const(0),
+                        K.Bin("max", K.sub(begin, K.mul(slot(u), k_blocks)), K.Const(0)))
+
+    def kend(u):
+        return K.Select(data_parallel(u), k_blocks,
+                        _min(K.sub(end, K.mul(slot(u), k_blocks)), k_blocks))
+
+    def before(u):
+        stream = K.add(K.mul(n_dp, k_blocks),
+                       K.sub(K.add(K.mul(slot(u), k_blocks), kbeg(u)), begin))
+        return K.Select(data_parallel(u), K.mul(u, k_blocks), stream)
+
+    def first_cta(u):
+        return K.div(K.mul(slot(u), k_blocks), width)
+
+    def split(u):
+        return K.sub(g, first_cta(u))
+
+    def ctas(u):
+        last = K.div(K.sub(K.mul(K.add(slot(u), 1), k_blocks), 1), width)
+        return K.add(K.sub(last, first_cta(u)), 1)
+    return {"units": units, "defs": defs, "tile": tile, "kbeg": kbeg, "kend": kend,
+            "before": before, "slot": slot, "split": split, "ctas": ctas}
 
 
 def _f32_pairs(stage, box, group, frag_row, frag_col, values) -> list:
@@ -170,6 +260,11 @@ def build_matmul(kernel: K.Kernel) -> K.Kernel:
         raise ValueError(f"build_matmul: tile {tm}x{tn} of {dtype.short_name} is not built")
     if p.split_k > 1 and p.cluster > 1:
         raise ValueError("build_matmul: split-K in clusters is not built")
+    if p.stream_k and (p.stream_k < 2 or p.split_k > 1 or p.cluster > 1 or p.compute_roles > 1
+                       or p.staged_input >= 0):
+        raise ValueError(f"build_matmul: stream-K over {p.stream_k} CTAs per tile is built for "
+                         "cooperative tiles of 2 CTAs or more, without split-K, clusters or a "
+                         "staged epilogue input")
 
     def extent(tv, d):
         return scalar_to_kexpr(tv.domain.logical[d].extent, ctx.names)
@@ -244,6 +339,17 @@ def build_matmul(kernel: K.Kernel) -> K.Kernel:
     unit_defs = ([K.ScalarDef(tile_v, K.div(t, splits)), K.ScalarDef(split_v, K.mod(t, splits))]
                  if splits > 1 else [])
     tile = tile_v if splits > 1 else t
+    # Stream-K (params.stream_k): unit t of the CTA is a tile whole or a run of its k blocks
+    # [kbeg, kend) (stream_k_units); the k loop's trips vary by unit, and its count_before
+    # keeps the pipeline's stage counter running across them.
+    stream = stream_k_units(K.mul(batches, per_batch), K.ceil_div(k, TILE_K), p.stream_k) \
+        if p.stream_k else None
+    kbeg_v, kend_v, before_v = K.Var("pf_unit_kbeg"), K.Var("pf_unit_kend"), K.Var("pf_unit_before")
+    if stream:
+        unit_defs = stream["defs"] + [K.ScalarDef(tile_v, stream["tile"](t)),
+                     K.ScalarDef(kbeg_v, stream["kbeg"](t)), K.ScalarDef(kend_v, stream["kend"](t)),
+                     K.ScalarDef(before_v, stream["before"](t))]
+        tile = tile_v
     bt_v, m0, n0 = K.Var("pf_tile_batch"), K.Var("pf_tile_m0"), K.Var("pf_tile_n0")
     cta_v = K.Var("pf_tile_cta")
     if C > 1:
@@ -300,7 +406,7 @@ def build_matmul(kernel: K.Kernel) -> K.Kernel:
     wg_row0 = K.mul(_TIDY, slices * WARP_GROUP_ROWS) if wgs > 1 else K.Const(0)
     mmas: list = [K.WgmmaFence()]
     for ks in range(TILE_K // K_STEP):
-        scale_d = K.Const(True, "bool") if ks else K.Bin("!=", kb, K.Const(0))
+        scale_d = K.Const(True, "bool") if ks else K.Bin("!=", kb, kbeg_v if stream else K.Const(0))
         if mn_major:    # the K step is 16 rows of each 64 x 64 box
             b_at, chunk = K.Const(ks * K_STEP * BOX), BOX * TILE_K * dtype.size
         else:
@@ -317,7 +423,8 @@ def build_matmul(kernel: K.Kernel) -> K.Kernel:
     # releases a slot one iteration late (lower/pipeline.release_lag) and waits for all after
     # the loop.
     mmas += [K.WgmmaCommit(), K.WgmmaWait(1)]
-    k_loop = K.ForLoop(kb, K.Const(0), unit_k_blocks, K.Const(1), loads + mmas)
+    k_loop = (K.ForLoop(kb, kbeg_v, kend_v, K.Const(1), loads + mmas, count_before=before_v)
+              if stream else K.ForLoop(kb, K.Const(0), unit_k_blocks, K.Const(1), loads + mmas))
 
     lane, warp = K.Var("pf_lane"), K.Var("pf_warp")
     row, unit_hi = K.Var("pf_st_row"), K.Var("pf_st_unit")
@@ -363,12 +470,17 @@ def build_matmul(kernel: K.Kernel) -> K.Kernel:
     # a tile of few k blocks waited for them (x @ W^T + b at 3000x2056x1032: 30.4 us against
     # the bare matmul's 28.7, and 28.8 with the loads hoisted; H200, bench/results/2026-12-01/
     # h200-matmul-epilogue-session33.txt). At most COLUMN_REGISTERS registers of them.
+    # Stream-K's runs keep more scalars live across the k loop: there the column registers and
+    # the accumulators together stay within STREAM_K_REGISTERS (a 128x256 tile's bias spilled
+    # 96 bytes, NVRTC 13.0).
     col_slots = tn // 4
+    col_budget = (min(COLUMN_REGISTERS, STREAM_K_REGISTERS - p.accumulators) if stream
+                  else COLUMN_REGISTERS)
     col_bufs: dict = {}
     for v, roles_of_dims in mma.input_dims:
         if (v is staged or v not in fusion.inputs or "m" in roles_of_dims
                 or "n" not in roles_of_dims
-                or (len(col_bufs) + 1) * col_slots > COLUMN_REGISTERS):
+                or (len(col_bufs) + 1) * col_slots > col_budget):
             continue
         col_bufs[v] = K.Buffer(f"pf_col{v.name}", compute_type(v.dtype), "local",
                                K.Const(col_slots))
@@ -539,7 +651,8 @@ def build_matmul(kernel: K.Kernel) -> K.Kernel:
         staged_first = (first_loads(0) if wgs == 1 else
                         [K.IfThenElse(K.eq(_TIDY, 0), first_loads(0), first_loads(1))])
 
-    split_bufs = _split_k_buffers(kernel, mma, batches, per_batch) if splits > 1 else None
+    split_bufs = (_split_k_buffers(kernel, mma, batches, per_batch)
+                  if splits > 1 or stream else None)
 
     def unit_epilogue(wg: int) -> list:
         """Warp group wg's epilogue; with split-K, after its partials are summed, by the last
@@ -550,18 +663,28 @@ def build_matmul(kernel: K.Kernel) -> K.Kernel:
         rows = tuple(K.sub(K.sub(m, m0), (wg * slices + sl) * WARP_GROUP_ROWS)
                      for sl in range(slices))
         barrier = (EPILOGUE_BARRIER + wg, 128) if wgs > 1 else None     # else the role's
-        return [K.SplitKReduce(last, tuple(accs), *split_bufs, K.add(K.mul(tile, wgs), wg),
-                               split_v, frag_row, rows, splits, barrier),
-                K.IfThenElse(last, epilogue_of(wg))]
+        if stream:      # a stream-K run's partial; a tile taken whole runs its epilogue alone
+            whole = K.and_(K.eq(kbeg_v, 0), K.eq(kend_v, K.ceil_div(k, TILE_K)))
+            # Every register is stored (rows past the matrix hold zeros): no row bound.
+            every = tuple(K.Const(WARP_GROUP_ROWS) for _ in accs)
+            reduce = K.SplitKReduce(last, tuple(accs), *split_bufs,
+                                    K.add(K.mul(stream["slot"](t), wgs), wg), stream["split"](t),
+                                    K.Const(0), every, p.stream_k, barrier,
+                                    arrivals=stream["ctas"](t), whole=whole)
+        else:
+            reduce = K.SplitKReduce(last, tuple(accs), *split_bufs, K.add(K.mul(tile, wgs), wg),
+                                    split_v, frag_row, rows, splits, barrier)
+        return [reduce, K.IfThenElse(last, epilogue_of(wg))]
 
     epilogue: list = [K.AccumulatorFence(acc) for acc in accs]
     if wgs == 1:
         epilogue += unit_epilogue(0)
     else:
         epilogue.append(K.IfThenElse(K.eq(_TIDY, 0), unit_epilogue(0), unit_epilogue(1)))
-    tile_loop = K.ForLoop(t, K.Const(0), K.mul(K.mul(batches, per_batch), splits * C), K.Const(1),
-                          tile_defs + column_loads + staged_first + [k_loop] + epilogue,
-                          parallel="GridStride")
+    tile_body = tile_defs + column_loads + staged_first + [k_loop] + epilogue
+    tile_loop = (K.ForLoop(t, K.Const(0), stream["units"], K.Const(1), tile_body) if stream else
+                 K.ForLoop(t, K.Const(0), K.mul(K.mul(batches, per_batch), splits * C),
+                           K.Const(1), tile_body, parallel="GridStride"))
     # The fusion's loop nests (LoweringContext) are replaced by this nest of its own.
     kernel.replaced_loops.update(id(lp) for lp in ctx.all_loops())
     # The staged input's mbarriers: set up and taken down by each compute role's first thread,

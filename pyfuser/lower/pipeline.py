@@ -108,7 +108,9 @@ Limitations: the loads buffered over one loop share stages, prefetch and kind (T
 not mixed); the load sub-tree holds only the copies (and their loops); the one-role kinds pipeline
 L alone (a loop around L starts and drains the pipeline at each of its iterations), and the
 warp-specialized chain must be rectangular (an inner loop's trips do not depend on outer
-indices) and start at the kernel's top level; the split is along threadIdx.y, with blockDim.z 1,
+indices) or a nest of two whose inner loop names its `count_before` (its iterations in the
+outer loop's earlier iterations: the stage counter is count_before + k; one compute role), and
+start at the kernel's top level; the split is along threadIdx.y, with blockDim.z 1,
 the compute rows times threadIdx.x and the producer rows each whole warp groups; multicast
 copies of one cluster size, the cluster along x; no cluster or grid reduction, no
 block-shared accumulator in a compute role; with R > 1 compute roles, no
@@ -125,7 +127,7 @@ from ..ir.tensor import CpAsyncPipelined, WarpSpecialized
 from ..kir import nodes as K
 from ..kir.registers import check_register_counts, default_register_split
 from ..kir.rewrite import (Rewriter, Substitution, accesses, fresh_stmts, replace_stmt, subexprs,
-                           substitute_stmts, vars_read)
+                           substitute_stmts, vars_in, vars_read)
 from ..kir.verifier import Rule, establishes
 from .context import LoweringError
 from .index import reader_index
@@ -821,13 +823,18 @@ def _warp_roles(kernel: K.Kernel, kind: WarpSpecialized) -> K.WarpRoles:
 class _Chain:
     """The loops a warp-specialized pipeline runs over, outermost first (the buffered loop
     last), with their trip counts and index maps; `counter(ks)` is the stage counter of
-    iteration indices ks (row-major over the trips: it runs on across the outer loops)."""
+    iteration indices ks (row-major over the trips: it runs on across the outer loops). A nest
+    of two whose inner trips depend on the outer iteration (`ragged`) counts from the inner
+    loop's count_before instead: its iterations in the outer loop's earlier iterations."""
 
     loops: list
     trips: list
     index_at: list
+    ragged: bool = False
 
     def counter(self, ks) -> K.KExpr:
+        if self.ragged:
+            return K.add(self.loops[-1].count_before, ks[-1])
         c = ks[0]
         for k, t in zip(ks[1:], self.trips[1:]):
             c = K.add(K.mul(c, t), k)
@@ -844,13 +851,19 @@ def _chain(chain_path, items) -> _Chain:
                                 f"{type(s).__name__} {getattr(s, 'parallel', '')}")
         loops.append(s)
     trips, index_at = zip(*(trip_count(lp) for lp in loops))
-    outer = {lp.var.name for lp in loops}
+    # What an outer loop's iteration defines: its index and the scalars of its body.
+    outer = {lp.var.name for lp in loops[:-1]} | {
+        s.var.name for lp in loops[:-1] for s in lp.body if isinstance(s, K.ScalarDef)}
+    ragged = False
     for lp, t in zip(loops[1:], trips[1:]):
         if any(isinstance(x, K.Var) and x.name in outer for x in subexprs(t)):
-            raise LoweringError(f"T{tv.name}: the trips of loop {lp.var!r} depend on an outer "
-                                "loop of the pipeline (the stage counter needs a rectangular "
-                                "nest)")
-    return _Chain(loops, list(trips), list(index_at))
+            if lp.count_before is None or len(loops) != 2:
+                raise LoweringError(f"T{tv.name}: the trips of loop {lp.var!r} depend on an outer "
+                                    "loop of the pipeline (the stage counter needs a rectangular "
+                                    "nest, or a nest of two whose inner loop gives its "
+                                    "count_before)")
+            ragged = True
+    return _Chain(loops, list(trips), list(index_at), ragged)
 
 
 def _warp_specialize(kernel: K.Kernel, chain_path, items) -> None:
@@ -872,10 +885,16 @@ def _warp_specialize(kernel: K.Kernel, chain_path, items) -> None:
     for b in buffered:
         b.bars = full
     empty = K.MBarriers(f"pf_empty_{loop.var.name}", n_stages)
-    trips_vars = [K.Var(f"pf_ws_trips_{lp.var.name}") for lp in chain.loops]
+    # The trip counts defined once at the top (a ragged nest's inner count is the outer
+    # iteration's: it stays an expression of that iteration's scalars).
+    hoisted = chain.loops[:-1] if chain.ragged else chain.loops
+    trips_vars = [K.Var(f"pf_ws_trips_{lp.var.name}") for lp in hoisted]
     trips_defs = [K.ScalarDef(v, t) for v, t in zip(trips_vars, chain.trips)]
-    chain.trips = list(trips_vars)
+    chain.trips = list(trips_vars) + chain.trips[len(hoisted):]
     R = roles.compute_roles
+    if chain.ragged and R > 1:
+        raise LoweringError("ping-pong compute roles over a ragged nest (the roles' turns count "
+                            "whole outer iterations of equal trips)")
 
     # Producer: one elected thread runs the chain's loops with the copies only. Each loop of
     # the chain defines its index, and the scalars of its body the copies read, at its top: a
@@ -985,6 +1004,9 @@ def _loop_defs(chain: _Chain, ks, body: list) -> list:
         lp = chain.loops[lvl]
         defs = []
         if lvl < len(chain.loops) - 1:
+            # The inner loop's trips and count_before (a ragged nest's) read this level's scalars.
+            needed |= {v for e in (chain.trips[lvl + 1], chain.loops[lvl + 1].count_before)
+                       if e is not None for v in vars_in(e)}
             for s in reversed([s for s in lp.body if isinstance(s, K.ScalarDef)]):
                 if s.var.name in needed:
                     defs.insert(0, s)

@@ -86,6 +86,8 @@ numpy over the thread set:
   - SplitKReduce runs per warp group: its partial (the registers of valid rows) is kept by
     (slot, split), its arrival counted per slot in block order; the arrival that completes a
     slot is the last, which sums the slot's partials in split order (float32 adds from 0).
+    Stream-K's (with `whole`): the groups of later splits store first; split 0 then sums, and
+    fails if a partial it would wait for is not stored yet (the CTAs run in lockstep here).
     A partial stored twice before its sum, a slot summed without one of its partials, or
     partials left unsummed at the kernel's end are errors.
 
@@ -2912,22 +2914,29 @@ class Interpreter:
         valid rows as partial `split` of `slot`; its arrival at the slot's counter is counted
         in block order (on a GPU any order), and the one that makes `splits` arrivals is the
         last: it sums the slot's partials in split order (float32 adds from 0) into its
-        registers (those of invalid rows: 0). `last` is set in every thread."""
+        registers (those of invalid rows: 0). `last` is set in every thread. Stream-K:
+        `arrivals` (per slot) in place of `splits`; a warp group whose `whole` is true stores
+        nothing and is last; split 0 of a slot is the last, and sums (its own registers first)
+        once the others have stored theirs."""
         groups = self._collective(s, ctx, 128)
         values = {}
         for name in ("slot", "split", "frag_row"):
             values[name] = ctx.arr(ctx.ev(getattr(s, name)), np.int64).astype(np.int64)
-        for name in ("slot", "split"):
+        for name, e in (("arrivals", K.Const(s.splits) if s.arrivals is None else s.arrivals),
+                        ("whole", K.Const(0) if s.whole is None else s.whole)):
+            values[name] = ctx.arr(ctx.ev(e), np.int64).astype(np.int64)
+        for name in ("slot", "split", "arrivals", "whole"):
             per = values[name][groups]
             if (per != per[:, :1]).any():
                 g = int(np.argmax((per != per[:, :1]).any(axis=1)))
                 raise InterpreterError(f"split-K {name} {getattr(s, name)!r} is not uniform over "
                                        f"the warp group at {self._where(ctx, int(groups[g, 0]))}")
         slot, split = values["slot"][groups[:, 0]], values["split"][groups[:, 0]]
+        arrivals, whole = values["arrivals"][groups[:, 0]], values["whole"][groups[:, 0]] != 0
         part = s.registers * 128
         room = self._mem(ctx, s.partials).limit, self._mem(ctx, s.counters).limit
-        bad = ((split < 0) | (split >= s.splits) | (slot < 0) | (slot >= room[1])
-               | ((slot * s.splits + split + 1) * part > room[0]))
+        bad = ~whole & ((split < 0) | (split >= arrivals) | (arrivals > s.splits) | (slot < 0)
+                        | (slot >= room[1]) | ((slot * s.splits + split + 1) * part > room[0]))
         if bad.any():
             g = int(np.argmax(bad))
             raise InterpreterError(
@@ -2946,23 +2955,47 @@ class Interpreter:
             valid.append(row < ctx.arr(ctx.ev(rows), np.int64)[:, None])
         vals, poison, valid = (np.concatenate(x, axis=1) for x in (vals, poison, valid))
         last = np.zeros(ctx.n, dtype=bool)
-        for g in range(len(groups)):
-            key = (int(slot[g]), int(split[g]))
-            if key in self._split_partials:
-                raise InterpreterError(f"split-K partial {key[1]} of slot {key[0]} stored twice "
-                                       f"before its sum at {self._where(ctx, int(groups[g, 0]))}")
+        stream = s.whole is not None
+        if stream:      # stream-K's partials hold every register (rows past the matrix too)
+            valid = np.ones_like(valid)
+        # Stream-K: the later runs of a tile store first, then each tile's split 0 (which waits
+        # for them on a GPU) adds them to its own registers.
+        order = (sorted(range(len(groups)), key=lambda g: split[g] == 0) if stream
+                 else range(len(groups)))
+        for g in order:
             at = groups[g]
-            self._split_partials[key] = (vals[at], poison[at] & valid[at], valid[at])
-            arrived = self._split_arrivals.get(key[0], 0) + 1
-            self._split_arrivals[key[0]] = arrived % s.splits
-            if arrived < s.splits:
+            if whole[g]:
+                last[at] = True
                 continue
+            key = (int(slot[g]), int(split[g]))
+            count = int(arrivals[g])
+            if stream and key[1] == 0:
+                if self._split_arrivals.get(key[0], 0) != count - 1:
+                    raise InterpreterError(
+                        f"stream-K: split 0 of slot {key[0]} waits for {count - 1} partials, "
+                        f"{self._split_arrivals.get(key[0], 0)} stored by then (the CTAs run in "
+                        f"lockstep here) at {self._where(ctx, int(groups[g, 0]))}")
+                self._split_arrivals[key[0]] = 0
+                self._split_partials[key] = (vals[at], poison[at] & valid[at], valid[at])
+            else:
+                if key in self._split_partials:
+                    raise InterpreterError(f"split-K partial {key[1]} of slot {key[0]} stored "
+                                           f"twice before its sum at "
+                                           f"{self._where(ctx, int(groups[g, 0]))}")
+                self._split_partials[key] = (vals[at], poison[at] & valid[at], valid[at])
+                arrived = self._split_arrivals.get(key[0], 0) + 1
+                if stream:
+                    self._split_arrivals[key[0]] = arrived
+                    continue
+                self._split_arrivals[key[0]] = arrived % count
+                if arrived < count:
+                    continue
             total = np.zeros((128, vals.shape[1]), dtype=np.float64)
             bad_bits = np.zeros_like(valid[at])
-            for j in range(s.splits):
+            for j in range(count):
                 got = self._split_partials.pop((key[0], j), None)
                 if got is None:
-                    raise InterpreterError(f"split-K: slot {key[0]} has {s.splits} arrivals but "
+                    raise InterpreterError(f"split-K: slot {key[0]} has {count} arrivals but "
                                            f"no partial {j}")
                 total = _round_array(DataType.Float, total + np.where(got[2], got[0], 0.0))
                 bad_bits |= got[1]

@@ -2188,6 +2188,9 @@ def random_options(rng: random.Random, pattern: str) -> dict:
         enable.append("matmul_pingpong")
     if pattern == "matmul" and rng.random() < 0.3:
         enable.append("matmul_split_k")
+    if pattern == "matmul" and rng.random() < 0.25:
+        # Stream-K (cooperative tiles; the heuristic's own rule takes it for few tiles of long K).
+        enable.append("matmul_stream_k")
     if pattern == "matmul" and rng.random() < 0.3:
         # Clusters of 2 CTAs with B multicast (the heuristic takes them only for large tiles
         # over a wave of SMs; with split-K also asked, the tile is not clustered).

@@ -331,6 +331,66 @@ def test_split_k_counters_are_left_zeroed_across_shapes():
         _split_k_run(_linear_fd(x, w), [x, w], False)
 
 
+# Stream-K (MatmulParams.stream_k, lower/matmul.py stream_k_units): the feature matmul_stream_k
+# forces it on cooperative tiles; a tile's runs spread over up to stream_k CTAs, whose partials
+# the last adds in k order: two runs give the same bits.
+STREAM_K = {"enable": ["matmul_stream_k", "matmul_few_rows"], "disable": ["matmul_pingpong"]}
+
+
+def _stream_k_run(fd, inputs, opts=STREAM_K):
+    run_and_check(fd, inputs, scheduler="matmul", options=opts)
+    p = fd.last_run.heuristics[0]
+    assert p.stream_k >= 2 and p.compute_roles == 1 and p.split_k == 1, p
+    first = fd.execute(inputs, options=opts)
+    again = fd.execute(inputs, options=opts)
+    assert all(torch.equal(a, b) for a, b in zip(first, again))
+    return p
+
+
+@pytest.mark.parametrize("m, n, k", [
+    (1536, 1536, 4096),      # 72 tiles of 128x192 under a wave: runs of about half a tile
+    (768, 768, 8192),        # few tiles, long K: a tile over several CTAs
+    (3000, 2056, 1032),      # ragged; tiles past a wave: data-parallel tiles, then stream-K
+    (4096, 4096, 4096),      # several data-parallel waves before the stream-K part
+    (129, 264, 4104),        # one or two tiles spread over many CTAs, K ragged
+    (64, 4096, 4096),        # few rows: one valid warp group of each partial
+])
+def test_stream_k(m, n, k):
+    x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
+    _stream_k_run(_linear_fd(x, w), [x, w])
+
+
+@pytest.mark.parametrize("kind", ["bias_gelu", "bias_and_gelu", "scales_silu"])
+def test_stream_k_fused_epilogue(kind):
+    """The epilogue runs once per tile, on the summed accumulators, in the last CTA."""
+    fd, inputs = _epilogue_case(kind, 520, 1032, 4096)
+    _stream_k_run(fd, inputs)
+
+
+def test_stream_k_batched_mn_major():
+    a = torch.randn(3, 300, 2048, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(3, 2048, 520, device="cuda", dtype=torch.bfloat16)
+    p = _stream_k_run(_matmul_fd(a, b), [a, b])
+    assert p.b_major == "MN"
+
+
+@pytest.mark.parametrize("m, n, k", [(768, 768, 8192), (256, 256, 16384)])
+def test_stream_k_by_the_heuristic(m, n, k):
+    """Few tiles of a long K: the heuristic's own choice is stream-K (no feature asked)."""
+    x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
+    _stream_k_run(_linear_fd(x, w), [x, w], opts=None)
+
+
+def test_stream_k_counters_are_left_zeroed_across_shapes():
+    """One compiled kernel at two shapes in turn: each launch leaves the counters at zero."""
+    w = torch.randn(1024, 4096, device="cuda", dtype=torch.bfloat16)
+    for m in (512, 300, 512, 300):
+        x = torch.randn(m, 4096, device="cuda", dtype=torch.bfloat16)
+        _stream_k_run(_linear_fd(x, w), [x, w])
+
+
 # A column-major A (x.t() of a row-major [K, M]: MN-major, read with imm-trans-a).
 @pytest.mark.parametrize("m, n, k, b_major, pingpong", [
     (256, 320, 192, "MN", False),    # both operands MN-major (a.t() @ b of row-major tensors)

@@ -280,5 +280,15 @@ __device__ __forceinline__ void store_f32x2(float* p, float a, float b) {
 __device__ __forceinline__ void load_cg_f32x2(const float* p, float& a, float& b) {
   asm volatile("ld.global.cg.v2.f32 {%0, %1}, [%2];" : "=f"(a), "=f"(b) : "l"(p) : "memory");
 }
+// Stream-K's partials: four accumulators (two rows' pairs) as one 16-byte access.
+__device__ __forceinline__ void store_f32x4(float* p, float a, float b, float c, float d) {
+  asm volatile("st.global.v4.f32 [%0], {%1, %2, %3, %4};" ::"l"(p), "f"(a), "f"(b), "f"(c),
+               "f"(d) : "memory");
+}
+__device__ __forceinline__ void load_cg_f32x4(const float* p, float& a, float& b, float& c,
+                                              float& d) {
+  asm volatile("ld.global.cg.v4.f32 {%0, %1, %2, %3}, [%4];"
+               : "=f"(a), "=f"(b), "=f"(c), "=f"(d) : "l"(p) : "memory");
+}
 
 }  // namespace pf

@@ -34,8 +34,10 @@ may be K-major (x [M, K]) or MN-major (a column-major A, x.t() of a row-major [K
 (fd.from_pytorch of a [1, K] row); other broadcast operand dims are refused by can_schedule.
 Not built yet (issues 20 and 21): a batch broadcast against another, more than one batch dim,
 clusters of more than 2 CTAs chosen by the heuristic (4 along M run: slower where measured),
-stream-K. Split-K is built (MatmulParams.split_k) and
-chosen only when the feature matmul_split_k asks. Batches (3-D operands, [batch, rows,
+stream-K with ping-pong tiles or clusters. Split-K is built (MatmulParams.split_k) and
+chosen only when the feature matmul_split_k asks. Stream-K (MatmulParams.stream_k: the last
+waves' tiles cut into runs of k blocks, the same count for every SM's CTA) is chosen where the
+best data-parallel kernel leaves SMs idle and K is long (STREAM_K_TILES, stream_k_us). Batches (3-D operands, [batch, rows,
 cols]; a 2-D operand shared by every batch) go through 3-D tensor maps, the batch the tile
 index's outermost part.
 
@@ -183,6 +185,69 @@ def estimated_us(shape: TileShape, tiles: int, k_blocks: int, sms: int, split_k:
     return us
 
 
+# Stream-K (MatmulParams.stream_k): every CTA of the grid takes the same count of k blocks of
+# the last waves' tiles; a tile's runs store fp32 partials that its first run's CTA (at the end
+# of its own work) waits for and adds. Fitted on the H200 (tools/sweep_matmul.py --stream,
+# bench/results/2026-12-01/h200-stream-k-session34.txt), us: a fixed STREAM_K_FIXED_US (the
+# launch, the pipeline's fill, the last tile's epilogue and the fixup's wait), each CTA's k
+# blocks at the tile's busy rate, and the partials read back by a tile's first CTA; offered
+# where the best data-parallel kernel leaves SMs idle (tiles for at most STREAM_K_MAX_BUSY of
+# them) and K is long, and measured faster there: 768x768x8192 36.8 -> 33.1 (cuBLAS 26.2),
+# 512x1024x8192 36.3 -> 27.7 (cuBLAS 22.8), 256x256x16384 63.5 -> 24.3 (cuBLAS 15.7); slower
+# where the tiles fill most SMs (1536x1536x4096 96 tiles of 128x192: 37.0 -> 45.8; 1000^3,
+# 2304x2304x2048, 4096^3) or K is 4096 (300x4096x4096).
+STREAM_K_TILES = (
+    TileShape(128, 256, 1, busy_us=0.82, alone_us=0.55),
+    TileShape(128, 192, 1, busy_us=0.64, alone_us=0.48),
+    # Cooperative 128x128 and 128x64 tiles are offered for stream-K alone (ping-pong wins where
+    # the tiles run whole); us per k block fitted from their stream-K runs (128x128: 47.8 us at
+    # 1536x1536x4096 for 70 blocks a CTA; 128x64: 24.3 us at 256x256x16384, 18 blocks a CTA).
+    TileShape(128, 128, 1, busy_us=0.50, alone_us=0.35),
+    TileShape(128, 64, 1, busy_us=0.45, alone_us=0.21),
+)
+STREAM_K_FIXED_US = 13.0
+STREAM_K_BYTES_PER_US = 150e3
+STREAM_K_MAX_BUSY = 0.6
+# ... and only for K of 128 blocks or more: with 64 (K = 4096) measured slower than the best
+# data-parallel kernel even under 0.6 of the SMs busy (300x4096x4096: 33.3 us against ping-pong
+# 128x128's 29.8), and 768x768x8192 and 512x1024x8192 (128 blocks) faster.
+STREAM_K_MIN_K_BLOCKS = 128
+MIN_STREAM_K_BLOCKS = 4  # k blocks per CTA at least: fewer CTAs take the work
+
+
+def stream_k_width(tiles: int, k_blocks: int, sms: int, max_ctas: int) -> tuple[int, int]:
+    """(data-parallel tiles, k blocks per CTA of the stream-K part): lower/matmul.py
+    stream_k_units' partition over `sms` CTAs, a tile over at most `max_ctas` of them."""
+    dp = max(tiles // sms - 1, 0) * sms
+    blocks = (tiles - dp) * k_blocks
+    return dp, max(-(-blocks // sms), -(-k_blocks // (max_ctas - 1)))
+
+
+def stream_k_choice(shape: TileShape, tiles: int, k_blocks: int, sms: int) -> int:
+    """The CTAs per tile (MatmulParams.stream_k) of a stream-K kernel of `tiles` tiles of the
+    cooperative `shape` over `sms` CTAs (0 for ping-pong tiles): each CTA takes at least
+    MIN_STREAM_K_BLOCKS k blocks, a tile spreads over at most MAX_SPLIT_K CTAs."""
+    if shape.compute_roles != 1:
+        return 0
+    dp = max(tiles // sms - 1, 0) * sms
+    width = max(-(-(tiles - dp) * k_blocks // sms), MIN_STREAM_K_BLOCKS,
+                -(-k_blocks // (MAX_SPLIT_K - 1)))
+    return -(-k_blocks // width) + 1
+
+
+def stream_k_us(shape: TileShape, tiles: int, k_blocks: int, sms: int, max_ctas: int,
+                rows: int | None = None, epilogue: float = 0.0) -> float:
+    """The estimated time of a stream-K kernel (stream_k_width's partition): the data-parallel
+    waves, then each CTA's k blocks at the busy rate, the partials of a tile's other CTAs read
+    back, a tile's epilogue, and STREAM_K_FIXED_US."""
+    dp, width = stream_k_width(tiles, k_blocks, sms, max_ctas)
+    partial = shape.tile_m * shape.tile_n * 4
+    ctas = min(max_ctas, -(-k_blocks // width) + 1)
+    per_tile = k_blocks * shape.busy_us + TILE_OVERHEAD_US + epilogue
+    return (dp // sms * per_tile + width * shape.busy_us + epilogue
+            + (ctas - 1) * partial / STREAM_K_BYTES_PER_US + STREAM_K_FIXED_US)
+
+
 def split_k_choices(shape: TileShape, tiles: int, k_blocks: int, sms: int,
                     forced: bool | None) -> tuple:
     """The split-K factors offered for `tiles` tiles of `shape`: 1, and where the feature
@@ -311,6 +376,12 @@ class MatmulParams:
     # then stored from, and each thread reads its fragment's values with ldmatrix at its
     # stmatrix addresses (lower/matmul.py), instead of one 2-byte global load per element.
     staged_input: int = -1
+    # Stream-K (0: off): the tiles of the last waves' worth are cut into runs of k blocks,
+    # the same count per CTA, a tile's runs spread over at most `stream_k` CTAs (>= 2) whose
+    # fp32 partials the last of them adds in k order (lower/matmul.py stream_k_units, kir
+    # SplitKReduce); the waves before run whole tiles. Cooperative tiles alone, without
+    # split-K, clusters or a staged input.
+    stream_k: int = 0
 
     @property
     def outputs(self) -> int:
@@ -354,6 +425,8 @@ class MatmulParams:
                 f"{self.staging_boxes} of {self.boxes_per_tile} epilogue boxes staged"
                 + (f", {self.outputs} outputs stored" if self.outputs > 1 else "")
                 + (f", split-K over {self.split_k} CTAs per tile" if self.split_k > 1 else "")
+                + (f", stream-K (a tile over at most {self.stream_k} CTAs)" if self.stream_k
+                   else "")
                 + (f", clusters of {self.cluster_m} CTAs along M sharing B (multicast)"
                    if self.cluster_m > 1 else "")
                 + (f", clusters of {self.cluster_n} CTAs along N sharing A (multicast)"
@@ -557,23 +630,41 @@ def compute_heuristics(fusion, info: RuntimeInfo) -> MatmulParams:
     # Each tile with each split-K factor offered for it (the feature matmul_split_k forces
     # splitting on or off).
     forced_split = info.feature("matmul_split_k")
-    choices = [(c, s) for c in offered
+    choices = [(c, s, 0) for c in offered
                for s in split_k_choices(c, tiles_of(c), k_blocks, sms, forced_split)]
+    # Stream-K's tiles where the best of those leaves SMs idle (or the feature matmul_stream_k
+    # forces it: then alone; forced off: never).
+    forced_stream = info.feature("matmul_stream_k")
+    if forced_stream or (forced_stream is None and pingpong is not True and not forced_split
+                         and k_blocks >= STREAM_K_MIN_K_BLOCKS):
+        streamed = [(c, 1, sk) for c in STREAM_K_TILES
+                    for sk in [stream_k_choice(c, tiles_of(c), k_blocks, sms)] if sk]
+        if forced_stream and streamed:
+            choices = streamed
+        elif choices:
+            first, s1, _ = min(choices, key=lambda cs: estimated_us(
+                cs[0], tiles_of(cs[0]), k_blocks, sms, cs[1], rows=m))
+            if tiles_of(first) * s1 <= STREAM_K_MAX_BUSY * sms:
+                choices = choices + streamed
     # The outputs the epilogue stores (can_schedule took them all: _epilogue), and whether it
     # computes ops (any expr besides the matmul; a linear's bias counts as one).
     output_bytes = tuple(o.dtype.size for o in fusion.outputs if isinstance(o, TensorView))
     has_ops = len(op.inputs) > 2 or any(
         e is not op and any(isinstance(o, TensorView) for o in e.outputs) for e in fusion.exprs())
-    best, split_k = min(choices, key=lambda cs: estimated_us(
-        cs[0], tiles_of(cs[0]), k_blocks, sms, cs[1], rows=m,
-        epilogue=epilogue_us(cs[0], has_ops, len(output_bytes))))
+    def cost(choice) -> float:
+        c, s, sk = choice
+        epi = epilogue_us(c, has_ops, len(output_bytes))
+        if sk:
+            return stream_k_us(c, tiles_of(c), k_blocks, sms, sk, rows=m, epilogue=epi)
+        return estimated_us(c, tiles_of(c), k_blocks, sms, s, rows=m, epilogue=epi)
+    best, split_k, stream_k = min(choices, key=cost)
     mid_sector = any(rows_start_mid_sector(f.sizes, f.strides, a.dtype.size) for f in (fa, fb))
-    cluster_m, cluster_n = cluster_choice(best, a_major, b_major, split_k, tiles_of(best),
-                                          k_blocks, sms, info.feature("matmul_cluster"),
-                                          mid_sector)
+    cluster_m, cluster_n = (1, 1) if stream_k else cluster_choice(
+        best, a_major, b_major, split_k, tiles_of(best), k_blocks, sms,
+        info.feature("matmul_cluster"), mid_sector)
     params = fitted_params(best.tile_m, best.tile_n, best.compute_roles, tiles_of(best), dev,
                            a.dtype.size, b_major, output_bytes, split_k, a_major,
-                           cluster_m=cluster_m, cluster_n=cluster_n)
+                           cluster_m=cluster_m, cluster_n=cluster_n, stream_k=stream_k)
     return dataclasses.replace(params, staged_input=staged_input(fusion, info, params,
                                                                  (batch, m, n)))
 
@@ -590,7 +681,7 @@ def staged_input(fusion, info, p: MatmulParams, bmn: tuple) -> int:
     warp's load touching 8 rows (8 L1 wavefronts for 64 bytes), about 4 us per tile of
     128 x 256 with the tensor cores idle; an L2 prefetch and unclamped addresses did not move
     it."""
-    if p.split_k != 1:
+    if p.split_k != 1 or p.stream_k:
         return -1
     op = _matmul_op(fusion)
     # The first stored output (can_schedule checked the epilogue: _epilogue's finals are the
@@ -622,11 +713,11 @@ def fitted_params(tm: int, tn: int, roles: int, tiles: int, dev, item_bytes: int
                   b_major: str, output_bytes: tuple = (2,), split_k: int = 1,
                   a_major: str = "K", epilogue_boxes: int | None = None,
                   cluster_m: int = 1, cluster_n: int = 1,
-                  max_stages: int = MAX_STAGES) -> MatmulParams:
+                  max_stages: int = MAX_STAGES, stream_k: int = 0) -> MatmulParams:
     """The parameters of a tm x tn tile (`roles` compute roles) on `dev`: as many stages (up to
     `max_stages`) as its shared memory holds beside the staging boxes (of each stored output, of
     its `output_bytes`), a persistent grid of min(work units, SMs) (a unit: a tile, or with
-    `split_k` one of its shares of K). The heuristic's fitting of the tile it chose; sweeps
+    `split_k` one of its shares of K; with `stream_k`, every SM). The heuristic's fitting of the tile it chose; sweeps
     force other tiles through it (and `epilogue_boxes`, 0 for the default rule, and other
     stage caps).
 
@@ -641,7 +732,7 @@ def fitted_params(tm: int, tn: int, roles: int, tiles: int, dev, item_bytes: int
     29.1 us with 2 boxes and 6 stages at 2048x1024x4096."""
     tiles *= split_k
     shape = MatmulParams(tile_m=tm, tile_n=tn, compute_roles=roles, split_k=split_k,
-                         output_bytes=tuple(output_bytes))
+                         output_bytes=tuple(output_bytes), stream_k=stream_k)
     stage_bytes = (tm + tn) * TILE_K * item_bytes
 
     def stages_beside(boxes: int) -> int:
@@ -660,7 +751,7 @@ def fitted_params(tm: int, tn: int, roles: int, tiles: int, dev, item_bytes: int
                              f"the {tm}x{tn} tile")
     # With clusters of C CTAs, whole clusters: C x (the clusters' tiles, or the SMs' clusters).
     C = cluster_m * cluster_n
-    grid = C * max(1, min(-(-tiles // C), dev.sm_count // C))
+    grid = dev.sm_count if stream_k else C * max(1, min(-(-tiles // C), dev.sm_count // C))
     return dataclasses.replace(shape, stages=stages, grid=grid, a_major=a_major,
                                b_major=b_major, cluster_m=cluster_m, cluster_n=cluster_n)
 
@@ -701,6 +792,11 @@ def schedule(fusion, params: MatmulParams) -> None:
                 f"one dim, and a shared tile that splits into {C} shares (tile "
                 f"{params.tile_m}x{params.tile_n}, A {params.a_major}-major, B "
                 f"{params.b_major}-major)")
+    if params.stream_k and (params.stream_k < 2 or params.split_k != 1 or params.cluster > 1
+                            or params.compute_roles != 1 or params.staged_input >= 0):
+        raise SchedulerError(
+            f"matmul: stream-K over {params.stream_k} CTAs per tile needs 2 or more, cooperative "
+            "tiles, and no split-K, cluster or staged input")
     if params.staging_boxes < 1 or params.boxes_per_tile % params.staging_boxes:
         raise SchedulerError(f"matmul: {params.staging_boxes} staging boxes per warp group do "
                              f"not divide the {params.boxes_per_tile} boxes it stores per tile")
