@@ -60,7 +60,7 @@ FEATURES = {
                       "unsplit kernel or cuBLAS on the shapes swept)",
     "matmul_stream_k": "matmul kernels that cut the last waves' tiles into runs of 64-deep k "
                        "blocks spread evenly over the persistent CTAs, a tile's fp32 partials "
-                       "added in k order by the last of its CTAs (unset: where the heuristic's "
+                       "added in k order by the CTA of its first k blocks (unset: where the heuristic's "
                        "cost model says it wins; forced on: cooperative tiles always stream-K; "
                        "forced off: never)",
     "matmul_cluster": "matmul kernels in clusters of 2 CTAs along M, each loading half of the B "

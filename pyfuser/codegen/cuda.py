@@ -703,12 +703,11 @@ class CudaPrinter:
 
     def _SplitKReduce(self, s):
         """Split-K's partials of one warp group (kir SplitKReduce's layout and protocol)."""
-        regs, splits = s.registers, s.splits
-        part = regs * 128                   # floats of one partial: [pair][thread][2]
-        sync = ("__syncthreads();" if s.barrier is None else
-                f"pf::named_barrier_sync({s.barrier[0]}, {s.barrier[1]});")
         if s.whole is not None:
             return self._stream_k_reduce(s)
+        regs, splits = s.registers, s.splits
+        part = regs * 128                   # floats of one partial: [pair][thread][2]
+        sync = self._partials_sync(s)
         last = s.last.name
         self.line(f"bool {last};")
         self.line("{  // split-K: this warp group's partial sums; the last of the tile's "
@@ -757,25 +756,15 @@ class CudaPrinter:
                       f"{acc.name}[pf_i] = 0.f;")
         # SPLIT_K_READS_IN_FLIGHT 8-byte reads per thread, then their adds: the partials in
         # split order (each register's sum the same bits whichever CTA is last).
-        self.line("#pragma unroll 1")
-        self.line(f"for (int pf_s = 0; pf_s < {splits}; ++pf_s) {{")
-        self.line(f"  const float* const pf_sk_p = pf_sk_all + pf_s * {part};")
-        for sl, (acc, off) in enumerate(zip(s.accs, offsets)):
-            n = acc.size.value
-            group = min(SPLIT_K_READS_IN_FLIGHT * 2, n)
-            self.line("  #pragma unroll")
-            self.line(f"  for (int pf_g = 0; pf_g < {n}; pf_g += {group}) {{")
-            self.line(f"    float pf_v[{group}];")
-            self.line("    #pragma unroll")
-            self.line(f"    for (int pf_j = 0; pf_j < {group}; pf_j += 2)")
-            self.line(f"      if ({valid(sl, '(pf_g + pf_j)')}) pf::load_cg_f32x2(pf_sk_p + "
-                      f"{at(off, '(pf_g + pf_j)')}, pf_v[pf_j], pf_v[pf_j + 1]);")
-            self.line("    #pragma unroll")
-            self.line(f"    for (int pf_j = 0; pf_j < {group}; pf_j += 2)")
-            self.line(f"      if ({valid(sl, '(pf_g + pf_j)')}) {{ {acc.name}[pf_g + pf_j] += "
-                      f"pf_v[pf_j]; {acc.name}[pf_g + pf_j + 1] += pf_v[pf_j + 1]; }}")
-            self.line("  }")
-        self.line("}")
+        self._partials_added(
+            s, f"int pf_s = 0; pf_s < {splits}", part, offsets,
+            lambda n: min(SPLIT_K_READS_IN_FLIGHT * 2, n),
+            (2, lambda sl, acc, off: f"if ({valid(sl, '(pf_g + pf_j)')}) pf::load_cg_f32x2("
+                                     f"pf_sk_p + {at(off, '(pf_g + pf_j)')}, pf_v[pf_j], "
+                                     "pf_v[pf_j + 1]);"),
+            (2, lambda sl, acc: f"if ({valid(sl, '(pf_g + pf_j)')}) {{ {acc.name}[pf_g + pf_j] "
+                                f"+= pf_v[pf_j]; {acc.name}[pf_g + pf_j + 1] += "
+                                "pf_v[pf_j + 1]; }"))
         self.indent -= 1
         self.line("}")
         self.indent -= 1
@@ -789,8 +778,7 @@ class CudaPrinter:
         their adds."""
         stride = s.splits
         part = s.registers * 128            # floats of one partial
-        sync = ("__syncthreads();" if s.barrier is None else
-                f"pf::named_barrier_sync({s.barrier[0]}, {s.barrier[1]});")
+        sync = self._partials_sync(s)
         last = s.last.name
         self.line(f"bool {last} = true;")
         self.line(f"if (!({self.expr(s.whole)})) {{  // stream-K: a run of the tile's k blocks")
@@ -832,27 +820,46 @@ class CudaPrinter:
         self.line("  *pf_sk_count = 0;  // ready for the next launch")
         self.line("}")
         self.line(sync)
+        in_flight = STREAM_K_READS_IN_FLIGHT * 4 // (2 if s.registers > 96 else 1)
+        self._partials_added(
+            s, "unsigned pf_s = 1; pf_s < pf_sk_arrivals", part, offsets,
+            lambda n: min(in_flight, n),
+            (4, lambda sl, acc, off: f"pf::load_cg_f32x4(pf_sk_p + {at(off, '(pf_g + pf_j)')}, "
+                                     "pf_v[pf_j], pf_v[pf_j + 1], pf_v[pf_j + 2], pf_v[pf_j + 3]);"),
+            (1, lambda sl, acc: f"{acc.name}[pf_g + pf_j] += pf_v[pf_j];"))
+        self.indent -= 1
+        self.line("}")
+        self.indent -= 1
+        self.line("}")
+
+    @staticmethod
+    def _partials_sync(s) -> str:
+        """The barrier of a SplitKReduce's warp group: its named barrier, or the block's."""
+        return ("__syncthreads();" if s.barrier is None else
+                f"pf::named_barrier_sync({s.barrier[0]}, {s.barrier[1]});")
+
+    def _partials_added(self, s, loop, part: int, offsets, group_of, load, add) -> None:
+        """The loop over partials (`loop`: its for-header's clauses) that adds partial pf_s
+        (at pf_sk_all + pf_s * part) to the accumulators `s.accs` (their first registers at
+        `offsets` within a partial): in groups of group_of(registers) floats, each group's
+        reads issued before their adds. `load` = (registers per read, its statement for slice
+        sl, accumulator acc and offset off), `add` = (registers per add, its statement)."""
+        (load_step, load_stmt), (add_step, add_stmt) = load, add
         self.line("#pragma unroll 1")
-        self.line("for (unsigned pf_s = 1; pf_s < pf_sk_arrivals; ++pf_s) {")
+        self.line(f"for ({loop}; ++pf_s) {{")
         self.line(f"  const float* const pf_sk_p = pf_sk_all + pf_s * {part};")
-        for acc, off in zip(s.accs, offsets):
-            n, a = acc.size.value, acc.name
-            group = min(STREAM_K_READS_IN_FLIGHT * 4 // (2 if s.registers > 96 else 1), n)
+        for sl, (acc, off) in enumerate(zip(s.accs, offsets)):
+            n = acc.size.value
+            group = group_of(n)
             self.line("  #pragma unroll")
             self.line(f"  for (int pf_g = 0; pf_g < {n}; pf_g += {group}) {{")
             self.line(f"    float pf_v[{group}];")
-            self.line("    #pragma unroll")
-            self.line(f"    for (int pf_j = 0; pf_j < {group}; pf_j += 4)")
-            self.line(f"      pf::load_cg_f32x4(pf_sk_p + {at(off, '(pf_g + pf_j)')}, pf_v[pf_j], "
-                      "pf_v[pf_j + 1], pf_v[pf_j + 2], pf_v[pf_j + 3]);")
-            self.line("    #pragma unroll")
-            self.line(f"    for (int pf_j = 0; pf_j < {group}; ++pf_j) {a}[pf_g + pf_j] += "
-                      "pf_v[pf_j];")
+            for step, stmt in ((load_step, load_stmt(sl, acc, off)),
+                               (add_step, add_stmt(sl, acc))):
+                self.line("    #pragma unroll")
+                self.line(f"    for (int pf_j = 0; pf_j < {group}; pf_j += {step})")
+                self.line(f"      {stmt}")
             self.line("  }")
-        self.line("}")
-        self.indent -= 1
-        self.line("}")
-        self.indent -= 1
         self.line("}")
 
     def _StSharedPair(self, s):

@@ -1040,7 +1040,8 @@ class SplitKReduce(Stmt):
     (None: never) is true the warp group computed the tile alone: nothing is stored and `last`
     is true. There split 0 (the tile's first k blocks, its CTA's last run) is the last: it
     waits until the others have stored their partials (every register, rows past the matrix
-    too) and adds them to its own registers in split order."""
+    too: `frag_row` None and `rows` empty) and adds them to its own registers in split
+    order."""
 
     last: Var
     accs: tuple

@@ -78,6 +78,8 @@ BOX = K.SWIZZLED_ROW_16BIT       # the epilogue's staging box: 64 x 64, rows of 
 # Registers per compute thread for the epilogue's column inputs read ahead (a 128x256 tile's
 # bias: 64, with no spill at the kernel's 168-register bound, NVRTC 13.0).
 COLUMN_REGISTERS = 64
+# With stream-K, the column registers and the accumulators together at most (its runs keep
+# more scalars live across the k loop: a 128x256 tile's bias spilled 96 bytes, NVRTC 13.0).
 STREAM_K_REGISTERS = 160
 F32_BOX_COLS = BOX // 2          # fp32 columns of a 128-byte swizzle row
 # Named barriers of the compute warp groups' epilogues (8 + wg): above those pipeline_loads
@@ -342,13 +344,14 @@ def build_matmul(kernel: K.Kernel) -> K.Kernel:
     # Stream-K (params.stream_k): unit t of the CTA is a tile whole or a run of its k blocks
     # [kbeg, kend) (stream_k_units); the k loop's trips vary by unit, and its count_before
     # keeps the pipeline's stage counter running across them.
-    stream = stream_k_units(K.mul(batches, per_batch), K.ceil_div(k, TILE_K), p.stream_k) \
-        if p.stream_k else None
-    kbeg_v, kend_v, before_v = K.Var("pf_unit_kbeg"), K.Var("pf_unit_kend"), K.Var("pf_unit_before")
+    stream = (stream_k_units(K.mul(batches, per_batch), k_blocks, p.stream_k) if p.stream_k
+              else None)
+    kbeg_v, kend_v = K.Var("pf_unit_kbeg"), K.Var("pf_unit_kend")
+    before_v = K.Var("pf_unit_before")
     if stream:
-        unit_defs = stream["defs"] + [K.ScalarDef(tile_v, stream["tile"](t)),
-                     K.ScalarDef(kbeg_v, stream["kbeg"](t)), K.ScalarDef(kend_v, stream["kend"](t)),
-                     K.ScalarDef(before_v, stream["before"](t))]
+        unit_defs = stream["defs"] + [
+            K.ScalarDef(v, stream[name](t)) for v, name in (
+                (tile_v, "tile"), (kbeg_v, "kbeg"), (kend_v, "kend"), (before_v, "before"))]
         tile = tile_v
     bt_v, m0, n0 = K.Var("pf_tile_batch"), K.Var("pf_tile_m0"), K.Var("pf_tile_n0")
     cta_v = K.Var("pf_tile_cta")
@@ -406,7 +409,8 @@ def build_matmul(kernel: K.Kernel) -> K.Kernel:
     wg_row0 = K.mul(_TIDY, slices * WARP_GROUP_ROWS) if wgs > 1 else K.Const(0)
     mmas: list = [K.WgmmaFence()]
     for ks in range(TILE_K // K_STEP):
-        scale_d = K.Const(True, "bool") if ks else K.Bin("!=", kb, kbeg_v if stream else K.Const(0))
+        first_kb = kbeg_v if stream else K.Const(0)
+        scale_d = K.Const(True, "bool") if ks else K.Bin("!=", kb, first_kb)
         if mn_major:    # the K step is 16 rows of each 64 x 64 box
             b_at, chunk = K.Const(ks * K_STEP * BOX), BOX * TILE_K * dtype.size
         else:
@@ -470,9 +474,7 @@ def build_matmul(kernel: K.Kernel) -> K.Kernel:
     # a tile of few k blocks waited for them (x @ W^T + b at 3000x2056x1032: 30.4 us against
     # the bare matmul's 28.7, and 28.8 with the loads hoisted; H200, bench/results/2026-12-01/
     # h200-matmul-epilogue-session33.txt). At most COLUMN_REGISTERS registers of them.
-    # Stream-K's runs keep more scalars live across the k loop: there the column registers and
-    # the accumulators together stay within STREAM_K_REGISTERS (a 128x256 tile's bias spilled
-    # 96 bytes, NVRTC 13.0).
+    # With stream-K, within STREAM_K_REGISTERS beside the accumulators.
     col_slots = tn // 4
     col_budget = (min(COLUMN_REGISTERS, STREAM_K_REGISTERS - p.accumulators) if stream
                   else COLUMN_REGISTERS)
@@ -660,18 +662,17 @@ def build_matmul(kernel: K.Kernel) -> K.Kernel:
         if split_bufs is None:
             return epilogue_of(wg)
         last = K.Var("pf_split_last")
-        rows = tuple(K.sub(K.sub(m, m0), (wg * slices + sl) * WARP_GROUP_ROWS)
-                     for sl in range(slices))
         barrier = (EPILOGUE_BARRIER + wg, 128) if wgs > 1 else None     # else the role's
-        if stream:      # a stream-K run's partial; a tile taken whole runs its epilogue alone
-            whole = K.and_(K.eq(kbeg_v, 0), K.eq(kend_v, K.ceil_div(k, TILE_K)))
-            # Every register is stored (rows past the matrix hold zeros): no row bound.
-            every = tuple(K.Const(WARP_GROUP_ROWS) for _ in accs)
+        if stream:      # a stream-K run's partial (every register: no row bound); a tile
+            # taken whole runs its epilogue alone
+            whole = K.and_(K.eq(kbeg_v, 0), K.eq(kend_v, k_blocks))
             reduce = K.SplitKReduce(last, tuple(accs), *split_bufs,
                                     K.add(K.mul(stream["slot"](t), wgs), wg), stream["split"](t),
-                                    K.Const(0), every, p.stream_k, barrier,
+                                    None, (), p.stream_k, barrier,
                                     arrivals=stream["ctas"](t), whole=whole)
         else:
+            rows = tuple(K.sub(K.sub(m, m0), (wg * slices + sl) * WARP_GROUP_ROWS)
+                         for sl in range(slices))
             reduce = K.SplitKReduce(last, tuple(accs), *split_bufs, K.add(K.mul(tile, wgs), wg),
                                     split_v, frag_row, rows, splits, barrier)
         return [reduce, K.IfThenElse(last, epilogue_of(wg))]

@@ -2919,8 +2919,9 @@ class Interpreter:
         nothing and is last; split 0 of a slot is the last, and sums (its own registers first)
         once the others have stored theirs."""
         groups = self._collective(s, ctx, 128)
+        stream = s.whole is not None
         values = {}
-        for name in ("slot", "split", "frag_row"):
+        for name in ("slot", "split") + (() if stream else ("frag_row",)):
             values[name] = ctx.arr(ctx.ev(getattr(s, name)), np.int64).astype(np.int64)
         for name, e in (("arrivals", K.Const(s.splits) if s.arrivals is None else s.arrivals),
                         ("whole", K.Const(0) if s.whole is None else s.whole)):
@@ -2943,21 +2944,22 @@ class Interpreter:
                 f"split-K partial {int(split[g])} of slot {int(slot[g])} ({s.splits} splits of "
                 f"{part} floats) is outside the workspaces ({room[0]} floats, {room[1]} "
                 f"counters) at {self._where(ctx, int(groups[g, 0]))}")
-        # [threads, registers] of every slice, and which hold a valid row.
+        # [threads, registers] of every slice, and which hold a valid row (stream-K's partials
+        # hold every register: rows past the matrix too).
         vals, poison, valid = [], [], []
-        for acc, rows in zip(s.accs, s.rows):
+        for sl, acc in enumerate(s.accs):
             n = acc.size.value
             v, p = self._read(ctx, K.TensorIndex(acc, K.Const(0)), n, "split-K partial of")
             vals.append(np.asarray(v, dtype=np.float64).reshape(ctx.n, n))
             poison.append(np.zeros((ctx.n, n), dtype=bool) if p is None
                           else np.asarray(p).reshape(ctx.n, n))
+            if stream:
+                valid.append(np.ones((ctx.n, n), dtype=bool))
+                continue
             row = values["frag_row"][:, None] + 8 * ((_lanes(n)[None, :] >> 1) & 1)
-            valid.append(row < ctx.arr(ctx.ev(rows), np.int64)[:, None])
+            valid.append(row < ctx.arr(ctx.ev(s.rows[sl]), np.int64)[:, None])
         vals, poison, valid = (np.concatenate(x, axis=1) for x in (vals, poison, valid))
         last = np.zeros(ctx.n, dtype=bool)
-        stream = s.whole is not None
-        if stream:      # stream-K's partials hold every register (rows past the matrix too)
-            valid = np.ones_like(valid)
         # Stream-K: the later runs of a tile store first, then each tile's split 0 (which waits
         # for them on a GPU) adds them to its own registers.
         order = (sorted(range(len(groups)), key=lambda g: split[g] == 0) if stream

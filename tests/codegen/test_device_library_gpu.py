@@ -743,6 +743,20 @@ def test_math_matches_torch(dtype):
         torch.testing.assert_close(out[k], ref, equal_nan=True, msg=lambda m: f"{expr}: {m}", **tol)
 
 
+def _math_f32_over(lo: float, hi: float, expr: str):
+    """(float64 of x, float64 of MATH_FUNCS' `expr` computed by the float32 kernel at x): x
+    over [lo, hi] at 2^20 points, its first four NaN, inf, -inf and -0."""
+    n = 1 << 20
+    x = torch.linspace(lo, hi, n, dtype=torch.float32, device="cuda")
+    x[:4] = torch.tensor([float("nan"), float("inf"), -float("inf"), -0.0], device="cuda")
+    out = torch.empty(len(MATH_FUNCS), n, dtype=torch.float32, device="cuda")
+    launch(get_kernel(MATH_SRC, "pf_math_f32"), (n // 256,), (256,),
+           [ptr(x), ptr(x), ptr(out), i32(n)])
+    finish()
+    k = next(i for i, (e, _) in enumerate(MATH_FUNCS) if e == expr)
+    return x.double(), out[k].double()
+
+
 @pytest.mark.gpu
 @requires_hopper
 def test_gelu_tanh_close_to_the_function_everywhere():
@@ -752,16 +766,7 @@ def test_gelu_tanh_close_to_the_function_everywhere():
     below x = -5.3; that form also cancels above it: up to 100% off), 1.5e-6 relative for
     |x| < 3 (ATen's form: 1.3e-5; 7.8e-7 measured on the H200), and the signs and limits of
     the edge values."""
-    n = 1 << 20
-    x = torch.linspace(-10, 10, n, dtype=torch.float32, device="cuda")
-    x[:4] = torch.tensor([float("nan"), float("inf"), -float("inf"), -0.0], device="cuda")
-    out = torch.empty(len(MATH_FUNCS), n, dtype=torch.float32, device="cuda")
-    launch(get_kernel(MATH_SRC, "pf_math_f32"), (n // 256,), (256,),
-           [ptr(x), ptr(x), ptr(out), i32(n)])
-    finish()
-    k = next(i for i, (expr, _) in enumerate(MATH_FUNCS) if expr == "pf::gelu_tanh(v)")
-    got = out[k].double()
-    xd = x.double()
+    xd, got = _math_f32_over(-10, 10, "pf::gelu_tanh(v)")
     want = xd / (1 + torch.exp(-2 * math.sqrt(2 / math.pi) * (xd + 0.044715 * xd ** 3)))
     normal = (want.abs() > 1e-36) & xd.isfinite()
     rel = ((got - want).abs() / want.abs())[normal]
@@ -779,16 +784,7 @@ def test_silu_and_sigmoid_close_to_the_function_everywhere(name):
     float64 functions over [-100, 100]: within 1e-5 relative where sigmoid(x) > 2^-126 (x above
     -87.3; below, the reciprocal of 1 + exp(-x) flushes to zero), 1e-6 for |x| < 8, and ATen's
     edge values (silu(-inf) NaN, silu(-0) -0, sigmoid(-inf) 0)."""
-    n = 1 << 20
-    x = torch.linspace(-100, 100, n, dtype=torch.float32, device="cuda")
-    x[:4] = torch.tensor([float("nan"), float("inf"), -float("inf"), -0.0], device="cuda")
-    out = torch.empty(len(MATH_FUNCS), n, dtype=torch.float32, device="cuda")
-    launch(get_kernel(MATH_SRC, "pf_math_f32"), (n // 256,), (256,),
-           [ptr(x), ptr(x), ptr(out), i32(n)])
-    finish()
-    k = next(i for i, (expr, _) in enumerate(MATH_FUNCS) if expr == f"pf::{name}(v)")
-    got = out[k].double()
-    xd = x.double()
+    xd, got = _math_f32_over(-100, 100, f"pf::{name}(v)")
     sigmoid = 1 / (1 + torch.exp(-xd))
     want = xd * sigmoid if name == "silu" else sigmoid
     normal = (sigmoid > 2.0 ** -126) & (want != 0) & xd.isfinite()

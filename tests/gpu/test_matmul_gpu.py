@@ -281,15 +281,22 @@ def test_batched(case):
 SPLIT_K = ["matmul_split_k", "matmul_few_rows"]
 
 
-def _split_k_run(fd, inputs, pingpong):
-    opts = ({"enable": SPLIT_K + ["matmul_pingpong"]} if pingpong else
-            {"enable": SPLIT_K, "disable": ["matmul_pingpong"]})
+def _checked_twice(fd, inputs, opts):
+    """run_and_check under `opts`, then two more runs with the same bits (partial sums added
+    in a fixed order): the heuristic's parameters."""
     run_and_check(fd, inputs, scheduler="matmul", options=opts)
     p = fd.last_run.heuristics[0]
-    assert p.split_k > 1 and (p.compute_roles == 2) == pingpong, p
     first = fd.execute(inputs, options=opts)
     again = fd.execute(inputs, options=opts)
     assert all(torch.equal(a, b) for a, b in zip(first, again))
+    return p
+
+
+def _split_k_run(fd, inputs, pingpong):
+    opts = ({"enable": SPLIT_K + ["matmul_pingpong"]} if pingpong else
+            {"enable": SPLIT_K, "disable": ["matmul_pingpong"]})
+    p = _checked_twice(fd, inputs, opts)
+    assert p.split_k > 1 and (p.compute_roles == 2) == pingpong, p
     return p
 
 
@@ -338,12 +345,8 @@ STREAM_K = {"enable": ["matmul_stream_k", "matmul_few_rows"], "disable": ["matmu
 
 
 def _stream_k_run(fd, inputs, opts=STREAM_K):
-    run_and_check(fd, inputs, scheduler="matmul", options=opts)
-    p = fd.last_run.heuristics[0]
+    p = _checked_twice(fd, inputs, opts)
     assert p.stream_k >= 2 and p.compute_roles == 1 and p.split_k == 1, p
-    first = fd.execute(inputs, options=opts)
-    again = fd.execute(inputs, options=opts)
-    assert all(torch.equal(a, b) for a, b in zip(first, again))
     return p
 
 

@@ -603,6 +603,44 @@ def test_interpreted_stream_k(mnk, tile, grid, ctas):
     assert not interp._split_partials and not any(interp._split_arrivals.values())
 
 
+@pytest.mark.parametrize("tiles, k_blocks, grid, ctas", [
+    (4, 5, 3, 2), (15, 4, 4, 3), (72, 64, 132, 3), (36, 128, 132, 5), (4, 256, 132, 16),
+    (512, 64, 132, 2), (300, 7, 132, 2), (1, 3, 8, 4), (264, 16, 132, 2)])
+def test_stream_k_partition(tiles, k_blocks, grid, ctas):
+    """lower/matmul.stream_k_units' expressions, evaluated per CTA: every (tile, k block) done
+    once; a CTA's units contiguous in count_before; a tile's runs over at most `ctas` CTAs,
+    split 0 the one with its first k blocks; and the heuristic's stream_k_width (its cost
+    model's partition) the same as the kernel's."""
+    from pyfuser.lower import matmul as lowering
+    from pyfuser.runtime.interpreter import eval_expr
+    u = K.Var("u")
+    units = lowering.stream_k_units(K.Const(tiles), K.Const(k_blocks), ctas)
+    done, runs = {}, {}
+    for g in range(grid):
+        env = {"gridDim.x": grid, "blockIdx.x": g}
+        for d in units["defs"]:
+            env[d.var.name] = eval_expr(d.value, env)
+        dp, width = matmul.stream_k_width(tiles, k_blocks, grid, ctas)
+        assert (env["pf_sk_dp"], env["pf_sk_width"]) == (dp, width)
+        count = 0
+        for i in range(eval_expr(units["units"], env)):
+            env["u"] = i
+            t, b, e = (eval_expr(units[x](u), env) for x in ("tile", "kbeg", "kend"))
+            assert 0 <= b < e <= k_blocks and eval_expr(units["before"](u), env) == count
+            count += e - b
+            for kb in range(b, e):
+                assert (t, kb) not in done
+                done[t, kb] = g
+            if (b, e) != (0, k_blocks):
+                runs.setdefault(t, []).append((b, eval_expr(units["split"](u), env),
+                                               eval_expr(units["ctas"](u), env)))
+    assert len(done) == tiles * k_blocks
+    for t, rs in runs.items():
+        rs.sort()
+        assert [split for _, split, _ in rs] == list(range(len(rs))), (t, rs)
+        assert {n for _, _, n in rs} == {len(rs)} and len(rs) <= ctas
+
+
 def test_interpreted_stream_k_sums_partials():
     """Runs that split tiles store partials and the tiles' first runs sum them (the counters
     seen), and the pipeline's stage counter runs on from each unit's count_before: counted

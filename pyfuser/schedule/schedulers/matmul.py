@@ -229,10 +229,8 @@ def stream_k_choice(shape: TileShape, tiles: int, k_blocks: int, sms: int) -> in
     MIN_STREAM_K_BLOCKS k blocks, a tile spreads over at most MAX_SPLIT_K CTAs."""
     if shape.compute_roles != 1:
         return 0
-    dp = max(tiles // sms - 1, 0) * sms
-    width = max(-(-(tiles - dp) * k_blocks // sms), MIN_STREAM_K_BLOCKS,
-                -(-k_blocks // (MAX_SPLIT_K - 1)))
-    return -(-k_blocks // width) + 1
+    _, width = stream_k_width(tiles, k_blocks, sms, MAX_SPLIT_K)
+    return -(-k_blocks // max(width, MIN_STREAM_K_BLOCKS)) + 1
 
 
 def stream_k_us(shape: TileShape, tiles: int, k_blocks: int, sms: int, max_ctas: int,
@@ -378,7 +376,7 @@ class MatmulParams:
     staged_input: int = -1
     # Stream-K (0: off): the tiles of the last waves' worth are cut into runs of k blocks,
     # the same count per CTA, a tile's runs spread over at most `stream_k` CTAs (>= 2) whose
-    # fp32 partials the last of them adds in k order (lower/matmul.py stream_k_units, kir
+    # fp32 partials its first run's CTA adds in k order (lower/matmul.py stream_k_units, kir
     # SplitKReduce); the waves before run whole tiles. Cooperative tiles alone, without
     # split-K, clusters or a staged input.
     stream_k: int = 0
