@@ -754,11 +754,12 @@ class CudaPrinter:
             self.line("#pragma unroll")
             self.line(f"for (int pf_i = 0; pf_i < {acc.size.value}; ++pf_i) "
                       f"{acc.name}[pf_i] = 0.f;")
-        # SPLIT_K_READS_IN_FLIGHT 8-byte reads per thread, then their adds: the partials in
-        # split order (each register's sum the same bits whichever CTA is last).
+        # 8-byte reads of groups of registers (partial_reads), a batch of partials' reads issued
+        # before their adds, in split order (each register's sum the same bits whichever CTA is last).
+        group, batch = partial_reads(regs, SPLIT_K_READS_IN_FLIGHT * 2, splits,
+                                     SPLIT_K_READS_FLOATS, SPLIT_K_READ_REGISTERS)
         self._partials_added(
-            s, f"int pf_s = 0; pf_s < {splits}", part, offsets,
-            lambda n: min(SPLIT_K_READS_IN_FLIGHT * 2, n),
+            s, "int", "0", str(splits), part, offsets, lambda n: min(group, n), batch,
             (2, lambda sl, acc, off: f"if ({valid(sl, '(pf_g + pf_j)')}) pf::load_cg_f32x2("
                                      f"pf_sk_p + {at(off, '(pf_g + pf_j)')}, pf_v[pf_j], "
                                      "pf_v[pf_j + 1]);"),
@@ -820,10 +821,11 @@ class CudaPrinter:
         self.line("  *pf_sk_count = 0;  // ready for the next launch")
         self.line("}")
         self.line(sync)
-        in_flight = STREAM_K_READS_IN_FLIGHT * 4 // (2 if s.registers > 96 else 1)
+        group, batch = partial_reads(
+            s.registers, STREAM_K_READS_IN_FLIGHT * 4 // (2 if s.registers > 96 else 1),
+            s.splits - 1)
         self._partials_added(
-            s, "unsigned pf_s = 1; pf_s < pf_sk_arrivals", part, offsets,
-            lambda n: min(in_flight, n),
+            s, "unsigned", "1", "pf_sk_arrivals", part, offsets, lambda n: min(group, n), batch,
             (4, lambda sl, acc, off: f"pf::load_cg_f32x4(pf_sk_p + {at(off, '(pf_g + pf_j)')}, "
                                      "pf_v[pf_j], pf_v[pf_j + 1], pf_v[pf_j + 2], pf_v[pf_j + 3]);"),
             (1, lambda sl, acc: f"{acc.name}[pf_g + pf_j] += pf_v[pf_j];"))
@@ -838,27 +840,35 @@ class CudaPrinter:
         return ("__syncthreads();" if s.barrier is None else
                 f"pf::named_barrier_sync({s.barrier[0]}, {s.barrier[1]});")
 
-    def _partials_added(self, s, loop, part: int, offsets, group_of, load, add) -> None:
-        """The loop over partials (`loop`: its for-header's clauses) that adds partial pf_s
-        (at pf_sk_all + pf_s * part) to the accumulators `s.accs` (their first registers at
-        `offsets` within a partial): in groups of group_of(registers) floats, each group's
-        reads issued before their adds. `load` = (registers per read, its statement for slice
-        sl, accumulator acc and offset off), `add` = (registers per add, its statement)."""
+    def _partials_added(self, s, index_type: str, first: str, end: str, part: int, offsets,
+                        group_of, batch: int, load, add) -> None:
+        """The loop over partials pf_s = `first` .. `end` - 1 (each at pf_sk_all + pf_s * part)
+        that adds them to the accumulators `s.accs` (their first registers at `offsets` within
+        a partial), `batch` partials at a time: for each group of group_of(registers) floats,
+        the reads of the batch's partials are all issued before their adds, which run in split
+        order (the sums' bits do not depend on the batch). `load` = (registers per read, its
+        statement for slice sl, accumulator acc and offset off, reading pf_sk_p into pf_v),
+        `add` = (registers per add, its statement adding pf_v)."""
         (load_step, load_stmt), (add_step, add_stmt) = load, add
         self.line("#pragma unroll 1")
-        self.line(f"for ({loop}; ++pf_s) {{")
-        self.line(f"  const float* const pf_sk_p = pf_sk_all + pf_s * {part};")
+        self.line(f"for ({index_type} pf_s = {first}; pf_s < {end}; pf_s += {batch}) {{")
         for sl, (acc, off) in enumerate(zip(s.accs, offsets)):
             n = acc.size.value
             group = group_of(n)
             self.line("  #pragma unroll")
             self.line(f"  for (int pf_g = 0; pf_g < {n}; pf_g += {group}) {{")
-            self.line(f"    float pf_v[{group}];")
-            for step, stmt in ((load_step, load_stmt(sl, acc, off)),
-                               (add_step, add_stmt(sl, acc))):
-                self.line("    #pragma unroll")
-                self.line(f"    for (int pf_j = 0; pf_j < {group}; pf_j += {step})")
-                self.line(f"      {stmt}")
+            self.line(f"    float pf_vs[{batch}][{group}];")
+            for step, stmt, what in ((load_step, load_stmt(sl, acc, off), "reads"),
+                                     (add_step, add_stmt(sl, acc), "adds")):
+                self.line(f"    #pragma unroll  // the batch's {what}")
+                self.line(f"    for (int pf_b = 0; pf_b < {batch}; ++pf_b) {{")
+                guard = "" if batch == 1 else f"if (pf_s + pf_b >= {end}) break; "
+                self.line(f"      {guard}const float* const pf_sk_p = pf_sk_all + (pf_s + pf_b) "
+                          f"* {part}; float* const pf_v = pf_vs[pf_b]; (void)pf_sk_p;")
+                self.line("      #pragma unroll")
+                self.line(f"      for (int pf_j = 0; pf_j < {group}; pf_j += {step})")
+                self.line(f"        {stmt}")
+                self.line("    }")
             self.line("  }")
         self.line("}")
 
@@ -1044,6 +1054,31 @@ SPLIT_K_READS_IN_FLIGHT = 4
 # accumulators (128x256 tiles with a bias's 64 column registers spilled 96 bytes with 8, NVRTC
 # 13.0; the tests check ptxas's report).
 STREAM_K_READS_IN_FLIGHT = 8
+# A tile's fixup is a chain of round trips to L2, each carrying the partial values a thread
+# has in flight: with 32 floats of one partial per trip, a 128x64 tile spread over 15 CTAs
+# took 14 trips. Partial values a thread reads before adding them: up to
+# PARTIAL_READS_FLOATS, within PARTIAL_READ_REGISTERS beside its accumulators (more spilled:
+# 96 in flight beside 32 accumulators, NVRTC 13.0; the tests check ptxas's report).
+PARTIAL_READ_REGISTERS = 128
+PARTIAL_READS_FLOATS = 64
+# Split-K's reads are 8 bytes, each under its row's predicate: 64 floats beside 64
+# accumulators spilled 12 bytes, 32 beside 96 (a 128x192 tile) 16 bytes.
+SPLIT_K_READS_FLOATS = 32
+SPLIT_K_READ_REGISTERS = 96
+
+
+def partial_reads(registers: int, group: int, partials: int, most: int = PARTIAL_READS_FLOATS,
+                  budget: int = PARTIAL_READ_REGISTERS) -> tuple[int, int]:
+    """(floats of a group, partials per batch) of a fixup's reads beside `registers`
+    accumulators: at least `group` floats of one partial (the default), more up to `most`
+    within `budget` registers (a power of two dividing `registers`, a whole partial, then
+    several partials, at most the `partials` there can be)."""
+    floats = min(most, budget - registers)
+    if floats >= registers:
+        return registers, max(1, min(partials, floats // registers))
+    while group * 2 <= floats and registers % (group * 2) == 0:
+        group *= 2
+    return min(group, registers), 1
 
 
 def _offsets(values) -> list:

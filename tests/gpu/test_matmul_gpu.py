@@ -386,6 +386,28 @@ def test_stream_k_by_the_heuristic(m, n, k):
     _stream_k_run(_linear_fd(x, w), [x, w], opts=None)
 
 
+@pytest.mark.parametrize("tile", [(128, 64), (128, 128)])
+def test_stream_k_partials_read_in_batches(tile):
+    """The fixup's reads (codegen partial_reads): a 128x64 tile's thread reads two partials at
+    once, a 128x128 tile's a whole partial; tiles of an odd and of an even count of partials
+    (the last batch half full) are summed right, the same bits twice."""
+    from pyfuser.runtime.device import query_device
+    from pyfuser.schedule.schedulers import matmul
+    m, n, k = 768, 768, 8192
+    sms = query_device().sm_count
+    tiles, k_blocks = (m // tile[0]) * (n // tile[1]), k // 64
+    ctas = matmul.stream_k_choice(matmul.TileShape(*tile, 1, 0, 0), tiles, k_blocks, sms)
+    dp, width = matmul.stream_k_width(tiles, k_blocks, sms, ctas)
+    partials = {((t + 1) * k_blocks - 1) // width - t * k_blocks // width
+                for t in range(tiles - dp)}
+    assert {p % 2 for p in partials} == {0, 1}, partials
+    p = matmul.fitted_params(*tile, 1, tiles, query_device(), 2, "K", (2,), 1, "K",
+                             stream_k=ctas)
+    x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
+    assert _checked_twice(_linear_fd(x, w), [x, w], {"heuristic": p}) == p
+
+
 def test_stream_k_counters_are_left_zeroed_across_shapes():
     """One compiled kernel at two shapes in turn: each launch leaves the counters at zero."""
     w = torch.randn(1024, 4096, device="cuda", dtype=torch.bfloat16)
