@@ -93,6 +93,26 @@ def matmul_cases() -> None:
         assert fd.last_run.schedulers == ("matmul",) and err < 1e-2, (fd.last_run, err)
         print("batched matmul + residual + relu", p.describe(), f"rel. error {err:.1e}",
               flush=True)
+    # Attention-style scores over two batch dims (4-D tensor maps): q and k of [B, S, H, D]
+    # seen per head, scaled, a mask of [B, 1, S, S] added; the mask staged or read per element.
+    q = torch.randn(2, 136, 3, 72, device="cuda", dtype=torch.bfloat16).transpose(1, 2)
+    k = torch.randn(2, 200, 3, 72, device="cuda", dtype=torch.bfloat16).permute(0, 2, 3, 1)
+    mask = torch.randn(2, 1, 136, 200, device="cuda", dtype=torch.bfloat16)
+    with FusionDefinition("scores") as fd:
+        tq, tk, tm = (fd.from_pytorch(t) for t in (q, k, mask))
+        fd.add_output(fd.ops.matmul(tq, tk) * 72 ** -0.5 + tm)
+    ref = q.float() @ k.float() * 72 ** -0.5 + mask.float()
+    for p in (MatmulParams(tile_m=128, tile_n=128, stages=2, grid=3, b_major="K"),
+              MatmulParams(tile_m=128, tile_n=128, stages=2, grid=4, b_major="K",
+                           compute_roles=2),
+              MatmulParams(tile_m=128, tile_n=128, stages=2, grid=4, b_major="K",
+                           cluster_m=2)):
+        y = fd.execute([q, k, mask], options={"heuristic": p})[0]
+        torch.cuda.synchronize()
+        err = ((y.float() - ref).norm() / ref.norm()).item()
+        assert fd.last_run.schedulers == ("matmul",) and err < 1e-2, (fd.last_run, err)
+        print("attention scores over [B, H] + mask", p.describe(), f"rel. error {err:.1e}",
+              flush=True)
 
 
 def odd_row_cases() -> None:

@@ -628,7 +628,7 @@ class CudaPrinter:
         coords = ", ".join(f"(int)({self.expr(c)})" for c in s.coords)
         expected, form, mask = self.expr(s.bytes), "", ""
         if s.multicast > 1:
-            if len(s.coords) not in (2, 3):
+            if not 2 <= len(s.coords) <= 5:
                 raise NotImplementedError(f"codegen: a multicast tensor-map copy of a "
                                           f"{len(s.coords)}-D box")
             # Every CTA of the cluster multicasts its share of the same size: this barrier

@@ -23,8 +23,8 @@ Parameter sources, one per kernel parameter:
     ("workspace", w)                      the pointer of workspaces[w]
     ("tmap", k, row_elements, inner, box_rows)   a tensor map over input k's rows (RowBoxMap)
     ("tmap_tile", role, k, inner, outer, box_cols, box_rows, swizzle, batch)
-                                          a 2D (3D with a batch dim) tensor map over input
-                                          or output k (role
+                                          a 2D tensor map (3D-5D with batch dims)
+                                          over input or output k (role
                                           "input"|"output"), its fields a TileBoxMap's in
                                           order: `TileBoxMap(*source[1:])` (encoded per pointer,
                                           an output's after the executor allocates it)

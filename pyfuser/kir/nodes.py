@@ -860,14 +860,20 @@ class TileBoxMap:
     box_cols: int
     box_rows: int
     swizzle: int = 128
-    # A batched matmul's operand or output: the logical dim of the batch (the map's dim 2, a
-    # box one matrix deep; coordinates (column, row, batch)). None: a 2D map.
-    batch: int | None = None
+    # A batched matmul's operand or output: the logical dims of its batch, outermost first
+    # (at most 3: a map has 5 dims). The map's dims 2, 3, ... are these dims innermost first, a
+    # box one matrix deep in each; coordinates (column, row, innermost batch, ...). (): a 2D
+    # map. An int (or None) given here stands for (int,) (or ()).
+    batch: tuple = ()
+
+    def __post_init__(self):
+        batch = (() if self.batch is None else (self.batch,) if isinstance(self.batch, int)
+                 else tuple(self.batch))
+        object.__setattr__(self, "batch", batch)
 
     @property
     def box(self) -> tuple:
-        return (self.box_cols, self.box_rows) if self.batch is None else \
-            (self.box_cols, self.box_rows, 1)
+        return (self.box_cols, self.box_rows) + (1,) * len(self.batch)
 
 
 # Shared-memory alignment of a 128-byte-swizzled box: the swizzle pattern repeats every 8 rows

@@ -41,9 +41,10 @@ MN-major (params.a_major "MN", a column-major [M, K], e.g. x.t() of a row-major 
 64 boxes of 64 M x 64 K rows per stage; a warp group's 64-row slice is one box, whose K step's
 16 rows its wgmma reads (imm-trans-a).
 
-Batches (a 3-D operand [batch, rows, cols] or output): 3-D tensor maps, a box one matrix
-deep, the batch the tile index's outermost part (t = batch * tiles of a matrix + tile); a 2-D
-operand is shared by every batch.
+Batches (an operand or output [batch dims.., rows, cols], up to 3 batch dims of any strides):
+tensor maps of 3-5 dims, a box one matrix deep, the batch the tile index's outermost part (t =
+batch * tiles of a matrix + tile, the batch linear over the batch dims, the outermost slowest;
+each dim's coordinate pf_tile_batch<d> from it); a 2-D operand is shared by every batch.
 
 Clusters (params.cluster_m = C > 1, launched in clusters of C CTAs along x): the C CTAs of a
 cluster take the C tiles of one column of C tile rows (tile t: rank t % C of cluster tile
@@ -117,8 +118,9 @@ def _split_k_buffers(kernel: K.Kernel, mma, batches, per_batch) -> tuple:
     a_in, b_in = mma.a.definition.inputs[0], mma.b.definition.inputs[0]
     m = a_in.domain.logical[mma.a_dims[0]].extent
     n = b_in.domain.logical[mma.b_dims[0]].extent
-    final = mma.finals[0]
-    batch = final.domain.logical[0].extent if len(final.domain.logical) == 3 else 1
+    batch = 1
+    for i in mma.finals[0].domain.logical[:-2]:        # the batch dims, any number
+        batch = S.mul(batch, i.extent)
     tiles = S.mul(S.mul(S.ceil_div(m, p.tile_m), S.ceil_div(n, p.tile_n)), batch)
     k_tiles = K.mul(batches, per_batch)
     splits = p.split_k
@@ -274,7 +276,7 @@ def build_matmul(kernel: K.Kernel) -> K.Kernel:
     m, k = extent(a_in, mma.a_dims[0]), extent(a_in, mma.a_dims[1])
     n = extent(b_in, mma.b_dims[0])
 
-    def tensor_map(role, index, inner, outer, cols, rows, buf, batch=None):
+    def tensor_map(role, index, inner, outer, cols, rows, buf, batch=()):
         tile_map = K.TileBoxMap(role, index, inner, outer, cols, rows, 128, batch)
         name = f"{buf.name}_tmap"
         kernel.params.append(K.Param(name, "tmap", ("tmap", tile_map)))
@@ -329,9 +331,13 @@ def build_matmul(kernel: K.Kernel) -> K.Kernel:
     cluster_rows = K.ceil_div(tiles_m, Cm) if Cm > 1 else tiles_m
     cluster_cols = K.ceil_div(tiles_n, Cn) if Cn > 1 else tiles_n
     # A batch's tiles one after the other: the linear tile index is batch * (tiles of one
-    # matrix) + the tile within its matrix, rastered as a 2-D matmul's.
+    # matrix) + the tile within its matrix, rastered as a 2-D matmul's. The batch dims (the
+    # output's dims before its M and N, any number) count as one, the outermost slowest.
     per_batch = K.mul(cluster_rows, cluster_cols)
-    batches = extent(finals[0], 0) if rank == 3 else K.Const(1)
+    batch_extents = [extent(finals[0], d) for d in range(rank - 2)]
+    batches = K.Const(1)
+    for e in batch_extents:
+        batches = K.mul(batches, e)
     # The tile's batch and origin, defined once per work unit at the top of the unit loop (the
     # producer's copies and the epilogue read them; pipeline_loads gives the producer its own
     # definitions). With split-K, unit t is share t % S of K of tile t / S.
@@ -358,15 +364,26 @@ def build_matmul(kernel: K.Kernel) -> K.Kernel:
     if C > 1:
         unit_defs = [K.ScalarDef(cta_v, K.mod(t, C))]
         tile = K.div(t, C)
-    m0_at, n0_at = tile_origin(K.mod(tile, per_batch) if rank == 3 else tile, cluster_rows,
+    m0_at, n0_at = tile_origin(K.mod(tile, per_batch) if rank > 2 else tile, cluster_rows,
                                cluster_cols, p.raster_group, tm * Cm, tn * Cn)
     if Cm > 1:
         m0_at = K.add(m0_at, K.mul(cta_v, tm))
     if Cn > 1:
         n0_at = K.add(n0_at, K.mul(cta_v, tn))
-    tile_defs = unit_defs + ([K.ScalarDef(bt_v, K.div(tile, per_batch))] if rank == 3 else []) + [
-        K.ScalarDef(m0, m0_at), K.ScalarDef(n0, n0_at)]
-    bt = bt_v if rank == 3 else K.Const(0)
+    # The tile's coordinate along each batch dim (outermost first), from its linear batch.
+    coord_vs = ([bt_v] if rank == 3 else
+                [K.Var(f"pf_tile_batch{d}") for d in range(rank - 2)])
+    coord_defs = [K.ScalarDef(bt_v, K.div(tile, per_batch))] if rank > 2 else []
+    if rank > 3:
+        inner = None                   # the product of the batch dims inside dim d
+        for d in reversed(range(rank - 2)):
+            q = bt_v if inner is None else K.div(bt_v, inner)
+            coord_defs.append(K.ScalarDef(coord_vs[d], K.mod(q, batch_extents[d]) if d else q))
+            inner = batch_extents[d] if inner is None else K.mul(inner, batch_extents[d])
+    tile_defs = unit_defs + coord_defs + [K.ScalarDef(m0, m0_at), K.ScalarDef(n0, n0_at)]
+    batch_coords = coord_vs if rank > 2 else []
+    # The epilogue's inputs index their batch dims by these (MatmulOperands.input_dims' roles).
+    batch_at = {("b", d): c for d, c in enumerate(batch_coords)}
     # Every unit runs the same k blocks count (pipeline_loads' chain is rectangular): a share's
     # blocks past K are zero-filled boxes (the heuristic leaves no share empty). Share s takes
     # the k blocks s, s + S, s + 2 S, ...: the CTAs of a tile, running side by side, read
@@ -375,7 +392,9 @@ def build_matmul(kernel: K.Kernel) -> K.Kernel:
     unit_k_blocks = K.ceil_div(k_blocks, splits) if splits > 1 else k_blocks
 
     def at_batch(coords, dims):
-        return coords + ([bt] if dims[2] is not None else [])
+        """A copy's coordinates: column and row, then the batch's, innermost first (an operand
+        with batch dims has the output's: MatmulOperands)."""
+        return coords + (batch_coords[::-1] if dims[2] else [])
     box_bytes = lambda rows: K.Const(rows * TILE_K * dtype.size)  # noqa: E731
     k0 = K.mul(K.add(split_v, K.mul(kb, splits)) if splits > 1 else kb, TILE_K)
     def operand_loads(tv_in, dims, smem, glob, rows, origin, mn, cast=1) -> list:
@@ -402,9 +421,10 @@ def build_matmul(kernel: K.Kernel) -> K.Kernel:
              + operand_loads(b_in, mma.b_dims, b_s, b_glob, tn, n0, mn_major, Cm))
     # A staging box is 64 x 64 elements; a 128-byte swizzle row holds 64 16-bit or 32 fp32 ones,
     # so an fp32 output's box is stored as two boxes of 64 rows x 32 (F32_BOX_COLS) columns.
+    out_batch = tuple(range(rank - 2))
     c_maps = [tensor_map("output", fusion.outputs.index(f), rank - 1, rank - 2,
-                         F32_BOX_COLS if f.dtype.size == 4 else BOX, BOX, g,
-                         0 if rank == 3 else None) for f, g in zip(finals, out_globs)]
+                         F32_BOX_COLS if f.dtype.size == 4 else BOX, BOX, g, out_batch)
+              for f, g in zip(finals, out_globs)]
     # The first of the warp group's rows of the tile (threadIdx.y: its warp group in the role).
     wg_row0 = K.mul(_TIDY, slices * WARP_GROUP_ROWS) if wgs > 1 else K.Const(0)
     mmas: list = [K.WgmmaFence()]
@@ -460,7 +480,7 @@ def build_matmul(kernel: K.Kernel) -> K.Kernel:
         # role, the role in ping-pong, whose bodies each declare their own array).
         res_bars = K.MBarriers("pf_res_bar", p.compute_warp_groups * p.staging_boxes)
         res_map = tensor_map("input", p.staged_input, rank - 1, rank - 2, BOX, BOX,
-                             ctx.buffers[staged], 0 if rank == 3 else None)
+                             ctx.buffers[staged], out_batch)
 
     def scalar_buf(tv):
         if tv not in scalar_bufs:
@@ -488,7 +508,7 @@ def build_matmul(kernel: K.Kernel) -> K.Kernel:
                                K.Const(col_slots))
 
     def input_at(v, at: dict) -> K.TensorIndex:
-        """Fusion input v's element at the roles' indices `at` (m, n, b)."""
+        """Fusion input v's element at the roles' indices `at` ("m", "n", ("b", d))."""
         strides = ctx.strides[v]
         index = K.Const(0)
         for d, role in enumerate(dims_of[v]):
@@ -502,7 +522,7 @@ def build_matmul(kernel: K.Kernel) -> K.Kernel:
         return _min(K.add(n0, K.add(frag_col, 8 * (slot >> 1) + (slot & 1))), K.sub(n, 1))
 
     column_loads = [K.RegisterCopy(K.TensorIndex(buf, K.Const(q)),
-                                   input_at(v, {"n": column(q), "b": bt}))
+                                   input_at(v, {"n": column(q), **batch_at}))
                     for v, buf in col_bufs.items() for q in range(col_slots)]
     # The epilogue ops that read the matmul's result, directly or not.
     after_mm: set = set()
@@ -519,7 +539,7 @@ def build_matmul(kernel: K.Kernel) -> K.Kernel:
         (clamped into the matrix: rows and columns past it are computed, never stored)."""
         r = K.add(K.add(tile_row, frag_row), 8 * ((i >> 1) & 1))
         col_slot = 2 * (i >> 2) + (i & 1)
-        at = {"m": _min(K.add(m0, r), K.sub(m, 1)), "n": column(col_slot), "b": bt}
+        at = {"m": _min(K.add(m0, r), K.sub(m, 1)), "n": column(col_slot), **batch_at}
 
         def operand(v):
             if v in values_bufs:
@@ -558,7 +578,7 @@ def build_matmul(kernel: K.Kernel) -> K.Kernel:
         sl, c = divmod(j, chunks)
         row0 = (wg * slices + sl) * WARP_GROUP_ROWS
         return (K.Const((wg * boxes + j % boxes) * BOX * BOX),
-                [K.add(n0, c * BOX), K.add(m0, row0)] + ([bt] if rank == 3 else []))
+                [K.add(n0, c * BOX), K.add(m0, row0)] + batch_coords[::-1])
 
     def epilogue_of(wg: int) -> list:
         """Warp group wg's epilogue (of the role): its own staging boxes and, with several warp

@@ -727,12 +727,13 @@ class _TileView:
     """A TileBoxMap over its tensor in this launch: the tensor's storage, its rows and columns,
     the row stride (elements), its dtype."""
 
-    __slots__ = ("map", "mem", "rows", "cols", "row_stride", "dtype", "batches", "batch_stride")
+    __slots__ = ("map", "mem", "rows", "cols", "row_stride", "dtype", "batches", "batch_strides")
 
-    def __init__(self, tile, mem, rows, cols, row_stride, dtype, batches=1, batch_stride=0):
+    def __init__(self, tile, mem, rows, cols, row_stride, dtype, batches=(), batch_strides=()):
         self.map, self.mem, self.rows, self.cols = tile, mem, rows, cols
         self.row_stride, self.dtype = row_stride, dtype
-        self.batches, self.batch_stride = batches, batch_stride
+        # The batch dims' sizes and strides (elements), in the map's order (innermost first).
+        self.batches, self.batch_strides = tuple(batches), tuple(batch_strides)
 
 
 class _NamedBarrier:
@@ -2513,7 +2514,7 @@ class Interpreter:
                                    "nor output")
         where = f"{tile.role} {tile.index} (sizes {tuple(sizes)}, strides {tuple(strides)})"
         rank = len(sizes)
-        mapped = (tile.inner, tile.outer) + (() if tile.batch is None else (tile.batch,))
+        mapped = (tile.inner, tile.outer) + tile.batch
         if not (all(0 <= d < rank for d in mapped) and len(set(mapped)) == len(mapped)):
             raise InterpreterError(f"tensor map {tile} over {where}: dims {mapped} are not "
                                    "dims of the tensor")
@@ -2538,10 +2539,9 @@ class Interpreter:
                             f"{tile.box_cols} x {eb}")
         if problems:
             raise InterpreterError(f"tensor map {tile} over {where}: " + "; ".join(problems))
-        if tile.batch is None:
-            return _TileView(tile, mem, rows, cols, row_stride, dtype)
-        return _TileView(tile, mem, rows, cols, row_stride, dtype, sizes[tile.batch],
-                         strides[tile.batch])
+        inner_first = tile.batch[::-1]
+        return _TileView(tile, mem, rows, cols, row_stride, dtype,
+                         [sizes[d] for d in inner_first], [strides[d] for d in inner_first])
 
     def _tile_entry(self, s, buffer: K.Buffer) -> "_TileView":
         view = self.tensor_maps.get(s.tmap.name)
@@ -2551,7 +2551,7 @@ class Interpreter:
         if self.mems.get(id(buffer)) is not view.mem:
             raise InterpreterError(f"the copy's global buffer {buffer.name} is not the tensor "
                                    f"its map describes ({view.map.role} {view.map.index})")
-        want = 2 if view.map.batch is None else 3
+        want = 2 + len(view.map.batch)
         if len(s.coords) != want:
             raise InterpreterError(f"a tile tensor-map copy of {view.map} has {want} "
                                    f"coordinates, not {len(s.coords)}")
@@ -2585,11 +2585,16 @@ class Interpreter:
         c = _lanes(view.map.box_cols)[None, :]
         return c0, c1, r, c
 
-    def _box_batch(self, ctx: _Ctx, s, view) -> np.ndarray:
-        """The batch coordinate of each issuing thread (0 for a 2D map)."""
-        if view.map.batch is None:
-            return np.zeros(ctx.n, dtype=np.int64)
-        return ctx.arr(ctx.ev(s.coords[2]), np.int64)
+    def _box_batch(self, ctx: _Ctx, s, view) -> tuple:
+        """(the element offset of each issuing thread's matrix, whether its batch coordinates
+        are inside the tensor): coordinates 2.. against the batch dims (none for a 2D map)."""
+        offset = np.zeros(ctx.n, dtype=np.int64)
+        inside = np.ones(ctx.n, dtype=bool)
+        for c, size, stride in zip(s.coords[2:], view.batches, view.batch_strides):
+            cb = ctx.arr(ctx.ev(c), np.int64)
+            offset = offset + cb * stride
+            inside = inside & (0 <= cb) & (cb < size)
+        return offset, inside
 
     def _tile_load(self, s, ctx: _Ctx) -> None:
         """TensorMapLoad of a TileBoxMap: element (r, c) of the box at coords (column c0, row
@@ -2610,7 +2615,7 @@ class Interpreter:
             raise InterpreterError(f"tensor-map copy expects {int(nbytes[np.argmax(wrong)])} "
                                    f"bytes for a box of {box * eb}")
         c0, c1, r, c = self._box_coords(ctx, s, view)
-        cb = self._box_batch(ctx, s, view)
+        cb, cin = self._box_batch(ctx, s, view)
         dst, da = self._locate(ctx, s.dst, "tensor-map destination", box, align=1)
         j = da - ctx.base(dst.kind, dst.row)
         self._atom_aligned(ctx, s.dst, j, eb, "tensor-map destination")
@@ -2630,9 +2635,9 @@ class Interpreter:
             bars.tx[bq] += nbytes[q] * cast
             row, col = c1[q] + r, c0[q] + c
             inside = ((row >= 0) & (row < view.rows) & (col >= 0) & (col < view.cols)
-                      & (0 <= cb[q]) & (cb[q] < view.batches)).ravel()
+                      & cin[q]).ravel()
             off = np.where(inside, (row * view.row_stride + col
-                                    + cb[q] * view.batch_stride).ravel(), 0)
+                                    + cb[q]).ravel(), 0)
             b0 = int(blk[q])
             targets = [b0] if cast == 1 else [
                 int(self._cluster_block(b0, rank, "a multicast tensor-map copy"))
@@ -2667,7 +2672,7 @@ class Interpreter:
                                    f"{s.src.buffer.dtype}) into a tensor of {view.dtype}")
         box = t.box_rows * t.box_cols
         c0, c1, r, c = self._box_coords(ctx, s, view)
-        cb = self._box_batch(ctx, s, view)
+        cb, cin = self._box_batch(ctx, s, view)
         sm, sa = self._locate(ctx, s.src, "tensor-map store source", box, align=1)
         self._atom_aligned(ctx, s.src, sa - ctx.base(sm.kind, sm.row), eb,
                            "tensor-map store source")
@@ -2676,7 +2681,7 @@ class Interpreter:
         for q in range(ctx.n):
             row, col = c1[q] + r, c0[q] + c
             inside = ((row >= 0) & (row < view.rows) & (col >= 0) & (col < view.cols)
-                      & (0 <= cb[q]) & (cb[q] < view.batches)).ravel()
+                      & cin[q]).ravel()
             at = int(sa[q]) + layout[inside]
             if sm.written is not None and not sm.written[at].all():
                 k = int(np.flatnonzero(inside)[np.argmin(sm.written[at])])
@@ -2692,7 +2697,7 @@ class Interpreter:
                 self._slot_read(one, sm, s.src, at[None, :], record=False)
             if sm.owner is not None:
                 self._track_read(one, sm, s.src, at[None, :])
-            goff = (row * view.row_stride + col + cb[q] * view.batch_stride).ravel()[inside]
+            goff = (row * view.row_stride + col + cb[q]).ravel()[inside]
             self._store(out, goff, sm.vals[at], None)
             if out.counts is not None:
                 self._count(out, goff)

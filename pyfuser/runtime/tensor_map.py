@@ -410,7 +410,8 @@ def tile_l2_promotion(pointer: int, outer_strides) -> int:
 
 def encode_tile_box(tensor, tile_map) -> bytes:
     """The tensor map of a kir.TileBoxMap over `tensor` (a torch tensor): 2D, innermost first
-    (size[inner], size[outer]), the rows `stride[outer]` elements apart, boxes of (box_cols,
+    (size[inner], size[outer], then its batch dims innermost first), the rows `stride[outer]`
+    elements apart, boxes of (box_cols,
     box_rows) under the 128-byte swizzle, element strides 1, no interleave, 256-byte L2
     promotion (128 where rows start mid-sector: tile_l2_promotion), elements outside the tensor
     read as zeros (and not written by stores). The rules (`tile_box_problems`) are checked
@@ -425,10 +426,13 @@ def encode_tile_box(tensor, tile_map) -> bytes:
     row_stride = (strides[tile_map.outer] * item if rows > 1
                   else -(-cols * item // GLOBAL_ALIGN) * GLOBAL_ALIGN)
     dims, outer_strides = (cols, rows), (row_stride,)
-    if tile_map.batch is not None:      # a batch of matrices: the map's dim 2
-        batches = int(sizes[tile_map.batch])
+    # A batch of matrices: its dims (outermost first) are the map's dims 2.., innermost first.
+    # A batch dim of one matrix has no stride to keep: the one past the dims inside it.
+    for d in reversed(tile_map.batch):
+        batches = int(sizes[d])
+        span = outer_strides[-1] * dims[-1]
         dims += (batches,)
-        outer_strides += (strides[tile_map.batch] * item if batches > 1 else row_stride * rows,)
+        outer_strides += (strides[d] * item if batches > 1 else span,)
     pointer = tensor.data_ptr()
     return encode_tiled(pointer, tensor.dtype, dims, outer_strides,
                         tile_map.box, element_strides=(1,) * len(dims), swizzle=tile_map.swizzle,

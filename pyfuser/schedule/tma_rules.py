@@ -121,35 +121,45 @@ def check_row_box(sizes, strides, alignment: int, dtype_bytes: int) -> list[str]
     return problems
 
 
+# Batch dims a tile map takes beside its rows and columns (a tensor map has up to 5 dims).
+MAX_BATCH_DIMS = 3
+
+
 def check_tile_box(sizes, strides, alignment: int, dtype_bytes: int, inner: int, outer: int,
                    box_cols: int, box_rows: int, swizzle: int = TILE_SWIZZLE_BYTES,
-                   batch: int | None = None) -> list[str]:
+                   batch=()) -> list[str]:
     """Rules for copying 2D tiles of a matrix with a tensor map (a kir.TileBoxMap): the matrix
     seen as rows, logical dim `inner` (stride 1) along a row and logical dim `outer` counting
     rows; a box is `box_rows` rows of `box_cols` elements under the `swizzle`-byte pattern.
     `sizes` and `strides` (in elements) are the tensor's, `alignment` its data pointer's largest
     power-of-two divisor (bytes). Readable reasons, empty when a map can be encoded.
 
-    Rank 2, or rank 3 with `batch` the third dim (a batch of matrices: the map's dim 2, a box
-    one matrix deep). A dim of size 1 has no stride to keep (any is fine: the encoder stands in
-    a legal one). Extents must be in 1..2^31-1: the copies' coordinates are int32."""
+    Rank 2, or more with `batch` the other dims (a batch of matrices, up to MAX_BATCH_DIMS dims
+    of any strides: the map's dims 2.., a box one matrix deep; an int stands for one dim, None
+    for none). A dim of size 1 has no stride to keep (any is fine: the encoder stands in a
+    legal one). Extents must be in 1..2^31-1: the copies' coordinates are int32."""
     problems = []
     rank = len(sizes)
-    dims = (inner, outer) if batch is None else (inner, outer, batch)
+    batch = () if batch is None else (batch,) if isinstance(batch, int) else tuple(batch)
+    dims = (inner, outer, *batch)
     if rank != len(dims):
-        return [f"a tile map covers {len(dims)}-dim tensors here ({'no batch' if batch is None else 'a batch'}), "
+        return [f"a tile map covers {len(dims)}-dim tensors here ({len(batch)} batch dims), "
                 f"this one has {rank} dims"]
+    if len(batch) > MAX_BATCH_DIMS:
+        return [f"{len(batch)} batch dims: a tensor map has at most {2 + MAX_BATCH_DIMS} dims"]
     if len(strides) != rank:
         return [f"{len(strides)} strides for {rank} dims"]
     if sorted(dims) != list(range(rank)):
         return [f"dims {dims} are not the tensor's {rank} dims"]
-    if batch is not None and sizes[batch] != 1:
-        b_bytes = strides[batch] * dtype_bytes
+    for d in batch:
+        if sizes[d] == 1:
+            continue
+        b_bytes = strides[d] * dtype_bytes
         if b_bytes <= 0 or b_bytes % GLOBAL_ALIGN or b_bytes >= MAX_GLOBAL_STRIDE:
-            problems.append(f"its batch dim {batch} stride {strides[batch]} x {dtype_bytes} bytes "
+            problems.append(f"its batch dim {d} stride {strides[d]} x {dtype_bytes} bytes "
                             f"is not a positive multiple of {GLOBAL_ALIGN} below 2^40")
-        if not 1 <= sizes[batch] < MAX_TILE_EXTENT:
-            problems.append(f"its batch dim {batch} has {sizes[batch]} elements")
+        if not 1 <= sizes[d] < MAX_TILE_EXTENT:
+            problems.append(f"its batch dim {d} has {sizes[d]} elements")
     if sizes[inner] != 1 and strides[inner] != 1:
         problems.append(f"its inner dim {inner} (along a row) has stride {strides[inner]}, not 1: "
                         "a tensor map reads rows of contiguous elements")

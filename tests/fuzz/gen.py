@@ -1934,18 +1934,19 @@ def pat_outputs_and_library(b: Builder) -> None:
 def pat_matmul(b: Builder) -> None:
     """A matmul of the shapes the matmul kernel takes where the layouts allow (16-bit floats, N
     and K multiples of 8; random layouts make some inputs strided or offset, which torch then
-    runs): a linear (a bias sometimes) or a @ b, 2-D or a batch of two or three, then a chain of
-    element-wise ops (the epilogue the kernel fuses) reading other inputs over the output's
-    dims, sometimes first a residual of the output's dims and dtype."""
+    runs): a linear (a bias sometimes) or a @ b, 2-D or a batch (one or two dims of two or
+    three), then a chain of element-wise ops (the epilogue the kernel fuses) reading other
+    inputs over the output's dims, sometimes first a residual of the output's dims and dtype."""
     r = b.rng
     batched = r.random() < 0.3
-    batch_axis = b.axis(r.randint(2, 3)) if batched else None
+    # A batch of one dim mostly, sometimes two (attention's [batch, heads, rows, cols]).
+    lead_axes = ([b.axis(r.randint(2, 3)) for _ in range(r.choice((1, 1, 2)))] if batched
+                 else [])
     # Sometimes a column-major x the kernel takes (an MN-major A): M a multiple of 8 too, kept
     # through the fitting, and x permuted.
     column_major_a = r.random() < 0.15
     m_axis = b.axis(cls="mult8") if column_major_a else b.axis()
     n_axis, k_axis = b.axis(cls="mult8"), b.axis(cls="mult8")
-    lead_axes = [batch_axis] if batched else []
     b.fit(lead_axes + [m_axis, n_axis, k_axis],
           protect=[k_axis, n_axis] + ([m_axis] if column_major_a else []))
     if column_major_a:

@@ -275,6 +275,51 @@ def test_batched(case):
     run_and_check(fd, inputs, scheduler="matmul")
 
 
+@pytest.mark.parametrize("case, options", [
+    ("bmm4", None),
+    ("bmm4", {"enable": ["matmul_cluster"], "disable": ["matmul_pingpong"]}),
+    ("bmm4", {"enable": ["matmul_stream_k", "matmul_few_rows"]}),
+    ("heads", None),                 # q [B, S, H, D] as [B, H, S, D]: batch strides not nested
+    ("heads_scale_mask", None),      # scores * scale + mask [B, 1, S, S]: an attention epilogue
+    ("bmm5", None),
+    ("linear4_residual", {"enable": ["matmul_pingpong"]}),
+])
+def test_batch_dims(case, options):
+    """Matmuls of 2 and 3 batch dims as one kernel (tensor maps of 4 and 5 dims), fused
+    epilogues over the 4-D output, against float64 with outputs poisoned."""
+    bf = torch.bfloat16
+
+    def rnd(*shape):
+        return torch.randn(*shape, device="cuda", dtype=bf)
+    B, H, M, N, K = 2, 3, 1000, 1032, 264
+    if case == "bmm4":
+        inputs = [rnd(B, H, M, K), rnd(B, H, K, N)]
+    elif case.startswith("heads"):
+        # q and k of [B, S, H, D] (a projection's output viewed per head), scores q @ k^T.
+        inputs = [rnd(B, M, H, K).transpose(1, 2), rnd(B, N, H, K).permute(0, 2, 3, 1)]
+        if case.endswith("mask"):
+            inputs += [rnd(B, 1, M, N)]
+    elif case == "bmm5":
+        inputs = [rnd(2, 2, 2, 520, K), rnd(2, 2, 2, K, 264)]
+    else:
+        inputs = [rnd(B, H, M, K), rnd(N, K) / 16, rnd(B, H, M, N)]
+    with FusionDefinition() as fd:
+        ts = [fd.from_pytorch(t) for t in inputs]
+        if case == "linear4_residual":
+            y = fd.ops.relu(fd.ops.linear(ts[0], ts[1]) + ts[2])
+        else:
+            y = fd.ops.matmul(ts[0], ts[1])
+            if case.endswith("mask"):
+                y = y * K ** -0.5 + ts[2]
+        fd.add_output(y)
+    run_and_check(fd, inputs, scheduler="matmul", options=options)
+    p = fd.last_run.heuristics[0]
+    want = {"matmul_cluster": p.cluster > 1, "matmul_stream_k": p.stream_k > 0,
+            "matmul_pingpong": p.compute_roles == 2}
+    for feature in (options or {}).get("enable", []):
+        assert want.get(feature, True), (feature, p)
+
+
 # Split-K (MatmulParams.split_k, kir SplitKReduce): the feature matmul_split_k forces it where
 # the tiles leave CTAs idle; the last CTA of a tile adds the partials in split order, so two
 # runs give the same bits whichever CTA finished last.

@@ -1081,7 +1081,48 @@ def test_interpreted_batched(case):
     p = dataclasses.replace(p, stages=2, grid=3)
     st, _, p, kernel = schedule_and_lower(fd, inputs, params=p, scheduler=matmul,
                                           device="h100-4sm")
-    assert any(m.batch is not None for m in kernel.tensor_maps.values())
+    assert any(m.batch for m in kernel.tensor_maps.values())
+    interpret_against_float64(fd, st, kernel, inputs, context=(case, p))
+
+
+# More batch dims: tensor maps of 4 and 5 dims, the batch coordinates from the linear batch.
+@pytest.mark.parametrize("case", ["bmm4_mn", "bmm4_heads", "a4_b2", "linear4_epilogue", "bmm5"])
+def test_interpreted_batch_dims(case):
+    """Operands and outputs of 2 and 3 batch dims: contiguous; attention-style heads (q of
+    [B, S, H, D] seen as [B, H, S, D]: batch strides not nested); a 2-D operand shared by every
+    batch; an epilogue reading a bias, a per-head scale broadcast over the other dims and a
+    residual of the output's 4 dims (staged through the boxes); 3 batch dims (a 5-D map)."""
+    from kir_testing import interpret_against_float64, schedule_and_lower, setup
+    g = torch.Generator().manual_seed(len(case) + 7)
+
+    def rnd(*shape):
+        return torch.randn(*shape, dtype=torch.bfloat16, generator=g)
+    M, N, K = 70, 72, 136
+    if case == "bmm4_mn":
+        inputs = [rnd(2, 3, M, K), rnd(2, 3, K, N)]
+    elif case == "bmm4_heads":
+        inputs = [rnd(2, M, 3, K).transpose(1, 2), rnd(2, N, 3, K).permute(0, 2, 3, 1)]
+    elif case == "a4_b2":
+        inputs = [rnd(2, 3, M, K), rnd(K, N)]
+    elif case == "bmm5":
+        inputs = [rnd(2, 2, 2, M, K), rnd(2, 2, 2, K, N)]
+    else:
+        inputs = [rnd(2, 3, M, K), rnd(N, K), rnd(N), rnd(1, 3, 1, 1), rnd(2, 3, M, N)]
+    with FusionDefinition(case) as fd:
+        ts = [fd.from_pytorch(t) for t in inputs]
+        if case == "linear4_epilogue":
+            y = fd.ops.linear(ts[0], ts[1], ts[2]) * ts[3] + ts[4]
+        else:
+            y = fd.ops.matmul(ts[0], ts[1])
+        fd.add_output(y)
+    ok, why = matmul.can_schedule(fd.fusion)
+    assert ok, why
+    st = setup(fd, inputs, "h100-4sm")
+    p = dataclasses.replace(matmul.compute_heuristics(st.fusion, st.info), stages=2, grid=3)
+    st, _, p, kernel = schedule_and_lower(fd, inputs, params=p, scheduler=matmul,
+                                          device="h100-4sm")
+    rank = inputs[0].dim()
+    assert {len(m.batch) for m in kernel.tensor_maps.values()} >= {rank - 2}, kernel.tensor_maps
     interpret_against_float64(fd, st, kernel, inputs, context=(case, p))
 
 
@@ -1092,6 +1133,23 @@ def test_batches_broadcast_against_each_other_run_torch():
         fd.add_output(fd.ops.matmul(fd.from_pytorch(a), fd.from_pytorch(b)))
     e = fd.explain([a, b], device="h100")
     assert any(s.kind == "library" for s in e.segments) or refused_to_library(e), e
+
+
+def test_fewer_batch_dims_than_the_output_run_torch():
+    """b [H, K, N] against a [B, H, M, K]: a batch broadcast (not built) goes to the library,
+    with the reason; 4 and 5 dims of equal batches are the kernel's."""
+    a, b = meta(2, 3, 128, 64), meta(3, 64, 128)
+    with FusionDefinition("bcast_heads") as fd:
+        fd.add_output(fd.ops.matmul(fd.from_pytorch(a), fd.from_pytorch(b)))
+    ok, why = matmul.can_schedule(fd.fusion)
+    assert not ok and "1 batch dims against the output's 2" in why, why
+    e = fd.explain([a, b], device="h100")
+    assert any(s.kind == "library" for s in e.segments) or refused_to_library(e), e
+    for shape in ((2, 3, 128, 64), (2, 2, 3, 128, 64)):
+        a, b = meta(*shape), meta(*shape[:-2], 64, 128)
+        with FusionDefinition("bmm") as fd:
+            fd.add_output(fd.ops.matmul(fd.from_pytorch(a), fd.from_pytorch(b)))
+        assert only_segment(fd.explain([a, b], device="h100")).kernel.scheduler == "matmul"
 
 
 def test_tile_box_rules_of_a_batch():
@@ -1335,6 +1393,44 @@ def test_interpreted_cluster_batched():
     p = matmul.MatmulParams(tile_m=128, tile_n=128, stages=2, grid=4, cluster_m=2, b_major="MN")
     fd, st, p, kernel, inputs = _cluster_kernel(0, 0, 0, p, fd=fd, inputs=[a, b])
     interpret_against_float64(fd, st, kernel, inputs, context=p)
+
+
+def test_interpreted_cluster_batch_dims():
+    """A 4-D batch in clusters of 2 along M: B's shares multicast through 4-D maps."""
+    from kir_testing import interpret_against_float64
+    g = torch.Generator().manual_seed(11)
+    a = torch.randn(2, 2, 130, 72, dtype=torch.bfloat16, generator=g)
+    b = torch.randn(2, 2, 72, 136, dtype=torch.bfloat16, generator=g)
+    with FusionDefinition("bmm4") as fd:
+        fd.add_output(fd.ops.matmul(fd.from_pytorch(a), fd.from_pytorch(b)))
+    p = matmul.MatmulParams(tile_m=128, tile_n=128, stages=2, grid=4, cluster_m=2, b_major="MN")
+    fd, st, p, kernel, inputs = _cluster_kernel(0, 0, 0, p, fd=fd, inputs=[a, b])
+    interpret_against_float64(fd, st, kernel, inputs, context=p)
+
+
+@pytest.mark.parametrize("shape, features", [
+    ((2, 3, 2048, 512), ["matmul_cluster"]),          # 4-D maps, B multicast
+    ((2, 2, 2, 1024, 512), []),                       # 5-D maps
+    ((2, 3, 64, 4096), ["matmul_stream_k", "matmul_few_rows"]),
+])
+def test_batch_dims_kernels_compile(shape, features):
+    """The kernels of 2 and 3 batch dims (an epilogue op fused) compile for sm_90a with the
+    tensor-map copies of their rank, no spill and no serialized wgmma."""
+    from pyfuser import options
+    a, b = meta(*shape), meta(*shape[:-2], shape[-1], 1024)
+    with FusionDefinition("bmm") as fd:
+        fd.add_output(fd.ops.relu(fd.ops.matmul(fd.from_pytorch(a), fd.from_pytorch(b))))
+    with options.override(enable=features, disable=["matmul_pingpong"]):
+        seg = only_segment(fd.explain([a, b], device="h200", compile=True))
+    report = seg.kernel.ptxas
+    assert "0 B spill stores" in report and "serializ" not in report.lower(), report
+    src = seg.kernel.kernel.source
+    body = src[src.index('extern "C"'):]
+    rank = len(shape)
+    assert f"pf::tma_load_{rank}d" in body and f"pf::tma_store_{rank}d" in body
+    p = seg.kernel.params
+    assert ("matmul_cluster" in features) == (p.cluster > 1), p
+    assert ("matmul_stream_k" in features) == (p.stream_k > 0), p
 
 
 def _drop(kernel, pick):

@@ -165,7 +165,7 @@ def test_tile_box_accepts_operands_either_way_round():
 
 
 @pytest.mark.parametrize("case,words", [
-    (dict(sizes=(4, 300, 192), strides=(57600, 192, 1)), "2-dim tensors here (no batch), this one has 3"),
+    (dict(sizes=(4, 300, 192), strides=(57600, 192, 1)), "2-dim tensors here (0 batch dims), this one has 3"),
     (dict(sizes=(192,), strides=(1,)), "this one has 1 dims"),
     (dict(inner=1, outer=1), "are not the tensor's 2 dims"),
     (dict(inner=2, outer=0), "are not the tensor's 2 dims"),
@@ -241,3 +241,21 @@ def test_encode_tile_box_on_the_gpu():
         assert len(data) == 128 and any(data), m
     assert encode_tile_box(x, maps[0][1]) == encode_tile_box(x, maps[0][1])
     assert encode_tile_box(x, maps[0][1]) != encode_tile_box(x[1:], maps[0][1])
+
+
+def test_tile_box_rules_of_several_batch_dims():
+    """Batch dims of any strides (each a multiple of 16 bytes; one of size 1 keeps none), up to
+    3 of them (a tensor map has 5 dims)."""
+    from pyfuser.schedule.tma_rules import check_tile_box
+    box = dict(alignment=16, dtype_bytes=2, inner=3, outer=2, box_cols=64, box_rows=64)
+    heads = [2, 3, 100, 64]         # [B, S, H, D] seen as [B, H, S, D]: strides not nested
+    assert check_tile_box(heads, [19200, 64, 192, 1], batch=(0, 1), **box) == []
+    assert check_tile_box([2, 1, 100, 64], [6400, 7, 64, 1], batch=(0, 1), **box) == []
+    bad = check_tile_box(heads, [19200, 68, 192, 1], batch=(0, 1), **box)
+    assert len(bad) == 1 and "batch dim 1 stride 68" in bad[0], bad
+    five = check_tile_box([2, 2, 2, 100, 64], [25600, 12800, 6400, 64, 1], batch=(0, 1, 2),
+                          **dict(box, inner=4, outer=3))
+    assert five == []
+    six = check_tile_box([2] * 4 + [100, 64], [1] * 6, batch=(0, 1, 2, 3),
+                         **dict(box, inner=5, outer=4))
+    assert six == ["4 batch dims: a tensor map has at most 5 dims"], six

@@ -121,6 +121,26 @@ __device__ __forceinline__ void tma_load_3d_multicast(unsigned dst, const CUtens
       "h"(cta_mask)
       : "memory");
 }
+__device__ __forceinline__ void tma_load_4d_multicast(unsigned dst, const CUtensorMap* tmap, int c0,
+                                                      int c1, int c2, int c3, unsigned bar,
+                                                      unsigned short cta_mask) {
+  asm volatile(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes"
+      ".multicast::cluster [%0], [%1, {%2, %3, %4, %5}], [%6], %7;" ::"r"(dst),
+      "l"(reinterpret_cast<unsigned long long>(tmap)), "r"(c0), "r"(c1), "r"(c2), "r"(c3),
+      "r"(bar), "h"(cta_mask)
+      : "memory");
+}
+__device__ __forceinline__ void tma_load_5d_multicast(unsigned dst, const CUtensorMap* tmap, int c0,
+                                                      int c1, int c2, int c3, int c4, unsigned bar,
+                                                      unsigned short cta_mask) {
+  asm volatile(
+      "cp.async.bulk.tensor.5d.shared::cluster.global.mbarrier::complete_tx::bytes"
+      ".multicast::cluster [%0], [%1, {%2, %3, %4, %5, %6}], [%7], %8;" ::"r"(dst),
+      "l"(reinterpret_cast<unsigned long long>(tmap)), "r"(c0), "r"(c1), "r"(c2), "r"(c3),
+      "r"(c4), "r"(bar), "h"(cta_mask)
+      : "memory");
+}
 __device__ __forceinline__ void tma_load_4d(unsigned dst, const CUtensorMap* tmap, int c0, int c1,
                                             int c2, int c3, unsigned bar) {
   asm volatile(

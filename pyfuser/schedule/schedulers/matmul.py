@@ -32,14 +32,15 @@ may be K-major (x [M, K]) or MN-major (a column-major A, x.t() of a row-major [K
 64 M x 64 K, read by wgmma with imm-trans-a); B K-major (w [N, K], or b = w.t()) or MN-major
 (b row-major [K, N]: boxes of 64 N x 64 K, imm-trans-b). A's M dim may be a broadcast
 (fd.from_pytorch of a [1, K] row); other broadcast operand dims are refused by can_schedule.
-Not built yet (issues 20 and 21): a batch broadcast against another, more than one batch dim,
-clusters of more than 2 CTAs chosen by the heuristic (4 along M run: slower where measured),
+Not built yet (issues 20 and 21): a batch broadcast against another (an operand with fewer
+batch dims than the output, other than a shared 2-D one), clusters of more than 2 CTAs chosen by the heuristic (4 along M run: slower where measured),
 stream-K with ping-pong tiles or clusters. Split-K is built (MatmulParams.split_k) and
 chosen only when the feature matmul_split_k asks. Stream-K (MatmulParams.stream_k: the last
 waves' tiles cut into runs of k blocks, the same count for every SM's CTA) is chosen where the
-best data-parallel kernel leaves SMs idle and K is long (STREAM_K_TILES, stream_k_us). Batches (3-D operands, [batch, rows,
-cols]; a 2-D operand shared by every batch) go through 3-D tensor maps, the batch the tile
-index's outermost part.
+best data-parallel kernel leaves SMs idle and K is long (STREAM_K_TILES, stream_k_us). Batches (operands of up to MAX_BATCH_DIMS
+batch dims, [batch dims.., rows, cols], each dim of any stride TMA takes; a 2-D operand shared
+by every batch) go through tensor maps of 3 to 5 dims, the batch the tile index's outermost
+part.
 
 The tile and kind (cooperative 128x256 or 128x192, ping-pong 128x128 or 128x64) minimize a
 cost model measured on the H200 (`estimated_us`): waves of tiles over the CTAs' compute roles,
@@ -57,6 +58,7 @@ tile of 16 k blocks does, and ping-pong 128x64 tiles run in clusters along N, A 
 from __future__ import annotations
 
 import dataclasses
+import math
 
 from ...ir.dtype import DataType
 from ...ir.exprs import (BinaryOp, BroadcastOp, ExpandOp, LinearOp, LoadKind, LoadStoreOp,
@@ -66,7 +68,7 @@ from ...ir.iter_domain import ParallelType as PT
 from ...ir.tensor import MemoryType, TensorView, WarpSpecialized
 from ..cache import cache_after
 from ..circular_buffer import circular_buffer
-from ..tma_rules import check_tile_box, rows_start_mid_sector
+from ..tma_rules import MAX_BATCH_DIMS, check_tile_box, rows_start_mid_sector
 from .base import RuntimeInfo, SchedulerError
 
 NAME = "matmul"          # offered the fusions with a matmul alone (op_support.DEDICATED_OPS)
@@ -448,15 +450,15 @@ class MatmulOperands:
     a: TensorView                # shared cache of A, rows M
     b: TensorView                # shared cache of B, rows N
     out: TensorView              # the matmul's own output (its dtype: the rounding it defines)
-    a_dims: tuple                # (row dim, K dim, batch dim or None) of A's global input
-    b_dims: tuple                # (row dim, K dim, batch dim or None) of B's global input
+    a_dims: tuple                # (row dim, K dim, batch dims) of A's global input
+    b_dims: tuple                # (row dim, K dim, batch dims) of B's global input
     op: object                   # the MatmulOp / LinearOp (a linear's bias: its third input)
     finals: tuple                # the fusion outputs the kernel stores, in the fusion's order
     # The element-wise ops of the epilogue, in order, computed on each accumulator before the
     # store.
     epilogue: tuple = ()
     # Each fusion input the epilogue reads (and a linear's bias): its logical dims' roles,
-    # "m", "n", or None (a broadcast: index 0).
+    # "m", "n", ("b", d) (the output's batch dim d), or None (a broadcast: index 0).
     input_dims: tuple = ()
 
 
@@ -466,14 +468,15 @@ def _matmul_op(fusion):
 
 
 def _operand_dims(op) -> tuple[tuple, tuple]:
-    """((A's M dim, K dim, batch dim), (B's N dim, K dim, batch dim)) in the operands' logical
-    dims; the batch dim None for a 2-D operand (shared by every batch)."""
+    """((A's M dim, K dim, batch dims), (B's N dim, K dim, batch dims)) in the operands'
+    logical dims; the batch dims (outermost first) are those before the matrix's, () for a
+    2-D operand (shared by every batch)."""
     ra = len(op.inputs[0].domain.logical)
-    a = (ra - 2, ra - 1, 0 if ra == 3 else None)
+    a = (ra - 2, ra - 1, tuple(range(ra - 2)))
     if isinstance(op, LinearOp):
-        return a, (0, 1, None)
+        return a, (0, 1, ())
     rb = len(op.inputs[1].domain.logical)
-    return a, (rb - 1, rb - 2, 0 if rb == 3 else None)
+    return a, (rb - 1, rb - 2, tuple(range(rb - 2)))
 
 
 # Ops a fused epilogue computes on each accumulator (element-wise, and views of inputs).
@@ -539,9 +542,13 @@ def can_schedule(fusion) -> tuple[bool, str]:
     for name, t in (("a", a), ("b", b)):
         if t not in fusion.inputs:
             return False, f"operand {name} is not a fusion input"
-        if len(t.domain.logical) not in (2, 3):
-            return False, (f"operand {name} has {len(t.domain.logical)} dims (the kernel takes "
-                           "matrices and batches of them: 2 or 3 dims)")
+        rank = len(t.domain.logical)
+        if not 2 <= rank <= 2 + MAX_BATCH_DIMS:
+            return False, (f"operand {name} has {rank} dims (the kernel takes matrices and "
+                           f"batches of them: 2 to {2 + MAX_BATCH_DIMS} dims)")
+        if rank not in (2, len(out.domain.logical)):
+            return False, (f"operand {name}'s {rank - 2} batch dims against the output's "
+                           f"{len(out.domain.logical) - 2} (a batch broadcast is not built)")
         if t.dtype not in MMA_DTYPES:
             return False, f"operand {name} is {t.dtype.short_name}, not bf16 or fp16"
     if a.dtype != b.dtype or out.dtype != a.dtype:
@@ -554,7 +561,7 @@ def can_schedule(fusion) -> tuple[bool, str]:
         return False, "an operand with a broadcast dim other than A's M"
     if any(len(fusion.uses_of(t)) != 1 for t in (a, b)):
         return False, "an operand read by another op too"
-    what = "a batched matmul" if len(out.domain.logical) == 3 else "a 2-D matmul"
+    what = "a batched matmul" if len(out.domain.logical) > 2 else "a 2-D matmul"
     if epilogue:
         stored = f", {len(finals)} outputs stored" if len(finals) > 1 else ""
         return True, (f"{what} of 16-bit floats and {len(epilogue)} element-wise op(s) fused"
@@ -579,11 +586,11 @@ def compute_heuristics(fusion, info: RuntimeInfo) -> MatmulParams:
     n = fb.sizes[bn]
     if k == 0:
         raise SchedulerError("matmul: K = 0 (nothing to accumulate; torch gives zeros)")
-    batches = {f.sizes[d] for f, d in ((fa, ab), (fb, bb)) if d is not None}
+    batches = {tuple(f.sizes[d] for d in dims) for f, dims in ((fa, ab), (fb, bb)) if dims}
     if len(batches) > 1:
         raise SchedulerError(f"matmul: batches of {sorted(batches)} matrices (a batch broadcast "
                              "against another is not built)")
-    batch = batches.pop() if batches else 1
+    batch = math.prod(batches.pop()) if batches else 1
     # The layout rules (strides, alignment, extents) do not depend on a box's rows, which the
     # tile chosen below sets (any legal count stands in here; the executor checks the kernel's
     # own maps before each new signature's launch).
@@ -701,7 +708,7 @@ def staged_input(fusion, info, p: MatmulParams, bmn: tuple) -> int:
         why = check_tile_box(list(f.sizes), list(f.strides), f.alignment, v.dtype.size,
                              inner=rank - 1, outer=rank - 2, box_cols=EPILOGUE_BOX,
                              box_rows=EPILOGUE_BOX, swizzle=128,
-                             batch=0 if rank == 3 else None)
+                             batch=tuple(range(rank - 2)))
         if not why:
             return fusion.input_position(v)
     return -1
@@ -819,8 +826,8 @@ def schedule(fusion, params: MatmulParams) -> None:
     graph = IdGraph(fusion)
     logical = out.domain.logical
     roles = {"m": logical[-2], "n": logical[-1]}
-    if len(logical) == 3:
-        roles["b"] = logical[0]
+    for d in range(len(logical) - 2):
+        roles[("b", d)] = logical[d]
 
     def dims_of(t):
         return tuple(next((r for r, j in roles.items() if not i.is_broadcast
