@@ -643,6 +643,9 @@ def build_matmul(kernel: K.Kernel) -> K.Kernel:
         box, on that box's mbarrier."""
         bar = staged_bar(j)
         box, at = box_of(wg, j)
+        # Its batch dims are the output's, or of one element (a broadcast: coordinate 0).
+        at = at[:2] + [c if role else K.Const(0) for c, role in
+                       zip(at[2:], dims_of[staged][:rank - 2][::-1])]
         return [K.TensorMapLoad(K.TensorIndex(staging[0], box), *res_map, ctx.buffers[staged],
                                 at, K.Const(BOX * BOX * staged.dtype.size), bar),
                 K.MBarrierArrive(bar)]

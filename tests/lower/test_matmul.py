@@ -1091,7 +1091,8 @@ def test_interpreted_batch_dims(case):
     """Operands and outputs of 2 and 3 batch dims: contiguous; attention-style heads (q of
     [B, S, H, D] seen as [B, H, S, D]: batch strides not nested); a 2-D operand shared by every
     batch; an epilogue reading a bias, a per-head scale broadcast over the other dims and a
-    residual of the output's 4 dims (staged through the boxes); 3 batch dims (a 5-D map)."""
+    residual of the output's 4 dims (read through the staging boxes); 3 batch dims (a 5-D
+    map)."""
     from kir_testing import interpret_against_float64, schedule_and_lower, setup
     g = torch.Generator().manual_seed(len(case) + 7)
 
@@ -1123,6 +1124,33 @@ def test_interpreted_batch_dims(case):
                                           device="h100-4sm")
     rank = inputs[0].dim()
     assert {len(m.batch) for m in kernel.tensor_maps.values()} >= {rank - 2}, kernel.tensor_maps
+    assert (p.staged_input >= 0) == (case == "linear4_epilogue"), p
+    interpret_against_float64(fd, st, kernel, inputs, context=(case, p))
+
+
+@pytest.mark.parametrize("case", ["mask", "per_head", "full"])
+@pytest.mark.parametrize("roles", [1, 2])
+def test_interpreted_staged_input_of_broadcast_batch_dims(case, roles):
+    """scores * scale + x through the staging boxes, x's batch dims the output's or broadcasts
+    of one element: a mask of [B, 1, S, S] (every head's tile loads batch b's box), [1, H, S, S],
+    and [B, H, S, S]; cooperative and ping-pong."""
+    from kir_testing import interpret_against_float64, schedule_and_lower, setup
+    g = torch.Generator().manual_seed(5)
+
+    def rnd(*shape):
+        return torch.randn(*shape, dtype=torch.bfloat16, generator=g)
+    M, N, K = 70, 136, 72
+    x = {"mask": rnd(2, 1, M, N), "per_head": rnd(1, 3, M, N), "full": rnd(2, 3, M, N)}[case]
+    inputs = [rnd(2, M, 3, K).transpose(1, 2), rnd(2, N, 3, K).permute(0, 2, 3, 1), x]
+    with FusionDefinition(case) as fd:
+        ts = [fd.from_pytorch(t) for t in inputs]
+        fd.add_output(fd.ops.matmul(ts[0], ts[1]) * 0.125 + ts[2])
+    st = setup(fd, inputs, "h100-4sm")
+    p = matmul.compute_heuristics(st.fusion, st.info)
+    assert p.staged_input == 2, p
+    p = dataclasses.replace(p, stages=2, grid=3, compute_roles=roles)
+    st, _, p, kernel = schedule_and_lower(fd, inputs, params=p, scheduler=matmul,
+                                          device="h100-4sm")
     interpret_against_float64(fd, st, kernel, inputs, context=(case, p))
 
 

@@ -590,7 +590,8 @@ def compute_heuristics(fusion, info: RuntimeInfo) -> MatmulParams:
     if len(batches) > 1:
         raise SchedulerError(f"matmul: batches of {sorted(batches)} matrices (a batch broadcast "
                              "against another is not built)")
-    batch = math.prod(batches.pop()) if batches else 1
+    batch_sizes = batches.pop() if batches else ()
+    batch = math.prod(batch_sizes)
     # The layout rules (strides, alignment, extents) do not depend on a box's rows, which the
     # tile chosen below sets (any legal count stands in here; the executor checks the kernel's
     # own maps before each new signature's launch).
@@ -670,16 +671,19 @@ def compute_heuristics(fusion, info: RuntimeInfo) -> MatmulParams:
     params = fitted_params(best.tile_m, best.tile_n, best.compute_roles, tiles_of(best), dev,
                            a.dtype.size, b_major, output_bytes, split_k, a_major,
                            cluster_m=cluster_m, cluster_n=cluster_n, stream_k=stream_k)
+    out_sizes = (*(batch_sizes or ()), m, n)
     return dataclasses.replace(params, staged_input=staged_input(fusion, info, params,
-                                                                 (batch, m, n)))
+                                                                 out_sizes))
 
 
-def staged_input(fusion, info, p: MatmulParams, bmn: tuple) -> int:
+def staged_input(fusion, info, p: MatmulParams, out_sizes: tuple) -> int:
     """The fusion input the epilogue of `p` reads through its staging boxes, or -1: the first
-    input of the first stored output's shape, dtype (16-bit) and dims (no broadcast) that an
-    epilogue op reads and a tensor map of 64 x 64 boxes can take (rows of N contiguous), in a
-    kernel without split-K (each warp group then loads exactly its tiles' boxes, so their
-    mbarriers' phases follow the tile count). `bmn`: the output's (batches, M, N).
+    input of the first stored output's rank, dtype (16-bit) and sizes that an epilogue op reads
+    and a tensor map of 64 x 64 boxes can take (rows of N contiguous), its batch dims the
+    output's or broadcasts of one element (a mask of [B, 1, S, S] against scores of [B, H, S,
+    S]: every head's tile loads batch B's box), in a kernel without split-K (each warp group
+    then loads exactly its tiles' boxes, so their mbarriers' phases follow the tile count).
+    `out_sizes`: the output's sizes (its batch dims', M and N).
 
     Measured before (bench/results/2026-11-30/h200-matmul-epilogue-gelu-session21.txt): x @ W^T
     + r read r with one 2-byte load per element in the accumulator fragment's layout, each
@@ -700,10 +704,12 @@ def staged_input(fusion, info, p: MatmulParams, bmn: tuple) -> int:
         if (not isinstance(v, TensorView) or v not in reads or v.dtype != out.dtype
                 or len(v.domain.logical) != rank or v in op.inputs):
             continue
-        if any(i.is_broadcast for i in v.domain.logical):
-            continue
         f = info.inputs[fusion.input_position(v)]
-        if tuple(f.sizes) != tuple(bmn[-rank:]):
+        matrix = v.domain.logical[-2:]
+        if any(i.is_broadcast for i in matrix) or tuple(f.sizes[-2:]) != out_sizes[-2:]:
+            continue
+        if any(size != want and not (size == 1 and i.is_broadcast) for i, size, want in
+               zip(v.domain.logical[:-2], f.sizes[:-2], out_sizes[:-2])):
             continue
         why = check_tile_box(list(f.sizes), list(f.strides), f.alignment, v.dtype.size,
                              inner=rank - 1, outer=rank - 2, box_cols=EPILOGUE_BOX,
