@@ -27,8 +27,8 @@ from fake_loaded import FakeLoaded  # noqa: E402  (tests/runtime)
 H100 = device_mod.DEVICE_TABLE["h100"]
 A_MAP = K.TileBoxMap("input", 0, inner=1, outer=0, box_cols=64, box_rows=128)
 OUT_MAP = K.TileBoxMap("output", 0, inner=1, outer=0, box_cols=64, box_rows=64)
-A_SOURCE = ("tmap_tile", "input", 0, 1, 0, 64, 128, 128, None)
-OUT_SOURCE = ("tmap_tile", "output", 0, 1, 0, 64, 64, 128, None)
+A_SOURCE = ("tmap_tile", "input", 0, 1, 0, 64, 128, 128, ())
+OUT_SOURCE = ("tmap_tile", "output", 0, 1, 0, 64, 64, 128, ())
 
 
 def _definition(**layout):
@@ -66,6 +66,22 @@ def test_a_tile_map_parameter_is_described_by_its_fields():
     assert K.TileBoxMap(*desc.param_sources[-3][1:]) == A_MAP
     assert K.TileBoxMap(*desc.param_sources[-2][1:]) == OUT_MAP
     assert LaunchDescription.from_json(json.loads(json.dumps(desc.to_json()))) == desc
+
+
+def test_a_tile_map_of_batch_dims_round_trips():
+    """A map over [B, H, S, D] (batch dims (0, 1)) is described by its fields and read back
+    from JSON (the disk cache) as the same map; a one-dim batch given as an int (an older
+    entry's form) is the same as (d,)."""
+    fd = _definition()
+    kernel = _lowered(fd, [torch.empty(300, 192, dtype=torch.bfloat16)])
+    heads = K.TileBoxMap("input", 0, inner=3, outer=2, box_cols=64, box_rows=64, batch=(0, 1))
+    kernel.params.append(K.Param("T0_tile", "tmap", ("tmap", heads), None))
+    desc = describe_launch(kernel)
+    back = LaunchDescription.from_json(json.loads(json.dumps(desc.to_json())))
+    assert back == desc and K.TileBoxMap(*back.param_sources[-1][1:]) == heads
+    assert heads.box == (64, 64, 1, 1)
+    assert K.TileBoxMap("input", 0, 2, 1, 64, 64, 128, 0) == K.TileBoxMap(
+        "input", 0, 2, 1, 64, 64, 128, (0,))
 
 
 def test_an_unknown_tensor_map_is_refused():
