@@ -24,6 +24,16 @@ if PIPELINES_ONLY:
     CASES = []
 
 
+def _forced_matmul(what: str, fd, inputs, p, ref) -> None:
+    """fd on `inputs` with the matmul parameters `p` forced: one matmul kernel, within 1% of
+    `ref` (the norm of the error over the reference's)."""
+    y = fd.execute(inputs, options={"heuristic": p})[0]
+    torch.cuda.synchronize()
+    err = ((y.float() - ref).norm() / ref.norm()).item()
+    assert fd.last_run.schedulers == ("matmul",) and err < 1e-2, (fd.last_run, err)
+    print(what, p.describe(), f"rel. error {err:.1e}", flush=True)
+
+
 def matmul_cases() -> None:
     """The warp-specialized matmul (wgmma from swizzled tile boxes, stmatrix, TMA stores): each
     tile shape, cooperative and ping-pong, and in clusters of 2 (B or A multicast), on a grid
@@ -37,16 +47,13 @@ def matmul_cases() -> None:
         fd.add_output(fd.ops.linear(x, w))
     x = torch.randn(300, 200, device="cuda", dtype=torch.bfloat16)
     w = torch.randn(520, 200, device="cuda", dtype=torch.bfloat16)
+    ref = x.float() @ w.float().t()
     # (tile n, compute roles, CTAs per cluster along M (B multicast), along N (A multicast))
     for tn, roles, cm, cn in ((256, 1, 1, 1), (128, 1, 1, 1), (64, 1, 1, 1), (128, 2, 1, 1),
                               (64, 2, 1, 1), (256, 1, 2, 1), (128, 2, 2, 1), (64, 2, 1, 2)):
         p = MatmulParams(tile_m=128, tile_n=tn, stages=3, grid=2, compute_roles=roles,
                          cluster_m=cm, cluster_n=cn)
-        y = fd.execute([x, w], options={"heuristic": p})[0]
-        torch.cuda.synchronize()
-        err = ((y.float() - x.float() @ w.float().t()).norm() / y.float().norm()).item()
-        assert fd.last_run.schedulers == ("matmul",) and err < 1e-2, (fd.last_run, err)
-        print("matmul", p.describe(), f"rel. error {err:.1e}", flush=True)
+        _forced_matmul("matmul", fd, [x, w], p, ref)
     # A linear's bias read into registers when each tile starts (RegisterCopy), then GELU:
     # cooperative 128x192, ping-pong 128x64 in clusters along N, and stream-K (15 tiles of 4 k
     # blocks on 4 CTAs: 8 data-parallel, then runs of 7 blocks whose partials the tiles' first
@@ -60,11 +67,7 @@ def matmul_cases() -> None:
               MatmulParams(tile_m=128, tile_n=64, stages=3, grid=2, compute_roles=2,
                            cluster_n=2),
               MatmulParams(tile_m=128, tile_n=128, stages=3, grid=4, stream_k=3)):
-        y = fd.execute([x, w, bias], options={"heuristic": p})[0]
-        torch.cuda.synchronize()
-        err = ((y.float() - ref).norm() / ref.norm()).item()
-        assert fd.last_run.schedulers == ("matmul",) and err < 1e-2, (fd.last_run, err)
-        print("matmul + bias + gelu", p.describe(), f"rel. error {err:.1e}", flush=True)
+        _forced_matmul("matmul + bias + gelu", fd, [x, w, bias], p, ref)
     # A batched matmul with B MN-major and a fused epilogue (3-D tensor maps, per-element
     # global reads of the residual).
     a = torch.randn(2, 200, 136, device="cuda", dtype=torch.bfloat16)
@@ -87,12 +90,7 @@ def matmul_cases() -> None:
                            staged_input=2, compute_roles=2),
               MatmulParams(tile_m=128, tile_n=128, stages=2, grid=2, b_major="MN",
                            staged_input=2, cluster_m=2)):
-        y = fd.execute([a, b, r], options={"heuristic": p})[0]
-        torch.cuda.synchronize()
-        err = ((y.float() - ref).norm() / ref.norm()).item()
-        assert fd.last_run.schedulers == ("matmul",) and err < 1e-2, (fd.last_run, err)
-        print("batched matmul + residual + relu", p.describe(), f"rel. error {err:.1e}",
-              flush=True)
+        _forced_matmul("batched matmul + residual + relu", fd, [a, b, r], p, ref)
     # Attention-style scores over two batch dims (4-D tensor maps): q and k of [B, S, H, D]
     # seen per head, scaled, a mask of [B, 1, S, S] added; the mask staged or read per element.
     q = torch.randn(2, 136, 3, 72, device="cuda", dtype=torch.bfloat16).transpose(1, 2)
@@ -107,12 +105,7 @@ def matmul_cases() -> None:
                            compute_roles=2),
               MatmulParams(tile_m=128, tile_n=128, stages=2, grid=4, b_major="K",
                            cluster_m=2)):
-        y = fd.execute([q, k, mask], options={"heuristic": p})[0]
-        torch.cuda.synchronize()
-        err = ((y.float() - ref).norm() / ref.norm()).item()
-        assert fd.last_run.schedulers == ("matmul",) and err < 1e-2, (fd.last_run, err)
-        print("attention scores over [B, H] + mask", p.describe(), f"rel. error {err:.1e}",
-              flush=True)
+        _forced_matmul("attention scores over [B, H] + mask", fd, [q, k, mask], p, ref)
 
 
 def odd_row_cases() -> None:
