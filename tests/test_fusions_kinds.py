@@ -500,10 +500,10 @@ KINDS: dict[str, Kind] = {
     "linear_bias_gelu": Kind(linear_bias_gelu, lambda: [
         _meta([8192, 4096]), _meta([16384, 4096]), _meta([16384])],
         (("kernel", "matmul"),)),
-    # The permute of k is a transpose kernel; the matmul of 4-D operands with its scale is
-    # one kernel (4-D tensor maps).
+    # The permute of k is a view of its memory (read by the matmul alone); the matmul of 4-D
+    # operands with its scale is one kernel (4-D tensor maps, B K-major).
     "attn_scores_qkT": Kind(attn_scores_qkT, lambda: [_meta([4, 32, 2048, 128])] * 2,
-                            (TR, ("kernel", "matmul"))),
+                            (("view", "view"), ("kernel", "matmul"))),
     "l2_normalize": Kind(l2_normalize, lambda: [_meta([8192, 1024])], (IP,)),
     "clamp": Kind(clamp, lambda: [_meta([8192, 14336]), -1.0, 1.0], (PW,)),
     "threshold_bwd": Kind(threshold_bwd, lambda: [_meta([8192, 14336])] * 2, (PW,)),

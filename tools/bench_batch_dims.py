@@ -3,7 +3,7 @@ with q, k of [B, S, H, D] viewed per head ([B, H, S, D], batch strides not neste
 of [B, 1, S, S], bf16, as one pyfuser kernel (4-D tensor maps, the epilogue fused) beside
 eager and torch.compile of the same function and the bare matmul (cuBLAS), in one run:
 
-    PYTHONPATH=. python tools/bench_batch_dims.py [BxHxSxD ...]
+    PYTHONPATH=. python tools/bench_batch_dims.py [--permute] [BxHxSxD ...]
 
 Times are medians of do_bench (L2 cleared) of the whole call, in turn, three rounds."""
 from __future__ import annotations
@@ -15,6 +15,8 @@ import torch
 from pyfuser import FusionDefinition
 
 SHAPES = [(4, 16, 1024, 128), (2, 32, 2048, 128), (8, 8, 512, 64)]
+# --permute: k passed as [B, H, S, D] and permuted in the fusion (a view segment of the plan).
+PERMUTE_IN_FUSION = "--permute" in sys.argv
 
 
 def main(argv) -> int:
@@ -33,15 +35,19 @@ def main(argv) -> int:
                         generator=g).permute(0, 2, 3, 1)
         mask = torch.randn(bsz, 1, s, s, device="cuda", dtype=torch.bfloat16, generator=g)
         scale = d ** -0.5
+        # --permute: the fusion takes k per head, [B, H, S, D], and permutes it itself.
+        k_in = k.transpose(2, 3) if PERMUTE_IN_FUSION else k
         with FusionDefinition("scores") as fd:
-            tq, tk, tm = (fd.from_pytorch(t) for t in (q, k, mask))
+            tq, tk, tm = (fd.from_pytorch(t) for t in (q, k_in, mask))
+            if PERMUTE_IN_FUSION:
+                tk = fd.ops.permute(tk, [0, 1, 3, 2])
             fd.add_output(fd.ops.matmul(tq, tk) * scale + tm)
-        inputs = [q, k, mask]
+        inputs = [q, k_in, mask]
         y = fd.execute(inputs)[0]
         ref = (q.double() @ k.double()) * scale + mask.double()
         err = ((y.double() - ref).abs().max() / ref.abs().max()).item()
         run = fd.last_run
-        plan = f"{run.num_kernels} kernel(s) {run.schedulers}, " + (
+        plan = f"{run.num_kernels} kernel(s) {run.schedulers}, segments {run.segments}, " + (
             run.heuristics[0].describe() if run.heuristics and hasattr(
                 run.heuristics[0], "describe") else "")
 

@@ -190,6 +190,13 @@ def explain_fusion(fusion, inputs, device: str | DeviceProperties = "h100",
                                  else int(S.evaluate(v, dict(bindings))))
         ins = [values[id(v)] for v in seg.inputs]
         outs = []
+        if seg.kind == "view":
+            # As the plan runs it (runtime/plan.py _run_view): a permute's view keeps its
+            # input's strides, permuted.
+            from .plan import _view_permutation
+            dims = _view_permutation(seg)
+            if dims is not None:
+                values.setdefault(id(seg.outputs[0]), ins[0].permute(dims))
         for o, written in zip(seg.outputs, seg.fusion.outputs):
             # As the segment writes it: a view has its input's dtype, not the reshape's.
             values.setdefault(id(o), _intermediate(o, written.dtype, bindings))

@@ -191,8 +191,12 @@ class SegmentedPlan:
             else:
                 results = _RUNNERS[seg.kind](seg, ins)
                 # A view's sizes are the signature's: later runs only take the view.
-                run = (functools.partial(_view, tuple(results[0].shape)) if seg.kind == "view"
-                       else functools.partial(_RUNNERS[seg.kind], seg))
+                if seg.kind == "view":
+                    dims = _view_permutation(seg)
+                    run = (functools.partial(_view, tuple(results[0].shape)) if dims is None
+                           else functools.partial(_permuted, tuple(dims)))
+                else:
+                    run = functools.partial(_RUNNERS[seg.kind], seg)
             bound.append((run, args, outs, free, relayout, seg.fusion))
             for s, r in zip(outs, results):
                 vals[s] = r
@@ -331,9 +335,12 @@ class _LibraryRun:
 
 def _run_view(seg, ins) -> list:
     """A view segment (schedule/segmenter.py): its input, dense by its declaration, under the
-    reshape's sizes: no kernel, no copy."""
+    reshape's sizes, or with its dims permuted: no kernel, no copy."""
     fusion = seg.fusion
     bindings = check_inputs(fusion, ins)
+    dims = _view_permutation(seg)
+    if dims is not None:
+        return _permuted(dims, ins)
     out = fusion.outputs[0]
     sizes = [int(S.evaluate(i.maybe_expanded_extent, dict(bindings)))
              for i in out.domain.logical_no_reductions]
@@ -343,8 +350,19 @@ def _run_view(seg, ins) -> list:
         raise SegmentPlanError(f"segment {seg.why}: {error}") from error
 
 
+def _view_permutation(seg):
+    """The dims of a view segment that permutes its input, else None (a reshape)."""
+    from ..schedule.segmenter import permutation
+    exprs = seg.fusion.exprs()
+    return permutation(exprs[0]) if len(exprs) == 1 else None
+
+
 def _view(sizes, ins) -> list:
     return [ins[0].view(sizes)]
+
+
+def _permuted(dims, ins) -> list:
+    return [ins[0].permute(dims)]
 
 
 def _run_reference(seg, ins) -> list:

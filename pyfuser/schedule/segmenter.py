@@ -39,6 +39,11 @@ Input views (as nvFuser's meta-op segments): a reshape of a dense fusion input X
 through forwarded ops, is a segment of kind "view" of its own: the plan reshapes X on the host
 (`torch.Tensor.view`: no kernel, no copy) and the segments reading the reshape's result read the
 view and apply the forwarded ops to it (they are elementwise, so they commute with the reshape).
+So is a permute of an input X (of any layout, no expanded dim) read by matmuls alone
+(attention's q @ k^T: the matmul kernel's tensor maps, or cuBLAS, read any strides): the plan
+permutes X on the host (`torch.Tensor.permute`) and the matmul's segment declares the view with
+X's allocation order and contiguity, its dims renumbered; a permute that other ops read
+(element-wise, in the permuted order) stays a transpose kernel's.
 GroupNorm's reshape of cast(x) [N, C, H, W] to [N, G, C/G*H*W] had been a pointwise kernel
 writing an fp32 copy of x for the statistics and the output to read; it is now x's bytes under
 another shape. Forwarding starts again at a view's result. Only where the fusion is segmented:
@@ -74,7 +79,8 @@ import dataclasses
 
 from ..ir import scalar as S
 from ..ir import arith
-from ..ir.exprs import BroadcastOp, GatherOp, ReductionOp, ReshapeOp, WindowOp
+from ..ir.exprs import (BroadcastOp, GatherOp, LinearOp, LoadKind, LoadStoreOp, MatmulOp,
+                        ReductionOp, ReshapeOp, WindowOp)
 from ..ir.fusion import Fusion
 from ..ir.scalar import Scalar
 from ..ir.tensor import MemoryType, TensorDomain, TensorView
@@ -329,6 +335,17 @@ def _forwarded(fusion, exprs, forward_binary: bool = True) -> tuple[set, dict]:
         if not tensors or not all(i in full for i in tensors):
             continue
         o = e.outputs[0]
+        if permutation(e) is not None and e.inputs[0] in fusion.inputs and all(
+                isinstance(u, (MatmulOp, LinearOp)) for u in reads.get(o, ())):
+            # A permute of an input read by matmuls alone (which read any strides: the
+            # kernel's tensor maps, cuBLAS's transposes): the input's memory under the
+            # permuted dims, no transpose kernel (any layout: its strides permuted).
+            if o not in fusion.outputs and all(i.expanded_extent is None
+                                               for i in e.inputs[0].domain.logical):
+                views[k] = e.inputs[0]
+                source[o] = o
+                full[o] = frozenset((o,))
+            continue
         if isinstance(e, ReshapeOp):
             if e.inputs[0] not in source:
                 continue
@@ -369,6 +386,18 @@ def _needs_stored(expr, tv: TensorView) -> bool:
     if isinstance(expr, (WindowOp, GatherOp)):
         return expr.src is tv
     return has_library_implementation(expr)
+
+
+def permutation(e) -> list | None:
+    """The dims of a permute (a Set LoadStoreOp whose output's logical dims are its root's in
+    another order): output dim d is input dim dims[d]; None for any other expr."""
+    if not isinstance(e, LoadStoreOp) or e.load_kind != LoadKind.Set:
+        return None
+    d = e.outputs[0].domain
+    if d.root is None or len(d.root) != len(d.logical) or set(d.root) != set(d.logical):
+        return None
+    dims = [d.root.index(i) for i in d.logical]
+    return dims if dims != sorted(dims) else None
 
 
 def _is_dense_input(x: TensorView) -> bool:
@@ -761,7 +790,15 @@ def _sub_fusion(fusion, exprs: list, outputs: list, view_of: dict | None = None)
         nv = mapping[id(v)]
         if isinstance(v, TensorView) and v.definition is not None:
             source, chain = view_of.get(v, (v, ()))
-            fresh = _boundary_input(new, nv, source.dtype)
+            dims = permutation(v.definition) if v in view_of else None
+            if dims is None:
+                fresh = _boundary_input(new, nv, source.dtype)
+            else:
+                # A permute view is its input's memory: the input's allocation order and
+                # contiguity, its dims renumbered by the permutation.
+                d = source.domain
+                order = [dims.index(d.logical.index(i)) for i in d.maybe_allocation]
+                fresh = _boundary_input(new, nv, source.dtype, order, list(d.contiguity))
             sub_inputs.append(fresh)
             with new:
                 for op in chain:
@@ -827,16 +864,17 @@ def _sub_fusion(fusion, exprs: list, outputs: list, view_of: dict | None = None)
 
 
 def _view_segment(fusion, reshape, source: TensorView) -> Segment:
-    """The "view" segment of `reshape`, whose input is fusion input `source` or forwarded ops
-    of it: a sub-fusion reshaping `source` itself (the result has source's dtype), which the
-    plan runs as a view of source's memory."""
+    """The "view" segment of `reshape` (or of a permute), whose input is fusion input `source`
+    or forwarded ops of it: a sub-fusion reshaping `source` itself (the result has source's
+    dtype), which the plan runs as a view of source's memory."""
     seg = _sub_fusion(fusion, [reshape], [reshape.outputs[0]],
                       {reshape.inputs[0]: (source, ())} if reshape.inputs[0] is not source
                       else {})
     seg.fusion.outputs[0].dtype = source.dtype      # a reshape keeps its input's dtype
-    return dataclasses.replace(
-        seg, kind="view", inputs=(source,) + seg.inputs[1:],
-        why=f"a reshape of input T{source.name}, which is dense: a view of its memory, no kernel")
+    why = (f"a reshape of input T{source.name}, which is dense" if isinstance(reshape, ReshapeOp)
+           else f"a permute {permutation(reshape)} of input T{source.name}, read by matmuls alone")
+    return dataclasses.replace(seg, kind="view", inputs=(source,) + seg.inputs[1:],
+                               why=f"{why}: a view of its memory, no kernel")
 
 
 def _scalars_of(fusion) -> list:
@@ -854,15 +892,19 @@ def _scalars_of(fusion) -> list:
     return out
 
 
-def _boundary_input(new: Fusion, tv: TensorView, dtype) -> TensorView:
+def _boundary_input(new: Fusion, tv: TensorView, dtype, order: list | None = None,
+                    contiguity: list | None = None) -> TensorView:
     """A new input of `new` of `dtype` standing for intermediate `tv` (tv's dtype, or a viewed
     input's): its dims (without reduction IDs) with the same extents, dense in tv's allocation
-    order, as the plan allocates it."""
+    order, as the plan allocates it; or a permute view's layout: `order` (positions of its
+    logical dims, outermost first) and `contiguity` (per position), its input's."""
     ids = {i: i.clone(fusion=new) for i in tv.domain.logical_no_reductions}
     logical = [ids[i] for i in tv.domain.logical_no_reductions]
-    alloc = [ids[i] for i in tv.domain.maybe_allocation if i in ids]
+    alloc = ([logical[d] for d in order] if order is not None else
+             [ids[i] for i in tv.domain.maybe_allocation if i in ids])
     allocation = alloc if alloc != logical else None
-    contiguity = [None if i.is_broadcast else True for i in alloc]
+    if contiguity is None:
+        contiguity = [None if i.is_broadcast else True for i in alloc]
     with new:
         return TensorView(TensorDomain(logical, allocation=allocation, contiguity=contiguity),
                           dtype, MemoryType.Global)

@@ -320,6 +320,22 @@ def test_batch_dims(case, options):
         assert want.get(feature, True), (feature, p)
 
 
+def test_scores_of_a_permuted_k_are_a_view_and_one_kernel():
+    """q @ permute(k, [0, 1, 3, 2]) * scale + mask in the fusion (as a model's code writes
+    attention scores): k's permute is a view segment (no transpose kernel) and the matmul one
+    kernel reading it K-major, the mask through the staging boxes."""
+    bf = torch.bfloat16
+    q, k = (torch.randn(2, 3, 1000, 136, device="cuda", dtype=bf) for _ in range(2))
+    mask = torch.randn(2, 1, 1000, 1000, device="cuda", dtype=bf)
+    with FusionDefinition() as fd:
+        tq, tk, tm = (fd.from_pytorch(t) for t in (q, k, mask))
+        scores = fd.ops.matmul(tq, fd.ops.permute(tk, [0, 1, 3, 2]))
+        fd.add_output(fd.ops.add(fd.ops.mul(scores, 136 ** -0.5), tm))
+    run_and_check(fd, [q, k, mask], kernels=1, segments=(("view", "view"), ("kernel", "matmul")))
+    p = fd.last_run.heuristics[0]
+    assert p.b_major == "K" and p.staged_input >= 0, p
+
+
 # Split-K (MatmulParams.split_k, kir SplitKReduce): the feature matmul_split_k forces it where
 # the tiles leave CTAs idle; the last CTA of a tile adds the partials in split order, so two
 # runs give the same bits whichever CTA finished last.

@@ -530,6 +530,82 @@ def test_no_view_of_an_input_not_dense_in_logical_order_nor_of_an_output():
     run_and_check(fd, [torch.randn(5, 7).bfloat16()], kernels=1, options=INTERPRET)
 
 
+def _permuted_operand(readers: str, stride_order=None, permute_out=False):
+    """q @ permute(k) * scale (attention scores), permute(k) also read by a pointwise op
+    where `readers` is "pointwise"."""
+    def build(fd):
+        q = fd.define_tensor([-1, -1, -1, -1], dtype=DataType.BFloat16)
+        k = fd.define_tensor([-1, -1, -1, -1], dtype=DataType.BFloat16,
+                             stride_order=stride_order)
+        kt = fd.ops.permute(k, [0, 1, 3, 2])
+        fd.add_output(fd.ops.mul(fd.ops.matmul(q, kt), 0.125))
+        if readers == "pointwise":
+            fd.add_output(fd.ops.exp(kt))
+        if permute_out:
+            fd.add_output(kt)
+    return build
+
+
+def test_a_permute_of_a_dense_input_read_by_a_matmul_is_a_view(monkeypatch):
+    """Attention scores q @ k^T * scale with k^T a permute in the fusion: a view segment (k's
+    memory under the permuted dims, no transpose kernel) and one matmul kernel reading it
+    K-major; before, a transpose kernel wrote k^T for a library matmul and a pointwise
+    kernel."""
+    from pyfuser.runtime import plan as plan_module
+    from pyfuser.schedule.schedulers import matmul
+    fd = _define(_permuted_operand("matmul"))
+    seg = segment(fd.fusion)
+    assert [(s.kind, s.name) for s in seg.segments] == [("view", "view"), (K, "matmul")], \
+        str(seg)
+    (declared,) = [d for v, d in zip(seg.segments[1].inputs, seg.segments[1].fusion.inputs)
+                   if v is seg.segments[0].outputs[0]]
+    assert declared.domain.allocation is not None, "declared in k's order of dims"
+    views = []
+    real = plan_module._RUNNERS["view"]
+
+    def spy(seg, ins):
+        out = real(seg, ins)
+        views.append((ins[0], out[0]))
+        return out
+    monkeypatch.setitem(plan_module._RUNNERS, "view", spy)
+    g = torch.Generator().manual_seed(3)
+    q, k = (torch.randn(2, 3, 72, 64, generator=g).bfloat16() for _ in range(2))
+    run_and_check(fd, [q, k], kernels=1, options=INTERPRET,
+                  segments=(("view", "view"), (K, "matmul")))
+    ((src, out),) = views
+    assert src is k and out.data_ptr() == k.data_ptr() and out.stride() == (13824, 4608, 1, 64)
+    assert fd.last_run.heuristics[0].b_major == "K" and matmul.NAME in fd.last_run.schedulers
+
+
+@pytest.mark.parametrize("case", ["pointwise", "output"])
+def test_no_view_of_a_permute_read_by_other_ops_or_that_is_an_output(case):
+    """A permute read by a pointwise op too (it reads the permuted dims element-wise: a
+    transpose kernel writes them), or that is a fusion output (the caller's own tensor), stays
+    a kernel's; the plan runs right."""
+    fd = _define(_permuted_operand(case, permute_out=case == "output"))
+    seg = segment(fd.fusion)
+    assert all(s.kind != "view" for s in seg.segments), str(seg)
+    g = torch.Generator().manual_seed(4)
+    q, k = (torch.randn(2, 3, 72, 64, generator=g).bfloat16() for _ in range(2))
+    run_and_check(fd, [q, k], kernels=0, options=INTERPRET)
+    assert not fd.last_run.internal_error
+
+
+def test_a_permute_of_a_strided_input_is_a_view_of_its_layout():
+    """k declared [B, H, S, D] in the memory of [B, S, H, D] (a projection's output seen per
+    head, as models pass it): its permute is still a view, declared with k's stride order
+    renumbered; the matmul reads it and the plan runs right."""
+    fd = _define(_permuted_operand("matmul", stride_order=[3, 1, 2, 0]))
+    seg = segment(fd.fusion)
+    assert [(s.kind, s.name) for s in seg.segments] == [("view", "view"), (K, "matmul")], \
+        str(seg)
+    g = torch.Generator().manual_seed(5)
+    q = torch.randn(2, 3, 72, 64, generator=g).bfloat16()
+    k = torch.randn(2, 72, 3, 64, generator=g).bfloat16().transpose(1, 2)
+    run_and_check(fd, [q, k], kernels=1, options=INTERPRET,
+                  segments=(("view", "view"), (K, "matmul")))
+
+
 def test_later_calls_of_a_plan_run_the_segment_plans_it_bound():
     """The first call binds each kernel segment's plan; later calls with the same signature
     run those plans directly (no segment executor's key and look-up: host time, measured at
